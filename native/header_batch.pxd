@@ -1,0 +1,38 @@
+# cython: language_level=3
+# Declarations of native/header_batch.h, the header batch shared with the Rust engine and numpy.
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+
+
+cdef extern from "header_batch.h" nogil:
+    enum:
+        PC_FLAG_FRAGMENT
+        PC_FLAG_FIRST_FRAGMENT
+        PC_FLAG_TRUNCATED
+        PC_FLAG_MALFORMED
+        PC_FLAG_ICMP_ERROR
+        PC_FLAG_HAS_PORTS
+
+    ctypedef struct PacketHeader:
+        uint64_t ts_ns
+        uint8_t src_addr[16]
+        uint8_t dst_addr[16]
+        uint32_t pkt_len
+        uint32_t ifindex
+        uint16_t sport
+        uint16_t dport
+        uint8_t ip_version
+        uint8_t protocol
+        uint8_t tcp_flags
+        uint8_t flags
+        uint8_t icmp_type
+        uint8_t icmp_code
+        uint8_t error_kind
+        uint8_t reserved
+        uint32_t frag_id
+
+    ctypedef struct pc_field:
+        const char *name
+        size_t offset
+        size_t size
+
+    const pc_field *pc_header_fields(size_t *n)

@@ -1,0 +1,5 @@
+"""``python -m pyclassify`` runs the command line."""
+
+from pyclassify.cli import main
+
+main()

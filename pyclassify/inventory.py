@@ -1,0 +1,132 @@
+"""The endpoint inventory: what the addresses of a flow are, and their labels.
+
+Built from Namespace, Pod (and workload controllers' pod templates), Node, Service,
+EndpointSlice, ServiceAccount, HostEndpoint, GlobalNetworkSet and NetworkSet objects
+(see ``pyclassify.kinds.inventory``). Plain typed data: the reference evaluator and the
+native compiler both read it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from pyclassify.ir import EndpointKind, IPNetwork
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@dataclass(frozen=True)
+class ContainerPort:
+    port: int
+    protocol: int  # IP protocol number (K8s default TCP)
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Namespace:
+    name: str
+    labels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A pod (or workload template), or a Calico HostEndpoint."""
+
+    kind: EndpointKind
+    name: str
+    namespace: str | None  # None for host endpoints
+    labels: Mapping[str, str]
+    ips: tuple[IPAddress, ...] = ()
+    ports: tuple[ContainerPort, ...] = ()  # named ports come from here
+    service_account: str | None = None
+    node: str | None = None
+    host_network: bool = False
+    profiles: tuple[str, ...] = ()  # Calico profiles (HostEndpoint spec.profiles)
+    interface: str | None = None  # HostEndpoint interfaceName
+    workload: str | None = None  # owning controller as "Kind/name" (Deployment/web), if any
+
+    @property
+    def ref(self) -> str:
+        """``ns/name`` for pods, the bare name for host endpoints (as the CLI accepts them)."""
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+    def named_port(self, name: str, protocol: int | None) -> list[int]:
+        return [p.port for p in self.ports if p.name == name and (protocol is None or p.protocol == protocol)]
+
+
+@dataclass(frozen=True)
+class NetworkSet:
+    """GlobalNetworkSet (namespace None) or NetworkSet: labelled CIDRs that rule selectors match."""
+
+    name: str
+    namespace: str | None
+    labels: Mapping[str, str]
+    nets: tuple[IPNetwork, ...]
+    domains: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    labels: Mapping[str, str]
+    addresses: tuple[IPAddress, ...] = ()
+
+
+@dataclass(frozen=True)
+class ServicePort:
+    port: int
+    target_port: int | str | None
+    protocol: int
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    namespace: str
+    selector: Mapping[str, str] | None
+    cluster_ips: tuple[IPAddress, ...] = ()
+    ports: tuple[ServicePort, ...] = ()
+    endpoint_ips: tuple[IPAddress, ...] = ()  # from EndpointSlices (or the selector's pods)
+
+
+@dataclass(frozen=True)
+class ServiceAccount:
+    name: str
+    namespace: str
+    labels: Mapping[str, str]
+
+
+@dataclass
+class Inventory:
+    namespaces: dict[str, Namespace] = field(default_factory=dict)
+    endpoints: list[Endpoint] = field(default_factory=list)
+    network_sets: list[NetworkSet] = field(default_factory=list)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    services: dict[tuple[str, str], Service] = field(default_factory=dict)  # (namespace, name)
+    service_accounts: dict[tuple[str, str], ServiceAccount] = field(default_factory=dict)
+
+    def namespace_labels(self, namespace: str | None) -> Mapping[str, str]:
+        """Labels of a namespace; a namespace with no manifest exists implicitly with the
+        ``kubernetes.io/metadata.name`` label the API server always sets."""
+        if namespace is None:
+            return {}
+        ns = self.namespaces.get(namespace)
+        if ns is None:
+            return {"kubernetes.io/metadata.name": namespace}
+        return ns.labels
+
+    def endpoints_at(self, ip: IPAddress) -> list[Endpoint]:
+        return [e for e in self.endpoints if ip in e.ips]
+
+    def find(self, ref: str) -> Endpoint | None:
+        """An endpoint by ``ns/name`` (pod) or name (host endpoint)."""
+        for e in self.endpoints:
+            if e.ref == ref:
+                return e
+        return None
+
+    def pods(self) -> Iterable[Endpoint]:
+        return (e for e in self.endpoints if e.kind is EndpointKind.POD)

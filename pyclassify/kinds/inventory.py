@@ -1,0 +1,736 @@
+"""The inventory kinds: Namespace, Pod and the workload controllers, Node, Service,
+EndpointSlice, ServiceAccount, and Calico HostEndpoint, GlobalNetworkSet and NetworkSet.
+
+Each object is validated as the API server would validate it and every error is reported with
+its field path, so ``check`` fails. The object still enters the inventory with its valid parts
+(an invalid IP or label is left out, not the pod), because offline analysis of a folder that
+np-guard's netpol-analyzer accepts should still work; only an object without a usable name is
+dropped. Workload controllers become one endpoint each, from their pod template and with
+no IPs, so a folder of manifests can be analysed before it is deployed (np-guard's
+netpol-analyzer reads folders the same way): pods a controller owns are tagged with it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable
+
+from pyclassify.inventory import (
+    ContainerPort,
+    Endpoint,
+    IPAddress,
+    Inventory,
+    Namespace,
+    NetworkSet,
+    Node,
+    Service,
+    ServiceAccount,
+    ServicePort,
+)
+from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, EndpointKind, IPNetwork
+from pyclassify.selector import Selector, SelectorError
+from pyclassify.source import Document, FieldPath, Problems
+
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # EndpointSlice -> its Service
+DEFAULT_NAMESPACE = "default"
+DEFAULT_SERVICE_ACCOUNT = "default"  # what the ServiceAccount admission plugin fills in
+
+PROTOCOLS = {"TCP": PROTO_TCP, "UDP": PROTO_UDP, "SCTP": PROTO_SCTP}
+
+# Where each workload controller keeps its pod template.
+WORKLOAD_TEMPLATES: dict[str, FieldPath] = {
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "ReplicationController": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+}
+
+# --- Kubernetes name and label syntax (k8s.io/apimachinery/pkg/util/validation) ---
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_IANA_SVC_NAME = re.compile(r"[-a-z0-9]+")
+_DOMAIN = re.compile(r"(\*\.)?([A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?\.)*[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?\.?")
+
+
+def dns1123_label_error(value: str) -> str | None:
+    if len(value) > 63:
+        return "must be no more than 63 characters"
+    if not _DNS1123_LABEL.fullmatch(value):
+        return "must be a lowercase RFC 1123 label (a-z, 0-9 and '-', starting and ending alphanumeric)"
+    return None
+
+
+def dns1123_subdomain_error(value: str) -> str | None:
+    if len(value) > 253:
+        return "must be no more than 253 characters"
+    if not _DNS1123_SUBDOMAIN.fullmatch(value):
+        return "must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-' and '.', starting and ending alphanumeric)"
+    return None
+
+
+def dns1035_label_error(value: str) -> str | None:
+    if len(value) > 63:
+        return "must be no more than 63 characters"
+    if not _DNS1035_LABEL.fullmatch(value):
+        return "must be an RFC 1035 label (a-z, 0-9 and '-', starting with a letter, ending alphanumeric)"
+    return None
+
+
+def label_key_error(key: str) -> str | None:
+    """A qualified name: optional DNS subdomain prefix and '/', then a name of <= 63 chars."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and not prefix:
+        return "prefix part must be non-empty"
+    if prefix:
+        err = dns1123_subdomain_error(prefix)
+        if err:
+            return f"prefix part {err}"
+    if not name:
+        return "name part must be non-empty"
+    if len(name) > 63:
+        return "name part must be no more than 63 characters"
+    if not _QUALIFIED_NAME.fullmatch(name):
+        return "name part must consist of alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
+    return None
+
+
+def label_value_error(value: str) -> str | None:
+    if len(value) > 63:
+        return "must be no more than 63 characters"
+    if value and not _QUALIFIED_NAME.fullmatch(value):
+        return "must be empty or consist of alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
+    return None
+
+
+def port_name_error(name: str) -> str | None:
+    """IANA_SVC_NAME: <= 15 chars, a-z 0-9 '-', at least one letter, no '--', no '-' at the ends."""
+    if len(name) > 15:
+        return "must be no more than 15 characters"
+    if not _IANA_SVC_NAME.fullmatch(name):
+        return "must contain only lowercase alphanumerics and '-'"
+    if not re.search(r"[a-z]", name):
+        return "must contain at least one letter"
+    if "--" in name or name.startswith("-") or name.endswith("-"):
+        return "must not begin or end with '-' or contain '--'"
+    return None
+
+
+class _Checker:
+    """Validation helpers bound to one document; remembers whether any error was found."""
+
+    def __init__(self, doc: Document, problems: Problems) -> None:
+        self.doc = doc
+        self.problems = problems
+        self.ok = True
+
+    def error(self, path: FieldPath, message: str) -> None:
+        self.ok = False
+        self.problems.error(self.doc, path, message)
+
+    def get(self, path: FieldPath, default: Any = None) -> Any:
+        value = self.doc.get(path, default)
+        return default if value is None else value
+
+    def mapping(self, path: FieldPath) -> dict[str, Any]:
+        value = self.doc.get(path)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.error(path, "must be an object")
+            return {}
+        return value
+
+    def sequence(self, path: FieldPath) -> list[Any]:
+        value = self.doc.get(path)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.error(path, "must be a list")
+            return []
+        return value
+
+    def string(self, path: FieldPath, required: bool = False) -> str | None:
+        value = self.doc.get(path)
+        if value is None or value == "":
+            if required:
+                self.error(path, "Required value")
+            return None
+        if not isinstance(value, str):
+            self.error(path, f"must be a string, not {value!r}")
+            return None
+        return value
+
+    def boolean(self, path: FieldPath) -> bool:
+        value = self.doc.get(path)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            self.error(path, f"must be true or false, not {value!r}")
+            return False
+        return value
+
+    def labels(self, path: FieldPath) -> dict[str, str]:
+        labels: dict[str, str] = {}
+        for key, value in self.mapping(path).items():
+            where = path + (key,)
+            if not isinstance(key, str):
+                self.error(where, f"label key {key!r} must be a string")
+                continue
+            err = label_key_error(key)
+            if err:
+                self.error(where, f"invalid label key {key!r}: {err}")
+                continue
+            if value is None:
+                value = ""
+            if not isinstance(value, str):
+                # A YAML number or boolean: the API server does not turn it into a string.
+                self.error(where, f"label value must be a string, not {value!r} (quote it)")
+                continue
+            err = label_value_error(value)
+            if err:
+                self.error(where, f"invalid label value {value!r}: {err}")
+                continue
+            labels[key] = value
+        return labels
+
+    def ip(self, path: FieldPath, value: Any) -> IPAddress | None:
+        if not isinstance(value, str):
+            self.error(path, f"must be an IP address string, not {value!r}")
+            return None
+        try:
+            return ipaddress.ip_address(value)
+        except ValueError:
+            self.error(path, f"invalid IP address {value!r}")
+            return None
+
+    def cidr(self, path: FieldPath, value: Any) -> IPNetwork | None:
+        """A CIDR or a bare address (Calico nets accept both; host bits are masked off)."""
+        if not isinstance(value, str):
+            self.error(path, f"must be a CIDR string, not {value!r}")
+            return None
+        try:
+            return ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            self.error(path, f"invalid CIDR {value!r}")
+            return None
+
+    def port_number(self, path: FieldPath, value: Any) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.error(path, f"must be a port number, not {value!r}")
+            return None
+        if not 1 <= value <= 65535:
+            self.error(path, f"port {value} must be between 1 and 65535, inclusive")
+            return None
+        return value
+
+    def protocol(self, path: FieldPath) -> int | None:
+        value = self.doc.get(path)
+        if value is None:
+            return PROTO_TCP  # the Kubernetes default
+        if value not in PROTOCOLS:
+            self.error(path, f"unsupported protocol {value!r}: must be one of TCP, UDP, SCTP")
+            return None
+        return PROTOCOLS[value]
+
+    def port_name(self, path: FieldPath, value: Any) -> str | None:
+        if not isinstance(value, str):
+            self.error(path, f"port name must be a string, not {value!r}")
+            return None
+        err = port_name_error(value)
+        if err:
+            self.error(path, f"invalid port name {value!r}: {err}")
+            return None
+        return value
+
+    def name(self, kind: str = "subdomain") -> str:
+        name = self.string(("metadata", "name"), required=True) or ""
+        if name:
+            check = {"label": dns1123_label_error, "dns1035": dns1035_label_error}.get(kind, dns1123_subdomain_error)
+            err = check(name)
+            if err:
+                self.error(("metadata", "name"), f"invalid name {name!r}: {err}")
+        return name
+
+    def namespace(self) -> str:
+        """metadata.namespace; objects without one go to ``default`` (as kubectl applies them)."""
+        ns = self.string(("metadata", "namespace"))
+        if ns is None:
+            return DEFAULT_NAMESPACE
+        err = dns1123_label_error(ns)
+        if err:
+            self.error(("metadata", "namespace"), f"invalid namespace {ns!r}: {err}")
+        return ns
+
+
+@dataclass
+class InventoryBuilder:
+    """Collects inventory objects document by document; ``build()`` links them up."""
+
+    problems: Problems
+    namespaces: dict[str, Namespace] = field(default_factory=dict)
+    endpoints: list[Endpoint] = field(default_factory=list)
+    network_sets: list[NetworkSet] = field(default_factory=list)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    services: dict[tuple[str, str], Service] = field(default_factory=dict)
+    service_accounts: dict[tuple[str, str], ServiceAccount] = field(default_factory=dict)
+    # EndpointSlice addresses by (namespace, service name)
+    slice_ips: dict[tuple[str, str], list[IPAddress]] = field(default_factory=dict)
+    _seen: dict[tuple[str, str | None, str], Document] = field(default_factory=dict)
+
+    def add(self, doc: Document) -> None:
+        handler = _HANDLERS.get(doc.kind)
+        if handler is not None:
+            handler(self, doc)
+
+    def add_all(self, docs: Iterable[Document]) -> None:
+        for doc in docs:
+            self.add(doc)
+
+    def build(self) -> Inventory:
+        endpoints = [self._finish_endpoint(e) for e in self.endpoints]
+        namespaces = dict(self.namespaces)
+        for ns in sorted({e.namespace for e in endpoints if e.namespace} | {k[0] for k in self.services}):
+            # Namespaces without a manifest exist implicitly, with the label the API server sets.
+            namespaces.setdefault(ns, Namespace(ns, {NAMESPACE_NAME_LABEL: ns}))
+        services = {key: self._finish_service(svc, endpoints) for key, svc in self.services.items()}
+        return Inventory(
+            namespaces=namespaces,
+            endpoints=endpoints,
+            network_sets=list(self.network_sets),
+            nodes=dict(self.nodes),
+            services=services,
+            service_accounts=dict(self.service_accounts),
+        )
+
+    # --- linking ---
+
+    def _finish_endpoint(self, ep: Endpoint) -> Endpoint:
+        """Host-network pods and wildcard host endpoints without IPs take their node's addresses."""
+        takes_node_ips = ep.host_network or (ep.kind is EndpointKind.HOST and ep.interface == "*")
+        if takes_node_ips and not ep.ips and ep.node in self.nodes:
+            return replace(ep, ips=self.nodes[ep.node].addresses)
+        return ep
+
+    def _finish_service(self, svc: Service, endpoints: list[Endpoint]) -> Service:
+        ips = self.slice_ips.get((svc.namespace, svc.name))
+        if ips is None and svc.selector:
+            # No EndpointSlice given: the endpoints are the selected pods, as the controller would make.
+            ips = [
+                ip
+                for e in endpoints
+                if e.kind is EndpointKind.POD
+                and e.namespace == svc.namespace
+                and all(e.labels.get(k) == v for k, v in svc.selector.items())
+                for ip in e.ips
+            ]
+        return replace(svc, endpoint_ips=tuple(dict.fromkeys(ips or ())))
+
+    def _unique(self, doc: Document, kind: str, namespace: str | None, name: str) -> bool:
+        """The first object of a kind and name wins; a second one is a warning, not a merge."""
+        key = (kind, namespace, name)
+        first = self._seen.get(key)
+        if first is not None:
+            self.problems.warning(
+                doc, ("metadata", "name"), f"duplicate {kind} {name!r}: ignored, first defined at {first.file}:{first.line}"
+            )
+            return False
+        self._seen[key] = doc
+        return True
+
+    # --- kinds ---
+
+    def add_namespace(self, doc: Document) -> None:
+        c = _Checker(doc, self.problems)
+        name = c.name("label")
+        labels = c.labels(("metadata", "labels"))
+        if not name or not self._unique(doc, "Namespace", None, name):
+            return
+        labels[NAMESPACE_NAME_LABEL] = name  # the API server sets it and keeps it set
+        self.namespaces[name] = Namespace(name, labels)
+
+    def add_service_account(self, doc: Document) -> None:
+        c = _Checker(doc, self.problems)
+        name = c.name()
+        ns = c.namespace()
+        labels = c.labels(("metadata", "labels"))
+        if name and self._unique(doc, "ServiceAccount", ns, name):
+            self.service_accounts[(ns, name)] = ServiceAccount(name, ns, labels)
+
+    def add_node(self, doc: Document) -> None:
+        c = _Checker(doc, self.problems)
+        name = c.name()
+        labels = c.labels(("metadata", "labels"))
+        addresses: list[IPAddress] = []
+        for i, entry in enumerate(c.sequence(("status", "addresses"))):
+            path = ("status", "addresses", i)
+            if not isinstance(entry, dict):
+                c.error(path, "must be an object")
+                continue
+            if entry.get("type") in ("InternalIP", "ExternalIP"):
+                ip = c.ip(path + ("address",), entry.get("address"))
+                if ip is not None:
+                    addresses.append(ip)
+        if name and self._unique(doc, "Node", None, name):
+            self.nodes[name] = Node(name, labels, tuple(dict.fromkeys(addresses)))
+
+    def add_pod(self, doc: Document) -> None:
+        c = _Checker(doc, self.problems)
+        name = c.name()
+        ns = c.namespace()
+        labels = c.labels(("metadata", "labels"))
+        spec = _pod_spec(c, ("spec",))
+        ips: list[IPAddress] = []
+        pod_ip = c.string(("status", "podIP"))
+        if pod_ip:
+            ip = c.ip(("status", "podIP"), pod_ip)
+            if ip is not None:
+                ips.append(ip)
+        for i, entry in enumerate(c.sequence(("status", "podIPs"))):
+            path = ("status", "podIPs", i)
+            if not isinstance(entry, dict):
+                c.error(path, "must be an object")
+                continue
+            ip = c.ip(path + ("ip",), entry.get("ip"))
+            if ip is not None:
+                ips.append(ip)
+        if not name or not self._unique(doc, "Pod", ns, name):
+            return
+        self.endpoints.append(
+            Endpoint(
+                kind=EndpointKind.POD,
+                name=name,
+                namespace=ns,
+                labels=labels,
+                ips=tuple(dict.fromkeys(ips)),
+                ports=spec.ports,
+                service_account=spec.service_account,
+                node=spec.node,
+                host_network=spec.host_network,
+                workload=_owner(doc),
+            )
+        )
+
+    def add_workload(self, doc: Document) -> None:
+        """A controller: one endpoint from its pod template, named after the controller."""
+        c = _Checker(doc, self.problems)
+        name = c.name()
+        ns = c.namespace()
+        c.labels(("metadata", "labels"))
+        template = WORKLOAD_TEMPLATES[doc.kind]
+        if not isinstance(doc.get(template), dict):
+            c.error(template, "Required value: a pod template")
+            return
+        labels = c.labels(template + ("metadata", "labels"))
+        spec = _pod_spec(c, template + ("spec",))
+        _check_workload_selector(c, doc, labels)
+        if not name or not self._unique(doc, doc.kind, ns, name):
+            return
+        self.endpoints.append(
+            Endpoint(
+                kind=EndpointKind.POD,
+                name=name,
+                namespace=ns,
+                labels=labels,
+                ports=spec.ports,
+                service_account=spec.service_account,
+                node=spec.node,
+                host_network=spec.host_network,
+                workload=f"{doc.kind}/{name}",
+            )
+        )
+
+    def add_service(self, doc: Document) -> None:
+        c = _Checker(doc, self.problems)
+        name = c.name("dns1035")
+        ns = c.namespace()
+        c.labels(("metadata", "labels"))
+        selector = c.labels(("spec", "selector")) if doc.get(("spec", "selector")) is not None else None
+        cluster_ips: list[IPAddress] = []
+        single = c.string(("spec", "clusterIP"))
+        candidates = [(("spec", "clusterIP"), single)] if single else []
+        candidates += [(("spec", "clusterIPs", i), v) for i, v in enumerate(c.sequence(("spec", "clusterIPs")))]
+        for path, value in candidates:
+            if value == "None":
+                continue  # a headless service has no virtual IP
+            ip = c.ip(path, value)
+            if ip is not None:
+                cluster_ips.append(ip)
+        ports = _service_ports(c)
+        if name and self._unique(doc, "Service", ns, name):
+            self.services[(ns, name)] = Service(name, ns, selector, tuple(dict.fromkeys(cluster_ips)), ports)
+
+    def add_endpoint_slice(self, doc: Document) -> None:
+        c = _Checker(doc, self.problems)
+        c.name()
+        ns = c.namespace()
+        labels = c.labels(("metadata", "labels"))
+        address_type = doc.get(("addressType",))
+        if address_type not in ("IPv4", "IPv6", "FQDN"):
+            c.error(("addressType",), f"unsupported address type {address_type!r}: must be IPv4, IPv6 or FQDN")
+        ips: list[IPAddress] = []
+        for i, ep in enumerate(c.sequence(("endpoints",))):
+            path = ("endpoints", i)
+            if not isinstance(ep, dict):
+                c.error(path, "must be an object")
+                continue
+            addresses = c.sequence(path + ("addresses",))
+            if not addresses:
+                c.error(path + ("addresses",), "Required value: at least one address")
+            for j, value in enumerate(addresses):
+                if address_type == "FQDN":
+                    continue  # names, not addresses
+                ip = c.ip(path + ("addresses", j), value)
+                if ip is not None:
+                    if ip.version != (4 if address_type == "IPv4" else 6):
+                        c.error(path + ("addresses", j), f"{value} is not an {address_type} address")
+                    else:
+                        ips.append(ip)
+        for i, port in enumerate(c.sequence(("ports",))):
+            path = ("ports", i)
+            if not isinstance(port, dict):
+                c.error(path, "must be an object")
+                continue
+            if port.get("port") is not None:
+                c.port_number(path + ("port",), port.get("port"))
+            c.protocol(path + ("protocol",))
+            if port.get("name"):
+                c.port_name(path + ("name",), port.get("name"))
+        service = labels.get(SERVICE_NAME_LABEL)
+        if service:
+            self.slice_ips.setdefault((ns, service), []).extend(ips)
+
+    def add_host_endpoint(self, doc: Document) -> None:
+        c = _Checker(doc, self.problems)
+        name = c.name()
+        labels = c.labels(("metadata", "labels"))
+        node = c.string(("spec", "node"), required=True)
+        interface = c.string(("spec", "interfaceName"))
+        ips = [
+            ip
+            for i, v in enumerate(c.sequence(("spec", "expectedIPs")))
+            if (ip := c.ip(("spec", "expectedIPs", i), v)) is not None
+        ]
+        if not interface and not c.sequence(("spec", "expectedIPs")):
+            c.error(("spec",), "at least one of interfaceName or expectedIPs must be specified")
+        ports = _calico_ports(c, ("spec", "ports"))
+        profiles = []
+        for i, value in enumerate(c.sequence(("spec", "profiles"))):
+            if not isinstance(value, str) or not value:
+                c.error(("spec", "profiles", i), f"profile name must be a non-empty string, not {value!r}")
+            else:
+                profiles.append(value)
+        if not name or not self._unique(doc, "HostEndpoint", None, name):
+            return
+        self.endpoints.append(
+            Endpoint(
+                kind=EndpointKind.HOST,
+                name=name,
+                namespace=None,
+                labels=labels,
+                ips=tuple(dict.fromkeys(ips)),
+                ports=ports,
+                node=node,
+                profiles=tuple(profiles),
+                interface=interface,
+            )
+        )
+
+    def add_network_set(self, doc: Document) -> None:
+        c = _Checker(doc, self.problems)
+        name = c.name()
+        ns = c.namespace() if doc.kind == "NetworkSet" else None
+        labels = c.labels(("metadata", "labels"))
+        nets = [
+            net for i, v in enumerate(c.sequence(("spec", "nets"))) if (net := c.cidr(("spec", "nets", i), v)) is not None
+        ]
+        domains = []
+        for i, value in enumerate(c.sequence(("spec", "allowedEgressDomains"))):
+            if not isinstance(value, str) or len(value) > 253 or not _DOMAIN.fullmatch(value):
+                c.error(("spec", "allowedEgressDomains", i), f"invalid domain name {value!r}")
+            else:
+                domains.append(value)
+        if name and self._unique(doc, doc.kind, ns, name):
+            self.network_sets.append(NetworkSet(name, ns, labels, tuple(nets), tuple(domains)))
+
+
+@dataclass(frozen=True)
+class _PodSpec:
+    ports: tuple[ContainerPort, ...]
+    service_account: str
+    node: str | None
+    host_network: bool
+
+
+def _pod_spec(c: _Checker, spec: FieldPath) -> _PodSpec:
+    containers = c.sequence(spec + ("containers",))
+    ports: list[ContainerPort] = []
+    for i, container in enumerate(containers):
+        cpath = spec + ("containers", i)
+        if not isinstance(container, dict):
+            c.error(cpath, "must be an object")
+            continue
+        names: set[str] = set()  # port names are unique per container
+        for j, port in enumerate(c.sequence(cpath + ("ports",))):
+            ppath = cpath + ("ports", j)
+            if not isinstance(port, dict):
+                c.error(ppath, "must be an object")
+                continue
+            if port.get("containerPort") is None:
+                c.error(ppath + ("containerPort",), "Required value")
+                continue
+            number = c.port_number(ppath + ("containerPort",), port.get("containerPort"))
+            protocol = c.protocol(ppath + ("protocol",))
+            name = None
+            if port.get("name") not in (None, ""):
+                name = c.port_name(ppath + ("name",), port.get("name"))
+                if name in names:
+                    c.error(ppath + ("name",), f"Duplicate value: port name {name!r}")
+                    continue
+                if name:
+                    names.add(name)
+            if number is not None and protocol is not None:
+                ports.append(ContainerPort(number, protocol, name))
+    # serviceAccount is the deprecated spelling of serviceAccountName.
+    account = c.string(spec + ("serviceAccountName",)) or c.string(spec + ("serviceAccount",))
+    return _PodSpec(
+        ports=tuple(ports),
+        service_account=account or DEFAULT_SERVICE_ACCOUNT,
+        node=c.string(spec + ("nodeName",)),
+        host_network=c.boolean(spec + ("hostNetwork",)),
+    )
+
+
+def _check_workload_selector(c: _Checker, doc: Document, template_labels: dict[str, str]) -> None:
+    """apps/v1 and batch controllers' selector must select their own template's labels."""
+    raw = doc.get(("spec", "selector"))
+    if raw is None:
+        # apps/v1 requires a selector; older groups, Jobs and RCs default it from the template.
+        if doc.api_version == "apps/v1":
+            c.error(("spec", "selector"), "Required value")
+        return
+    if doc.kind == "CronJob":
+        return  # its selector lives in the job template, which is rarely written by hand
+    if not isinstance(raw, dict):
+        c.error(("spec", "selector"), "must be an object")
+        return
+    if doc.kind == "ReplicationController":
+        wanted = c.labels(("spec", "selector"))  # a plain label map here
+        selector = Selector.from_label_selector({"matchLabels": wanted}) if wanted else None
+    else:
+        try:
+            selector = Selector.from_label_selector(raw)
+        except SelectorError as exc:
+            sub = tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\[\]]+", exc.field or "") if p)
+            c.error(("spec", "selector") + sub, f"invalid selector: {exc.message}")
+            return
+        if selector.is_all and doc.kind != "Job":
+            c.error(("spec", "selector"), "Invalid value: empty selector is invalid for a workload")
+            return
+    if selector is not None and not selector.matches(template_labels):
+        c.error(("spec", "template", "metadata", "labels"), "Invalid value: selector does not match template labels")
+
+
+def _service_ports(c: _Checker) -> tuple[ServicePort, ...]:
+    ports: list[ServicePort] = []
+    entries = c.sequence(("spec", "ports"))
+    names: set[str] = set()
+    for i, entry in enumerate(entries):
+        path = ("spec", "ports", i)
+        if not isinstance(entry, dict):
+            c.error(path, "must be an object")
+            continue
+        name = entry.get("name")
+        if name in (None, ""):
+            name = None
+            if len(entries) > 1:
+                c.error(path + ("name",), "Required value: every port of a multi-port service needs a name")
+        else:
+            name = c.port_name(path + ("name",), name)
+            if name in names:
+                c.error(path + ("name",), f"Duplicate value: port name {name!r}")
+            if name:
+                names.add(name)
+        if entry.get("port") is None:
+            c.error(path + ("port",), "Required value")
+            continue
+        number = c.port_number(path + ("port",), entry.get("port"))
+        protocol = c.protocol(path + ("protocol",))
+        target = entry.get("targetPort")
+        if isinstance(target, str) and not target.isdigit():
+            target = c.port_name(path + ("targetPort",), target)
+        elif target is not None:
+            target = c.port_number(path + ("targetPort",), int(target) if isinstance(target, str) else target)
+        else:
+            target = number  # targetPort defaults to port
+        if number is not None and protocol is not None:
+            ports.append(ServicePort(number, target, protocol, name))
+    return tuple(ports)
+
+
+def _calico_ports(c: _Checker, path: FieldPath) -> tuple[ContainerPort, ...]:
+    """HostEndpoint ``ports``: named ports that policies can refer to; name and port required."""
+    ports: list[ContainerPort] = []
+    names: set[tuple[str, int]] = set()
+    for i, entry in enumerate(c.sequence(path)):
+        ppath = path + (i,)
+        if not isinstance(entry, dict):
+            c.error(ppath, "must be an object")
+            continue
+        if not entry.get("name"):
+            c.error(ppath + ("name",), "Required value")
+            continue
+        name = c.port_name(ppath + ("name",), entry.get("name"))
+        if entry.get("port") is None:
+            c.error(ppath + ("port",), "Required value")
+            continue
+        number = c.port_number(ppath + ("port",), entry.get("port"))
+        protocol = c.protocol(ppath + ("protocol",))
+        if name is None or number is None or protocol is None:
+            continue
+        if (name, protocol) in names:
+            c.error(ppath + ("name",), f"Duplicate value: port name {name!r}")
+            continue
+        names.add((name, protocol))
+        ports.append(ContainerPort(number, protocol, name))
+    return tuple(ports)
+
+
+def _owner(doc: Document) -> str | None:
+    """The controller owning a pod as ``Kind/name`` (np-guard reports the pod under it)."""
+    refs = doc.get(("metadata", "ownerReferences"))
+    if not isinstance(refs, list):
+        return None
+    for ref in refs:
+        if isinstance(ref, dict) and ref.get("controller") is True and ref.get("name") and ref.get("kind") != "Node":
+            # np-guard reports an owner reference without a kind as a Pod.
+            return f"{ref.get('kind') or 'Pod'}/{ref['name']}"
+    return None
+
+
+_HANDLERS = {
+    "Namespace": InventoryBuilder.add_namespace,
+    "Pod": InventoryBuilder.add_pod,
+    "Node": InventoryBuilder.add_node,
+    "Service": InventoryBuilder.add_service,
+    "EndpointSlice": InventoryBuilder.add_endpoint_slice,
+    "ServiceAccount": InventoryBuilder.add_service_account,
+    "HostEndpoint": InventoryBuilder.add_host_endpoint,
+    "GlobalNetworkSet": InventoryBuilder.add_network_set,
+    "NetworkSet": InventoryBuilder.add_network_set,
+    **{kind: InventoryBuilder.add_workload for kind in WORKLOAD_TEMPLATES},
+}
+
+
+def build_inventory(docs: Iterable[Document], problems: Problems) -> Inventory:
+    builder = InventoryBuilder(problems)
+    builder.add_all(docs)
+    return builder.build()

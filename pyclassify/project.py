@@ -1,0 +1,103 @@
+"""A project: everything a set of manifest paths says, validated and normalized.
+
+``load_project(paths)`` reads every document (``pyclassify.loader``), builds the endpoint
+inventory from the inventory kinds, normalizes every policy kind into the tiered IR through the
+kind registry, and collects every problem on the way. Kinds nobody registered (ConfigMap,
+RoleBinding, ...) are skipped and counted, not errors.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+from dataclasses import dataclass, field
+
+from pyclassify import kinds
+from pyclassify.inventory import Endpoint, Inventory
+from pyclassify.ir import Policy, PolicySet, Profile, Tier
+from pyclassify.kinds.inventory import InventoryBuilder
+from pyclassify.loader import load_paths
+from pyclassify.source import Document, Problems
+
+
+@dataclass
+class Project:
+    policy_set: PolicySet
+    inventory: Inventory
+    problems: Problems
+    documents: list[Document] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)  # "apiVersion/Kind" -> count
+
+    def find_endpoint(self, ref: str) -> Endpoint | None:
+        """The endpoint a person means by ``ref``: an IP address (the endpoint owning it), a pod
+        ``ns/name``, a workload ``ns/Kind/name`` (or ``ns/name`` of a workload), or a host
+        endpoint name. None if nothing matches."""
+        try:
+            ip = ipaddress.ip_address(ref)
+        except ValueError:
+            ip = None
+        if ip is not None:
+            owners = self.inventory.endpoints_at(ip)
+            # Host-network pods share their node's address; the address belongs to the host side.
+            own = [e for e in owners if not e.host_network]
+            return (own or owners or [None])[0]
+        found = self.inventory.find(ref)
+        if found is not None:
+            return found
+        parts = ref.split("/")
+        if len(parts) == 3:
+            ns, kind, name = parts
+            workload = f"{kind}/{name}"
+            return next((e for e in self.inventory.endpoints if e.namespace == ns and e.workload == workload), None)
+        if len(parts) == 2:
+            ns, name = parts
+            # Pods a controller owns answer to the controller's name too.
+            return next(
+                (e for e in self.inventory.endpoints if e.namespace == ns and e.workload and e.workload.split("/", 1)[1] == name),
+                None,
+            )
+        return None
+
+
+def load_project(paths: list[str], problems: Problems | None = None) -> Project:
+    problems = problems if problems is not None else Problems()
+    documents = load_paths(paths, problems)
+    return build_project(documents, problems)
+
+
+def build_project(documents: list[Document], problems: Problems) -> Project:
+    """A project from documents already loaded (tests and the watch source build them directly)."""
+    builder = InventoryBuilder(problems)
+    policies: list[Policy] = []
+    tiers: list[Tier] = []
+    profiles: list[Profile] = []
+    skipped: Counter[str] = Counter()
+    for doc in documents:
+        inventory_kind = kinds.is_inventory_kind(doc)
+        if inventory_kind:
+            builder.add(doc)
+        try:
+            normalize = kinds.policy_normalizer(doc)
+        except kinds.NormalizerUnavailable as exc:
+            problems.error(doc, (), f"cannot check {doc.kind} {doc.name!r}: {exc}")
+            continue
+        if normalize is None:
+            if not inventory_kind:
+                skipped[f"{doc.api_version}/{doc.kind}"] += 1
+            continue
+        for item in normalize(doc, problems):
+            if isinstance(item, Policy):
+                policies.append(item)
+            elif isinstance(item, Tier):
+                tiers.append(item)
+            elif isinstance(item, Profile):
+                profiles.append(item)
+            else:
+                raise TypeError(f"normalizer for {doc.kind} returned {type(item).__name__}")
+    return Project(
+        policy_set=PolicySet.build(policies, tiers, profiles),
+        inventory=builder.build(),
+        problems=problems,
+        documents=documents,
+        skipped=dict(sorted(skipped.items())),
+    )

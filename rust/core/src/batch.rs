@@ -1,0 +1,202 @@
+//! The header batch: the one data structure that all three layers share.
+//!
+//! The Cython decoder (`native/`) writes one [`PacketHeader`] per packet into a contiguous array;
+//! the engine reads that array without copying and without the GIL; Python sees the same bytes as a
+//! numpy structured array (`pyclassify.batch.HEADER_DTYPE`). The three definitions are
+//! `native/header_batch.h`, this file and `pyclassify/batch.py`, and `tests/test_batch_abi.py`
+//! asserts they agree field by field (name, offset, size).
+//!
+//! Layout rules, so that the struct means the same thing in Rust, C and numpy:
+//! - 64 bytes: one cache line per packet, and a power of two so batch indexing is a shift.
+//! - No implicit padding: fields are ordered by decreasing alignment and `reserved` fills the one
+//!   spare byte, so every bit pattern is a valid header and bytes can be reinterpreted freely.
+//! - Integers are in host byte order (the decoder converts from network order once); addresses
+//!   are raw network-order bytes, IPv4 stored IPv4-mapped (`::ffff:a.b.c.d`) so that one
+//!   16-byte comparison path serves both families.
+//! - Changing this struct is an ABI change: update all three definitions and the tests together.
+
+use core::mem::{offset_of, size_of};
+
+/// Packet is a fragment (IPv4 MF/offset, or IPv6 Fragment header).
+pub const FLAG_FRAGMENT: u8 = 1;
+/// Packet is the first fragment (offset 0): the only one that carries L4 ports.
+pub const FLAG_FIRST_FRAGMENT: u8 = 2;
+/// Capture was cut short (snaplen) or the packet ended before a header it announced.
+pub const FLAG_TRUNCATED: u8 = 4;
+/// Packet could not be decoded; `error_kind` says why. The engine never judges such a packet
+/// by its (partial) fields.
+pub const FLAG_MALFORMED: u8 = 8;
+/// ICMP/ICMPv6 error (unreachable, time exceeded, ...) quoting another flow; the quoted flow's
+/// addresses and ports are what conntrack looks up.
+pub const FLAG_ICMP_ERROR: u8 = 16;
+/// `sport`/`dport` are meaningful (TCP, UDP, SCTP, first or unfragmented packet).
+pub const FLAG_HAS_PORTS: u8 = 32;
+
+/// All flag bits with their names, for cross-layer checks.
+pub const FLAGS: &[(&str, u8)] = &[
+    ("FLAG_FRAGMENT", FLAG_FRAGMENT),
+    ("FLAG_FIRST_FRAGMENT", FLAG_FIRST_FRAGMENT),
+    ("FLAG_TRUNCATED", FLAG_TRUNCATED),
+    ("FLAG_MALFORMED", FLAG_MALFORMED),
+    ("FLAG_ICMP_ERROR", FLAG_ICMP_ERROR),
+    ("FLAG_HAS_PORTS", FLAG_HAS_PORTS),
+];
+
+/// One decoded packet's L3/L4 header summary, as the decoder writes it and the engine reads it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PacketHeader {
+    /// Capture or receive timestamp, nanoseconds since the Unix epoch.
+    pub ts_ns: u64,
+    /// Source address, network byte order; IPv4 as IPv4-mapped IPv6.
+    pub src_addr: [u8; 16],
+    /// Destination address, network byte order; IPv4 as IPv4-mapped IPv6.
+    pub dst_addr: [u8; 16],
+    /// Length of the packet on the wire (not the captured length).
+    pub pkt_len: u32,
+    /// Interface index or port id the packet arrived on (NFQUEUE indev, bridge side, pcap: 0).
+    pub ifindex: u32,
+    /// L4 source port, host byte order; valid when `FLAG_HAS_PORTS` is set.
+    pub sport: u16,
+    /// L4 destination port, host byte order; valid when `FLAG_HAS_PORTS` is set.
+    pub dport: u16,
+    /// 4 or 6; 0 when the packet is not IP.
+    pub ip_version: u8,
+    /// IP protocol number of the L4 header (after IPv6 extension headers).
+    pub protocol: u8,
+    /// TCP flags byte (FIN=1, SYN=2, RST=4, PSH=8, ACK=16, ...); 0 for other protocols.
+    pub tcp_flags: u8,
+    /// `FLAG_*` bits.
+    pub flags: u8,
+    /// ICMP/ICMPv6 type; 0 for other protocols.
+    pub icmp_type: u8,
+    /// ICMP/ICMPv6 code; 0 for other protocols.
+    pub icmp_code: u8,
+    /// Decode error reason, 0 = none (meaningful with `FLAG_MALFORMED` or `FLAG_TRUNCATED`).
+    pub error_kind: u8,
+    /// Explicit padding, always 0, so the struct has no implicit padding bytes.
+    pub reserved: u8,
+    /// IP fragment identification (IPv4 16-bit id widened, or IPv6 32-bit id).
+    pub frag_id: u32,
+}
+
+/// Size of one header in bytes; the stride of a batch.
+pub const HEADER_SIZE: usize = size_of::<PacketHeader>();
+
+// Fail the build, not just the tests, if the layout ever drifts.
+const _: () = assert!(HEADER_SIZE == 64);
+const _: () = assert!(core::mem::align_of::<PacketHeader>() == 8);
+
+/// Size of the field a raw pointer points at, without reading it.
+const fn size_of_pointee<T>(_: *const T) -> usize {
+    size_of::<T>()
+}
+
+/// `(name, offset, size)` of one field, all computed by the compiler.
+macro_rules! field {
+    ($name:ident) => {{
+        let h = core::mem::MaybeUninit::<PacketHeader>::uninit();
+        // SAFETY: only the field's address is formed (inside a live local), nothing is read.
+        let p = unsafe { &raw const (*h.as_ptr()).$name };
+        (
+            stringify!($name),
+            offset_of!(PacketHeader, $name),
+            size_of_pointee(p),
+        )
+    }};
+}
+
+/// Every field of [`PacketHeader`] in declaration order as `(name, offset, size)`; the layout
+/// that the Cython and numpy definitions are tested against.
+pub const FIELDS: &[(&str, usize, usize)] = &[
+    field!(ts_ns),
+    field!(src_addr),
+    field!(dst_addr),
+    field!(pkt_len),
+    field!(ifindex),
+    field!(sport),
+    field!(dport),
+    field!(ip_version),
+    field!(protocol),
+    field!(tcp_flags),
+    field!(flags),
+    field!(icmp_type),
+    field!(icmp_code),
+    field!(error_kind),
+    field!(reserved),
+    field!(frag_id),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_is_one_cache_line() {
+        assert_eq!(size_of::<PacketHeader>(), 64);
+        assert_eq!(HEADER_SIZE, 64);
+        assert_eq!(core::mem::align_of::<PacketHeader>(), 8);
+    }
+
+    #[test]
+    fn offsets_are_the_documented_abi() {
+        let expected: &[(&str, usize, usize)] = &[
+            ("ts_ns", 0, 8),
+            ("src_addr", 8, 16),
+            ("dst_addr", 24, 16),
+            ("pkt_len", 40, 4),
+            ("ifindex", 44, 4),
+            ("sport", 48, 2),
+            ("dport", 50, 2),
+            ("ip_version", 52, 1),
+            ("protocol", 53, 1),
+            ("tcp_flags", 54, 1),
+            ("flags", 55, 1),
+            ("icmp_type", 56, 1),
+            ("icmp_code", 57, 1),
+            ("error_kind", 58, 1),
+            ("reserved", 59, 1),
+            ("frag_id", 60, 4),
+        ];
+        assert_eq!(FIELDS, expected);
+    }
+
+    #[test]
+    fn no_implicit_padding() {
+        // Fields tile the struct exactly: each starts where the previous one ends.
+        let mut end = 0;
+        for &(name, offset, size) in FIELDS {
+            assert_eq!(offset, end, "gap before {name}");
+            end = offset + size;
+        }
+        assert_eq!(end, HEADER_SIZE);
+    }
+
+    #[test]
+    fn flags_are_distinct_bits() {
+        let mut seen = 0u8;
+        for &(name, bit) in FLAGS {
+            assert_eq!(bit.count_ones(), 1, "{name} is not one bit");
+            assert_eq!(seen & bit, 0, "{name} reuses a bit");
+            seen |= bit;
+        }
+        assert_eq!(FLAGS.len(), 6);
+    }
+
+    #[test]
+    fn field_bytes_land_at_their_offsets() {
+        let h = PacketHeader {
+            ts_ns: 0x0102_0304_0506_0708,
+            dport: 0xBEEF,
+            frag_id: 0xCAFE_F00D,
+            protocol: 17,
+            ..Default::default()
+        };
+        // SAFETY: PacketHeader is repr(C), 64 bytes, no padding: all its bytes are initialized.
+        let bytes: &[u8; 64] = unsafe { &*(&h as *const PacketHeader as *const [u8; 64]) };
+        assert_eq!(bytes[0..8], 0x0102_0304_0506_0708u64.to_ne_bytes());
+        assert_eq!(bytes[50..52], 0xBEEFu16.to_ne_bytes());
+        assert_eq!(bytes[53], 17);
+        assert_eq!(bytes[60..64], 0xCAFE_F00Du32.to_ne_bytes());
+    }
+}

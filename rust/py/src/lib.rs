@@ -1,0 +1,21 @@
+//! `pyclassify._engine`: the pyo3 face of pyclassify-core.
+//!
+//! This crate is glue only: conversions and registration. Logic lives in `pyclassify-core`.
+//! Each area has one file with a `register(m)` function, called once from the module init below;
+//! Rust errors become Python exceptions only in `errors.rs`.
+
+use pyo3::prelude::*;
+
+mod batch;
+mod errors;
+mod selector;
+
+/// Decision engine of pyclassify (Rust).
+#[pymodule]
+fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    batch::register(m)?;
+    selector::register(m)?;
+    Ok(())
+}

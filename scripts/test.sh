@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# All tests: pytest (Python, both extensions) and cargo test (pyclassify-core).
+# Runs both even if the first fails; exits non-zero if either failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+set -e
+source scripts/venv.sh test
+set +e
+
+echo "== pytest"
+.venv/bin/python -m pytest
+pytest_rc=$?
+
+echo "== cargo test --manifest-path rust/Cargo.toml --release"
+cargo test --manifest-path rust/Cargo.toml --release
+cargo_rc=$?
+
+# Bounded coverage-guided fuzzing of the selector parser (cargo-fuzz needs the nightly toolchain,
+# which machines of this kind carry; cargo-fuzz itself is built from crates.io when missing).
+echo "== cargo +nightly fuzz run selector_parse (bounded)"
+fuzz_rc=0
+if ! command -v cargo-fuzz >/dev/null 2>&1; then
+    cargo install cargo-fuzz --locked --version 0.13.2 || fuzz_rc=$?
+fi
+if [ "$fuzz_rc" -eq 0 ]; then
+    mkdir -p rust/fuzz/corpus/selector_parse
+    cargo +nightly fuzz run --fuzz-dir rust/fuzz selector_parse \
+        rust/fuzz/corpus/selector_parse rust/fuzz/seeds/selector_parse \
+        -- -runs=200000 -max_total_time=60 -print_final_stats=1 2>&1 | tail -n 4
+    fuzz_rc=${PIPESTATUS[0]}
+fi
+
+echo "== summary: pytest exit ${pytest_rc}, cargo test exit ${cargo_rc}, fuzz exit ${fuzz_rc}"
+if [ "$pytest_rc" -ne 0 ] || [ "$cargo_rc" -ne 0 ] || [ "$fuzz_rc" -ne 0 ]; then
+    exit 1
+fi
