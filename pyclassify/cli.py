@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from rich.console import Console
@@ -15,6 +15,9 @@ from rich.markup import escape
 
 from pyclassify import __version__
 from pyclassify.selector import Selector, SelectorError, parse_labels
+
+if TYPE_CHECKING:
+    from pyclassify.project import Project
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -96,6 +99,188 @@ def selector_cmd(expr: str, labels_text: str | None, as_json: bool) -> None:
             out.print(f"{verdict}: {escape(labels_text or '')}")
     if matched is False:
         _fail(EXIT_NO_MATCH)
+
+
+# --- manifests: check, explain, matrix -----------------------------------------------------
+
+paths_argument = click.argument("paths", nargs=-1, required=True, type=click.Path(allow_dash=True))
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+default_option = click.option(
+    "--default",
+    "default",
+    type=click.Choice(["allow", "deny"]),
+    default=None,
+    help="Verdict when no policy decides (default: allow for pods, deny for host endpoints).",
+)
+
+
+def _problem_json(p: Any) -> dict[str, Any]:
+    return {"file": p.file, "line": p.line, "path": p.path, "message": p.message}
+
+
+def _print_problems(problems: Any) -> None:
+    by_place = lambda p: (p.file, p.line)  # noqa: E731 - stable: same line keeps found order
+    for p in sorted(problems.errors, key=by_place):
+        err.print(escape(str(p)), highlight=False)
+    for p in sorted(problems.warnings, key=by_place):
+        err.print(f"[yellow]warning[/yellow]: {escape(str(p))}", highlight=False)
+
+
+def _load(paths: tuple[str, ...]) -> "Project":
+    """Loads and validates manifests; invalid input prints every error and exits 1."""
+    from pyclassify.project import load_project
+
+    project = load_project(list(paths))
+    if project.problems.errors:
+        _print_problems(project.problems)
+        n = len(project.problems.errors)
+        err.print(f"[red]{n} error{'s' if n != 1 else ''}[/red]: fix the manifests (see `pyclassify check`)")
+        _fail(EXIT_INVALID)
+    return project
+
+
+@main.command("check")
+@paths_argument
+@json_option
+def check_cmd(paths: tuple[str, ...], as_json: bool) -> None:
+    """Validate manifests (files, directories, or - for stdin) and print every error.
+
+    Exit 1 if any manifest is invalid. Policies that cannot be enforced faithfully yet (for
+    example `domains` rules) are reported as warnings.
+    """
+    from pyclassify.project import load_project
+
+    project = load_project(list(paths))
+    problems = project.problems
+    policies = project.policy_set.policies
+    unenforceable = [{"policy": p.ref, "reasons": list(p.unenforceable)} for p in policies if p.unenforceable]
+    if as_json:
+        _emit_json(
+            {
+                "valid": not problems.errors,
+                "documents": len(project.documents),
+                "policies": len(policies),
+                "endpoints": len(project.inventory.endpoints),
+                "errors": [_problem_json(p) for p in problems.errors],
+                "warnings": [_problem_json(p) for p in problems.warnings],
+                "unenforceable": unenforceable,
+                "skipped": project.skipped,
+            }
+        )
+    else:
+        _print_problems(problems)
+        for item in unenforceable:
+            err.print(f"[yellow]not enforceable[/yellow]: {item['policy']}: {'; '.join(item['reasons'])}")
+        skipped = ", ".join(f"{k} x{v}" for k, v in project.skipped.items())
+        summary = (
+            f"{len(project.documents)} documents: {len(policies)} policies, "
+            f"{len(project.inventory.endpoints)} endpoints"
+            + (f"; skipped {skipped}" if skipped else "")
+        )
+        n_err, n_warn = len(problems.errors), len(problems.warnings)
+        status = "[green]valid[/green]" if not n_err else f"[red]{n_err} error{'s' if n_err != 1 else ''}[/red]"
+        out.print(f"{status}, {n_warn} warning{'s' if n_warn != 1 else ''} — {summary}")
+    if problems.errors:
+        _fail(EXIT_INVALID)
+
+
+def _protocol(text: str) -> int:
+    from pyclassify.analysis import parse_protocol
+
+    try:
+        return parse_protocol(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--proto") from e
+
+
+def _describe(d: Any) -> str:
+    """One line saying what decided one direction."""
+    if d is None:
+        return "[dim]no policy applies[/dim]"
+    colour = "green" if d.verdict == "allow" else "red"
+    verdict = f"[{colour}]{d.verdict}[/{colour}]"
+    tier = f" in tier {escape(d.tier)}" if d.tier else ""
+    if d.reason == "rule":
+        return f"{verdict} by {escape(d.policy or '')} rule {escape(str(d.rule))}{tier}"
+    if d.reason == "end-of-tier":
+        return f"{verdict} at the end of tier {escape(d.tier or '')} (a policy applied, no rule matched)"
+    if d.reason == "profile":
+        what = f"by {escape(d.policy)} rule {escape(str(d.rule))}" if d.policy else "by its profiles (no rule matched)"
+        return f"{verdict} {what}"
+    return f"{verdict} by the default (every applicable tier passed)"
+
+
+@main.command("explain")
+@paths_argument
+@click.option("--from", "src", required=True, metavar="A", help="Source: ns/pod, workload, host endpoint or IP.")
+@click.option("--to", "dst", required=True, metavar="B", help="Destination: ns/pod, workload, host endpoint or IP.")
+@click.option("--proto", "proto", default="TCP", show_default=True, help="Protocol name or number.")
+@click.option("--port", "port", type=click.IntRange(0, 65535), default=None, help="Destination port.")
+@click.option("--sport", "sport", type=click.IntRange(0, 65535), default=None, help="Source port.")
+@click.option("--icmp-type", type=click.IntRange(0, 255), default=None)
+@click.option("--icmp-code", type=click.IntRange(0, 255), default=None)
+@default_option
+@json_option
+def explain_cmd(paths: tuple[str, ...], src: str, dst: str, proto: str, port: int | None, sport: int | None,
+                icmp_type: int | None, icmp_code: int | None, default: str | None, as_json: bool) -> None:
+    """Verdict for one flow, with the deciding tier, policy and rule of each direction."""
+    from pyclassify.analysis import UnknownEnd, explain
+
+    protocol = _protocol(proto)
+    project = _load(paths)
+    try:
+        result = explain(project, src, dst, protocol, port, sport, icmp_type, icmp_code, default)
+    except UnknownEnd as e:
+        raise click.BadParameter(str(e)) from e
+    if as_json:
+        _emit_json(result.to_json())
+        return
+    from pyclassify.analysis import end_json
+
+    f = result.flow
+    ends = [end_json(f.src), end_json(f.dst)]
+    names = [escape(e["endpoint"] or "outside") + f" ({e['ip'] or 'no IP'})" for e in ends]
+    port_text = f"/{f.dport}" if f.dport is not None else ""
+    out.print(f"flow:    {names[0]} -> {names[1]} {escape(proto.upper())}{port_text}")
+    sides = (("egress ", names[0], result.verdict.egress), ("ingress", names[1], result.verdict.ingress))
+    for direction, name, decision in sides:
+        out.print(f"{direction}: {name}: {_describe(decision)}")
+        for tier, policy, rule in decision.logs if decision else []:
+            out.print(f"         logged by {escape(policy)} rule {escape(str(rule))}" + (f" in tier {tier}" if tier else ""))
+    colour = "green" if result.verdict.allowed else "red"
+    out.print(f"verdict: [{colour}]{result.verdict.verdict.upper()}[/{colour}]")
+
+
+@main.command("matrix")
+@paths_argument
+@click.option("--proto", "proto", default="TCP", show_default=True, help="Protocol name or number.")
+@click.option("--port", "port", type=click.IntRange(0, 65535), default=None, help="Destination port.")
+@default_option
+@json_option
+def matrix_cmd(paths: tuple[str, ...], proto: str, port: int | None, default: str | None, as_json: bool) -> None:
+    """Reachability truth table among all pods: row = from, column = to."""
+    from pyclassify.analysis import matrix
+
+    protocol = _protocol(proto)
+    project = _load(paths)
+    result = matrix(project, protocol, port, default)
+    if as_json:
+        _emit_json(result.to_json())
+        return
+    from rich.table import Table
+
+    names = [p.ref for p in result.pods]
+    port_text = f"/{port}" if port is not None else ""
+    table = Table(title=f"{proto.upper()}{port_text}: may the row reach the column?")
+    table.add_column("from \\ to")
+    for i in range(len(names)):
+        table.add_column(str(i), justify="center")
+    for i, row in enumerate(result.allowed):
+        cells = ["[green]✓[/green]" if ok else "[red]✗[/red]" for ok in row]
+        table.add_row(f"{i} {escape(names[i])}", *cells)
+    out.print(table)
+    total = sum(map(sum, result.allowed))
+    out.print(f"{total} of {len(names) ** 2} pod pairs allowed")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,8 +6,8 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
-import pytest
 
 PYCLASSIFY = [sys.executable, "-m", "pyclassify"]
 
@@ -17,7 +17,11 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_console_script_is_installed():
-    assert shutil.which("pyclassify") or pytest.fail("the pyclassify console script is not on PATH")
+    # Installed beside the interpreter that runs the tests (the venv's bin/).
+    script = shutil.which("pyclassify", path=str(Path(sys.executable).parent))
+    assert script, "the pyclassify console script is not installed beside python"
+    r = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "pyclassify" in r.stdout
 
 
 def test_version_and_help():
@@ -66,3 +70,99 @@ def test_usage_errors_exit_2():
     assert run("selector").returncode == 2
     assert run("selector", "has(a)", "--labels", "oops").returncode == 2
     assert run("no-such-command").returncode == 2
+
+
+# --- check / explain / matrix on the bundled examples -----------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+DEMO = str(EXAMPLES / "demo")
+BROKEN = str(EXAMPLES / "broken")
+
+
+def test_check_valid_demo():
+    r = run("check", DEMO)
+    assert r.returncode == 0, r.stderr
+    assert "valid" in r.stdout and "8 policies" in r.stdout
+
+
+def test_check_broken_prints_every_error_with_file_and_line():
+    r = run("check", BROKEN)
+    assert r.returncode == 1
+    lines = [line for line in r.stderr.splitlines() if line.startswith(BROKEN)]
+    assert len(lines) == 11
+    assert any(":17: spec.egress[0].to[0].ipBlock.cidr:" in line for line in lines)
+    assert any(":21: spec.egress[0].to[1].ipBlock.except[0]:" in line and "subset" in line for line in lines)
+    doc = json.loads(run("check", BROKEN, "--json").stdout)
+    assert doc["valid"] is False and len(doc["errors"]) == 11
+    assert {"file", "line", "path", "message"} <= set(doc["errors"][0])
+
+
+def test_check_reads_stdin():
+    text = (EXAMPLES / "broken" / "policies.yaml").read_text()
+    r = subprocess.run([*PYCLASSIFY, "check", "-"], input=text, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.startswith("<stdin>:17: spec.egress[0].to[0].ipBlock.cidr:")
+
+
+def test_explain_json_names_tier_policy_and_rule():
+    r = run("explain", DEMO, "--from", "frontend/web", "--to", "backend/db", "--proto", "TCP", "--port", "5432", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["verdict"] == "deny"
+    assert doc["ingress"] == {
+        "verdict": "deny",
+        "tier": "kube-admin",
+        "policy": "AdminNetworkPolicy/protect-db",
+        "rule": "deny-from-frontend",
+        "reason": "rule",
+        "logs": [],
+    }
+    assert doc["egress"]["verdict"] == "allow"
+
+
+def test_explain_table_and_log_rules():
+    r = run("explain", DEMO, "--from", "203.0.113.7", "--to", "frontend/web", "--port", "80")
+    assert r.returncode == 0, r.stderr
+    assert "deny by GlobalNetworkPolicy/security.block-known-bad rule 1 in tier security" in r.stdout
+    assert "logged by GlobalNetworkPolicy/security.block-known-bad rule 0" in r.stdout
+    assert r.stdout.strip().endswith("verdict: DENY")
+
+
+def test_explain_default_override_and_unknown_end():
+    allowed = json.loads(run("explain", DEMO, "--from", "frontend/web", "--to", "backend/api", "--port", "8080", "--json").stdout)
+    assert allowed["verdict"] == "allow"
+    # With --default deny, a pod whose every tier passed falls to the (now deny) default.
+    denied = json.loads(
+        run("explain", DEMO, "--from", "frontend/web", "--to", "backend/api", "--port", "8080", "--default", "deny", "--json").stdout
+    )
+    assert denied["verdict"] == "deny" and denied["egress"]["reason"] == "default"
+    r = run("explain", DEMO, "--from", "nowhere/pod", "--to", "backend/api")
+    assert r.returncode == 2 and "nowhere/pod" in r.stderr
+    assert run("explain", DEMO, "--from", "frontend/web", "--to", "backend/api", "--proto", "bogus").returncode == 2
+
+
+def test_explain_invalid_manifests_exit_1():
+    r = run("explain", BROKEN, "--from", "10.0.0.1", "--to", "10.0.0.2")
+    assert r.returncode == 1 and "ipBlock.cidr" in r.stderr
+
+
+def test_matrix_json_contract_agrees_with_explain():
+    r = run("matrix", DEMO, "--proto", "TCP", "--port", "8080", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert set(doc) >= {"pods", "protocol", "port", "matrix"}
+    assert doc["protocol"] == "TCP" and doc["port"] == 8080
+    pods = doc["pods"]
+    assert pods == sorted(pods) and "frontend/web" in pods and "backend/api" in pods
+    assert len(doc["matrix"]) == len(pods) and all(len(row) == len(pods) for row in doc["matrix"])
+    i, j = pods.index("frontend/web"), pods.index("backend/api")
+    assert doc["matrix"][i][j] is True
+    assert doc["matrix"][i][pods.index("backend/db")] is False
+    for a, row in zip(pods, doc["matrix"]):
+        for b, allowed in list(zip(pods, row))[:2]:
+            one = json.loads(run("explain", DEMO, "--from", a, "--to", b, "--port", "8080", "--json").stdout)
+            assert (one["verdict"] == "allow") is allowed, (a, b)
+
+
+def test_matrix_grid_on_terminal():
+    r = run("matrix", DEMO, "--port", "8080")
+    assert r.returncode == 0 and "frontend/web" in r.stdout and "pod pairs allowed" in r.stdout
