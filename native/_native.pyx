@@ -40,3 +40,8 @@ def header_flags():
         ("FLAG_ICMP_ERROR", PC_FLAG_ICMP_ERROR),
         ("FLAG_HAS_PORTS", PC_FLAG_HAS_PORTS),
     ]
+
+
+# The packet path: L2-L4 decoder and pcap/pcapng reader (issue 5).
+include "decode.pxi"
+include "pcap.pxi"

@@ -24,6 +24,27 @@
 #define PC_FLAG_ICMP_ERROR 16u     /* ICMP error quoting another flow */
 #define PC_FLAG_HAS_PORTS 32u      /* sport/dport are meaningful */
 
+/* Values of PacketHeader.error_kind: why a packet was not (fully) decoded. Mirrored in
+ * pyclassify/batch.py (ERROR_KINDS). Every kind but PC_ERR_FRAGMENT_UNMATCHED also sets
+ * PC_FLAG_MALFORMED; the PC_ERR_TRUNCATED_* kinds also set PC_FLAG_TRUNCATED. */
+enum pc_error_kind {
+    PC_ERR_NONE = 0,
+    PC_ERR_TRUNCATED_LINK = 1,        /* shorter than its link-layer header */
+    PC_ERR_TRUNCATED_IP = 2,          /* shorter than its IP header or an IPv6 extension header */
+    PC_ERR_TRUNCATED_L4 = 3,          /* shorter than its TCP/UDP/UDP-Lite/SCTP/ICMP header */
+    PC_ERR_BAD_IP_VERSION = 4,        /* IP version nibble not 4/6 (or not the link type's) */
+    PC_ERR_BAD_IHL = 5,               /* IPv4 header length below 20 bytes */
+    PC_ERR_BAD_TOTAL_LENGTH = 6,      /* IP total/payload length shorter than the header or longer than the frame */
+    PC_ERR_UNKNOWN_ETHERTYPE = 7,     /* not IP: ethertype/SLL protocol/null family unknown (ARP, LLDP, ...) */
+    PC_ERR_UNKNOWN_LINKTYPE = 8,      /* a link type the decoder does not know */
+    PC_ERR_TOO_MANY_EXT_HEADERS = 9,  /* IPv6 extension header chain longer than the bound */
+    PC_ERR_TOO_MANY_VLAN_TAGS = 10,   /* more 802.1Q/802.1ad tags than the bound */
+    PC_ERR_BAD_L4_HEADER = 11,        /* TCP data offset below 5, UDP length below 8 */
+    PC_ERR_FRAGMENT_OVERLAP = 12,     /* a later fragment overlapping the L4 header (RFC 1858) */
+    PC_ERR_FRAGMENT_UNMATCHED = 13,   /* later fragment whose first fragment is not in the table (unseen or evicted): no ports */
+    PC_ERR_COUNT = 14
+};
+
 typedef struct PacketHeader {
     uint64_t ts_ns;        /*  0: timestamp, ns since the Unix epoch */
     uint8_t src_addr[16];  /*  8: network order; IPv4 as ::ffff:a.b.c.d */

@@ -36,3 +36,20 @@ cdef extern from "header_batch.h" nogil:
         size_t size
 
     const pc_field *pc_header_fields(size_t *n)
+
+    enum pc_error_kind:
+        PC_ERR_NONE
+        PC_ERR_TRUNCATED_LINK
+        PC_ERR_TRUNCATED_IP
+        PC_ERR_TRUNCATED_L4
+        PC_ERR_BAD_IP_VERSION
+        PC_ERR_BAD_IHL
+        PC_ERR_BAD_TOTAL_LENGTH
+        PC_ERR_UNKNOWN_ETHERTYPE
+        PC_ERR_UNKNOWN_LINKTYPE
+        PC_ERR_TOO_MANY_EXT_HEADERS
+        PC_ERR_TOO_MANY_VLAN_TAGS
+        PC_ERR_BAD_L4_HEADER
+        PC_ERR_FRAGMENT_OVERLAP
+        PC_ERR_FRAGMENT_UNMATCHED
+        PC_ERR_COUNT

@@ -58,3 +58,85 @@ class Selector:
 
 def tokenize(text: str) -> list[tuple[str, str | None]]:
     """Tokens of a selector as [(calico_kind, value_or_None), ...]."""
+
+# ContainerAdmissionPolicy image patterns (rust/py/src/admission.rs, errors in rust/py/src/errors.rs)
+MAX_IMAGE_PATTERNS: Final[int]
+MAX_IMAGE_PATTERN_LEN: Final[int]
+MAX_IMAGE_LEN: Final[int]
+
+class ImagePatternError(ValueError):
+    message: str
+    index: int | None
+
+class ImagePatternSet:
+    """Regular expressions matched anywhere in an image reference (linear-time engine)."""
+    def __new__(cls, patterns: list[str]) -> ImagePatternSet: ...
+    @property
+    def patterns(self) -> list[str]: ...
+    def is_match(self, image: str) -> bool: ...
+    def first_match(self, image: str) -> int | None: ...
+    def matches(self, image: str) -> list[int]: ...
+    def __len__(self) -> int: ...
+
+# decision engine (rust/py/src/engine.rs)
+class EngineError(ValueError): ...
+
+_Source = tuple[str, int]
+_Log = tuple[int | None, _Source, int]
+_Decision = tuple[bool, int | None, _Source | None, int | None, int, list[_Log]]
+
+class Engine:
+    def __new__(cls, spec_json: str) -> Engine: ...
+    def stats(self) -> list[tuple[str, int]]: ...
+    def evaluate(
+        self,
+        src_ip: str | None,
+        src_endpoint: int | None,
+        dst_ip: str | None,
+        dst_endpoint: int | None,
+        protocol: int,
+        sport: int | None,
+        dport: int | None,
+        icmp_type: int | None,
+        icmp_code: int | None,
+        pod_allow: bool,
+        host_allow: bool,
+    ) -> tuple[bool, _Decision | None, _Decision | None]: ...
+    def classify(self, headers: Any, out: Any, pod_allow: bool, host_allow: bool) -> None: ...
+
+# connection tracking (rust/py/src/conntrack.rs, errors in rust/py/src/errors.rs)
+class ConnTrackError(ValueError): ...
+
+# (src, dst, sport, dport, proto), original direction; ICMP queries: sport = identifier,
+# dport = request type << 8.
+_CtFlow = tuple[str, str, int, int, int]
+
+class ConnTrack:
+    """The engine's flow table: both directions, TCP state, timeouts, cap with early drop."""
+    NEW: Final[int]
+    ESTABLISHED: Final[int]
+    REPLY: Final[int]
+    RELATED: Final[int]
+    INVALID: Final[int]
+    UNTRACKED: Final[int]
+    QUOTED_SIZE: Final[int]
+    def __new__(
+        cls,
+        *,
+        max_entries: int = 262144,
+        tcp_loose: bool = True,
+        sweep_per_packet: int = 8,
+        timeouts: Mapping[str, float] | None = None,
+    ) -> ConnTrack: ...
+    @property
+    def config(self) -> dict[str, Any]: ...
+    def track(
+        self, batch: Any, verdicts: Any, now_ns: int | None = None, quoted: Any = None
+    ) -> tuple[Any, Any]:
+        """(states, allowed) uint8 arrays for a HEADER_DTYPE batch; the GIL is released."""
+    def expire(self, now_ns: int, budget: int = 4096) -> int: ...
+    def revalidate(self, predicate: Any, now_ns: int | None = None) -> list[_CtFlow]: ...
+    def flows(self) -> list[dict[str, Any]]: ...
+    def stats(self) -> dict[str, int]: ...
+    def clear(self) -> None: ...
+    def __len__(self) -> int: ...

@@ -17,6 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "ERROR_KINDS",
+    "ERROR_NAMES",
     "FLAGS",
     "FLAG_FIRST_FRAGMENT",
     "FLAG_FRAGMENT",
@@ -46,6 +48,45 @@ FLAGS: Final[tuple[tuple[str, int], ...]] = (
     ("FLAG_ICMP_ERROR", FLAG_ICMP_ERROR),
     ("FLAG_HAS_PORTS", FLAG_HAS_PORTS),
 )
+
+#: Values of the ``error_kind`` field (``enum pc_error_kind`` in native/header_batch.h): why a
+#: packet was not (fully) decoded. Every kind but ``ERR_FRAGMENT_UNMATCHED`` also sets
+#: ``FLAG_MALFORMED``; the ``ERR_TRUNCATED_*`` kinds also set ``FLAG_TRUNCATED``.
+ERR_NONE: Final = 0
+ERR_TRUNCATED_LINK: Final = 1  # shorter than its link-layer header
+ERR_TRUNCATED_IP: Final = 2  # shorter than its IP header or an IPv6 extension header
+ERR_TRUNCATED_L4: Final = 3  # shorter than its TCP/UDP/UDP-Lite/SCTP/ICMP header
+ERR_BAD_IP_VERSION: Final = 4  # version nibble not 4/6, or not the link type's
+ERR_BAD_IHL: Final = 5  # IPv4 header length below 20 bytes
+ERR_BAD_TOTAL_LENGTH: Final = 6  # IP length shorter than its header or longer than the frame
+ERR_UNKNOWN_ETHERTYPE: Final = 7  # not IP (ARP, LLDP, unknown SLL protocol or null family)
+ERR_UNKNOWN_LINKTYPE: Final = 8  # a link type the decoder does not know
+ERR_TOO_MANY_EXT_HEADERS: Final = 9  # IPv6 extension header chain longer than the bound
+ERR_TOO_MANY_VLAN_TAGS: Final = 10  # more 802.1Q/802.1ad tags than the bound
+ERR_BAD_L4_HEADER: Final = 11  # TCP data offset below 5, UDP length below 8
+ERR_FRAGMENT_OVERLAP: Final = 12  # later fragment overlapping the L4 header (RFC 1858)
+ERR_FRAGMENT_UNMATCHED: Final = 13  # later fragment whose first fragment is unknown: no ports
+
+#: Every error kind as ``(name, value)`` in value order (``error_kind`` indexes it).
+ERROR_KINDS: Final[tuple[tuple[str, int], ...]] = (
+    ("ERR_NONE", ERR_NONE),
+    ("ERR_TRUNCATED_LINK", ERR_TRUNCATED_LINK),
+    ("ERR_TRUNCATED_IP", ERR_TRUNCATED_IP),
+    ("ERR_TRUNCATED_L4", ERR_TRUNCATED_L4),
+    ("ERR_BAD_IP_VERSION", ERR_BAD_IP_VERSION),
+    ("ERR_BAD_IHL", ERR_BAD_IHL),
+    ("ERR_BAD_TOTAL_LENGTH", ERR_BAD_TOTAL_LENGTH),
+    ("ERR_UNKNOWN_ETHERTYPE", ERR_UNKNOWN_ETHERTYPE),
+    ("ERR_UNKNOWN_LINKTYPE", ERR_UNKNOWN_LINKTYPE),
+    ("ERR_TOO_MANY_EXT_HEADERS", ERR_TOO_MANY_EXT_HEADERS),
+    ("ERR_TOO_MANY_VLAN_TAGS", ERR_TOO_MANY_VLAN_TAGS),
+    ("ERR_BAD_L4_HEADER", ERR_BAD_L4_HEADER),
+    ("ERR_FRAGMENT_OVERLAP", ERR_FRAGMENT_OVERLAP),
+    ("ERR_FRAGMENT_UNMATCHED", ERR_FRAGMENT_UNMATCHED),
+)
+
+#: Short names of the error kinds, indexed by value (``"truncated_link"``, ...; ``"none"`` at 0).
+ERROR_NAMES: Final[tuple[str, ...]] = tuple(name[4:].lower() for name, _ in ERROR_KINDS)
 
 #: Size of one header in bytes (the stride of a batch).
 HEADER_SIZE: Final = 64

@@ -150,8 +150,12 @@ def check_cmd(paths: tuple[str, ...], as_json: bool) -> None:
     """
     from pyclassify.project import load_project
 
+    from pyclassify.admission.policy import check_admission_documents
+
     project = load_project(list(paths))
     problems = project.problems
+    # ContainerAdmissionPolicy decides on resources, not packets: validated beside the IR.
+    check_admission_documents(project.documents, project.problems)
     policies = project.policy_set.policies
     unenforceable = [{"policy": p.ref, "reasons": list(p.unenforceable)} for p in policies if p.unenforceable]
     if as_json:
@@ -282,6 +286,15 @@ def matrix_cmd(paths: tuple[str, ...], proto: str, port: int | None, default: st
     total = sum(map(sum, result.allowed))
     out.print(f"{total} of {len(names) ** 2} pod pairs allowed")
 
+
+def _add_admission_commands() -> None:
+    from pyclassify.admission.commands import admission_webhook_command, admit_command
+
+    main.add_command(admit_command)
+    main.add_command(admission_webhook_command)
+
+
+_add_admission_commands()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -417,29 +417,42 @@ class _Context:
                 return True
         return False
 
-    # -- labels -------------------------------------------------------------------------
+    # -- labels ----------------------------------------------------------------------------
     def endpoint_labels(self, ep: Endpoint) -> Mapping[str, str]:
-        """The endpoint's labels plus the ones Calico adds to every workload endpoint."""
-        labels = dict(ep.labels)
-        if ep.kind is EndpointKind.POD:
-            labels.setdefault("projectcalico.org/orchestrator", "k8s")
-            if ep.namespace:
-                labels.setdefault("projectcalico.org/namespace", ep.namespace)
-            if ep.service_account:
-                labels.setdefault("projectcalico.org/serviceaccount", ep.service_account)
-        return labels
+        return endpoint_labels(ep)
 
     def namespace_labels(self, namespace: str | None) -> Mapping[str, str]:
-        labels = dict(self.inventory.namespace_labels(namespace))
-        if namespace is not None:
-            labels.setdefault("projectcalico.org/name", namespace)
-        return labels
+        return namespace_labels(self.inventory, namespace)
 
     def service_account_labels(self, ep: Endpoint) -> Mapping[str, str]:
-        if ep.namespace is None or ep.service_account is None:
-            return {}
-        sa = self.inventory.service_accounts.get((ep.namespace, ep.service_account))
-        return dict(sa.labels) if sa is not None else {}
+        return service_account_labels(self.inventory, ep)
+
+
+# Labels as policy sees them; the native engine's spec (pyclassify.engine) uses the same three.
+def endpoint_labels(ep: Endpoint) -> dict[str, str]:
+    """The endpoint's labels plus the ones Calico adds to every workload endpoint."""
+    labels = dict(ep.labels)
+    if ep.kind is EndpointKind.POD:
+        labels.setdefault("projectcalico.org/orchestrator", "k8s")
+        if ep.namespace:
+            labels.setdefault("projectcalico.org/namespace", ep.namespace)
+        if ep.service_account:
+            labels.setdefault("projectcalico.org/serviceaccount", ep.service_account)
+    return labels
+
+
+def namespace_labels(inventory: Inventory, namespace: str | None) -> dict[str, str]:
+    labels = dict(inventory.namespace_labels(namespace))
+    if namespace is not None:
+        labels.setdefault("projectcalico.org/name", namespace)
+    return labels
+
+
+def service_account_labels(inventory: Inventory, ep: Endpoint) -> dict[str, str]:
+    if ep.namespace is None or ep.service_account is None:
+        return {}
+    sa = inventory.service_accounts.get((ep.namespace, ep.service_account))
+    return dict(sa.labels) if sa is not None else {}
 
 
 @dataclass(frozen=True)

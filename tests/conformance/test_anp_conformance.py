@@ -17,7 +17,7 @@ import pytest
 from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace, Node
 from pyclassify.ir import EndpointKind
 from pyclassify.kinds.common import PROTOCOL_NUMBERS
-from pyclassify.reference import Flow, FlowEnd, evaluate
+from pyclassify.reference import Flow, FlowEnd
 from tests.conftest import CASES, load_cases
 from tests.conformance.policies import policy_set
 
@@ -76,7 +76,7 @@ _SETS: dict = {}
 
 
 @pytest.mark.parametrize("test_name,sub_index,probe", _probes())
-def test_probe(data, inventory, test_name, sub_index, probe):
+def test_probe(data, inventory, test_name, sub_index, probe, evaluate):
     test = next(t for t in data["tests"] if t["short_name"] == test_name)
     sub = test["subtests"][sub_index]
     key = (test_name, sub_index)

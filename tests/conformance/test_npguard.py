@@ -21,7 +21,7 @@ from pyclassify.inventory import Endpoint
 from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, NamedPort, PortRange
 from pyclassify.loader import documents_of
 from pyclassify.project import Project, build_project
-from pyclassify.reference import Flow, FlowEnd, evaluate
+from pyclassify.reference import Flow, FlowEnd
 from pyclassify.source import Problems
 from tests.conftest import CASES
 
@@ -76,7 +76,7 @@ def _boundaries(project: Project, dst: Endpoint | None) -> list[int]:
     return sorted(p for p in points if 1 <= p <= 65536)
 
 
-def connections(project: Project, src: FlowEnd, dst: FlowEnd, bounds: list[int]) -> str | dict:
+def connections(project: Project, src: FlowEnd, dst: FlowEnd, bounds: list[int], evaluate) -> str | dict:
     """``"all"`` or ``{PROTO: [[lo, hi], ...]}`` as npguard.json's ``conns_parsed``."""
     out: dict[str, list[list[int]]] = {}
     for name, proto in PROTOCOLS.items():
@@ -132,7 +132,7 @@ def _ip_end(parsed: dict, which: str) -> FlowEnd:
 
 
 @pytest.mark.parametrize("case", _cases())
-def test_npguard_case(case):
+def test_npguard_case(case, evaluate):
     problems = Problems()
     docs = []
     for i, obj in enumerate(case["manifests"]):
@@ -161,7 +161,7 @@ def test_npguard_case(case):
         for d_name, d in reps.items():
             if s_name == d_name or host_network & {s_name, d_name}:
                 continue
-            conns = connections(project, FlowEnd(s), FlowEnd(d), _boundaries(project, d))
+            conns = connections(project, FlowEnd(s), FlowEnd(d), _boundaries(project, d), evaluate)
             if conns:
                 ours[(s_name, d_name)] = conns
     assert ours == expected_pairs, [str(p) for p in problems.errors][:5]
@@ -178,5 +178,5 @@ def test_npguard_case(case):
                     continue
                 src, dst_ep = FlowEnd(reps[line["src"]]), None
                 dst = _ip_end(line["dst_parsed"], which)
-            got = connections(project, src, dst, _boundaries(project, dst_ep))
+            got = connections(project, src, dst, _boundaries(project, dst_ep), evaluate)
             assert got == line["conns_parsed"], (line["src"], line["dst"], which)

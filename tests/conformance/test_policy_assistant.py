@@ -16,7 +16,7 @@ import pytest
 from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace
 from pyclassify.ir import EndpointKind
 from pyclassify.kinds.common import PROTOCOL_NUMBERS, ip_block
-from pyclassify.reference import Flow, FlowEnd, evaluate
+from pyclassify.reference import Flow, FlowEnd
 from pyclassify.source import Document, Problems
 from tests.conftest import CASES, load_cases
 from tests.conformance.policies import policy_set
@@ -85,7 +85,7 @@ _BUILT: dict[str, tuple] = {}
     [pytest.param(c, f, id=f"{c['go_test_func']}/{c['name']}/{f['from']}->{f['to']}:{f['protocol']}/{f['port']}")
      for c, f in _integration_cases()] or [pytest.param(None, None, marks=MISSING)],
 )
-def test_integration_flow(case, flow):
+def test_integration_flow(case, flow, evaluate):
     key = f"{case['go_test_func']}/{case['name']}"
     if key not in _BUILT:
         _BUILT[key] = _build_integration(case)
@@ -119,7 +119,7 @@ def _end(side: dict, name: str, port_name: str | None, protocol: int, inv: Inven
 
 @pytest.mark.parametrize("case", _params(DATA["matcher_cases"]["cases"] if DATA else [],
                                          lambda c: f"{c['describe']}/{c['it']}"))
-def test_matcher_case(case):
+def test_matcher_case(case, evaluate):
     traffic = case["traffic"]
     protocol = PROTOCOL_NUMBERS[traffic["protocol"]]
     port_name = traffic.get("resolvedPortName")
@@ -144,7 +144,7 @@ def test_cidr_membership(case):
 
 @pytest.mark.parametrize("case", _params(DATA["ipblock_match_cases"]["cases"] if DATA else [],
                                          lambda c: f"{c['ip']} in {json.dumps(c['ipBlock'])}"))
-def test_ipblock_match(case):
+def test_ipblock_match(case, evaluate):
     """Through a NetworkPolicy egress rule, so the evaluator's nets/not_nets are what is tested."""
     policy = {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
@@ -190,7 +190,7 @@ def _walkthrough_traffic():
 
 
 @pytest.mark.parametrize("doc,traffic", _walkthrough_traffic())
-def test_documented_output(doc, traffic):
+def test_documented_output(doc, traffic, evaluate):
     inv = Inventory()
     ends = []
     for n, side in enumerate((traffic["source"], traffic["destination"])):
@@ -219,7 +219,7 @@ def _probe_tables():
 
 
 @pytest.mark.parametrize("doc,probe,pair", _probe_tables())
-def test_documented_probe_table(doc, probe, pair):
+def test_documented_probe_table(doc, probe, pair, evaluate):
     """The README's probe tables: combined, ingress and egress verdicts per pod pair. The demo's
     probe file gives namespaces only their listed labels (no kubernetes.io/metadata.name), so
     the ANPs/BANP select nothing there and only the NetworkPolicy acts."""

@@ -3,8 +3,19 @@
 //! No pyo3 here: this crate is tested with `cargo test --manifest-path rust/Cargo.toml` and
 //! wrapped for Python by the `pyclassify-py` crate (`rust/py/`), which stays thin glue.
 //!
+//! - [`admission`]: image-path patterns of ContainerAdmissionPolicy (linear-time regexes).
 //! - [`batch`]: the packet header batch, the ABI shared with the Cython decoder and numpy.
 //! - [`selector`]: the Calico selector language (parse, evaluate, canonical form).
+//! - [`classifier`]: priority multi-field packet classifiers (linear baseline, TupleMerge).
+//! - [`classbench`]: ClassBench ruleset and trace parsers (gzip aware).
+//! - [`conntrack`]: connection tracking (both directions, TCP state, timeouts, cap, revalidation).
+//! - [`labelindex`]: incremental index of which endpoints each selector matches.
 
+pub mod admission;
 pub mod batch;
+pub mod classbench;
+pub mod classifier;
+pub mod conntrack;
+pub mod engine;
+pub mod labelindex;
 pub mod selector;

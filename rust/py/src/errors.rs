@@ -53,7 +53,60 @@ pub(crate) fn selector_error(e: &CoreSelectorError, text: &str) -> PyErr {
     })
 }
 
+create_exception!(
+    _engine,
+    ImagePatternError,
+    PyValueError,
+    "An image-path regular expression (ContainerAdmissionPolicy) that cannot be compiled.\n\n\
+     Attributes: message, index (position of the pattern in the list, or None when the set as a\n\
+     whole is too large)."
+);
+
+/// Converts a core image-pattern error (`pyclassify_core::admission::PatternError`).
+pub(crate) fn image_pattern_error(e: &pyclassify_core::admission::PatternError) -> PyErr {
+    Python::attach(|py| {
+        let err = ImagePatternError::new_err(e.to_string());
+        let value = err.value(py);
+        let set = || -> PyResult<()> {
+            value.setattr("message", e.message.as_str())?;
+            value.setattr("index", e.index)?;
+            Ok(())
+        };
+        match set() {
+            Ok(()) => err,
+            Err(other) => other,
+        }
+    })
+}
+
+create_exception!(
+    _engine,
+    EngineError,
+    PyValueError,
+    "The engine could not be built from its spec, or was asked about an impossible flow."
+);
+
+/// Converts an engine error (a bad spec, a selector in it, an impossible flow).
+pub(crate) fn engine_error(e: pyclassify_core::engine::EngineError) -> PyErr {
+    EngineError::new_err(e.to_string())
+}
+
+create_exception!(
+    _engine,
+    ConnTrackError,
+    PyValueError,
+    "A connection tracker configuration out of range, or batch inputs that do not fit together."
+);
+
+/// Converts a conntrack error (`pyclassify_core::conntrack::CtError`).
+pub(crate) fn conntrack_error(e: &pyclassify_core::conntrack::CtError) -> PyErr {
+    ConnTrackError::new_err(e.to_string())
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SelectorError", m.py().get_type::<SelectorError>())?;
+    m.add("ConnTrackError", m.py().get_type::<ConnTrackError>())?;
+    m.add("EngineError", m.py().get_type::<EngineError>())?;
+    m.add("ImagePatternError", m.py().get_type::<ImagePatternError>())?;
     Ok(())
 }

@@ -6,7 +6,10 @@
 
 use pyo3::prelude::*;
 
+mod admission;
 mod batch;
+mod conntrack;
+mod engine;
 mod errors;
 mod selector;
 
@@ -16,6 +19,9 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     batch::register(m)?;
+    conntrack::register(m)?;
     selector::register(m)?;
+    engine::register(m)?;
+    admission::register(m)?;
     Ok(())
 }

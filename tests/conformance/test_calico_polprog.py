@@ -39,7 +39,7 @@ from pyclassify.ir import (
     Subject,
     Tier,
 )
-from pyclassify.reference import Flow, FlowEnd, evaluate
+from pyclassify.reference import Flow, FlowEnd
 from pyclassify.selector import Selector
 
 CASES_FILE = Path(__file__).resolve().parents[2] / ".." / "shared" / "cases" / "calico_polprog.json"
@@ -234,7 +234,7 @@ def policy_set_of(case: dict) -> tuple[PolicySet, _IpSets, tuple[str, ...]]:
     return PolicySet.build(policies, tiers, profiles), sets, tuple(p.name for p in profiles)
 
 
-def program_verdict(pset: PolicySet, sets: _IpSets, profiles: tuple[str, ...], pkt: dict) -> str:
+def program_verdict(pset: PolicySet, sets: _IpSets, profiles: tuple[str, ...], pkt: dict, evaluate) -> str:
     src_ip, dst_ip = ipaddress.ip_address(pkt["src"]), ipaddress.ip_address(pkt["dst"])
     workload = Endpoint(EndpointKind.POD, "W", "polprog", _SUBJECT_LABELS, (dst_ip,), sets.ports_at(dst_ip),
                         profiles=profiles)
@@ -260,14 +260,14 @@ def _params():
 
 
 @pytest.mark.parametrize("case", _params())
-def test_polprog_case(case):
+def test_polprog_case(case, evaluate):
     if case is None:
         _load()  # skips with the reason
     pset, sets, profiles = policy_set_of(case)
     wrong = []
     for expected, key in (("allow", "allowed_packets"), ("deny", "dropped_packets")):
         for pkt in case[key]:
-            got = program_verdict(pset, sets, profiles, pkt)
+            got = program_verdict(pset, sets, profiles, pkt, evaluate)
             if got != expected:
                 wrong.append((pkt, expected, got))
     assert not wrong, f"{case['name']}: {wrong}"
@@ -282,7 +282,7 @@ def test_workload_cases_are_all_run():
     assert sum(len(c["allowed_packets"]) + len(c["dropped_packets"]) for c in run) > 400
 
 
-def test_adapter_is_not_vacuous():
+def test_adapter_is_not_vacuous(evaluate):
     """Both verdicts occur, so a broken adapter that denies everything cannot pass."""
     data = _load()
     verdicts = set()
@@ -291,7 +291,7 @@ def test_adapter_is_not_vacuous():
             continue
         pset, sets, profiles = policy_set_of(case)
         for pkt in case["allowed_packets"][:1] + case["dropped_packets"][:1]:
-            verdicts.add(program_verdict(pset, sets, profiles, pkt))
+            verdicts.add(program_verdict(pset, sets, profiles, pkt, evaluate))
     assert verdicts == {"allow", "deny"}
 
 
@@ -321,7 +321,7 @@ def _with_large_prefixed_tier(case: dict) -> dict:
 EXPANDED_SAMPLE = 2
 
 
-def test_expanded_runs_with_a_large_prefixed_tier():
+def test_expanded_runs_with_a_large_prefixed_tier(evaluate):
     data = _load()
     sample = [c for c in data["cases"] if c.get("also_run_expanded") == "WithLargePrefixedTier"
               and c["allowed_packets"] and c["dropped_packets"]][:EXPANDED_SAMPLE]
@@ -331,4 +331,4 @@ def test_expanded_runs_with_a_large_prefixed_tier():
         assert sum(len(p.ingress) for p in pset.policies if p.tier == "t0-extra tier") == 12_501
         for expected, key in (("allow", "allowed_packets"), ("deny", "dropped_packets")):
             for pkt in case[key]:
-                assert program_verdict(pset, sets, profiles, pkt) == expected, (case["name"], pkt)
+                assert program_verdict(pset, sets, profiles, pkt, evaluate) == expected, (case["name"], pkt)

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Instruction counts of the Rust classifier on fixed ClassBench workloads, with callgrind.
+#
+# Wall time on shared machines is too noisy to gate on; instructions executed are not. This
+# counts only `classify_workload` (the classification loop of rust/core/examples/
+# classifier_workload.rs: build excluded) and prints instructions per packet.
+#
+#   bench/callgrind.sh                       # acl1_10000 fw1_10000 ipc1_10000, 100000 headers each
+#   bench/callgrind.sh --save base.txt       # also write "ruleset instructions" lines to base.txt
+#   bench/callgrind.sh --compare base.txt    # fail (exit 1) if any ruleset got >THRESHOLD% worse
+#   THRESHOLD=2 HEADERS=20000 bench/callgrind.sh acl1_1000 ...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+save="" compare="" sets=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --save) save="$2"; shift 2 ;;
+        --compare) compare="$2"; shift 2 ;;
+        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        *) sets+=("$1"); shift ;;
+    esac
+done
+[ ${#sets[@]} -gt 0 ] || sets=(acl1_10000 fw1_10000 ipc1_10000)
+headers="${HEADERS:-100000}"
+threshold="${THRESHOLD:-1}"
+
+command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 2; }
+cargo build -q --release --manifest-path rust/Cargo.toml -p pyclassify-core --example classifier_workload
+bin=rust/target/release/examples/classifier_workload
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+[ -z "$save" ] || : > "$save"
+status=0
+for set in "${sets[@]}"; do
+    valgrind --tool=callgrind --callgrind-out-file="$tmp/$set.out" \
+        --toggle-collect='*classify_workload*' "$bin" "$set" "$headers" > "$tmp/$set.stdout" 2> "$tmp/$set.log" \
+        || { cat "$tmp/$set.log" "$tmp/$set.stdout" >&2; exit 2; }
+    ir=$(grep -m1 '^totals:' "$tmp/$set.out" | awk '{print $2}')
+    n=$(sed -n 's/.* rules, \([0-9]*\) headers.*/\1/p' "$tmp/$set.stdout")
+    printf '%-12s %14s instructions  %8.1f per packet  (%s)\n' "$set" "$ir" "$(echo "$ir / $n" | bc -l)" "$(cat "$tmp/$set.stdout")"
+    [ -z "$save" ] || echo "$set $headers $ir" >> "$save"
+    if [ -n "$compare" ]; then
+        base=$(awk -v s="$set" -v h="$headers" '$1 == s && $2 == h {print $3}' "$compare")
+        if [ -z "$base" ]; then
+            echo "  no baseline for $set at $headers headers in $compare"
+        else
+            pct=$(echo "($ir - $base) * 100 / $base" | bc -l)
+            printf '  vs baseline %s: %+.2f%%\n' "$base" "$pct"
+            if [ "$(echo "$pct > $threshold" | bc -l)" = 1 ]; then
+                echo "  REGRESSION: more than ${threshold}% more instructions" >&2
+                status=1
+            fi
+        fi
+    fi
+done
+exit $status

@@ -1,0 +1,591 @@
+# L2-L4 packet decoder: raw frames -> PacketHeader (+ the flow an ICMP error quotes).
+#
+# Included by _native.pyx. Everything here runs without the GIL and writes straight into the
+# caller's PacketHeader / Quote structs (numpy buffers): no Python object per packet. Every read is
+# bounds-checked against the captured length; a packet that ends early or contradicts itself is
+# flagged (PC_FLAG_MALFORMED/PC_FLAG_TRUNCATED) with an error_kind and never gets ports it did
+# not carry.
+
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
+from libc.string cimport memcpy, memset, memcmp
+from libc.stdlib cimport calloc, free, malloc, realloc
+
+from header_batch cimport (
+    PC_ERR_BAD_IHL,
+    PC_ERR_BAD_IP_VERSION,
+    PC_ERR_BAD_L4_HEADER,
+    PC_ERR_BAD_TOTAL_LENGTH,
+    PC_ERR_COUNT,
+    PC_ERR_FRAGMENT_OVERLAP,
+    PC_ERR_FRAGMENT_UNMATCHED,
+    PC_ERR_NONE,
+    PC_ERR_TOO_MANY_EXT_HEADERS,
+    PC_ERR_TOO_MANY_VLAN_TAGS,
+    PC_ERR_TRUNCATED_IP,
+    PC_ERR_TRUNCATED_L4,
+    PC_ERR_TRUNCATED_LINK,
+    PC_ERR_UNKNOWN_ETHERTYPE,
+    PC_ERR_UNKNOWN_LINKTYPE,
+)
+
+# Link types (pcap LINKTYPE_*).
+cdef enum:
+    LT_NULL = 0
+    LT_ETHERNET = 1
+    LT_RAW_12 = 12  # DLT_RAW on most BSDs
+    LT_RAW_14 = 14  # DLT_RAW on OpenBSD
+    LT_LOOP = 108
+    LT_RAW = 101
+    LT_LINUX_SLL = 113
+    LT_IPV4 = 228
+    LT_IPV6 = 229
+    LT_LINUX_SLL2 = 276
+
+# Bounds of the decoder.
+cdef enum:
+    MAX_VLAN_TAGS = 3
+    MAX_EXT_HEADERS = 8
+    FRAG_SETS = 1024       # fragment table: FRAG_SETS x FRAG_WAYS entries, LRU within a set
+    FRAG_WAYS = 4
+    QUOTE_VALID = 1        # Quote.flags: the quoted flow was decoded
+    QUOTE_HAS_PORTS = 32   # Quote.flags: sport/dport are meaningful (same bit as PC_FLAG_HAS_PORTS)
+
+# The flow quoted by an ICMP/ICMPv6 error (destination unreachable, time exceeded, ...), in a
+# parallel array beside the header batch (the 64-byte header has no room for a second 5-tuple).
+# 40 bytes, no padding; numpy: pyclassify.capture.QUOTE_DTYPE.
+cdef struct Quote:
+    uint8_t src_addr[16]
+    uint8_t dst_addr[16]
+    uint16_t sport
+    uint16_t dport
+    uint8_t ip_version
+    uint8_t protocol
+    uint8_t flags
+    uint8_t reserved
+
+cdef struct FragEntry:
+    uint8_t src[16]
+    uint8_t dst[16]
+    uint32_t ident
+    uint8_t proto
+    uint8_t used
+    uint16_t sport
+    uint16_t dport
+    uint64_t stamp
+
+cdef struct FragTable:
+    FragEntry *entries
+    uint64_t clock
+    uint64_t inserted
+    uint64_t evicted
+    uint64_t hits
+
+# What the IP layer parser found.
+cdef struct L3:
+    uint8_t version
+    uint8_t proto
+    uint8_t is_frag
+    uint8_t first_frag
+    uint32_t frag_id
+    uint32_t frag_off       # bytes
+    const uint8_t *src
+    const uint8_t *dst
+    const uint8_t *l4       # first byte of the upper-layer header
+    size_t l4_len           # bytes of it captured (bounded by the IP length)
+
+
+cdef inline uint16_t be16(const uint8_t *p) noexcept nogil:
+    return (<uint16_t>p[0] << 8) | p[1]
+
+cdef inline uint32_t be32(const uint8_t *p) noexcept nogil:
+    return (<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3]
+
+cdef inline uint32_t le32(const uint8_t *p) noexcept nogil:
+    return (<uint32_t>p[3] << 24) | (<uint32_t>p[2] << 16) | (<uint32_t>p[1] << 8) | p[0]
+
+
+cdef inline void put_addr(uint8_t *out, const uint8_t *a, uint8_t version) noexcept nogil:
+    if version == 4:
+        memset(out, 0, 10)
+        out[10] = 0xFF
+        out[11] = 0xFF
+        memcpy(out + 12, a, 4)
+    else:
+        memcpy(out, a, 16)
+
+
+cdef inline bint is_error_kind_truncated(int err) noexcept nogil:
+    return err == PC_ERR_TRUNCATED_LINK or err == PC_ERR_TRUNCATED_IP or err == PC_ERR_TRUNCATED_L4
+
+
+cdef inline void set_error(PacketHeader *h, int err) noexcept nogil:
+    h.error_kind = <uint8_t>err
+    if err != PC_ERR_FRAGMENT_UNMATCHED:
+        h.flags |= PC_FLAG_MALFORMED
+    if is_error_kind_truncated(err):
+        h.flags |= PC_FLAG_TRUNCATED
+
+
+# --- fragment table -----------------------------------------------------------------------------
+
+cdef FragTable *frag_table_new() noexcept nogil:
+    cdef FragTable *t = <FragTable *>calloc(1, sizeof(FragTable))
+    if t == NULL:
+        return NULL
+    t.entries = <FragEntry *>calloc(FRAG_SETS * FRAG_WAYS, sizeof(FragEntry))
+    if t.entries == NULL:
+        free(t)
+        return NULL
+    return t
+
+cdef void frag_table_free(FragTable *t) noexcept nogil:
+    if t != NULL:
+        free(t.entries)
+        free(t)
+
+cdef inline uint32_t frag_hash(const uint8_t *src, const uint8_t *dst, uint8_t proto,
+                               uint32_t ident) noexcept nogil:
+    # FNV-1a over the key; only picks the set.
+    cdef uint32_t h = 2166136261u
+    cdef int i
+    for i in range(16):
+        h = (h ^ src[i]) * 16777619u
+        h = (h ^ dst[i]) * 16777619u
+    h = (h ^ proto) * 16777619u
+    h = (h ^ (ident & 0xFF)) * 16777619u
+    h = (h ^ ((ident >> 8) & 0xFF)) * 16777619u
+    h = (h ^ ((ident >> 16) & 0xFF)) * 16777619u
+    h = (h ^ (ident >> 24)) * 16777619u
+    return h % FRAG_SETS
+
+cdef inline FragEntry *frag_find(FragTable *t, const uint8_t *src, const uint8_t *dst,
+                                 uint8_t proto, uint32_t ident) noexcept nogil:
+    cdef FragEntry *s = t.entries + frag_hash(src, dst, proto, ident) * FRAG_WAYS
+    cdef int i
+    for i in range(FRAG_WAYS):
+        if (s[i].used and s[i].ident == ident and s[i].proto == proto
+                and memcmp(s[i].src, src, 16) == 0 and memcmp(s[i].dst, dst, 16) == 0):
+            return &s[i]
+    return NULL
+
+cdef inline void frag_insert(FragTable *t, const uint8_t *src, const uint8_t *dst, uint8_t proto,
+                             uint32_t ident, uint16_t sport, uint16_t dport) noexcept nogil:
+    cdef FragEntry *e = frag_find(t, src, dst, proto, ident)
+    cdef FragEntry *s
+    cdef int i
+    if e == NULL:
+        s = t.entries + frag_hash(src, dst, proto, ident) * FRAG_WAYS
+        e = &s[0]
+        for i in range(FRAG_WAYS):
+            if not s[i].used:
+                e = &s[i]
+                break
+            if s[i].stamp < e.stamp:
+                e = &s[i]
+        if e.used:
+            t.evicted += 1
+        memcpy(e.src, src, 16)
+        memcpy(e.dst, dst, 16)
+        e.ident = ident
+        e.proto = proto
+        e.used = 1
+        t.inserted += 1
+    t.clock += 1
+    e.stamp = t.clock
+    e.sport = sport
+    e.dport = dport
+
+
+# --- IP ---------------------------------------------------------------------------------------
+
+cdef int parse_ip(const uint8_t *p, size_t caplen, size_t wirelen, int want_version, bint inner,
+                  L3 *out) noexcept nogil:
+    """Parse an IPv4/IPv6 header chain at p. Returns PC_ERR_NONE or an error kind.
+
+    want_version: 4 or 6 if the link type says which, 0 to take the version nibble.
+    inner: a header quoted inside an ICMP error (its lengths describe the original packet, so
+    they are not checked against what was captured).
+    """
+    cdef int version, ihl, nh, n_ext
+    cdef size_t total, hlen, off, end, elen
+    cdef uint16_t fo
+    memset(out, 0, sizeof(L3))
+    if caplen < 1:
+        return PC_ERR_TRUNCATED_IP
+    version = p[0] >> 4
+    if (version != 4 and version != 6) or (want_version and version != want_version):
+        return PC_ERR_BAD_IP_VERSION
+    out.version = <uint8_t>version
+    if version == 4:
+        if caplen < 20:
+            return PC_ERR_TRUNCATED_IP
+        ihl = (p[0] & 0x0F) * 4
+        if ihl < 20:
+            return PC_ERR_BAD_IHL
+        if caplen < <size_t>ihl:
+            return PC_ERR_TRUNCATED_IP
+        total = be16(p + 2)
+        if total < <size_t>ihl:
+            if not inner:
+                return PC_ERR_BAD_TOTAL_LENGTH
+            total = caplen
+        if not inner and total > wirelen:
+            return PC_ERR_BAD_TOTAL_LENGTH
+        out.proto = p[9]
+        out.src = p + 12
+        out.dst = p + 16
+        fo = be16(p + 6)
+        out.frag_id = be16(p + 4)
+        out.frag_off = (fo & 0x1FFF) * 8
+        if (fo & 0x3FFF) != 0:  # MF set or offset non-zero
+            out.is_frag = 1
+            out.first_frag = out.frag_off == 0
+        end = total if total < caplen else caplen
+        out.l4 = p + ihl
+        out.l4_len = end - ihl
+        return PC_ERR_NONE
+    # IPv6
+    if caplen < 40:
+        return PC_ERR_TRUNCATED_IP
+    total = be16(p + 4)
+    if total == 0 or inner:
+        total = caplen  # jumbogram (payload length in hop-by-hop) or a quote: take what is there
+    else:
+        total += 40
+        if total > wirelen:
+            return PC_ERR_BAD_TOTAL_LENGTH
+    end = total if total < caplen else caplen
+    out.src = p + 8
+    out.dst = p + 24
+    nh = p[6]
+    off = 40
+    n_ext = 0
+    while nh == 0 or nh == 43 or nh == 60 or nh == 44 or nh == 51:
+        n_ext += 1
+        if n_ext > MAX_EXT_HEADERS:
+            out.proto = <uint8_t>nh
+            return PC_ERR_TOO_MANY_EXT_HEADERS
+        if off + 8 > end:
+            out.proto = <uint8_t>nh
+            return PC_ERR_TRUNCATED_IP
+        if nh == 44:
+            fo = be16(p + off + 2)
+            out.is_frag = 1
+            out.frag_off = fo & 0xFFF8
+            out.first_frag = out.frag_off == 0
+            out.frag_id = be32(p + off + 4)
+            nh = p[off]
+            off += 8
+            if not out.first_frag:
+                break  # a later fragment: what follows is payload, not a header
+            continue
+        if nh == 51:
+            elen = (<size_t>p[off + 1] + 2) * 4
+        else:
+            elen = (<size_t>p[off + 1] + 1) * 8
+        nh = p[off]
+        off += elen
+        if off > end:
+            out.proto = <uint8_t>nh
+            return PC_ERR_TRUNCATED_IP
+    out.proto = <uint8_t>nh
+    out.l4 = p + off
+    out.l4_len = end - off
+    return PC_ERR_NONE
+
+
+cdef inline bint proto_has_ports(uint8_t proto) noexcept nogil:
+    return proto == 6 or proto == 17 or proto == 136 or proto == 132
+
+
+cdef inline bint icmp_is_error(uint8_t proto, uint8_t icmp_type) noexcept nogil:
+    if proto == 1:
+        return (icmp_type == 3 or icmp_type == 4 or icmp_type == 5 or icmp_type == 11
+                or icmp_type == 12)
+    return icmp_type >= 1 and icmp_type <= 4  # ICMPv6 errors
+
+
+cdef void decode_quote(const uint8_t *p, size_t n, uint8_t outer_version, Quote *q) noexcept nogil:
+    """The flow quoted after an ICMP error header (the invoking packet's IP header + 8 bytes)."""
+    cdef L3 l3
+    if parse_ip(p, n, n, outer_version, True, &l3) != PC_ERR_NONE:
+        return
+    put_addr(q.src_addr, l3.src, l3.version)
+    put_addr(q.dst_addr, l3.dst, l3.version)
+    q.ip_version = l3.version
+    q.protocol = l3.proto
+    q.flags = QUOTE_VALID
+    if proto_has_ports(l3.proto) and (not l3.is_frag or l3.first_frag) and l3.l4_len >= 4:
+        q.sport = be16(l3.l4)
+        q.dport = be16(l3.l4 + 2)
+        q.flags |= QUOTE_HAS_PORTS
+
+
+cdef void decode_l3(const uint8_t *p, size_t caplen, size_t wirelen, int want_version,
+                    PacketHeader *h, Quote *q, FragTable *ft) noexcept nogil:
+    cdef L3 l3
+    cdef int err = parse_ip(p, caplen, wirelen, want_version, False, &l3)
+    cdef FragEntry *e
+    cdef uint8_t proto
+    cdef const uint8_t *l4
+    cdef size_t n
+    if l3.version == 0:
+        set_error(h, err)
+        return
+    h.ip_version = l3.version
+    h.protocol = l3.proto
+    if l3.src != NULL:
+        put_addr(h.src_addr, l3.src, l3.version)
+        put_addr(h.dst_addr, l3.dst, l3.version)
+    if err != PC_ERR_NONE:
+        set_error(h, err)
+        return
+    proto = l3.proto
+    l4 = l3.l4
+    n = l3.l4_len
+    if l3.is_frag:
+        h.flags |= PC_FLAG_FRAGMENT
+        h.frag_id = l3.frag_id
+        if not l3.first_frag:
+            # RFC 1858: a later fragment reaching into the TCP header rewrites it.
+            if proto == 6 and l3.version == 4 and l3.frag_off == 8:
+                set_error(h, PC_ERR_FRAGMENT_OVERLAP)
+                return
+            if proto_has_ports(proto):
+                e = frag_find(ft, h.src_addr, h.dst_addr, proto, l3.frag_id) if ft != NULL else NULL
+                if e == NULL:
+                    set_error(h, PC_ERR_FRAGMENT_UNMATCHED)
+                else:
+                    ft.hits += 1
+                    h.sport = e.sport
+                    h.dport = e.dport
+                    h.flags |= PC_FLAG_HAS_PORTS
+            return
+        h.flags |= PC_FLAG_FIRST_FRAGMENT
+    if proto == 6:
+        if n < 20:
+            set_error(h, PC_ERR_TRUNCATED_L4)
+            return
+        if (l4[12] >> 4) < 5:
+            set_error(h, PC_ERR_BAD_L4_HEADER)
+            return
+        h.sport = be16(l4)
+        h.dport = be16(l4 + 2)
+        h.tcp_flags = l4[13]
+        h.flags |= PC_FLAG_HAS_PORTS
+    elif proto == 17 or proto == 136:
+        if n < 8:
+            set_error(h, PC_ERR_TRUNCATED_L4)
+            return
+        if proto == 17 and be16(l4 + 4) < 8 and be16(l4 + 4) != 0:
+            set_error(h, PC_ERR_BAD_L4_HEADER)
+            return
+        h.sport = be16(l4)
+        h.dport = be16(l4 + 2)
+        h.flags |= PC_FLAG_HAS_PORTS
+    elif proto == 132:
+        if n < 12:
+            set_error(h, PC_ERR_TRUNCATED_L4)
+            return
+        h.sport = be16(l4)
+        h.dport = be16(l4 + 2)
+        h.flags |= PC_FLAG_HAS_PORTS
+    elif (proto == 1 and l3.version == 4) or (proto == 58 and l3.version == 6):
+        if n < 8:
+            set_error(h, PC_ERR_TRUNCATED_L4)
+            return
+        h.icmp_type = l4[0]
+        h.icmp_code = l4[1]
+        if icmp_is_error(proto, l4[0]):
+            h.flags |= PC_FLAG_ICMP_ERROR
+            if q != NULL:
+                decode_quote(l4 + 8, n - 8, l3.version, q)
+        return
+    else:
+        return
+    if l3.is_frag and ft != NULL:
+        frag_insert(ft, h.src_addr, h.dst_addr, proto, l3.frag_id, h.sport, h.dport)
+
+
+cdef inline int ethertype_version(uint16_t et) noexcept nogil:
+    if et == 0x0800:
+        return 4
+    if et == 0x86DD:
+        return 6
+    return 0
+
+
+cdef inline int family_version(uint32_t fam) noexcept nogil:
+    if fam == 2:
+        return 4
+    if fam == 10 or fam == 24 or fam == 28 or fam == 30:
+        return 6
+    return 0
+
+
+cdef void decode_frame(const uint8_t *p, size_t caplen, size_t wirelen, uint32_t linktype,
+                       PacketHeader *h, Quote *q, FragTable *ft) noexcept nogil:
+    """Decode one frame into h (whose ts_ns, pkt_len, ifindex the caller has set)."""
+    cdef size_t off = 0
+    cdef uint16_t et
+    cdef uint32_t fam
+    cdef int ver = 0
+    cdef int tags = 0
+    if linktype == LT_ETHERNET:
+        if caplen < 14:
+            set_error(h, PC_ERR_TRUNCATED_LINK)
+            return
+        et = be16(p + 12)
+        off = 14
+        while et == 0x8100 or et == 0x88A8 or et == 0x9100:
+            tags += 1
+            if tags > MAX_VLAN_TAGS:
+                set_error(h, PC_ERR_TOO_MANY_VLAN_TAGS)
+                return
+            if caplen < off + 4:
+                set_error(h, PC_ERR_TRUNCATED_LINK)
+                return
+            et = be16(p + off + 2)
+            off += 4
+        ver = ethertype_version(et)
+        if ver == 0:
+            set_error(h, PC_ERR_UNKNOWN_ETHERTYPE)
+            return
+    elif linktype == LT_RAW or linktype == LT_RAW_12 or linktype == LT_RAW_14:
+        ver = 0
+    elif linktype == LT_IPV4:
+        ver = 4
+    elif linktype == LT_IPV6:
+        ver = 6
+    elif linktype == LT_LINUX_SLL:
+        if caplen < 16:
+            set_error(h, PC_ERR_TRUNCATED_LINK)
+            return
+        off = 16
+        ver = ethertype_version(be16(p + 14))
+        if ver == 0:
+            set_error(h, PC_ERR_UNKNOWN_ETHERTYPE)
+            return
+    elif linktype == LT_LINUX_SLL2:
+        if caplen < 20:
+            set_error(h, PC_ERR_TRUNCATED_LINK)
+            return
+        off = 20
+        ver = ethertype_version(be16(p))
+        if ver == 0:
+            set_error(h, PC_ERR_UNKNOWN_ETHERTYPE)
+            return
+    elif linktype == LT_NULL or linktype == LT_LOOP:
+        if caplen < 4:
+            set_error(h, PC_ERR_TRUNCATED_LINK)
+            return
+        off = 4
+        if linktype == LT_LOOP:
+            fam = be32(p)
+        else:
+            # Host byte order of the capturing machine, which may not be ours: take the order
+            # in which the value is small.
+            fam = le32(p)
+            if fam > 0xFFFF:
+                fam = be32(p)
+        ver = family_version(fam)
+        if ver == 0:
+            set_error(h, PC_ERR_UNKNOWN_ETHERTYPE)
+            return
+    else:
+        set_error(h, PC_ERR_UNKNOWN_LINKTYPE)
+        return
+    if wirelen < caplen:
+        wirelen = caplen
+    decode_l3(p + off, caplen - off, wirelen - off, ver, h, q, ft)
+
+
+cdef inline void decode_one(const uint8_t *p, size_t caplen, size_t wirelen, uint32_t linktype,
+                            uint64_t ts_ns, uint32_t ifindex, PacketHeader *h, Quote *q,
+                            FragTable *ft) noexcept nogil:
+    memset(h, 0, sizeof(PacketHeader))
+    if q != NULL:
+        memset(q, 0, sizeof(Quote))
+    h.ts_ns = ts_ns
+    h.pkt_len = <uint32_t>wirelen
+    h.ifindex = ifindex
+    decode_frame(p, caplen, wirelen, linktype, h, q, ft)
+
+
+def error_kinds():
+    """The decode error kinds of native/header_batch.h as [(name, value), ...] in value order."""
+    return [
+        ("ERR_NONE", PC_ERR_NONE),
+        ("ERR_TRUNCATED_LINK", PC_ERR_TRUNCATED_LINK),
+        ("ERR_TRUNCATED_IP", PC_ERR_TRUNCATED_IP),
+        ("ERR_TRUNCATED_L4", PC_ERR_TRUNCATED_L4),
+        ("ERR_BAD_IP_VERSION", PC_ERR_BAD_IP_VERSION),
+        ("ERR_BAD_IHL", PC_ERR_BAD_IHL),
+        ("ERR_BAD_TOTAL_LENGTH", PC_ERR_BAD_TOTAL_LENGTH),
+        ("ERR_UNKNOWN_ETHERTYPE", PC_ERR_UNKNOWN_ETHERTYPE),
+        ("ERR_UNKNOWN_LINKTYPE", PC_ERR_UNKNOWN_LINKTYPE),
+        ("ERR_TOO_MANY_EXT_HEADERS", PC_ERR_TOO_MANY_EXT_HEADERS),
+        ("ERR_TOO_MANY_VLAN_TAGS", PC_ERR_TOO_MANY_VLAN_TAGS),
+        ("ERR_BAD_L4_HEADER", PC_ERR_BAD_L4_HEADER),
+        ("ERR_FRAGMENT_OVERLAP", PC_ERR_FRAGMENT_OVERLAP),
+        ("ERR_FRAGMENT_UNMATCHED", PC_ERR_FRAGMENT_UNMATCHED),
+    ]
+
+
+QUOTE_SIZE = sizeof(Quote)
+
+
+cdef class Decoder:
+    """Decodes frames of a given link type into a header batch, with its own fragment table.
+
+    For callers that hold raw frames rather than a capture (tests, live loops). ``decode`` fills
+    ``headers`` (HEADER_DTYPE) and ``quotes`` (QUOTE_DTYPE) arrays of at least ``len(frames)``.
+    """
+
+    cdef FragTable *_ft
+
+    def __cinit__(self):
+        self._ft = frag_table_new()
+        if self._ft == NULL:
+            raise MemoryError()
+
+    def __dealloc__(self):
+        frag_table_free(self._ft)
+
+    def decode(self, frames, headers, quotes, uint32_t linktype=LT_ETHERNET, ts_ns=None,
+               wire_lengths=None):
+        """Decode ``frames`` (a sequence of bytes-like) into ``headers[i]``/``quotes[i]``."""
+        cdef Py_ssize_t n = len(frames)
+        cdef Py_ssize_t i
+        cdef const uint8_t[::1] buf
+        cdef unsigned char[::1] hview = _as_bytes_view(headers, n, sizeof(PacketHeader), "headers")
+        cdef unsigned char[::1] qview = _as_bytes_view(quotes, n, sizeof(Quote), "quotes")
+        cdef PacketHeader *hs = <PacketHeader *>&hview[0] if n else NULL
+        cdef Quote *qs = <Quote *>&qview[0] if n else NULL
+        cdef size_t wl
+        cdef uint64_t ts
+        for i in range(n):
+            buf = bytes(frames[i]) if not isinstance(frames[i], bytes) else frames[i]
+            wl = <size_t>len(buf) if wire_lengths is None else <size_t>wire_lengths[i]
+            ts = 0 if ts_ns is None else <uint64_t>ts_ns[i]
+            with nogil:
+                decode_one(&buf[0] if buf.shape[0] else <const uint8_t *>"", buf.shape[0], wl,
+                           linktype, ts, 0, &hs[i], &qs[i], self._ft)
+
+    @property
+    def fragment_stats(self):
+        """Fragment table counters: {"inserted", "evicted", "hits"}."""
+        return {"inserted": self._ft.inserted, "evicted": self._ft.evicted, "hits": self._ft.hits}
+
+
+cdef unsigned char[::1] _as_bytes_view(arr, Py_ssize_t n, size_t itemsize, str what):
+    import numpy as np
+    if not isinstance(arr, np.ndarray) or not arr.flags.c_contiguous or not arr.flags.writeable:
+        raise TypeError(f"{what} must be a writable C-contiguous numpy array")
+    if arr.dtype.itemsize != itemsize:
+        raise TypeError(f"{what} must have {itemsize}-byte records, not {arr.dtype.itemsize}")
+    if arr.shape[0] < n:
+        raise ValueError(f"{what} holds {arr.shape[0]} records, {n} needed")
+    if n == 0:
+        return np.zeros(1, np.uint8)
+    return arr.view(np.uint8).reshape(-1)

@@ -1,0 +1,195 @@
+"""The ``admit`` and ``admission-webhook`` commands (added to the CLI by ``pyclassify.cli``).
+
+``pyclassify admit PATH... --resource FILE``: exit 0 when every resource in FILE is admitted,
+4 when one is rejected, 1 on invalid input (policies, resources or scans; ``file:line: path:
+message`` errors), 2 on usage errors.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import sys
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from pyclassify.admission.evaluate import REASON_NO_POLICY, REASON_RULE, ResourceDecision, evaluate, resource_from_document
+from pyclassify.admission.policy import KIND, format_time, load_admission, parse_time
+from pyclassify.admission.scans import ScanResults, load_scans
+from pyclassify.loader import load_paths
+from pyclassify.source import Problem, Problems
+
+EXIT_ADMITTED = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_REJECTED = 4
+
+_out = Console(soft_wrap=True, highlight=False)
+_err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def _print_problems(problems: list[Problem]) -> None:
+    for p in problems:
+        color = "red" if p.severity == "error" else "yellow"
+        _err.print(f"[{color}]{p.severity}[/{color}]: {escape(str(p))}")
+
+
+def _parse_now(value: str | None) -> dt.datetime | None:
+    if value is None:
+        return None
+    when = parse_time(value)
+    if when is None:
+        raise click.BadParameter(f"{value!r} is not an RFC 3339 time (2006-01-02T15:04:05Z)", param_hint="--now")
+    return when
+
+
+def run_admit(
+    paths: tuple[str, ...] | list[str],
+    resource_path: str,
+    scan_paths: tuple[str, ...] | list[str] = (),
+    now: dt.datetime | None = None,
+    trust_annotations: bool = False,
+) -> tuple[list[ResourceDecision], Problems]:
+    """Decisions for every pod-creating resource in ``resource_path``; problems instead if any input
+    is invalid (then the list is empty)."""
+    problems = Problems()
+    admission = load_admission(paths, problems)
+    scans = load_scans(scan_paths, problems) if scan_paths else ScanResults()
+    docs = load_paths([resource_path], problems)
+    resources = []
+    for doc in docs:
+        r = resource_from_document(doc, problems)
+        if r is not None:
+            resources.append(r)
+    if not docs and not problems:
+        problems.add(Problem(resource_path, 0, "", "no resource in this file"))
+    if problems:
+        return [], problems
+    when = now or dt.datetime.now(dt.timezone.utc)
+    return [evaluate(admission, r, scans, when, trust_annotations) for r in resources], problems
+
+
+def _print_decision(d: ResourceDecision) -> None:
+    r = d.resource
+    verdict = "[green]ADMITTED[/green]" if d.allowed else "[red]REJECTED[/red]"
+    _out.print(f"{escape(r.kind)} {escape(r.namespace)}/{escape(r.name)}: {verdict}")
+    if d.selected:
+        _out.print(f"  selected by: {escape(', '.join(d.selected))}")
+    else:
+        _out.print(f"  no {KIND} selects this resource: every image is admitted")
+    for c in d.containers:
+        mark = "[green]admit [/green]" if c.allowed else "[red]reject[/red]"
+        cont = c.container
+        head = f"  {mark} {cont.type} {escape(cont.name)} ({escape(cont.image)})"
+        if c.reason == REASON_RULE:
+            _out.print(f"{head}: {escape(c.policy or '')} rule {c.rule}: {escape(c.rule_text or '')}")
+            scan = c.scan_status + (f", last scan {format_time(c.last_scan)}" if c.last_scan else "")
+            _out.print(f"         because {escape(c.why)} (scan: {escape(scan)})")
+        elif c.reason == REASON_NO_POLICY:
+            _out.print(f"{head}: no policy selects the resource")
+        else:
+            _out.print(f"{head}: no rule of the selecting policies matches (admitted)")
+    for w in d.warnings:
+        _out.print(f"  [yellow]warning[/yellow]: {escape(w)}")
+
+
+def _exit(code: int) -> NoReturn:
+    sys.exit(code)
+
+
+@click.command("admit")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--resource", "resource_path", required=True, type=click.Path(),
+              help="Manifest(s) of the Pod or pod-creating resource(s) to judge ('-' for stdin).")
+@click.option("--scans", "scan_paths", multiple=True, type=click.Path(),
+              help="Scan-results file (kind ImageScanResults): image or digest -> status, lastScan. Repeatable.")
+@click.option("--trust-scan-annotations", "trust_annotations", is_flag=True,
+              help="Also read scan results from the resource's admission.pyclassify.io/image-scans annotation.")
+@click.option("--now", "now_text", metavar="TIME", help="Judge as of this RFC 3339 time (default: now).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def admit_command(paths: tuple[str, ...], resource_path: str, scan_paths: tuple[str, ...], trust_annotations: bool,
+                  now_text: str | None, as_json: bool) -> None:
+    """Decide whether ContainerAdmissionPolicies in PATH... admit the resource(s) in --resource.
+
+    For each container image: the policy and rule that decided, or why none did. Exit 0 when
+    admitted, 4 when rejected, 1 on invalid input.
+    """
+    now = _parse_now(now_text)
+    decisions, problems = run_admit(paths, resource_path, scan_paths, now, trust_annotations)
+    if problems:
+        if as_json:
+            click.echo(json.dumps({"valid": False, "errors": [str(p) for p in problems.errors],
+                                   "warnings": [str(p) for p in problems.warnings]}, indent=2))
+        _print_problems(list(problems))
+        _exit(EXIT_INVALID)
+    if as_json:
+        allowed = all(d.allowed for d in decisions)
+        result: dict[str, Any] = {
+            "decision": "admit" if allowed else "reject",
+            "allowed": allowed,
+            "resources": [d.to_json() for d in decisions],
+            "warnings": [str(p) for p in problems.warnings],
+        }
+        click.echo(json.dumps(result, indent=2))
+    else:
+        _print_problems(problems.warnings)
+        for d in decisions:
+            _print_decision(d)
+    _exit(EXIT_ADMITTED if all(d.allowed for d in decisions) else EXIT_REJECTED)
+
+
+@click.command("admission-webhook")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--listen", default="0.0.0.0:8443", show_default=True, metavar="HOST:PORT", help="Address to serve HTTPS on.")
+@click.option("--tls-cert", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM certificate (chain).")
+@click.option("--tls-key", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM private key.")
+@click.option("--scans", "scan_paths", multiple=True, type=click.Path(), help="Scan-results file(s); hot-reloaded too.")
+@click.option("--failure-policy", type=click.Choice(["Fail", "Ignore"]), default="Fail", show_default=True,
+              help="Answer to an internal error: Fail rejects, Ignore admits (with a warning).")
+@click.option("--max-body", type=click.IntRange(min=1024), default=3 * 1024 * 1024, show_default=True,
+              help="Largest AdmissionReview body accepted, in bytes.")
+@click.option("--reload-interval", type=click.FloatRange(min=0.05, max=60.0), default=2.0, show_default=True,
+              help="Seconds between checks of the policy files for changes (mtime polling).")
+@click.option("--trust-scan-annotations", "trust_annotations", is_flag=True,
+              help="Also read scan results from the resource's admission.pyclassify.io/image-scans annotation.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
+def admission_webhook_command(paths: tuple[str, ...], listen: str, tls_cert: str, tls_key: str,
+                              scan_paths: tuple[str, ...], failure_policy: str, max_body: int,
+                              reload_interval: float, trust_annotations: bool, log_level: str) -> None:
+    """Serve a Kubernetes validating admission webhook (AdmissionReview v1 over HTTPS) that
+    decides pod-creating resources with the ContainerAdmissionPolicies in PATH....
+
+    POST /validate (or /) for reviews, GET /healthz, GET /metrics. Policy and scan files are
+    polled for changes and reloaded; an invalid change is refused and the last good policy stays.
+    """
+    from pyclassify.admission.webhook import AdmissionWebhook, parse_listen
+    from pyclassify.source import InvalidInput
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        address = parse_listen(listen)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--listen") from e
+    try:
+        webhook = AdmissionWebhook(paths, tls_cert=tls_cert, tls_key=tls_key, listen=address, scan_paths=scan_paths,
+                                   failure_policy=failure_policy, max_body=max_body, reload_interval=reload_interval,
+                                   trust_annotations=trust_annotations)
+    except InvalidInput as e:
+        _print_problems(e.problems)
+        _exit(EXIT_INVALID)
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError: a bad certificate or key, a busy port
+        _err.print(f"[red]error[/red]: {escape(str(e))}")
+        _exit(EXIT_INVALID)
+    host, port = webhook.address
+    _err.print(f"admission webhook on https://{host}:{port}/validate: "
+               f"{len(webhook.snapshot.admission.policies)} policies, failure policy {failure_policy}")
+    try:
+        webhook.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        webhook.server.server_close()

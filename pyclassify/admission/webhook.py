@@ -1,0 +1,485 @@
+"""A Kubernetes validating admission webhook for ContainerAdmissionPolicy (AdmissionReview
+``admission.k8s.io/v1`` over HTTPS).
+
+Built on the standard library (``http.server.ThreadingHTTPServer`` + ``ssl``): one thread per
+connection, the TLS handshake done in that thread (a slow client cannot stall the accept loop),
+a socket timeout on every connection, HTTP/1.1 keep-alive as the API server uses it.
+
+Endpoints:
+
+- ``POST /validate`` (or ``/``): an AdmissionReview. The answer is an AdmissionReview with the
+  request's ``uid``, ``allowed``, and a ``status.message`` naming, for each rejected image, the
+  policy and rule that rejected it (HTTP 200).
+- ``GET /healthz``: ``ok`` while the server runs (it always has a valid policy snapshot).
+- ``GET /metrics``: Prometheus metrics (``prometheus-client``, a registry of this server's own).
+
+Bad requests never crash the server and always get an AdmissionReview error body: a body over
+``max_body`` bytes (default 3 MiB, the API server's own request limit) gets HTTP 413, a request
+without Content-Length 411, malformed JSON or a review that is not ``admission.k8s.io/v1``
+``AdmissionReview`` with a ``request.uid`` 400; in all of them ``response.allowed`` is false (the
+API server then applies its webhook ``failurePolicy``). An internal error while deciding (a bug)
+follows ``failure_policy``: ``Fail`` answers ``allowed: false`` with code 500, ``Ignore`` answers
+``allowed: true`` with a warning.
+
+Hot reload: a thread polls the modification time, size and inode of every manifest file under the
+policy paths (and of the scan-results files) every ``reload_interval`` seconds (bounded to
+0.05-60 s; no inotify). On a change it loads everything anew; a valid result replaces the
+snapshot atomically, an invalid one is logged and counted and the last good snapshot stays in
+force (as ``enforce`` does).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from pyclassify.admission.evaluate import ResourceError, evaluate, is_pod_creating, resource_from_object
+from pyclassify.admission.policy import AdmissionSet, load_admission
+from pyclassify.admission.scans import ScanResults, load_scans
+from pyclassify.loader import manifest_files
+from pyclassify.source import InvalidInput, Problems
+
+log = logging.getLogger("pyclassify.admission.webhook")
+
+REVIEW_API_VERSION = "admission.k8s.io/v1"
+REVIEW_KIND = "AdmissionReview"
+DEFAULT_MAX_BODY = 3 * 1024 * 1024  # the API server's own request body limit
+DRAIN_LIMIT = 64 * 1024 * 1024  # an oversized body is read (and dropped) up to this, then the connection closes
+MIN_RELOAD_INTERVAL = 0.05
+MAX_RELOAD_INTERVAL = 60.0
+FAILURE_POLICIES = ("Fail", "Ignore")
+CONNECTION_TIMEOUT = 30.0
+LINGER_SECONDS = 1.0
+# Subresources whose requests carry a pod spec worth judging; others (status, scale, ...) are admitted.
+JUDGED_SUBRESOURCES = ("", "ephemeralcontainers")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    admission: AdmissionSet
+    scans: ScanResults
+    generation: int
+    loaded_at: float
+
+
+def load_snapshot(paths: Sequence[str], scan_paths: Sequence[str], generation: int) -> Snapshot:
+    """Everything the webhook decides with; raises InvalidInput with every problem found."""
+    problems = Problems()
+    admission = load_admission(paths, problems)
+    scans = load_scans(scan_paths, problems) if scan_paths else ScanResults()
+    if problems:
+        raise InvalidInput(problems.errors)
+    return Snapshot(admission, scans, generation, time.time())
+
+
+def _fingerprint(paths: Iterable[str]) -> tuple[tuple[str, int, int, int], ...]:
+    out: list[tuple[str, int, int, int]] = []
+    for path in paths:
+        p = Path(path)
+        files = manifest_files(p) if p.is_dir() else [p]
+        for f in files:
+            try:
+                st = os.stat(f)
+                out.append((str(f), st.st_mtime_ns, st.st_size, st.st_ino))
+            except OSError:
+                out.append((str(f), -1, -1, -1))
+    return tuple(out)
+
+
+class _Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter("pyclassify_admission_requests", "AdmissionReview requests by result",
+                                ["result"], registry=registry)
+        self.images = Counter("pyclassify_admission_images", "Container images judged, by decision",
+                              ["decision"], registry=registry)
+        self.latency = Histogram("pyclassify_admission_request_duration_seconds",
+                                 "Time to answer one AdmissionReview", registry=registry,
+                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+        self.reloads = Counter("pyclassify_admission_policy_reloads", "Policy reloads by result",
+                               ["result"], registry=registry)
+        self.policies = Gauge("pyclassify_admission_policies", "ContainerAdmissionPolicies in force",
+                              registry=registry)
+        self.generation = Gauge("pyclassify_admission_policy_generation",
+                                "Generation of the policy snapshot in force (1 = as started)", registry=registry)
+        self.tls_errors = Counter("pyclassify_admission_tls_handshake_errors", "Failed TLS handshakes",
+                                  registry=registry)
+
+
+class AdmissionWebhook:
+    """The webhook: policy snapshot, reload thread, HTTPS server."""
+
+    def __init__(
+        self,
+        paths: Sequence[str],
+        *,
+        tls_cert: str,
+        tls_key: str,
+        listen: tuple[str, int] = ("0.0.0.0", 8443),
+        scan_paths: Sequence[str] = (),
+        failure_policy: str = "Fail",
+        max_body: int = DEFAULT_MAX_BODY,
+        reload_interval: float = 2.0,
+        trust_annotations: bool = False,
+        clock: Callable[[], dt.datetime] | None = None,
+    ) -> None:
+        if failure_policy not in FAILURE_POLICIES:
+            raise ValueError(f"failure policy must be one of {', '.join(FAILURE_POLICIES)}, not {failure_policy!r}")
+        if max_body < 1:
+            raise ValueError("max_body must be positive")
+        self.paths = list(paths)
+        self.scan_paths = list(scan_paths)
+        self.failure_policy = failure_policy
+        self.max_body = max_body
+        self.reload_interval = min(max(reload_interval, MIN_RELOAD_INTERVAL), MAX_RELOAD_INTERVAL)
+        self.trust_annotations = trust_annotations
+        self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
+        self.evaluator = evaluate  # the decision function (replaceable, e.g. to test the failure policy)
+        self.registry = CollectorRegistry()
+        self.metrics = _Metrics(self.registry)
+        self._snapshot = load_snapshot(self.paths, self.scan_paths, 1)  # raises InvalidInput
+        self._fingerprint = _fingerprint(self.paths + self.scan_paths)
+        self._failed_fingerprint: tuple[Any, ...] | None = None
+        self._publish(self._snapshot)
+        self.ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.ssl_context.load_cert_chain(tls_cert, tls_key)
+        self.server = _Server(listen, self)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # --- policy snapshot and reload ---
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.server.server_address[:2]
+        return str(host), int(port)
+
+    def _publish(self, snap: Snapshot) -> None:
+        self.metrics.policies.set(len(snap.admission.policies))
+        self.metrics.generation.set(snap.generation)
+
+    def reload_if_changed(self) -> bool | None:
+        """Reloads when a watched file changed: True reloaded, False the new input is invalid
+        (the old snapshot stays), None nothing changed."""
+        fingerprint = _fingerprint(self.paths + self.scan_paths)
+        if fingerprint == self._fingerprint or fingerprint == self._failed_fingerprint:
+            return None
+        try:
+            snap = load_snapshot(self.paths, self.scan_paths, self._snapshot.generation + 1)
+        except InvalidInput as e:
+            self._failed_fingerprint = fingerprint
+            self.metrics.reloads.labels("failure").inc()
+            log.warning("policy reload rejected, keeping generation %d:\n%s", self._snapshot.generation, e)
+            return False
+        except Exception:  # a bug while loading must not stop the watcher
+            self._failed_fingerprint = fingerprint
+            self.metrics.reloads.labels("failure").inc()
+            log.exception("policy reload failed, keeping generation %d", self._snapshot.generation)
+            return False
+        self._snapshot = snap
+        self._fingerprint = fingerprint
+        self._failed_fingerprint = None
+        self.metrics.reloads.labels("success").inc()
+        self._publish(snap)
+        log.info("policies reloaded: generation %d, %d policies", snap.generation, len(snap.admission.policies))
+        return True
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.reload_interval):
+            try:
+                self.reload_if_changed()
+            except Exception:  # pragma: no cover - the watcher never dies
+                log.exception("policy watcher error")
+
+    # --- lifecycle ---
+
+    def start(self) -> None:
+        """Serves and watches in background threads (returns at once)."""
+        for target, name in ((self.server.serve_forever, "admission-https"), (self._watch, "admission-reload")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def serve_forever(self) -> None:
+        """Serves in this thread until stop() (or KeyboardInterrupt); watches in another."""
+        t = threading.Thread(target=self._watch, name="admission-reload", daemon=True)
+        t.start()
+        self._threads.append(t)
+        try:
+            self.server.serve_forever()
+        finally:
+            self._stop.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+        for t in self._threads:
+            t.join(timeout=5)
+
+    def __enter__(self) -> "AdmissionWebhook":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- decisions ---
+
+    def review(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """The HTTP status and AdmissionReview answer for one request body."""
+        try:
+            review = json.loads(body)
+        except (ValueError, RecursionError) as e:
+            self.metrics.requests.labels("invalid").inc()
+            return 400, error_review("", 400, f"malformed AdmissionReview: invalid JSON: {e}")
+        uid = ""
+        if isinstance(review, dict) and isinstance(review.get("request"), dict):
+            raw_uid = review["request"].get("uid")
+            uid = raw_uid if isinstance(raw_uid, str) else ""
+        problem = _review_problem(review)
+        if problem:
+            self.metrics.requests.labels("invalid").inc()
+            return 400, error_review(uid, 400, problem)
+        try:
+            response = self._decide(review["request"])
+        except Exception as e:  # an internal error: the configured failure policy answers
+            log.exception("internal error deciding request %s", uid)
+            self.metrics.requests.labels("error").inc()
+            message = f"internal error in the admission webhook: {type(e).__name__}: {e}"
+            if self.failure_policy == "Ignore":
+                return 200, review_answer(uid, True, 500, message + " (failure policy Ignore: admitted)",
+                                          [message])
+            return 200, review_answer(uid, False, 500, message + " (failure policy Fail: rejected)")
+        response["uid"] = uid
+        self.metrics.requests.labels("allowed" if response["allowed"] else "denied").inc()
+        return 200, {"apiVersion": REVIEW_API_VERSION, "kind": REVIEW_KIND, "response": response}
+
+    def _decide(self, request: dict[str, Any]) -> dict[str, Any]:
+        operation = request.get("operation")
+        obj = request.get("object")
+        sub = request.get("subResource") or ""
+        if operation in ("DELETE", "CONNECT") or obj is None:
+            return _answer(True, 200, f"{operation or 'request'} without an object: nothing to judge")
+        if sub not in JUDGED_SUBRESOURCES:
+            return _answer(True, 200, f"subresource {sub!r} carries no new images: nothing to judge")
+        if not isinstance(obj, dict) or not is_pod_creating(str(obj.get("apiVersion")), str(obj.get("kind"))):
+            kind = obj.get("kind") if isinstance(obj, dict) else type(obj).__name__
+            return _answer(True, 200, f"{kind} is not a pod-creating resource: nothing to judge")
+        namespace = request.get("namespace")
+        try:
+            resource = resource_from_object(obj, namespace if isinstance(namespace, str) and namespace else None)
+        except ResourceError as e:
+            return _answer(False, 400, f"cannot judge this resource: {e}")
+        snap = self._snapshot
+        decision = self.evaluator(snap.admission, resource, snap.scans, self.clock(), self.trust_annotations)
+        for c in decision.containers:
+            self.metrics.images.labels(c.decision).inc()
+        code = 200 if decision.allowed else 403
+        return _answer(decision.allowed, code, decision.message(), list(decision.warnings))
+
+
+def _review_problem(review: Any) -> str | None:
+    if not isinstance(review, dict):
+        return "malformed AdmissionReview: the body must be a JSON object"
+    if review.get("apiVersion") != REVIEW_API_VERSION:
+        return (f"unsupported AdmissionReview apiVersion {review.get('apiVersion')!r}: this webhook speaks "
+                f"{REVIEW_API_VERSION} (set admissionReviewVersions: [\"v1\"])")
+    if review.get("kind") != REVIEW_KIND:
+        return f"malformed AdmissionReview: kind is {review.get('kind')!r}, want {REVIEW_KIND!r}"
+    request = review.get("request")
+    if not isinstance(request, dict):
+        return "malformed AdmissionReview: request is missing or not an object"
+    if not isinstance(request.get("uid"), str) or not request["uid"]:
+        return "malformed AdmissionReview: request.uid is required"
+    return None
+
+
+def _answer(allowed: bool, code: int, message: str, warnings: list[str] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"allowed": allowed, "status": {"code": code, "message": message}}
+    if not allowed:
+        response["status"]["reason"] = "Forbidden" if code == 403 else "BadRequest" if code == 400 else "InternalError"
+    if warnings:
+        response["warnings"] = warnings
+    return response
+
+
+def review_answer(uid: str, allowed: bool, code: int, message: str, warnings: list[str] | None = None) -> dict[str, Any]:
+    response = _answer(allowed, code, message, warnings)
+    response["uid"] = uid
+    return {"apiVersion": REVIEW_API_VERSION, "kind": REVIEW_KIND, "response": response}
+
+
+def error_review(uid: str, code: int, message: str) -> dict[str, Any]:
+    answer = review_answer(uid, False, code, message)
+    answer["response"]["status"]["reason"] = HTTPStatus(code).phrase.replace(" ", "")
+    return answer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "pyclassify-admission"
+    sys_version = ""
+    timeout = CONNECTION_TIMEOUT
+    server: "_Server"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
+        log.debug("%s - %s", self.address_string(), format % args)
+
+    def _send(self, status: int, body: bytes, content_type: str, close: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_json(self, status: int, obj: dict[str, Any], close: bool = False) -> None:
+        self._send(status, json.dumps(obj).encode(), "application/json", close)
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        webhook = self.server.webhook
+        path = self.path.split("?", 1)[0]
+        if path in ("/healthz", "/readyz", "/livez"):
+            self._send(200, b"ok\n", "text/plain; charset=utf-8")
+        elif path == "/metrics":
+            self._send(200, generate_latest(webhook.registry), CONTENT_TYPE_LATEST)
+        else:
+            self._send(404, b"not found\n", "text/plain; charset=utf-8")
+
+    def do_POST(self) -> None:  # noqa: N802
+        webhook = self.server.webhook
+        started = time.perf_counter()
+        path = self.path.split("?", 1)[0]
+        if path not in ("/", "/validate"):
+            self._drain_and_close(self._length() or 0)
+            self._send(404, b"not found\n", "text/plain; charset=utf-8", close=True)
+            return
+        length = self._length()
+        if length is None:
+            webhook.metrics.requests.labels("invalid").inc()
+            self._send_json(411, error_review("", 411, "a request body with Content-Length is required"), close=True)
+            self._linger()
+            return
+        if length > webhook.max_body:
+            webhook.metrics.requests.labels("invalid").inc()
+            self._drain_and_close(length)
+            self._send_json(413, error_review("", 413, f"request body of {length} bytes is over the limit of "
+                                                       f"{webhook.max_body} bytes"), close=True)
+            return
+        body = self.rfile.read(length)
+        if len(body) < length:  # the client went away mid-body
+            self.close_connection = True
+            return
+        status, answer = webhook.review(body)
+        self._send_json(status, answer)
+        webhook.metrics.latency.observe(time.perf_counter() - started)
+
+    def _length(self) -> int | None:
+        raw = self.headers.get("Content-Length")
+        if raw is None or self.headers.get("Transfer-Encoding"):
+            return None
+        try:
+            n = int(raw)
+        except ValueError:
+            return None
+        return n if n >= 0 else None
+
+    def _linger(self) -> None:
+        """After an answer that closes the connection while the client may still be sending (a
+        body of unknown length): read and drop what arrives for a moment, so closing with unread
+        data does not reset the connection before the client has read the answer."""
+        try:
+            self.wfile.flush()
+            self.connection.settimeout(LINGER_SECONDS)
+            left = DRAIN_LIMIT
+            while left > 0:
+                chunk = self.rfile.read1(1 << 16)
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:
+            pass
+
+    def _drain_and_close(self, length: int) -> None:
+        """Reads (and drops) up to DRAIN_LIMIT bytes of an unwanted body, so the client reads our
+        answer instead of a reset connection; the connection closes after the answer."""
+        self.close_connection = True
+        left = min(length, DRAIN_LIMIT)
+        try:
+            while left > 0:
+                chunk = self.rfile.read(min(left, 1 << 16))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:
+            pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, listen: tuple[str, int], webhook: AdmissionWebhook) -> None:
+        self.webhook = webhook
+        host = listen[0]
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        super().__init__(listen, _Handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # The TLS handshake runs here, in the connection's own thread, under a timeout.
+        request.settimeout(CONNECTION_TIMEOUT)
+        try:
+            conn = self.webhook.ssl_context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as e:
+            self.webhook.metrics.tls_errors.inc()
+            log.debug("TLS handshake with %s failed: %s", client_address, e)
+            return
+        try:
+            self.RequestHandlerClass(conn, client_address, self)
+        except (OSError, ssl.SSLError) as e:  # a client that vanished mid-request
+            log.debug("connection from %s ended: %s", client_address, e)
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.exception("error serving %s", client_address)
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``host:port``, ``[v6]:port`` or ``:port`` (all addresses)."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        raise ValueError(f"{text!r} is not host:port")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"{text!r}: port {port!r} is not a number") from None
+    if not 0 <= number <= 65535:
+        raise ValueError(f"{text!r}: port must be 0-65535")
+    return host, number

@@ -1,0 +1,78 @@
+//! Addresses and networks as the engine stores them: `u128`, IPv4 mapped into `::ffff:0:0/96`,
+//! with the IP version kept beside, because an IPv6 network never contains an IPv4 address
+//! (even `::/0`), as Python's `ipaddress` and the reference evaluator have it.
+
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use super::EngineError;
+
+pub const V4_MAPPED: u128 = 0xffff << 32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Addr {
+    pub bits: u128,
+    pub v6: bool,
+}
+
+impl Addr {
+    pub fn parse(text: &str) -> Result<Addr, EngineError> {
+        match IpAddr::from_str(text) {
+            Ok(IpAddr::V4(a)) => Ok(Addr { bits: V4_MAPPED | u32::from(a) as u128, v6: false }),
+            Ok(IpAddr::V6(a)) => Ok(Addr { bits: u128::from(a), v6: true }),
+            Err(_) => Err(EngineError::Spec(format!("invalid IP address {text:?}"))),
+        }
+    }
+
+    /// From the 16 raw bytes of a header batch (IPv4 is stored mapped; `ip_version` says which).
+    pub fn from_header(bytes: &[u8; 16], ip_version: u8) -> Addr {
+        Addr { bits: u128::from_be_bytes(*bytes), v6: ip_version == 6 }
+    }
+
+    pub fn version(&self) -> u8 {
+        if self.v6 {
+            6
+        } else {
+            4
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Net {
+    pub bits: u128,
+    pub len: u8, // 0..=128 in the mapped space
+    pub v6: bool,
+}
+
+impl Net {
+    pub fn parse(text: &str) -> Result<Net, EngineError> {
+        let bad = || EngineError::Spec(format!("invalid network {text:?}"));
+        let (addr, len) = match text.split_once('/') {
+            Some((a, l)) => (a, Some(l.parse::<u8>().map_err(|_| bad())?)),
+            None => (text, None),
+        };
+        let a = Addr::parse(addr).map_err(|_| bad())?;
+        let (max, offset) = if a.v6 { (128, 0) } else { (32, 96) };
+        let len = len.unwrap_or(max);
+        if len > max {
+            return Err(bad());
+        }
+        let len = len + offset;
+        Ok(Net { bits: a.bits & mask(len), len, v6: a.v6 })
+    }
+
+    #[inline]
+    pub fn contains(&self, a: Addr) -> bool {
+        a.v6 == self.v6 && (a.bits & mask(self.len)) == self.bits
+    }
+}
+
+#[inline]
+pub fn mask(len: u8) -> u128 {
+    if len == 0 {
+        0
+    } else {
+        u128::MAX << (128 - len.min(128) as u32)
+    }
+}

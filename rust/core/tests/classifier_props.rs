@@ -1,0 +1,232 @@
+//! Random rulesets with interleaved inserts and removes: TupleMerge == LinearScan == brute force,
+//! for classify, classify_batch and matches_below, under several tunings (tiny collision limits
+//! force bucket splits).
+
+use proptest::prelude::*;
+use pyclassify_core::classifier::{
+    ClassRule, Classifier, ClassifierError, LinearScan, Match, PacketKey, PortRange, Prefix, TupleMerge,
+    TupleMergeConfig,
+};
+
+/// Addresses from a small pool so prefixes overlap; IPv4-mapped and IPv6.
+fn addr() -> impl Strategy<Value = u128> {
+    prop_oneof![
+        (0u32..4, any::<u32>()).prop_map(|(hi, lo)| Prefix::v4((hi << 30) | (lo & 0xff00_00ff), 32).addr),
+        Just(Prefix::v4(0x0a00_0001, 32).addr),
+        (0u128..4).prop_map(|x| (0x2001_0db8u128 << 96) | (x << 70) | x),
+    ]
+}
+
+fn prefix() -> impl Strategy<Value = Prefix> {
+    (addr(), 0u8..=32).prop_map(|(a, l)| {
+        if a >> 32 == 0xffff {
+            Prefix { addr: a, len: 96 + l }
+        } else {
+            Prefix { addr: a, len: l * 4 }
+        }
+    })
+}
+
+fn range() -> impl Strategy<Value = PortRange> {
+    prop_oneof![
+        Just(PortRange::ANY),
+        (0u16..8).prop_map(|p| PortRange::exact(p * 1000)),
+        (0u16..4000, 0u16..3000).prop_map(|(lo, w)| PortRange { lo, hi: lo + w }),
+        Just(PortRange { lo: 0, hi: 1023 }),
+        Just(PortRange { lo: 1024, hi: 65535 }),
+    ]
+}
+
+fn opt(values: &'static [u8]) -> impl Strategy<Value = Option<u8>> {
+    prop_oneof![Just(None), proptest::sample::select(values).prop_map(Some)]
+}
+
+fn rule() -> impl Strategy<Value = ClassRule> {
+    (
+        0u32..12,
+        prefix(),
+        prefix(),
+        range(),
+        range(),
+        opt(&[1, 6, 17]),
+        opt(&[0, 3, 8]),
+        opt(&[0, 1]),
+    )
+        .prop_map(|(priority, src, dst, sport, dport, proto, icmp_type, icmp_code)| ClassRule {
+            id: 0, // assigned by the test
+            priority,
+            src,
+            dst,
+            sport,
+            dport,
+            proto,
+            icmp_type,
+            icmp_code,
+        })
+}
+
+/// Keys drawn near the rules: one of the pool's addresses, ports near the ranges' ends.
+fn key() -> impl Strategy<Value = PacketKey> {
+    (
+        addr(),
+        addr(),
+        prop_oneof![Just(0u16), Just(1023), Just(1024), Just(65535), 0u16..8000],
+        prop_oneof![Just(0u16), Just(1000), Just(3000), Just(1024), 0u16..8000],
+        proptest::sample::select(&[1u8, 6, 17, 47][..]),
+        0u8..10,
+        0u8..3,
+    )
+        .prop_map(|(src, dst, sport, dport, proto, icmp_type, icmp_code)| PacketKey {
+            src,
+            dst,
+            sport,
+            dport,
+            proto,
+            icmp_type,
+            icmp_code,
+        })
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert(ClassRule),
+    /// Remove the live rule at this index modulo the number of live rules.
+    Remove(usize),
+    Check(PacketKey),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => rule().prop_map(Op::Insert),
+        2 => any::<usize>().prop_map(Op::Remove),
+        3 => key().prop_map(Op::Check),
+    ]
+}
+
+fn config() -> impl Strategy<Value = TupleMergeConfig> {
+    (1usize..10, prop_oneof![Just(1u8), Just(4), Just(8), Just(32)], prop_oneof![Just(1u8), Just(16), Just(64)])
+        .prop_map(|(collision_limit, v4_step, v6_step)| TupleMergeConfig { collision_limit, v4_step, v6_step })
+}
+
+fn brute_best(rules: &[ClassRule], k: &PacketKey) -> Option<Match> {
+    rules
+        .iter()
+        .filter(|r| r.matches(k))
+        .min_by_key(|r| r.rank())
+        .map(|r| Match { id: r.id, priority: r.priority })
+}
+
+fn brute_below(rules: &[ClassRule], k: &PacketKey, below: u32) -> Vec<Match> {
+    let mut v: Vec<&ClassRule> = rules.iter().filter(|r| r.priority < below && r.matches(k)).collect();
+    v.sort_by_key(|r| r.rank());
+    v.iter().map(|r| Match { id: r.id, priority: r.priority }).collect()
+}
+
+fn check(tm: &TupleMerge, lin: &LinearScan, live: &[ClassRule], k: &PacketKey) -> Result<(), TestCaseError> {
+    let want = brute_best(live, k);
+    prop_assert_eq!(lin.classify(k), want);
+    prop_assert_eq!(tm.classify(k), want);
+    let mut out = [None; 3];
+    tm.classify_batch(&[*k, *k, *k], &mut out);
+    prop_assert_eq!(out, [want; 3]);
+    for below in [0, 3, 7, 12, u32::MAX] {
+        let mut got = vec![Match { id: 999, priority: 999 }]; // appended after existing content
+        tm.matches_below(k, below, &mut got);
+        let mut exp = vec![Match { id: 999, priority: 999 }];
+        exp.extend(brute_below(live, k, below));
+        prop_assert_eq!(&got, &exp);
+        let mut got = Vec::new();
+        lin.matches_below(k, below, &mut got);
+        prop_assert_eq!(&got, &exp[1..]);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn interleaved_updates_agree_with_brute_force(
+        cfg in config(),
+        initial in proptest::collection::vec(rule(), 0..40),
+        ops in proptest::collection::vec(op(), 1..120),
+    ) {
+        let mut next_id = 0u32;
+        let mut live: Vec<ClassRule> = initial
+            .into_iter()
+            .map(|mut r| { r.id = next_id; next_id += 1; r })
+            .collect();
+        let mut tm = TupleMerge::build_with(&live, cfg).unwrap();
+        let mut lin = LinearScan::build(&live).unwrap();
+        for op in ops {
+            match op {
+                Op::Insert(mut r) => {
+                    r.id = next_id;
+                    next_id += 1;
+                    tm.insert(r).unwrap();
+                    lin.insert(r).unwrap();
+                    live.push(r);
+                }
+                Op::Remove(i) => {
+                    if live.is_empty() {
+                        prop_assert!(!tm.remove(7));
+                    } else {
+                        let r = live.swap_remove(i % live.len());
+                        prop_assert!(tm.remove(r.id));
+                        prop_assert!(!tm.remove(r.id));
+                        prop_assert!(lin.remove(r.id));
+                    }
+                }
+                Op::Check(k) => check(&tm, &lin, &live, &k)?,
+            }
+            prop_assert_eq!(tm.len(), live.len());
+            prop_assert_eq!(lin.len(), live.len());
+        }
+        // Every rule's own corner points.
+        for r in live.clone() {
+            let k = PacketKey {
+                src: r.src.addr, dst: r.dst.addr, sport: r.sport.hi, dport: r.dport.lo,
+                proto: r.proto.unwrap_or(6), icmp_type: r.icmp_type.unwrap_or(0), icmp_code: r.icmp_code.unwrap_or(0),
+            };
+            check(&tm, &lin, &live, &k)?;
+        }
+    }
+}
+
+#[test]
+fn errors_leave_the_classifier_unchanged() {
+    let r = ClassRule { dport: PortRange::exact(80), proto: Some(6), ..ClassRule::any(1, 5) };
+    let mut tm = TupleMerge::build(&[r]).unwrap();
+    assert_eq!(tm.insert(r), Err(ClassifierError::DuplicateId(1)));
+    assert_eq!(
+        TupleMerge::build(&[r, ClassRule { priority: 9, ..r }]).err(),
+        Some(ClassifierError::DuplicateId(1))
+    );
+    assert_eq!(LinearScan::build(&[r, ClassRule { priority: 9, ..r }]).err(), Some(ClassifierError::DuplicateId(1)));
+    let bad = ClassRule { sport: PortRange { lo: 9, hi: 8 }, ..ClassRule::any(2, 0) };
+    assert!(matches!(tm.insert(bad), Err(ClassifierError::BadPortRange { id: 2, .. })));
+    let bad = ClassRule { dst: Prefix { addr: 0, len: 200 }, ..ClassRule::any(3, 0) };
+    assert!(matches!(tm.insert(bad), Err(ClassifierError::BadPrefixLength { id: 3, field: "dst", len: 200 })));
+    assert!(matches!(TupleMerge::build(&[bad]), Err(ClassifierError::BadPrefixLength { .. })));
+    assert_eq!(tm.len(), 1);
+    let k = PacketKey::v4(1, 2, 3, 80, 6);
+    assert_eq!(tm.classify(&k), Some(Match { id: 1, priority: 5 }));
+    assert_eq!(tm.classify(&PacketKey::v4(1, 2, 3, 81, 6)), None);
+    assert!(tm.remove(1));
+    assert!(tm.is_empty());
+    assert_eq!(tm.classify(&k), None);
+    assert_eq!(tm.stats().tables, 0);
+}
+
+#[test]
+fn equal_priorities_go_to_the_lower_id() {
+    let rules = [ClassRule::any(9, 1), ClassRule::any(4, 1), ClassRule::any(2, 3)];
+    let tm = TupleMerge::build(&rules).unwrap();
+    let lin = LinearScan::build(&rules).unwrap();
+    let k = PacketKey::default();
+    assert_eq!(tm.classify(&k), Some(Match { id: 4, priority: 1 }));
+    assert_eq!(lin.classify(&k), Some(Match { id: 4, priority: 1 }));
+    let mut v = Vec::new();
+    tm.matches_below(&k, u32::MAX, &mut v);
+    assert_eq!(v.iter().map(|m| m.id).collect::<Vec<_>>(), [4, 9, 2]);
+}
