@@ -47,19 +47,21 @@ cdef enum:
     MAX_EXT_HEADERS = 8
     FRAG_SETS = 1024       # fragment table: FRAG_SETS x FRAG_WAYS entries, LRU within a set
     FRAG_WAYS = 4
-    QUOTE_VALID = 1        # Quote.flags: the quoted flow was decoded
+    QUOTE_VALID = 1        # Quote.flags: the quoted flow was decoded, ports (or ICMP id) included
     QUOTE_HAS_PORTS = 32   # Quote.flags: sport/dport are meaningful (same bit as PC_FLAG_HAS_PORTS)
 
 # The flow quoted by an ICMP/ICMPv6 error (destination unreachable, time exceeded, ...), in a
 # parallel array beside the header batch (the 64-byte header has no room for a second 5-tuple).
-# 40 bytes, no padding; numpy: pyclassify.capture.QUOTE_DTYPE.
+# 40 bytes, no padding; the same layout as the conntrack's QuotedTuple (rust/core/src/conntrack/
+# key.rs), which reads it; numpy: pyclassify.capture.QUOTE_DTYPE. For a quoted ICMP query, sport
+# is its identifier, dport 0 and icmp_type its type. The quoted IP version is the outer one.
 cdef struct Quote:
     uint8_t src_addr[16]
     uint8_t dst_addr[16]
     uint16_t sport
     uint16_t dport
-    uint8_t ip_version
     uint8_t protocol
+    uint8_t icmp_type
     uint8_t flags
     uint8_t reserved
 
@@ -312,13 +314,16 @@ cdef void decode_quote(const uint8_t *p, size_t n, uint8_t outer_version, Quote 
         return
     put_addr(q.src_addr, l3.src, l3.version)
     put_addr(q.dst_addr, l3.dst, l3.version)
-    q.ip_version = l3.version
     q.protocol = l3.proto
-    q.flags = QUOTE_VALID
-    if proto_has_ports(l3.proto) and (not l3.is_frag or l3.first_frag) and l3.l4_len >= 4:
-        q.sport = be16(l3.l4)
-        q.dport = be16(l3.l4 + 2)
-        q.flags |= QUOTE_HAS_PORTS
+    if (not l3.is_frag or l3.first_frag) and l3.l4_len >= 4:
+        if proto_has_ports(l3.proto):
+            q.sport = be16(l3.l4)
+            q.dport = be16(l3.l4 + 2)
+            q.flags = QUOTE_VALID | QUOTE_HAS_PORTS
+        elif (l3.proto == 1 or l3.proto == 58) and l3.l4_len >= 6:
+            q.icmp_type = l3.l4[0]
+            q.sport = be16(l3.l4 + 4)  # the query's identifier
+            q.flags = QUOTE_VALID
 
 
 cdef void decode_l3(const uint8_t *p, size_t caplen, size_t wirelen, int want_version,
@@ -400,6 +405,10 @@ cdef void decode_l3(const uint8_t *p, size_t caplen, size_t wirelen, int want_ve
             h.flags |= PC_FLAG_ICMP_ERROR
             if q != NULL:
                 decode_quote(l4 + 8, n - 8, l3.version, q)
+        else:
+            # Queries and replies (echo, ...): the identifier keys the flow for connection
+            # tracking; FLAG_HAS_PORTS stays clear, policy sees no ports here.
+            h.sport = be16(l4 + 4)
         return
     else:
         return

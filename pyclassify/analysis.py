@@ -82,17 +82,34 @@ def flow_json(flow: Flow) -> dict[str, Any]:
     return doc
 
 
+ENGINES = ("native", "reference")
+
+
+class _Judge:
+    """Answers flows with the native engine (compiled once) or the reference evaluator."""
+
+    def __init__(self, project: Project, engine: str, default: str | None) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}")
+        self.project = project
+        self.defaults = {} if default is None else {"default_pod": default, "default_host": default}
+        self.native = None
+        if engine == "native":
+            from pyclassify.engine import NativeEngine
+
+            self.native = NativeEngine(project.policy_set, project.inventory)
+
+    def __call__(self, flow: Flow) -> Verdict:
+        if self.native is not None:
+            return self.native.evaluate(flow, **self.defaults)
+        return evaluate(self.project.policy_set, self.project.inventory, flow, **self.defaults)
+
+
 def explain(project: Project, src: str, dst: str, protocol: int, dport: int | None,
             sport: int | None = None, icmp_type: int | None = None, icmp_code: int | None = None,
-            default: str | None = None) -> Explanation:
+            default: str | None = None, engine: str = "native") -> Explanation:
     flow = Flow(resolve_end(project, src), resolve_end(project, dst), protocol, sport, dport, icmp_type, icmp_code)
-    return Explanation(flow, _evaluate(project, flow, default))
-
-
-def _evaluate(project: Project, flow: Flow, default: str | None) -> Verdict:
-    if default is None:
-        return evaluate(project.policy_set, project.inventory, flow)
-    return evaluate(project.policy_set, project.inventory, flow, default_pod=default, default_host=default)
+    return Explanation(flow, _Judge(project, engine, default)(flow))
 
 
 @dataclass
@@ -112,13 +129,12 @@ class Matrix:
         }
 
 
-def matrix(project: Project, protocol: int, port: int | None, default: str | None = None) -> Matrix:
+def matrix(project: Project, protocol: int, port: int | None, default: str | None = None,
+           engine: str = "native") -> Matrix:
     """Reachability among every pod (sorted by ``ns/name``): ``allowed[i][j]`` is traffic from
     pod i to pod j. Host-network pods are the node's traffic and are left out."""
+    judge = _Judge(project, engine, default)
     pods = sorted((p for p in project.inventory.pods() if not p.host_network), key=lambda p: p.ref)
-    verdicts = [
-        [_evaluate(project, Flow(FlowEnd(a), FlowEnd(b), protocol, None, port), default) for b in pods]
-        for a in pods
-    ]
+    verdicts = [[judge(Flow(FlowEnd(a), FlowEnd(b), protocol, None, port)) for b in pods] for a in pods]
     allowed = [[v.allowed for v in row] for row in verdicts]
     return Matrix(pods, protocol, port, allowed, verdicts)

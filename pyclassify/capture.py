@@ -15,8 +15,9 @@ says where each packet's captured bytes are (``batch.data`` + ``offsets``/``capl
 
 ICMP errors: the 64-byte header has no room for the flow an ICMP error quotes, so
 ``batch.quotes`` (``QUOTE_DTYPE``, one 40-byte record per packet, beside ``headers``) holds it:
-``flags & QUOTE_VALID`` when a quoted IP header was decoded, ``flags & FLAG_HAS_PORTS`` when its
-ports were. Only packets with ``FLAG_ICMP_ERROR`` have a valid quote.
+``flags & QUOTE_VALID`` when the quoted flow was decoded (ports, or a quoted ICMP query's type and
+identifier in ``icmp_type``/``sport``), ``flags & FLAG_HAS_PORTS`` when its ports were. The layout
+is the connection tracker's ``QuotedTuple``. Only packets with ``FLAG_ICMP_ERROR`` have a valid quote.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ __all__ = [
 #: native/decode.pxi): addresses as in ``HEADER_DTYPE`` (IPv4-mapped), ports in host order.
 QUOTE_DTYPE: Final[np.dtype[np.void]] = np.dtype(
     {
-        "names": ["src_addr", "dst_addr", "sport", "dport", "ip_version", "protocol", "flags", "reserved"],
+        "names": ["src_addr", "dst_addr", "sport", "dport", "protocol", "icmp_type", "flags", "reserved"],
         "formats": [("u1", 16), ("u1", 16), "u2", "u2", "u1", "u1", "u1", "u1"],
         "offsets": [0, 16, 32, 34, 36, 37, 38, 39],
         "itemsize": 40,
@@ -61,7 +62,7 @@ QUOTE_DTYPE: Final[np.dtype[np.void]] = np.dtype(
 )
 assert QUOTE_DTYPE.itemsize == _native.QUOTE_SIZE
 
-QUOTE_VALID: Final = 1  # the quoted IP header was decoded
+QUOTE_VALID: Final = 1  # the quoted flow was decoded (ports or ICMP identifier included)
 QUOTE_HAS_PORTS: Final = 32  # the quoted ports were decoded (same bit as FLAG_HAS_PORTS)
 
 #: Link types the decoder understands (pcap LINKTYPE_* values).

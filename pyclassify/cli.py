@@ -105,6 +105,13 @@ def selector_cmd(expr: str, labels_text: str | None, as_json: bool) -> None:
 
 paths_argument = click.argument("paths", nargs=-1, required=True, type=click.Path(allow_dash=True))
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+engine_option = click.option(
+    "--engine",
+    type=click.Choice(["native", "reference"]),
+    default="native",
+    show_default=True,
+    help="Compiled Rust engine, or the pure-Python reference evaluator it is tested against.",
+)
 default_option = click.option(
     "--default",
     "default",
@@ -224,16 +231,17 @@ def _describe(d: Any) -> str:
 @click.option("--icmp-type", type=click.IntRange(0, 255), default=None)
 @click.option("--icmp-code", type=click.IntRange(0, 255), default=None)
 @default_option
+@engine_option
 @json_option
 def explain_cmd(paths: tuple[str, ...], src: str, dst: str, proto: str, port: int | None, sport: int | None,
-                icmp_type: int | None, icmp_code: int | None, default: str | None, as_json: bool) -> None:
+                icmp_type: int | None, icmp_code: int | None, default: str | None, engine: str, as_json: bool) -> None:
     """Verdict for one flow, with the deciding tier, policy and rule of each direction."""
     from pyclassify.analysis import UnknownEnd, explain
 
     protocol = _protocol(proto)
     project = _load(paths)
     try:
-        result = explain(project, src, dst, protocol, port, sport, icmp_type, icmp_code, default)
+        result = explain(project, src, dst, protocol, port, sport, icmp_type, icmp_code, default, engine)
     except UnknownEnd as e:
         raise click.BadParameter(str(e)) from e
     if as_json:
@@ -260,14 +268,16 @@ def explain_cmd(paths: tuple[str, ...], src: str, dst: str, proto: str, port: in
 @click.option("--proto", "proto", default="TCP", show_default=True, help="Protocol name or number.")
 @click.option("--port", "port", type=click.IntRange(0, 65535), default=None, help="Destination port.")
 @default_option
+@engine_option
 @json_option
-def matrix_cmd(paths: tuple[str, ...], proto: str, port: int | None, default: str | None, as_json: bool) -> None:
+def matrix_cmd(paths: tuple[str, ...], proto: str, port: int | None, default: str | None, engine: str,
+               as_json: bool) -> None:
     """Reachability truth table among all pods: row = from, column = to."""
     from pyclassify.analysis import matrix
 
     protocol = _protocol(proto)
     project = _load(paths)
-    result = matrix(project, protocol, port, default)
+    result = matrix(project, protocol, port, default, engine)
     if as_json:
         _emit_json(result.to_json())
         return
@@ -285,6 +295,89 @@ def matrix_cmd(paths: tuple[str, ...], proto: str, port: int | None, default: st
     out.print(table)
     total = sum(map(sum, result.allowed))
     out.print(f"{total} of {len(names) ** 2} pod pairs allowed")
+
+
+@main.command("replay")
+@paths_argument
+@click.option("--pcap", "pcaps", multiple=True, required=True, type=click.Path(allow_dash=True),
+              help="Capture to replay (pcap or pcapng; - for stdin). Repeat for several.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write one JSON line per packet (verdict and deciding rule per direction).")
+@click.option("--allowed", "allowed_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the allowed packets, unchanged, to this capture.")
+@click.option("--denied", "denied_path", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the denied packets, unchanged, to this capture.")
+@click.option("--no-conntrack", is_flag=True, help="Judge every packet alone (no connection tracking).")
+@default_option
+@json_option
+def replay_cmd(paths: tuple[str, ...], pcaps: tuple[str, ...], out_path: str | None, allowed_path: str | None,
+               denied_path: str | None, no_conntrack: bool, default: str | None, as_json: bool) -> None:
+    """Replay captures against the policy: a verdict for every packet, and a summary by rule.
+
+    Replies of allowed connections pass, as on a node (connection tracking); decoding and
+    classification run natively, in batches.
+    """
+    from pyclassify.capture import CaptureError
+    from pyclassify.engine import NativeEngine
+    from pyclassify.replay import Replay, ReplayError
+
+    project = _load(paths)
+    engine = NativeEngine(project.policy_set, project.inventory)
+    out_file = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115 - closed below
+    try:
+        replay = Replay(engine, conntrack=not no_conntrack, default=default, out=out_file,
+                        allowed_path=allowed_path, denied_path=denied_path)
+        try:
+            if sys.stdout.isatty() and not as_json:
+                from rich.progress import Progress
+
+                with Progress(console=err, transient=True) as bar:
+                    task = bar.add_task("replaying", total=None)
+                    replay.run(list(pcaps), progress=lambda n: bar.advance(task, n))
+            else:
+                replay.run(list(pcaps))
+        except (CaptureError, ReplayError, OSError) as e:
+            err.print(f"[red]error[/red]: {escape(str(e))}")
+            _fail(EXIT_INVALID)
+    finally:
+        if out_file is not None:
+            out_file.close()
+    summary = replay.summary_json()
+    if as_json:
+        _emit_json(summary)
+    else:
+        _print_replay(summary)
+    if replay.summary.interrupted:
+        _fail(130)
+
+
+def _print_replay(summary: dict[str, Any]) -> None:
+    s = summary
+    rate = s["packets_per_second"]
+    out.print(
+        f"{s['packets']} packets in {s['flows']} flows: [green]{s['allowed']} allowed[/green], "
+        f"[red]{s['denied']} denied[/red] ({s['established']} by connection tracking, "
+        f"{s['malformed']} malformed, {s['invalid']} invalid) — {rate:,.0f} packets/s"
+    )
+    out.print("decided by policy:")
+    for row in s["by_rule"]:
+        colour = "green" if row["verdict"] == "allow" else "red"
+        where = f" in tier {row['tier']}" if row["tier"] else ""
+        if row["reason"] == "rule":
+            what = f"{escape(row['policy'])} rule {escape(str(row['rule']))}{where}"
+        elif row["reason"] == "end-of-tier":
+            what = f"end of tier {row['tier']}"
+        elif row["reason"] == "profile":
+            what = f"{escape(row['policy'] or 'profiles')}" + (f" rule {row['rule']}" if row["rule"] is not None else "")
+        else:
+            what = "the default"
+        out.print(f"  {row['packets']:>8}  {row['direction']:<7} [{colour}]{row['verdict']:<5}[/{colour}] by {what}")
+    for kind, n in s["decode_errors"].items():
+        out.print(f"[yellow]decode[/yellow]: {n} packets {kind}")
+    for problem in s["problems"]:
+        out.print(f"[yellow]capture[/yellow]: {escape(problem)}")
+    if s["interrupted"]:
+        out.print("[yellow]interrupted[/yellow]: summary of the packets replayed so far")
 
 
 def _add_admission_commands() -> None:

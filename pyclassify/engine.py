@@ -41,6 +41,38 @@ from pyclassify.reference import (
 
 REASONS = ("rule", "end-of-tier", "profile", "default")
 
+# PacketVerdict.reason (rust/core/src/engine/mod.rs).
+PACKET_POLICY = 0  # policy judged the packet
+PACKET_ESTABLISHED = 1  # it belongs to a connection already allowed (or answers one)
+PACKET_MALFORMED = 2  # it could not be decoded far enough to judge: denied
+PACKET_INVALID = 3  # connection tracking found it invalid (opens nothing): denied
+
+#: One direction's decision in a verdict record (``SideVerdict``): source_kind 0 none, 1 policy,
+#: 2 profile; tier/source/rule -1 when absent; reason indexes ``REASONS``.
+SIDE_DTYPE = np.dtype(
+    {
+        "names": ["present", "allow", "reason", "source_kind", "tier", "source", "rule"],
+        "formats": ["u1", "u1", "u1", "u1", "<i4", "<i4", "<i4"],
+        "offsets": [0, 1, 2, 3, 4, 8, 12],
+        "itemsize": 16,
+    }
+)
+#: The engine's per-packet output record (``PacketVerdict``, 36 bytes).
+VERDICT_DTYPE = np.dtype(
+    {
+        "names": ["allow", "reason", "ct_state", "reserved", "egress", "ingress"],
+        "formats": ["u1", "u1", "u1", "u1", SIDE_DTYPE, SIDE_DTYPE],
+        "offsets": [0, 1, 2, 3, 4, 20],
+        "itemsize": 36,
+    }
+)
+assert VERDICT_DTYPE.itemsize == _engine.VERDICT_SIZE
+
+
+def Tracker(**config: Any) -> Any:  # noqa: N802 - a factory named like the thing it makes
+    """A connection tracker for ``NativeEngine.judge`` (``pyclassify._engine.ConnTrack``)."""
+    return _engine.ConnTrack(**config)
+
 
 def _selector(sel: Any) -> str | None:
     return None if sel is None else sel.canonical
@@ -200,16 +232,35 @@ class NativeEngine:
         return Verdict("allow" if allowed else "deny", self._decision(egress, Direction.EGRESS),
                        self._decision(ingress, Direction.INGRESS))
 
-    def classify(self, batch: npt.NDArray[Any], default_pod: str = "allow",
-                 default_host: str = "deny") -> npt.NDArray[np.uint8]:
-        """Verdicts (1 allow, 0 deny) for a header batch (``pyclassify.batch.HEADER_DTYPE``),
-        computed without the GIL."""
-        if batch.dtype != HEADER_DTYPE:
-            raise TypeError(f"expected a header batch of HEADER_DTYPE, got {batch.dtype}")
-        batch = np.ascontiguousarray(batch)
-        out = np.zeros(len(batch), dtype=np.uint8)
-        self._engine.classify(batch.view(np.uint8), out, default_pod == "allow", default_host == "allow")
+    side_dtype = SIDE_DTYPE
+
+    def judge(self, headers: npt.NDArray[Any], quotes: npt.NDArray[Any] | None = None, tracker: Any = None,
+              default_pod: str = "allow", default_host: str = "deny") -> npt.NDArray[Any]:
+        """Verdict records (``VERDICT_DTYPE``) for a header batch (``HEADER_DTYPE``), computed
+        without the GIL; with a ``Tracker``, connection tracking decides established traffic."""
+        if headers.dtype != HEADER_DTYPE:
+            raise TypeError(f"expected a header batch of HEADER_DTYPE, got {headers.dtype}")
+        headers = np.ascontiguousarray(headers)
+        out = np.zeros(len(headers), dtype=VERDICT_DTYPE)
+        if quotes is not None:
+            quotes = np.ascontiguousarray(quotes)
+        self._engine.judge(headers, out, default_pod == "allow", default_host == "allow", tracker, quotes)
         return out
+
+    def classify(self, headers: npt.NDArray[Any], default_pod: str = "allow",
+                 default_host: str = "deny") -> npt.NDArray[np.uint8]:
+        """Verdicts (1 allow, 0 deny) for a header batch, each packet judged alone."""
+        return self.judge(headers, None, None, default_pod, default_host)["allow"].copy()
+
+    def side_decision(self, side: Any, direction: Direction) -> Decision | None:
+        """A ``SIDE_DTYPE`` record of ``judge``'s output as the reference's ``Decision``."""
+        if not side["present"]:
+            return None
+        kind = int(side["source_kind"])
+        source = None if kind == 0 else ("policy" if kind == 1 else "profile", int(side["source"]))
+        rule = None if int(side["rule"]) < 0 else int(side["rule"])
+        tier = None if int(side["tier"]) < 0 else int(side["tier"])
+        return self._decision((bool(side["allow"]), tier, source, rule, int(side["reason"]), []), direction)
 
     def _endpoint_id(self, ep: Endpoint) -> int:
         try:

@@ -16,5 +16,8 @@ run pyclassify explain examples/demo --from frontend/web --to backend/db --proto
 run pyclassify explain examples/demo --from 203.0.113.7 --to frontend/web --proto TCP --port 80
 # Who may reach whom on TCP/8080.
 run pyclassify matrix examples/demo --proto TCP --port 8080
+# Replay bundled captures of the demo pods: a verdict for every packet, a summary by policy/rule.
+run pyclassify replay examples/demo --pcap pcaps/demo.pcap
+run pyclassify replay examples/demo --pcap pcaps/demo.pcapng --out /tmp/pyclassify-demo-verdicts.jsonl
 # A broken manifest: every error, with file, line and field (exit 1 is expected here).
 run pyclassify check examples/broken || echo "(exit $? : invalid input, as expected)"

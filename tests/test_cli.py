@@ -166,3 +166,11 @@ def test_matrix_json_contract_agrees_with_explain():
 def test_matrix_grid_on_terminal():
     r = run("matrix", DEMO, "--port", "8080")
     assert r.returncode == 0 and "frontend/web" in r.stdout and "pod pairs allowed" in r.stdout
+
+
+def test_native_and_reference_engines_agree_on_the_demo():
+    for args in (["matrix", DEMO, "--proto", "TCP", "--port", "8080", "--json"],
+                 ["explain", DEMO, "--from", "203.0.113.7", "--to", "frontend/web", "--port", "80", "--json"]):
+        native = json.loads(run(*args, "--engine", "native").stdout)
+        reference = json.loads(run(*args, "--engine", "reference").stdout)
+        assert native == reference

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyclassify._engine import ConnTrack, ConnTrackError
+from pyclassify.capture import QUOTE_DTYPE
 from pyclassify.batch import FLAG_HAS_PORTS, FLAG_ICMP_ERROR, HEADER_DTYPE, new_batch
 
 SYN, ACK, FIN, RST = 0x02, 0x10, 0x01, 0x04
@@ -29,15 +30,8 @@ NEW, EST, REPLY, RELATED, INVALID, UNTRACKED = (
     ConnTrack.UNTRACKED,
 )
 
-#: The 40-byte quoted tuple of an ICMP error (rust/core/src/conntrack/key.rs `QuotedTuple`).
-QUOTED_DTYPE = np.dtype(
-    {
-        "names": ["src_addr", "dst_addr", "sport", "dport", "protocol", "icmp_type", "flags", "reserved"],
-        "formats": [("u1", 16), ("u1", 16), "u2", "u2", "u1", "u1", "u1", "u1"],
-        "offsets": [0, 16, 32, 34, 36, 37, 38, 39],
-        "itemsize": 40,
-    }
-)
+# The quoted tuple of an ICMP error: the decoder's output record is the tracker's input record.
+QUOTED_DTYPE = QUOTE_DTYPE
 
 
 def addr(text: str) -> bytes:

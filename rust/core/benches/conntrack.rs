@@ -136,8 +136,11 @@ fn workload(n: usize, lookups: usize, seed: u64) -> Workload {
 }
 
 fn cfg(n: usize) -> CtConfig {
+    // CT_SWEEP overrides the per-packet sweep budget (to measure its cost).
+    let sweep = std::env::var("CT_SWEEP").ok().and_then(|v| v.parse().ok());
     CtConfig {
         max_entries: n * 2,
+        sweep_per_packet: sweep.unwrap_or(CtConfig::default().sweep_per_packet),
         ..CtConfig::default()
     }
 }
@@ -182,14 +185,14 @@ fn naive_track(map: &mut HashMap<FlowKey, NaiveEntry>, h: &PacketHeader, now: u6
     let k = key_of(h);
     if let Some(e) = map.get_mut(&k) {
         e.packets[0] += 1;
-        e.expires = now + 7440_000_000_000;
+        e.expires = now + 7_440_000_000_000;
         return true;
     }
     if let Some(e) = map.get_mut(&k.reversed()) {
         e.packets[1] += 1;
         e.seen_reply = true;
         e.state = 2;
-        e.expires = now + 7440_000_000_000;
+        e.expires = now + 7_440_000_000_000;
         return true;
     }
     false

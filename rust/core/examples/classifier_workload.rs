@@ -14,7 +14,9 @@ use std::path::Path;
 fn classify_workload(c: &TupleMerge, keys: &[PacketKey]) -> u64 {
     let mut acc = 0u64;
     for k in keys {
-        acc = acc.wrapping_mul(31).wrapping_add(c.classify(k).map_or(0, |m| m.id as u64 + 1));
+        acc = acc
+            .wrapping_mul(31)
+            .wrapping_add(c.classify(k).map_or(0, |m| m.id as u64 + 1));
     }
     acc
 }
@@ -45,5 +47,10 @@ fn main() {
     };
     let tm = TupleMerge::build(&rules).expect("ClassBench rules are valid");
     let sum = classify_workload(&tm, &keys);
-    println!("{name}: {} rules, {} headers, {} tables, checksum {sum:016x}", rules.len(), keys.len(), tm.stats().tables);
+    println!(
+        "{name}: {} rules, {} headers, {} tables, checksum {sum:016x}",
+        rules.len(),
+        keys.len(),
+        tm.stats().tables
+    );
 }

@@ -6,22 +6,29 @@
 //! `cargo test --release`, where they run.
 
 use pyclassify_core::classbench::{self, TraceEntry};
-use pyclassify_core::classifier::{ClassRule, Classifier, LinearScan, Match, PacketKey, TupleMerge};
+use pyclassify_core::classifier::{
+    ClassRule, Classifier, LinearScan, Match, PacketKey, TupleMerge,
+};
 use std::path::{Path, PathBuf};
 
 fn data_dir() -> Option<PathBuf> {
     let d = classbench::find_data_dir(Path::new(env!("CARGO_MANIFEST_DIR")));
     if d.is_none() {
-        eprintln!("SKIP: no shared/classbench folder beside the repository (set PYCLASSIFY_CLASSBENCH)");
+        eprintln!(
+            "SKIP: no shared/classbench folder beside the repository (set PYCLASSIFY_CLASSBENCH)"
+        );
     }
     d
 }
 
 fn load(name: &str) -> Option<(Vec<ClassRule>, Option<Vec<TraceEntry>>)> {
     let d = data_dir()?;
-    let rules = classbench::load_rules(&d.join(format!("{name}.rules.gz"))).expect("ruleset parses");
+    let rules =
+        classbench::load_rules(&d.join(format!("{name}.rules.gz"))).expect("ruleset parses");
     let tp = d.join(format!("{name}.trace.gz"));
-    let trace = tp.exists().then(|| classbench::load_trace(&tp).expect("trace parses"));
+    let trace = tp
+        .exists()
+        .then(|| classbench::load_trace(&tp).expect("trace parses"));
     Some((rules, trace))
 }
 
@@ -51,7 +58,11 @@ fn check_agreement(name: &str, keys: &[PacketKey]) {
         }
     }
     // The trace is derived from the rules: almost every header matches something.
-    assert!(matched * 10 >= keys.len() * 9, "{name}: only {matched}/{} headers matched", keys.len());
+    assert!(
+        matched * 10 >= keys.len() * 9,
+        "{name}: only {matched}/{} headers matched",
+        keys.len()
+    );
 }
 
 fn check_trace(name: &str, limit: usize) {
@@ -77,32 +88,47 @@ fn ipc1_1k_trace() {
 }
 
 #[test]
-#[cfg_attr(debug_assertions, ignore = "slow unoptimized: runs under cargo test --release")]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow unoptimized: runs under cargo test --release"
+)]
 fn acl1_10k_trace() {
     check_trace("acl1_10000", usize::MAX);
 }
 
 #[test]
-#[cfg_attr(debug_assertions, ignore = "slow unoptimized: runs under cargo test --release")]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow unoptimized: runs under cargo test --release"
+)]
 fn fw1_10k_trace() {
     check_trace("fw1_10000", usize::MAX);
 }
 
 #[test]
-#[cfg_attr(debug_assertions, ignore = "slow unoptimized: runs under cargo test --release")]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow unoptimized: runs under cargo test --release"
+)]
 fn ipc1_10k_trace() {
     check_trace("ipc1_10000", usize::MAX);
 }
 
 #[test]
-#[cfg_attr(debug_assertions, ignore = "slow unoptimized: runs under cargo test --release")]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow unoptimized: runs under cargo test --release"
+)]
 fn acl1_100k_trace_prefix() {
     // The linear oracle costs ~100k rule checks per miss: the first 20k headers are enough.
     check_trace("acl1_100000", 20_000);
 }
 
 #[test]
-#[cfg_attr(debug_assertions, ignore = "slow unoptimized: runs under cargo test --release")]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow unoptimized: runs under cargo test --release"
+)]
 fn fw1_ipc1_100k_generated_headers() {
     for name in ["fw1_100000", "ipc1_100000"] {
         let Some((rules, _)) = load(name) else { return };
@@ -116,7 +142,9 @@ fn fw1_ipc1_100k_generated_headers() {
 #[test]
 fn incremental_updates_on_acl1_and_fw1_1k() {
     for name in ["acl1_1000", "fw1_1000", "ipc1_1000"] {
-        let Some((rules, trace)) = load(name) else { return };
+        let Some((rules, trace)) = load(name) else {
+            return;
+        };
         let keys: Vec<PacketKey> = trace.unwrap().iter().map(|t| t.key).collect();
         // Not in priority order: odd positions backwards, then even positions.
         let mut order: Vec<ClassRule> = rules.iter().skip(1).step_by(2).rev().copied().collect();

@@ -23,7 +23,7 @@ const QUOTED_SIZE: usize = std::mem::size_of::<QuotedTuple>();
 /// Not shareable between threads while a call runs (a concurrent call raises RuntimeError).
 #[pyclass(name = "ConnTrack", module = "pyclassify._engine")]
 pub struct PyConnTrack {
-    inner: ConnTrack,
+    pub(crate) inner: ConnTrack,
 }
 
 /// `(src, dst, sport, dport, proto)` with addresses as text (IPv4-mapped shown as IPv4).
@@ -101,7 +101,7 @@ fn timeouts_dict<'py>(py: Python<'py>, t: &Timeouts) -> PyResult<Bound<'py, PyDi
 }
 
 /// A 1-D C-contiguous buffer of `n` items of `itemsize` bytes whose start is `align`-aligned.
-fn checked_buffer(
+pub(crate) fn checked_buffer(
     obj: &Bound<'_, PyAny>,
     what: &str,
     itemsize: usize,
@@ -175,7 +175,7 @@ impl PyConnTrack {
     const QUOTED_SIZE: usize = QUOTED_SIZE;
 
     #[new]
-    #[pyo3(signature = (*, max_entries = 262_144, tcp_loose = true, sweep_per_packet = 8, timeouts = None))]
+    #[pyo3(signature = (*, max_entries = 262_144, tcp_loose = true, sweep_per_packet = 2, timeouts = None))]
     fn new(
         max_entries: usize,
         tcp_loose: bool,

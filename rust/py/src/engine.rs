@@ -1,11 +1,15 @@
 //! Python face of the decision engine (`pyclassify_core::engine`): glue only.
 
-use pyclassify_core::engine::{Addr, Decision, Defaults, Engine, Flow, FlowEnd, Source};
-use pyo3::buffer::PyBuffer;
+use pyclassify_core::batch::{PacketHeader, HEADER_SIZE};
+use pyclassify_core::conntrack::QuotedTuple;
+use pyclassify_core::engine::{Addr, Decision, Defaults, Engine, Flow, FlowEnd, PacketVerdict, Source};
 use pyo3::prelude::*;
 
-use crate::batch::{header_slice, output_slice};
+use crate::conntrack::{checked_buffer, PyConnTrack};
 use crate::errors::engine_error;
+
+const VERDICT_SIZE: usize = std::mem::size_of::<PacketVerdict>();
+const QUOTE_SIZE: usize = std::mem::size_of::<QuotedTuple>();
 
 /// An immutable compiled snapshot of a policy set and its inventory.
 #[pyclass(name = "Engine", module = "pyclassify._engine", frozen)]
@@ -88,24 +92,66 @@ impl PyEngine {
         Ok((v.allow, v.egress.map(decision), v.ingress.map(decision)))
     }
 
-    /// Verdicts for a header batch: `headers` is the batch's bytes (a uint8 view of a
-    /// `HEADER_DTYPE` array), `out` a writable uint8 array of one byte per header. Runs
-    /// without the GIL.
-    fn classify(&self, py: Python<'_>, headers: PyBuffer<u8>, out: PyBuffer<u8>, pod_allow: bool, host_allow: bool) -> PyResult<()> {
-        let hdrs = header_slice(py, &headers)?;
-        let n = hdrs.len;
-        let verdicts = output_slice(py, &out, n)?;
+    /// Judges a header batch into `out` (a `VERDICT_DTYPE` array, one record per header): the
+    /// verdict, why (policy / established / malformed / invalid), the connection-tracking state,
+    /// and each direction's deciding tier, policy or profile, and rule. With `tracker`, packets of
+    /// connections it already allowed pass without policy, and allowed new connections start
+    /// being tracked (time = each header's capture timestamp); `quotes` (`QUOTE_DTYPE`, parallel
+    /// to `headers`) carries the flows ICMP errors quote. Runs without the GIL.
+    #[pyo3(signature = (headers, out, pod_allow, host_allow, tracker=None, quotes=None))]
+    fn judge(
+        &self,
+        py: Python<'_>,
+        headers: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        pod_allow: bool,
+        host_allow: bool,
+        tracker: Option<PyRefMut<'_, PyConnTrack>>,
+        quotes: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let hdrs = checked_buffer(headers, "headers", HEADER_SIZE, std::mem::align_of::<PacketHeader>(), None, false)?;
+        let n = hdrs.item_count();
+        let verdicts = checked_buffer(out, "out", VERDICT_SIZE, std::mem::align_of::<PacketVerdict>(), Some(n), true)?;
+        let quoted = quotes
+            .map(|q| checked_buffer(q, "quotes", QUOTE_SIZE, std::mem::align_of::<QuotedTuple>(), Some(n), false))
+            .transpose()?;
+        let (h_ptr, v_ptr) = (hdrs.buf_ptr() as usize, verdicts.buf_ptr() as usize);
+        let q_ptr = quoted.as_ref().map(|q| q.buf_ptr() as usize);
         let defaults = Defaults { pod_allow, host_allow };
-        py.detach(|| {
-            // SAFETY: both buffers stay acquired (and so alive and unmoved) until this returns.
-            let (hdrs, verdicts) = unsafe { (hdrs.get(), verdicts.get()) };
-            self.inner.classify_batch(hdrs, verdicts, defaults);
+        let mut tracker = tracker;
+        let ct = tracker.as_mut().map(|t| &mut t.inner);
+        py.detach(move || {
+            // SAFETY: the three buffers were checked (item size, count, alignment, contiguity,
+            // writability) and stay acquired until this function returns.
+            let (hs, vs, qs) = unsafe {
+                (
+                    slice_of::<PacketHeader>(h_ptr, n),
+                    std::slice::from_raw_parts_mut(v_ptr as *mut PacketVerdict, n),
+                    q_ptr.map(|p| slice_of::<QuotedTuple>(p, n)),
+                )
+            };
+            match ct {
+                Some(ct) => self.inner.classify_tracked(ct, hs, qs, vs, defaults),
+                None => self.inner.classify_detailed(hs, vs, defaults),
+            }
         });
+        drop((hdrs, verdicts, quoted));
         Ok(())
+    }
+}
+
+/// # Safety
+/// `ptr` must point at `n` initialised, aligned `T`s that outlive the returned slice.
+unsafe fn slice_of<'a, T>(ptr: usize, n: usize) -> &'a [T] {
+    if n == 0 {
+        &[]
+    } else {
+        std::slice::from_raw_parts(ptr as *const T, n)
     }
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEngine>()?;
+    m.add("VERDICT_SIZE", VERDICT_SIZE)?;
     Ok(())
 }

@@ -11,6 +11,7 @@ mod batch;
 mod conntrack;
 mod engine;
 mod errors;
+mod labelindex;
 mod selector;
 
 /// Decision engine of pyclassify (Rust).
@@ -21,6 +22,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     batch::register(m)?;
     conntrack::register(m)?;
     selector::register(m)?;
+    labelindex::register(m)?;
     engine::register(m)?;
     admission::register(m)?;
     Ok(())

@@ -36,7 +36,11 @@ pub struct TupleMergeConfig {
 
 impl Default for TupleMergeConfig {
     fn default() -> Self {
-        TupleMergeConfig { collision_limit: 8, v4_step: 16, v6_step: 16 }
+        TupleMergeConfig {
+            collision_limit: 8,
+            v4_step: 16,
+            v6_step: 16,
+        }
     }
 }
 
@@ -86,7 +90,13 @@ impl Tuple {
         // Ports: exact or nothing (a range's shared leading bits rarely tell rules apart, and
         // every distinct port length would be one more table to visit).
         let port = |l: u8| if l == 16 { 16 } else { 0 };
-        Tuple { sl: addr(self.sl), dl: addr(self.dl), spl: port(self.spl), dpl: port(self.dpl), ..*self }
+        Tuple {
+            sl: addr(self.sl),
+            dl: addr(self.dl),
+            spl: port(self.spl),
+            dpl: port(self.dpl),
+            ..*self
+        }
     }
 
     fn max(&self, o: &Tuple) -> Tuple {
@@ -163,7 +173,13 @@ struct Table {
 
 impl Table {
     fn new(tuple: Tuple, uid: u32) -> Table {
-        let pm = |l: u8| if l == 0 { 0 } else { u16::MAX << (16 - l as u32) };
+        let pm = |l: u8| {
+            if l == 0 {
+                0
+            } else {
+                u16::MAX << (16 - l as u32)
+            }
+        };
         Table {
             smask: super::Prefix::mask(tuple.sl),
             dmask: super::Prefix::mask(tuple.dl),
@@ -208,14 +224,24 @@ impl Table {
     }
 
     fn refresh_min(&mut self) {
-        self.min_rank = self.buckets.values().filter_map(|b| b.first()).map(|e| e.rank).min().unwrap_or(u64::MAX);
+        self.min_rank = self
+            .buckets
+            .values()
+            .filter_map(|b| b.first())
+            .map(|e| e.rank)
+            .min()
+            .unwrap_or(u64::MAX);
         self.stale = 0;
     }
 
     fn memory_bytes(&self) -> usize {
         let slot = core::mem::size_of::<(u64, Vec<Entry>)>() + 1;
         self.buckets.capacity() * slot
-            + self.buckets.values().map(|b| b.capacity() * core::mem::size_of::<Entry>()).sum::<usize>()
+            + self
+                .buckets
+                .values()
+                .map(|b| b.capacity() * core::mem::size_of::<Entry>())
+                .sum::<usize>()
     }
 }
 
@@ -272,7 +298,10 @@ impl TupleMerge {
         TupleMerge::build_with(rules, TupleMergeConfig::default())
     }
 
-    pub fn build_with(rules: &[ClassRule], cfg: TupleMergeConfig) -> Result<TupleMerge, ClassifierError> {
+    pub fn build_with(
+        rules: &[ClassRule],
+        cfg: TupleMergeConfig,
+    ) -> Result<TupleMerge, ClassifierError> {
         let mut sorted: Vec<&ClassRule> = rules.iter().collect();
         for r in &sorted {
             r.validate()?;
@@ -353,7 +382,13 @@ impl TupleMerge {
             rules: self.rules.len(),
             tables: self.tables.len(),
             buckets: self.tables.iter().map(|t| t.buckets.len()).sum(),
-            largest_bucket: self.tables.iter().flat_map(|t| t.buckets.values()).map(Vec::len).max().unwrap_or(0),
+            largest_bucket: self
+                .tables
+                .iter()
+                .flat_map(|t| t.buckets.values())
+                .map(Vec::len)
+                .max()
+                .unwrap_or(0),
         }
     }
 
@@ -405,9 +440,12 @@ impl TupleMerge {
         if nt == cur {
             return; // the colliding rules fix the same bits: nothing can tell them apart
         }
-        let Some(bucket) = self.tables[i].buckets.get_mut(&h) else { return };
-        let (moving, staying): (Vec<Entry>, Vec<Entry>) =
-            bucket.drain(..).partition(|e| nt.admits(&Tuple::of_entry(e)));
+        let Some(bucket) = self.tables[i].buckets.get_mut(&h) else {
+            return;
+        };
+        let (moving, staying): (Vec<Entry>, Vec<Entry>) = bucket
+            .drain(..)
+            .partition(|e| nt.admits(&Tuple::of_entry(e)));
         let t = &mut self.tables[i];
         t.count -= moving.len() as u32;
         if staying.is_empty() {

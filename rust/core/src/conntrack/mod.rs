@@ -194,7 +194,9 @@ pub struct CtConfig {
     /// Default on.
     pub tcp_loose: bool,
     /// Slab slots the incremental sweep examines per tracked packet (0 = only lazy expiry and
-    /// explicit [`ConnTrack::expire`]). Default 8.
+    /// explicit [`ConnTrack::expire`]). Default 2: a full pass over N slots every N/2 packets.
+    /// Each slot is a 64-byte line, so a larger budget costs lookups measurably (`CT_SWEEP` in
+    /// `benches/conntrack.rs`).
     pub sweep_per_packet: usize,
     /// Idle timeouts.
     pub timeouts: Timeouts,
@@ -205,7 +207,7 @@ impl Default for CtConfig {
         CtConfig {
             max_entries: 262_144,
             tcp_loose: true,
-            sweep_per_packet: 8,
+            sweep_per_packet: 2,
             timeouts: Timeouts::default(),
         }
     }
@@ -383,12 +385,22 @@ const _: () = assert!(core::mem::size_of::<Entry>() == 64);
 impl Entry {
     #[inline]
     fn canon(&self) -> FlowKey {
-        FlowKey { src: self.src, dst: self.dst, sport: self.sport, dport: self.dport, proto: self.proto }
+        FlowKey {
+            src: self.src,
+            dst: self.dst,
+            sport: self.sport,
+            dport: self.dport,
+            proto: self.proto,
+        }
     }
 
     #[inline]
     fn is(&self, k: &FlowKey) -> bool {
-        self.src == k.src && self.dst == k.dst && self.sport == k.sport && self.dport == k.dport && self.proto == k.proto
+        self.src == k.src
+            && self.dst == k.dst
+            && self.sport == k.sport
+            && self.dport == k.dport
+            && self.proto == k.proto
     }
 
     fn orig_key(&self) -> FlowKey {
@@ -667,7 +679,9 @@ impl<S: BuildHasher> ConnTrack<S> {
         let exp = now_ns.saturating_add(self.timeout_of(idx)).max(1);
         self.entries[idx as usize].expires = exp;
         let (entries, build) = (&self.entries, &self.build);
-        self.table.insert_unique(flow.hash, idx, |&i| build.hash_one(entries[i as usize].canon()));
+        self.table.insert_unique(flow.hash, idx, |&i| {
+            build.hash_one(entries[i as usize].canon())
+        });
         self.lru_push(idx);
         self.stats.inserts += 1;
         Ok(())
@@ -754,7 +768,11 @@ impl<S: BuildHasher> ConnTrack<S> {
             return 0;
         }
         let mut removed = 0;
-        let mut cur = if self.sweep_cursor < len { self.sweep_cursor } else { 0 };
+        let mut cur = if self.sweep_cursor < len {
+            self.sweep_cursor
+        } else {
+            0
+        };
         for _ in 0..budget.min(len) {
             let exp = self.entries[cur].expires;
             if exp != 0 && exp <= now_ns {

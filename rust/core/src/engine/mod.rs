@@ -15,6 +15,7 @@ pub mod spec;
 use std::collections::{HashMap, HashSet};
 
 use crate::batch::{PacketHeader, FLAG_HAS_PORTS, FLAG_MALFORMED, FLAG_TRUNCATED};
+use crate::conntrack::{ConnTrack, QuotedTuple};
 use crate::selector::{Selector, SelectorError};
 pub use net::{Addr, Net};
 use spec::{EntitySpec, LabelMap, PortSpec, RuleSpec, Spec, TargetPort};
@@ -793,17 +794,65 @@ impl Engine {
     /// without the fields policy needs are denied (the default chosen before parsing).
     pub fn classify_batch(&self, headers: &[PacketHeader], out: &mut [u8], defaults: Defaults) {
         for (h, o) in headers.iter().zip(out.iter_mut()) {
-            *o = self.classify_header(h, defaults) as u8;
+            *o = self.header_verdict(h, defaults).is_some_and(|v| v.allow) as u8;
         }
     }
 
-    pub fn classify_header(&self, h: &PacketHeader, defaults: Defaults) -> bool {
+    /// Like [`Engine::classify_batch`], with the deciding tier, policy and rule of each direction.
+    pub fn classify_detailed(&self, headers: &[PacketHeader], out: &mut [PacketVerdict], defaults: Defaults) {
+        for (h, o) in headers.iter().zip(out.iter_mut()) {
+            *o = match self.header_verdict(h, defaults) {
+                Some(v) => PacketVerdict::judged(&v),
+                None => PacketVerdict::malformed(),
+            };
+        }
+    }
+
+    /// Classifies a batch with connection tracking: packets of connections already allowed
+    /// (and their replies, and ICMP errors about them) pass without policy; a packet that may
+    /// open a connection is judged by policy and, if allowed, starts tracking. Time is each
+    /// header's capture timestamp. `quotes`, parallel to `headers`, carries the flow each ICMP
+    /// error quotes.
+    pub fn classify_tracked(
+        &self,
+        ct: &mut ConnTrack,
+        headers: &[PacketHeader],
+        quotes: Option<&[QuotedTuple]>,
+        out: &mut [PacketVerdict],
+        defaults: Defaults,
+    ) {
+        for (i, (h, o)) in headers.iter().zip(out.iter_mut()).enumerate() {
+            if h.flags & FLAG_MALFORMED != 0 {
+                *o = PacketVerdict::malformed();
+                continue;
+            }
+            let mut judged = None;
+            let quoted = quotes.and_then(|q| q.get(i));
+            let (state, allowed) = ct.track_judged(h, quoted, h.ts_ns, |h| {
+                let v = self.header_verdict(h, defaults);
+                let allow = v.as_ref().is_some_and(|v| v.allow);
+                judged = Some(v);
+                allow
+            });
+            *o = match judged {
+                Some(Some(v)) => PacketVerdict::judged(&v),
+                Some(None) => PacketVerdict::malformed(),
+                None if state.allows() => PacketVerdict { allow: 1, reason: PACKET_ESTABLISHED, ..Default::default() },
+                None => PacketVerdict { allow: 0, reason: PACKET_INVALID, ..Default::default() },
+            };
+            o.allow = allowed as u8;
+            o.ct_state = state.code();
+        }
+    }
+
+    /// The verdict for one decoded header; None if it lacks what policy needs.
+    pub fn header_verdict(&self, h: &PacketHeader, defaults: Defaults) -> Option<Verdict> {
         if h.flags & FLAG_MALFORMED != 0 || (h.ip_version != 4 && h.ip_version != 6) {
-            return false;
+            return None;
         }
         let has_ports = h.flags & FLAG_HAS_PORTS != 0;
         if h.flags & FLAG_TRUNCATED != 0 && !has_ports && is_port_protocol(h.protocol) {
-            return false;
+            return None;
         }
         let icmp = matches!(h.protocol, PROTO_ICMP | PROTO_ICMPV6);
         let flow = Flow {
@@ -815,7 +864,89 @@ impl Engine {
             icmp_type: icmp.then_some(h.icmp_type),
             icmp_code: icmp.then_some(h.icmp_code),
         };
-        self.evaluate_unchecked(&flow, defaults).allow
+        Some(self.evaluate_unchecked(&flow, defaults))
+    }
+}
+
+/// `PacketVerdict::reason`: policy judged the packet.
+pub const PACKET_POLICY: u8 = 0;
+/// It belongs to a connection already allowed (or is a reply to one, or an ICMP error about one).
+pub const PACKET_ESTABLISHED: u8 = 1;
+/// It could not be decoded far enough to judge: denied (the default chosen before parsing).
+pub const PACKET_MALFORMED: u8 = 2;
+/// Connection tracking found it invalid (e.g. a TCP packet that opens nothing): denied.
+pub const PACKET_INVALID: u8 = 3;
+
+/// One direction's decision in batch output. `source_kind`: 0 none, 1 policy, 2 profile;
+/// `tier`, `source`, `rule` are -1 when absent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SideVerdict {
+    pub present: u8,
+    pub allow: u8,
+    pub reason: u8,
+    pub source_kind: u8,
+    pub tier: i32,
+    pub source: i32,
+    pub rule: i32,
+}
+
+impl Default for SideVerdict {
+    fn default() -> Self {
+        SideVerdict { present: 0, allow: 0, reason: 0, source_kind: 0, tier: -1, source: -1, rule: -1 }
+    }
+}
+
+impl SideVerdict {
+    fn from(d: &Option<Decision>) -> SideVerdict {
+        let Some(d) = d else { return SideVerdict::default() };
+        let (source_kind, source) = match d.source {
+            None => (0, -1),
+            Some(Source::Policy(i)) => (1, i as i32),
+            Some(Source::Profile(i)) => (2, i as i32),
+        };
+        SideVerdict {
+            present: 1,
+            allow: d.allow as u8,
+            reason: d.reason as u8,
+            source_kind,
+            tier: d.tier.map_or(-1, |t| t as i32),
+            source,
+            rule: d.rule.map_or(-1, |r| r as i32),
+        }
+    }
+}
+
+/// The batch output record, one per packet header (36 bytes; `pyclassify.engine.VERDICT_DTYPE`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PacketVerdict {
+    pub allow: u8,
+    /// `PACKET_POLICY`, `PACKET_ESTABLISHED`, `PACKET_MALFORMED` or `PACKET_INVALID`.
+    pub reason: u8,
+    /// Connection-tracking state code (`conntrack::code`), 0 without tracking.
+    pub ct_state: u8,
+    pub reserved: u8,
+    pub egress: SideVerdict,
+    pub ingress: SideVerdict,
+}
+
+const _: () = assert!(std::mem::size_of::<PacketVerdict>() == 36);
+
+impl PacketVerdict {
+    fn judged(v: &Verdict) -> PacketVerdict {
+        PacketVerdict {
+            allow: v.allow as u8,
+            reason: PACKET_POLICY,
+            ct_state: 0,
+            reserved: 0,
+            egress: SideVerdict::from(&v.egress),
+            ingress: SideVerdict::from(&v.ingress),
+        }
+    }
+
+    fn malformed() -> PacketVerdict {
+        PacketVerdict { reason: PACKET_MALFORMED, ..Default::default() }
     }
 }
 

@@ -330,6 +330,10 @@ where
         }
     }
 
+    pub fn records_events(&self) -> bool {
+        self.record_events
+    }
+
     /// The match changes recorded since the last call, oldest first.
     pub fn take_events(&mut self) -> Vec<MatchEvent<S, E>> {
         mem::take(&mut self.events)

@@ -1,0 +1,274 @@
+"""Replaying captures for verdicts (``pyclassify replay``).
+
+Captures are read and decoded in Cython (``pyclassify.capture``), judged in Rust with
+connection tracking (``NativeEngine.judge``), batch by batch: no Python object per packet on
+the way. Python only sums the verdict arrays with numpy, and formats per-packet lines when the
+user asks for ``--out`` (that is output, not classification).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from pyclassify.capture import Batch, CaptureWriter, open_capture
+from pyclassify.engine import (
+    PACKET_ESTABLISHED,
+    PACKET_INVALID,
+    PACKET_MALFORMED,
+    PACKET_POLICY,
+    NativeEngine,
+    Tracker,
+)
+from pyclassify.ir import Direction
+from pyclassify.kinds.common import protocol_name
+
+PACKET_REASONS = {
+    PACKET_POLICY: "policy",
+    PACKET_ESTABLISHED: "established",
+    PACKET_MALFORMED: "malformed",
+    PACKET_INVALID: "invalid",
+}
+PORT_PROTOCOLS = (6, 17, 132, 136)
+
+
+class ReplayError(ValueError):
+    """A replay that cannot go on as asked (its message says why)."""
+
+ICMP_PROTOCOLS = (1, 58)
+
+
+@dataclass
+class ReplaySummary:
+    packets: int = 0
+    allowed: int = 0
+    denied: int = 0
+    malformed: int = 0
+    established: int = 0
+    invalid: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+    flow_keys: set[bytes] = field(default_factory=set, repr=False)
+    # (direction, tier, source_kind, source, rule, reason, allow) -> packets
+    by_rule: Counter = field(default_factory=Counter, repr=False)
+    decode_errors: Counter = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def flows(self) -> int:
+        return len(self.flow_keys)
+
+    @property
+    def rate(self) -> float:
+        return self.packets / self.seconds if self.seconds > 0 else 0.0
+
+
+def _flow_keys(headers: npt.NDArray[Any]) -> set[bytes]:
+    """Distinct connections of a batch, the same key for both directions."""
+    if len(headers) == 0:
+        return set()
+    src, dst = headers["src_addr"], headers["dst_addr"]
+    sport, dport = headers["sport"].astype(np.uint32), headers["dport"].astype(np.uint32)
+    # Order the two ends so both directions give one key: compare (addr, port) as bytes.
+    a = np.concatenate([src, (sport >> 8).astype(np.uint8)[:, None], (sport & 0xFF).astype(np.uint8)[:, None]], axis=1)
+    b = np.concatenate([dst, (dport >> 8).astype(np.uint8)[:, None], (dport & 0xFF).astype(np.uint8)[:, None]], axis=1)
+    diff = a.astype(np.int16) - b.astype(np.int16)
+    first = np.argmax(diff != 0, axis=1)
+    swap = diff[np.arange(len(diff)), first] > 0
+    lo = np.where(swap[:, None], b, a)
+    hi = np.where(swap[:, None], a, b)
+    proto = headers["protocol"][:, None]
+    keys = np.ascontiguousarray(np.concatenate([lo, hi, proto], axis=1))
+    return {row.tobytes() for row in np.unique(keys.view(np.dtype((np.void, keys.shape[1]))))}
+
+
+def _count_rules(summary: ReplaySummary, verdicts: npt.NDArray[Any]) -> None:
+    judged = verdicts[verdicts["reason"] == PACKET_POLICY]
+    for name, direction in (("egress", "egress"), ("ingress", "ingress")):
+        side = judged[name]
+        side = side[side["present"] == 1]
+        if len(side) == 0:
+            continue
+        cols = np.stack([side["tier"], side["source_kind"].astype(np.int32), side["source"], side["rule"],
+                         side["reason"].astype(np.int32), side["allow"].astype(np.int32)], axis=1)
+        rows, counts = np.unique(cols, axis=0, return_counts=True)
+        for row, count in zip(rows.tolist(), counts.tolist()):
+            summary.by_rule[(direction, *row)] += count
+
+
+def _address(raw: npt.NDArray[np.uint8], version: int) -> str:
+    b = bytes(raw)
+    return str(ipaddress.IPv4Address(b[12:]) if version == 4 else ipaddress.IPv6Address(b))
+
+
+class Replay:
+    """One replay run over one or more captures with one engine and one connection tracker."""
+
+    def __init__(self, engine: NativeEngine, conntrack: bool = True, default: str | None = None,
+                 out: IO[str] | None = None, allowed_path: str | None = None, denied_path: str | None = None) -> None:
+        self.engine = engine
+        self.tracker = Tracker() if conntrack else None
+        self.defaults = {} if default is None else {"default_pod": default, "default_host": default}
+        self.out = out
+        self.allowed_path, self.denied_path = allowed_path, denied_path
+        self.summary = ReplaySummary()
+        self._writers: list[CaptureWriter] = []
+        self._writer_by_kind: dict[str, tuple[CaptureWriter, tuple]] = {}
+        self._index = 0
+
+    def run(self, paths: list[str], progress: Callable[[int], None] | None = None) -> ReplaySummary:
+        start = time.perf_counter()
+        try:
+            for path in paths:
+                self._replay_one(path, progress)
+        except KeyboardInterrupt:
+            self.summary.interrupted = True
+        finally:
+            for w in self._writers:
+                w.close()
+            self.summary.seconds = time.perf_counter() - start
+        return self.summary
+
+    def _writer(self, which: str, cap: Any) -> CaptureWriter | None:
+        """The allowed/denied writer, made like the first capture; later captures must share
+        its format and link types (a pcap has one link type)."""
+        path = self.allowed_path if which == "allowed" else self.denied_path
+        if path is None:
+            return None
+        signature = (cap.format, cap.nanosecond, tuple(i.linktype for i in cap.interfaces))
+        found = self._writer_by_kind.get(which)
+        if found is None:
+            writer = CaptureWriter.like(cap, path)
+            self._writers.append(writer)
+            self._writer_by_kind[which] = (writer, signature)
+            return writer
+        writer, first = found
+        if signature != first:
+            raise ReplayError(
+                f"{cap.name}: its format or link types differ from the first capture's; "
+                f"write --{which} captures in separate runs"
+            )
+        return writer
+
+    def _replay_one(self, path: str, progress: Callable[[int], None] | None) -> None:
+        with open_capture(path) as cap:
+            for batch in cap:
+                verdicts = self.engine.judge(batch.headers, batch.quotes, self.tracker, **self.defaults)
+                self._account(batch, verdicts)
+                # Made after the first batch: pcapng interfaces are known by then.
+                allowed_w, denied_w = self._writer("allowed", cap), self._writer("denied", cap)
+                if allowed_w is not None:
+                    allowed_w.write(batch, verdicts["allow"] == 1)
+                if denied_w is not None:
+                    denied_w.write(batch, verdicts["allow"] == 0)
+                if self.out is not None:
+                    self._write_lines(batch, verdicts)
+                if progress is not None:
+                    progress(len(batch))
+            self.summary.decode_errors.update({k: v for k, v in cap.counts.items() if k != "none"})
+            self.summary.problems.extend(f"{path}: {p}" for p in cap.problems)
+
+    def _account(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
+        s = self.summary
+        n = len(verdicts)
+        allowed = int(np.count_nonzero(verdicts["allow"]))
+        s.packets += n
+        s.allowed += allowed
+        s.denied += n - allowed
+        s.malformed += int(np.count_nonzero(verdicts["reason"] == PACKET_MALFORMED))
+        s.established += int(np.count_nonzero(verdicts["reason"] == PACKET_ESTABLISHED))
+        s.invalid += int(np.count_nonzero(verdicts["reason"] == PACKET_INVALID))
+        decodable = verdicts["reason"] != PACKET_MALFORMED
+        s.flow_keys |= _flow_keys(batch.headers[decodable])
+        _count_rules(s, verdicts)
+
+    def _side_json(self, side: Any, direction: Direction) -> dict[str, Any] | None:
+        decision = self.engine.side_decision(side, direction)
+        if decision is None:
+            return None
+        doc = decision.to_json()
+        doc.pop("logs", None)
+        return doc
+
+    def _write_lines(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
+        assert self.out is not None
+        headers = batch.headers
+        for h, v in zip(headers, verdicts):
+            version = int(h["ip_version"])
+            reason = PACKET_REASONS[int(v["reason"])]
+            decodable = reason != "malformed" and version in (4, 6)
+            proto = int(h["protocol"])
+            has_ports = decodable and proto in PORT_PROTOCOLS and bool(h["flags"] & 32)
+            line = {
+                "index": self._index,
+                "ts": int(h["ts_ns"]) / 1e9,
+                "src": _address(h["src_addr"], version) if decodable else None,
+                "dst": _address(h["dst_addr"], version) if decodable else None,
+                "proto": protocol_name(proto) if decodable else None,
+                "sport": int(h["sport"]) if has_ports else None,
+                "dport": int(h["dport"]) if has_ports else None,
+                "verdict": "allow" if v["allow"] else "deny",
+                "reason": reason,
+                "egress": self._side_json(v["egress"], Direction.EGRESS) if reason == "policy" else None,
+                "ingress": self._side_json(v["ingress"], Direction.INGRESS) if reason == "policy" else None,
+            }
+            if decodable and proto in ICMP_PROTOCOLS:
+                line["icmp_type"], line["icmp_code"] = int(h["icmp_type"]), int(h["icmp_code"])
+            self.out.write(json.dumps(line) + "\n")
+            self._index += 1
+
+    def by_rule(self) -> list[dict[str, Any]]:
+        """``[{"direction", "tier", "policy", "rule", "verdict", "reason", "packets"}...]``, most packets first."""
+        rows = []
+        for (direction, tier, kind, source, rule, reason, allow), packets in self.summary.by_rule.items():
+            d = Direction(direction)
+            side = np.zeros((), dtype=self.engine.side_dtype)
+            side["present"], side["allow"], side["reason"] = 1, allow, reason
+            side["source_kind"], side["tier"], side["source"], side["rule"] = kind, tier, source, rule
+            decision = self.engine.side_decision(side, d)
+            assert decision is not None
+            rows.append({
+                "direction": direction,
+                "tier": decision.tier,
+                "policy": decision.policy,
+                "rule": decision.rule,
+                "verdict": decision.verdict,
+                "reason": decision.reason,
+                "packets": packets,
+            })
+        rows.sort(key=lambda r: (-r["packets"], r["direction"], str(r["policy"]), str(r["rule"])))
+        return rows
+
+    def summary_json(self) -> dict[str, Any]:
+        s = self.summary
+        return {
+            "packets": s.packets,
+            "allowed": s.allowed,
+            "denied": s.denied,
+            "malformed": s.malformed,
+            "established": s.established,
+            "invalid": s.invalid,
+            "flows": s.flows,
+            "by_rule": self.by_rule(),
+            "decode_errors": dict(sorted(s.decode_errors.items())),
+            "problems": s.problems,
+            "conntrack": self.tracker.stats() if self.tracker is not None else None,
+            "seconds": round(s.seconds, 6),
+            "packets_per_second": round(s.rate, 1),
+            "interrupted": s.interrupted,
+        }
+
+
+def total_packets(paths: list[str]) -> int | None:
+    """Size hint for a progress bar: file bytes (None when reading stdin)."""
+    if any(p == "-" for p in paths):
+        return None
+    return sum(Path(p).stat().st_size for p in paths)

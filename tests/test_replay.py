@@ -1,0 +1,155 @@
+"""``pyclassify replay``: bundled captures, the JSON contracts, split captures, and the end-to-end
+agreement of replayed verdicts with ``pyclassify matrix`` for the same manifests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyclassify.capture import read_all
+from pyclassify.engine import NativeEngine
+from pyclassify.project import load_project
+from pyclassify.replay import Replay
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = str(REPO / "examples" / "demo")
+PCAP = str(REPO / "pcaps" / "demo.pcap")
+PCAPNG = str(REPO / "pcaps" / "demo.pcapng")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pyclassify", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def demo_summary() -> dict:
+    r = cli("replay", DEMO, "--pcap", PCAP, "--json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_summary_contract(demo_summary):
+    s = demo_summary
+    assert {"packets", "allowed", "denied", "malformed", "flows", "by_rule"} <= set(s)
+    assert s["packets"] == 48 and s["allowed"] + s["denied"] == 48
+    assert s["malformed"] == 0 and s["flows"] > 10
+    for row in s["by_rule"]:
+        assert {"tier", "policy", "rule", "verdict", "packets"} <= set(row)
+
+
+def _rule(summary: dict, policy: str, rule) -> dict:
+    return next(r for r in summary["by_rule"] if r["policy"] == policy and r["rule"] == rule)
+
+
+def test_bundled_capture_verdicts_by_policy(demo_summary):
+    s = demo_summary
+    # web -> db:5432 SYN and its retransmission: the ANP denies them by name.
+    assert _rule(s, "AdminNetworkPolicy/protect-db", "deny-from-frontend") == {
+        "direction": "ingress", "tier": "kube-admin", "policy": "AdminNetworkPolicy/protect-db",
+        "rule": "deny-from-frontend", "verdict": "deny", "reason": "rule", "packets": 2,
+    }
+    assert _rule(s, "NetworkPolicy/backend/allow-frontend-to-api", 0)["verdict"] == "allow"
+    assert _rule(s, "AdminNetworkPolicy/allow-monitoring", "scrape-from-monitoring")["verdict"] == "allow"
+    assert _rule(s, "GlobalNetworkPolicy/security.block-known-bad", 1)["verdict"] == "deny"
+    assert _rule(s, "BaselineAdminNetworkPolicy/default", "deny-all-ingress")["verdict"] == "deny"
+    # Replies and the rest of allowed conversations pass by connection tracking, not policy.
+    assert s["established"] >= 20
+
+
+def test_terminal_summary_names_policies():
+    r = cli("replay", DEMO, "--pcap", PCAP)
+    assert r.returncode == 0, r.stderr
+    assert "48 packets" in r.stdout
+    assert "ingress deny  by AdminNetworkPolicy/protect-db rule deny-from-frontend in tier kube-admin" in r.stdout
+
+
+def test_out_jsonl_contract_and_split_captures(tmp_path):
+    out, allowed, denied = tmp_path / "v.jsonl", tmp_path / "a.pcap", tmp_path / "d.pcap"
+    r = cli("replay", DEMO, "--pcap", PCAP, "--out", str(out), "--allowed", str(allowed), "--denied", str(denied))
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["index"] for line in lines] == list(range(48))
+    keys = {"index", "ts", "src", "dst", "proto", "sport", "dport", "verdict", "reason", "egress", "ingress"}
+    assert all(keys <= set(line) for line in lines)
+    assert {line["reason"] for line in lines} <= {"policy", "established", "malformed", "invalid"}
+    first = lines[0]
+    assert (first["src"], first["dst"], first["proto"], first["dport"]) == ("10.0.1.10", "10.96.0.10", "UDP", 53)
+    icmp = [line for line in lines if line["proto"] == "ICMP"]
+    assert icmp and all(line["sport"] is None and line["dport"] is None for line in icmp)
+    n_allowed = sum(line["verdict"] == "allow" for line in lines)
+    a_headers = read_all(str(allowed))[0]
+    d_headers = read_all(str(denied))[0]
+    assert len(a_headers) == n_allowed and len(d_headers) == 48 - n_allowed
+    # Unchanged packets: the denied capture's packets are byte-identical to the originals.
+    original = read_all(PCAP)[0]
+    denied_ts = set(d_headers["ts_ns"].tolist())
+    assert denied_ts == {int(h["ts_ns"]) for h, line in zip(original, lines) if line["verdict"] == "deny"}
+
+
+def test_no_conntrack_judges_every_packet():
+    r = cli("replay", DEMO, "--pcap", PCAP, "--no-conntrack", "--json")
+    s = json.loads(r.stdout)
+    assert s["established"] == 0 and s["conntrack"] is None
+    # Without tracking, replies into default-deny namespaces are judged as new traffic.
+    with_ct = json.loads(cli("replay", DEMO, "--pcap", PCAP, "--json").stdout)
+    assert s["denied"] > with_ct["denied"]
+
+
+def test_bad_capture_is_an_error_not_a_traceback(tmp_path):
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(b"not a capture at all")
+    r = cli("replay", DEMO, "--pcap", str(bad))
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "error" in r.stderr
+
+
+def test_malformed_packets_are_counted_and_denied(tmp_path):
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    good = Ether() / IP(src="10.0.1.10", dst="10.0.2.20") / TCP(sport=40000, dport=8080, flags="S")
+    cut = bytes(good)[:20]  # ends inside the IP header
+    path = tmp_path / "m.pcap"
+    wrpcap(str(path), [good, Ether(cut)])
+    s = json.loads(cli("replay", DEMO, "--pcap", str(path), "--json").stdout)
+    assert s["packets"] == 2 and s["malformed"] == 1 and s["allowed"] == 1
+
+
+def test_replay_equals_matrix_end_to_end(tmp_path):
+    """A SYN between every pair of pods, replayed without conntrack, gets matrix's verdicts."""
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    doc = json.loads(cli("matrix", DEMO, "--proto", "TCP", "--port", "8080", "--json").stdout)
+    project = load_project([DEMO])
+    ips = {ref: str(project.find_endpoint(ref).ips[0]) for ref in doc["pods"]}
+    packets, expected = [], []
+    for i, a in enumerate(doc["pods"]):
+        for j, b in enumerate(doc["pods"]):
+            packets.append(Ether() / IP(src=ips[a], dst=ips[b]) / TCP(sport=40000 + i, dport=8080, flags="S"))
+            expected.append("allow" if doc["matrix"][i][j] else "deny")
+    path = tmp_path / "pairs.pcap"
+    wrpcap(str(path), packets)
+    out = tmp_path / "v.jsonl"
+    assert cli("replay", DEMO, "--pcap", str(path), "--no-conntrack", "--out", str(out)).returncode == 0
+    got = [json.loads(line)["verdict"] for line in out.read_text().splitlines()]
+    assert got == expected
+
+
+def test_python_api_replay_and_interrupt_summary(monkeypatch):
+    project = load_project([DEMO])
+    replay = Replay(NativeEngine(project.policy_set, project.inventory))
+    calls = []
+
+    def stop_after_first_batch(n: int) -> None:
+        calls.append(n)
+        raise KeyboardInterrupt
+
+    summary = replay.run([PCAP, PCAPNG], progress=stop_after_first_batch)
+    assert summary.interrupted and summary.packets == calls[0] == 48
+    assert replay.summary_json()["interrupted"] is True
