@@ -45,3 +45,5 @@ def header_flags():
 # The packet path: L2-L4 decoder and pcap/pcapng reader (issue 5).
 include "decode.pxi"
 include "pcap.pxi"
+# The Rust engine's C ABI, for the live loops (issue 4/6).
+include "engine_client.pxi"

@@ -88,6 +88,8 @@ _Decision = tuple[bool, int | None, _Source | None, int | None, int, list[_Log]]
 class Engine:
     def __new__(cls, spec_json: str) -> Engine: ...
     def stats(self) -> list[tuple[str, int]]: ...
+    def capsule(self) -> Any:
+        """PyCapsule "pyclassify._engine.EngineRef" for native loops."""
     def evaluate(
         self,
         src_ip: str | None,
@@ -113,6 +115,7 @@ class Engine:
     ) -> None: ...
 
 VERDICT_SIZE: Final[int]
+ENGINE_ABI_VERSION: Final[int]
 
 # connection tracking (rust/py/src/conntrack.rs, errors in rust/py/src/errors.rs)
 class ConnTrackError(ValueError): ...

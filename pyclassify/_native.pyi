@@ -71,3 +71,25 @@ class Reader:
     def done(self) -> bool: ...
     @property
     def fragment_stats(self) -> dict[str, int]: ...
+
+
+# The Rust engine's C ABI (native/engine_client.pxi)
+class EngineClient:
+    pod_allow: bool
+    host_allow: bool
+    def __init__(
+        self,
+        capsule: Any,
+        conntrack: bool = True,
+        max_entries: int = 262144,
+        tcp_loose: bool = True,
+        pod_allow: bool = True,
+        host_allow: bool = False,
+    ) -> None: ...
+    def swap(self, capsule: Any) -> None: ...
+    def judge(self, headers: Any, out: Any, quotes: Any = None) -> None: ...
+    def revalidate(
+        self, capsule: Any = None, now_ns: int = 0, cap: int = 65536
+    ) -> tuple[int, list[tuple[bytes, bytes, int, int, int, int]]]: ...
+    @property
+    def tracked(self) -> int: ...

@@ -13,6 +13,7 @@
 
 pub mod admission;
 pub mod batch;
+pub mod capi;
 pub mod classbench;
 pub mod classifier;
 pub mod conntrack;

@@ -1,6 +1,10 @@
 //! Python face of the decision engine (`pyclassify_core::engine`): glue only.
 
+use std::sync::Arc;
+
 use pyclassify_core::batch::{PacketHeader, HEADER_SIZE};
+use pyclassify_core::capi::{EngineApi, ENGINE_ABI_VERSION, ENGINE_API};
+use pyo3::types::PyCapsule;
 use pyclassify_core::conntrack::QuotedTuple;
 use pyclassify_core::engine::{Addr, Decision, Defaults, Engine, Flow, FlowEnd, PacketVerdict, Source};
 use pyo3::prelude::*;
@@ -14,8 +18,30 @@ const QUOTE_SIZE: usize = std::mem::size_of::<QuotedTuple>();
 /// An immutable compiled snapshot of a policy set and its inventory.
 #[pyclass(name = "Engine", module = "pyclassify._engine", frozen)]
 pub struct PyEngine {
-    inner: Engine,
+    inner: Arc<Engine>,
 }
+
+/// What the capsule of `Engine.capsule()` points at (`EngineRef` in native/engine_api.h): the
+/// C function table and this engine, kept alive by the capsule (its destructor drops the Arc).
+#[repr(C)]
+struct EngineRef {
+    api: *const EngineApi,
+    engine: *const Engine,
+}
+
+/// Owns the engine for the capsule's lifetime. `repr(C)` with `refs` first: the capsule's
+/// pointer is read from C as an `EngineRef*`.
+#[repr(C)]
+struct CapsuleEngine {
+    #[allow(dead_code)] // read from C
+    refs: EngineRef,
+    _keep: Arc<Engine>,
+}
+
+// SAFETY: the pointers are to a static table and to an immutable engine owned by `_keep`.
+unsafe impl Send for CapsuleEngine {}
+
+const CAPSULE_NAME: &std::ffi::CStr = c"pyclassify._engine.EngineRef";
 
 type PyLog = (Option<u32>, (&'static str, u32), u32);
 type PyDecision = (bool, Option<u32>, Option<(&'static str, u32)>, Option<u32>, u8, Vec<PyLog>);
@@ -43,7 +69,18 @@ impl PyEngine {
     #[new]
     fn new(py: Python<'_>, spec_json: &str) -> PyResult<Self> {
         let inner = py.detach(|| Engine::from_json(spec_json)).map_err(engine_error)?;
-        Ok(PyEngine { inner })
+        Ok(PyEngine { inner: Arc::new(inner) })
+    }
+
+    /// A PyCapsule named `pyclassify._engine.EngineRef` for native loops: an `EngineRef*` (the C
+    /// function table `ENGINE_API` and this engine), valid while the capsule lives.
+    fn capsule<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyCapsule>> {
+        let keep = Arc::clone(&self.inner);
+        let value = CapsuleEngine {
+            refs: EngineRef { api: &ENGINE_API, engine: Arc::as_ptr(&keep) },
+            _keep: keep,
+        };
+        PyCapsule::new_with_value(py, value, CAPSULE_NAME)
     }
 
     /// `{"endpoints", "policies", "rules", "entities", "addresses"}`.
@@ -153,5 +190,6 @@ unsafe fn slice_of<'a, T>(ptr: usize, n: usize) -> &'a [T] {
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEngine>()?;
     m.add("VERDICT_SIZE", VERDICT_SIZE)?;
+    m.add("ENGINE_ABI_VERSION", ENGINE_ABI_VERSION)?;
     Ok(())
 }

@@ -1,0 +1,72 @@
+# cython: language_level=3
+# Declarations of native/engine_api.h: the Rust engine's C function table (via a PyCapsule).
+from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
+
+from header_batch cimport PacketHeader
+
+
+cdef extern from "engine_api.h" nogil:
+    enum:
+        PC_ENGINE_ABI_VERSION
+        PC_CAPI_OK
+    const char *PC_ENGINE_CAPSULE
+
+    ctypedef struct pc_engine:
+        pass
+    ctypedef struct pc_conntrack:
+        pass
+
+    ctypedef struct pc_quote:
+        uint8_t src_addr[16]
+        uint8_t dst_addr[16]
+        uint16_t sport
+        uint16_t dport
+        uint8_t protocol
+        uint8_t icmp_type
+        uint8_t flags
+        uint8_t reserved
+
+    ctypedef struct pc_side_verdict:
+        uint8_t present
+        uint8_t allow
+        uint8_t reason
+        uint8_t source_kind
+        int32_t tier
+        int32_t source
+        int32_t rule
+
+    ctypedef struct pc_verdict:
+        uint8_t allow
+        uint8_t reason
+        uint8_t ct_state
+        uint8_t reserved
+        pc_side_verdict egress
+        pc_side_verdict ingress
+
+    ctypedef struct pc_revoked_flow:
+        uint8_t src_addr[16]
+        uint8_t dst_addr[16]
+        uint16_t sport
+        uint16_t dport
+        uint8_t protocol
+        uint8_t ip_version
+
+    ctypedef struct pc_engine_api:
+        uint32_t abi_version
+        uint32_t header_size
+        uint32_t verdict_size
+        uint32_t quote_size
+        int32_t (*judge)(const pc_engine *engine, pc_conntrack *ct, const PacketHeader *headers,
+                         const pc_quote *quotes, size_t n, pc_verdict *out, uint8_t pod_allow,
+                         uint8_t host_allow) noexcept nogil
+        pc_conntrack *(*ct_new)(size_t max_entries, uint8_t tcp_loose) noexcept nogil
+        void (*ct_free)(pc_conntrack *ct) noexcept nogil
+        size_t (*ct_len)(const pc_conntrack *ct) noexcept nogil
+        size_t (*ct_expire)(pc_conntrack *ct, uint64_t now_ns, size_t budget) noexcept nogil
+        ssize_t (*ct_revalidate)(pc_conntrack *ct, const pc_engine *engine, uint8_t pod_allow,
+                                 uint8_t host_allow, uint64_t now_ns, pc_revoked_flow *out,
+                                 size_t cap) noexcept nogil
+
+    ctypedef struct pc_engine_ref:
+        const pc_engine_api *api
+        const pc_engine *engine

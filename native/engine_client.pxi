@@ -1,0 +1,106 @@
+# The native side of the engine's C ABI: the live loops (NFQUEUE, AF_PACKET) hold an
+# `EngineClient` and call the Rust engine through its function table, without the GIL.
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from engine_api cimport (PC_CAPI_OK, PC_ENGINE_ABI_VERSION, pc_conntrack, pc_engine_ref,
+                         pc_quote, pc_revoked_flow, pc_verdict)
+
+
+cdef class EngineClient:
+    """An engine (from ``Engine.capsule()``) and, optionally, a connection tracker owned here.
+
+    ``judge`` is what the live loops call per batch, in C; the Python method of the same name
+    exists for tests and for callers that hold numpy arrays."""
+
+    cdef object _capsule
+    cdef pc_engine_ref *ref
+    cdef pc_conntrack *ct
+    cdef public bint pod_allow
+    cdef public bint host_allow
+
+    def __cinit__(self, capsule, bint conntrack=True, size_t max_entries=262144, bint tcp_loose=True,
+                  bint pod_allow=True, bint host_allow=False):
+        if not PyCapsule_IsValid(capsule, b"pyclassify._engine.EngineRef"):
+            raise TypeError("expected the capsule of pyclassify._engine.Engine.capsule()")
+        self.ref = <pc_engine_ref *>PyCapsule_GetPointer(capsule, b"pyclassify._engine.EngineRef")
+        if self.ref.api.abi_version != PC_ENGINE_ABI_VERSION:
+            raise RuntimeError(f"engine ABI {self.ref.api.abi_version}, this module speaks {PC_ENGINE_ABI_VERSION}")
+        if self.ref.api.header_size != sizeof(PacketHeader) or self.ref.api.verdict_size != sizeof(pc_verdict):
+            raise RuntimeError("the engine's header or verdict layout differs from this module's")
+        self._capsule = capsule
+        self.ct = NULL
+        if conntrack:
+            self.ct = self.ref.api.ct_new(max_entries, tcp_loose)
+            if self.ct == NULL:
+                raise ValueError("invalid connection tracker configuration")
+        self.pod_allow = pod_allow
+        self.host_allow = host_allow
+
+    def __dealloc__(self):
+        if self.ct != NULL and self.ref != NULL:
+            self.ref.api.ct_free(self.ct)
+            self.ct = NULL
+
+    def swap(self, capsule):
+        """Use a new engine from now on (the tracker and its connections stay)."""
+        if not PyCapsule_IsValid(capsule, b"pyclassify._engine.EngineRef"):
+            raise TypeError("expected the capsule of pyclassify._engine.Engine.capsule()")
+        self.ref = <pc_engine_ref *>PyCapsule_GetPointer(capsule, b"pyclassify._engine.EngineRef")
+        self._capsule = capsule
+
+    cdef int judge_c(self, const PacketHeader *headers, const pc_quote *quotes, size_t n,
+                     pc_verdict *out) noexcept nogil:
+        return self.ref.api.judge(self.ref.engine, self.ct, headers, quotes, n, out,
+                                  self.pod_allow, self.host_allow)
+
+    def judge(self, headers, out, quotes=None):
+        """Judge a header batch (``HEADER_DTYPE``) into ``out`` (``VERDICT_DTYPE``) through the
+        C table, without the GIL."""
+        cdef unsigned char[::1] hv = _as_bytes_view(headers, len(headers), sizeof(PacketHeader), "headers")
+        cdef size_t n = len(headers)
+        cdef unsigned char[::1] ov = _as_bytes_view(out, n, sizeof(pc_verdict), "out")
+        cdef unsigned char[::1] qv
+        cdef const pc_quote *q = NULL
+        if quotes is not None:
+            qv = _as_bytes_view(quotes, n, sizeof(pc_quote), "quotes")
+            if n:
+                q = <const pc_quote *>&qv[0]
+        cdef int rc
+        if n == 0:
+            return
+        with nogil:
+            rc = self.judge_c(<const PacketHeader *>&hv[0], q, n, <pc_verdict *>&ov[0])
+        if rc != PC_CAPI_OK:
+            raise RuntimeError(f"engine call failed ({rc})")
+
+    def revalidate(self, capsule=None, uint64_t now_ns=0, size_t cap=65536):
+        """Re-judge every tracked connection (against ``capsule``'s engine, or the current one),
+        remove the ones now denied, and return them as ``(src, dst, sport, dport, proto, ipver)``
+        byte tuples (at most ``cap``) with the total count revoked."""
+        cdef pc_engine_ref *ref = self.ref
+        if capsule is not None:
+            ref = <pc_engine_ref *>PyCapsule_GetPointer(capsule, b"pyclassify._engine.EngineRef")
+        if self.ct == NULL:
+            return 0, []
+        cdef pc_revoked_flow *buf = <pc_revoked_flow *>PyMem_Malloc(max(cap, 1) * sizeof(pc_revoked_flow))
+        if buf == NULL:
+            raise MemoryError()
+        cdef ssize_t got
+        try:
+            with nogil:
+                got = self.ref.api.ct_revalidate(self.ct, ref.engine, self.pod_allow, self.host_allow,
+                                                 now_ns, buf, cap)
+            if got < 0:
+                raise RuntimeError(f"engine call failed ({got})")
+            flows = [
+                (bytes(buf[i].src_addr[:16]), bytes(buf[i].dst_addr[:16]), buf[i].sport, buf[i].dport,
+                 buf[i].protocol, buf[i].ip_version)
+                for i in range(min(<size_t>got, cap))
+            ]
+            return got, flows
+        finally:
+            PyMem_Free(buf)
+
+    @property
+    def tracked(self):
+        return self.ref.api.ct_len(self.ct) if self.ct != NULL else 0

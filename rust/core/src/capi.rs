@@ -1,0 +1,211 @@
+//! The engine's C ABI: a table of `extern "C"` functions that Cython's live loops (NFQUEUE,
+//! AF_PACKET) call without the GIL and without Python objects per packet. The Python module
+//! hands it out in a PyCapsule together with an engine handle (`rust/py/src/engine.rs`);
+//! `native/engine_api.h` declares the same structs for Cython.
+//!
+//! No panic crosses this boundary: every entry point catches unwinding and returns an error code.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::batch::PacketHeader;
+use crate::conntrack::{ConnTrack, CtConfig, FlowKey, QuotedTuple};
+use crate::engine::{Defaults, Engine, PacketVerdict};
+
+/// Bumped on any change to the table or the structs it passes.
+pub const ENGINE_ABI_VERSION: u32 = 1;
+
+/// Return codes.
+pub const CAPI_OK: i32 = 0;
+pub const CAPI_NULL: i32 = -1;
+pub const CAPI_PANIC: i32 = -2;
+
+/// A connection revoked by revalidation, in the original direction (40 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RevokedFlow {
+    pub src_addr: [u8; 16],
+    pub dst_addr: [u8; 16],
+    pub sport: u16,
+    pub dport: u16,
+    pub protocol: u8,
+    pub ip_version: u8,
+    pub reserved: [u8; 2],
+}
+
+const _: () = assert!(std::mem::size_of::<RevokedFlow>() == 40);
+
+#[repr(C)]
+pub struct EngineApi {
+    pub abi_version: u32,
+    pub header_size: u32,
+    pub verdict_size: u32,
+    pub quote_size: u32,
+    /// Judges `n` headers into `out` (see `Engine::classify_tracked`; `ct` may be null for
+    /// per-packet judgement, `quotes` may be null).
+    pub judge: unsafe extern "C" fn(
+        engine: *const Engine,
+        ct: *mut ConnTrack,
+        headers: *const PacketHeader,
+        quotes: *const QuotedTuple,
+        n: usize,
+        out: *mut PacketVerdict,
+        pod_allow: u8,
+        host_allow: u8,
+    ) -> i32,
+    /// A new connection tracker (null on a bad configuration).
+    pub ct_new: unsafe extern "C" fn(max_entries: usize, tcp_loose: u8) -> *mut ConnTrack,
+    pub ct_free: unsafe extern "C" fn(ct: *mut ConnTrack),
+    pub ct_len: unsafe extern "C" fn(ct: *const ConnTrack) -> usize,
+    /// Expires idle entries, at most `budget` slots examined; returns how many were removed.
+    pub ct_expire: unsafe extern "C" fn(ct: *mut ConnTrack, now_ns: u64, budget: usize) -> usize,
+    /// Re-judges every tracked connection against `engine`, removes the denied ones and writes
+    /// up to `cap` of them to `out`; returns how many were revoked (may exceed `cap`), or < 0.
+    pub ct_revalidate: unsafe extern "C" fn(
+        ct: *mut ConnTrack,
+        engine: *const Engine,
+        pod_allow: u8,
+        host_allow: u8,
+        now_ns: u64,
+        out: *mut RevokedFlow,
+        cap: usize,
+    ) -> isize,
+}
+
+/// The one table.
+pub static ENGINE_API: EngineApi = EngineApi {
+    abi_version: ENGINE_ABI_VERSION,
+    header_size: std::mem::size_of::<PacketHeader>() as u32,
+    verdict_size: std::mem::size_of::<PacketVerdict>() as u32,
+    quote_size: std::mem::size_of::<QuotedTuple>() as u32,
+    judge,
+    ct_new,
+    ct_free,
+    ct_len,
+    ct_expire,
+    ct_revalidate,
+};
+
+fn defaults(pod_allow: u8, host_allow: u8) -> Defaults {
+    Defaults { pod_allow: pod_allow != 0, host_allow: host_allow != 0 }
+}
+
+unsafe extern "C" fn judge(
+    engine: *const Engine,
+    ct: *mut ConnTrack,
+    headers: *const PacketHeader,
+    quotes: *const QuotedTuple,
+    n: usize,
+    out: *mut PacketVerdict,
+    pod_allow: u8,
+    host_allow: u8,
+) -> i32 {
+    if engine.is_null() || (n > 0 && (headers.is_null() || out.is_null())) {
+        return CAPI_NULL;
+    }
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller passes `n` valid headers, quotes (or null) and output records, and
+        // a live engine and tracker it does not use elsewhere during the call.
+        let engine = unsafe { &*engine };
+        let (hs, vs) = if n == 0 {
+            (&[][..], &mut [][..])
+        } else {
+            unsafe { (std::slice::from_raw_parts(headers, n), std::slice::from_raw_parts_mut(out, n)) }
+        };
+        let qs = (!quotes.is_null() && n > 0).then(|| unsafe { std::slice::from_raw_parts(quotes, n) });
+        let d = defaults(pod_allow, host_allow);
+        match unsafe { ct.as_mut() } {
+            Some(ct) => engine.classify_tracked(ct, hs, qs, vs, d),
+            None => engine.classify_detailed(hs, vs, d),
+        }
+    }));
+    if result.is_ok() {
+        CAPI_OK
+    } else {
+        CAPI_PANIC
+    }
+}
+
+unsafe extern "C" fn ct_new(max_entries: usize, tcp_loose: u8) -> *mut ConnTrack {
+    let cfg = CtConfig { max_entries, tcp_loose: tcp_loose != 0, ..CtConfig::default() };
+    match catch_unwind(|| ConnTrack::new(cfg)) {
+        Ok(Ok(ct)) => Box::into_raw(Box::new(ct)),
+        _ => std::ptr::null_mut(),
+    }
+}
+
+unsafe extern "C" fn ct_free(ct: *mut ConnTrack) {
+    if !ct.is_null() {
+        // SAFETY: `ct` came from `ct_new` and is freed once.
+        drop(unsafe { Box::from_raw(ct) });
+    }
+}
+
+unsafe extern "C" fn ct_len(ct: *const ConnTrack) -> usize {
+    unsafe { ct.as_ref() }.map_or(0, ConnTrack::len)
+}
+
+unsafe extern "C" fn ct_expire(ct: *mut ConnTrack, now_ns: u64, budget: usize) -> usize {
+    match unsafe { ct.as_mut() } {
+        Some(ct) => catch_unwind(AssertUnwindSafe(|| ct.expire(now_ns, budget))).unwrap_or(0),
+        None => 0,
+    }
+}
+
+/// The header of a packet of `key` in its original direction (what policy judges).
+pub fn header_of(key: &FlowKey) -> PacketHeader {
+    let mut h = PacketHeader::default();
+    h.src_addr = key.src.to_be_bytes();
+    h.dst_addr = key.dst.to_be_bytes();
+    h.ip_version = if key.src >> 32 == 0xffff { 4 } else { 6 };
+    h.protocol = key.proto;
+    if matches!(key.proto, 1 | 58) {
+        h.icmp_type = (key.dport >> 8) as u8;
+        h.sport = key.sport;
+    } else {
+        h.sport = key.sport;
+        h.dport = key.dport;
+        if matches!(key.proto, 6 | 17 | 132 | 136) {
+            h.flags |= crate::batch::FLAG_HAS_PORTS;
+        }
+    }
+    h
+}
+
+fn revoked(key: &FlowKey) -> RevokedFlow {
+    let h = header_of(key);
+    RevokedFlow {
+        src_addr: h.src_addr,
+        dst_addr: h.dst_addr,
+        sport: key.sport,
+        dport: key.dport,
+        protocol: key.proto,
+        ip_version: h.ip_version,
+        reserved: [0; 2],
+    }
+}
+
+unsafe extern "C" fn ct_revalidate(
+    ct: *mut ConnTrack,
+    engine: *const Engine,
+    pod_allow: u8,
+    host_allow: u8,
+    now_ns: u64,
+    out: *mut RevokedFlow,
+    cap: usize,
+) -> isize {
+    let (Some(ct), Some(engine)) = (unsafe { ct.as_mut() }, unsafe { engine.as_ref() }) else {
+        return CAPI_NULL as isize;
+    };
+    let d = defaults(pod_allow, host_allow);
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        ct.revalidate(now_ns, |key| engine.header_verdict(&header_of(key), d).is_some_and(|v| v.allow))
+    }));
+    let Ok(keys) = result else { return CAPI_PANIC as isize };
+    if !out.is_null() {
+        for (i, key) in keys.iter().take(cap).enumerate() {
+            // SAFETY: the caller provides room for `cap` records.
+            unsafe { *out.add(i) = revoked(key) };
+        }
+    }
+    keys.len() as isize
+}
