@@ -1,0 +1,133 @@
+"""End-to-end replay throughput (issue 5, item 6): read + decode + classify (+ conntrack).
+
+A capture of 1,048,576 Ethernet/IPv4/TCP packets between two pods of ``examples/demo``
+(frontend/web -> backend/api:8080, 2,000 connections picked up mid-stream) is generated with
+numpy in a temp dir and replayed against the demo manifests:
+
+- read + decode alone (the floor: ``pyclassify.capture``),
+- replay through the Python API with connection tracking (what ``pyclassify replay`` does),
+- replay judging every packet by policy (``--no-conntrack``),
+- the ``pyclassify replay --json`` command, end to end (process start and manifest loading included),
+- the pure-Python reference evaluator on a 5,000-packet sample (a packet at a time), the baseline.
+
+    .venv/bin/python -m pytest bench/test_bench_replay.py -s --benchmark-columns=min,mean,rounds
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pyclassify.capture import open_capture
+from pyclassify.engine import NativeEngine
+from pyclassify.project import load_project
+from pyclassify.reference import Flow, FlowEnd, evaluate
+from pyclassify.replay import Replay
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = str(REPO / "examples" / "demo")
+N = 1 << 20
+FRAME = 74
+RESULTS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    rec = np.dtype([("sec", "<u4"), ("usec", "<u4"), ("caplen", "<u4"), ("len", "<u4"), ("frame", "u1", FRAME)])
+    eth = bytes.fromhex("020000000002" "020000000001" "0800")
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 60, 0, 0x4000, 64, 6, 0, bytes([10, 0, 1, 10]), bytes([10, 0, 2, 20]))
+    tcp = struct.pack(">HHIIBBHHH", 0, 8080, 1, 0, 0x50, 0x10, 65535, 0, 0) + b"p" * 20
+    recs = np.zeros(N, rec)
+    i = np.arange(N, dtype=np.uint32)
+    recs["sec"] = 1767225600 + i // 100000
+    recs["usec"] = (i % 100000) * 10
+    recs["caplen"] = recs["len"] = FRAME
+    recs["frame"] = np.frombuffer(eth + ip + tcp, np.uint8)
+    recs["frame"][:, 34:36] = (20000 + i % 2000).astype(">u2").view(np.uint8).reshape(N, 2)
+    path = tmp_path_factory.mktemp("bench") / "replay.pcap"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
+        f.write(recs.tobytes())
+    path.read_bytes()  # into the page cache
+    return path
+
+
+@pytest.fixture(scope="module")
+def project():
+    return load_project([DEMO])
+
+
+def report(name: str, seconds: float, n: int) -> None:
+    rate = n / seconds
+    RESULTS[name] = rate
+    print(f"\n{name}: {rate / 1e6:.3f} M packets/s, {1e9 / rate:.0f} ns/packet")
+
+
+def test_read_decode_floor(benchmark, capture):
+    def run() -> int:
+        n = 0
+        with open_capture(capture, batch_size=65536) as cap:
+            for b in cap:
+                n += len(b)
+        return n
+
+    assert benchmark.pedantic(run, rounds=3, iterations=1) == N
+    report("read+decode", benchmark.stats.stats.min, N)
+
+
+def test_replay_with_conntrack(benchmark, capture, project):
+    engine = NativeEngine(project.policy_set, project.inventory)
+
+    def run():
+        return Replay(engine).run([str(capture)])
+
+    summary = benchmark.pedantic(run, rounds=3, iterations=1)
+    assert summary.packets == N and summary.allowed == N and summary.established > N - 4000
+    report("replay, conntrack", benchmark.stats.stats.min, N)
+
+
+def test_replay_every_packet_by_policy(benchmark, capture, project):
+    engine = NativeEngine(project.policy_set, project.inventory)
+    summary = benchmark.pedantic(lambda: Replay(engine, conntrack=False).run([str(capture)]), rounds=2, iterations=1)
+    assert summary.packets == N and summary.allowed == N
+    report("replay, policy per packet", benchmark.stats.stats.min, N)
+
+
+def test_replay_cli_end_to_end(benchmark, capture):
+    def run() -> dict:
+        r = subprocess.run([sys.executable, "-m", "pyclassify", "replay", DEMO, "--pcap", str(capture), "--json"],
+                           capture_output=True, text=True, check=True)
+        return json.loads(r.stdout)
+
+    doc = benchmark.pedantic(run, rounds=2, iterations=1)
+    assert doc["packets"] == N
+    report("pyclassify replay (CLI, whole process)", benchmark.stats.stats.min, N)
+
+
+def test_reference_evaluator_baseline(benchmark, project):
+    web, api = project.find_endpoint("frontend/web"), project.find_endpoint("backend/api")
+    flows = [Flow(FlowEnd(None, ipaddress.ip_address("10.0.1.10")), FlowEnd(None, ipaddress.ip_address("10.0.2.20")),
+                  6, 20000 + k % 2000, 8080) for k in range(5000)]
+    assert web and api
+
+    def run() -> int:
+        return sum(evaluate(project.policy_set, project.inventory, f).allowed for f in flows)
+
+    assert benchmark.pedantic(run, rounds=2, iterations=1) == 5000
+    report("reference evaluator (Python, per packet)", benchmark.stats.stats.min, 5000)
+
+
+def test_ratios():
+    base = RESULTS.get("reference evaluator (Python, per packet)")
+    floor = RESULTS.get("read+decode")
+    if not base or not floor:
+        pytest.skip("run the whole module for ratios")
+    for name, rate in RESULTS.items():
+        print(f"\n{name}: {rate / base:,.0f}x the reference evaluator, {rate / floor:.2f}x read+decode")
