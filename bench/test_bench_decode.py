@@ -18,37 +18,18 @@ from typing import Callable
 import numpy as np
 import pytest
 
+from bench.captures import write_tcp_capture
 from pyclassify.capture import open_capture
 
 N = 1 << 20
-FRAME = 74
 RESULTS: dict[str, float] = {}  # name -> packets/s (best round)
 
 
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    rec = np.dtype([("sec", "<u4"), ("usec", "<u4"), ("caplen", "<u4"), ("len", "<u4"), ("frame", "u1", FRAME)])
-    eth = bytes.fromhex("020000000002" "020000000001" "0800")
-    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 60, 0, 0x4000, 64, 6, 0, bytes([10, 0, 1, 10]), bytes([10, 0, 2, 20]))
-    tcp = struct.pack(">HHIIBBHHH", 0, 8080, 1, 0, 0x50, 0x10, 65535, 0, 0) + b"p" * 20
-    template = np.frombuffer(eth + ip + tcp, np.uint8)
-    assert len(template) == FRAME
-    recs = np.zeros(N, rec)
     i = np.arange(N, dtype=np.uint32)
-    recs["sec"] = 1767225600 + i // 100000
-    recs["usec"] = (i % 100000) * 10
-    recs["caplen"] = FRAME
-    recs["len"] = FRAME
-    recs["frame"] = template
-    sport = (1024 + i % 60000).astype(">u2").view(np.uint8).reshape(N, 2)
-    recs["frame"][:, 34:36] = sport
-    recs["frame"][:, 29] = (i % 250).astype(np.uint8)  # src address low byte
     path = tmp_path_factory.mktemp("bench") / "million.pcap"
-    with open(path, "wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
-        f.write(recs.tobytes())
-    path.read_bytes()  # into the page cache
-    return path
+    return write_tcp_capture(path, N, 1024 + i % 60000, src_low_bytes=i % 250)
 
 
 def report(name: str, benchmark: object, n: int) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.captures import write_tcp_capture
 from pyclassify.capture import open_capture
 from pyclassify.engine import NativeEngine
 from pyclassify.project import load_project
@@ -34,29 +34,13 @@ from pyclassify.replay import Replay
 REPO = Path(__file__).resolve().parents[1]
 DEMO = str(REPO / "examples" / "demo")
 N = 1 << 20
-FRAME = 74
 RESULTS: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    rec = np.dtype([("sec", "<u4"), ("usec", "<u4"), ("caplen", "<u4"), ("len", "<u4"), ("frame", "u1", FRAME)])
-    eth = bytes.fromhex("020000000002" "020000000001" "0800")
-    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 60, 0, 0x4000, 64, 6, 0, bytes([10, 0, 1, 10]), bytes([10, 0, 2, 20]))
-    tcp = struct.pack(">HHIIBBHHH", 0, 8080, 1, 0, 0x50, 0x10, 65535, 0, 0) + b"p" * 20
-    recs = np.zeros(N, rec)
     i = np.arange(N, dtype=np.uint32)
-    recs["sec"] = 1767225600 + i // 100000
-    recs["usec"] = (i % 100000) * 10
-    recs["caplen"] = recs["len"] = FRAME
-    recs["frame"] = np.frombuffer(eth + ip + tcp, np.uint8)
-    recs["frame"][:, 34:36] = (20000 + i % 2000).astype(">u2").view(np.uint8).reshape(N, 2)
-    path = tmp_path_factory.mktemp("bench") / "replay.pcap"
-    with open(path, "wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
-        f.write(recs.tobytes())
-    path.read_bytes()  # into the page cache
-    return path
+    return write_tcp_capture(tmp_path_factory.mktemp("bench") / "replay.pcap", N, 20000 + i % 2000)
 
 
 @pytest.fixture(scope="module")
