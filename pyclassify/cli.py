@@ -307,11 +307,13 @@ def matrix_cmd(paths: tuple[str, ...], proto: str, port: int | None, default: st
               help="Write the allowed packets, unchanged, to this capture.")
 @click.option("--denied", "denied_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the denied packets, unchanged, to this capture.")
+@click.option("--flows", "per_flow", is_flag=True, help="With --out, one line per flow instead of per packet.")
 @click.option("--no-conntrack", is_flag=True, help="Judge every packet alone (no connection tracking).")
 @default_option
 @json_option
 def replay_cmd(paths: tuple[str, ...], pcaps: tuple[str, ...], out_path: str | None, allowed_path: str | None,
-               denied_path: str | None, no_conntrack: bool, default: str | None, as_json: bool) -> None:
+               denied_path: str | None, per_flow: bool, no_conntrack: bool, default: str | None,
+               as_json: bool) -> None:
     """Replay captures against the policy: a verdict for every packet, and a summary by rule.
 
     Replies of allowed connections pass, as on a node (connection tracking); decoding and
@@ -326,7 +328,7 @@ def replay_cmd(paths: tuple[str, ...], pcaps: tuple[str, ...], out_path: str | N
     out_file = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115 - closed below
     try:
         replay = Replay(engine, conntrack=not no_conntrack, default=default, out=out_file,
-                        allowed_path=allowed_path, denied_path=denied_path)
+                        allowed_path=allowed_path, denied_path=denied_path, flows=per_flow)
         try:
             if sys.stdout.isatty() and not as_json:
                 from rich.progress import Progress

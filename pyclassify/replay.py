@@ -75,10 +75,15 @@ _MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9], dt
 
 
 def _flow_keys(headers: npt.NDArray[Any]) -> set[int]:
-    """Distinct connections of a batch, as 64-bit hashes of the 5-tuple that are the same for
-    both directions (vectorised; counting is exact up to 64-bit hash collisions)."""
+    """Distinct connections of a batch (see ``flow_hashes``)."""
     if len(headers) == 0:
         return set()
+    return set(np.unique(flow_hashes(headers)).tolist())
+
+
+def flow_hashes(headers: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
+    """Per packet, a 64-bit hash of its 5-tuple that is the same for both directions
+    (vectorised; flows are told apart exactly up to 64-bit hash collisions)."""
     with np.errstate(over="ignore"):
         def end(addr: npt.NDArray[Any], port: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
             words = np.ascontiguousarray(addr).view(np.uint64)  # two 64-bit words per address
@@ -88,8 +93,7 @@ def _flow_keys(headers: npt.NDArray[Any]) -> set[int]:
         a = end(headers["src_addr"], headers["sport"])
         b = end(headers["dst_addr"], headers["dport"])
         lo, hi = np.minimum(a, b), np.maximum(a, b)
-        keys = lo * _MIX[1] ^ (hi + headers["protocol"].astype(np.uint64)) * _MIX[0]
-    return set(np.unique(keys).tolist())
+        return lo * _MIX[1] ^ (hi + headers["protocol"].astype(np.uint64)) * _MIX[0]
 
 
 def _count_rules(summary: ReplaySummary, verdicts: npt.NDArray[Any]) -> None:
@@ -115,11 +119,19 @@ class Replay:
     """One replay run over one or more captures with one engine and one connection tracker."""
 
     def __init__(self, engine: NativeEngine, conntrack: bool = True, default: str | None = None,
-                 out: IO[str] | None = None, allowed_path: str | None = None, denied_path: str | None = None) -> None:
+                 out: IO[str] | None = None, allowed_path: str | None = None, denied_path: str | None = None,
+                 flows: bool = False) -> None:
         self.engine = engine
         self.tracker = Tracker() if conntrack else None
         self.defaults = {} if default is None else {"default_pod": default, "default_host": default}
         self.out = out
+        self.per_flow = flows  # --out gets one line per flow instead of per packet
+        self._flows: dict[int, dict[str, Any]] = {}
+        # Address -> "ns/pod" (or host endpoint), as the reference resolves addresses.
+        self._names: dict[str, str] = {}
+        for ep in sorted(engine.inventory.endpoints, key=lambda e: e.host_network):
+            for ip in ep.ips:
+                self._names.setdefault(str(ip), ep.ref)
         self.allowed_path, self.denied_path = allowed_path, denied_path
         self.summary = ReplaySummary()
         self._writers: list[CaptureWriter] = []
@@ -136,6 +148,9 @@ class Replay:
         finally:
             for w in self._writers:
                 w.close()
+            if self.out is not None and self.per_flow:
+                for flow in self._flows.values():
+                    self.out.write(json.dumps(flow) + "\n")
             self.summary.seconds = time.perf_counter() - start
         return self.summary
 
@@ -171,7 +186,9 @@ class Replay:
                     allowed_w.write(batch, verdicts["allow"] == 1)
                 if denied_w is not None:
                     denied_w.write(batch, verdicts["allow"] == 0)
-                if self.out is not None:
+                if self.out is not None and self.per_flow:
+                    self._collect_flows(batch, verdicts)
+                elif self.out is not None:
                     self._write_lines(batch, verdicts)
                 if progress is not None:
                     progress(len(batch))
@@ -200,31 +217,60 @@ class Replay:
         doc.pop("logs", None)
         return doc
 
+    def _collect_flows(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
+        """One record per flow, in order of first packet: its first packet's 5-tuple, packet
+        counts by verdict, and the decision policy made on it (the first judged packet)."""
+        hashes = flow_hashes(batch.headers).tolist()
+        for k, (h, v) in enumerate(zip(batch.headers, verdicts)):
+            reason = PACKET_REASONS[int(v["reason"])]
+            flow = self._flows.get(hashes[k])
+            if flow is None:
+                line = self._line(h, v, reason)
+                flow = {key: line[key] for key in ("src", "dst", "src_endpoint", "dst_endpoint", "proto", "sport", "dport")}
+                flow.update({"first_index": self._index, "first_ts": line["ts"], "last_ts": line["ts"],
+                             "packets": 0, "allowed": 0, "denied": 0, "verdict": None, "egress": None,
+                             "ingress": None})
+                self._flows[hashes[k]] = flow
+            flow["packets"] += 1
+            flow["allowed" if v["allow"] else "denied"] += 1
+            flow["last_ts"] = int(h["ts_ns"]) / 1e9
+            if reason == "policy" and flow["verdict"] is None:
+                flow["verdict"] = "allow" if v["allow"] else "deny"
+                flow["egress"] = self._side_json(v["egress"], Direction.EGRESS)
+                flow["ingress"] = self._side_json(v["ingress"], Direction.INGRESS)
+            self._index += 1
+
+    def _line(self, h: Any, v: Any, reason: str) -> dict[str, Any]:
+        version = int(h["ip_version"])
+        decodable = reason != "malformed" and version in (4, 6)
+        proto = int(h["protocol"])
+        has_ports = decodable and proto in PORT_PROTOCOLS and bool(h["flags"] & 32)
+        line = {
+            "index": self._index,
+            "ts": int(h["ts_ns"]) / 1e9,
+            "src": _address(h["src_addr"], version) if decodable else None,
+            "dst": _address(h["dst_addr"], version) if decodable else None,
+            "src_endpoint": None,
+            "dst_endpoint": None,
+            "proto": protocol_name(proto) if decodable else None,
+            "sport": int(h["sport"]) if has_ports else None,
+            "dport": int(h["dport"]) if has_ports else None,
+            "verdict": "allow" if v["allow"] else "deny",
+            "reason": reason,
+            "egress": self._side_json(v["egress"], Direction.EGRESS) if reason == "policy" else None,
+            "ingress": self._side_json(v["ingress"], Direction.INGRESS) if reason == "policy" else None,
+        }
+        if decodable:
+            line["src_endpoint"] = self._names.get(line["src"])
+            line["dst_endpoint"] = self._names.get(line["dst"])
+        if decodable and proto in ICMP_PROTOCOLS:
+            line["icmp_type"], line["icmp_code"] = int(h["icmp_type"]), int(h["icmp_code"])
+        return line
+
     def _write_lines(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
         assert self.out is not None
-        headers = batch.headers
-        for h, v in zip(headers, verdicts):
-            version = int(h["ip_version"])
-            reason = PACKET_REASONS[int(v["reason"])]
-            decodable = reason != "malformed" and version in (4, 6)
-            proto = int(h["protocol"])
-            has_ports = decodable and proto in PORT_PROTOCOLS and bool(h["flags"] & 32)
-            line = {
-                "index": self._index,
-                "ts": int(h["ts_ns"]) / 1e9,
-                "src": _address(h["src_addr"], version) if decodable else None,
-                "dst": _address(h["dst_addr"], version) if decodable else None,
-                "proto": protocol_name(proto) if decodable else None,
-                "sport": int(h["sport"]) if has_ports else None,
-                "dport": int(h["dport"]) if has_ports else None,
-                "verdict": "allow" if v["allow"] else "deny",
-                "reason": reason,
-                "egress": self._side_json(v["egress"], Direction.EGRESS) if reason == "policy" else None,
-                "ingress": self._side_json(v["ingress"], Direction.INGRESS) if reason == "policy" else None,
-            }
-            if decodable and proto in ICMP_PROTOCOLS:
-                line["icmp_type"], line["icmp_code"] = int(h["icmp_type"]), int(h["icmp_code"])
-            self.out.write(json.dumps(line) + "\n")
+        for h, v in zip(batch.headers, verdicts):
+            self.out.write(json.dumps(self._line(h, v, PACKET_REASONS[int(v["reason"])])) + "\n")
             self._index += 1
 
     def by_rule(self) -> list[dict[str, Any]]:

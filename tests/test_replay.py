@@ -153,3 +153,18 @@ def test_python_api_replay_and_interrupt_summary(monkeypatch):
     summary = replay.run([PCAP, PCAPNG], progress=stop_after_first_batch)
     assert summary.interrupted and summary.packets == calls[0] == 48
     assert replay.summary_json()["interrupted"] is True
+
+
+def test_flows_output_one_line_per_connection(tmp_path):
+    out = tmp_path / "flows.jsonl"
+    r = cli("replay", DEMO, "--pcap", PCAP, "--out", str(out), "--flows", "--json")
+    summary = json.loads(r.stdout)
+    flows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(flows) == summary["flows"]
+    assert sum(f["packets"] for f in flows) == 48
+    api = next(f for f in flows if f["dst"] == "10.0.2.20" and f["dport"] == 8080 and f["src"] == "10.0.1.10")
+    assert (api["src_endpoint"], api["dst_endpoint"]) == ("frontend/web", "backend/api")
+    assert api["verdict"] == "allow" and api["packets"] == 8 and api["denied"] == 0
+    assert api["ingress"]["policy"] == "NetworkPolicy/backend/allow-frontend-to-api"
+    syn = next(f for f in flows if f["dst"] == "10.0.2.30" and f["dport"] == 5432 and f["src"] == "10.0.1.10")
+    assert syn["verdict"] == "deny" and syn["packets"] == 2 == syn["denied"]
