@@ -47,3 +47,8 @@ include "decode.pxi"
 include "pcap.pxi"
 # The Rust engine's C ABI, for the live loops (issue 4/6).
 include "engine_client.pxi"
+# The AF_PACKET inline bridge (issue 6, --bridge IF1,IF2).
+include "afpacket.pxi"
+# The NFQUEUE live loop, inotify and ctnetlink of `pyclassify enforce` (issue 6).
+include "nfqueue.pxi"
+include "ctnetlink.pxi"

@@ -163,6 +163,8 @@ def check_cmd(paths: tuple[str, ...], as_json: bool) -> None:
     problems = project.problems
     # ContainerAdmissionPolicy decides on resources, not packets: validated beside the IR.
     check_admission_documents(project.documents, project.problems)
+    admission = sum(n for k, n in project.skipped.items() if k.endswith("/ContainerAdmissionPolicy"))
+    skipped_kinds = {k: n for k, n in project.skipped.items() if not k.endswith("/ContainerAdmissionPolicy")}
     policies = project.policy_set.policies
     unenforceable = [{"policy": p.ref, "reasons": list(p.unenforceable)} for p in policies if p.unenforceable]
     if as_json:
@@ -175,17 +177,19 @@ def check_cmd(paths: tuple[str, ...], as_json: bool) -> None:
                 "errors": [_problem_json(p) for p in problems.errors],
                 "warnings": [_problem_json(p) for p in problems.warnings],
                 "unenforceable": unenforceable,
-                "skipped": project.skipped,
+                "admission_policies": admission,
+                "skipped": skipped_kinds,
             }
         )
     else:
         _print_problems(problems)
         for item in unenforceable:
             err.print(f"[yellow]not enforceable[/yellow]: {item['policy']}: {'; '.join(item['reasons'])}")
-        skipped = ", ".join(f"{k} x{v}" for k, v in project.skipped.items())
+        skipped = ", ".join(f"{k} x{v}" for k, v in skipped_kinds.items())
         summary = (
             f"{len(project.documents)} documents: {len(policies)} policies, "
-            f"{len(project.inventory.endpoints)} endpoints"
+            + (f"{admission} admission policies, " if admission else "")
+            + f"{len(project.inventory.endpoints)} endpoints"
             + (f"; skipped {skipped}" if skipped else "")
         )
         n_err, n_warn = len(problems.errors), len(problems.warnings)
