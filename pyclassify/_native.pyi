@@ -93,3 +93,108 @@ class EngineClient:
     ) -> tuple[int, list[tuple[bytes, bytes, int, int, int, int]]]: ...
     @property
     def tracked(self) -> int: ...
+
+# --- live enforcement: NFQUEUE loop, inotify, ctnetlink (native/nfqueue.pxi, native/ctnetlink.pxi) ---
+
+def nfq_parse(data: Any) -> list[tuple[int, int, bytes | None, int, int]]:
+    """Parse nfnetlink_queue PACKET messages: [(id, hw_protocol, payload, wirelen, indev), ...]."""
+
+def ct_delete_message(
+    src: bytes, dst: bytes, sport: int, dport: int, proto: int, ipver: int, seq: int = 0
+) -> bytes:
+    """The IPCTNL_MSG_CT_DELETE request for one original tuple."""
+
+class NfQueue:
+    """One NFQUEUE queue bound over raw netlink, judged by an EngineClient."""
+
+    queue: int
+    fail_open: bool
+    batch_verdicts: bool
+    def __init__(
+        self,
+        client: EngineClient,
+        queue: int,
+        fail_open: bool = False,
+        copy_range: int = 128,
+        maxlen: int = 4096,
+        batch: int = 64,
+        batch_verdicts: bool = True,
+        gso: bool = True,
+        rcvbuf: int = ...,
+    ) -> None: ...
+    def open(self) -> None: ...
+    def close(self) -> None: ...
+    def stop(self) -> None: ...
+    def run(self) -> None: ...
+    def swap(self, capsule: Any, revalidate: bool = True) -> tuple[int, list[tuple[bytes, bytes, int, int, int, int]]]: ...
+    def batch_histogram(self) -> tuple[list[float], list[int], float]: ...
+    def drain_events(self) -> tuple[bytes, bytes, int]: ...
+    @property
+    def tracked(self) -> int: ...
+    @property
+    def stats(self) -> dict[str, int]: ...
+
+class Inotify:
+    """A minimal inotify binding."""
+
+    IN_MODIFY: int
+    IN_ATTRIB: int
+    IN_CLOSE_WRITE: int
+    IN_MOVED_FROM: int
+    IN_MOVED_TO: int
+    IN_CREATE: int
+    IN_DELETE: int
+    IN_DELETE_SELF: int
+    IN_MOVE_SELF: int
+    IN_IGNORED: int
+    IN_ISDIR: int
+    IN_Q_OVERFLOW: int
+    def fileno(self) -> int: ...
+    def close(self) -> None: ...
+    def add_watch(self, path: Any, mask: int) -> int: ...
+    def rm_watch(self, wd: int) -> None: ...
+    def read(self, timeout_ms: int = -1) -> list[tuple[int, int, str]]: ...
+
+class CtNetlink:
+    """A ctnetlink socket: delete kernel conntrack entries by original tuple."""
+
+    def close(self) -> None: ...
+    def delete(self, flows: Any) -> dict[str, int]: ...
+
+# The AF_PACKET inline bridge (native/afpacket.pxi; Python face: pyclassify.bridge.Bridge)
+class AfPacketBridge:
+    """The AF_PACKET bridge between two interfaces, judged by the engine."""
+
+    if1: str
+    if2: str
+    def __init__(
+        self,
+        if1: str,
+        if2: str,
+        capsule: Any,
+        *,
+        block_size: int = ...,
+        block_nr: int = 16,
+        tov_ms: int = 2,
+        batch: int = 1024,
+        vnet_hdr: bool = True,
+        judge: bool = True,
+        forward_other: bool = False,
+        nd_bypass: bool = True,
+        fail_open: bool = False,
+        conntrack: bool = True,
+        max_entries: int = 262144,
+        tcp_loose: bool = True,
+        pod_allow: bool = True,
+        host_allow: bool = False,
+    ) -> None: ...
+    def run(self) -> None: ...
+    def stop(self) -> None: ...
+    def close(self) -> None: ...
+    def swap(self, capsule: Any, timeout: float = 5.0) -> int: ...
+    @property
+    def running(self) -> bool: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def counters(self) -> dict[str, Any]: ...

@@ -36,7 +36,29 @@ def _fail(code: int) -> NoReturn:
     sys.exit(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """Commands whose modules load only when used, so `pyclassify --version` stays quick."""
+
+    lazy: dict[str, str] = {
+        "admit": "pyclassify.admission.commands:admit_command",
+        "admission-webhook": "pyclassify.admission.commands:admission_webhook_command",
+        "enforce": "pyclassify.enforce.commands:enforce_command",
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = self.lazy.get(name)
+        if target is None:
+            return super().get_command(ctx, name)
+        import importlib
+
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="pyclassify")
 def main() -> None:
     """pyclassify: packet classification for network policy.
@@ -386,14 +408,6 @@ def _print_replay(summary: dict[str, Any]) -> None:
         out.print("[yellow]interrupted[/yellow]: summary of the packets replayed so far")
 
 
-def _add_admission_commands() -> None:
-    from pyclassify.admission.commands import admission_webhook_command, admit_command
-
-    main.add_command(admit_command)
-    main.add_command(admission_webhook_command)
-
-
-_add_admission_commands()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -9,14 +9,17 @@
 //! resolved once; addresses resolve to endpoints through a hash map. Per packet no selector is
 //! evaluated and nothing is allocated on the allow path.
 
+mod compiled;
 mod net;
 pub mod spec;
+pub mod workload;
 
 use std::collections::{HashMap, HashSet};
 
 use crate::batch::{PacketHeader, FLAG_HAS_PORTS, FLAG_MALFORMED, FLAG_TRUNCATED};
 use crate::conntrack::{ConnTrack, QuotedTuple};
 use crate::selector::{Selector, SelectorError};
+pub use compiled::{CompiledStats, PAlt, RuleMeta, StageListing};
 pub use net::{Addr, Net};
 use spec::{EntitySpec, LabelMap, PortSpec, RuleSpec, Spec, TargetPort};
 
@@ -336,6 +339,8 @@ pub struct Engine {
     entities: Vec<Entity>,
     /// Per endpoint: [ingress, egress] programs.
     programs: Vec<[SideProgram; 2]>,
+    /// The programs compiled into classifier tables (None: interpreter only).
+    compiled: Option<compiled::Compiled>,
 }
 
 /// Engine size figures for `stats()`.
@@ -578,7 +583,36 @@ impl Engine {
         Engine::build(&spec)
     }
 
+    /// Builds the interpreter's tables and compiles them into classifier tables.
     pub fn build(spec: &Spec) -> Result<Engine, EngineError> {
+        Engine::build_with(spec, true)
+    }
+
+    /// `compile: false` builds the interpreter only (the baseline of the benchmarks and tests).
+    pub fn build_with(spec: &Spec, compile: bool) -> Result<Engine, EngineError> {
+        let mut engine = Engine::build_interpreter(spec)?;
+        if compile {
+            engine.compiled = Some(compiled::compile(&engine));
+        }
+        Ok(engine)
+    }
+
+    /// Size figures of the compiled tables (None when built without them).
+    pub fn compiled_stats(&self) -> Option<CompiledStats> {
+        self.compiled.as_ref().map(|c| c.stats())
+    }
+
+    /// The compiled stages of one endpoint's side for one address family (`render`), computed
+    /// afresh with the same compiler as the shared tables.
+    pub fn compiled_listing(&self, endpoint: u32, direction: Direction, v6: bool) -> Result<Vec<StageListing>, EngineError> {
+        let ep = self.endpoints.get(endpoint as usize).ok_or_else(|| EngineError::Flow(format!("no endpoint {endpoint}")))?;
+        if !ep.is_local() {
+            return Ok(Vec::new());
+        }
+        Ok(compiled::listing(self, endpoint as usize, direction, v6))
+    }
+
+    fn build_interpreter(spec: &Spec) -> Result<Engine, EngineError> {
         let mut endpoints = Vec::with_capacity(spec.endpoints.len());
         let profile_index: HashMap<&str, u32> =
             spec.profiles.iter().enumerate().map(|(i, p)| (p.name.as_str(), i as u32)).collect();
@@ -719,6 +753,7 @@ impl Engine {
             profiles,
             entities: b.entities,
             programs,
+            compiled: None,
         })
     }
 
@@ -740,6 +775,11 @@ impl Engine {
     // --- evaluating --------------------------------------------------------------------------
 
     pub fn evaluate(&self, flow: &Flow, defaults: Defaults) -> Result<Verdict, EngineError> {
+        self.check_flow(flow)?;
+        Ok(self.evaluate_unchecked(flow, defaults))
+    }
+
+    fn check_flow(&self, flow: &Flow) -> Result<(), EngineError> {
         for end in [&flow.src, &flow.dst] {
             if let Some(e) = end.endpoint {
                 if e as usize >= self.endpoints.len() {
@@ -749,7 +789,7 @@ impl Engine {
                 return Err(EngineError::Flow("a flow end needs an endpoint or an address".into()));
             }
         }
-        Ok(self.evaluate_unchecked(flow, defaults))
+        Ok(())
     }
 
     fn resolve(&self, end: &FlowEnd) -> FlowEnd {
@@ -774,7 +814,20 @@ impl Engine {
         }
     }
 
+    /// Like [`Engine::evaluate`], always by the interpreter (the compiled tables' oracle).
+    pub fn evaluate_interpreted(&self, flow: &Flow, defaults: Defaults) -> Result<Verdict, EngineError> {
+        self.check_flow(flow)?;
+        Ok(self.interpret_unchecked(flow, defaults))
+    }
+
     fn evaluate_unchecked(&self, flow: &Flow, defaults: Defaults) -> Verdict {
+        if let Some(v) = self.compiled_verdict(flow, defaults) {
+            return v;
+        }
+        self.interpret_unchecked(flow, defaults)
+    }
+
+    fn interpret_unchecked(&self, flow: &Flow, defaults: Defaults) -> Verdict {
         let src = self.resolve(&flow.src);
         let dst = self.resolve(&flow.dst);
         let ctx = FlowCtx::new(self, flow, src, dst);
@@ -800,8 +853,13 @@ impl Engine {
 
     /// Like [`Engine::classify_batch`], with the deciding tier, policy and rule of each direction.
     pub fn classify_detailed(&self, headers: &[PacketHeader], out: &mut [PacketVerdict], defaults: Defaults) {
+        self.classify_detailed_with(headers, out, defaults, true)
+    }
+
+    /// `compiled: false`: by the interpreter alone (the benchmarks' same-run baseline).
+    pub fn classify_detailed_with(&self, headers: &[PacketHeader], out: &mut [PacketVerdict], defaults: Defaults, compiled: bool) {
         for (h, o) in headers.iter().zip(out.iter_mut()) {
-            *o = match self.header_verdict(h, defaults) {
+            *o = match self.header_verdict_with(h, defaults, compiled) {
                 Some(v) => PacketVerdict::judged(&v),
                 None => PacketVerdict::malformed(),
             };
@@ -847,6 +905,11 @@ impl Engine {
 
     /// The verdict for one decoded header; None if it lacks what policy needs.
     pub fn header_verdict(&self, h: &PacketHeader, defaults: Defaults) -> Option<Verdict> {
+        self.header_verdict_with(h, defaults, true)
+    }
+
+    /// `compiled: false` answers by the interpreter alone (baseline and oracle).
+    pub fn header_verdict_with(&self, h: &PacketHeader, defaults: Defaults, compiled: bool) -> Option<Verdict> {
         if h.flags & FLAG_MALFORMED != 0 || (h.ip_version != 4 && h.ip_version != 6) {
             return None;
         }
@@ -864,7 +927,7 @@ impl Engine {
             icmp_type: icmp.then_some(h.icmp_type),
             icmp_code: icmp.then_some(h.icmp_code),
         };
-        Some(self.evaluate_unchecked(&flow, defaults))
+        Some(if compiled { self.evaluate_unchecked(&flow, defaults) } else { self.interpret_unchecked(&flow, defaults) })
     }
 }
 

@@ -1,0 +1,107 @@
+"""``pyclassify enforce``: the click command (wired into pyclassify.cli by the lead)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any
+
+import click
+
+FAIL_HELP = """\b
+Fail mode (--fail, closed by default) decides what the kernel does when pyclassify cannot:
+  closed: no --queue-bypass (no listener: queued packets are dropped), a full queue drops,
+          malformed packets and engine errors are dropped.
+  open:   --queue-bypass (no listener: packets pass), NFQA_CFG_F_FAIL_OPEN (a full queue
+          accepts), malformed packets and engine errors are accepted.
+On a clean stop (SIGINT/SIGTERM) every rule pyclassify installed is removed in both modes.
+If the daemon is killed, its rules stay until the next start removes them: failing closed,
+new connections are dropped meanwhile (established ones keep flowing, they are accepted
+before the queue); failing open, they pass unfiltered."""
+
+
+def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: str | None = None,
+                metrics: str | None = None, batch: int = 64, copy_range: int = 128, maxlen: int = 4096,
+                hooks: str = "forward,input,output", no_batch_verdicts: bool = False, log_allowed: bool = False,
+                ipv6: bool = True, duration: float | None = None, log_stream: Any = None,
+                log_flows: bool = True) -> int:
+    """Run the daemon until SIGINT/SIGTERM (or ``duration`` seconds); returns the exit code."""
+    from pyclassify.enforce.daemon import EnforceConfig, EnforceError, Enforcer, parse_queues
+
+    try:
+        first, last = parse_queues(queues)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--queue/--queues") from None
+    config = EnforceConfig(
+        paths=list(paths), queues=(first, last), fail_open=fail == "open", default=default, metrics=metrics,
+        log_stream=log_stream if log_stream is not None else sys.stdout, log_allowed=log_allowed, log_flows=log_flows, batch=batch,
+        copy_range=copy_range, maxlen=maxlen, batch_verdicts=not no_batch_verdicts,
+        hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), ipv6=ipv6,
+    )
+    enforcer = Enforcer(config)
+    try:
+        enforcer.start()
+    except EnforceError as e:
+        click.echo(f"error: {e}", err=True)
+        return 1
+    except PermissionError as e:
+        click.echo(f"error: {e} (enforce needs root / CAP_NET_ADMIN)", err=True)
+        return 1
+
+    def on_signal(signum: int, frame: Any) -> None:
+        enforcer.request_stop()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        enforcer.wait(duration)
+    finally:
+        enforcer.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
+    return 0
+
+
+@click.command("enforce", epilog=FAIL_HELP)
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--queue", "queue", type=click.IntRange(0, 65535), default=None, help="NFQUEUE number to bind.")
+@click.option("--queues", "queues", default=None, metavar="N-M",
+              help="Several queues (iptables --queue-balance N:M), one worker thread each.")
+@click.option("--fail", "fail", type=click.Choice(["closed", "open"]), default="closed", show_default=True,
+              help="What the kernel does when pyclassify cannot judge (see below).")
+@click.option("--default", "default", type=click.Choice(["allow", "deny"]), default=None,
+              help="Verdict when no policy decides (default: allow for pods, deny for host endpoints).")
+@click.option("--metrics", "metrics", default=None, metavar="HOST:PORT", help="Serve Prometheus metrics here.")
+@click.option("--hooks", "hooks", default="forward,input,output", show_default=True,
+              help="Built-in chains to hook: forward (routed pod traffic), input/output (host endpoints).")
+@click.option("--batch", "batch", type=click.IntRange(1, 1024), default=64, show_default=True,
+              help="Packets per receive/judge/verdict batch.")
+@click.option("--copy-range", "copy_range", type=click.IntRange(40, 65535), default=128, show_default=True,
+              help="Bytes of each packet copied to userspace (headers only).")
+@click.option("--queue-maxlen", "maxlen", type=click.IntRange(1, 1 << 20), default=4096, show_default=True,
+              help="Kernel queue length.")
+@click.option("--no-batch-verdicts", is_flag=True, help="One verdict message per packet (no NFQNL_MSG_VERDICT_BATCH).")
+@click.option("--log-allowed", is_flag=True, help="Also log allowed new connections (JSON lines on stdout).")
+@click.option("--no-log", is_flag=True, help="No per-flow JSON lines (daemon events and metrics stay).")
+@click.option("--no-ipv6", is_flag=True, help="Do not install ip6tables rules.")
+@click.option("--duration", type=float, default=None, help="Stop after this many seconds (tests, benchmarks).")
+def enforce_command(paths: tuple[str, ...], queue: int | None, queues: str | None, fail: str, default: str | None,
+                    metrics: str | None, hooks: str, batch: int, copy_range: int, maxlen: int,
+                    no_batch_verdicts: bool, log_allowed: bool, no_log: bool, no_ipv6: bool, duration: float | None) -> None:
+    """Enforce the policy on this node's packets, live (NFQUEUE).
+
+    Installs PYCLASSIFY-* chains hooking FORWARD (routed pod traffic) and INPUT/OUTPUT (host
+    endpoints) that send new connections (ESTABLISHED/RELATED pass in the kernel) to NFQUEUE;
+    judges them natively in batches; watches PATH (inotify) and swaps in a new policy when it
+    changes and is valid (an invalid update is rejected whole and logged; the running policy
+    stays); connections the new policy denies have their conntrack entries deleted so they are
+    judged again and cut. Denies and Log rule hits are printed as JSON lines, once per flow.
+    """
+    if queue is not None and queues is not None:
+        raise click.UsageError("give --queue or --queues, not both")
+    if queue is None and queues is None:
+        raise click.UsageError("give --queue N or --queues N-M")
+    spec = queues if queues is not None else str(queue)
+    code = run_enforce(list(paths), spec, fail, default, metrics, batch, copy_range, maxlen, hooks,
+                       no_batch_verdicts, log_allowed, not no_ipv6, duration,
+                       log_flows=not no_log)
+    sys.exit(code)

@@ -1,0 +1,366 @@
+"""The enforcement daemon: NFQUEUE worker threads judging packets natively, hot reload with
+revalidation, metrics and the flow log.
+
+Life cycle (``Enforcer``):
+
+1. ``start()``: load and validate the manifests (invalid input: ``EnforceError``, nothing is
+   installed), compile the engine, bind one ``NfQueue`` per queue (each with its own
+   ``EngineClient`` and engine-side connection tracker), install our iptables chains (removing
+   any a killed daemon left behind), start one worker thread per queue (the loop runs without
+   the GIL), the inotify watcher, the event drainer and, with ``metrics``, the HTTP endpoint.
+2. On a file change (debounced): load and validate the whole set; on any error the update is
+   rejected whole, the errors are logged and the running engine stays. Otherwise a new engine is
+   compiled beside the running one and swapped into every loop at a batch boundary; each loop's
+   tracker re-judges its connections against the new engine, and the connections now denied
+   have their kernel conntrack entries deleted (ctnetlink) so their next packet misses
+   ESTABLISHED, is queued, and is judged (and dropped) by the new policy.
+3. ``stop()``: stop the loops, unbind, remove every rule we installed.
+
+Fail mode (``fail_open``): closed (default) — no ``--queue-bypass`` (with no listener the kernel
+drops queued packets), queue full drops, malformed packets and engine errors are dropped;
+open — ``--queue-bypass`` (no listener: packets pass), NFQA_CFG_F_FAIL_OPEN (queue full: packets
+pass), malformed packets and engine errors are accepted. On a clean stop every rule is removed
+in both modes (traffic then flows unfiltered). When the daemon is killed, its rules stay until
+the next start removes them: failing closed, new connections are dropped by the kernel in the
+meantime (established ones keep flowing: they are accepted before the queue); failing open,
+they pass.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import numpy as np
+
+from pyclassify import _native
+from pyclassify.batch import HEADER_DTYPE
+from pyclassify.engine import VERDICT_DTYPE, NativeEngine
+from pyclassify.enforce.iptables import Rules
+from pyclassify.enforce.log import PROTOS, FlowLog, address
+from pyclassify.enforce.metrics import Metrics
+from pyclassify.enforce.reload import Watcher
+from pyclassify.ir import Action, Direction
+from pyclassify.project import Project, load_project
+from pyclassify.reference import Flow, FlowEnd
+
+
+class EnforceError(RuntimeError):
+    """The daemon cannot start (invalid manifests, queue busy, no permission, ...)."""
+
+
+def parse_queues(text: str) -> tuple[int, int]:
+    """``"N"`` or ``"N-M"`` -> (first, last)."""
+    first, _, last = text.partition("-")
+    try:
+        a, b = int(first), int(last or first)
+    except ValueError:
+        raise ValueError(f"queue range {text!r}: expected N or N-M") from None
+    if not 0 <= a <= b <= 65535:
+        raise ValueError(f"queue range {text!r}: expected 0 <= N <= M <= 65535")
+    return a, b
+
+
+def problems_text(project: Project) -> list[str]:
+    return [str(p) for p in sorted(project.problems.errors, key=lambda p: (p.file, p.line))]
+
+
+def has_log_rules(project: Project) -> bool:
+    for policy in project.policy_set.policies:
+        for direction in (Direction.INGRESS, Direction.EGRESS):
+            if any(r.action == Action.LOG for r in policy.rules(direction)):
+                return True
+    return False
+
+
+@dataclass
+class EnforceConfig:
+    paths: list[str]
+    queues: tuple[int, int] = (0, 0)
+    fail_open: bool = False
+    default: str | None = None  # None: allow for pods, deny for host endpoints
+    metrics: str | None = None
+    log_stream: IO[str] | None = None
+    log_allowed: bool = False
+    log_flows: bool = True  # False: no per-flow JSON lines (metrics still count every verdict)
+    batch: int = 64
+    copy_range: int = 128
+    maxlen: int = 4096
+    batch_verdicts: bool = True
+    hooks: tuple[str, ...] = ("forward", "input", "output")
+    install_rules: bool = True
+    ipv6: bool = True
+    debounce: float = 0.02
+    watch: bool = True
+    conntrack_entries: int = 262144
+
+
+@dataclass
+class ReloadResult:
+    ok: bool
+    errors: list[str] = field(default_factory=list)
+    revoked: int = 0
+    deleted: int = 0
+    seconds: float = 0.0
+
+
+class Enforcer:
+    def __init__(self, config: EnforceConfig) -> None:
+        self.config = config
+        self.log = FlowLog(config.log_stream, log_allowed=config.log_allowed)
+        self.loops: list[Any] = []
+        self.threads: list[threading.Thread] = []
+        self.metrics = Metrics(lambda: list(self.loops), config.fail_open)
+        self.rules: Rules | None = None
+        self.watcher: Watcher | None = None
+        self.ctnl: Any = None
+        self.project: Project | None = None
+        self.engine: NativeEngine | None = None
+        self._has_log = False
+        self._reload_lock = threading.Lock()
+        self._drain_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._drainer: threading.Thread | None = None
+        self.metrics_address: tuple[str, int] | None = None
+        self.reloads = 0
+        self.rejected = 0
+        d = config.default
+        self.pod_allow = d != "deny"
+        self.host_allow = d == "allow"
+
+    # --- start / stop ---
+
+    def _load(self) -> tuple[Project, NativeEngine]:
+        project = load_project(list(self.config.paths))
+        if project.problems.errors:
+            raise EnforceError("\n".join(problems_text(project)))
+        return project, NativeEngine(project.policy_set, project.inventory)
+
+    def start(self) -> None:
+        cfg = self.config
+        self.project, self.engine = self._load()
+        self._has_log = has_log_rules(self.project)
+        try:
+            for q in range(cfg.queues[0], cfg.queues[1] + 1):
+                client = _native.EngineClient(self.engine._engine.capsule(), conntrack=True,
+                                              max_entries=cfg.conntrack_entries, pod_allow=self.pod_allow,
+                                              host_allow=self.host_allow)
+                loop = _native.NfQueue(client, q, fail_open=cfg.fail_open, copy_range=cfg.copy_range,
+                                       maxlen=cfg.maxlen, batch=cfg.batch, batch_verdicts=cfg.batch_verdicts)
+                try:
+                    loop.open()
+                except OSError as e:
+                    raise EnforceError(f"cannot bind NFQUEUE {q}: {e.strerror or e}") from e
+                self.loops.append(loop)
+            self.ctnl = _native.CtNetlink()
+            for loop in self.loops:
+                t = threading.Thread(target=loop.run, name=f"pyclassify-nfq{loop.queue}", daemon=True)
+                t.start()
+                self.threads.append(t)
+            if cfg.install_rules:
+                self.rules = Rules(cfg.queues[0], cfg.queues[1], cfg.fail_open, tuple(cfg.hooks), cfg.ipv6)
+                self.rules.install()
+            self._drainer = threading.Thread(target=self._drain_loop, name="pyclassify-events", daemon=True)
+            self._drainer.start()
+            if cfg.watch:
+                self.watcher = Watcher(cfg.paths, self._on_change, cfg.debounce)
+                self.watcher.start()
+            if cfg.metrics:
+                self.metrics_address = self.metrics.serve(cfg.metrics)
+        except BaseException:
+            self.stop()
+            raise
+        self.log.emit("start", queues=list(range(cfg.queues[0], cfg.queues[1] + 1)),
+                      fail="open" if cfg.fail_open else "closed", policies=len(self.project.policy_set.policies),
+                      endpoints=len(self.project.inventory.endpoints))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.watcher is not None:
+            self.watcher.stop()
+            self.watcher = None
+        for loop in self.loops:
+            loop.stop()
+        for t in self.threads:
+            t.join(timeout=5)
+        if self.rules is not None:
+            self.rules.remove()
+            self.rules = None
+        for loop in self.loops:
+            try:
+                loop.close()
+            except RuntimeError:
+                pass
+        if self._drainer is not None:
+            self._drainer.join(timeout=5)
+            self._drainer = None
+        self.drain()
+        self.metrics.close()
+        if self.ctnl is not None:
+            self.ctnl.close()
+            self.ctnl = None
+        if self.loops:
+            self.log.emit("stop", stats=self.stats())
+        self.loops = []
+        self.threads = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._stop.wait(timeout)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def stats(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for loop in self.loops:
+            for k, v in loop.stats.items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+    # --- reload ---
+
+    def _on_change(self, first_event: float) -> None:
+        self.reload(first_event)
+
+    def reload(self, since: float | None = None) -> ReloadResult:
+        """Validate, compile beside the running engine and swap; revoke what the new policy
+        denies. An invalid set is rejected whole: the running engine stays."""
+        with self._reload_lock:
+            t0 = time.monotonic() if since is None else since
+            try:
+                project, engine = self._load()
+            except EnforceError as e:
+                return self._reject(str(e).splitlines())
+            except Exception as e:  # noqa: BLE001 - compile errors reject the update, never the daemon
+                return self._reject([f"{type(e).__name__}: {e}"])
+            self.drain()  # events judged by the old engine are named with the old tables
+            capsule = engine._engine.capsule()
+            t_swap = time.monotonic()
+            revoked: list[Any] = []
+            count = 0
+            for loop in self.loops:
+                n, flows = loop.swap(capsule, True)
+                count += n
+                revoked.extend(flows)
+            self.project, self.engine = project, engine
+            self._has_log = has_log_rules(project)
+            applied = time.monotonic()
+            deleted = {"deleted": 0, "missing": 0, "errors": 0}
+            if revoked and self.ctnl is not None:
+                deleted = self.ctnl.delete(revoked)
+            done = time.monotonic()
+            self.metrics.reloads.labels("success").inc()
+            self.metrics.revalidations.inc()
+            self.metrics.revoked.inc(count)
+            for k, v in deleted.items():
+                self.metrics.ct_deleted.labels(k).inc(v)
+            self.metrics.revalidation_seconds.observe(done - t_swap)
+            self.metrics.apply_seconds.observe(applied - t0)
+            self.reloads += 1
+            self.log.forget()
+            self.log.emit("reload", policies=len(project.policy_set.policies), revoked=count,
+                          conntrack_deleted=deleted["deleted"], apply_ms=round((applied - t0) * 1000, 3),
+                          revalidate_ms=round((done - t_swap) * 1000, 3))
+            for src, dst, sport, dport, proto, ver in revoked:
+                self.log.emit("revoke", src=address(src, ver), dst=address(dst, ver), proto=PROTOS.get(proto, proto),
+                              sport=sport, dport=dport)
+            return ReloadResult(True, [], count, deleted["deleted"], done - t0)
+
+    def _reject(self, errors: list[str]) -> ReloadResult:
+        self.metrics.reloads.labels("failure").inc()
+        self.rejected += 1
+        self.log.emit("reload-rejected", errors=errors)
+        return ReloadResult(False, errors)
+
+    # --- events: verdict metrics and the flow log ---
+
+    def _drain_loop(self) -> None:
+        while not self._stop.wait(0.2):
+            self.drain()
+
+    def drain(self) -> None:
+        with self._drain_lock:
+            engine = self.engine
+            if engine is None:
+                return
+            for loop in self.loops:
+                hb, vb, n = loop.drain_events()
+                if n:
+                    self._account(loop.queue, engine, np.frombuffer(hb, HEADER_DTYPE), np.frombuffer(vb, VERDICT_DTYPE))
+
+    def _account(self, queue: int, engine: NativeEngine, h: Any, v: Any) -> None:
+        decisions: dict[tuple[str, tuple[int, ...]], Any] = {}
+        for direction, name in ((Direction.EGRESS, "egress"), (Direction.INGRESS, "ingress")):
+            side = v[name]
+            present = side["present"] != 0
+            if not present.any():
+                continue
+            keys = np.stack([side["tier"], side["source_kind"].astype(np.int32), side["source"], side["rule"],
+                             side["allow"].astype(np.int32), side["reason"].astype(np.int32)], axis=1)[present]
+            uniq, first, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
+            idx = np.flatnonzero(present)
+            for key, f, c in zip(uniq, first, counts):
+                d = engine.side_decision(side[idx[f]], direction)
+                if d is None:
+                    continue
+                decisions[(name, tuple(int(x) for x in key))] = d
+                self.metrics.verdicts.labels(name, d.tier or "", d.policy or "", "" if d.rule is None else str(d.rule),
+                                             d.verdict).inc(int(c))
+        if not self.config.log_flows:
+            return
+        for i in range(len(h)):
+            allowed = bool(v[i]["allow"])
+            if allowed and not (self._has_log or self.log.log_allowed):
+                continue
+            ver = int(h[i]["ip_version"])
+            if ver not in (4, 6):
+                continue
+            proto = int(h[i]["protocol"])
+            src = address(h[i]["src_addr"].tobytes(), ver)
+            dst = address(h[i]["dst_addr"].tobytes(), ver)
+            ports = int(h[i]["flags"]) & 32
+            sport = int(h[i]["sport"]) if ports else None
+            dport = int(h[i]["dport"]) if ports else None
+            if self.log.seen((proto, src, dst, dport, allowed)):
+                continue
+            sides = {}
+            for name, direction in (("egress", Direction.EGRESS), ("ingress", Direction.INGRESS)):
+                d = engine.side_decision(v[i][name], direction)
+                sides[name] = d.to_json() if d else None
+            fields = dict(queue=queue, src=src, dst=dst, proto=PROTOS.get(proto, proto), sport=sport, dport=dport,
+                          **sides)
+            if not allowed:
+                self.log.emit("deny", **fields)
+                continue
+            logs = self._logs(engine, src, dst, proto, sport, dport, h[i]) if self._has_log else []
+            if logs:
+                self.log.emit("log", logs=logs, **fields)
+            elif self.log.log_allowed:
+                self.log.emit("allow", **fields)
+
+    def _logs(self, engine: NativeEngine, src: str, dst: str, proto: int, sport: int | None, dport: int | None,
+              h: Any) -> list[dict[str, Any]]:
+        """The Log rules a flow passed (the verdict records do not carry them: one evaluation
+        per new flow, deduplicated)."""
+        project = self.project
+        if project is None:
+            return []
+        ends = []
+        for ip in (src, dst):
+            owners = [e for e in project.inventory.endpoints_at(ipaddress.ip_address(ip)) if not e.host_network]
+            ends.append(FlowEnd(owners[0] if owners else None, ipaddress.ip_address(ip)))
+        icmp = proto in (1, 58)
+        flow = Flow(ends[0], ends[1], proto, sport, dport, int(h["icmp_type"]) if icmp else None,
+                    int(h["icmp_code"]) if icmp else None)
+        try:
+            verdict = engine.evaluate(flow, "allow" if self.pod_allow else "deny", "allow" if self.host_allow else "deny")
+        except ValueError:
+            return []
+        out = []
+        for d in (verdict.egress, verdict.ingress):
+            for tier, policy, rule in d.logs if d else []:
+                out.append({"tier": tier, "policy": policy, "rule": rule})
+        return out

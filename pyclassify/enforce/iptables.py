@@ -1,0 +1,130 @@
+"""The iptables rules of ``pyclassify enforce``: our own chains, installed and removed by us.
+
+Every chain we create is named ``PYCLASSIFY-<HOOK>`` (the prefix is reserved for us), in the
+``filter`` table of iptables and ip6tables, with one jump from the built-in chain at position 1:
+
+- ``FORWARD`` (routed pod traffic), ``INPUT`` and ``OUTPUT`` (host endpoints; loopback skipped);
+- in each: ``-m conntrack --ctstate ESTABLISHED,RELATED -j RETURN`` first, so only packets of
+  new (or untracked/invalid) connections reach userspace; then ``-j NFQUEUE`` to our queue(s)
+  (``--queue-balance N:M`` for several), with ``--queue-bypass`` when failing open (packets pass
+  when no process listens on the queue).
+
+``remove_stale()`` deletes every ``PYCLASSIFY-*`` chain and every jump to one: the daemon calls it
+before installing (rules left by a killed daemon) and ``Rules.remove()`` on exit.
+
+This kernel has no nftables ``queue`` statement, so the iptables front-end (nf_tables or legacy
+backend, whichever ``iptables`` is) is used.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+PREFIX = "PYCLASSIFY-"
+HOOKS = {"forward": "FORWARD", "input": "INPUT", "output": "OUTPUT"}
+
+
+class IptablesError(RuntimeError):
+    """An iptables command failed; the message carries its stderr."""
+
+
+def _run(binary: str, *args: str, check: bool = True) -> str:
+    proc = subprocess.run([binary, "-w", *args], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise IptablesError(f"{binary} {' '.join(args)}: {proc.stderr.strip() or f'exit {proc.returncode}'}")
+    return proc.stdout
+
+
+def binaries(ipv6: bool = True) -> list[str]:
+    """The iptables front-ends present: iptables, and ip6tables when ``ipv6`` and installed."""
+    found = []
+    for name in ("iptables", "ip6tables") if ipv6 else ("iptables",):
+        path = shutil.which(name)
+        if path:
+            found.append(path)
+    if not found:
+        raise IptablesError("iptables not found in PATH")
+    return found
+
+
+def queue_target(first: int, last: int, fail_open: bool) -> list[str]:
+    target = ["-j", "NFQUEUE"]
+    target += ["--queue-num", str(first)] if first == last else ["--queue-balance", f"{first}:{last}"]
+    if fail_open:
+        target.append("--queue-bypass")
+    return target
+
+
+def remove_stale(ipv6: bool = True) -> list[str]:
+    """Remove every PYCLASSIFY-* chain (and the jumps to them) from the filter table; returns
+    what was removed, as ``binary chain`` strings."""
+    removed = []
+    for binary in binaries(ipv6):
+        listing = _run(binary, "-t", "filter", "-S", check=False).splitlines()
+        ours = [line.split()[1] for line in listing if line.startswith(f"-N {PREFIX}")]
+        for line in listing:
+            parts = line.split()
+            if len(parts) > 2 and parts[0] == "-A" and not parts[1].startswith(PREFIX) and "-j" in parts:
+                target = parts[parts.index("-j") + 1]
+                if target.startswith(PREFIX):
+                    _run(binary, "-t", "filter", "-D", *parts[1:], check=False)
+        for chain in ours:
+            _run(binary, "-t", "filter", "-F", chain, check=False)
+            _run(binary, "-t", "filter", "-X", chain, check=False)
+            removed.append(f"{binary} {chain}")
+    return removed
+
+
+@dataclass
+class Rules:
+    """Our chains for queues ``first..last``; ``install()`` then ``remove()``."""
+
+    first: int
+    last: int
+    fail_open: bool = False
+    hooks: tuple[str, ...] = ("forward", "input", "output")
+    ipv6: bool = True
+    installed: list[tuple[str, str, str]] = field(default_factory=list)  # (binary, builtin, chain)
+
+    def __post_init__(self) -> None:
+        unknown = [h for h in self.hooks if h not in HOOKS]
+        if unknown:
+            raise ValueError(f"unknown hook(s) {', '.join(unknown)}; choose from {', '.join(HOOKS)}")
+        if not 0 <= self.first <= self.last <= 65535:
+            raise ValueError(f"queue range {self.first}-{self.last} invalid")
+
+    def rules(self, hook: str) -> list[list[str]]:
+        """The rules of our chain for ``hook`` (without the chain name)."""
+        out: list[list[str]] = []
+        if hook == "input":
+            out.append(["-i", "lo", "-j", "RETURN"])
+        elif hook == "output":
+            out.append(["-o", "lo", "-j", "RETURN"])
+        out.append(["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"])
+        out.append(queue_target(self.first, self.last, self.fail_open))
+        return out
+
+    def install(self) -> None:
+        remove_stale(self.ipv6)
+        try:
+            for binary in binaries(self.ipv6):
+                for hook in self.hooks:
+                    builtin = HOOKS[hook]
+                    chain = PREFIX + builtin
+                    _run(binary, "-t", "filter", "-N", chain)
+                    self.installed.append((binary, builtin, chain))
+                    for rule in self.rules(hook):
+                        _run(binary, "-t", "filter", "-A", chain, *rule)
+                    _run(binary, "-t", "filter", "-I", builtin, "1", "-j", chain)
+        except BaseException:
+            self.remove()
+            raise
+
+    def remove(self) -> None:
+        for binary, builtin, chain in reversed(self.installed):
+            _run(binary, "-t", "filter", "-D", builtin, "-j", chain, check=False)
+            _run(binary, "-t", "filter", "-F", chain, check=False)
+            _run(binary, "-t", "filter", "-X", chain, check=False)
+        self.installed.clear()

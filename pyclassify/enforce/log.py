@@ -1,0 +1,67 @@
+"""JSON-lines log of ``pyclassify enforce``: every denied new connection and every connection a
+Log rule matched, with the deciding tier, policy and rule per direction, once per flow.
+
+A flow is (protocol, source, destination, destination port); a bounded LRU of recent flows
+suppresses repeats (SYN retransmissions, UDP before the reply). One line::
+
+    {"ts": 1700000000.1, "event": "deny"|"allow"|"log"|"revoke", "queue": 0,
+     "src": "10.244.1.2", "dst": "10.244.2.2", "proto": "TCP", "sport": 40000, "dport": 80,
+     "egress": D, "ingress": D}
+
+with D as in ``explain --json`` (``null``, or ``{"verdict", "tier", "policy", "rule", "reason"}``)
+plus ``"logs": [{"tier", "policy", "rule"}...]`` on ``log`` events. Daemon events (start,
+reload, reload-rejected, stop) use the same stream with ``"event"`` naming them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import sys
+import threading
+import time
+from collections import OrderedDict
+from typing import IO, Any
+
+PROTOS = {1: "ICMP", 6: "TCP", 17: "UDP", 58: "ICMPv6", 132: "SCTP"}
+
+
+def address(raw: bytes, version: int) -> str:
+    return str(ipaddress.ip_address(raw[12:16] if version == 4 else raw))
+
+
+class FlowLog:
+    """Writes events as JSON lines to ``stream`` (thread-safe); ``seen(key)`` deduplicates."""
+
+    def __init__(self, stream: IO[str] | None = None, capacity: int = 65536, log_allowed: bool = False) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+        self.capacity = capacity
+        self.log_allowed = log_allowed
+        self._recent: OrderedDict[Any, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def seen(self, key: Any) -> bool:
+        """True if ``key`` was logged recently; records it otherwise."""
+        with self._lock:
+            if key in self._recent:
+                self._recent.move_to_end(key)
+                return True
+            self._recent[key] = None
+            if len(self._recent) > self.capacity:
+                self._recent.popitem(last=False)
+            return False
+
+    def forget(self) -> None:
+        """Forget every flow (after a policy change a flow may be logged again)."""
+        with self._lock:
+            self._recent.clear()
+
+    def emit(self, event: str, **fields: Any) -> None:
+        record = {"ts": round(time.time(), 6), "event": event, **fields}
+        line = json.dumps(record, separators=(",", ":"), default=str)
+        with self._lock:
+            try:
+                self.stream.write(line + "\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass

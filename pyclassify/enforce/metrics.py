@@ -1,0 +1,140 @@
+"""Prometheus metrics of ``pyclassify enforce`` (``--metrics ADDR``).
+
+Counters that the native loops keep (packets, verdicts, malformed, errors, batches, batch time)
+are read at scrape time by a collector, so the packet path never touches Python. Verdicts by
+direction/tier/policy/rule/action are counted from the policy-judged packets the daemon drains
+from the loops in bulk. Kernel figures: queue depth and drops from
+``/proc/net/netfilter/nfnetlink_queue``, conntrack size from ``nf_conntrack_count``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+NFQ_PROC = "/proc/net/netfilter/nfnetlink_queue"
+CT_COUNT = "/proc/sys/net/netfilter/nf_conntrack_count"
+
+
+def kernel_queues() -> dict[int, dict[str, int]]:
+    """Per queue: ``depth`` (queue_total), ``queue_dropped`` (queue full), ``user_dropped``
+    (netlink socket full), ``id_sequence``."""
+    out: dict[int, dict[str, int]] = {}
+    try:
+        with open(NFQ_PROC) as f:
+            for line in f:
+                cols = line.split()
+                if len(cols) >= 8:
+                    out[int(cols[0])] = {"depth": int(cols[2]), "queue_dropped": int(cols[5]),
+                                         "user_dropped": int(cols[6]), "id_sequence": int(cols[7])}
+    except OSError:
+        pass
+    return out
+
+
+def conntrack_count() -> int | None:
+    try:
+        with open(CT_COUNT) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+class LoopCollector(Collector):
+    """Reads the loops' native counters at scrape time. ``loops()`` returns the live NfQueue
+    objects; ``tracked()`` the engine tracker sizes."""
+
+    def __init__(self, loops: Callable[[], list[Any]], fail_open: bool) -> None:
+        self.loops = loops
+        self.fail_open = fail_open
+
+    def collect(self) -> Iterator[Any]:
+        loops = self.loops()
+        packets = CounterMetricFamily("pyclassify_nfqueue_packets", "Packets received from NFQUEUE, by outcome",
+                                      labels=["queue", "outcome"])
+        batches = CounterMetricFamily("pyclassify_nfqueue_batches", "Batches judged", labels=["queue"])
+        errors = CounterMetricFamily("pyclassify_nfqueue_errors", "Loop errors by kind", labels=["queue", "kind"])
+        failopen = CounterMetricFamily("pyclassify_fail_open_events",
+                                       "Packets accepted by the fail-open mode (malformed, engine error, lost)",
+                                       labels=["queue"])
+        hist = HistogramMetricFamily("pyclassify_batch_seconds", "Per-batch processing time (decode, judge, verdict)",
+                                     labels=["queue"])
+        tracked = GaugeMetricFamily("pyclassify_engine_conntrack_entries", "Connections in the engine's tracker",
+                                    labels=["queue"])
+        depth = GaugeMetricFamily("pyclassify_nfqueue_depth", "Packets waiting in the kernel queue", labels=["queue"])
+        kdrops = CounterMetricFamily("pyclassify_nfqueue_kernel_drops", "Packets the kernel dropped, by reason",
+                                     labels=["queue", "reason"])
+        kq = kernel_queues()
+        for loop in loops:
+            q = str(loop.queue)
+            s = loop.stats
+            for outcome in ("accepted", "dropped", "malformed", "lost"):
+                packets.add_metric([q, outcome], s[outcome])
+            batches.add_metric([q], s["batches"])
+            for kind in ("errors", "send_errors", "recv_errors", "netlink_errors", "event_drops"):
+                errors.add_metric([q, kind], s[kind])
+            failopen.add_metric([q], (s["malformed"] + s["errors"] + s["lost"]) if self.fail_open else 0)
+            bounds, counts, total = loop.batch_histogram()
+            cum, buckets = 0, []
+            for b, c in zip(bounds, counts):
+                cum += c
+                buckets.append((repr(b), cum))
+            cum += counts[-1]
+            buckets.append(("+Inf", cum))
+            hist.add_metric([q], buckets, total)
+            tracked.add_metric([q], loop.tracked)
+            k = kq.get(loop.queue)
+            if k:
+                depth.add_metric([q], k["depth"])
+                kdrops.add_metric([q, "queue_full"], k["queue_dropped"])
+                kdrops.add_metric([q, "socket_full"], k["user_dropped"])
+        yield from (packets, batches, errors, failopen, hist, tracked, depth, kdrops)
+        ct = conntrack_count()
+        if ct is not None:
+            g = GaugeMetricFamily("pyclassify_kernel_conntrack_entries", "Kernel conntrack entries (nf_conntrack_count)")
+            g.add_metric([], ct)
+            yield g
+
+
+class Metrics:
+    """The daemon's registry (one per daemon, so tests can run several)."""
+
+    def __init__(self, loops: Callable[[], list[Any]], fail_open: bool) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(LoopCollector(loops, fail_open))
+        self.verdicts = Counter("pyclassify_verdicts", "Policy verdicts by direction, tier, policy, rule and action",
+                                ["direction", "tier", "policy", "rule", "action"], registry=self.registry)
+        self.reloads = Counter("pyclassify_policy_reloads", "Policy reloads by result", ["result"],
+                               registry=self.registry)
+        self.revalidations = Counter("pyclassify_revalidations", "Revalidations of established connections",
+                                     registry=self.registry)
+        self.revoked = Counter("pyclassify_revoked_connections", "Connections revoked by a policy change",
+                               registry=self.registry)
+        self.ct_deleted = Counter("pyclassify_conntrack_deletes", "Kernel conntrack deletions by result", ["result"],
+                                  registry=self.registry)
+        self.revalidation_seconds = Histogram(
+            "pyclassify_revalidation_seconds", "Swap + revalidation + conntrack deletion time",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0), registry=self.registry)
+        self.apply_seconds = Histogram(
+            "pyclassify_policy_apply_seconds", "File change seen to new engine in force (load, compile, swap)",
+            buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0), registry=self.registry)
+        self.server: Any = None
+
+    def serve(self, addr: str) -> tuple[str, int]:
+        """Serve /metrics on ``host:port`` (``:port`` = all addresses); returns the bound address."""
+        host, _, port = addr.rpartition(":")
+        if not port.isdigit():
+            raise ValueError(f"--metrics expects HOST:PORT, got {addr!r}")
+        host = host.strip("[]") or "0.0.0.0"
+        self.server, _thread = start_http_server(int(port), addr=host, registry=self.registry)
+        return self.server.server_address[0], self.server.server_address[1]
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None

@@ -1,0 +1,199 @@
+"""A node network namespace routing between pod namespaces over veth pairs (as Calico does),
+pods serving TCP and UDP echo, and the pyclassify daemon in the node namespace."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+SERVER = r"""
+import socket, sys, threading
+ip, tport, uport = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); t.bind((ip, tport)); t.listen(64)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind((ip, uport))
+def conn(c):
+    with c:
+        while True:
+            d = c.recv(4096)
+            if not d: return
+            c.sendall(d)
+def tcp():
+    while True:
+        c, _ = t.accept(); threading.Thread(target=conn, args=(c,), daemon=True).start()
+def udp():
+    while True:
+        d, a = u.recvfrom(4096); u.sendto(d, a)
+threading.Thread(target=tcp, daemon=True).start()
+print("ready", flush=True)
+udp()
+"""
+
+PROBE = r"""
+import json, socket, sys, threading
+targets = json.loads(sys.argv[1]); timeout = float(sys.argv[2]); out = {}
+def one(key, ip, proto, port):
+    try:
+        if proto == "TCP":
+            s = socket.create_connection((ip, port), timeout=timeout); s.settimeout(timeout)
+            s.sendall(b"hi"); ok = s.recv(16) == b"hi"; s.close()
+        else:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(timeout)
+            s.sendto(b"hi", (ip, port)); ok = s.recv(16) == b"hi"; s.close()
+    except OSError:
+        ok = False
+    out[key] = ok
+ts = [threading.Thread(target=one, args=(k, *v)) for k, v in targets.items()]
+[t.start() for t in ts]; [t.join() for t in ts]
+print(json.dumps(out))
+"""
+
+# A persistent TCP client: connects once, then for each line on stdin sends it and prints
+# "ok" if echoed within the timeout, else "fail".
+HOLD = r"""
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2); s.settimeout(float(sys.argv[3]))
+print("connected", flush=True)
+for line in sys.stdin:
+    try:
+        s.sendall(line.strip().encode()); ok = s.recv(64) == line.strip().encode()
+    except OSError:
+        ok = False
+    print("ok" if ok else "fail", flush=True)
+"""
+
+
+def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(list(args), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)}: {proc.stderr.strip()}")
+    return proc
+
+
+class Topology:
+    """``node`` routes between pods ``p1..pN`` (10.244.i.2/24, gateway 10.244.i.1)."""
+
+    TCP_PORT = 8080
+    UDP_PORT = 5353
+
+    def __init__(self, npods: int = 3) -> None:
+        tag = uuid.uuid4().hex[:6]
+        self.node = f"pcn-{tag}"
+        self.pods = [f"pcp{i}-{tag}" for i in range(1, npods + 1)]
+        self.ips = [f"10.244.{i}.2" for i in range(1, npods + 1)]
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def up(self) -> None:
+        sh("ip", "netns", "add", self.node)
+        sh("ip", "netns", "exec", self.node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        sh("ip", "-n", self.node, "link", "set", "lo", "up")
+        for i, (pod, ip) in enumerate(zip(self.pods, self.ips), 1):
+            sh("ip", "netns", "add", pod)
+            sh("ip", "-n", self.node, "link", "add", f"veth{i}", "type", "veth", "peer", "name", "eth0", "netns", pod)
+            sh("ip", "-n", self.node, "addr", "add", f"10.244.{i}.1/24", "dev", f"veth{i}")
+            sh("ip", "-n", self.node, "link", "set", f"veth{i}", "up")
+            sh("ip", "-n", pod, "addr", "add", f"{ip}/24", "dev", "eth0")
+            sh("ip", "-n", pod, "link", "set", "eth0", "up")
+            sh("ip", "-n", pod, "link", "set", "lo", "up")
+            sh("ip", "-n", pod, "route", "add", "default", "via", f"10.244.{i}.1")
+            p = self.spawn(pod, [PY, "-c", SERVER, ip, str(self.TCP_PORT), str(self.UDP_PORT)], stdin=False)
+            assert p.stdout is not None
+            assert p.stdout.readline().strip() == "ready"
+
+    def spawn(self, ns: str, argv: list[str], stdin: bool = False, stderr: Any = subprocess.DEVNULL) -> subprocess.Popen[str]:
+        p = subprocess.Popen(["ip", "netns", "exec", ns, *argv], stdout=subprocess.PIPE, stderr=stderr,
+                             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, text=True, cwd=REPO)
+        self.procs.append(p)
+        return p
+
+    def down(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        for ns in [*self.pods, self.node]:
+            sh("ip", "netns", "del", ns, check=False)
+
+    def probe(self, src: int, targets: dict[str, tuple[int, str]], timeout: float = 1.0) -> dict[str, bool]:
+        """From pod ``src``: ``{key: (dst pod index, "TCP"|"UDP")}`` -> ``{key: reachable}``."""
+        spec = {k: (self.ips[d], proto, self.TCP_PORT if proto == "TCP" else self.UDP_PORT)
+                for k, (d, proto) in targets.items()}
+        out = sh("ip", "netns", "exec", self.pods[src], PY, "-c", PROBE, json.dumps(spec), str(timeout))
+        return json.loads(out.stdout)
+
+    def reach(self, src: int, dst: int, proto: str = "TCP", timeout: float = 1.0) -> bool:
+        return self.probe(src, {"x": (dst, proto)}, timeout)["x"]
+
+
+class Daemon:
+    """``pyclassify enforce`` in the node namespace; its JSON lines are collected."""
+
+    def __init__(self, topo: Topology, paths: list[str], queue_num: int, fail: str = "closed",
+                 extra: tuple[str, ...] = ()) -> None:
+        argv = [PY, "-m", "pyclassify", "enforce", *paths, "--queue", str(queue_num), "--fail", fail, "--no-ipv6", *extra]
+        self.proc = topo.spawn(topo.node, argv, stderr=subprocess.PIPE)
+        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.seen: list[dict[str, Any]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                self.lines.put(json.loads(line))
+            except ValueError:
+                pass
+
+    def wait_event(self, event: str, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            for e in self.seen:
+                if e.get("event") == event:
+                    self.seen.remove(e)
+                    return e
+            left = deadline - time.monotonic()
+            if left <= 0 or self.proc.poll() is not None and self.lines.empty():
+                err = self.proc.stderr.read() if self.proc.poll() is not None and self.proc.stderr else ""
+                raise AssertionError(f"no {event!r} event from the daemon (exit {self.proc.poll()}): {err}")
+            try:
+                self.seen.append(self.lines.get(timeout=min(left, 0.5)))
+            except queue.Empty:
+                pass
+
+    def events(self) -> list[dict[str, Any]]:
+        while not self.lines.empty():
+            self.seen.append(self.lines.get())
+        return list(self.seen)
+
+    def terminate(self) -> int:
+        self.proc.terminate()
+        return self.proc.wait(timeout=15)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=15)
+
+
+def iptables_rules(ns: str) -> str:
+    return sh("ip", "netns", "exec", ns, "iptables", "-S").stdout
+
+
+def root_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, iptables, NFQUEUE)"
+    if sh("ip", "netns", "list", check=False).returncode != 0:
+        return "iproute2 netns not available"
+    return None

@@ -1,0 +1,98 @@
+"""Parts of the enforce path that need no root: the netlink parsers (fuzzed), the ctnetlink
+request, iptables rule generation, queue parsing, the command's usage errors."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyclassify import _native
+from pyclassify.enforce import enforce_command
+from pyclassify.enforce.daemon import parse_queues
+from pyclassify.enforce.iptables import Rules, queue_target
+
+
+def attr(kind: int, payload: bytes) -> bytes:
+    n = 4 + len(payload)
+    return struct.pack("=HH", n, kind) + payload + b"\0" * ((-n) % 4)
+
+
+def packet_msg(pid: int, payload: bytes, caplen_attr: int | None = None) -> bytes:
+    body = struct.pack("=BBH", 2, 0, 0) + attr(1, struct.pack(">IHB", pid, 0x0800, 2)) + attr(10, payload)
+    if caplen_attr is not None:
+        body += attr(13, struct.pack(">I", caplen_attr))
+    return struct.pack("=IHHII", 16 + len(body), 3 << 8, 0, 0, 0) + body
+
+
+def test_nfq_parse_reads_packets() -> None:
+    data = packet_msg(7, b"E" + b"\0" * 39) + packet_msg(8, b"\x45" * 20, 1500)
+    got = _native.nfq_parse(data)
+    assert [(g[0], g[1], len(g[2]), g[3]) for g in got] == [(7, 0x0800, 40, 40), (8, 0x0800, 20, 1500)]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.binary(max_size=512))
+def test_nfq_parse_never_crashes_on_garbage(data: bytes) -> None:
+    for pid, _hw, payload, wirelen, _dev in _native.nfq_parse(data):
+        assert payload is None or len(payload) <= len(data)
+        assert wirelen >= (len(payload) if payload else 0)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=200), st.integers(0, 400))
+def test_nfq_parse_truncated_messages(payload: bytes, cut: int) -> None:
+    msg = packet_msg(1, payload)
+    _native.nfq_parse(msg[:cut])  # any prefix: no crash, no out-of-bounds read
+
+
+def test_ct_delete_message_layout() -> None:
+    v4 = lambda a: b"\0" * 10 + b"\xff\xff" + bytes(a)  # noqa: E731
+    m = _native.ct_delete_message(v4([10, 244, 1, 2]), v4([10, 244, 2, 2]), 40000, 8080, 6, 4)
+    length, mtype, flags = struct.unpack_from("=IHH", m)
+    assert length == len(m) and mtype == (1 << 8) | 2 and flags & 1
+    assert m[16] == 2  # AF_INET
+    assert bytes([10, 244, 1, 2]) in m and struct.pack(">H", 8080) in m
+    with pytest.raises(ValueError):
+        _native.ct_delete_message(b"\0" * 3, b"\0" * 16, 1, 2, 6, 6)
+    with pytest.raises(ValueError):
+        _native.ct_delete_message(b"\0" * 16, b"\0" * 16, 1, 2, 6, 5)
+
+
+def test_rules_and_queue_targets() -> None:
+    assert queue_target(3, 3, False) == ["-j", "NFQUEUE", "--queue-num", "3"]
+    assert queue_target(2, 5, True) == ["-j", "NFQUEUE", "--queue-balance", "2:5", "--queue-bypass"]
+    r = Rules(0, 0, fail_open=False)
+    fwd = r.rules("forward")
+    assert fwd[0] == ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"]
+    assert "--queue-bypass" not in fwd[-1]
+    assert r.rules("input")[0] == ["-i", "lo", "-j", "RETURN"]
+    with pytest.raises(ValueError):
+        Rules(0, 0, hooks=("prerouting",))
+    assert parse_queues("4") == (4, 4) and parse_queues("2-5") == (2, 5)
+    for bad in ("5-2", "x", "70000"):
+        with pytest.raises(ValueError):
+            parse_queues(bad)
+
+
+def test_command_usage_errors(tmp_path) -> None:
+    runner = CliRunner()
+    r = runner.invoke(enforce_command, [str(tmp_path)])
+    assert r.exit_code == 2 and "--queue" in r.output
+    r = runner.invoke(enforce_command, [str(tmp_path), "--queue", "1", "--queues", "1-2"])
+    assert r.exit_code == 2
+    r = runner.invoke(enforce_command, [str(tmp_path), "--queues", "9-3"])
+    assert r.exit_code == 2
+    r = runner.invoke(enforce_command, ["--help"])
+    assert "--fail" in r.output and "queue-bypass" in r.output
+
+
+def test_invalid_manifests_refuse_to_start(tmp_path) -> None:
+    (tmp_path / "bad.yaml").write_text(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: x, namespace: y}\n"
+        "spec:\n  podSelector: {}\n  ingress:\n  - ports:\n    - {port: 99999999}\n")
+    r = CliRunner().invoke(enforce_command, [str(tmp_path), "--queue", "0"])
+    assert r.exit_code == 1 and "99999999" in r.output
