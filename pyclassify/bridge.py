@@ -71,7 +71,7 @@ def in_netns(name: str | None) -> Iterator[None]:
         return
     libc = ctypes.CDLL(None, use_errno=True)
     path = name if "/" in name else f"/run/netns/{name}"
-    here = os.open(f"/proc/thread-self/ns/net", os.O_RDONLY)
+    here = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
         there = os.open(path, os.O_RDONLY)
     except OSError:

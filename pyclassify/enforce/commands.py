@@ -24,19 +24,19 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
                 metrics: str | None = None, batch: int = 64, copy_range: int = 128, maxlen: int = 4096,
                 hooks: str = "forward,input,output", no_batch_verdicts: bool = False, log_allowed: bool = False,
                 ipv6: bool = True, duration: float | None = None, log_stream: Any = None,
-                log_flows: bool = True) -> int:
+                log_flows: bool = True, bridge: str | None = None) -> int:
     """Run the daemon until SIGINT/SIGTERM (or ``duration`` seconds); returns the exit code."""
     from pyclassify.enforce.daemon import EnforceConfig, EnforceError, Enforcer, parse_queues
 
     try:
-        first, last = parse_queues(queues)
+        first, last = parse_queues(queues) if bridge is None else (0, 0)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--queue/--queues") from None
     config = EnforceConfig(
         paths=list(paths), queues=(first, last), fail_open=fail == "open", default=default, metrics=metrics,
         log_stream=log_stream if log_stream is not None else sys.stdout, log_allowed=log_allowed, log_flows=log_flows, batch=batch,
         copy_range=copy_range, maxlen=maxlen, batch_verdicts=not no_batch_verdicts,
-        hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), ipv6=ipv6,
+        hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), ipv6=ipv6, bridge=bridge,
     )
     enforcer = Enforcer(config)
     try:
@@ -83,11 +83,14 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
 @click.option("--log-allowed", is_flag=True, help="Also log allowed new connections (JSON lines on stdout).")
 @click.option("--no-log", is_flag=True, help="No per-flow JSON lines (daemon events and metrics stay).")
 @click.option("--no-ipv6", is_flag=True, help="Do not install ip6tables rules.")
+@click.option("--bridge", "bridge", default=None, metavar="IF1,IF2",
+              help="Instead of NFQUEUE: an AF_PACKET inline bridge between two interfaces (own conntrack).")
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds (tests, benchmarks).")
 def enforce_command(paths: tuple[str, ...], queue: int | None, queues: str | None, fail: str, default: str | None,
                     metrics: str | None, hooks: str, batch: int, copy_range: int, maxlen: int,
-                    no_batch_verdicts: bool, log_allowed: bool, no_log: bool, no_ipv6: bool, duration: float | None) -> None:
-    """Enforce the policy on this node's packets, live (NFQUEUE).
+                    no_batch_verdicts: bool, log_allowed: bool, no_log: bool, no_ipv6: bool, bridge: str | None,
+                    duration: float | None) -> None:
+    """Enforce the policy on this node's packets, live (NFQUEUE, or --bridge IF1,IF2).
 
     Installs PYCLASSIFY-* chains hooking FORWARD (routed pod traffic) and INPUT/OUTPUT (host
     endpoints) that send new connections (ESTABLISHED/RELATED pass in the kernel) to NFQUEUE;
@@ -96,12 +99,18 @@ def enforce_command(paths: tuple[str, ...], queue: int | None, queues: str | Non
     stays); connections the new policy denies have their conntrack entries deleted so they are
     judged again and cut. Denies and Log rule hits are printed as JSON lines, once per flow.
     """
-    if queue is not None and queues is not None:
-        raise click.UsageError("give --queue or --queues, not both")
-    if queue is None and queues is None:
-        raise click.UsageError("give --queue N or --queues N-M")
-    spec = queues if queues is not None else str(queue)
+    given = [name for name, v in (("--queue", queue), ("--queues", queues), ("--bridge", bridge)) if v is not None]
+    if len(given) != 1:
+        raise click.UsageError("give exactly one of --queue N, --queues N-M or --bridge IF1,IF2")
+    if bridge is not None:
+        from pyclassify.bridge import parse_bridge_spec
+
+        try:
+            parse_bridge_spec(bridge)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--bridge") from None
+    spec = queues if queues is not None else str(queue) if queue is not None else ""
     code = run_enforce(list(paths), spec, fail, default, metrics, batch, copy_range, maxlen, hooks,
                        no_batch_verdicts, log_allowed, not no_ipv6, duration,
-                       log_flows=not no_log)
+                       log_flows=not no_log, bridge=bridge)
     sys.exit(code)

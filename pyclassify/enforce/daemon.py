@@ -96,6 +96,7 @@ class EnforceConfig:
     debounce: float = 0.02
     watch: bool = True
     conntrack_entries: int = 262144
+    bridge: str | None = None  # "IF1,IF2": an AF_PACKET inline bridge instead of NFQUEUE
 
 
 @dataclass
@@ -127,6 +128,7 @@ class Enforcer:
         self.metrics_address: tuple[str, int] | None = None
         self.reloads = 0
         self.rejected = 0
+        self.bridge: Any = None
         d = config.default
         self.pod_allow = d != "deny"
         self.host_allow = d == "allow"
@@ -143,6 +145,9 @@ class Enforcer:
         cfg = self.config
         self.project, self.engine = self._load()
         self._has_log = has_log_rules(self.project)
+        if cfg.bridge is not None:
+            self._start_bridge()
+            return
         try:
             for q in range(cfg.queues[0], cfg.queues[1] + 1):
                 client = _native.EngineClient(self.engine._engine.capsule(), conntrack=True,
@@ -177,8 +182,42 @@ class Enforcer:
                       fail="open" if cfg.fail_open else "closed", policies=len(self.project.policy_set.policies),
                       endpoints=len(self.project.inventory.endpoints))
 
+    def _start_bridge(self) -> None:
+        """The AF_PACKET bump-in-the-wire: the engine's own conntrack, no iptables, no kernel
+        conntrack; per-flow JSON lines are not produced on this path (counters and metrics are)."""
+        from pyclassify.bridge import BridgeError, start_bridge
+
+        cfg = self.config
+        assert self.engine is not None and self.project is not None and cfg.bridge is not None
+        try:
+            self.bridge = start_bridge(cfg.bridge, self.engine._engine.capsule(), fail_open=cfg.fail_open,
+                                       pod_allow=self.pod_allow, host_allow=self.host_allow)
+        except (BridgeError, ValueError, OSError) as e:
+            raise EnforceError(f"cannot start the bridge {cfg.bridge}: {e}") from e
+        try:
+            if cfg.watch:
+                self.watcher = Watcher(cfg.paths, self._on_change, cfg.debounce)
+                self.watcher.start()
+            if cfg.metrics:
+                self.metrics_address = self.metrics.serve(cfg.metrics)
+        except BaseException:
+            self.stop()
+            raise
+        self.log.emit("start", bridge=cfg.bridge, fail="open" if cfg.fail_open else "closed",
+                      policies=len(self.project.policy_set.policies),
+                      endpoints=len(self.project.inventory.endpoints))
+
     def stop(self) -> None:
         self._stop.set()
+        if self.bridge is not None:
+            if self.watcher is not None:
+                self.watcher.stop()
+                self.watcher = None
+            self.bridge.stop()
+            self.log.emit("stop", stats=self.bridge.counters)
+            self.bridge = None
+            self.metrics.close()
+            return
         if self.watcher is not None:
             self.watcher.stop()
             self.watcher = None
@@ -245,6 +284,8 @@ class Enforcer:
                 n, flows = loop.swap(capsule, True)
                 count += n
                 revoked.extend(flows)
+            if self.bridge is not None:
+                count += self.bridge.swap(capsule)  # revokes in the bridge's own conntrack
             self.project, self.engine = project, engine
             self._has_log = has_log_rules(project)
             applied = time.monotonic()

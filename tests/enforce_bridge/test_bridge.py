@@ -7,12 +7,13 @@ import os
 import socket
 import time
 
+import json
+
 import pytest
 
 from pyclassify.bridge import Bridge, BridgeError, in_netns, parse_bridge_spec
 from tests.enforce_bridge.netns import (
     A_IP,
-    A_IP6,
     B_IP,
     B_IP6,
     POLICY_ALLOW_8080,
@@ -267,3 +268,41 @@ def test_random_frames_keep_the_bridge_up_and_every_frame_is_accounted_for(engin
         assert sum(c["tx_frames"]) + c["tx_failed"] == passed + c["allowed"]
         assert c["malformed"] > 100 and c["other_dropped"] > 100 and c["arp"] > 100
         assert c["engine_errors"] == 0
+
+
+@root_only
+def test_enforce_command_bridge_mode(tmp_path):
+    """`pyclassify enforce PATH --bridge brA,brB` in the bridge namespace: the same policy,
+    through the command a user runs, including a hot reload that denies 8080."""
+    import subprocess
+    import sys
+    import time
+
+    root = write_manifests(tmp_path / "policy", POLICY_ALLOW_8080)
+    with topology() as t:
+        s8080 = tcp_server(t.b, 8080)
+        daemon = subprocess.Popen(["ip", "netns", "exec", t.br, sys.executable, "-m", "pyclassify", "enforce",
+                                   str(root), "--bridge", "brA,brB", "--duration", "30"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 15
+            conn = None
+            while conn is None and time.monotonic() < deadline and daemon.poll() is None:
+                conn = tcp_connect(t.a, B_IP, 8080, timeout=0.5)
+            assert conn is not None, daemon.stderr.read() if daemon.poll() is not None else "no connection"
+            conn.close()
+            assert tcp_connect(t.a, B_IP, 9090, timeout=1.0) is None
+            (root / "20-policy.yaml").write_text(POLICY_DENY_ALL)  # hot reload through inotify
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and tcp_connect(t.a, B_IP, 8080, timeout=0.5) is not None:
+                time.sleep(0.2)
+            assert tcp_connect(t.a, B_IP, 8080, timeout=1.0) is None
+        finally:
+            s8080.close()
+            daemon.terminate()
+            out, err = daemon.communicate(timeout=10)
+        assert daemon.returncode == 0, err
+        events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        start = next(e for e in events if e["event"] == "start")
+        assert start["bridge"] == "brA,brB"
+        assert any(e["event"] == "reload" for e in events)

@@ -979,7 +979,7 @@ mod tests {
     #[test]
     fn compiled_equals_interpreter_on_random_worlds() {
         let (mut compiled, mut total, mut ruled, mut hn) = (0usize, 0usize, 0usize, 0usize);
-        for seed in 0..600u64 {
+        for seed in 0..4000u64 {
             let spec = random_spec(seed);
             let engine = Engine::from_json(&spec.to_string()).expect("random spec builds");
             let mut r = Rng::new(seed.wrapping_mul(7919) + 1);
