@@ -112,7 +112,20 @@ class Engine:
         host_allow: bool,
         tracker: ConnTrack | None = None,
         quotes: Any = None,
+        interpret: bool = False,
     ) -> None: ...
+    def compiled_stats(self) -> list[tuple[str, int]]: ...
+    def compiled_listing(
+        self, endpoint: int, direction: str, family: int
+    ) -> list[
+        tuple[
+            int | None,
+            int | None,
+            str | None,
+            list[tuple[str, tuple[str, int], int]],
+            list[tuple[str, tuple[int, int], str, tuple[int, int], int | None, int | None, int | None, int, bool]],
+        ]
+    ]: ...
 
 VERDICT_SIZE: Final[int]
 ENGINE_ABI_VERSION: Final[int]
@@ -183,3 +196,11 @@ class LabelIndex:
     @property
     def evaluations(self) -> int: ...
     def check_invariants(self) -> None: ...
+
+
+# multi-field classifier (rust/py/src/classifier.rs)
+class RuleClassifier:
+    @staticmethod
+    def from_classbench(path: str, algorithm: str = "tuplemerge") -> RuleClassifier: ...
+    def __len__(self) -> int: ...
+    def classify(self, headers: Any, out: Any) -> None: ...

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 
 mod admission;
 mod batch;
+mod classifier;
 mod conntrack;
 mod engine;
 mod errors;
@@ -24,6 +25,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     selector::register(m)?;
     labelindex::register(m)?;
     engine::register(m)?;
+    classifier::register(m)?;
     admission::register(m)?;
     Ok(())
 }
