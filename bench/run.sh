@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Every benchmark, from one command: the Rust harnesses of the core, then the pytest-benchmark
+# suites (root-only ones skip with a reason when not root). Extra arguments go to pytest, e.g.
+#   bash bench/run.sh --benchmark-autosave            # save this run as a baseline
+#   bash bench/run.sh --benchmark-compare --benchmark-compare-fail=min:10%
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/venv.sh test
+for b in classifier conntrack labelindex; do
+    echo "== cargo bench --bench $b"
+    cargo bench --manifest-path rust/Cargo.toml -p pyclassify-core --bench "$b"
+done
+if [ -f rust/core/benches/engine.rs ]; then
+    echo "== cargo bench --bench engine"
+    cargo bench --manifest-path rust/Cargo.toml -p pyclassify-core --bench engine
+fi
+echo "== pytest-benchmark suites"
+.venv/bin/python -m pytest bench -s --benchmark-columns=min,median,rounds "$@"
+echo "== instruction counts (stable signal)"
+bash bench/callgrind.sh
