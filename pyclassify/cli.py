@@ -43,6 +43,7 @@ class LazyGroup(click.Group):
         "admit": "pyclassify.admission.commands:admit_command",
         "admission-webhook": "pyclassify.admission.commands:admission_webhook_command",
         "enforce": "pyclassify.enforce.commands:enforce_command",
+        "render": "pyclassify.render:render_command",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -235,16 +235,18 @@ class NativeEngine:
     side_dtype = SIDE_DTYPE
 
     def judge(self, headers: npt.NDArray[Any], quotes: npt.NDArray[Any] | None = None, tracker: Any = None,
-              default_pod: str = "allow", default_host: str = "deny") -> npt.NDArray[Any]:
+              default_pod: str = "allow", default_host: str = "deny", interpret: bool = False) -> npt.NDArray[Any]:
         """Verdict records (``VERDICT_DTYPE``) for a header batch (``HEADER_DTYPE``), computed
-        without the GIL; with a ``Tracker``, connection tracking decides established traffic."""
+        without the GIL through the compiled classifier tables; with a ``Tracker``, connection
+        tracking decides established traffic. ``interpret=True`` (untracked batches only) answers
+        by the rule interpreter instead: the same verdicts, the benchmarks' baseline."""
         if headers.dtype != HEADER_DTYPE:
             raise TypeError(f"expected a header batch of HEADER_DTYPE, got {headers.dtype}")
         headers = np.ascontiguousarray(headers)
         out = np.zeros(len(headers), dtype=VERDICT_DTYPE)
         if quotes is not None:
             quotes = np.ascontiguousarray(quotes)
-        self._engine.judge(headers, out, default_pod == "allow", default_host == "allow", tracker, quotes)
+        self._engine.judge(headers, out, default_pod == "allow", default_host == "allow", tracker, quotes, interpret)
         return out
 
     def classify(self, headers: npt.NDArray[Any], default_pod: str = "allow",
@@ -261,6 +263,16 @@ class NativeEngine:
         rule = None if int(side["rule"]) < 0 else int(side["rule"])
         tier = None if int(side["tier"]) < 0 else int(side["tier"])
         return self._decision((bool(side["allow"]), tier, source, rule, int(side["reason"]), []), direction)
+
+    @property
+    def compiled_stats(self) -> dict[str, int]:
+        """Figures of the compiled tables (shared sides, entries, bytes)."""
+        return dict(self._engine.compiled_stats())
+
+    def compiled_listing(self, endpoint: Endpoint, direction: Direction, family: int) -> list[Any]:
+        """The compiled stages of ``endpoint``'s ``direction`` side for IPv4 or IPv6 (``render``):
+        see ``pyclassify._engine.Engine.compiled_listing``."""
+        return self._engine.compiled_listing(self._endpoint_id(endpoint), direction.value, family)
 
     def _endpoint_id(self, ep: Endpoint) -> int:
         try:

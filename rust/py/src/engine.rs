@@ -6,7 +6,7 @@ use pyclassify_core::batch::{PacketHeader, HEADER_SIZE};
 use pyclassify_core::capi::{EngineApi, ENGINE_ABI_VERSION, ENGINE_API};
 use pyo3::types::PyCapsule;
 use pyclassify_core::conntrack::QuotedTuple;
-use pyclassify_core::engine::{Addr, Decision, Defaults, Engine, Flow, FlowEnd, PacketVerdict, Source};
+use pyclassify_core::engine::{Action, Addr, Decision, Defaults, Direction, Engine, Flow, FlowEnd, PacketVerdict, Source};
 use pyo3::prelude::*;
 
 use crate::conntrack::{checked_buffer, PyConnTrack};
@@ -129,13 +129,75 @@ impl PyEngine {
         Ok((v.allow, v.egress.map(decision), v.ingress.map(decision)))
     }
 
+    /// Figures of the compiled tables: `{"sides", "programs", "groups", "stages", "entries",
+    /// "inexact_entries", "memory_bytes"}` (empty when built without them).
+    fn compiled_stats(&self) -> Vec<(&'static str, usize)> {
+        match self.inner.compiled_stats() {
+            None => Vec::new(),
+            Some(s) => vec![
+                ("sides", s.sides),
+                ("programs", s.programs),
+                ("groups", s.groups),
+                ("stages", s.stages),
+                ("entries", s.entries),
+                ("inexact_entries", s.inexact_entries),
+                ("memory_bytes", s.memory_bytes),
+            ],
+        }
+    }
+
+    /// The compiled stages of one endpoint's side (`"ingress"`/`"egress"`, family 4 or 6), in
+    /// evaluation order: `(tier | None, profile | None, tier default | None, rules, entries)`;
+    /// rules are `(action, ("policy"|"profile", index), rule index)` by position; entries are
+    /// `(src, (sport_lo, sport_hi), dst, (dport_lo, dport_hi), protocol, icmp_type, icmp_code,
+    /// position, exact)` in priority order.
+    fn compiled_listing(&self, endpoint: u32, direction: &str, family: u8) -> PyResult<Vec<PyStage>> {
+        let d = match direction {
+            "ingress" => Direction::Ingress,
+            "egress" => Direction::Egress,
+            other => return Err(pyo3::exceptions::PyValueError::new_err(format!("unknown direction {other:?}"))),
+        };
+        let v6 = match family {
+            4 => false,
+            6 => true,
+            other => return Err(pyo3::exceptions::PyValueError::new_err(format!("unknown address family {other}"))),
+        };
+        let stages = self.inner.compiled_listing(endpoint, d, v6).map_err(engine_error)?;
+        Ok(stages
+            .into_iter()
+            .map(|st| {
+                let rules = st.rules.iter().map(|r| (action_name(r.action), source(r.source), r.rule)).collect();
+                let mut entries: Vec<_> = st.entries.iter().collect();
+                entries.sort_by_key(|(r, _)| (r.priority, r.id));
+                let entries = entries
+                    .into_iter()
+                    .map(|(r, exact)| {
+                        (
+                            prefix_text(r.src.addr, r.src.len, v6),
+                            (r.sport.lo, r.sport.hi),
+                            prefix_text(r.dst.addr, r.dst.len, v6),
+                            (r.dport.lo, r.dport.hi),
+                            r.proto,
+                            r.icmp_type,
+                            r.icmp_code,
+                            r.priority,
+                            *exact,
+                        )
+                    })
+                    .collect();
+                (st.tier, st.profile, st.default.map(action_name), rules, entries)
+            })
+            .collect())
+    }
+
     /// Judges a header batch into `out` (a `VERDICT_DTYPE` array, one record per header): the
     /// verdict, why (policy / established / malformed / invalid), the connection-tracking state,
     /// and each direction's deciding tier, policy or profile, and rule. With `tracker`, packets of
     /// connections it already allowed pass without policy, and allowed new connections start
     /// being tracked (time = each header's capture timestamp); `quotes` (`QUOTE_DTYPE`, parallel
     /// to `headers`) carries the flows ICMP errors quote. Runs without the GIL.
-    #[pyo3(signature = (headers, out, pod_allow, host_allow, tracker=None, quotes=None))]
+    #[pyo3(signature = (headers, out, pod_allow, host_allow, tracker=None, quotes=None, interpret=false))]
+    #[allow(clippy::too_many_arguments)]
     fn judge(
         &self,
         py: Python<'_>,
@@ -145,7 +207,11 @@ impl PyEngine {
         host_allow: bool,
         tracker: Option<PyRefMut<'_, PyConnTrack>>,
         quotes: Option<&Bound<'_, PyAny>>,
+        interpret: bool,
     ) -> PyResult<()> {
+        if interpret && tracker.is_some() {
+            return Err(pyo3::exceptions::PyValueError::new_err("interpret=True is for untracked batches"));
+        }
         let hdrs = checked_buffer(headers, "headers", HEADER_SIZE, std::mem::align_of::<PacketHeader>(), None, false)?;
         let n = hdrs.item_count();
         let verdicts = checked_buffer(out, "out", VERDICT_SIZE, std::mem::align_of::<PacketVerdict>(), Some(n), true)?;
@@ -169,11 +235,31 @@ impl PyEngine {
             };
             match ct {
                 Some(ct) => self.inner.classify_tracked(ct, hs, qs, vs, defaults),
-                None => self.inner.classify_detailed(hs, vs, defaults),
+                None => self.inner.classify_detailed_with(hs, vs, defaults, !interpret),
             }
         });
         drop((hdrs, verdicts, quoted));
         Ok(())
+    }
+}
+
+type PyEntry = (String, (u16, u16), String, (u16, u16), Option<u8>, Option<u8>, Option<u8>, u32, bool);
+type PyStage = (Option<u32>, Option<u32>, Option<&'static str>, Vec<(&'static str, (&'static str, u32), u32)>, Vec<PyEntry>);
+
+fn action_name(a: Action) -> &'static str {
+    match a {
+        Action::Allow => "Allow",
+        Action::Deny => "Deny",
+        Action::Pass => "Pass",
+        Action::Log => "Log",
+    }
+}
+
+fn prefix_text(addr: u128, len: u8, v6: bool) -> String {
+    if v6 {
+        format!("{}/{}", std::net::Ipv6Addr::from(addr), len)
+    } else {
+        format!("{}/{}", std::net::Ipv4Addr::from(addr as u32), len.saturating_sub(96))
     }
 }
 

@@ -240,24 +240,32 @@ pub struct StageListing {
     pub entries: Vec<(ClassRule, bool)>,
 }
 
-struct Stage {
-    tier: Option<u32>,
-    default: Option<Action>,
-    profile: bool,
+/// One policy's (or profile's) rules for one subject-side signature: shared by every side
+/// whose stage lists that policy with the same subject-side results.
+struct Group {
     rules: Vec<RuleMeta>,
     inexact: Vec<bool>,
     walk: bool,
     tm: TupleMerge,
+    entries: usize,
+}
+
+struct Stage {
+    tier: Option<u32>,
+    default: Option<Action>,
+    profile: bool,
+    /// Indices into `Compiled::groups`, in policy order.
+    groups: Vec<u32>,
 }
 
 struct Side {
     stages: Vec<Stage>,
     has_profiles: bool,
     empty_program: bool,
-    entries: usize,
 }
 
 pub(super) struct Compiled {
+    groups: Vec<Group>,
     sides: Vec<Side>,
     /// `[endpoint][direction][family]` -> index into `sides` (`NONE`: never consulted).
     index: Vec<[[u32; 2]; 2]>,
@@ -270,6 +278,8 @@ pub struct CompiledStats {
     pub sides: usize,
     /// (endpoint, direction, family) programs that point at a side.
     pub programs: usize,
+    /// Distinct compiled policy tables (one policy's rules for one subject-side signature).
+    pub groups: usize,
     pub stages: usize,
     pub entries: usize,
     pub inexact_entries: usize,
@@ -278,15 +288,16 @@ pub struct CompiledStats {
 
 impl Compiled {
     pub(super) fn stats(&self) -> CompiledStats {
-        let mut s = CompiledStats { sides: self.sides.len(), ..Default::default() };
+        let mut s = CompiledStats { sides: self.sides.len(), groups: self.groups.len(), ..Default::default() };
         s.programs = self.index.iter().flatten().flatten().filter(|&&i| i != NONE).count();
         for side in &self.sides {
             s.stages += side.stages.len();
-            s.entries += side.entries;
-            for st in &side.stages {
-                s.inexact_entries += st.inexact.iter().filter(|&&b| b).count();
-                s.memory_bytes += st.tm.memory_bytes() + st.inexact.capacity() + st.rules.capacity() * 16;
-            }
+            s.memory_bytes += side.stages.iter().map(|st| st.groups.capacity() * 4 + 32).sum::<usize>();
+        }
+        for g in &self.groups {
+            s.entries += g.entries;
+            s.inexact_entries += g.inexact.iter().filter(|&&b| b).count();
+            s.memory_bytes += g.tm.memory_bytes() + g.inexact.capacity() + g.rules.capacity() * 16;
         }
         s.memory_bytes += self.index.capacity() * 16;
         s
@@ -633,6 +644,102 @@ impl<'e> Compiler<'e> {
         }
     }
 
+    /// One policy's (or profile's) rules compiled: positions local to the group.
+    fn group_listing(&mut self, s: usize, d: Direction, fam: usize, rules: &[(Source, u32, &'e Rule)]) -> StageListing {
+        let e = self.e;
+        let mut st = StageListing { tier: None, profile: None, default: None, rules: Vec::new(), entries: Vec::new() };
+        for &(source, ri, r) in rules {
+            let pos = st.rules.len() as u32;
+            st.rules.push(RuleMeta { source, rule: ri, action: r.action });
+            if r.ip_version.is_some_and(|v| v != if fam == 0 { 4 } else { 6 }) {
+                continue;
+            }
+            let info = self.info(r);
+            if info.protos.as_ref().is_some_and(|p| p.is_empty()) {
+                continue;
+            }
+            let (subject_side, peer_side) = match d {
+                Direction::Egress => (&r.sources, &r.destinations),
+                Direction::Ingress => (&r.destinations, &r.sources),
+            };
+            let base = || {
+                vec![Alt {
+                    prefixes: vec![fam_any(fam)],
+                    palts: restrict(vec![ANY_PALT], info.protos.as_deref()),
+                    exact: true,
+                }]
+            };
+            let subj: Vec<Alt> = if subject_side.is_empty() {
+                base()
+            } else {
+                subject_side
+                    .iter()
+                    .filter_map(|&x| Self::sig_alt(&self.subject_sig(&e.entities[x as usize], r.action, &info, s, fam), fam))
+                    .collect()
+            };
+            let peer: Vec<Alt> = if peer_side.is_empty() {
+                base()
+            } else {
+                let mut v = Vec::new();
+                for &x in peer_side {
+                    v.extend(self.peer_alts(x, r.action, &info, s, fam).iter().cloned());
+                }
+                v
+            };
+            let (src, dst) = match d {
+                Direction::Egress => (&subj, &peer),
+                Direction::Ingress => (&peer, &subj),
+            };
+            let icmp = r.icmp;
+            for sa in src {
+                for da in dst {
+                    let exact = sa.exact && da.exact && info.exact;
+                    for spa in &sa.palts {
+                        for dpa in &da.palts {
+                            let proto = match (spa.proto, dpa.proto) {
+                                (None, x) | (x, None) => x,
+                                (Some(a), Some(b)) if a == b => Some(a),
+                                _ => continue,
+                            };
+                            let range = |r: Option<(u16, u16)>| r.map_or(PortRange::ANY, |(lo, hi)| PortRange { lo, hi });
+                            for sp in &sa.prefixes {
+                                for dp in &da.prefixes {
+                                    let id = st.entries.len() as u32;
+                                    st.entries.push((
+                                        ClassRule {
+                                            id,
+                                            priority: pos,
+                                            src: *sp,
+                                            dst: *dp,
+                                            sport: range(spa.range),
+                                            dport: range(dpa.range),
+                                            proto,
+                                            icmp_type: icmp.and_then(|m| m.icmp_type),
+                                            icmp_code: icmp.and_then(|m| m.code),
+                                        },
+                                        exact,
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        st
+    }
+
+    fn groups(rules: Vec<(Source, u32, &'e Rule)>) -> Vec<Vec<(Source, u32, &'e Rule)>> {
+        let mut out: Vec<Vec<(Source, u32, &'e Rule)>> = Vec::new();
+        for r in rules {
+            match out.last_mut() {
+                Some(g) if g[0].0 == r.0 => g.push(r),
+                _ => out.push(vec![r]),
+            }
+        }
+        out
+    }
+
     fn listing(&mut self, s: usize, d: Direction, fam: usize) -> Vec<StageListing> {
         let e = self.e;
         let mut out = Vec::new();
@@ -644,117 +751,100 @@ impl<'e> Compiler<'e> {
                 rules: Vec::new(),
                 entries: Vec::new(),
             };
-            for (source, ri, r) in rules {
-                let pos = st.rules.len() as u32;
-                st.rules.push(RuleMeta { source, rule: ri, action: r.action });
-                if r.ip_version.is_some_and(|v| v != if fam == 0 { 4 } else { 6 }) {
-                    continue;
-                }
-                let info = self.info(r);
-                if info.protos.as_ref().is_some_and(|p| p.is_empty()) {
-                    continue;
-                }
-                let (subject_side, peer_side) = match d {
-                    Direction::Egress => (&r.sources, &r.destinations),
-                    Direction::Ingress => (&r.destinations, &r.sources),
-                };
-                let base = || {
-                    vec![Alt {
-                        prefixes: vec![fam_any(fam)],
-                        palts: restrict(vec![ANY_PALT], info.protos.as_deref()),
-                        exact: true,
-                    }]
-                };
-                let subj: Vec<Alt> = if subject_side.is_empty() {
-                    base()
-                } else {
-                    subject_side
-                        .iter()
-                        .filter_map(|&x| Self::sig_alt(&self.subject_sig(&e.entities[x as usize], r.action, &info, s, fam), fam))
-                        .collect()
-                };
-                let peer: Vec<Alt> = if peer_side.is_empty() {
-                    base()
-                } else {
-                    let mut v = Vec::new();
-                    for &x in peer_side {
-                        v.extend(self.peer_alts(x, r.action, &info, s, fam).iter().cloned());
-                    }
-                    v
-                };
-                let (src, dst) = match d {
-                    Direction::Egress => (&subj, &peer),
-                    Direction::Ingress => (&peer, &subj),
-                };
-                let icmp = r.icmp;
-                for sa in src {
-                    for da in dst {
-                        let exact = sa.exact && da.exact && info.exact;
-                        for spa in &sa.palts {
-                            for dpa in &da.palts {
-                                let proto = match (spa.proto, dpa.proto) {
-                                    (None, x) | (x, None) => x,
-                                    (Some(a), Some(b)) if a == b => Some(a),
-                                    _ => continue,
-                                };
-                                let range = |r: Option<(u16, u16)>| r.map_or(PortRange::ANY, |(lo, hi)| PortRange { lo, hi });
-                                for sp in &sa.prefixes {
-                                    for dp in &da.prefixes {
-                                        let id = st.entries.len() as u32;
-                                        st.entries.push((
-                                            ClassRule {
-                                                id,
-                                                priority: pos,
-                                                src: *sp,
-                                                dst: *dp,
-                                                sport: range(spa.range),
-                                                dport: range(dpa.range),
-                                                proto,
-                                                icmp_type: icmp.and_then(|m| m.icmp_type),
-                                                icmp_code: icmp.and_then(|m| m.code),
-                                            },
-                                            exact,
-                                        ));
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
+            for g in Self::groups(rules) {
+                let part = self.group_listing(s, d, fam, &g);
+                let (base, ids) = (st.rules.len() as u32, st.entries.len() as u32);
+                st.rules.extend(part.rules);
+                st.entries.extend(part.entries.into_iter().map(|(mut r, ex)| {
+                    r.priority += base;
+                    r.id += ids;
+                    (r, ex)
+                }));
             }
             out.push(st);
         }
         out
     }
 
+    fn group_key(&mut self, s: usize, d: Direction, fam: usize, rules: &[(Source, u32, &'e Rule)]) -> GroupKey {
+        let e = self.e;
+        let mut sigs = Vec::new();
+        let mut relative = false;
+        for &(_, _, r) in rules {
+            if r.ip_version.is_some_and(|v| v != if fam == 0 { 4 } else { 6 }) {
+                continue;
+            }
+            let info = self.info(r);
+            let (subject_side, peer_side) = match d {
+                Direction::Egress => (&r.sources, &r.destinations),
+                Direction::Ingress => (&r.destinations, &r.sources),
+            };
+            relative |= peer_side.iter().chain(subject_side).any(|&x| matches!(e.entities[x as usize].labels, LabelMatch::Relative(_)));
+            for &x in subject_side {
+                sigs.push(self.subject_sig(&e.entities[x as usize], r.action, &info, s, fam));
+            }
+        }
+        let source = match rules[0].0 {
+            Source::Policy(i) => (false, i),
+            Source::Profile(i) => (true, i),
+        };
+        GroupKey { source, dir: d as u8, fam: fam as u8, ns: relative.then(|| self.ns_ids[&e.endpoints[s].namespace]), sigs }
+    }
+
     /// None if a classifier refuses the generated rules (a bug): the interpreter answers then.
-    fn side(&mut self, s: usize, d: Direction, fam: usize) -> Option<Side> {
-        let listing = self.listing(s, d, fam);
-        let mut entries = 0;
-        let stages = listing
-            .into_iter()
-            .map(|st| -> Option<Stage> {
-                entries += st.entries.len();
-                let rules: Vec<ClassRule> = st.entries.iter().map(|(r, _)| *r).collect();
-                let inexact: Vec<bool> = st.entries.iter().map(|(_, ex)| !ex).collect();
-                let walk = inexact.iter().any(|&b| b) || st.rules.iter().any(|r| r.action == Action::Log);
-                // Rules are generated well formed (prefix <= 128, lo <= hi, unique ids).
-                let tm = TupleMerge::build(&rules).ok()?;
-                Some(Stage { tier: st.tier, default: st.default, profile: st.profile.is_some(), rules: st.rules, inexact, walk, tm })
-            })
-            .collect::<Option<Vec<_>>>()?;
+    fn side(&mut self, s: usize, d: Direction, fam: usize, pool: &mut Pool) -> Option<Side> {
+        let e = self.e;
+        let mut stages = Vec::new();
+        for (tier, profile, rules) in self.stage_rules(s, d) {
+            let mut groups = Vec::new();
+            for g in Self::groups(rules) {
+                let key = self.group_key(s, d, fam, &g);
+                let gi = match pool.keys.get(&key) {
+                    Some(&gi) => gi,
+                    None => {
+                        let st = self.group_listing(s, d, fam, &g);
+                        let rules: Vec<ClassRule> = st.entries.iter().map(|(r, _)| *r).collect();
+                        let inexact: Vec<bool> = st.entries.iter().map(|(_, ex)| !ex).collect();
+                        let walk = inexact.iter().any(|&b| b) || st.rules.iter().any(|r| r.action == Action::Log);
+                        // Rules are generated well formed (prefix <= 128, lo <= hi, unique ids).
+                        let tm = TupleMerge::build(&rules).ok()?;
+                        pool.groups.push(Group { rules: st.rules, inexact, walk, tm, entries: rules.len() });
+                        let gi = (pool.groups.len() - 1) as u32;
+                        pool.keys.insert(key, gi);
+                        gi
+                    }
+                };
+                groups.push(gi);
+            }
+            stages.push(Stage { tier, default: tier.map(|t| e.tier_defaults[t as usize]), profile: profile.is_some(), groups });
+        }
         Some(Side {
             stages,
-            has_profiles: !self.e.endpoints[s].profiles.is_empty(),
-            empty_program: self.e.programs[s][d as usize].is_empty(),
-            entries,
+            has_profiles: !e.endpoints[s].profiles.is_empty(),
+            empty_program: e.programs[s][d as usize].is_empty(),
         })
     }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct GroupKey {
+    source: (bool, u32),
+    dir: u8,
+    fam: u8,
+    ns: Option<u32>,
+    sigs: Vec<SubjSig>,
+}
+
+#[derive(Default)]
+struct Pool {
+    groups: Vec<Group>,
+    keys: HashMap<GroupKey, u32>,
 }
 
 /// Compiles every local endpoint's sides, sharing equal ones.
 pub(super) fn compile(e: &Engine) -> Compiled {
     let mut c = Compiler::new(e);
+    let mut pool = Pool::default();
     let mut sides = Vec::new();
     let mut by_key: HashMap<SideKey, u32> = HashMap::new();
     let mut index = vec![[[NONE; 2]; 2]; e.endpoints.len()];
@@ -771,7 +861,7 @@ pub(super) fn compile(e: &Engine) -> Compiled {
                 let i = match by_key.get(&key) {
                     Some(&i) => i,
                     None => {
-                        let i = match c.side(s, d, fam) {
+                        let i = match c.side(s, d, fam, &mut pool) {
                             Some(side) => {
                                 sides.push(side);
                                 (sides.len() - 1) as u32
@@ -786,12 +876,72 @@ pub(super) fn compile(e: &Engine) -> Compiled {
             }
         }
     }
-    Compiled { sides, index }
+    Compiled { groups: pool.groups, sides, index }
 }
 
 /// The compiled stages of one endpoint's side (what `render` prints).
 pub(super) fn listing(e: &Engine, s: usize, d: Direction, v6: bool) -> Vec<StageListing> {
     Compiler::new(e).listing(s, d, fam_of(v6))
+}
+
+impl Engine {
+    /// One group's first deciding match (Log entries recorded on the way).
+    #[allow(clippy::too_many_arguments)]
+    fn group_walk<'e>(
+        &'e self,
+        g: &Group,
+        tier: Option<u32>,
+        key: &PacketKey,
+        d: Direction,
+        subject: usize,
+        flow: &'e Flow,
+        src: &FlowEnd,
+        dst: &FlowEnd,
+        lazy: &mut Lazy<'e>,
+        logs: &mut Vec<LogEntry>,
+    ) -> StageOutcome {
+        if !g.walk {
+            return match g.tm.classify(key) {
+                None => StageOutcome::NoMatch,
+                Some(m) => {
+                    let meta = g.rules[m.priority as usize];
+                    match meta.action {
+                        Action::Pass => StageOutcome::Passed,
+                        a => StageOutcome::Decided(a, meta),
+                    }
+                }
+            };
+        }
+        let mut hits: Vec<Match> = Vec::new();
+        g.tm.matches_below(key, u32::MAX, &mut hits);
+        let mut last = u32::MAX;
+        for m in hits {
+            if m.priority == last {
+                continue; // another entry of a rule already taken (or refuted)
+            }
+            last = m.priority;
+            let meta = g.rules[m.priority as usize];
+            let action = if g.inexact[m.id as usize] {
+                let ctx = lazy.ctx.get_or_insert_with(|| FlowCtx::new(self, flow, *src, *dst));
+                let rule = match meta.source {
+                    Source::Policy(pi) => &self.policies[pi as usize].get(d)[meta.rule as usize],
+                    Source::Profile(pi) => &self.profiles[pi as usize].get(d)[meta.rule as usize],
+                };
+                match ctx.rule_action(rule, subject) {
+                    Some(a) => a,
+                    None => continue, // the superset entry hit, the rule does not match
+                }
+            } else {
+                meta.action
+            };
+            match action {
+                Action::Log => logs.push(LogEntry { tier, source: meta.source, rule: meta.rule }),
+                Action::Pass => return StageOutcome::Passed,
+                a => return StageOutcome::Decided(a, meta),
+            }
+        }
+        StageOutcome::NoMatch
+    }
 }
 
 enum StageOutcome {
@@ -875,55 +1025,13 @@ impl Engine {
         let side = &c.sides[i as usize];
         let mut logs = Vec::new();
         for stage in &side.stages {
-            let outcome = if !stage.walk {
-                match stage.tm.classify(key) {
-                    None => StageOutcome::NoMatch,
-                    Some(m) => {
-                        let meta = stage.rules[m.priority as usize];
-                        match meta.action {
-                            Action::Pass => StageOutcome::Passed,
-                            a => StageOutcome::Decided(a, meta),
-                        }
-                    }
+            let mut outcome = StageOutcome::NoMatch;
+            for &gi in &stage.groups {
+                outcome = self.group_walk(&c.groups[gi as usize], stage.tier, key, d, subject, flow, src, dst, lazy, &mut logs);
+                if !matches!(outcome, StageOutcome::NoMatch) {
+                    break;
                 }
-            } else {
-                let mut hits: Vec<Match> = Vec::new();
-                stage.tm.matches_below(key, u32::MAX, &mut hits);
-                let mut outcome = StageOutcome::NoMatch;
-                let mut last = u32::MAX;
-                for m in hits {
-                    if m.priority == last {
-                        continue; // another entry of a rule already taken (or refuted)
-                    }
-                    last = m.priority;
-                    let meta = stage.rules[m.priority as usize];
-                    let action = if stage.inexact[m.id as usize] {
-                        let ctx = lazy.ctx.get_or_insert_with(|| FlowCtx::new(self, flow, *src, *dst));
-                        let rule = match meta.source {
-                            Source::Policy(pi) => &self.policies[pi as usize].get(d)[meta.rule as usize],
-                            Source::Profile(pi) => &self.profiles[pi as usize].get(d)[meta.rule as usize],
-                        };
-                        match ctx.rule_action(rule, subject) {
-                            Some(a) => a,
-                            None => continue, // the superset entry hit, the rule does not match
-                        }
-                    } else {
-                        meta.action
-                    };
-                    match action {
-                        Action::Log => logs.push(LogEntry { tier: stage.tier, source: meta.source, rule: meta.rule }),
-                        Action::Pass => {
-                            outcome = StageOutcome::Passed;
-                            break;
-                        }
-                        a => {
-                            outcome = StageOutcome::Decided(a, meta);
-                            break;
-                        }
-                    }
-                }
-                outcome
-            };
+            }
             match outcome {
                 StageOutcome::Decided(a, meta) => {
                     return Some(Some(Decision {
@@ -978,7 +1086,7 @@ mod tests {
 
     #[test]
     fn compiled_equals_interpreter_on_random_worlds() {
-        let (mut compiled, mut total, mut ruled, mut hn) = (0usize, 0usize, 0usize, 0usize);
+        let (mut compiled, mut total, mut ruled) = (0usize, 0usize, 0usize);
         for seed in 0..4000u64 {
             let spec = random_spec(seed);
             let engine = Engine::from_json(&spec.to_string()).expect("random spec builds");
@@ -1003,13 +1111,12 @@ mod tests {
                 if let Ok(v) = engine.evaluate(&flow, DEFAULTS[0]) {
                     ruled += [v.egress, v.ingress].iter().flatten().filter(|d| d.reason == super::super::Reason::Rule).count();
                 }
-                hn += flow.src.addr.and_then(|a| engine.ip_owner.get(&a)).is_some_and(|&o| !engine.endpoints[o as usize].is_local()) as usize;
                 total += 1;
             }
         }
-        eprintln!("PROBE compiled {compiled} total {total} rule-decided {ruled} hostnet-hits {hn}");
         // The comparison means something only if the compiled path answered most flows.
         assert!(compiled * 10 > total * 9, "compiled path took {compiled} of {total} flows");
+        assert!(ruled * 50 > total, "only {ruled} of {total} flows decided by a rule");
     }
 
     #[test]
