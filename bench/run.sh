@@ -6,14 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/venv.sh test
-for b in classifier conntrack labelindex; do
+for b in classifier conntrack labelindex engine; do
     echo "== cargo bench --bench $b"
     cargo bench --manifest-path rust/Cargo.toml -p pyclassify-core --bench "$b"
 done
-if [ -f rust/core/benches/engine.rs ]; then
-    echo "== cargo bench --bench engine"
-    cargo bench --manifest-path rust/Cargo.toml -p pyclassify-core --bench engine
-fi
 echo "== pytest-benchmark suites"
 .venv/bin/python -m pytest bench -s --benchmark-columns=min,median,rounds "$@"
 echo "== instruction counts (stable signal)"
