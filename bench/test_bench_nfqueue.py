@@ -10,9 +10,11 @@ in the same run, each consumer in the node namespace on queue 0:
 
 Per consumer: packets it received, CPU time of its process while the burst was processed
 (/proc/PID/stat utime+stime; startup excluded), CPU microseconds per packet and the ratio to the
-baseline. pyclassify also reports the policy apply and revocation latency of a live change that
-cuts an established TCP connection (file change seen -> new engine in force; swap ->
-revalidation -> conntrack deleted), as the daemon measures them.
+baseline. pyclassify also reports p50/p99 per-batch processing time (decode, judge, verdict send)
+from its ``pyclassify_batch_seconds`` histogram, scraped from ``--metrics`` after the burst, and
+the policy apply and revocation latency of a live change that cuts an established TCP connection
+(file change seen -> new engine in force; swap -> revalidation -> conntrack deleted), as the
+daemon measures them.
 
     .venv/bin/python -m pytest bench/test_bench_nfqueue.py -s   # root
 """
@@ -82,6 +84,44 @@ while True:
 """
 
 RESULTS: dict[str, dict[str, float]] = {}
+METRICS_ADDR = "127.0.0.1:9464"  # inside the test's own node namespace
+
+SCRAPE = r"""
+import sys, urllib.request
+print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode(), end="")
+"""
+
+
+def batch_histogram(topo: Topology) -> list[tuple[float, float]]:
+    """``pyclassify_batch_seconds`` (queue 0) from the daemon's ``--metrics`` endpoint, scraped in
+    the node namespace: cumulative ``(upper_bound_s, count)`` buckets, ``+Inf`` last."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    p = topo.spawn(topo.node, [PY, "-c", SCRAPE, f"http://{METRICS_ADDR}/metrics"])
+    text, _ = p.communicate(timeout=30)
+    assert p.returncode == 0, text
+    for fam in text_string_to_metric_families(text):
+        if fam.name == "pyclassify_batch_seconds":
+            return sorted(((float(s.labels["le"]), s.value) for s in fam.samples
+                           if s.name.endswith("_bucket") and s.labels.get("queue") == "0"), key=lambda b: b[0])
+    raise AssertionError("no pyclassify_batch_seconds in the metrics")
+
+
+def quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """The q-quantile of a cumulative histogram, interpolated linearly inside its bucket (as
+    Prometheus' histogram_quantile): the buckets are powers of two, so the true value lies within
+    a factor of two of it."""
+    total = buckets[-1][1]
+    if total <= 0:
+        return float("nan")
+    rank, lower, below = q * total, 0.0, 0.0
+    for bound, cum in buckets:
+        if cum >= rank:
+            if bound == float("inf"):
+                return lower
+            return lower + (bound - lower) * (rank - below) / max(cum - below, 1e-12)
+        lower, below = bound, cum
+    return lower
 
 
 def cpu_seconds(pid: int) -> float:
@@ -124,7 +164,8 @@ def revocation(topo: Topology, policy: Path, d: Daemon) -> dict[str, float]:
 @pytest.mark.parametrize("mode", ["batched", "per-packet"])
 def test_pyclassify_enforce(env, mode: str, benchmark) -> None:
     topo, policy = env
-    extra = ("--hooks", "forward", "--queue-maxlen", "65536", "--no-log") + (("--no-batch-verdicts",) if mode == "per-packet" else ())
+    extra = ("--hooks", "forward", "--queue-maxlen", "65536", "--no-log", "--metrics", METRICS_ADDR) + (
+        ("--no-batch-verdicts",) if mode == "per-packet" else ())
 
     def run() -> dict[str, float]:
         d = Daemon(topo, [str(policy)], 0, extra=extra)
@@ -133,6 +174,10 @@ def test_pyclassify_enforce(env, mode: str, benchmark) -> None:
         c0 = cpu_seconds(pid)
         blast(topo)
         m = {"cpu": cpu_seconds(pid) - c0}
+        hist = batch_histogram(topo)  # the burst's batches only (before the live change below)
+        m["hist_batches"] = hist[-1][1]
+        m["batch_p50_us"] = quantile(hist, 0.50) * 1e6
+        m["batch_p99_us"] = quantile(hist, 0.99) * 1e6
         if mode == "batched":
             m.update(revocation(topo, policy, d))
         d.terminate()
@@ -145,6 +190,9 @@ def test_pyclassify_enforce(env, mode: str, benchmark) -> None:
     RESULTS[f"pyclassify ({mode})"] = m
     print(f"\npyclassify enforce ({mode}): {m['received']} packets in {m['batches']} batches, "
           f"{m['cpu'] / max(m['received'], 1) * 1e6:.2f} us CPU/packet")
+    print(f"per-batch processing (decode, judge, verdict; pyclassify_batch_seconds over {m['hist_batches']:.0f} "
+          f"batches, {m['received'] / max(m['batches'], 1):.1f} packets/batch): p50 {m['batch_p50_us']:.1f} us, "
+          f"p99 {m['batch_p99_us']:.1f} us")
     if "apply_ms" in m:
         print(f"policy apply {m['apply_ms']:.1f} ms, revalidate+conntrack delete {m['revalidate_ms']:.2f} ms, "
               f"file write -> reload event {m['write_to_event_ms']:.1f} ms, revoked {m['revoked']}")
@@ -178,4 +226,6 @@ def test_report() -> None:
     print()
     for name, m in RESULTS.items():
         us = m["cpu"] / max(m["received"], 1) * 1e6
-        print(f"{name}: {us:.2f} us CPU/packet, {bus / us if us else float('inf'):.2f}x the baseline's CPU/packet")
+        batch = (f", per-batch p50 {m['batch_p50_us']:.1f} us / p99 {m['batch_p99_us']:.1f} us"
+                 if "batch_p50_us" in m else "")
+        print(f"{name}: {us:.2f} us CPU/packet, {bus / us if us else float('inf'):.2f}x the baseline's CPU/packet{batch}")

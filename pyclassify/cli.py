@@ -43,6 +43,7 @@ class LazyGroup(click.Group):
         "admit": "pyclassify.admission.commands:admit_command",
         "admission-webhook": "pyclassify.admission.commands:admission_webhook_command",
         "enforce": "pyclassify.enforce.commands:enforce_command",
+        "monitor": "pyclassify.enforce.monitor:monitor_command",
         "render": "pyclassify.render:render_command",
     }
 

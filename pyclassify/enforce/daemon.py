@@ -306,8 +306,9 @@ class Enforcer:
                           conntrack_deleted=deleted["deleted"], apply_ms=round((applied - t0) * 1000, 3),
                           revalidate_ms=round((done - t_swap) * 1000, 3))
             for src, dst, sport, dport, proto, ver in revoked:
-                self.log.emit("revoke", src=address(src, ver), dst=address(dst, ver), proto=PROTOS.get(proto, proto),
-                              sport=sport, dport=dport)
+                a, b = address(src, ver), address(dst, ver)
+                self.log.emit("revoke", src=a, dst=b, proto=PROTOS.get(proto, proto),
+                              sport=sport, dport=dport, **self._endpoint_refs(a, b))
             return ReloadResult(True, [], count, deleted["deleted"], done - t0)
 
     def _reject(self, errors: list[str]) -> ReloadResult:
@@ -373,6 +374,7 @@ class Enforcer:
                 sides[name] = d.to_json() if d else None
             fields = dict(queue=queue, src=src, dst=dst, proto=PROTOS.get(proto, proto), sport=sport, dport=dport,
                           **sides)
+            fields.update(self._endpoint_refs(src, dst))
             if not allowed:
                 self.log.emit("deny", **fields)
                 continue
@@ -381,6 +383,20 @@ class Enforcer:
                 self.log.emit("log", logs=logs, **fields)
             elif self.log.log_allowed:
                 self.log.emit("allow", **fields)
+
+    def _endpoint_refs(self, src: str, dst: str) -> dict[str, str]:
+        """``src_endpoint``/``dst_endpoint`` (``ns/name`` or host endpoint name) where the
+        inventory knows the address; absent otherwise."""
+        project = self.project
+        out: dict[str, str] = {}
+        if project is None:
+            return out
+        for key, ip in (("src_endpoint", src), ("dst_endpoint", dst)):
+            owners = project.inventory.endpoints_at(ipaddress.ip_address(ip))
+            owners = [e for e in owners if not e.host_network] or owners
+            if owners:
+                out[key] = owners[0].ref
+        return out
 
     def _logs(self, engine: NativeEngine, src: str, dst: str, proto: int, sport: int | None, dport: int | None,
               h: Any) -> list[dict[str, Any]]:

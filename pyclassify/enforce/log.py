@@ -6,10 +6,11 @@ suppresses repeats (SYN retransmissions, UDP before the reply). One line::
 
     {"ts": 1700000000.1, "event": "deny"|"allow"|"log"|"revoke", "queue": 0,
      "src": "10.244.1.2", "dst": "10.244.2.2", "proto": "TCP", "sport": 40000, "dport": 80,
-     "egress": D, "ingress": D}
+     "egress": D, "ingress": D, "src_endpoint": "ns/pod", "dst_endpoint": "ns/pod"}
 
 with D as in ``explain --json`` (``null``, or ``{"verdict", "tier", "policy", "rule", "reason"}``)
-plus ``"logs": [{"tier", "policy", "rule"}...]`` on ``log`` events. Daemon events (start,
+(the ``*_endpoint`` keys only where the inventory knows the address) plus ``"logs": [{"tier",
+"policy", "rule"}...]`` on ``log`` events. ``pyclassify monitor`` renders the stream. Daemon events (start,
 reload, reload-rejected, stop) use the same stream with ``"event"`` naming them.
 """
 

@@ -1,5 +1,6 @@
 """Manifests for the namespace topology: three namespaces a, b, c with one pod each at
-10.244.{1,2,3}.2; a NetworkPolicy, an AdminNetworkPolicy and a Calico GlobalNetworkPolicy."""
+10.244.{1,2,3}.2; a NetworkPolicy, an AdminNetworkPolicy, a Calico GlobalNetworkPolicy, a
+BaselineAdminNetworkPolicy and a ClusterNetworkPolicy (v1alpha2), each deciding some pod pair."""
 
 INVENTORY = """
 apiVersion: v1
@@ -81,6 +82,47 @@ spec:
   - action: Allow
 """
 
+# Baseline: namespace c takes no TCP from namespace a (c has no NetworkPolicy, so the
+# baseline tier decides c's ingress once the admin tier passes).
+BANP = """
+apiVersion: policy.networking.k8s.io/v1alpha1
+kind: BaselineAdminNetworkPolicy
+metadata: {name: default}
+spec:
+  subject:
+    namespaces:
+      matchLabels: {kubernetes.io/metadata.name: c}
+  ingress:
+  - name: no-tcp-from-a
+    action: Deny
+    from:
+    - namespaces:
+        matchLabels: {kubernetes.io/metadata.name: a}
+    ports:
+    - portNumber: {protocol: TCP, port: 8080}
+"""
+
+# ClusterNetworkPolicy (v1alpha2), admin tier: namespace a sends no UDP to namespace c.
+CNP = """
+apiVersion: policy.networking.k8s.io/v1alpha2
+kind: ClusterNetworkPolicy
+metadata: {name: a-no-udp-to-c}
+spec:
+  tier: Admin
+  priority: 20
+  subject:
+    namespaces:
+      matchLabels: {kubernetes.io/metadata.name: a}
+  egress:
+  - name: deny-udp-to-c
+    action: Deny
+    to:
+    - namespaces:
+        matchLabels: {kubernetes.io/metadata.name: c}
+    protocols:
+    - udp: {destinationPort: {number: 5353}}
+"""
+
 # The live change: b takes nothing any more.
 NETPOL_DENY_ALL = """
 apiVersion: networking.k8s.io/v1
@@ -110,6 +152,8 @@ def write(directory, netpol=NETPOL):
     (directory / "10-netpol.yaml").write_text(netpol)
     (directory / "20-anp.yaml").write_text(ANP)
     (directory / "30-gnp.yaml").write_text(GNP)
+    (directory / "40-banp.yaml").write_text(BANP)
+    (directory / "50-cnp.yaml").write_text(CNP)
 
 
 def replace(path, text):

@@ -1,8 +1,10 @@
 """End to end: pyclassify enforce in a node namespace routing between three pod namespaces.
 
 Real TCP/UDP connections between the pods are compared with ``pyclassify matrix`` for the same
-manifests; a live policy change cuts an established connection; an invalid update changes
-nothing; a killed daemon fails open or closed as configured; a clean stop removes every rule.
+manifests (which have a pair decided by each of NetworkPolicy, AdminNetworkPolicy, Calico
+GlobalNetworkPolicy, BaselineAdminNetworkPolicy and ClusterNetworkPolicy v1alpha2); a live
+policy change cuts an established connection; an invalid update changes nothing; a killed
+daemon fails open or closed as configured; a clean stop removes every rule.
 Every test builds and removes its own namespaces (so iptables state goes with them)."""
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from pyclassify.cli import main as cli_main
 from tests.enforce import manifests
 from tests.enforce.netns import PY, REPO, Daemon, Topology, iptables_rules, root_reason
 
@@ -58,9 +62,43 @@ def observed(topo: Topology) -> dict[str, list[list[bool]]]:
     return result
 
 
+def explain(path: Path, src: str, dst: str, proto: str, port: int) -> dict:
+    # the real CLI, in-process (a subprocess per pair would cost seconds)
+    r = CliRunner().invoke(cli_main, ["explain", str(path), "--from", src, "--to", dst, "--proto", proto,
+                                      "--port", str(port), "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.output)
+
+
+def deciding_kinds(path: Path) -> dict[str, set[tuple[str, str, str]]]:
+    """Policy kind -> the (src, dst, proto) pairs a policy of that kind decides (per ``explain``)."""
+    kinds: dict[str, set[tuple[str, str, str]]] = {}
+    pods = ["a/a1", "b/b1", "c/c1"]
+    for proto, port in (("TCP", Topology.TCP_PORT), ("UDP", Topology.UDP_PORT)):
+        for src in pods:
+            for dst in pods:
+                if src == dst:
+                    continue
+                doc = explain(path, src, dst, proto, port)
+                for side in ("egress", "ingress"):
+                    d = doc[side]
+                    if d and d["policy"] and d["reason"] == "rule" and d["verdict"] == doc["verdict"]:
+                        kinds.setdefault(d["policy"].split("/")[0], set()).add((src, dst, proto))
+    return kinds
+
+
 def off_diagonal(m: list[list[bool]]) -> list[list[bool | None]]:
     # a pod's traffic to itself never crosses the node: only pairs of different pods count
     return [[None if i == j else v for j, v in enumerate(row)] for i, row in enumerate(m)]
+
+
+def test_every_policy_kind_decides_some_pair(policy_dir: Path) -> None:
+    kinds = deciding_kinds(policy_dir)
+    for kind in ("NetworkPolicy", "AdminNetworkPolicy", "GlobalNetworkPolicy", "BaselineAdminNetworkPolicy",
+                 "ClusterNetworkPolicy"):
+        assert kinds.get(kind), (kind, kinds)
+    assert ("a/a1", "c/c1", "TCP") in kinds["BaselineAdminNetworkPolicy"]
+    assert ("a/a1", "c/c1", "UDP") in kinds["ClusterNetworkPolicy"]
 
 
 def test_matrix_holds_on_real_connections(topo: Topology, policy_dir: Path) -> None:
@@ -77,6 +115,18 @@ def test_matrix_holds_on_real_connections(topo: Topology, policy_dir: Path) -> N
     denies = [e for e in events if e.get("event") == "deny"]
     assert any(e["src"] == "10.244.2.2" and e["dst"] == "10.244.3.2" and e["ingress"]["policy"].startswith("AdminNetworkPolicy")
                for e in denies), denies
+
+    def denied_by(kind: str, side: str, proto: str) -> bool:
+        # a -> c: the baseline policy (TCP, c's ingress) and the ClusterNetworkPolicy (UDP, a's egress)
+        return any(e["src"] == "10.244.1.2" and e["dst"] == "10.244.3.2" and e["proto"] == proto and e.get(side)
+                   and (e[side]["policy"] or "").startswith(kind + "/") for e in daemon.events() if e.get("event") == "deny")
+
+    deadline = time.monotonic() + 5  # the daemon writes flow events from its drain thread
+    while not (denied_by("BaselineAdminNetworkPolicy", "ingress", "TCP")
+               and denied_by("ClusterNetworkPolicy", "egress", "UDP")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert denied_by("BaselineAdminNetworkPolicy", "ingress", "TCP"), daemon.events()
+    assert denied_by("ClusterNetworkPolicy", "egress", "UDP"), daemon.events()
     assert daemon.terminate() == 0
     rules = iptables_rules(topo.node)
     assert "PYCLASSIFY-" not in rules, rules
