@@ -170,17 +170,21 @@ class Enforcer:
                 self.rules.install()
             self._drainer = threading.Thread(target=self._drain_loop, name="pyclassify-events", daemon=True)
             self._drainer.start()
-            if cfg.watch:
-                self.watcher = Watcher(cfg.paths, self._on_change, cfg.debounce)
-                self.watcher.start()
-            if cfg.metrics:
-                self.metrics_address = self.metrics.serve(cfg.metrics)
+            self._start_watch_and_metrics()
         except BaseException:
             self.stop()
             raise
         self.log.emit("start", queues=list(range(cfg.queues[0], cfg.queues[1] + 1)),
                       fail="open" if cfg.fail_open else "closed", policies=len(self.project.policy_set.policies),
                       endpoints=len(self.project.inventory.endpoints))
+
+    def _start_watch_and_metrics(self) -> None:
+        cfg = self.config
+        if cfg.watch:
+            self.watcher = Watcher(cfg.paths, self._on_change, cfg.debounce)
+            self.watcher.start()
+        if cfg.metrics:
+            self.metrics_address = self.metrics.serve(cfg.metrics)
 
     def _start_bridge(self) -> None:
         """The AF_PACKET bump-in-the-wire: the engine's own conntrack, no iptables, no kernel
@@ -195,11 +199,7 @@ class Enforcer:
         except (BridgeError, ValueError, OSError) as e:
             raise EnforceError(f"cannot start the bridge {cfg.bridge}: {e}") from e
         try:
-            if cfg.watch:
-                self.watcher = Watcher(cfg.paths, self._on_change, cfg.debounce)
-                self.watcher.start()
-            if cfg.metrics:
-                self.metrics_address = self.metrics.serve(cfg.metrics)
+            self._start_watch_and_metrics()
         except BaseException:
             self.stop()
             raise
