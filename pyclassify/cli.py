@@ -103,10 +103,15 @@ def selector_cmd(expr: str, labels_text: str | None, as_json: bool) -> None:
         if as_json:
             _emit_json({"selector": expr, "valid": False, "error": e.message, "position": e.position})
         else:
-            err.print(f"[red]error[/red]: selector: {escape(str(e))}")
+            err.print(f"[red]error[/red]: selector: {escape(e.message)} (at position {e.position})"
+                      if e.position is not None else f"[red]error[/red]: selector: {escape(str(e))}")
             if e.position is not None:
-                err.print(f"  {escape(expr)}", markup=True)
-                err.print("  " + " " * e.position + "^")
+                # Show at most ~80 characters around the problem, not a whole hostile input.
+                start = max(0, e.position - 40)
+                shown = expr[start:start + 80]
+                prefix = "…" if start else ""
+                err.print(f"  {prefix}{escape(shown)}", markup=True)
+                err.print("  " + " " * (len(prefix) + e.position - start) + "^")
         _fail(EXIT_INVALID)
     matched = sel.matches(labels) if labels is not None else None
     if as_json:
