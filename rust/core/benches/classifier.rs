@@ -76,40 +76,21 @@ fn time_classify(
     per_pass / keys.len() as f64
 }
 
-/// Updates per second: each step removes one rule and inserts it back (2 updates).
-fn time_updates(tm: &mut TupleMerge, rules: &[ClassRule], min: Duration) -> f64 {
+/// Updates per second: each step removes one rule and inserts it back (2 updates), through
+/// `reinsert`; `per_round` steps between clock reads (fewer for the slow linear scan).
+fn time_updates(rules: &[ClassRule], min: Duration, per_round: u64, mut reinsert: impl FnMut(&ClassRule)) -> f64 {
     // A fixed stride through the ruleset so updates touch all tables, not one hot bucket.
     let n = rules.len();
-    let stride = 7919 % n.max(1);
+    let stride = (7919 % n.max(1)).max(1);
     let mut i = 0usize;
     let t = Instant::now();
     let mut ops = 0u64;
     while t.elapsed() < min || ops == 0 {
-        for _ in 0..1000 {
-            let r = &rules[i];
-            assert!(tm.remove(r.id));
-            tm.insert(*r).expect("re-insert");
-            i = (i + stride.max(1)) % n;
+        for _ in 0..per_round {
+            reinsert(&rules[i]);
+            i = (i + stride) % n;
         }
-        ops += 2000;
-    }
-    ops as f64 / t.elapsed().as_secs_f64()
-}
-
-fn time_updates_linear(lin: &mut LinearScan, rules: &[ClassRule], min: Duration) -> f64 {
-    let n = rules.len();
-    let stride = 7919 % n.max(1);
-    let mut i = 0usize;
-    let t = Instant::now();
-    let mut ops = 0u64;
-    while t.elapsed() < min || ops == 0 {
-        for _ in 0..50 {
-            let r = &rules[i];
-            assert!(lin.remove(r.id));
-            lin.insert(*r).expect("re-insert");
-            i = (i + stride.max(1)) % n;
-        }
-        ops += 100;
+        ops += 2 * per_round;
     }
     ops as f64 / t.elapsed().as_secs_f64()
 }
@@ -191,8 +172,14 @@ fn main() {
             let lin_t = time_classify(&lin, lin_keys, 1, runs, min);
 
             let bytes_per_rule = tm.memory_bytes() as f64 / rules.len() as f64;
-            let upd = time_updates(&mut tm, &rules, min);
-            let lin_upd = time_updates_linear(&mut lin, &rules, min);
+            let upd = time_updates(&rules, min, 1000, |r| {
+                assert!(tm.remove(r.id));
+                tm.insert(*r).expect("re-insert");
+            });
+            let lin_upd = time_updates(&rules, min, 50, |r| {
+                assert!(lin.remove(r.id));
+                lin.insert(*r).expect("re-insert");
+            });
             // The updates above left the same rule set: re-check a sample.
             for k in keys.iter().step_by(step * 16) {
                 assert_eq!(
