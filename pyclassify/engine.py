@@ -1,10 +1,12 @@
-"""The native engine: the IR and inventory compiled once into the Rust engine, then asked per flow
-or per batch of packet headers.
+"""The native engine: the IR and inventory held by the Rust engine, asked per flow or per batch
+of packet headers, and kept up to date by deltas.
 
-``NativeEngine(policy_set, inventory)`` hands the engine a plain JSON description (the *spec*:
-every endpoint with the labels policy sees, every tier, policy and rule) and keeps the tables
-that turn the engine's numeric answers back into names. Its verdicts must equal
-``pyclassify.reference.evaluate`` on every flow: tests/test_engine_differential.py holds them to it.
+``EngineState`` owns the Rust ``Model``: each ``update(policy_set, inventory)`` sends it the
+objects (endpoints, namespaces, policies, ...) that were added, changed or removed since the last
+one, as plain JSON, and takes a new immutable snapshot. ``NativeEngine`` is such a snapshot, with
+the tables that turn the engine's numeric answers (tier, policy and profile ids) back into names.
+Its verdicts must equal ``pyclassify.reference.evaluate`` on every flow:
+tests/test_engine_differential.py holds them to it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy.typing as npt
 
 from pyclassify import _engine
 from pyclassify.batch import HEADER_DTYPE
-from pyclassify.inventory import Endpoint, Inventory
+from pyclassify.inventory import Endpoint, Inventory, NetworkSet, Node, Service
 from pyclassify.ir import (
     Direction,
     EntityMatch,
@@ -27,8 +29,10 @@ from pyclassify.ir import (
     PolicySet,
     PortMatch,
     PortRange,
+    Profile,
     Rule,
     Subject,
+    Tier,
 )
 from pyclassify.reference import (
     Decision,
@@ -137,85 +141,280 @@ def _subject(s: Subject) -> dict[str, Any]:
     }
 
 
-def engine_spec(policy_set: PolicySet, inventory: Inventory, extra_endpoints: tuple[Endpoint, ...] = ()) -> dict[str, Any]:
-    """The JSON-able description the Rust engine compiles (see rust/core/src/engine/spec.rs).
-
-    ``extra_endpoints`` are endpoints a caller names in flows without their being part of the
-    inventory: policy applies to them, but their addresses do not resolve to them."""
-    endpoints = [(e, True) for e in inventory.endpoints] + [(e, False) for e in extra_endpoints]
-    namespaces = {e.namespace for e, _ in endpoints if e.namespace} | set(inventory.namespaces)
-    namespaces |= {n.namespace for n in inventory.network_sets if n.namespace}
+def _endpoint_spec(inventory: Inventory, e: Endpoint, id_: int, addressable: bool) -> dict[str, Any]:
     return {
-        "namespaces": {ns: namespace_labels(inventory, ns) for ns in sorted(namespaces)},
-        "endpoints": [
-            {
-                "kind": e.kind.value,
-                "namespace": e.namespace,
-                "labels": endpoint_labels(e),
-                "raw_labels": dict(e.labels),
-                "sa_labels": service_account_labels(inventory, e),
-                "service_account": e.service_account,
-                "ips": [str(ip) for ip in e.ips],
-                "ports": [{"name": p.name, "protocol": p.protocol, "port": p.port} for p in e.ports],
-                "host_network": e.host_network,
-                "profiles": list(e.profiles),
-                "addressable": addressable,
-            }
-            for e, addressable in endpoints
-        ],
-        "network_sets": [
-            {"namespace": n.namespace, "labels": dict(n.labels), "nets": [str(x) for x in n.nets]}
-            for n in inventory.network_sets
-        ],
-        "nodes": [
-            {"labels": dict(n.labels), "addresses": [str(a) for a in n.addresses]} for n in inventory.nodes.values()
-        ],
-        "services": [
-            {
-                "namespace": s.namespace,
-                "name": s.name,
-                "selector": None if s.selector is None else dict(s.selector),
-                "ips": [str(ip) for ip in (*s.cluster_ips, *s.endpoint_ips)],
-                "ports": [
-                    {"port": p.port, "protocol": p.protocol, "target_port": p.target_port} for p in s.ports
-                ],
-            }
-            for s in inventory.services.values()
-        ],
-        "tiers": [{"name": t.name, "default_action": t.default_action.value} for t in policy_set.tiers],
-        "policies": [
-            {
-                "tier": p.tier,
-                "types": sorted(d.value for d in p.types),
-                "subject": _subject(p.subject),
-                "ingress": [_rule(r) for r in p.ingress],
-                "egress": [_rule(r) for r in p.egress],
-            }
-            for p in policy_set.policies
-        ],
-        "profiles": [
-            {"name": p.name, "ingress": [_rule(r) for r in p.ingress], "egress": [_rule(r) for r in p.egress]}
-            for p in policy_set.profiles
-        ],
+        "id": id_,
+        "name": e.name,
+        "kind": e.kind.value,
+        "namespace": e.namespace,
+        "labels": endpoint_labels(e),
+        "raw_labels": dict(e.labels),
+        "sa_labels": service_account_labels(inventory, e),
+        "service_account": e.service_account,
+        "ips": [str(ip) for ip in e.ips],
+        "ports": [{"name": p.name, "protocol": p.protocol, "port": p.port} for p in e.ports],
+        "host_network": e.host_network,
+        "profiles": list(e.profiles),
+        "addressable": addressable,
     }
 
 
+def _network_set_spec(n: NetworkSet, id_: int) -> dict[str, Any]:
+    return {"id": id_, "namespace": n.namespace, "labels": dict(n.labels), "nets": [str(x) for x in n.nets]}
+
+
+def _node_spec(n: Node, id_: int) -> dict[str, Any]:
+    return {"id": id_, "labels": dict(n.labels), "addresses": [str(a) for a in n.addresses]}
+
+
+def _service_spec(s: Service, id_: int) -> dict[str, Any]:
+    return {
+        "id": id_,
+        "namespace": s.namespace,
+        "name": s.name,
+        "selector": None if s.selector is None else dict(s.selector),
+        "ips": [str(ip) for ip in (*s.cluster_ips, *s.endpoint_ips)],
+        "ports": [{"port": p.port, "protocol": p.protocol, "target_port": p.target_port} for p in s.ports],
+    }
+
+
+def _policy_spec(p: Policy, id_: int) -> dict[str, Any]:
+    return {
+        "id": id_,
+        "order": p.order,
+        "kind": p.kind,
+        "namespace": p.namespace,
+        "name": p.name,
+        "tier": p.tier,
+        "types": sorted(d.value for d in p.types),
+        "subject": _subject(p.subject),
+        "ingress": [_rule(r) for r in p.ingress],
+        "egress": [_rule(r) for r in p.egress],
+    }
+
+
+def _profile_spec(p: Profile, id_: int) -> dict[str, Any]:
+    return {"id": id_, "name": p.name, "ingress": [_rule(r) for r in p.ingress], "egress": [_rule(r) for r in p.egress]}
+
+
+def _tier_spec(t: Tier, id_: int) -> dict[str, Any]:
+    return {"id": id_, "name": t.name, "order": t.order, "default_action": t.default_action.value}
+
+
+def _namespaces_of(inventory: Inventory, endpoints: tuple[Endpoint, ...]) -> set[str]:
+    names = {e.namespace for e in endpoints if e.namespace} | set(inventory.namespaces)
+    return names | {n.namespace for n in inventory.network_sets if n.namespace}
+
+
+def _unique_keys(keys: Any) -> list[tuple]:
+    """The keys made unique in order (a repeated key gets its occurrence number appended)."""
+    out: list[tuple] = []
+    seen: dict[tuple, int] = {}
+    for key in keys:
+        n = seen.get(key, 0)
+        seen[key] = n + 1
+        out.append(key if n == 0 else (*key, n))
+    return out
+
+
+def _endpoint_keys(endpoints: Any) -> list[tuple]:
+    """A stable key per endpoint: kind, namespace, name, workload."""
+    return _unique_keys((e.kind.value, e.namespace, e.name, e.workload) for e in endpoints)
+
+
+def _policy_keys(policies: Any) -> list[tuple]:
+    """A stable key per policy: tier, kind, namespace, name."""
+    return _unique_keys((p.tier, p.kind, p.namespace, p.name) for p in policies)
+
+
+def engine_spec(policy_set: PolicySet, inventory: Inventory, extra_endpoints: tuple[Endpoint, ...] = ()) -> dict[str, Any]:
+    """The whole world as one JSON-able spec (rust/core/src/engine/spec.rs ``Spec``): what the
+    Rust benchmarks read (``ENGINE_SPEC``) and the engine's oracle builds from. Ids are positions.
+    ``extra_endpoints`` are endpoints a caller names in flows without their being part of the
+    inventory: policy applies to them, but their addresses do not resolve to them."""
+    endpoints = [(e, True) for e in inventory.endpoints] + [(e, False) for e in extra_endpoints]
+    names = _namespaces_of(inventory, tuple(e for e, _ in endpoints))
+    return {
+        "namespaces": {ns: namespace_labels(inventory, ns) for ns in sorted(names)},
+        "endpoints": [_endpoint_spec(inventory, e, i, a) for i, (e, a) in enumerate(endpoints)],
+        "network_sets": [_network_set_spec(n, i) for i, n in enumerate(inventory.network_sets)],
+        "nodes": [_node_spec(n, i) for i, n in enumerate(inventory.nodes.values())],
+        "services": [_service_spec(s, i) for i, s in enumerate(inventory.services.values())],
+        "tiers": [{"name": t.name, "default_action": t.default_action.value} for t in policy_set.tiers],
+        "policies": [_policy_spec(p, i) for i, p in enumerate(policy_set.policies)],
+        "profiles": [_profile_spec(p, i) for i, p in enumerate(policy_set.profiles)],
+    }
+
+
+class _Ids:
+    """Small integer ids for keys, reused after their key goes (the engine's tables are dense)."""
+
+    def __init__(self) -> None:
+        self.of: dict[Any, int] = {}
+        self.free: list[int] = []
+        self.next = 0
+
+    def copy(self) -> "_Ids":
+        c = _Ids()
+        c.of, c.free, c.next = dict(self.of), list(self.free), self.next
+        return c
+
+    def get(self, key: Any) -> int:
+        id_ = self.of.get(key)
+        if id_ is None:
+            if self.free:
+                id_ = self.free.pop()
+            else:
+                id_, self.next = self.next, self.next + 1
+            self.of[key] = id_
+        return id_
+
+    def drop(self, key: Any) -> int:
+        id_ = self.of.pop(key)
+        self.free.append(id_)
+        return id_
+
+
+class _Table:
+    """What the model holds of one kind: key -> (comparable value, id)."""
+
+    def __init__(self) -> None:
+        self.values: dict[Any, Any] = {}
+        self.ids = _Ids()
+
+    def diff(self, items: dict[Any, Any], spec: Any) -> tuple["_Table", list[dict[str, Any]], list[int]]:
+        """The table after ``items`` (key -> value) replaced it, the specs of objects added or
+        changed (``spec(value, id)``) and the ids removed."""
+        new = _Table()
+        new.ids = self.ids.copy()
+        upserts: list[dict[str, Any]] = []
+        removed = [new.ids.drop(k) for k in self.values if k not in items]
+        for key, value in items.items():
+            old = self.values.get(key, _MISSING)
+            id_ = new.ids.get(key)
+            if old is _MISSING or not (old is value or old == value):
+                upserts.append(spec(value, id_))
+            new.values[key] = value
+        return new, upserts, removed
+
+
+_MISSING = object()
+
+
+class EngineState:
+    """The native engine's mutable state (a Rust ``Model``), kept in step with a project.
+
+    ``update(policy_set, inventory)`` compares every object with what the model holds (by key:
+    kind, namespace and name) and sends only what was added, changed or removed, as one atomic
+    delta: the model updates just the identities, selectors and programs those touch and hands
+    out a new snapshot beside the old one, which stays valid. A change that does not compile is
+    rejected whole (``pyclassify._engine.EngineError``) and the model keeps its last good state.
+    """
+
+    def __init__(self) -> None:
+        self.model = _engine.Model()
+        self._namespaces: dict[str, dict[str, str]] = {}
+        self._endpoints = _Table()
+        self._network_sets = _Table()
+        self._nodes = _Table()
+        self._services = _Table()
+        self._policies = _Table()
+        self._profiles = _Table()
+        self._tiers = _Table()
+        #: Deltas applied, and how many of them built the engine from nothing (the first one).
+        self.deltas = 0
+        self.full_builds = 0
+        #: Objects sent by the last update: how much of the world a change touched.
+        self.last_delta_size = 0
+
+    def update(self, policy_set: PolicySet, inventory: Inventory,
+               extra_endpoints: tuple[Endpoint, ...] = ()) -> "NativeEngine":
+        """A snapshot of ``policy_set`` over ``inventory``, reached by a delta from the last one."""
+        extra_endpoints = tuple(extra_endpoints)
+        all_endpoints = (*inventory.endpoints, *extra_endpoints)
+        n_inventory = len(inventory.endpoints)
+        keys = _endpoint_keys(all_endpoints)
+        endpoint_items = {
+            key: (e, service_account_labels(inventory, e), i < n_inventory)
+            for i, (key, e) in enumerate(zip(keys, all_endpoints))
+        }
+        names = _namespaces_of(inventory, all_endpoints)
+        namespaces = {ns: namespace_labels(inventory, ns) for ns in names}
+        delta: dict[str, Any] = {
+            "namespaces": [{"name": n, "labels": labels} for n, labels in namespaces.items()
+                           if self._namespaces.get(n) != labels],
+            "remove_namespaces": [n for n in self._namespaces if n not in namespaces],
+        }
+        endpoints, delta["endpoints"], delta["remove_endpoints"] = self._endpoints.diff(
+            endpoint_items, lambda v, i: _endpoint_spec(inventory, v[0], i, v[2]))
+        network_sets, delta["network_sets"], delta["remove_network_sets"] = self._network_sets.diff(
+            {(n.namespace, n.name): n for n in inventory.network_sets}, _network_set_spec)
+        nodes, delta["nodes"], delta["remove_nodes"] = self._nodes.diff(dict(inventory.nodes), _node_spec)
+        services, delta["services"], delta["remove_services"] = self._services.diff(dict(inventory.services), _service_spec)
+        tiers, tier_upserts, tier_removed = self._tiers.diff({t.name: t for t in policy_set.tiers}, _tier_spec)
+        if tier_upserts or tier_removed:
+            delta["tiers"] = [_tier_spec(t, tiers.ids.of[t.name]) for t in policy_set.tiers]
+        policy_keys = _policy_keys(policy_set.policies)
+        policies, delta["policies"], delta["remove_policies"] = self._policies.diff(
+            dict(zip(policy_keys, policy_set.policies)), _policy_spec)
+        profiles, delta["profiles"], delta["remove_profiles"] = self._profiles.diff(
+            {p.name: p for p in policy_set.profiles}, _profile_spec)
+        size = sum(len(v) for v in delta.values() if isinstance(v, list))
+        if size or "tiers" in delta:
+            self.model.apply(json.dumps(delta))  # raises EngineError and changes nothing if invalid
+            self.full_builds += self.deltas == 0
+            self.deltas += 1
+        self.last_delta_size = size
+        self._namespaces = namespaces
+        self._endpoints, self._network_sets, self._nodes, self._services = endpoints, network_sets, nodes, services
+        self._tiers, self._policies, self._profiles = tiers, policies, profiles
+        return NativeEngine._snapshot(self, policy_set, inventory, extra_endpoints, keys, policy_keys)
+
+
 class NativeEngine:
-    """An immutable compiled snapshot of a policy set and inventory."""
+    """An immutable snapshot of the native engine for one policy set and inventory.
+
+    ``NativeEngine(policy_set, inventory)`` builds one from nothing; ``engine.update(policy_set,
+    inventory)`` gives the next snapshot by a delta on the same engine state (see
+    ``EngineState``), leaving this one as it was.
+    """
 
     def __init__(self, policy_set: PolicySet, inventory: Inventory, extra_endpoints: tuple[Endpoint, ...] = ()) -> None:
+        built = EngineState().update(policy_set, inventory, extra_endpoints)
+        self.__dict__.update(built.__dict__)
+
+    @classmethod
+    def _snapshot(cls, state: EngineState, policy_set: PolicySet, inventory: Inventory,
+                  extra_endpoints: tuple[Endpoint, ...], keys: list[tuple], policy_keys: list[tuple]) -> "NativeEngine":
+        self = cls.__new__(cls)
+        self.state = state
         self.policy_set = policy_set
         self.inventory = inventory
-        self.extra_endpoints = tuple(extra_endpoints)
-        all_endpoints = (*inventory.endpoints, *self.extra_endpoints)
-        self._endpoint_ids = {id(e): i for i, e in enumerate(all_endpoints)}
-        self._engine = _engine.Engine(json.dumps(engine_spec(policy_set, inventory, self.extra_endpoints)))
-        self._tier_names = [t.name for t in policy_set.tiers]
-        self._policies: list[Policy] = list(policy_set.policies)
+        self.extra_endpoints = extra_endpoints
+        self._engine = state.model.snapshot()
+        ids = state._endpoints.ids.of
+        all_endpoints = (*inventory.endpoints, *extra_endpoints)
+        self._endpoint_ids = {id(e): ids[k] for e, k in zip(all_endpoints, keys)}
+        self._tier_names = {state._tiers.ids.of[t.name]: t.name for t in policy_set.tiers}
+        pids = state._policies.ids.of
+        self._policies = {pids[k]: p for k, p in zip(policy_keys, policy_set.policies)}
+        prids = state._profiles.ids.of
+        self._profiles = {prids[p.name]: p for p in policy_set.profiles}
+        return self
+
+    def update(self, policy_set: PolicySet, inventory: Inventory,
+               extra_endpoints: tuple[Endpoint, ...] = ()) -> "NativeEngine":
+        """The next snapshot, by a delta from the engine state's latest one."""
+        return self.state.update(policy_set, inventory, extra_endpoints)
 
     @property
     def stats(self) -> dict[str, int]:
         return dict(self._engine.stats())
+
+    @property
+    def model_stats(self) -> dict[str, int]:
+        """Figures of the engine state: identities, interned selectors, programs, deltas."""
+        return dict(self.state.model.stats())
 
     def evaluate(self, flow: Flow, default_pod: str = "allow", default_host: str = "deny") -> Verdict:
         """One flow, with the same answer and explanation as the reference evaluator."""
@@ -264,11 +463,6 @@ class NativeEngine:
         tier = None if int(side["tier"]) < 0 else int(side["tier"])
         return self._decision((bool(side["allow"]), tier, source, rule, int(side["reason"]), []), direction)
 
-    @property
-    def compiled_stats(self) -> dict[str, int]:
-        """Figures of the compiled tables (shared sides, entries, bytes)."""
-        return dict(self._engine.compiled_stats())
-
     def compiled_listing(self, endpoint: Endpoint, direction: Direction, family: int) -> list[Any]:
         """The compiled stages of ``endpoint``'s ``direction`` side for IPv4 or IPv6 (``render``):
         see ``pyclassify._engine.Engine.compiled_listing``."""
@@ -305,8 +499,8 @@ class NativeEngine:
         if kind == "policy":
             policy = self._policies[index]
             return policy.ref, None if rule is None else policy.rules(direction)[rule].label
-        profile = self.policy_set.profiles[index]
+        profile = self._profiles[index]
         return f"Profile/{profile.name}", None if rule is None else profile.rules(direction)[rule].label
 
 
-__all__ = ["NativeEngine", "engine_spec"]
+__all__ = ["EngineState", "NativeEngine", "engine_spec"]

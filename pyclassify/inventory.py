@@ -119,14 +119,39 @@ class Inventory:
         return ns.labels
 
     def endpoints_at(self, ip: IPAddress) -> list[Endpoint]:
-        return [e for e in self.endpoints if ip in e.ips]
+        return list(self._address_index().get(ip, ()))
+
+    def owner_of(self, ip: IPAddress) -> Endpoint | None:
+        """The endpoint an address resolves to: a pod's own address wins over host-network pods
+        sharing their node's address; then by namespace, name and kind (the native engine's
+        rule, so both evaluators name the same endpoint)."""
+        owners = self._address_index().get(ip)
+        if not owners:
+            return None
+        return min(owners, key=lambda e: (e.host_network, e.namespace or "", e.name, e.kind.value))
+
+    def _address_index(self) -> dict[IPAddress, list[Endpoint]]:
+        # Built on first use and again when the endpoint list was replaced or grew.
+        cached = self.__dict__.get("_by_address")
+        if cached is not None and cached[0] is self.endpoints and cached[1] == len(self.endpoints):
+            return cached[2]
+        index: dict[IPAddress, list[Endpoint]] = {}
+        for e in self.endpoints:
+            for ip in e.ips:
+                index.setdefault(ip, []).append(e)
+        self.__dict__["_by_address"] = (self.endpoints, len(self.endpoints), index)
+        return index
 
     def find(self, ref: str) -> Endpoint | None:
         """An endpoint by ``ns/name`` (pod) or name (host endpoint)."""
-        for e in self.endpoints:
-            if e.ref == ref:
-                return e
-        return None
+        cached = self.__dict__.get("_by_ref")
+        if cached is None or cached[0] is not self.endpoints or cached[1] != len(self.endpoints):
+            index: dict[str, Endpoint] = {}
+            for e in self.endpoints:
+                index.setdefault(e.ref, e)
+            cached = (self.endpoints, len(self.endpoints), index)
+            self.__dict__["_by_ref"] = cached
+        return cached[2].get(ref)
 
     def pods(self) -> Iterable[Endpoint]:
         return (e for e in self.endpoints if e.kind is EndpointKind.POD)

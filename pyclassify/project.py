@@ -37,10 +37,8 @@ class Project:
         except ValueError:
             ip = None
         if ip is not None:
-            owners = self.inventory.endpoints_at(ip)
             # Host-network pods share their node's address; the address belongs to the host side.
-            own = [e for e in owners if not e.host_network]
-            return (own or owners or [None])[0]
+            return self.inventory.owner_of(ip)
         found = self.inventory.find(ref)
         if found is not None:
             return found

@@ -136,13 +136,12 @@ def _side_verdict(decision: Decision | None, default: str) -> str:
 
 
 def _resolve(inventory: Inventory, end: FlowEnd) -> FlowEnd:
-    """Fill in the endpoint of an address the inventory knows. A pod's own IP wins over a
-    hostNetwork pod sharing its node's address."""
+    """Fill in the endpoint of an address the inventory knows (``Inventory.owner_of``: a pod's
+    own IP wins over a hostNetwork pod sharing its node's address)."""
     if end.endpoint is not None or end.ip is None:
         return end
-    found = inventory.endpoints_at(end.ip)
-    found.sort(key=lambda e: e.host_network)
-    return FlowEnd(found[0], end.ip) if found else end
+    owner = inventory.owner_of(end.ip)
+    return FlowEnd(owner, end.ip) if owner is not None else end
 
 
 def _is_local(end: FlowEnd) -> bool:

@@ -9,7 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::batch::PacketHeader;
 use crate::conntrack::{ConnTrack, CtConfig, FlowKey, QuotedTuple};
-use crate::engine::{Defaults, Engine, PacketVerdict};
+use crate::engine::{Defaults, Judge, PacketVerdict, Snapshot as Engine};
 
 /// Bumped on any change to the table or the structs it passes.
 pub const ENGINE_ABI_VERSION: u32 = 1;

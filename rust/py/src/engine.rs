@@ -1,12 +1,19 @@
 //! Python face of the decision engine (`pyclassify_core::engine`): glue only.
+//!
+//! `Model` is the mutable state that takes deltas (JSON, `pyclassify.engine` writes them);
+//! `Engine` is one immutable snapshot of it, which answers flows and header batches and hands
+//! native loops a capsule.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use pyclassify_core::batch::{PacketHeader, HEADER_SIZE};
 use pyclassify_core::capi::{EngineApi, ENGINE_ABI_VERSION, ENGINE_API};
 use pyo3::types::PyCapsule;
 use pyclassify_core::conntrack::QuotedTuple;
-use pyclassify_core::engine::{Action, Addr, Decision, Defaults, Direction, Engine, Flow, FlowEnd, PacketVerdict, Source};
+use pyclassify_core::engine::spec::{Delta, Spec};
+use pyclassify_core::engine::{
+    Action, Addr, Decision, Defaults, Direction, Flow, FlowEnd, Judge, Model, PacketVerdict, Snapshot as Engine, Source,
+};
 use pyo3::prelude::*;
 
 use crate::conntrack::{checked_buffer, PyConnTrack};
@@ -15,10 +22,60 @@ use crate::errors::engine_error;
 const VERDICT_SIZE: usize = std::mem::size_of::<PacketVerdict>();
 const QUOTE_SIZE: usize = std::mem::size_of::<QuotedTuple>();
 
-/// An immutable compiled snapshot of a policy set and its inventory.
+/// An immutable engine snapshot of a policy set and its inventory.
 #[pyclass(name = "Engine", module = "pyclassify._engine", frozen)]
 pub struct PyEngine {
     inner: Arc<Engine>,
+}
+
+/// The engine's mutable state: deltas in, snapshots out (`pyclassify_core::engine::Model`).
+#[pyclass(name = "Model", module = "pyclassify._engine", frozen)]
+pub struct PyModel {
+    inner: Mutex<Model>,
+}
+
+#[pymethods]
+impl PyModel {
+    #[new]
+    fn new() -> Self {
+        PyModel { inner: Mutex::new(Model::new()) }
+    }
+
+    /// Applies one delta (JSON: objects added or changed by id, ids removed) atomically, without
+    /// the GIL: on an error nothing changes.
+    fn apply(&self, py: Python<'_>, delta_json: &str) -> PyResult<()> {
+        py.detach(|| {
+            let delta = Delta::from_json(delta_json).map_err(engine_error)?;
+            let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            m.apply(delta).map_err(engine_error)
+        })
+    }
+
+    /// The current state as an immutable `Engine`.
+    fn snapshot(&self) -> PyEngine {
+        let m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        PyEngine { inner: m.snapshot() }
+    }
+
+    /// Size figures: endpoints, identities, namespaces, policies, profiles, rules, selectors,
+    /// programs, addresses, set_bytes, deltas, selector_evaluations.
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        let s = self.inner.lock().unwrap_or_else(|p| p.into_inner()).stats();
+        vec![
+            ("endpoints", s.endpoints as u64),
+            ("identities", s.identities as u64),
+            ("namespaces", s.namespaces as u64),
+            ("policies", s.policies as u64),
+            ("profiles", s.profiles as u64),
+            ("rules", s.rules as u64),
+            ("selectors", s.selectors as u64),
+            ("programs", s.programs as u64),
+            ("addresses", s.addresses as u64),
+            ("set_bytes", s.set_bytes as u64),
+            ("deltas", s.deltas),
+            ("selector_evaluations", s.selector_evaluations),
+        ]
+    }
 }
 
 /// What the capsule of `Engine.capsule()` points at (`EngineRef` in native/engine_api.h): the
@@ -65,11 +122,15 @@ fn end(ip: Option<&str>, endpoint: Option<u32>) -> PyResult<FlowEnd> {
 
 #[pymethods]
 impl PyEngine {
-    /// Compiles the JSON spec written by `pyclassify.engine.engine_spec` (without the GIL).
+    /// A snapshot of a model built from the whole-world spec written by
+    /// `pyclassify.engine.engine_spec` (without the GIL).
     #[new]
     fn new(py: Python<'_>, spec_json: &str) -> PyResult<Self> {
-        let inner = py.detach(|| Engine::from_json(spec_json)).map_err(engine_error)?;
-        Ok(PyEngine { inner: Arc::new(inner) })
+        let inner = py.detach(|| {
+            let spec = Spec::from_json(spec_json).map_err(engine_error)?;
+            Model::from_spec(spec).map(|m| m.snapshot()).map_err(engine_error)
+        })?;
+        Ok(PyEngine { inner })
     }
 
     /// A PyCapsule named `pyclassify._engine.EngineRef` for native loops: an `EngineRef*` (the C
@@ -83,16 +144,27 @@ impl PyEngine {
         PyCapsule::new_with_value(py, value, CAPSULE_NAME)
     }
 
-    /// `{"endpoints", "policies", "rules", "entities", "addresses"}`.
-    fn stats(&self) -> Vec<(&'static str, usize)> {
+    /// `{"endpoints", "identities", "policies", "addresses", "sets", "generation"}`.
+    fn stats(&self) -> Vec<(&'static str, u64)> {
         let s = self.inner.stats();
         vec![
-            ("endpoints", s.endpoints),
-            ("policies", s.policies),
-            ("rules", s.rules),
-            ("entities", s.entities),
-            ("addresses", s.addresses),
+            ("endpoints", s.endpoints as u64),
+            ("identities", s.identities as u64),
+            ("policies", s.policies as u64),
+            ("addresses", s.addresses as u64),
+            ("sets", s.sets as u64),
+            ("generation", s.generation),
         ]
+    }
+
+    /// The endpoint id an address resolves to (None: an outside address).
+    fn owner_of(&self, ip: &str) -> PyResult<Option<u32>> {
+        Ok(self.inner.owner_of(Addr::parse(ip).map_err(engine_error)?))
+    }
+
+    /// The identity of an endpoint id (None: no such endpoint).
+    fn identity_of(&self, endpoint: u32) -> Option<u32> {
+        self.inner.identity_of(endpoint)
     }
 
     /// One flow: `(allowed, egress, ingress)`, each direction None or
@@ -129,23 +201,6 @@ impl PyEngine {
         Ok((v.allow, v.egress.map(decision), v.ingress.map(decision)))
     }
 
-    /// Figures of the compiled tables: `{"sides", "programs", "groups", "stages", "entries",
-    /// "inexact_entries", "memory_bytes"}` (empty when built without them).
-    fn compiled_stats(&self) -> Vec<(&'static str, usize)> {
-        match self.inner.compiled_stats() {
-            None => Vec::new(),
-            Some(s) => vec![
-                ("sides", s.sides),
-                ("programs", s.programs),
-                ("groups", s.groups),
-                ("stages", s.stages),
-                ("entries", s.entries),
-                ("inexact_entries", s.inexact_entries),
-                ("memory_bytes", s.memory_bytes),
-            ],
-        }
-    }
-
     /// The compiled stages of one endpoint's side (`"ingress"`/`"egress"`, family 4 or 6), in
     /// evaluation order: `(tier | None, profile | None, tier default | None, rules, entries)`;
     /// rules are `(action, ("policy"|"profile", index), rule index)` by position; entries are
@@ -162,7 +217,7 @@ impl PyEngine {
             6 => true,
             other => return Err(pyo3::exceptions::PyValueError::new_err(format!("unknown address family {other}"))),
         };
-        let stages = self.inner.compiled_listing(endpoint, d, v6).map_err(engine_error)?;
+        let stages = self.inner.listing(endpoint, d, v6).map_err(engine_error)?;
         Ok(stages
             .into_iter()
             .map(|st| {
@@ -195,7 +250,9 @@ impl PyEngine {
     /// and each direction's deciding tier, policy or profile, and rule. With `tracker`, packets of
     /// connections it already allowed pass without policy, and allowed new connections start
     /// being tracked (time = each header's capture timestamp); `quotes` (`QUOTE_DTYPE`, parallel
-    /// to `headers`) carries the flows ICMP errors quote. Runs without the GIL.
+    /// to `headers`) carries the flows ICMP errors quote. Runs without the GIL. Decisions go
+    /// through the per-thread decision memo; `interpret=True` walks the programs for every
+    /// packet instead (the same verdicts: the benchmarks' baseline).
     #[pyo3(signature = (headers, out, pod_allow, host_allow, tracker=None, quotes=None, interpret=false))]
     #[allow(clippy::too_many_arguments)]
     fn judge(
@@ -235,7 +292,15 @@ impl PyEngine {
             };
             match ct {
                 Some(ct) => self.inner.classify_tracked(ct, hs, qs, vs, defaults),
-                None => self.inner.classify_detailed_with(hs, vs, defaults, !interpret),
+                None if interpret => {
+                    for (h, o) in hs.iter().zip(vs.iter_mut()) {
+                        *o = match self.inner.header_verdict(h, defaults) {
+                            Some(v) => PacketVerdict::judged(&v),
+                            None => PacketVerdict::malformed(),
+                        };
+                    }
+                }
+                None => self.inner.classify_detailed(hs, vs, defaults),
             }
         });
         drop((hdrs, verdicts, quoted));
@@ -275,6 +340,7 @@ unsafe fn slice_of<'a, T>(ptr: usize, n: usize) -> &'a [T] {
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEngine>()?;
+    m.add_class::<PyModel>()?;
     m.add("VERDICT_SIZE", VERDICT_SIZE)?;
     m.add("ENGINE_ABI_VERSION", ENGINE_ABI_VERSION)?;
     Ok(())

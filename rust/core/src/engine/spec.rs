@@ -1,5 +1,9 @@
-//! The engine's input: the IR and inventory as `pyclassify.engine.engine_spec` writes them (JSON).
-//! Field names and meanings follow `pyclassify/ir.py` and `pyclassify/inventory.py`.
+//! The engine's input: the IR and inventory as `pyclassify.engine` writes them (JSON). Field
+//! names and meanings follow `pyclassify/ir.py` and `pyclassify/inventory.py`.
+//!
+//! Two shapes: a [`Delta`] (objects added or changed, by id, and ids removed: what
+//! [`super::Model::apply`] takes), and the whole-world [`Spec`] (every object once, ids by
+//! position: what the oracle builds from, and what [`Spec::into_delta`] turns into a delta).
 
 use std::collections::BTreeMap;
 
@@ -19,8 +23,14 @@ pub struct Spec {
     pub profiles: Vec<ProfileSpec>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct EndpointSpec {
+    /// Stable id given by the caller (position in a whole-world spec).
+    #[serde(default)]
+    pub id: u32,
+    /// Its name (with the namespace, the order among endpoints sharing an address).
+    #[serde(default)]
+    pub name: String,
     pub kind: String, // "pod" | "host"
     pub namespace: Option<String>,
     pub labels: LabelMap,     // as policy sees them (Calico's added labels included)
@@ -40,28 +50,34 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct ContainerPortSpec {
     pub name: Option<String>,
     pub protocol: u8,
     pub port: u16,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct NetworkSetSpec {
+    #[serde(default)]
+    pub id: u32,
     pub namespace: Option<String>,
     pub labels: LabelMap,
     pub nets: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct NodeSpec {
+    #[serde(default)]
+    pub id: u32,
     pub labels: LabelMap,
     pub addresses: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct ServiceSpec {
+    #[serde(default)]
+    pub id: u32,
     pub namespace: String,
     pub name: String,
     pub selector: Option<LabelMap>,
@@ -69,27 +85,32 @@ pub struct ServiceSpec {
     pub ports: Vec<ServicePortSpec>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(untagged)]
 pub enum TargetPort {
     Number(u16),
     Name(String),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct ServicePortSpec {
     pub port: u16,
     pub protocol: u8,
     pub target_port: Option<TargetPort>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct TierSpec {
+    #[serde(default)]
+    pub id: u32,
     pub name: String,
+    /// Tier order (None: after every ordered tier); tiers are evaluated by (order, name).
+    #[serde(default)]
+    pub order: Option<f64>,
     pub default_action: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct SubjectSpec {
     pub selector: String,
     pub endpoint_kinds: Vec<String>,
@@ -98,8 +119,20 @@ pub struct SubjectSpec {
     pub service_account_selector: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct PolicySpec {
+    #[serde(default)]
+    pub id: u32,
+    /// The sort key within the tier (DESIGN.md §3, felix's policy_sorter): order (None last),
+    /// then kind, namespace, name.
+    #[serde(default)]
+    pub order: Option<f64>,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub name: String,
     pub tier: String,
     pub types: Vec<String>,
     pub subject: SubjectSpec,
@@ -107,21 +140,23 @@ pub struct PolicySpec {
     pub egress: Vec<RuleSpec>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct ProfileSpec {
+    #[serde(default)]
+    pub id: u32,
     pub name: String,
     pub ingress: Vec<RuleSpec>,
     pub egress: Vec<RuleSpec>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct IcmpSpec {
     #[serde(rename = "type")]
     pub icmp_type: Option<u8>,
     pub code: Option<u8>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct RuleSpec {
     pub action: String,
     pub ip_version: Option<u8>,
@@ -133,7 +168,7 @@ pub struct RuleSpec {
     pub destinations: Vec<EntitySpec>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct PortSpec {
     pub protocol: Option<u8>,
     pub first: Option<u16>,
@@ -141,7 +176,7 @@ pub struct PortSpec {
     pub name: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 pub struct EntitySpec {
     pub nets: Vec<String>,
     pub not_nets: Vec<String>,
@@ -161,4 +196,96 @@ pub struct EntitySpec {
     pub ports: Vec<PortSpec>,
     pub not_ports: Vec<PortSpec>,
     pub unresolvable: bool,
+}
+
+/// A namespace and its labels (as policy sees them: `pyclassify.reference.namespace_labels`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct NamespaceSpec {
+    pub name: String,
+    pub labels: LabelMap,
+}
+
+/// One atomic change: objects added or replaced (by id) and ids removed. `tiers`, when given,
+/// replaces the whole tier list (tiers are few and their order is global).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Delta {
+    pub namespaces: Vec<NamespaceSpec>,
+    pub remove_namespaces: Vec<String>,
+    pub endpoints: Vec<EndpointSpec>,
+    pub remove_endpoints: Vec<u32>,
+    pub network_sets: Vec<NetworkSetSpec>,
+    pub remove_network_sets: Vec<u32>,
+    pub nodes: Vec<NodeSpec>,
+    pub remove_nodes: Vec<u32>,
+    pub services: Vec<ServiceSpec>,
+    pub remove_services: Vec<u32>,
+    pub tiers: Option<Vec<TierSpec>>,
+    pub policies: Vec<PolicySpec>,
+    pub remove_policies: Vec<u32>,
+    pub profiles: Vec<ProfileSpec>,
+    pub remove_profiles: Vec<u32>,
+}
+
+impl Delta {
+    pub fn from_json(text: &str) -> Result<Delta, super::EngineError> {
+        serde_json::from_str(text).map_err(|e| super::EngineError::Spec(e.to_string()))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.namespaces.is_empty()
+            && self.remove_namespaces.is_empty()
+            && self.endpoints.is_empty()
+            && self.remove_endpoints.is_empty()
+            && self.network_sets.is_empty()
+            && self.remove_network_sets.is_empty()
+            && self.nodes.is_empty()
+            && self.remove_nodes.is_empty()
+            && self.services.is_empty()
+            && self.remove_services.is_empty()
+            && self.tiers.is_none()
+            && self.policies.is_empty()
+            && self.remove_policies.is_empty()
+            && self.profiles.is_empty()
+            && self.remove_profiles.is_empty()
+    }
+}
+
+impl Spec {
+    pub fn from_json(text: &str) -> Result<Spec, super::EngineError> {
+        serde_json::from_str(text).map_err(|e| super::EngineError::Spec(e.to_string()))
+    }
+
+    /// The whole world as one delta onto an empty model: ids are positions, tiers ordered as
+    /// listed and policies as listed (a whole-world spec lists both in evaluation order).
+    pub fn into_delta(self) -> Delta {
+        let number = |i: usize| i as u32;
+        Delta {
+            namespaces: self.namespaces.into_iter().map(|(name, labels)| NamespaceSpec { name, labels }).collect(),
+            endpoints: self.endpoints.into_iter().enumerate().map(|(i, e)| EndpointSpec { id: number(i), ..e }).collect(),
+            network_sets: self
+                .network_sets
+                .into_iter()
+                .enumerate()
+                .map(|(i, n)| NetworkSetSpec { id: number(i), ..n })
+                .collect(),
+            nodes: self.nodes.into_iter().enumerate().map(|(i, n)| NodeSpec { id: number(i), ..n }).collect(),
+            services: self.services.into_iter().enumerate().map(|(i, s)| ServiceSpec { id: number(i), ..s }).collect(),
+            tiers: Some(
+                self.tiers
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, t)| TierSpec { id: number(i), order: Some(i as f64), ..t })
+                    .collect(),
+            ),
+            policies: self
+                .policies
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| PolicySpec { id: number(i), order: Some(i as f64), ..p })
+                .collect(),
+            profiles: self.profiles.into_iter().enumerate().map(|(i, p)| ProfileSpec { id: number(i), ..p }).collect(),
+            ..Delta::default()
+        }
+    }
 }

@@ -85,6 +85,15 @@ impl Selector {
         &self.root
     }
 
+    /// A selector from a tree built in code (the engine's composite selectors).
+    pub fn from_node(root: Node) -> Selector {
+        Selector { root }
+    }
+
+    pub fn into_node(self) -> Node {
+        self.root
+    }
+
     pub fn matches<L: Labels + ?Sized>(&self, labels: &L) -> bool {
         self.root.matches(labels)
     }

@@ -1,0 +1,216 @@
+//! Equivalence classes of addresses and ports, and the per-thread memo of side decisions they
+//! make exact.
+//!
+//! A side decision (one direction of one flow) reads the addresses only through prefix tests
+//! (`nets`, `notNets`, network sets, node addresses) and the ports only through comparisons with
+//! range ends and named-port numbers. So:
+//!
+//! - an address's **class** is the longest prefix of the snapshot's prefix set containing it: the
+//!   prefixes containing an address form a chain, and its longest member determines the rest;
+//! - a port's **class** is its position among the sorted boundaries (every range's first and
+//!   last + 1, every named port and service port and its successor).
+//!
+//! Two flows whose subject and peer have equal identities and classes, and equal protocol, port
+//! classes, ICMP type and code, get the same decision — except through a Calico `services`
+//! match, which reads endpoint membership: a walk that evaluates one is not memoized. That is
+//! Cilium's per-identity policy map (identity, protocol, port), filled on demand instead of
+//! precomputed for every identity pair.
+
+use std::cell::RefCell;
+
+use super::cow::FastMap;
+use super::net::mask;
+use super::records::SideVerdict;
+use super::{Addr, Net};
+
+/// Which prefix of a set is the longest one containing an address (0: none; else index + 1).
+#[derive(Clone, Debug, Default)]
+pub struct ClassLpm {
+    /// (v6, prefix length, masked bits -> class), longest first.
+    tables: Vec<(bool, u8, FastMap<u128, u32>)>,
+    count: u32,
+}
+
+impl ClassLpm {
+    pub fn build<'a>(prefixes: impl IntoIterator<Item = &'a Net>) -> ClassLpm {
+        let mut lpm = ClassLpm::default();
+        for net in prefixes {
+            let t = match lpm.tables.iter().position(|(v6, len, _)| *v6 == net.v6 && *len == net.len) {
+                Some(i) => i,
+                None => {
+                    lpm.tables.push((net.v6, net.len, FastMap::default()));
+                    lpm.tables.len() - 1
+                }
+            };
+            let next = lpm.count + 1;
+            if lpm.tables[t].2.insert(net.bits, next).is_none() {
+                lpm.count = next;
+            }
+        }
+        lpm.tables.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        lpm
+    }
+
+    #[inline]
+    pub fn class_of(&self, a: Addr) -> u32 {
+        for (v6, len, table) in &self.tables {
+            if *v6 != a.v6 {
+                continue;
+            }
+            if let Some(&c) = table.get(&(a.bits & mask(*len))) {
+                return c;
+            }
+        }
+        0
+    }
+
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+/// Sorted port boundaries: a port's class is how many boundaries are <= it.
+#[derive(Clone, Debug, Default)]
+pub struct PortClasses {
+    bounds: Vec<u16>,
+}
+
+impl PortClasses {
+    pub fn build(bounds: impl IntoIterator<Item = u16>) -> PortClasses {
+        let mut b: Vec<u16> = bounds.into_iter().collect();
+        b.sort_unstable();
+        b.dedup();
+        PortClasses { bounds: b }
+    }
+
+    #[inline]
+    pub fn class_of(&self, port: Option<u16>) -> u32 {
+        match port {
+            None => u32::MAX,
+            Some(p) => self.bounds.partition_point(|&b| b <= p) as u32,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.bounds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bounds.is_empty()
+    }
+}
+
+/// Everything a memoized side decision depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SideKey {
+    /// Direction, IP version, the defaults and the protocol.
+    pub flags: u32,
+    pub subject: u32,
+    pub subject_class: u32,
+    /// The peer's identity (`u32::MAX`: an address no endpoint owns).
+    pub peer: u32,
+    pub peer_class: u32,
+    pub sport: u32,
+    pub dport: u32,
+    pub icmp: u32,
+}
+
+/// Entries a thread keeps before it starts over (about 2 MiB).
+const MEMO_CAP: usize = 1 << 16;
+
+struct Memo {
+    snapshot: u64,
+    map: FastMap<SideKey, SideVerdict>,
+    hits: u64,
+    misses: u64,
+}
+
+thread_local! {
+    static MEMO: RefCell<Memo> = RefCell::new(Memo { snapshot: u64::MAX, map: FastMap::default(), hits: 0, misses: 0 });
+}
+
+/// Runs `f` with this thread's memo for snapshot `uid` (emptied when the snapshot changed).
+pub fn with_memo<R>(uid: u64, f: impl FnOnce(&mut MemoRef<'_>) -> R) -> R {
+    MEMO.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.snapshot != uid {
+            m.snapshot = uid;
+            m.map.clear();
+        }
+        let mut r = MemoRef { memo: &mut m };
+        f(&mut r)
+    })
+}
+
+pub struct MemoRef<'a> {
+    memo: &'a mut Memo,
+}
+
+impl MemoRef<'_> {
+    #[inline]
+    pub fn get(&mut self, key: &SideKey) -> Option<SideVerdict> {
+        let v = self.memo.map.get(key).copied();
+        if v.is_some() {
+            self.memo.hits += 1;
+        } else {
+            self.memo.misses += 1;
+        }
+        v
+    }
+
+    #[inline]
+    pub fn put(&mut self, key: SideKey, v: SideVerdict) {
+        if self.memo.map.len() >= MEMO_CAP {
+            self.memo.map.clear();
+        }
+        self.memo.map.insert(key, v);
+    }
+}
+
+/// This thread's memo hits and misses so far (benchmarks report the hit rate).
+pub fn memo_counts() -> (u64, u64) {
+    MEMO.with(|m| {
+        let m = m.borrow();
+        (m.hits, m.misses)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_is_the_longest_containing_prefix() {
+        let nets: Vec<Net> = ["10.0.0.0/8", "10.1.0.0/16", "10.1.2.0/24", "0.0.0.0/0", "fd00::/64"]
+            .iter()
+            .map(|t| Net::parse(t).unwrap())
+            .collect();
+        let lpm = ClassLpm::build(&nets);
+        let c = |t: &str| lpm.class_of(Addr::parse(t).unwrap());
+        assert_eq!(c("10.1.2.3"), c("10.1.2.200"));
+        assert_ne!(c("10.1.2.3"), c("10.1.3.3"));
+        assert_eq!(c("10.1.3.3"), c("10.1.200.1"));
+        assert_ne!(c("10.2.0.1"), c("10.1.3.3"));
+        assert_eq!(c("11.0.0.1"), c("192.168.1.1"));
+        assert_ne!(c("11.0.0.1"), c("10.2.0.1"));
+        assert_eq!(c("2001:db8::1"), 0);
+        assert_ne!(c("fd00::1"), 0);
+        // an IPv4 network never contains an IPv6 address, even a v4-mapped one
+        assert_eq!(c("::ffff:10.1.2.3"), 0);
+    }
+
+    #[test]
+    fn port_classes_split_at_boundaries() {
+        let p = PortClasses::build([80, 81, 8080, 8081, 1000]);
+        assert_eq!(p.class_of(Some(79)), p.class_of(Some(0)));
+        assert_ne!(p.class_of(Some(80)), p.class_of(Some(79)));
+        assert_ne!(p.class_of(Some(80)), p.class_of(Some(81)));
+        assert_eq!(p.class_of(Some(81)), p.class_of(Some(999)));
+        assert_eq!(p.class_of(Some(40000)), p.class_of(Some(65535)));
+        assert_ne!(p.class_of(None), p.class_of(Some(0)));
+    }
+}

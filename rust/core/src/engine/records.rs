@@ -1,0 +1,87 @@
+//! The records the engine writes per packet: `PacketVerdict` with a `SideVerdict` per direction.
+//! Their layout is part of the C ABI (`native/engine_api.h`) and of `pyclassify.engine`'s numpy
+//! dtypes; `tests/test_batch_abi.py` holds the three to the same fields and offsets.
+
+use super::{Decision, Source, Verdict};
+
+/// `PacketVerdict::reason`: policy judged the packet.
+pub const PACKET_POLICY: u8 = 0;
+/// It belongs to a connection already allowed (or is a reply to one, or an ICMP error about one).
+pub const PACKET_ESTABLISHED: u8 = 1;
+/// It could not be decoded far enough to judge: denied (the default chosen before parsing).
+pub const PACKET_MALFORMED: u8 = 2;
+/// Connection tracking found it invalid (e.g. a TCP packet that opens nothing): denied.
+pub const PACKET_INVALID: u8 = 3;
+
+/// One direction's decision in batch output. `source_kind`: 0 none, 1 policy, 2 profile;
+/// `tier`, `source`, `rule` are -1 when absent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SideVerdict {
+    pub present: u8,
+    pub allow: u8,
+    pub reason: u8,
+    pub source_kind: u8,
+    pub tier: i32,
+    pub source: i32,
+    pub rule: i32,
+}
+
+impl Default for SideVerdict {
+    fn default() -> Self {
+        SideVerdict { present: 0, allow: 0, reason: 0, source_kind: 0, tier: -1, source: -1, rule: -1 }
+    }
+}
+
+impl SideVerdict {
+    pub(crate) fn from(d: &Option<Decision>) -> SideVerdict {
+        let Some(d) = d else { return SideVerdict::default() };
+        let (source_kind, source) = match d.source {
+            None => (0, -1),
+            Some(Source::Policy(i)) => (1, i as i32),
+            Some(Source::Profile(i)) => (2, i as i32),
+        };
+        SideVerdict {
+            present: 1,
+            allow: d.allow as u8,
+            reason: d.reason as u8,
+            source_kind,
+            tier: d.tier.map_or(-1, |t| t as i32),
+            source,
+            rule: d.rule.map_or(-1, |r| r as i32),
+        }
+    }
+}
+
+/// The batch output record, one per packet header (36 bytes; `pyclassify.engine.VERDICT_DTYPE`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PacketVerdict {
+    pub allow: u8,
+    /// `PACKET_POLICY`, `PACKET_ESTABLISHED`, `PACKET_MALFORMED` or `PACKET_INVALID`.
+    pub reason: u8,
+    /// Connection-tracking state code (`conntrack::code`), 0 without tracking.
+    pub ct_state: u8,
+    pub reserved: u8,
+    pub egress: SideVerdict,
+    pub ingress: SideVerdict,
+}
+
+const _: () = assert!(std::mem::size_of::<PacketVerdict>() == 36);
+
+impl PacketVerdict {
+    pub fn judged(v: &Verdict) -> PacketVerdict {
+        PacketVerdict {
+            allow: v.allow as u8,
+            reason: PACKET_POLICY,
+            ct_state: 0,
+            reserved: 0,
+            egress: SideVerdict::from(&v.egress),
+            ingress: SideVerdict::from(&v.ingress),
+        }
+    }
+
+    pub fn malformed() -> PacketVerdict {
+        PacketVerdict { reason: PACKET_MALFORMED, ..Default::default() }
+    }
+}

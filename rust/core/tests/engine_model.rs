@@ -1,0 +1,425 @@
+//! The identity engine held to the whole-world oracle, built fresh and after random sequences
+//! of incremental changes of every kind.
+//!
+//! A "world" keeps every object in a slot whose index is its id in the model; the oracle is
+//! built from the live slots in slot order, so its policy and endpoint positions map back to
+//! slots. After every change the incrementally updated model, a model built fresh from the same
+//! world and the oracle must give the same verdict, tier, policy, rule and Log trail.
+
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+use pyclassify_core::engine::oracle::Oracle;
+use pyclassify_core::engine::spec::{Delta, Spec};
+use pyclassify_core::engine::workload::{flow_header, random_flow, random_spec, Rng};
+use pyclassify_core::engine::{Decision, Defaults, FlowEnd, Judge, Model, PacketVerdict, SideVerdict, Source, Verdict};
+
+const DEFAULTS: [Defaults; 2] = [Defaults { pod_allow: true, host_allow: false }, Defaults { pod_allow: false, host_allow: true }];
+
+#[derive(Clone)]
+struct World {
+    namespaces: serde_json::Map<String, Value>,
+    endpoints: Vec<Option<Value>>,
+    network_sets: Vec<Option<Value>>,
+    nodes: Vec<Option<Value>>,
+    services: Vec<Option<Value>>,
+    tiers: Value,
+    policies: Vec<Option<Value>>,
+    profiles: Vec<Option<Value>>,
+}
+
+fn slots(v: &Value) -> Vec<Option<Value>> {
+    v.as_array().expect("array").iter().cloned().map(Some).collect()
+}
+
+impl World {
+    fn from(spec: Value) -> World {
+        World {
+            namespaces: spec["namespaces"].as_object().expect("namespaces").clone(),
+            endpoints: slots(&spec["endpoints"]),
+            network_sets: slots(&spec["network_sets"]),
+            nodes: slots(&spec["nodes"]),
+            services: slots(&spec["services"]),
+            tiers: spec["tiers"].clone(),
+            policies: slots(&spec["policies"]),
+            profiles: slots(&spec["profiles"]),
+        }
+    }
+
+    fn live(v: &[Option<Value>]) -> Vec<Value> {
+        v.iter().flatten().cloned().collect()
+    }
+
+    /// Oracle position -> slot, for policies, profiles and endpoints.
+    fn positions(v: &[Option<Value>]) -> Vec<u32> {
+        v.iter().enumerate().filter(|(_, x)| x.is_some()).map(|(i, _)| i as u32).collect()
+    }
+
+    /// The whole world as the oracle reads it: live slots in slot order. Policies are listed
+    /// tier by tier (stable), as pyclassify lists them.
+    fn spec(&self) -> Spec {
+        let order = ["kube-admin", "security", "default", "kube-baseline"];
+        let mut pols: Vec<(usize, Value)> = self.policies.iter().enumerate().filter_map(|(i, p)| p.clone().map(|p| (i, p))).collect();
+        pols.sort_by_key(|(i, p)| (order.iter().position(|t| p["tier"] == json!(t)), *i));
+        serde_json::from_value(json!({
+            "namespaces": self.namespaces,
+            "endpoints": Self::live(&self.endpoints),
+            "network_sets": Self::live(&self.network_sets),
+            "nodes": Self::live(&self.nodes),
+            "services": Self::live(&self.services),
+            "tiers": self.tiers,
+            "policies": pols.into_iter().map(|(_, p)| p).collect::<Vec<_>>(),
+            "profiles": Self::live(&self.profiles),
+        }))
+        .expect("world is a valid spec")
+    }
+
+    fn policy_positions(&self) -> Vec<u32> {
+        let order = ["kube-admin", "security", "default", "kube-baseline"];
+        let mut pols: Vec<(usize, &Value)> = self.policies.iter().enumerate().filter_map(|(i, p)| p.as_ref().map(|p| (i, p))).collect();
+        pols.sort_by_key(|(i, p)| (order.iter().position(|t| p["tier"] == json!(t)), *i));
+        pols.into_iter().map(|(i, _)| i as u32).collect()
+    }
+
+    fn tier_specs(&self) -> Value {
+        Value::Array(
+            self.tiers
+                .as_array()
+                .expect("tiers")
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    let mut t = t.clone();
+                    t["id"] = json!(i);
+                    t["order"] = json!(i as f64);
+                    t
+                })
+                .collect(),
+        )
+    }
+
+    fn keyed(slot: usize, v: &Value) -> Value {
+        let mut v = v.clone();
+        v["id"] = json!(slot);
+        v
+    }
+
+    fn policy(slot: usize, v: &Value) -> Value {
+        let mut v = Self::keyed(slot, v);
+        v["order"] = json!(slot as f64);
+        v["name"] = json!(format!("p{slot}"));
+        v
+    }
+
+    /// Everything as one delta onto an empty model.
+    fn full_delta(&self) -> Delta {
+        let keyed = |v: &[Option<Value>]| -> Vec<Value> {
+            v.iter().enumerate().filter_map(|(i, x)| x.as_ref().map(|x| Self::keyed(i, x))).collect()
+        };
+        let ns: Vec<Value> = self.namespaces.iter().map(|(k, v)| json!({"name": k, "labels": v})).collect();
+        serde_json::from_value(json!({
+            "namespaces": ns,
+            "endpoints": keyed(&self.endpoints),
+            "network_sets": keyed(&self.network_sets),
+            "nodes": keyed(&self.nodes),
+            "services": keyed(&self.services),
+            "tiers": self.tier_specs(),
+            "policies": self.policies.iter().enumerate().filter_map(|(i, p)| p.as_ref().map(|p| Self::policy(i, p))).collect::<Vec<_>>(),
+            "profiles": keyed(&self.profiles),
+        }))
+        .expect("valid delta")
+    }
+}
+
+/// Maps the oracle's positions in a decision to world slots.
+fn to_slots(v: Verdict, policies: &[u32], profiles: &[u32]) -> Verdict {
+    let map = |d: Option<Decision>| {
+        d.map(|mut d| {
+            let src = |s: Source| match s {
+                Source::Policy(i) => Source::Policy(policies[i as usize]),
+                Source::Profile(i) => Source::Profile(profiles[i as usize]),
+            };
+            d.source = d.source.map(src);
+            for l in &mut d.logs {
+                l.source = src(l.source);
+            }
+            d
+        })
+    };
+    Verdict { allow: v.allow, egress: map(v.egress), ingress: map(v.ingress) }
+}
+
+/// Compares the model's snapshot, a fresh model and the oracle on `flows` random flows.
+fn compare(world: &World, model: &Model, seed: u64, flows: usize) -> usize {
+    let spec = world.spec();
+    let oracle = Oracle::build(&spec).expect("oracle builds");
+    let mut fresh = Model::new();
+    fresh.apply(world.full_delta()).expect("fresh model builds");
+    let (inc, fresh) = (model.snapshot(), fresh.snapshot());
+    let pol = world.policy_positions();
+    let prof = World::positions(&world.profiles);
+    let eps = World::positions(&world.endpoints);
+    let mut r = Rng::new(seed);
+    let mut decided = 0;
+    let mut memo_checked = 0;
+    for i in 0..flows {
+        let mut flow = random_flow(&mut r);
+        let mut oflow = flow;
+        if i % 4 == 0 && !eps.is_empty() {
+            // name a source endpoint, as `explain` can
+            let pos = r.below(eps.len());
+            flow.src = FlowEnd { endpoint: Some(eps[pos]), ..flow.src };
+            oflow.src = FlowEnd { endpoint: Some(pos as u32), ..oflow.src };
+            if i % 8 == 0 {
+                flow.src.addr = None;
+                oflow.src.addr = None;
+            }
+        }
+        for d in DEFAULTS {
+            let want = to_slots(oracle.evaluate(&oflow, d).expect("valid flow"), &pol, &prof);
+            let got = inc.evaluate(&flow, d).expect("valid flow");
+            assert_eq!(got, want, "incremental vs oracle, seed {seed}: {flow:?}");
+            assert_eq!(fresh.evaluate(&flow, d).expect("valid flow"), want, "fresh vs oracle, seed {seed}: {flow:?}");
+            if flow.src.endpoint.is_none() {
+                let h = flow_header(&flow);
+                let hv = inc.header_verdict(&h, d);
+                assert_eq!(hv, Some(got.clone()), "header path, seed {seed}: {flow:?}");
+                // Through the decision memo: the first time walks, the second hits.
+                let rec = judged(&want);
+                assert_eq!(inc.packet_verdict(&h, d), rec, "memo (miss), seed {seed}: {flow:?}");
+                assert_eq!(inc.packet_verdict(&h, d), rec, "memo (hit), seed {seed}: {flow:?}");
+                memo_checked += 1;
+            }
+            decided += [&got.egress, &got.ingress].iter().filter(|x| x.as_ref().is_some_and(|d| d.rule.is_some())).count();
+        }
+    }
+    assert!(flows == 0 || memo_checked > 0);
+    decided
+}
+
+/// A verdict as the batch path records it (no Log trail).
+fn judged(v: &Verdict) -> PacketVerdict {
+    let side = |d: &Option<Decision>| match d {
+        None => SideVerdict::default(),
+        Some(d) => {
+            let (kind, source) = match d.source {
+                None => (0, -1),
+                Some(Source::Policy(i)) => (1, i as i32),
+                Some(Source::Profile(i)) => (2, i as i32),
+            };
+            SideVerdict {
+                present: 1,
+                allow: d.allow as u8,
+                reason: d.reason as u8,
+                source_kind: kind,
+                tier: d.tier.map_or(-1, |t| t as i32),
+                source,
+                rule: d.rule.map_or(-1, |r| r as i32),
+            }
+        }
+    };
+    PacketVerdict { allow: v.allow as u8, reason: 0, ct_state: 0, reserved: 0, egress: side(&v.egress), ingress: side(&v.ingress) }
+}
+
+#[test]
+fn fresh_model_equals_oracle_on_random_worlds() {
+    let mut decided = 0;
+    for seed in 0..3000u64 {
+        let world = World::from(random_spec(seed));
+        let mut model = Model::new();
+        model.apply(world.full_delta()).expect("model builds");
+        decided += compare(&world, &model, seed * 7919 + 1, 40);
+    }
+    assert!(decided > 10_000, "only {decided} decisions by a rule: the comparison would say little");
+}
+
+/// One random change of any kind, as the model sees it.
+fn mutate(world: &mut World, r: &mut Rng) -> Delta {
+    let donor = random_spec(r.next());
+    let pick = |v: &Value, r: &mut Rng| -> Option<Value> {
+        let a = v.as_array()?;
+        (!a.is_empty()).then(|| a[r.below(a.len())].clone())
+    };
+    let mut d = Delta::default();
+    let upsert = |v: &Value| -> Value { v.clone() };
+    match r.below(13) {
+        0 | 1 => {
+            // pod added (or a host endpoint)
+            if let Some(e) = pick(&donor["endpoints"], r) {
+                world.endpoints.push(Some(e.clone()));
+                let slot = world.endpoints.len() - 1;
+                d.endpoints.push(serde_json::from_value(World::keyed(slot, &e)).expect("endpoint"));
+            }
+        }
+        2 => {
+            let live = World::positions(&world.endpoints);
+            if !live.is_empty() {
+                let slot = live[r.below(live.len())] as usize;
+                world.endpoints[slot] = None;
+                d.remove_endpoints.push(slot as u32);
+            }
+        }
+        3 | 4 => {
+            // relabelled, or its addresses / ports / service account changed
+            let live = World::positions(&world.endpoints);
+            if let (false, Some(other)) = (live.is_empty(), pick(&donor["endpoints"], r)) {
+                let slot = live[r.below(live.len())] as usize;
+                let mut e = world.endpoints[slot].clone().expect("live");
+                match r.below(4) {
+                    0 => e["labels"] = other["labels"].clone(),
+                    1 => e["ips"] = other["ips"].clone(),
+                    2 => e["ports"] = other["ports"].clone(),
+                    _ => {
+                        e["service_account"] = other["service_account"].clone();
+                        e["sa_labels"] = other["sa_labels"].clone();
+                    }
+                }
+                world.endpoints[slot] = Some(e.clone());
+                d.endpoints.push(serde_json::from_value(World::keyed(slot, &e)).expect("endpoint"));
+            }
+        }
+        5 => {
+            // namespace relabelled
+            let names: Vec<String> = world.namespaces.keys().cloned().collect();
+            let name = names[r.below(names.len())].clone();
+            let team = *r.pick(&[None, Some("red"), Some("blue")]);
+            let labels = world.namespaces.get_mut(&name).expect("namespace");
+            match team {
+                Some(t) => labels["team"] = json!(t),
+                None => {
+                    labels.as_object_mut().expect("labels").remove("team");
+                }
+            }
+            d.namespaces.push(serde_json::from_value(json!({"name": name, "labels": labels})).expect("namespace"));
+        }
+        6 | 7 => {
+            // policy added or changed
+            if let Some(p) = pick(&donor["policies"], r) {
+                let live = World::positions(&world.policies);
+                let slot = if r.chance(50) || live.is_empty() {
+                    world.policies.push(None);
+                    world.policies.len() - 1
+                } else {
+                    live[r.below(live.len())] as usize
+                };
+                world.policies[slot] = Some(p.clone());
+                d.policies.push(serde_json::from_value(World::policy(slot, &p)).expect("policy"));
+            }
+        }
+        8 => {
+            let live = World::positions(&world.policies);
+            if !live.is_empty() {
+                let slot = live[r.below(live.len())] as usize;
+                world.policies[slot] = None;
+                d.remove_policies.push(slot as u32);
+            }
+        }
+        9 => {
+            // network set added, changed or removed
+            let live = World::positions(&world.network_sets);
+            if !live.is_empty() && r.chance(40) {
+                let slot = live[r.below(live.len())] as usize;
+                world.network_sets[slot] = None;
+                d.remove_network_sets.push(slot as u32);
+            } else if let Some(n) = pick(&donor["network_sets"], r) {
+                world.network_sets.push(Some(n.clone()));
+                let slot = world.network_sets.len() - 1;
+                d.network_sets.push(serde_json::from_value(World::keyed(slot, &n)).expect("network set"));
+            }
+        }
+        10 => {
+            // profile added, changed or removed
+            if world.profiles.iter().any(Option::is_some) && r.chance(40) {
+                let slot = World::positions(&world.profiles)[0] as usize;
+                world.profiles[slot] = None;
+                d.remove_profiles.push(slot as u32);
+            } else if let Some(p) = pick(&donor["profiles"], r) {
+                let slot = match World::positions(&world.profiles).first() {
+                    Some(&s) => s as usize,
+                    None => {
+                        world.profiles.push(None);
+                        world.profiles.len() - 1
+                    }
+                };
+                world.profiles[slot] = Some(p.clone());
+                d.profiles.push(serde_json::from_value(World::keyed(slot, &p)).expect("profile"));
+            }
+        }
+        11 => {
+            // node relabelled
+            if let Some(Some(node)) = world.nodes.first_mut() {
+                node["labels"] = json!({"zone": r.pick(&["z1", "z2"])});
+                let n = upsert(node);
+                d.nodes.push(serde_json::from_value(World::keyed(0, &n)).expect("node"));
+            }
+        }
+        _ => {
+            // service changed
+            if let Some(s) = pick(&donor["services"], r) {
+                world.services[0] = Some(s.clone());
+                d.services.push(serde_json::from_value(World::keyed(0, &s)).expect("service"));
+            }
+        }
+    }
+    d
+}
+
+fn run_sequence(seed: u64, steps: usize, flows: usize) {
+    let mut world = World::from(random_spec(seed));
+    let mut model = Model::new();
+    model.apply(world.full_delta()).expect("model builds");
+    let mut r = Rng::new(seed ^ 0x5eed);
+    for step in 0..steps {
+        let before = model.snapshot();
+        let delta = mutate(&mut world, &mut r);
+        model.apply(delta).expect("delta applies");
+        compare(&world, &model, seed.wrapping_mul(31).wrapping_add(step as u64), flows);
+        // The snapshot handed out before the change still answers as before (immutable).
+        let _ = before.stats();
+    }
+}
+
+#[test]
+fn incremental_changes_equal_a_fresh_build_and_the_oracle() {
+    for seed in 0..400u64 {
+        run_sequence(seed, 12, 20);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn prop_incremental_sequences(seed in any::<u64>(), steps in 1usize..25) {
+        run_sequence(seed, steps, 15);
+    }
+}
+
+#[test]
+fn snapshots_are_immutable_and_share_what_did_not_change() {
+    let mut world = World::from(random_spec(11));
+    for i in 0..300 {
+        world.endpoints.push(Some(json!({
+            "kind": "pod", "namespace": "a", "labels": {"app": format!("x{}", i % 7)}, "raw_labels": {},
+            "sa_labels": {}, "service_account": null, "ips": [format!("10.9.{}.{}", i / 250, i % 250)], "ports": [],
+            "host_network": false, "profiles": [], "addressable": true
+        })));
+    }
+    let mut model = Model::new();
+    model.apply(world.full_delta()).expect("builds");
+    let before = model.snapshot();
+    let flows: Vec<_> = {
+        let mut r = Rng::new(3);
+        (0..300).map(|_| random_flow(&mut r)).collect()
+    };
+    let verdicts: Vec<_> = flows.iter().map(|f| before.evaluate(f, DEFAULTS[0]).expect("flow")).collect();
+    let mut r = Rng::new(5);
+    let delta = mutate(&mut world, &mut r);
+    model.apply(delta).expect("applies");
+    let after = model.snapshot();
+    for (f, v) in flows.iter().zip(&verdicts) {
+        assert_eq!(&before.evaluate(f, DEFAULTS[0]).expect("flow"), v, "an old snapshot changed under a delta");
+    }
+    let (chunks, shards) = after.shared_with(&before);
+    assert!(chunks >= 3 && shards >= 60, "a one-object change copied too much: {chunks} chunks, {shards} shards shared");
+}
