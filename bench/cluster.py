@@ -1055,6 +1055,7 @@ def _calico(cluster: Cluster) -> None:
 # Plain scalars that need no analysis: no indicator first, no ': ' or ' #', no trailing ':'.
 _PLAIN = re.compile(r"[A-Za-z0-9_/][A-Za-z0-9_./:@+-]*\Z")
 _YAML_SPECIAL_WORDS = {"y", "Y", "n", "N"}  # booleans to YAML 1.1 (and go-yaml), not to PyYAML
+_ADDRESS_OR_UID = re.compile(r"\d{1,3}(\.\d{1,3}){3}(/\d{1,2})?\Z|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 _scalar_cache: dict[str, str] = {}
 
 
@@ -1077,10 +1078,12 @@ def _yaml_str(s: str) -> str:
 
 
 def _resolves_to_other_type(s: str) -> bool:
-    if s in _YAML_SPECIAL_WORDS:
+    if s in _YAML_SPECIAL_WORDS or s.isdigit():
         return True
     c = s[0] if s else ""
     if not (c.isdigit() or c in ".+-~" or s.lower() in ("true", "false", "yes", "no", "on", "off", "null")):
+        return False
+    if _ADDRESS_OR_UID.match(s):  # the many unique ones: strings to YAML, no need to ask
         return False
     global _resolver
     import yaml
@@ -1175,6 +1178,17 @@ def write_yaml(cluster: Cluster, path: str | Path, detail: str = "full") -> Path
     return path
 
 
+def write_yaml_list(cluster: Cluster, path: str | Path, detail: str = "full") -> Path:
+    """Every object in one ``kind: List`` document: what ``kubectl get pods,netpol,... -A -o yaml``
+    prints for many objects at once."""
+    path = Path(path)
+    with open(path, "w", encoding="utf-8") as f, _NoGC():
+        out: list[str] = []
+        _yaml_mapping(kubectl_list(cluster, detail), "", out)
+        f.write("".join(out))
+    return path
+
+
 def kubectl_list(cluster: Cluster, detail: str = "full") -> dict:
     return {"apiVersion": "v1", "items": cluster.objects(detail), "kind": "List", "metadata": {"resourceVersion": ""}}
 
@@ -1203,7 +1217,8 @@ def write_json_compact(cluster: Cluster, path: str | Path, detail: str = "full")
 
 
 WRITERS = {"yaml": (write_yaml, "cluster.yaml"), "json": (write_json_list, "cluster.json"),
-           "json-compact": (write_json_compact, "cluster.json")}
+           "json-compact": (write_json_compact, "cluster.json"), "yaml-list": (write_yaml_list, "cluster.yaml")}
+DEFAULT_FORMATS = ("yaml", "json", "json-compact")
 
 
 # --- captures -------------------------------------------------------------------------------------
@@ -1221,6 +1236,7 @@ class CaptureFlow(NamedTuple):
 
 
 _PCAP_RECORD_HEADER = 16
+DEFAULT_SNAPLEN = 262144  # tcpdump's default: whole frames
 _ETH, _IP, _TCP, _UDP = 14, 20, 20, 8
 _HEADER_DTYPE = np.dtype([
     ("sec", "<u4"), ("usec", "<u4"), ("caplen", "<u4"), ("len", "<u4"),
@@ -1301,13 +1317,17 @@ def capture_flows(cluster: Cluster, flows: int, seed: int = 1) -> list[CaptureFl
 
 
 def write_capture(cluster: Cluster, path: str | Path, packets: int, flows: int,
-                  seed: int = 1) -> list[CaptureFlow]:
+                  seed: int = 1, snaplen: int = DEFAULT_SNAPLEN) -> list[CaptureFlow]:
     """A pcap (Ethernet/IPv4, link type 1) of ``packets`` packets in ``flows`` connections,
     interleaved in time. A TCP connection is SYN, SYN-ACK, then data and ACKs both ways with
     consistent sequence numbers; a UDP flow is request/response pairs. Built with numpy: one
-    record array, no per-packet Python. Returns the flows (client → server)."""
+    record array, no per-packet Python. ``snaplen`` truncates frames as ``tcpdump -s`` does
+    (headers only from 54 up; the records keep the wire length). Returns the flows (client →
+    server)."""
     if packets < 3 * flows:
         raise ValueError("need at least 3 packets per flow (SYN, SYN-ACK, ACK)")
+    if snaplen < _ETH + _IP + _TCP:
+        raise ValueError(f"snaplen must be at least {_ETH + _IP + _TCP} (the headers)")
     flow_list = capture_flows(cluster, flows, seed)
     g = np.random.default_rng(random.Random(f"packets-{seed}").getrandbits(64))
     n_flows = len(flow_list)
@@ -1330,7 +1350,7 @@ def write_capture(cluster: Cluster, path: str | Path, packets: int, flows: int,
     udp = is_udp[flow_of]
     reply = np.where(udp, k % 2 == 1, (k == 1) | ((k >= 2) & (k % 2 == 1)))
     payload = np.where(udp, np.where(reply, 96, 40),
-                       np.where(k < 2, 0, np.where(reply, g.integers(0, 1200, packets), g.integers(20, 500, packets))))
+                       np.where(k < 2, 0, np.where(reply, g.integers(0, 900, packets), g.integers(20, 400, packets))))
     payload = payload.astype(np.int64)
     # TCP: the client's first data packet comes with the handshake's ACK; pure ACKs (payload 0)
     # happen on the server side now and then.
@@ -1371,9 +1391,9 @@ def write_capture(cluster: Cluster, path: str | Path, packets: int, flows: int,
     dst_port = np.where(reply, sport[flow_of], dport[flow_of])
 
     l4 = np.where(udp, _UDP, _TCP)
-    caplen = (_ETH + _IP + l4 + payload).astype(np.int64)
-    (src_ip, dst_ip, src_port, dst_port, udp, payload, caplen, seq, ack, flags, ts) = (
-        a[order] for a in (src_ip, dst_ip, src_port, dst_port, udp, payload, caplen, seq, ack, flags, ts))
+    wire_len = (_ETH + _IP + l4 + payload).astype(np.int64)
+    (src_ip, dst_ip, src_port, dst_port, udp, payload, wire_len, seq, ack, flags, ts) = (
+        a[order] for a in (src_ip, dst_ip, src_port, dst_port, udp, payload, wire_len, seq, ack, flags, ts))
 
     # Every record starts with the same 70 bytes (pcap record header, Ethernet, IPv4, TCP):
     # fill them field by field, then copy them to their offsets; payloads stay zero. A UDP
@@ -1382,13 +1402,15 @@ def write_capture(cluster: Cluster, path: str | Path, packets: int, flows: int,
     hdr = np.zeros(packets, _HEADER_DTYPE)
     hdr["sec"] = 1767225600 + ts // 1_000_000
     hdr["usec"] = ts % 1_000_000
-    hdr["caplen"] = hdr["len"] = caplen
+    captured = np.minimum(wire_len, snaplen)
+    hdr["caplen"] = captured
+    hdr["len"] = wire_len
     # Ethernet: locally administered MACs derived from the IPs.
     hdr["dst_mac_hi"] = hdr["src_mac_hi"] = 0x0200
     hdr["dst_mac_lo"] = dst_ip
     hdr["src_mac_lo"] = src_ip
     hdr["ethertype"] = 0x0800
-    total_len = caplen - _ETH
+    total_len = wire_len - _ETH
     ident = g.integers(0, 65536, packets)
     proto = np.where(udp, 17, 6)
     ttl = 64
@@ -1415,7 +1437,7 @@ def write_capture(cluster: Cluster, path: str | Path, packets: int, flows: int,
     hdr["flags"] = np.where(tcp, flags, 0)
     hdr["window"] = np.where(tcp, 64240, 0)
 
-    rec_len = _PCAP_RECORD_HEADER + caplen
+    rec_len = _PCAP_RECORD_HEADER + captured
     rec_start = np.concatenate(([0], np.cumsum(rec_len)[:-1]))
     buf = np.zeros(int(rec_len.sum()), dtype=np.uint8)
     raw = hdr.view(np.uint8).reshape(packets, _HEADER_DTYPE.itemsize)
@@ -1424,7 +1446,7 @@ def write_capture(cluster: Cluster, path: str | Path, packets: int, flows: int,
         hi = min(packets, lo + 65536)
         buf[rec_start[lo:hi, None] + columns] = raw[lo:hi]
     with open(path, "wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, 1))
         f.write(memoryview(buf))
     return flow_list
 
@@ -1595,12 +1617,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, required=True)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True, help="directory: one subdirectory per format")
-    parser.add_argument("--formats", default="yaml,json,json-compact",
-                        help="comma-separated: " + ",".join(WRITERS))
+    parser.add_argument("--formats", default=",".join(DEFAULT_FORMATS),
+                        help="comma-separated, each into a directory of its own: " + ",".join(WRITERS))
     parser.add_argument("--detail", choices=DETAILS, default="full",
                         help="full: as the API server prints objects; policy: only what policy reads")
     parser.add_argument("--packets", type=int, default=0, help="also write capture/cluster.pcap")
-    parser.add_argument("--flows", type=int, default=0)
+    parser.add_argument("--flows", type=int, default=0, help="connections in the capture (default packets/50)")
+    parser.add_argument("--snaplen", type=int, default=DEFAULT_SNAPLEN,
+                        help="bytes kept of each frame, as tcpdump -s (e.g. 96: headers only, a smaller file)")
     args = parser.parse_args(argv)
     formats = [f for f in args.formats.split(",") if f]
     unknown = [f for f in formats if f not in WRITERS]
@@ -1623,7 +1647,7 @@ def main(argv: list[str] | None = None) -> int:
         target = args.out / "capture"
         target.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        flows = write_capture(cluster, target / "cluster.pcap", args.packets, args.flows, args.seed)
+        flows = write_capture(cluster, target / "cluster.pcap", args.packets, args.flows, args.seed, args.snaplen)
         write_flows(flows, target / "flows.tsv")
         size = (target / "cluster.pcap").stat().st_size
         print(f"capture: {target / 'cluster.pcap'} {args.packets} packets in {len(flows)} flows, "

@@ -59,6 +59,7 @@ def _project(objects: list[dict]):
 def test_same_seed_gives_the_same_bytes_in_every_format(tmp_path: Path) -> None:
     first, second, other = gen.generate(300, 7), gen.generate(300, 7), gen.generate(300, 8)
     for fmt, (writer, filename) in gen.WRITERS.items():
+        filename = f"{fmt}-{filename}"
         a = writer(first, tmp_path / f"a-{filename}").read_bytes()
         b = writer(second, tmp_path / f"b-{filename}").read_bytes()
         c = writer(other, tmp_path / f"c-{filename}").read_bytes()
@@ -182,7 +183,7 @@ def test_every_format_passes_check_with_no_errors(small: gen.Cluster, written: d
     assert report["documents"] == len(small.objects())
     assert report["endpoints"] == PODS
     assert report["policies"] == PODS // 10 + 5 + 1 + 10
-    for fmt in ("json", "json-compact", "policy"):
+    for fmt in ("json", "json-compact", "yaml-list", "policy"):
         project = load_project([str(written[fmt].parent)])
         assert project.problems.errors == [], fmt
         assert len(project.documents) == len(small.objects())
@@ -193,8 +194,10 @@ def test_json_and_yaml_hold_the_same_objects(small: gen.Cluster, written: dict[s
     from_yaml = list(yaml.load_all(written["yaml"].read_text(), Loader=yaml.CSafeLoader))
     listed = json.loads(written["json"].read_text())
     compact = json.loads(written["json-compact"].read_text())
+    yaml_list = yaml.load(written["yaml-list"].read_text(), Loader=yaml.CSafeLoader)
     assert from_yaml == expected
-    assert listed == compact == {"apiVersion": "v1", "items": expected, "kind": "List", "metadata": {"resourceVersion": ""}}
+    assert listed == compact == yaml_list == {"apiVersion": "v1", "items": expected, "kind": "List",
+                                              "metadata": {"resourceVersion": ""}}
     assert written["json-compact"].read_text().count("\n") == 1
 
 
@@ -275,6 +278,19 @@ def test_capture_reads_back_with_every_packet(small: gen.Cluster, tmp_path: Path
         key = (src, h["sport"], dst, h["dport"]) if (src, h["sport"]) < (dst, h["dport"]) else (dst, h["dport"], src, h["sport"])
         first_seen[key].append(int(h["tcp_flags"]))
     assert first_seen and all(f[0] == 0x02 and f[1] == 0x12 for f in first_seen.values() if len(f) >= 2)
+
+
+def test_snaplen_truncates_frames_but_not_their_headers(small: gen.Cluster, tmp_path: Path) -> None:
+    full, cut = tmp_path / "full.pcap", tmp_path / "cut.pcap"
+    gen.write_capture(small, full, packets=900, flows=30, seed=5)
+    gen.write_capture(small, cut, packets=900, flows=30, seed=5, snaplen=96)
+    assert cut.stat().st_size < full.stat().st_size
+    full_headers, _, _ = read_all(full)
+    cut_headers, _, capture = read_all(cut)
+    assert capture.counts == {"none": 900}
+    assert (full_headers == cut_headers).all()  # wire lengths, addresses, ports and flags kept
+    with pytest.raises(ValueError):
+        gen.write_capture(small, cut, packets=900, flows=30, snaplen=40)
 
 
 def test_capture_frames_are_well_formed(small: gen.Cluster, tmp_path: Path) -> None:
