@@ -1604,9 +1604,19 @@ def mutations(cluster: Cluster, rng: random.Random, count: int,
     """``count`` changes, each applied to ``cluster`` before it is yielded, so a sequence stays
     consistent (a deleted pod is not relabelled later). Kinds are drawn from ``kinds``."""
     for _ in range(count):
-        change = random_change(cluster, rng, rng.choice(kinds))
+        # Only kinds that have something to act on (every policy may have been deleted).
+        possible = [k for k in kinds if _applicable(cluster, k)]
+        change = random_change(cluster, rng, rng.choice(possible))
         apply_change(cluster, change)
         yield change
+
+
+def _applicable(cluster: Cluster, kind: str) -> bool:
+    if kind in ("pod-deleted", "pod-relabelled"):
+        return bool(cluster.pods)
+    if kind in ("networkpolicy-changed", "networkpolicy-deleted"):
+        return bool(cluster.network_policies)
+    return True
 
 
 # --- the command line -----------------------------------------------------------------------------
