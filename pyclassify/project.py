@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from pyclassify import kinds
+from pyclassify.bulk import collector_paused
 from pyclassify.inventory import Endpoint, Inventory
 from pyclassify.ir import Policy, PolicySet, Profile, Tier
 from pyclassify.kinds.inventory import InventoryBuilder
@@ -59,8 +60,9 @@ class Project:
 
 def load_project(paths: list[str], problems: Problems | None = None) -> Project:
     problems = problems if problems is not None else Problems()
-    documents = load_paths(paths, problems)
-    return build_project(documents, problems)
+    with collector_paused():
+        documents = load_paths(paths, problems)
+        return build_project(documents, problems)
 
 
 def build_project(documents: list[Document], problems: Problems) -> Project:

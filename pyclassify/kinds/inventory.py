@@ -12,8 +12,10 @@ netpol-analyzer reads folders the same way): pods a controller owns are tagged w
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
+import socket
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
@@ -61,6 +63,7 @@ _IANA_SVC_NAME = re.compile(r"[-a-z0-9]+")
 _DOMAIN = re.compile(r"(\*\.)?([A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?\.)*[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?\.?")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def dns1123_label_error(value: str) -> str | None:
     if len(value) > 63:
         return "must be no more than 63 characters"
@@ -69,6 +72,7 @@ def dns1123_label_error(value: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def dns1123_subdomain_error(value: str) -> str | None:
     if len(value) > 253:
         return "must be no more than 253 characters"
@@ -77,6 +81,7 @@ def dns1123_subdomain_error(value: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def dns1035_label_error(value: str) -> str | None:
     if len(value) > 63:
         return "must be no more than 63 characters"
@@ -85,6 +90,7 @@ def dns1035_label_error(value: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def label_key_error(key: str) -> str | None:
     """A qualified name: optional DNS subdomain prefix and '/', then a name of <= 63 chars."""
     prefix, slash, name = key.rpartition("/")
@@ -103,6 +109,7 @@ def label_key_error(key: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def label_value_error(value: str) -> str | None:
     if len(value) > 63:
         return "must be no more than 63 characters"
@@ -111,6 +118,7 @@ def label_value_error(value: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def port_name_error(name: str) -> str | None:
     """IANA_SVC_NAME: <= 15 chars, a-z 0-9 '-', at least one letter, no '--', no '-' at the ends."""
     if len(name) > 15:
@@ -122,6 +130,22 @@ def port_name_error(name: str) -> str | None:
     if "--" in name or name.startswith("-") or name.endswith("-"):
         return "must not begin or end with '-' or contain '--'"
     return None
+
+
+def parse_ip(text: str) -> IPAddress | None:
+    """An IP address as ``ipaddress.ip_address`` reads it, None if invalid. Dotted-quad IPv4, the
+    bulk of a cluster's addresses, goes through the C parser: glibc's ``inet_pton`` is as strict
+    (four decimal octets, no leading zeros), ``ipaddress`` is ten times slower."""
+    if text.count(".") == 3 and ":" not in text:
+        try:
+            packed = socket.inet_pton(socket.AF_INET, text)
+        except OSError:
+            return None
+        return ipaddress.IPv4Address(packed)
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
 
 
 class _Checker:
@@ -206,11 +230,10 @@ class _Checker:
         if not isinstance(value, str):
             self.error(path, f"must be an IP address string, not {value!r}")
             return None
-        try:
-            return ipaddress.ip_address(value)
-        except ValueError:
+        ip = parse_ip(value)
+        if ip is None:
             self.error(path, f"invalid IP address {value!r}")
-            return None
+        return ip
 
     def cidr(self, path: FieldPath, value: Any) -> IPNetwork | None:
         """A CIDR or a bare address (Calico nets accept both; host bits are masked off)."""
@@ -297,6 +320,10 @@ class InventoryBuilder:
 
     def build(self) -> Inventory:
         endpoints = [self._finish_endpoint(e) for e in self.endpoints]
+        self._pods_by_namespace: dict[str, list[Endpoint]] = {}
+        for e in endpoints:
+            if e.kind is EndpointKind.POD and e.namespace:
+                self._pods_by_namespace.setdefault(e.namespace, []).append(e)
         namespaces = dict(self.namespaces)
         for ns in sorted({e.namespace for e in endpoints if e.namespace} | {k[0] for k in self.services}):
             # Namespaces without a manifest exist implicitly, with the label the API server sets.
@@ -324,12 +351,11 @@ class InventoryBuilder:
         ips = self.slice_ips.get((svc.namespace, svc.name))
         if ips is None and svc.selector:
             # No EndpointSlice given: the endpoints are the selected pods, as the controller would make.
+            selector = list(svc.selector.items())
             ips = [
                 ip
-                for e in endpoints
-                if e.kind is EndpointKind.POD
-                and e.namespace == svc.namespace
-                and all(e.labels.get(k) == v for k, v in svc.selector.items())
+                for e in self._pods_by_namespace.get(svc.namespace, ())
+                if all(e.labels.get(k) == v for k, v in selector)
                 for ip in e.ips
             ]
         return replace(svc, endpoint_ips=tuple(dict.fromkeys(ips or ())))
@@ -390,16 +416,18 @@ class InventoryBuilder:
         spec = _pod_spec(c, ("spec",))
         ips: list[IPAddress] = []
         pod_ip = c.string(("status", "podIP"))
+        parsed = None
         if pod_ip:
-            ip = c.ip(("status", "podIP"), pod_ip)
+            parsed = ip = c.ip(("status", "podIP"), pod_ip)
             if ip is not None:
                 ips.append(ip)
         for i, entry in enumerate(c.sequence(("status", "podIPs"))):
-            path = ("status", "podIPs", i)
             if not isinstance(entry, dict):
-                c.error(path, "must be an object")
+                c.error(("status", "podIPs", i), "must be an object")
                 continue
-            ip = c.ip(path + ("ip",), entry.get("ip"))
+            text = entry.get("ip")
+            # podIPs[0] repeats podIP: parse it once
+            ip = parsed if parsed is not None and text == pod_ip else c.ip(("status", "podIPs", i, "ip"), text)
             if ip is not None:
                 ips.append(ip)
         if not name or not self._unique(doc, "Pod", ns, name):
@@ -571,42 +599,78 @@ class _PodSpec:
 
 
 def _pod_spec(c: _Checker, spec: FieldPath) -> _PodSpec:
-    containers = c.sequence(spec + ("containers",))
+    # Reads the dicts directly: field paths are built only for an error (a cluster has
+    # thousands of pods, and walking each path from the document's root dominated loading).
+    obj = c.doc.get(spec)
+    obj = obj if isinstance(obj, dict) else {}
+    containers = obj.get("containers")
+    if containers is None:
+        containers = []
+    elif not isinstance(containers, list):
+        c.error(spec + ("containers",), "must be a list")
+        containers = []
     ports: list[ContainerPort] = []
     for i, container in enumerate(containers):
-        cpath = spec + ("containers", i)
         if not isinstance(container, dict):
-            c.error(cpath, "must be an object")
+            c.error(spec + ("containers", i), "must be an object")
+            continue
+        container_ports = container.get("ports")
+        if container_ports is None:
+            continue
+        if not isinstance(container_ports, list):
+            c.error(spec + ("containers", i, "ports"), "must be a list")
             continue
         names: set[str] = set()  # port names are unique per container
-        for j, port in enumerate(c.sequence(cpath + ("ports",))):
-            ppath = cpath + ("ports", j)
+        for j, port in enumerate(container_ports):
             if not isinstance(port, dict):
-                c.error(ppath, "must be an object")
+                c.error(spec + ("containers", i, "ports", j), "must be an object")
                 continue
-            if port.get("containerPort") is None:
-                c.error(ppath + ("containerPort",), "Required value")
+            number = port.get("containerPort")
+            if number is None:
+                c.error(spec + ("containers", i, "ports", j, "containerPort"), "Required value")
                 continue
-            number = c.port_number(ppath + ("containerPort",), port.get("containerPort"))
-            protocol = c.protocol(ppath + ("protocol",))
+            if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
+                number = c.port_number(spec + ("containers", i, "ports", j, "containerPort"), number)
+            raw_protocol = port.get("protocol")
+            if raw_protocol is None:
+                protocol: int | None = PROTO_TCP  # the Kubernetes default
+            elif isinstance(raw_protocol, str) and raw_protocol in PROTOCOLS:
+                protocol = PROTOCOLS[raw_protocol]
+            else:
+                protocol = c.protocol(spec + ("containers", i, "ports", j, "protocol"))
             name = None
-            if port.get("name") not in (None, ""):
-                name = c.port_name(ppath + ("name",), port.get("name"))
+            raw_name = port.get("name")
+            if raw_name not in (None, ""):
+                if isinstance(raw_name, str) and port_name_error(raw_name) is None:
+                    name = raw_name
+                else:
+                    name = c.port_name(spec + ("containers", i, "ports", j, "name"), raw_name)
                 if name in names:
-                    c.error(ppath + ("name",), f"Duplicate value: port name {name!r}")
+                    c.error(spec + ("containers", i, "ports", j, "name"), f"Duplicate value: port name {name!r}")
                     continue
                 if name:
                     names.add(name)
             if number is not None and protocol is not None:
                 ports.append(ContainerPort(number, protocol, name))
     # serviceAccount is the deprecated spelling of serviceAccountName.
-    account = c.string(spec + ("serviceAccountName",)) or c.string(spec + ("serviceAccount",))
+    account = _plain_string(c, obj, spec, "serviceAccountName") or _plain_string(c, obj, spec, "serviceAccount")
+    host_network = obj.get("hostNetwork")
     return _PodSpec(
         ports=tuple(ports),
         service_account=account or DEFAULT_SERVICE_ACCOUNT,
-        node=c.string(spec + ("nodeName",)),
-        host_network=c.boolean(spec + ("hostNetwork",)),
+        node=_plain_string(c, obj, spec, "nodeName"),
+        host_network=host_network if host_network is True else (c.boolean(spec + ("hostNetwork",)) if host_network is not None else False),
     )
+
+
+def _plain_string(c: _Checker, obj: dict[str, Any], at: FieldPath, key: str) -> str | None:
+    """``c.string(at + (key,))`` on a mapping already in hand."""
+    value = obj.get(key)
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value
+    return c.string(at + (key,))
 
 
 def _check_workload_selector(c: _Checker, doc: Document, template_labels: dict[str, str]) -> None:

@@ -176,7 +176,7 @@ fn main() {
         let id = r.below(endpoints.len());
         let mut e: EndpointSpec = endpoints[id].clone();
         e.id = id as u32;
-        e.labels.insert("app".into(), format!("app{}", (i + r.below(10)) % 10));
+        e.labels.get_or_insert_with(Default::default).insert("app".into(), format!("app{}", (i + r.below(10)) % 10));
         times.push(apply(&mut model, Delta { endpoints: vec![e], ..Delta::default() }));
     }
     report("pod relabelled", times, rebuild);

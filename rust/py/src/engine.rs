@@ -41,11 +41,18 @@ impl PyModel {
         PyModel { inner: Mutex::new(Model::new()) }
     }
 
-    /// Applies one delta (JSON: objects added or changed by id, ids removed) atomically, without
-    /// the GIL: on an error nothing changes.
-    fn apply(&self, py: Python<'_>, delta_json: &str) -> PyResult<()> {
+    /// Applies one delta (JSON text or bytes: objects added or changed by id, ids removed)
+    /// atomically, without the GIL: on an error nothing changes.
+    fn apply(&self, py: Python<'_>, delta_json: &Bound<'_, PyAny>) -> PyResult<()> {
+        let bytes: Vec<u8>;
+        let text: &[u8] = if let Ok(b) = delta_json.cast::<pyo3::types::PyBytes>() {
+            b.as_bytes()
+        } else {
+            bytes = delta_json.extract::<String>()?.into_bytes();
+            &bytes
+        };
         py.detach(|| {
-            let delta = Delta::from_json(delta_json).map_err(engine_error)?;
+            let delta = Delta::from_json(text).map_err(engine_error)?;
             let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             m.apply(delta).map_err(engine_error)
         })

@@ -76,11 +76,19 @@ fn never() -> Node {
     Node::Has(NEVER.into())
 }
 
+/// The kind condition, as the kinds it excludes: a `NotIn` is never what the label index files a
+/// selector under, so a selector is indexed by its real labels (`app == 'x'`), not by a kind
+/// that nearly every identity shares.
 fn kinds_node(kinds: &BTreeSet<&str>) -> Node {
     if kinds.is_empty() {
         return never();
     }
-    Node::In(KIND.into(), kinds.iter().map(|k| k.to_string()).collect())
+    let excluded: BTreeSet<String> = [KIND_POD, KIND_HOST, KIND_HOSTNET, KIND_NETWORKSET]
+        .into_iter()
+        .filter(|k| !kinds.contains(k))
+        .map(str::to_string)
+        .collect();
+    Node::NotIn(KIND.into(), excluded)
 }
 
 fn and(terms: Vec<Node>) -> Node {

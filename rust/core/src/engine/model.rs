@@ -620,7 +620,7 @@ impl Model {
             Kind::NetworkSet => identity::KIND_NETWORKSET,
         };
         let ports = e.ports.iter().filter_map(|p| p.name.as_ref().map(|n| (Arc::from(n.as_str()), p.protocol, p.port))).collect();
-        self.identity_key(&e.labels, &e.sa_labels, kind_name, e.namespace.as_deref(), e.service_account.as_deref(), ports, &e.profiles)
+        self.identity_key(&e.policy_labels(), &e.sa_labels, kind_name, e.namespace.as_deref(), e.service_account.as_deref(), ports, &e.profiles)
     }
 
     fn netset_key(&self, n: &NetworkSetSpec) -> IdentityKey {
@@ -701,7 +701,7 @@ impl Model {
         let eps: Vec<u32> = self
             .endpoints
             .iter()
-            .filter(|(_, e)| carries(&e.spec.labels, &e.spec.sa_labels, e.spec.service_account.is_some()))
+            .filter(|(_, e)| carries(&e.spec.policy_labels(), &e.spec.sa_labels, e.spec.service_account.is_some()))
             .map(|(&id, _)| id)
             .collect();
         for id in eps {

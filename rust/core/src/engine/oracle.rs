@@ -319,7 +319,7 @@ impl<'a> Builder<'a> {
             .spec
             .endpoints
             .iter()
-            .map(|ep| check(&ep.labels, ep.namespace.as_deref(), Some(ep)))
+            .map(|ep| check(&ep.policy_labels(), ep.namespace.as_deref(), Some(ep)))
             .collect();
         let network_sets = self
             .spec
@@ -481,7 +481,7 @@ impl Oracle {
                 if s.namespace.is_some() && es.namespace != s.namespace {
                     continue;
                 }
-                if !sel.matches(&es.labels) {
+                if !sel.matches(&*es.policy_labels()) {
                     continue;
                 }
                 if let Some(nss) = &ns_sel {

@@ -33,8 +33,12 @@ pub struct EndpointSpec {
     pub name: String,
     pub kind: String, // "pod" | "host"
     pub namespace: Option<String>,
-    pub labels: LabelMap,     // as policy sees them (Calico's added labels included)
-    pub raw_labels: LabelMap, // as written (Service selectors match these)
+    /// As policy sees them (Calico's added labels included); when absent, derived from
+    /// `raw_labels` by [`EndpointSpec::policy_labels`].
+    #[serde(default)]
+    pub labels: Option<LabelMap>,
+    /// As written (Service selectors match these).
+    pub raw_labels: LabelMap,
     pub sa_labels: LabelMap,
     pub service_account: Option<String>,
     pub ips: Vec<String>,
@@ -48,6 +52,29 @@ pub struct EndpointSpec {
 
 fn yes() -> bool {
     true
+}
+
+impl EndpointSpec {
+    /// The labels policy sees: the given ones, or the written ones plus the labels Calico adds
+    /// to every workload endpoint (`pyclassify.reference.endpoint_labels`).
+    pub fn policy_labels(&self) -> std::borrow::Cow<'_, LabelMap> {
+        use std::borrow::Cow;
+        if let Some(l) = &self.labels {
+            return Cow::Borrowed(l);
+        }
+        if self.kind != "pod" {
+            return Cow::Borrowed(&self.raw_labels);
+        }
+        let mut l = self.raw_labels.clone();
+        l.entry("projectcalico.org/orchestrator".into()).or_insert_with(|| "k8s".into());
+        if let Some(ns) = &self.namespace {
+            l.entry("projectcalico.org/namespace".into()).or_insert_with(|| ns.clone());
+        }
+        if let Some(sa) = &self.service_account {
+            l.entry("projectcalico.org/serviceaccount".into()).or_insert_with(|| sa.clone());
+        }
+        Cow::Owned(l)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -228,8 +255,8 @@ pub struct Delta {
 }
 
 impl Delta {
-    pub fn from_json(text: &str) -> Result<Delta, super::EngineError> {
-        serde_json::from_str(text).map_err(|e| super::EngineError::Spec(e.to_string()))
+    pub fn from_json(text: &[u8]) -> Result<Delta, super::EngineError> {
+        serde_json::from_slice(text).map_err(|e| super::EngineError::Spec(e.to_string()))
     }
 
     pub fn is_empty(&self) -> bool {
