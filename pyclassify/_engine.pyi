@@ -28,9 +28,13 @@ class SelectorError(ValueError):
     kind: str
 
 class LabelRestriction:
-    must_be_present: bool
-    must_be_absent: bool
-    must_have_one_of_values: list[str] | None
+    """Read-only (a frozen pyclass)."""
+    @property
+    def must_be_present(self) -> bool: ...
+    @property
+    def must_be_absent(self) -> bool: ...
+    @property
+    def must_have_one_of_values(self) -> list[str] | None: ...
 
 class Selector:
     def __new__(cls, text: str) -> Selector: ...

@@ -107,9 +107,12 @@ def ct_delete_message(
 class NfQueue:
     """One NFQUEUE queue bound over raw netlink, judged by an EngineClient."""
 
-    queue: int
-    fail_open: bool
-    batch_verdicts: bool
+    @property
+    def queue(self) -> int: ...
+    @property
+    def fail_open(self) -> bool: ...
+    @property
+    def batch_verdicts(self) -> bool: ...
     def __init__(
         self,
         client: EngineClient,
@@ -165,8 +168,10 @@ class CtNetlink:
 class AfPacketBridge:
     """The AF_PACKET bridge between two interfaces, judged by the engine."""
 
-    if1: str
-    if2: str
+    @property
+    def if1(self) -> str: ...
+    @property
+    def if2(self) -> str: ...
     def __init__(
         self,
         if1: str,

@@ -1,23 +1,45 @@
 #!/usr/bin/env bash
 # The main job, end to end: install pyclassify into .venv and run it on the bundled examples.
+#
+# `bash scripts/demo.sh --installed` runs the same commands with the `pyclassify` already on PATH,
+# from the current directory, on this checkout's examples/ and pcaps/ by absolute path, and leaves
+# .venv alone: scripts/install_check.sh runs the demo that way on a wheel installed elsewhere.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-source scripts/venv.sh
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+if [ "${1:-}" = "--installed" ]; then
+    ex="$repo/examples" pcaps="$repo/pcaps"
+    out="$PWD/pyclassify-demo-verdicts.jsonl"
+    echo "== demo with $(command -v pyclassify)"
+else
+    cd "$repo"
+    source scripts/venv.sh
+    ex=examples pcaps=pcaps
+    out=/tmp/pyclassify-demo-verdicts.jsonl
+fi
 
 run() { printf '\n$ %s\n' "$*"; "$@"; }
 
 run pyclassify --version
 run pyclassify selector "a == 'b' && has(c)" --labels a=b,c=1
 # Validate the bundled manifests (Kubernetes, AdminNetworkPolicy, Calico tiers, inventory).
-run pyclassify check examples/demo
+run pyclassify check "$ex/demo"
 # Why is one flow allowed or denied? The deciding tier, policy and rule for each direction.
-run pyclassify explain examples/demo --from frontend/web --to backend/api --proto TCP --port 8080
-run pyclassify explain examples/demo --from frontend/web --to backend/db --proto TCP --port 5432
-run pyclassify explain examples/demo --from 203.0.113.7 --to frontend/web --proto TCP --port 80
+run pyclassify explain "$ex/demo" --from frontend/web --to backend/api --proto TCP --port 8080
+run pyclassify explain "$ex/demo" --from frontend/web --to backend/db --proto TCP --port 5432
+run pyclassify explain "$ex/demo" --from 203.0.113.7 --to frontend/web --proto TCP --port 80
 # Who may reach whom on TCP/8080.
-run pyclassify matrix examples/demo --proto TCP --port 8080
+run pyclassify matrix "$ex/demo" --proto TCP --port 8080
 # Replay bundled captures of the demo pods: a verdict for every packet, a summary by policy/rule.
-run pyclassify replay examples/demo --pcap pcaps/demo.pcap
-run pyclassify replay examples/demo --pcap pcaps/demo.pcapng --out /tmp/pyclassify-demo-verdicts.jsonl
+run pyclassify replay "$ex/demo" --pcap "$pcaps/demo.pcap"
+run pyclassify replay "$ex/demo" --pcap "$pcaps/demo.pcapng" --out "$out"
 # A broken manifest: every error, with file, line and field (exit 1 is expected here).
-run pyclassify check examples/broken || echo "(exit $? : invalid input, as expected)"
+errors="$(mktemp)"
+trap 'rm -f "$errors"' EXIT
+rc=0
+run pyclassify check "$ex/broken" 2>"$errors" || rc=$?
+cat "$errors" >&2
+if [ "$rc" -ne 1 ] || grep -q '^Traceback' "$errors"; then
+    echo "pyclassify check $ex/broken: exit $rc, expected 1 with the errors listed (invalid input)" >&2
+    exit 1
+fi
+echo "(exit 1: invalid input, as expected)"

@@ -1,0 +1,55 @@
+"""What a wheel of the checkout contains, checked without building one.
+
+pyproject.toml finds the packages (`[tool.setuptools.packages.find]`, regular packages only) and
+ships the stubs and py.typed as package data. A directory of modules without an __init__.py, or a
+data file no pattern covers, would be left out of the wheel while every in-tree test still passes.
+`.ci/run` builds and installs the real wheel (scripts/install_check.sh); this is the quick check.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "pyclassify"
+pytestmark = pytest.mark.skipif(not (REPO / "pyproject.toml").is_file(), reason="needs the source tree")
+
+BUILD_OUTPUT = ("*.so", "*.pyc", "*.c", "*.html")
+
+
+def setuptools_config() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def test_packages_are_found_not_listed() -> None:
+    packages = setuptools_config()["packages"]
+    assert isinstance(packages, dict), "list no packages by hand: a new subpackage would be left out"
+    find = packages["find"]
+    assert find["include"] == ["pyclassify*"]
+    assert find.get("namespaces") is False
+
+
+def test_every_directory_of_modules_is_a_regular_package() -> None:
+    for directory in sorted({p.parent for p in PACKAGE.rglob("*.py")}):
+        if "__pycache__" in directory.parts:
+            continue
+        assert (directory / "__init__.py").is_file(), (
+            f"{directory.relative_to(REPO)} has modules but no __init__.py: the wheel would leave it out"
+        )
+
+
+def test_every_data_file_is_package_data() -> None:
+    patterns = [p for ps in setuptools_config()["package-data"].values() for p in ps]
+    for path in sorted(PACKAGE.rglob("*")):
+        if path.is_dir() or "__pycache__" in path.parts or path.suffix == ".py":
+            continue
+        if any(fnmatch.fnmatch(path.name, p) for p in BUILD_OUTPUT):
+            continue
+        assert any(fnmatch.fnmatch(path.name, p) for p in patterns), (
+            f"{path.relative_to(REPO)} matches no package-data pattern of pyproject.toml: the wheel would leave it out"
+        )
+    assert {"py.typed", "_engine.pyi", "_native.pyi"} <= {p.name for p in PACKAGE.iterdir()}
