@@ -21,6 +21,16 @@ from pyclassify.loader import load_paths
 from pyclassify.source import Document, Problems
 
 
+ObjectKey = tuple[str, str, "str | None", str]  # (API group, kind, namespace, name)
+NAME_PATH = ("metadata", "name")
+
+
+def object_key(doc: Document) -> ObjectKey:
+    """What identifies an object in a cluster: two documents with the same key are the same
+    object (the API server would keep one)."""
+    return (kinds.api_group(doc.api_version), doc.kind, doc.namespace, doc.name)
+
+
 @dataclass
 class Project:
     policy_set: PolicySet
@@ -28,6 +38,8 @@ class Project:
     problems: Problems
     documents: list[Document] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)  # "apiVersion/Kind" -> count
+    #: Objects with errors, and their first error (``enforce`` keeps their last good version).
+    invalid: dict[ObjectKey, str] = field(default_factory=dict)
 
     def find_endpoint(self, ref: str) -> Endpoint | None:
         """The endpoint a person means by ``ref``: an IP address (the endpoint owning it), a pod
@@ -72,32 +84,55 @@ def build_project(documents: list[Document], problems: Problems) -> Project:
     tiers: list[Tier] = []
     profiles: list[Profile] = []
     skipped: Counter[str] = Counter()
+    seen: dict[ObjectKey, Document] = {}
+    invalid: dict[ObjectKey, str] = {}
     for doc in documents:
-        inventory_kind = kinds.is_inventory_kind(doc)
-        if inventory_kind:
-            builder.add(doc)
-        try:
-            normalize = kinds.policy_normalizer(doc)
-        except kinds.NormalizerUnavailable as exc:
-            problems.error(doc, (), f"cannot check {doc.kind} {doc.name!r}: {exc}")
+        key = object_key(doc)
+        first = seen.get(key)
+        if first is not None and doc.name:
+            where = f"{first.file}:{first.line_of(NAME_PATH)}"
+            problems.error(doc, NAME_PATH, f"duplicate {doc.kind} {doc.name!r}: already defined at {where}")
+            invalid.setdefault(key, str(problems.errors[-1]))
             continue
-        if normalize is None:
-            if not inventory_kind:
-                skipped[f"{doc.api_version}/{doc.kind}"] += 1
-            continue
-        for item in normalize(doc, problems):
-            if isinstance(item, Policy):
-                policies.append(item)
-            elif isinstance(item, Tier):
-                tiers.append(item)
-            elif isinstance(item, Profile):
-                profiles.append(item)
-            else:
-                raise TypeError(f"normalizer for {doc.kind} returned {type(item).__name__}")
+        seen[key] = doc
+        errors_before = len(problems.items)
+        _normalize(doc, builder, policies, tiers, profiles, skipped, problems)
+        if len(problems.items) > errors_before:
+            found = [p for p in problems.items[errors_before:] if p.severity == "error"]
+            if found:
+                invalid[key] = str(found[0])
     return Project(
         policy_set=PolicySet.build(policies, tiers, profiles),
         inventory=builder.build(),
         problems=problems,
         documents=documents,
         skipped=dict(sorted(skipped.items())),
+        invalid=invalid,
     )
+
+
+def _normalize(doc: Document, builder: InventoryBuilder, policies: list[Policy], tiers: list[Tier],
+               profiles: list[Profile], skipped: Counter[str], problems: Problems) -> None:
+    """One document into the inventory and the IR."""
+    inventory_kind = kinds.is_inventory_kind(doc)
+    if inventory_kind:
+        builder.add(doc)
+    try:
+        normalize = kinds.policy_normalizer(doc)
+    except kinds.NormalizerUnavailable as exc:
+        problems.error(doc, (), f"cannot check {doc.kind} {doc.name!r}: {exc}")
+        return
+    if normalize is None:
+        if not inventory_kind:
+            skipped[f"{doc.api_version}/{doc.kind}"] += 1
+        return
+    for item in normalize(doc, problems):
+        if isinstance(item, Policy):
+            policies.append(item)
+        elif isinstance(item, Tier):
+            tiers.append(item)
+        elif isinstance(item, Profile):
+            profiles.append(item)
+        else:
+            raise TypeError(f"normalizer for {doc.kind} returned {type(item).__name__}")
+

@@ -244,7 +244,7 @@ def test_pod_errors_name_path_and_line():
     assert pod.ips == () and pod.ports == ()
 
 
-def test_duplicate_pod_is_a_warning_and_the_first_wins():
+def test_duplicate_pod_is_an_error_naming_both_places_and_the_first_wins():
     inv, problems = build(
         """\
         apiVersion: v1
@@ -256,7 +256,8 @@ def test_duplicate_pod_is_a_warning_and_the_first_wins():
         metadata: {name: p, labels: {v: "2"}}
         """
     )
-    assert [p.severity for p in problems] == ["warning"] and problems.items[0].line == 7
+    assert [p.severity for p in problems] == ["error"] and problems.items[0].line == 7
+    assert "already defined at inv.yaml:3" in problems.items[0].message
     assert [dict(e.labels) for e in inv.endpoints] == [{"v": "1"}]
 
 

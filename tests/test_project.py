@@ -198,3 +198,37 @@ def test_undeployed_workloads_and_their_pods(tmp_path):
     agent = project.find_endpoint("kube-system/DaemonSet/agent")
     assert agent is project.find_endpoint("10.0.0.9") is project.find_endpoint("kube-system/agent-x")
     assert project.find_endpoint("kube-system/agent") is agent  # the owner's name finds its pods
+
+
+def test_duplicate_objects_of_any_kind_are_errors_naming_both_places(tmp_path):
+    np = """\
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: deny, namespace: a}
+spec: {podSelector: {}}
+"""
+    (tmp_path / "one.yaml").write_text(np)
+    (tmp_path / "two.yaml").write_text("# the same policy again\n" + np)
+    problems = Problems()
+    project = load_project([str(tmp_path)], problems)
+    (p,) = problems.errors
+    assert (p.file, p.line, p.path) == (str(tmp_path / "two.yaml"), 4, "metadata.name")
+    assert f"already defined at {tmp_path / 'one.yaml'}:3" in p.message
+    assert len(project.policy_set.policies) == 1
+    assert ("networking.k8s.io", "NetworkPolicy", "a", "deny") in project.invalid
+
+
+def test_invalid_objects_are_named_with_their_first_error(tmp_path):
+    (tmp_path / "m.yaml").write_text("""\
+apiVersion: v1
+kind: Pod
+metadata: {name: good, namespace: a}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bad, namespace: a}
+status: {podIP: 10.0.0.300}
+""")
+    project = load_project([str(tmp_path)])
+    assert list(project.invalid) == [("", "Pod", "a", "bad")]
+    assert "invalid IP address" in project.invalid[("", "Pod", "a", "bad")]

@@ -43,8 +43,9 @@ from pyclassify.enforce.iptables import Rules
 from pyclassify.enforce.log import PROTOS, FlowLog, address
 from pyclassify.enforce.metrics import Metrics
 from pyclassify.enforce.reload import Watcher
+from pyclassify.enforce.source import Loaded, PolicySource, SourceError
 from pyclassify.ir import Action, Direction
-from pyclassify.project import Project, load_project
+from pyclassify.project import Project
 from pyclassify.reference import Flow, FlowEnd
 
 
@@ -126,6 +127,7 @@ class Enforcer:
         self._stop = threading.Event()
         self._drainer: threading.Thread | None = None
         self.metrics_address: tuple[str, int] | None = None
+        self.source = PolicySource(list(config.paths))
         self.reloads = 0
         self.rejected = 0
         self.bridge: Any = None
@@ -135,11 +137,15 @@ class Enforcer:
 
     # --- start / stop ---
 
+    def _load_source(self) -> Loaded:
+        try:
+            return self.source.load()
+        except SourceError as e:
+            raise EnforceError("\n".join(e.errors)) from e
+
     def _load(self) -> tuple[Project, NativeEngine]:
-        project = load_project(list(self.config.paths))
-        if project.problems.errors:
-            raise EnforceError("\n".join(problems_text(project)))
-        return project, NativeEngine(project.policy_set, project.inventory)
+        loaded = self._load_source()
+        return loaded.project, loaded.engine
 
     def start(self) -> None:
         cfg = self.config
@@ -265,16 +271,26 @@ class Enforcer:
         self.reload(first_event)
 
     def reload(self, since: float | None = None) -> ReloadResult:
-        """Validate, compile beside the running engine and swap; revoke what the new policy
-        denies. An invalid set is rejected whole: the running engine stays."""
+        """Validate, apply the change to the running engine as a delta (a new snapshot beside the
+        old one) and swap; revoke what the new policy denies. An invalid object is rejected
+        alone (its last good version stays); a change that does not compile is rejected whole."""
         with self._reload_lock:
             t0 = time.monotonic() if since is None else since
             try:
-                project, engine = self._load()
+                loaded = self._load_source()
             except EnforceError as e:
                 return self._reject(str(e).splitlines())
             except Exception as e:  # noqa: BLE001 - compile errors reject the update, never the daemon
                 return self._reject([f"{type(e).__name__}: {e}"])
+            project, engine = loaded.project, loaded.engine
+            errors = [*loaded.rejected.values(), *(f"{f}: kept its last good objects" for f in loaded.broken_files)]
+            if errors:
+                self.rejected += 1
+                self.metrics.reloads.labels("partial" if loaded.changed else "failure").inc()
+                self.log.emit("reload-rejected", partial=loaded.changed > 0, errors=errors)
+            if loaded.changed == 0:
+                # Nothing the engine holds changed (or every change was rejected): nothing to swap.
+                return ReloadResult(not errors, errors, 0, 0, time.monotonic() - t0)
             self.drain()  # events judged by the old engine are named with the old tables
             capsule = engine._engine.capsule()
             t_swap = time.monotonic()
@@ -304,7 +320,8 @@ class Enforcer:
             self.log.forget()
             self.log.emit("reload", policies=len(project.policy_set.policies), revoked=count,
                           conntrack_deleted=deleted["deleted"], apply_ms=round((applied - t0) * 1000, 3),
-                          revalidate_ms=round((done - t_swap) * 1000, 3))
+                          revalidate_ms=round((done - t_swap) * 1000, 3), changed_objects=loaded.changed,
+                          engine_builds=engine.state.full_builds, engine_deltas=engine.state.deltas)
             for src, dst, sport, dport, proto, ver in revoked:
                 a, b = address(src, ver), address(dst, ver)
                 self.log.emit("revoke", src=a, dst=b, proto=PROTOS.get(proto, proto),

@@ -361,13 +361,13 @@ class InventoryBuilder:
         return replace(svc, endpoint_ips=tuple(dict.fromkeys(ips or ())))
 
     def _unique(self, doc: Document, kind: str, namespace: str | None, name: str) -> bool:
-        """The first object of a kind and name wins; a second one is a warning, not a merge."""
+        """The first object of a kind and name wins; a second one is an error naming both places
+        (``build_project`` catches them first, for every kind; this guards direct callers)."""
         key = (kind, namespace, name)
         first = self._seen.get(key)
         if first is not None:
-            self.problems.warning(
-                doc, ("metadata", "name"), f"duplicate {kind} {name!r}: ignored, first defined at {first.file}:{first.line}"
-            )
+            where = f"{first.file}:{first.line_of(('metadata', 'name'))}"
+            self.problems.error(doc, ("metadata", "name"), f"duplicate {kind} {name!r}: already defined at {where}")
             return False
         self._seen[key] = doc
         return True

@@ -157,6 +157,8 @@ def test_live_change_cuts_established_connection_and_invalid_update_is_rejected(
     manifests.replace(policy_dir / "10-netpol.yaml", manifests.NETPOL_DENY_ALL)
     reload = daemon.wait_event("reload")
     assert reload["revoked"] >= 1, reload
+    # the change reached the running engine as a delta: still the one build of the start
+    assert reload["engine_builds"] == 1 and reload["changed_objects"] >= 1, reload
     deadline = time.monotonic() + 5
     results = []
     while time.monotonic() < deadline:
