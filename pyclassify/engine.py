@@ -289,13 +289,15 @@ class _Table:
         new = _Table()
         new.ids = self.ids.copy()
         upserts: list[dict[str, Any]] = []
-        removed = [new.ids.drop(k) for k in self.values if k not in items]
+        gone = [k for k in self.values if k not in items]
+        removed = [new.ids.of.pop(k) for k in gone]
         for key, value in items.items():
             old = self.values.get(key, _MISSING)
             id_ = new.ids.get(key)
             if old is _MISSING or not (old is value or old == value):
                 upserts.append(spec(value, id_))
             new.values[key] = value
+        new.ids.free.extend(removed)  # reusable from the next delta on, never within this one
         return new, upserts, removed
 
 

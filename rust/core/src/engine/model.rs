@@ -323,14 +323,31 @@ impl Model {
             self.upsert_namespace(&ns.name, Some(ns.labels.clone()));
         }
         // Nodes before the rules whose node selectors resolve to their addresses.
-        for n in &delta.nodes {
-            self.nodes.insert(n.id, n.clone());
-        }
         for id in &delta.remove_nodes {
             self.nodes.remove(id);
         }
+        for n in &delta.nodes {
+            self.nodes.insert(n.id, n.clone());
+        }
         if !delta.nodes.is_empty() || !delta.remove_nodes.is_empty() {
             self.recompile_node_selectors();
+        }
+        // Removals first, so an id removed and given to a new object in the same delta is the
+        // new object's at the end.
+        for id in &delta.remove_policies {
+            self.remove_policy(*id);
+        }
+        for id in &delta.remove_profiles {
+            self.remove_profile(*id);
+        }
+        for id in &delta.remove_network_sets {
+            self.remove_network_set(*id);
+        }
+        for id in &delta.remove_services {
+            self.remove_service(*id);
+        }
+        for id in &delta.remove_endpoints {
+            self.remove_endpoint(*id);
         }
         // Selectors before the identities they match, so new label keys project first.
         let mut pending_profiles = checked.profiles.into_iter();
@@ -346,26 +363,11 @@ impl Model {
         for n in &delta.network_sets {
             self.upsert_network_set(n);
         }
-        for id in &delta.remove_network_sets {
-            self.remove_network_set(*id);
-        }
         for s in &delta.services {
             self.upsert_service(s);
         }
-        for id in &delta.remove_services {
-            self.remove_service(*id);
-        }
         for e in &delta.endpoints {
             self.upsert_endpoint(e.clone());
-        }
-        for id in &delta.remove_endpoints {
-            self.remove_endpoint(*id);
-        }
-        for id in &delta.remove_policies {
-            self.remove_policy(*id);
-        }
-        for id in &delta.remove_profiles {
-            self.remove_profile(*id);
         }
         for name in &delta.remove_namespaces {
             self.upsert_namespace(name, None);
