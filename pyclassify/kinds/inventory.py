@@ -284,7 +284,8 @@ class InventoryBuilder:
     service_accounts: dict[tuple[str, str], ServiceAccount] = field(default_factory=dict)
     # EndpointSlice addresses by (namespace, service name)
     slice_ips: dict[tuple[str, str], list[IPAddress]] = field(default_factory=dict)
-    _seen: dict[tuple[str, str | None, str], Document] = field(default_factory=dict)
+    # (kind, namespace, name) -> (file, line) of its first definition
+    _seen: dict[tuple[str, str | None, str], tuple[str, int]] = field(default_factory=dict)
 
     def add(self, doc: Document) -> None:
         handler = _HANDLERS.get(doc.kind)
@@ -339,11 +340,10 @@ class InventoryBuilder:
         key = (kind, namespace, name)
         first = self._seen.get(key)
         if first is not None:
-            self.problems.warning(
-                doc, ("metadata", "name"), f"duplicate {kind} {name!r}: ignored, first defined at {first.file}:{first.line}"
-            )
+            file, line = first
+            self.problems.warning(doc, ("metadata", "name"), f"duplicate {kind} {name!r}: ignored, first defined at {file}:{line}")
             return False
-        self._seen[key] = doc
+        self._seen[key] = (doc.file, doc.line)
         return True
 
     # --- kinds ---
