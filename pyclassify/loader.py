@@ -192,6 +192,9 @@ def _ruamel_first(data: bytes, span: Span, file: str, problems: Problems,
     except (loader_ruamel.TooLarge, RecursionError):
         if not quiet:
             problems.add(Problem(file, line, "", TOO_LARGE))
+    except Exception as exc:  # ruamel crashes on some invalid input (IndexError, AttributeError...)
+        if not quiet:
+            problems.add(Problem(file, line, "", f"invalid YAML: {type(exc).__name__}: {exc}"))
     return None
 
 

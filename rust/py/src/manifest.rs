@@ -255,7 +255,7 @@ fn manifest_lines<'py>(
             parts.push(match part {
                 PathPart::Key(k) => scalar_object(py, &k)?.into_bound(py),
                 PathPart::Index(i) => i.into_pyobject(py)?.into_any(),
-                PathPart::Merge => continue,
+                PathPart::Hidden => continue,
             });
         }
         out.set_item(PyTuple::new(py, parts)?, line)?;

@@ -40,8 +40,9 @@ pub(crate) enum Step<V> {
 pub enum PathPart {
     Key(Scalar<'static>),
     Index(usize),
-    /// Below a merge key (`<<`): not a field of the document, dropped from the result.
-    Merge,
+    /// Below a merge key (`<<`) or inside a complex key: not a field of the document, dropped
+    /// from the result.
+    Hidden,
 }
 
 /// The lines the position pass records: (field path, 1-based line).
@@ -63,7 +64,7 @@ impl LineLog {
                 return;
             }
         }
-        if !self.path.contains(&PathPart::Merge) {
+        if !self.path.contains(&PathPart::Hidden) {
             self.entries.push((self.path.clone(), line));
         }
     }
@@ -176,8 +177,13 @@ impl<B: Builder> Driver<B> {
         match event {
             Event::MapStart { anchor, support } | Event::SeqStart { anchor, support } => {
                 let is_map = matches!(event, Event::MapStart { .. });
-                if support == Support::Fallback || self.expecting_key() {
-                    return Err(Failure::Fallback); // a tag read only by ruamel, or a complex key
+                if self.unsupported(support) {
+                    return Err(Failure::Fallback);
+                }
+                if self.expecting_key() {
+                    // A complex key: only the position pass reads it (as no field).
+                    let Some(log) = &mut self.lines else { return Err(Failure::Fallback) };
+                    log.path.push(PathPart::Hidden);
                 }
                 if self.stack.len() >= MAX_DEPTH {
                     return Err(Failure::TooLarge { line: at.line });
@@ -198,7 +204,7 @@ impl<B: Builder> Driver<B> {
                 Ok(Step::More)
             }
             Event::Scalar { value, anchor, support, merge } => {
-                if support == Support::Fallback {
+                if self.unsupported(support) {
                     return Err(Failure::Fallback);
                 }
                 if self.expecting_key() {
@@ -207,7 +213,7 @@ impl<B: Builder> Driver<B> {
                         self.anchors.insert(anchor, Anchored::Built(self.builder.share(&key)));
                     }
                     if let Some(log) = &mut self.lines {
-                        log.path.push(if merge { PathPart::Merge } else { PathPart::Key(value.into_owned()) });
+                        log.path.push(if merge { PathPart::Hidden } else { PathPart::Key(value.into_owned()) });
                         log.record(at.line);
                     }
                     if let Some(Frame::Map { key: slot, .. }) = self.stack.last_mut() {
@@ -224,7 +230,14 @@ impl<B: Builder> Driver<B> {
             }
             Event::Alias(id) => {
                 if self.expecting_key() {
-                    return Err(Failure::Fallback);
+                    // An alias as a key: only the position pass reads it (as no field).
+                    let Some(log) = &mut self.lines else { return Err(Failure::Fallback) };
+                    log.path.push(PathPart::Hidden);
+                    let key = self.builder.scalar(&Scalar::Null)?;
+                    if let Some(Frame::Map { key: slot, .. }) = self.stack.last_mut() {
+                        *slot = Some((key, at.line, false));
+                    }
+                    return Ok(Step::More);
                 }
                 let value = match self.anchors.get(&id) {
                     Some(Anchored::Built(v)) => self.builder.share(v),
@@ -273,6 +286,11 @@ impl<B: Builder> Driver<B> {
         }
     }
 
+    /// Whether a node with this support stops the build (the position pass reads every node).
+    fn unsupported(&self, support: Support) -> bool {
+        support == Support::Fallback && self.lines.is_none()
+    }
+
     fn built(&mut self, anchor: usize, value: &B::Value) {
         if anchor != 0 {
             self.anchors.insert(anchor, Anchored::Built(self.builder.share(value)));
@@ -306,7 +324,12 @@ impl<B: Builder> Driver<B> {
             None => Ok(Step::Done(value)),
             Some(Frame::Map { map, key, merges, .. }) => {
                 let Some((k, key_line, is_merge)) = key.take() else {
-                    return Err(Failure::Build { message: format!("line {line}: a value without a key") });
+                    // A complex key just ended (position pass): its value follows.
+                    *key = Some((value, line, false));
+                    if let Some(log) = &mut self.lines {
+                        log.path.push(PathPart::Hidden);
+                    }
+                    return Ok(Step::More);
                 };
                 if is_merge {
                     merges.push((value, key_line));

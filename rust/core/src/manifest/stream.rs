@@ -250,7 +250,7 @@ impl<'t, B: Builder> ManifestStream<'t, B> {
                 self.doc.scan = None;
             }
         }
-        let at_top = self.driver.depth() == 1;
+        let at_top = self.driver.depth() == 1 && !self.doc.streamed;
         if std::mem::take(&mut self.doc.items_key) && at_top && matches!(event, Event::SeqStart { support: Support::Native, .. }) {
             if let Some(record) = self.start_list() {
                 return Some(record);
@@ -432,7 +432,7 @@ pub fn unit_lines(
         for (path, _) in &mut lines {
             path.drain(..2);
         }
-        lines.retain(|(path, _)| !path.contains(&PathPart::Merge));
+        lines.retain(|(path, _)| !path.contains(&PathPart::Hidden));
     }
     Ok(lines)
 }
