@@ -26,7 +26,9 @@ def standin_objects(n_pods: int, seed: int = 11) -> list[dict[str, Any]]:
                                                                     "team": f"t{ns % 7}"}}})
     for i in range(n_pods):
         ns, app = f"ns-{i % n_ns}", f"app-{i % 37}"
-        rs = f"{app}-{rng.getrandbits(36):09x}"
+        # Hashes start with a letter, so no YAML 1.1 writer leaves one unquoted that YAML 1.2 reads
+        # as a number (kubectl's writer quotes them; PyYAML's, used here, would not).
+        rs = f"{app}-{rng.choice('bcdfghjkl')}{rng.getrandbits(32):08x}"
         name = f"{rs}-{rng.getrandbits(25):05x}"
         ip = f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}"
         objects.append({
