@@ -198,3 +198,9 @@ def test_deep_nesting_is_a_problem_not_a_crash():
     _, problems = load("apiVersion: v1\nkind: X\nv: " + "[" * 5000 + "]" * 5000 + "\n")
     (p,) = problems
     assert "too large, nested too deeply" in p.message or "invalid YAML" in p.message
+
+
+def test_json_looking_yaml_is_yaml():
+    docs, problems = load('{"apiVersion": "v1", "kind": "A"}\n---\n{apiVersion: v1, kind: B}  # flow YAML\n')
+    assert not problems.items
+    assert [(d.kind, d.line) for d in docs] == [("A", 1), ("B", 3)]

@@ -22,6 +22,7 @@ mod builder;
 mod driver;
 mod events;
 mod json;
+mod lines;
 mod scalar;
 mod stream;
 mod yaml;
@@ -29,7 +30,8 @@ mod yaml;
 pub use builder::{BuildError, Builder, NoValues, Value, ValueBuilder};
 pub use driver::{Lines, PathPart};
 pub use scalar::{resolve_plain, Scalar};
-pub use stream::{unit_lines, ManifestStream, Record, Span, Syntax};
+pub use lines::unit_lines;
+pub use stream::{ManifestStream, Record, Span, Syntax};
 
 /// A bound on the nodes of one document, far beyond any real manifest.
 pub const MAX_NODES_PER_DOCUMENT: usize = 5_000_000;

@@ -54,13 +54,13 @@ pub enum Record<V> {
     Problem { line: u32, message: String },
 }
 
-enum Reader<'t> {
+pub(crate) enum Reader<'t> {
     Json(JsonEvents<'t>),
     Yaml(YamlEvents<'t>),
 }
 
 impl<'t> Reader<'t> {
-    fn new(text: &'t str, syntax: Syntax, first_line: u32) -> Self {
+    pub(crate) fn new(text: &'t str, syntax: Syntax, first_line: u32) -> Self {
         match syntax {
             Syntax::Json => Reader::Json(JsonEvents::new(text, first_line)),
             Syntax::Yaml => Reader::Yaml(YamlEvents::new(text, first_line)),
@@ -389,50 +389,4 @@ impl<'t, B: Builder> ManifestStream<'t, B> {
         }
         value.map(|value| Record::Document { value, line, region: self.doc.region })
     }
-}
-
-/// The lines of every key and item of one document or List item read alone (the position
-/// pass): `text` is its region or span, which starts at `line` and column `col` of its file.
-/// With `only_item`, `text` is a List's whole document and only `items[only_item]` is recorded,
-/// relative to the item.
-pub fn unit_lines(
-    text: &str,
-    syntax: Syntax,
-    line: u32,
-    col: u32,
-    only_item: Option<usize>,
-) -> Result<super::driver::Lines, String> {
-    use super::builder::NoValues;
-    use super::driver::PathPart;
-
-    // Indentation matters to YAML: the text keeps its first line's column.
-    let padded;
-    let text = if col > 0 && syntax == Syntax::Yaml {
-        padded = " ".repeat(col as usize) + text;
-        padded.as_str()
-    } else {
-        text
-    };
-    let mut reader = Reader::new(text, syntax, line);
-    let mut driver = Driver::recording_lines(NoValues, only_item);
-    loop {
-        let (event, start, _) = reader.next_event().map_err(|e| e.message)?;
-        match event {
-            Event::StreamEnd | Event::DocEnd => break,
-            Event::DocStart { .. } => {}
-            _ => match driver.feed(event, start) {
-                Ok(Step::More) => {}
-                Ok(Step::Done(())) => break,
-                Err(failure) => return Err(format!("{failure:?}")),
-            },
-        }
-    }
-    let mut lines = driver.take_lines();
-    if only_item.is_some() {
-        for (path, _) in &mut lines {
-            path.drain(..2);
-        }
-        lines.retain(|(path, _)| !path.contains(&PathPart::Hidden));
-    }
-    Ok(lines)
 }
