@@ -89,6 +89,7 @@ pub(crate) struct Driver<B: Builder> {
     stack: Vec<Frame<B>>,
     anchors: HashMap<usize, Anchored<B::Value>>,
     nodes: usize,
+    budget: usize,
     /// Containers open in the event stream (frames or not): what to skip after a failure.
     open: usize,
     /// Nodes completing at this depth are handed out, not attached (the items of a List).
@@ -103,6 +104,7 @@ impl<B: Builder> Driver<B> {
             stack: Vec::new(),
             anchors: HashMap::new(),
             nodes: 0,
+            budget: MAX_NODES_PER_DOCUMENT,
             open: 0,
             unit_depth: 0,
             lines: None,
@@ -127,6 +129,17 @@ impl<B: Builder> Driver<B> {
         self.nodes = 0;
         self.open = 0;
         self.unit_depth = 0;
+    }
+
+    /// Another node budget than [`MAX_NODES_PER_DOCUMENT`] (tests).
+    pub fn set_budget(&mut self, budget: usize) {
+        self.budget = budget;
+    }
+
+    /// The node budget starts again: each item of a streamed List has its own, as a document
+    /// does (they are handed out one by one; aliases are shared, never expanded, either way).
+    pub fn reset_budget(&mut self) {
+        self.nodes = 0;
     }
 
     /// Frames open (0 between nodes).
@@ -171,7 +184,7 @@ impl<B: Builder> Driver<B> {
             _ => {}
         }
         self.nodes += 1;
-        if self.nodes > MAX_NODES_PER_DOCUMENT {
+        if self.nodes > self.budget {
             return Err(Failure::TooLarge { line: at.line });
         }
         match event {

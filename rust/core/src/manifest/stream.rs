@@ -161,6 +161,13 @@ impl<'t, B: Builder> ManifestStream<'t, B> {
         }
     }
 
+    /// Another bound than [`super::MAX_NODES_PER_DOCUMENT`] on the nodes of a document (or
+    /// of one item of a streamed List).
+    pub fn with_node_budget(mut self, budget: usize) -> Self {
+        self.driver.set_budget(budget);
+        self
+    }
+
     /// How the text is read: JSON, or YAML (which JSON that is not quite JSON falls back to).
     pub fn syntax(&self) -> Syntax {
         self.syntax
@@ -319,6 +326,7 @@ impl<'t, B: Builder> ManifestStream<'t, B> {
                 // The items end; the rest of the top-level mapping follows (and is dropped).
                 self.doc.list = None;
                 self.driver.set_unit_depth(0);
+                self.driver.reset_budget();
                 let placeholder = self.driver.builder.scalar(&Scalar::Null);
                 let attached = placeholder.map_err(Failure::from).and_then(|p| self.driver.attach(p, start.line));
                 if let Err(failure) = attached {
@@ -328,7 +336,11 @@ impl<'t, B: Builder> ManifestStream<'t, B> {
                 }
                 return None;
             }
-            None => list.item.insert(ItemProgress { start, skip: None }),
+            None => {
+                self.driver.reset_budget();
+                let list = self.doc.list.as_mut()?;
+                list.item.insert(ItemProgress { start, skip: None })
+            }
         };
         if let Some((open, fallback)) = &mut item.skip {
             match event {
