@@ -12,11 +12,13 @@ process loading the 10k YAML, streaming and keeping every document.
 
     .venv/bin/python -m pytest bench/test_bench_load.py -s --benchmark-columns=min,median,rounds \\
         --benchmark-timer=time.process_time
+    PYCLASSIFY_LOAD_SIZES=1000,10000,100000 .venv/bin/python -m pytest bench/test_bench_load.py ...  # and 100k
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -32,7 +34,8 @@ from pyclassify.source import Problems
 
 yaml = pytest.importorskip("yaml")
 
-SIZES = (1000, 10000)
+# PYCLASSIFY_LOAD_SIZES=1000,10000,100000 adds 100k pods (writing its YAML takes PyYAML minutes).
+SIZES = tuple(int(n) for n in os.environ.get("PYCLASSIFY_LOAD_SIZES", "1000,10000").split(","))
 FORMS = ("yaml", "json-indented", "json-line")
 RESULTS: dict[tuple[str, int, str], float] = {}  # (form, pods, loader) -> MB/s (best round)
 
@@ -41,7 +44,7 @@ RESULTS: dict[tuple[str, int, str], float] = {}  # (form, pods, loader) -> MB/s 
 def cluster_files(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], Path]:
     out = tmp_path_factory.mktemp("clusters")
     files: dict[tuple[str, int], Path] = {}
-    for pods in (100, *SIZES):
+    for pods in sorted({100, 10000, *SIZES}):
         objects = standin_objects(pods)
         files["yaml", pods] = write_yaml(out / f"cluster-{pods}.yaml", objects)
         files["json-indented", pods] = write_json(out / f"cluster-{pods}.json", objects, indent=4)
