@@ -215,3 +215,38 @@ class RuleClassifier:
     def from_classbench(path: str, algorithm: str = "tuplemerge") -> RuleClassifier: ...
     def __len__(self) -> int: ...
     def classify(self, headers: Any, out: Any) -> None: ...
+
+
+# manifest reading (rust/py/src/manifest.rs)
+class ManifestError(ValueError):
+    """The lines of a manifest document could not be recovered (a span that is not a document)."""
+
+class ManifestReader:
+    """The documents of one manifest file's bytes (YAML 1.2 as ruamel.yaml reads it, or JSON),
+    one record at a time:
+
+    Spans and regions are ``(start byte, end byte (0: not known yet), line, column)``.
+
+    - ``("document", value, line, region)``: a whole document (None if empty);
+    - ``("list", kind, api_version | None, line, region)``: a List whose items follow;
+    - ``("item", value, index, line, span)``: one item of that List;
+    - ``("fallback", line, region, index | None, span | None)``: a document (or item ``index``
+      at ``span`` of the List in ``region``) that only ruamel reads;
+    - ``("problem", line, message)``: an invalid document or item (skipped), or invalid syntax
+      or bytes that are not UTF-8 (the last record).
+    """
+    def __init__(self, data: bytes) -> None: ...
+    @property
+    def syntax(self) -> str:
+        """"json" or "yaml"."""
+    @property
+    def data(self) -> bytes: ...
+    def __iter__(self) -> ManifestReader: ...
+    def __next__(self) -> tuple[Any, ...]: ...
+
+def manifest_lines(
+    data: bytes, syntax: str, start: int, end: int, line: int, col: int, item: int | None = None
+) -> dict[tuple[str | int | float | bool | None, ...], int]:
+    """The line of every key and item of the document or List item at ``data[start:end]``
+    (``end`` 0: to the end), which starts at ``line``/``col``; with ``item``, the span is a
+    List's document and the lines are those of ``items[item]``, relative to it."""

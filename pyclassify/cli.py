@@ -191,7 +191,7 @@ def check_cmd(paths: tuple[str, ...], as_json: bool) -> None:
     project = load_project(list(paths))
     problems = project.problems
     # ContainerAdmissionPolicy decides on resources, not packets: validated beside the IR.
-    check_admission_documents(project.documents, project.problems)
+    check_admission_documents(project.admission_documents, project.problems)
     admission = sum(n for k, n in project.skipped.items() if k.endswith("/ContainerAdmissionPolicy"))
     skipped_kinds = {k: n for k, n in project.skipped.items() if not k.endswith("/ContainerAdmissionPolicy")}
     policies = project.policy_set.policies
@@ -200,7 +200,7 @@ def check_cmd(paths: tuple[str, ...], as_json: bool) -> None:
         _emit_json(
             {
                 "valid": not problems.errors,
-                "documents": len(project.documents),
+                "documents": project.document_count,
                 "policies": len(policies),
                 "endpoints": len(project.inventory.endpoints),
                 "errors": [_problem_json(p) for p in problems.errors],
@@ -216,7 +216,7 @@ def check_cmd(paths: tuple[str, ...], as_json: bool) -> None:
             err.print(f"[yellow]not enforceable[/yellow]: {item['policy']}: {'; '.join(item['reasons'])}")
         skipped = ", ".join(f"{k} x{v}" for k, v in skipped_kinds.items())
         summary = (
-            f"{len(project.documents)} documents: {len(policies)} policies, "
+            f"{project.document_count} documents: {len(policies)} policies, "
             + (f"{admission} admission policies, " if admission else "")
             + f"{len(project.inventory.endpoints)} endpoints"
             + (f"; skipped {skipped}" if skipped else "")

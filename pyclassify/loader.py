@@ -2,50 +2,59 @@
 
 Input is what ``kubectl get -o yaml`` and ``calicoctl get -o yaml`` print: multi-document YAML,
 JSON, ``kind: List`` and the typed ``*List`` kinds (``PodList``, ``NamespaceList``, ...), whose
-items become documents of their own. Every mapping key and sequence item keeps its line, so
-errors can name ``file:line``. Nothing here raises on bad input: it becomes a ``Problem``.
+items become documents of their own. Nothing here raises on bad input: it becomes a ``Problem``.
+
+The Rust reader (``_engine.ManifestReader``, YAML 1.2 as ruamel.yaml reads it, and JSON) parses
+at input speed and hands out one document at a time — the items of a List one at a time too,
+even when the List is one huge document — so the ``iter_*`` functions stream: a caller that
+drops each document holds one at a time. Every error can still name ``file:line: field``: a
+``Document`` knows the line it starts on, and recovers the line of every other field from its
+own span of the file's bytes the first time it is asked (most documents never are). The few
+YAML constructs only ruamel reads (``!!set``, ``!!binary``, ``%YAML 1.1`` ...) go, one document
+or List item at a time, through ``pyclassify.loader_ruamel``.
 """
 
 from __future__ import annotations
 
 import copy
-import datetime
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.constructor import RoundTripConstructor
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
-
-from pyclassify.source import Document, FieldPath, Problem, Problems
+from pyclassify import loader_ruamel
+from pyclassify._engine import ManifestError, ManifestReader, manifest_lines
+from pyclassify.source import Document, FieldPath, Problem, Problems, format_path
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-# A bound on the size of one document's plain data, far beyond any real manifest.
-MAX_NODES_PER_DOCUMENT = 5_000_000
+MAX_NODES_PER_DOCUMENT = loader_ruamel.MAX_NODES_PER_DOCUMENT
 STDIN = "-"
 STDIN_NAME = "<stdin>"
+TOO_LARGE = "document too large, nested too deeply or recursive (an alias inside its own anchor)"
+
+# (start byte, end byte (0: to the end of the data), line, column) of a document or item
+Span = tuple[int, int, int, int]
 
 
-def load_paths(paths: Iterable[str], problems: Problems) -> list[Document]:
-    """Every document of every path (files, directories recursively, ``-`` for stdin)."""
-    docs: list[Document] = []
+def iter_paths(paths: Iterable[str], problems: Problems) -> Iterator[Document]:
+    """Every document of every path (files, directories recursively, ``-`` for stdin), one at
+    a time."""
     for path in paths:
         if path == STDIN:
-            docs.extend(load_text(sys.stdin.read(), STDIN_NAME, problems))
+            yield from iter_text(sys.stdin.read(), STDIN_NAME, problems)
             continue
         p = Path(path)
         if p.is_dir():
             for file in manifest_files(p):
-                docs.extend(load_file(file, problems))
+                yield from iter_file(file, problems)
         elif p.exists():
-            docs.extend(load_file(p, problems))
+            yield from iter_file(p, problems)
         else:
             problems.add(Problem(str(path), 0, "", "no such file or directory"))
-    return docs
+
+
+def load_paths(paths: Iterable[str], problems: Problems) -> list[Document]:
+    return list(iter_paths(paths, problems))
 
 
 def manifest_files(root: Path) -> list[Path]:
@@ -60,171 +69,155 @@ def manifest_files(root: Path) -> list[Path]:
     return sorted(found, key=lambda f: f.relative_to(root).parts)
 
 
-def load_file(path: Path, problems: Problems) -> list[Document]:
+def iter_file(path: Path, problems: Problems) -> Iterator[Document]:
     name = str(path)
     try:
-        raw = path.read_bytes()
+        data = path.read_bytes()
     except OSError as exc:
         problems.add(Problem(name, 0, "", f"cannot read: {exc.strerror or exc}"))
-        return []
+        return
+    yield from iter_bytes(data, name, problems)
+
+
+def load_file(path: Path, problems: Problems) -> list[Document]:
+    return list(iter_file(path, problems))
+
+
+def iter_text(text: str, file: str, problems: Problems) -> Iterator[Document]:
+    """The documents of one file's text (YAML or JSON)."""
     try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        problems.add(Problem(name, line, "", "not UTF-8 text"))
-        return []
-    return load_text(text, name, problems)
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates
+        problems.add(Problem(file, text[: exc.start].count("\n") + 1, "", "not UTF-8 text"))
+        return
+    yield from iter_bytes(data, file, problems)
 
 
 def load_text(text: str, file: str, problems: Problems) -> list[Document]:
-    """The documents of one file's text (YAML or JSON)."""
-    docs: list[Document] = []
+    return list(iter_text(text, file, problems))
+
+
+def iter_bytes(data: bytes, file: str, problems: Problems) -> Iterator[Document]:
+    """The documents of one file's bytes (UTF-8 YAML or JSON, a byte order mark skipped)."""
+    reader = ManifestReader(data)
+    syntax = reader.syntax
+    streamed: Document | None = None  # the List whose items are coming, if its type is valid
+    streamed_region: Span = (0, 0, 1, 0)
+    for record in reader:
+        what = record[0]
+        if what == "item":
+            _, item, index, line, span = record
+            if streamed is not None:
+                positions = _Positions(data, syntax, span, streamed_region, index)
+                yield from _list_item(streamed, item, index, line, positions, problems)
+        elif what == "document":
+            _, root, line, region = record
+            yield from _documents(root, file, line, problems, _Positions(data, syntax, region))
+        elif what == "list":
+            _, kind, api_version, line, streamed_region = record
+            header: dict[str, Any] = {"kind": kind}
+            if api_version is not None:
+                header["apiVersion"] = api_version
+            lst = Document(header, file, line, positions=_Positions(data, syntax, streamed_region))
+            streamed = lst if _has_type(lst, problems) else None
+        elif what == "fallback":
+            _, line, region, index, span = record
+            yield from _fallback(data, file, line, region, index, span, streamed, problems)
+        else:  # "problem"
+            _, line, message = record
+            problems.add(Problem(file, line, "", message))
+
+
+class _Positions:
+    """The lines of one document or List item, recovered from its span of the file's bytes
+    when first asked for (``Document.lines``). If the item cannot be read alone (an alias to an
+    anchor outside it), its whole List document is read for it."""
+
+    __slots__ = ("data", "syntax", "span", "region", "item")
+
+    def __init__(self, data: bytes, syntax: str, span: Span, region: Span | None = None, item: int | None = None):
+        self.data, self.syntax, self.span, self.region, self.item = data, syntax, span, region, item
+
+    def __call__(self) -> dict[FieldPath, int]:
+        try:
+            return manifest_lines(self.data, self.syntax, *self.span)
+        except ManifestError:
+            if self.region is None:
+                return {}
+        start, _, line, col = self.region
+        try:
+            return manifest_lines(self.data, self.syntax, start, 0, line, col, self.item)
+        except ManifestError:
+            return {}
+
+
+def _fallback(data: bytes, file: str, line: int, region: Span, index: int | None, span: Span | None,
+              streamed: Document | None, problems: Problems) -> Iterator[Document]:
+    """A document, or one item of a streamed List, that only ruamel reads."""
+    if index is None:
+        parsed = _ruamel_first(data, region, file, problems)
+        if parsed is not None:
+            root, lines = parsed
+            yield from _documents(root, file, lines.get((), line), problems, lines=lines)
+        return
+    if streamed is None or span is None:
+        return
+    parsed = _ruamel_first(data, span, file, problems, quiet=True)
+    if parsed is None:  # not readable alone: read its whole List document
+        whole = _ruamel_first(data, (region[0], 0, region[2], region[3]), file, problems)
+        if whole is None:
+            return
+        root, lines = whole
+        prefix = ("items", index)
+        parsed = (root["items"][index], {p[2:]: n for p, n in lines.items() if p[:2] == prefix})
+    item, lines = parsed
+    yield from _list_item(streamed, item, index, lines.get((), line), lambda: lines, problems)
+
+
+def _ruamel_first(data: bytes, span: Span, file: str, problems: Problems,
+                  quiet: bool = False) -> tuple[Any, dict[FieldPath, int]] | None:
+    start, end, line, col = span
+    text = " " * col + data[start : end or len(data)].decode("utf-8")
     try:
-        for root, lines in _parse_yaml(text):
-            docs.extend(_documents(root, lines, file, problems))
-    except MarkedYAMLError as exc:
-        # JSON is YAML 1.2 flow syntax, but YAML limits what JSON allows (an implicit key
-        # may not exceed 1024 characters, for one): such files are still good JSON.
-        if _looks_like_json(text) and not docs:
-            return _load_json(text, file, problems)
-        problems.add(_yaml_problem(exc, file))
-    except YAMLError as exc:  # errors without a position
-        problems.add(Problem(file, 1, "", f"invalid YAML: {exc}"))
-    except (_TooLarge, RecursionError):
-        problems.add(Problem(file, 1, "", "document too large, nested too deeply or recursive (an alias inside its own anchor)"))
-    return docs
-
-
-class _TooLarge(Exception):
-    pass
-
-
-def _yaml_problem(exc: MarkedYAMLError, file: str) -> Problem:
-    mark = exc.problem_mark or exc.context_mark
-    line = mark.line + 1 if mark is not None else 1
-    what = " ".join(part for part in (exc.context, exc.problem) if part) or str(exc)
-    return Problem(file, line, "", f"invalid YAML: {what}")
-
-
-def _looks_like_json(text: str) -> bool:
-    return text.lstrip().startswith(("{", "["))
-
-
-def _load_json(text: str, file: str, problems: Problems) -> list[Document]:
-    try:
-        root = json.loads(text)
-    except json.JSONDecodeError as exc:
-        problems.add(Problem(file, exc.lineno, "", f"invalid JSON: {exc.msg}"))
-        return []
-    # Without the YAML parser's marks every field is reported at the object's first line.
-    return _documents(root, {}, file, problems)
-
-
-class _Constructor(RoundTripConstructor):
-    """Round-trip construction (it keeps every key's and item's position), except that
-    timestamps stay the strings they were: Kubernetes decodes them as strings too."""
-
-
-_Constructor.add_constructor("tag:yaml.org,2002:timestamp", RoundTripConstructor.construct_yaml_str)
-
-
-def _parse_yaml(text: str) -> Iterable[tuple[Any, dict[FieldPath, int]]]:
-    """Each YAML document as plain data with the 1-based line of every key and item."""
-    yaml = YAML(typ="rt", pure=True)
-    yaml.Constructor = _Constructor
-    for node in yaml.load_all(text):
-        lines: dict[FieldPath, int] = {}
-        if isinstance(node, (CommentedMap, CommentedSeq)):
-            lines[()] = node.lc.line + 1
-        yield _Converter(lines).convert(node, ()), lines
-
-
-class _Converter:
-    """ruamel's round-trip types as dict/list/str/int/float/bool/None, recording lines.
-
-    An alias converts to the same plain object as its anchor (converted once, so a "billion
-    laughs" document stays small); an alias inside its own anchor has no plain form."""
-
-    def __init__(self, lines: dict[FieldPath, int]) -> None:
-        self.lines = lines
-        self.done: dict[int, Any] = {}
-        self.in_progress: set[int] = set()
-        self.budget = MAX_NODES_PER_DOCUMENT
-
-    def convert(self, node: Any, path: FieldPath) -> Any:
-        if not isinstance(node, (CommentedMap, CommentedSeq)):
-            return _plain_scalar(node)
-        key = id(node)
-        if key in self.done:
-            return self.done[key]
-        if key in self.in_progress:
-            raise _TooLarge
-        self.budget -= len(node)
-        if self.budget < 0:
-            raise _TooLarge
-        self.in_progress.add(key)
-        if isinstance(node, CommentedMap):
-            out: Any = {}
-            for k, value in node.items():
-                sub = path + (_plain_scalar(k),)
-                try:
-                    self.lines[sub] = node.lc.key(k)[0] + 1
-                except (KeyError, TypeError, IndexError):
-                    pass  # keys merged in with << have no position of their own
-                out[sub[-1]] = self.convert(value, sub)
-        else:
-            out = []
-            for i, value in enumerate(node):
-                sub = path + (i,)
-                try:
-                    self.lines[sub] = node.lc.item(i)[0] + 1
-                except (KeyError, TypeError, IndexError):
-                    pass
-                out.append(self.convert(value, sub))
-        self.in_progress.discard(key)
-        self.done[key] = out
-        return out
-
-
-def _plain_scalar(node: Any) -> Any:
-    if isinstance(node, (set, frozenset)):  # !!set
-        return sorted(str(_plain_scalar(k)) for k in node)
-    if isinstance(node, bool) or node is None:
-        return node
-    if isinstance(node, int):
-        return int(node)
-    if isinstance(node, float):
-        return float(node)
-    if isinstance(node, str):
-        return str(node)
-    if isinstance(node, (datetime.date, datetime.datetime)):
-        # Kubernetes decodes timestamps as strings; keep their text, not a datetime.
-        return node.isoformat()
-    if isinstance(node, bytes):
-        return node.decode("utf-8", "replace")
-    value = getattr(node, "value", None)  # a scalar with a custom tag (!foo bar)
-    return str(value) if value is not None else str(node)
+        for parsed in loader_ruamel.parse_yaml(text, line):
+            return parsed
+        return None, {}
+    except loader_ruamel.MarkedYAMLError as exc:
+        if not quiet:
+            problems.add(Problem(file, loader_ruamel.yaml_error_line(exc, line), "",
+                                 loader_ruamel.yaml_error_message(exc)))
+    except loader_ruamel.YAMLError as exc:
+        if not quiet:
+            problems.add(Problem(file, line, "", f"invalid YAML: {exc}"))
+    except (loader_ruamel.TooLarge, RecursionError):
+        if not quiet:
+            problems.add(Problem(file, line, "", TOO_LARGE))
+    except Exception as exc:  # ruamel crashes on some invalid input (IndexError, AttributeError...)
+        if not quiet:
+            problems.add(Problem(file, line, "", f"invalid YAML: {type(exc).__name__}: {exc}"))
+    return None
 
 
 def documents_of(obj: Any, file: str, problems: Problems) -> list[Document]:
     """Documents of an object already decoded (a Kubernetes watch event, a test case's manifest):
     Lists are expanded as in files; no line numbers are known, so everything is at line 1."""
-    return _documents(copy.deepcopy(obj), {}, file, problems)
+    return list(_documents(copy.deepcopy(obj), file, 1, problems, lines={}))
 
 
-def _documents(root: Any, lines: dict[FieldPath, int], file: str, problems: Problems) -> list[Document]:
+def _documents(root: Any, file: str, line: int, problems: Problems, positions: Any = None,
+               lines: dict[FieldPath, int] | None = None) -> Iterator[Document]:
     if root is None:
-        return []  # an empty document (a lone ---) is not an object
-    line = lines.get((), 1)
+        return  # an empty document (a lone ---) is not an object
     if not isinstance(root, dict):
         problems.add(Problem(file, line, "", f"a manifest must be a mapping, not {_type_name(root)}"))
-        return []
-    doc = Document(root, file, line, lines)
+        return
+    doc = Document(root, file, line, lines, positions=positions)
     if not _has_type(doc, problems):
-        return []
+        return
     if doc.kind.endswith("List") and "items" in root:
-        return _list_items(doc, problems)
-    return [doc]
+        yield from _list_items(doc, problems)
+    else:
+        yield doc
 
 
 def _has_type(doc: Document, problems: Problems) -> bool:
@@ -240,39 +233,47 @@ def _has_type(doc: Document, problems: Problems) -> bool:
     return ok
 
 
-def _list_items(lst: Document, problems: Problems) -> list[Document]:
-    """The items of ``kind: List`` or a typed ``FooList``, each a document of its own.
+def _list_items(lst: Document, problems: Problems) -> Iterator[Document]:
+    """The items of a ``kind: List`` or typed ``FooList`` document read whole (a List inside a
+    List, one read by ruamel, one decoded elsewhere); the lines of all items are split once."""
+    items = lst.obj["items"]
+    if items is None:
+        return
+    if not isinstance(items, list):
+        problems.error(lst, ("items",), f"items must be a list, not {_type_name(items)}")
+        return
+    by_item: dict[int, dict[FieldPath, int]] = {}
+    for path, n in lst.lines.items():
+        if len(path) >= 2 and path[0] == "items" and isinstance(path[1], int):
+            by_item.setdefault(path[1], {})[path[2:]] = n
+    for i, item in enumerate(items):
+        sub_lines = by_item.get(i, {})
+        line = sub_lines.get((), lst.line_of(("items", i)))
+        yield from _list_item(lst, item, i, line, lambda lines=sub_lines: lines, problems)
+
+
+def _list_item(lst: Document, item: Any, index: int, line: int, positions: Any,
+               problems: Problems) -> Iterator[Document]:
+    """One item of a List as a document of its own.
 
     Items of a typed list may omit ``kind`` and ``apiVersion`` (kubectl prints them without):
     they are the list's item kind in the list's API version. Items of ``kind: List`` must say.
     """
-    items = lst.obj["items"]
-    if items is None:
-        return []
-    if not isinstance(items, list):
-        problems.error(lst, ("items",), f"items must be a list, not {_type_name(items)}")
-        return []
+    path: FieldPath = ("items", index)
+    if not isinstance(item, dict):
+        problems.add(Problem(lst.file, line, format_path(path), f"a list item must be a mapping, not {_type_name(item)}"))
+        return
     item_kind = lst.kind[: -len("List")]
-    docs: list[Document] = []
-    for i, item in enumerate(items):
-        prefix: FieldPath = ("items", i)
-        if not isinstance(item, dict):
-            problems.error(lst, prefix, f"a list item must be a mapping, not {_type_name(item)}")
-            continue
-        if item_kind:
-            item.setdefault("kind", item_kind)
-            item.setdefault("apiVersion", lst.api_version)
-        sub_lines = {
-            path[len(prefix) :]: line for path, line in lst.lines.items() if path[: len(prefix)] == prefix
-        }
-        doc = Document(item, lst.file, sub_lines.get((), lst.line_of(prefix)), sub_lines, lst.base + prefix)
-        if not _has_type(doc, problems):
-            continue
-        if doc.kind.endswith("List") and "items" in item:
-            docs.extend(_list_items(doc, problems))  # a List inside a List: still objects
-        else:
-            docs.append(doc)
-    return docs
+    if item_kind:
+        item.setdefault("kind", item_kind)
+        item.setdefault("apiVersion", lst.api_version)
+    doc = Document(item, lst.file, line, base=lst.base + path, positions=positions)
+    if not _has_type(doc, problems):
+        return
+    if doc.kind.endswith("List") and "items" in item:
+        yield from _list_items(doc, problems)  # a List inside a List: still objects
+    else:
+        yield doc
 
 
 def _type_name(value: Any) -> str:

@@ -1,9 +1,11 @@
 """A project: everything a set of manifest paths says, validated and normalized.
 
-``load_project(paths)`` reads every document (``pyclassify.loader``), builds the endpoint
-inventory from the inventory kinds, normalizes every policy kind into the tiered IR through the
-kind registry, and collects every problem on the way. Kinds nobody registered (ConfigMap,
-RoleBinding, ...) are skipped and counted, not errors.
+``load_project(paths)`` reads the documents one at a time (``pyclassify.loader``), builds the
+endpoint inventory from the inventory kinds, normalizes every policy kind into the tiered IR
+through the kind registry, and collects every problem on the way. Documents are not kept once
+normalized (a 10k-pod cluster would be most of the process's memory); only their count and the
+ContainerAdmissionPolicy documents ``pyclassify check`` validates separately. Kinds nobody
+registered (ConfigMap, RoleBinding, ...) are skipped and counted, not errors.
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ from __future__ import annotations
 import ipaddress
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from pyclassify import kinds
+from pyclassify.admission.policy import is_admission_policy
 from pyclassify.bulk import collector_paused
 from pyclassify.inventory import Endpoint, Inventory
 from pyclassify.ir import Policy, PolicySet, Profile, Tier
 from pyclassify.kinds.inventory import InventoryBuilder
-from pyclassify.loader import load_paths
+from pyclassify.loader import iter_paths
 from pyclassify.source import Document, Problems
 
 
@@ -36,7 +40,9 @@ class Project:
     policy_set: PolicySet
     inventory: Inventory
     problems: Problems
-    documents: list[Document] = field(default_factory=list)
+    document_count: int = 0
+    # ContainerAdmissionPolicy documents: validated by `pyclassify check`, beside the IR
+    admission_documents: list[Document] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)  # "apiVersion/Kind" -> count
     #: Objects with errors, and their first error (``enforce`` keeps their last good version).
     invalid: dict[ObjectKey, str] = field(default_factory=dict)
@@ -72,21 +78,31 @@ class Project:
 
 def load_project(paths: list[str], problems: Problems | None = None) -> Project:
     problems = problems if problems is not None else Problems()
+    # Problems keep the order of a load-then-normalize run: every loading problem first.
+    loading = Problems()
+    before = len(problems.items)
     with collector_paused():
-        documents = load_paths(paths, problems)
-        return build_project(documents, problems)
+        project = build_project(iter_paths(paths, loading), problems)
+    problems.items[before:before] = loading.items
+    return project
 
 
-def build_project(documents: list[Document], problems: Problems) -> Project:
-    """A project from documents already loaded (tests and the watch source build them directly)."""
+def build_project(documents: Iterable[Document], problems: Problems) -> Project:
+    """A project from documents, read one at a time (a stream from the loader, or documents
+    tests and the watch source build directly)."""
+    document_count = 0
+    admission_documents: list[Document] = []
     builder = InventoryBuilder(problems)
     policies: list[Policy] = []
     tiers: list[Tier] = []
     profiles: list[Profile] = []
     skipped: Counter[str] = Counter()
+    # Where each object was first defined: not the document itself, which the stream lets go
+    # once it is normalized.
     seen: dict[ObjectKey, Document] = {}
     invalid: dict[ObjectKey, str] = {}
     for doc in documents:
+        document_count += 1
         key = object_key(doc)
         first = seen.get(key)
         if first is not None and doc.name:
@@ -94,7 +110,9 @@ def build_project(documents: list[Document], problems: Problems) -> Project:
             problems.error(doc, NAME_PATH, f"duplicate {doc.kind} {doc.name!r}: already defined at {where}")
             invalid.setdefault(key, str(problems.errors[-1]))
             continue
-        seen[key] = doc
+        seen[key] = doc.locator()
+        if is_admission_policy(doc):
+            admission_documents.append(doc)
         errors_before = len(problems.items)
         _normalize(doc, builder, policies, tiers, profiles, skipped, problems)
         if len(problems.items) > errors_before:
@@ -105,7 +123,8 @@ def build_project(documents: list[Document], problems: Problems) -> Project:
         policy_set=PolicySet.build(policies, tiers, profiles),
         inventory=builder.build(),
         problems=problems,
-        documents=documents,
+        document_count=document_count,
+        admission_documents=admission_documents,
         skipped=dict(sorted(skipped.items())),
         invalid=invalid,
     )

@@ -7,8 +7,8 @@ Every error a person sees names ``file:line: field.path: message``. Loaders prod
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Iterator, Union
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Union
 
 PathPart = Union[str, int]
 FieldPath = tuple[PathPart, ...]
@@ -25,16 +25,52 @@ def format_path(path: FieldPath) -> str:
     return out
 
 
-@dataclass
 class Document:
-    """One object of a manifest file (a document, or one item of a ``List``)."""
+    """One object of a manifest file (a document, or one item of a ``List``).
 
-    obj: dict[str, Any]
-    file: str
-    line: int  # 1-based line where the object starts
-    # field path -> 1-based line, for every mapping key and sequence item the loader saw
-    lines: dict[FieldPath, int] = field(default_factory=dict, repr=False)
-    base: FieldPath = ()  # path of this object inside its file (items[3] of a List)
+    ``lines`` maps field paths to 1-based lines, for every mapping key and sequence item of the
+    object. The loader does not compute it up front: it passes ``positions``, a callable that
+    recovers it from the file's text the first time it is needed (an error to report)."""
+
+    __slots__ = ("obj", "file", "line", "base", "_lines", "_positions")
+
+    def __init__(
+        self,
+        obj: dict[str, Any],
+        file: str,
+        line: int,  # 1-based line where the object starts
+        lines: dict[FieldPath, int] | None = None,
+        base: FieldPath = (),  # path of this object inside its file (items[3] of a List)
+        positions: Callable[[], dict[FieldPath, int]] | None = None,
+    ) -> None:
+        self.obj = obj
+        self.file = file
+        self.line = line
+        self.base = base
+        self._lines = lines
+        self._positions = positions
+
+    @property
+    def lines(self) -> dict[FieldPath, int]:
+        if self._lines is None:
+            positions, self._positions = self._positions, None
+            self._lines = positions() if positions is not None else {}
+        return self._lines
+
+    @lines.setter
+    def lines(self, lines: dict[FieldPath, int]) -> None:
+        self._lines, self._positions = lines, None
+
+    def __repr__(self) -> str:
+        return f"Document(obj={self.obj!r}, file={self.file!r}, line={self.line!r}, base={self.base!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Document):
+            return NotImplemented
+        return (self.obj, self.file, self.line, self.base, self.lines) == (
+            other.obj, other.file, other.line, other.base, other.lines)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it was
 
     @property
     def kind(self) -> str:
@@ -57,6 +93,13 @@ class Document:
     def namespace(self) -> str | None:
         ns = self.metadata.get("namespace")
         return str(ns) if ns else None
+
+    def locator(self) -> "Document":
+        """This document without its object: where it came from, its lines still recovered only
+        when asked (keeping one per object costs little; keeping the objects would not)."""
+        if self._lines is not None:
+            return Document({}, self.file, self.line, self._lines, self.base)
+        return Document({}, self.file, self.line, None, self.base, self._positions)
 
     def line_of(self, path: FieldPath) -> int:
         """The line of the deepest known field on ``path`` (the object's line if none)."""

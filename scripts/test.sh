@@ -15,19 +15,23 @@ echo "== cargo test --manifest-path rust/Cargo.toml --release"
 cargo test --manifest-path rust/Cargo.toml --release
 cargo_rc=$?
 
-# Bounded coverage-guided fuzzing of the selector parser (cargo-fuzz needs the nightly toolchain,
-# which machines of this kind carry; cargo-fuzz itself is built from crates.io when missing).
-echo "== cargo +nightly fuzz run selector_parse (bounded)"
+# Bounded coverage-guided fuzzing of the selector parser and the manifest reader (cargo-fuzz
+# needs the nightly toolchain, which machines of this kind carry; cargo-fuzz itself is built from
+# crates.io when missing).
 fuzz_rc=0
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked --version 0.13.2 || fuzz_rc=$?
 fi
+fuzz() {  # target, seconds
+    echo "== cargo +nightly fuzz run $1 (bounded)"
+    mkdir -p "rust/fuzz/corpus/$1"
+    cargo +nightly fuzz run --fuzz-dir rust/fuzz "$1" "rust/fuzz/corpus/$1" "rust/fuzz/seeds/$1" \
+        -- -runs=200000 -max_total_time="$2" -print_final_stats=1 2>&1 | tail -n 4
+    return "${PIPESTATUS[0]}"
+}
 if [ "$fuzz_rc" -eq 0 ]; then
-    mkdir -p rust/fuzz/corpus/selector_parse
-    cargo +nightly fuzz run --fuzz-dir rust/fuzz selector_parse \
-        rust/fuzz/corpus/selector_parse rust/fuzz/seeds/selector_parse \
-        -- -runs=200000 -max_total_time=60 -print_final_stats=1 2>&1 | tail -n 4
-    fuzz_rc=${PIPESTATUS[0]}
+    fuzz selector_parse 60 || fuzz_rc=$?
+    fuzz manifest_parse 30 || fuzz_rc=$?
 fi
 
 echo "== summary: pytest exit ${pytest_rc}, cargo test exit ${cargo_rc}, fuzz exit ${fuzz_rc}"

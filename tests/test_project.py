@@ -146,7 +146,7 @@ def test_unknown_kinds_are_counted_and_api_groups_matter(tmp_path):
         "rbac.authorization.k8s.io/v1/RoleBinding": 1,
         "v1/ConfigMap": 2,
     }
-    assert len(project.documents) == 4
+    assert project.document_count == 4
 
 
 def test_problems_collector_is_shared(tmp_path):

@@ -19,7 +19,7 @@ from pyclassify._engine import MAX_IMAGE_PATTERNS, ImagePatternError, ImagePatte
 from pyclassify.kinds import api_group
 from pyclassify.kinds.common import calico_selector, check_keys
 from pyclassify.kinds.inventory import InventoryBuilder
-from pyclassify.loader import load_paths
+from pyclassify.loader import iter_paths
 from pyclassify.selector import Selector
 from pyclassify.source import Document, FieldPath, Problems
 
@@ -492,7 +492,7 @@ def build_admission(documents: Iterable[Document], problems: Problems) -> Admiss
 
 def load_admission(paths: Iterable[str], problems: Problems) -> AdmissionSet:
     """Admission policies and namespaces from manifest paths (files, directories, ``-``)."""
-    return build_admission(load_paths(paths, problems), problems)
+    return build_admission(iter_paths(paths, problems), problems)
 
 
 def check_admission_documents(documents: Iterable[Document], problems: Problems) -> int:

@@ -19,7 +19,7 @@ import orjson
 
 from pyclassify.bulk import collector_paused
 from pyclassify.engine import NativeEngine
-from pyclassify.loader import load_paths
+from pyclassify.loader import iter_paths
 from pyclassify.project import ObjectKey, Project, build_project, object_key
 from pyclassify.source import Document, Problems
 
@@ -68,7 +68,7 @@ class PolicySource:
 
     def _load(self) -> Loaded:
         problems = Problems()
-        docs = load_paths(self.paths, problems)
+        docs = list(iter_paths(self.paths, problems))
         first = self.engine is None
         if first and problems.errors:
             raise SourceError([str(p) for p in problems.errors])
@@ -91,7 +91,7 @@ class PolicySource:
         else:
             engine = self.engine.update(project.policy_set, project.inventory)
         self.engine = engine
-        for d in project.documents:
+        for d in docs:
             key = object_key(d)
             if key not in rejected:
                 self._good[key] = _Good(orjson.dumps(d.obj), d.file, d.line)

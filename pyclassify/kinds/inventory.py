@@ -307,6 +307,7 @@ class InventoryBuilder:
     service_accounts: dict[tuple[str, str], ServiceAccount] = field(default_factory=dict)
     # EndpointSlice addresses by (namespace, service name)
     slice_ips: dict[tuple[str, str], list[IPAddress]] = field(default_factory=dict)
+    # (kind, namespace, name) -> (file, line) of its first definition
     _seen: dict[tuple[str, str | None, str], Document] = field(default_factory=dict)
 
     def add(self, doc: Document) -> None:
@@ -369,7 +370,7 @@ class InventoryBuilder:
             where = f"{first.file}:{first.line_of(('metadata', 'name'))}"
             self.problems.error(doc, ("metadata", "name"), f"duplicate {kind} {name!r}: already defined at {where}")
             return False
-        self._seen[key] = doc
+        self._seen[key] = doc.locator()
         return True
 
     # --- kinds ---

@@ -186,7 +186,7 @@ def test_every_format_passes_check_with_no_errors(small: gen.Cluster, written: d
     for fmt in ("json", "json-compact", "yaml-list", "policy"):
         project = load_project([str(written[fmt].parent)])
         assert project.problems.errors == [], fmt
-        assert len(project.documents) == len(small.objects())
+        assert project.document_count == len(small.objects())
 
 
 def test_json_and_yaml_hold_the_same_objects(small: gen.Cluster, written: dict[str, Path]) -> None:

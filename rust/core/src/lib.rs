@@ -10,6 +10,7 @@
 //! - [`classbench`]: ClassBench ruleset and trace parsers (gzip aware).
 //! - [`conntrack`]: connection tracking (both directions, TCP state, timeouts, cap, revalidation).
 //! - [`labelindex`]: incremental index of which endpoints each selector matches.
+//! - [`manifest`]: reading YAML/JSON manifests fast, with the line of every field on demand.
 
 pub mod admission;
 pub mod batch;
@@ -19,4 +20,5 @@ pub mod classifier;
 pub mod conntrack;
 pub mod engine;
 pub mod labelindex;
+pub mod manifest;
 pub mod selector;

@@ -103,10 +103,23 @@ pub(crate) fn conntrack_error(e: &pyclassify_core::conntrack::CtError) -> PyErr 
     ConnTrackError::new_err(e.to_string())
 }
 
+create_exception!(
+    _engine,
+    ManifestError,
+    PyValueError,
+    "The lines of a manifest document could not be recovered (a span that is not a document)."
+);
+
+/// Converts a manifest position-pass error (`pyclassify_core::manifest::unit_lines`).
+pub(crate) fn manifest_error(message: &str) -> PyErr {
+    ManifestError::new_err(message.to_string())
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SelectorError", m.py().get_type::<SelectorError>())?;
     m.add("ConnTrackError", m.py().get_type::<ConnTrackError>())?;
     m.add("EngineError", m.py().get_type::<EngineError>())?;
     m.add("ImagePatternError", m.py().get_type::<ImagePatternError>())?;
+    m.add("ManifestError", m.py().get_type::<ManifestError>())?;
     Ok(())
 }

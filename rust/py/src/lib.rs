@@ -13,6 +13,7 @@ mod conntrack;
 mod engine;
 mod errors;
 mod labelindex;
+mod manifest;
 mod selector;
 
 /// Decision engine of pyclassify (Rust).
@@ -27,5 +28,6 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     engine::register(m)?;
     classifier::register(m)?;
     admission::register(m)?;
+    manifest::register(m)?;
     Ok(())
 }

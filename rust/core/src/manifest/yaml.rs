@@ -1,0 +1,264 @@
+//! YAML: saphyr-parser's event stream (a YAML 1.2 parser with positions) turned into
+//! [`Event`]s, scalars resolved as ruamel.yaml resolves them, tags sorted into those built here
+//! and those left to the ruamel path.
+
+use saphyr_parser::{Event as YamlEvent, Parser, ScalarStyle, Span, StrInput, Tag};
+
+use super::events::{Event, EventSource, Located, Pos, Support, SyntaxError, TopLevelScan, TopLevelType};
+use super::scalar::{resolve_plain, Scalar};
+
+const CORE_TAG_PREFIX: &str = "tag:yaml.org,2002:";
+
+/// YAML text as [`Event`]s.
+pub(crate) struct YamlEvents<'t> {
+    text: &'t str,
+    parser: Parser<'t, StrInput<'t>>,
+    /// Added to saphyr's 1-based lines: the line of the text's start in its file, less one.
+    line_offset: u32,
+    offsets: CharOffsets<'t>,
+    /// Character index where the last document ended (directives of the next one follow it).
+    last_document_end: usize,
+    last_document_end_pos: Pos,
+    failed: Option<SyntaxError>,
+    ended: Option<Pos>,
+}
+
+impl<'t> YamlEvents<'t> {
+    /// A reader of `text`, whose first line is `first_line` of its file.
+    pub fn new(text: &'t str, first_line: u32) -> Self {
+        YamlEvents {
+            text,
+            parser: Parser::new_from_str(text),
+            line_offset: first_line.saturating_sub(1),
+            offsets: CharOffsets::new(text),
+            last_document_end: 0,
+            last_document_end_pos: Pos { line: first_line.max(1), col: 0, index: 0 },
+            failed: None,
+            ended: None,
+        }
+    }
+
+    fn pos(&self, marker: saphyr_parser::Marker) -> Pos {
+        Pos {
+            line: (marker.line() as u32).saturating_add(self.line_offset),
+            col: marker.col() as u32,
+            index: marker.index(),
+        }
+    }
+
+    /// Whether the directives before a document (`%YAML 1.1`) change how it reads.
+    fn directives_need_fallback(&mut self, document_start: usize) -> bool {
+        let from = self.offsets.byte_of(self.last_document_end.min(document_start));
+        let to = self.offsets.byte_of(document_start);
+        self.text[from..to]
+            .lines()
+            .any(|line| line.starts_with("%YAML") && line.split_whitespace().nth(1) != Some("1.2"))
+    }
+}
+
+/// Converts one saphyr event; None for events that have no counterpart.
+fn convert<'t>(event: YamlEvent<'t>) -> Option<Event<'t>> {
+    Some(match event {
+        YamlEvent::Nothing | YamlEvent::StreamStart => return None,
+        YamlEvent::StreamEnd => Event::StreamEnd,
+        YamlEvent::DocumentStart(_) => Event::DocStart { region: Pos::default(), fallback: false },
+        YamlEvent::DocumentEnd => Event::DocEnd,
+        YamlEvent::Alias(id) => Event::Alias(id),
+        YamlEvent::MappingStart(anchor, tag) => Event::MapStart { anchor, support: collection_support(tag.as_deref(), "map") },
+        YamlEvent::MappingEnd => Event::MapEnd,
+        YamlEvent::SequenceStart(anchor, tag) => Event::SeqStart { anchor, support: collection_support(tag.as_deref(), "seq") },
+        YamlEvent::SequenceEnd => Event::SeqEnd,
+        YamlEvent::Scalar(text, style, anchor, tag) => {
+            let (support, is_string) = match tag.as_deref().map(classify) {
+                None => (Support::Native, style != ScalarStyle::Plain),
+                Some(TagClass::Core("str")) | Some(TagClass::Custom) => (Support::Native, true),
+                Some(TagClass::Core(_)) | Some(TagClass::NonSpecific) => (Support::Fallback, true),
+            };
+            let merge = tag.is_none() && style == ScalarStyle::Plain && text == "<<";
+            let value = if is_string { Scalar::Str(text) } else { resolve_plain(text) };
+            Event::Scalar { value, anchor, support, merge }
+        }
+    })
+}
+
+enum TagClass<'a> {
+    /// `!!name` (`tag:yaml.org,2002:name`).
+    Core(&'a str),
+    /// `!`: ruamel gives it a meaning of its own.
+    NonSpecific,
+    /// `!foo`, `!e!foo`, `!<tag:example.com:x>`: ruamel keeps the value untouched.
+    Custom,
+}
+
+fn classify(tag: &Tag) -> TagClass<'_> {
+    if tag.handle == CORE_TAG_PREFIX {
+        TagClass::Core(&tag.suffix)
+    } else if tag.handle.is_empty() && tag.suffix.starts_with(CORE_TAG_PREFIX) {
+        TagClass::Core(&tag.suffix[CORE_TAG_PREFIX.len()..])
+    } else if tag.handle.is_empty() && tag.suffix == "!" {
+        TagClass::NonSpecific
+    } else {
+        TagClass::Custom
+    }
+}
+
+fn collection_support(tag: Option<&Tag>, own: &str) -> Support {
+    match tag.map(classify) {
+        None | Some(TagClass::Custom) => Support::Native,
+        Some(TagClass::Core(name)) if name == own => Support::Native,
+        Some(_) => Support::Fallback,
+    }
+}
+
+impl<'t> EventSource<'t> for YamlEvents<'t> {
+    fn next_event(&mut self) -> Result<Located<'t>, SyntaxError> {
+        if let Some(err) = &self.failed {
+            return Err(err.clone());
+        }
+        loop {
+            if let Some(end) = self.ended {
+                return Ok((Event::StreamEnd, end, end));
+            }
+            let (event, span): (YamlEvent<'t>, Span) = match self.parser.next_event() {
+                None => {
+                    let end = self.pos(saphyr_parser::Marker::new(self.text.chars().count(), 1, 0));
+                    self.ended = Some(end);
+                    continue;
+                }
+                Some(Err(e)) => {
+                    let err = SyntaxError {
+                        line: (e.marker().line() as u32).saturating_add(self.line_offset).max(1),
+                        message: format!("invalid YAML: {}", e.info()),
+                    };
+                    self.failed = Some(err.clone());
+                    return Err(err);
+                }
+                Some(Ok(pair)) => pair,
+            };
+            let (start, end) = (self.pos(span.start), self.pos(span.end));
+            let Some(mut converted) = convert(event) else { continue };
+            match &mut converted {
+                Event::DocStart { region, fallback } => {
+                    *fallback = self.directives_need_fallback(span.start.index());
+                    // An implicit end of the previous document spans the next `---`.
+                    let from = self.last_document_end.min(span.start.index());
+                    *region = if from == span.start.index() { start } else { self.last_document_end_pos };
+                }
+                Event::DocEnd => {
+                    self.last_document_end = span.end.index();
+                    self.last_document_end_pos = end;
+                }
+                Event::StreamEnd => self.ended = Some(end),
+                _ => {}
+            }
+            return Ok((converted, start, end));
+        }
+    }
+
+    fn byte_offset(&mut self, index: usize) -> usize {
+        self.offsets.byte_of(index)
+    }
+
+    fn top_level_type_ahead(&self) -> TopLevelType {
+        let mut parser = self.parser.clone();
+        let mut scan = TopLevelScan::inside_value();
+        while let Some(Ok((event, _))) = parser.next_event() {
+            if let Some(event) = convert(event) {
+                if !scan.feed(&event) {
+                    return scan.found;
+                }
+            }
+        }
+        TopLevelType::default() // unreadable: the main pass reports why
+    }
+}
+
+/// Character index to byte offset, walking from the last position asked for.
+struct CharOffsets<'t> {
+    text: &'t str,
+    ascii: bool,
+    char_at: usize,
+    byte_at: usize,
+}
+
+impl<'t> CharOffsets<'t> {
+    fn new(text: &'t str) -> Self {
+        CharOffsets { text, ascii: text.is_ascii(), char_at: 0, byte_at: 0 }
+    }
+
+    fn byte_of(&mut self, char_index: usize) -> usize {
+        if self.ascii {
+            return char_index.min(self.text.len());
+        }
+        while self.char_at < char_index {
+            let Some(c) = self.text[self.byte_at..].chars().next() else { break };
+            self.byte_at += c.len_utf8();
+            self.char_at += 1;
+        }
+        while self.char_at > char_index {
+            let Some(c) = self.text[..self.byte_at].chars().next_back() else { break };
+            self.byte_at -= c.len_utf8();
+            self.char_at -= 1;
+        }
+        self.byte_at
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::*;
+
+    fn events(text: &str) -> Vec<(Event<'_>, u32)> {
+        let mut r = YamlEvents::new(text, 1);
+        let mut out = Vec::new();
+        loop {
+            let (e, start, _) = r.next_event().unwrap();
+            if e == Event::StreamEnd {
+                return out;
+            }
+            out.push((e, start.line));
+        }
+    }
+
+    fn scalar(e: &Event<'_>) -> (Scalar<'static>, Support, bool) {
+        match e {
+            Event::Scalar { value, support, merge, .. } => (value.clone().into_owned(), *support, *merge),
+            other => panic!("not a scalar: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn tags_and_styles() {
+        let got = events("a: !foo 12\nb: !!str 12\nc: !!int '12'\nd: '12'\ne: 12\n<<: x\nf: ! 1\n");
+        let values: Vec<_> = got.iter().filter(|(e, _)| matches!(e, Event::Scalar { .. })).map(|(e, _)| scalar(e)).collect();
+        let str12 = Scalar::Str(Cow::Owned("12".into()));
+        assert_eq!(values[1], (str12.clone(), Support::Native, false));
+        assert_eq!(values[3], (str12.clone(), Support::Native, false));
+        assert_eq!(values[5].1, Support::Fallback);
+        assert_eq!(values[7], (str12, Support::Native, false));
+        assert_eq!(values[9], (Scalar::Int(12), Support::Native, false));
+        assert!(values[10].2, "a plain << is a merge key");
+        assert_eq!(values[13].1, Support::Fallback, "the non-specific tag !");
+    }
+
+    #[test]
+    fn directives_of_another_version_fall_back() {
+        let got = events("a: 1\n---\nb: 2\n...\n%YAML 1.1\n---\nc: yes\n");
+        let starts: Vec<_> = got.iter().filter_map(|(e, _)| match e {
+            Event::DocStart { fallback, .. } => Some(*fallback),
+            _ => None,
+        }).collect();
+        assert_eq!(starts, [false, false, true]);
+    }
+
+    #[test]
+    fn character_offsets_walk_both_ways() {
+        let mut o = CharOffsets::new("aé€😀b");
+        assert_eq!(o.byte_of(4), 10);
+        assert_eq!(o.byte_of(2), 3);
+        assert_eq!(o.byte_of(5), 11);
+        assert_eq!(o.byte_of(99), 11);
+    }
+}
