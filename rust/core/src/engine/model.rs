@@ -67,11 +67,60 @@ struct NsEntry {
     explicit: bool,
 }
 
+/// An endpoint as the model keeps it, with its label strings interned: label keys and values
+/// repeat across thousands of pods, and a `BTreeMap` per pod cost more than the rest together.
 struct EpEntry {
-    spec: EndpointSpec,
     kind: Kind,
-    ips: Vec<Addr>,
+    host_network: bool,
+    addressable: bool,
+    name: Box<str>,
+    namespace: Option<Arc<str>>,
+    service_account: Option<Arc<str>>,
+    /// As written, sorted (service selectors read these; policy sees them plus Calico's).
+    raw_labels: Box<[(Arc<str>, Arc<str>)]>,
+    /// As policy sees them, when the spec said so (a whole-world spec does).
+    labels: Option<Box<[(Arc<str>, Arc<str>)]>>,
+    sa_labels: Box<[(Arc<str>, Arc<str>)]>,
+    named_ports: Box<[(Arc<str>, u8, u16)]>,
+    profiles: Box<[Arc<str>]>,
+    ips: Box<[Addr]>,
     identity: u32,
+}
+
+const CALICO_ORCHESTRATOR: &str = "projectcalico.org/orchestrator";
+const CALICO_NAMESPACE: &str = "projectcalico.org/namespace";
+const CALICO_ACCOUNT: &str = "projectcalico.org/serviceaccount";
+
+impl EpEntry {
+    fn raw_label(&self, key: &str) -> Option<&str> {
+        self.raw_labels.binary_search_by(|(k, _)| (**k).cmp(key)).ok().map(|i| &*self.raw_labels[i].1)
+    }
+
+    /// The labels policy sees (`EndpointSpec::policy_labels`): written ones, plus for pods the
+    /// ones Calico adds when they are not written.
+    fn policy_labels(&self) -> Box<dyn Iterator<Item = (&str, &str)> + '_> {
+        if let Some(given) = &self.labels {
+            return Box::new(given.iter().map(|(k, v)| (&**k, &**v)));
+        }
+        let pod = self.kind == Kind::Pod;
+        let extra = [
+            (CALICO_ORCHESTRATOR, Some("k8s")),
+            (CALICO_NAMESPACE, self.namespace.as_deref()),
+            (CALICO_ACCOUNT, self.service_account.as_deref()),
+        ];
+        Box::new(
+            self.raw_labels.iter().map(|(k, v)| (&**k, &**v)).chain(
+                extra
+                    .into_iter()
+                    .filter(move |(k, v)| pod && v.is_some() && self.raw_label(k).is_none())
+                    .map(|(k, v)| (k, v.unwrap_or_default())),
+            ),
+        )
+    }
+
+    fn has_policy_label(&self, key: &str) -> bool {
+        self.policy_labels().any(|(k, _)| k == key)
+    }
 }
 
 struct IdentityEntry {
@@ -208,6 +257,9 @@ pub struct Model {
     port_refs: FastMap<u16, usize>,
     classes_dirty: bool,
     ports_dirty: bool,
+    /// Label keys and values, shared by every endpoint that carries them.
+    strings: std::collections::HashSet<Arc<str>>,
+    strings_kept: usize,
     /// Identities whose programs must be recomputed before the next snapshot.
     dirty: HashSet<u32>,
     snap: Snapshot,
@@ -269,6 +321,8 @@ impl Model {
             port_refs: FastMap::default(),
             classes_dirty: false,
             ports_dirty: false,
+            strings: std::collections::HashSet::new(),
+            strings_kept: 0,
             dirty: HashSet::new(),
             snap: Snapshot::default(),
             deltas: 0,
@@ -312,7 +366,7 @@ impl Model {
 
     /// Applies one delta atomically: everything it brings is compiled and checked first; on an
     /// error nothing changes and the error says which object.
-    pub fn apply(&mut self, delta: Delta) -> Result<(), EngineError> {
+    pub fn apply(&mut self, mut delta: Delta) -> Result<(), EngineError> {
         let checked = self.check(&delta)?;
         self.deltas += 1;
         // Tiers first: policies name them.
@@ -366,8 +420,10 @@ impl Model {
         for s in &delta.services {
             self.upsert_service(s);
         }
-        for e in &delta.endpoints {
-            self.upsert_endpoint(e.clone());
+        // Moved, not copied: at cluster scale the endpoints are most of a delta.
+        for mut e in std::mem::take(&mut delta.endpoints) {
+            e.ips.shrink_to_fit();
+            self.upsert_endpoint(e);
         }
         for name in &delta.remove_namespaces {
             self.upsert_namespace(name, None);
@@ -443,6 +499,11 @@ impl Model {
             for a in addrs {
                 self.refresh_owner(a);
             }
+        }
+        // Forget strings no endpoint or identity uses any more (pods come and go).
+        if self.strings.len() > 2 * self.strings_kept.max(1024) {
+            self.strings.retain(|s| Arc::strong_count(s) > 1);
+            self.strings_kept = self.strings.len();
         }
         // Forget programs no identity uses any more.
         if self.programs.len() > 64 {
@@ -586,47 +647,107 @@ impl Model {
 
     // ---- identities ---------------------------------------------------------------------------
 
-    fn identity_key(&self, labels: &LabelMap, sa_labels: &LabelMap, kind: &str, ns: Option<&str>, sa: Option<&str>, ports: Vec<(Arc<str>, u8, u16)>, profiles: &[String]) -> IdentityKey {
+    #[allow(clippy::too_many_arguments)]
+    fn identity_key<'a>(
+        &self,
+        labels: impl Iterator<Item = (&'a str, &'a str)>,
+        sa_labels: impl Iterator<Item = (&'a str, &'a str)>,
+        kind: &str,
+        ns: Option<&str>,
+        sa: Option<&str>,
+        ports: Vec<(Arc<str>, u8, u16)>,
+        profiles: &[Arc<str>],
+    ) -> IdentityKey {
         let mut out: BTreeMap<Arc<str>, Arc<str>> = BTreeMap::new();
         for (k, v) in labels {
-            if identity::is_user_key(k) && self.referenced.contains_key(k.as_str()) {
-                out.insert(Arc::from(k.as_str()), Arc::from(v.as_str()));
+            if identity::is_user_key(k) && self.referenced.contains_key(k) {
+                out.insert(self.shared(k), self.shared(v));
             }
         }
         for (k, v) in sa_labels {
             let key = format!("{}{k}", identity::SA_PREFIX);
             if self.referenced.contains_key(&key) {
-                out.insert(Arc::from(key), Arc::from(v.as_str()));
+                out.insert(Arc::from(key), self.shared(v));
             }
         }
         out.insert(Arc::from(identity::KIND), Arc::from(kind));
         if let Some(ns) = ns {
-            out.insert(Arc::from(identity::NS), Arc::from(ns));
+            out.insert(Arc::from(identity::NS), self.shared(ns));
         }
         if let Some(sa) = sa {
             if self.referenced.contains_key(identity::SA) {
-                out.insert(Arc::from(identity::SA), Arc::from(sa));
+                out.insert(Arc::from(identity::SA), self.shared(sa));
             }
         }
         let mut ports = ports;
         ports.sort();
         ports.dedup();
-        IdentityKey { labels: out.into_iter().collect(), ports, profiles: profiles.iter().map(|p| Arc::from(p.as_str())).collect() }
+        IdentityKey { labels: out.into_iter().collect(), ports, profiles: profiles.to_vec() }
     }
 
-    fn endpoint_key(&self, e: &EndpointSpec, kind: Kind) -> IdentityKey {
-        let kind_name = match kind {
+    /// An interned string if known (the model's interner), else a new one.
+    fn shared(&self, s: &str) -> Arc<str> {
+        self.strings.get(s).cloned().unwrap_or_else(|| Arc::from(s))
+    }
+
+    fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.strings.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.strings.insert(a.clone());
+        a
+    }
+
+    fn intern_labels(&mut self, labels: &LabelMap) -> Box<[(Arc<str>, Arc<str>)]> {
+        labels.iter().map(|(k, v)| (self.intern(k), self.intern(v))).collect()
+    }
+
+    /// The slim form of an endpoint spec.
+    fn slim(&mut self, spec: EndpointSpec, kind: Kind, ips: Vec<Addr>, identity: u32) -> EpEntry {
+        let named_ports = spec
+            .ports
+            .iter()
+            .filter_map(|p| p.name.as_deref().map(|n| (self.intern(n), p.protocol, p.port)))
+            .collect();
+        EpEntry {
+            kind,
+            host_network: spec.host_network,
+            addressable: spec.addressable,
+            name: spec.name.into_boxed_str(),
+            namespace: spec.namespace.as_deref().map(|n| self.intern(n)),
+            service_account: spec.service_account.as_deref().map(|n| self.intern(n)),
+            raw_labels: self.intern_labels(&spec.raw_labels),
+            labels: spec.labels.as_ref().map(|l| self.intern_labels(l)),
+            sa_labels: self.intern_labels(&spec.sa_labels),
+            named_ports,
+            profiles: spec.profiles.iter().map(|p| self.intern(p)).collect(),
+            ips: ips.into_boxed_slice(),
+            identity,
+        }
+    }
+
+    fn endpoint_key(&self, e: &EpEntry) -> IdentityKey {
+        let kind_name = match e.kind {
             Kind::Pod if e.host_network => identity::KIND_HOSTNET,
             Kind::Pod => identity::KIND_POD,
             Kind::Host => identity::KIND_HOST,
             Kind::NetworkSet => identity::KIND_NETWORKSET,
         };
-        let ports = e.ports.iter().filter_map(|p| p.name.as_ref().map(|n| (Arc::from(n.as_str()), p.protocol, p.port))).collect();
-        self.identity_key(&e.policy_labels(), &e.sa_labels, kind_name, e.namespace.as_deref(), e.service_account.as_deref(), ports, &e.profiles)
+        self.identity_key(
+            e.policy_labels(),
+            e.sa_labels.iter().map(|(k, v)| (&**k, &**v)),
+            kind_name,
+            e.namespace.as_deref(),
+            e.service_account.as_deref(),
+            e.named_ports.to_vec(),
+            &e.profiles,
+        )
     }
 
     fn netset_key(&self, n: &NetworkSetSpec) -> IdentityKey {
-        self.identity_key(&n.labels, &LabelMap::new(), identity::KIND_NETWORKSET, n.namespace.as_deref(), None, Vec::new(), &[])
+        let labels = n.labels.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        self.identity_key(labels, std::iter::empty(), identity::KIND_NETWORKSET, n.namespace.as_deref(), None, Vec::new(), &[])
     }
 
     /// The identity for `key`, created (and filed in the index) if new; takes a reference.
@@ -689,27 +810,22 @@ impl Model {
 
     /// Moves endpoints and network sets carrying a newly referenced key to their new identity.
     fn reidentify(&mut self, keys: &[String]) {
-        let carries = |labels: &LabelMap, sa_labels: &LabelMap, has_sa: bool| {
+        let carries = |e: &EpEntry| {
             keys.iter().any(|k| {
                 if k == identity::SA {
-                    has_sa
+                    e.service_account.is_some()
                 } else if let Some(rest) = k.strip_prefix(identity::SA_PREFIX) {
-                    sa_labels.contains_key(rest)
+                    e.sa_labels.iter().any(|(x, _)| &**x == rest)
                 } else {
-                    labels.contains_key(k)
+                    e.has_policy_label(k)
                 }
             })
         };
-        let eps: Vec<u32> = self
-            .endpoints
-            .iter()
-            .filter(|(_, e)| carries(&e.spec.policy_labels(), &e.spec.sa_labels, e.spec.service_account.is_some()))
-            .map(|(&id, _)| id)
-            .collect();
+        let eps: Vec<u32> = self.endpoints.iter().filter(|(_, e)| carries(e)).map(|(&id, _)| id).collect();
         for id in eps {
             let (key, old) = {
                 let e = &self.endpoints[&id];
-                (self.endpoint_key(&e.spec, e.kind), e.identity)
+                (self.endpoint_key(e), e.identity)
             };
             let new = self.acquire_identity(key);
             self.endpoints.get_mut(&id).expect("endpoint").identity = new;
@@ -717,17 +833,18 @@ impl Model {
                 rec.identity = new;
             }
             let ips = self.endpoints[&id].ips.clone();
-            for a in ips {
-                if self.addr_owners.contains_key(&a) {
-                    self.refresh_owner(a);
+            for a in ips.iter() {
+                if self.addr_owners.contains_key(a) {
+                    self.refresh_owner(*a);
                 }
             }
             self.release_identity(old);
         }
+        let carries_label = |labels: &LabelMap| keys.iter().any(|k| labels.contains_key(k));
         let sets: Vec<u32> = self
             .network_sets
             .iter()
-            .filter(|(_, n)| carries(&n.spec.labels, &LabelMap::new(), false))
+            .filter(|(_, n)| carries_label(&n.spec.labels))
             .map(|(&id, _)| id)
             .collect();
         for id in sets {
@@ -1180,7 +1297,8 @@ impl Model {
     /// evaluator's `Inventory.owner_of` rule).
     fn owner_rank(&self, id: u32) -> (bool, &str, &str, &str, u32) {
         let e = &self.endpoints[&id];
-        (e.spec.host_network, e.spec.namespace.as_deref().unwrap_or(""), e.spec.name.as_str(), e.spec.kind.as_str(), id)
+        let kind = if e.kind == Kind::Host { "host" } else { "pod" };
+        (e.host_network, e.namespace.as_deref().unwrap_or(""), &e.name, kind, id)
     }
 
     fn refresh_owner(&mut self, a: Addr) {
@@ -1195,7 +1313,7 @@ impl Model {
                     endpoint: w,
                     identity: e.identity,
                     class: self.snap.classes.class_of(a),
-                    local: !(e.kind == Kind::Pod && e.spec.host_network),
+                    local: !(e.kind == Kind::Pod && e.host_network),
                     host: e.kind == Kind::Host,
                 };
                 if self.snap.addrs.get(&a) != Some(&rec) {
@@ -1213,21 +1331,22 @@ impl Model {
         let id = spec.id;
         let kind = kind_of(&spec.kind).unwrap_or(Kind::Pod);
         let ips = parse_addrs(&spec.ips).unwrap_or_default();
-        let key = self.endpoint_key(&spec, kind);
-        let identity = self.acquire_identity(key);
+        let mut entry = self.slim(spec, kind, ips, u32::MAX);
+        let identity = self.acquire_identity(self.endpoint_key(&entry));
+        entry.identity = identity;
         let old = self.endpoints.remove(&id);
         let mut touched: Vec<Addr> = Vec::new();
         if let Some(o) = &old {
-            if o.spec.addressable {
-                for a in &o.ips {
+            if o.addressable {
+                for a in o.ips.iter() {
                     if let Some(owners) = self.addr_owners.get_mut(a) {
                         owners.retain(|&x| x != id);
                     }
                     touched.push(*a);
                 }
             }
-            if let Some(ns) = &o.spec.namespace {
-                if let Some(set) = self.ns_endpoints.get_mut(ns) {
+            if let Some(ns) = &o.namespace {
+                if let Some(set) = self.ns_endpoints.get_mut(&**ns) {
                     set.remove(&id);
                 }
             }
@@ -1235,11 +1354,11 @@ impl Model {
         let rec = EpRec {
             identity,
             kind,
-            local: !(kind == Kind::Pod && spec.host_network),
-            first_ip: ips.first().copied(),
+            local: !(kind == Kind::Pod && entry.host_network),
+            first_ip: entry.ips.first().copied(),
         };
-        if spec.addressable {
-            for a in &ips {
+        if entry.addressable {
+            for a in entry.ips.iter() {
                 let owners = self.addr_owners.entry(*a).or_default();
                 if !owners.contains(&id) {
                     owners.push(id);
@@ -1247,11 +1366,12 @@ impl Model {
                 touched.push(*a);
             }
         }
-        if let Some(ns) = &spec.namespace {
-            self.ns_endpoints.entry(ns.clone()).or_default().insert(id);
+        if let Some(ns) = &entry.namespace {
+            self.ns_endpoints.entry(ns.to_string()).or_default().insert(id);
         }
-        let nss: Vec<String> = old.iter().filter_map(|o| o.spec.namespace.clone()).chain(spec.namespace.clone()).collect();
-        self.endpoints.insert(id, EpEntry { spec, kind, ips, identity });
+        let nss: Vec<String> =
+            old.iter().filter_map(|o| o.namespace.as_deref().map(str::to_string)).chain(entry.namespace.as_deref().map(str::to_string)).collect();
+        self.endpoints.insert(id, entry);
         self.snap.endpoints.set(id, Some(rec));
         touched.sort_by_key(|a| (a.v6, a.bits));
         touched.dedup();
@@ -1269,7 +1389,7 @@ impl Model {
     fn remove_endpoint(&mut self, id: u32) {
         let Some(old) = self.endpoints.remove(&id) else { return };
         self.snap.endpoints.set(id, None);
-        if old.spec.addressable {
+        if old.addressable {
             for a in &old.ips {
                 if let Some(owners) = self.addr_owners.get_mut(a) {
                     owners.retain(|&x| x != id);
@@ -1277,8 +1397,8 @@ impl Model {
                 self.refresh_owner(*a);
             }
         }
-        if let Some(ns) = &old.spec.namespace {
-            if let Some(set) = self.ns_endpoints.get_mut(ns) {
+        if let Some(ns) = &old.namespace {
+            if let Some(set) = self.ns_endpoints.get_mut(&**ns) {
                 set.remove(&id);
             }
             self.refresh_service_members(ns, id);
@@ -1329,8 +1449,8 @@ impl Model {
     fn service_member(spec: &ServiceSpec, ep: &EpEntry) -> bool {
         match &spec.selector {
             Some(sel) if !sel.is_empty() => {
-                ep.spec.namespace.as_deref() == Some(spec.namespace.as_str())
-                    && sel.iter().all(|(k, v)| ep.spec.raw_labels.get(k) == Some(v))
+                ep.namespace.as_deref() == Some(spec.namespace.as_str())
+                    && sel.iter().all(|(k, v)| ep.raw_label(k) == Some(v.as_str()))
             }
             _ => false,
         }
