@@ -100,14 +100,26 @@ def _count_rules(summary: ReplaySummary, verdicts: npt.NDArray[Any]) -> None:
     judged = verdicts[verdicts["reason"] == PACKET_POLICY]
     for name, direction in (("egress", "egress"), ("ingress", "ingress")):
         side = judged[name]
-        side = side[side["present"] == 1]
+        side = np.ascontiguousarray(side[side["present"] == 1])
         if len(side) == 0:
             continue
-        cols = np.stack([side["tier"], side["source_kind"].astype(np.int32), side["source"], side["rule"],
-                         side["reason"].astype(np.int32), side["allow"].astype(np.int32)], axis=1)
-        rows, counts = np.unique(cols, axis=0, return_counts=True)
-        for row, count in zip(rows.tolist(), counts.tolist()):
+        for rec, count in _distinct_records(side):
+            row = (int(rec["tier"]), int(rec["source_kind"]), int(rec["source"]), int(rec["rule"]),
+                   int(rec["reason"]), int(rec["allow"]))
             summary.by_rule[(direction, *row)] += count
+
+
+def _distinct_records(side: npt.NDArray[Any]) -> list[tuple[Any, int]]:
+    """The distinct 16-byte side records of a batch with their counts: each record is two 64-bit
+    words, counted by a hash of the pair and checked exactly (a row-wise ``np.unique`` is ten
+    times slower)."""
+    words = side.view(np.uint64).reshape(-1, 2)
+    with np.errstate(over="ignore"):
+        key = words[:, 0] * _MIX[0] ^ words[:, 1] * _MIX[1]
+    _, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
+    if not np.array_equal(words, words[first][inverse]):  # two records with one hash: count exactly
+        rows, first, counts = np.unique(words, axis=0, return_index=True, return_counts=True)
+    return [(side[i], int(c)) for i, c in zip(first.tolist(), counts.tolist())]
 
 
 def _address(raw: npt.NDArray[np.uint8], version: int) -> str:
