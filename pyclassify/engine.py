@@ -142,6 +142,10 @@ def _subject(s: Subject) -> dict[str, Any]:
 
 
 def _endpoint_spec(inventory: Inventory, e: Endpoint, id_: int, addressable: bool) -> dict[str, Any]:
+    return _endpoint_spec_with(e, service_account_labels(inventory, e), id_, addressable)
+
+
+def _endpoint_spec_with(e: Endpoint, sa_labels: dict[str, str], id_: int, addressable: bool) -> dict[str, Any]:
     # The labels policy sees (``reference.endpoint_labels``) are derived by the engine from the
     # written ones, so each endpoint crosses once.
     return {
@@ -150,7 +154,7 @@ def _endpoint_spec(inventory: Inventory, e: Endpoint, id_: int, addressable: boo
         "kind": e.kind.value,
         "namespace": e.namespace,
         "raw_labels": e.labels if type(e.labels) is dict else dict(e.labels),
-        "sa_labels": service_account_labels(inventory, e),
+        "sa_labels": sa_labels,
         "service_account": e.service_account,
         "ips": [str(ip) for ip in e.ips],
         "ports": [{"name": p.name, "protocol": p.protocol, "port": p.port} for p in e.ports],
@@ -247,6 +251,9 @@ def engine_spec(policy_set: PolicySet, inventory: Inventory, extra_endpoints: tu
     }
 
 
+_MISSING = object()
+
+
 class _Ids:
     """Small integer ids for keys, reused after their key goes (the engine's tables are dense)."""
 
@@ -279,103 +286,215 @@ class _Ids:
 class _Table:
     """What the model holds of one kind: key -> (comparable value, id)."""
 
-    def __init__(self) -> None:
+    def __init__(self, field: str, spec: Any) -> None:
+        self.field = field  # the delta's field: "endpoints" (and "remove_endpoints")
+        self.spec = spec  # (value, id) -> the object's JSON-able spec
         self.values: dict[Any, Any] = {}
         self.ids = _Ids()
-
-    def diff(self, items: dict[Any, Any], spec: Any) -> tuple["_Table", list[dict[str, Any]], list[int]]:
-        """The table after ``items`` (key -> value) replaced it, the specs of objects added or
-        changed (``spec(value, id)``) and the ids removed."""
-        new = _Table()
-        new.ids = self.ids.copy()
-        upserts: list[dict[str, Any]] = []
-        gone = [k for k in self.values if k not in items]
-        removed = [new.ids.of.pop(k) for k in gone]
-        for key, value in items.items():
-            old = self.values.get(key, _MISSING)
-            id_ = new.ids.get(key)
-            if old is _MISSING or not (old is value or old == value):
-                upserts.append(spec(value, id_))
-            new.values[key] = value
-        new.ids.free.extend(removed)  # reusable from the next delta on, never within this one
-        return new, upserts, removed
-
-
-_MISSING = object()
 
 
 class EngineState:
     """The native engine's mutable state (a Rust ``Model``), kept in step with a project.
 
-    ``update(policy_set, inventory)`` compares every object with what the model holds (by key:
-    kind, namespace and name) and sends only what was added, changed or removed, as one atomic
-    delta: the model updates just the identities, selectors and programs those touch and hands
-    out a new snapshot beside the old one, which stays valid. A change that does not compile is
-    rejected whole (``pyclassify._engine.EngineError``) and the model keeps its last good state.
+    Two ways to change it, both ending in one atomic delta on the model:
+
+    - per object, as a watch delivers them: ``set_endpoint``, ``delete_policy``, ... then
+      ``commit()``, which hands the delta to the model and returns the new snapshot;
+    - per project, as a file reload does: ``update(policy_set, inventory)`` compares every
+      object with what the model holds (by key: kind, namespace and name) and sets or deletes
+      only what was added, changed or removed.
+
+    The model updates just the identities, selectors and programs a delta touches, and hands
+    out a new snapshot beside the old one, which stays valid. A delta that does not compile is
+    rejected whole (``pyclassify._engine.EngineError``): the model and this state keep their
+    last good state.
     """
 
     def __init__(self) -> None:
         self.model = _engine.Model()
         self._namespaces: dict[str, dict[str, str]] = {}
-        self._endpoints = _Table()
-        self._network_sets = _Table()
-        self._nodes = _Table()
-        self._services = _Table()
-        self._policies = _Table()
-        self._profiles = _Table()
-        self._tiers = _Table()
+        self._endpoints = _Table("endpoints", lambda v, i: _endpoint_spec_of(v, i))
+        self._network_sets = _Table("network_sets", _network_set_spec)
+        self._nodes = _Table("nodes", _node_spec)
+        self._services = _Table("services", _service_spec)
+        self._policies = _Table("policies", _policy_spec)
+        self._profiles = _Table("profiles", _profile_spec)
+        self._tiers = _Table("tiers", _tier_spec)
+        self._pending: dict[str, Any] = {}
+        self._undo: list[tuple] = []
+        self._freed: list[tuple[_Table, int]] = []
         #: Deltas applied, and how many of them built the engine from nothing (the first one).
         self.deltas = 0
         self.full_builds = 0
-        #: Objects sent by the last update: how much of the world a change touched.
+        #: Objects sent by the last delta: how much of the world a change touched.
         self.last_delta_size = 0
+
+    # --- per object ---
+
+    def _set(self, table: _Table, key: Any, value: Any) -> None:
+        old = table.values.get(key, _MISSING)
+        if old is not _MISSING and (old is value or old == value):
+            return
+        fresh = key not in table.ids.of
+        id_ = table.ids.get(key)
+        self._undo.append((table, key, old, id_ if fresh else None))
+        table.values[key] = value
+        if table is self._tiers:
+            self._pending["tiers"] = True
+        else:
+            self._pending.setdefault(table.field, []).append(table.spec(value, id_))
+
+    def _delete(self, table: _Table, key: Any) -> None:
+        old = table.values.pop(key, _MISSING)
+        if old is _MISSING:
+            return
+        id_ = table.ids.of.pop(key)
+        self._undo.append((table, key, old, -1 - id_))
+        self._freed.append((table, id_))  # reusable from the next delta on, never within this one
+        if table is self._tiers:
+            self._pending["tiers"] = True
+        else:
+            self._pending.setdefault("remove_" + table.field, []).append(id_)
+
+    def set_endpoint(self, key: Any, endpoint: Endpoint, sa_labels: dict[str, str], addressable: bool = True) -> None:
+        """An endpoint added or changed (``sa_labels``: the labels of its service account)."""
+        self._set(self._endpoints, key, (endpoint, sa_labels, addressable))
+
+    def delete_endpoint(self, key: Any) -> None:
+        self._delete(self._endpoints, key)
+
+    def set_namespace(self, name: str, labels: dict[str, str]) -> None:
+        """A namespace's labels as policy sees them (``reference.namespace_labels``)."""
+        old = self._namespaces.get(name, _MISSING)
+        if old == labels:
+            return
+        self._undo.append((None, name, old, None))
+        self._namespaces[name] = labels
+        self._pending.setdefault("namespaces", []).append({"name": name, "labels": labels})
+
+    def delete_namespace(self, name: str) -> None:
+        old = self._namespaces.pop(name, _MISSING)
+        if old is not _MISSING:
+            self._undo.append((None, name, old, None))
+            self._pending.setdefault("remove_namespaces", []).append(name)
+
+    def set_network_set(self, key: Any, network_set: NetworkSet) -> None:
+        self._set(self._network_sets, key, network_set)
+
+    def delete_network_set(self, key: Any) -> None:
+        self._delete(self._network_sets, key)
+
+    def set_node(self, key: Any, node: Node) -> None:
+        self._set(self._nodes, key, node)
+
+    def delete_node(self, key: Any) -> None:
+        self._delete(self._nodes, key)
+
+    def set_service(self, key: Any, service: Service) -> None:
+        self._set(self._services, key, service)
+
+    def delete_service(self, key: Any) -> None:
+        self._delete(self._services, key)
+
+    def set_policy(self, key: Any, policy: Policy) -> None:
+        self._set(self._policies, key, policy)
+
+    def delete_policy(self, key: Any) -> None:
+        self._delete(self._policies, key)
+
+    def set_profile(self, key: Any, profile: Profile) -> None:
+        self._set(self._profiles, key, profile)
+
+    def delete_profile(self, key: Any) -> None:
+        self._delete(self._profiles, key)
+
+    def set_tier(self, tier: Tier) -> None:
+        self._set(self._tiers, tier.name, tier)
+
+    def delete_tier(self, name: str) -> None:
+        self._delete(self._tiers, name)
+
+    def commit(self) -> Any:
+        """Applies what was set and deleted since the last commit as one delta; returns the new
+        snapshot (``pyclassify._engine.Engine``). On an error nothing changes, here or in the
+        model, and the error is raised."""
+        delta, self._pending = self._pending, {}
+        undo, self._undo = self._undo, []
+        freed, self._freed = self._freed, []
+        if delta.pop("tiers", False):
+            delta["tiers"] = [_tier_spec(t, self._tiers.ids.of[name]) for name, t in self._tiers.values.items()]
+        size = sum(len(v) for v in delta.values())
+        if delta:
+            try:
+                with collector_paused():
+                    self.model.apply(orjson.dumps(delta))
+            except BaseException:
+                self._rollback(undo)
+                raise
+            self.full_builds += self.deltas == 0
+            self.deltas += 1
+        for table, id_ in freed:
+            table.ids.free.append(id_)
+        self.last_delta_size = size
+        return self.model.snapshot()
+
+    def _rollback(self, undo: list[tuple]) -> None:
+        for table, key, old, id_ in reversed(undo):
+            if table is None:  # a namespace
+                if old is _MISSING:
+                    self._namespaces.pop(key, None)
+                else:
+                    self._namespaces[key] = old
+                continue
+            if old is _MISSING:
+                table.values.pop(key, None)
+            else:
+                table.values[key] = old
+            if id_ is not None and id_ >= 0:  # a key that got a new id: give it back
+                table.ids.of.pop(key, None)
+                table.ids.free.append(id_)
+            elif id_ is not None:  # a deleted key: its id again
+                table.ids.of[key] = -1 - id_
+
+    # --- per project ---
 
     def update(self, policy_set: PolicySet, inventory: Inventory,
                extra_endpoints: tuple[Endpoint, ...] = ()) -> "NativeEngine":
         """A snapshot of ``policy_set`` over ``inventory``, reached by a delta from the last one."""
         with collector_paused():
-            return self._update(policy_set, inventory, tuple(extra_endpoints))
+            extra_endpoints = tuple(extra_endpoints)
+            all_endpoints = (*inventory.endpoints, *extra_endpoints)
+            n_inventory = len(inventory.endpoints)
+            keys = _endpoint_keys(all_endpoints)
+            self._sync(self._endpoints, {
+                key: (e, service_account_labels(inventory, e), i < n_inventory)
+                for i, (key, e) in enumerate(zip(keys, all_endpoints))
+            })
+            namespaces = {ns: namespace_labels(inventory, ns) for ns in _namespaces_of(inventory, all_endpoints)}
+            for name, labels in namespaces.items():
+                self.set_namespace(name, labels)
+            for name in [n for n in self._namespaces if n not in namespaces]:
+                self.delete_namespace(name)
+            self._sync(self._network_sets, {(n.namespace, n.name): n for n in inventory.network_sets})
+            self._sync(self._nodes, dict(inventory.nodes))
+            self._sync(self._services, dict(inventory.services))
+            self._sync(self._tiers, {t.name: t for t in policy_set.tiers})
+            policy_keys = _policy_keys(policy_set.policies)
+            self._sync(self._policies, dict(zip(policy_keys, policy_set.policies)))
+            self._sync(self._profiles, {p.name: p for p in policy_set.profiles})
+        snapshot = self.commit()
+        return NativeEngine._snapshot(self, snapshot, policy_set, inventory, extra_endpoints, keys, policy_keys)
 
-    def _update(self, policy_set: PolicySet, inventory: Inventory,
-                extra_endpoints: tuple[Endpoint, ...]) -> "NativeEngine":
-        all_endpoints = (*inventory.endpoints, *extra_endpoints)
-        n_inventory = len(inventory.endpoints)
-        keys = _endpoint_keys(all_endpoints)
-        endpoint_items = {
-            key: (e, service_account_labels(inventory, e), i < n_inventory)
-            for i, (key, e) in enumerate(zip(keys, all_endpoints))
-        }
-        names = _namespaces_of(inventory, all_endpoints)
-        namespaces = {ns: namespace_labels(inventory, ns) for ns in names}
-        delta: dict[str, Any] = {
-            "namespaces": [{"name": n, "labels": labels} for n, labels in namespaces.items()
-                           if self._namespaces.get(n) != labels],
-            "remove_namespaces": [n for n in self._namespaces if n not in namespaces],
-        }
-        endpoints, delta["endpoints"], delta["remove_endpoints"] = self._endpoints.diff(
-            endpoint_items, lambda v, i: _endpoint_spec(inventory, v[0], i, v[2]))
-        network_sets, delta["network_sets"], delta["remove_network_sets"] = self._network_sets.diff(
-            {(n.namespace, n.name): n for n in inventory.network_sets}, _network_set_spec)
-        nodes, delta["nodes"], delta["remove_nodes"] = self._nodes.diff(dict(inventory.nodes), _node_spec)
-        services, delta["services"], delta["remove_services"] = self._services.diff(dict(inventory.services), _service_spec)
-        tiers, tier_upserts, tier_removed = self._tiers.diff({t.name: t for t in policy_set.tiers}, _tier_spec)
-        if tier_upserts or tier_removed:
-            delta["tiers"] = [_tier_spec(t, tiers.ids.of[t.name]) for t in policy_set.tiers]
-        policy_keys = _policy_keys(policy_set.policies)
-        policies, delta["policies"], delta["remove_policies"] = self._policies.diff(
-            dict(zip(policy_keys, policy_set.policies)), _policy_spec)
-        profiles, delta["profiles"], delta["remove_profiles"] = self._profiles.diff(
-            {p.name: p for p in policy_set.profiles}, _profile_spec)
-        size = sum(len(v) for v in delta.values() if isinstance(v, list))
-        if size or "tiers" in delta:
-            self.model.apply(orjson.dumps(delta))  # raises EngineError, changes nothing if invalid
-            self.full_builds += self.deltas == 0
-            self.deltas += 1
-        self.last_delta_size = size
-        self._namespaces = namespaces
-        self._endpoints, self._network_sets, self._nodes, self._services = endpoints, network_sets, nodes, services
-        self._tiers, self._policies, self._profiles = tiers, policies, profiles
-        return NativeEngine._snapshot(self, policy_set, inventory, extra_endpoints, keys, policy_keys)
+    def _sync(self, table: _Table, items: dict[Any, Any]) -> None:
+        for key in [k for k in table.values if k not in items]:
+            self._delete(table, key)
+        for key, value in items.items():
+            self._set(table, key, value)
+
+
+def _endpoint_spec_of(value: tuple, id_: int) -> dict[str, Any]:
+    endpoint, sa_labels, addressable = value
+    return _endpoint_spec_with(endpoint, sa_labels, id_, addressable)
 
 
 class NativeEngine:
@@ -391,14 +510,14 @@ class NativeEngine:
         self.__dict__.update(built.__dict__)
 
     @classmethod
-    def _snapshot(cls, state: EngineState, policy_set: PolicySet, inventory: Inventory,
+    def _snapshot(cls, state: EngineState, snapshot: Any, policy_set: PolicySet, inventory: Inventory,
                   extra_endpoints: tuple[Endpoint, ...], keys: list[tuple], policy_keys: list[tuple]) -> "NativeEngine":
         self = cls.__new__(cls)
         self.state = state
         self.policy_set = policy_set
         self.inventory = inventory
         self.extra_endpoints = extra_endpoints
-        self._engine = state.model.snapshot()
+        self._engine = snapshot
         ids = state._endpoints.ids.of
         all_endpoints = (*inventory.endpoints, *extra_endpoints)
         self._endpoint_ids = {id(e): ids[k] for e, k in zip(all_endpoints, keys)}

@@ -9,6 +9,9 @@
 //! `ENGINE_SPEC=path.json` names a whole-world spec written by `pyclassify.engine.engine_spec`.
 //! `ENGINE_PODS`, `ENGINE_NAMESPACES`, `ENGINE_POLICIES` resize the generated workload;
 //! `ENGINE_CHANGES` sets how many changes of each kind are timed (default 200).
+//! `ENGINE_HEADERS=path.bin` replays decoded headers of a real capture (64-byte records as
+//! `pyclassify.batch.HEADER_DTYPE` writes them, e.g. `bench/cluster.py`'s capture) instead of
+//! the generated workload's random pod pairs.
 
 use std::time::{Duration, Instant};
 
@@ -128,17 +131,30 @@ fn main() {
     );
 
     // --- decisions/s, every packet judged by policy ---
-    let n = env("ENGINE_PACKETS", 1 << 17);
-    let headers: Vec<PacketHeader> = workload_flows(shape, n, 7).iter().map(flow_header).collect();
+    let headers: Vec<PacketHeader> = match std::env::var("ENGINE_HEADERS") {
+        Ok(path) => {
+            let raw = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let size = std::mem::size_of::<PacketHeader>();
+            assert!(raw.len() % size == 0, "{path}: not a whole number of {size}-byte headers");
+            raw.chunks_exact(size)
+                // SAFETY: PacketHeader is a plain repr(C) record of integers; any bytes are a value.
+                .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const PacketHeader) })
+                .collect()
+        }
+        Err(_) => workload_flows(shape, env("ENGINE_PACKETS", 1 << 17), 7).iter().map(flow_header).collect(),
+    };
+    let n = headers.len();
     let snap = model.snapshot();
     let (fast, out_fast) = pps(&*snap, &headers);
+    let (hits, misses) = pyclassify_core::engine::classes::memo_counts();
     let sample = &headers[..headers.len().min(1 << 14)];
     let (slow, out_slow) = pps(&oracle, sample);
     assert!(out_fast[..sample.len()] == out_slow[..], "identity engine and interpreter differ");
     let allowed = out_fast.iter().filter(|v| v.allow == 1).count();
     println!(
-        "decisions (batch 256, {n} packets, {:.0} % allowed): identity engine {:.3} M/s ({:.0} ns each), interpreter {:.3} M/s ({:.0} ns), ratio {:.1}x",
+        "decisions (batch 256, {n} packets, {:.0} % allowed, memo hit rate {:.1} %): identity engine {:.3} M/s ({:.0} ns each), interpreter {:.3} M/s ({:.0} ns), ratio {:.1}x",
         100.0 * allowed as f64 / n as f64,
+        100.0 * hits as f64 / (hits + misses).max(1) as f64,
         fast / 1e6,
         1e9 / fast,
         slow / 1e6,
