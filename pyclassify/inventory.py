@@ -90,6 +90,7 @@ class Service:
     cluster_ips: tuple[IPAddress, ...] = ()
     ports: tuple[ServicePort, ...] = ()
     endpoint_ips: tuple[IPAddress, ...] = ()  # from EndpointSlices (or the selector's pods)
+    from_slices: bool = False  # endpoint_ips came from EndpointSlices, not from the selector
 
 
 @dataclass(frozen=True)

@@ -350,6 +350,7 @@ class InventoryBuilder:
 
     def _finish_service(self, svc: Service, endpoints: list[Endpoint]) -> Service:
         ips = self.slice_ips.get((svc.namespace, svc.name))
+        from_slices = ips is not None
         if ips is None and svc.selector:
             # No EndpointSlice given: the endpoints are the selected pods, as the controller would make.
             selector = list(svc.selector.items())
@@ -359,7 +360,7 @@ class InventoryBuilder:
                 if all(e.labels.get(k) == v for k, v in selector)
                 for ip in e.ips
             ]
-        return replace(svc, endpoint_ips=tuple(dict.fromkeys(ips or ())))
+        return replace(svc, endpoint_ips=tuple(dict.fromkeys(ips or ())), from_slices=from_slices)
 
     def _unique(self, doc: Document, kind: str, namespace: str | None, name: str) -> bool:
         """The first object of a kind and name wins; a second one is an error naming both places
