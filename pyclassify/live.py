@@ -52,6 +52,15 @@ class LiveProject:
         self.engine = NativeEngine(project.policy_set, project.inventory)
         self.state: EngineState = self.engine.state
         self._endpoints: dict[tuple, Endpoint] = {_endpoint_key(e): e for e in project.inventory.endpoints}
+        # Pods by namespace: a Service selects within its namespace.
+        self._pods: dict[str, dict[tuple, Endpoint]] = {}
+        for key, e in self._endpoints.items():
+            if e.kind is EndpointKind.POD and e.namespace:
+                self._pods.setdefault(e.namespace, {})[key] = e
+        self._selecting: dict[str, list[tuple]] = {}  # namespace -> Services it has with selectors
+        for key, svc in project.inventory.services.items():
+            if svc.selector and not svc.from_slices:
+                self._selecting.setdefault(svc.namespace, []).append(key)
         self._dirty = False
 
     def policy_set(self) -> PolicySet:
@@ -102,10 +111,13 @@ class LiveProject:
             key = _endpoint_key(new)
             old = self._endpoints.get(key)
             self._endpoints[key] = new
+            if new.kind is EndpointKind.POD and new.namespace:
+                self._pods.setdefault(new.namespace, {})[key] = new
             self.state.set_endpoint(key, new, service_account_labels(self.inventory, new))
         elif old is not None:
             key = _endpoint_key(old)
             old = self._endpoints.pop(key, old)
+            self._pods.get(old.namespace or "", {}).pop(key, None)
             self.state.delete_endpoint(key)
         self._dirty = True
         namespace = (new or old).namespace if (new or old) is not None else None
@@ -116,10 +128,9 @@ class LiveProject:
         addresses are the selected pods' (``InventoryBuilder._finish_service``)."""
         if namespace is None:
             return
-        pods = [e for e in self._endpoints.values() if e.kind is EndpointKind.POD and e.namespace == namespace]
-        for key, svc in list(self.inventory.services.items()):
-            if svc.namespace != namespace or not svc.selector or svc.from_slices:
-                continue
+        pods = self._pods.get(namespace, {}).values()
+        for key in self._selecting.get(namespace, ()):
+            svc = self.inventory.services[key]
             selector = list(svc.selector.items())
             ips = tuple(dict.fromkeys(ip for e in pods if all(e.labels.get(k) == v for k, v in selector) for ip in e.ips))
             if ips != svc.endpoint_ips:

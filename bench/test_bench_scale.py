@@ -1,0 +1,218 @@
+"""Cluster scale (issue 11): a generated cluster (``bench.cluster``: N pods in N/100
+namespaces, N/10 NetworkPolicies, 5 ANPs, a BANP, a Calico tier of 10 GNPs) at 1k and 10k pods
+(``PYCLASSIFY_SCALE_SIZES=1000,10000,100000`` adds 100k), each figure beside a baseline measured
+in the same run:
+
+- normalize (documents to IR and inventory) and engine build, CPU seconds;
+- ``pyclassify explain`` as a whole process: wall time and peak RSS;
+- a change in force (one pod added, a pod relabelled, a namespace relabelled, a NetworkPolicy
+  changed, each normalized and applied as one delta: ``LiveProject.apply``), p50 and p99,
+  against a full rebuild of the engine;
+- decisions/s with every packet judged by policy (``judge`` without a tracker), through the
+  decision memo and walking every packet (the same engine's cold path), and the reference
+  evaluator on a sample;
+- replay with connection tracking through the API (``judge`` with a tracker) against reading
+  and decoding alone, and ``pyclassify replay --json`` as a whole process.
+
+Loading (MB/s against PyYAML's C loader and ``json.loads``) is ``bench/test_bench_load.py``.
+
+    .venv/bin/python -m pytest bench/test_bench_scale.py -s -p no:cacheprovider
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.cluster import apply_change, generate, random_change, write_capture, write_json_compact, write_yaml
+from pyclassify.bulk import collector_paused
+from pyclassify.capture import open_capture
+from pyclassify.engine import VERDICT_DTYPE, NativeEngine, Tracker
+from pyclassify.live import LiveProject
+from pyclassify.loader import iter_paths
+from pyclassify.project import build_project
+from pyclassify.reference import Flow, FlowEnd, evaluate
+from pyclassify.source import Problems
+
+SIZES = tuple(int(n) for n in os.environ.get("PYCLASSIFY_SCALE_SIZES", "1000,10000").split(","))
+CHANGES = int(os.environ.get("PYCLASSIFY_SCALE_CHANGES", "200"))
+RESULTS: dict[str, dict[int, str]] = {}
+PYCLASSIFY = str(Path(sys.executable).with_name("pyclassify"))
+
+
+def record(what: str, pods: int, text: str) -> None:
+    RESULTS.setdefault(what, {})[pods] = text
+    print(f"\n[{pods} pods] {what}: {text}")
+
+
+def cpu(f, rounds: int = 3) -> tuple[float, object]:
+    """Best CPU time of ``rounds`` runs of ``f`` (these machines are shared: CPU time, best of)."""
+    best, value = float("inf"), None
+    for _ in range(rounds):
+        t = time.process_time()
+        value = f()
+        best = min(best, time.process_time() - t)
+    return best, value
+
+
+@pytest.fixture(scope="module", params=SIZES, ids=lambda n: f"{n}pods")
+def cluster(request, tmp_path_factory):
+    pods = request.param
+    out = tmp_path_factory.mktemp(f"cluster{pods}")
+    c = generate(pods, seed=1)
+    (out / "yaml").mkdir()
+    (out / "json").mkdir()
+    write_yaml(c, out / "yaml" / "cluster.yaml")
+    write_json_compact(c, out / "json" / "cluster.json")
+    packets, flows = (1_000_000, 20_000) if pods >= 10_000 else (200_000, 2_000)
+    write_capture(c, out / "cluster.pcap", packets, flows, seed=1)
+    with collector_paused():
+        docs = list(iter_paths([str(out / "yaml")], Problems()))
+    return {"pods": pods, "dir": out, "cluster": c, "docs": docs}
+
+
+@pytest.fixture(scope="module")
+def project(cluster):
+    with collector_paused():
+        p = build_project(cluster["docs"], Problems())
+    assert not p.problems.errors
+    return p
+
+
+def test_normalize_and_build(cluster, project):
+    pods = cluster["pods"]
+    with collector_paused():
+        t_norm, _ = cpu(lambda: build_project(cluster["docs"], Problems()))
+        t_build, engine = cpu(lambda: NativeEngine(project.policy_set, project.inventory))
+    stats = engine.model_stats
+    record("normalize", pods, f"{t_norm:.3f} s CPU ({len(cluster['docs'])} documents)")
+    record("engine build", pods, f"{t_build:.3f} s CPU; {stats['identities']} identities for {stats['endpoints']} "
+                                 f"endpoints, {stats['selectors']} selectors, {stats['programs']} programs")
+
+
+def _whole_process(args: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS MB) of a command, as its own process."""
+    probe = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
+             "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
+             "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", probe, *args], check=True, capture_output=True, text=True).stdout
+    wall, rss = out.split()
+    return float(wall), int(rss) / 1024
+
+
+def test_explain_whole_process(cluster, project):
+    pods = cluster["pods"]
+    eps = [e for e in project.inventory.endpoints if e.ips and not e.host_network]
+    a, b = eps[0], eps[len(eps) // 2]
+    for fmt in ("yaml", "json"):
+        runs = [_whole_process([PYCLASSIFY, "explain", str(cluster["dir"] / fmt), "--from", a.ref, "--to", b.ref,
+                                "--proto", "TCP", "--port", "8080"]) for _ in range(3)]
+        wall = min(r[0] for r in runs)
+        rss = max(r[1] for r in runs)
+        size = sum(f.stat().st_size for f in (cluster["dir"] / fmt).iterdir()) / 1e6
+        record(f"explain, whole process ({fmt}, {size:.1f} MB)", pods, f"{wall:.2f} s wall (best of 3), {rss:.0f} MB peak RSS")
+
+
+@pytest.mark.parametrize("kind", ["pod-added", "pod-relabelled", "namespace-relabelled", "networkpolicy-changed"])
+def test_change_in_force(cluster, project, kind):
+    pods = cluster["pods"]
+    live = LiveProject(project)
+    c = copy.deepcopy(cluster["cluster"])
+    rng = random.Random(11)
+    times = []
+    for _ in range(CHANGES if pods <= 10_000 else CHANGES // 4):
+        change = random_change(c, rng, kind)
+        apply_change(c, change)
+        before, after = copy.deepcopy(change.before), copy.deepcopy(change.after)
+        t = time.perf_counter()
+        live.apply(before, after)
+        times.append(time.perf_counter() - t)
+    assert live.state.full_builds == 1
+    t_rebuild, _ = cpu(lambda: NativeEngine(project.policy_set, project.inventory), rounds=1)
+    times.sort()
+    p50, p99 = statistics.median(times) * 1e3, times[int(0.99 * (len(times) - 1))] * 1e3
+    record(f"change in force: {kind}", pods,
+           f"p50 {p50:.2f} ms, p99 {p99:.2f} ms over {len(times)} changes; full rebuild {t_rebuild * 1e3:.0f} ms "
+           f"({t_rebuild * 1e3 / p50:.0f}x the p50)")
+
+
+@pytest.fixture(scope="module")
+def headers(cluster):
+    batches = []
+    with open_capture(str(cluster["dir"] / "cluster.pcap")) as cap:
+        for b in cap:
+            batches.append((b.headers.copy(), None if b.quotes is None else b.quotes.copy()))
+    return batches
+
+
+def test_decisions_every_packet(cluster, project, headers):
+    pods = cluster["pods"]
+    engine = NativeEngine(project.policy_set, project.inventory)
+    n = sum(len(h) for h, _ in headers)
+
+    def judge_all(walk: bool) -> None:
+        for h, _ in headers:
+            out = np.zeros(len(h), dtype=VERDICT_DTYPE)
+            engine._engine.judge(h, out, True, False, None, None, walk)
+
+    judge_all(False)  # the memo warms on the first pass, as on a live node
+    t_memo, _ = cpu(lambda: judge_all(False))
+    t_walk, _ = cpu(lambda: judge_all(True), rounds=1)
+    # The reference evaluator, per packet, on a sample.
+    sample = headers[0][0][:2000]
+    flows = [Flow(FlowEnd(None, _ip(r["src_addr"], r["ip_version"])), FlowEnd(None, _ip(r["dst_addr"], r["ip_version"])),
+                  int(r["protocol"]), int(r["sport"]), int(r["dport"])) for r in sample]
+    t_ref, _ = cpu(lambda: [evaluate(project.policy_set, project.inventory, f) for f in flows], rounds=1)
+    ref = len(flows) / t_ref
+    record("decisions, every packet judged by policy", pods,
+           f"{n / t_memo / 1e6:.2f} M/s ({t_memo / n * 1e9:.0f} ns each) through the decision memo; "
+           f"{n / t_walk / 1e6:.2f} M/s walking every packet ({t_walk / t_memo:.1f}x slower); "
+           f"reference evaluator {ref / 1e3:.1f} k/s ({n / t_memo / ref:.0f}x slower)")
+
+
+def _ip(raw, version):
+    import ipaddress
+
+    b = bytes(raw)
+    return ipaddress.IPv4Address(b[12:]) if version == 4 else ipaddress.IPv6Address(b)
+
+
+def test_replay_with_conntrack(cluster, project, headers):
+    pods = cluster["pods"]
+    engine = NativeEngine(project.policy_set, project.inventory)
+    n = sum(len(h) for h, _ in headers)
+
+    def replay() -> None:
+        tracker = Tracker()
+        for h, q in headers:
+            engine.judge(h, q, tracker)
+
+    def read_decode() -> None:
+        with open_capture(str(cluster["dir"] / "cluster.pcap")) as cap:
+            for _ in cap:
+                pass
+
+    t_api, _ = cpu(replay)
+    t_floor, _ = cpu(read_decode)
+    wall, rss = min((_whole_process([PYCLASSIFY, "replay", str(cluster["dir"] / "json"), "--pcap",
+                                     str(cluster["dir"] / "cluster.pcap"), "--json"]) for _ in range(2)))
+    record("replay with connection tracking", pods,
+           f"{n / t_api / 1e6:.2f} M packets/s through the API (judge + conntrack; read+decode alone "
+           f"{n / t_floor / 1e6:.2f} M/s); `pyclassify replay --json` whole process {wall:.2f} s for {n} packets "
+           f"({n / wall / 1e6:.2f} M/s including start, load and build), {rss:.0f} MB peak RSS (the capture is mapped)")
+
+
+def test_zz_summary():
+    print("\n\n== cluster scale: summary")
+    for what, by_size in RESULTS.items():
+        for pods, text in sorted(by_size.items()):
+            print(f"  {what} [{pods} pods]: {text}")
