@@ -93,6 +93,7 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
     document_count = 0
     admission_documents: list[Document] = []
     builder = InventoryBuilder(problems)
+    builder.check_duplicates = False  # done below, for every kind
     policies: list[Policy] = []
     tiers: list[Tier] = []
     profiles: list[Profile] = []
@@ -114,7 +115,7 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
         if is_admission_policy(doc):
             admission_documents.append(doc)
         errors_before = len(problems.items)
-        _normalize(doc, builder, policies, tiers, profiles, skipped, problems)
+        _normalize(doc, key[:2], builder, policies, tiers, profiles, skipped, problems)
         if len(problems.items) > errors_before:
             found = [p for p in problems.items[errors_before:] if p.severity == "error"]
             if found:
@@ -130,14 +131,14 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
     )
 
 
-def _normalize(doc: Document, builder: InventoryBuilder, policies: list[Policy], tiers: list[Tier],
-               profiles: list[Profile], skipped: Counter[str], problems: Problems) -> None:
+def _normalize(doc: Document, kind: tuple[str, str], builder: InventoryBuilder, policies: list[Policy],
+               tiers: list[Tier], profiles: list[Profile], skipped: Counter[str], problems: Problems) -> None:
     """One document into the inventory and the IR."""
-    inventory_kind = kinds.is_inventory_kind(doc)
+    inventory_kind = kinds.is_inventory_kind(doc, kind)
     if inventory_kind:
         builder.add(doc)
     try:
-        normalize = kinds.policy_normalizer(doc)
+        normalize = kinds.policy_normalizer(doc, kind)
     except kinds.NormalizerUnavailable as exc:
         problems.error(doc, (), f"cannot check {doc.kind} {doc.name!r}: {exc}")
         return

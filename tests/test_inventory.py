@@ -8,6 +8,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pyclassify.inventory import ContainerPort, ServicePort
 from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, EndpointKind
@@ -18,7 +20,7 @@ from pyclassify.kinds.inventory import (
     port_name_error,
 )
 from pyclassify.loader import load_text
-from pyclassify.source import Problems
+from pyclassify.source import Document, Problems
 
 ip = ipaddress.ip_address
 net = ipaddress.ip_network
@@ -620,3 +622,56 @@ def test_workloads_are_named_as_np_guard_names_them():
             if end.get("type") == "workload"
         }
         assert wanted <= names, (case["name"], sorted(wanted - names))
+
+
+# --- the fast path for pods ---
+
+def _pod_variants():
+    from bench.cluster import generate
+
+    return [p for p in generate(200, seed=9).pods.values()]
+
+
+_POD_FIELDS = [("metadata", "name"), ("metadata", "namespace"), ("metadata", "labels"), ("spec", "containers"),
+               ("spec", "serviceAccountName"), ("spec", "hostNetwork"), ("spec", "nodeName"), ("status", "podIP"),
+               ("status", "podIPs"), ("status",), ("metadata",)]
+_ODD_VALUES = [None, "", 3, True, "Not_Valid!", "10.0.0.300", "fd00::1", [], {}, [{"ip": "10.1.2.3"}], [{"ip": 7}],
+               {"a": "b"}, {"a": 1}, {"": "x"}, [{"name": "c", "ports": [{"containerPort": 70000}]}],
+               [{"name": "c", "ports": [{"containerPort": 80, "name": "http"}, {"containerPort": 81, "name": "http"}]}]]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(range(200)), st.lists(st.tuples(st.sampled_from(_POD_FIELDS), st.sampled_from(_ODD_VALUES)), max_size=3))
+def test_fast_pod_path_equals_the_checked_one(index, edits):
+    import copy
+
+    from pyclassify.kinds.inventory import checked_pod, valid_pod
+
+    pods = _pod_variants_cached()
+    obj = copy.deepcopy(pods[index % len(pods)])
+    for path, value in edits:
+        node = obj
+        for part in path[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[path[-1]] = copy.deepcopy(value)
+    doc = Document(obj, "p.yaml", 1)
+    problems = Problems()
+    slow = checked_pod(doc, problems)
+    fast = valid_pod(doc)
+    if fast is not None:
+        assert not problems.items, problems.items
+        assert fast == slow
+    elif not problems.items:
+        # the fast path may decline a valid pod (a label value None, ...), never accept a bad one
+        assert slow is not None or not obj.get("metadata", {}).get("name")
+
+
+_CACHE: list = []
+
+
+def _pod_variants_cached():
+    if not _CACHE:
+        _CACHE.extend(_pod_variants())
+    return _CACHE

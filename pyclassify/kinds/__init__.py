@@ -83,8 +83,8 @@ def kind_key(doc: Document) -> tuple[str, str]:
     return (api_group(doc.api_version), doc.kind)
 
 
-def is_inventory_kind(doc: Document) -> bool:
-    return kind_key(doc) in INVENTORY_KINDS
+def is_inventory_kind(doc: Document, key: tuple[str, str] | None = None) -> bool:
+    return (key or kind_key(doc)) in INVENTORY_KINDS
 
 
 _resolved: dict[str, Normalizer] = {}
@@ -105,10 +105,10 @@ def _resolve(target: str) -> Normalizer:
     return func
 
 
-def policy_normalizer(doc: Document) -> Normalizer | None:
+def policy_normalizer(doc: Document, key: tuple[str, str] | None = None) -> Normalizer | None:
     """The normalizer of a policy kind, None if the kind is not a policy kind.
 
     Raises NormalizerUnavailable when the kind is registered but its module cannot be loaded.
     """
-    target = POLICY_KINDS.get(kind_key(doc))
+    target = POLICY_KINDS.get(key or kind_key(doc))
     return None if target is None else _resolve(target)
