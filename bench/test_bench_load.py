@@ -1,8 +1,9 @@
 """Loading manifests at input speed (issue 11, item 2).
 
-A cluster of 1k and 10k pods (``bench.standin_cluster``: n pods, n/100 namespaces, n/10
-NetworkPolicies, as kubectl prints them) is written as multi-document YAML with ``kind: List``
-documents, as one indented JSON ``List`` (``kubectl get -o json``) and as single-line JSON. Each
+A cluster of 1k and 10k pods (``bench.cluster``: n pods, n/100 namespaces, n/10 NetworkPolicies,
+ANPs, a BANP and a Calico tier, as kubectl prints them) is written as multi-document YAML
+(``kubectl get -o yaml`` per object), as one indented JSON ``List`` (``kubectl get -o json``)
+and as single-line JSON. Each
 is loaded by ``pyclassify.loader.iter_file`` (every document handed out and dropped, as
 ``load_project`` does) and, in the same run, by the baselines: PyYAML's C loader
 (``yaml.load_all(..., Loader=yaml.CSafeLoader)``) for YAML, ``json.loads`` for JSON, and the
@@ -27,17 +28,18 @@ from typing import Callable
 
 import pytest
 
-from bench.standin_cluster import standin_objects, write_json, write_yaml
+from bench.cluster import generate, write_json_compact, write_json_list, write_yaml
 from pyclassify import loader_ruamel
 from pyclassify.loader import iter_file
 from pyclassify.source import Problems
 
 yaml = pytest.importorskip("yaml")
 
-# PYCLASSIFY_LOAD_SIZES=1000,10000,100000 adds 100k pods (writing its YAML takes PyYAML minutes).
+# PYCLASSIFY_LOAD_SIZES=1000,10000,100000 adds 100k pods (its files take about a minute to write).
 SIZES = tuple(int(n) for n in os.environ.get("PYCLASSIFY_LOAD_SIZES", "1000,10000").split(","))
 FORMS = ("yaml", "json-indented", "json-line")
 RESULTS: dict[tuple[str, int, str], float] = {}  # (form, pods, loader) -> MB/s (best round)
+OBJECTS: dict[int, int] = {}  # pods -> objects in the generated cluster
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +47,11 @@ def cluster_files(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, i
     out = tmp_path_factory.mktemp("clusters")
     files: dict[tuple[str, int], Path] = {}
     for pods in sorted({100, 10000, *SIZES}):
-        objects = standin_objects(pods)
-        files["yaml", pods] = write_yaml(out / f"cluster-{pods}.yaml", objects)
-        files["json-indented", pods] = write_json(out / f"cluster-{pods}.json", objects, indent=4)
-        files["json-line", pods] = write_json(out / f"cluster-{pods}-line.json", objects, indent=None)
+        cluster = generate(pods, seed=1)
+        OBJECTS[pods] = len(cluster.objects())
+        files["yaml", pods] = write_yaml(cluster, out / f"cluster-{pods}.yaml")
+        files["json-indented", pods] = write_json_list(cluster, out / f"cluster-{pods}.json")
+        files["json-line", pods] = write_json_compact(cluster, out / f"cluster-{pods}-line.json")
     for f in files.values():
         f.read_bytes()  # in the page cache
     return files
@@ -87,7 +90,7 @@ def report(key: tuple[str, int, str], benchmark: object, path: Path) -> None:
 def test_load_pyclassify(benchmark: object, cluster_files: dict, form: str, pods: int) -> None:
     path = cluster_files[form, pods]
     n = benchmark.pedantic(pyclassify_load, args=(path,), rounds=3, iterations=1)  # type: ignore[attr-defined]
-    assert n == len(standin_objects(pods))
+    assert n == OBJECTS[pods]
     report((form, pods, "pyclassify"), benchmark, path)
 
 
