@@ -121,16 +121,33 @@ pub struct SideKey {
 
 /// Entries a thread keeps before it starts over (about 2 MiB).
 const MEMO_CAP: usize = 1 << 16;
+/// Lookups per window in which the hit rate is judged, the hits below which the memo only costs
+/// (traffic with few repeated keys: a scan, a flood of new flows), and how many packets it is
+/// then left out before it is tried again.
+const WINDOW: u32 = 1 << 13;
+const WORTH_IT: u32 = WINDOW / 4;
+const BYPASS: u32 = 1 << 16;
 
 struct Memo {
     snapshot: u64,
     map: FastMap<SideKey, SideVerdict>,
     hits: u64,
     misses: u64,
+    window: u32,
+    window_hits: u32,
+    bypass: u32,
 }
 
 thread_local! {
-    static MEMO: RefCell<Memo> = RefCell::new(Memo { snapshot: u64::MAX, map: FastMap::default(), hits: 0, misses: 0 });
+    static MEMO: RefCell<Memo> = RefCell::new(Memo {
+        snapshot: u64::MAX,
+        map: FastMap::default(),
+        hits: 0,
+        misses: 0,
+        window: 0,
+        window_hits: 0,
+        bypass: 0,
+    });
 }
 
 /// Runs `f` with this thread's memo for snapshot `uid` (emptied when the snapshot changed).
@@ -151,13 +168,34 @@ pub struct MemoRef<'a> {
 }
 
 impl MemoRef<'_> {
+    /// Whether the next packet should go through the memo: false while it is left out because
+    /// it was not hitting.
+    #[inline]
+    pub fn in_use(&mut self) -> bool {
+        if self.memo.bypass > 0 {
+            self.memo.bypass -= 1;
+            return false;
+        }
+        true
+    }
+
     #[inline]
     pub fn get(&mut self, key: &SideKey) -> Option<SideVerdict> {
         let v = self.memo.map.get(key).copied();
+        let m = &mut *self.memo;
         if v.is_some() {
-            self.memo.hits += 1;
+            m.hits += 1;
+            m.window_hits += 1;
         } else {
-            self.memo.misses += 1;
+            m.misses += 1;
+        }
+        m.window += 1;
+        if m.window == WINDOW {
+            if m.window_hits < WORTH_IT {
+                m.bypass = BYPASS;
+            }
+            m.window = 0;
+            m.window_hits = 0;
         }
         v
     }

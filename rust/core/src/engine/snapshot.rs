@@ -303,6 +303,9 @@ impl Snapshot {
     #[inline]
     fn memo_verdict(&self, memo: &mut MemoRef<'_>, h: &PacketHeader, defaults: Defaults) -> PacketVerdict {
         let Some(flow) = flow_of_header(h) else { return PacketVerdict::malformed() };
+        if !memo.in_use() {
+            return PacketVerdict::judged(&self.evaluate_unchecked(&flow, defaults));
+        }
         let (Some(sa), Some(da)) = (flow.src.addr, flow.dst.addr) else { return PacketVerdict::malformed() };
         let src = self.addrs.get(&sa).copied();
         let dst = self.addrs.get(&da).copied();
