@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use pyclassify_core::engine::oracle::Oracle;
 use pyclassify_core::engine::spec::{Delta, Spec};
 use pyclassify_core::engine::workload::{flow_header, random_flow, random_spec, Rng};
-use pyclassify_core::engine::{Decision, Defaults, FlowEnd, Judge, Model, PacketVerdict, SideVerdict, Source, Verdict};
+use pyclassify_core::engine::{Decision, Defaults, FlowEnd, Judge, Model, PacketVerdict, Source, Verdict};
 
 const DEFAULTS: [Defaults; 2] = [Defaults { pod_allow: true, host_allow: false }, Defaults { pod_allow: false, host_allow: true }];
 
@@ -185,7 +185,7 @@ fn compare(world: &World, model: &Model, seed: u64, flows: usize) -> usize {
                 let hv = inc.header_verdict(&h, d);
                 assert_eq!(hv, Some(got.clone()), "header path, seed {seed}: {flow:?}");
                 // Through the decision memo: the first time walks, the second hits.
-                let rec = judged(&want);
+                let rec = PacketVerdict::judged(&want);
                 assert_eq!(inc.packet_verdict(&h, d), rec, "memo (miss), seed {seed}: {flow:?}");
                 assert_eq!(inc.packet_verdict(&h, d), rec, "memo (hit), seed {seed}: {flow:?}");
                 memo_checked += 1;
@@ -195,30 +195,6 @@ fn compare(world: &World, model: &Model, seed: u64, flows: usize) -> usize {
     }
     assert!(flows == 0 || memo_checked > 0);
     decided
-}
-
-/// A verdict as the batch path records it (no Log trail).
-fn judged(v: &Verdict) -> PacketVerdict {
-    let side = |d: &Option<Decision>| match d {
-        None => SideVerdict::default(),
-        Some(d) => {
-            let (kind, source) = match d.source {
-                None => (0, -1),
-                Some(Source::Policy(i)) => (1, i as i32),
-                Some(Source::Profile(i)) => (2, i as i32),
-            };
-            SideVerdict {
-                present: 1,
-                allow: d.allow as u8,
-                reason: d.reason as u8,
-                source_kind: kind,
-                tier: d.tier.map_or(-1, |t| t as i32),
-                source,
-                rule: d.rule.map_or(-1, |r| r as i32),
-            }
-        }
-    };
-    PacketVerdict { allow: v.allow as u8, reason: 0, ct_state: 0, reserved: 0, egress: side(&v.egress), ingress: side(&v.ingress) }
 }
 
 #[test]
