@@ -32,7 +32,14 @@ NAME_PATH = ("metadata", "name")
 def object_key(doc: Document) -> ObjectKey:
     """What identifies an object in a cluster: two documents with the same key are the same
     object (the API server would keep one)."""
-    return (kinds.api_group(doc.api_version), doc.kind, doc.namespace, doc.name)
+    # Document's properties, read once (this runs for every document of a cluster)
+    obj = doc.obj
+    md = obj.get("metadata")
+    if not isinstance(md, dict):
+        md = {}
+    ns = md.get("namespace")
+    return (kinds.api_group(str(obj.get("apiVersion") or "")), str(obj.get("kind") or ""),
+            str(ns) if ns else None, str(md.get("name") or ""))
 
 
 @dataclass

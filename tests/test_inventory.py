@@ -675,3 +675,31 @@ def _pod_variants_cached():
     if not _CACHE:
         _CACHE.extend(_pod_variants())
     return _CACHE
+
+
+def test_bulk_constructors_build_the_same_objects():
+    """``endpoint`` and ``container_port`` (the loaders' bulk paths) equal the dataclasses' own
+    constructors field for field, and ``parse_ip``'s IPv4 shortcut equals ``ipaddress``."""
+    import dataclasses
+
+    from pyclassify.inventory import Endpoint, container_port, endpoint
+    from pyclassify.kinds.inventory import parse_ip
+
+    fields = dict(kind=EndpointKind.POD, name="web-1", namespace="prod", labels={"app": "web"},
+                  ips=(ip("10.0.0.1"),), ports=(ContainerPort(80, PROTO_TCP, "http"),), service_account="sa",
+                  node="n1", host_network=False, workload="ReplicaSet/web")
+    fast, slow = endpoint(**fields), Endpoint(**fields)
+    assert fast == slow and repr(fast) == repr(slow)
+    assert dataclasses.asdict(fast) == dataclasses.asdict(slow)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.name = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        endpoint(name="x", namespace="y", labels={})  # kind missing
+    with pytest.raises(TypeError):
+        endpoint(**fields, colour="blue")
+    assert container_port(80, PROTO_TCP, "http") is container_port(80, PROTO_TCP, "http")
+    assert container_port(80, PROTO_TCP, "http") == ContainerPort(80, PROTO_TCP, "http")
+    for text in ("10.244.84.3", "0.0.0.0", "255.255.255.255"):
+        parsed = parse_ip(text)
+        assert parsed == ip(text) and hash(parsed) == hash(ip(text)) and type(parsed) is type(ip(text))
+    assert parse_ip("10.1.2.03") is None and parse_ip("10.1.2") is None and parse_ip("256.1.1.1") is None
