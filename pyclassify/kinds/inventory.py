@@ -818,7 +818,8 @@ def valid_pod(doc: Document) -> Endpoint | None:
     if type(md) is not dict:
         return None
     name = md.get("name")
-    if type(name) is not str or not name or dns1123_subdomain_error(name):
+    # pod names are unique: checked directly, not through the cache that repeated values use
+    if type(name) is not str or not name or len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
         return None
     ns = md.get("namespace")
     if ns is None or ns == "":
