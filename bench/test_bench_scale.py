@@ -104,7 +104,11 @@ def _whole_process(args: list[str]) -> tuple[float, float]:
     probe = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
              "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
              "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    out = subprocess.run([sys.executable, "-c", probe, *args], check=True, capture_output=True, text=True).stdout
+    # As installed: pip compiles the modules, so a command does not (a CI shell may forbid
+    # writing bytecode; the first of the runs then writes it).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    out = subprocess.run([sys.executable, "-c", probe, *args], check=True, capture_output=True, text=True,
+                         env=env).stdout
     wall, rss = out.split()
     return float(wall), int(rss) / 1024
 

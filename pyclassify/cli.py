@@ -13,7 +13,6 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from pyclassify import __version__
 from pyclassify.selector import Selector, SelectorError, parse_labels
 
 if TYPE_CHECKING:
@@ -61,7 +60,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="pyclassify")
+@click.version_option(package_name="pyclassify", prog_name="pyclassify")
 def main() -> None:
     """pyclassify: packet classification for network policy.
 
