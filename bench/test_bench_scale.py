@@ -1,7 +1,8 @@
 """Cluster scale (issue 11): a generated cluster (``bench.cluster``: N pods in N/100
 namespaces, N/10 NetworkPolicies, 5 ANPs, a BANP, a Calico tier of 10 GNPs) at 1k and 10k pods
-(``PYCLASSIFY_SCALE_SIZES=1000,10000,100000`` adds 100k), each figure beside a baseline measured
-in the same run:
+(``PYCLASSIFY_SCALE_SIZES=1000,10000,100000`` adds 100k; ``PYCLASSIFY_SCALE_PACKETS`` and
+``PYCLASSIFY_SCALE_CHANGES`` shrink the capture and the changes for a smoke run), each figure
+beside a baseline measured in the same run:
 
 - normalize (documents to IR and inventory) and engine build, CPU seconds;
 - ``pyclassify explain`` as a whole process: wall time and peak RSS;
@@ -74,6 +75,7 @@ def cluster(request, tmp_path_factory):
     write_yaml(c, out / "yaml" / "cluster.yaml")
     write_json_compact(c, out / "json" / "cluster.json")
     packets, flows = (1_000_000, 20_000) if pods >= 10_000 else (200_000, 2_000)
+    packets = int(os.environ.get("PYCLASSIFY_SCALE_PACKETS", packets))  # the test run's smoke size
     write_capture(c, out / "cluster.pcap", packets, flows, seed=1)
     with collector_paused():
         docs = list(iter_paths([str(out / "yaml")], Problems()))

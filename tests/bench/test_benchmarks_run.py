@@ -1,0 +1,24 @@
+"""The cluster-scale benchmarks run (at a smoke size): a benchmark that no longer runs is found by
+the test run, not by the next person measuring. No figure is checked here; the benchmarks'
+own assertions (no change rebuilt the engine, verdict agreement) are."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("suite", ["bench/test_bench_scale.py", "bench/test_bench_load.py"])
+def test_benchmark_suite_runs_at_a_small_size(suite: str) -> None:
+    env = dict(os.environ, PYCLASSIFY_SCALE_SIZES="300", PYCLASSIFY_SCALE_PACKETS="20000",
+               PYCLASSIFY_SCALE_CHANGES="12", PYCLASSIFY_LOAD_SIZES="300")
+    r = subprocess.run([sys.executable, "-m", "pytest", suite, "-q", "-s", "-p", "no:cacheprovider",
+                        ], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1]
