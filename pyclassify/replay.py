@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import signal
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -54,6 +56,10 @@ class ReplaySummary:
     malformed: int = 0
     established: int = 0
     invalid: int = 0
+    policy: int = 0  # judged by policy (the rest: established, malformed, invalid)
+    policy_allowed: int = 0
+    # packets judged by policy with no policy at that end, per direction
+    no_policy: Counter = field(default_factory=Counter)
     seconds: float = 0.0
     interrupted: bool = False
     flow_keys: set[int] = field(default_factory=set, repr=False)
@@ -98,9 +104,13 @@ def flow_hashes(headers: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
 
 def _count_rules(summary: ReplaySummary, verdicts: npt.NDArray[Any]) -> None:
     judged = verdicts[verdicts["reason"] == PACKET_POLICY]
+    summary.policy += len(judged)
+    summary.policy_allowed += int(np.count_nonzero(judged["allow"]))
     for name, direction in (("egress", "egress"), ("ingress", "ingress")):
         side = judged[name]
-        side = np.ascontiguousarray(side[side["present"] == 1])
+        present = side["present"] == 1
+        summary.no_policy[direction] += len(side) - int(np.count_nonzero(present))
+        side = np.ascontiguousarray(side[present])
         if len(side) == 0:
             continue
         for rec, count in _distinct_records(side):
@@ -149,15 +159,26 @@ class Replay:
         self._writers: list[CaptureWriter] = []
         self._writer_by_kind: dict[str, tuple[CaptureWriter, tuple]] = {}
         self._index = 0
+        self._stop = False
 
     def run(self, paths: list[str], progress: Callable[[int], None] | None = None) -> ReplaySummary:
+        """Replays ``paths`` in order. A Ctrl-C (SIGINT) lets the batch being judged finish —
+        its verdicts counted and written, so the summary and every output agree — and then
+        stops; a second one interrupts at once."""
         start = time.perf_counter()
+        previous = self._defer_interrupts()
         try:
             for path in paths:
+                if self._stop:
+                    break
                 self._replay_one(path, progress)
         except KeyboardInterrupt:
             self.summary.interrupted = True
         finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+            if self._stop:
+                self.summary.interrupted = True
             for w in self._writers:
                 w.close()
             if self.out is not None and self.per_flow:
@@ -165,6 +186,24 @@ class Replay:
                     self.out.write(json.dumps(flow) + "\n")
             self.summary.seconds = time.perf_counter() - start
         return self.summary
+
+    def _defer_interrupts(self) -> Any:
+        """Turns the first SIGINT into a request to stop after the current batch; returns the
+        handler to restore (None off the main thread, where signals cannot be handled)."""
+        self._stop = False
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is not signal.default_int_handler:  # the caller handles SIGINT its own way
+            return None
+
+        def stop(signum: int, frame: Any) -> None:
+            if self._stop:  # asked twice: stop now
+                raise KeyboardInterrupt
+            self._stop = True
+
+        signal.signal(signal.SIGINT, stop)
+        return previous
 
     def _writer(self, which: str, cap: Any) -> CaptureWriter | None:
         """The allowed/denied writer, made like the first capture; later captures must share
@@ -204,8 +243,10 @@ class Replay:
                     self._write_lines(batch, verdicts)
                 if progress is not None:
                     progress(len(batch))
+                if self._stop:
+                    break
             self.summary.decode_errors.update({k: v for k, v in cap.counts.items() if k != "none"})
-            self.summary.problems.extend(f"{path}: {p}" for p in cap.problems)
+            self.summary.problems.extend(cap.problems)  # each names its file already
 
     def _account(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
         s = self.summary
@@ -316,6 +357,9 @@ class Replay:
             "malformed": s.malformed,
             "established": s.established,
             "invalid": s.invalid,
+            "policy": s.policy,
+            "policy_allowed": s.policy_allowed,
+            "no_policy": {d: s.no_policy[d] for d in ("egress", "ingress")},
             "flows": s.flows,
             "by_rule": self.by_rule(),
             "decode_errors": dict(sorted(s.decode_errors.items())),

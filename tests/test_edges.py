@@ -1,0 +1,245 @@
+"""The edges a new user hits (issue 18): ordinary mistakes and hostile input get a clear error,
+an ASCII fallback or a refusal — never a traceback, a crash, lost data or silent acceptance.
+
+Each test runs the command as a user runs it (a subprocess) unless it needs to reach inside."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = str(REPO / "examples" / "demo")
+PCAP = REPO / "pcaps" / "demo.pcap"
+PYCLASSIFY = [sys.executable, "-m", "pyclassify"]
+
+
+def run(*args: str | bytes, env: dict[str, str] | None = None, cwd: str | Path | None = None,
+        input: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*PYCLASSIFY, *args], capture_output=True, text=True, timeout=120,
+                          env=None if env is None else {**os.environ, **env}, cwd=cwd, input=input,
+                          errors="backslashreplace")
+
+
+def no_traceback(r: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
+
+
+# --- 1: an output that is an input is refused before anything is written ----------------------
+
+@pytest.mark.parametrize("option", ["--out", "--allowed", "--denied"])
+@pytest.mark.parametrize("through", ["same", "symlink", "hardlink"])
+def test_replay_refuses_to_overwrite_its_capture(tmp_path, option, through):
+    capture = tmp_path / "same.pcap"
+    capture.write_bytes(PCAP.read_bytes())
+    target = capture
+    if through == "symlink":
+        target = tmp_path / "link.pcap"
+        target.symlink_to(capture)
+    elif through == "hardlink":
+        target = tmp_path / "hard.pcap"
+        os.link(capture, target)
+    r = run("replay", DEMO, "--pcap", str(capture), option, str(target))
+    no_traceback(r)
+    assert r.returncode == 2, r.stderr
+    assert "same file" in r.stderr and option in r.stderr
+    assert capture.read_bytes() == PCAP.read_bytes()  # untouched
+
+
+def test_replay_refuses_a_manifest_as_output_and_two_outputs_in_one_file(tmp_path):
+    manifests = tmp_path / "m"
+    manifests.mkdir()
+    policy = manifests / "demo.yaml"
+    text = "\n---\n".join(p.read_text() for p in sorted(Path(DEMO).glob("*.yaml")))
+    policy.write_text(text)
+    r = run("replay", str(manifests), "--pcap", str(PCAP), "--out", str(policy))
+    assert r.returncode == 2 and "same file" in r.stderr
+    assert policy.read_text() == text
+    r = run("replay", DEMO, "--pcap", str(PCAP), "--out", str(tmp_path / "o"), "--denied", str(tmp_path / "o"))
+    assert r.returncode == 2 and "same file" in r.stderr
+
+
+# --- 5: an --out that cannot be opened --------------------------------------------------------
+
+def test_replay_out_that_cannot_be_opened_is_a_clean_error(tmp_path):
+    r = run("replay", DEMO, "--pcap", str(PCAP), "--out", str(tmp_path / "no" / "such" / "dir.jsonl"))
+    no_traceback(r)
+    assert r.returncode == 1 and "--out" in r.stderr and "No such file or directory" in r.stderr
+
+
+# --- 3, 15: selectors with lone surrogates, and long ones, in manifests ------------------------
+
+def _gnp(selector: str) -> str:
+    doc = {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
+           "metadata": {"name": "p"}, "spec": {"selector": selector, "types": ["Ingress"]}}
+    return json.dumps(doc, indent=1)  # ensure_ascii: a lone surrogate becomes a \udcff escape
+
+
+def test_selector_with_a_lone_surrogate_is_a_file_line_error():
+    # The manifest reader turns a \udcff escape into U+FFFD, but objects from the Kubernetes API
+    # and AdmissionReview bodies are read with json.loads, which keeps the lone surrogate.
+    from pyclassify.admission.policy import check_admission_documents
+    from pyclassify.project import build_project
+    from pyclassify.source import Document, Problems
+
+    gnp = json.loads(_gnp('app == "w\udcffb"'))
+    cap = json.loads(json.dumps({
+        "apiVersion": "containersecurity.tigera.io/v1beta1", "kind": "ContainerAdmissionPolicy",
+        "metadata": {"name": "p"},
+        "spec": {"selector": 'app == "w\udcffb"', "order": 1,
+                 "rules": [{"action": "Allow", "imagePath": {"operator": "IsOneOf", "values": ["x"]}}]}}))
+    assert "\udcff" in gnp["spec"]["selector"] and "\udcff" in cap["spec"]["selector"]
+    problems = Problems()
+    project = build_project([Document(gnp, "watch", 3), Document(cap, "watch", 9)], problems)
+    check_admission_documents(project.admission_documents, problems)
+    errors = [str(p) for p in problems.errors]
+    assert any(e.startswith("watch:3: spec.selector: invalid selector") and "UTF-8" in e for e in errors), errors
+    assert any(e.startswith("watch:9: spec.selector: invalid selector") and "UTF-8" in e for e in errors), errors
+
+
+def test_check_shows_a_window_of_a_long_invalid_selector(tmp_path):
+    f = tmp_path / "p.json"
+    f.write_text(_gnp("a == 'b' && " + "x" * 1_000_000 + " &&"))
+    r = run("check", str(f))
+    no_traceback(r)
+    assert r.returncode == 1 and "invalid selector" in r.stderr
+    assert len(r.stderr) < 2000, len(r.stderr)
+
+
+# --- 4: bytes that are not UTF-8 on the command line ------------------------------------------
+
+def test_non_utf8_arguments_are_usage_errors():
+    for args in ([b"selector", b"a == '\xff'"], [b"selector", b"has(a)", b"--labels", b"a=\xff"],
+                 [b"explain", DEMO.encode(), b"--from", b"\xff/x", b"--to", b"backend/api"]):
+        r = subprocess.run([sys.executable, "-m", "pyclassify", *args], capture_output=True, timeout=120)
+        stderr = r.stderr.decode("utf-8", "replace")
+        assert "Traceback" not in stderr, stderr
+        assert r.returncode == 2 and "UTF-8" in stderr
+
+
+def test_repeated_label_is_a_usage_error():
+    r = run("selector", "a == 'b'", "--labels", "a=b,a=c")
+    assert r.returncode == 2 and "twice" in r.stderr
+
+
+# --- 6: a stdout that cannot show the symbols --------------------------------------------------
+
+@pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}])
+def test_ascii_stdout_gets_ascii_forms(env):
+    for args in (("matrix", DEMO, "--port", "80"), ("check", DEMO),
+                 ("replay", DEMO, "--pcap", str(PCAP)),
+                 ("selector", "a == 'b' && " + "x" * 200 + " ==")):
+        r = subprocess.run([*PYCLASSIFY, *args], capture_output=True, timeout=120, env={**os.environ, **env})
+        assert b"Traceback" not in r.stderr, r.stderr.decode(errors="replace")
+        assert r.returncode in (0, 1), r.stderr
+        r.stdout.decode("ascii")  # nothing but ASCII
+        r.stderr.decode("ascii")
+
+
+# --- 7: Ctrl-C: the verdict file holds exactly what the summary counts -------------------------
+
+def test_interrupt_while_writing_keeps_file_and_summary_in_agreement(tmp_path):
+    from pyclassify.engine import NativeEngine
+    from pyclassify.project import load_project
+    from pyclassify.replay import Replay
+
+    class InterruptedOut:
+        """--out whose tenth line arrives with a Ctrl-C."""
+
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.lines.append(text)
+            if len(self.lines) == 10:
+                os.kill(os.getpid(), signal.SIGINT)
+            return len(text)
+
+    project = load_project([DEMO])
+    out = InterruptedOut()
+    replay = Replay(NativeEngine(project.policy_set, project.inventory), out=out)  # type: ignore[arg-type]
+    summary = replay.run([str(PCAP), str(PCAP)])
+    assert summary.interrupted
+    assert summary.packets == len(out.lines) == 48  # the first capture, whole; not the second
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# --- 17: the replay summary adds up -----------------------------------------------------------
+
+def test_replay_summary_numbers_add_up():
+    r = run("replay", DEMO, "--pcap", str(PCAP), "--json")
+    s = json.loads(r.stdout)
+    assert s["policy"] + s["established"] + s["invalid"] + s["malformed"] == s["packets"]
+    for direction in ("egress", "ingress"):
+        listed = sum(row["packets"] for row in s["by_rule"] if row["direction"] == direction)
+        assert listed + s["no_policy"][direction] == s["policy"]
+    text = run("replay", DEMO, "--pcap", str(PCAP)).stdout
+    lines = text.splitlines()
+    counts = [int(line.split()[0]) for line in lines[1:5]]
+    assert sum(counts) == s["packets"], text
+    assert "by connection tracking" in lines[2] and "denied" not in lines[2]
+    for direction in ("egress", "ingress"):
+        rows = [line for line in lines[6:] if line.split()[1:2] == [direction]]
+        assert sum(int(line.split()[0]) for line in rows) == s["policy"], text
+
+
+def test_replay_summary_without_policy_decisions_says_so(tmp_path):
+    empty = tmp_path / "ns.yaml"
+    empty.write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n")
+    r = run("replay", str(empty), "--pcap", str(PCAP), "--no-conntrack")
+    assert r.returncode == 0, r.stderr
+    assert "decided by policy:\n" not in r.stdout
+
+
+# --- 18: explain's arguments ------------------------------------------------------------------
+
+def test_explain_prints_protocol_names_and_refuses_fields_the_protocol_lacks():
+    r = run("explain", DEMO, "--from", "frontend/web", "--to", "backend/api", "--proto", "6", "--port", "8080")
+    assert r.returncode == 0 and "TCP/8080" in r.stdout
+    for args in (("--proto", "TCP", "--icmp-type", "8"), ("--proto", "ICMP", "--port", "80"),
+                 ("--proto", "ICMP", "--icmp-code", "0")):
+        r = run("explain", DEMO, "--from", "frontend/web", "--to", "backend/api", *args)
+        assert r.returncode == 2, (args, r.stdout)
+
+
+def test_help_documents_arguments_and_ends_with_examples():
+    h = run("explain", "--help").stdout
+    assert "ns/Kind/name" in h and "without a port" in h
+    assert "ICMP/ICMPv6 type" in h and "ICMP/ICMPv6 code" in h
+    commands = ["selector", "check", "explain", "matrix", "replay", "render", "enforce", "monitor", "admit",
+                "admission-webhook"]
+    for command in commands:
+        r = run(command, "--help")
+        assert r.returncode == 0, r.stderr
+        tail = r.stdout.rstrip().split("Examples:")
+        assert len(tail) == 2, (command, r.stdout)
+        assert f"pyclassify {command}" in tail[1] and "Options:" not in tail[1], command
+
+
+# --- 19: monitor shows control bytes escaped ---------------------------------------------------
+
+def test_monitor_escapes_control_bytes(tmp_path):
+    event = {"event": "deny", "ts": 1.0, "src": "10.0.0.1", "dst": "10.0.0.2", "proto": "TCP", "dport": 80,
+             "src_endpoint": "ns/\x1b[2J\x1b]0;owned\x07pod\r", "ingress": {"verdict": "deny", "policy": "p\u202eevil"}}
+    f = tmp_path / "events.jsonl"
+    f.write_text(json.dumps(event) + "\n" + "not json \x1b[31m\n")
+    r = run("monitor", str(f))
+    assert r.returncode == 0, r.stderr
+    for text in (r.stdout, r.stderr):
+        assert "\x1b" not in text and "\x07" not in text and "\r" not in text and "\u202e" not in text
+    assert "\\x1b[2J" in r.stdout and "\\u202e" in r.stdout and "\\x1b[31m" in r.stderr
+
+
+# --- 20: enforce --help says what it does to the machine ---------------------------------------
+
+def test_enforce_help_says_what_it_needs_and_touches():
+    h = " ".join(run("enforce", "--help").stdout.split())
+    assert "root" in h and "CAP_NET_ADMIN" in h
+    assert "ip6tables" in h and "filter table" in h
+    assert "promiscuous" in h
