@@ -221,6 +221,9 @@ def _load(paths: tuple[str, ...]) -> "Project":
         n = len(project.problems.errors)
         err.print(f"[red]{n} error{'s' if n != 1 else ''}[/red]: fix the manifests (see `pyclassify check`)")
         _fail(EXIT_INVALID)
+    if project.problems.empty_inputs:
+        _print_problems(project.problems)
+        _fail(EXIT_INVALID)
     return project
 
 
@@ -252,7 +255,8 @@ def check_cmd(paths: tuple[str, ...], as_json: bool) -> None:
     if as_json:
         _emit_json(
             {
-                "valid": not problems.errors,
+                "valid": not problems.errors and not problems.empty_inputs,
+                "empty_inputs": problems.empty_inputs,
                 "documents": project.document_count,
                 "policies": len(policies),
                 "endpoints": len(project.inventory.endpoints),
@@ -276,8 +280,10 @@ def check_cmd(paths: tuple[str, ...], as_json: bool) -> None:
         )
         n_err, n_warn = len(problems.errors), len(problems.warnings)
         status = "[green]valid[/green]" if not n_err else f"[red]{n_err} error{'s' if n_err != 1 else ''}[/red]"
+        if not n_err and problems.empty_inputs:
+            status = f"[red]nothing to check in {escape(', '.join(problems.empty_inputs))}[/red]"
         out.print(f"{status}, {n_warn} warning{'s' if n_warn != 1 else ''} {symbol('—', '-')} {summary}")
-    if problems.errors:
+    if problems.errors or problems.empty_inputs:
         _fail(EXIT_INVALID)
 
 
@@ -497,6 +503,8 @@ def replay_cmd(paths: tuple[str, ...], pcaps: tuple[str, ...], out_path: str | N
         _print_replay(summary)
     if replay.summary.interrupted:
         _fail(130)
+    if replay.summary.unreadable:
+        _fail(EXIT_INVALID)
 
 
 def _file_id(path: str) -> tuple[int, int] | None:
@@ -578,6 +586,8 @@ def _print_replay(summary: dict[str, Any]) -> None:
         out.print(f"[yellow]decode[/yellow]: {n} packets {kind}")
     for problem in s["problems"]:
         out.print(f"[yellow]capture[/yellow]: {escape(problem)}")
+    for path in s["unreadable"]:
+        err.print(f"[red]error[/red]: {escape(path)}: could not be read as a capture")
     if s["interrupted"]:
         out.print("[yellow]interrupted[/yellow]: summary of the packets replayed so far")
 

@@ -21,6 +21,7 @@ from pyclassify.bulk import collector_paused
 from pyclassify.inventory import Endpoint, Inventory
 from pyclassify.ir import Policy, PolicySet, Profile, Tier
 from pyclassify.kinds.inventory import InventoryBuilder
+from pyclassify.kinds.versions import kind_problem
 from pyclassify.loader import iter_paths
 from pyclassify.source import Document, Problems
 
@@ -84,6 +85,7 @@ def load_project(paths: list[str], problems: Problems | None = None) -> Project:
     with collector_paused():
         project = build_project(iter_paths(paths, loading), problems)
     problems.items[before:before] = loading.items
+    problems.empty_inputs.extend(loading.empty_inputs)
     return project
 
 
@@ -134,6 +136,10 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
 def _normalize(doc: Document, kind: tuple[str, str], builder: InventoryBuilder, policies: list[Policy],
                tiers: list[Tier], profiles: list[Profile], skipped: Counter[str], problems: Problems) -> None:
     """One document into the inventory and the IR."""
+    mistake = kind_problem(doc.api_version, doc.kind)
+    if mistake is not None:  # an unknown version of a known kind, a misspelt kind
+        problems.error(doc, (mistake[0],), mistake[1])
+        return
     inventory_kind = kinds.is_inventory_kind(doc, kind)
     if inventory_kind:
         builder.add(doc)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import signal
+import stat
 import threading
 import time
 from collections import Counter
@@ -67,6 +69,8 @@ class ReplaySummary:
     by_rule: Counter = field(default_factory=Counter, repr=False)
     decode_errors: Counter = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+    #: captures that could not be read as captures at all (a problem, and no packet)
+    unreadable: list[str] = field(default_factory=list)
 
     @property
     def flows(self) -> int:
@@ -227,7 +231,11 @@ class Replay:
         return writer
 
     def _replay_one(self, path: str, progress: Callable[[int], None] | None) -> None:
-        with open_capture(path) as cap:
+        # Read in windows, not memory-mapped: a capture another process truncates underneath
+        # would make a mapped read fault (SIGBUS); read, it just ends early, and is reported.
+        before = _file_state(path)
+        packets_before = self.summary.packets
+        with open_capture(path, stream=True) as cap:
             for batch in cap:
                 verdicts = self.engine.judge(batch.headers, batch.quotes, self.tracker, **self.defaults)
                 self._account(batch, verdicts)
@@ -247,6 +255,19 @@ class Replay:
                     break
             self.summary.decode_errors.update({k: v for k, v in cap.counts.items() if k != "none"})
             self.summary.problems.extend(cap.problems)  # each names its file already
+            problems = bool(cap.problems)
+        after = _file_state(path)
+        if before is not None and after is not None and before != after:
+            problems = True
+            if after[0] < before[0]:
+                self.summary.problems.append(
+                    f"{path}: truncated while being read (from {before[0]} to {after[0]} bytes, by another "
+                    f"process?): the packets read before are counted, the rest is missing")
+            elif after[0] == before[0]:
+                self.summary.problems.append(
+                    f"{path}: changed while being read: the verdicts may mix old and new contents")
+        if problems and self.summary.packets == packets_before and not self._stop:
+            self.summary.unreadable.append(path)
 
     def _account(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
         s = self.summary
@@ -364,11 +385,25 @@ class Replay:
             "by_rule": self.by_rule(),
             "decode_errors": dict(sorted(s.decode_errors.items())),
             "problems": s.problems,
+            "unreadable": s.unreadable,
             "conntrack": self.tracker.stats() if self.tracker is not None else None,
             "seconds": round(s.seconds, 6),
             "packets_per_second": round(s.rate, 1),
             "interrupted": s.interrupted,
         }
+
+
+def _file_state(path: str) -> tuple[int, int, int] | None:
+    """(size, modification time, inode) of a regular file; None for stdin, pipes and the like."""
+    if path == "-":
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 def total_packets(paths: list[str]) -> int | None:

@@ -243,3 +243,179 @@ def test_enforce_help_says_what_it_needs_and_touches():
     assert "root" in h and "CAP_NET_ADMIN" in h
     assert "ip6tables" in h and "filter table" in h
     assert "promiscuous" in h
+
+
+# --- 10: directory links are followed, loops and dangling links reported -----------------------
+
+NP = """apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{name: {name}, namespace: default}}
+spec: {{podSelector: {{}}, policyTypes: [Ingress]}}
+"""
+
+
+def test_symlinked_directories_are_followed_once_and_dangling_links_reported(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "np.yaml").write_text(NP.format(name="a"))
+    top = tmp_path / "top"
+    top.mkdir()
+    (top / "linkdir").symlink_to(real, target_is_directory=True)
+    (real / "loop").symlink_to(top, target_is_directory=True)  # top/linkdir/loop -> top
+    (top / "gone.yaml").symlink_to(tmp_path / "nowhere.yaml")
+    r = run("check", str(top), "--json")
+    no_traceback(r)
+    doc = json.loads(r.stdout)
+    assert doc["documents"] == 1 and doc["policies"] == 1, doc
+    warnings = " ".join(w["message"] for w in doc["warnings"])
+    assert "dangling link" in warnings and "not read again" in warnings
+    assert any(w["file"] == str(top / "gone.yaml") for w in doc["warnings"])
+
+
+# --- 11: nothing found is not "valid" -----------------------------------------------------------
+
+def test_a_path_without_manifests_warns_and_exits_1(tmp_path):
+    (tmp_path / "README.txt").write_text("not a manifest")
+    comments = tmp_path / "c.yaml"
+    comments.write_text("# nothing here\n")
+    for path in (tmp_path / "README.txt", comments):
+        pass
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for target in (empty, comments):
+        r = run("check", str(target))
+        no_traceback(r)
+        assert r.returncode == 1 and "warning" in r.stderr and str(target) in r.stderr, r.stderr
+        assert "valid" not in r.stdout.split(",")[0]
+    r = run("explain", str(empty), "--from", "10.0.0.1", "--to", "10.0.0.2")
+    assert r.returncode == 1 and "nothing to read" in r.stderr
+    # A path with manifests beside an empty one: the run still says so.
+    r = run("check", DEMO, str(empty))
+    assert r.returncode == 1
+
+
+# --- 12: near-miss kinds and unknown versions of known groups -----------------------------------
+
+def test_misspelt_kinds_and_unknown_versions_are_errors(tmp_path):
+    f = tmp_path / "m.yaml"
+    f.write_text(NP.format(name="a").replace("kind: NetworkPolicy", "kind: NetworkPolicys") + "---\n"
+                 + NP.format(name="b").replace("networking.k8s.io/v1", "networking.k8s.io/v2") + "---\n"
+                 + "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolcy\nmetadata: {name: c}\n---\n"
+                 + "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: d}\n")
+    r = run("check", str(f), "--json")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and doc["policies"] == 0
+    errors = {(e["line"], e["path"]): e["message"] for e in doc["errors"]}
+    assert "did you mean NetworkPolicy" in errors[(2, "kind")]
+    assert "unknown version 'networking.k8s.io/v2'" in errors[(6, "apiVersion")]
+    assert "did you mean GlobalNetworkPolicy" in errors[(12, "kind")]
+    assert len(errors) == 3 and doc["skipped"] == {"v1/ConfigMap": 1}
+
+
+# --- 13: the same object in two files -----------------------------------------------------------
+
+def test_duplicates_across_files_name_both_places(tmp_path):
+    (tmp_path / "a.yaml").write_text(NP.format(name="same"))
+    (tmp_path / "b.yaml").write_text("# the same again\n" + NP.format(name="same"))
+    pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\nspec: {containers: []}\n"
+    (tmp_path / "c.yaml").write_text(pod)
+    (tmp_path / "d.yaml").write_text(pod)
+    r = run("check", str(tmp_path))
+    assert r.returncode == 1
+    errors = [line for line in r.stderr.splitlines() if "duplicate" in line]
+    assert any(line.startswith(f"{tmp_path / 'b.yaml'}:4:") and f"{tmp_path / 'a.yaml'}:3" in line for line in errors), errors
+    assert any(line.startswith(f"{tmp_path / 'd.yaml'}:") and str(tmp_path / "c.yaml") in line for line in errors), errors
+
+
+# --- 14: corrupt captures exit 1, with real offsets and the file named once --------------------
+
+def _pcap_header(version: int = 2, linktype: int = 1) -> bytes:
+    import struct
+
+    return struct.pack("<IHHiIII", 0xA1B2C3D4, version, 4, 0, 0, 65535, linktype)
+
+
+def test_corrupt_captures_exit_1_with_real_offsets(tmp_path):
+    import struct
+
+    shb = struct.pack("<IIIHHqI", 0x0A0D0D0A, 28, 0x1A2B3C4D, 1, 0, -1, 28)
+    idb = struct.pack("<IIHHII", 1, 20, 1, 0, 65535, 20)
+    cases = {
+        "impossible-block.pcapng": (shb + idb + struct.pack("<II", 6, 0xFFFFFFF0) + b"\0" * 64, "offset 48"),
+        "version.pcap": (_pcap_header(version=9) + b"\0" * 40, "version 9.4"),
+        "linktype.pcap": (_pcap_header(linktype=4242) + struct.pack("<IIII", 0, 0, 4, 4) + b"abcd", "link type 4242"),
+    }
+    for name, (data, said) in cases.items():
+        f = tmp_path / name
+        f.write_bytes(data)
+        for stdin in (False, True):
+            if stdin:
+                r = subprocess.run([*PYCLASSIFY, "replay", DEMO, "--pcap", "-"], input=data, capture_output=True, timeout=120)
+                out = (r.stdout + r.stderr).decode()
+            else:
+                r = run("replay", DEMO, "--pcap", str(f))
+                out = r.stdout + r.stderr
+            assert "Traceback" not in out
+            assert r.returncode == 1, (name, out)
+            assert said in out, (name, out)
+            if not stdin:
+                assert out.count(name) == out.count(str(f)) >= 1 and f"{f}: {f}" not in out, out
+
+
+# --- 2: a capture truncated underneath is a reported truncation, not a Bus error ---------------
+
+TRUNCATE = r"""
+import sys
+from pyclassify import cli, engine
+capture = sys.argv[1]
+real = engine.NativeEngine.judge
+calls = []
+def judge(self, *args, **kwargs):
+    calls.append(1)
+    if len(calls) == 1:
+        with open(capture, "r+b") as f:  # another process cuts the capture after the first batch
+            f.truncate(4096)
+    return real(self, *args, **kwargs)
+engine.NativeEngine.judge = judge
+cli.main(sys.argv[2:])
+"""
+
+
+def test_capture_truncated_during_replay_is_reported(tmp_path):
+    import struct
+
+    from pyclassify.capture import read_all
+
+    frame = bytes.fromhex("ffffffffffff0000000000010800" "4500001c000100004011f97b0a00010a0a000214") + b"\0" * 8
+    frame = frame[:14] + frame[14:34] + b"\x30\x39\x00\x35\x00\x08\x00\x00"
+    packets = 70_000  # more than one batch (65,536)
+    record = b"".join(struct.pack("<IIII", i // 1000, i % 1000, len(frame), len(frame)) + frame
+                      for i in range(packets))
+    capture = tmp_path / "big.pcap"
+    capture.write_bytes(_pcap_header() + record)
+    allowed, out = tmp_path / "allowed.pcap", tmp_path / "out.jsonl"
+    r = subprocess.run([sys.executable, "-c", TRUNCATE, str(capture), "replay", DEMO, "--pcap", str(capture),
+                        "--allowed", str(allowed), "--out", str(out), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode in (0, 1), (r.returncode, r.stderr[-2000:])
+    summary = json.loads(r.stdout)
+    assert any("truncated while being read" in p for p in summary["problems"]), summary["problems"]
+    assert 0 < summary["packets"] <= packets
+    assert len(out.read_text().splitlines()) == summary["packets"]
+    headers, _, cap = read_all(str(allowed))
+    assert len(headers) == summary["allowed"] and not cap.problems
+
+
+# --- 21: a manifest larger than the bound is rejected before it is read -------------------------
+
+def test_manifest_size_is_bounded(tmp_path):
+    big = tmp_path / "big.yaml"
+    big.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata:\n  k: " + "a" * 5000 + "\n")
+    r = run("check", str(big), env={"PYCLASSIFY_MAX_MANIFEST_BYTES": "4096"})
+    assert r.returncode == 1 and "larger than the limit of 4096 bytes" in r.stderr, r.stderr
+    r = run("check", "-", env={"PYCLASSIFY_MAX_MANIFEST_BYTES": "4096"}, input=big.read_text())
+    assert r.returncode == 1 and "<stdin>" in r.stderr and "larger than the limit" in r.stderr
+    assert run("check", str(big)).returncode == 0
+    from pyclassify.loader import DEFAULT_MAX_MANIFEST_BYTES
+
+    assert DEFAULT_MAX_MANIFEST_BYTES < 50 * 1024 * 1024 * 10
