@@ -419,3 +419,40 @@ def test_manifest_size_is_bounded(tmp_path):
     from pyclassify.loader import DEFAULT_MAX_MANIFEST_BYTES
 
     assert DEFAULT_MAX_MANIFEST_BYTES < 50 * 1024 * 1024 * 10
+
+
+# --- 16: demo.sh says what it waits for, and prints its commands as one would type them ---------
+
+SCRIPTS = REPO / "scripts"
+
+
+def test_demo_prints_commands_with_their_quotes(tmp_path):
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run(["bash", str(SCRIPTS / "demo.sh"), "--installed"], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "\n$ pyclassify selector \"a == 'b' && has(c)\" --labels a=b,c=1\n" in r.stdout
+    # Whatever the argument, the printed form is read back by the shell as that argument.
+    text = (SCRIPTS / "demo.sh").read_text()
+    quote = text[text.index("quote() {"):text.index("\n}\n", text.index("quote() {")) + 3]
+    tricky = ["plain", "a b", "a == 'b'", 'say "hi"', "$HOME `x` \\ !", "it's \"both\"", "", "*"]
+    for arg in tricky:
+        script = quote + 'eval "set -- $(quote "$1")"; printf "%s" "$1"'
+        back = subprocess.run(["bash", "-c", script, "bash", arg], capture_output=True, text=True, timeout=60)
+        assert back.stdout == arg, (arg, back.stdout, back.stderr)
+
+
+def test_venv_script_says_what_it_waits_for_and_shows_pips_progress(tmp_path):
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "venv.sh").write_text((SCRIPTS / "venv.sh").read_text())
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    fake = bin_dir / "python"  # records how pip would be run
+    fake.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/pip-args\n')
+    fake.chmod(0o755)
+    r = subprocess.run(["bash", "-c", f"source {tmp_path}/scripts/venv.sh test"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "minutes" in r.stdout and "Rust" in r.stdout
+    args = (tmp_path / "pip-args").read_text().split()
+    assert args[:3] == ["-m", "pip", "install"] and "-q" not in args and "--quiet" not in args
