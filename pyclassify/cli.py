@@ -250,7 +250,10 @@ def check_cmd(paths: tuple[str, ...], as_json: bool) -> None:
     check_admission_documents(project.admission_documents, project.problems)
     admission = sum(n for k, n in project.skipped.items() if k.endswith("/ContainerAdmissionPolicy"))
     skipped_kinds = {k: n for k, n in project.skipped.items() if not k.endswith("/ContainerAdmissionPolicy")}
-    policies = project.policy_set.policies
+    from pyclassify import failsafe
+
+    # The failsafe policies are built in, not read: not counted among the manifests' policies.
+    policies = [p for p in project.policy_set.policies if p.kind != failsafe.KIND]
     unenforceable = [{"policy": p.ref, "reasons": list(p.unenforceable)} for p in policies if p.unenforceable]
     if as_json:
         _emit_json(
