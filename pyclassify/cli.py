@@ -340,12 +340,20 @@ Examples:
               help="ICMP/ICMPv6 type (with --proto ICMP or ICMPv6), e.g. 8 for an echo request.")
 @click.option("--icmp-code", type=click.IntRange(0, 255), default=None,
               help="ICMP/ICMPv6 code (with --proto ICMP or ICMPv6 and --icmp-type).")
+@click.option("--service-backend", "service_backend", metavar="ADDR|NS/POD", callback=utf8_text, default=None,
+              help="With --to a Service's ClusterIP (or a node address and NodePort): judge only this backend.")
 @default_option
 @engine_option
 @json_option
 def explain_cmd(paths: tuple[str, ...], src: str, dst: str, proto: str, port: int | None, sport: int | None,
-                icmp_type: int | None, icmp_code: int | None, default: str | None, engine: str, as_json: bool) -> None:
-    """Verdict for one flow, with the deciding tier, policy and rule of each direction."""
+                icmp_type: int | None, icmp_code: int | None, service_backend: str | None, default: str | None,
+                engine: str, as_json: bool) -> None:
+    """Verdict for one flow, with the deciding tier, policy and rule of each direction.
+
+    A flow to a Service's ClusterIP, or to a node's address on a NodePort, is judged as
+    kube-proxy delivers it: once per backend (the Service's EndpointSlices, or the pods its
+    selector picks), to the backend's target port; it is allowed when every backend is
+    (--service-backend picks one)."""
     from pyclassify.analysis import UnknownEnd, explain
     from pyclassify.kinds.common import protocol_name
 
@@ -353,7 +361,8 @@ def explain_cmd(paths: tuple[str, ...], src: str, dst: str, proto: str, port: in
     _check_flow_options(protocol, port, sport, icmp_type, icmp_code)
     project = _load(paths)
     try:
-        result = explain(project, src, dst, protocol, port, sport, icmp_type, icmp_code, default, engine)
+        result = explain(project, src, dst, protocol, port, sport, icmp_type, icmp_code, default, engine,
+                         service_backend)
     except UnknownEnd as e:
         raise click.BadParameter(str(e)) from e
     if as_json:
@@ -368,13 +377,35 @@ def explain_cmd(paths: tuple[str, ...], src: str, dst: str, proto: str, port: in
     if icmp_type is not None:
         port_text = f" type {icmp_type}" + (f" code {icmp_code}" if icmp_code is not None else "")
     out.print(f"flow:    {names[0]} -> {names[1]} {escape(protocol_name(protocol))}{port_text}")
-    sides = (("egress ", names[0], result.verdict.egress), ("ingress", names[1], result.verdict.ingress))
-    for direction, name, decision in sides:
-        out.print(f"{direction}: {name}: {_describe(decision)}")
-        for tier, policy, rule in decision.logs if decision else []:
-            out.print(f"         logged by {escape(policy)} rule {escape(str(rule))}" + (f" in tier {tier}" if tier else ""))
+    if result.service is None:
+        _print_sides(names[0], names[1], result.verdict)
+    else:
+        svc = result.service.service
+        out.print(f"service: {escape(svc.namespace)}/{escape(svc.name)} by its {result.service.via}: "
+                  f"{len(result.backends or [])} backend(s) judged as kube-proxy delivers the flow")
+        for b in result.backends or []:
+            end = end_json(b.flow.dst)
+            name = escape(end["endpoint"] or "outside") + f" ({end['ip']})"
+            colour = "green" if b.verdict.allowed else "red"
+            out.print(f"backend: {name} {escape(protocol_name(protocol))}/{b.flow.dport}: "
+                      f"[{colour}]{b.verdict.verdict.upper()}[/{colour}]")
+            _print_sides(names[0], name, b.verdict, indent="  ")
+        if result.note:
+            out.print(f"note:    {escape(result.note)}")
     colour = "green" if result.verdict.allowed else "red"
-    out.print(f"verdict: [{colour}]{result.verdict.verdict.upper()}[/{colour}]")
+    every = ""
+    if result.backends is not None and len(result.backends) > 1:
+        denied = sum(not b.verdict.allowed for b in result.backends)
+        every = " (every backend)" if not denied else f" ({denied} of {len(result.backends)} backends)"
+    out.print(f"verdict: [{colour}]{result.verdict.verdict.upper()}[/{colour}]{every}")
+
+
+def _print_sides(src_name: str, dst_name: str, verdict: Any, indent: str = "") -> None:
+    sides = (("egress ", src_name, verdict.egress), ("ingress", dst_name, verdict.ingress))
+    for direction, name, decision in sides:
+        out.print(f"{indent}{direction}: {name}: {_describe(decision)}")
+        for tier, policy, rule in decision.logs if decision else []:
+            out.print(f"{indent}         logged by {escape(policy)} rule {escape(str(rule))}" + (f" in tier {tier}" if tier else ""))
 
 
 PORT_PROTOCOLS = {6: "TCP", 17: "UDP", 132: "SCTP"}

@@ -29,11 +29,13 @@ from pyclassify.engine import (
     PACKET_INVALID,
     PACKET_MALFORMED,
     PACKET_POLICY,
+    VERDICT_DTYPE,
     NativeEngine,
     Tracker,
 )
 from pyclassify.ir import Direction
 from pyclassify.kinds.common import protocol_name
+from pyclassify.services import ServiceMap
 
 PACKET_REASONS = {
     PACKET_POLICY: "policy",
@@ -164,6 +166,54 @@ class Replay:
         self._writer_by_kind: dict[str, tuple[CaptureWriter, tuple]] = {}
         self._index = 0
         self._stop = False
+        # Service virtual addresses, judged as kube-proxy delivers them (pyclassify.services);
+        # one connection tracker per backend choice, apart from the main one.
+        self.services = ServiceMap(engine.inventory)
+        self._service_trackers: dict[int, Tracker] = {}
+        self._service_entries: npt.NDArray[np.int64] | None = None  # of the batch being written
+
+    def _judge(self, batch: Batch) -> npt.NDArray[Any]:
+        """The batch's verdicts; packets to or from a Service's virtual address are judged
+        against its backends (every one, when it has several: allowed only if all allow)."""
+        headers, quotes = batch.headers, batch.quotes
+        entry, forward = self.services.match(headers)
+        service = entry >= 0
+        self._service_entries = entry if service.any() else None
+        if self._service_entries is None:
+            return self.engine.judge(headers, quotes, self.tracker, **self.defaults)
+        out = np.zeros(len(headers), dtype=VERDICT_DTYPE)
+        plain = np.flatnonzero(~service)
+        if len(plain):
+            out[plain] = self.engine.judge(headers[plain], None if quotes is None else quotes[plain],
+                                           self.tracker, **self.defaults)
+        idx = np.flatnonzero(service)
+        sub, sub_entry, sub_forward = headers[idx], entry[idx], forward[idx]
+        sub_quotes = None if quotes is None else np.ascontiguousarray(quotes[idx])
+        choices = max(1, max(len(self.services.entries[e].backends) for e in np.unique(sub_entry).tolist()))
+        combined = None
+        for choice in range(choices):
+            tracker = None
+            if self.tracker is not None:
+                tracker = self._service_trackers.get(choice)
+                if tracker is None:
+                    tracker = self._service_trackers[choice] = Tracker()
+            rewritten = self.services.rewrite(sub, sub_entry, sub_forward, choice)
+            verdicts = self.engine.judge(rewritten, sub_quotes, tracker, **self.defaults)
+            if combined is None:
+                combined = verdicts
+            else:  # the first backend that denies speaks for the packet
+                denies = (verdicts["allow"] == 0) & (combined["allow"] == 1)
+                combined[denies] = verdicts[denies]
+        assert combined is not None
+        # No backend at all: kube-proxy delivers nothing (rejected), whatever policy says.
+        empty = np.array([not self.services.entries[e].backends for e in sub_entry.tolist()], dtype=bool)
+        if empty.any():
+            combined["allow"][empty] = 0
+            combined["reason"][empty] = PACKET_POLICY
+            combined["egress"]["present"][empty] = 0
+            combined["ingress"]["present"][empty] = 0
+        out[idx] = combined
+        return out
 
     def run(self, paths: list[str], progress: Callable[[int], None] | None = None) -> ReplaySummary:
         """Replays ``paths`` in order. A Ctrl-C (SIGINT) lets the batch being judged finish —
@@ -237,7 +287,7 @@ class Replay:
         packets_before = self.summary.packets
         with open_capture(path, stream=True) as cap:
             for batch in cap:
-                verdicts = self.engine.judge(batch.headers, batch.quotes, self.tracker, **self.defaults)
+                verdicts = self._judge(batch)
                 self._account(batch, verdicts)
                 # Made after the first batch: pcapng interfaces are known by then.
                 allowed_w, denied_w = self._writer("allowed", cap), self._writer("denied", cap)
@@ -301,6 +351,9 @@ class Replay:
             if flow is None:
                 line = self._line(h, v, reason)
                 flow = {key: line[key] for key in ("src", "dst", "src_endpoint", "dst_endpoint", "proto", "sport", "dport")}
+                service = self._service_json(k)
+                if service is not None:
+                    flow["service"] = service
                 flow.update({"first_index": self._index, "first_ts": line["ts"], "last_ts": line["ts"],
                              "packets": 0, "allowed": 0, "denied": 0, "verdict": None, "egress": None,
                              "ingress": None})
@@ -341,10 +394,20 @@ class Replay:
             line["icmp_type"], line["icmp_code"] = int(h["icmp_type"]), int(h["icmp_code"])
         return line
 
+    def _service_json(self, k: int) -> dict[str, Any] | None:
+        """For packet ``k`` of the batch being written: the Service it was judged through."""
+        if self._service_entries is None or self._service_entries[k] < 0:
+            return None
+        return self.services.entries[int(self._service_entries[k])].to_json()
+
     def _write_lines(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
         assert self.out is not None
-        for h, v in zip(batch.headers, verdicts):
-            self.out.write(json.dumps(self._line(h, v, PACKET_REASONS[int(v["reason"])])) + "\n")
+        for k, (h, v) in enumerate(zip(batch.headers, verdicts)):
+            line = self._line(h, v, PACKET_REASONS[int(v["reason"])])
+            service = self._service_json(k)
+            if service is not None:
+                line["service"] = service
+            self.out.write(json.dumps(line) + "\n")
             self._index += 1
 
     def by_rule(self) -> list[dict[str, Any]]:
