@@ -374,6 +374,9 @@ def explain_cmd(paths: tuple[str, ...], src: str, dst: str, proto: str, port: in
     ends = [end_json(f.src), end_json(f.dst)]
     names = [escape(e["endpoint"] or "outside") + f" ({e['ip'] or 'no IP'})" for e in ends]
     port_text = f"/{f.dport}" if f.dport is not None else ""
+    if result.service is not None:
+        svc = result.service.service
+        names[1] = f"Service {escape(svc.namespace)}/{escape(svc.name)} ({ends[1]['ip']})"
     if icmp_type is not None:
         port_text = f" type {icmp_type}" + (f" code {icmp_code}" if icmp_code is not None else "")
     out.print(f"flow:    {names[0]} -> {names[1]} {escape(protocol_name(protocol))}{port_text}")
