@@ -117,3 +117,23 @@ def test_explain_cli_on_the_demo_ssh_to_the_node():
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["verdict"] == "allow" and doc["ingress"]["policy"] == "Failsafe/inbound"
+
+
+def test_enforce_policy_source_holds_failsafe_ports_across_reloads(tmp_path):
+    # What `enforce` runs: its policy source builds the engine the NFQUEUE and bridge loops judge with.
+    from pyclassify.enforce.source import PolicySource
+    from pyclassify.reference import Flow, FlowEnd
+
+    (tmp_path / "m.yaml").write_text(HOST)
+    source = PolicySource([str(tmp_path)])
+    loaded = source.load()
+    host = loaded.project.find_endpoint("node1-eth0")
+    ssh = Flow(FlowEnd(None, "8.8.8.8"), FlowEnd(host, "192.168.1.10"), 6, 40000, 22)
+    telnet = Flow(FlowEnd(None, "8.8.8.8"), FlowEnd(host, "192.168.1.10"), 6, 40000, 23)
+    assert loaded.engine.evaluate(ssh).allowed and not loaded.engine.evaluate(telnet).allowed
+    (tmp_path / "felix.yaml").write_text(CONFIG)  # inbound: 2222 from 10/8 and 8443 only
+    loaded = source.load()
+    host = loaded.project.find_endpoint("node1-eth0")
+    to_host = lambda port: Flow(FlowEnd(None, "8.8.8.8"), FlowEnd(host, "192.168.1.10"), 6, 40000, port)  # noqa: E731
+    assert not loaded.engine.evaluate(to_host(22)).allowed
+    assert loaded.engine.evaluate(to_host(8443)).allowed
