@@ -42,15 +42,45 @@ DEFAULT_MAX_MANIFEST_BYTES = 256 * 1024 * 1024
 MAX_MANIFEST_ENV = "PYCLASSIFY_MAX_MANIFEST_BYTES"
 
 
-def max_manifest_bytes() -> int:
-    text = os.environ.get(MAX_MANIFEST_ENV)
+#: The largest single object (a document, or one item of a List): the API server takes no
+#: request over 3 MiB, so no object of a cluster is larger. Checked on the span the reader
+#: reports, before the object goes anywhere slower (the ruamel path reads ~2 MB/s).
+#: ``PYCLASSIFY_MAX_OBJECT_BYTES`` sets it.
+DEFAULT_MAX_OBJECT_BYTES = 3 * 1024 * 1024
+MAX_OBJECT_ENV = "PYCLASSIFY_MAX_OBJECT_BYTES"
+
+
+def _bound(env: str, default: int) -> int:
+    text = os.environ.get(env)
     if not text:
-        return DEFAULT_MAX_MANIFEST_BYTES
+        return default
     try:
         value = int(text)
     except ValueError:
-        return DEFAULT_MAX_MANIFEST_BYTES
-    return value if value > 0 else DEFAULT_MAX_MANIFEST_BYTES
+        return default
+    return value if value > 0 else default
+
+
+def max_manifest_bytes() -> int:
+    return _bound(MAX_MANIFEST_ENV, DEFAULT_MAX_MANIFEST_BYTES)
+
+
+def max_object_bytes() -> int:
+    return _bound(MAX_OBJECT_ENV, DEFAULT_MAX_OBJECT_BYTES)
+
+
+def _object_too_large(data: bytes, file: str, span: Span | None, problems: Problems, limit: int) -> bool:
+    """Whether the object at ``span`` is over ``limit`` bytes (reported as an error if so)."""
+    if span is None:
+        return False
+    start, end, line, _ = span
+    size = (end or len(data)) - start
+    if size <= limit:
+        return False
+    problems.add(Problem(file, line, "", f"object of {size} bytes is larger than the limit of {limit} bytes "
+                                         f"(the API server takes at most 3 MiB; set {MAX_OBJECT_ENV} to "
+                                         "raise it); not read"))
+    return True
 
 
 def _too_large(name: str, size: int, limit: int) -> Problem:
@@ -183,17 +213,20 @@ def iter_bytes(data: bytes, file: str, problems: Problems) -> Iterator[Document]
     """The documents of one file's bytes (UTF-8 YAML or JSON, a byte order mark skipped)."""
     reader = ManifestReader(data)
     syntax = reader.syntax
+    limit = max_object_bytes()
     streamed: Document | None = None  # the List whose items are coming, if its type is valid
     streamed_region: Span = (0, 0, 1, 0)
     for record in reader:
         what = record[0]
         if what == "item":
             _, item, index, line, span = record
-            if streamed is not None:
+            if streamed is not None and not _object_too_large(data, file, span, problems, limit):
                 positions = _Positions(data, syntax, span, streamed_region, index)
                 yield from _list_item(streamed, item, index, line, positions, problems)
         elif what == "document":
             _, root, line, region = record
+            if _object_too_large(data, file, region, problems, limit):
+                continue
             yield from _documents(root, file, line, problems, _Positions(data, syntax, region))
         elif what == "list":
             _, kind, api_version, line, streamed_region = record
@@ -204,6 +237,8 @@ def iter_bytes(data: bytes, file: str, problems: Problems) -> Iterator[Document]
             streamed = lst if _has_type(lst, problems) else None
         elif what == "fallback":
             _, line, region, index, span = record
+            if _object_too_large(data, file, region if index is None else span, problems, limit):
+                continue
             yield from _fallback(data, file, line, region, index, span, streamed, problems)
         else:  # "problem"
             _, line, message = record

@@ -456,3 +456,21 @@ def test_venv_script_says_what_it_waits_for_and_shows_pips_progress(tmp_path):
     assert "minutes" in r.stdout and "Rust" in r.stdout
     args = (tmp_path / "pip-args").read_text().split()
     assert args[:3] == ["-m", "pip", "install"] and "-q" not in args and "--quiet" not in args
+
+
+def test_an_object_larger_than_any_cluster_takes_is_rejected_before_the_slow_reader(tmp_path):
+    # %YAML 1.1 sends the document to the ruamel reader (~2 MB/s): the bound stops it first.
+    big = tmp_path / "big.yaml"
+    big.write_text("%YAML 1.1\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata:\n  k: "
+                   + "a" * 4_000_000 + "\n")
+    r = run("check", str(big))
+    assert r.returncode == 1 and "larger than the limit of 3145728 bytes" in r.stderr, r.stderr
+    assert run("check", str(big), env={"PYCLASSIFY_MAX_OBJECT_BYTES": "5000000"}).returncode == 0
+    # One List item too large is rejected alone; the other items load.
+    items = ",".join(['{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}',
+                      '{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}, "data": {"k": "%s"}}'
+                      % ("a" * 2000)])
+    lst = tmp_path / "list.json"
+    lst.write_text('{"apiVersion": "v1", "kind": "List", "items": [%s]}' % items)
+    doc = json.loads(run("check", str(lst), "--json", env={"PYCLASSIFY_MAX_OBJECT_BYTES": "1000"}).stdout)
+    assert doc["documents"] == 1 and len(doc["errors"]) == 1 and "larger than the limit" in doc["errors"][0]["message"]
