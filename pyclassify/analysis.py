@@ -9,8 +9,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from pyclassify.inventory import Endpoint
-from pyclassify.ir import PROTO_ICMP, PROTO_ICMPV6
+from pyclassify.inventory import Endpoint, Service, ServicePort
+from pyclassify.ir import PROTO_ICMP, PROTO_ICMPV6, EndpointKind
 from pyclassify.kinds.common import PROTOCOL_NUMBERS, protocol_name
 from pyclassify.project import Project
 from pyclassify.reference import Flow, FlowEnd, Verdict, evaluate
@@ -49,14 +49,97 @@ def resolve_end(project: Project, text: str) -> FlowEnd:
 
 
 @dataclass
-class Explanation:
+class Backend:
+    """One backend a Service delivers to, the flow as kube-proxy delivers it (destination
+    rewritten to the backend and its target port), and its verdict."""
+
     flow: Flow
     verdict: Verdict
 
     def to_json(self) -> dict[str, Any]:
+        return {**end_json(self.flow.dst), "port": self.flow.dport, **self.verdict.to_json()}
+
+
+@dataclass
+class ServiceTarget:
+    """A flow to a Service's virtual address: its ClusterIP, or a node address and NodePort."""
+
+    service: Service
+    port: ServicePort | None  # None: the Service has no such port (kube-proxy delivers nothing)
+    via: str  # "ClusterIP" or "NodePort"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"namespace": self.service.namespace, "name": self.service.name, "via": self.via,
+                "port": None if self.port is None else self.port.port,
+                "node_port": None if self.port is None else self.port.node_port}
+
+
+@dataclass
+class Explanation:
+    flow: Flow
+    verdict: Verdict
+    #: when the destination is a Service's virtual address: the Service and each backend judged
+    service: ServiceTarget | None = None
+    backends: list[Backend] | None = None
+    note: str | None = None  # why no backend was judged, when none was
+
+    def to_json(self) -> dict[str, Any]:
         doc = self.verdict.to_json()
         doc["flow"] = flow_json(self.flow)
+        if self.service is not None:
+            doc["service"] = {**self.service.to_json(), "backends": [b.to_json() for b in self.backends or []],
+                              "note": self.note}
         return doc
+
+
+def service_target(project: Project, flow: Flow) -> ServiceTarget | None:
+    """The Service a flow's destination address is the virtual address of (kube-proxy would
+    DNAT it): a ClusterIP (matched with its port and protocol), or a node's address with a
+    NodePort. None when the destination is no Service address (or is an endpoint's own)."""
+    ip = flow.dst.ip
+    if ip is None or flow.dst.endpoint is not None and flow.dst.endpoint.kind is not EndpointKind.HOST:
+        return None
+    port_of = lambda svc, want: next(  # noqa: E731
+        (p for p in svc.ports if p.protocol == flow.protocol and want(p)), None)
+    for svc in project.inventory.services.values():
+        if ip in svc.cluster_ips:
+            return ServiceTarget(svc, port_of(svc, lambda p: p.port == flow.dport), "ClusterIP")
+    node_ips = {a for n in project.inventory.nodes.values() for a in n.addresses}
+    node_ips |= {a for e in project.inventory.endpoints if e.kind is EndpointKind.HOST for a in e.ips}
+    if ip in node_ips and flow.dport is not None:
+        for svc in project.inventory.services.values():
+            port = port_of(svc, lambda p: p.node_port == flow.dport)
+            if port is not None:
+                return ServiceTarget(svc, port, "NodePort")
+    return None
+
+
+def service_backends(project: Project, flow: Flow, target: ServiceTarget) -> tuple[list[Flow], str | None]:
+    """The flows kube-proxy makes of ``flow``, one per backend (EndpointSlice addresses, or the
+    pods the selector picks), with the destination port its targetPort (a named one resolved
+    on each backend pod); and a note when there is none."""
+    if target.port is None:
+        return [], f"the Service has no {protocol_name(flow.protocol)} port {flow.dport}: kube-proxy delivers nothing"
+    flows = []
+    unresolved = []
+    for ip in target.service.endpoint_ips:
+        endpoint = project.inventory.owner_of(ip)
+        wanted = target.port.target_port
+        if isinstance(wanted, str):
+            found = endpoint.named_port(wanted, flow.protocol) if endpoint is not None else []
+            if not found:
+                unresolved.append(str(ip))
+                continue
+            port: int | None = found[0]
+        else:
+            port = wanted if wanted is not None else target.port.port
+        flows.append(Flow(flow.src, FlowEnd(endpoint, ip), flow.protocol, flow.sport, port, flow.icmp_type,
+                          flow.icmp_code))
+    if flows:
+        return flows, None
+    if unresolved:
+        return [], f"no backend has the named target port {target.port.target_port!r} ({', '.join(unresolved)})"
+    return [], "the Service has no endpoints: kube-proxy delivers nothing"
 
 
 def end_json(end: FlowEnd) -> dict[str, Any]:
@@ -107,9 +190,32 @@ class _Judge:
 
 def explain(project: Project, src: str, dst: str, protocol: int, dport: int | None,
             sport: int | None = None, icmp_type: int | None = None, icmp_code: int | None = None,
-            default: str | None = None, engine: str = "native") -> Explanation:
+            default: str | None = None, engine: str = "native", service_backend: str | None = None) -> Explanation:
+    """The verdict of one flow. A flow to a Service's ClusterIP (or a NodePort on a node's
+    address) is judged as kube-proxy delivers it: once per backend (``service_backend``, an
+    address or endpoint, picks one); it is allowed when every backend judged allows it."""
     flow = Flow(resolve_end(project, src), resolve_end(project, dst), protocol, sport, dport, icmp_type, icmp_code)
-    return Explanation(flow, _Judge(project, engine, default)(flow))
+    judge = _Judge(project, engine, default)
+    target = service_target(project, flow)
+    if target is None:
+        if service_backend is not None:
+            raise UnknownEnd(f"--service-backend: {dst} is not a Service's ClusterIP or a NodePort")
+        return Explanation(flow, judge(flow))
+    flows, note = service_backends(project, flow, target)
+    if service_backend is not None:
+        chosen = resolve_end(project, service_backend)
+        flows = [f for f in flows if (chosen.ip is not None and f.dst.ip == chosen.ip)
+                 or (chosen.ip is None and f.dst.endpoint == chosen.endpoint)]
+        if not flows:
+            backends = ", ".join(str(ip) for ip in target.service.endpoint_ips) or "none"
+            raise UnknownEnd(f"--service-backend: {service_backend} is not a backend of Service "
+                             f"{target.service.namespace}/{target.service.name} (backends: {backends})")
+    backends = [Backend(f, judge(f)) for f in flows]
+    if not backends:
+        return Explanation(flow, Verdict("deny", None, None), target, [], note)
+    # Allowed only when every backend kube-proxy may pick is; else the first that denies speaks.
+    speaking = next((b for b in backends if not b.verdict.allowed), backends[0])
+    return Explanation(flow, speaking.verdict, target, backends, note)
 
 
 @dataclass

@@ -204,6 +204,11 @@ class Capture:
         except ValueError as e:
             self.close()
             raise CaptureError(f"{self.name}: {e}") from None
+        if self._reader.format == "pcap":
+            why = _pcap_header_problem(bytes(memoryview(self._reader.window)[:24]))  # type: ignore[arg-type]
+            if why is not None:
+                self.close()
+                raise CaptureError(f"{self.name}: {why}")
 
     # -- reading --
 
@@ -315,6 +320,22 @@ class Capture:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _pcap_header_problem(header: bytes) -> str | None:
+    """Why a pcap file header (its first 24 bytes) does not describe a capture this reader
+    can read — a version other than 2.x, a link type it cannot decode — or None."""
+    order = "<" if header[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    import struct
+
+    major, minor = struct.unpack(order + "HH", header[4:8])
+    if major != 2:
+        return f"offset 4: pcap version {major}.{minor} is not one this reader knows (2.4)"
+    linktype = struct.unpack(order + "I", header[20:24])[0] & 0xFFFF
+    if linktype not in LINKTYPES:
+        known = ", ".join(f"{n} ({v})" for v, n in sorted(LINKTYPES.items()))
+        return f"offset 20: link type {linktype} cannot be decoded (known: {known})"
+    return None
 
 
 def open_capture(

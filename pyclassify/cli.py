@@ -6,6 +6,7 @@ Exit codes: 0 success (or a match), 1 invalid input, 2 usage error, 3 no match (
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -13,7 +14,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from pyclassify.selector import Selector, SelectorError, parse_labels
+from pyclassify.selector import Selector, SelectorError, excerpt, parse_labels, unencodable
 
 if TYPE_CHECKING:
     from pyclassify.project import Project
@@ -25,6 +26,44 @@ EXIT_NO_MATCH = 3
 
 out = Console(soft_wrap=True, highlight=False)
 err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def ascii_only(stream: Any = None) -> bool:
+    """Whether ``stream`` (stdout by default) cannot show the symbols the output uses (an
+    ASCII or Latin-1 locale, ``PYTHONIOENCODING=ascii``): the output falls back to ASCII."""
+    stream = sys.stdout if stream is None else stream
+    encoding = getattr(stream, "encoding", None) or "ascii"
+    try:
+        "✓✗—…→".encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return True
+    return False
+
+
+def symbol(fancy: str, plain: str) -> str:
+    """``fancy`` where stdout can show it, ``plain`` (ASCII) where it cannot."""
+    return plain if ascii_only() else fancy
+
+
+def _tolerate_narrow_encodings() -> None:
+    """What still cannot be encoded (a non-ASCII name in a message) is escaped, not a traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        if ascii_only(stream) and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # pragma: no cover - a detached or closed stream
+                pass
+
+
+def utf8_text(ctx: click.Context | None, param: click.Parameter | None, value: Any) -> Any:
+    """A click callback: a text argument (a selector, labels, an endpoint) must be UTF-8 —
+    bytes that are not arrive as lone surrogates, which the engine cannot take."""
+    for item in value if isinstance(value, tuple) else (value,):
+        if isinstance(item, str):
+            why = unencodable(item)
+            if why is not None:
+                raise click.BadParameter(why, ctx=ctx, param=param)
+    return value
 
 
 def _emit_json(obj: Any) -> None:
@@ -66,7 +105,11 @@ def main() -> None:
 
     Reads Kubernetes, Calico and AdminNetworkPolicy manifests and decides, for every flow or
     packet, whether policy allows it, and why.
+
+    Exit codes: 0 success (or a match), 1 invalid input, 2 usage error, 3 no match
+    (selector), 4 rejected (admit), 130 interrupted.
     """
+    _tolerate_narrow_encodings()
 
 
 def _restrictions_json(sel: Selector) -> dict[str, Any]:
@@ -80,9 +123,14 @@ def _restrictions_json(sel: Selector) -> dict[str, Any]:
     }
 
 
-@main.command("selector")
-@click.argument("expr")
-@click.option("--labels", "labels_text", metavar="K=V,...", help="Evaluate against these labels.")
+@main.command("selector", epilog="""\b
+Examples:
+  pyclassify selector "app == 'web' && has(tier)"
+  pyclassify selector "app in {'web', 'api'}" --labels app=web,tier=front
+""")
+@click.argument("expr", callback=utf8_text)
+@click.option("--labels", "labels_text", metavar="K=V,...", callback=utf8_text,
+              help="Evaluate against these labels (each key once).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def selector_cmd(expr: str, labels_text: str | None, as_json: bool) -> None:
     """Parse a Calico selector EXPR and print its canonical form.
@@ -106,11 +154,12 @@ def selector_cmd(expr: str, labels_text: str | None, as_json: bool) -> None:
                       if e.position is not None else f"[red]error[/red]: selector: {escape(str(e))}")
             if e.position is not None:
                 # Show at most ~80 characters around the problem, not a whole hostile input.
-                start = max(0, e.position - 40)
-                shown = expr[start:start + 80]
-                prefix = "…" if start else ""
-                err.print(f"  {prefix}{escape(shown)}", markup=True)
-                err.print("  " + " " * (len(prefix) + e.position - start) + "^")
+                shown, caret = excerpt(expr, e.position)
+                if ascii_only(sys.stderr):
+                    shown = shown.replace("…", "...")
+                    caret = (caret or 0) + (2 if shown.startswith("...") else 0)
+                err.print(f"  {escape(shown)}", markup=True)
+                err.print("  " + " " * (caret or 0) + "^")
         _fail(EXIT_INVALID)
     matched = sel.matches(labels) if labels is not None else None
     if as_json:
@@ -171,10 +220,17 @@ def _load(paths: tuple[str, ...]) -> "Project":
         n = len(project.problems.errors)
         err.print(f"[red]{n} error{'s' if n != 1 else ''}[/red]: fix the manifests (see `pyclassify check`)")
         _fail(EXIT_INVALID)
+    if project.problems.empty_inputs:
+        _print_problems(project.problems)
+        _fail(EXIT_INVALID)
     return project
 
 
-@main.command("check")
+@main.command("check", epilog="""\b
+Examples:
+  pyclassify check examples/demo
+  kubectl get networkpolicies -A -o yaml | pyclassify check -
+""")
 @paths_argument
 @json_option
 def check_cmd(paths: tuple[str, ...], as_json: bool) -> None:
@@ -193,12 +249,16 @@ def check_cmd(paths: tuple[str, ...], as_json: bool) -> None:
     check_admission_documents(project.admission_documents, project.problems)
     admission = sum(n for k, n in project.skipped.items() if k.endswith("/ContainerAdmissionPolicy"))
     skipped_kinds = {k: n for k, n in project.skipped.items() if not k.endswith("/ContainerAdmissionPolicy")}
-    policies = project.policy_set.policies
+    from pyclassify import failsafe
+
+    # The failsafe policies are built in, not read: not counted among the manifests' policies.
+    policies = [p for p in project.policy_set.policies if p.kind != failsafe.KIND]
     unenforceable = [{"policy": p.ref, "reasons": list(p.unenforceable)} for p in policies if p.unenforceable]
     if as_json:
         _emit_json(
             {
-                "valid": not problems.errors,
+                "valid": not problems.errors and not problems.empty_inputs,
+                "empty_inputs": problems.empty_inputs,
                 "documents": project.document_count,
                 "policies": len(policies),
                 "endpoints": len(project.inventory.endpoints),
@@ -222,8 +282,10 @@ def check_cmd(paths: tuple[str, ...], as_json: bool) -> None:
         )
         n_err, n_warn = len(problems.errors), len(problems.warnings)
         status = "[green]valid[/green]" if not n_err else f"[red]{n_err} error{'s' if n_err != 1 else ''}[/red]"
-        out.print(f"{status}, {n_warn} warning{'s' if n_warn != 1 else ''} — {summary}")
-    if problems.errors:
+        if not n_err and problems.empty_inputs:
+            status = f"[red]nothing to check in {escape(', '.join(problems.empty_inputs))}[/red]"
+        out.print(f"{status}, {n_warn} warning{'s' if n_warn != 1 else ''} {symbol('—', '-')} {summary}")
+    if problems.errors or problems.empty_inputs:
         _fail(EXIT_INVALID)
 
 
@@ -253,27 +315,53 @@ def _describe(d: Any) -> str:
     return f"{verdict} by the default (every applicable tier passed)"
 
 
-@main.command("explain")
+ENDPOINT_HELP = ("a pod as ns/pod, a workload as ns/Kind/name (or ns/name), a host endpoint's name, "
+                 "or an IP address (an address no endpoint owns is outside the cluster)")
+
+
+@main.command("explain", epilog="""\b
+Examples:
+  pyclassify explain examples/demo --from frontend/web --to backend/api --proto TCP --port 8080
+  pyclassify explain examples/demo --from 203.0.113.7 --to frontend/Deployment/web --port 80 --json
+  pyclassify explain examples/demo --from frontend/web --to 10.0.2.20 --proto ICMP --icmp-type 8
+""")
 @paths_argument
-@click.option("--from", "src", required=True, metavar="A", help="Source: ns/pod, workload, host endpoint or IP.")
-@click.option("--to", "dst", required=True, metavar="B", help="Destination: ns/pod, workload, host endpoint or IP.")
-@click.option("--proto", "proto", default="TCP", show_default=True, help="Protocol name or number.")
-@click.option("--port", "port", type=click.IntRange(0, 65535), default=None, help="Destination port.")
-@click.option("--sport", "sport", type=click.IntRange(0, 65535), default=None, help="Source port.")
-@click.option("--icmp-type", type=click.IntRange(0, 255), default=None)
-@click.option("--icmp-code", type=click.IntRange(0, 255), default=None)
+@click.option("--from", "src", required=True, metavar="A", callback=utf8_text, help=f"Source: {ENDPOINT_HELP}.")
+@click.option("--to", "dst", required=True, metavar="B", callback=utf8_text, help=f"Destination: {ENDPOINT_HELP}.")
+@click.option("--proto", "proto", default="TCP", show_default=True,
+              help="Protocol: TCP, UDP, SCTP, ICMP, ICMPv6 or a number 0-255.")
+@click.option("--port", "port", type=click.IntRange(0, 65535), default=None,
+              help="Destination port (TCP, UDP, SCTP). Left out: a flow without a port, which rules "
+                   "that name ports do not match.")
+@click.option("--sport", "sport", type=click.IntRange(0, 65535), default=None,
+              help="Source port (TCP, UDP, SCTP).")
+@click.option("--icmp-type", type=click.IntRange(0, 255), default=None,
+              help="ICMP/ICMPv6 type (with --proto ICMP or ICMPv6), e.g. 8 for an echo request.")
+@click.option("--icmp-code", type=click.IntRange(0, 255), default=None,
+              help="ICMP/ICMPv6 code (with --proto ICMP or ICMPv6 and --icmp-type).")
+@click.option("--service-backend", "service_backend", metavar="ADDR|NS/POD", callback=utf8_text, default=None,
+              help="With --to a Service's ClusterIP (or a node address and NodePort): judge only this backend.")
 @default_option
 @engine_option
 @json_option
 def explain_cmd(paths: tuple[str, ...], src: str, dst: str, proto: str, port: int | None, sport: int | None,
-                icmp_type: int | None, icmp_code: int | None, default: str | None, engine: str, as_json: bool) -> None:
-    """Verdict for one flow, with the deciding tier, policy and rule of each direction."""
+                icmp_type: int | None, icmp_code: int | None, service_backend: str | None, default: str | None,
+                engine: str, as_json: bool) -> None:
+    """Verdict for one flow, with the deciding tier, policy and rule of each direction.
+
+    A flow to a Service's ClusterIP, or to a node's address on a NodePort, is judged as
+    kube-proxy delivers it: once per backend (the Service's EndpointSlices, or the pods its
+    selector picks), to the backend's target port; it is allowed when every backend is
+    (--service-backend picks one)."""
     from pyclassify.analysis import UnknownEnd, explain
+    from pyclassify.kinds.common import protocol_name
 
     protocol = _protocol(proto)
+    _check_flow_options(protocol, port, sport, icmp_type, icmp_code)
     project = _load(paths)
     try:
-        result = explain(project, src, dst, protocol, port, sport, icmp_type, icmp_code, default, engine)
+        result = explain(project, src, dst, protocol, port, sport, icmp_type, icmp_code, default, engine,
+                         service_backend)
     except UnknownEnd as e:
         raise click.BadParameter(str(e)) from e
     if as_json:
@@ -285,17 +373,73 @@ def explain_cmd(paths: tuple[str, ...], src: str, dst: str, proto: str, port: in
     ends = [end_json(f.src), end_json(f.dst)]
     names = [escape(e["endpoint"] or "outside") + f" ({e['ip'] or 'no IP'})" for e in ends]
     port_text = f"/{f.dport}" if f.dport is not None else ""
-    out.print(f"flow:    {names[0]} -> {names[1]} {escape(proto.upper())}{port_text}")
-    sides = (("egress ", names[0], result.verdict.egress), ("ingress", names[1], result.verdict.ingress))
-    for direction, name, decision in sides:
-        out.print(f"{direction}: {name}: {_describe(decision)}")
-        for tier, policy, rule in decision.logs if decision else []:
-            out.print(f"         logged by {escape(policy)} rule {escape(str(rule))}" + (f" in tier {tier}" if tier else ""))
+    if result.service is not None:
+        svc = result.service.service
+        names[1] = f"Service {escape(svc.namespace)}/{escape(svc.name)} ({ends[1]['ip']})"
+    if icmp_type is not None:
+        port_text = f" type {icmp_type}" + (f" code {icmp_code}" if icmp_code is not None else "")
+    out.print(f"flow:    {names[0]} -> {names[1]} {escape(protocol_name(protocol))}{port_text}")
+    if result.service is None:
+        _print_sides(names[0], names[1], result.verdict)
+    else:
+        svc = result.service.service
+        out.print(f"service: {escape(svc.namespace)}/{escape(svc.name)} by its {result.service.via}: "
+                  f"{len(result.backends or [])} backend(s) judged as kube-proxy delivers the flow")
+        for b in result.backends or []:
+            end = end_json(b.flow.dst)
+            name = escape(end["endpoint"] or "outside") + f" ({end['ip']})"
+            colour = "green" if b.verdict.allowed else "red"
+            out.print(f"backend: {name} {escape(protocol_name(protocol))}/{b.flow.dport}: "
+                      f"[{colour}]{b.verdict.verdict.upper()}[/{colour}]")
+            _print_sides(names[0], name, b.verdict, indent="  ")
+        if result.note:
+            out.print(f"note:    {escape(result.note)}")
     colour = "green" if result.verdict.allowed else "red"
-    out.print(f"verdict: [{colour}]{result.verdict.verdict.upper()}[/{colour}]")
+    every = ""
+    if result.backends is not None and len(result.backends) > 1:
+        denied = sum(not b.verdict.allowed for b in result.backends)
+        every = " (every backend)" if not denied else f" ({denied} of {len(result.backends)} backends)"
+    out.print(f"verdict: [{colour}]{result.verdict.verdict.upper()}[/{colour}]{every}")
 
 
-@main.command("matrix")
+def _print_sides(src_name: str, dst_name: str, verdict: Any, indent: str = "") -> None:
+    sides = (("egress ", src_name, verdict.egress), ("ingress", dst_name, verdict.ingress))
+    for direction, name, decision in sides:
+        out.print(f"{indent}{direction}: {name}: {_describe(decision)}")
+        for tier, policy, rule in decision.logs if decision else []:
+            out.print(f"{indent}         logged by {escape(policy)} rule {escape(str(rule))}" + (f" in tier {tier}" if tier else ""))
+
+
+PORT_PROTOCOLS = {6: "TCP", 17: "UDP", 132: "SCTP"}
+ICMP_PROTOCOLS = {1: "ICMP", 58: "ICMPv6"}
+
+
+def _proto_text(protocol: int) -> str:
+    from pyclassify.kinds.common import protocol_name
+
+    return protocol_name(protocol)
+
+
+def _check_flow_options(protocol: int, port: int | None, sport: int | None, icmp_type: int | None,
+                        icmp_code: int | None) -> None:
+    """Options that the protocol has no field for are usage errors, not silently ignored."""
+    if protocol not in PORT_PROTOCOLS:
+        for name, value in (("--port", port), ("--sport", sport)):
+            if value is not None:
+                raise click.UsageError(f"{name} needs a protocol with ports (TCP, UDP or SCTP), not {_proto_text(protocol)}")
+    if protocol not in ICMP_PROTOCOLS:
+        for name, value in (("--icmp-type", icmp_type), ("--icmp-code", icmp_code)):
+            if value is not None:
+                raise click.UsageError(f"{name} needs --proto ICMP or ICMPv6, not {_proto_text(protocol)}")
+    if icmp_code is not None and icmp_type is None:
+        raise click.UsageError("--icmp-code needs --icmp-type")
+
+
+@main.command("matrix", epilog="""\b
+Examples:
+  pyclassify matrix examples/demo --proto TCP --port 80
+  pyclassify matrix examples/demo --proto UDP --port 53 --json
+""")
 @paths_argument
 @click.option("--proto", "proto", default="TCP", show_default=True, help="Protocol name or number.")
 @click.option("--port", "port", type=click.IntRange(0, 65535), default=None, help="Destination port.")
@@ -322,14 +466,19 @@ def matrix_cmd(paths: tuple[str, ...], proto: str, port: int | None, default: st
     for i in range(len(names)):
         table.add_column(str(i), justify="center")
     for i, row in enumerate(result.allowed):
-        cells = ["[green]✓[/green]" if ok else "[red]✗[/red]" for ok in row]
+        yes, no = symbol("✓", "y"), symbol("✗", "x")
+        cells = [f"[green]{yes}[/green]" if ok else f"[red]{no}[/red]" for ok in row]
         table.add_row(f"{i} {escape(names[i])}", *cells)
     out.print(table)
     total = sum(map(sum, result.allowed))
     out.print(f"{total} of {len(names) ** 2} pod pairs allowed")
 
 
-@main.command("replay")
+@main.command("replay", epilog="""\b
+Examples:
+  pyclassify replay examples/demo --pcap pcaps/demo.pcap
+  pyclassify replay examples/demo --pcap pcaps/demo.pcapng --out verdicts.jsonl --denied denied.pcap
+""")
 @paths_argument
 @click.option("--pcap", "pcaps", multiple=True, required=True, type=click.Path(allow_dash=True),
               help="Capture to replay (pcap or pcapng; - for stdin). Repeat for several.")
@@ -355,9 +504,16 @@ def replay_cmd(paths: tuple[str, ...], pcaps: tuple[str, ...], out_path: str | N
     from pyclassify.engine import NativeEngine
     from pyclassify.replay import Replay, ReplayError
 
+    outputs = {"--out": out_path, "--allowed": allowed_path, "--denied": denied_path}
+    _refuse_overwriting_inputs(paths, pcaps, {k: v for k, v in outputs.items() if v is not None})
     project = _load(paths)
     engine = NativeEngine(project.policy_set, project.inventory)
-    out_file = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115 - closed below
+    try:
+        out_file = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115 - closed below
+    except OSError as e:
+        err.print(f"[red]error[/red]: --out {escape(out_path or '')}: cannot open for writing: "
+                  f"{escape(e.strerror or str(e))}")
+        _fail(EXIT_INVALID)
     try:
         replay = Replay(engine, conntrack=not no_conntrack, default=default, out=out_file,
                         allowed_path=allowed_path, denied_path=denied_path, flows=per_flow)
@@ -383,6 +539,48 @@ def replay_cmd(paths: tuple[str, ...], pcaps: tuple[str, ...], out_path: str | N
         _print_replay(summary)
     if replay.summary.interrupted:
         _fail(130)
+    if replay.summary.unreadable:
+        _fail(EXIT_INVALID)
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    """(device, inode) of what ``path`` names, through any link; None if it does not exist."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _refuse_overwriting_inputs(paths: tuple[str, ...], pcaps: tuple[str, ...], outputs: dict[str, str]) -> None:
+    """A usage error, before anything is opened for writing, when an output is an input (the
+    same file by device and inode, through any link or spelling) or two outputs are one file."""
+    from pathlib import Path
+
+    from pyclassify.loader import manifest_files
+
+    inputs: list[tuple[str, str]] = [(f"--pcap {p}", p) for p in pcaps if p != "-"]
+    for p in paths:
+        if p == "-":
+            continue
+        if Path(p).is_dir():
+            inputs.extend((f"manifest {f}", str(f)) for f in manifest_files(Path(p)))
+        else:
+            inputs.append((f"manifest {p}", p))
+    ids = {}
+    for what, p in inputs:
+        fid = _file_id(p)
+        if fid is not None:
+            ids.setdefault(fid, what)
+    seen: dict[object, str] = {}
+    for option, p in outputs.items():
+        fid = _file_id(p)
+        if fid is not None and fid in ids:
+            raise click.UsageError(f"{option} {p} is the input {ids[fid]} (the same file): refusing to overwrite it")
+        key: object = fid if fid is not None else os.path.realpath(p)
+        if key in seen:
+            raise click.UsageError(f"{option} {p} and {seen[key]} are the same file")
+        seen[key] = f"{option} {p}"
 
 
 def _print_replay(summary: dict[str, Any]) -> None:
@@ -390,26 +588,42 @@ def _print_replay(summary: dict[str, Any]) -> None:
     rate = s["packets_per_second"]
     out.print(
         f"{s['packets']} packets in {s['flows']} flows: [green]{s['allowed']} allowed[/green], "
-        f"[red]{s['denied']} denied[/red] ({s['established']} by connection tracking, "
-        f"{s['malformed']} malformed, {s['invalid']} invalid) — {rate:,.0f} packets/s"
+        f"[red]{s['denied']} denied[/red] {symbol('—', '-')} {rate:,.0f} packets/s"
     )
-    out.print("decided by policy:")
-    for row in s["by_rule"]:
-        colour = "green" if row["verdict"] == "allow" else "red"
-        where = f" in tier {row['tier']}" if row["tier"] else ""
-        if row["reason"] == "rule":
-            what = f"{escape(row['policy'])} rule {escape(str(row['rule']))}{where}"
-        elif row["reason"] == "end-of-tier":
-            what = f"end of tier {row['tier']}"
-        elif row["reason"] == "profile":
-            what = f"{escape(row['policy'] or 'profiles')}" + (f" rule {row['rule']}" if row["rule"] is not None else "")
-        else:
-            what = "the default"
-        out.print(f"  {row['packets']:>8}  {row['direction']:<7} [{colour}]{row['verdict']:<5}[/{colour}] by {what}")
+    # Every packet is in exactly one of these four lines, so they add up to the total.
+    policy_denied = s["policy"] - s["policy_allowed"]
+    width = len(str(s["packets"]))
+    out.print(f"  {s['policy']:>{width}} judged by policy ({s['policy_allowed']} allowed, {policy_denied} denied)")
+    out.print(f"  {s['established']:>{width}} allowed by connection tracking (replies and later packets of allowed connections)")
+    out.print(f"  {s['invalid']:>{width}} denied as invalid (belong to no allowed connection)")
+    out.print(f"  {s['malformed']:>{width}} denied as malformed (could not be decoded)")
+    if not s["policy"]:
+        out.print("no packet was judged by policy")
+    else:
+        out.print(f"the {s['policy']} packets judged by policy, by what decided each end:")
+    for direction in ("egress", "ingress") if s["policy"] else ():
+        rows = [row for row in s["by_rule"] if row["direction"] == direction]
+        for row in rows:
+            colour = "green" if row["verdict"] == "allow" else "red"
+            where = f" in tier {escape(row['tier'])}" if row["tier"] else ""
+            if row["reason"] == "rule":
+                what = f"{escape(row['policy'])} rule {escape(str(row['rule']))}{where}"
+            elif row["reason"] == "end-of-tier":
+                what = f"end of tier {escape(row['tier'] or '')}"
+            elif row["reason"] == "profile":
+                what = f"{escape(row['policy'] or 'profiles')}" + (f" rule {escape(str(row['rule']))}" if row["rule"] is not None else "")
+            else:
+                what = "the default"
+            out.print(f"  {row['packets']:>8}  {direction:<7} [{colour}]{row['verdict']:<5}[/{colour}] by {what}")
+        none = s["no_policy"][direction]
+        if none:
+            out.print(f"  {none:>8}  {direction:<7} no policy applies at this end")
     for kind, n in s["decode_errors"].items():
         out.print(f"[yellow]decode[/yellow]: {n} packets {kind}")
     for problem in s["problems"]:
         out.print(f"[yellow]capture[/yellow]: {escape(problem)}")
+    for path in s["unreadable"]:
+        err.print(f"[red]error[/red]: {escape(path)}: could not be read as a capture")
     if s["interrupted"]:
         out.print("[yellow]interrupted[/yellow]: summary of the packets replayed so far")
 

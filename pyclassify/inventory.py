@@ -110,6 +110,7 @@ class ServicePort:
     target_port: int | str | None
     protocol: int
     name: str | None = None
+    node_port: int | None = None  # type NodePort / LoadBalancer: the port on every node's addresses
 
 
 @dataclass(frozen=True)

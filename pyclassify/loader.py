@@ -36,42 +36,154 @@ TOO_LARGE = "document too large, nested too deeply or recursive (an alias inside
 Span = tuple[int, int, int, int]
 
 
+#: The largest manifest file (or stdin) read, in bytes; larger ones are rejected before they are
+#: read. ``PYCLASSIFY_MAX_MANIFEST_BYTES`` sets it (a 100k-pod cluster as one List is ~150 MB).
+DEFAULT_MAX_MANIFEST_BYTES = 256 * 1024 * 1024
+MAX_MANIFEST_ENV = "PYCLASSIFY_MAX_MANIFEST_BYTES"
+
+
+#: The largest single object (a document, or one item of a List): the API server takes no
+#: request over 3 MiB, so no object of a cluster is larger. Checked on the span the reader
+#: reports, before the object goes anywhere slower (the ruamel path reads ~2 MB/s).
+#: ``PYCLASSIFY_MAX_OBJECT_BYTES`` sets it.
+DEFAULT_MAX_OBJECT_BYTES = 3 * 1024 * 1024
+MAX_OBJECT_ENV = "PYCLASSIFY_MAX_OBJECT_BYTES"
+
+
+def _bound(env: str, default: int) -> int:
+    text = os.environ.get(env)
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def max_manifest_bytes() -> int:
+    return _bound(MAX_MANIFEST_ENV, DEFAULT_MAX_MANIFEST_BYTES)
+
+
+def max_object_bytes() -> int:
+    return _bound(MAX_OBJECT_ENV, DEFAULT_MAX_OBJECT_BYTES)
+
+
+def _object_too_large(data: bytes, file: str, span: Span | None, problems: Problems, limit: int) -> bool:
+    """Whether the object at ``span`` is over ``limit`` bytes (reported as an error if so)."""
+    if span is None:
+        return False
+    start, end, line, _ = span
+    size = (end or len(data)) - start
+    if size <= limit:
+        return False
+    problems.add(Problem(file, line, "", f"object of {size} bytes is larger than the limit of {limit} bytes "
+                                         f"(the API server takes at most 3 MiB; set {MAX_OBJECT_ENV} to "
+                                         "raise it); not read"))
+    return True
+
+
+def _too_large(name: str, size: int, limit: int) -> Problem:
+    return Problem(name, 0, "", f"manifest of {size} bytes is larger than the limit of {limit} bytes "
+                                f"(set {MAX_MANIFEST_ENV} to raise it); not read")
+
+
 def iter_paths(paths: Iterable[str], problems: Problems) -> Iterator[Document]:
     """Every document of every path (files, directories recursively, ``-`` for stdin), one at
-    a time."""
+    a time. A path that holds no document at all (an empty directory, a file of comments) is
+    warned about and listed in ``problems.empty_inputs``."""
     for path in paths:
+        found = 0
+        errors_before = len(problems.errors)
         if path == STDIN:
-            yield from iter_text(sys.stdin.read(), STDIN_NAME, problems)
-            continue
-        p = Path(path)
-        if p.is_dir():
-            for file in manifest_files(p):
-                yield from iter_file(file, problems)
-        elif p.exists():
-            yield from iter_file(p, problems)
+            limit = max_manifest_bytes()
+            buffer = getattr(sys.stdin, "buffer", None)
+            data = buffer.read(limit + 1) if buffer is not None else sys.stdin.read(limit + 1)
+            if len(data) > limit:
+                problems.add(_too_large(STDIN_NAME, len(data), limit))
+                continue
+            docs = iter_bytes(data, STDIN_NAME, problems) if isinstance(data, bytes) else iter_text(data, STDIN_NAME, problems)
+            for doc in docs:
+                found += 1
+                yield doc
         else:
-            problems.add(Problem(str(path), 0, "", "no such file or directory"))
+            p = Path(path)
+            if p.is_dir():
+                files: Iterable[Path] = manifest_files(p, problems)
+            elif p.exists():
+                files = [p]
+            else:
+                problems.add(Problem(str(path), 0, "", "no such file or directory"))
+                continue
+            for file in files:
+                for doc in iter_file(file, problems):
+                    found += 1
+                    yield doc
+        if not found and len(problems.errors) == errors_before:
+            name = STDIN_NAME if path == STDIN else str(path)
+            what = "no manifest files (.yaml, .yml, .json)" if path != STDIN and Path(path).is_dir() else "no documents"
+            problems.add(Problem(name, 0, "", f"{what} found: nothing to read here", "warning"))
+            problems.empty_inputs.append(name)
 
 
 def load_paths(paths: Iterable[str], problems: Problems) -> list[Document]:
     return list(iter_paths(paths, problems))
 
 
-def manifest_files(root: Path) -> list[Path]:
+def manifest_files(root: Path, problems: Problems | None = None) -> list[Path]:
     """The manifest files under ``root``, recursively, in a stable order (sorted by path parts;
-    hidden files and directories such as ``.git`` are not manifests)."""
+    hidden files and directories such as ``.git`` are not manifests). Links to directories are
+    followed, each directory read once (a link back to a directory above is a loop, warned
+    about and not followed again); a dangling link is skipped with a warning."""
     found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+    seen: dict[tuple[int, int], str] = {}
+
+    def warn(path: str, message: str) -> None:
+        if problems is not None:
+            problems.add(Problem(path, 0, "", message, "warning"))
+
+    try:
+        st = os.stat(root)
+        seen[(st.st_dev, st.st_ino)] = str(root)
+    except OSError:
+        pass
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        keep = []
+        for d in sorted(dirnames):
+            if d.startswith("."):
+                continue
+            full = os.path.join(dirpath, d)
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue
+            first = seen.get((st.st_dev, st.st_ino))
+            if first is not None:
+                warn(full, f"directory already read as {first} (a link loop or a second link): not read again")
+                continue
+            seen[(st.st_dev, st.st_ino)] = full
+            keep.append(d)
+        dirnames[:] = keep
         for name in filenames:
-            if not name.startswith(".") and name.lower().endswith(MANIFEST_SUFFIXES):
-                found.append(Path(dirpath) / name)
+            if name.startswith("."):
+                continue
+            full = os.path.join(dirpath, name)
+            if os.path.islink(full) and not os.path.exists(full):
+                warn(full, f"dangling link (to {os.readlink(full)}): skipped")
+                continue
+            if name.lower().endswith(MANIFEST_SUFFIXES):
+                found.append(Path(full))
     return sorted(found, key=lambda f: f.relative_to(root).parts)
 
 
 def iter_file(path: Path, problems: Problems) -> Iterator[Document]:
     name = str(path)
+    limit = max_manifest_bytes()
     try:
+        size = path.stat().st_size
+        if size > limit:
+            problems.add(_too_large(name, size, limit))
+            return
         data = path.read_bytes()
     except OSError as exc:
         problems.add(Problem(name, 0, "", f"cannot read: {exc.strerror or exc}"))
@@ -101,17 +213,20 @@ def iter_bytes(data: bytes, file: str, problems: Problems) -> Iterator[Document]
     """The documents of one file's bytes (UTF-8 YAML or JSON, a byte order mark skipped)."""
     reader = ManifestReader(data)
     syntax = reader.syntax
+    limit = max_object_bytes()
     streamed: Document | None = None  # the List whose items are coming, if its type is valid
     streamed_region: Span = (0, 0, 1, 0)
     for record in reader:
         what = record[0]
         if what == "item":
             _, item, index, line, span = record
-            if streamed is not None:
+            if streamed is not None and not _object_too_large(data, file, span, problems, limit):
                 positions = _Positions(data, syntax, span, streamed_region, index)
                 yield from _list_item(streamed, item, index, line, positions, problems)
         elif what == "document":
             _, root, line, region = record
+            if _object_too_large(data, file, region, problems, limit):
+                continue
             yield from _documents(root, file, line, problems, _Positions(data, syntax, region))
         elif what == "list":
             _, kind, api_version, line, streamed_region = record
@@ -122,6 +237,8 @@ def iter_bytes(data: bytes, file: str, problems: Problems) -> Iterator[Document]
             streamed = lst if _has_type(lst, problems) else None
         elif what == "fallback":
             _, line, region, index, span = record
+            if _object_too_large(data, file, region if index is None else span, problems, limit):
+                continue
             yield from _fallback(data, file, line, region, index, span, streamed, problems)
         else:  # "problem"
             _, line, message = record

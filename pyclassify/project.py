@@ -15,12 +15,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from pyclassify import kinds
+from pyclassify import failsafe, kinds
 from pyclassify.admission.policy import is_admission_policy
 from pyclassify.bulk import collector_paused
 from pyclassify.inventory import Endpoint, Inventory
-from pyclassify.ir import Policy, PolicySet, Profile, Tier
+from pyclassify.ir import EndpointKind, Policy, PolicySet, Profile, Tier
 from pyclassify.kinds.inventory import InventoryBuilder
+from pyclassify.kinds.versions import kind_problem
 from pyclassify.loader import iter_paths
 from pyclassify.source import Document, Problems
 
@@ -91,6 +92,7 @@ def load_project(paths: list[str], problems: Problems | None = None) -> Project:
     with collector_paused():
         project = build_project(iter_paths(paths, loading), problems)
     problems.items[before:before] = loading.items
+    problems.empty_inputs.extend(loading.empty_inputs)
     return project
 
 
@@ -109,6 +111,7 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
     # once it is normalized.
     seen: dict[ObjectKey, Document] = {}
     invalid: dict[ObjectKey, str] = {}
+    failsafe_config = failsafe.FailsafeConfig()
     for doc in documents:
         document_count += 1
         key = object_key(doc)
@@ -121,15 +124,23 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
         seen[key] = doc.locator()
         if is_admission_policy(doc):
             admission_documents.append(doc)
+        elif failsafe.is_config(doc, key[:2]):  # Felix's failsafe ports (FelixConfiguration default)
+            failsafe_config = failsafe.read_config(doc, problems, failsafe_config)
+            continue
         errors_before = len(problems.items)
         _normalize(doc, key[:2], builder, policies, tiers, profiles, skipped, problems)
         if len(problems.items) > errors_before:
             found = [p for p in problems.items[errors_before:] if p.severity == "error"]
             if found:
                 invalid[key] = str(found[0])
+    inventory = builder.build()
+    # Host endpoints keep their failsafe ports open whatever the policy (as Calico does).
+    if any(e.kind is EndpointKind.HOST for e in inventory.endpoints):
+        failsafe_policies, failsafe_tiers = failsafe.failsafe_ir(failsafe_config)
+        policies, tiers = [*failsafe_policies, *policies], [*failsafe_tiers, *tiers]
     return Project(
         policy_set=PolicySet.build(policies, tiers, profiles),
-        inventory=builder.build(),
+        inventory=inventory,
         problems=problems,
         document_count=document_count,
         admission_documents=admission_documents,
@@ -141,6 +152,10 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
 def _normalize(doc: Document, kind: tuple[str, str], builder: InventoryBuilder, policies: list[Policy],
                tiers: list[Tier], profiles: list[Profile], skipped: Counter[str], problems: Problems) -> None:
     """One document into the inventory and the IR."""
+    mistake = kind_problem(doc.api_version, doc.kind)
+    if mistake is not None:  # an unknown version of a known kind, a misspelt kind
+        problems.error(doc, (mistake[0],), mistake[1])
+        return
     inventory_kind = kinds.is_inventory_kind(doc, kind)
     if inventory_kind:
         builder.add(doc)

@@ -118,7 +118,11 @@ def run_render(paths: tuple[str, ...], endpoint_ref: str, as_json: bool) -> str:
     return "\n".join(lines)
 
 
-@click.command("render")
+@click.command("render", epilog="""\b
+Examples:
+  pyclassify render examples/demo --endpoint backend/db
+  pyclassify render examples/demo --endpoint 10.0.1.10 --json
+""")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--endpoint", "endpoint", required=True, metavar="NS/POD",
               help="The endpoint: ns/pod, workload, host endpoint or IP.")

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import signal
+import stat
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -25,11 +29,13 @@ from pyclassify.engine import (
     PACKET_INVALID,
     PACKET_MALFORMED,
     PACKET_POLICY,
+    VERDICT_DTYPE,
     NativeEngine,
     Tracker,
 )
 from pyclassify.ir import Direction
 from pyclassify.kinds.common import protocol_name
+from pyclassify.services import ServiceMap
 
 PACKET_REASONS = {
     PACKET_POLICY: "policy",
@@ -54,6 +60,10 @@ class ReplaySummary:
     malformed: int = 0
     established: int = 0
     invalid: int = 0
+    policy: int = 0  # judged by policy (the rest: established, malformed, invalid)
+    policy_allowed: int = 0
+    # packets judged by policy with no policy at that end, per direction
+    no_policy: Counter = field(default_factory=Counter)
     seconds: float = 0.0
     interrupted: bool = False
     flow_keys: set[int] = field(default_factory=set, repr=False)
@@ -61,6 +71,8 @@ class ReplaySummary:
     by_rule: Counter = field(default_factory=Counter, repr=False)
     decode_errors: Counter = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+    #: captures that could not be read as captures at all (a problem, and no packet)
+    unreadable: list[str] = field(default_factory=list)
 
     @property
     def flows(self) -> int:
@@ -98,9 +110,13 @@ def flow_hashes(headers: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
 
 def _count_rules(summary: ReplaySummary, verdicts: npt.NDArray[Any]) -> None:
     judged = verdicts[verdicts["reason"] == PACKET_POLICY]
+    summary.policy += len(judged)
+    summary.policy_allowed += int(np.count_nonzero(judged["allow"]))
     for name, direction in (("egress", "egress"), ("ingress", "ingress")):
         side = judged[name]
-        side = np.ascontiguousarray(side[side["present"] == 1])
+        present = side["present"] == 1
+        summary.no_policy[direction] += len(side) - int(np.count_nonzero(present))
+        side = np.ascontiguousarray(side[present])
         if len(side) == 0:
             continue
         for rec, count in _distinct_records(side):
@@ -149,15 +165,74 @@ class Replay:
         self._writers: list[CaptureWriter] = []
         self._writer_by_kind: dict[str, tuple[CaptureWriter, tuple]] = {}
         self._index = 0
+        self._stop = False
+        # Service virtual addresses, judged as kube-proxy delivers them (pyclassify.services);
+        # one connection tracker per backend choice, apart from the main one.
+        self.services = ServiceMap(engine.inventory)
+        self._service_trackers: dict[int, Tracker] = {}
+        self._service_entries: npt.NDArray[np.int64] | None = None  # of the batch being written
+
+    def _judge(self, batch: Batch) -> npt.NDArray[Any]:
+        """The batch's verdicts; packets to or from a Service's virtual address are judged
+        against its backends (every one, when it has several: allowed only if all allow)."""
+        headers, quotes = batch.headers, batch.quotes
+        entry, forward = self.services.match(headers)
+        service = entry >= 0
+        self._service_entries = entry if service.any() else None
+        if self._service_entries is None:
+            return self.engine.judge(headers, quotes, self.tracker, **self.defaults)
+        out = np.zeros(len(headers), dtype=VERDICT_DTYPE)
+        plain = np.flatnonzero(~service)
+        if len(plain):
+            out[plain] = self.engine.judge(headers[plain], None if quotes is None else quotes[plain],
+                                           self.tracker, **self.defaults)
+        idx = np.flatnonzero(service)
+        sub, sub_entry, sub_forward = headers[idx], entry[idx], forward[idx]
+        sub_quotes = None if quotes is None else np.ascontiguousarray(quotes[idx])
+        choices = max(1, max(len(self.services.entries[e].backends) for e in np.unique(sub_entry).tolist()))
+        combined = None
+        for choice in range(choices):
+            tracker = None
+            if self.tracker is not None:
+                tracker = self._service_trackers.get(choice)
+                if tracker is None:
+                    tracker = self._service_trackers[choice] = Tracker()
+            rewritten = self.services.rewrite(sub, sub_entry, sub_forward, choice)
+            verdicts = self.engine.judge(rewritten, sub_quotes, tracker, **self.defaults)
+            if combined is None:
+                combined = verdicts
+            else:  # the first backend that denies speaks for the packet
+                denies = (verdicts["allow"] == 0) & (combined["allow"] == 1)
+                combined[denies] = verdicts[denies]
+        assert combined is not None
+        # No backend at all: kube-proxy delivers nothing (rejected), whatever policy says.
+        empty = np.array([not self.services.entries[e].backends for e in sub_entry.tolist()], dtype=bool)
+        if empty.any():
+            combined["allow"][empty] = 0
+            combined["reason"][empty] = PACKET_POLICY
+            combined["egress"]["present"][empty] = 0
+            combined["ingress"]["present"][empty] = 0
+        out[idx] = combined
+        return out
 
     def run(self, paths: list[str], progress: Callable[[int], None] | None = None) -> ReplaySummary:
+        """Replays ``paths`` in order. A Ctrl-C (SIGINT) lets the batch being judged finish —
+        its verdicts counted and written, so the summary and every output agree — and then
+        stops; a second one interrupts at once."""
         start = time.perf_counter()
+        previous = self._defer_interrupts()
         try:
             for path in paths:
+                if self._stop:
+                    break
                 self._replay_one(path, progress)
         except KeyboardInterrupt:
             self.summary.interrupted = True
         finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+            if self._stop:
+                self.summary.interrupted = True
             for w in self._writers:
                 w.close()
             if self.out is not None and self.per_flow:
@@ -165,6 +240,24 @@ class Replay:
                     self.out.write(json.dumps(flow) + "\n")
             self.summary.seconds = time.perf_counter() - start
         return self.summary
+
+    def _defer_interrupts(self) -> Any:
+        """Turns the first SIGINT into a request to stop after the current batch; returns the
+        handler to restore (None off the main thread, where signals cannot be handled)."""
+        self._stop = False
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is not signal.default_int_handler:  # the caller handles SIGINT its own way
+            return None
+
+        def stop(signum: int, frame: Any) -> None:
+            if self._stop:  # asked twice: stop now
+                raise KeyboardInterrupt
+            self._stop = True
+
+        signal.signal(signal.SIGINT, stop)
+        return previous
 
     def _writer(self, which: str, cap: Any) -> CaptureWriter | None:
         """The allowed/denied writer, made like the first capture; later captures must share
@@ -188,9 +281,13 @@ class Replay:
         return writer
 
     def _replay_one(self, path: str, progress: Callable[[int], None] | None) -> None:
-        with open_capture(path) as cap:
+        # Read in windows, not memory-mapped: a capture another process truncates underneath
+        # would make a mapped read fault (SIGBUS); read, it just ends early, and is reported.
+        before = _file_state(path)
+        packets_before = self.summary.packets
+        with open_capture(path, stream=True) as cap:
             for batch in cap:
-                verdicts = self.engine.judge(batch.headers, batch.quotes, self.tracker, **self.defaults)
+                verdicts = self._judge(batch)
                 self._account(batch, verdicts)
                 # Made after the first batch: pcapng interfaces are known by then.
                 allowed_w, denied_w = self._writer("allowed", cap), self._writer("denied", cap)
@@ -204,8 +301,23 @@ class Replay:
                     self._write_lines(batch, verdicts)
                 if progress is not None:
                     progress(len(batch))
+                if self._stop:
+                    break
             self.summary.decode_errors.update({k: v for k, v in cap.counts.items() if k != "none"})
-            self.summary.problems.extend(f"{path}: {p}" for p in cap.problems)
+            self.summary.problems.extend(cap.problems)  # each names its file already
+            problems = bool(cap.problems)
+        after = _file_state(path)
+        if before is not None and after is not None and before != after:
+            problems = True
+            if after[0] < before[0]:
+                self.summary.problems.append(
+                    f"{path}: truncated while being read (from {before[0]} to {after[0]} bytes, by another "
+                    f"process?): the packets read before are counted, the rest is missing")
+            elif after[0] == before[0]:
+                self.summary.problems.append(
+                    f"{path}: changed while being read: the verdicts may mix old and new contents")
+        if problems and self.summary.packets == packets_before and not self._stop:
+            self.summary.unreadable.append(path)
 
     def _account(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
         s = self.summary
@@ -239,6 +351,9 @@ class Replay:
             if flow is None:
                 line = self._line(h, v, reason)
                 flow = {key: line[key] for key in ("src", "dst", "src_endpoint", "dst_endpoint", "proto", "sport", "dport")}
+                service = self._service_json(k)
+                if service is not None:
+                    flow["service"] = service
                 flow.update({"first_index": self._index, "first_ts": line["ts"], "last_ts": line["ts"],
                              "packets": 0, "allowed": 0, "denied": 0, "verdict": None, "egress": None,
                              "ingress": None})
@@ -279,10 +394,20 @@ class Replay:
             line["icmp_type"], line["icmp_code"] = int(h["icmp_type"]), int(h["icmp_code"])
         return line
 
+    def _service_json(self, k: int) -> dict[str, Any] | None:
+        """For packet ``k`` of the batch being written: the Service it was judged through."""
+        if self._service_entries is None or self._service_entries[k] < 0:
+            return None
+        return self.services.entries[int(self._service_entries[k])].to_json()
+
     def _write_lines(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
         assert self.out is not None
-        for h, v in zip(batch.headers, verdicts):
-            self.out.write(json.dumps(self._line(h, v, PACKET_REASONS[int(v["reason"])])) + "\n")
+        for k, (h, v) in enumerate(zip(batch.headers, verdicts)):
+            line = self._line(h, v, PACKET_REASONS[int(v["reason"])])
+            service = self._service_json(k)
+            if service is not None:
+                line["service"] = service
+            self.out.write(json.dumps(line) + "\n")
             self._index += 1
 
     def by_rule(self) -> list[dict[str, Any]]:
@@ -316,15 +441,32 @@ class Replay:
             "malformed": s.malformed,
             "established": s.established,
             "invalid": s.invalid,
+            "policy": s.policy,
+            "policy_allowed": s.policy_allowed,
+            "no_policy": {d: s.no_policy[d] for d in ("egress", "ingress")},
             "flows": s.flows,
             "by_rule": self.by_rule(),
             "decode_errors": dict(sorted(s.decode_errors.items())),
             "problems": s.problems,
+            "unreadable": s.unreadable,
             "conntrack": self.tracker.stats() if self.tracker is not None else None,
             "seconds": round(s.seconds, 6),
             "packets_per_second": round(s.rate, 1),
             "interrupted": s.interrupted,
         }
+
+
+def _file_state(path: str) -> tuple[int, int, int] | None:
+    """(size, modification time, inode) of a regular file; None for stdin, pipes and the like."""
+    if path == "-":
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 def total_packets(paths: list[str]) -> int | None:

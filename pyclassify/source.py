@@ -137,6 +137,8 @@ class Problems:
 
     def __init__(self) -> None:
         self.items: list[Problem] = []
+        #: inputs given by name that held no document at all (``pyclassify`` exits 1)
+        self.empty_inputs: list[str] = []
 
     def error(self, doc: Document, path: FieldPath, message: str) -> None:
         self.items.append(Problem(doc.file, doc.line_of(path), format_path(path), message))

@@ -17,7 +17,23 @@ else
     out=/tmp/pyclassify-demo-verdicts.jsonl
 fi
 
-run() { printf '\n$ %s\n' "$*"; "$@"; }
+# Each command is printed as one would type it: arguments with spaces or quotes quoted.
+quote() {
+    local a=$1
+    if [[ $a =~ ^[A-Za-z0-9_./=,:@%+-]+$ ]]; then
+        printf '%s' "$a"
+    elif [[ $a != *[\"\$\`\\!]* ]]; then
+        printf '"%s"' "$a"
+    else
+        printf "'%s'" "${a//\'/\'\\\'\'}"
+    fi
+}
+run() {
+    local line="" a
+    for a in "$@"; do line+="${line:+ }$(quote "$a")"; done
+    printf '\n$ %s\n' "$line"
+    "$@"
+}
 
 run pyclassify --version
 run pyclassify selector "a == 'b' && has(c)" --labels a=b,c=1

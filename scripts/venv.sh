@@ -10,7 +10,9 @@ if [ "$#" -gt 0 ]; then
     extras="[$(IFS=,; echo "$*")]"
 fi
 echo "== pip install -e .${extras} into .venv"
-.venv/bin/python -m pip install --disable-pip-version-check -q -e ".${extras}"
+echo "   (builds the Rust engine and the Cython reader: several minutes on a first run, less when"
+echo "   rust/target is warm; pip reports each step below, 'still running...' while cargo compiles)"
+.venv/bin/python -m pip install --disable-pip-version-check --progress-bar on -e ".${extras}"
 # Activate it for the rest of the calling script, so the console script `pyclassify` is on PATH
 # (for the tests that run it, and for the demo).
 export VIRTUAL_ENV="$PWD/.venv"

@@ -40,6 +40,8 @@ def test_demo_loads_without_problems(demo):
         "AdminNetworkPolicy/allow-monitoring",
         "AdminNetworkPolicy/protect-db",
         "BaselineAdminNetworkPolicy/default",
+        "Failsafe/inbound",  # built in: the failsafe ports of the host endpoint (Calico's)
+        "Failsafe/outbound",
         "GlobalNetworkPolicy/allow-ssh-to-hosts",
         "GlobalNetworkPolicy/security.block-known-bad",
         "NetworkPolicy/backend/allow-api-to-db",
@@ -47,11 +49,13 @@ def test_demo_loads_without_problems(demo):
         "NetworkPolicy/backend/default-deny-ingress",
     ]
     # The Calico tier sits between nothing and kube-admin: order 100 comes first.
-    assert [t.name for t in demo.policy_set.tiers] == ["security", "kube-admin", "default", "kube-baseline"]
+    assert [t.name for t in demo.policy_set.tiers] == ["failsafe", "security", "kube-admin", "default", "kube-baseline"]
 
 
 def test_every_policy_remembers_its_source(demo):
     for policy in demo.policy_set.policies:
+        if policy.kind == "Failsafe":  # built in, not read
+            continue
         assert policy.source is not None and Path(policy.source.file).parent == DEMO
         assert policy.source.line >= 1
 
@@ -74,7 +78,8 @@ def test_find_endpoint(demo):
         ("monitoring/prometheus", "backend/api", 9090, "allow", "AdminNetworkPolicy/allow-monitoring"),
         ("frontend/web", "monitoring/prometheus", 9090, "deny", "BaselineAdminNetworkPolicy/default"),
         ("198.51.100.9", "frontend/web", 8080, "deny", "GlobalNetworkPolicy/security.block-known-bad"),
-        ("frontend/web", "node1-eth0", 22, "allow", "GlobalNetworkPolicy/allow-ssh-to-hosts"),
+        # SSH to a host endpoint is a failsafe port: open whatever the policy says.
+        ("frontend/web", "node1-eth0", 22, "allow", "Failsafe/inbound"),
     ],
 )
 def test_demo_flows(demo, src, dst, port, verdict, deciding):

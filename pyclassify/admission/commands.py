@@ -101,7 +101,11 @@ def _exit(code: int) -> NoReturn:
     sys.exit(code)
 
 
-@click.command("admit")
+@click.command("admit", epilog="""\b
+Examples:
+  pyclassify admit policies/ --resource pod.yaml
+  kubectl get deploy web -o yaml | pyclassify admit policies/ --resource - --json
+""")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--resource", "resource_path", required=True, type=click.Path(),
               help="Manifest(s) of the Pod or pod-creating resource(s) to judge ('-' for stdin).")
@@ -142,7 +146,11 @@ def admit_command(paths: tuple[str, ...], resource_path: str, scan_paths: tuple[
     _exit(EXIT_ADMITTED if all(d.allowed for d in decisions) else EXIT_REJECTED)
 
 
-@click.command("admission-webhook")
+@click.command("admission-webhook", epilog="""\b
+Examples:
+  pyclassify admission-webhook policies/ --tls-cert tls.crt --tls-key tls.key
+  pyclassify admission-webhook policies/ --listen 127.0.0.1:9443 --tls-cert tls.crt --tls-key tls.key --failure-policy Ignore
+""")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--listen", default="0.0.0.0:8443", show_default=True, metavar="HOST:PORT", help="Address to serve HTTPS on.")
 @click.option("--tls-cert", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM certificate (chain).")

@@ -17,7 +17,12 @@ Fail mode (--fail, closed by default) decides what the kernel does when pyclassi
 On a clean stop (SIGINT/SIGTERM) every rule pyclassify installed is removed in both modes.
 If the daemon is killed, its rules stay until the next start removes them: failing closed,
 new connections are dropped meanwhile (established ones keep flowing, they are accepted
-before the queue); failing open, they pass unfiltered."""
+before the queue); failing open, they pass unfiltered.
+
+\b
+Examples:
+  sudo pyclassify enforce policies/ --queue 0 --metrics 127.0.0.1:9100
+  sudo pyclassify enforce policies/ --bridge eth1,eth2 --fail open"""
 
 
 def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: str | None = None,
@@ -92,12 +97,17 @@ def enforce_command(paths: tuple[str, ...], queue: int | None, queues: str | Non
                     duration: float | None) -> None:
     """Enforce the policy on this node's packets, live (NFQUEUE, or --bridge IF1,IF2).
 
-    Installs PYCLASSIFY-* chains hooking FORWARD (routed pod traffic) and INPUT/OUTPUT (host
+    Needs root (or CAP_NET_ADMIN; CAP_NET_RAW too for --bridge). With --queue/--queues it
+    installs PYCLASSIFY-* chains in the filter table of iptables and, unless --no-ipv6, of
+    ip6tables too (both removed on a clean stop), hooking FORWARD (routed pod traffic) and INPUT/OUTPUT (host
     endpoints) that send new connections (ESTABLISHED/RELATED pass in the kernel) to NFQUEUE;
     judges them natively in batches; watches PATH (inotify) and swaps in a new policy when it
     changes and is valid (an invalid update is rejected whole and logged; the running policy
     stays); connections the new policy denies have their conntrack entries deleted so they are
     judged again and cut. Denies and Log rule hits are printed as JSON lines, once per flow.
+
+    --bridge IF1,IF2 installs no iptables rules: it puts both interfaces in promiscuous mode
+    (for as long as it runs) and forwards between them the frames policy allows.
     """
     given = [name for name, v in (("--queue", queue), ("--queues", queues), ("--bridge", bridge)) if v is not None]
     if len(given) != 1:

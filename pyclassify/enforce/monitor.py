@@ -40,6 +40,22 @@ def parse_only(value: str | None) -> frozenset[str] | None:
     return kinds or None
 
 
+def printable(text: str) -> str:
+    """``text`` with every control or format character (escape sequences, carriage returns,
+    bidirectional overrides) shown as a ``\\xNN``/``\\uNNNN`` escape: what an event carries is
+    shown, never played on the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+                   for c in text)
+
+
+def _arrow() -> str:
+    from pyclassify.cli import symbol
+
+    return symbol("→", "->")
+
+
 def _clock(ts: Any) -> str:
     if not isinstance(ts, (int, float)) or isinstance(ts, bool):
         return "--:--:--.---"
@@ -63,7 +79,7 @@ def _end(rec: dict[str, Any], side: str) -> str:
 
 
 def flow_text(rec: dict[str, Any]) -> str:
-    return f"{_end(rec, 'src')} → {_end(rec, 'dst')} {rec.get('proto', '?')}"
+    return f"{_end(rec, 'src')} {_arrow()} {_end(rec, 'dst')} {rec.get('proto', '?')}"
 
 
 def _names(tier: Any, policy: Any, rule: Any) -> str:
@@ -122,7 +138,7 @@ def render(rec: dict[str, Any]) -> str:
         details = [str(e) for e in errors]
     else:  # start, stop and anything newer
         head += _rest(rec, ("ts", "event"))
-    return "\n".join([head.rstrip(), *(pad + d for d in details)])
+    return "\n".join([printable(head.rstrip()), *(pad + printable(d) for d in details)])
 
 
 def _lines(stream: IO[str]) -> Iterator[str]:
@@ -184,7 +200,7 @@ def run_monitor(lines: Iterator[str], out: IO[str], err: IO[str], only: frozense
             rec = None
         if not isinstance(rec, dict):
             counts["bad"] += 1
-            err.write(f"line {number}: not a JSON event: {line[:200]}\n")
+            err.write(f"line {number}: not a JSON event: {printable(line[:200])}\n")
             err.flush()
             continue
         if only is not None and rec.get("event") not in only:
@@ -196,7 +212,11 @@ def run_monitor(lines: Iterator[str], out: IO[str], err: IO[str], only: frozense
     return counts
 
 
-@click.command("monitor")
+@click.command("monitor", epilog="""\b
+Examples:
+  sudo pyclassify enforce policies/ --queue 0 | pyclassify monitor --only deny,log
+  pyclassify monitor /var/log/pyclassify.jsonl --follow
+""")
 @click.argument("file", default="-", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("-f", "--follow", is_flag=True, help="Keep reading FILE as it grows (like tail -f).")
 @click.option("--only", metavar="KINDS", help=f"Comma-separated event kinds to show ({','.join(EVENTS)}).")

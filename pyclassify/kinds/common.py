@@ -22,7 +22,7 @@ from pyclassify.ir import (
     NamedPort,
     PortRange,
 )
-from pyclassify.selector import Selector, SelectorError
+from pyclassify.selector import Selector, SelectorError, excerpt, unencodable
 from pyclassify.source import Document, FieldPath, Problems
 
 # Protocol names as Calico spells them (case-insensitive there); Kubernetes kinds accept only
@@ -259,11 +259,15 @@ def calico_selector(doc: Document, problems: Problems, path: FieldPath, text: An
     if not isinstance(text, str):
         problems.error(doc, path, f"must be a selector string, got {text!r}")
         return None
+    bad = unencodable(text)
+    if bad is not None:
+        problems.error(doc, path, f"invalid selector {excerpt(text)[0]!r}: {bad}")
+        return None
     try:
         return Selector.parse(text)
     except SelectorError as e:
         where = f" at position {e.position}" if e.position is not None else ""
-        problems.error(doc, path, f"invalid selector {text!r}{where}: {e.message}")
+        problems.error(doc, path, f"invalid selector {excerpt(text, e.position)[0]!r}{where}: {e.message}")
         return None
 
 

@@ -722,8 +722,11 @@ def _service_ports(c: _Checker) -> tuple[ServicePort, ...]:
             target = c.port_number(path + ("targetPort",), int(target) if isinstance(target, str) else target)
         else:
             target = number  # targetPort defaults to port
+        node_port = None
+        if entry.get("nodePort") is not None:
+            node_port = c.port_number(path + ("nodePort",), entry.get("nodePort"))
         if number is not None and protocol is not None:
-            ports.append(ServicePort(number, target, protocol, name))
+            ports.append(ServicePort(number, target, protocol, name, node_port))
     return tuple(ports)
 
 

@@ -1,0 +1,80 @@
+"""Kinds and API versions a person may have mistyped: an unknown version of a kind this tool
+reads (``networking.k8s.io/v2``), or a kind one edit away from one it reads
+(``NetworkPolicys``). Both are errors ("did you mean ...?"), not documents skipped without a
+word: skipping would drop policy silently. Kinds nobody registered and that resemble nothing
+(ConfigMap, RoleBinding, ...) are still skipped.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pyclassify.kinds import INVENTORY_KINDS, POLICY_KINDS
+
+#: The versions of each API group (as written, before the Calico CRD group is folded) that this
+#: tool reads its kinds in.
+KNOWN_VERSIONS: dict[str, frozenset[str]] = {
+    "": frozenset({"v1"}),
+    "networking.k8s.io": frozenset({"v1"}),
+    "extensions": frozenset({"v1beta1"}),
+    "apps": frozenset({"v1", "v1beta1", "v1beta2"}),
+    "batch": frozenset({"v1", "v1beta1"}),
+    "discovery.k8s.io": frozenset({"v1", "v1beta1"}),
+    "policy.networking.k8s.io": frozenset({"v1alpha1", "v1alpha2"}),
+    "projectcalico.org": frozenset({"v3"}),
+    "crd.projectcalico.org": frozenset({"v1"}),
+    "containersecurity.tigera.io": frozenset({"v1beta1"}),
+}
+_ADMISSION = ("containersecurity.tigera.io", "ContainerAdmissionPolicy")
+_FOLDED = {"crd.projectcalico.org": "projectcalico.org"}
+
+
+@lru_cache(maxsize=1)
+def _known() -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
+    pairs = frozenset(POLICY_KINDS) | INVENTORY_KINDS | {_ADMISSION}
+    return pairs, frozenset(kind for _, kind in pairs)
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether ``a`` becomes ``b`` by one insertion, deletion, substitution or swap of two
+    neighbouring characters."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
+                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    i = next((i for i in range(len(short)) if short[i] != long[i]), len(short))
+    return short[i:] == long[i + 1:]
+
+
+def near_kind(kind: str) -> str | None:
+    """The known kind ``kind`` is probably a typo of, or None (it is one, or resembles none)."""
+    pairs, kinds = _known()
+    if not kind or kind in kinds:
+        return None
+    for known in sorted(kinds):
+        if kind.lower() == known.lower() or kind.lower() in (known.lower() + "s", known.lower() + "es"):
+            return known
+        if len(known) >= 6 and _one_edit(kind, known):
+            return known
+    return None
+
+
+def kind_problem(api_version: str, kind: str) -> tuple[str, str] | None:
+    """``(field, message)`` when ``apiVersion``/``kind`` look like a mistake, else None."""
+    pairs, _ = _known()
+    group, _, version = api_version.rpartition("/")
+    folded = _FOLDED.get(group, group)
+    if (folded, kind) in pairs or (group, kind) in pairs:
+        known = KNOWN_VERSIONS.get(group)
+        if known is not None and version not in known:
+            wanted = ", ".join(f"{group}/{v}" if group else v for v in sorted(known))
+            return "apiVersion", f"unknown version {api_version!r} of {kind}: this tool reads {wanted}"
+        return None
+    guess = near_kind(kind)
+    if guess is not None:
+        groups = sorted({(g or "core") for g, k in pairs if k == guess})
+        return "kind", f"unknown kind {kind!r}: did you mean {guess} ({', '.join(groups)})?"
+    return None

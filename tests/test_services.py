@@ -1,0 +1,141 @@
+"""Traffic to a Service's ClusterIP, or to a NodePort on a node's address (issue 18, item 8), is
+judged as kube-proxy delivers it: per backend, to its target port — in ``explain`` (both
+engines) and in ``replay`` (captures taken before DNAT), with Calico ``services`` rules intact."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pyclassify.analysis import explain
+from pyclassify.capture import CaptureWriter
+from pyclassify.project import load_project
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "examples" / "demo"
+ENGINES = ["native", "reference"]
+
+# Two backends behind one Service: api (frontend may reach it on 8080) and db (the ANP
+# protect-db denies frontend).
+MIXED = """apiVersion: v1
+kind: Service
+metadata: {name: mixed, namespace: backend}
+spec:
+  type: NodePort
+  clusterIP: 10.96.0.40
+  ports: [{name: web, port: 80, targetPort: 8080, nodePort: 30080, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: mixed-1, namespace: backend, labels: {kubernetes.io/service-name: mixed}}
+addressType: IPv4
+endpoints: [{addresses: [10.0.2.20]}, {addresses: [10.0.2.30]}]
+ports: [{name: web, port: 8080, protocol: TCP}]
+---
+apiVersion: projectcalico.org/v3
+kind: NetworkPolicy
+metadata: {name: no-api-from-monitoring, namespace: monitoring}
+spec:
+  selector: all()
+  types: [Egress]
+  egress:
+  - action: Deny
+    destination: {services: {name: api, namespace: backend}}
+  - action: Allow
+"""
+
+
+@pytest.fixture(scope="module")
+def manifests(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("svc")
+    shutil.copytree(DEMO, root / "demo")
+    (root / "demo" / "90-services.yaml").write_text(MIXED)
+    return root / "demo"
+
+
+@pytest.fixture(scope="module")
+def project(manifests):
+    p = load_project([str(manifests)])
+    assert not p.problems.errors, [str(e) for e in p.problems.errors]
+    return p
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_cluster_ip_is_judged_per_backend(project, engine):
+    # The demo's Service backend/api: ClusterIP 10.96.0.20:80 -> api's named port http (8080).
+    r = explain(project, "frontend/web", "10.96.0.20", 6, 80, engine=engine)
+    assert r.verdict.allowed and r.service.service.name == "api"
+    (b,) = r.backends
+    assert str(b.flow.dst.ip) == "10.0.2.20" and b.flow.dport == 8080
+    assert r.verdict.ingress.policy == "NetworkPolicy/backend/allow-frontend-to-api"
+    # Before, the ClusterIP was an outside address with no policy: allowed. The backend denies.
+    denied = explain(project, "monitoring/prometheus", "10.96.0.20", 6, 80, engine=engine)
+    assert not denied.verdict.allowed
+    # Calico `services` rules still match (here as the egress of monitoring).
+    assert denied.verdict.egress.policy == "NetworkPolicy/monitoring/no-api-from-monitoring"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_backend_is_judged_and_one_can_be_picked(project, engine):
+    r = explain(project, "frontend/web", "10.96.0.40", 6, 80, engine=engine)
+    assert [(str(b.flow.dst.ip), b.flow.dport, b.verdict.verdict) for b in r.backends] == [
+        ("10.0.2.20", 8080, "allow"), ("10.0.2.30", 8080, "deny")]
+    assert not r.verdict.allowed and r.verdict.ingress.policy == "AdminNetworkPolicy/protect-db"
+    picked = explain(project, "frontend/web", "10.96.0.40", 6, 80, engine=engine, service_backend="backend/api")
+    assert picked.verdict.allowed and len(picked.backends) == 1
+    # The NodePort on a node's address is the same Service.
+    node = explain(project, "frontend/web", "192.168.1.10", 6, 30080, engine=engine)
+    assert node.service.via == "NodePort" and [b.verdict.verdict for b in node.backends] == ["allow", "deny"]
+    # A port the Service does not have: kube-proxy delivers nothing.
+    none = explain(project, "frontend/web", "10.96.0.40", 6, 81, engine=engine)
+    assert not none.verdict.allowed and none.backends == [] and "no TCP port 81" in none.note
+
+
+def test_explain_cli_per_backend(manifests):
+    run = lambda *a: subprocess.run([sys.executable, "-m", "pyclassify", "explain", str(manifests), *a],  # noqa: E731
+                                    capture_output=True, text=True, timeout=120)
+    r = run("--from", "frontend/web", "--to", "10.96.0.40", "--port", "80")
+    assert r.returncode == 0, r.stderr
+    assert "backend: backend/api (10.0.2.20) TCP/8080: ALLOW" in r.stdout
+    assert "backend: backend/db (10.0.2.30) TCP/8080: DENY" in r.stdout
+    assert r.stdout.rstrip().endswith("verdict: DENY (1 of 2 backends)")
+    doc = json.loads(run("--from", "frontend/web", "--to", "10.96.0.40", "--port", "80", "--json").stdout)
+    assert doc["verdict"] == "deny" and [b["verdict"] for b in doc["service"]["backends"]] == ["allow", "deny"]
+    r = run("--from", "frontend/web", "--to", "10.96.0.40", "--port", "80", "--service-backend", "10.9.9.9")
+    assert r.returncode == 2 and "not a backend" in r.stderr
+    assert "--service-backend" in run("--help").stdout
+
+
+def _capture(path: Path) -> None:
+    from scapy.all import IP, TCP, Ether
+
+    packets = [
+        IP(src="10.0.1.10", dst="10.96.0.20") / TCP(sport=40000, dport=80, flags="S"),   # web -> api: allowed
+        IP(src="10.96.0.20", dst="10.0.1.10") / TCP(sport=80, dport=40000, flags="SA"),  # its reply
+        IP(src="10.0.3.40", dst="10.96.0.20") / TCP(sport=40001, dport=80, flags="S"),   # prometheus: denied
+        IP(src="10.0.1.10", dst="10.96.0.40") / TCP(sport=40002, dport=80, flags="S"),   # two backends, one denies
+    ]
+    with CaptureWriter(str(path)) as w:
+        for i, p in enumerate(packets):
+            w.write_packet(bytes(Ether() / p), ts_ns=i * 1000)
+
+
+def test_replay_judges_service_traffic_against_its_backends(manifests, tmp_path):
+    capture, out = tmp_path / "svc.pcap", tmp_path / "out.jsonl"
+    _capture(capture)
+    r = subprocess.run([sys.executable, "-m", "pyclassify", "replay", str(manifests), "--pcap", str(capture),
+                        "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(x["verdict"], x["reason"]) for x in lines] == [
+        ("allow", "policy"), ("allow", "established"), ("deny", "policy"), ("deny", "policy")]
+    assert lines[0]["ingress"]["policy"] == "NetworkPolicy/backend/allow-frontend-to-api"
+    assert lines[0]["service"]["judged"] == "the only backend"
+    assert lines[3]["service"]["backends"] == ["10.0.2.20:8080", "10.0.2.30:8080"]
+    assert lines[3]["service"]["judged"].startswith("every backend")
+    assert lines[3]["ingress"]["policy"] == "AdminNetworkPolicy/protect-db"
