@@ -347,7 +347,7 @@ cdef class NfQueue:
     # batch
     cdef NfqPacket *pk
     cdef PacketHeader *hdr
-    cdef Quote *quo
+    cdef pc_quote *quo
     cdef pc_verdict *ver
     cdef uint8_t *final
     cdef uint8_t *tx
@@ -394,7 +394,7 @@ cdef class NfQueue:
         self.mm = <mmsghdr *>calloc(batch, sizeof(mmsghdr))
         self.pk = <NfqPacket *>calloc(batch, sizeof(NfqPacket))
         self.hdr = <PacketHeader *>calloc(batch, sizeof(PacketHeader))
-        self.quo = <Quote *>calloc(batch, sizeof(Quote))
+        self.quo = <pc_quote *>calloc(batch, sizeof(pc_quote))
         self.ver = <pc_verdict *>calloc(batch, sizeof(pc_verdict))
         self.final = <uint8_t *>calloc(batch, 1)
         self.tx = <uint8_t *>calloc(2 * batch + 2, NFQ_VERDICT_MSG_LEN)
@@ -593,7 +593,7 @@ cdef class NfQueue:
                            &self.quo[i], self.ft)
             else:
                 memset(&self.hdr[i], 0, sizeof(PacketHeader))
-                memset(&self.quo[i], 0, sizeof(Quote))
+                memset(&self.quo[i], 0, sizeof(pc_quote))
                 self.hdr[i].flags = PC_FLAG_MALFORMED | PC_FLAG_TRUNCATED
                 self.hdr[i].error_kind = PC_ERR_TRUNCATED_IP
         pthread_mutex_lock(&self.engine_lock)

@@ -18,7 +18,7 @@ import numpy.typing as npt
 import orjson
 
 from pyclassify import _engine
-from pyclassify.batch import HEADER_DTYPE
+from pyclassify.batch import HEADER_DTYPE, SIDE_DTYPE, VERDICT_DTYPE
 from pyclassify.bulk import collector_paused
 from pyclassify.inventory import Endpoint, Inventory, NetworkSet, Node, Service
 from pyclassify.ir import (
@@ -51,25 +51,6 @@ PACKET_ESTABLISHED = 1  # it belongs to a connection already allowed (or answers
 PACKET_MALFORMED = 2  # it could not be decoded far enough to judge: denied
 PACKET_INVALID = 3  # connection tracking found it invalid (opens nothing): denied
 
-#: One direction's decision in a verdict record (``SideVerdict``): source_kind 0 none, 1 policy,
-#: 2 profile; tier/source/rule -1 when absent; reason indexes ``REASONS``.
-SIDE_DTYPE = np.dtype(
-    {
-        "names": ["present", "allow", "reason", "source_kind", "tier", "source", "rule"],
-        "formats": ["u1", "u1", "u1", "u1", "<i4", "<i4", "<i4"],
-        "offsets": [0, 1, 2, 3, 4, 8, 12],
-        "itemsize": 16,
-    }
-)
-#: The engine's per-packet output record (``PacketVerdict``, 36 bytes).
-VERDICT_DTYPE = np.dtype(
-    {
-        "names": ["allow", "reason", "ct_state", "reserved", "egress", "ingress"],
-        "formats": ["u1", "u1", "u1", "u1", SIDE_DTYPE, SIDE_DTYPE],
-        "offsets": [0, 1, 2, 3, 4, 20],
-        "itemsize": 36,
-    }
-)
 assert VERDICT_DTYPE.itemsize == _engine.VERDICT_SIZE
 
 

@@ -12,6 +12,7 @@
 //! - [`labelindex`]: incremental index of which endpoints each selector matches.
 //! - [`manifest`]: reading YAML/JSON manifests fast, with the line of every field on demand.
 
+pub mod abi;
 pub mod admission;
 pub mod batch;
 pub mod capi;
