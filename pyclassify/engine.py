@@ -35,7 +35,7 @@ from pyclassify.ir import (
     Subject,
     Tier,
 )
-from pyclassify.reference import (
+from pyclassify.flow import (
     Decision,
     Flow,
     Verdict,
@@ -127,7 +127,7 @@ def _endpoint_spec(inventory: Inventory, e: Endpoint, id_: int, addressable: boo
 
 
 def _endpoint_spec_with(e: Endpoint, sa_labels: dict[str, str], id_: int, addressable: bool) -> dict[str, Any]:
-    # The labels policy sees (``reference.endpoint_labels``) are derived by the engine from the
+    # The labels policy sees (``flow.endpoint_labels``) are derived by the engine from the
     # written ones, so each endpoint crosses once.
     return {
         "id": id_,
@@ -345,7 +345,7 @@ class EngineState:
         self._delete(self._endpoints, key)
 
     def set_namespace(self, name: str, labels: dict[str, str]) -> None:
-        """A namespace's labels as policy sees them (``reference.namespace_labels``)."""
+        """A namespace's labels as policy sees them (``flow.namespace_labels``)."""
         old = self._namespaces.get(name, _MISSING)
         if old == labels:
             return
