@@ -74,4 +74,5 @@ include "engine_client.pxi"
 include "afpacket.pxi"
 # The NFQUEUE live loop, inotify and ctnetlink of `pyclassify enforce` (issue 6).
 include "nfqueue.pxi"
+include "inotify.pxi"
 include "ctnetlink.pxi"

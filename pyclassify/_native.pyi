@@ -100,7 +100,7 @@ class EngineClient:
     @property
     def tracked(self) -> int: ...
 
-# --- live enforcement: NFQUEUE loop, inotify, ctnetlink (native/nfqueue.pxi, native/ctnetlink.pxi) ---
+# --- live enforcement: NFQUEUE loop, inotify, ctnetlink (native/nfqueue.pxi, native/inotify.pxi, native/ctnetlink.pxi) ---
 
 def nfq_parse(data: Any) -> list[tuple[int, int, bytes | None, int, int]]:
     """Parse nfnetlink_queue PACKET messages: [(id, hw_protocol, payload, wirelen, indev), ...]."""
