@@ -139,11 +139,9 @@ class Replay:
         self.out = out
         self.per_flow = flows  # --out gets one line per flow instead of per packet
         self._flows: dict[int, dict[str, Any]] = {}
-        # Address -> "ns/pod" (or host endpoint), as the reference resolves addresses.
+        # Address -> "ns/pod" (or host endpoint) of its owner (``Inventory.owner_of``), for the
+        # addresses the inventory knows.
         self._names: dict[str, str] = {}
-        for ep in sorted(engine.inventory.endpoints, key=lambda e: e.host_network):
-            for ip in ep.ips:
-                self._names.setdefault(str(ip), ep.ref)
         self.allowed_path, self.denied_path = allowed_path, denied_path
         self.summary = ReplaySummary()
         self._writers: list[CaptureWriter] = []
@@ -273,11 +271,20 @@ class Replay:
             "ingress": self._side_json(v["ingress"], Direction.INGRESS) if reason == "policy" else None,
         }
         if decodable:
-            line["src_endpoint"] = self._names.get(line["src"])
-            line["dst_endpoint"] = self._names.get(line["dst"])
+            line["src_endpoint"] = self._owner_ref(line["src"])
+            line["dst_endpoint"] = self._owner_ref(line["dst"])
         if decodable and proto in ICMP_PROTOCOLS:
             line["icmp_type"], line["icmp_code"] = int(h["icmp_type"]), int(h["icmp_code"])
         return line
+
+    def _owner_ref(self, address: str) -> str | None:
+        ref = self._names.get(address)
+        if ref is None:
+            owner = self.engine.inventory.owner_of(ipaddress.ip_address(address))
+            if owner is None:
+                return None
+            ref = self._names[address] = owner.ref
+        return ref
 
     def _write_lines(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
         assert self.out is not None
