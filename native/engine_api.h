@@ -1,5 +1,5 @@
 /*
- * Generated from the Rust engine by rust/core/src/abi.rs: do not edit.
+ * Generated from the Rust engine by rust/core/src/abi/headers.rs: do not edit.
  * Regenerate with `cargo run --manifest-path rust/Cargo.toml -p pyclassify-core --bin abi-headers`;
  * `cargo test` fails while this file differs from what the generator writes.
  *

@@ -2,7 +2,7 @@
 
 One decoded packet is one 64-byte ``PacketHeader``; a batch is a contiguous array of them. Every
 shared record (the header, the quoted flow of an ICMP error, the verdict and its side verdicts,
-the revoked flow) is defined once, in Rust (``rust/core/src/abi.rs`` lists them); the C headers
+the revoked flow) is defined once, in Rust (``rust/core/src/abi/`` lists them); the C headers
 under ``native/`` are generated from those definitions, and the numpy dtypes here are built at
 import from the layouts ``pyclassify._engine.record_layouts()`` exports (names, offsets, sizes,
 types). ``tests/test_batch_abi.py`` holds the Rust, C and numpy views to each other field by field.

@@ -114,7 +114,7 @@ def test_round_trip_bytes_land_at_offsets() -> None:
 
 # --- every shared record, field by field ----------------------------------------------------------
 #
-# Each record is defined once, in Rust (rust/core/src/abi.rs lists them); the C headers under
+# Each record is defined once, in Rust (rust/core/src/abi/ lists them); the C headers under
 # native/ are generated from those definitions and numpy's dtypes are built from the layouts
 # `_engine.record_layouts()` exports. Here the three views are held to each other: Rust's
 # (offset_of!/size_of), the C compiler's (offsetof/sizeof in the generated headers, through

@@ -4,7 +4,7 @@
 //! (Cython) and the numpy dtype; the engine itself reads batches through the buffer protocol,
 //! never field by field from Python.
 
-use pyclassify_core::abi::RECORDS;
+use pyclassify_core::abi::headers::RECORDS;
 use pyclassify_core::batch::{fields, ERROR_KINDS, FLAGS, HEADER_SIZE};
 use pyclassify_core::capi::ENGINE_API_SIZE;
 use pyo3::prelude::*;
@@ -29,7 +29,7 @@ fn error_kinds() -> Vec<(&'static str, u8)> {
 
 type PyField = (&'static str, usize, usize, String);
 
-/// Every record shared with C and numpy (`pyclassify_core::abi::RECORDS`), a nested record
+/// Every record shared with C and numpy (`pyclassify_core::abi::headers::RECORDS`), a nested record
 /// before its user: `[(name, (c_name, size, align, [(field, offset, size, type), ...])), ...]`,
 /// fields in declaration order; a type is `u8`, `u16`, `u32`, `u64`, `i32`, `u8[N]` or the Rust
 /// name of a nested record.

@@ -1,157 +1,10 @@
-//! The C ABI records, defined once — here, in Rust — and written out for the other layers.
-//!
-//! Each record shared with C, Cython or numpy (`PacketHeader`, `QuotedTuple`, `SideVerdict`,
-//! `PacketVerdict`, `RevokedFlow`) is declared with [`abi_record!`](crate::abi_record), which
-//! emits the `#[repr(C)]` struct and a description of its layout computed by the compiler
-//! (names, offsets, sizes, types). From those descriptions:
-//!
-//! - [`headers`] writes the C headers and Cython declarations under `native/`
-//!   (`header_batch.h`/`.pxd`, `engine_api.h`/`.pxd`). They are committed, generated files: the
-//!   test `committed_headers_are_generated` fails when they differ from what this module writes,
-//!   and `cargo run --manifest-path rust/Cargo.toml -p pyclassify-core --bin abi-headers`
-//!   rewrites them.
-//! - `pyclassify._engine.record_layouts()` exports them, and `pyclassify.batch` builds its numpy
-//!   dtypes from that at import.
-//!
-//! `tests/test_batch_abi.py` holds the three views (Rust, the C compiler's, numpy) to the same
-//! fields, offsets and sizes, record by record.
+//! The registry of shared records and the C headers and Cython declarations written from it.
+//! This module reads the records (it imports their modules); they import only the mechanism in
+//! [`super`], so the dependency runs one way.
 
 use std::fmt::Write as _;
 
-/// The type of one record field, as C, Cython and numpy need to know it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Ty {
-    U8,
-    U16,
-    U32,
-    U64,
-    I32,
-    /// `[u8; N]`: raw bytes.
-    Bytes(usize),
-    /// Another record: `(Rust name, C name)`.
-    Record(&'static str, &'static str),
-}
-
-impl Ty {
-    fn c(self) -> &'static str {
-        match self {
-            Ty::U8 | Ty::Bytes(_) => "uint8_t",
-            Ty::U16 => "uint16_t",
-            Ty::U32 => "uint32_t",
-            Ty::U64 => "uint64_t",
-            Ty::I32 => "int32_t",
-            Ty::Record(_, c) => c,
-        }
-    }
-
-    /// The type as `pyclassify._engine.record_layouts()` names it: `u8`, `u16`, `u32`, `u64`,
-    /// `i32`, `u8[N]`, or the Rust name of a nested record.
-    pub fn name(self) -> String {
-        match self {
-            Ty::U8 => "u8".into(),
-            Ty::U16 => "u16".into(),
-            Ty::U32 => "u32".into(),
-            Ty::U64 => "u64".into(),
-            Ty::I32 => "i32".into(),
-            Ty::Bytes(n) => format!("u8[{n}]"),
-            Ty::Record(rust, _) => rust.into(),
-        }
-    }
-}
-
-/// A Rust type that may be a record field.
-pub trait AbiType {
-    const TY: Ty;
-}
-
-impl AbiType for u8 {
-    const TY: Ty = Ty::U8;
-}
-impl AbiType for u16 {
-    const TY: Ty = Ty::U16;
-}
-impl AbiType for u32 {
-    const TY: Ty = Ty::U32;
-}
-impl AbiType for u64 {
-    const TY: Ty = Ty::U64;
-}
-impl AbiType for i32 {
-    const TY: Ty = Ty::I32;
-}
-impl<const N: usize> AbiType for [u8; N] {
-    const TY: Ty = Ty::Bytes(N);
-}
-
-/// One field of a record.
-#[derive(Clone, Copy, Debug)]
-pub struct Field {
-    pub name: &'static str,
-    pub offset: usize,
-    pub size: usize,
-    pub ty: Ty,
-    /// Its doc comment, line by line.
-    pub doc: &'static [&'static str],
-}
-
-/// A record's layout, computed by the compiler.
-#[derive(Clone, Copy, Debug)]
-pub struct Record {
-    /// The Rust module that defines it.
-    pub module: &'static str,
-    pub rust_name: &'static str,
-    pub c_name: &'static str,
-    pub size: usize,
-    pub align: usize,
-    pub fields: &'static [Field],
-}
-
-/// A record declared with [`abi_record!`](crate::abi_record).
-pub trait AbiRecord {
-    const RECORD: Record;
-}
-
-/// Declares a `#[repr(C)]` record shared with C: the struct itself (with the attributes given)
-/// and its [`AbiRecord`] and [`AbiType`] implementations. Fields may carry doc comments only.
-#[macro_export]
-macro_rules! abi_record {
-    (
-        $(#[$meta:meta])*
-        pub struct $name:ident as $c:literal {
-            $( $(#[doc = $fdoc:literal])* pub $f:ident : $t:ty ),* $(,)?
-        }
-    ) => {
-        $(#[$meta])*
-        #[repr(C)]
-        pub struct $name {
-            $( $(#[doc = $fdoc])* pub $f : $t ),*
-        }
-
-        impl $crate::abi::AbiRecord for $name {
-            const RECORD: $crate::abi::Record = $crate::abi::Record {
-                module: module_path!(),
-                rust_name: stringify!($name),
-                c_name: $c,
-                size: ::core::mem::size_of::<$name>(),
-                align: ::core::mem::align_of::<$name>(),
-                fields: &[$(
-                    $crate::abi::Field {
-                        name: stringify!($f),
-                        offset: ::core::mem::offset_of!($name, $f),
-                        size: ::core::mem::size_of::<$t>(),
-                        ty: <$t as $crate::abi::AbiType>::TY,
-                        doc: &[$($fdoc),*],
-                    }
-                ),*],
-            };
-        }
-
-        impl $crate::abi::AbiType for $name {
-            const TY: $crate::abi::Ty = $crate::abi::Ty::Record(stringify!($name), $c);
-        }
-    };
-}
-
+use super::{AbiRecord, Record, Ty};
 use crate::batch::{PacketHeader, ERROR_KINDS, FLAGS};
 use crate::capi::{RevokedFlow, API_FUNCTIONS, CAPI_NULL, CAPI_OK, CAPI_PANIC, ENGINE_ABI_VERSION, ENGINE_CAPSULE};
 use crate::conntrack::{QuotedTuple, QUOTED_VALID};
@@ -171,7 +24,7 @@ pub fn record(rust_name: &str) -> Option<&'static Record> {
     RECORDS.iter().find(|r| r.rust_name == rust_name)
 }
 
-const GENERATED: &str = "Generated from the Rust engine by rust/core/src/abi.rs: do not edit.\n\
+const GENERATED: &str = "Generated from the Rust engine by rust/core/src/abi/headers.rs: do not edit.\n\
 Regenerate with `cargo run --manifest-path rust/Cargo.toml -p pyclassify-core --bin abi-headers`;\n\
 `cargo test` fails while this file differs from what the generator writes.";
 
@@ -385,7 +238,7 @@ fn engine_api_pxd() -> String {
 }
 
 /// The generated files as `(path relative to the repository root, contents)`.
-pub fn headers() -> Vec<(&'static str, String)> {
+pub fn files() -> Vec<(&'static str, String)> {
     vec![
         ("native/header_batch.h", header_batch_h()),
         ("native/header_batch.pxd", header_batch_pxd()),
@@ -402,7 +255,7 @@ mod tests {
     fn committed_headers_are_generated() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let mut stale = Vec::new();
-        for (path, text) in headers() {
+        for (path, text) in files() {
             let committed = std::fs::read_to_string(root.join(path)).unwrap_or_default();
             if committed != text {
                 stale.push(path);
@@ -410,7 +263,7 @@ mod tests {
         }
         assert!(
             stale.is_empty(),
-            "{stale:?} differ from what rust/core/src/abi.rs generates: run \
+            "{stale:?} differ from what rust/core/src/abi/headers.rs generates: run \
              `cargo run --manifest-path rust/Cargo.toml -p pyclassify-core --bin abi-headers` and commit"
         );
     }
