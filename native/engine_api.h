@@ -18,7 +18,7 @@
 #include "header_batch.h"
 
 /* Bumped on any change to the table or the records it passes; EngineClient checks it. */
-#define PC_ENGINE_ABI_VERSION 2
+#define PC_ENGINE_ABI_VERSION 3
 #define PC_ENGINE_CAPSULE "pyclassify._engine.EngineRef"
 
 #define PC_CAPI_OK 0
@@ -43,7 +43,7 @@ typedef struct pc_quote {
     uint8_t reserved;        /* 39: Always 0. */
 } pc_quote;
 
-/* pyclassify_core::engine::records::SideVerdict: 16 bytes, 4-aligned. */
+/* pyclassify_core::engine::records::SideVerdict: 20 bytes, 4-aligned. */
 typedef struct pc_side_verdict {
     uint8_t present;         /*  0: 1 when this direction was judged. */
     uint8_t allow;           /*  1 */
@@ -52,16 +52,18 @@ typedef struct pc_side_verdict {
     int32_t tier;            /*  4: Tier index, -1 when absent. */
     int32_t source;          /*  8: Policy or profile index, -1 when absent. */
     int32_t rule;            /* 12: Rule index, -1 when absent. */
+    uint8_t logs;            /* 16: How many Log rules this direction passed before its decision (at most 255); which ones, the engine's explanation of the flow says (`NativeEngine.evaluate`). */
+    uint8_t reserved[3];     /* 17: Always 0. */
 } pc_side_verdict;
 
-/* pyclassify_core::engine::records::PacketVerdict: 36 bytes, 4-aligned. */
+/* pyclassify_core::engine::records::PacketVerdict: 44 bytes, 4-aligned. */
 typedef struct pc_verdict {
     uint8_t allow;           /*  0 */
     uint8_t reason;          /*  1: `PACKET_POLICY`, `PACKET_ESTABLISHED`, `PACKET_MALFORMED` or `PACKET_INVALID`. */
     uint8_t ct_state;        /*  2: Connection-tracking state code (`conntrack::code`), 0 without tracking. */
     uint8_t reserved;        /*  3: Always 0. */
     pc_side_verdict egress;  /*  4 */
-    pc_side_verdict ingress; /* 20 */
+    pc_side_verdict ingress; /* 24 */
 } pc_verdict;
 
 /* pyclassify_core::capi::RevokedFlow: 40 bytes, 2-aligned. */
@@ -112,7 +114,7 @@ _Static_assert(offsetof(pc_quote, icmp_type) == 37, "pc_quote.icmp_type offset")
 _Static_assert(offsetof(pc_quote, flags) == 38, "pc_quote.flags offset");
 _Static_assert(offsetof(pc_quote, reserved) == 39, "pc_quote.reserved offset");
 
-_Static_assert(sizeof(pc_side_verdict) == 16, "pc_side_verdict size");
+_Static_assert(sizeof(pc_side_verdict) == 20, "pc_side_verdict size");
 _Static_assert(_Alignof(pc_side_verdict) == 4, "pc_side_verdict alignment");
 _Static_assert(offsetof(pc_side_verdict, present) == 0, "pc_side_verdict.present offset");
 _Static_assert(offsetof(pc_side_verdict, allow) == 1, "pc_side_verdict.allow offset");
@@ -121,15 +123,17 @@ _Static_assert(offsetof(pc_side_verdict, source_kind) == 3, "pc_side_verdict.sou
 _Static_assert(offsetof(pc_side_verdict, tier) == 4, "pc_side_verdict.tier offset");
 _Static_assert(offsetof(pc_side_verdict, source) == 8, "pc_side_verdict.source offset");
 _Static_assert(offsetof(pc_side_verdict, rule) == 12, "pc_side_verdict.rule offset");
+_Static_assert(offsetof(pc_side_verdict, logs) == 16, "pc_side_verdict.logs offset");
+_Static_assert(offsetof(pc_side_verdict, reserved) == 17, "pc_side_verdict.reserved offset");
 
-_Static_assert(sizeof(pc_verdict) == 36, "pc_verdict size");
+_Static_assert(sizeof(pc_verdict) == 44, "pc_verdict size");
 _Static_assert(_Alignof(pc_verdict) == 4, "pc_verdict alignment");
 _Static_assert(offsetof(pc_verdict, allow) == 0, "pc_verdict.allow offset");
 _Static_assert(offsetof(pc_verdict, reason) == 1, "pc_verdict.reason offset");
 _Static_assert(offsetof(pc_verdict, ct_state) == 2, "pc_verdict.ct_state offset");
 _Static_assert(offsetof(pc_verdict, reserved) == 3, "pc_verdict.reserved offset");
 _Static_assert(offsetof(pc_verdict, egress) == 4, "pc_verdict.egress offset");
-_Static_assert(offsetof(pc_verdict, ingress) == 20, "pc_verdict.ingress offset");
+_Static_assert(offsetof(pc_verdict, ingress) == 24, "pc_verdict.ingress offset");
 
 _Static_assert(sizeof(pc_revoked_flow) == 40, "pc_revoked_flow size");
 _Static_assert(_Alignof(pc_revoked_flow) == 2, "pc_revoked_flow alignment");
@@ -161,6 +165,8 @@ static const pc_field pc_fields_pc_side_verdict[] = {
     {"tier", offsetof(pc_side_verdict, tier), sizeof(((pc_side_verdict *)0)->tier)},
     {"source", offsetof(pc_side_verdict, source), sizeof(((pc_side_verdict *)0)->source)},
     {"rule", offsetof(pc_side_verdict, rule), sizeof(((pc_side_verdict *)0)->rule)},
+    {"logs", offsetof(pc_side_verdict, logs), sizeof(((pc_side_verdict *)0)->logs)},
+    {"reserved", offsetof(pc_side_verdict, reserved), sizeof(((pc_side_verdict *)0)->reserved)},
 };
 static const pc_field pc_fields_pc_verdict[] = {
     {"allow", offsetof(pc_verdict, allow), sizeof(((pc_verdict *)0)->allow)},

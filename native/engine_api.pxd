@@ -40,6 +40,8 @@ cdef extern from "engine_api.h" nogil:
         int32_t tier
         int32_t source
         int32_t rule
+        uint8_t logs
+        uint8_t reserved[3]
 
     ctypedef struct pc_verdict:
         uint8_t allow

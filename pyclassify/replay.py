@@ -19,6 +19,7 @@ from typing import IO, Any, Callable
 import numpy as np
 import numpy.typing as npt
 
+from pyclassify.batch import SIDE_DTYPE
 from pyclassify.capture import Batch, CaptureWriter, open_capture
 from pyclassify.engine import (
     PACKET_ESTABLISHED,
@@ -109,11 +110,18 @@ def _count_rules(summary: ReplaySummary, verdicts: npt.NDArray[Any]) -> None:
             summary.by_rule[(direction, *row)] += count
 
 
+# The decision fields of a side record, ``present`` to ``rule``: what the summary counts by.
+_RULE_DTYPE, _RULE_OFFSET = SIDE_DTYPE.fields["rule"][:2]  # type: ignore[index]
+_DECISION_BYTES = _RULE_OFFSET + _RULE_DTYPE.itemsize
+assert _DECISION_BYTES == 16
+
+
 def _distinct_records(side: npt.NDArray[Any]) -> list[tuple[Any, int]]:
-    """The distinct 16-byte side records of a batch with their counts: each record is two 64-bit
-    words, counted by a hash of the pair and checked exactly (a row-wise ``np.unique`` is ten
-    times slower)."""
-    words = side.view(np.uint64).reshape(-1, 2)
+    """The side records of a batch with distinct decisions, with their counts: the decision
+    fields (``present`` to ``rule``, 16 bytes) of each record are two 64-bit words, counted by a
+    hash of the pair and checked exactly (a row-wise ``np.unique`` is ten times slower)."""
+    raw = side.view(np.uint8).reshape(len(side), side.dtype.itemsize)
+    words = np.ascontiguousarray(raw[:, :_DECISION_BYTES]).view(np.uint64).reshape(-1, 2)
     with np.errstate(over="ignore"):
         key = words[:, 0] * _MIX[0] ^ words[:, 1] * _MIX[1]
     _, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True, return_counts=True)

@@ -37,7 +37,7 @@ from typing import IO, Any
 import numpy as np
 
 from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
-from pyclassify.engine import NativeEngine
+from pyclassify.engine import PACKET_POLICY, NativeEngine
 from pyclassify.enforce.iptables import Rules
 from pyclassify.enforce.log import PROTOS, FlowLog, address
 from pyclassify.enforce.metrics import Metrics
@@ -393,7 +393,10 @@ class Enforcer:
             if not allowed:
                 self.log.emit("deny", **fields)
                 continue
-            logs = self._logs(engine, src, dst, proto, sport, dport, h[i]) if self._has_log else []
+            # The record counts the Log rules each side passed: explain only flows that passed one.
+            rec = v[i]
+            passed_log = rec["reason"] != PACKET_POLICY or rec["egress"]["logs"] or rec["ingress"]["logs"]
+            logs = self._logs(engine, src, dst, proto, sport, dport, h[i]) if self._has_log and passed_log else []
             if logs:
                 self.log.emit("log", logs=logs, **fields)
             elif self.log.log_allowed:
@@ -414,9 +417,9 @@ class Enforcer:
 
     def _logs(self, engine: NativeEngine, src: str, dst: str, proto: int, sport: int | None, dport: int | None,
               h: Any) -> list[dict[str, Any]]:
-        """The Log rules a flow passed: the verdict records do not carry them, so the native
-        engine explains the flow (``NativeEngine.evaluate``, the same rule tables; once per new
-        flow, deduplicated). Both ends are given as addresses: the engine resolves them to their
+        """The Log rules a flow passed: the verdict records count them (``logs`` per side) but do
+        not name them, so the native engine explains the flow (``NativeEngine.evaluate``, the
+        same rule tables; once per new flow that passed a Log rule, deduplicated). Both ends are given as addresses: the engine resolves them to their
         owners by the inventory's rule (``Inventory.owner_of``)."""
         if self.project is None:
             return []

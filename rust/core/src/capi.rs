@@ -14,7 +14,7 @@ use crate::engine::{Defaults, Judge, PacketVerdict, Snapshot as Engine};
 
 /// Bumped on any change to the table or the structs it passes. `EngineClient` (native/) refuses
 /// an engine of another version, on creation and on every swap.
-pub const ENGINE_ABI_VERSION: u32 = 2;
+pub const ENGINE_ABI_VERSION: u32 = 3;
 
 /// The name of the PyCapsule that carries an engine handle (`EngineRef`).
 pub const ENGINE_CAPSULE: &std::ffi::CStr = c"pyclassify._engine.EngineRef";

@@ -298,7 +298,7 @@ mod tests {
         let sizes: Vec<_> = RECORDS.iter().map(|r| (r.rust_name, r.size)).collect();
         assert_eq!(
             sizes,
-            [("PacketHeader", 64), ("QuotedTuple", 40), ("SideVerdict", 16), ("PacketVerdict", 36), ("RevokedFlow", 40)]
+            [("PacketHeader", 64), ("QuotedTuple", 40), ("SideVerdict", 20), ("PacketVerdict", 44), ("RevokedFlow", 40)]
         );
     }
 }

@@ -32,12 +32,27 @@ pub struct SideVerdict as "pc_side_verdict" {
     pub source: i32,
     /// Rule index, -1 when absent.
     pub rule: i32,
+    /// How many Log rules this direction passed before its decision (at most 255); which ones,
+    /// the engine's explanation of the flow says (`NativeEngine.evaluate`).
+    pub logs: u8,
+    /// Always 0.
+    pub reserved: [u8; 3],
 }
 }
 
 impl Default for SideVerdict {
     fn default() -> Self {
-        SideVerdict { present: 0, allow: 0, reason: 0, source_kind: 0, tier: -1, source: -1, rule: -1 }
+        SideVerdict {
+            present: 0,
+            allow: 0,
+            reason: 0,
+            source_kind: 0,
+            tier: -1,
+            source: -1,
+            rule: -1,
+            logs: 0,
+            reserved: [0; 3],
+        }
     }
 }
 
@@ -57,12 +72,14 @@ impl SideVerdict {
             tier: d.tier.map_or(-1, |t| t as i32),
             source,
             rule: d.rule.map_or(-1, |r| r as i32),
+            logs: d.logs.len().min(u8::MAX as usize) as u8,
+            reserved: [0; 3],
         }
     }
 }
 
 crate::abi_record! {
-/// The batch output record, one per packet header (36 bytes; `pyclassify.engine.VERDICT_DTYPE`).
+/// The batch output record, one per packet header (44 bytes; `pyclassify.engine.VERDICT_DTYPE`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PacketVerdict as "pc_verdict" {
     pub allow: u8,
@@ -77,7 +94,7 @@ pub struct PacketVerdict as "pc_verdict" {
 }
 }
 
-const _: () = assert!(std::mem::size_of::<PacketVerdict>() == 36);
+const _: () = assert!(std::mem::size_of::<PacketVerdict>() == 44);
 
 impl PacketVerdict {
     pub fn judged(v: &Verdict) -> PacketVerdict {
