@@ -21,7 +21,7 @@ native = Extension(
     include_dirs=["native", numpy.get_include()],
     depends=["native/header_batch.h", "native/header_batch.pxd", "native/decode.pxi", "native/pcap.pxi",
              "native/engine_api.h", "native/engine_api.pxd", "native/engine_client.pxi", "native/afpacket.pxi",
-             "native/nfqueue.pxi", "native/ctnetlink.pxi"],
+             "native/nfqueue.pxi", "native/inotify.pxi", "native/ctnetlink.pxi"],
     extra_compile_args=["-O0", "-g"] if DEBUG else ["-O3"],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
 )

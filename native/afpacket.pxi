@@ -422,7 +422,7 @@ cdef class AfPacketBridge:
     cdef size_t batch
     cdef BridgeCounters c
     cdef PacketHeader *headers
-    cdef Quote *quotes
+    cdef pc_quote *quotes
     cdef pc_verdict *verdicts
     cdef tpacket3_hdr **frames
     cdef uint8_t *actions
@@ -472,7 +472,7 @@ cdef class AfPacketBridge:
         self.fail_open = fail_open
         self.batch = batch
         self.headers = <PacketHeader *>calloc(batch, sizeof(PacketHeader))
-        self.quotes = <Quote *>calloc(batch, sizeof(Quote))
+        self.quotes = <pc_quote *>calloc(batch, sizeof(pc_quote))
         self.verdicts = <pc_verdict *>calloc(batch, sizeof(pc_verdict))
         self.frames = <tpacket3_hdr **>calloc(batch, sizeof(tpacket3_hdr *))
         self.actions = <uint8_t *>calloc(batch, 1)
@@ -756,11 +756,7 @@ cdef class AfPacketBridge:
         it (or at once when the loop is not running). Tracked connections the new engine denies
         are removed first (revalidation), so their next packets are judged again; returns how
         many. The previous engine's capsule is released only after the loop has moved past it."""
-        if not PyCapsule_IsValid(capsule, b"pyclassify._engine.EngineRef"):
-            raise TypeError("expected the capsule of pyclassify._engine.Engine.capsule()")
-        cdef pc_engine_ref *ref = <pc_engine_ref *>PyCapsule_GetPointer(capsule, b"pyclassify._engine.EngineRef")
-        if ref.api.abi_version != PC_ENGINE_ABI_VERSION or ref.api.header_size != sizeof(PacketHeader):
-            raise RuntimeError("the engine's ABI differs from this module's")
+        cdef pc_engine_ref *ref = _engine_ref(capsule)
         cdef uint64_t ticket
         cdef br_timespec deadline
         cdef bint done = False

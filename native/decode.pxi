@@ -1,7 +1,7 @@
 # L2-L4 packet decoder: raw frames -> PacketHeader (+ the flow an ICMP error quotes).
 #
 # Included by _native.pyx. Everything here runs without the GIL and writes straight into the
-# caller's PacketHeader / Quote structs (numpy buffers): no Python object per packet. Every read is
+# caller's PacketHeader / pc_quote structs (numpy buffers): no Python object per packet. Every read is
 # bounds-checked against the captured length; a packet that ends early or contradicts itself is
 # flagged (PC_FLAG_MALFORMED/PC_FLAG_TRUNCATED) with an error_kind and never gets ports it did
 # not carry.
@@ -10,6 +10,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t
 from libc.string cimport memcpy, memset, memcmp
 from libc.stdlib cimport calloc, free, malloc, realloc
 
+from engine_api cimport PC_QUOTE_VALID, pc_quote
 from header_batch cimport (
     PC_ERR_BAD_IHL,
     PC_ERR_BAD_IP_VERSION,
@@ -47,23 +48,13 @@ cdef enum:
     MAX_EXT_HEADERS = 8
     FRAG_SETS = 1024       # fragment table: FRAG_SETS x FRAG_WAYS entries, LRU within a set
     FRAG_WAYS = 4
-    QUOTE_VALID = 1        # Quote.flags: the quoted flow was decoded, ports (or ICMP id) included
-    QUOTE_HAS_PORTS = 32   # Quote.flags: sport/dport are meaningful (same bit as PC_FLAG_HAS_PORTS)
 
-# The flow quoted by an ICMP/ICMPv6 error (destination unreachable, time exceeded, ...), in a
-# parallel array beside the header batch (the 64-byte header has no room for a second 5-tuple).
-# 40 bytes, no padding; the same layout as the conntrack's QuotedTuple (rust/core/src/conntrack/
-# key.rs), which reads it; numpy: pyclassify.capture.QUOTE_DTYPE. For a quoted ICMP query, sport
-# is its identifier, dport 0 and icmp_type its type. The quoted IP version is the outer one.
-cdef struct Quote:
-    uint8_t src_addr[16]
-    uint8_t dst_addr[16]
-    uint16_t sport
-    uint16_t dport
-    uint8_t protocol
-    uint8_t icmp_type
-    uint8_t flags
-    uint8_t reserved
+# The flow quoted by an ICMP/ICMPv6 error (destination unreachable, time exceeded, ...) is a
+# pc_quote (native/engine_api.h, generated from the conntrack's QuotedTuple in
+# rust/core/src/conntrack/key.rs, which reads it), in a parallel array beside the header batch
+# (the 64-byte header has no room for a second 5-tuple); numpy: pyclassify.capture.QUOTE_DTYPE.
+# For a quoted ICMP query, sport is its identifier, dport 0 and icmp_type its type. The quoted IP
+# version is the outer one.
 
 cdef struct FragEntry:
     uint8_t src[16]
@@ -307,7 +298,7 @@ cdef inline bint icmp_is_error(uint8_t proto, uint8_t icmp_type) noexcept nogil:
     return icmp_type >= 1 and icmp_type <= 4  # ICMPv6 errors
 
 
-cdef void decode_quote(const uint8_t *p, size_t n, uint8_t outer_version, Quote *q) noexcept nogil:
+cdef void decode_quote(const uint8_t *p, size_t n, uint8_t outer_version, pc_quote *q) noexcept nogil:
     """The flow quoted after an ICMP error header (the invoking packet's IP header + 8 bytes)."""
     cdef L3 l3
     if parse_ip(p, n, n, outer_version, True, &l3) != PC_ERR_NONE:
@@ -319,15 +310,15 @@ cdef void decode_quote(const uint8_t *p, size_t n, uint8_t outer_version, Quote 
         if proto_has_ports(l3.proto):
             q.sport = be16(l3.l4)
             q.dport = be16(l3.l4 + 2)
-            q.flags = QUOTE_VALID | QUOTE_HAS_PORTS
+            q.flags = PC_QUOTE_VALID | PC_FLAG_HAS_PORTS  # the ports too
         elif (l3.proto == 1 or l3.proto == 58) and l3.l4_len >= 6:
             q.icmp_type = l3.l4[0]
             q.sport = be16(l3.l4 + 4)  # the query's identifier
-            q.flags = QUOTE_VALID
+            q.flags = PC_QUOTE_VALID
 
 
 cdef void decode_l3(const uint8_t *p, size_t caplen, size_t wirelen, int want_version,
-                    PacketHeader *h, Quote *q, FragTable *ft) noexcept nogil:
+                    PacketHeader *h, pc_quote *q, FragTable *ft) noexcept nogil:
     cdef L3 l3
     cdef int err = parse_ip(p, caplen, wirelen, want_version, False, &l3)
     cdef FragEntry *e
@@ -433,7 +424,7 @@ cdef inline int family_version(uint32_t fam) noexcept nogil:
 
 
 cdef void decode_frame(const uint8_t *p, size_t caplen, size_t wirelen, uint32_t linktype,
-                       PacketHeader *h, Quote *q, FragTable *ft) noexcept nogil:
+                       PacketHeader *h, pc_quote *q, FragTable *ft) noexcept nogil:
     """Decode one frame into h (whose ts_ns, pkt_len, ifindex the caller has set)."""
     cdef size_t off = 0
     cdef uint16_t et
@@ -510,11 +501,11 @@ cdef void decode_frame(const uint8_t *p, size_t caplen, size_t wirelen, uint32_t
 
 
 cdef inline void decode_one(const uint8_t *p, size_t caplen, size_t wirelen, uint32_t linktype,
-                            uint64_t ts_ns, uint32_t ifindex, PacketHeader *h, Quote *q,
+                            uint64_t ts_ns, uint32_t ifindex, PacketHeader *h, pc_quote *q,
                             FragTable *ft) noexcept nogil:
     memset(h, 0, sizeof(PacketHeader))
     if q != NULL:
-        memset(q, 0, sizeof(Quote))
+        memset(q, 0, sizeof(pc_quote))
     h.ts_ns = ts_ns
     h.pkt_len = <uint32_t>wirelen
     h.ifindex = ifindex
@@ -541,7 +532,7 @@ def error_kinds():
     ]
 
 
-QUOTE_SIZE = sizeof(Quote)
+QUOTE_SIZE = sizeof(pc_quote)
 
 
 cdef class Decoder:
@@ -568,9 +559,9 @@ cdef class Decoder:
         cdef Py_ssize_t i
         cdef const uint8_t[::1] buf
         cdef unsigned char[::1] hview = _as_bytes_view(headers, n, sizeof(PacketHeader), "headers")
-        cdef unsigned char[::1] qview = _as_bytes_view(quotes, n, sizeof(Quote), "quotes")
+        cdef unsigned char[::1] qview = _as_bytes_view(quotes, n, sizeof(pc_quote), "quotes")
         cdef PacketHeader *hs = <PacketHeader *>&hview[0] if n else NULL
-        cdef Quote *qs = <Quote *>&qview[0] if n else NULL
+        cdef pc_quote *qs = <pc_quote *>&qview[0] if n else NULL
         cdef size_t wl
         cdef uint64_t ts
         for i in range(n):

@@ -1,7 +1,13 @@
-/* The Rust engine's C ABI (rust/core/src/capi.rs): the function table and engine handle that
- * `pyclassify._engine.Engine.capsule()` hands out in a PyCapsule named
- * "pyclassify._engine.EngineRef". Native loops call it without the GIL. Opaque types: the
- * engine and the connection tracker are Rust objects, only ever passed back. */
+/*
+ * Generated from the Rust engine by rust/core/src/abi/headers.rs: do not edit.
+ * Regenerate with `cargo run --manifest-path rust/Cargo.toml -p pyclassify-core --bin abi-headers`;
+ * `cargo test` fails while this file differs from what the generator writes.
+ *
+ * The Rust engine's C ABI (rust/core/src/capi.rs): the function table and engine handle that
+ * `pyclassify._engine.Engine.capsule()` hands out in a PyCapsule. Native loops call it without
+ * the GIL. Opaque types: the engine and the connection tracker are Rust objects, only ever
+ * passed back.
+ */
 #ifndef PYCLASSIFY_ENGINE_API_H
 #define PYCLASSIFY_ENGINE_API_H
 
@@ -11,85 +17,185 @@
 
 #include "header_batch.h"
 
-#define PC_ENGINE_ABI_VERSION 1
+/* Bumped on any change to the table or the records it passes; EngineClient checks it. */
+#define PC_ENGINE_ABI_VERSION 3
 #define PC_ENGINE_CAPSULE "pyclassify._engine.EngineRef"
 
 #define PC_CAPI_OK 0
 #define PC_CAPI_NULL (-1)
 #define PC_CAPI_PANIC (-2)
 
-typedef struct pc_engine pc_engine;      /* Rust Engine */
+/* QuotedTuple.flags: the quoted header was decoded far enough to give the tuple. */
+#define PC_QUOTE_VALID 1u
+
+typedef struct pc_engine pc_engine;       /* Rust Engine */
 typedef struct pc_conntrack pc_conntrack; /* Rust ConnTrack */
 
-/* An ICMP error's quoted flow (pyclassify.capture.QUOTE_DTYPE, conntrack QuotedTuple). */
-typedef struct {
-    uint8_t src_addr[16];
-    uint8_t dst_addr[16];
-    uint16_t sport;
-    uint16_t dport;
-    uint8_t protocol;
-    uint8_t icmp_type;
-    uint8_t flags;
-    uint8_t reserved;
+/* pyclassify_core::conntrack::key::QuotedTuple: 40 bytes, 2-aligned. */
+typedef struct pc_quote {
+    uint8_t src_addr[16];    /*  0: Source address of the quoted packet (the sender of the packet that caused the error). */
+    uint8_t dst_addr[16];    /* 16: Destination address of the quoted packet. */
+    uint16_t sport;          /* 32: Quoted source port; for a quoted ICMP query, its identifier. */
+    uint16_t dport;          /* 34: Quoted destination port; 0 for a quoted ICMP query. */
+    uint8_t protocol;        /* 36: Quoted IP protocol. */
+    uint8_t icmp_type;       /* 37: Quoted ICMP type (for a quoted ICMP query), else 0. */
+    uint8_t flags;           /* 38: `QUOTED_VALID` when the decoder found a complete quoted header (ports included). */
+    uint8_t reserved;        /* 39: Always 0. */
 } pc_quote;
 
-/* One direction's decision (pyclassify.engine.SIDE_DTYPE). */
-typedef struct {
-    uint8_t present;
-    uint8_t allow;
-    uint8_t reason;
-    uint8_t source_kind;
-    int32_t tier;
-    int32_t source;
-    int32_t rule;
+/* pyclassify_core::engine::records::SideVerdict: 20 bytes, 4-aligned. */
+typedef struct pc_side_verdict {
+    uint8_t present;         /*  0: 1 when this direction was judged. */
+    uint8_t allow;           /*  1 */
+    uint8_t reason;          /*  2: Why: 0 rule, 1 end of tier, 2 profile, 3 default (`pyclassify.engine.REASONS`). */
+    uint8_t source_kind;     /*  3: 0 none, 1 policy, 2 profile. */
+    int32_t tier;            /*  4: Tier index, -1 when absent. */
+    int32_t source;          /*  8: Policy or profile index, -1 when absent. */
+    int32_t rule;            /* 12: Rule index, -1 when absent. */
+    uint8_t logs;            /* 16: How many Log rules this direction passed before its decision (at most 255); which ones, the engine's explanation of the flow says (`NativeEngine.evaluate`). */
+    uint8_t reserved[3];     /* 17: Always 0. */
 } pc_side_verdict;
 
-/* The per-packet output record (pyclassify.engine.VERDICT_DTYPE). */
-typedef struct {
-    uint8_t allow;
-    uint8_t reason;
-    uint8_t ct_state;
-    uint8_t reserved;
-    pc_side_verdict egress;
-    pc_side_verdict ingress;
+/* pyclassify_core::engine::records::PacketVerdict: 44 bytes, 4-aligned. */
+typedef struct pc_verdict {
+    uint8_t allow;           /*  0 */
+    uint8_t reason;          /*  1: `PACKET_POLICY`, `PACKET_ESTABLISHED`, `PACKET_MALFORMED` or `PACKET_INVALID`. */
+    uint8_t ct_state;        /*  2: Connection-tracking state code (`conntrack::code`), 0 without tracking. */
+    uint8_t reserved;        /*  3: Always 0. */
+    pc_side_verdict egress;  /*  4 */
+    pc_side_verdict ingress; /* 24 */
 } pc_verdict;
 
-/* A connection revoked by revalidation, original direction. */
-typedef struct {
-    uint8_t src_addr[16];
-    uint8_t dst_addr[16];
-    uint16_t sport;
-    uint16_t dport;
-    uint8_t protocol;
-    uint8_t ip_version;
-    uint8_t reserved[2];
+/* pyclassify_core::capi::RevokedFlow: 40 bytes, 2-aligned. */
+typedef struct pc_revoked_flow {
+    uint8_t src_addr[16];    /*  0: Network order; IPv4 as IPv4-mapped IPv6. */
+    uint8_t dst_addr[16];    /* 16: Network order; IPv4 as IPv4-mapped IPv6. */
+    uint16_t sport;          /* 32 */
+    uint16_t dport;          /* 34 */
+    uint8_t protocol;        /* 36 */
+    uint8_t ip_version;      /* 37 */
+    uint8_t reserved[2];     /* 38: Always 0. */
 } pc_revoked_flow;
 
-typedef struct {
+/* The function table (capi::EngineApi). */
+typedef struct pc_engine_api {
     uint32_t abi_version;
     uint32_t header_size;
     uint32_t verdict_size;
     uint32_t quote_size;
-    int32_t (*judge)(const pc_engine *engine, pc_conntrack *ct, const PacketHeader *headers,
-                     const pc_quote *quotes, size_t n, pc_verdict *out, uint8_t pod_allow,
-                     uint8_t host_allow);
-    pc_conntrack *(*ct_new)(size_t max_entries, uint8_t tcp_loose);
+    uint32_t revoked_size;
+    /* judges n headers into out (ct may be NULL for per-packet judgement, quotes may be NULL) */
+    int32_t (*judge)(const pc_engine *engine, pc_conntrack *ct, const PacketHeader *headers, const pc_quote *quotes, size_t n, pc_verdict *out, uint8_t pod_allow, uint8_t host_allow);
+    /* a new connection tracker (NULL on a bad configuration) */
+    pc_conntrack * (*ct_new)(size_t max_entries, uint8_t tcp_loose);
+    /* frees a tracker of ct_new */
     void (*ct_free)(pc_conntrack *ct);
+    /* the number of tracked connections */
     size_t (*ct_len)(const pc_conntrack *ct);
+    /* expires idle entries, at most budget slots examined; returns how many were removed */
     size_t (*ct_expire)(pc_conntrack *ct, uint64_t now_ns, size_t budget);
-    ssize_t (*ct_revalidate)(pc_conntrack *ct, const pc_engine *engine, uint8_t pod_allow,
-                             uint8_t host_allow, uint64_t now_ns, pc_revoked_flow *out,
-                             size_t cap);
+    /* re-judges every tracked connection, removes the denied ones, writes up to cap to out; returns how many were revoked (may exceed cap), or < 0 */
+    ssize_t (*ct_revalidate)(pc_conntrack *ct, const pc_engine *engine, uint8_t pod_allow, uint8_t host_allow, uint64_t now_ns, pc_revoked_flow *out, size_t cap);
 } pc_engine_api;
 
-typedef struct {
+typedef struct pc_engine_ref {
     const pc_engine_api *api;
     const pc_engine *engine;
 } pc_engine_ref;
 
-_Static_assert(sizeof(pc_quote) == 40, "pc_quote is 40 bytes");
-_Static_assert(sizeof(pc_side_verdict) == 16, "pc_side_verdict is 16 bytes");
-_Static_assert(sizeof(pc_verdict) == 36, "pc_verdict is 36 bytes");
-_Static_assert(sizeof(pc_revoked_flow) == 40, "pc_revoked_flow is 40 bytes");
+_Static_assert(sizeof(pc_quote) == 40, "pc_quote size");
+_Static_assert(_Alignof(pc_quote) == 2, "pc_quote alignment");
+_Static_assert(offsetof(pc_quote, src_addr) == 0, "pc_quote.src_addr offset");
+_Static_assert(offsetof(pc_quote, dst_addr) == 16, "pc_quote.dst_addr offset");
+_Static_assert(offsetof(pc_quote, sport) == 32, "pc_quote.sport offset");
+_Static_assert(offsetof(pc_quote, dport) == 34, "pc_quote.dport offset");
+_Static_assert(offsetof(pc_quote, protocol) == 36, "pc_quote.protocol offset");
+_Static_assert(offsetof(pc_quote, icmp_type) == 37, "pc_quote.icmp_type offset");
+_Static_assert(offsetof(pc_quote, flags) == 38, "pc_quote.flags offset");
+_Static_assert(offsetof(pc_quote, reserved) == 39, "pc_quote.reserved offset");
 
-#endif
+_Static_assert(sizeof(pc_side_verdict) == 20, "pc_side_verdict size");
+_Static_assert(_Alignof(pc_side_verdict) == 4, "pc_side_verdict alignment");
+_Static_assert(offsetof(pc_side_verdict, present) == 0, "pc_side_verdict.present offset");
+_Static_assert(offsetof(pc_side_verdict, allow) == 1, "pc_side_verdict.allow offset");
+_Static_assert(offsetof(pc_side_verdict, reason) == 2, "pc_side_verdict.reason offset");
+_Static_assert(offsetof(pc_side_verdict, source_kind) == 3, "pc_side_verdict.source_kind offset");
+_Static_assert(offsetof(pc_side_verdict, tier) == 4, "pc_side_verdict.tier offset");
+_Static_assert(offsetof(pc_side_verdict, source) == 8, "pc_side_verdict.source offset");
+_Static_assert(offsetof(pc_side_verdict, rule) == 12, "pc_side_verdict.rule offset");
+_Static_assert(offsetof(pc_side_verdict, logs) == 16, "pc_side_verdict.logs offset");
+_Static_assert(offsetof(pc_side_verdict, reserved) == 17, "pc_side_verdict.reserved offset");
+
+_Static_assert(sizeof(pc_verdict) == 44, "pc_verdict size");
+_Static_assert(_Alignof(pc_verdict) == 4, "pc_verdict alignment");
+_Static_assert(offsetof(pc_verdict, allow) == 0, "pc_verdict.allow offset");
+_Static_assert(offsetof(pc_verdict, reason) == 1, "pc_verdict.reason offset");
+_Static_assert(offsetof(pc_verdict, ct_state) == 2, "pc_verdict.ct_state offset");
+_Static_assert(offsetof(pc_verdict, reserved) == 3, "pc_verdict.reserved offset");
+_Static_assert(offsetof(pc_verdict, egress) == 4, "pc_verdict.egress offset");
+_Static_assert(offsetof(pc_verdict, ingress) == 24, "pc_verdict.ingress offset");
+
+_Static_assert(sizeof(pc_revoked_flow) == 40, "pc_revoked_flow size");
+_Static_assert(_Alignof(pc_revoked_flow) == 2, "pc_revoked_flow alignment");
+_Static_assert(offsetof(pc_revoked_flow, src_addr) == 0, "pc_revoked_flow.src_addr offset");
+_Static_assert(offsetof(pc_revoked_flow, dst_addr) == 16, "pc_revoked_flow.dst_addr offset");
+_Static_assert(offsetof(pc_revoked_flow, sport) == 32, "pc_revoked_flow.sport offset");
+_Static_assert(offsetof(pc_revoked_flow, dport) == 34, "pc_revoked_flow.dport offset");
+_Static_assert(offsetof(pc_revoked_flow, protocol) == 36, "pc_revoked_flow.protocol offset");
+_Static_assert(offsetof(pc_revoked_flow, ip_version) == 37, "pc_revoked_flow.ip_version offset");
+_Static_assert(offsetof(pc_revoked_flow, reserved) == 38, "pc_revoked_flow.reserved offset");
+
+_Static_assert(sizeof(pc_engine_api) == 72, "pc_engine_api size");
+
+static const pc_field pc_fields_pc_quote[] = {
+    {"src_addr", offsetof(pc_quote, src_addr), sizeof(((pc_quote *)0)->src_addr)},
+    {"dst_addr", offsetof(pc_quote, dst_addr), sizeof(((pc_quote *)0)->dst_addr)},
+    {"sport", offsetof(pc_quote, sport), sizeof(((pc_quote *)0)->sport)},
+    {"dport", offsetof(pc_quote, dport), sizeof(((pc_quote *)0)->dport)},
+    {"protocol", offsetof(pc_quote, protocol), sizeof(((pc_quote *)0)->protocol)},
+    {"icmp_type", offsetof(pc_quote, icmp_type), sizeof(((pc_quote *)0)->icmp_type)},
+    {"flags", offsetof(pc_quote, flags), sizeof(((pc_quote *)0)->flags)},
+    {"reserved", offsetof(pc_quote, reserved), sizeof(((pc_quote *)0)->reserved)},
+};
+static const pc_field pc_fields_pc_side_verdict[] = {
+    {"present", offsetof(pc_side_verdict, present), sizeof(((pc_side_verdict *)0)->present)},
+    {"allow", offsetof(pc_side_verdict, allow), sizeof(((pc_side_verdict *)0)->allow)},
+    {"reason", offsetof(pc_side_verdict, reason), sizeof(((pc_side_verdict *)0)->reason)},
+    {"source_kind", offsetof(pc_side_verdict, source_kind), sizeof(((pc_side_verdict *)0)->source_kind)},
+    {"tier", offsetof(pc_side_verdict, tier), sizeof(((pc_side_verdict *)0)->tier)},
+    {"source", offsetof(pc_side_verdict, source), sizeof(((pc_side_verdict *)0)->source)},
+    {"rule", offsetof(pc_side_verdict, rule), sizeof(((pc_side_verdict *)0)->rule)},
+    {"logs", offsetof(pc_side_verdict, logs), sizeof(((pc_side_verdict *)0)->logs)},
+    {"reserved", offsetof(pc_side_verdict, reserved), sizeof(((pc_side_verdict *)0)->reserved)},
+};
+static const pc_field pc_fields_pc_verdict[] = {
+    {"allow", offsetof(pc_verdict, allow), sizeof(((pc_verdict *)0)->allow)},
+    {"reason", offsetof(pc_verdict, reason), sizeof(((pc_verdict *)0)->reason)},
+    {"ct_state", offsetof(pc_verdict, ct_state), sizeof(((pc_verdict *)0)->ct_state)},
+    {"reserved", offsetof(pc_verdict, reserved), sizeof(((pc_verdict *)0)->reserved)},
+    {"egress", offsetof(pc_verdict, egress), sizeof(((pc_verdict *)0)->egress)},
+    {"ingress", offsetof(pc_verdict, ingress), sizeof(((pc_verdict *)0)->ingress)},
+};
+static const pc_field pc_fields_pc_revoked_flow[] = {
+    {"src_addr", offsetof(pc_revoked_flow, src_addr), sizeof(((pc_revoked_flow *)0)->src_addr)},
+    {"dst_addr", offsetof(pc_revoked_flow, dst_addr), sizeof(((pc_revoked_flow *)0)->dst_addr)},
+    {"sport", offsetof(pc_revoked_flow, sport), sizeof(((pc_revoked_flow *)0)->sport)},
+    {"dport", offsetof(pc_revoked_flow, dport), sizeof(((pc_revoked_flow *)0)->dport)},
+    {"protocol", offsetof(pc_revoked_flow, protocol), sizeof(((pc_revoked_flow *)0)->protocol)},
+    {"ip_version", offsetof(pc_revoked_flow, ip_version), sizeof(((pc_revoked_flow *)0)->ip_version)},
+    {"reserved", offsetof(pc_revoked_flow, reserved), sizeof(((pc_revoked_flow *)0)->reserved)},
+};
+
+/* The layouts of this header's records as the C compiler sees them; *n receives the count. */
+static inline const pc_record_layout *pc_engine_api_layouts(size_t *n) {
+    static const pc_record_layout records[] = {
+        {"pc_quote", sizeof(pc_quote), sizeof(pc_fields_pc_quote) / sizeof(pc_field), pc_fields_pc_quote},
+        {"pc_side_verdict", sizeof(pc_side_verdict), sizeof(pc_fields_pc_side_verdict) / sizeof(pc_field), pc_fields_pc_side_verdict},
+        {"pc_verdict", sizeof(pc_verdict), sizeof(pc_fields_pc_verdict) / sizeof(pc_field), pc_fields_pc_verdict},
+        {"pc_revoked_flow", sizeof(pc_revoked_flow), sizeof(pc_fields_pc_revoked_flow) / sizeof(pc_field), pc_fields_pc_revoked_flow},
+    };
+    *n = sizeof(records) / sizeof(records[0]);
+    return records;
+}
+
+#endif /* PYCLASSIFY_ENGINE_API_H */

@@ -1,14 +1,20 @@
 # cython: language_level=3
+# Generated from the Rust engine by rust/core/src/abi/headers.rs: do not edit.
+# Regenerate with `cargo run --manifest-path rust/Cargo.toml -p pyclassify-core --bin abi-headers`;
+# `cargo test` fails while this file differs from what the generator writes.
 # Declarations of native/engine_api.h: the Rust engine's C function table (via a PyCapsule).
 from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
 
-from header_batch cimport PacketHeader
+from header_batch cimport PacketHeader, pc_record_layout
 
 
 cdef extern from "engine_api.h" nogil:
     enum:
         PC_ENGINE_ABI_VERSION
         PC_CAPI_OK
+        PC_CAPI_NULL
+        PC_CAPI_PANIC
+        PC_QUOTE_VALID
     const char *PC_ENGINE_CAPSULE
 
     ctypedef struct pc_engine:
@@ -34,6 +40,8 @@ cdef extern from "engine_api.h" nogil:
         int32_t tier
         int32_t source
         int32_t rule
+        uint8_t logs
+        uint8_t reserved[3]
 
     ctypedef struct pc_verdict:
         uint8_t allow
@@ -50,23 +58,23 @@ cdef extern from "engine_api.h" nogil:
         uint16_t dport
         uint8_t protocol
         uint8_t ip_version
+        uint8_t reserved[2]
 
     ctypedef struct pc_engine_api:
         uint32_t abi_version
         uint32_t header_size
         uint32_t verdict_size
         uint32_t quote_size
-        int32_t (*judge)(const pc_engine *engine, pc_conntrack *ct, const PacketHeader *headers,
-                         const pc_quote *quotes, size_t n, pc_verdict *out, uint8_t pod_allow,
-                         uint8_t host_allow) noexcept nogil
-        pc_conntrack *(*ct_new)(size_t max_entries, uint8_t tcp_loose) noexcept nogil
+        uint32_t revoked_size
+        int32_t (*judge)(const pc_engine *engine, pc_conntrack *ct, const PacketHeader *headers, const pc_quote *quotes, size_t n, pc_verdict *out, uint8_t pod_allow, uint8_t host_allow) noexcept nogil
+        pc_conntrack * (*ct_new)(size_t max_entries, uint8_t tcp_loose) noexcept nogil
         void (*ct_free)(pc_conntrack *ct) noexcept nogil
         size_t (*ct_len)(const pc_conntrack *ct) noexcept nogil
         size_t (*ct_expire)(pc_conntrack *ct, uint64_t now_ns, size_t budget) noexcept nogil
-        ssize_t (*ct_revalidate)(pc_conntrack *ct, const pc_engine *engine, uint8_t pod_allow,
-                                 uint8_t host_allow, uint64_t now_ns, pc_revoked_flow *out,
-                                 size_t cap) noexcept nogil
+        ssize_t (*ct_revalidate)(pc_conntrack *ct, const pc_engine *engine, uint8_t pod_allow, uint8_t host_allow, uint64_t now_ns, pc_revoked_flow *out, size_t cap) noexcept nogil
 
     ctypedef struct pc_engine_ref:
         const pc_engine_api *api
         const pc_engine *engine
+
+    const pc_record_layout *pc_engine_api_layouts(size_t *n)

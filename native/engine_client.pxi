@@ -2,8 +2,33 @@
 # `EngineClient` and call the Rust engine through its function table, without the GIL.
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from engine_api cimport (PC_CAPI_OK, PC_ENGINE_ABI_VERSION, pc_conntrack, pc_engine_ref,
-                         pc_quote, pc_revoked_flow, pc_verdict)
+from engine_api cimport (PC_CAPI_OK, PC_ENGINE_ABI_VERSION, PC_ENGINE_CAPSULE, pc_conntrack,
+                         pc_engine_ref, pc_quote, pc_revoked_flow, pc_verdict)
+
+ENGINE_ABI_VERSION = PC_ENGINE_ABI_VERSION
+
+
+cdef pc_engine_ref *_engine_ref(capsule) except NULL:
+    """The engine handle in ``capsule``, once its ABI is the one this module was built for:
+    the version of the function table and the size of every record it passes."""
+    if not PyCapsule_IsValid(capsule, PC_ENGINE_CAPSULE):
+        raise TypeError("expected the capsule of pyclassify._engine.Engine.capsule()")
+    cdef pc_engine_ref *ref = <pc_engine_ref *>PyCapsule_GetPointer(capsule, PC_ENGINE_CAPSULE)
+    if ref == NULL or ref.api == NULL:
+        raise TypeError("the engine capsule holds no engine")
+    if ref.api.abi_version != PC_ENGINE_ABI_VERSION:
+        raise RuntimeError(
+            f"engine ABI mismatch: pyclassify._engine speaks engine ABI version {ref.api.abi_version}, "
+            f"pyclassify._native was built for version {PC_ENGINE_ABI_VERSION}; rebuild both extensions "
+            f"from the same source (pip install .)")
+    theirs = (ref.api.header_size, ref.api.verdict_size, ref.api.quote_size, ref.api.revoked_size)
+    ours = (sizeof(PacketHeader), sizeof(pc_verdict), sizeof(pc_quote), sizeof(pc_revoked_flow))
+    if theirs != ours:
+        raise RuntimeError(
+            f"engine ABI mismatch: record sizes (header, verdict, quote, revoked) are {theirs} in "
+            f"pyclassify._engine and {ours} in pyclassify._native; rebuild both extensions from the "
+            f"same source (pip install .)")
+    return ref
 
 
 cdef class EngineClient:
@@ -20,13 +45,7 @@ cdef class EngineClient:
 
     def __cinit__(self, capsule, bint conntrack=True, size_t max_entries=262144, bint tcp_loose=True,
                   bint pod_allow=True, bint host_allow=False):
-        if not PyCapsule_IsValid(capsule, b"pyclassify._engine.EngineRef"):
-            raise TypeError("expected the capsule of pyclassify._engine.Engine.capsule()")
-        self.ref = <pc_engine_ref *>PyCapsule_GetPointer(capsule, b"pyclassify._engine.EngineRef")
-        if self.ref.api.abi_version != PC_ENGINE_ABI_VERSION:
-            raise RuntimeError(f"engine ABI {self.ref.api.abi_version}, this module speaks {PC_ENGINE_ABI_VERSION}")
-        if self.ref.api.header_size != sizeof(PacketHeader) or self.ref.api.verdict_size != sizeof(pc_verdict):
-            raise RuntimeError("the engine's header or verdict layout differs from this module's")
+        self.ref = _engine_ref(capsule)
         self._capsule = capsule
         self.ct = NULL
         if conntrack:
@@ -42,10 +61,9 @@ cdef class EngineClient:
             self.ct = NULL
 
     def swap(self, capsule):
-        """Use a new engine from now on (the tracker and its connections stay)."""
-        if not PyCapsule_IsValid(capsule, b"pyclassify._engine.EngineRef"):
-            raise TypeError("expected the capsule of pyclassify._engine.Engine.capsule()")
-        self.ref = <pc_engine_ref *>PyCapsule_GetPointer(capsule, b"pyclassify._engine.EngineRef")
+        """Use a new engine from now on (the tracker and its connections stay). Its ABI is
+        checked as on creation; on a mismatch the current engine stays."""
+        self.ref = _engine_ref(capsule)
         self._capsule = capsule
 
     cdef int judge_c(self, const PacketHeader *headers, const pc_quote *quotes, size_t n,
@@ -79,7 +97,7 @@ cdef class EngineClient:
         byte tuples (at most ``cap``) with the total count revoked."""
         cdef pc_engine_ref *ref = self.ref
         if capsule is not None:
-            ref = <pc_engine_ref *>PyCapsule_GetPointer(capsule, b"pyclassify._engine.EngineRef")
+            ref = _engine_ref(capsule)
         if self.ct == NULL:
             return 0, []
         cdef pc_revoked_flow *buf = <pc_revoked_flow *>PyMem_Malloc(max(cap, 1) * sizeof(pc_revoked_flow))

@@ -1,14 +1,15 @@
 /*
- * The header batch: one decoded packet per 64-byte PacketHeader.
+ * Generated from the Rust engine by rust/core/src/abi/headers.rs: do not edit.
+ * Regenerate with `cargo run --manifest-path rust/Cargo.toml -p pyclassify-core --bin abi-headers`;
+ * `cargo test` fails while this file differs from what the generator writes.
  *
- * The same struct as rust/core/src/batch.rs (#[repr(C)]) and pyclassify/batch.py (numpy dtype);
- * tests/test_batch_abi.py asserts the three agree field by field. The decoder writes arrays of
- * this struct; the engine reads them in place through the C ABI, without the GIL.
+ * The header batch: one decoded packet per 64-byte PacketHeader (rust/core/src/batch.rs).
+ * The decoder writes arrays of it; the engine reads them in place through the C ABI, without
+ * the GIL; numpy sees them as pyclassify.batch.HEADER_DTYPE.
  *
  * Layout rules: 64 bytes (one cache line); no implicit padding (fields by decreasing alignment,
  * `reserved` fills the spare byte); integers in host byte order; addresses as raw network-order
- * bytes with IPv4 stored IPv4-mapped (::ffff:a.b.c.d). Changing it is an ABI change: update all
- * three definitions together.
+ * bytes with IPv4 stored IPv4-mapped (::ffff:a.b.c.d).
  */
 #ifndef PYCLASSIFY_HEADER_BATCH_H
 #define PYCLASSIFY_HEADER_BATCH_H
@@ -17,80 +18,119 @@
 #include <stdint.h>
 
 /* Bits of PacketHeader.flags. */
-#define PC_FLAG_FRAGMENT 1u        /* a fragment (IPv4 MF/offset or IPv6 Fragment header) */
-#define PC_FLAG_FIRST_FRAGMENT 2u  /* the first fragment: the only one with L4 ports */
-#define PC_FLAG_TRUNCATED 4u       /* ended before a header it announced (snaplen, short read) */
-#define PC_FLAG_MALFORMED 8u       /* could not be decoded; error_kind says why */
-#define PC_FLAG_ICMP_ERROR 16u     /* ICMP error quoting another flow */
-#define PC_FLAG_HAS_PORTS 32u      /* sport/dport are meaningful */
+#define PC_FLAG_FRAGMENT 1u /* a fragment (IPv4 MF/offset or IPv6 Fragment header) */
+#define PC_FLAG_FIRST_FRAGMENT 2u /* the first fragment: the only one with L4 ports */
+#define PC_FLAG_TRUNCATED 4u /* ended before a header it announced (snaplen, short read) */
+#define PC_FLAG_MALFORMED 8u /* could not be decoded; error_kind says why */
+#define PC_FLAG_ICMP_ERROR 16u /* ICMP error quoting another flow */
+#define PC_FLAG_HAS_PORTS 32u /* sport/dport are meaningful */
 
-/* Values of PacketHeader.error_kind: why a packet was not (fully) decoded. Mirrored in
- * pyclassify/batch.py (ERROR_KINDS). Every kind but PC_ERR_FRAGMENT_UNMATCHED also sets
- * PC_FLAG_MALFORMED; the PC_ERR_TRUNCATED_* kinds also set PC_FLAG_TRUNCATED. */
+/* Values of PacketHeader.error_kind: why a packet was not (fully) decoded. Every kind but
+ * PC_ERR_FRAGMENT_UNMATCHED also sets PC_FLAG_MALFORMED; the PC_ERR_TRUNCATED_* kinds also set
+ * PC_FLAG_TRUNCATED. */
 enum pc_error_kind {
-    PC_ERR_NONE = 0,
-    PC_ERR_TRUNCATED_LINK = 1,        /* shorter than its link-layer header */
-    PC_ERR_TRUNCATED_IP = 2,          /* shorter than its IP header or an IPv6 extension header */
-    PC_ERR_TRUNCATED_L4 = 3,          /* shorter than its TCP/UDP/UDP-Lite/SCTP/ICMP header */
-    PC_ERR_BAD_IP_VERSION = 4,        /* IP version nibble not 4/6 (or not the link type's) */
-    PC_ERR_BAD_IHL = 5,               /* IPv4 header length below 20 bytes */
-    PC_ERR_BAD_TOTAL_LENGTH = 6,      /* IP total/payload length shorter than the header or longer than the frame */
-    PC_ERR_UNKNOWN_ETHERTYPE = 7,     /* not IP: ethertype/SLL protocol/null family unknown (ARP, LLDP, ...) */
-    PC_ERR_UNKNOWN_LINKTYPE = 8,      /* a link type the decoder does not know */
-    PC_ERR_TOO_MANY_EXT_HEADERS = 9,  /* IPv6 extension header chain longer than the bound */
-    PC_ERR_TOO_MANY_VLAN_TAGS = 10,   /* more 802.1Q/802.1ad tags than the bound */
-    PC_ERR_BAD_L4_HEADER = 11,        /* TCP data offset below 5, UDP length below 8 */
-    PC_ERR_FRAGMENT_OVERLAP = 12,     /* a later fragment overlapping the L4 header (RFC 1858) */
-    PC_ERR_FRAGMENT_UNMATCHED = 13,   /* later fragment whose first fragment is not in the table (unseen or evicted): no ports */
+    PC_ERR_NONE = 0, /* decoded */
+    PC_ERR_TRUNCATED_LINK = 1, /* shorter than its link-layer header */
+    PC_ERR_TRUNCATED_IP = 2, /* shorter than its IP header or an IPv6 extension header */
+    PC_ERR_TRUNCATED_L4 = 3, /* shorter than its TCP/UDP/UDP-Lite/SCTP/ICMP header */
+    PC_ERR_BAD_IP_VERSION = 4, /* IP version nibble not 4/6 (or not the link type's) */
+    PC_ERR_BAD_IHL = 5, /* IPv4 header length below 20 bytes */
+    PC_ERR_BAD_TOTAL_LENGTH = 6, /* IP total/payload length shorter than the header or longer than the frame */
+    PC_ERR_UNKNOWN_ETHERTYPE = 7, /* not IP: ethertype/SLL protocol/null family unknown (ARP, LLDP, ...) */
+    PC_ERR_UNKNOWN_LINKTYPE = 8, /* a link type the decoder does not know */
+    PC_ERR_TOO_MANY_EXT_HEADERS = 9, /* IPv6 extension header chain longer than the bound */
+    PC_ERR_TOO_MANY_VLAN_TAGS = 10, /* more 802.1Q/802.1ad tags than the bound */
+    PC_ERR_BAD_L4_HEADER = 11, /* TCP data offset below 5, UDP length below 8 */
+    PC_ERR_FRAGMENT_OVERLAP = 12, /* a later fragment overlapping the L4 header (RFC 1858) */
+    PC_ERR_FRAGMENT_UNMATCHED = 13, /* later fragment whose first fragment is not in the table (unseen or evicted): no ports */
     PC_ERR_COUNT = 14
 };
 
-typedef struct PacketHeader {
-    uint64_t ts_ns;        /*  0: timestamp, ns since the Unix epoch */
-    uint8_t src_addr[16];  /*  8: network order; IPv4 as ::ffff:a.b.c.d */
-    uint8_t dst_addr[16];  /* 24: network order; IPv4 as ::ffff:a.b.c.d */
-    uint32_t pkt_len;      /* 40: length on the wire */
-    uint32_t ifindex;      /* 44: interface index / port id */
-    uint16_t sport;        /* 48: host order, valid with PC_FLAG_HAS_PORTS */
-    uint16_t dport;        /* 50: host order, valid with PC_FLAG_HAS_PORTS */
-    uint8_t ip_version;    /* 52: 4, 6, or 0 if not IP */
-    uint8_t protocol;      /* 53: L4 protocol number */
-    uint8_t tcp_flags;     /* 54: TCP flags byte */
-    uint8_t flags;         /* 55: PC_FLAG_* bits */
-    uint8_t icmp_type;     /* 56 */
-    uint8_t icmp_code;     /* 57 */
-    uint8_t error_kind;    /* 58: decode error reason, 0 = none */
-    uint8_t reserved;      /* 59: explicit padding, always 0 */
-    uint32_t frag_id;      /* 60: IP fragment identification */
-} PacketHeader;
-
-_Static_assert(sizeof(PacketHeader) == 64, "PacketHeader must be 64 bytes");
-_Static_assert(_Alignof(PacketHeader) == 8, "PacketHeader must be 8-aligned");
-_Static_assert(offsetof(PacketHeader, src_addr) == 8, "src_addr offset");
-_Static_assert(offsetof(PacketHeader, pkt_len) == 40, "pkt_len offset");
-_Static_assert(offsetof(PacketHeader, sport) == 48, "sport offset");
-_Static_assert(offsetof(PacketHeader, flags) == 55, "flags offset");
-_Static_assert(offsetof(PacketHeader, frag_id) == 60, "frag_id offset");
-
-/* The layout as the C compiler sees it, for the cross-layer ABI test. */
+/* One field of a record as the C compiler lays it out, for the cross-layer ABI test. */
 typedef struct pc_field {
     const char *name;
     size_t offset;
     size_t size;
 } pc_field;
 
-#define PC_FIELD(f) {#f, offsetof(PacketHeader, f), sizeof(((PacketHeader *)0)->f)}
+typedef struct pc_record_layout {
+    const char *name;
+    size_t size;
+    size_t nfields;
+    const pc_field *fields;
+} pc_record_layout;
+
+/* pyclassify_core::batch::PacketHeader: 64 bytes, 8-aligned. */
+typedef struct PacketHeader {
+    uint64_t ts_ns;          /*  0: Capture or receive timestamp, nanoseconds since the Unix epoch. */
+    uint8_t src_addr[16];    /*  8: Source address, network byte order; IPv4 as IPv4-mapped IPv6. */
+    uint8_t dst_addr[16];    /* 24: Destination address, network byte order; IPv4 as IPv4-mapped IPv6. */
+    uint32_t pkt_len;        /* 40: Length of the packet on the wire (not the captured length). */
+    uint32_t ifindex;        /* 44: Interface index or port id the packet arrived on (NFQUEUE indev, bridge side, pcap: 0). */
+    uint16_t sport;          /* 48: L4 source port, host byte order; valid when `FLAG_HAS_PORTS` is set. */
+    uint16_t dport;          /* 50: L4 destination port, host byte order; valid when `FLAG_HAS_PORTS` is set. */
+    uint8_t ip_version;      /* 52: 4 or 6; 0 when the packet is not IP. */
+    uint8_t protocol;        /* 53: IP protocol number of the L4 header (after IPv6 extension headers). */
+    uint8_t tcp_flags;       /* 54: TCP flags byte (FIN=1, SYN=2, RST=4, PSH=8, ACK=16, ...); 0 for other protocols. */
+    uint8_t flags;           /* 55: `FLAG_*` bits. */
+    uint8_t icmp_type;       /* 56: ICMP/ICMPv6 type; 0 for other protocols. */
+    uint8_t icmp_code;       /* 57: ICMP/ICMPv6 code; 0 for other protocols. */
+    uint8_t error_kind;      /* 58: Decode error reason, 0 = none (meaningful with `FLAG_MALFORMED` or `FLAG_TRUNCATED`). */
+    uint8_t reserved;        /* 59: Explicit padding, always 0, so the struct has no implicit padding bytes. */
+    uint32_t frag_id;        /* 60: IP fragment identification (IPv4 16-bit id widened, or IPv6 32-bit id). */
+} PacketHeader;
+
+_Static_assert(sizeof(PacketHeader) == 64, "PacketHeader size");
+_Static_assert(_Alignof(PacketHeader) == 8, "PacketHeader alignment");
+_Static_assert(offsetof(PacketHeader, ts_ns) == 0, "PacketHeader.ts_ns offset");
+_Static_assert(offsetof(PacketHeader, src_addr) == 8, "PacketHeader.src_addr offset");
+_Static_assert(offsetof(PacketHeader, dst_addr) == 24, "PacketHeader.dst_addr offset");
+_Static_assert(offsetof(PacketHeader, pkt_len) == 40, "PacketHeader.pkt_len offset");
+_Static_assert(offsetof(PacketHeader, ifindex) == 44, "PacketHeader.ifindex offset");
+_Static_assert(offsetof(PacketHeader, sport) == 48, "PacketHeader.sport offset");
+_Static_assert(offsetof(PacketHeader, dport) == 50, "PacketHeader.dport offset");
+_Static_assert(offsetof(PacketHeader, ip_version) == 52, "PacketHeader.ip_version offset");
+_Static_assert(offsetof(PacketHeader, protocol) == 53, "PacketHeader.protocol offset");
+_Static_assert(offsetof(PacketHeader, tcp_flags) == 54, "PacketHeader.tcp_flags offset");
+_Static_assert(offsetof(PacketHeader, flags) == 55, "PacketHeader.flags offset");
+_Static_assert(offsetof(PacketHeader, icmp_type) == 56, "PacketHeader.icmp_type offset");
+_Static_assert(offsetof(PacketHeader, icmp_code) == 57, "PacketHeader.icmp_code offset");
+_Static_assert(offsetof(PacketHeader, error_kind) == 58, "PacketHeader.error_kind offset");
+_Static_assert(offsetof(PacketHeader, reserved) == 59, "PacketHeader.reserved offset");
+_Static_assert(offsetof(PacketHeader, frag_id) == 60, "PacketHeader.frag_id offset");
+
+static const pc_field pc_fields_PacketHeader[] = {
+    {"ts_ns", offsetof(PacketHeader, ts_ns), sizeof(((PacketHeader *)0)->ts_ns)},
+    {"src_addr", offsetof(PacketHeader, src_addr), sizeof(((PacketHeader *)0)->src_addr)},
+    {"dst_addr", offsetof(PacketHeader, dst_addr), sizeof(((PacketHeader *)0)->dst_addr)},
+    {"pkt_len", offsetof(PacketHeader, pkt_len), sizeof(((PacketHeader *)0)->pkt_len)},
+    {"ifindex", offsetof(PacketHeader, ifindex), sizeof(((PacketHeader *)0)->ifindex)},
+    {"sport", offsetof(PacketHeader, sport), sizeof(((PacketHeader *)0)->sport)},
+    {"dport", offsetof(PacketHeader, dport), sizeof(((PacketHeader *)0)->dport)},
+    {"ip_version", offsetof(PacketHeader, ip_version), sizeof(((PacketHeader *)0)->ip_version)},
+    {"protocol", offsetof(PacketHeader, protocol), sizeof(((PacketHeader *)0)->protocol)},
+    {"tcp_flags", offsetof(PacketHeader, tcp_flags), sizeof(((PacketHeader *)0)->tcp_flags)},
+    {"flags", offsetof(PacketHeader, flags), sizeof(((PacketHeader *)0)->flags)},
+    {"icmp_type", offsetof(PacketHeader, icmp_type), sizeof(((PacketHeader *)0)->icmp_type)},
+    {"icmp_code", offsetof(PacketHeader, icmp_code), sizeof(((PacketHeader *)0)->icmp_code)},
+    {"error_kind", offsetof(PacketHeader, error_kind), sizeof(((PacketHeader *)0)->error_kind)},
+    {"reserved", offsetof(PacketHeader, reserved), sizeof(((PacketHeader *)0)->reserved)},
+    {"frag_id", offsetof(PacketHeader, frag_id), sizeof(((PacketHeader *)0)->frag_id)},
+};
+
+/* The layouts of this header's records as the C compiler sees them; *n receives the count. */
+static inline const pc_record_layout *pc_header_batch_layouts(size_t *n) {
+    static const pc_record_layout records[] = {
+        {"PacketHeader", sizeof(PacketHeader), sizeof(pc_fields_PacketHeader) / sizeof(pc_field), pc_fields_PacketHeader},
+    };
+    *n = sizeof(records) / sizeof(records[0]);
+    return records;
+}
 
 /* Every field of PacketHeader in declaration order; *n receives the count. */
 static inline const pc_field *pc_header_fields(size_t *n) {
-    static const pc_field fields[] = {
-        PC_FIELD(ts_ns),     PC_FIELD(src_addr),  PC_FIELD(dst_addr),   PC_FIELD(pkt_len),
-        PC_FIELD(ifindex),   PC_FIELD(sport),     PC_FIELD(dport),      PC_FIELD(ip_version),
-        PC_FIELD(protocol),  PC_FIELD(tcp_flags), PC_FIELD(flags),      PC_FIELD(icmp_type),
-        PC_FIELD(icmp_code), PC_FIELD(error_kind), PC_FIELD(reserved),  PC_FIELD(frag_id),
-    };
-    *n = sizeof(fields) / sizeof(fields[0]);
-    return fields;
+    *n = sizeof(pc_fields_PacketHeader) / sizeof(pc_field);
+    return pc_fields_PacketHeader;
 }
 
 #endif /* PYCLASSIFY_HEADER_BATCH_H */

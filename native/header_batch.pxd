@@ -1,6 +1,9 @@
 # cython: language_level=3
+# Generated from the Rust engine by rust/core/src/abi/headers.rs: do not edit.
+# Regenerate with `cargo run --manifest-path rust/Cargo.toml -p pyclassify-core --bin abi-headers`;
+# `cargo test` fails while this file differs from what the generator writes.
 # Declarations of native/header_batch.h, the header batch shared with the Rust engine and numpy.
-from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 
 cdef extern from "header_batch.h" nogil:
@@ -35,7 +38,14 @@ cdef extern from "header_batch.h" nogil:
         size_t offset
         size_t size
 
+    ctypedef struct pc_record_layout:
+        const char *name
+        size_t size
+        size_t nfields
+        const pc_field *fields
+
     const pc_field *pc_header_fields(size_t *n)
+    const pc_record_layout *pc_header_batch_layouts(size_t *n)
 
     enum pc_error_kind:
         PC_ERR_NONE

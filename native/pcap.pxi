@@ -228,7 +228,7 @@ cdef class Reader:
 
     # -- the record loop (without the GIL) --
 
-    cdef int _parse(self, PacketHeader *hs, Quote *qs, uint64_t *offs, uint32_t *caps,
+    cdef int _parse(self, PacketHeader *hs, pc_quote *qs, uint64_t *offs, uint32_t *caps,
                     uint32_t *lts, Py_ssize_t max_n, Py_ssize_t *n_out) noexcept nogil:
         cdef Py_ssize_t n = 0
         cdef const uint8_t *p
@@ -237,7 +237,7 @@ cdef class Reader:
         cdef uint64_t ts
         cdef const Iface *f
         cdef int st = ST_FULL
-        cdef Quote *q
+        cdef pc_quote *q
         while n < max_n:
             rem = self._len - self._pos
             p = self._base + self._pos
@@ -414,12 +414,12 @@ cdef class Reader:
         cdef uint32_t[::1] cv = caplens
         cdef uint32_t[::1] lv = linktypes
         cdef PacketHeader *hs = <PacketHeader *>&hv[0]
-        cdef Quote *qs = NULL
+        cdef pc_quote *qs = NULL
         if ov.shape[0] < max_n or cv.shape[0] < max_n or lv.shape[0] < max_n:
             raise ValueError("offsets, caplens and linktypes must be as long as headers")
         if quotes is not None:
-            qv = _as_bytes_view(quotes, max_n, sizeof(Quote), "quotes")
-            qs = <Quote *>&qv[0]
+            qv = _as_bytes_view(quotes, max_n, sizeof(pc_quote), "quotes")
+            qs = <pc_quote *>&qv[0]
         if self._done or max_n == 0:
             return 0
         if self._src is not None and not self._eof and self._len - self._pos < self._chunk // 2:

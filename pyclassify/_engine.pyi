@@ -13,6 +13,15 @@ def header_layout() -> list[tuple[str, int, int]]:
 def header_flags() -> list[tuple[str, int]]:
     """The flags bits of PacketHeader as [(name, value), ...]."""
 
+def error_kinds() -> list[tuple[str, int]]:
+    """The values of PacketHeader.error_kind as [(name, value), ...] in value order."""
+
+ENGINE_API_SIZE: Final[int]
+
+def record_layouts() -> list[tuple[str, tuple[str, int, int, list[tuple[str, int, int, str]]]]]:
+    """Every record shared with C and numpy, a nested record before its user:
+    [(name, (c_name, size, align, [(field, offset, size, type), ...])), ...]."""
+
 # selector language (rust/py/src/selector.rs, errors in rust/py/src/errors.rs)
 from collections.abc import Mapping
 from typing import Any

@@ -7,6 +7,10 @@ HEADER_SIZE: Final[int]
 def header_layout() -> list[tuple[str, int, int]]:
     """Layout of PacketHeader as [(name, offset, size), ...] in declaration order."""
 
+def record_layouts() -> dict[str, tuple[int, list[tuple[str, int, int]]]]:
+    """Every record of the generated C headers as the C compiler lays it out:
+    ``{c_name: (size, [(name, offset, size), ...])}``, fields in declaration order."""
+
 def header_flags() -> list[tuple[str, int]]:
     """The flags bits of PacketHeader as [(name, value), ...]."""
 
@@ -74,6 +78,8 @@ class Reader:
 
 
 # The Rust engine's C ABI (native/engine_client.pxi)
+ENGINE_ABI_VERSION: Final[int]
+
 class EngineClient:
     pod_allow: bool
     host_allow: bool
@@ -94,7 +100,7 @@ class EngineClient:
     @property
     def tracked(self) -> int: ...
 
-# --- live enforcement: NFQUEUE loop, inotify, ctnetlink (native/nfqueue.pxi, native/ctnetlink.pxi) ---
+# --- live enforcement: NFQUEUE loop, inotify, ctnetlink (native/nfqueue.pxi, native/inotify.pxi, native/ctnetlink.pxi) ---
 
 def nfq_parse(data: Any) -> list[tuple[int, int, bytes | None, int, int]]:
     """Parse nfnetlink_queue PACKET messages: [(id, hw_protocol, payload, wirelen, indev), ...]."""

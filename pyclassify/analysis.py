@@ -9,11 +9,12 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
+from pyclassify.flow import Flow, FlowEnd, Verdict
 from pyclassify.inventory import Endpoint, Service, ServicePort
 from pyclassify.ir import PROTO_ICMP, PROTO_ICMPV6, EndpointKind
 from pyclassify.kinds.common import PROTOCOL_NUMBERS, protocol_name
 from pyclassify.project import Project
-from pyclassify.reference import Flow, FlowEnd, Verdict, evaluate
+from pyclassify.reference import evaluate
 
 
 class UnknownEnd(ValueError):

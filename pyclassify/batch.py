@@ -1,9 +1,11 @@
-"""The header batch as numpy sees it.
+"""The records shared with the engine and the decoder, as numpy sees them.
 
-One decoded packet is one 64-byte ``PacketHeader``; a batch is a contiguous array of them. The
-same struct is defined in ``rust/core/src/batch.rs`` (``#[repr(C)]``, read by the engine) and
-``native/header_batch.h`` (written by the Cython decoder); ``tests/test_batch_abi.py`` asserts that
-the three agree field by field. Changing the layout is an ABI change: change all three together.
+One decoded packet is one 64-byte ``PacketHeader``; a batch is a contiguous array of them. Every
+shared record (the header, the quoted flow of an ICMP error, the verdict and its side verdicts,
+the revoked flow) is defined once, in Rust (``rust/core/src/abi/`` lists them); the C headers
+under ``native/`` are generated from those definitions, and the numpy dtypes here are built at
+import from the layouts ``pyclassify._engine.record_layouts()`` exports (names, offsets, sizes,
+types). ``tests/test_batch_abi.py`` holds the Rust, C and numpy views to each other field by field.
 
 Integers are in host byte order; ``src_addr``/``dst_addr`` are 16 raw network-order bytes, IPv4
 stored IPv4-mapped (``::ffff:a.b.c.d``).
@@ -11,10 +13,12 @@ stored IPv4-mapped (``::ffff:a.b.c.d``).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
+
+from pyclassify import _engine
 
 __all__ = [
     "ERROR_KINDS",
@@ -28,7 +32,12 @@ __all__ = [
     "FLAG_TRUNCATED",
     "HEADER_DTYPE",
     "HEADER_SIZE",
+    "QUOTE_DTYPE",
+    "REVOKED_DTYPE",
+    "SIDE_DTYPE",
+    "VERDICT_DTYPE",
     "new_batch",
+    "record_dtype",
 ]
 
 #: Bits of the ``flags`` field.
@@ -88,40 +97,57 @@ ERROR_KINDS: Final[tuple[tuple[str, int], ...]] = (
 #: Short names of the error kinds, indexed by value (``"truncated_link"``, ...; ``"none"`` at 0).
 ERROR_NAMES: Final[tuple[str, ...]] = tuple(name[4:].lower() for name, _ in ERROR_KINDS)
 
-#: Size of one header in bytes (the stride of a batch).
-HEADER_SIZE: Final = 64
+_SCALARS: Final[dict[str, str]] = {"u8": "u1", "u16": "u2", "u32": "u4", "u64": "u8", "i32": "i4"}
+_LAYOUTS: Final = dict(_engine.record_layouts())
+_DTYPES: dict[str, np.dtype[np.void]] = {}
 
-# (name, numpy type, offset): native byte order, explicit offsets, no implicit padding.
-_FIELDS: Final[tuple[tuple[str, str | tuple[str, int], int], ...]] = (
-    ("ts_ns", "u8", 0),
-    ("src_addr", ("u1", 16), 8),
-    ("dst_addr", ("u1", 16), 24),
-    ("pkt_len", "u4", 40),
-    ("ifindex", "u4", 44),
-    ("sport", "u2", 48),
-    ("dport", "u2", 50),
-    ("ip_version", "u1", 52),
-    ("protocol", "u1", 53),
-    ("tcp_flags", "u1", 54),
-    ("flags", "u1", 55),
-    ("icmp_type", "u1", 56),
-    ("icmp_code", "u1", 57),
-    ("error_kind", "u1", 58),
-    ("reserved", "u1", 59),
-    ("frag_id", "u4", 60),
-)
+
+def record_dtype(name: str) -> np.dtype[np.void]:
+    """The numpy structured dtype of the shared record ``name`` (its Rust name, e.g.
+    ``"PacketVerdict"``), built from the layout the engine exports: native byte order, the
+    engine's offsets, no implicit padding."""
+    dtype = _DTYPES.get(name)
+    if dtype is not None:
+        return dtype
+    _c_name, size, _align, fields = _LAYOUTS[name]
+    formats: list[Any] = []
+    for _field, _offset, _size, ty in fields:
+        if ty in _SCALARS:
+            formats.append(_SCALARS[ty])
+        elif ty.startswith("u8[") and ty.endswith("]"):
+            formats.append(("u1", int(ty[3:-1])))
+        else:
+            formats.append(record_dtype(ty))
+    dtype = np.dtype(
+        {
+            "names": [f[0] for f in fields],
+            "formats": formats,
+            "offsets": [f[1] for f in fields],
+            "itemsize": size,
+        },
+        align=False,
+    )
+    for field, offset, fsize, _ in fields:
+        got = dtype.fields[field]  # type: ignore[index]
+        assert (got[1], got[0].itemsize) == (offset, fsize), f"{name}.{field}"
+    _DTYPES[name] = dtype
+    return dtype
+
 
 #: numpy structured dtype of one ``PacketHeader``.
-HEADER_DTYPE: Final[np.dtype[np.void]] = np.dtype(
-    {
-        "names": [name for name, _, _ in _FIELDS],
-        "formats": [fmt for _, fmt, _ in _FIELDS],
-        "offsets": [offset for _, _, offset in _FIELDS],
-        "itemsize": HEADER_SIZE,
-    },
-    align=False,
-)
-assert HEADER_DTYPE.itemsize == HEADER_SIZE
+HEADER_DTYPE: Final[np.dtype[np.void]] = record_dtype("PacketHeader")
+#: Size of one header in bytes (the stride of a batch).
+HEADER_SIZE: Final[int] = HEADER_DTYPE.itemsize
+assert HEADER_SIZE == _engine.HEADER_SIZE == 64
+#: The flow an ICMP error quotes, one per header in a parallel array (``QuotedTuple``).
+QUOTE_DTYPE: Final[np.dtype[np.void]] = record_dtype("QuotedTuple")
+#: One direction's decision in a verdict record (``SideVerdict``): source_kind 0 none, 1 policy,
+#: 2 profile; tier/source/rule -1 when absent; reason indexes ``pyclassify.engine.REASONS``.
+SIDE_DTYPE: Final[np.dtype[np.void]] = record_dtype("SideVerdict")
+#: The engine's per-packet output record (``PacketVerdict``).
+VERDICT_DTYPE: Final[np.dtype[np.void]] = record_dtype("PacketVerdict")
+#: A connection revoked by revalidation (``RevokedFlow``).
+REVOKED_DTYPE: Final[np.dtype[np.void]] = record_dtype("RevokedFlow")
 
 
 def new_batch(n: int) -> npt.NDArray[np.void]:

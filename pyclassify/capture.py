@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyclassify import _native
-from pyclassify.batch import ERROR_NAMES, HEADER_DTYPE
+from pyclassify.batch import ERROR_NAMES, HEADER_DTYPE, QUOTE_DTYPE
 
 __all__ = [
     "LINKTYPES",
@@ -50,16 +50,6 @@ __all__ = [
     "read_all",
 ]
 
-#: The flow quoted by an ICMP error, one record per packet (the ``Quote`` struct of
-#: native/decode.pxi): addresses as in ``HEADER_DTYPE`` (IPv4-mapped), ports in host order.
-QUOTE_DTYPE: Final[np.dtype[np.void]] = np.dtype(
-    {
-        "names": ["src_addr", "dst_addr", "sport", "dport", "protocol", "icmp_type", "flags", "reserved"],
-        "formats": [("u1", 16), ("u1", 16), "u2", "u2", "u1", "u1", "u1", "u1"],
-        "offsets": [0, 16, 32, 34, 36, 37, 38, 39],
-        "itemsize": 40,
-    }
-)
 assert QUOTE_DTYPE.itemsize == _native.QUOTE_SIZE
 
 QUOTE_VALID: Final = 1  # the quoted flow was decoded (ports or ICMP identifier included)

@@ -18,7 +18,7 @@ import numpy.typing as npt
 import orjson
 
 from pyclassify import _engine
-from pyclassify.batch import HEADER_DTYPE
+from pyclassify.batch import HEADER_DTYPE, SIDE_DTYPE, VERDICT_DTYPE
 from pyclassify.bulk import collector_paused
 from pyclassify.inventory import Endpoint, Inventory, NetworkSet, Node, Service
 from pyclassify.ir import (
@@ -35,7 +35,7 @@ from pyclassify.ir import (
     Subject,
     Tier,
 )
-from pyclassify.reference import (
+from pyclassify.flow import (
     Decision,
     Flow,
     Verdict,
@@ -51,25 +51,6 @@ PACKET_ESTABLISHED = 1  # it belongs to a connection already allowed (or answers
 PACKET_MALFORMED = 2  # it could not be decoded far enough to judge: denied
 PACKET_INVALID = 3  # connection tracking found it invalid (opens nothing): denied
 
-#: One direction's decision in a verdict record (``SideVerdict``): source_kind 0 none, 1 policy,
-#: 2 profile; tier/source/rule -1 when absent; reason indexes ``REASONS``.
-SIDE_DTYPE = np.dtype(
-    {
-        "names": ["present", "allow", "reason", "source_kind", "tier", "source", "rule"],
-        "formats": ["u1", "u1", "u1", "u1", "<i4", "<i4", "<i4"],
-        "offsets": [0, 1, 2, 3, 4, 8, 12],
-        "itemsize": 16,
-    }
-)
-#: The engine's per-packet output record (``PacketVerdict``, 36 bytes).
-VERDICT_DTYPE = np.dtype(
-    {
-        "names": ["allow", "reason", "ct_state", "reserved", "egress", "ingress"],
-        "formats": ["u1", "u1", "u1", "u1", SIDE_DTYPE, SIDE_DTYPE],
-        "offsets": [0, 1, 2, 3, 4, 20],
-        "itemsize": 36,
-    }
-)
 assert VERDICT_DTYPE.itemsize == _engine.VERDICT_SIZE
 
 
@@ -146,7 +127,7 @@ def _endpoint_spec(inventory: Inventory, e: Endpoint, id_: int, addressable: boo
 
 
 def _endpoint_spec_with(e: Endpoint, sa_labels: dict[str, str], id_: int, addressable: bool) -> dict[str, Any]:
-    # The labels policy sees (``reference.endpoint_labels``) are derived by the engine from the
+    # The labels policy sees (``flow.endpoint_labels``) are derived by the engine from the
     # written ones, so each endpoint crosses once.
     return {
         "id": id_,
@@ -364,7 +345,7 @@ class EngineState:
         self._delete(self._endpoints, key)
 
     def set_namespace(self, name: str, labels: dict[str, str]) -> None:
-        """A namespace's labels as policy sees them (``reference.namespace_labels``)."""
+        """A namespace's labels as policy sees them (``flow.namespace_labels``)."""
         old = self._namespaces.get(name, _MISSING)
         if old == labels:
             return

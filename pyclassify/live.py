@@ -27,7 +27,7 @@ from pyclassify.inventory import Endpoint
 from pyclassify.ir import EndpointKind, Policy, PolicySet
 from pyclassify.kinds.inventory import InventoryBuilder
 from pyclassify.project import Project
-from pyclassify.reference import namespace_labels, service_account_labels
+from pyclassify.flow import namespace_labels, service_account_labels
 from pyclassify.source import Document, InvalidInput, Problems
 
 

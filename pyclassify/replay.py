@@ -23,6 +23,7 @@ from typing import IO, Any, Callable
 import numpy as np
 import numpy.typing as npt
 
+from pyclassify.batch import SIDE_DTYPE
 from pyclassify.capture import Batch, CaptureWriter, open_capture
 from pyclassify.engine import (
     PACKET_ESTABLISHED,
@@ -125,11 +126,18 @@ def _count_rules(summary: ReplaySummary, verdicts: npt.NDArray[Any]) -> None:
             summary.by_rule[(direction, *row)] += count
 
 
+# The decision fields of a side record, ``present`` to ``rule``: what the summary counts by.
+_RULE_DTYPE, _RULE_OFFSET = SIDE_DTYPE.fields["rule"][:2]  # type: ignore[index]
+_DECISION_BYTES = _RULE_OFFSET + _RULE_DTYPE.itemsize
+assert _DECISION_BYTES == 16
+
+
 def _distinct_records(side: npt.NDArray[Any]) -> list[tuple[Any, int]]:
-    """The distinct 16-byte side records of a batch with their counts: each record is two 64-bit
-    words, counted by a hash of the pair and checked exactly (a row-wise ``np.unique`` is ten
-    times slower)."""
-    words = side.view(np.uint64).reshape(-1, 2)
+    """The side records of a batch with distinct decisions, with their counts: the decision
+    fields (``present`` to ``rule``, 16 bytes) of each record are two 64-bit words, counted by a
+    hash of the pair and checked exactly (a row-wise ``np.unique`` is ten times slower)."""
+    raw = side.view(np.uint8).reshape(len(side), side.dtype.itemsize)
+    words = np.ascontiguousarray(raw[:, :_DECISION_BYTES]).view(np.uint64).reshape(-1, 2)
     with np.errstate(over="ignore"):
         key = words[:, 0] * _MIX[0] ^ words[:, 1] * _MIX[1]
     _, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
@@ -155,11 +163,9 @@ class Replay:
         self.out = out
         self.per_flow = flows  # --out gets one line per flow instead of per packet
         self._flows: dict[int, dict[str, Any]] = {}
-        # Address -> "ns/pod" (or host endpoint), as the reference resolves addresses.
+        # Address -> "ns/pod" (or host endpoint) of its owner (``Inventory.owner_of``), for the
+        # addresses the inventory knows.
         self._names: dict[str, str] = {}
-        for ep in sorted(engine.inventory.endpoints, key=lambda e: e.host_network):
-            for ip in ep.ips:
-                self._names.setdefault(str(ip), ep.ref)
         self.allowed_path, self.denied_path = allowed_path, denied_path
         self.summary = ReplaySummary()
         self._writers: list[CaptureWriter] = []
@@ -388,8 +394,8 @@ class Replay:
             "ingress": self._side_json(v["ingress"], Direction.INGRESS) if reason == "policy" else None,
         }
         if decodable:
-            line["src_endpoint"] = self._names.get(line["src"])
-            line["dst_endpoint"] = self._names.get(line["dst"])
+            line["src_endpoint"] = self._owner_ref(line["src"])
+            line["dst_endpoint"] = self._owner_ref(line["dst"])
         if decodable and proto in ICMP_PROTOCOLS:
             line["icmp_type"], line["icmp_code"] = int(h["icmp_type"]), int(h["icmp_code"])
         return line
@@ -399,6 +405,15 @@ class Replay:
         if self._service_entries is None or self._service_entries[k] < 0:
             return None
         return self.services.entries[int(self._service_entries[k])].to_json()
+
+    def _owner_ref(self, address: str) -> str | None:
+        ref = self._names.get(address)
+        if ref is None:
+            owner = self.engine.inventory.owner_of(ipaddress.ip_address(address))
+            if owner is None:
+                return None
+            ref = self._names[address] = owner.ref
+        return ref
 
     def _write_lines(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
         assert self.out is not None

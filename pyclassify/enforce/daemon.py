@@ -36,17 +36,17 @@ from typing import IO, Any
 
 import numpy as np
 
-from pyclassify import _native
-from pyclassify.batch import HEADER_DTYPE
-from pyclassify.engine import VERDICT_DTYPE, NativeEngine
+from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
+from pyclassify.engine import PACKET_POLICY, NativeEngine
 from pyclassify.enforce.iptables import Rules
 from pyclassify.enforce.log import PROTOS, FlowLog, address
 from pyclassify.enforce.metrics import Metrics
 from pyclassify.enforce.reload import Watcher
 from pyclassify.enforce.source import Loaded, PolicySource, SourceError
+from pyclassify.flow import Flow, FlowEnd
 from pyclassify.ir import Action, Direction
+from pyclassify.nfqueue import engine_capsule, kernel_conntrack, open_queue
 from pyclassify.project import Project
-from pyclassify.reference import Flow, FlowEnd
 
 
 class EnforceError(RuntimeError):
@@ -156,17 +156,15 @@ class Enforcer:
             return
         try:
             for q in range(cfg.queues[0], cfg.queues[1] + 1):
-                client = _native.EngineClient(self.engine._engine.capsule(), conntrack=True,
-                                              max_entries=cfg.conntrack_entries, pod_allow=self.pod_allow,
-                                              host_allow=self.host_allow)
-                loop = _native.NfQueue(client, q, fail_open=cfg.fail_open, copy_range=cfg.copy_range,
-                                       maxlen=cfg.maxlen, batch=cfg.batch, batch_verdicts=cfg.batch_verdicts)
                 try:
-                    loop.open()
+                    loop = open_queue(self.engine, q, conntrack_entries=cfg.conntrack_entries,
+                                      pod_allow=self.pod_allow, host_allow=self.host_allow, fail_open=cfg.fail_open,
+                                      copy_range=cfg.copy_range, maxlen=cfg.maxlen, batch=cfg.batch,
+                                      batch_verdicts=cfg.batch_verdicts)
                 except OSError as e:
                     raise EnforceError(f"cannot bind NFQUEUE {q}: {e.strerror or e}") from e
                 self.loops.append(loop)
-            self.ctnl = _native.CtNetlink()
+            self.ctnl = kernel_conntrack()
             for loop in self.loops:
                 t = threading.Thread(target=loop.run, name=f"pyclassify-nfq{loop.queue}", daemon=True)
                 t.start()
@@ -200,7 +198,7 @@ class Enforcer:
         cfg = self.config
         assert self.engine is not None and self.project is not None and cfg.bridge is not None
         try:
-            self.bridge = start_bridge(cfg.bridge, self.engine._engine.capsule(), fail_open=cfg.fail_open,
+            self.bridge = start_bridge(cfg.bridge, engine_capsule(self.engine), fail_open=cfg.fail_open,
                                        pod_allow=self.pod_allow, host_allow=self.host_allow)
         except (BridgeError, ValueError, OSError) as e:
             raise EnforceError(f"cannot start the bridge {cfg.bridge}: {e}") from e
@@ -292,7 +290,7 @@ class Enforcer:
                 # Nothing the engine holds changed (or every change was rejected): nothing to swap.
                 return ReloadResult(not errors, errors, 0, 0, time.monotonic() - t0)
             self.drain()  # events judged by the old engine are named with the old tables
-            capsule = engine._engine.capsule()
+            capsule = engine_capsule(engine)
             t_swap = time.monotonic()
             revoked: list[Any] = []
             count = 0
@@ -395,7 +393,10 @@ class Enforcer:
             if not allowed:
                 self.log.emit("deny", **fields)
                 continue
-            logs = self._logs(engine, src, dst, proto, sport, dport, h[i]) if self._has_log else []
+            # The record counts the Log rules each side passed: explain only flows that passed one.
+            rec = v[i]
+            passed_log = rec["reason"] != PACKET_POLICY or rec["egress"]["logs"] or rec["ingress"]["logs"]
+            logs = self._logs(engine, src, dst, proto, sport, dport, h[i]) if self._has_log and passed_log else []
             if logs:
                 self.log.emit("log", logs=logs, **fields)
             elif self.log.log_allowed:
@@ -409,23 +410,20 @@ class Enforcer:
         if project is None:
             return out
         for key, ip in (("src_endpoint", src), ("dst_endpoint", dst)):
-            owners = project.inventory.endpoints_at(ipaddress.ip_address(ip))
-            owners = [e for e in owners if not e.host_network] or owners
-            if owners:
-                out[key] = owners[0].ref
+            owner = project.inventory.owner_of(ipaddress.ip_address(ip))
+            if owner is not None:
+                out[key] = owner.ref
         return out
 
     def _logs(self, engine: NativeEngine, src: str, dst: str, proto: int, sport: int | None, dport: int | None,
               h: Any) -> list[dict[str, Any]]:
-        """The Log rules a flow passed (the verdict records do not carry them: one evaluation
-        per new flow, deduplicated)."""
-        project = self.project
-        if project is None:
+        """The Log rules a flow passed: the verdict records count them (``logs`` per side) but do
+        not name them, so the native engine explains the flow (``NativeEngine.evaluate``, the
+        same rule tables; once per new flow that passed a Log rule, deduplicated). Both ends are given as addresses: the engine resolves them to their
+        owners by the inventory's rule (``Inventory.owner_of``)."""
+        if self.project is None:
             return []
-        ends = []
-        for ip in (src, dst):
-            owners = [e for e in project.inventory.endpoints_at(ipaddress.ip_address(ip)) if not e.host_network]
-            ends.append(FlowEnd(owners[0] if owners else None, ipaddress.ip_address(ip)))
+        ends = [FlowEnd(None, ipaddress.ip_address(ip)) for ip in (src, dst)]
         icmp = proto in (1, 58)
         flow = Flow(ends[0], ends[1], proto, sport, dport, int(h["icmp_type"]) if icmp else None,
                     int(h["icmp_code"]) if icmp else None)

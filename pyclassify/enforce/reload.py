@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from pyclassify._native import Inotify
+from pyclassify.nfqueue import Inotify
 
 MASK = (Inotify.IN_CLOSE_WRITE | Inotify.IN_MOVED_TO | Inotify.IN_MOVED_FROM | Inotify.IN_CREATE
         | Inotify.IN_DELETE | Inotify.IN_MODIFY | Inotify.IN_ATTRIB | Inotify.IN_DELETE_SELF | Inotify.IN_MOVE_SELF)

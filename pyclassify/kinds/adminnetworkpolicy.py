@@ -41,6 +41,7 @@ from pyclassify.ir import (
     Subject,
 )
 from pyclassify.kinds import common
+from pyclassify.names import WILDCARD_DOMAIN_NAME
 from pyclassify.selector import Selector
 from pyclassify.source import Document, FieldPath, Problems, format_path
 
@@ -58,7 +59,7 @@ _LABEL_SELECTOR_KEYS = {"matchLabels", "matchExpressions"}
 _NAMESPACE_SET_KEYS = {"namespaceSelector", "related", "sameLabels", "notSameLabels"}
 _RELATIONS = {"Self": Relation.SELF, "NotSelf": Relation.NOT_SELF}
 # The CRD pattern for a DomainName: optional leading "*." then DNS labels.
-_DOMAIN = re.compile(r"^(\*\.)?([a-zA-Z0-9]([-a-zA-Z0-9_]*[a-zA-Z0-9])?\.)+[a-zA-Z0-9]([-a-zA-Z0-9_]*[a-zA-Z0-9])?\.?$")
+_DOMAIN = re.compile(f"^{WILDCARD_DOMAIN_NAME}$")
 
 
 @dataclass

@@ -62,13 +62,14 @@ from pyclassify.kinds.common import (
     is_int,
     port_name_error,
 )
+from pyclassify.names import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from pyclassify.selector import Selector
 from pyclassify.source import Document, FieldPath, Problems, format_path
 
 # --- names ------------------------------------------------------------------------------------
 
-_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_SUBDOMAIN = _LABEL + r"(\." + _LABEL + r")*"
+_LABEL = DNS1123_LABEL
+_SUBDOMAIN = DNS1123_SUBDOMAIN
 _NAME = re.compile(f"^{_SUBDOMAIN}$")
 _TIER_NAME = re.compile(f"^{_LABEL}$")
 _GNP_NAME = re.compile(rf"^({_LABEL}\.)?{_LABEL}$")
@@ -110,7 +111,7 @@ _PROTOCOL_SPELLINGS = ("TCP", "UDP", "ICMP", "ICMPv6", "SCTP", "UDPLite")
 _PORT_PROTOCOLS = frozenset({PROTO_TCP, PROTO_UDP, PROTO_SCTP})
 
 _PORT_RANGE = re.compile(r"^(\d+):(\d+)$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", re.IGNORECASE)
+_DNS_LABEL = re.compile(f"^{DNS1123_LABEL}$", re.IGNORECASE)
 
 _GLOBAL = "global()"
 _GLOBAL_ONLY_IN_NS_SELECTOR = f"{_GLOBAL} can only be used in an EntityRule namespaceSelector"

@@ -22,6 +22,7 @@ from pyclassify.ir import (
     NamedPort,
     PortRange,
 )
+from pyclassify.names import selector_label_key_error, selector_label_value_error
 from pyclassify.selector import Selector, SelectorError, excerpt, unencodable
 from pyclassify.source import Document, FieldPath, Problems
 
@@ -188,25 +189,10 @@ def _field_path(field: str | None) -> FieldPath:
     return tuple(out)
 
 
-# Label keys ([prefix/]name) and values as apimachinery's IsQualifiedName / IsValidLabelValue.
-_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]"
-_QUALIFIED_NAME = re.compile(rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_NAME}$")
-_LABEL_VALUE = re.compile(rf"^({_NAME})?$")
-
-
-def label_key_error(key: Any) -> str | None:
-    if not isinstance(key, str) or not _QUALIFIED_NAME.match(key):
-        return "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character, with an optional DNS subdomain prefix and '/'"
-    prefix, _, name = key.rpartition("/")
-    if len(name) > 63 or len(prefix) > 253:
-        return "name part must be no more than 63 characters (prefix no more than 253)"
-    return None
-
-
-def label_value_error(value: Any) -> str | None:
-    if not isinstance(value, str) or not _LABEL_VALUE.match(value) or len(value) > 63:
-        return "a valid label must be an empty string or consist of at most 63 alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
-    return None
+# Label keys ([prefix/]name) and values as apimachinery's IsQualifiedName / IsValidLabelValue,
+# in its words (pyclassify.names).
+label_key_error = selector_label_key_error
+label_value_error = selector_label_value_error
 
 
 def _label_problems(value: dict) -> list[tuple[FieldPath, str]]:

@@ -34,6 +34,14 @@ from pyclassify.inventory import (
     endpoint,
 )
 from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, EndpointKind, IPNetwork
+from pyclassify.names import (
+    DOMAIN_NAME,
+    dns1035_label_error,
+    dns1123_label_error,
+    dns1123_subdomain_error,
+    label_key_error,
+    label_value_error,
+)
 from pyclassify.selector import Selector, SelectorError
 from pyclassify.source import Document, FieldPath, Problems
 
@@ -57,67 +65,9 @@ WORKLOAD_TEMPLATES: dict[str, FieldPath] = {
 
 # --- Kubernetes name and label syntax (k8s.io/apimachinery/pkg/util/validation) ---
 
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+# DNS names and label keys and values: pyclassify.names (imported above).
 _IANA_SVC_NAME = re.compile(r"[-a-z0-9]+")
-_DOMAIN = re.compile(r"(\*\.)?([A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?\.)*[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?\.?")
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def dns1123_label_error(value: str) -> str | None:
-    if len(value) > 63:
-        return "must be no more than 63 characters"
-    if not _DNS1123_LABEL.fullmatch(value):
-        return "must be a lowercase RFC 1123 label (a-z, 0-9 and '-', starting and ending alphanumeric)"
-    return None
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def dns1123_subdomain_error(value: str) -> str | None:
-    if len(value) > 253:
-        return "must be no more than 253 characters"
-    if not _DNS1123_SUBDOMAIN.fullmatch(value):
-        return "must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-' and '.', starting and ending alphanumeric)"
-    return None
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def dns1035_label_error(value: str) -> str | None:
-    if len(value) > 63:
-        return "must be no more than 63 characters"
-    if not _DNS1035_LABEL.fullmatch(value):
-        return "must be an RFC 1035 label (a-z, 0-9 and '-', starting with a letter, ending alphanumeric)"
-    return None
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def label_key_error(key: str) -> str | None:
-    """A qualified name: optional DNS subdomain prefix and '/', then a name of <= 63 chars."""
-    prefix, slash, name = key.rpartition("/")
-    if slash and not prefix:
-        return "prefix part must be non-empty"
-    if prefix:
-        err = dns1123_subdomain_error(prefix)
-        if err:
-            return f"prefix part {err}"
-    if not name:
-        return "name part must be non-empty"
-    if len(name) > 63:
-        return "name part must be no more than 63 characters"
-    if not _QUALIFIED_NAME.fullmatch(name):
-        return "name part must consist of alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
-    return None
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def label_value_error(value: str) -> str | None:
-    if len(value) > 63:
-        return "must be no more than 63 characters"
-    if value and not _QUALIFIED_NAME.fullmatch(value):
-        return "must be empty or consist of alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
-    return None
+_DOMAIN = re.compile(DOMAIN_NAME)
 
 
 @functools.lru_cache(maxsize=1 << 16)

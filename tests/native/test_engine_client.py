@@ -73,3 +73,31 @@ def test_bad_inputs_are_errors(demo):
     client = EngineClient(demo._engine.capsule())
     with pytest.raises((TypeError, ValueError)):
         client.judge(np.zeros(3, np.uint8), np.zeros(3, VERDICT_DTYPE))
+
+
+def test_verdict_records_count_the_log_rules_each_side_passed(demo):
+    """``logs`` of each side of a verdict record is the number of Log rules the engine's
+    explanation of the same flow names (the daemon explains only flows that passed one)."""
+    import ipaddress
+
+    from pyclassify.batch import FLAG_HAS_PORTS, new_batch
+    from pyclassify.flow import Flow, FlowEnd
+
+    addrs = ["203.0.113.7", "10.0.1.10", "10.0.2.20", "10.0.2.30", "10.0.3.40", "198.51.100.9"]
+    flows = [(a, b, proto, port) for a in addrs for b in addrs if a != b for proto, port in ((6, 80), (6, 5432), (17, 53))]
+    headers = new_batch(len(flows))
+    for h, (a, b, proto, port) in zip(headers, flows):
+        h["src_addr"] = list(bytes(10) + b"\xff\xff" + ipaddress.ip_address(a).packed)
+        h["dst_addr"] = list(bytes(10) + b"\xff\xff" + ipaddress.ip_address(b).packed)
+        h["ip_version"], h["protocol"], h["sport"], h["dport"] = 4, proto, 40000, port
+        h["flags"] = FLAG_HAS_PORTS
+    out = demo.judge(headers)
+    logged = 0
+    for rec, (a, b, proto, port) in zip(out, flows):
+        flow = Flow(FlowEnd(None, ipaddress.ip_address(a)), FlowEnd(None, ipaddress.ip_address(b)), proto, 40000, port)
+        verdict = demo.evaluate(flow)
+        for side, decision in (("egress", verdict.egress), ("ingress", verdict.ingress)):
+            expected = len(decision.logs) if decision is not None else 0
+            assert rec[side]["logs"] == expected, f"{a} -> {b} {proto}/{port} {side}"
+            logged += expected
+    assert logged > 0, "the demo's Log rule was never passed: the test proves nothing"

@@ -2,9 +2,10 @@
 //!
 //! The Cython decoder (`native/`) writes one [`PacketHeader`] per packet into a contiguous array;
 //! the engine reads that array without copying and without the GIL; Python sees the same bytes as a
-//! numpy structured array (`pyclassify.batch.HEADER_DTYPE`). The three definitions are
-//! `native/header_batch.h`, this file and `pyclassify/batch.py`, and `tests/test_batch_abi.py`
-//! asserts they agree field by field (name, offset, size).
+//! numpy structured array (`pyclassify.batch.HEADER_DTYPE`). This file is the one definition:
+//! `native/header_batch.h` and `.pxd` are generated from it (`crate::abi`), numpy's dtype is built
+//! from the layout `pyclassify._engine` exports, and `tests/test_batch_abi.py` holds the C
+//! compiler's and numpy's layouts to this one field by field (name, offset, size).
 //!
 //! Layout rules, so that the struct means the same thing in Rust, C and numpy:
 //! - 64 bytes: one cache line per packet, and a power of two so batch indexing is a shift.
@@ -13,9 +14,10 @@
 //! - Integers are in host byte order (the decoder converts from network order once); addresses
 //!   are raw network-order bytes, IPv4 stored IPv4-mapped (`::ffff:a.b.c.d`) so that one
 //!   16-byte comparison path serves both families.
-//! - Changing this struct is an ABI change: update all three definitions and the tests together.
+//! - Changing this struct is an ABI change: bump `capi::ENGINE_ABI_VERSION` and regenerate the
+//!   headers (`cargo run -p pyclassify-core --bin abi-headers`).
 
-use core::mem::{offset_of, size_of};
+use core::mem::size_of;
 
 /// Packet is a fragment (IPv4 MF/offset, or IPv6 Fragment header).
 pub const FLAG_FRAGMENT: u8 = 1;
@@ -32,20 +34,40 @@ pub const FLAG_ICMP_ERROR: u8 = 16;
 /// `sport`/`dport` are meaningful (TCP, UDP, SCTP, first or unfragmented packet).
 pub const FLAG_HAS_PORTS: u8 = 32;
 
-/// All flag bits with their names, for cross-layer checks.
-pub const FLAGS: &[(&str, u8)] = &[
-    ("FLAG_FRAGMENT", FLAG_FRAGMENT),
-    ("FLAG_FIRST_FRAGMENT", FLAG_FIRST_FRAGMENT),
-    ("FLAG_TRUNCATED", FLAG_TRUNCATED),
-    ("FLAG_MALFORMED", FLAG_MALFORMED),
-    ("FLAG_ICMP_ERROR", FLAG_ICMP_ERROR),
-    ("FLAG_HAS_PORTS", FLAG_HAS_PORTS),
+/// All flag bits as `(name, value, meaning)`, for the generated C header and cross-layer checks.
+pub const FLAGS: &[(&str, u8, &str)] = &[
+    ("FLAG_FRAGMENT", FLAG_FRAGMENT, "a fragment (IPv4 MF/offset or IPv6 Fragment header)"),
+    ("FLAG_FIRST_FRAGMENT", FLAG_FIRST_FRAGMENT, "the first fragment: the only one with L4 ports"),
+    ("FLAG_TRUNCATED", FLAG_TRUNCATED, "ended before a header it announced (snaplen, short read)"),
+    ("FLAG_MALFORMED", FLAG_MALFORMED, "could not be decoded; error_kind says why"),
+    ("FLAG_ICMP_ERROR", FLAG_ICMP_ERROR, "ICMP error quoting another flow"),
+    ("FLAG_HAS_PORTS", FLAG_HAS_PORTS, "sport/dport are meaningful"),
 ];
 
+/// Values of `PacketHeader::error_kind` as `(name, value, meaning)`, in value order: why the
+/// decoder did not (fully) decode a packet. Every kind but `ERR_FRAGMENT_UNMATCHED` comes with
+/// `FLAG_MALFORMED`; the `ERR_TRUNCATED_*` kinds also with `FLAG_TRUNCATED`.
+pub const ERROR_KINDS: &[(&str, u8, &str)] = &[
+    ("ERR_NONE", 0, "decoded"),
+    ("ERR_TRUNCATED_LINK", 1, "shorter than its link-layer header"),
+    ("ERR_TRUNCATED_IP", 2, "shorter than its IP header or an IPv6 extension header"),
+    ("ERR_TRUNCATED_L4", 3, "shorter than its TCP/UDP/UDP-Lite/SCTP/ICMP header"),
+    ("ERR_BAD_IP_VERSION", 4, "IP version nibble not 4/6 (or not the link type's)"),
+    ("ERR_BAD_IHL", 5, "IPv4 header length below 20 bytes"),
+    ("ERR_BAD_TOTAL_LENGTH", 6, "IP total/payload length shorter than the header or longer than the frame"),
+    ("ERR_UNKNOWN_ETHERTYPE", 7, "not IP: ethertype/SLL protocol/null family unknown (ARP, LLDP, ...)"),
+    ("ERR_UNKNOWN_LINKTYPE", 8, "a link type the decoder does not know"),
+    ("ERR_TOO_MANY_EXT_HEADERS", 9, "IPv6 extension header chain longer than the bound"),
+    ("ERR_TOO_MANY_VLAN_TAGS", 10, "more 802.1Q/802.1ad tags than the bound"),
+    ("ERR_BAD_L4_HEADER", 11, "TCP data offset below 5, UDP length below 8"),
+    ("ERR_FRAGMENT_OVERLAP", 12, "a later fragment overlapping the L4 header (RFC 1858)"),
+    ("ERR_FRAGMENT_UNMATCHED", 13, "later fragment whose first fragment is not in the table (unseen or evicted): no ports"),
+];
+
+crate::abi_record! {
 /// One decoded packet's L3/L4 header summary, as the decoder writes it and the engine reads it.
-#[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct PacketHeader {
+pub struct PacketHeader as "PacketHeader" {
     /// Capture or receive timestamp, nanoseconds since the Unix epoch.
     pub ts_ns: u64,
     /// Source address, network byte order; IPv4 as IPv4-mapped IPv6.
@@ -79,6 +101,7 @@ pub struct PacketHeader {
     /// IP fragment identification (IPv4 16-bit id widened, or IPv6 32-bit id).
     pub frag_id: u32,
 }
+}
 
 /// Size of one header in bytes; the stride of a batch.
 pub const HEADER_SIZE: usize = size_of::<PacketHeader>();
@@ -87,45 +110,12 @@ pub const HEADER_SIZE: usize = size_of::<PacketHeader>();
 const _: () = assert!(HEADER_SIZE == 64);
 const _: () = assert!(core::mem::align_of::<PacketHeader>() == 8);
 
-/// Size of the field a raw pointer points at, without reading it.
-const fn size_of_pointee<T>(_: *const T) -> usize {
-    size_of::<T>()
+/// Every field of [`PacketHeader`] in declaration order as `(name, offset, size)`, as the
+/// compiler lays it out.
+pub fn fields() -> Vec<(&'static str, usize, usize)> {
+    use crate::abi::AbiRecord;
+    PacketHeader::RECORD.fields.iter().map(|f| (f.name, f.offset, f.size)).collect()
 }
-
-/// `(name, offset, size)` of one field, all computed by the compiler.
-macro_rules! field {
-    ($name:ident) => {{
-        let h = core::mem::MaybeUninit::<PacketHeader>::uninit();
-        // SAFETY: only the field's address is formed (inside a live local), nothing is read.
-        let p = unsafe { &raw const (*h.as_ptr()).$name };
-        (
-            stringify!($name),
-            offset_of!(PacketHeader, $name),
-            size_of_pointee(p),
-        )
-    }};
-}
-
-/// Every field of [`PacketHeader`] in declaration order as `(name, offset, size)`; the layout
-/// that the Cython and numpy definitions are tested against.
-pub const FIELDS: &[(&str, usize, usize)] = &[
-    field!(ts_ns),
-    field!(src_addr),
-    field!(dst_addr),
-    field!(pkt_len),
-    field!(ifindex),
-    field!(sport),
-    field!(dport),
-    field!(ip_version),
-    field!(protocol),
-    field!(tcp_flags),
-    field!(flags),
-    field!(icmp_type),
-    field!(icmp_code),
-    field!(error_kind),
-    field!(reserved),
-    field!(frag_id),
-];
 
 #[cfg(test)]
 mod tests {
@@ -158,14 +148,14 @@ mod tests {
             ("reserved", 59, 1),
             ("frag_id", 60, 4),
         ];
-        assert_eq!(FIELDS, expected);
+        assert_eq!(fields(), expected);
     }
 
     #[test]
     fn no_implicit_padding() {
         // Fields tile the struct exactly: each starts where the previous one ends.
         let mut end = 0;
-        for &(name, offset, size) in FIELDS {
+        for (name, offset, size) in fields() {
             assert_eq!(offset, end, "gap before {name}");
             end = offset + size;
         }
@@ -175,12 +165,20 @@ mod tests {
     #[test]
     fn flags_are_distinct_bits() {
         let mut seen = 0u8;
-        for &(name, bit) in FLAGS {
+        for &(name, bit, _) in FLAGS {
             assert_eq!(bit.count_ones(), 1, "{name} is not one bit");
             assert_eq!(seen & bit, 0, "{name} reuses a bit");
             seen |= bit;
         }
         assert_eq!(FLAGS.len(), 6);
+    }
+
+    #[test]
+    fn error_kinds_are_numbered_in_order() {
+        for (i, &(name, value, _)) in ERROR_KINDS.iter().enumerate() {
+            assert_eq!(value as usize, i, "{name}");
+            assert!(name.starts_with("ERR_"));
+        }
     }
 
     #[test]

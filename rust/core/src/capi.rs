@@ -1,7 +1,8 @@
 //! The engine's C ABI: a table of `extern "C"` functions that Cython's live loops (NFQUEUE,
 //! AF_PACKET) call without the GIL and without Python objects per packet. The Python module
 //! hands it out in a PyCapsule together with an engine handle (`rust/py/src/engine.rs`);
-//! `native/engine_api.h` declares the same structs for Cython.
+//! `native/engine_api.h` and `.pxd` are generated from this file and the records it passes
+//! (`crate::abi`).
 //!
 //! No panic crosses this boundary: every entry point catches unwinding and returns an error code.
 
@@ -11,28 +12,70 @@ use crate::batch::PacketHeader;
 use crate::conntrack::{ConnTrack, CtConfig, FlowKey, QuotedTuple};
 use crate::engine::{Defaults, Judge, PacketVerdict, Snapshot as Engine};
 
-/// Bumped on any change to the table or the structs it passes.
-pub const ENGINE_ABI_VERSION: u32 = 1;
+/// Bumped on any change to the table or the structs it passes. `EngineClient` (native/) refuses
+/// an engine of another version, on creation and on every swap.
+pub const ENGINE_ABI_VERSION: u32 = 3;
+
+/// The name of the PyCapsule that carries an engine handle (`EngineRef`).
+pub const ENGINE_CAPSULE: &std::ffi::CStr = c"pyclassify._engine.EngineRef";
 
 /// Return codes.
 pub const CAPI_OK: i32 = 0;
 pub const CAPI_NULL: i32 = -1;
 pub const CAPI_PANIC: i32 = -2;
 
+crate::abi_record! {
 /// A connection revoked by revalidation, in the original direction (40 bytes).
-#[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RevokedFlow {
+pub struct RevokedFlow as "pc_revoked_flow" {
+    /// Network order; IPv4 as IPv4-mapped IPv6.
     pub src_addr: [u8; 16],
+    /// Network order; IPv4 as IPv4-mapped IPv6.
     pub dst_addr: [u8; 16],
     pub sport: u16,
     pub dport: u16,
     pub protocol: u8,
     pub ip_version: u8,
+    /// Always 0.
     pub reserved: [u8; 2],
+}
 }
 
 const _: () = assert!(std::mem::size_of::<RevokedFlow>() == 40);
+
+/// The function pointers of [`EngineApi`] in order, as C declares them:
+/// `(name, return type, parameters, doc)`. `crate::abi` writes `pc_engine_api` from this list; the
+/// const assertion below and the C header's `_Static_assert` hold both to the same size.
+pub const API_FUNCTIONS: &[(&str, &str, &str, &str)] = &[
+    (
+        "judge",
+        "int32_t",
+        "const pc_engine *engine, pc_conntrack *ct, const PacketHeader *headers, const pc_quote *quotes, \
+         size_t n, pc_verdict *out, uint8_t pod_allow, uint8_t host_allow",
+        "judges n headers into out (ct may be NULL for per-packet judgement, quotes may be NULL)",
+    ),
+    ("ct_new", "pc_conntrack *", "size_t max_entries, uint8_t tcp_loose", "a new connection tracker (NULL on a bad configuration)"),
+    ("ct_free", "void", "pc_conntrack *ct", "frees a tracker of ct_new"),
+    ("ct_len", "size_t", "const pc_conntrack *ct", "the number of tracked connections"),
+    (
+        "ct_expire",
+        "size_t",
+        "pc_conntrack *ct, uint64_t now_ns, size_t budget",
+        "expires idle entries, at most budget slots examined; returns how many were removed",
+    ),
+    (
+        "ct_revalidate",
+        "ssize_t",
+        "pc_conntrack *ct, const pc_engine *engine, uint8_t pod_allow, uint8_t host_allow, \
+         uint64_t now_ns, pc_revoked_flow *out, size_t cap",
+        "re-judges every tracked connection, removes the denied ones, writes up to cap to out; \
+         returns how many were revoked (may exceed cap), or < 0",
+    ),
+];
+
+/// Five `u32` sizes and versions, padded to pointer alignment, then the function pointers.
+pub const ENGINE_API_SIZE: usize = std::mem::size_of::<EngineApi>();
+const _: () = assert!(ENGINE_API_SIZE == 24 + API_FUNCTIONS.len() * std::mem::size_of::<usize>());
 
 #[repr(C)]
 pub struct EngineApi {
@@ -40,6 +83,7 @@ pub struct EngineApi {
     pub header_size: u32,
     pub verdict_size: u32,
     pub quote_size: u32,
+    pub revoked_size: u32,
     /// Judges `n` headers into `out` (see `Engine::classify_tracked`; `ct` may be null for
     /// per-packet judgement, `quotes` may be null).
     pub judge: unsafe extern "C" fn(
@@ -77,6 +121,7 @@ pub static ENGINE_API: EngineApi = EngineApi {
     header_size: std::mem::size_of::<PacketHeader>() as u32,
     verdict_size: std::mem::size_of::<PacketVerdict>() as u32,
     quote_size: std::mem::size_of::<QuotedTuple>() as u32,
+    revoked_size: std::mem::size_of::<RevokedFlow>() as u32,
     judge,
     ct_new,
     ct_free,

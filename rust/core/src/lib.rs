@@ -3,15 +3,19 @@
 //! No pyo3 here: this crate is tested with `cargo test --manifest-path rust/Cargo.toml` and
 //! wrapped for Python by the `pyclassify-py` crate (`rust/py/`), which stays thin glue.
 //!
+//! - [`abi`]: the records shared with C, Cython and numpy, defined once; writes the C headers.
 //! - [`admission`]: image-path patterns of ContainerAdmissionPolicy (linear-time regexes).
 //! - [`batch`]: the packet header batch, the ABI shared with the Cython decoder and numpy.
 //! - [`selector`]: the Calico selector language (parse, evaluate, canonical form).
 //! - [`classifier`]: priority multi-field packet classifiers (linear baseline, TupleMerge).
-//! - [`classbench`]: ClassBench ruleset and trace parsers (gzip aware).
+//! - [`classbench`]: ClassBench ruleset and trace parsers (gzip aware), for the classifier
+//!   benchmarks (`_engine.RuleClassifier.from_classbench` too).
+//! - [`capi`]: the engine's C ABI, the function table native loops call without the GIL.
 //! - [`conntrack`]: connection tracking (both directions, TCP state, timeouts, cap, revalidation).
 //! - [`labelindex`]: incremental index of which endpoints each selector matches.
 //! - [`manifest`]: reading YAML/JSON manifests fast, with the line of every field on demand.
 
+pub mod abi;
 pub mod admission;
 pub mod batch;
 pub mod capi;

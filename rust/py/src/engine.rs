@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 
 use pyclassify_core::batch::{PacketHeader, HEADER_SIZE};
-use pyclassify_core::capi::{EngineApi, ENGINE_ABI_VERSION, ENGINE_API};
+use pyclassify_core::capi::{EngineApi, ENGINE_ABI_VERSION, ENGINE_API, ENGINE_CAPSULE};
 use pyo3::types::PyCapsule;
 use pyclassify_core::conntrack::QuotedTuple;
 use pyclassify_core::engine::spec::{Delta, Spec};
@@ -105,7 +105,7 @@ struct CapsuleEngine {
 // SAFETY: the pointers are to a static table and to an immutable engine owned by `_keep`.
 unsafe impl Send for CapsuleEngine {}
 
-const CAPSULE_NAME: &std::ffi::CStr = c"pyclassify._engine.EngineRef";
+const CAPSULE_NAME: &std::ffi::CStr = ENGINE_CAPSULE;
 
 type PyLog = (Option<u32>, (&'static str, u32), u32);
 type PyDecision = (bool, Option<u32>, Option<(&'static str, u32)>, Option<u32>, u8, Vec<PyLog>);

@@ -96,6 +96,7 @@ impl FlowKey {
     }
 }
 
+crate::abi_record! {
 /// The tuple an ICMP error quotes: the header of the packet that caused the error, as the decoder
 /// read it from the error's payload. It is delivered beside the header batch (a parallel array,
 /// one per header; only rows with `FLAG_ICMP_ERROR` read theirs) because the 64-byte
@@ -103,9 +104,8 @@ impl FlowKey {
 ///
 /// 40 bytes, no implicit padding; integers in host byte order, addresses network order
 /// (IPv4-mapped), like [`PacketHeader`].
-#[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct QuotedTuple {
+pub struct QuotedTuple as "pc_quote" {
     /// Source address of the quoted packet (the sender of the packet that caused the error).
     pub src_addr: [u8; 16],
     /// Destination address of the quoted packet.
@@ -122,6 +122,7 @@ pub struct QuotedTuple {
     pub flags: u8,
     /// Always 0.
     pub reserved: u8,
+}
 }
 
 /// `QuotedTuple::flags`: the quoted header was decoded far enough to give the tuple.

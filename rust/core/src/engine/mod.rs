@@ -14,8 +14,10 @@
 //!   they touch, and hands out immutable [`snapshot::Snapshot`]s that share every unchanged part
 //!   with the snapshots before them (copy-on-write chunks, [`cow`]).
 //! - [`snapshot::Snapshot`] answers flows and header batches, with connection tracking.
-//! - [`oracle::Oracle`] is the previous whole-world interpreter, kept as a Rust-side oracle for
-//!   the property tests (the Python reference evaluator is the project's oracle).
+//! - `oracle::Oracle` is the previous whole-world interpreter, kept as a Rust-side oracle for
+//!   the property tests and the benchmarks (the Python reference evaluator is the project's
+//!   oracle). It and `workload` (random specs, the benchmark workload) are compiled only with the
+//!   crate's `bench` feature (on by default, off in the Python extension).
 
 pub mod classes;
 pub mod cow;
@@ -25,11 +27,13 @@ pub mod judge;
 mod listing;
 pub mod model;
 mod net;
+#[cfg(feature = "bench")]
 pub mod oracle;
 mod records;
 mod rules;
 pub mod snapshot;
 pub mod spec;
+#[cfg(feature = "bench")]
 pub mod workload;
 
 pub use listing::{PAlt, RuleMeta, StageListing};
@@ -118,11 +122,13 @@ impl Kind {
         }
     }
 
+    #[cfg(feature = "bench")] // the oracle's
     pub(crate) fn bit(self) -> u8 {
         1 << (self as u8)
     }
 }
 
+#[cfg(feature = "bench")] // the oracle's
 pub(crate) fn kinds_mask(kinds: &[String]) -> Result<u8, EngineError> {
     kinds.iter().try_fold(0u8, |m, k| Ok(m | Kind::parse(k)?.bit()))
 }

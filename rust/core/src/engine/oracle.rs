@@ -2,7 +2,7 @@
 //! at build time against every endpoint, every rule walked per flow. It rebuilds from scratch
 //! for any change, so it is no longer what answers packets; it stays as a Rust-side oracle that
 //! the property tests hold the identity engine ([`super::Model`]) to, on random worlds
-//! ([`super::workload::random_spec`]), beside the Python reference evaluator.
+//! (`engine::workload::random_spec`, feature `bench`), beside the Python reference evaluator.
 
 use std::collections::{HashMap, HashSet};
 

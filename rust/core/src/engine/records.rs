@@ -1,6 +1,7 @@
 //! The records the engine writes per packet: `PacketVerdict` with a `SideVerdict` per direction.
-//! Their layout is part of the C ABI (`native/engine_api.h`) and of `pyclassify.engine`'s numpy
-//! dtypes; `tests/test_batch_abi.py` holds the three to the same fields and offsets.
+//! They are defined here once: the C ABI (`native/engine_api.h`/`.pxd`) is generated from them
+//! (`crate::abi`), and `pyclassify.batch` builds its numpy dtypes from the layout `_engine` exports;
+//! `tests/test_batch_abi.py` holds the C compiler's and numpy's views to these field by field.
 
 use super::{Decision, Source, Verdict};
 
@@ -13,23 +14,45 @@ pub const PACKET_MALFORMED: u8 = 2;
 /// Connection tracking found it invalid (e.g. a TCP packet that opens nothing): denied.
 pub const PACKET_INVALID: u8 = 3;
 
+crate::abi_record! {
 /// One direction's decision in batch output. `source_kind`: 0 none, 1 policy, 2 profile;
 /// `tier`, `source`, `rule` are -1 when absent.
-#[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SideVerdict {
+pub struct SideVerdict as "pc_side_verdict" {
+    /// 1 when this direction was judged.
     pub present: u8,
     pub allow: u8,
+    /// Why: 0 rule, 1 end of tier, 2 profile, 3 default (`pyclassify.engine.REASONS`).
     pub reason: u8,
+    /// 0 none, 1 policy, 2 profile.
     pub source_kind: u8,
+    /// Tier index, -1 when absent.
     pub tier: i32,
+    /// Policy or profile index, -1 when absent.
     pub source: i32,
+    /// Rule index, -1 when absent.
     pub rule: i32,
+    /// How many Log rules this direction passed before its decision (at most 255); which ones,
+    /// the engine's explanation of the flow says (`NativeEngine.evaluate`).
+    pub logs: u8,
+    /// Always 0.
+    pub reserved: [u8; 3],
+}
 }
 
 impl Default for SideVerdict {
     fn default() -> Self {
-        SideVerdict { present: 0, allow: 0, reason: 0, source_kind: 0, tier: -1, source: -1, rule: -1 }
+        SideVerdict {
+            present: 0,
+            allow: 0,
+            reason: 0,
+            source_kind: 0,
+            tier: -1,
+            source: -1,
+            rule: -1,
+            logs: 0,
+            reserved: [0; 3],
+        }
     }
 }
 
@@ -49,25 +72,29 @@ impl SideVerdict {
             tier: d.tier.map_or(-1, |t| t as i32),
             source,
             rule: d.rule.map_or(-1, |r| r as i32),
+            logs: d.logs.len().min(u8::MAX as usize) as u8,
+            reserved: [0; 3],
         }
     }
 }
 
-/// The batch output record, one per packet header (36 bytes; `pyclassify.engine.VERDICT_DTYPE`).
-#[repr(C)]
+crate::abi_record! {
+/// The batch output record, one per packet header (44 bytes; `pyclassify.engine.VERDICT_DTYPE`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PacketVerdict {
+pub struct PacketVerdict as "pc_verdict" {
     pub allow: u8,
     /// `PACKET_POLICY`, `PACKET_ESTABLISHED`, `PACKET_MALFORMED` or `PACKET_INVALID`.
     pub reason: u8,
     /// Connection-tracking state code (`conntrack::code`), 0 without tracking.
     pub ct_state: u8,
+    /// Always 0.
     pub reserved: u8,
     pub egress: SideVerdict,
     pub ingress: SideVerdict,
 }
+}
 
-const _: () = assert!(std::mem::size_of::<PacketVerdict>() == 36);
+const _: () = assert!(std::mem::size_of::<PacketVerdict>() == 44);
 
 impl PacketVerdict {
     pub fn judged(v: &Verdict) -> PacketVerdict {

@@ -56,7 +56,7 @@ fn yes() -> bool {
 
 impl EndpointSpec {
     /// The labels policy sees: the given ones, or the written ones plus the labels Calico adds
-    /// to every workload endpoint (`pyclassify.reference.endpoint_labels`).
+    /// to every workload endpoint (`pyclassify.flow.endpoint_labels`).
     pub fn policy_labels(&self) -> std::borrow::Cow<'_, LabelMap> {
         use std::borrow::Cow;
         if let Some(l) = &self.labels {

@@ -1,0 +1,128 @@
+"""The flow vocabulary both evaluators speak: a flow and its ends, and the verdict on it.
+
+``pyclassify.reference`` (the Python oracle) and ``pyclassify.engine`` (the native engine's
+facade) both take a ``Flow`` and answer a ``Verdict`` of two ``Decision``s, one per direction;
+the labels as policy sees them (an endpoint's own plus Calico's, a namespace's, a service
+account's) are defined here too, so that neither evaluator imports the other.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyclassify.inventory import Endpoint, Inventory, IPAddress
+from pyclassify.ir import EndpointKind
+
+__all__ = [
+    "VERDICTS",
+    "Decision",
+    "Flow",
+    "FlowEnd",
+    "Verdict",
+    "endpoint_labels",
+    "namespace_labels",
+    "service_account_labels",
+]
+
+VERDICTS = ("allow", "deny")
+
+
+@dataclass(frozen=True)
+class FlowEnd:
+    """One end of a flow: a known endpoint, an address, or both (an endpoint without IPs is
+    fine: pre-deployment analysis of manifests)."""
+
+    endpoint: Endpoint | None = None
+    ip: IPAddress | None = None
+
+    def __post_init__(self) -> None:
+        if self.endpoint is None and self.ip is None:
+            raise ValueError("a flow end needs an endpoint or an IP address")
+        if isinstance(self.ip, str):
+            object.__setattr__(self, "ip", ipaddress.ip_address(self.ip))
+
+    @property
+    def address(self) -> IPAddress | None:
+        if self.ip is not None:
+            return self.ip
+        if self.endpoint is not None and self.endpoint.ips:
+            return self.endpoint.ips[0]
+        return None
+
+
+@dataclass(frozen=True)
+class Flow:
+    src: FlowEnd
+    dst: FlowEnd
+    protocol: int
+    sport: int | None = None
+    dport: int | None = None
+    icmp_type: int | None = None
+    icmp_code: int | None = None
+
+
+@dataclass
+class Decision:
+    verdict: str  # "allow" | "deny"
+    tier: str | None
+    policy: str | None  # Policy.ref, or "Profile/<name>"
+    rule: str | int | None  # Rule.label
+    reason: str  # "rule" | "end-of-tier" | "profile" | "default"
+    logs: list[tuple[str | None, str, str | int]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "tier": self.tier,
+            "policy": self.policy,
+            "rule": self.rule,
+            "reason": self.reason,
+            "logs": [{"tier": t, "policy": p, "rule": r} for t, p, r in self.logs],
+        }
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    egress: Decision | None
+    ingress: Decision | None
+
+    @property
+    def allowed(self) -> bool:
+        return self.verdict == "allow"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "egress": self.egress.to_json() if self.egress else None,
+            "ingress": self.ingress.to_json() if self.ingress else None,
+        }
+
+
+# Labels as policy sees them; the native engine's spec (pyclassify.engine) uses the same three.
+def endpoint_labels(ep: Endpoint) -> dict[str, str]:
+    """The endpoint's labels plus the ones Calico adds to every workload endpoint."""
+    labels = dict(ep.labels)
+    if ep.kind is EndpointKind.POD:
+        labels.setdefault("projectcalico.org/orchestrator", "k8s")
+        if ep.namespace:
+            labels.setdefault("projectcalico.org/namespace", ep.namespace)
+        if ep.service_account:
+            labels.setdefault("projectcalico.org/serviceaccount", ep.service_account)
+    return labels
+
+
+def namespace_labels(inventory: Inventory, namespace: str | None) -> dict[str, str]:
+    labels = dict(inventory.namespace_labels(namespace))
+    if namespace is not None:
+        labels.setdefault("projectcalico.org/name", namespace)
+    return labels
+
+
+def service_account_labels(inventory: Inventory, ep: Endpoint) -> dict[str, str]:
+    if ep.namespace is None or ep.service_account is None:
+        return {}
+    sa = inventory.service_accounts.get((ep.namespace, ep.service_account))
+    return dict(sa.labels) if sa is not None else {}
