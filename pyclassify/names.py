@@ -60,13 +60,22 @@ def dns1123_label_error(value: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def dns1123_subdomain_error(value: str) -> str | None:
+def _dns1123_subdomain_error(value: str) -> str | None:
     if len(value) > 253:
         return "must be no more than 253 characters"
     if not _DNS1123_SUBDOMAIN.fullmatch(value):
         return "must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-' and '.', starting and ending alphanumeric)"
     return None
+
+
+#: For values that repeat (label key prefixes, namespaces, node names).
+dns1123_subdomain_error = functools.lru_cache(maxsize=1 << 16)(_dns1123_subdomain_error)
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    """The same check uncached, for values that are unique (pod names): caching them only
+    evicts the values that repeat."""
+    return len(value) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(value) is not None
 
 
 @functools.lru_cache(maxsize=1 << 16)

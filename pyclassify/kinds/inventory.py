@@ -39,6 +39,7 @@ from pyclassify.names import (
     dns1035_label_error,
     dns1123_label_error,
     dns1123_subdomain_error,
+    is_dns1123_subdomain,
     label_key_error,
     label_value_error,
 )
@@ -772,7 +773,7 @@ def valid_pod(doc: Document) -> Endpoint | None:
         return None
     name = md.get("name")
     # pod names are unique: checked directly, not through the cache that repeated values use
-    if type(name) is not str or not name or len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
+    if type(name) is not str or not name or not is_dns1123_subdomain(name):
         return None
     ns = md.get("namespace")
     if ns is None or ns == "":
