@@ -16,14 +16,18 @@
 # staging module (read from that release's go.mod) with its published v0.X.Y version, and its main
 # runs app.NewAPIServerCommand() as cmd/kube-apiserver does. etcd likewise from
 # go.etcd.io/etcd/server/v3 through etcdmain.Main. The CRDs the tests install are copied from
-# the Go modules that ship them (sigs.k8s.io/network-policy-api, github.com/projectcalico/calico; Tier, Profile and
-# ClusterNetworkPolicy, which those releases lack, are minimal CRDs under tests/kube/crds/).
+# the Go modules that ship them (sigs.k8s.io/network-policy-api; github.com/tigera/operator, which
+# embeds Calico's). Profile and ClusterNetworkPolicy, which those releases lack, get minimal
+# CRDs from the tests (tests/kube/apiserver.py).
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.34.4}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.6}
 NPAPI_VERSION=${NPAPI_VERSION:-v0.1.7}
-CALICO_VERSION=${CALICO_VERSION:-v1.11.0-cni-plugin.0.20250813170300-a0db560f0520}  # master, Aug 2025
+# Calico's crd.projectcalico.org/v1 CRDs (with tiers) as the Tigera operator embeds them.
+OPERATOR_VERSION=${OPERATOR_VERSION:-v1.39.0}
+# The checksum database has no entry for it: its module hash is pinned here instead.
+OPERATOR_SUM=${OPERATOR_SUM:-h1:l5dIRCfnigUAH6Aa7+SUf+0yuoZQNThbx1XRuhFGVko=}
 CACHE_ROOT=${PYCLASSIFY_KUBE_CACHE:-${HOME:-/root}/.cache/pyclassify-kube}
 OUT="$CACHE_ROOT/k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
 
@@ -123,14 +127,20 @@ EOF
 fi
 
 if [[ ! -f "$OUT/crds/.complete" ]]; then
-    echo "kube-testenv: fetching CRDs (network-policy-api $NPAPI_VERSION, projectcalico/calico)" >&2
+    echo "kube-testenv: fetching CRDs (network-policy-api $NPAPI_VERSION, tigera/operator $OPERATOR_VERSION)" >&2
     rm -f "$OUT"/crds/*.yaml
     dir=$(go mod download -json "sigs.k8s.io/network-policy-api@$NPAPI_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
     find "$dir/config/crd" -name 'policy.networking.k8s.io_*.yaml' -path '*experimental*' \
         -exec cp {} "$OUT/crds/" \;
-    dir=$(go mod download -json "github.com/projectcalico/calico@$CALICO_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
-    for kind in globalnetworkpolicies networkpolicies globalnetworksets networksets hostendpoints; do
-        cp "$dir/libcalico-go/config/crd/crd.projectcalico.org_$kind.yaml" "$OUT/crds/"
+    info=$(GONOSUMDB=github.com/tigera/operator go mod download -json "github.com/tigera/operator@$OPERATOR_VERSION")
+    sum=$(sed -n 's/^\s*"Sum": "\(.*\)",$/\1/p' <<<"$info")
+    if [[ "$sum" != "$OPERATOR_SUM" ]]; then
+        echo "kube-testenv: github.com/tigera/operator@$OPERATOR_VERSION has hash $sum, expected $OPERATOR_SUM" >&2
+        exit 1
+    fi
+    dir=$(sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p' <<<"$info")
+    for kind in tiers globalnetworkpolicies networkpolicies globalnetworksets networksets hostendpoints; do
+        cp "$dir/pkg/crds/calico/crd.projectcalico.org_$kind.yaml" "$OUT/crds/"
     done
     chmod u+w "$OUT"/crds/*.yaml
     touch "$OUT/crds/.complete"

@@ -36,7 +36,7 @@ def load_client(kubeconfig: str | None = None, context: str | None = None,
         k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration,
                                     persist_config=False)
     # One connection per watched kind, and room for lists and requests beside them.
-    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, 32)
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, 64)
     return KubeClient(k8s_client.ApiClient(configuration))
 
 
@@ -122,6 +122,9 @@ class KubeClient:
         finally:
             if holder is not None:
                 holder[:] = []
+            # A watch left unread cannot go back to the pool (the next request on its connection
+            # would read the rest of the stream): close the connection, then free its slot.
+            resp.response.close()
             resp.response.release_conn()
 
 

@@ -36,7 +36,6 @@ TOKEN = "pyclassify-test-admin-token"
 #: Kinds whose CRD the upstream modules of scripts/kube-testenv.sh do not ship: minimal
 #: structural CRDs, the spec kept as given.
 MINIMAL_CRDS = [
-    ("crd.projectcalico.org", "v1", "Tier", "tiers", "Cluster"),
     ("crd.projectcalico.org", "v1", "Profile", "profiles", "Cluster"),
     ("policy.networking.k8s.io", "v1alpha2", "ClusterNetworkPolicy", "clusternetworkpolicies", "Cluster"),
 ]
