@@ -21,7 +21,8 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections import Counter
+import time
+from collections import Counter, deque
 from typing import Any, Callable
 
 from pyclassify import kinds
@@ -84,6 +85,8 @@ class KubeSource:
         self.skipped: list[str] = []
         self.metrics: Counter[str] = Counter()
         self.events_by_kind: Counter[str] = Counter()
+        #: Seconds from a watch event's arrival to its change in force, for the latest events.
+        self.apply_seconds: deque[float] = deque(maxlen=10_000)
         self.ready = threading.Event()
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -196,11 +199,13 @@ class KubeSource:
             return
         if type_ not in ("ADDED", "MODIFIED", "DELETED"):
             return
+        t0 = time.monotonic()
         obj = _clean(obj, res)
         with self._lock:
             self.events_by_kind[res.kind] += 1
             self._apply(obj, deleted=type_ == "DELETED")
             self._versions[res] = _rv(obj) or self._versions[res]
+            self.apply_seconds.append(time.monotonic() - t0)
         if self.on_change is not None:
             self.on_change(self)
 

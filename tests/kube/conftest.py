@@ -27,7 +27,7 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory):
     env = _testenv()
     if env is None:
         message = ("etcd and kube-apiserver are not built: run `bash scripts/kube-testenv.sh` "
-                   "(about 15-20 minutes the first time; cached outside the checkout)")
+                   "(about 10 minutes the first time; cached outside the checkout)")
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
