@@ -294,3 +294,26 @@ def test_gone_relists_and_apiserver_restart_is_survived(kube_cluster, kc: KubeCl
         assert matrix(source.engine(), ips) == fresh_matrix(kc, ips)
     finally:
         source.stop()
+
+
+def test_in_cluster_configuration(kube_cluster, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a pod: the service-account token and CA where the client library reads them (moved
+    here from /var/run/secrets), the API server from KUBERNETES_SERVICE_HOST/PORT."""
+    from kubernetes.config import incluster_config
+
+    from tests.kube.apiserver import TOKEN
+
+    (tmp_path / "token").write_text(TOKEN)
+    (tmp_path / "ca.crt").write_bytes((kube_cluster.dir / "ca.crt").read_bytes())
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(tmp_path / "token"))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(tmp_path / "ca.crt"))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(kube_cluster.port))
+    kc = load_client()  # nothing named: in a pod, the pod's service account
+    assert kc.api.configuration.host == f"https://127.0.0.1:{kube_cluster.port}"
+    names = {ns["metadata"]["name"] for ns in kc.list("/api/v1/namespaces")[0]}
+    assert "kube-system" in names
+    (tmp_path / "token").write_text("not-a-token")
+    with pytest.raises(ApiException) as exc:
+        load_client(in_cluster=True).list("/api/v1/namespaces")
+    assert exc.value.status == 401
