@@ -182,6 +182,17 @@ def selector_cmd(expr: str, labels_text: str | None, as_json: bool) -> None:
 
 paths_argument = click.argument("paths", nargs=-1, required=True, type=click.Path(allow_dash=True))
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+# Commands that can read a cluster: PATH may be left out when --kubeconfig or --in-cluster is given.
+cluster_paths_argument = click.argument("paths", nargs=-1, type=click.Path(allow_dash=True))
+
+
+def kube_options(f: Any) -> Any:
+    f = click.option("--context", "kube_context", metavar="NAME", default=None,
+                     help="Context of --kubeconfig (default: its current context).")(f)
+    f = click.option("--in-cluster", is_flag=True,
+                     help="The cluster this runs in (its service account token and CA) as input.")(f)
+    return click.option("--kubeconfig", metavar="FILE", type=click.Path(dir_okay=False), default=None,
+                        help="A cluster's live objects as input, beside or instead of PATH.")(f)
 engine_option = click.option(
     "--engine",
     type=click.Choice(["native", "reference"]),
@@ -210,11 +221,28 @@ def _print_problems(problems: Any) -> None:
         err.print(f"[yellow]warning[/yellow]: {escape(str(p))}", highlight=False)
 
 
-def _load(paths: tuple[str, ...]) -> "Project":
-    """Loads and validates manifests; invalid input prints every error and exits 1."""
-    from pyclassify.project import load_project
+def _read(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool] | None = None) -> "Project":
+    """The manifests under PATH, and the cluster ``kube`` (kubeconfig, context, in-cluster) names."""
+    kubeconfig, context, in_cluster = kube or (None, None, False)
+    if kubeconfig is None and context is None and not in_cluster:
+        if not paths:
+            raise click.UsageError("Missing argument 'PATHS...' (or --kubeconfig / --in-cluster).")
+        from pyclassify.project import load_project
 
-    project = load_project(list(paths))
+        return load_project(list(paths))
+    from pyclassify.kube.snapshot import load_cluster_project
+
+    try:
+        return load_cluster_project(list(paths), kubeconfig, context, in_cluster or None)
+    except Exception as e:  # noqa: BLE001 - unreachable cluster, bad kubeconfig: say so, exit 2
+        if isinstance(e, click.ClickException):
+            raise
+        raise click.UsageError(f"cannot read the cluster: {e}") from e
+
+
+def _load(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool] | None = None) -> "Project":
+    """Loads and validates manifests; invalid input prints every error and exits 1."""
+    project = _read(paths, kube)
     if project.problems.errors:
         _print_problems(project.problems)
         n = len(project.problems.errors)
@@ -231,19 +259,19 @@ Examples:
   pyclassify check examples/demo
   kubectl get networkpolicies -A -o yaml | pyclassify check -
 """)
-@paths_argument
+@cluster_paths_argument
+@kube_options
 @json_option
-def check_cmd(paths: tuple[str, ...], as_json: bool) -> None:
+def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
+              as_json: bool) -> None:
     """Validate manifests (files, directories, or - for stdin) and print every error.
 
     Exit 1 if any manifest is invalid. Policies that cannot be enforced faithfully yet (for
     example `domains` rules) are reported as warnings.
     """
-    from pyclassify.project import load_project
-
     from pyclassify.admission.policy import check_admission_documents
 
-    project = load_project(list(paths))
+    project = _read(paths, (kubeconfig, kube_context, in_cluster))
     problems = project.problems
     # ContainerAdmissionPolicy decides on resources, not packets: validated beside the IR.
     check_admission_documents(project.admission_documents, project.problems)
@@ -325,7 +353,8 @@ Examples:
   pyclassify explain examples/demo --from 203.0.113.7 --to frontend/Deployment/web --port 80 --json
   pyclassify explain examples/demo --from frontend/web --to 10.0.2.20 --proto ICMP --icmp-type 8
 """)
-@paths_argument
+@cluster_paths_argument
+@kube_options
 @click.option("--from", "src", required=True, metavar="A", callback=utf8_text, help=f"Source: {ENDPOINT_HELP}.")
 @click.option("--to", "dst", required=True, metavar="B", callback=utf8_text, help=f"Destination: {ENDPOINT_HELP}.")
 @click.option("--proto", "proto", default="TCP", show_default=True,
@@ -344,7 +373,8 @@ Examples:
 @default_option
 @engine_option
 @json_option
-def explain_cmd(paths: tuple[str, ...], src: str, dst: str, proto: str, port: int | None, sport: int | None,
+def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
+                src: str, dst: str, proto: str, port: int | None, sport: int | None,
                 icmp_type: int | None, icmp_code: int | None, service_backend: str | None, default: str | None,
                 engine: str, as_json: bool) -> None:
     """Verdict for one flow, with the deciding tier, policy and rule of each direction.
@@ -358,7 +388,7 @@ def explain_cmd(paths: tuple[str, ...], src: str, dst: str, proto: str, port: in
 
     protocol = _protocol(proto)
     _check_flow_options(protocol, port, sport, icmp_type, icmp_code)
-    project = _load(paths)
+    project = _load(paths, (kubeconfig, kube_context, in_cluster))
     try:
         result = explain(project, src, dst, protocol, port, sport, icmp_type, icmp_code, default, engine,
                          service_backend)
@@ -440,19 +470,20 @@ Examples:
   pyclassify matrix examples/demo --proto TCP --port 80
   pyclassify matrix examples/demo --proto UDP --port 53 --json
 """)
-@paths_argument
+@cluster_paths_argument
+@kube_options
 @click.option("--proto", "proto", default="TCP", show_default=True, help="Protocol name or number.")
 @click.option("--port", "port", type=click.IntRange(0, 65535), default=None, help="Destination port.")
 @default_option
 @engine_option
 @json_option
-def matrix_cmd(paths: tuple[str, ...], proto: str, port: int | None, default: str | None, engine: str,
-               as_json: bool) -> None:
+def matrix_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
+               proto: str, port: int | None, default: str | None, engine: str, as_json: bool) -> None:
     """Reachability truth table among all pods: row = from, column = to."""
     from pyclassify.analysis import matrix
 
     protocol = _protocol(proto)
-    project = _load(paths)
+    project = _load(paths, (kubeconfig, kube_context, in_cluster))
     result = matrix(project, protocol, port, default, engine)
     if as_json:
         _emit_json(result.to_json())

@@ -45,12 +45,28 @@ def _policy_key(p: Policy) -> tuple:
 
 class LiveProject:
     def __init__(self, project: Project) -> None:
+        self.engine = NativeEngine(project.policy_set, project.inventory)
+        self.state: EngineState = self.engine.state
+        self._index(project)
+        #: Where the objects of a change come from, for its errors (``Document.file``, ``line``):
+        #: a watch names them ``Kind namespace/name`` with no line.
+        self.where: tuple[str, int] = ("<change>", 1)
+
+    def reload(self, project: Project) -> NativeEngine:
+        """The whole project again (kinds ``apply`` refuses), reached by one delta from the
+        current state (``EngineState.update``): only what changed reaches the engine."""
+        self.engine = self.state.update(project.policy_set, project.inventory)
+        self._index(project)
+        return self.engine
+
+    def _doc(self, obj: dict[str, Any]) -> Document:
+        return Document(obj, self.where[0], self.where[1])
+
+    def _index(self, project: Project) -> None:
         self.policies: dict[tuple, Policy] = {_policy_key(p): p for p in project.policy_set.policies}
         self.tiers = list(project.policy_set.tiers)
         self.profiles = list(project.policy_set.profiles)
         self.inventory = project.inventory
-        self.engine = NativeEngine(project.policy_set, project.inventory)
-        self.state: EngineState = self.engine.state
         self._endpoints: dict[tuple, Endpoint] = {_endpoint_key(e): e for e in project.inventory.endpoints}
         # Pods by namespace: a Service selects within its namespace.
         self._pods: dict[str, dict[tuple, Endpoint]] = {}
@@ -73,7 +89,7 @@ class LiveProject:
         obj = after if after is not None else before
         if obj is None:
             raise ValueError("a change needs the object before or after it")
-        doc = Document(obj, "<change>", 1)
+        doc = self._doc(obj)
         kind = kinds.kind_key(doc)
         if kind == ("", "Pod"):
             self._pod(before, after)
@@ -99,7 +115,7 @@ class LiveProject:
         problems = Problems()
         builder = InventoryBuilder(problems)
         builder.nodes = dict(self.inventory.nodes)  # host-network pods take their node's addresses
-        builder.add(Document(obj, "<change>", 1))
+        builder.add(self._doc(obj))
         if problems.errors or not builder.endpoints:
             raise InvalidInput(problems.errors)
         return builder._finish_endpoint(builder.endpoints[0])
@@ -151,7 +167,7 @@ class LiveProject:
         self.state.set_namespace(doc.name, namespace_labels(self.inventory, doc.name))
 
     def _normalize_policies(self, obj: dict[str, Any]) -> list[Policy]:
-        doc = Document(obj, "<change>", 1)
+        doc = self._doc(obj)
         problems = Problems()
         normalize = kinds.policy_normalizer(doc)
         items = list(normalize(doc, problems)) if normalize is not None else []

@@ -128,7 +128,8 @@ class Problem:
     severity: str = "error"  # "error" | "warning"
 
     def __str__(self) -> str:
-        where = f"{self.file}:{self.line}"
+        # line 0: an object with no file (from the Kubernetes API), named by ``file`` alone
+        where = f"{self.file}:{self.line}" if self.line else self.file
         return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
 
 

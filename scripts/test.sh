@@ -7,6 +7,14 @@ set -e
 source scripts/venv.sh test
 set +e
 
+# A real etcd and kube-apiserver for tests/kube, built from Go modules into a cache outside the
+# checkout (scripts/kube-testenv.sh). The first build takes about 10 minutes on two cores;
+# later runs reuse the binaries at once. If it fails, tests/kube say why (and fail in CI).
+echo "== etcd and kube-apiserver for tests/kube (cold build about 10 min, then cached)"
+kube_start=$SECONDS
+bash scripts/kube-testenv.sh >/dev/null || echo "kube-testenv: build failed (tests/kube will report it)"
+echo "   ready after $((SECONDS - kube_start)) s"
+
 echo "== pytest"
 .venv/bin/python -m pytest
 pytest_rc=$?

@@ -29,7 +29,8 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
                 metrics: str | None = None, batch: int = 64, copy_range: int = 128, maxlen: int = 4096,
                 hooks: str = "forward,input,output", no_batch_verdicts: bool = False, log_allowed: bool = False,
                 ipv6: bool = True, duration: float | None = None, log_stream: Any = None,
-                log_flows: bool = True, bridge: str | None = None) -> int:
+                log_flows: bool = True, bridge: str | None = None,
+                kube: tuple[str | None, str | None, bool | None] | None = None) -> int:
     """Run the daemon until SIGINT/SIGTERM (or ``duration`` seconds); returns the exit code."""
     from pyclassify.enforce.daemon import EnforceConfig, EnforceError, Enforcer, parse_queues
 
@@ -41,7 +42,7 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
         paths=list(paths), queues=(first, last), fail_open=fail == "open", default=default, metrics=metrics,
         log_stream=log_stream if log_stream is not None else sys.stdout, log_allowed=log_allowed, log_flows=log_flows, batch=batch,
         copy_range=copy_range, maxlen=maxlen, batch_verdicts=not no_batch_verdicts,
-        hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), ipv6=ipv6, bridge=bridge,
+        hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), ipv6=ipv6, bridge=bridge, kube=kube,
     )
     enforcer = Enforcer(config)
     try:
@@ -67,7 +68,11 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
 
 
 @click.command("enforce", epilog=FAIL_HELP)
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("paths", nargs=-1, type=click.Path(exists=True))
+@click.option("--kubeconfig", metavar="FILE", type=click.Path(dir_okay=False), default=None,
+              help="Follow this cluster (list, then watch) instead of PATH.")
+@click.option("--context", "kube_context", metavar="NAME", default=None, help="Context of --kubeconfig.")
+@click.option("--in-cluster", is_flag=True, help="Follow the cluster this runs in (its service account).")
 @click.option("--queue", "queue", type=click.IntRange(0, 65535), default=None, help="NFQUEUE number to bind.")
 @click.option("--queues", "queues", default=None, metavar="N-M",
               help="Several queues (iptables --queue-balance N:M), one worker thread each.")
@@ -91,7 +96,8 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
 @click.option("--bridge", "bridge", default=None, metavar="IF1,IF2",
               help="Instead of NFQUEUE: an AF_PACKET inline bridge between two interfaces (own conntrack).")
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds (tests, benchmarks).")
-def enforce_command(paths: tuple[str, ...], queue: int | None, queues: str | None, fail: str, default: str | None,
+def enforce_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context: str | None, in_cluster: bool,
+                    queue: int | None, queues: str | None, fail: str, default: str | None,
                     metrics: str | None, hooks: str, batch: int, copy_range: int, maxlen: int,
                     no_batch_verdicts: bool, log_allowed: bool, no_log: bool, no_ipv6: bool, bridge: str | None,
                     duration: float | None) -> None:
@@ -109,6 +115,11 @@ def enforce_command(paths: tuple[str, ...], queue: int | None, queues: str | Non
     --bridge IF1,IF2 installs no iptables rules: it puts both interfaces in promiscuous mode
     (for as long as it runs) and forwards between them the frames policy allows.
     """
+    kube = (kubeconfig, kube_context, True if in_cluster else None) if kubeconfig or kube_context or in_cluster else None
+    if kube is None and not paths:
+        raise click.UsageError("Missing argument 'PATHS...' (or --kubeconfig / --in-cluster).")
+    if kube is not None and paths:
+        raise click.UsageError("give PATH or --kubeconfig/--in-cluster, not both")
     given = [name for name, v in (("--queue", queue), ("--queues", queues), ("--bridge", bridge)) if v is not None]
     if len(given) != 1:
         raise click.UsageError("give exactly one of --queue N, --queues N-M or --bridge IF1,IF2")
@@ -122,5 +133,5 @@ def enforce_command(paths: tuple[str, ...], queue: int | None, queues: str | Non
     spec = queues if queues is not None else str(queue) if queue is not None else ""
     code = run_enforce(list(paths), spec, fail, default, metrics, batch, copy_range, maxlen, hooks,
                        no_batch_verdicts, log_allowed, not no_ipv6, duration,
-                       log_flows=not no_log, bridge=bridge)
+                       log_flows=not no_log, bridge=bridge, kube=kube)
     sys.exit(code)

@@ -98,6 +98,8 @@ class EnforceConfig:
     watch: bool = True
     conntrack_entries: int = 262144
     bridge: str | None = None  # "IF1,IF2": an AF_PACKET inline bridge instead of NFQUEUE
+    #: (kubeconfig, context, in-cluster): the cluster as the policy source instead of paths.
+    kube: tuple[str | None, str | None, bool | None] | None = None
 
 
 @dataclass
@@ -127,7 +129,11 @@ class Enforcer:
         self._stop = threading.Event()
         self._drainer: threading.Thread | None = None
         self.metrics_address: tuple[str, int] | None = None
-        self.source = PolicySource(list(config.paths))
+        self.source: Any = PolicySource(list(config.paths))
+        if config.kube is not None:
+            from pyclassify.kube.enforce import KubePolicySource
+
+            self.source = KubePolicySource(*config.kube)
         self.reloads = 0
         self.rejected = 0
         self.bridge: Any = None
@@ -184,7 +190,9 @@ class Enforcer:
 
     def _start_watch_and_metrics(self) -> None:
         cfg = self.config
-        if cfg.watch:
+        if cfg.kube is not None:
+            self.source.watch(lambda: self.reload())
+        elif cfg.watch:
             self.watcher = Watcher(cfg.paths, self._on_change, cfg.debounce)
             self.watcher.start()
         if cfg.metrics:
@@ -213,6 +221,8 @@ class Enforcer:
 
     def stop(self) -> None:
         self._stop.set()
+        if self.config.kube is not None:
+            self.source.stop()
         if self.bridge is not None:
             if self.watcher is not None:
                 self.watcher.stop()

@@ -1,0 +1,70 @@
+"""``pyclassify enforce --kubeconfig``: the daemon's policy source is the cluster.
+
+``KubePolicySource`` has the interface of ``pyclassify.enforce.source.PolicySource``
+(``load() -> Loaded``): the first load lists the cluster (``KubeSource.start``; the engine is
+in force when it returns); later loads hand over what the watch has applied since, as one engine
+snapshot reached by deltas (never a rebuild). ``watch(callback)`` calls back after each event
+the watch applied, from the watch's thread; the daemon reloads (swaps the snapshot in).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from pyclassify.enforce.source import Loaded, SourceError
+from pyclassify.kube.client import load_client
+from pyclassify.kube.source import KubeSource
+from pyclassify.project import ObjectKey, Project
+from pyclassify.source import Problems
+
+
+class KubePolicySource:
+    def __init__(self, kubeconfig: str | None, context: str | None, in_cluster: bool | None = None) -> None:
+        self.kubeconfig, self.context, self.in_cluster = kubeconfig, context, in_cluster
+        self.kube: KubeSource | None = None
+        self._callback: Callable[[], None] | None = None
+        self._deltas = 0
+        self._rejected: dict[ObjectKey, str] = {}
+
+    def load(self) -> Loaded:
+        if self.kube is None:
+            try:
+                self.kube = KubeSource(load_client(self.kubeconfig, self.context, self.in_cluster),
+                                       on_change=self._changed)
+                self.kube.start()
+            except Exception as e:  # noqa: BLE001 - no cluster, no policy: refuse to start
+                raise SourceError([f"cannot read the cluster: {e}"]) from e
+        kube = self.kube
+        with kube._lock:
+            engine = kube.engine()
+            assert kube.live is not None
+            state = kube.live.state
+            changed = state.deltas - self._deltas or (1 if self._deltas == 0 else 0)
+            self._deltas = state.deltas
+            rejected = {k: v for k, v in kube.rejected.items() if self._rejected.get(k) != v}
+            self._rejected = dict(kube.rejected)
+        project = Project(policy_set=engine.policy_set, inventory=engine.inventory, problems=Problems())
+        return Loaded(project, engine, rejected, [], changed)
+
+    def watch(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after every change the watch applies (and once now, for what it
+        applied before this was called)."""
+        self._callback = callback
+        callback()
+
+    def _changed(self, _source: KubeSource) -> None:
+        if self._callback is not None:
+            self._callback()
+
+    def stop(self) -> None:
+        self._callback = None
+        if self.kube is not None:
+            self.kube.stop()
+
+    def metrics(self) -> dict[str, int]:
+        """Watch events by kind, relists, reconnects, rejected objects."""
+        if self.kube is None:
+            return {}
+        out = {f"events_{k}": v for k, v in self.kube.events_by_kind.items()}
+        out.update(self.kube.metrics)
+        return out

@@ -1,0 +1,299 @@
+"""The cluster as the live source: list every kind pyclassify follows, then watch each, and
+apply every event to the engine as a delta (``pyclassify.live.LiveProject``), never a rebuild.
+
+- The initial list builds the project once (``build_project``, the same kinds code as files:
+  objects arrive as dicts and become ``Document``s named ``Kind namespace/name``, so errors
+  read ``Kind namespace/name: field.path: message``).
+- Each watch starts at its list's resourceVersion with bookmarks; a ``410 Gone`` (as the answer
+  or as an ERROR event) lists that kind again and applies the difference, object by object; a
+  broken connection reconnects from the last resourceVersion after a capped exponential
+  backoff.
+- Pods, Namespaces and policies are applied one object at a time; the kinds that link objects
+  (Nodes, Services, EndpointSlices, ServiceAccounts, Calico tiers, profiles, sets and host
+  endpoints) rebuild the project and reach the engine through ``EngineState.update``, which
+  still sends only what changed.
+- An invalid object is rejected alone and logged with its name; its last good version stays.
+- A kind whose CRD is not installed (404 on its list) is skipped, and said so once.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import Counter, deque
+from typing import Any, Callable
+
+from pyclassify import kinds
+from pyclassify.engine import NativeEngine
+from pyclassify.kube.client import ApiException, Gone, KubeClient
+from pyclassify.kube.resources import RESOURCES, Resource
+from pyclassify.live import LiveProject
+from pyclassify.project import ObjectKey, Project, build_project, object_key
+from pyclassify.source import Document, InvalidInput, Problems
+
+log = logging.getLogger("pyclassify.kube")
+
+#: Kinds applied one object at a time (``LiveProject.apply``); the others reload the project.
+_PER_OBJECT = {k for k in kinds.POLICY_KINDS if k[1] not in ("Tier", "Profile")} | {("", "Pod"), ("", "Namespace")}
+
+
+def locator(obj: dict[str, Any]) -> str:
+    """``Kind namespace/name`` (``Kind name`` for cluster-scoped objects): what errors name."""
+    md = obj.get("metadata") or {}
+    ns, name = md.get("namespace"), md.get("name") or ""
+    return f"{obj.get('kind') or '?'} {ns}/{name}" if ns else f"{obj.get('kind') or '?'} {name}"
+
+
+def document(obj: dict[str, Any]) -> Document:
+    return Document(obj, locator(obj), 0)
+
+
+def _clean(obj: dict[str, Any], res: Resource) -> dict[str, Any]:
+    """List items come without apiVersion and kind; managedFields are of no use here."""
+    obj["apiVersion"] = res.api_version
+    obj["kind"] = res.kind
+    md = obj.get("metadata")
+    if isinstance(md, dict):
+        md.pop("managedFields", None)
+    return obj
+
+
+def _rv(obj: dict[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+class KubeSource:
+    """Follows a cluster. ``start()`` lists (the engine is in force when it returns) and starts
+    one watch thread per kind; ``engine()`` is the current state; ``stop()`` ends the watches."""
+
+    def __init__(self, client: KubeClient, resources: tuple[Resource, ...] = RESOURCES,
+                 backoff_cap: float = 5.0, watch_timeout: int = 300,
+                 on_change: Callable[["KubeSource"], None] | None = None) -> None:
+        self.client = client
+        self.resources = resources
+        self.backoff_cap = backoff_cap
+        self.watch_timeout = watch_timeout
+        self.on_change = on_change
+        self.live: LiveProject | None = None
+        #: Last good version of every object in force.
+        self.objects: dict[ObjectKey, dict[str, Any]] = {}
+        #: Objects whose last change was rejected: key -> the first error.
+        self.rejected: dict[ObjectKey, str] = {}
+        #: Kinds not served (their CRD is not installed): "group/version Kind".
+        self.skipped: list[str] = []
+        self.metrics: Counter[str] = Counter()
+        self.events_by_kind: Counter[str] = Counter()
+        #: Seconds from a watch event's arrival to its change in force, for the latest events.
+        self.apply_seconds: deque[float] = deque(maxlen=10_000)
+        self.ready = threading.Event()
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._resume = threading.Event()
+        self._resume.set()
+        self._threads: list[threading.Thread] = []
+        self._responses: dict[Resource, list[Any]] = {}
+        self._versions: dict[Resource, str] = {}
+        self._served: list[Resource] = []
+
+    # --- the initial list ---
+
+    def start(self) -> None:
+        objects: dict[ObjectKey, dict[str, Any]] = {}
+        for res in self.resources:
+            try:
+                items, rv = self.client.list(res.path)
+            except ApiException as exc:
+                if exc.status == 404 and res.crd:
+                    self.skipped.append(f"{res.api_version} {res.kind}")
+                    log.warning("%s %s: not served by this cluster (CRD not installed), skipped", res.api_version, res.kind)
+                    continue
+                raise
+            self._served.append(res)
+            self._versions[res] = rv
+            for obj in items:
+                obj = _clean(obj, res)
+                objects[object_key(document(obj))] = obj
+        with self._lock:
+            project = self._build(objects)
+            for key, error in project.invalid.items():
+                self._reject(key, error)
+            if project.invalid:
+                for key in project.invalid:
+                    objects.pop(key, None)
+                project = self._build(objects)
+            self.objects = objects
+            self.live = LiveProject(project)
+            self.metrics["lists"] += 1
+        self.ready.set()
+        for res in self._served:
+            t = threading.Thread(target=self._watch_loop, args=(res,), name=f"watch {res.kind}", daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _build(self, objects: dict[ObjectKey, dict[str, Any]]) -> Project:
+        return build_project((document(o) for o in objects.values()), Problems())
+
+    # --- queries ---
+
+    def engine(self) -> NativeEngine:
+        """The state in force, as a ``NativeEngine`` (names for the engine's answers)."""
+        with self._lock:
+            assert self.live is not None, "start() first"
+            return self.live.snapshot()
+
+    @property
+    def full_builds(self) -> int:
+        assert self.live is not None
+        return self.live.state.full_builds
+
+    # --- watching ---
+
+    def _watch_loop(self, res: Resource) -> None:
+        backoff = 0.2
+        holder: list[Any] = []
+        self._responses[res] = holder
+        while not self._stop.is_set():
+            self._resume.wait()
+            if self._stop.is_set():
+                return
+            try:
+                for event in self.client.watch(res.path, self._versions[res], self.watch_timeout, holder,
+                                               self._cancelled):
+                    backoff = 0.2
+                    self._event(res, event)
+                    if self._stop.is_set() or not self._resume.is_set():
+                        break
+            except Gone:
+                if self._stop.is_set():
+                    return
+                log.info("%s: watch expired (410 Gone): listing again", res.kind)
+                try:
+                    self._relist(res)
+                except Exception as exc:  # noqa: BLE001 - the API is away: reconnect later
+                    log.warning("%s: list failed: %s", res.kind, exc)
+                    self._sleep(backoff)
+                    backoff = min(backoff * 2, self.backoff_cap)
+            except Exception as exc:  # noqa: BLE001 - any broken connection: reconnect
+                if self._stop.is_set():
+                    return
+                if self._resume.is_set():
+                    self.metrics["reconnects"] += 1
+                    log.info("%s: watch broken (%s): reconnecting in %.1fs", res.kind, type(exc).__name__, backoff)
+                    self._sleep(backoff * (0.5 + random.random() / 2))
+                    backoff = min(backoff * 2, self.backoff_cap)
+
+    def _cancelled(self) -> bool:
+        return self._stop.is_set() or not self._resume.is_set()
+
+    def _sleep(self, seconds: float) -> None:
+        self._stop.wait(seconds)
+
+    def _event(self, res: Resource, event: dict[str, Any]) -> None:
+        type_ = event.get("type")
+        obj = event.get("object") or {}
+        if type_ == "BOOKMARK":
+            self._versions[res] = _rv(obj) or self._versions[res]
+            self.metrics["bookmarks"] += 1
+            return
+        if type_ not in ("ADDED", "MODIFIED", "DELETED"):
+            return
+        t0 = time.monotonic()
+        obj = _clean(obj, res)
+        with self._lock:
+            self.events_by_kind[res.kind] += 1
+            self._apply(obj, deleted=type_ == "DELETED")
+            self._versions[res] = _rv(obj) or self._versions[res]
+            self.apply_seconds.append(time.monotonic() - t0)
+        if self.on_change is not None:
+            self.on_change(self)
+
+    def _relist(self, res: Resource) -> None:
+        items, rv = self.client.list(res.path)
+        group_kind = (kinds.api_group(res.api_version), res.kind)
+        with self._lock:
+            self.metrics["relists"] += 1
+            listed: set[ObjectKey] = set()
+            for obj in items:
+                obj = _clean(obj, res)
+                key = object_key(document(obj))
+                listed.add(key)
+                old = self.objects.get(key)
+                if old is None or _rv(old) != _rv(obj):
+                    self._apply(obj, deleted=False)
+            for key in [k for k in self.objects if k[:2] == group_kind and k not in listed]:
+                self._apply(self.objects[key], deleted=True)
+            self._versions[res] = rv
+        if self.on_change is not None:
+            self.on_change(self)
+
+    # --- one object's change ---
+
+    def _apply(self, obj: dict[str, Any], deleted: bool) -> None:
+        assert self.live is not None
+        doc = document(obj)
+        key = object_key(doc)
+        before = self.objects.get(key)
+        after = None if deleted else obj
+        if before is None and after is None:
+            self.rejected.pop(key, None)
+            return
+        if key[:2] in _PER_OBJECT:
+            self.live.where = (doc.file, 0)
+            try:
+                self.live.apply(before, after)
+            except InvalidInput as exc:
+                self._reject(key, str(exc.problems[0]) if exc.problems else str(exc))
+                return
+            except Exception as exc:  # noqa: BLE001 - the engine refused the delta: nothing changed
+                if type(exc).__name__ != "EngineError":
+                    raise
+                self._reject(key, f"{doc.file}: {exc}")
+                return
+        else:
+            objects = dict(self.objects)
+            if after is None:
+                objects.pop(key, None)
+            else:
+                objects[key] = after
+            project = self._build(objects)
+            if after is not None and key in project.invalid:
+                self._reject(key, project.invalid[key])
+                return
+            self.live.reload(project)
+        if after is None:
+            self.objects.pop(key, None)
+        else:
+            self.objects[key] = after
+        self.rejected.pop(key, None)
+
+    def _reject(self, key: ObjectKey, error: str) -> None:
+        self.rejected[key] = error
+        self.metrics["rejected"] += 1
+        log.warning("rejected (its last good version stays): %s", error)
+
+    # --- stopping, and holding the watches (a partition, for tests and restarts) ---
+
+    def suspend(self) -> None:
+        """Drop every watch connection and hold them down until ``resume()``."""
+        self._resume.clear()
+        self._close_responses()
+
+    def resume(self) -> None:
+        self._resume.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._resume.set()
+        self._close_responses()
+        for t in self._threads:
+            t.join(timeout=10)
+
+    def _close_responses(self) -> None:
+        for holder in list(self._responses.values()):
+            for resp in list(holder):
+                try:
+                    resp.response.shutdown() if hasattr(resp.response, "shutdown") else resp.response.close()
+                except Exception:  # noqa: BLE001 - already closed
+                    pass

@@ -1,0 +1,148 @@
+"""``pyclassify enforce --kubeconfig``: the daemon in a node network namespace follows a real API
+server, and real TCP connections between pod namespaces follow the policies created, changed and
+deleted through the API; each change reaches the running engine as a delta (one build, at the
+start); an invalid object is rejected alone, named.
+
+The API server listens on the root namespace's loopback; the node namespace reaches it through a
+relay over a Unix socket (the filesystem is shared across network namespaces), on its own
+loopback at the same port, so the kubeconfig and the serving certificate hold unchanged."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pyclassify.kube import load_client
+from tests.enforce.netns import PY, Daemon, Topology, root_reason
+from tests.kube.test_source import GNP, create_namespace, create_pod, delete, network_policy
+
+pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
+
+RELAY = r"""
+import socket, sys, threading
+mode, listen, target = sys.argv[1], sys.argv[2], sys.argv[3]
+
+def pipe(x, y):
+    try:
+        while True:
+            data = x.recv(65536)
+            if not data:
+                break
+            y.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (x, y):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+def serve(c):
+    if mode == "tcp-to-unix":
+        o = socket.socket(socket.AF_UNIX)
+        o.connect(target)
+    else:
+        o = socket.create_connection(("127.0.0.1", int(target)))
+    threading.Thread(target=pipe, args=(c, o), daemon=True).start()
+    pipe(o, c)
+
+if mode == "tcp-to-unix":
+    l = socket.socket()
+    l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind(("127.0.0.1", int(listen)))
+else:
+    l = socket.socket(socket.AF_UNIX)
+    l.bind(listen)
+l.listen(64)
+print("ready", flush=True)
+while True:
+    c, _ = l.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+
+
+@pytest.fixture
+def topo() -> Iterator[Topology]:
+    t = Topology()
+    try:
+        t.up()
+        yield t
+    finally:
+        t.down()
+
+
+def relay(kube_cluster, topo: Topology, tmp_path: Path) -> subprocess.Popen[str]:
+    sock = str(tmp_path / "apiserver.sock")
+    outside = subprocess.Popen([PY, "-c", RELAY, "unix-to-tcp", sock, str(kube_cluster.port)],
+                               stdout=subprocess.PIPE, text=True)
+    assert outside.stdout is not None and outside.stdout.readline().strip() == "ready"
+    inside = topo.spawn(topo.node, [PY, "-c", RELAY, "tcp-to-unix", str(kube_cluster.port), sock])
+    assert inside.stdout is not None and inside.stdout.readline().strip() == "ready"
+    return outside
+
+
+def until(check, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: still not so after {timeout:.0f} s")
+
+
+def test_enforce_follows_the_cluster(kube_cluster, topo: Topology, tmp_path: Path) -> None:
+    kc = load_client(str(kube_cluster.kubeconfig), "test")
+    ns = f"e-{topo.node[-6:]}"
+    create_namespace(kc, ns, {"team": ns})
+    for i, (app, ip) in enumerate(zip(["a", "b", "c"], topo.ips)):
+        create_pod(kc, ns, f"p{i + 1}", {"app": app}, ip)
+    outside = relay(kube_cluster, topo, tmp_path)
+    daemon = Daemon(topo, [], 0, extra=("--kubeconfig", str(kube_cluster.kubeconfig), "--context", "test"))
+    try:
+        start = daemon.wait_event("start")
+        assert start["endpoints"] >= 3
+        assert topo.reach(0, 1) and topo.reach(2, 1)
+
+        # Only app=c may reach app=b.
+        policy = network_policy(ns, "b-from-c", ns)
+        policy["spec"]["podSelector"] = {"matchLabels": {"app": "b"}}
+        policy["spec"]["ingress"] = [{"from": [{"podSelector": {"matchLabels": {"app": "c"}}}]}]
+        kc.request("POST", f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies", body=policy)
+        until(lambda: not topo.reach(0, 1), "a -> b denied once the NetworkPolicy is created")
+        assert topo.reach(2, 1)
+        reloads = [e for e in daemon.events() if e.get("event") == "reload"]
+        assert reloads and all(e["engine_builds"] == 1 for e in reloads), reloads
+
+        # An invalid object: rejected alone, named; the policy in force stays.
+        kc.request("POST", GNP, body={"apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkPolicy",
+                                      "metadata": {"name": f"{ns}-bad"},
+                                      "spec": {"selector": "app ==", "ingress": [{"action": "Allow"}]}})
+        try:
+            rejected = daemon.wait_event("reload-rejected")
+            assert any(e.startswith(f"GlobalNetworkPolicy {ns}-bad: spec.selector: ") for e in rejected["errors"]), rejected
+            assert not topo.reach(0, 1) and topo.reach(2, 1)
+        finally:
+            delete(kc, f"{GNP}/{ns}-bad")
+
+        # The pod relabelled out of the policy: a -> b allowed again; the policy deleted, too.
+        kc.request("PATCH", f"/api/v1/namespaces/{ns}/pods/p2", body={"metadata": {"labels": {"app": "b2"}}},
+                   content_type="application/merge-patch+json")
+        until(lambda: topo.reach(0, 1), "a -> b allowed once b is relabelled")
+        kc.request("PATCH", f"/api/v1/namespaces/{ns}/pods/p2", body={"metadata": {"labels": {"app": "b"}}},
+                   content_type="application/merge-patch+json")
+        until(lambda: not topo.reach(0, 1), "a -> b denied once b has its label back")
+        delete(kc, f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/b-from-c")
+        until(lambda: topo.reach(0, 1), "a -> b allowed once the NetworkPolicy is deleted")
+        reloads = [e for e in daemon.events() if e.get("event") == "reload"]
+        assert all(e["engine_builds"] == 1 for e in reloads), reloads
+        assert daemon.terminate() == 0
+    finally:
+        if daemon.proc.poll() is None:
+            daemon.kill()
+        outside.kill()
+        outside.wait()
