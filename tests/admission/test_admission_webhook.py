@@ -263,19 +263,27 @@ def wait_for(predicate, what: str, limit: float = 20.0) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """As a ConfigMap update or an editor's save does: the watcher never sees a half-written
+    (or, after truncation, empty and valid) file, which would be a reload of its own."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def test_hot_reload_and_bad_reload_keeps_last_good(webhook: AdmissionWebhook, tls: tuple[str, str], policies: Path) -> None:
     obj = resource("pod-non-gcr.yaml")
     _, answer = post(webhook, tls[0], json.dumps(review_of(obj)))
     assert answer["response"]["allowed"] is False
     # An allow-everything policy ordered first: the webhook picks it up without a restart.
-    (policies / "01-allow-all.yaml").write_text(
+    write_atomically(policies / "01-allow-all.yaml",
         "apiVersion: containersecurity.tigera.io/v1beta1\nkind: ContainerAdmissionPolicy\n"
         "metadata: {name: allow-all}\nspec:\n  order: 1\n  rules: [{action: Allow}]\n")
     wait_for(lambda: webhook.snapshot.generation == 2, "reload")
     _, answer = post(webhook, tls[0], json.dumps(review_of(obj)))
     assert answer["response"]["allowed"] is True and "allow-all" in answer["response"]["status"]["message"]
     # A broken edit is refused; the last good policy stays in force.
-    (policies / "01-allow-all.yaml").write_text(
+    write_atomically(policies / "01-allow-all.yaml",
         "apiVersion: containersecurity.tigera.io/v1beta1\nkind: ContainerAdmissionPolicy\n"
         "metadata: {name: allow-all}\nspec:\n  order: 1\n  rules: [{action: Maybe}]\n")
     wait_for(lambda: metric(webhook, tls[0], 'pyclassify_admission_policy_reloads_total{result="failure"}') == 1.0,
