@@ -126,6 +126,7 @@ def _key_problems(key: str) -> tuple[str | None, bool]:
     return first, syntax or name_syntax
 
 
+@functools.lru_cache(maxsize=1 << 16)  # its own cache: a cluster's pods call it once a label
 def label_key_error(key: str) -> str | None:
     """What is wrong with a label key, part by part (the inventory kinds' messages)."""
     return _key_problems(key)[0]

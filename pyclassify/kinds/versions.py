@@ -62,6 +62,7 @@ def near_kind(kind: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=1024)  # every document asks; a cluster has a few dozen pairs
 def kind_problem(api_version: str, kind: str) -> tuple[str, str] | None:
     """``(field, message)`` when ``apiVersion``/``kind`` look like a mistake, else None."""
     pairs, _ = _known()
