@@ -87,6 +87,29 @@ def dns1035_label_error(value: str) -> str | None:
     return None
 
 
+# --- port names: IANA service names (RFC 6335), as apimachinery's IsValidPortName checks them ---
+
+_IANA_SVC_NAME = re.compile(r"[-a-z0-9]+")
+_HAS_LETTER = re.compile(r"[a-z]")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def port_name_error(name: str) -> str | None:
+    """Why ``name`` is not a valid IANA_SVC_NAME (container ports, Service target ports, named
+    ports of rules), in apimachinery's words and order; None if it is one."""
+    if not 1 <= len(name) <= 15:
+        return "must be no more than 15 characters"
+    if not _IANA_SVC_NAME.fullmatch(name):
+        return "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)"
+    if "--" in name:
+        return "must not contain consecutive hyphens"
+    if not _HAS_LETTER.search(name):
+        return "must contain at least one letter (a-z)"
+    if name.startswith("-") or name.endswith("-"):
+        return "must not begin or end with a hyphen"
+    return None
+
+
 # --- label keys and values: one judgement, two ways of saying it ---
 
 _KEY_SYNTAX = (

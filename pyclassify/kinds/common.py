@@ -22,7 +22,7 @@ from pyclassify.ir import (
     NamedPort,
     PortRange,
 )
-from pyclassify.names import selector_label_key_error, selector_label_value_error
+from pyclassify.names import port_name_error, selector_label_key_error, selector_label_value_error
 from pyclassify.selector import Selector, SelectorError, excerpt, unencodable
 from pyclassify.source import Document, FieldPath, Problems
 
@@ -46,28 +46,8 @@ PROTOCOL_NAMES = {
 }
 K8S_PROTOCOLS = ("TCP", "UDP", "SCTP")
 
-# IANA service name (RFC 6335) as k8s.io/apimachinery validation.IsValidPortName checks it.
-_PORT_NAME_CHARS = re.compile(r"^[a-z0-9-]+$")
-_HAS_LETTER = re.compile(r"[a-z]")
-
-
 def protocol_name(number: int) -> str:
     return PROTOCOL_NAMES.get(number, str(number))
-
-
-def port_name_error(name: str) -> str | None:
-    """Why ``name`` is not a valid IANA_SVC_NAME, or None."""
-    if not 1 <= len(name) <= 15:
-        return "must be no more than 15 characters"
-    if not _PORT_NAME_CHARS.match(name):
-        return "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)"
-    if "--" in name:
-        return "must not contain consecutive hyphens"
-    if not _HAS_LETTER.search(name):
-        return "must contain at least one letter (a-z)"
-    if name.startswith("-") or name.endswith("-"):
-        return "must not begin or end with a hyphen"
-    return None
 
 
 def is_int(value: Any) -> bool:

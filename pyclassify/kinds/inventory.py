@@ -12,7 +12,6 @@ netpol-analyzer reads folders the same way): pods a controller owns are tagged w
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import re
 import socket
@@ -42,6 +41,7 @@ from pyclassify.names import (
     is_dns1123_subdomain,
     label_key_error,
     label_value_error,
+    port_name_error,
 )
 from pyclassify.selector import Selector, SelectorError
 from pyclassify.source import Document, FieldPath, Problems
@@ -67,22 +67,7 @@ WORKLOAD_TEMPLATES: dict[str, FieldPath] = {
 # --- Kubernetes name and label syntax (k8s.io/apimachinery/pkg/util/validation) ---
 
 # DNS names and label keys and values: pyclassify.names (imported above).
-_IANA_SVC_NAME = re.compile(r"[-a-z0-9]+")
 _DOMAIN = re.compile(DOMAIN_NAME)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def port_name_error(name: str) -> str | None:
-    """IANA_SVC_NAME: <= 15 chars, a-z 0-9 '-', at least one letter, no '--', no '-' at the ends."""
-    if len(name) > 15:
-        return "must be no more than 15 characters"
-    if not _IANA_SVC_NAME.fullmatch(name):
-        return "must contain only lowercase alphanumerics and '-'"
-    if not re.search(r"[a-z]", name):
-        return "must contain at least one letter"
-    if "--" in name or name.startswith("-") or name.endswith("-"):
-        return "must not begin or end with '-' or contain '--'"
-    return None
 
 
 def _ipv4(packed: bytes) -> ipaddress.IPv4Address:
