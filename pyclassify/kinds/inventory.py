@@ -732,19 +732,23 @@ def checked_pod(doc: Document, problems: Problems) -> Endpoint | None:
             ips.append(ip)
     if not name:
         return None
-    return (
-        Endpoint(
-            kind=EndpointKind.POD,
-            name=name,
-            namespace=ns,
-            labels=labels,
-            ips=tuple(dict.fromkeys(ips)),
-            ports=spec.ports,
-            service_account=spec.service_account,
-            node=spec.node,
-            host_network=spec.host_network,
-            workload=_owner(doc),
-        )
+    return _pod_endpoint(doc, name, ns, labels, ips, spec)
+
+
+def _pod_endpoint(doc: Document, name: str, ns: str, labels: dict[str, str], ips: list[IPAddress],
+                  spec: _PodSpec) -> Endpoint:
+    """The endpoint both pod paths build (``checked_pod``, ``valid_pod``)."""
+    return endpoint(
+        kind=EndpointKind.POD,
+        name=name,
+        namespace=ns,
+        labels=labels,
+        ips=tuple(dict.fromkeys(ips)),
+        ports=spec.ports,
+        service_account=spec.service_account,
+        node=spec.node,
+        host_network=spec.host_network,
+        workload=_owner(doc),
     )
 
 
@@ -809,18 +813,7 @@ def valid_pod(doc: Document) -> Endpoint | None:
                 if ip is None:
                     return None
                 ips.append(ip)
-    return endpoint(
-        kind=EndpointKind.POD,
-        name=name,
-        namespace=ns,
-        labels=labels,
-        ips=tuple(dict.fromkeys(ips)),
-        ports=spec.ports,
-        service_account=spec.service_account,
-        node=spec.node,
-        host_network=spec.host_network,
-        workload=_owner(doc),
-    )
+    return _pod_endpoint(doc, name, ns, labels, ips, spec)
 
 
 def _valid_pod_spec(spec: Any) -> _PodSpec | None:
