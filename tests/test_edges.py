@@ -164,10 +164,16 @@ def test_interrupt_while_writing_keeps_file_and_summary_in_agreement(tmp_path):
     project = load_project([DEMO])
     out = InterruptedOut()
     replay = Replay(NativeEngine(project.policy_set, project.inventory), out=out)  # type: ignore[arg-type]
-    summary = replay.run([str(PCAP), str(PCAP)])
+    # As at a terminal: a shell that starts the suite in the background (`cmd &`) hands it
+    # SIGINT ignored, and Python then keeps it ignored.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        summary = replay.run([str(PCAP), str(PCAP)])
+    finally:
+        after = signal.signal(signal.SIGINT, inherited)
     assert summary.interrupted
     assert summary.packets == len(out.lines) == 48  # the first capture, whole; not the second
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert after is signal.default_int_handler  # replay put back the handler it found
 
 
 # --- 17: the replay summary adds up -----------------------------------------------------------
