@@ -15,6 +15,7 @@ from pyclassify.ir import PROTO_ICMP, PROTO_ICMPV6, EndpointKind
 from pyclassify.kinds.common import PROTOCOL_NUMBERS, protocol_name
 from pyclassify.project import Project
 from pyclassify.reference import evaluate
+from pyclassify.services import backend_port, node_addresses
 
 
 class UnknownEnd(ValueError):
@@ -105,9 +106,7 @@ def service_target(project: Project, flow: Flow) -> ServiceTarget | None:
     for svc in project.inventory.services.values():
         if ip in svc.cluster_ips:
             return ServiceTarget(svc, port_of(svc, lambda p: p.port == flow.dport), "ClusterIP")
-    node_ips = {a for n in project.inventory.nodes.values() for a in n.addresses}
-    node_ips |= {a for e in project.inventory.endpoints if e.kind is EndpointKind.HOST for a in e.ips}
-    if ip in node_ips and flow.dport is not None:
+    if flow.dport is not None and ip in node_addresses(project.inventory):
         for svc in project.inventory.services.values():
             port = port_of(svc, lambda p: p.node_port == flow.dport)
             if port is not None:
@@ -123,19 +122,16 @@ def service_backends(project: Project, flow: Flow, target: ServiceTarget) -> tup
         return [], f"the Service has no {protocol_name(flow.protocol)} port {flow.dport}: kube-proxy delivers nothing"
     flows = []
     unresolved = []
+    version = flow.dst.ip.version if flow.dst.ip is not None else None
     for ip in target.service.endpoint_ips:
-        endpoint = project.inventory.owner_of(ip)
-        wanted = target.port.target_port
-        if isinstance(wanted, str):
-            found = endpoint.named_port(wanted, flow.protocol) if endpoint is not None else []
-            if not found:
-                unresolved.append(str(ip))
-                continue
-            port: int | None = found[0]
-        else:
-            port = wanted if wanted is not None else target.port.port
-        flows.append(Flow(flow.src, FlowEnd(endpoint, ip), flow.protocol, flow.sport, port, flow.icmp_type,
-                          flow.icmp_code))
+        if ip.version != version:
+            continue  # kube-proxy translates within one address family
+        port = backend_port(project.inventory, ip, target.port)
+        if port is None:
+            unresolved.append(str(ip))
+            continue
+        flows.append(Flow(flow.src, FlowEnd(project.inventory.owner_of(ip), ip), flow.protocol, flow.sport, port,
+                          flow.icmp_type, flow.icmp_code))
     if flows:
         return flows, None
     if unresolved:

@@ -212,7 +212,7 @@ class Replay:
                 combined[denies] = verdicts[denies]
         assert combined is not None
         # No backend at all: kube-proxy delivers nothing (rejected), whatever policy says.
-        empty = np.array([not self.services.entries[e].backends for e in sub_entry.tolist()], dtype=bool)
+        empty = self.services.no_backend[sub_entry]
         if empty.any():
             combined["allow"][empty] = 0
             combined["reason"][empty] = PACKET_POLICY

@@ -22,16 +22,48 @@ import numpy as np
 import numpy.typing as npt
 
 from pyclassify.batch import FLAG_HAS_PORTS, FLAG_MALFORMED
-from pyclassify.inventory import Inventory
+from pyclassify.inventory import Inventory, Service, ServicePort
 from pyclassify.ir import EndpointKind
 
 
 def address_bytes(ip: Any) -> bytes:
     """An address as the header batch holds it (IPv4 mapped into IPv6)."""
-    ip = ipaddress.ip_address(ip)
+    if not isinstance(ip, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
+        ip = ipaddress.ip_address(ip)
     if ip.version == 4:
         return b"\0" * 10 + b"\xff\xff" + ip.packed
     return ip.packed
+
+
+def node_addresses(inventory: Inventory) -> set[Any]:
+    """The addresses a NodePort answers on: the nodes' and the host endpoints'."""
+    found = {a for n in inventory.nodes.values() for a in n.addresses}
+    found |= {a for e in inventory.endpoints if e.kind is EndpointKind.HOST for a in e.ips}
+    return found
+
+
+def backend_port(inventory: Inventory, ip: Any, port: ServicePort) -> int | None:
+    """The port kube-proxy delivers ``port`` of a Service to on backend ``ip``: its targetPort,
+    a named one resolved on the backend pod (None when the pod has no such port), or the
+    Service port itself."""
+    target = port.target_port
+    if isinstance(target, str):
+        owner = inventory.owner_of(ip)
+        found = owner.named_port(target, port.protocol) if owner is not None else []
+        return found[0] if found else None
+    return target if target is not None else port.port
+
+
+def backends_of(inventory: Inventory, service: Service, port: ServicePort, version: int) -> list[tuple[Any, int]]:
+    """(address, port) of every backend kube-proxy may deliver ``port`` of ``service`` to, for
+    a virtual address of IP ``version`` (kube-proxy translates within one family)."""
+    out = []
+    for ip in service.endpoint_ips:
+        if ip.version == version:
+            number = backend_port(inventory, ip, port)
+            if number is not None:
+                out.append((ip, number))
+    return out
 
 
 @dataclass(frozen=True)
@@ -56,86 +88,110 @@ class Entry:
 class ServiceMap:
     def __init__(self, inventory: Inventory) -> None:
         self.entries: list[Entry] = []
-        node_ips = {a for n in inventory.nodes.values() for a in n.addresses}
-        node_ips |= {a for e in inventory.endpoints if e.kind is EndpointKind.HOST for a in e.ips}
+        nodes = sorted(node_addresses(inventory), key=str)
         for svc in inventory.services.values():
+            name = f"{svc.namespace}/{svc.name}"
             for port in svc.ports:
                 vips = [("ClusterIP", ip, port.port) for ip in svc.cluster_ips]
                 if port.node_port is not None:
-                    vips += [("NodePort", ip, port.node_port) for ip in sorted(node_ips, key=str)]
+                    vips += [("NodePort", ip, port.node_port) for ip in nodes]
+                by_family: dict[int, tuple[tuple[bytes, int, str], ...]] = {}  # the same for every vip
                 for via, vip, number in vips:
-                    backends = []
-                    for ip in svc.endpoint_ips:
-                        if ip.version != vip.version:
-                            continue
-                        target = port.target_port
-                        if isinstance(target, str):
-                            owner = inventory.owner_of(ip)
-                            found = owner.named_port(target, port.protocol) if owner is not None else []
-                            if not found:
-                                continue  # kube-proxy has no endpoint port for it
-                            target = found[0]
-                        backends.append((address_bytes(ip), target if target is not None else port.port, str(ip)))
-                    self.entries.append(Entry(f"{svc.namespace}/{svc.name}", via, address_bytes(vip),
-                                              port.protocol, number, tuple(backends)))
+                    backends = by_family.get(vip.version)
+                    if backends is None:
+                        backends = by_family[vip.version] = tuple(
+                            (address_bytes(ip), target, str(ip)) for ip, target in backends_of(inventory, svc, port, vip.version))
+                    self.entries.append(Entry(name, via, address_bytes(vip), port.protocol, number, backends))
+        # Lookup tables over the entries (the first entry of an address:protocol:port wins).
         self._keys: dict[tuple[bytes, int, int], int] = {}
         for i, e in enumerate(self.entries):
             self._keys.setdefault((e.address, e.protocol, e.port), i)
-        self._addresses = np.array(sorted({_word_key(e.address) for e in self.entries}), dtype=np.uint64)
+        firsts = sorted(self._keys.values())
+        address = np.frombuffer(b"".join(self.entries[i].address for i in firsts), dtype=np.uint8).reshape(-1, 16)
+        protocol = np.array([self.entries[i].protocol for i in firsts], dtype=np.uint64)
+        port = np.array([self.entries[i].port for i in firsts], dtype=np.uint64)
+        key = _keys_of(address, protocol, port)
+        order = np.argsort(key, kind="stable")
+        self._key, self._key_entry = key[order], np.array(firsts, dtype=np.int64)[order]
+        self._entry_address = np.frombuffer(b"".join(e.address for e in self.entries) or b"",
+                                            dtype=np.uint8).reshape(-1, 16)
+        self._entry_protocol = np.array([e.protocol for e in self.entries], dtype=np.int64)
+        self._entry_port = np.array([e.port for e in self.entries], dtype=np.int64)
+        #: Entries without any backend: kube-proxy delivers nothing there.
+        self.no_backend = np.array([not e.backends for e in self.entries], dtype=bool)
+        self._by_choice: dict[int, tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.entries)
+
+    def _lookup(self, address: npt.NDArray[Any], protocol: npt.NDArray[Any], port: npt.NDArray[Any],
+                rows: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
+        """The entry each row's (address, protocol, port) is, -1 if none (only ``rows`` asked)."""
+        found = np.full(len(address), -1, dtype=np.int64)
+        idx = np.flatnonzero(rows)
+        if len(idx) == 0:
+            return found
+        addr = np.ascontiguousarray(address[idx]).view(np.uint8).reshape(-1, 16)
+        proto, number = protocol[idx].astype(np.uint64), port[idx].astype(np.uint64)
+        key = _keys_of(addr, proto, number)
+        pos = np.minimum(np.searchsorted(self._key, key), len(self._key) - 1)
+        cand = self._key_entry[pos]
+        exact = ((self._key[pos] == key) & (self._entry_address[cand] == addr).all(axis=1)
+                 & (self._entry_protocol[cand] == proto.astype(np.int64))
+                 & (self._entry_port[cand] == number.astype(np.int64)))
+        found[idx[exact]] = cand[exact]
+        # A key shared by two different entries (a 64-bit hash collision): ask the exact table.
+        for k in np.flatnonzero((self._key[pos] == key) & ~exact).tolist():
+            hit = self._keys.get((addr[k].tobytes(), int(proto[k]), int(number[k])))
+            if hit is not None:
+                found[idx[k]] = hit
+        return found
 
     def match(self, headers: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         """Per packet: the entry its destination (a request) or source (a reply) is, -1 if none;
         and whether it is a request (destination translated) rather than a reply."""
         n = len(headers)
-        entry = np.full(n, -1, dtype=np.int64)
-        forward = np.zeros(n, dtype=bool)
         if not self.entries or n == 0:
-            return entry, forward
+            return np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool)
         usable = ((headers["flags"] & FLAG_HAS_PORTS) != 0) & ((headers["flags"] & FLAG_MALFORMED) == 0)
-        dst = np.isin(_words(headers["dst_addr"]), self._addresses) & usable
-        src = np.isin(_words(headers["src_addr"]), self._addresses) & usable & ~dst
-        for i in np.flatnonzero(dst | src).tolist():
-            h = headers[i]
-            proto = int(h["protocol"])
-            if dst[i]:
-                found = self._keys.get((bytes(h["dst_addr"]), proto, int(h["dport"])))
-                if found is not None:
-                    entry[i], forward[i] = found, True
-                    continue
-            found = self._keys.get((bytes(h["src_addr"]), proto, int(h["sport"])))
-            if found is not None:
-                entry[i] = found
-        return entry, forward
+        request = self._lookup(headers["dst_addr"], headers["protocol"], headers["dport"], usable)
+        forward = request >= 0
+        reply = self._lookup(headers["src_addr"], headers["protocol"], headers["sport"], usable & ~forward)
+        return np.where(forward, request, reply), forward
+
+    def _choice(self, choice: int) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+        """Per entry: the address and port of backend number ``choice`` (modulo their count)."""
+        found = self._by_choice.get(choice)
+        if found is None:
+            picked = [e.backends[choice % len(e.backends)] if e.backends else (e.address, e.port, "")
+                      for e in self.entries]
+            found = self._by_choice[choice] = (
+                np.frombuffer(b"".join(a for a, _, _ in picked), dtype=np.uint8).reshape(-1, 16),
+                np.array([p for _, p, _ in picked], dtype=np.int64))
+        return found
 
     def rewrite(self, headers: npt.NDArray[Any], entry: npt.NDArray[np.int64], forward: npt.NDArray[np.bool_],
                 choice: int) -> npt.NDArray[Any]:
         """A copy of ``headers`` (every row a service packet) as kube-proxy delivers it to
-        backend number ``choice`` of its entry (modulo their count)."""
+        backend number ``choice`` of its entry (modulo their count); rows of an entry without
+        backends stay as they are."""
         out = headers.copy()
-        for e in np.unique(entry).tolist():
-            backends = self.entries[e].backends
-            if not backends:
-                continue
-            addr, port, _ = backends[choice % len(backends)]
-            rows = entry == e
-            raw = np.frombuffer(addr, dtype=np.uint8)
-            out["dst_addr"][rows & forward] = raw
-            out["dport"][rows & forward] = port
-            out["src_addr"][rows & ~forward] = raw
-            out["sport"][rows & ~forward] = port
+        address, port = self._choice(choice)
+        live = ~self.no_backend[entry]
+        fwd, back = live & forward, live & ~forward
+        out["dst_addr"][fwd] = address[entry[fwd]]
+        out["dport"][fwd] = port[entry[fwd]]
+        out["src_addr"][back] = address[entry[back]]
+        out["sport"][back] = port[entry[back]]
         return out
 
 
-def _word_key(address: bytes) -> int:
-    hi = int.from_bytes(address[:8], "little")
-    lo = int.from_bytes(address[8:], "little")
-    return (hi * 0x9E3779B97F4A7C15 ^ lo) & 0xFFFFFFFFFFFFFFFF
-
-
-def _words(addresses: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
-    words = np.ascontiguousarray(addresses).view(np.uint64).reshape(-1, 2)
+def _keys_of(address: npt.NDArray[np.uint8], protocol: npt.NDArray[np.uint64],
+             port: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """A 64-bit hash of (address, protocol, port) per row; equal keys are checked exactly."""
+    words = np.ascontiguousarray(address).view(np.uint64).reshape(-1, 2)
     with np.errstate(over="ignore"):
-        return words[:, 0] * np.uint64(0x9E3779B97F4A7C15) ^ words[:, 1]
+        return ((words[:, 0] * np.uint64(0x9E3779B97F4A7C15)) ^ words[:, 1]
+                ^ ((protocol << np.uint64(16)) | port) * np.uint64(0xC2B2AE3D27D4EB4F))
+
+

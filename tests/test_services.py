@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pyclassify.analysis import explain
@@ -139,3 +140,112 @@ def test_replay_judges_service_traffic_against_its_backends(manifests, tmp_path)
     assert lines[3]["service"]["backends"] == ["10.0.2.20:8080", "10.0.2.30:8080"]
     assert lines[3]["service"]["judged"].startswith("every backend")
     assert lines[3]["ingress"]["policy"] == "AdminNetworkPolicy/protect-db"
+
+
+def _dual_stack_inventory(services: int = 40):
+    import ipaddress
+
+    from pyclassify.inventory import Inventory, Node, Service, ServicePort
+
+    ip = ipaddress.ip_address
+    inv = Inventory(nodes={"n1": Node("n1", {}, (ip("192.168.1.10"), ip("fd00::10")))})
+    for i in range(services):
+        backends = (ip(f"10.1.{i}.1"), ip(f"10.1.{i}.2"), ip(f"fd01::{i}:1")) if i % 3 else ()
+        inv.services[("ns", f"s{i}")] = Service(
+            f"s{i}", "ns", None, cluster_ips=(ip(f"10.96.{i}.1"), ip(f"fd96::{i}")),
+            ports=(ServicePort(80, 8080, 6, "web", 30000 + i), ServicePort(53, 5353, 17, "dns")),
+            endpoint_ips=backends, from_slices=True)
+    return inv
+
+
+def test_backends_stay_in_the_virtual_address_family():
+    from pyclassify.services import ServiceMap
+
+    m = ServiceMap(_dual_stack_inventory())
+    for e in m.entries:
+        v6 = e.address[:12] != b"\0" * 10 + b"\xff\xff"
+        assert all((a[:12] != b"\0" * 10 + b"\xff\xff") == v6 for a, _, _ in e.backends), e
+    v4 = [e for e in m.entries if e.service == "ns/s1" and e.via == "ClusterIP" and e.protocol == 6
+          and e.address.endswith(bytes([10, 96, 1, 1]))]
+    assert [(text, port) for _, port, text in v4[0].backends] == [("10.1.1.1", 8080), ("10.1.1.2", 8080)]
+
+
+def test_explain_to_an_ipv4_cluster_ip_judges_only_ipv4_backends(manifests, tmp_path):
+    import shutil as sh
+
+    root = tmp_path / "dual"
+    sh.copytree(manifests, root)
+    (root / "91-dual.yaml").write_text("""apiVersion: v1
+kind: Service
+metadata: {name: dual, namespace: backend}
+spec:
+  clusterIPs: [10.96.0.50, fd96::50]
+  ports: [{port: 80, targetPort: 8080, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: dual-4, namespace: backend, labels: {kubernetes.io/service-name: dual}}
+addressType: IPv4
+endpoints: [{addresses: [10.0.2.20]}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: dual-6, namespace: backend, labels: {kubernetes.io/service-name: dual}}
+addressType: IPv6
+endpoints: [{addresses: ["fd00::2:20"]}]
+""")
+    project = load_project([str(root)])
+    assert not project.problems.errors, [str(e) for e in project.problems.errors]
+    r = explain(project, "frontend/web", "10.96.0.50", 6, 80)
+    assert [str(b.flow.dst.ip) for b in r.backends] == ["10.0.2.20"]
+
+
+def test_service_packets_are_found_as_a_scan_of_every_entry_finds_them():
+    """``ServiceMap.match`` (hashed, vectorized) against a brute-force scan of the entries, on
+    requests, replies and near misses (right address, wrong port or protocol)."""
+    import random
+
+    from pyclassify.batch import FLAG_HAS_PORTS, FLAG_MALFORMED, new_batch
+    from pyclassify.services import ServiceMap
+
+    m = ServiceMap(_dual_stack_inventory())
+    rng = random.Random(5)
+    n = 4000
+    h = new_batch(n)
+    other = bytes(10) + b"\xff\xff" + bytes([10, 0, 1, 10])
+    for i in range(n):
+        e = rng.choice(m.entries)
+        port = e.port if rng.random() < 0.7 else rng.choice([e.port + 1, 443])
+        proto = e.protocol if rng.random() < 0.9 else (17 if e.protocol == 6 else 6)
+        kind = rng.random()
+        h[i]["protocol"] = proto
+        h[i]["flags"] = FLAG_HAS_PORTS | (FLAG_MALFORMED if rng.random() < 0.02 else 0)
+        if kind < 0.45:  # a request to the virtual address
+            h[i]["dst_addr"], h[i]["dport"], h[i]["src_addr"], h[i]["sport"] = list(e.address), port, list(other), 40000
+        elif kind < 0.9:  # a reply from it
+            h[i]["src_addr"], h[i]["sport"], h[i]["dst_addr"], h[i]["dport"] = list(e.address), port, list(other), 40000
+        else:  # neither
+            h[i]["src_addr"], h[i]["dst_addr"], h[i]["sport"], h[i]["dport"] = list(other), list(other), 1, port
+    entry, forward = m.match(h)
+    first = {}
+    for k, e in enumerate(m.entries):
+        first.setdefault((e.address, e.protocol, e.port), k)
+    for i in range(n):
+        r = h[i]
+        want, fwd = -1, False
+        if r["flags"] & FLAG_HAS_PORTS and not r["flags"] & FLAG_MALFORMED:
+            hit = first.get((bytes(r["dst_addr"]), int(r["protocol"]), int(r["dport"])))
+            if hit is not None:
+                want, fwd = hit, True
+            else:
+                want = first.get((bytes(r["src_addr"]), int(r["protocol"]), int(r["sport"])), -1)
+        assert (int(entry[i]), bool(forward[i])) == (want, fwd), i
+    assert (entry >= 0).sum() > n // 2 and forward.sum() > n // 4
+    # Rewritten to backend 1: requests to the backend's address and port, replies from it.
+    rows = np.flatnonzero((entry >= 0) & ~m.no_backend[np.maximum(entry, 0)])
+    out = m.rewrite(h[rows], entry[rows], forward[rows], 1)
+    for j, i in enumerate(rows.tolist()):
+        backends = m.entries[entry[i]].backends
+        addr, port, _ = backends[1 % len(backends)]
+        side = ("dst_addr", "dport") if forward[i] else ("src_addr", "sport")
+        assert bytes(out[j][side[0]]) == addr and int(out[j][side[1]]) == port
