@@ -586,6 +586,8 @@ def _file_id(path: str) -> tuple[int, int] | None:
 def _refuse_overwriting_inputs(paths: tuple[str, ...], pcaps: tuple[str, ...], outputs: dict[str, str]) -> None:
     """A usage error, before anything is opened for writing, when an output is an input (the
     same file by device and inode, through any link or spelling) or two outputs are one file."""
+    if not outputs:
+        return  # nothing written: nothing to compare, no directory to walk
     from pathlib import Path
 
     from pyclassify.loader import manifest_files

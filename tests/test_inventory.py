@@ -703,3 +703,26 @@ def test_bulk_constructors_build_the_same_objects():
         parsed = parse_ip(text)
         assert parsed == ip(text) and hash(parsed) == hash(ip(text)) and type(parsed) is type(ip(text))
     assert parse_ip("10.1.2.03") is None and parse_ip("10.1.2") is None and parse_ip("256.1.1.1") is None
+
+
+def test_a_protocol_that_is_a_list_or_a_map_is_an_error_not_a_crash():
+    inv, problems = build(
+        """\
+        apiVersion: v1
+        kind: Pod
+        metadata: {name: p, namespace: a}
+        spec:
+          containers:
+          - name: c
+            ports: [{containerPort: 80, protocol: [TCP]}]
+        ---
+        apiVersion: v1
+        kind: Service
+        metadata: {name: s, namespace: a}
+        spec:
+          ports: [{port: 80, protocol: {a: 1}}]
+        """
+    )
+    assert errors(problems) == [(7, "spec.containers[0].ports[0].protocol"), (13, "spec.ports[0].protocol")]
+    assert all("unsupported protocol" in p.message for p in problems.errors)
+    assert [e.ref for e in inv.endpoints] == ["a/p"]

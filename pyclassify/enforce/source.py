@@ -73,17 +73,19 @@ class PolicySource:
         if first and problems.errors:
             raise SourceError([str(p) for p in problems.errors])
         broken = sorted({p.file for p in problems.errors})
-        keys = {object_key(d) for d in docs}
+        doc_keys = [object_key(d) for d in docs]  # computed once per document
+        keys = set(doc_keys)
         # A file that did not parse: its objects that did not load keep their last good version.
         for key, good in self._good.items():
             if good.file in broken and key not in keys:
                 docs.append(good.document())
+                doc_keys.append(key)
         project = build_project(docs, Problems())
         rejected = dict(project.invalid)
         if rejected:
             if first:
                 raise SourceError([str(p) for p in project.problems.errors])
-            kept = [d for d in docs if object_key(d) not in rejected]
+            kept = [d for d, key in zip(docs, doc_keys) if key not in rejected]
             kept += [self._good[k].document() for k in rejected if k in self._good]
             project = build_project(kept, Problems())
         if self.engine is None:
@@ -91,8 +93,7 @@ class PolicySource:
         else:
             engine = self.engine.update(project.policy_set, project.inventory)
         self.engine = engine
-        for d in docs:
-            key = object_key(d)
+        for d, key in zip(docs, doc_keys):
             if key not in rejected:
                 self._good[key] = _Good(orjson.dumps(d.obj), d.file, d.line)
         for key in [k for k in self._good if k not in keys and self._good[k].file not in broken]:

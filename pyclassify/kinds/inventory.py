@@ -208,7 +208,7 @@ class _Checker:
         value = self.doc.get(path)
         if value is None:
             return PROTO_TCP  # the Kubernetes default
-        if value not in PROTOCOLS:
+        if not isinstance(value, str) or value not in PROTOCOLS:  # a list or a map is no protocol
             self.error(path, f"unsupported protocol {value!r}: must be one of TCP, UDP, SCTP")
             return None
         return PROTOCOLS[value]
