@@ -42,7 +42,7 @@ UNKNOWN = "Unknown"
 POLICY_SCAN_STATUSES = SCAN_STATUSES + (UNKNOWN,)
 
 # "Alphanumeric string with optional ., _, or -" (the seed); at most a DNS subdomain's length.
-_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")  # fullmatch: no trailing newline
 _MAX_NAME = 253
 # A bound on duration fields: far past any real retention (and inside datetime's range).
 MAX_DURATION = {"days": 3_000_000, "months": 100_000, "years": 8_000}
@@ -287,7 +287,7 @@ def _name(doc: Document, problems: Problems) -> str | None:
     if not name:
         problems.error(doc, path, "Required value: name is required")
         return None
-    if not isinstance(name, str) or not _NAME.match(name) or len(name) > _MAX_NAME:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or len(name) > _MAX_NAME:
         problems.error(doc, path, f"Invalid value: {name!r}: must be at most {_MAX_NAME} alphanumeric characters, "
                                   "'.', '_' or '-', starting and ending with an alphanumeric character")
         return None

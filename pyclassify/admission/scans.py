@@ -39,7 +39,7 @@ from pyclassify.source import Document, FieldPath, Problems
 SCANS_API_VERSION = "admission.pyclassify.io/v1"
 SCANS_KIND = "ImageScanResults"
 SCAN_ANNOTATION = "admission.pyclassify.io/image-scans"
-_DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}$")
+_DIGEST = re.compile(r"[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}")  # fullmatch: no trailing newline
 _ENTRY_KEYS = {"image", "digest", "status", "lastScan"}
 
 
@@ -127,7 +127,7 @@ def _entry(entry: Any, where: str, problems_out: list[tuple[FieldPath, str]], pa
     digest = entry.get("digest")
     if image is not None and (not isinstance(image, str) or not image.strip()):
         problems_out.append((path + ("image",), f"must be an image reference, got {image!r}"))
-    if digest is not None and (not isinstance(digest, str) or not _DIGEST.match(digest)):
+    if digest is not None and (not isinstance(digest, str) or not _DIGEST.fullmatch(digest)):
         problems_out.append((path + ("digest",), f"Invalid value: {digest!r}: must be a digest such as sha256:<hex>"))
     if image is None and digest is None:
         problems_out.append((path, "Required value: image or digest"))

@@ -59,7 +59,7 @@ _LABEL_SELECTOR_KEYS = {"matchLabels", "matchExpressions"}
 _NAMESPACE_SET_KEYS = {"namespaceSelector", "related", "sameLabels", "notSameLabels"}
 _RELATIONS = {"Self": Relation.SELF, "NotSelf": Relation.NOT_SELF}
 # The CRD pattern for a DomainName: optional leading "*." then DNS labels.
-_DOMAIN = re.compile(f"^{WILDCARD_DOMAIN_NAME}$")
+_DOMAIN = re.compile(WILDCARD_DOMAIN_NAME)  # with fullmatch: "$" would let a trailing newline in
 
 
 @dataclass
@@ -271,7 +271,7 @@ def read_peer(doc: Document, problems: Problems, path: FieldPath, raw: Any, dire
         return None
     bad = False
     for i, name in enumerate(items):
-        if not isinstance(name, str) or not _DOMAIN.match(name):
+        if not isinstance(name, str) or not _DOMAIN.fullmatch(name):
             problems.error(doc, where + (i,), f"Invalid value: {name!r}: must be a domain name, optionally starting with '*.'")
             bad = True
     if bad:

@@ -70,10 +70,9 @@ from pyclassify.source import Document, FieldPath, Problems, format_path
 
 _LABEL = DNS1123_LABEL
 _SUBDOMAIN = DNS1123_SUBDOMAIN
-_NAME = re.compile(f"^{_SUBDOMAIN}$")
-_TIER_NAME = re.compile(f"^{_LABEL}$")
-_GNP_NAME = re.compile(rf"^({_LABEL}\.)?{_LABEL}$")
-_NP_NAME = re.compile(rf"^(({_LABEL})(\.{_LABEL})?|((?:knp|ossg)\.default\.({_SUBDOMAIN})))$")
+_TIER_NAME = re.compile(_LABEL)  # these are used with fullmatch: a "$" would let a trailing newline in
+_GNP_NAME = re.compile(rf"({_LABEL}\.)?{_LABEL}")
+_NP_NAME = re.compile(rf"(({_LABEL})(\.{_LABEL})?|((?:knp|ossg)\.default\.({_SUBDOMAIN})))")
 _MAX_NAME = 253  # DNS-1123 subdomain
 _MAX_TIER_NAME = 63  # tier names must fit in a label value
 
@@ -110,8 +109,8 @@ _PROTOCOL_SPELLINGS = ("TCP", "UDP", "ICMP", "ICMPv6", "SCTP", "UDPLite")
 # numorstring.Protocol.SupportsPorts: only these carry ports in Calico rules.
 _PORT_PROTOCOLS = frozenset({PROTO_TCP, PROTO_UDP, PROTO_SCTP})
 
-_PORT_RANGE = re.compile(r"^(\d+):(\d+)$")
-_DNS_LABEL = re.compile(f"^{DNS1123_LABEL}$", re.IGNORECASE)
+_PORT_RANGE = re.compile(r"(\d+):(\d+)")
+_DNS_LABEL = re.compile(DNS1123_LABEL, re.IGNORECASE)
 
 _GLOBAL = "global()"
 _GLOBAL_ONLY_IN_NS_SELECTOR = f"{_GLOBAL} can only be used in an EntityRule namespaceSelector"
@@ -140,7 +139,7 @@ def normalize_tier(doc: Document, problems: Problems) -> list[Tier]:
     else:
         if len(name) > _MAX_TIER_NAME:
             problems.error(doc, ("metadata", "name"), f"name is too long by {len(name) - _MAX_TIER_NAME} bytes")
-        if not _TIER_NAME.match(name):
+        if not _TIER_NAME.fullmatch(name):
             problems.error(doc, ("metadata", "name"),
                            f"name must consist of lower case alphanumeric characters or '-' (regex: {_LABEL})")
     spec = expect_dict(doc, problems, ("spec",), doc.obj.get("spec"))
@@ -257,7 +256,7 @@ def _policy_name(doc: Document, problems: Problems, is_global: bool) -> None:
         return
     if len(name) > _MAX_NAME:
         problems.error(doc, path, f"name is too long by {len(name) - _MAX_NAME} bytes")
-    if not (_GNP_NAME if is_global else _NP_NAME).match(name):
+    if not (_GNP_NAME if is_global else _NP_NAME).fullmatch(name):
         problems.error(doc, path, f"name must consist of lower case alphanumeric characters or '-' (regex: {_LABEL})")
         return
     # Calico before 3.30 required `<tier>.` names for policies of other tiers; current Calico
@@ -282,7 +281,7 @@ def _order(doc: Document, problems: Problems, path: FieldPath, value: Any) -> fl
 def _tier_ref(doc: Document, problems: Problems, value: Any) -> str:
     if value is None or value == "":
         return TIER_DEFAULT
-    if not isinstance(value, str) or not _TIER_NAME.match(value) or len(value) > _MAX_TIER_NAME:
+    if not isinstance(value, str) or not _TIER_NAME.fullmatch(value) or len(value) > _MAX_TIER_NAME:
         problems.error(doc, ("spec", "tier"), f"invalid tier name {value!r}: must match {_LABEL}")
         return TIER_DEFAULT
     return value
@@ -719,7 +718,7 @@ class _Entity:
         if not isinstance(item, str) or not item:
             self.error(path, f"invalid port {item!r}: must be a number, \"min:max\" or a port name")
             return None
-        m = _PORT_RANGE.match(item)
+        m = _PORT_RANGE.fullmatch(item)
         if m:
             lo, hi = int(m.group(1)), int(m.group(2))
             if not (1 <= lo <= 65535 and 1 <= hi <= 65535):
@@ -891,6 +890,6 @@ def _domain_error(domain: Any) -> str | None:
             continue
         if "*" in part:
             return "a wildcard must be an entire name component"
-        if not _DNS_LABEL.match(part) or len(part) > 63:
+        if not _DNS_LABEL.fullmatch(part) or len(part) > 63:
             return f"{part!r} is not a valid DNS label"
     return None
