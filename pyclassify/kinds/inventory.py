@@ -522,78 +522,45 @@ class _PodSpec:
 
 
 def _pod_spec(c: _Checker, spec: FieldPath) -> _PodSpec:
-    # Reads the dicts directly: field paths are built only for an error (a cluster has
-    # thousands of pods, and walking each path from the document's root dominated loading).
-    obj = c.doc.get(spec)
-    obj = obj if isinstance(obj, dict) else {}
-    containers = obj.get("containers")
-    if containers is None:
-        containers = []
-    elif not isinstance(containers, list):
-        c.error(spec + ("containers",), "must be a list")
-        containers = []
+    """A pod spec with every problem reported (pods with none take ``_valid_pod_spec``)."""
+    containers = c.sequence(spec + ("containers",))
     ports: list[ContainerPort] = []
     for i, container in enumerate(containers):
         if not isinstance(container, dict):
             c.error(spec + ("containers", i), "must be an object")
             continue
-        container_ports = container.get("ports")
-        if container_ports is None:
-            continue
-        if not isinstance(container_ports, list):
-            c.error(spec + ("containers", i, "ports"), "must be a list")
+        if container.get("ports") is None:
             continue
         names: set[str] = set()  # port names are unique per container
-        for j, port in enumerate(container_ports):
+        for j, port in enumerate(c.sequence(spec + ("containers", i, "ports"))):
+            at = spec + ("containers", i, "ports", j)
             if not isinstance(port, dict):
-                c.error(spec + ("containers", i, "ports", j), "must be an object")
+                c.error(at, "must be an object")
                 continue
             number = port.get("containerPort")
             if number is None:
-                c.error(spec + ("containers", i, "ports", j, "containerPort"), "Required value")
+                c.error(at + ("containerPort",), "Required value")
                 continue
-            if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
-                number = c.port_number(spec + ("containers", i, "ports", j, "containerPort"), number)
-            raw_protocol = port.get("protocol")
-            if raw_protocol is None:
-                protocol: int | None = PROTO_TCP  # the Kubernetes default
-            elif isinstance(raw_protocol, str) and raw_protocol in PROTOCOLS:
-                protocol = PROTOCOLS[raw_protocol]
-            else:
-                protocol = c.protocol(spec + ("containers", i, "ports", j, "protocol"))
+            number = c.port_number(at + ("containerPort",), number)
+            protocol = c.protocol(at + ("protocol",))
             name = None
-            raw_name = port.get("name")
-            if raw_name not in (None, ""):
-                if isinstance(raw_name, str) and port_name_error(raw_name) is None:
-                    name = raw_name
-                else:
-                    name = c.port_name(spec + ("containers", i, "ports", j, "name"), raw_name)
+            if port.get("name") not in (None, ""):
+                name = c.port_name(at + ("name",), port["name"])
                 if name in names:
-                    c.error(spec + ("containers", i, "ports", j, "name"), f"Duplicate value: port name {name!r}")
+                    c.error(at + ("name",), f"Duplicate value: port name {name!r}")
                     continue
                 if name:
                     names.add(name)
             if number is not None and protocol is not None:
                 ports.append(container_port(number, protocol, name))
     # serviceAccount is the deprecated spelling of serviceAccountName.
-    account = _plain_string(c, obj, spec, "serviceAccountName") or _plain_string(c, obj, spec, "serviceAccount")
-    host_network = obj.get("hostNetwork")
+    account = c.string(spec + ("serviceAccountName",)) or c.string(spec + ("serviceAccount",))
     return _PodSpec(
         ports=tuple(ports),
         service_account=account or DEFAULT_SERVICE_ACCOUNT,
-        node=_plain_string(c, obj, spec, "nodeName"),
-        host_network=host_network if host_network is True else (c.boolean(spec + ("hostNetwork",)) if host_network is not None else False),
+        node=c.string(spec + ("nodeName",)),
+        host_network=c.boolean(spec + ("hostNetwork",)),
     )
-
-
-def _plain_string(c: _Checker, obj: dict[str, Any], at: FieldPath, key: str) -> str | None:
-    """``c.string(at + (key,))`` on a mapping already in hand."""
-    value = obj.get(key)
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        return value
-    return c.string(at + (key,))
 
 
 def _check_workload_selector(c: _Checker, doc: Document, template_labels: dict[str, str]) -> None:
