@@ -203,14 +203,22 @@ def _unique_keys(keys: Any) -> list[tuple]:
     return out
 
 
+def endpoint_key(e: Endpoint) -> tuple:
+    """What identifies an endpoint across updates: kind, namespace, name, workload."""
+    return (e.kind.value, e.namespace, e.name, e.workload)
+
+
+def policy_key(p: Policy) -> tuple:
+    """What identifies a policy across updates: tier, kind, namespace, name."""
+    return (p.tier, p.kind, p.namespace, p.name)
+
+
 def _endpoint_keys(endpoints: Any) -> list[tuple]:
-    """A stable key per endpoint: kind, namespace, name, workload."""
-    return _unique_keys((e.kind.value, e.namespace, e.name, e.workload) for e in endpoints)
+    return _unique_keys(endpoint_key(e) for e in endpoints)
 
 
 def _policy_keys(policies: Any) -> list[tuple]:
-    """A stable key per policy: tier, kind, namespace, name."""
-    return _unique_keys((p.tier, p.kind, p.namespace, p.name) for p in policies)
+    return _unique_keys(policy_key(p) for p in policies)
 
 
 def engine_spec(policy_set: PolicySet, inventory: Inventory, extra_endpoints: tuple[Endpoint, ...] = ()) -> dict[str, Any]:

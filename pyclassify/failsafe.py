@@ -29,9 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyclassify.ir import (
-    PROTO_SCTP,
-    PROTO_TCP,
-    PROTO_UDP,
     Action,
     Direction,
     EndpointKind,
@@ -44,6 +41,7 @@ from pyclassify.ir import (
     Subject,
     Tier,
 )
+from pyclassify.kinds.common import K8S_PROTOCOL_NUMBERS
 from pyclassify.source import Document, Problems
 
 TIER = "failsafe"
@@ -51,7 +49,7 @@ TIER = "failsafe"
 TIER_ORDER = -float(2**53)
 KIND = "Failsafe"
 CONFIG_KIND = ("projectcalico.org", "FelixConfiguration")
-PROTOCOLS = {"TCP": PROTO_TCP, "UDP": PROTO_UDP, "SCTP": PROTO_SCTP}
+PROTOCOLS = K8S_PROTOCOL_NUMBERS
 NAMES = {v: k.lower() for k, v in PROTOCOLS.items()}
 
 

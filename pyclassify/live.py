@@ -22,7 +22,7 @@ import dataclasses
 from typing import Any
 
 from pyclassify import kinds
-from pyclassify.engine import EngineState, NativeEngine
+from pyclassify.engine import EngineState, NativeEngine, endpoint_key, policy_key
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import EndpointKind, Policy, PolicySet
 from pyclassify.kinds.inventory import InventoryBuilder
@@ -33,14 +33,6 @@ from pyclassify.source import Document, InvalidInput, Problems
 
 class UnsupportedChange(ValueError):
     """A kind whose change is not applied one object at a time (reload the project instead)."""
-
-
-def _endpoint_key(e: Endpoint) -> tuple:
-    return (e.kind.value, e.namespace, e.name, e.workload)
-
-
-def _policy_key(p: Policy) -> tuple:
-    return (p.tier, p.kind, p.namespace, p.name)
 
 
 class LiveProject:
@@ -63,11 +55,11 @@ class LiveProject:
         return Document(obj, self.where[0], self.where[1])
 
     def _index(self, project: Project) -> None:
-        self.policies: dict[tuple, Policy] = {_policy_key(p): p for p in project.policy_set.policies}
+        self.policies: dict[tuple, Policy] = {policy_key(p): p for p in project.policy_set.policies}
         self.tiers = list(project.policy_set.tiers)
         self.profiles = list(project.policy_set.profiles)
         self.inventory = project.inventory
-        self._endpoints: dict[tuple, Endpoint] = {_endpoint_key(e): e for e in project.inventory.endpoints}
+        self._endpoints: dict[tuple, Endpoint] = {endpoint_key(e): e for e in project.inventory.endpoints}
         # Pods by namespace: a Service selects within its namespace.
         self._pods: dict[str, dict[tuple, Endpoint]] = {}
         for key, e in self._endpoints.items():
@@ -124,14 +116,14 @@ class LiveProject:
         old = self._normalize_pod(before) if before is not None and after is None else None
         new = self._normalize_pod(after) if after is not None else None
         if new is not None:
-            key = _endpoint_key(new)
+            key = endpoint_key(new)
             old = self._endpoints.get(key)
             self._endpoints[key] = new
             if new.kind is EndpointKind.POD and new.namespace:
                 self._pods.setdefault(new.namespace, {})[key] = new
             self.state.set_endpoint(key, new, service_account_labels(self.inventory, new))
         elif old is not None:
-            key = _endpoint_key(old)
+            key = endpoint_key(old)
             old = self._endpoints.pop(key, old)
             self._pods.get(old.namespace or "", {}).pop(key, None)
             self.state.delete_endpoint(key)
@@ -178,13 +170,13 @@ class LiveProject:
     def _policy(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
         old = self._normalize_policies(before) if before is not None else []
         new = self._normalize_policies(after) if after is not None else []
-        new_keys = {_policy_key(p) for p in new}
+        new_keys = {policy_key(p) for p in new}
         for p in old:
-            key = _policy_key(p)
+            key = policy_key(p)
             if key not in new_keys:
                 self.policies.pop(key, None)
                 self.state.delete_policy(key)
         for p in new:
-            key = _policy_key(p)
+            key = policy_key(p)
             self.policies[key] = p
             self.state.set_policy(key, p)

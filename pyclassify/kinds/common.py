@@ -45,6 +45,8 @@ PROTOCOL_NAMES = {
     PROTO_UDPLITE: "UDPLite",
 }
 K8S_PROTOCOLS = ("TCP", "UDP", "SCTP")
+#: The protocols a Kubernetes (and Felix failsafe) port names, by their spelling there.
+K8S_PROTOCOL_NUMBERS = {name: PROTOCOL_NUMBERS[name] for name in K8S_PROTOCOLS}
 
 def protocol_name(number: int) -> str:
     return PROTOCOL_NAMES.get(number, str(number))
@@ -169,32 +171,26 @@ def _field_path(field: str | None) -> FieldPath:
     return tuple(out)
 
 
-# Label keys ([prefix/]name) and values as apimachinery's IsQualifiedName / IsValidLabelValue,
-# in its words (pyclassify.names).
-label_key_error = selector_label_key_error
-label_value_error = selector_label_value_error
-
-
 def _label_problems(value: dict) -> list[tuple[FieldPath, str]]:
     out: list[tuple[FieldPath, str]] = []
     labels = value.get("matchLabels")
     if isinstance(labels, dict):
         for k, v in labels.items():
-            why = label_key_error(k)
+            why = selector_label_key_error(k)
             if why:
                 out.append((("matchLabels", k), f"Invalid value: {k!r}: {why}"))
-            why = label_value_error(v)
+            why = selector_label_value_error(v)
             if why:
                 out.append((("matchLabels", k), f"Invalid value: {v!r}: {why}"))
     exprs = value.get("matchExpressions")
     if isinstance(exprs, list):
         for i, e in enumerate(exprs):
             if isinstance(e, dict):
-                why = label_key_error(e.get("key"))
+                why = selector_label_key_error(e.get("key"))
                 if why:
                     out.append((("matchExpressions", i, "key"), f"Invalid value: {e.get('key')!r}: {why}"))
                 for j, v in enumerate(e.get("values") or []):
-                    why = label_value_error(v)
+                    why = selector_label_value_error(v)
                     if why:
                         out.append((("matchExpressions", i, "values", j), f"Invalid value: {v!r}: {why}"))
     return out

@@ -32,7 +32,8 @@ from pyclassify.inventory import (
     container_port,
     endpoint,
 )
-from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, EndpointKind, IPNetwork
+from pyclassify.ir import PROTO_TCP, EndpointKind, IPNetwork
+from pyclassify.kinds.common import K8S_PROTOCOL_NUMBERS
 from pyclassify.names import (
     DOMAIN_NAME,
     dns1035_label_error,
@@ -51,7 +52,7 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # EndpointSlice -> its Servic
 DEFAULT_NAMESPACE = "default"
 DEFAULT_SERVICE_ACCOUNT = "default"  # what the ServiceAccount admission plugin fills in
 
-PROTOCOLS = {"TCP": PROTO_TCP, "UDP": PROTO_UDP, "SCTP": PROTO_SCTP}
+PROTOCOLS = K8S_PROTOCOL_NUMBERS
 
 # Where each workload controller keeps its pod template.
 WORKLOAD_TEMPLATES: dict[str, FieldPath] = {

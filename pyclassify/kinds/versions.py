@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from pyclassify.kinds import INVENTORY_KINDS, POLICY_KINDS
+from pyclassify.kinds import INVENTORY_KINDS, POLICY_KINDS, api_group
 
 #: The versions of each API group (as written, before the Calico CRD group is folded) that this
 #: tool reads its kinds in.
@@ -26,7 +26,6 @@ KNOWN_VERSIONS: dict[str, frozenset[str]] = {
     "containersecurity.tigera.io": frozenset({"v1beta1"}),
 }
 _ADMISSION = ("containersecurity.tigera.io", "ContainerAdmissionPolicy")
-_FOLDED = {"crd.projectcalico.org": "projectcalico.org"}
 
 
 @lru_cache(maxsize=1)
@@ -67,7 +66,7 @@ def kind_problem(api_version: str, kind: str) -> tuple[str, str] | None:
     """``(field, message)`` when ``apiVersion``/``kind`` look like a mistake, else None."""
     pairs, _ = _known()
     group, _, version = api_version.rpartition("/")
-    folded = _FOLDED.get(group, group)
+    folded = api_group(api_version)
     if (folded, kind) in pairs or (group, kind) in pairs:
         known = KNOWN_VERSIONS.get(group)
         if known is not None and version not in known:
