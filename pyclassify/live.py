@@ -25,7 +25,7 @@ from pyclassify import kinds
 from pyclassify.engine import EngineState, NativeEngine, endpoint_key, policy_key
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import EndpointKind, Policy, PolicySet
-from pyclassify.kinds.inventory import InventoryBuilder
+from pyclassify.kinds.inventory import InventoryBuilder, selected_pod_ips
 from pyclassify.project import Project
 from pyclassify.flow import namespace_labels, service_account_labels
 from pyclassify.source import Document, InvalidInput, Problems
@@ -139,8 +139,7 @@ class LiveProject:
         pods = self._pods.get(namespace, {}).values()
         for key in self._selecting.get(namespace, ()):
             svc = self.inventory.services[key]
-            selector = list(svc.selector.items())
-            ips = tuple(dict.fromkeys(ip for e in pods if all(e.labels.get(k) == v for k, v in selector) for ip in e.ips))
+            ips = selected_pod_ips(svc, pods)
             if ips != svc.endpoint_ips:
                 svc = dataclasses.replace(svc, endpoint_ips=ips)
                 self.inventory.services[key] = svc

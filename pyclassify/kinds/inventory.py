@@ -71,6 +71,13 @@ WORKLOAD_TEMPLATES: dict[str, FieldPath] = {
 _DOMAIN = re.compile(DOMAIN_NAME)
 
 
+def selected_pod_ips(service: Service, pods: Iterable[Endpoint]) -> tuple[IPAddress, ...]:
+    """The addresses of the pods a Service's selector picks (of its namespace's ``pods``): its
+    endpoints when no EndpointSlice says otherwise, as the endpoints controller makes them."""
+    selector = list((service.selector or {}).items())
+    return tuple(dict.fromkeys(ip for e in pods if all(e.labels.get(k) == v for k, v in selector) for ip in e.ips))
+
+
 def _ipv4(packed: bytes) -> ipaddress.IPv4Address:
     """``IPv4Address(packed)`` without its constructor's checks, which ``inet_pton`` has made
     (a third of the cost of reading a pod's address)."""
@@ -305,13 +312,7 @@ class InventoryBuilder:
         from_slices = ips is not None
         if ips is None and svc.selector:
             # No EndpointSlice given: the endpoints are the selected pods, as the controller would make.
-            selector = list(svc.selector.items())
-            ips = [
-                ip
-                for e in self._pods_by_namespace.get(svc.namespace, ())
-                if all(e.labels.get(k) == v for k, v in selector)
-                for ip in e.ips
-            ]
+            ips = selected_pod_ips(svc, self._pods_by_namespace.get(svc.namespace, ()))
         return replace(svc, endpoint_ips=tuple(dict.fromkeys(ips or ())), from_slices=from_slices)
 
     def _unique(self, doc: Document, kind: str, namespace: str | None, name: str) -> bool:
