@@ -726,3 +726,37 @@ def test_a_protocol_that_is_a_list_or_a_map_is_an_error_not_a_crash():
     assert errors(problems) == [(7, "spec.containers[0].ports[0].protocol"), (13, "spec.ports[0].protocol")]
     assert all("unsupported protocol" in p.message for p in problems.errors)
     assert [e.ref for e in inv.endpoints] == ["a/p"]
+
+
+# --- bad input at cluster size ---
+
+def test_one_invalid_object_among_ten_thousand_pods(tmp_path):
+    """(Here, not in test_project.py: it needs the generator in bench/, which the installed-package run
+    does not have.) Issue 11's bad-input rule at cluster size: one broken pod among 10,000 is reported with
+    file, line and field; every other object loads; `check` exits 1 listing it."""
+    import subprocess
+    import sys
+
+    from bench import cluster as gen
+    from pyclassify.project import load_project
+
+    c = gen.generate(10_000, seed=1)
+    key = sorted(c.pods)[5000]
+    c.pods[key]["status"]["podIP"] = "10.0.0.300"
+    c.pods[key]["status"]["podIPs"] = [{"ip": "10.0.0.300"}]
+    path = gen.write_yaml(c, tmp_path / "cluster.yaml")
+    problems = Problems()
+    project = load_project([str(path)], problems)
+    assert [(p.path, "invalid IP address" in p.message) for p in problems.errors] == [
+        ("status.podIP", True), ("status.podIPs[0].ip", True)]
+    line = problems.errors[0].line
+    assert path.read_text().splitlines()[line - 1].strip() == "podIP: 10.0.0.300"
+    assert list(project.invalid) == [("", "Pod", *key)]
+    # Everything else is there: every pod (the broken one without its address), every policy.
+    assert len(project.inventory.endpoints) >= len(c.pods)
+    assert sum(e.kind == EndpointKind.POD for e in project.inventory.endpoints) == len(c.pods)
+    assert len([p for p in project.policy_set.policies if p.kind == "NetworkPolicy"]) == len(c.network_policies)
+    r = subprocess.run([sys.executable, "-m", "pyclassify", "check", str(path)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 1
+    assert f"{path}:{line}: status.podIP: " in r.stderr + r.stdout
