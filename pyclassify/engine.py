@@ -123,10 +123,11 @@ def _subject(s: Subject) -> dict[str, Any]:
 
 
 def _endpoint_spec(inventory: Inventory, e: Endpoint, id_: int, addressable: bool) -> dict[str, Any]:
-    return _endpoint_spec_with(e, service_account_labels(inventory, e), id_, addressable)
+    return _endpoint_spec_with(e, service_account_labels(inventory, e), id_, addressable, inventory.enforces(e))
 
 
-def _endpoint_spec_with(e: Endpoint, sa_labels: dict[str, str], id_: int, addressable: bool) -> dict[str, Any]:
+def _endpoint_spec_with(e: Endpoint, sa_labels: dict[str, str], id_: int, addressable: bool,
+                        enforced: bool) -> dict[str, Any]:
     # The labels policy sees (``flow.endpoint_labels``) are derived by the engine from the
     # written ones, so each endpoint crosses once.
     return {
@@ -142,6 +143,7 @@ def _endpoint_spec_with(e: Endpoint, sa_labels: dict[str, str], id_: int, addres
         "host_network": e.host_network,
         "profiles": list(e.profiles),
         "addressable": addressable,
+        "enforced": enforced,
     }
 
 
@@ -345,9 +347,11 @@ class EngineState:
         else:
             self._pending.setdefault("remove_" + table.field, []).append(id_)
 
-    def set_endpoint(self, key: Any, endpoint: Endpoint, sa_labels: dict[str, str], addressable: bool = True) -> None:
-        """An endpoint added or changed (``sa_labels``: the labels of its service account)."""
-        self._set(self._endpoints, key, (endpoint, sa_labels, addressable))
+    def set_endpoint(self, key: Any, endpoint: Endpoint, sa_labels: dict[str, str], addressable: bool = True,
+                     enforced: bool = True) -> None:
+        """An endpoint added or changed (``sa_labels``: the labels of its service account;
+        ``enforced``: ``Inventory.enforces``, false for another node's endpoint)."""
+        self._set(self._endpoints, key, (endpoint, sa_labels, addressable, enforced))
 
     def delete_endpoint(self, key: Any) -> None:
         self._delete(self._endpoints, key)
@@ -456,7 +460,7 @@ class EngineState:
             n_inventory = len(inventory.endpoints)
             keys = _endpoint_keys(all_endpoints)
             self._sync(self._endpoints, {
-                key: (e, service_account_labels(inventory, e), i < n_inventory)
+                key: (e, service_account_labels(inventory, e), i < n_inventory, inventory.enforces(e))
                 for i, (key, e) in enumerate(zip(keys, all_endpoints))
             })
             namespaces = {ns: namespace_labels(inventory, ns) for ns in _namespaces_of(inventory, all_endpoints)}
@@ -482,8 +486,8 @@ class EngineState:
 
 
 def _endpoint_spec_of(value: tuple, id_: int) -> dict[str, Any]:
-    endpoint, sa_labels, addressable = value
-    return _endpoint_spec_with(endpoint, sa_labels, id_, addressable)
+    endpoint, sa_labels, addressable, enforced = value
+    return _endpoint_spec_with(endpoint, sa_labels, id_, addressable, enforced)
 
 
 class NativeEngine:

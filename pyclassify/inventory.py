@@ -139,6 +139,14 @@ class Inventory:
     nodes: dict[str, Node] = field(default_factory=dict)
     services: dict[tuple[str, str], Service] = field(default_factory=dict)  # (namespace, name)
     service_accounts: dict[tuple[str, str], ServiceAccount] = field(default_factory=dict)
+    #: Enforce for this node's endpoints only (``enforce --node``): another node's pods and host
+    #: endpoints stay peers for every selector, but their own policy is their node's to enforce.
+    #: None: every endpoint's policy applies (the offline commands, a single-node firewall).
+    enforcing_node: str | None = None
+
+    def enforces(self, e: Endpoint) -> bool:
+        """Whether this inventory's node enforces ``e``'s own policy (see ``enforcing_node``)."""
+        return self.enforcing_node is None or e.node == self.enforcing_node
 
     def namespace_labels(self, namespace: str | None) -> Mapping[str, str]:
         """Labels of a namespace; a namespace with no manifest exists implicitly with the

@@ -121,7 +121,8 @@ class LiveProject:
             self._endpoints[key] = new
             if new.kind is EndpointKind.POD and new.namespace:
                 self._pods.setdefault(new.namespace, {})[key] = new
-            self.state.set_endpoint(key, new, service_account_labels(self.inventory, new))
+            self.state.set_endpoint(key, new, service_account_labels(self.inventory, new),
+                                    enforced=self.inventory.enforces(new))
         elif old is not None:
             key = endpoint_key(old)
             old = self._endpoints.pop(key, old)

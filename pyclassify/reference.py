@@ -67,7 +67,7 @@ def evaluate(policy_set: PolicySet, inventory: Inventory, flow: Flow,
     egress = ctx.side(src, Direction.EGRESS)
     ingress = ctx.side(dst, Direction.INGRESS)
     allowed = all(_side_verdict(d, ctx.default_for(e)) == "allow"
-                  for d, e in ((egress, src), (ingress, dst)) if _is_local(e))
+                  for d, e in ((egress, src), (ingress, dst)) if _is_local(inventory, e))
     return Verdict("allow" if allowed else "deny", egress, ingress)
 
 
@@ -84,11 +84,12 @@ def _resolve(inventory: Inventory, end: FlowEnd) -> FlowEnd:
     return FlowEnd(owner, end.ip) if owner is not None else end
 
 
-def _is_local(end: FlowEnd) -> bool:
-    """Whether policy applies to this end: a known endpoint, except hostNetwork pods (their
-    traffic is the node's, which pod policy does not govern)."""
+def _is_local(inventory: Inventory, end: FlowEnd) -> bool:
+    """Whether policy applies to this end: a known endpoint this node enforces for
+    (``Inventory.enforces``), except hostNetwork pods (their traffic is the node's, which pod
+    policy does not govern)."""
     ep = end.endpoint
-    return ep is not None and not (ep.kind is EndpointKind.POD and ep.host_network)
+    return ep is not None and not (ep.kind is EndpointKind.POD and ep.host_network) and inventory.enforces(ep)
 
 
 @dataclass
@@ -108,7 +109,7 @@ class _Context:
     # -- one side -----------------------------------------------------------------------
     def side(self, end: FlowEnd, direction: Direction) -> Decision | None:
         """The decision for ``end``'s policy in ``direction``; None when nothing applies."""
-        if not _is_local(end):
+        if not _is_local(self.inventory, end):
             return None
         subject = end.endpoint
         assert subject is not None

@@ -163,6 +163,7 @@ def world_st(draw):
             labels=draw(labels_st), ips=ips, ports=ports,
             service_account=None if host else draw(st.sampled_from([None, "default", "web"])),
             host_network=(not host) and draw(st.integers(0, 6)) == 0,
+            node=draw(st.sampled_from([None, "n1", "n2"])),
             profiles=tuple(draw(st.lists(st.sampled_from(["prof", "nope"]), max_size=2))),
         ))
     inventory = Inventory(
@@ -176,6 +177,8 @@ def world_st(draw):
                                         (ipaddress.ip_address("10.0.0.8"),),
                                         (ServicePort(80, draw(st.sampled_from([8080, "http", None])), 6),))},
         service_accounts={("a", "web"): ServiceAccount("web", "a", {"trusted": "yes"})},
+        # enforce --node: another node's endpoints are peers only.
+        enforcing_node=draw(st.sampled_from([None, None, "n1"])),
     )
     policies = [draw(policy_st(i)) for i in range(draw(st.integers(0, 4)))]
     tiers = [Tier("security", 500.0, draw(st.sampled_from([Action.DENY, Action.PASS])))]

@@ -4,6 +4,7 @@ the result answers as a project built fresh from the changed objects."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 
 import pytest
@@ -57,3 +58,48 @@ def test_invalid_change_and_unsupported_kinds_are_refused() -> None:
     node = copy.deepcopy(next(iter(cluster.nodes.values())))
     with pytest.raises(UnsupportedChange, match="reload the project"):
         live.apply(node, node)
+
+
+def test_node_scoping_follows_pods_moving_between_nodes() -> None:
+    """``enforce --node``: only this node's pods have their policy applied; a pod scheduled
+    here (or away) changes that by its own delta, and the result equals a fresh build and the
+    reference evaluator."""
+    from pyclassify.reference import evaluate
+
+    cluster = generate(300, seed=5)
+    project = project_of(cluster)
+    here = sorted({e.node for e in project.inventory.endpoints if e.node})[0]
+    project.inventory.enforcing_node = here
+    live = LiveProject(project)
+    enforced = [e for e in project.inventory.endpoints if e.node == here]
+    assert 0 < len(enforced) < len(project.inventory.endpoints)
+    # Move three pods here and three away, one change each.
+    away = [p for p in cluster.pods.values() if p["spec"]["nodeName"] != here][:3]
+    home = [p for p in cluster.pods.values() if p["spec"]["nodeName"] == here][:3]
+    for pod, node in [*((p, here) for p in away), *((p, "elsewhere") for p in home)]:
+        before = copy.deepcopy(pod)
+        pod["spec"]["nodeName"] = node
+        live.apply(before, copy.deepcopy(pod))
+    assert live.state.full_builds == 1
+    fresh_project = project_of(cluster)
+    fresh_project.inventory.enforcing_node = here
+    fresh = NativeEngine(fresh_project.policy_set, fresh_project.inventory)
+    engine = live.snapshot()
+    assert live.state.last_delta_size == 0
+    pods = [e for e in fresh_project.inventory.endpoints if e.ips and not e.host_network]
+    unscoped = NativeEngine(fresh_project.policy_set, dataclasses.replace(fresh_project.inventory, enforcing_node=None))
+    r = random.Random(11)
+    differs = 0
+    for _ in range(600):
+        a, b = r.choice(pods), r.choice(pods)
+        flow = Flow(FlowEnd(None, a.ips[0]), FlowEnd(None, b.ips[0]), 6, 40000, r.choice([53, 80, 8080, 9090, 5432]))
+        got = engine.evaluate(flow)
+        assert got.to_json() == fresh.evaluate(flow).to_json(), flow
+        assert got.to_json() == evaluate(fresh_project.policy_set, fresh_project.inventory, flow).to_json(), flow
+        # Another node's side is not judged here.
+        if a.node != here:
+            assert got.egress is None
+        if b.node != here:
+            assert got.ingress is None
+        differs += got.allowed != unscoped.evaluate(flow).allowed
+    assert differs > 0, "no flow whose verdict depends on the node: the test shows nothing"

@@ -30,7 +30,7 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
                 hooks: str = "forward,input,output", no_batch_verdicts: bool = False, log_allowed: bool = False,
                 ipv6: bool = True, duration: float | None = None, log_stream: Any = None,
                 log_flows: bool = True, bridge: str | None = None,
-                kube: tuple[str | None, str | None, bool | None] | None = None) -> int:
+                kube: tuple[str | None, str | None, bool | None] | None = None, node: str | None = None) -> int:
     """Run the daemon until SIGINT/SIGTERM (or ``duration`` seconds); returns the exit code."""
     from pyclassify.enforce.daemon import EnforceConfig, EnforceError, Enforcer, parse_queues
 
@@ -43,6 +43,7 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
         log_stream=log_stream if log_stream is not None else sys.stdout, log_allowed=log_allowed, log_flows=log_flows, batch=batch,
         copy_range=copy_range, maxlen=maxlen, batch_verdicts=not no_batch_verdicts,
         hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), ipv6=ipv6, bridge=bridge, kube=kube,
+        node=node,
     )
     enforcer = Enforcer(config)
     try:
@@ -73,6 +74,9 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
               help="Follow this cluster (list, then watch) instead of PATH.")
 @click.option("--context", "kube_context", metavar="NAME", default=None, help="Context of --kubeconfig.")
 @click.option("--in-cluster", is_flag=True, help="Follow the cluster this runs in (its service account).")
+@click.option("--node", "node", metavar="NAME", envvar="NODE_NAME", show_envvar=True, default=None,
+              help="Enforce for this node's pods and host endpoints only (default: every endpoint's policy); "
+                   "selectors still see the whole cluster. The DaemonSet sets NODE_NAME.")
 @click.option("--queue", "queue", type=click.IntRange(0, 65535), default=None, help="NFQUEUE number to bind.")
 @click.option("--queues", "queues", default=None, metavar="N-M",
               help="Several queues (iptables --queue-balance N:M), one worker thread each.")
@@ -97,7 +101,7 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
               help="Instead of NFQUEUE: an AF_PACKET inline bridge between two interfaces (own conntrack).")
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds (tests, benchmarks).")
 def enforce_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context: str | None, in_cluster: bool,
-                    queue: int | None, queues: str | None, fail: str, default: str | None,
+                    node: str | None, queue: int | None, queues: str | None, fail: str, default: str | None,
                     metrics: str | None, hooks: str, batch: int, copy_range: int, maxlen: int,
                     no_batch_verdicts: bool, log_allowed: bool, no_log: bool, no_ipv6: bool, bridge: str | None,
                     duration: float | None) -> None:
@@ -133,5 +137,5 @@ def enforce_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context
     spec = queues if queues is not None else str(queue) if queue is not None else ""
     code = run_enforce(list(paths), spec, fail, default, metrics, batch, copy_range, maxlen, hooks,
                        no_batch_verdicts, log_allowed, not no_ipv6, duration,
-                       log_flows=not no_log, bridge=bridge, kube=kube)
+                       log_flows=not no_log, bridge=bridge, kube=kube, node=node or None)
     sys.exit(code)

@@ -100,6 +100,8 @@ class EnforceConfig:
     bridge: str | None = None  # "IF1,IF2": an AF_PACKET inline bridge instead of NFQUEUE
     #: (kubeconfig, context, in-cluster): the cluster as the policy source instead of paths.
     kube: tuple[str | None, str | None, bool | None] | None = None
+    #: Enforce for this node's pods and host endpoints only; selectors still see every endpoint.
+    node: str | None = None
 
 
 @dataclass
@@ -129,11 +131,11 @@ class Enforcer:
         self._stop = threading.Event()
         self._drainer: threading.Thread | None = None
         self.metrics_address: tuple[str, int] | None = None
-        self.source: Any = PolicySource(list(config.paths))
+        self.source: Any = PolicySource(list(config.paths), config.node)
         if config.kube is not None:
             from pyclassify.kube.enforce import KubePolicySource
 
-            self.source = KubePolicySource(*config.kube)
+            self.source = KubePolicySource(*config.kube, node=config.node)
         self.reloads = 0
         self.rejected = 0
         self.bridge: Any = None
@@ -184,9 +186,7 @@ class Enforcer:
         except BaseException:
             self.stop()
             raise
-        self.log.emit("start", queues=list(range(cfg.queues[0], cfg.queues[1] + 1)),
-                      fail="open" if cfg.fail_open else "closed", policies=len(self.project.policy_set.policies),
-                      endpoints=len(self.project.inventory.endpoints))
+        self.log.emit("start", queues=list(range(cfg.queues[0], cfg.queues[1] + 1)), **self._start_fields())
 
     def _start_watch_and_metrics(self) -> None:
         cfg = self.config
@@ -215,9 +215,19 @@ class Enforcer:
         except BaseException:
             self.stop()
             raise
-        self.log.emit("start", bridge=cfg.bridge, fail="open" if cfg.fail_open else "closed",
-                      policies=len(self.project.policy_set.policies),
-                      endpoints=len(self.project.inventory.endpoints))
+        self.log.emit("start", bridge=cfg.bridge, **self._start_fields())
+
+    def _start_fields(self) -> dict[str, Any]:
+        assert self.project is not None
+        inventory = self.project.inventory
+        fields: dict[str, Any] = {"fail": "open" if self.config.fail_open else "closed",
+                                  "policies": len(self.project.policy_set.policies),
+                                  "endpoints": len(inventory.endpoints)}
+        if self.config.node is not None:
+            # Said at start: a node name that matches nothing enforces nothing.
+            fields["node"] = self.config.node
+            fields["enforced_endpoints"] = sum(map(inventory.enforces, inventory.endpoints))
+        return fields
 
     def stop(self) -> None:
         self._stop.set()

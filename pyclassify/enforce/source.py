@@ -57,8 +57,9 @@ class _Good:
 
 
 class PolicySource:
-    def __init__(self, paths: list[str]) -> None:
+    def __init__(self, paths: list[str], node: str | None = None) -> None:
         self.paths = list(paths)
+        self.node = node  # enforce for this node's endpoints only (Inventory.enforcing_node)
         self.engine: NativeEngine | None = None
         self._good: dict[ObjectKey, _Good] = {}
 
@@ -88,6 +89,7 @@ class PolicySource:
             kept = [d for d, key in zip(docs, doc_keys) if key not in rejected]
             kept += [self._good[k].document() for k in rejected if k in self._good]
             project = build_project(kept, Problems())
+        project.inventory.enforcing_node = self.node
         if self.engine is None:
             engine = NativeEngine(project.policy_set, project.inventory)
         else:

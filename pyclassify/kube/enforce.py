@@ -19,8 +19,10 @@ from pyclassify.source import Problems
 
 
 class KubePolicySource:
-    def __init__(self, kubeconfig: str | None, context: str | None, in_cluster: bool | None = None) -> None:
+    def __init__(self, kubeconfig: str | None, context: str | None, in_cluster: bool | None = None,
+                 node: str | None = None) -> None:
         self.kubeconfig, self.context, self.in_cluster = kubeconfig, context, in_cluster
+        self.node = node
         self.kube: KubeSource | None = None
         self._callback: Callable[[], None] | None = None
         self._deltas = 0
@@ -30,7 +32,7 @@ class KubePolicySource:
         if self.kube is None:
             try:
                 self.kube = KubeSource(load_client(self.kubeconfig, self.context, self.in_cluster),
-                                       on_change=self._changed)
+                                       on_change=self._changed, node=self.node)
                 self.kube.start()
             except Exception as e:  # noqa: BLE001 - no cluster, no policy: refuse to start
                 raise SourceError([f"cannot read the cluster: {e}"]) from e

@@ -70,8 +70,10 @@ class KubeSource:
 
     def __init__(self, client: KubeClient, resources: tuple[Resource, ...] = RESOURCES,
                  backoff_cap: float = 5.0, watch_timeout: int = 300,
-                 on_change: Callable[["KubeSource"], None] | None = None) -> None:
+                 on_change: Callable[["KubeSource"], None] | None = None, node: str | None = None) -> None:
         self.client = client
+        #: Enforce for this node's pods and host endpoints only (``Inventory.enforcing_node``).
+        self.node = node
         self.resources = resources
         self.backoff_cap = backoff_cap
         self.watch_timeout = watch_timeout
@@ -133,7 +135,9 @@ class KubeSource:
             t.start()
 
     def _build(self, objects: dict[ObjectKey, dict[str, Any]]) -> Project:
-        return build_project((document(o) for o in objects.values()), Problems())
+        project = build_project((document(o) for o in objects.values()), Problems())
+        project.inventory.enforcing_node = self.node
+        return project
 
     # --- queries ---
 

@@ -190,3 +190,32 @@ def test_killed_daemon_fails_as_configured(topo: Topology, policy_dir: Path, fai
     assert topo.reach(0, 1) and not topo.reach(2, 1)
     assert again.terminate() == 0
     assert "PYCLASSIFY-" not in iptables_rules(topo.node)
+
+
+def test_node_scoping_enforces_only_this_nodes_pods(topo: Topology, tmp_path: Path) -> None:
+    """``enforce --node here``: a1 runs on this node, b1 and c1 on another. a1's own policy
+    (no ingress at all) is enforced here; b1's (ingress from namespace a only) is the other
+    node's to enforce, so c1 reaches b1 through this router; selectors still see b1 and c1."""
+    inventory = manifests.INVENTORY.replace("spec: {containers:", "spec: {nodeName: there, containers:")
+    inventory = inventory.replace("metadata: {name: a1, namespace: a, labels: {app: a}}\nspec: {nodeName: there,",
+                                  "metadata: {name: a1, namespace: a, labels: {app: a}}\nspec: {nodeName: here,")
+    assert inventory.count("nodeName: here") == 1 and inventory.count("nodeName: there") == 2
+    (tmp_path / "00-inventory.yaml").write_text(inventory)
+    (tmp_path / "10-netpol.yaml").write_text(manifests.NETPOL + """---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: a-closed, namespace: a}
+spec: {podSelector: {}, policyTypes: [Ingress]}
+""")
+    daemon = Daemon(topo, [str(tmp_path)], QUEUE, extra=("--node", "here"))
+    start = daemon.wait_event("start")
+    assert start["node"] == "here" and start["enforced_endpoints"] == 1, start
+    assert not topo.reach(1, 0) and not topo.reach(2, 0)  # a1's ingress: enforced here
+    assert topo.reach(2, 1)  # b1's ingress: another node's
+    assert topo.reach(0, 1) and topo.reach(1, 2)
+    assert daemon.terminate() == 0
+    # The same manifests without --node: b1's policy applies here too.
+    daemon = Daemon(topo, [str(tmp_path)], QUEUE)
+    assert "node" not in daemon.wait_event("start")
+    assert not topo.reach(2, 1) and not topo.reach(1, 0) and topo.reach(0, 1)
+    assert daemon.terminate() == 0

@@ -73,6 +73,7 @@ struct EpEntry {
     kind: Kind,
     host_network: bool,
     addressable: bool,
+    enforced: bool,
     name: Box<str>,
     namespace: Option<Arc<str>>,
     service_account: Option<Arc<str>>,
@@ -92,6 +93,12 @@ const CALICO_NAMESPACE: &str = "projectcalico.org/namespace";
 const CALICO_ACCOUNT: &str = "projectcalico.org/serviceaccount";
 
 impl EpEntry {
+    /// Whether this node enforces its policy: not another node's endpoint, not a hostNetwork
+    /// pod (whose traffic is the node's).
+    fn local(&self) -> bool {
+        self.enforced && !(self.kind == Kind::Pod && self.host_network)
+    }
+
     fn raw_label(&self, key: &str) -> Option<&str> {
         self.raw_labels.binary_search_by(|(k, _)| (**k).cmp(key)).ok().map(|i| &*self.raw_labels[i].1)
     }
@@ -714,6 +721,7 @@ impl Model {
             kind,
             host_network: spec.host_network,
             addressable: spec.addressable,
+            enforced: spec.enforced,
             name: spec.name.into_boxed_str(),
             namespace: spec.namespace.as_deref().map(|n| self.intern(n)),
             service_account: spec.service_account.as_deref().map(|n| self.intern(n)),
@@ -1313,7 +1321,7 @@ impl Model {
                     endpoint: w,
                     identity: e.identity,
                     class: self.snap.classes.class_of(a),
-                    local: !(e.kind == Kind::Pod && e.host_network),
+                    local: e.local(),
                     host: e.kind == Kind::Host,
                 };
                 if self.snap.addrs.get(&a) != Some(&rec) {
@@ -1354,7 +1362,7 @@ impl Model {
         let rec = EpRec {
             identity,
             kind,
-            local: !(kind == Kind::Pod && entry.host_network),
+            local: entry.local(),
             first_ip: entry.ips.first().copied(),
         };
         if entry.addressable {

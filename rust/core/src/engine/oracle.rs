@@ -25,6 +25,8 @@ struct Endpoint {
     ips: Vec<Addr>,
     ports: Vec<(Option<String>, u8, u16)>,
     host_network: bool,
+    /// Whether this node enforces its policy (`EndpointSpec::enforced`).
+    enforced: bool,
     /// Indices of the profiles this endpoint carries that exist, in its order.
     profiles: Vec<u32>,
 }
@@ -33,6 +35,11 @@ impl Endpoint {
     /// Whether policy applies to it: hostNetwork pods' traffic is the node's.
     fn is_local(&self) -> bool {
         !(self.kind == Kind::Pod && self.host_network)
+    }
+
+    /// Whether policy applies to it here: local, and not another node's.
+    fn is_enforced(&self) -> bool {
+        self.enforced && self.is_local()
     }
 
     fn named_port(&self, name: &str, protocol: u8) -> impl Iterator<Item = u16> + '_ {
@@ -383,6 +390,7 @@ impl Oracle {
                 ips: e.ips.iter().map(|a| Addr::parse(a)).collect::<Result<_, _>>()?,
                 ports: e.ports.iter().map(|p| (p.name.clone(), p.protocol, p.port)).collect(),
                 host_network: e.host_network,
+                enforced: e.enforced,
                 profiles: e.profiles.iter().filter_map(|n| profile_index.get(n.as_str()).copied()).collect(),
             });
         }
@@ -567,8 +575,8 @@ impl Oracle {
         end.addr.or_else(|| end.endpoint.and_then(|e| self.endpoints[e as usize].ips.first().copied()))
     }
 
-    fn is_local(&self, end: &FlowEnd) -> bool {
-        end.endpoint.is_some_and(|e| self.endpoints[e as usize].is_local())
+    fn is_enforced(&self, end: &FlowEnd) -> bool {
+        end.endpoint.is_some_and(|e| self.endpoints[e as usize].is_enforced())
     }
 
     fn default_for(&self, end: &FlowEnd, d: Defaults) -> bool {
@@ -586,7 +594,7 @@ impl Oracle {
         let ingress = ctx.side(&dst, Direction::Ingress, defaults);
         let mut allow = true;
         for (d, end) in [(&egress, &src), (&ingress, &dst)] {
-            if self.is_local(end) {
+            if self.is_enforced(end) {
                 let v = d.as_ref().map_or(self.default_for(end, defaults), |d| d.allow);
                 allow &= v;
             }
@@ -638,7 +646,7 @@ impl<'e> FlowCtx<'e> {
     }
 
     fn side(&self, end: &FlowEnd, d: Direction, defaults: Defaults) -> Option<Decision> {
-        if !self.engine.is_local(end) {
+        if !self.engine.is_enforced(end) {
             return None;
         }
         let subject = end.endpoint? as usize;

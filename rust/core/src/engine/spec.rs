@@ -48,6 +48,10 @@ pub struct EndpointSpec {
     /// False for endpoints named in flows but not in the inventory: their IPs do not resolve.
     #[serde(default = "yes")]
     pub addressable: bool,
+    /// False for another node's endpoints when enforcing for one node (`enforce --node`):
+    /// selectors still see them as peers, but their own policy is that node's to enforce.
+    #[serde(default = "yes")]
+    pub enforced: bool,
 }
 
 fn yes() -> bool {
