@@ -119,7 +119,7 @@ class Enforcer:
         self.log = FlowLog(config.log_stream, log_allowed=config.log_allowed)
         self.loops: list[Any] = []
         self.threads: list[threading.Thread] = []
-        self.metrics = Metrics(lambda: list(self.loops), config.fail_open)
+        self.metrics = Metrics(lambda: list(self.loops), config.fail_open, source=lambda: self.source)
         self.rules: Rules | None = None
         self.watcher: Watcher | None = None
         self.ctnl: Any = None
@@ -130,6 +130,7 @@ class Enforcer:
         self._drain_lock = threading.Lock()
         self._stop = threading.Event()
         self._drainer: threading.Thread | None = None
+        self._ready = False
         self.metrics_address: tuple[str, int] | None = None
         self.source: Any = PolicySource(list(config.paths), config.node)
         if config.kube is not None:
@@ -186,17 +187,18 @@ class Enforcer:
         except BaseException:
             self.stop()
             raise
+        self._ready = True
         self.log.emit("start", queues=list(range(cfg.queues[0], cfg.queues[1] + 1)), **self._start_fields())
 
     def _start_watch_and_metrics(self) -> None:
         cfg = self.config
         if cfg.kube is not None:
-            self.source.watch(lambda: self.reload())
+            self.source.watch(self.reload)
         elif cfg.watch:
             self.watcher = Watcher(cfg.paths, self._on_change, cfg.debounce)
             self.watcher.start()
         if cfg.metrics:
-            self.metrics_address = self.metrics.serve(cfg.metrics)
+            self.metrics_address = self.metrics.serve(cfg.metrics, self.not_ready, self.not_healthy)
 
     def _start_bridge(self) -> None:
         """The AF_PACKET bump-in-the-wire: the engine's own conntrack, no iptables, no kernel
@@ -215,6 +217,7 @@ class Enforcer:
         except BaseException:
             self.stop()
             raise
+        self._ready = True
         self.log.emit("start", bridge=cfg.bridge, **self._start_fields())
 
     def _start_fields(self) -> dict[str, Any]:
@@ -228,6 +231,22 @@ class Enforcer:
             fields["node"] = self.config.node
             fields["enforced_endpoints"] = sum(map(inventory.enforces, inventory.endpoints))
         return fields
+
+    def not_ready(self) -> str | None:
+        """Why this daemon is not ready (None: it is): the initial policy is in force and every
+        loop runs. ``/readyz``."""
+        if not self._ready:
+            return "starting: the initial policy is not in force yet"
+        if self._stop.is_set():
+            return "stopping"
+        return self.not_healthy()
+
+    def not_healthy(self) -> str | None:
+        """Why this daemon is broken (None: it is not): a packet loop has died. ``/healthz``."""
+        dead = [t.name for t in self.threads if not t.is_alive()]
+        if self._ready and dead:
+            return f"packet loop stopped: {', '.join(dead)}"
+        return None
 
     def stop(self) -> None:
         self._stop.set()

@@ -1,4 +1,8 @@
-"""Prometheus metrics of ``pyclassify enforce`` (``--metrics ADDR``).
+"""Prometheus metrics of ``pyclassify enforce`` (``--metrics ADDR``), and its health.
+
+The listener serves ``/metrics`` (any other path too, as prometheus_client does), ``/readyz``
+(200 once the initial policy is in force and the loops run, 503 before, after a stop, or when a
+loop has died) and ``/healthz`` (200 while no loop has died): what a DaemonSet's probes ask.
 
 Counters that the native loops keep (packets, verdicts, malformed, errors, batches, batch time)
 are read at scrape time by a collector, so the packet path never touches Python. Verdicts by
@@ -9,10 +13,14 @@ from the loops in bulk. Kernel figures: queue depth and drops from
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
@@ -100,12 +108,47 @@ class LoopCollector(Collector):
             yield g
 
 
+class SourceCollector(Collector):
+    """The policy source's own counters at scrape time (``source.metrics()``): for the cluster
+    source, watch events by kind, lists, relists, reconnects, bookmarks and rejected objects."""
+
+    def __init__(self, source: Callable[[], Any]) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Any]:
+        figures = getattr(self.source(), "metrics", None)
+        if not callable(figures):
+            return  # the file source has no counters of its own
+        values: dict[str, int] = figures()
+        events = CounterMetricFamily("pyclassify_watch_events", "Watch events applied, by kind", labels=["kind"])
+        for key, value in sorted(values.items()):
+            if key.startswith("events_"):
+                events.add_metric([key[len("events_"):]], value)
+        yield events
+        for key, help_text in (("lists", "Initial lists of the cluster"),
+                               ("relists", "Kinds listed again after a watch expired (410 Gone)"),
+                               ("reconnects", "Watches reconnected after a broken connection"),
+                               ("bookmarks", "Watch bookmarks received"),
+                               ("rejected", "Objects rejected (their last good version stays)")):
+            family = CounterMetricFamily(f"pyclassify_watch_{key}", help_text)
+            family.add_metric([], values.get(key, 0))
+            yield family
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass  # scrapes and probes every few seconds: not worth a line each
+
+
 class Metrics:
     """The daemon's registry (one per daemon, so tests can run several)."""
 
-    def __init__(self, loops: Callable[[], list[Any]], fail_open: bool) -> None:
+    def __init__(self, loops: Callable[[], list[Any]], fail_open: bool,
+                 source: Callable[[], Any] | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(LoopCollector(loops, fail_open))
+        if source is not None:
+            self.registry.register(SourceCollector(source))
         self.verdicts = Counter("pyclassify_verdicts", "Policy verdicts by direction, tier, policy, rule and action",
                                 ["direction", "tier", "policy", "rule", "action"], registry=self.registry)
         self.reloads = Counter("pyclassify_policy_reloads", "Policy reloads by result", ["result"],
@@ -120,17 +163,35 @@ class Metrics:
             "pyclassify_revalidation_seconds", "Swap + revalidation + conntrack deletion time",
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0), registry=self.registry)
         self.apply_seconds = Histogram(
-            "pyclassify_policy_apply_seconds", "File change seen to new engine in force (load, compile, swap)",
+            "pyclassify_policy_apply_seconds",
+            "A change seen (file event, watch event) to the new engine in force (load, delta, swap)",
             buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0), registry=self.registry)
         self.server: Any = None
 
-    def serve(self, addr: str) -> tuple[str, int]:
-        """Serve /metrics on ``host:port`` (``:port`` = all addresses); returns the bound address."""
+    def serve(self, addr: str, ready: Callable[[], str | None] = lambda: None,
+              healthy: Callable[[], str | None] = lambda: None) -> tuple[str, int]:
+        """Serve /metrics, /readyz and /healthz on ``host:port`` (``:port`` = all addresses);
+        returns the bound address. ``ready`` and ``healthy`` return None when all is well, else
+        why not (the 503's body)."""
         host, _, port = addr.rpartition(":")
         if not port.isdigit():
             raise ValueError(f"--metrics expects HOST:PORT, got {addr!r}")
         host = host.strip("[]") or "0.0.0.0"
-        self.server, _thread = start_http_server(int(port), addr=host, registry=self.registry)
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+            path = environ.get("PATH_INFO", "")
+            if path in ("/readyz", "/healthz"):
+                problem = (ready if path == "/readyz" else healthy)()
+                status = "200 OK" if problem is None else "503 Service Unavailable"
+                start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+                return [b"ok\n" if problem is None else f"{problem}\n".encode()]
+            return metrics_app(environ, start_response)
+
+        family = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0][0]
+        server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
+        self.server = make_server(host, int(port), app, server_class, handler_class=_QuietHandler)
+        threading.Thread(target=self.server.serve_forever, name="pyclassify-metrics", daemon=True).start()
         return self.server.server_address[0], self.server.server_address[1]
 
     def close(self) -> None:

@@ -24,7 +24,7 @@ class KubePolicySource:
         self.kubeconfig, self.context, self.in_cluster = kubeconfig, context, in_cluster
         self.node = node
         self.kube: KubeSource | None = None
-        self._callback: Callable[[], None] | None = None
+        self._callback: Callable[[float | None], Any] | None = None
         self._deltas = 0
         self._rejected: dict[ObjectKey, str] = {}
 
@@ -48,15 +48,15 @@ class KubePolicySource:
         project = Project(policy_set=engine.policy_set, inventory=engine.inventory, problems=Problems())
         return Loaded(project, engine, rejected, [], changed)
 
-    def watch(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` after every change the watch applies (and once now, for what it
-        applied before this was called)."""
+    def watch(self, callback: Callable[[float | None], Any]) -> None:
+        """Call ``callback(arrived)`` after every change the watch applies, with the monotonic
+        time its event arrived (and once now, for what it applied before this was called)."""
         self._callback = callback
-        callback()
+        callback(None)
 
-    def _changed(self, _source: KubeSource) -> None:
+    def _changed(self, source: KubeSource) -> None:
         if self._callback is not None:
-            self._callback()
+            self._callback(source.last_event_at)
 
     def stop(self) -> None:
         self._callback = None

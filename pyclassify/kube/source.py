@@ -89,6 +89,8 @@ class KubeSource:
         self.events_by_kind: Counter[str] = Counter()
         #: Seconds from a watch event's arrival to its change in force, for the latest events.
         self.apply_seconds: deque[float] = deque(maxlen=10_000)
+        #: When the event (or relist) applied last arrived (``time.monotonic()``).
+        self.last_event_at: float | None = None
         self.ready = threading.Event()
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -210,10 +212,12 @@ class KubeSource:
             self._apply(obj, deleted=type_ == "DELETED")
             self._versions[res] = _rv(obj) or self._versions[res]
             self.apply_seconds.append(time.monotonic() - t0)
+            self.last_event_at = t0
         if self.on_change is not None:
             self.on_change(self)
 
     def _relist(self, res: Resource) -> None:
+        t0 = time.monotonic()
         items, rv = self.client.list(res.path)
         group_kind = (kinds.api_group(res.api_version), res.kind)
         with self._lock:
@@ -229,6 +233,7 @@ class KubeSource:
             for key in [k for k in self.objects if k[:2] == group_kind and k not in listed]:
                 self._apply(self.objects[key], deleted=True)
             self._versions[res] = rv
+            self.last_event_at = t0
         if self.on_change is not None:
             self.on_change(self)
 

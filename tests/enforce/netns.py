@@ -72,6 +72,16 @@ for line in sys.stdin:
     print("ok" if ok else "fail", flush=True)
 """
 
+# One HTTP GET: prints the status, then the body (a 503 is an answer, not an error).
+GET = r"""
+import sys, urllib.error, urllib.request
+try:
+    r = urllib.request.urlopen(sys.argv[1], timeout=5); status, body = r.status, r.read()
+except urllib.error.HTTPError as e:
+    status, body = e.code, e.read()
+sys.stdout.write(f"{status}\n{body.decode()}")
+"""
+
 
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(list(args), capture_output=True, text=True)
@@ -137,13 +147,21 @@ class Topology:
     def reach(self, src: int, dst: int, proto: str = "TCP", timeout: float = 1.0) -> bool:
         return self.probe(src, {"x": (dst, proto)}, timeout)["x"]
 
+    def get(self, url: str) -> tuple[int, str]:
+        """An HTTP GET from the node namespace (where the daemon's listener is): status, body."""
+        out = sh("ip", "netns", "exec", self.node, PY, "-c", GET, url).stdout
+        status, _, body = out.partition("\n")
+        return int(status), body
+
 
 class Daemon:
     """``pyclassify enforce`` in the node namespace; its JSON lines are collected."""
 
     def __init__(self, topo: Topology, paths: list[str], queue_num: int, fail: str = "closed",
-                 extra: tuple[str, ...] = ()) -> None:
+                 extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
         argv = [PY, "-m", "pyclassify", "enforce", *paths, "--queue", str(queue_num), "--fail", fail, "--no-ipv6", *extra]
+        if env:
+            argv = ["env", *(f"{k}={v}" for k, v in env.items()), *argv]
         self.proc = topo.spawn(topo.node, argv, stderr=subprocess.PIPE)
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
         self.seen: list[dict[str, Any]] = []

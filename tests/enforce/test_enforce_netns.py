@@ -219,3 +219,35 @@ spec: {podSelector: {}, policyTypes: [Ingress]}
     assert "node" not in daemon.wait_event("start")
     assert not topo.reach(2, 1) and not topo.reach(1, 0) and topo.reach(0, 1)
     assert daemon.terminate() == 0
+
+
+def test_metrics_and_probes_of_a_running_daemon(topo: Topology, policy_dir: Path) -> None:
+    """``--metrics``: /readyz and /healthz answer ok once the policy is in force; /metrics counts
+    the packets the queue judged, the verdicts by policy and the reloads."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = "http://127.0.0.1:9464"
+    daemon = Daemon(topo, [str(policy_dir)], QUEUE, extra=("--metrics", "127.0.0.1:9464"))
+    daemon.wait_event("start")
+    assert topo.get(f"{url}/readyz") == (200, "ok\n")
+    assert topo.get(f"{url}/healthz") == (200, "ok\n")
+    assert topo.reach(0, 1) and not topo.reach(2, 1)
+    manifests.replace(policy_dir / "10-netpol.yaml", manifests.NETPOL_DENY_ALL)
+    daemon.wait_event("reload")
+    status, text = topo.get(f"{url}/metrics")
+    assert status == 200
+    samples = [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples]
+
+    def total(name: str, **labels: str) -> float:
+        return sum(v for n, lab, v in samples if n == name and all(lab.get(k) == x for k, x in labels.items()))
+
+    assert total("pyclassify_nfqueue_packets_total", queue="0", outcome="accepted") >= 1
+    assert total("pyclassify_nfqueue_packets_total", queue="0", outcome="dropped") >= 1
+    # a -> b allowed by the NetworkPolicy's rule; c -> b denied at the end of its tier (isolated).
+    assert total("pyclassify_verdicts_total", action="allow", direction="ingress",
+                 policy="NetworkPolicy/b/b-from-a", rule="0") >= 1
+    assert total("pyclassify_verdicts_total", action="deny", direction="ingress", tier="default", policy="") >= 1
+    assert total("pyclassify_policy_reloads_total", result="success") == 1
+    assert total("pyclassify_policy_apply_seconds_count") == 1
+    assert not any(n.startswith("pyclassify_watch") for n, _, _ in samples)  # a file source
+    assert daemon.terminate() == 0

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from pyclassify.kube import load_client
 from tests.enforce.netns import PY, Daemon, Topology, root_reason
@@ -99,22 +100,31 @@ def test_enforce_follows_the_cluster(kube_cluster, topo: Topology, tmp_path: Pat
     kc = load_client(str(kube_cluster.kubeconfig), "test")
     ns = f"e-{topo.node[-6:]}"
     create_namespace(kc, ns, {"team": ns})
+    # p1 and p2 run on this node; p3 on another (the DaemonSet's NODE_NAME scopes enforcement).
     for i, (app, ip) in enumerate(zip(["a", "b", "c"], topo.ips)):
-        create_pod(kc, ns, f"p{i + 1}", {"app": app}, ip)
+        create_pod(kc, ns, f"p{i + 1}", {"app": app}, ip, node="node-1" if i < 2 else "node-2")
     outside = relay(kube_cluster, topo, tmp_path)
-    daemon = Daemon(topo, [], 0, extra=("--kubeconfig", str(kube_cluster.kubeconfig), "--context", "test"))
+    daemon = Daemon(topo, [], 0, extra=("--kubeconfig", str(kube_cluster.kubeconfig), "--context", "test",
+                                        "--metrics", "127.0.0.1:9465"), env={"NODE_NAME": "node-1"})
     try:
         start = daemon.wait_event("start")
-        assert start["endpoints"] >= 3
+        assert start["endpoints"] >= 3 and start["node"] == "node-1"
+        assert topo.get("http://127.0.0.1:9465/readyz") == (200, "ok\n")
         assert topo.reach(0, 1) and topo.reach(2, 1)
 
-        # Only app=c may reach app=b.
+        # p3 closed to all ingress: the other node enforces that, not this one.
+        closed = network_policy(ns, "c-closed", ns)
+        closed["spec"]["podSelector"] = {"matchLabels": {"app": "c"}}
+        closed["spec"]["ingress"] = []
+        kc.request("POST", f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies", body=closed)
+        # Only app=c may reach app=b (created after c-closed: in force means c-closed is, too).
         policy = network_policy(ns, "b-from-c", ns)
         policy["spec"]["podSelector"] = {"matchLabels": {"app": "b"}}
         policy["spec"]["ingress"] = [{"from": [{"podSelector": {"matchLabels": {"app": "c"}}}]}]
         kc.request("POST", f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies", body=policy)
         until(lambda: not topo.reach(0, 1), "a -> b denied once the NetworkPolicy is created")
         assert topo.reach(2, 1)
+        assert topo.reach(1, 2) and topo.reach(0, 2), "p3's own policy is node-2's to enforce"
         reloads = [e for e in daemon.events() if e.get("event") == "reload"]
         assert reloads and all(e["engine_builds"] == 1 for e in reloads), reloads
 
@@ -140,6 +150,17 @@ def test_enforce_follows_the_cluster(kube_cluster, topo: Topology, tmp_path: Pat
         until(lambda: topo.reach(0, 1), "a -> b allowed once the NetworkPolicy is deleted")
         reloads = [e for e in daemon.events() if e.get("event") == "reload"]
         assert all(e["engine_builds"] == 1 for e in reloads), reloads
+
+        # The watch's counters, and each event's time to in force, on /metrics.
+        status, text = topo.get("http://127.0.0.1:9465/metrics")
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for f in text_string_to_metric_families(text) for s in f.samples}
+        assert status == 200
+        assert samples[("pyclassify_watch_events_total", (("kind", "NetworkPolicy"),))] >= 3
+        assert samples[("pyclassify_watch_events_total", (("kind", "Pod"),))] >= 2
+        assert samples[("pyclassify_watch_lists_total", ())] == 1
+        assert samples[("pyclassify_watch_rejected_total", ())] >= 1
+        assert samples[("pyclassify_policy_apply_seconds_count", ())] >= 4
         assert daemon.terminate() == 0
     finally:
         if daemon.proc.poll() is None:

@@ -69,11 +69,11 @@ def label_namespace(kc: KubeClient, name: str, labels: dict[str, str]) -> None:
     kc.request("PATCH", f"/api/v1/namespaces/{name}", body={"metadata": {"labels": labels}}, content_type=MERGE)
 
 
-def create_pod(kc: KubeClient, ns: str, name: str, labels: dict[str, str], ip: str) -> None:
+def create_pod(kc: KubeClient, ns: str, name: str, labels: dict[str, str], ip: str, node: str = "node-1") -> None:
     """A pod with an address, as a kubelet would report it (no kubelet runs here)."""
     kc.request("POST", f"/api/v1/namespaces/{ns}/pods", body={
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels},
-        "spec": {"nodeName": "node-1", "containers": [{"name": "c", "image": "registry.invalid/app:1"}]}})
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/app:1"}]}})
     kc.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status", content_type=MERGE, body={
         "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "192.0.2.1"}})
 

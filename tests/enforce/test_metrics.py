@@ -1,0 +1,70 @@
+"""The daemon's metrics listener (pyclassify.enforce.metrics) without root: /readyz and /healthz
+answer what the daemon says of itself, /metrics carries the policy source's counters. The
+listener with a running daemon is tested in test_enforce_netns.py."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from pyclassify.enforce.metrics import Metrics
+
+
+def get(address: tuple[str, int], path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://{address[0]}:{address[1]}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+class CountingSource:
+    """A policy source as the daemon holds it: ``metrics()`` is all the collector reads."""
+
+    def __init__(self) -> None:
+        self.figures = {"events_Pod": 3, "events_NetworkPolicy": 1, "lists": 1, "relists": 2, "reconnects": 4,
+                        "rejected": 1}
+
+    def metrics(self) -> dict[str, int]:
+        return dict(self.figures)
+
+
+def test_probes_follow_the_daemon_and_metrics_carry_the_source() -> None:
+    state: dict[str, str | None] = {"ready": "starting: the initial policy is not in force yet", "healthy": None}
+    source = CountingSource()
+    metrics = Metrics(lambda: [], fail_open=False, source=lambda: source)
+    address = metrics.serve("127.0.0.1:0", lambda: state["ready"], lambda: state["healthy"])
+    try:
+        assert get(address, "/readyz") == (503, "starting: the initial policy is not in force yet\n")
+        assert get(address, "/healthz") == (200, "ok\n")
+        state["ready"] = None
+        assert get(address, "/readyz") == (200, "ok\n")
+        state["healthy"] = state["ready"] = "packet loop stopped: pyclassify-nfq0"
+        assert get(address, "/healthz")[0] == 503 and get(address, "/readyz")[0] == 503
+        status, text = get(address, "/metrics")
+        assert status == 200
+        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                   for f in text_string_to_metric_families(text) for s in f.samples}
+        assert samples[("pyclassify_watch_events_total", (("kind", "Pod"),))] == 3
+        assert samples[("pyclassify_watch_events_total", (("kind", "NetworkPolicy"),))] == 1
+        assert samples[("pyclassify_watch_relists_total", ())] == 2
+        assert samples[("pyclassify_watch_reconnects_total", ())] == 4
+        assert samples[("pyclassify_watch_rejected_total", ())] == 1
+        assert samples[("pyclassify_watch_bookmarks_total", ())] == 0
+        source.figures["events_Pod"] = 5  # read at scrape time
+        assert "pyclassify_watch_events_total{kind=\"Pod\"} 5.0" in get(address, "/metrics")[1]
+    finally:
+        metrics.close()
+
+
+def test_a_source_without_counters_adds_none() -> None:
+    metrics = Metrics(lambda: [], fail_open=False, source=lambda: object())
+    address = metrics.serve("127.0.0.1:0")
+    try:
+        status, text = get(address, "/metrics")
+        assert status == 200 and "pyclassify_watch" not in text and "pyclassify_policy_reloads" in text
+        assert get(address, "/readyz") == (200, "ok\n")
+    finally:
+        metrics.close()
