@@ -509,8 +509,10 @@ def matrix_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
 Examples:
   pyclassify replay examples/demo --pcap pcaps/demo.pcap
   pyclassify replay examples/demo --pcap pcaps/demo.pcapng --out verdicts.jsonl --denied denied.pcap
+  pyclassify replay --kubeconfig ~/.kube/config --pcap node1.pcap
 """)
-@paths_argument
+@cluster_paths_argument
+@kube_options
 @click.option("--pcap", "pcaps", multiple=True, required=True, type=click.Path(allow_dash=True),
               help="Capture to replay (pcap or pcapng; - for stdin). Repeat for several.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
@@ -523,7 +525,8 @@ Examples:
 @click.option("--no-conntrack", is_flag=True, help="Judge every packet alone (no connection tracking).")
 @default_option
 @json_option
-def replay_cmd(paths: tuple[str, ...], pcaps: tuple[str, ...], out_path: str | None, allowed_path: str | None,
+def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
+               pcaps: tuple[str, ...], out_path: str | None, allowed_path: str | None,
                denied_path: str | None, per_flow: bool, no_conntrack: bool, default: str | None,
                as_json: bool) -> None:
     """Replay captures against the policy: a verdict for every packet, and a summary by rule.
@@ -537,7 +540,7 @@ def replay_cmd(paths: tuple[str, ...], pcaps: tuple[str, ...], out_path: str | N
 
     outputs = {"--out": out_path, "--allowed": allowed_path, "--denied": denied_path}
     _refuse_overwriting_inputs(paths, pcaps, {k: v for k, v in outputs.items() if v is not None})
-    project = _load(paths)
+    project = _load(paths, (kubeconfig, kube_context, in_cluster))
     engine = NativeEngine(project.policy_set, project.inventory)
     try:
         out_file = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115 - closed below

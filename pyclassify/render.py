@@ -20,6 +20,7 @@ import click
 from pyclassify.engine import NativeEngine
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import Direction
+from pyclassify.cli import _load, cluster_paths_argument, kube_options
 from pyclassify.project import Project, load_project
 
 PROTOCOL_NAMES = {1: "ICMP", 6: "TCP", 17: "UDP", 58: "ICMPv6", 132: "SCTP", 136: "UDPLite"}
@@ -95,8 +96,9 @@ def render_tables(project: Project, endpoint: Endpoint, engine: NativeEngine | N
     return out
 
 
-def run_render(paths: tuple[str, ...], endpoint_ref: str, as_json: bool) -> str:
-    project = load_project(list(paths))
+def run_render(paths: tuple[str, ...], endpoint_ref: str, as_json: bool, project: Project | None = None) -> str:
+    """The tables of ``endpoint_ref`` in ``project`` (default: the manifests under ``paths``)."""
+    project = project if project is not None else load_project(list(paths))
     endpoint = project.find_endpoint(endpoint_ref)
     if endpoint is None:
         raise click.BadParameter(f"no endpoint {endpoint_ref!r} in the manifests", param_hint="--endpoint")
@@ -122,12 +124,19 @@ def run_render(paths: tuple[str, ...], endpoint_ref: str, as_json: bool) -> str:
 Examples:
   pyclassify render examples/demo --endpoint backend/db
   pyclassify render examples/demo --endpoint 10.0.1.10 --json
+  pyclassify render --kubeconfig ~/.kube/config --endpoint backend/db
 """)
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@cluster_paths_argument
+@kube_options
 @click.option("--endpoint", "endpoint", required=True, metavar="NS/POD",
               help="The endpoint: ns/pod, workload, host endpoint or IP.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def render_command(paths: tuple[str, ...], endpoint: str, as_json: bool) -> None:
+def render_command(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
+                   endpoint: str, as_json: bool) -> None:
     """Print the compiled rule tables of one endpoint as 6-tuples (src, sport, dst, dport,
-    protocol, action), egress and ingress, per tier, in evaluation order."""
-    click.echo(run_render(paths, endpoint, as_json))
+    protocol, action), egress and ingress, per tier, in evaluation order.
+
+    PATH (files, directories, - for stdin) and/or a cluster (--kubeconfig, --in-cluster) are
+    the input; invalid manifests print every error and exit 1."""
+    project = _load(paths, (kubeconfig, kube_context, in_cluster))
+    click.echo(run_render(paths, endpoint, as_json, project))

@@ -1,5 +1,6 @@
-"""``explain``, ``matrix`` and ``check`` with ``--kubeconfig``: the live cluster as input answers
-exactly as the same objects in files do; errors name the object (``Kind namespace/name``)."""
+"""``explain``, ``matrix``, ``render``, ``replay`` and ``check`` with ``--kubeconfig``: the live
+cluster as input answers exactly as the same objects in files do; errors name the object
+(``Kind namespace/name``)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,28 @@ def test_explain_and_matrix_from_the_cluster_equal_files(kube_cluster, tmp_path:
     offline = run("matrix", str(files), "--port", "80", "--json")
     assert live.returncode == 0, live.stderr
     assert json.loads(live.stdout) == json.loads(offline.stdout)
+
+    live = run("render", *kube, "--endpoint", "c-a/web", "--json")
+    offline = run("render", str(files), "--endpoint", "c-a/web", "--json")
+    assert live.returncode == 0, live.stderr
+    assert json.loads(live.stdout) == json.loads(offline.stdout)
+    assert json.loads(live.stdout)["tables"]
+
+    # A capture among the pods: client -> web on 80 (allowed) and 443 (denied), other -> web on 80.
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    pcap = tmp_path / "pods.pcap"
+    wrpcap(str(pcap), [Ether() / IP(src=s, dst="10.64.0.1") / TCP(sport=40000 + i, dport=p, flags="S")
+                       for i, (s, p) in enumerate([("10.64.0.2", 80), ("10.64.0.2", 443), ("10.64.0.3", 80)])])
+    live = run("replay", *kube, "--pcap", str(pcap), "--json")
+    offline = run("replay", str(files), "--pcap", str(pcap), "--json")
+    assert live.returncode == 0, live.stderr
+    timing = ("seconds", "packets_per_second")
+    summary = {k: v for k, v in json.loads(live.stdout).items() if k not in timing}
+    assert summary == {k: v for k, v in json.loads(offline.stdout).items() if k not in timing}
+    assert (summary["allowed"], summary["denied"]) == (2, 1), summary  # 443 is not allowed from c-b
 
     # Files and the cluster together: a file's policy beside the live objects.
     extra = tmp_path / "allow-443.yaml"
