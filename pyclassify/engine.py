@@ -11,6 +11,7 @@ tests/test_engine_differential.py holds them to it.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -520,6 +521,35 @@ class NativeEngine:
         prids = state._profiles.ids.of
         self._profiles = {prids[p.name]: p for p in policy_set.profiles}
         return self
+
+    @classmethod
+    def _facade(cls, state: EngineState, snapshot: Any, policy_set: PolicySet, inventory: Inventory) -> "NativeEngine":
+        """The facade of a snapshot whose changes the caller sent object by object
+        (``LiveProject``), without the project-wide diff of ``update``: what names the engine's
+        ids for answers is worked out on first use, from the ids as they are now (later deltas
+        reuse ids)."""
+        self = cls.__new__(cls)
+        self.state = state
+        self.policy_set = policy_set
+        self.inventory = inventory
+        self.extra_endpoints = ()
+        self._engine = snapshot
+        self._ids_then = (dict(state._endpoints.ids.of), dict(state._policies.ids.of))
+        self._tier_names = {state._tiers.ids.of[t.name]: t.name for t in policy_set.tiers}
+        prids = state._profiles.ids.of
+        self._profiles = {prids[p.name]: p for p in policy_set.profiles}
+        return self
+
+    @functools.cached_property
+    def _endpoint_ids(self) -> dict[int, int]:
+        ids = self._ids_then[0]  # only a facade gets here: the others set this at once
+        all_endpoints = (*self.inventory.endpoints, *self.extra_endpoints)
+        return {id(e): ids[k] for e, k in zip(all_endpoints, _endpoint_keys(all_endpoints))}
+
+    @functools.cached_property
+    def _policies(self) -> dict[int, Policy]:
+        pids = self._ids_then[1]
+        return {pids[k]: p for k, p in zip(_policy_keys(self.policy_set.policies), self.policy_set.policies)}
 
     def update(self, policy_set: PolicySet, inventory: Inventory,
                extra_endpoints: tuple[Endpoint, ...] = ()) -> "NativeEngine":

@@ -40,6 +40,7 @@ class LiveProject:
         self.engine = NativeEngine(project.policy_set, project.inventory)
         self.state: EngineState = self.engine.state
         self._index(project)
+        self._policy_set: PolicySet | None = project.policy_set
         #: Where the objects of a change come from, for its errors (``Document.file``, ``line``):
         #: a watch names them ``Kind namespace/name`` with no line.
         self.where: tuple[str, int] = ("<change>", 1)
@@ -49,6 +50,7 @@ class LiveProject:
         current state (``EngineState.update``): only what changed reaches the engine."""
         self.engine = self.state.update(project.policy_set, project.inventory)
         self._index(project)
+        self._policy_set = project.policy_set
         return self.engine
 
     def _doc(self, obj: dict[str, Any]) -> Document:
@@ -70,9 +72,12 @@ class LiveProject:
             if svc.selector and not svc.from_slices:
                 self._selecting.setdefault(svc.namespace, []).append(key)
         self._dirty = False
+        self._stale = False
 
     def policy_set(self) -> PolicySet:
-        return PolicySet.build(list(self.policies.values()), self.tiers, self.profiles)
+        if self._policy_set is None:  # built again only after a policy changed
+            self._policy_set = PolicySet.build(list(self.policies.values()), self.tiers, self.profiles)
+        return self._policy_set
 
     def apply(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> Any:
         """One object's change, in force on return: the new engine snapshot
@@ -91,14 +96,21 @@ class LiveProject:
             self._policy(before, after)
         else:
             raise UnsupportedChange(f"{doc.kind} changes are not applied one at a time: reload the project")
-        return self.state.commit()
+        snapshot = self.state.commit()
+        self._stale = True
+        return snapshot
 
     def snapshot(self) -> NativeEngine:
-        """The current state as a ``NativeEngine`` facade (names for the engine's answers)."""
+        """The current state as a ``NativeEngine`` facade (names for the engine's answers). Every
+        change is in the engine already (``apply`` sent it): no project-wide diff here, which at
+        10k pods cost more than the change itself."""
         if self._dirty:
             self.inventory = dataclasses.replace(self.inventory, endpoints=list(self._endpoints.values()))
             self._dirty = False
-        self.engine = self.state.update(self.policy_set(), self.inventory)
+        if self._stale:
+            self.engine = NativeEngine._facade(self.state, self.state.model.snapshot(), self.policy_set(),
+                                               self.inventory)
+            self._stale = False
         return self.engine
 
     # --- kinds ---
@@ -121,6 +133,8 @@ class LiveProject:
             self._endpoints[key] = new
             if new.kind is EndpointKind.POD and new.namespace:
                 self._pods.setdefault(new.namespace, {})[key] = new
+                if new.namespace not in self.state._namespaces:  # implied, as update() would
+                    self.state.set_namespace(new.namespace, namespace_labels(self.inventory, new.namespace))
             self.state.set_endpoint(key, new, service_account_labels(self.inventory, new),
                                     enforced=self.inventory.enforces(new))
         elif old is not None:
@@ -180,3 +194,4 @@ class LiveProject:
             key = policy_key(p)
             self.policies[key] = p
             self.state.set_policy(key, p)
+        self._policy_set = None

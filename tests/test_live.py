@@ -37,7 +37,9 @@ def test_changes_one_at_a_time_equal_a_fresh_build() -> None:
     fresh_project = project_of(cluster)
     fresh = NativeEngine(fresh_project.policy_set, fresh_project.inventory)
     engine = live.snapshot()
+    assert live.state.deltas == 25, "the snapshot sent a delta of its own"
     # The project-level diff finds nothing left: the per-object changes sent everything.
+    live.state.update(live.policy_set(), live.inventory)
     assert live.state.last_delta_size == 0
     pods = [e for e in fresh_project.inventory.endpoints if e.ips and not e.host_network]
     r = random.Random(3)
@@ -85,7 +87,8 @@ def test_node_scoping_follows_pods_moving_between_nodes() -> None:
     fresh_project.inventory.enforcing_node = here
     fresh = NativeEngine(fresh_project.policy_set, fresh_project.inventory)
     engine = live.snapshot()
-    assert live.state.last_delta_size == 0
+    live.state.update(live.policy_set(), live.inventory)
+    assert live.state.last_delta_size == 0  # the per-object changes sent everything
     pods = [e for e in fresh_project.inventory.endpoints if e.ips and not e.host_network]
     unscoped = NativeEngine(fresh_project.policy_set, dataclasses.replace(fresh_project.inventory, enforcing_node=None))
     r = random.Random(11)
