@@ -65,6 +65,14 @@ class KubeClient:
     def list(self, path: str, limit: int = 5000) -> tuple[list[dict[str, Any]], str]:
         """Every object at ``path`` (pages of ``limit``), and the list's resourceVersion."""
         items: list[dict[str, Any]] = []
+        version = ""
+        for page, version in self.pages(path, limit):
+            items.extend(page)
+        return items, version
+
+    def pages(self, path: str, limit: int = 500) -> Iterator[tuple[list[dict[str, Any]], str]]:
+        """The list at ``path`` a page of ``limit`` objects at a time, each with the list's
+        resourceVersion: a caller that lets each page go holds one page, not the whole list."""
         token = None
         while True:
             query: list[tuple[str, Any]] = [("limit", limit)]
@@ -76,11 +84,11 @@ class KubeClient:
                 if exc.status == 410:
                     raise Gone(str(exc)) from exc
                 raise
-            items.extend(page.get("items") or ())
             meta = page.get("metadata") or {}
             token = meta.get("continue")
+            yield page.get("items") or [], str(meta.get("resourceVersion") or "")
             if not token:
-                return items, str(meta.get("resourceVersion") or "")
+                return
 
     def watch(self, path: str, resource_version: str, timeout_seconds: int = 300,
               holder: list[Any] | None = None, cancelled: Callable[[], bool] | None = None) -> Iterator[dict[str, Any]]:

@@ -26,7 +26,7 @@ import random
 import threading
 import time
 from collections import Counter, deque
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import orjson
 
@@ -121,40 +121,52 @@ class KubeSource:
     # --- the initial list ---
 
     def start(self) -> None:
-        objects: dict[ObjectKey, dict[str, Any]] = {}
-        for res in self.resources:
-            try:
-                items, rv = self.client.list(res.path)
-            except ApiException as exc:
-                if exc.status == 404 and res.crd:
-                    self.skipped.append(f"{res.api_version} {res.kind}")
-                    log.warning("%s %s: not served by this cluster (CRD not installed), skipped", res.api_version, res.kind)
-                    continue
-                raise
-            self._served.append(res)
-            self._versions[res] = rv
-            for obj in items:
-                obj = _clean(obj, res)
-                objects[object_key(document(obj))] = obj
+        # Streamed: each listed page is normalized and let go as the project is built; what
+        # stays of an object is its compact JSON (10k decoded pods at once are 46 MB).
+        stored: dict[ObjectKey, bytes] = {}
+        rvs: dict[ObjectKey, str] = {}
         with self._lock:
-            project = self._build(objects)
+            project = build_project(self._listed(stored, rvs), Problems())
             for key, error in project.invalid.items():
                 self._reject(key, error)
             if project.invalid:
                 for key in project.invalid:
-                    objects.pop(key, None)
-                project = self._build(objects)
+                    stored.pop(key, None)
+                    rvs.pop(key, None)
+                project = self._build({key: orjson.loads(data) for key, data in stored.items()})
+            project.inventory.enforcing_node = self.node
             self.live = LiveProject(project)
-            self.objects = {key: orjson.dumps(obj) for key, obj in objects.items()}
-            self._rvs = {key: _rv(obj) for key, obj in objects.items()}
+            self.objects, self._rvs = stored, rvs
             self.metrics["lists"] += 1
-        del objects, project
+        del project
         _release_freed_memory()
         self.ready.set()
         for res in self._served:
             t = threading.Thread(target=self._watch_loop, args=(res,), name=f"watch {res.kind}", daemon=True)
             self._threads.append(t)
             t.start()
+
+    def _listed(self, stored: dict[ObjectKey, bytes], rvs: dict[ObjectKey, str]) -> Iterator[Document]:
+        """Every object of every served kind, as documents; each kept in ``stored``."""
+        for res in self.resources:
+            try:
+                for items, version in self.client.pages(res.path):
+                    if not self._served or self._served[-1] is not res:
+                        self._served.append(res)
+                    self._versions[res] = version
+                    for obj in items:
+                        obj = _clean(obj, res)
+                        doc = document(obj)
+                        key = object_key(doc)
+                        stored[key] = orjson.dumps(obj)
+                        rvs[key] = _rv(obj)
+                        yield doc
+            except ApiException as exc:
+                if exc.status == 404 and res.crd and res not in self._served:
+                    self.skipped.append(f"{res.api_version} {res.kind}")
+                    log.warning("%s %s: not served by this cluster (CRD not installed), skipped", res.api_version, res.kind)
+                    continue
+                raise
 
     def object(self, key: ObjectKey) -> dict[str, Any] | None:
         """The last good version of an object in force (None: not in force)."""
