@@ -8,12 +8,18 @@ the inventory and policy set, and hands the engine only the objects it touches a
 - a Pod is one endpoint (and the Services that select it without EndpointSlices: their
   endpoint addresses follow the pod);
 - a Namespace is its labels (selectors see them under ``ns:``; identities stay);
-- a policy kind (NetworkPolicy, AdminNetworkPolicy, Calico policies, ...) is its policies.
+- a policy kind (NetworkPolicy, AdminNetworkPolicy, Calico policies, ...) is its policies;
+- a Node is its labels and addresses (a change of neither, as a status heartbeat, is no delta);
+- a ServiceAccount is its labels, on the pods that run as it;
+- a Service is its virtual IPs, ports and endpoint addresses (from its EndpointSlices, else
+  from the pods it selects);
+- an EndpointSlice is its addresses, on its Service (``index_slices`` first: which slices
+  exist; without it slices are refused).
 
-Other kinds (Nodes, Services, EndpointSlices, service accounts, workload controllers, Calico
-inventory kinds) change links between objects: ``apply`` refuses them (``UnsupportedChange``)
-and the caller reloads the project, whose ``EngineState.update`` still sends the engine only
-what changed.
+Other kinds (workload controllers, Calico tiers, profiles, sets and host endpoints, a node whose
+addresses change under endpoints that take them) change links between objects: ``apply``
+refuses them (``UnsupportedChange``) and the caller reloads the project, whose
+``EngineState.update`` still sends the engine only what changed.
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ class LiveProject:
         self.state: EngineState = self.engine.state
         self._index(project)
         self._policy_set: PolicySet | None = project.policy_set
+        #: EndpointSlices (namespace, name) -> (their Service's key or None, addresses); None
+        #: until ``index_slices``.
+        self._slices: dict[tuple[str, str], tuple[tuple[str, str] | None, tuple[Any, ...]]] | None = None
         #: Where the objects of a change come from, for its errors (``Document.file``, ``line``):
         #: a watch names them ``Kind namespace/name`` with no line.
         self.where: tuple[str, int] = ("<change>", 1)
@@ -92,8 +101,16 @@ class LiveProject:
             self._pod(before, after)
         elif kind == ("", "Namespace"):
             self._namespace(after, doc)
-        elif kinds.POLICY_KINDS.get(kind) is not None:
-            self._policy(before, after)
+        elif kinds.POLICY_KINDS.get(kind) is not None and kind[1] not in ("Tier", "Profile"):
+            self._policy(before, after)  # tiers and profiles order and complete policies: reload
+        elif kind == ("", "Node"):
+            self._node(after, doc)
+        elif kind == ("", "ServiceAccount"):
+            self._service_account(after, doc)
+        elif kind == ("", "Service"):
+            self._service(after, doc)
+        elif kind == ("discovery.k8s.io", "EndpointSlice"):
+            self._endpoint_slice(after, doc)
         else:
             raise UnsupportedChange(f"{doc.kind} changes are not applied one at a time: reload the project")
         snapshot = self.state.commit()
@@ -118,7 +135,7 @@ class LiveProject:
     def _normalize_pod(self, obj: dict[str, Any]) -> Endpoint:
         problems = Problems()
         builder = InventoryBuilder(problems)
-        builder.nodes = dict(self.inventory.nodes)  # host-network pods take their node's addresses
+        builder.nodes = self.inventory.nodes  # host-network pods take their node's addresses (read only)
         builder.add(self._doc(obj))
         if problems.errors or not builder.endpoints:
             raise InvalidInput(problems.errors)
@@ -159,6 +176,122 @@ class LiveProject:
                 svc = dataclasses.replace(svc, endpoint_ips=ips)
                 self.inventory.services[key] = svc
                 self.state.set_service(key, svc)
+
+    def _inventory_object(self, doc: Document) -> InventoryBuilder:
+        """One inventory object normalized alone; its errors raise ``InvalidInput``."""
+        problems = Problems()
+        builder = InventoryBuilder(problems)
+        builder.add(doc)
+        if problems.errors:
+            raise InvalidInput(problems.errors)
+        return builder
+
+    def _node(self, after: dict[str, Any] | None, doc: Document) -> None:
+        name = doc.name
+        new = self._inventory_object(doc).nodes.get(name) if after is not None else None
+        old = self.inventory.nodes.get(name)
+        if new == old:
+            return  # a heartbeat: nothing policy reads changed
+        if (old.addresses if old else ()) != (new.addresses if new else ()) and any(
+                e.node == name and (e.host_network or (e.kind is EndpointKind.HOST and e.interface == "*"))
+                for e in self._endpoints.values()):
+            raise UnsupportedChange("a node's addresses changed under endpoints that take them: reload the project")
+        if new is None:
+            del self.inventory.nodes[name]
+            self.state.delete_node(name)
+        else:
+            self.inventory.nodes[name] = new
+            self.state.set_node(name, new)
+
+    def _service_account(self, after: dict[str, Any] | None, doc: Document) -> None:
+        ns, name = doc.namespace or "", doc.name
+        key = (ns, name)
+        new = self._inventory_object(doc).service_accounts.get(key) if after is not None else None
+        if new == self.inventory.service_accounts.get(key):
+            return
+        if new is None:
+            self.inventory.service_accounts.pop(key, None)
+        else:
+            self.inventory.service_accounts[key] = new
+        for ekey, e in self._pods.get(ns, {}).items():
+            if e.service_account == name:
+                self.state.set_endpoint(ekey, e, service_account_labels(self.inventory, e),
+                                        enforced=self.inventory.enforces(e))
+
+    def index_slices(self, documents: Any) -> None:
+        """The EndpointSlices of the project (documents), so that their changes and their
+        Services' changes can be applied one object at a time."""
+        self._slices = {}
+        for doc in documents:
+            self._slices[(doc.namespace or "", doc.name)] = self._slice_entry(doc)
+
+    def _slice_entry(self, doc: Document) -> tuple[tuple[str, str] | None, tuple[Any, ...]]:
+        items = list(self._inventory_object(doc).slice_ips.items())
+        return (items[0][0], tuple(items[0][1])) if items else (None, ())
+
+    def _endpoint_slice(self, after: dict[str, Any] | None, doc: Document) -> None:
+        if self._slices is None:
+            raise UnsupportedChange("EndpointSlices are not indexed (index_slices): reload the project")
+        key = (doc.namespace or "", doc.name)
+        new = self._slice_entry(doc) if after is not None else None
+        old = self._slices.get(key)
+        if new == old:
+            return
+        if new is None:
+            del self._slices[key]
+        else:
+            self._slices[key] = new
+        for service in {entry[0] for entry in (old, new) if entry is not None and entry[0] is not None}:
+            svc = self.inventory.services.get(service)
+            if svc is not None:
+                self._set_service(service, self._finish_service(svc))
+
+    def _service(self, after: dict[str, Any] | None, doc: Document) -> None:
+        key = (doc.namespace or "", doc.name)
+        if after is None:
+            if key in self.inventory.services:
+                del self.inventory.services[key]
+                self.state.delete_service(key)
+                self._selecting_update(key, None)
+            return
+        svc = self._inventory_object(doc).services.get(key)
+        if svc is None:
+            raise InvalidInput([])
+        if self._slices is None and (svc.selector is None or self._has_slices(key)):
+            raise UnsupportedChange("Services with EndpointSlices need index_slices: reload the project")
+        self._set_service(key, self._finish_service(svc))
+
+    def _has_slices(self, key: tuple[str, str]) -> bool:
+        old = self.inventory.services.get(key)
+        return old is not None and old.from_slices
+
+    def _finish_service(self, svc: Any) -> Any:
+        """Its endpoint addresses: its EndpointSlices' (in name order, as a list gives them),
+        else the pods it selects (``InventoryBuilder._finish_service``)."""
+        key = (svc.namespace, svc.name)
+        slices = sorted((name, entry[1]) for (ns, name), entry in (self._slices or {}).items()
+                        if ns == svc.namespace and entry[0] == key)
+        if slices:
+            ips: Any = [ip for _, addresses in slices for ip in addresses]
+        elif svc.selector:
+            ips = selected_pod_ips(svc, self._pods.get(svc.namespace, {}).values())
+        else:
+            ips = ()
+        return dataclasses.replace(svc, endpoint_ips=tuple(dict.fromkeys(ips)), from_slices=bool(slices))
+
+    def _set_service(self, key: tuple[str, str], svc: Any) -> None:
+        if self.inventory.services.get(key) == svc:
+            return
+        self.inventory.services[key] = svc
+        self.state.set_service(key, svc)
+        self._selecting_update(key, svc)
+
+    def _selecting_update(self, key: tuple[str, str], svc: Any) -> None:
+        selecting = self._selecting.setdefault(key[0], [])
+        if key in selecting:
+            selecting.remove(key)
+        if svc is not None and svc.selector and not svc.from_slices:
+            selecting.append(key)
 
     def _namespace(self, after: dict[str, Any] | None, doc: Document) -> None:
         if after is None:

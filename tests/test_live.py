@@ -57,9 +57,12 @@ def test_invalid_change_and_unsupported_kinds_are_refused() -> None:
     with pytest.raises(InvalidInput):
         live.apply(None, pod)
     assert live.state.deltas == 1
-    node = copy.deepcopy(next(iter(cluster.nodes.values())))
+    tier = copy.deepcopy(next(iter(cluster.tiers.values())))
     with pytest.raises(UnsupportedChange, match="reload the project"):
-        live.apply(node, node)
+        live.apply(tier, tier)
+    service = copy.deepcopy(next(iter(cluster.services.values())))
+    with pytest.raises(UnsupportedChange, match="index_slices"):  # which slices exist is not known
+        live.apply(None, {**service, "spec": {**service["spec"], "selector": None}})
 
 
 def test_node_scoping_follows_pods_moving_between_nodes() -> None:
@@ -106,3 +109,78 @@ def test_node_scoping_follows_pods_moving_between_nodes() -> None:
             assert got.ingress is None
         differs += got.allowed != unscoped.evaluate(flow).allowed
     assert differs > 0, "no flow whose verdict depends on the node: the test shows nothing"
+
+
+def test_nodes_service_accounts_services_and_slices_one_at_a_time() -> None:
+    """Nodes, ServiceAccounts, Services and EndpointSlices as per-object changes: each one
+    delta (a node heartbeat none), and the result equals a fresh build, service addresses and
+    service-account labels included."""
+    cluster = generate(300, seed=6)
+    slices: dict[tuple[str, str], dict] = {}
+    live = LiveProject(project_of(cluster))
+    live.index_slices([])
+    deltas = live.state.deltas
+
+    def change(before, after, expect_delta=True):
+        nonlocal deltas
+        live.apply(copy.deepcopy(before), copy.deepcopy(after))
+        assert live.state.deltas == deltas + expect_delta, (before or after)["kind"]
+        deltas = live.state.deltas
+
+    node = next(iter(cluster.nodes.values()))
+    beat = copy.deepcopy(node)
+    beat.setdefault("status", {})["conditions"] = [{"type": "Ready", "status": "True"}]
+    beat["metadata"]["resourceVersion"] = "9999"
+    change(node, beat, expect_delta=False)  # a heartbeat: nothing policy reads
+    relabelled = copy.deepcopy(beat)
+    relabelled["metadata"]["labels"]["pool"] = "gpu"
+    change(beat, relabelled)
+    cluster.nodes[next(iter(cluster.nodes))] = relabelled
+
+    used = {(e.namespace, e.service_account) for e in live.inventory.endpoints}
+    sa_key, sa = next((k, v) for k, v in cluster.service_accounts.items()
+                      if (v["metadata"]["namespace"], v["metadata"]["name"]) in used)
+    sa2 = copy.deepcopy(sa)
+    sa2["metadata"].setdefault("labels", {})["trusted"] = "yes"
+    change(sa, sa2)
+    cluster.service_accounts[sa_key] = sa2
+
+    svc_key, svc = next((k, v) for k, v in cluster.services.items() if v["spec"].get("selector"))
+    narrowed = copy.deepcopy(svc)
+    narrowed["spec"]["selector"] = {**svc["spec"]["selector"], "absent": "label"}
+    change(svc, narrowed)
+    cluster.services[svc_key] = narrowed
+    ns, name = svc_key
+    addresses = [e.ips[0] for e in live.inventory.endpoints if e.namespace == ns and e.ips][:2]
+    assert live.inventory.services[svc_key].endpoint_ips == ()  # selects nothing now
+    slice_ = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+              "metadata": {"name": f"{name}-abc", "namespace": ns, "labels": {"kubernetes.io/service-name": name}},
+              "addressType": "IPv4", "endpoints": [{"addresses": [str(a)]} for a in addresses],
+              "ports": [{"port": 8080, "protocol": "TCP"}]}
+    change(None, slice_)
+    assert live.inventory.services[svc_key].endpoint_ips == tuple(addresses)
+    assert live.inventory.services[svc_key].from_slices
+    heartbeat = copy.deepcopy(slice_)
+    heartbeat["endpoints"][0]["conditions"] = {"ready": False}  # pyclassify does not read conditions
+    change(slice_, heartbeat, expect_delta=False)
+    slices[(ns, slice_["metadata"]["name"])] = heartbeat
+    other = next(k for k, v in cluster.services.items() if k != svc_key and v["spec"].get("selector"))
+    gone = cluster.services.pop(other)
+    change(gone, None)
+
+    engine = live.snapshot()
+    live.state.update(live.policy_set(), live.inventory)
+    assert live.state.last_delta_size == 0  # the per-object changes sent everything
+    docs = [Document(copy.deepcopy(o), "cluster", 1) for o in [*cluster.objects(), *slices.values()]]
+    fresh_project = build_project(docs, Problems())
+    assert fresh_project.inventory.services == live.inventory.services
+    assert fresh_project.inventory.service_accounts == live.inventory.service_accounts
+    assert fresh_project.inventory.nodes == live.inventory.nodes
+    fresh = NativeEngine(fresh_project.policy_set, fresh_project.inventory)
+    pods = [e for e in fresh_project.inventory.endpoints if e.ips and not e.host_network]
+    targets = [*(ip for s in fresh_project.inventory.services.values() for ip in s.cluster_ips), *(p.ips[0] for p in pods)]
+    r = random.Random(5)
+    for _ in range(400):
+        flow = Flow(FlowEnd(None, r.choice(pods).ips[0]), FlowEnd(None, r.choice(targets)), 6, 40000,
+                    r.choice([53, 80, 8080, 9090, 5432]))
+        assert engine.evaluate(flow).to_json() == fresh.evaluate(flow).to_json(), flow

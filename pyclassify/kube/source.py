@@ -8,10 +8,11 @@ apply every event to the engine as a delta (``pyclassify.live.LiveProject``), ne
   or as an ERROR event) lists that kind again and applies the difference, object by object; a
   broken connection reconnects from the last resourceVersion after a capped exponential
   backoff.
-- Pods, Namespaces and policies are applied one object at a time; the kinds that link objects
-  (Nodes, Services, EndpointSlices, ServiceAccounts, Calico tiers, profiles, sets and host
-  endpoints) rebuild the project and reach the engine through ``EngineState.update``, which
-  still sends only what changed.
+- Pods, Namespaces, policies, Nodes, ServiceAccounts, Services and EndpointSlices are applied
+  one object at a time (``LiveProject.apply``; a Node heartbeat is no change at all); the kinds
+  that link objects otherwise (Calico tiers, profiles, sets and host endpoints, workload
+  controllers) rebuild the project and reach the engine through ``EngineState.update``, which
+  still sends only what changed (counted as ``reloads``).
 - An invalid object is rejected alone and logged with its name; its last good version stays,
   kept as compact JSON (a third of the memory of the decoded object, at 10k pods 36 MB less).
 - A kind whose CRD is not installed (404 on its list) is skipped, and said so once.
@@ -34,14 +35,13 @@ from pyclassify import kinds
 from pyclassify.engine import NativeEngine
 from pyclassify.kube.client import ApiException, Gone, KubeClient
 from pyclassify.kube.resources import RESOURCES, Resource
-from pyclassify.live import LiveProject
+from pyclassify.live import LiveProject, UnsupportedChange
 from pyclassify.project import ObjectKey, Project, build_project, object_key
 from pyclassify.source import Document, InvalidInput, Problems
 
 log = logging.getLogger("pyclassify.kube")
 
-#: Kinds applied one object at a time (``LiveProject.apply``); the others reload the project.
-_PER_OBJECT = {k for k in kinds.POLICY_KINDS if k[1] not in ("Tier", "Profile")} | {("", "Pod"), ("", "Namespace")}
+_SLICES = ("discovery.k8s.io", "EndpointSlice")
 
 
 def locator(obj: dict[str, Any]) -> str:
@@ -136,6 +136,7 @@ class KubeSource:
                 project = self._build({key: orjson.loads(data) for key, data in stored.items()})
             project.inventory.enforcing_node = self.node
             self.live = LiveProject(project)
+            self.live.index_slices(document(orjson.loads(data)) for key, data in stored.items() if key[:2] == _SLICES)
             self.objects, self._rvs = stored, rvs
             self.metrics["lists"] += 1
         del project
@@ -286,19 +287,22 @@ class KubeSource:
         if before is None and after is None:
             self.rejected.pop(key, None)
             return
-        if key[:2] in _PER_OBJECT:
-            self.live.where = (doc.file, 0)
-            try:
-                self.live.apply(before, after)
-            except InvalidInput as exc:
-                self._reject(key, str(exc.problems[0]) if exc.problems else str(exc))
-                return
-            except Exception as exc:  # noqa: BLE001 - the engine refused the delta: nothing changed
-                if type(exc).__name__ != "EngineError":
-                    raise
-                self._reject(key, f"{doc.file}: {exc}")
-                return
-        else:
+        per_object = True
+        self.live.where = (doc.file, 0)
+        try:
+            self.live.apply(before, after)
+        except UnsupportedChange:
+            per_object = False
+        except InvalidInput as exc:
+            self._reject(key, str(exc.problems[0]) if exc.problems else str(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - the engine refused the delta: nothing changed
+            if type(exc).__name__ != "EngineError":
+                raise
+            self._reject(key, f"{doc.file}: {exc}")
+            return
+        if not per_object:
+            self.metrics["reloads"] += 1
             objects = {k: orjson.loads(v) for k, v in self.objects.items() if k != key}
             if after is not None:
                 objects[key] = after

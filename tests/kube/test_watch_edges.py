@@ -83,7 +83,7 @@ def etcd(kube_cluster: KubeCluster, call: str, body: dict) -> dict:
 def test_compacted_etcd_expires_the_watch_and_the_source_lists_again(kube_cluster: KubeCluster, uncached) -> None:
     kc = uncached
     create_namespace(kc, "k-a", {"team": "ka"})
-    web, client, gone = "10.62.0.1", "10.62.0.2", "10.62.0.3"
+    web, client, gone = "10.59.0.1", "10.59.0.2", "10.59.0.3"  # unique among tests/kube
     create_pod(kc, "k-a", "web", {"app": "web"}, web)
     create_pod(kc, "k-a", "client", {"app": "client"}, client)
     create_pod(kc, "k-a", "gone", {"app": "client"}, gone)
