@@ -15,7 +15,8 @@ apply every event to the engine as a delta (``pyclassify.live.LiveProject``), ne
   still sends only what changed (counted as ``reloads``).
 - An invalid object is rejected alone and logged with its name; its last good version stays,
   kept as compact JSON (a third of the memory of the decoded object, at 10k pods 36 MB less).
-- A kind whose CRD is not installed (404 on its list) is skipped, and said so once.
+- A kind whose CRD is not installed (404 on its list) is skipped, and said so once; it is
+  listed again every ``crd_retry`` seconds, and followed from when its CRD is installed.
 """
 
 from __future__ import annotations
@@ -85,12 +86,14 @@ class KubeSource:
 
     def __init__(self, client: KubeClient, resources: tuple[Resource, ...] = RESOURCES,
                  backoff_cap: float = 5.0, watch_timeout: int = 300,
-                 on_change: Callable[["KubeSource"], None] | None = None, node: str | None = None) -> None:
+                 on_change: Callable[["KubeSource"], None] | None = None, node: str | None = None,
+                 crd_retry: float = 30.0) -> None:
         self.client = client
         #: Enforce for this node's pods and host endpoints only (``Inventory.enforcing_node``).
         self.node = node
         self.resources = resources
         self.backoff_cap = backoff_cap
+        self.crd_retry = crd_retry
         self.watch_timeout = watch_timeout
         self.on_change = on_change
         self.live: LiveProject | None = None
@@ -146,6 +149,36 @@ class KubeSource:
             t = threading.Thread(target=self._watch_loop, args=(res,), name=f"watch {res.kind}", daemon=True)
             self._threads.append(t)
             t.start()
+        for res in [r for r in self.resources if r not in self._served]:
+            t = threading.Thread(target=self._await_crd, args=(res,), name=f"await {res.kind}", daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _await_crd(self, res: Resource) -> None:
+        """A kind not served at the start: listed again now and then; once its CRD is installed,
+        its objects are applied and it is watched like the others."""
+        while not self._stop.wait(self.crd_retry):
+            try:
+                items, version = self.client.list(res.path)
+            except ApiException as exc:
+                if exc.status != 404:
+                    log.info("%s: list failed: %s", res.kind, exc.status)
+                continue
+            except Exception as exc:  # noqa: BLE001 - the API is away: try again later
+                log.info("%s: list failed: %s", res.kind, exc)
+                continue
+            with self._lock:
+                for obj in items:
+                    self._apply(_clean(obj, res), deleted=False)
+                self._versions[res] = version
+                self._served.append(res)
+                self.skipped.remove(f"{res.api_version} {res.kind}")
+                self.metrics["crds_appeared"] += 1
+            log.warning("%s %s: now served (CRD installed): following it", res.api_version, res.kind)
+            if self.on_change is not None:
+                self.on_change(self)
+            self._watch_loop(res)
+            return
 
     def _listed(self, stored: dict[ObjectKey, bytes], rvs: dict[ObjectKey, str]) -> Iterator[Document]:
         """Every object of every served kind, as documents; each kept in ``stored``."""

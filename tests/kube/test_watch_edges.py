@@ -130,3 +130,46 @@ def test_bookmarks_move_the_resource_version_on(kube_cluster: KubeCluster) -> No
     finally:
         source.stop()
         delete(kc, "/api/v1/namespaces/k-b")
+
+
+def test_a_crd_installed_after_the_start_is_followed_from_then_on(kube_cluster: KubeCluster) -> None:
+    """A kind whose CRD is missing at the start is skipped, then followed once the CRD is
+    installed: its objects are applied and later changes arrive by watch. (A test-only CRD,
+    ``latesets.crd.projectcalico.org``, read as GlobalNetworkSets.)"""
+    from pyclassify.kube.resources import Resource
+    from tests.kube.apiserver import minimal_crd
+
+    kc = load_client(str(kube_cluster.kubeconfig), "test")
+    late = Resource("crd.projectcalico.org", "v1", "latesets", "GlobalNetworkSet", False)
+    namespaces = next(r for r in RESOURCES if r.kind == "Namespace")
+    source = KubeSource(kc, resources=(namespaces, late), crd_retry=0.3)
+    source.start()
+    crd = minimal_crd("crd.projectcalico.org", "v1", "LateSet", "latesets", "Cluster")
+    try:
+        assert source.skipped == ["crd.projectcalico.org/v1 GlobalNetworkSet"]
+        kube_cluster.http("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        wait_until(lambda: _ready_list(kc, late.path), "the new CRD served")
+        kc.request("POST", late.path, body={"apiVersion": "crd.projectcalico.org/v1", "kind": "LateSet",
+                                            "metadata": {"name": "early", "labels": {"role": "db"}},
+                                            "spec": {"nets": ["198.51.100.0/28"]}})
+        names = lambda: {n.name for n in source.engine().inventory.network_sets}  # noqa: E731
+        wait_until(lambda: "early" in names(), "an object that existed when the CRD appeared")
+        assert source.skipped == [] and source.metrics["crds_appeared"] == 1
+        kc.request("POST", late.path, body={"apiVersion": "crd.projectcalico.org/v1", "kind": "LateSet",
+                                            "metadata": {"name": "later"}, "spec": {"nets": ["198.51.100.16/28"]}})
+        wait_until(lambda: "later" in names(), "an object created under the new watch")
+        assert source.full_builds == 1
+    finally:
+        source.stop()
+        try:
+            kube_cluster.http("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}")
+        except Exception:  # noqa: BLE001 - never installed
+            pass
+
+
+def _ready_list(kc, path: str) -> bool:
+    try:
+        kc.request("GET", path)
+        return True
+    except Exception:  # noqa: BLE001 - not served yet
+        return False
