@@ -53,3 +53,19 @@ def test_every_data_file_is_package_data() -> None:
             f"{path.relative_to(REPO)} matches no package-data pattern of pyproject.toml: the wheel would leave it out"
         )
     assert {"py.typed", "_engine.pyi", "_native.pyi"} <= {p.name for p in PACKAGE.iterdir()}
+
+
+def test_the_image_build_copies_what_the_wheel_needs() -> None:
+    """deploy/Containerfile builds the wheel from the paths it copies: they must be those an
+    sdist carries for the build (scripts/install_check.sh's list). No image is built here (no
+    container runtime or registry on these machines); this keeps the copy list honest."""
+    copied = set()
+    for line in (REPO / "deploy" / "Containerfile").read_text().splitlines():
+        parts = line.split()
+        if parts[:1] == ["COPY"] and not any(p.startswith("--from") for p in parts):
+            copied |= {p.rstrip("/") for p in parts[1:-1]}
+    needed = {"pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "rust/Cargo.toml", "rust/Cargo.lock",
+              "pyclassify", "native", "rust/core", "rust/py"}
+    assert copied == needed
+    check = (REPO / "scripts" / "install_check.sh").read_text()
+    assert '"rust/Cargo.toml", "rust/Cargo.lock"' in check and '"pyclassify/", "native/", "rust/core/", "rust/py/"' in check

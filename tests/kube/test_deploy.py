@@ -1,0 +1,152 @@
+"""deploy/ against the real API server: every manifest passes server-side validation (a dry-run
+create with strict field validation, so an unknown or misplaced field fails), the ClusterRole
+grants exactly get/list/watch on the kinds pyclassify follows, and the ServiceAccount, bound to
+it, can list every one of them and do nothing else."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pyclassify.kube import load_client
+from pyclassify.kube.client import ApiException, KubeClient, object_path
+from pyclassify.kube.resources import RESOURCES
+from tests.kube.test_source import delete
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+NAMESPACE = "pyclassify-system"
+
+#: apiVersion prefix and plural of each kind the manifests hold.
+PATHS = {
+    "Namespace": ("/api/v1", "namespaces", False),
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
+}
+
+
+def manifests() -> list[dict[str, Any]]:
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    out = []
+    for name in kustomization["resources"]:
+        out += [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
+    return out
+
+
+def of_kind(kind: str) -> dict[str, Any]:
+    return next(m for m in manifests() if m["kind"] == kind)
+
+
+def create(kc: KubeClient, obj: dict[str, Any], dry_run: bool) -> Any:
+    prefix, plural, namespaced = PATHS[obj["kind"]]
+    query = [("fieldValidation", "Strict")] + ([("dryRun", "All")] if dry_run else [])
+    ns = obj["metadata"].get("namespace") if namespaced else None
+    return kc.request("POST", object_path(prefix, plural, ns), query=query, body=obj)
+
+
+def path_of(obj: dict[str, Any]) -> str:
+    prefix, plural, namespaced = PATHS[obj["kind"]]
+    return object_path(prefix, plural, obj["metadata"].get("namespace") if namespaced else None,
+                       obj["metadata"]["name"])
+
+
+@pytest.fixture(scope="module")
+def namespace(kube_cluster):
+    """deploy/'s Namespace, validated, then created for the module (the namespaced objects'
+    dry runs need it; no namespace controller runs here to finalize a deletion, so it is
+    created once and deleted at the end)."""
+    kc = load_client(str(kube_cluster.kubeconfig), "test")
+    namespace = of_kind("Namespace")
+    create(kc, namespace, dry_run=True)
+    create(kc, namespace, dry_run=False)
+    yield namespace
+    delete(kc, path_of(namespace))
+
+
+def test_every_manifest_passes_server_side_validation(kube_cluster, namespace) -> None:
+    kc = load_client(str(kube_cluster.kubeconfig), "test")
+    objs = manifests()
+    assert {o["kind"] for o in objs} == set(PATHS)
+    for obj in objs:
+        if obj["kind"] == "Namespace":
+            continue  # validated by the fixture, and now it exists
+        answer = create(kc, obj, dry_run=True)
+        assert answer["kind"] == obj["kind"] and answer["metadata"]["name"] == obj["metadata"]["name"]
+    # A broken manifest does fail: strict validation names the unknown field.
+    broken = of_kind("DaemonSet")
+    broken["spec"]["template"]["spec"]["containers"][0]["imagePullPolicee"] = "Always"
+    with pytest.raises(ApiException) as exc:
+        create(kc, broken, dry_run=True)
+    assert exc.value.status == 400 and "imagePullPolicee" in (exc.value.body or "")
+
+
+def test_the_daemonset_runs_enforce_as_the_node() -> None:
+    ds = of_kind("DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["serviceAccountName"] == of_kind("ServiceAccount")["metadata"]["name"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert args[0] == "enforce" and "--in-cluster" in args
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    caps = container["securityContext"]["capabilities"]["add"]
+    assert set(caps) == {"NET_ADMIN", "NET_RAW"} and container["securityContext"].get("privileged") is False
+    metrics = next(a for a in args if a.startswith("--metrics="))
+    port = int(metrics.rpartition(":")[2])
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
+    # Every option the manifest gives is one the command knows.
+    from click.testing import CliRunner
+
+    from pyclassify.cli import main
+
+    help_text = CliRunner().invoke(main, ["enforce", "--help"]).output
+    for arg in args[1:]:
+        assert arg.split("=")[0] in help_text, arg
+
+
+def test_the_cluster_role_grants_exactly_what_the_source_reads() -> None:
+    rules = of_kind("ClusterRole")["rules"]
+    granted = set()
+    for rule in rules:
+        assert sorted(rule["verbs"]) == ["get", "list", "watch"], rule
+        granted |= {(g, r) for g in rule["apiGroups"] for r in rule["resources"]}
+    assert granted == {(r.group, r.plural) for r in RESOURCES}
+
+
+def test_the_service_account_can_read_every_kind_and_nothing_more(kube_cluster, namespace, tmp_path: Path) -> None:
+    admin = load_client(str(kube_cluster.kubeconfig), "test")
+    rbac = [of_kind(k) for k in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
+    for obj in rbac:
+        create(admin, obj, dry_run=False)
+    try:
+        sa = of_kind("ServiceAccount")["metadata"]
+        token = admin.request("POST", f"/api/v1/namespaces/{sa['namespace']}/serviceaccounts/{sa['name']}/token",
+                              body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                                    "spec": {"expirationSeconds": 600}})["status"]["token"]
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+            "clusters": [{"name": "test", "cluster": {
+                "server": kube_cluster.url,
+                "certificate-authority-data": base64.b64encode((kube_cluster.dir / "ca.crt").read_bytes()).decode()}}],
+            "users": [{"name": "sa", "user": {"token": token}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "test", "user": "sa"}}],
+        }
+        (tmp_path / "sa.kubeconfig").write_text(yaml.safe_dump(config))
+        kc = load_client(str(tmp_path / "sa.kubeconfig"), "sa")
+        for res in RESOURCES:
+            items, _ = kc.list(res.path)  # allowed (every CRD is installed in the test server)
+            assert isinstance(items, list)
+        for method, path in (("GET", "/api/v1/secrets"), ("POST", "/api/v1/namespaces/default/pods"),
+                             ("DELETE", "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies/x")):
+            with pytest.raises(ApiException) as exc:
+                kc.request(method, path, body={} if method == "POST" else None)
+            assert exc.value.status == 403, (method, path, exc.value.status)
+    finally:
+        for obj in reversed(rbac):
+            delete(admin, path_of(obj))
