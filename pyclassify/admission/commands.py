@@ -150,8 +150,13 @@ def admit_command(paths: tuple[str, ...], resource_path: str, scan_paths: tuple[
 Examples:
   pyclassify admission-webhook policies/ --tls-cert tls.crt --tls-key tls.key
   pyclassify admission-webhook policies/ --listen 127.0.0.1:9443 --tls-cert tls.crt --tls-key tls.key --failure-policy Ignore
+  pyclassify admission-webhook --in-cluster --tls-cert /tls/tls.crt --tls-key /tls/tls.key
 """)
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--kubeconfig", metavar="FILE", type=click.Path(dir_okay=False), default=None,
+              help="A cluster's ContainerAdmissionPolicies and Namespaces as input, beside or instead of PATH.")
+@click.option("--context", "kube_context", metavar="NAME", default=None, help="Context of --kubeconfig.")
+@click.option("--in-cluster", is_flag=True, help="The cluster this runs in (its service account) as input.")
 @click.option("--listen", default="0.0.0.0:8443", show_default=True, metavar="HOST:PORT", help="Address to serve HTTPS on.")
 @click.option("--tls-cert", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM certificate (chain).")
 @click.option("--tls-key", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM private key.")
@@ -165,7 +170,8 @@ Examples:
 @click.option("--trust-scan-annotations", "trust_annotations", is_flag=True,
               help="Also read scan results from the resource's admission.pyclassify.io/image-scans annotation.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
-def admission_webhook_command(paths: tuple[str, ...], listen: str, tls_cert: str, tls_key: str,
+def admission_webhook_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context: str | None,
+                              in_cluster: bool, listen: str, tls_cert: str, tls_key: str,
                               scan_paths: tuple[str, ...], failure_policy: str, max_body: int,
                               reload_interval: float, trust_annotations: bool, log_level: str) -> None:
     """Serve a Kubernetes validating admission webhook (AdmissionReview v1 over HTTPS) that
@@ -173,6 +179,8 @@ def admission_webhook_command(paths: tuple[str, ...], listen: str, tls_cert: str
 
     POST /validate (or /) for reviews, GET /healthz, GET /metrics. Policy and scan files are
     polled for changes and reloaded; an invalid change is refused and the last good policy stays.
+    With --kubeconfig/--in-cluster the cluster's ContainerAdmissionPolicies (and its Namespaces)
+    are polled too, at the same interval; an unreachable API server keeps the last good policy.
     """
     from pyclassify.admission.webhook import AdmissionWebhook, parse_listen
     from pyclassify.source import InvalidInput
@@ -182,15 +190,31 @@ def admission_webhook_command(paths: tuple[str, ...], listen: str, tls_cert: str
         address = parse_listen(listen)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--listen") from e
+    cluster = None
+    if kubeconfig or kube_context or in_cluster:
+        from pyclassify.kube import load_client
+        from pyclassify.kube.admission import ClusterAdmissionInput
+
+        try:
+            cluster = ClusterAdmissionInput(load_client(kubeconfig, kube_context, True if in_cluster else None))
+        except Exception as e:  # noqa: BLE001 - a bad kubeconfig: say so
+            raise click.UsageError(f"cannot read the cluster: {e}") from e
+    elif not paths:
+        raise click.UsageError("Missing argument 'PATHS...' (or --kubeconfig / --in-cluster).")
     try:
         webhook = AdmissionWebhook(paths, tls_cert=tls_cert, tls_key=tls_key, listen=address, scan_paths=scan_paths,
                                    failure_policy=failure_policy, max_body=max_body, reload_interval=reload_interval,
-                                   trust_annotations=trust_annotations)
+                                   trust_annotations=trust_annotations, cluster=cluster)
     except InvalidInput as e:
         _print_problems(e.problems)
         _exit(EXIT_INVALID)
     except (OSError, ValueError) as e:  # ssl.SSLError is an OSError: a bad certificate or key, a busy port
         _err.print(f"[red]error[/red]: {escape(str(e))}")
+        _exit(EXIT_INVALID)
+    except Exception as e:  # noqa: BLE001 - the cluster cannot be read at the start: nothing to decide with
+        if cluster is None:
+            raise
+        _err.print(f"[red]error[/red]: cannot read the cluster: {escape(str(e))}")
         _exit(EXIT_INVALID)
     host, port = webhook.address
     _err.print(f"admission webhook on https://{host}:{port}/validate: "

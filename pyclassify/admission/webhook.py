@@ -31,6 +31,7 @@ force (as ``enforce`` does).
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import logging
 import os
@@ -47,10 +48,10 @@ from typing import Any, Callable, Iterable, Sequence
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from pyclassify.admission.evaluate import ResourceError, evaluate, is_pod_creating, resource_from_object
-from pyclassify.admission.policy import AdmissionSet, load_admission
+from pyclassify.admission.policy import AdmissionSet, build_admission
 from pyclassify.admission.scans import ScanResults, load_scans
-from pyclassify.loader import manifest_files
-from pyclassify.source import InvalidInput, Problems
+from pyclassify.loader import iter_paths, manifest_files
+from pyclassify.source import Document, InvalidInput, Problems
 
 log = logging.getLogger("pyclassify.admission.webhook")
 
@@ -75,10 +76,12 @@ class Snapshot:
     loaded_at: float
 
 
-def load_snapshot(paths: Sequence[str], scan_paths: Sequence[str], generation: int) -> Snapshot:
-    """Everything the webhook decides with; raises InvalidInput with every problem found."""
+def load_snapshot(paths: Sequence[str], scan_paths: Sequence[str], generation: int,
+                  documents: Sequence[Document] = ()) -> Snapshot:
+    """Everything the webhook decides with (the manifests under ``paths`` and ``documents``, a
+    cluster's objects); raises InvalidInput with every problem found."""
     problems = Problems()
-    admission = load_admission(paths, problems)
+    admission = build_admission(itertools.chain(iter_paths(paths, problems), documents), problems)
     scans = load_scans(scan_paths, problems) if scan_paths else ScanResults()
     if problems:
         raise InvalidInput(problems.errors)
@@ -134,7 +137,10 @@ class AdmissionWebhook:
         reload_interval: float = 2.0,
         trust_annotations: bool = False,
         clock: Callable[[], dt.datetime] | None = None,
+        cluster: Any = None,
     ) -> None:
+        """``cluster``: a cluster's admission input (``pyclassify.kube.admission``
+        ``ClusterAdmissionInput``: ``fetch() -> (fingerprint, documents)``), polled like the files."""
         if failure_policy not in FAILURE_POLICIES:
             raise ValueError(f"failure policy must be one of {', '.join(FAILURE_POLICIES)}, not {failure_policy!r}")
         if max_body < 1:
@@ -149,8 +155,11 @@ class AdmissionWebhook:
         self.evaluator = evaluate  # the decision function (replaceable, e.g. to test the failure policy)
         self.registry = CollectorRegistry()
         self.metrics = _Metrics(self.registry)
-        self._snapshot = load_snapshot(self.paths, self.scan_paths, 1)  # raises InvalidInput
-        self._fingerprint = _fingerprint(self.paths + self.scan_paths)
+        self.cluster = cluster
+        self._cluster_down = False
+        marks, documents = cluster.fetch() if cluster is not None else ((), [])
+        self._snapshot = load_snapshot(self.paths, self.scan_paths, 1, documents)  # raises InvalidInput
+        self._fingerprint: tuple[Any, ...] = (_fingerprint(self.paths + self.scan_paths), marks)
         self._failed_fingerprint: tuple[Any, ...] | None = None
         self._publish(self._snapshot)
         self.ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -176,13 +185,28 @@ class AdmissionWebhook:
         self.metrics.generation.set(snap.generation)
 
     def reload_if_changed(self) -> bool | None:
-        """Reloads when a watched file changed: True reloaded, False the new input is invalid
-        (the old snapshot stays), None nothing changed."""
-        fingerprint = _fingerprint(self.paths + self.scan_paths)
+        """Reloads when a watched file (or a cluster object) changed: True reloaded, False the new
+        input is invalid or the cluster cannot be read (the old snapshot stays), None nothing
+        changed."""
+        marks: tuple[Any, ...] = ()
+        documents: list[Document] = []
+        if self.cluster is not None:
+            try:
+                marks, documents = self.cluster.fetch()
+            except Exception as e:  # noqa: BLE001 - the API server is away: keep deciding with what we have
+                self.metrics.reloads.labels("failure").inc()
+                if not self._cluster_down:
+                    log.warning("cannot read the cluster, keeping generation %d: %s", self._snapshot.generation, e)
+                    self._cluster_down = True
+                return False
+            if self._cluster_down:
+                log.info("the cluster can be read again")
+                self._cluster_down = False
+        fingerprint = (_fingerprint(self.paths + self.scan_paths), marks)
         if fingerprint == self._fingerprint or fingerprint == self._failed_fingerprint:
             return None
         try:
-            snap = load_snapshot(self.paths, self.scan_paths, self._snapshot.generation + 1)
+            snap = load_snapshot(self.paths, self.scan_paths, self._snapshot.generation + 1, documents)
         except InvalidInput as e:
             self._failed_fingerprint = fingerprint
             self.metrics.reloads.labels("failure").inc()

@@ -29,7 +29,7 @@ class Resource:
     @property
     def crd(self) -> bool:
         """Served by a CustomResourceDefinition, which a cluster may not have installed."""
-        return self.group.endswith("projectcalico.org") or self.group == "policy.networking.k8s.io"
+        return self.group.endswith(("projectcalico.org", "tigera.io")) or self.group == "policy.networking.k8s.io"
 
 
 _CALICO = "crd.projectcalico.org"

@@ -38,6 +38,7 @@ TOKEN = "pyclassify-test-admin-token"
 MINIMAL_CRDS = [
     ("crd.projectcalico.org", "v1", "Profile", "profiles", "Cluster"),
     ("policy.networking.k8s.io", "v1alpha2", "ClusterNetworkPolicy", "clusternetworkpolicies", "Cluster"),
+    ("containersecurity.tigera.io", "v1beta1", "ContainerAdmissionPolicy", "containeradmissionpolicies", "Cluster"),
 ]
 
 
