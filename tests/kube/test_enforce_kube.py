@@ -167,3 +167,75 @@ def test_enforce_follows_the_cluster(kube_cluster, topo: Topology, tmp_path: Pat
             daemon.kill()
         outside.kill()
         outside.wait()
+        for i in range(3):  # the addresses are the topology's, which other tests reuse
+            delete(kc, f"/api/v1/namespaces/{ns}/pods/p{i + 1}")
+
+
+def test_enforce_follows_every_policy_kind_through_the_api(kube_cluster, topo: Topology, tmp_path: Path) -> None:
+    """The netns test's manifests (a pair decided by each of NetworkPolicy, AdminNetworkPolicy,
+    Calico GlobalNetworkPolicy, BaselineAdminNetworkPolicy and ClusterNetworkPolicy) created,
+    updated and deleted through the API under a running ``enforce --kubeconfig``: real TCP and
+    UDP connections follow ``pyclassify matrix`` of the same objects in files each time, and the
+    engine is never rebuilt."""
+    import yaml
+
+    from bench.kube_cluster import create as create_object
+    from bench.kube_cluster import resource_of
+    from tests.enforce import manifests
+    from tests.enforce.test_enforce_netns import matrix, observed, off_diagonal
+
+    kc = load_client(str(kube_cluster.kubeconfig), "test")
+    files = tmp_path / "files"
+    files.mkdir()
+    manifests.write(files)
+    inventory = [d for d in yaml.safe_load_all(manifests.INVENTORY) if d]
+    policies = [yaml.safe_load(getattr(manifests, name)) for name in ("NETPOL", "ANP", "GNP", "BANP", "CNP")]
+
+    def path_of(obj: dict) -> str:
+        res = resource_of(obj)
+        md = obj["metadata"]
+        from pyclassify.kube.client import object_path
+
+        return object_path(res.prefix, res.plural, md.get("namespace") if res.namespaced else None, md["name"])
+
+    def connections() -> dict[str, list]:
+        seen = observed(topo)
+        return {p: off_diagonal(seen[p]) for p in ("TCP", "UDP")}
+
+    def expected() -> dict[str, list]:
+        return {p: off_diagonal(matrix(files, p, port))
+                for p, port in (("TCP", Topology.TCP_PORT), ("UDP", Topology.UDP_PORT))}
+
+    everything = {p: off_diagonal([[True] * 3 for _ in range(3)]) for p in ("TCP", "UDP")}
+    for obj in inventory:
+        create_object(kc, obj)
+    outside = relay(kube_cluster, topo, tmp_path)
+    daemon = Daemon(topo, [], 0, extra=("--kubeconfig", str(kube_cluster.kubeconfig), "--context", "test"))
+    try:
+        daemon.wait_event("start")
+        until(lambda: connections() == everything, "no policy yet: every pair connects")
+        for obj in policies:  # created
+            create_object(kc, obj)
+        want = expected()
+        assert want != everything
+        until(lambda: connections() == want, "every policy kind in force", timeout=60)
+        # updated: b's NetworkPolicy closes b to everyone
+        current = kc.request("GET", path_of(policies[0]))
+        current["spec"] = yaml.safe_load(manifests.NETPOL_DENY_ALL)["spec"]
+        kc.request("PUT", path_of(policies[0]), body=current)
+        manifests.replace(files / "10-netpol.yaml", manifests.NETPOL_DENY_ALL)
+        want = expected()
+        until(lambda: connections() == want, "the updated NetworkPolicy in force", timeout=60)
+        for obj in reversed(policies):  # deleted
+            delete(kc, path_of(obj))
+        until(lambda: connections() == everything, "every policy deleted", timeout=60)
+        reloads = [e for e in daemon.events() if e.get("event") == "reload"]
+        assert reloads and all(e["engine_builds"] == 1 for e in reloads), reloads
+        assert daemon.terminate() == 0
+    finally:
+        if daemon.proc.poll() is None:
+            daemon.kill()
+        outside.kill()
+        outside.wait()
+        for obj in [*policies, *(o for o in inventory if o["kind"] == "Pod")]:
+            delete(kc, path_of(obj))  # the addresses are the topology's, which other tests reuse
