@@ -110,7 +110,8 @@ class LoopCollector(Collector):
 
 class SourceCollector(Collector):
     """The policy source's own counters at scrape time (``source.metrics()``): for the cluster
-    source, watch events by kind, lists, relists, reconnects, bookmarks and rejected objects."""
+    source, watch events by kind, lists, relists, reconnects, bookmarks, rejected objects and
+    whole-project reloads."""
 
     def __init__(self, source: Callable[[], Any]) -> None:
         self.source = source
@@ -129,7 +130,9 @@ class SourceCollector(Collector):
                                ("relists", "Kinds listed again after a watch expired (410 Gone)"),
                                ("reconnects", "Watches reconnected after a broken connection"),
                                ("bookmarks", "Watch bookmarks received"),
-                               ("rejected", "Objects rejected (their last good version stays)")):
+                               ("rejected", "Objects rejected (their last good version stays)"),
+                               ("reloads", "Watch events applied by normalizing the whole project again "
+                                           "(kinds not applied one object at a time)")):
             family = CounterMetricFamily(f"pyclassify_watch_{key}", help_text)
             family.add_metric([], values.get(key, 0))
             yield family

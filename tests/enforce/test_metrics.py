@@ -53,6 +53,7 @@ def test_probes_follow_the_daemon_and_metrics_carry_the_source() -> None:
         assert samples[("pyclassify_watch_reconnects_total", ())] == 4
         assert samples[("pyclassify_watch_rejected_total", ())] == 1
         assert samples[("pyclassify_watch_bookmarks_total", ())] == 0
+        assert samples[("pyclassify_watch_reloads_total", ())] == 0
         source.figures["events_Pod"] = 5  # read at scrape time
         assert "pyclassify_watch_events_total{kind=\"Pod\"} 5.0" in get(address, "/metrics")[1]
     finally:
