@@ -32,7 +32,7 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
                 log_flows: bool = True, bridge: str | None = None,
                 kube: tuple[str | None, str | None, bool | None] | None = None, node: str | None = None) -> int:
     """Run the daemon until SIGINT/SIGTERM (or ``duration`` seconds); returns the exit code."""
-    from pyclassify.enforce.daemon import EnforceConfig, EnforceError, Enforcer, parse_queues
+    from pyclassify.enforce.daemon import EXIT_PREREQUISITE, EnforceConfig, EnforceError, Enforcer, parse_queues
 
     try:
         first, last = parse_queues(queues) if bridge is None else (0, 0)
@@ -50,10 +50,10 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
         enforcer.start()
     except EnforceError as e:
         click.echo(f"error: {e}", err=True)
-        return 1
+        return e.code
     except PermissionError as e:
         click.echo(f"error: {e} (enforce needs root / CAP_NET_ADMIN)", err=True)
-        return 1
+        return EXIT_PREREQUISITE
 
     def on_signal(signum: int, frame: Any) -> None:
         enforcer.request_stop()

@@ -28,7 +28,9 @@ they pass.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,7 +40,7 @@ import numpy as np
 
 from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import PACKET_POLICY, NativeEngine
-from pyclassify.enforce.iptables import Rules
+from pyclassify.enforce.iptables import IptablesError, Rules
 from pyclassify.enforce.log import PROTOS, FlowLog, address
 from pyclassify.enforce.metrics import Metrics
 from pyclassify.enforce.reload import Watcher
@@ -49,8 +51,30 @@ from pyclassify.nfqueue import engine_capsule, kernel_conntrack, open_queue
 from pyclassify.project import Project
 
 
+#: Exit codes of ``enforce`` beyond 1 (invalid input) and 2 (usage), as the README lists them.
+EXIT_PREREQUISITE = 6  # not root / no CAP_NET_ADMIN, iptables missing, no kernel support
+EXIT_IN_USE = 7  # a queue, an address or an interface in use by another, or absent
+
+
 class EnforceError(RuntimeError):
-    """The daemon cannot start (invalid manifests, queue busy, no permission, ...)."""
+    """The daemon cannot start (invalid manifests, queue busy, no permission, ...); ``code`` is
+    the exit code that says which."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _queue_error(queue: int, e: OSError) -> EnforceError:
+    if e.errno == errno.EPERM and os.geteuid() == 0:
+        # As root, the kernel answers EPERM when another process has the queue bound.
+        return EnforceError(f"cannot bind NFQUEUE {queue}: another process listens on it (one listener per "
+                            "queue): stop it or pick another --queue", EXIT_IN_USE)
+    if e.errno in (errno.EPERM, errno.EACCES):
+        return EnforceError(f"cannot bind NFQUEUE {queue}: {e.strerror or e}: enforce needs root "
+                            "(or CAP_NET_ADMIN)", EXIT_PREREQUISITE)
+    return EnforceError(f"cannot bind NFQUEUE {queue}: {e.strerror or e}: does this kernel have "
+                        "nfnetlink_queue (modprobe nfnetlink_queue)?", EXIT_PREREQUISITE)
 
 
 def parse_queues(text: str) -> tuple[int, int]:
@@ -159,6 +183,7 @@ class Enforcer:
     def start(self) -> None:
         cfg = self.config
         self.project, self.engine = self._load()
+        self._serve_metrics()
         self._has_log = has_log_rules(self.project)
         if cfg.bridge is not None:
             self._start_bridge()
@@ -171,7 +196,7 @@ class Enforcer:
                                       copy_range=cfg.copy_range, maxlen=cfg.maxlen, batch=cfg.batch,
                                       batch_verdicts=cfg.batch_verdicts)
                 except OSError as e:
-                    raise EnforceError(f"cannot bind NFQUEUE {q}: {e.strerror or e}") from e
+                    raise _queue_error(q, e) from e
                 self.loops.append(loop)
             self.ctnl = kernel_conntrack()
             for loop in self.loops:
@@ -179,8 +204,12 @@ class Enforcer:
                 t.start()
                 self.threads.append(t)
             if cfg.install_rules:
-                self.rules = Rules(cfg.queues[0], cfg.queues[1], cfg.fail_open, tuple(cfg.hooks), cfg.ipv6)
-                self.rules.install()
+                try:
+                    self.rules = Rules(cfg.queues[0], cfg.queues[1], cfg.fail_open, tuple(cfg.hooks), cfg.ipv6)
+                    self.rules.install()
+                except IptablesError as e:
+                    self.rules = None
+                    raise EnforceError(f"cannot install the iptables rules: {e}", EXIT_PREREQUISITE) from e
             self._drainer = threading.Thread(target=self._drain_loop, name="pyclassify-events", daemon=True)
             self._drainer.start()
             self._start_watch_and_metrics()
@@ -197,8 +226,16 @@ class Enforcer:
         elif cfg.watch:
             self.watcher = Watcher(cfg.paths, self._on_change, cfg.debounce)
             self.watcher.start()
+
+    def _serve_metrics(self) -> None:
+        """Before anything is bound or installed: a busy address then changes nothing (in
+        particular no iptables rule), and /readyz answers "starting" until the loops run."""
+        cfg = self.config
         if cfg.metrics:
-            self.metrics_address = self.metrics.serve(cfg.metrics, self.not_ready, self.not_healthy)
+            try:
+                self.metrics_address = self.metrics.serve(cfg.metrics, self.not_ready, self.not_healthy)
+            except OSError as e:
+                raise EnforceError(f"cannot serve metrics on {cfg.metrics}: {e.strerror or e}", EXIT_IN_USE) from e
 
     def _start_bridge(self) -> None:
         """The AF_PACKET bump-in-the-wire: the engine's own conntrack, no iptables, no kernel
@@ -211,7 +248,10 @@ class Enforcer:
             self.bridge = start_bridge(cfg.bridge, engine_capsule(self.engine), fail_open=cfg.fail_open,
                                        pod_allow=self.pod_allow, host_allow=self.host_allow)
         except (BridgeError, ValueError, OSError) as e:
-            raise EnforceError(f"cannot start the bridge {cfg.bridge}: {e}") from e
+            self.metrics.close()
+            code = EXIT_IN_USE if "No such device" in str(e) or getattr(e, "errno", None) == errno.ENODEV \
+                else EXIT_PREREQUISITE
+            raise EnforceError(f"cannot start the bridge {cfg.bridge}: {e}", code) from e
         try:
             self._start_watch_and_metrics()
         except BaseException:

@@ -251,3 +251,37 @@ def test_metrics_and_probes_of_a_running_daemon(topo: Topology, policy_dir: Path
     assert total("pyclassify_policy_apply_seconds_count") == 1
     assert not any(n.startswith("pyclassify_watch") for n, _, _ in samples)  # a file source
     assert daemon.terminate() == 0
+
+
+def _start_fails(topo: Topology, argv: list[str], prefix: list[str] | None = None) -> tuple[int, str]:
+    proc = topo.spawn(topo.node, [*(prefix or []), PY, "-m", "pyclassify", "enforce", *argv, "--duration", "5"],
+                      stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, err
+
+
+def test_missing_prerequisites_and_busy_resources_are_one_line_and_an_exit_code(topo: Topology, policy_dir: Path) -> None:
+    """Issue 14, item 4: no iptables, not root, a queue another process listens on, a metrics
+    address in use, an interface that does not exist — each one `error:` line and its exit code
+    (6: a missing prerequisite, 7: something in use or absent; README), never a traceback."""
+    venv_only = ["env", f"PATH={Path(PY).parent}"]  # no /usr/sbin: no iptables
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    holder = Daemon(topo, [str(policy_dir)], 5)  # holds queue 5
+    holder.wait_event("start")
+    blocker = topo.spawn(topo.node, [PY, "-c", "import socket, time; s = socket.socket(); "
+                                     "s.bind(('127.0.0.1', 9557)); s.listen(); print('ready', flush=True); time.sleep(60)"])
+    assert blocker.stdout is not None and blocker.stdout.readline().strip() == "ready"
+    cases = [
+        (venv_only, [str(policy_dir), "--queue", "0", "--no-ipv6"], 6, "iptables not found"),
+        (nobody, [str(REPO / "examples" / "demo"), "--queue", "0", "--no-ipv6"], 6, "needs root"),  # readable by nobody
+        (None, [str(policy_dir), "--queue", "5", "--no-ipv6"], 7, "another process listens on it"),
+        (None, [str(policy_dir), "--queue", "0", "--no-ipv6", "--metrics", "127.0.0.1:9557"], 7, "Address already in use"),
+        (None, [str(policy_dir), "--bridge", "nope0,nope1"], 7, "No such device"),
+    ]
+    for prefix, argv, code, text in cases:
+        got, err = _start_fails(topo, argv, prefix)
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        assert (got, len(errors)) == (code, 1) and text in errors[0], (argv, got, err)
+        assert "Traceback" not in err, err
+    assert "PYCLASSIFY-" in iptables_rules(topo.node)  # the holder's rules: the failed starts left them alone
+    assert holder.terminate() == 0
