@@ -1,0 +1,72 @@
+"""The policy path's watcher (pyclassify.enforce.reload.Watcher) with real inotify: a Kubernetes
+ConfigMap mount — files that are links through ``..data`` into a hidden timestamped directory,
+updated by an atomic rename of ``..data`` — is reloaded on an update, and read once (the
+hidden directories are not read beside the links)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+
+from pyclassify.analysis import explain
+from pyclassify.enforce.reload import Watcher
+from pyclassify.enforce.source import PolicySource
+from pyclassify.ir import PROTO_TCP
+
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
+
+
+def mount(root: Path, version: str, files: dict[str, str]) -> None:
+    """Writes ``files`` as the kubelet updates a ConfigMap volume: a new hidden directory, a new
+    ``..data`` link renamed over the old one, one link per key."""
+    data = root / f"..{version}"
+    data.mkdir()
+    for name, text in files.items():
+        (data / name).write_text(text)
+    tmp = root / "..data_tmp"
+    tmp.symlink_to(data.name)
+    os.replace(tmp, root / "..data")
+    for name in files:
+        if not (root / name).is_symlink():
+            (root / name).symlink_to(f"..data/{name}")
+
+
+def verdict(loaded, src: str, dst: str, port: int) -> str:
+    return explain(loaded.project, src, dst, PROTO_TCP, port, engine="native").verdict.verdict
+
+
+def test_a_configmap_update_is_one_reload_of_the_new_files(tmp_path: Path) -> None:
+    root = tmp_path / "policy"
+    root.mkdir()
+    files = {f.name: f.read_text() for f in sorted(DEMO.glob("*.yaml"))}
+    mount(root, "2026_11_24_01", files)
+    source = PolicySource([str(root)])
+    first = source.load()
+    assert not first.rejected and not first.broken_files
+    assert verdict(first, "frontend/web", "backend/api", 8080) == "allow"
+    fired: list[float] = []
+    changed = threading.Event()
+
+    def on_change(t: float) -> None:
+        fired.append(t)
+        changed.set()
+
+    watcher = Watcher([str(root)], on_change, debounce=0.05)
+    watcher.start()
+    try:
+        time.sleep(0.2)
+        files["10-pods.yaml"] = files["10-pods.yaml"].replace("      app: web\n", "      app: webx\n", 1)
+        mount(root, "2026_11_24_02", files)
+        shutil.rmtree(root / "..2026_11_24_01")  # the kubelet removes the old version
+        assert changed.wait(5), "the ..data swap was not seen"
+        time.sleep(0.3)  # debounced: the swap and the old directory's removal come together
+        assert 1 <= len(fired) <= 2, fired
+        second = source.load()
+        assert second.changed == 1 and not second.rejected and not second.broken_files
+        assert verdict(second, "frontend/web", "backend/api", 8080) == "deny"
+        assert second.engine.state.full_builds == 1
+    finally:
+        watcher.stop()
