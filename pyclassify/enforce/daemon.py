@@ -126,6 +126,8 @@ class EnforceConfig:
     kube: tuple[str | None, str | None, bool | None] | None = None
     #: Enforce for this node's pods and host endpoints only; selectors still see every endpoint.
     node: str | None = None
+    #: Seconds between checks that our iptables rules are as installed (repaired if not).
+    resync: float = 10.0
 
 
 @dataclass
@@ -154,6 +156,7 @@ class Enforcer:
         self._drain_lock = threading.Lock()
         self._stop = threading.Event()
         self._drainer: threading.Thread | None = None
+        self._resyncer: threading.Thread | None = None
         self._ready = False
         self.metrics_address: tuple[str, int] | None = None
         self.source: Any = PolicySource(list(config.paths), config.node)
@@ -212,6 +215,9 @@ class Enforcer:
                     raise EnforceError(f"cannot install the iptables rules: {e}", EXIT_PREREQUISITE) from e
             self._drainer = threading.Thread(target=self._drain_loop, name="pyclassify-events", daemon=True)
             self._drainer.start()
+            if self.rules is not None:
+                self._resyncer = threading.Thread(target=self._resync_loop, name="pyclassify-resync", daemon=True)
+                self._resyncer.start()
             self._start_watch_and_metrics()
         except BaseException:
             self.stop()
@@ -308,6 +314,9 @@ class Enforcer:
             loop.stop()
         for t in self.threads:
             t.join(timeout=5)
+        if self._resyncer is not None:
+            self._resyncer.join(timeout=30)  # a repair under way ends before the rules go
+            self._resyncer = None
         if self.rules is not None:
             self.rules.remove()
             self.rules = None
@@ -412,6 +421,22 @@ class Enforcer:
         return ReloadResult(False, errors)
 
     # --- events: verdict metrics and the flow log ---
+
+    def _resync_loop(self) -> None:
+        """Someone else's iptables change (a flush, a reorder, a deleted chain) is found and
+        undone within ``resync`` seconds, as Felix resyncs its rules."""
+        while not self._stop.wait(self.config.resync):
+            rules = self.rules
+            if rules is None:
+                return
+            try:
+                found = rules.repair()
+            except IptablesError as e:
+                self.log.emit("rules-repair-failed", error=str(e))
+                continue
+            if found:
+                self.metrics.rules_repaired.inc()
+                self.log.emit("rules-repaired", found=found)
 
     def _drain_loop(self) -> None:
         while not self._stop.wait(0.2):

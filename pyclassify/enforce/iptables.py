@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import os
 from dataclasses import dataclass, field
 
 PREFIX = "PYCLASSIFY-"
@@ -121,6 +122,33 @@ class Rules:
         except BaseException:
             self.remove()
             raise
+
+    def damage(self) -> list[str]:
+        """What someone else changed since ``install()`` (empty: nothing): a hooked built-in
+        chain that no longer begins with the jump to ours, a chain of ours gone or with other
+        rules than ours."""
+        found: list[str] = []
+        hook_of = {builtin: hook for hook, builtin in HOOKS.items()}
+        listings = {b: _run(b, "-t", "filter", "-S", check=False).splitlines() for b in {x[0] for x in self.installed}}
+        for binary, builtin, chain in self.installed:
+            listing = listings[binary]
+            first = next((line for line in listing if line.startswith(f"-A {builtin} ")), None)
+            if first != f"-A {builtin} -j {chain}":
+                found.append(f"{os.path.basename(binary)}: {builtin} does not begin with the jump to {chain}")
+            if f"-N {chain}" not in listing:
+                found.append(f"{os.path.basename(binary)}: {chain} is gone")
+            elif sum(line.startswith(f"-A {chain} ") for line in listing) != len(self.rules(hook_of[builtin])):
+                found.append(f"{os.path.basename(binary)}: {chain} holds other rules than ours")
+        return found
+
+    def repair(self) -> list[str]:
+        """Puts our rules back as ``install()`` left them if someone changed them; returns what
+        was found changed (empty: nothing was)."""
+        found = self.damage()
+        if found:
+            self.remove()
+            self.install()
+        return found
 
     def remove(self) -> None:
         for binary, builtin, chain in reversed(self.installed):

@@ -158,6 +158,9 @@ class Metrics:
                                registry=self.registry)
         self.revalidations = Counter("pyclassify_revalidations", "Revalidations of established connections",
                                      registry=self.registry)
+        self.rules_repaired = Counter("pyclassify_iptables_repairs",
+                                      "Times our iptables rules were found changed by someone else and put back",
+                                      registry=self.registry)
         self.revoked = Counter("pyclassify_revoked_connections", "Connections revoked by a policy change",
                                registry=self.registry)
         self.ct_deleted = Counter("pyclassify_conntrack_deletes", "Kernel conntrack deletions by result", ["result"],

@@ -285,3 +285,32 @@ def test_missing_prerequisites_and_busy_resources_are_one_line_and_an_exit_code(
         assert "Traceback" not in err, err
     assert "PYCLASSIFY-" in iptables_rules(topo.node)  # the holder's rules: the failed starts left them alone
     assert holder.terminate() == 0
+
+
+def test_rules_changed_by_someone_else_are_put_back(topo: Topology, policy_dir: Path) -> None:
+    """Issue 14, item 3: FORWARD flushed (our jump gone), another rule put before ours, our chain
+    deleted — each found and undone within the resync interval, said in a `rules-repaired`
+    line and counted; enforcement holds again after each."""
+    daemon = Daemon(topo, [str(policy_dir)], QUEUE, extra=("--resync-interval", "0.3", "--metrics", "127.0.0.1:9466"))
+    daemon.wait_event("start")
+    assert topo.reach(0, 1) and not topo.reach(2, 1)
+
+    def iptables(*args: str) -> None:
+        subprocess.run(["ip", "netns", "exec", topo.node, "iptables", *args], check=True, capture_output=True)
+
+    damages = [
+        (("-F", "FORWARD"), "FORWARD does not begin with the jump to PYCLASSIFY-FORWARD"),
+        (("-I", "FORWARD", "1", "-s", "192.0.2.1", "-j", "ACCEPT"), "FORWARD does not begin with the jump"),
+        (("-F", "PYCLASSIFY-FORWARD"), "PYCLASSIFY-FORWARD holds other rules than ours"),
+    ]
+    for args, said in damages:
+        iptables(*args)
+        repaired = daemon.wait_event("rules-repaired", timeout=10)
+        assert any(said in f for f in repaired["found"]), repaired
+        rules = iptables_rules(topo.node)
+        assert rules.count("-j PYCLASSIFY-FORWARD") == 1, rules
+        assert not topo.reach(2, 1) and topo.reach(0, 1)  # enforcing again
+    status, text = topo.get("http://127.0.0.1:9466/metrics")
+    assert status == 200 and "pyclassify_iptables_repairs_total 3.0" in text
+    assert daemon.terminate() == 0
+    assert "PYCLASSIFY-" not in iptables_rules(topo.node)
