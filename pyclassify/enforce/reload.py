@@ -17,6 +17,11 @@ from collections.abc import Callable
 
 from pyclassify.nfqueue import Inotify
 
+#: Kubernetes mounts a ConfigMap as links through ``..data`` to a hidden timestamped directory,
+#: and updates it by writing a new directory, then renaming a new ``..data`` link over the old
+#: one: the rename is the update (what is written before it is not in force yet).
+ATOMIC_WRITER_LINK = "..data"
+
 MASK = (Inotify.IN_CLOSE_WRITE | Inotify.IN_MOVED_TO | Inotify.IN_MOVED_FROM | Inotify.IN_CREATE
         | Inotify.IN_DELETE | Inotify.IN_MODIFY | Inotify.IN_ATTRIB | Inotify.IN_DELETE_SELF | Inotify.IN_MOVE_SELF)
 
@@ -58,9 +63,13 @@ class Watcher:
         if directory is None:
             return mask & Inotify.IN_Q_OVERFLOW != 0
         if directory in self._whole:
+            if name == ATOMIC_WRITER_LINK:
+                return True  # a ConfigMap/Secret volume's update is the swap of this one link
+            if name.startswith("."):
+                return False  # editors' swap files; the atomic writer's hidden directories
             if mask & Inotify.IN_ISDIR and mask & (Inotify.IN_CREATE | Inotify.IN_MOVED_TO):
                 self._watch_tree(os.path.join(directory, name))
-            return not name.startswith(".")  # editors' swap files
+            return True
         return name in self._files.get(directory, ())
 
     def start(self) -> None:

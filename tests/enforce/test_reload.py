@@ -1,6 +1,7 @@
 """The policy path's watcher (pyclassify.enforce.reload.Watcher) with real inotify: a Kubernetes
 ConfigMap mount — files that are links through ``..data`` into a hidden timestamped directory,
-updated by an atomic rename of ``..data`` — is reloaded on an update, and read once (the
+updated by an atomic rename of ``..data`` — is reloaded when ``..data`` is swapped, not when the
+new version's hidden directory is being written (it is not in force yet), and read once (the
 hidden directories are not read beside the links)."""
 
 from __future__ import annotations
@@ -19,19 +20,24 @@ from pyclassify.ir import PROTO_TCP
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
 
 
-def mount(root: Path, version: str, files: dict[str, str]) -> None:
+def mount(root: Path, version: str, files: dict[str, str], swap_in: bool = True) -> None:
     """Writes ``files`` as the kubelet updates a ConfigMap volume: a new hidden directory, a new
-    ``..data`` link renamed over the old one, one link per key."""
+    ``..data`` link renamed over the old one (``swap_in``), one link per key."""
     data = root / f"..{version}"
     data.mkdir()
     for name, text in files.items():
         (data / name).write_text(text)
-    tmp = root / "..data_tmp"
-    tmp.symlink_to(data.name)
-    os.replace(tmp, root / "..data")
+    if swap_in:
+        swap(root, version)
     for name in files:
         if not (root / name).is_symlink():
             (root / name).symlink_to(f"..data/{name}")
+
+
+def swap(root: Path, version: str) -> None:
+    tmp = root / "..data_tmp"
+    tmp.symlink_to(f"..{version}")
+    os.replace(tmp, root / "..data")
 
 
 def verdict(loaded, src: str, dst: str, port: int) -> str:
@@ -59,11 +65,15 @@ def test_a_configmap_update_is_one_reload_of_the_new_files(tmp_path: Path) -> No
     try:
         time.sleep(0.2)
         files["10-pods.yaml"] = files["10-pods.yaml"].replace("      app: web\n", "      app: webx\n", 1)
-        mount(root, "2026_11_24_02", files)
+        # The new version written, not yet swapped in: nothing to reload (it is not in force).
+        mount(root, "2026_11_24_02", files, swap_in=False)
+        time.sleep(0.5)
+        assert not fired, "reloaded before the swap: the old ..data was read"
+        swapped = time.monotonic()
+        swap(root, "2026_11_24_02")
         shutil.rmtree(root / "..2026_11_24_01")  # the kubelet removes the old version
         assert changed.wait(5), "the ..data swap was not seen"
-        time.sleep(0.3)  # the new directory, the swap and the old one's removal: one or a few callbacks
-        assert fired
+        assert fired[0] >= swapped
         second = source.load()
         assert second.changed == 1 and not second.rejected and not second.broken_files
         assert verdict(second, "frontend/web", "backend/api", 8080) == "deny"
