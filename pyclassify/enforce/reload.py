@@ -22,8 +22,10 @@ from pyclassify.nfqueue import Inotify
 #: one: the rename is the update (what is written before it is not in force yet).
 ATOMIC_WRITER_LINK = "..data"
 
+#: No IN_MODIFY: a file being written is read once its writer closes it (IN_CLOSE_WRITE), never
+#: half-written, however long the writer pauses between writes.
 MASK = (Inotify.IN_CLOSE_WRITE | Inotify.IN_MOVED_TO | Inotify.IN_MOVED_FROM | Inotify.IN_CREATE
-        | Inotify.IN_DELETE | Inotify.IN_MODIFY | Inotify.IN_ATTRIB | Inotify.IN_DELETE_SELF | Inotify.IN_MOVE_SELF)
+        | Inotify.IN_DELETE | Inotify.IN_ATTRIB | Inotify.IN_DELETE_SELF | Inotify.IN_MOVE_SELF)
 
 
 class Watcher:
@@ -62,6 +64,8 @@ class Watcher:
         directory = self._dirs.get(wd)
         if directory is None:
             return mask & Inotify.IN_Q_OVERFLOW != 0
+        if mask & Inotify.IN_CREATE and not mask & Inotify.IN_ISDIR and not os.path.islink(os.path.join(directory, name)):
+            return False  # a new file counts once written and closed (IN_CLOSE_WRITE), a new link at once
         if directory in self._whole:
             if name == ATOMIC_WRITER_LINK:
                 return True  # a ConfigMap/Secret volume's update is the swap of this one link

@@ -80,3 +80,34 @@ def test_a_configmap_update_is_one_reload_of_the_new_files(tmp_path: Path) -> No
         assert second.engine.state.full_builds == 1
     finally:
         watcher.stop()
+
+
+def test_a_file_is_read_once_its_writer_closes_it(tmp_path: Path) -> None:
+    """Issue 14, item 3: a policy file written in parts, with pauses longer than the debounce,
+    is never read half (which would drop the policies of the missing part for a while): the
+    reload comes with the writer's close, new file or rewritten one."""
+    root = tmp_path / "policy"
+    shutil.copytree(DEMO, root)
+    fired: list[float] = []
+    watcher = Watcher([str(root)], lambda t: fired.append(t), debounce=0.05)
+    watcher.start()
+    try:
+        time.sleep(0.2)
+        text = (DEMO / "20-networkpolicies.yaml").read_text()
+        first, _, rest = text.partition("\n---\n")
+        assert rest, "the demo file holds several policies"
+        for target in (root / "20-networkpolicies.yaml", root / "25-more.yaml"):  # rewritten, new
+            fired.clear()
+            with open(target, "w") as f:
+                f.write(first + "\n---\n")
+                f.flush()
+                time.sleep(0.4)  # a writer's pause: eight debounce periods
+                assert not fired, f"{target.name} was read half-written"
+                f.write(rest)
+            deadline = time.monotonic() + 5
+            while not fired and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert fired, f"{target.name}: no reload after its writer closed it"
+        (root / "25-more.yaml").unlink()
+    finally:
+        watcher.stop()
