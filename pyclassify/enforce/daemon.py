@@ -145,7 +145,8 @@ class Enforcer:
         self.log = FlowLog(config.log_stream, log_allowed=config.log_allowed)
         self.loops: list[Any] = []
         self.threads: list[threading.Thread] = []
-        self.metrics = Metrics(lambda: list(self.loops), config.fail_open, source=lambda: self.source)
+        self.metrics = Metrics(lambda: list(self.loops), config.fail_open, source=lambda: self.source,
+                               lost_lines=lambda: self.log.lost)
         self.rules: Rules | None = None
         self.watcher: Watcher | None = None
         self.ctnl: Any = None

@@ -40,6 +40,9 @@ class FlowLog:
         self.log_allowed = log_allowed
         self._recent: OrderedDict[Any, None] = OrderedDict()
         self._lock = threading.Lock()
+        #: Lines that could not be written (the destination full, closed or gone): counted, and
+        #: never a reason to stop enforcing.
+        self.lost = 0
 
     def seen(self, key: Any) -> bool:
         """True if ``key`` was logged recently; records it otherwise."""
@@ -65,4 +68,4 @@ class FlowLog:
                 self.stream.write(line + "\n")
                 self.stream.flush()
             except (OSError, ValueError):
-                pass
+                self.lost += 1

@@ -138,6 +138,17 @@ class SourceCollector(Collector):
             yield family
 
 
+class _LostLines(Collector):
+    def __init__(self, lost: Callable[[], int]) -> None:
+        self.lost = lost
+
+    def collect(self) -> Iterator[Any]:
+        family = CounterMetricFamily("pyclassify_log_lines_lost",
+                                     "Flow-log lines that could not be written (destination full, closed or gone)")
+        family.add_metric([], self.lost())
+        yield family
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass  # scrapes and probes every few seconds: not worth a line each
@@ -147,11 +158,13 @@ class Metrics:
     """The daemon's registry (one per daemon, so tests can run several)."""
 
     def __init__(self, loops: Callable[[], list[Any]], fail_open: bool,
-                 source: Callable[[], Any] | None = None) -> None:
+                 source: Callable[[], Any] | None = None, lost_lines: Callable[[], int] | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(LoopCollector(loops, fail_open))
         if source is not None:
             self.registry.register(SourceCollector(source))
+        if lost_lines is not None:
+            self.registry.register(_LostLines(lost_lines))
         self.verdicts = Counter("pyclassify_verdicts", "Policy verdicts by direction, tier, policy, rule and action",
                                 ["direction", "tier", "policy", "rule", "action"], registry=self.registry)
         self.reloads = Counter("pyclassify_policy_reloads", "Policy reloads by result", ["result"],

@@ -314,3 +314,49 @@ def test_rules_changed_by_someone_else_are_put_back(topo: Topology, policy_dir: 
     assert status == 200 and "pyclassify_iptables_repairs_total 3.0" in text
     assert daemon.terminate() == 0
     assert "PYCLASSIFY-" not in iptables_rules(topo.node)
+
+
+def test_a_full_log_destination_loses_lines_not_enforcement(topo: Topology, policy_dir: Path) -> None:
+    """Issue 14, item 3: the flow log's destination full (stdout is /dev/full): every line is
+    lost and counted (`pyclassify_log_lines_lost`), the daemon keeps enforcing and stops cleanly."""
+    url = "http://127.0.0.1:9467"
+    proc = topo.spawn(topo.node, ["sh", "-c", f"exec {PY} -m pyclassify enforce {policy_dir} --queue 0 --no-ipv6 "
+                                              f"--log-allowed --metrics 127.0.0.1:9467 > /dev/full"],
+                      stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if topo.get(f"{url}/readyz") == (200, "ok\n"):
+                break
+        except (RuntimeError, ValueError):
+            pass
+        time.sleep(0.2)
+    else:
+        raise AssertionError("never ready")
+    assert topo.reach(0, 1) and not topo.reach(2, 1)
+    _, text = topo.get(f"{url}/metrics")
+    lost = next(float(line.split()[1]) for line in text.splitlines() if line.startswith("pyclassify_log_lines_lost_total"))
+    assert lost >= 1  # the start line at least, and the flows' lines
+    assert proc.poll() is None
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert "PYCLASSIFY-" not in iptables_rules(topo.node)
+
+
+def test_killed_during_a_reload_the_next_start_repairs(topo: Topology, policy_dir: Path) -> None:
+    """Issue 14, item 3: kill -9 while a policy change is being applied; the next start finds the
+    chains the killed daemon left, replaces them (one jump, not two) and enforces the new files."""
+    daemon = Daemon(topo, [str(policy_dir)], QUEUE)
+    daemon.wait_event("start")
+    assert topo.reach(0, 1)
+    manifests.replace(policy_dir / "10-netpol.yaml", manifests.NETPOL_DENY_ALL)
+    time.sleep(0.02)  # the watcher's debounce: the reload is starting
+    daemon.kill()
+    assert "PYCLASSIFY-FORWARD" in iptables_rules(topo.node)
+    again = Daemon(topo, [str(policy_dir)], QUEUE)
+    again.wait_event("start")
+    assert iptables_rules(topo.node).count("-j PYCLASSIFY-FORWARD") == 1
+    assert not topo.reach(0, 1) and not topo.reach(2, 1)  # the new policy: b closed to everyone
+    assert again.terminate() == 0
+    assert "PYCLASSIFY-" not in iptables_rules(topo.node)

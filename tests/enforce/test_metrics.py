@@ -69,3 +69,15 @@ def test_a_source_without_counters_adds_none() -> None:
         assert get(address, "/readyz") == (200, "ok\n")
     finally:
         metrics.close()
+
+
+def test_lost_log_lines_are_counted_at_scrape_time() -> None:
+    lost = [0]
+    metrics = Metrics(lambda: [], fail_open=False, lost_lines=lambda: lost[0])
+    address = metrics.serve("127.0.0.1:0")
+    try:
+        assert "pyclassify_log_lines_lost_total 0.0" in get(address, "/metrics")[1]
+        lost[0] = 3
+        assert "pyclassify_log_lines_lost_total 3.0" in get(address, "/metrics")[1]
+    finally:
+        metrics.close()
