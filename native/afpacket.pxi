@@ -812,4 +812,6 @@ cdef class AfPacketBridge:
                            &self.c.kernel_freezes)
         cdef dict d = self.c  # the struct as a dict (arrays as lists): no per-packet objects
         d["tracked"] = self.client.ref.api.ct_len(self.client.ct) if self.client.ct != NULL else 0
+        for name, value in self.client.ct_stats.items():
+            d["ct_" + name] = value  # the tracker's own: early drops and refusals at its cap
         return d

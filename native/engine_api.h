@@ -18,7 +18,7 @@
 #include "header_batch.h"
 
 /* Bumped on any change to the table or the records it passes; EngineClient checks it. */
-#define PC_ENGINE_ABI_VERSION 3
+#define PC_ENGINE_ABI_VERSION 4
 #define PC_ENGINE_CAPSULE "pyclassify._engine.EngineRef"
 
 #define PC_CAPI_OK 0
@@ -92,6 +92,8 @@ typedef struct pc_engine_api {
     void (*ct_free)(pc_conntrack *ct);
     /* the number of tracked connections */
     size_t (*ct_len)(const pc_conntrack *ct);
+    /* writes the first n of the tracker's counters (CT_STATS_NAMES order) to out; returns how many it keeps */
+    size_t (*ct_stats)(const pc_conntrack *ct, uint64_t *out, size_t n);
     /* expires idle entries, at most budget slots examined; returns how many were removed */
     size_t (*ct_expire)(pc_conntrack *ct, uint64_t now_ns, size_t budget);
     /* re-judges every tracked connection, removes the denied ones, writes up to cap to out; returns how many were revoked (may exceed cap), or < 0 */
@@ -145,7 +147,7 @@ _Static_assert(offsetof(pc_revoked_flow, protocol) == 36, "pc_revoked_flow.proto
 _Static_assert(offsetof(pc_revoked_flow, ip_version) == 37, "pc_revoked_flow.ip_version offset");
 _Static_assert(offsetof(pc_revoked_flow, reserved) == 38, "pc_revoked_flow.reserved offset");
 
-_Static_assert(sizeof(pc_engine_api) == 72, "pc_engine_api size");
+_Static_assert(sizeof(pc_engine_api) == 80, "pc_engine_api size");
 
 static const pc_field pc_fields_pc_quote[] = {
     {"src_addr", offsetof(pc_quote, src_addr), sizeof(((pc_quote *)0)->src_addr)},

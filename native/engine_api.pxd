@@ -70,6 +70,7 @@ cdef extern from "engine_api.h" nogil:
         pc_conntrack * (*ct_new)(size_t max_entries, uint8_t tcp_loose) noexcept nogil
         void (*ct_free)(pc_conntrack *ct) noexcept nogil
         size_t (*ct_len)(const pc_conntrack *ct) noexcept nogil
+        size_t (*ct_stats)(const pc_conntrack *ct, uint64_t *out, size_t n) noexcept nogil
         size_t (*ct_expire)(pc_conntrack *ct, uint64_t now_ns, size_t budget) noexcept nogil
         ssize_t (*ct_revalidate)(pc_conntrack *ct, const pc_engine *engine, uint8_t pod_allow, uint8_t host_allow, uint64_t now_ns, pc_revoked_flow *out, size_t cap) noexcept nogil
 

@@ -6,6 +6,12 @@ from engine_api cimport (PC_CAPI_OK, PC_ENGINE_ABI_VERSION, PC_ENGINE_CAPSULE, p
                          pc_engine_ref, pc_quote, pc_revoked_flow, pc_verdict)
 
 ENGINE_ABI_VERSION = PC_ENGINE_ABI_VERSION
+# The counters of the C ABI's ct_stats, in its order (rust/core/src/capi.rs CT_STATS_NAMES;
+# tests/native/test_engine_client.py holds the two lists equal).
+CT_STATS_NAMES = ("packets", "established", "reply", "related", "new", "untracked", "invalid", "inserts",
+                  "insert_failed", "expired", "early_drops", "revalidations", "revoked")
+cdef enum:
+    CT_STATS_MAX = 32
 
 
 cdef pc_engine_ref *_engine_ref(capsule) except NULL:
@@ -122,3 +128,14 @@ cdef class EngineClient:
     @property
     def tracked(self):
         return self.ref.api.ct_len(self.ct) if self.ct != NULL else 0
+
+    @property
+    def ct_stats(self):
+        """The tracker's counters since creation (``CT_STATS_NAMES``), all 0 without one."""
+        cdef uint64_t values[CT_STATS_MAX]
+        cdef size_t n = 0
+        if self.ct != NULL:
+            n = self.ref.api.ct_stats(self.ct, values, CT_STATS_MAX)
+        if self.ct != NULL and n != len(CT_STATS_NAMES):
+            raise RuntimeError(f"engine ABI mismatch: the tracker keeps {n} counters, expected {len(CT_STATS_NAMES)}")
+        return {name: (values[i] if self.ct != NULL else 0) for i, name in enumerate(CT_STATS_NAMES)}

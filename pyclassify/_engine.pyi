@@ -149,6 +149,7 @@ class Engine:
 
 VERDICT_SIZE: Final[int]
 ENGINE_ABI_VERSION: Final[int]
+CT_STATS_NAMES: Final[list[str]]
 
 # connection tracking (rust/py/src/conntrack.rs, errors in rust/py/src/errors.rs)
 class ConnTrackError(ValueError): ...

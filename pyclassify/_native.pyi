@@ -79,6 +79,7 @@ class Reader:
 
 # The Rust engine's C ABI (native/engine_client.pxi)
 ENGINE_ABI_VERSION: Final[int]
+CT_STATS_NAMES: Final[tuple[str, ...]]
 
 class EngineClient:
     pod_allow: bool
@@ -99,6 +100,8 @@ class EngineClient:
     ) -> tuple[int, list[tuple[bytes, bytes, int, int, int, int]]]: ...
     @property
     def tracked(self) -> int: ...
+    @property
+    def ct_stats(self) -> dict[str, int]: ...
 
 # --- live enforcement: NFQUEUE loop, inotify, ctnetlink (native/nfqueue.pxi, native/inotify.pxi, native/ctnetlink.pxi) ---
 
@@ -106,9 +109,18 @@ def nfq_parse(data: Any) -> list[tuple[int, int, bytes | None, int, int]]:
     """Parse nfnetlink_queue PACKET messages: [(id, hw_protocol, payload, wirelen, indev), ...]."""
 
 def ct_delete_message(
-    src: bytes, dst: bytes, sport: int, dport: int, proto: int, ipver: int, seq: int = 0
+    src: bytes, dst: bytes, sport: int, dport: int, proto: int, ipver: int, seq: int = 0, mark: int = 0
 ) -> bytes:
-    """The IPCTNL_MSG_CT_DELETE request for one original tuple."""
+    """The IPCTNL_MSG_CT_DELETE request for one original tuple (with ``mark``: the update that
+    sets those mark bits instead)."""
+
+def ct_dump_message(family: int, mark: int = 0, mask: int = 0, seq: int = 1) -> bytes:
+    """The IPCTNL_MSG_CT_GET dump request of one family (entries whose mark & mask == mark)."""
+
+class CtTable:
+    """Headers read from one conntrack dump."""
+
+    def buffers(self) -> tuple[bytearray, bytearray]: ...
 
 class NfQueue:
     """One NFQUEUE queue bound over raw netlink, judged by an EngineClient."""
@@ -165,10 +177,12 @@ class Inotify:
     def read(self, timeout_ms: int = -1) -> list[tuple[int, int, str]]: ...
 
 class CtNetlink:
-    """A ctnetlink socket: delete kernel conntrack entries by original tuple."""
+    """A ctnetlink socket: read the kernel's connection table, delete or mark entries by
+    original tuple."""
 
     def close(self) -> None: ...
-    def delete(self, flows: Any) -> dict[str, int]: ...
+    def delete(self, flows: Any, mark: int = 0) -> dict[str, int]: ...
+    def dump(self, mark: int = 0, mask: int = 0, ipv6: bool = True) -> tuple[bytearray, bytearray]: ...
 
 # The AF_PACKET inline bridge (native/afpacket.pxi; Python face: pyclassify.bridge.Bridge)
 class AfPacketBridge:

@@ -4,25 +4,30 @@ never the compiled module or the engine's capsule directly.
 
 The loops are native (``native/nfqueue.pxi``, ``native/ctnetlink.pxi``, ``native/inotify.pxi``):
 one NFQUEUE queue per loop, bound over raw netlink, its packets decoded into header batches and
-judged through the engine's C ABI by an ``EngineClient`` that owns the loop's connection tracker,
-without the GIL; a ctnetlink socket deletes the kernel conntrack entries of revoked connections;
-inotify tells the daemon when its manifests change.
+judged by policy through the engine's C ABI by an ``EngineClient``, without the GIL; a
+ctnetlink socket reads the kernel's connection table back and deletes the entries of revoked
+connections; inotify tells the daemon when its manifests change.
 
 For the daemon::
 
     loop = open_queue(engine, 0, fail_open=False)      # bound; run loop.run() in a thread
-    n, revoked = loop.swap(engine_capsule(new), True)  # on a policy change: revalidation
-    kernel_conntrack().delete(revoked)                 # their next packets are judged again
+    loop.swap(engine_capsule(new), False)              # on a policy change
+    ctnl = kernel_conntrack()
+    n, denied = kernel_revalidate(ctnl, engine_capsule(new), mark=JUDGED_CTMARK, ...)
+    ctnl.delete(denied, REVOKED_CTMARK)                # marked: our rules drop their packets
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from pyclassify._native import CtNetlink, EngineClient, Inotify, NfQueue
+from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import NativeEngine
 
-__all__ = ["CtNetlink", "Inotify", "NfQueue", "engine_capsule", "kernel_conntrack", "open_queue"]
+__all__ = ["CtNetlink", "Inotify", "NfQueue", "engine_capsule", "kernel_conntrack", "kernel_revalidate", "open_queue"]
 
 
 def engine_capsule(engine: NativeEngine) -> Any:
@@ -31,17 +36,36 @@ def engine_capsule(engine: NativeEngine) -> Any:
     return engine._engine.capsule()
 
 
-def open_queue(engine: NativeEngine, queue: int, *, conntrack_entries: int = 262144, pod_allow: bool = True,
+def open_queue(engine: NativeEngine, queue: int, *, conntrack_entries: int = 0, pod_allow: bool = True,
                host_allow: bool = False, **options: Any) -> NfQueue:
-    """An NFQUEUE loop on queue number ``queue`` judged by ``engine`` with its own connection
-    tracker (``conntrack_entries`` at most), bound (``OSError`` when the queue is taken or
-    without permission); ``options`` are ``NfQueue``'s (``fail_open``, ``copy_range``,
-    ``maxlen``, ``batch``, ``batch_verdicts``). Run ``loop.run()`` in a thread of its own."""
-    client = EngineClient(engine_capsule(engine), conntrack=True, max_entries=conntrack_entries,
-                          pod_allow=pod_allow, host_allow=host_allow)
+    """An NFQUEUE loop on queue number ``queue`` judged by ``engine``, bound (``OSError`` when
+    the queue is taken or without permission); ``options`` are ``NfQueue``'s (``fail_open``,
+    ``copy_range``, ``maxlen``, ``batch``, ``batch_verdicts``). Run ``loop.run()`` in a thread of
+    its own. The kernel's conntrack is the connection table on this path (only new connections
+    are queued), so every queued packet is judged by policy: ``conntrack_entries`` > 0 gives the
+    loop an engine-side tracker as well (at most that many entries), for tests and comparison."""
+    client = EngineClient(engine_capsule(engine), conntrack=conntrack_entries > 0,
+                          max_entries=max(conntrack_entries, 1), pod_allow=pod_allow, host_allow=host_allow)
     loop = NfQueue(client, queue, **options)
     loop.open()
     return loop
+
+
+def kernel_revalidate(ctnl: CtNetlink, capsule: Any, *, mark: int, mask: int, pod_allow: bool, host_allow: bool,
+                      ipv6: bool = True) -> tuple[int, list[tuple[bytes, bytes, int, int, int, int]]]:
+    """Judge every connection of the kernel's table whose mark & ``mask`` is ``mark`` (the ones
+    our rules queued and no change revoked yet), however old, by the engine of ``capsule``:
+    ``(judged, denied)``, the denied ones as original tuples for ``ctnl.delete``. The dump and the judging are native; Python sees only
+    the denied rows."""
+    judged, original = ctnl.dump(mark, mask, ipv6)
+    headers = np.frombuffer(judged, HEADER_DTYPE)
+    if not len(headers):
+        return 0, []
+    out = np.zeros(len(headers), VERDICT_DTYPE)
+    EngineClient(capsule, conntrack=False, pod_allow=pod_allow, host_allow=host_allow).judge(headers, out)
+    rows = np.frombuffer(original, HEADER_DTYPE)[out["allow"] == 0]
+    return len(headers), [(r["src_addr"].tobytes(), r["dst_addr"].tobytes(), int(r["sport"]), int(r["dport"]),
+                           int(r["protocol"]), int(r["ip_version"])) for r in rows]
 
 
 def kernel_conntrack() -> CtNetlink:

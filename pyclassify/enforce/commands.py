@@ -31,7 +31,7 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
                 ipv6: bool = True, duration: float | None = None, log_stream: Any = None,
                 log_flows: bool = True, bridge: str | None = None,
                 kube: tuple[str | None, str | None, bool | None] | None = None, node: str | None = None,
-                resync: float = 10.0) -> int:
+                resync: float = 10.0, conntrack_max: int = 262144) -> int:
     """Run the daemon until SIGINT/SIGTERM (or ``duration`` seconds); returns the exit code."""
     from pyclassify.enforce.daemon import EXIT_PREREQUISITE, EnforceConfig, EnforceError, Enforcer, parse_queues
 
@@ -44,7 +44,7 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
         log_stream=log_stream if log_stream is not None else sys.stdout, log_allowed=log_allowed, log_flows=log_flows, batch=batch,
         copy_range=copy_range, maxlen=maxlen, batch_verdicts=not no_batch_verdicts,
         hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), ipv6=ipv6, bridge=bridge, kube=kube,
-        node=node, resync=resync,
+        node=node, resync=resync, conntrack_entries=conntrack_max,
     )
     enforcer = Enforcer(config)
     try:
@@ -102,12 +102,16 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
               help="Instead of NFQUEUE: an AF_PACKET inline bridge between two interfaces (own conntrack).")
 @click.option("--resync-interval", "resync", type=click.FloatRange(0.1, 3600), default=10.0, show_default=True,
               metavar="SECONDS", help="How often the iptables rules are checked and put back if someone changed them.")
+@click.option("--conntrack-max", "conntrack_max", type=click.IntRange(1, 1 << 26), default=262144, show_default=True,
+              metavar="N", help="--bridge: cap of the engine's own connection tracker, as nf_conntrack_max (at the "
+                                "cap the oldest unassured entry is dropped early, counted). With --queue the kernel's "
+                                "conntrack is the table.")
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds (tests, benchmarks).")
 def enforce_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context: str | None, in_cluster: bool,
                     node: str | None, queue: int | None, queues: str | None, fail: str, default: str | None,
                     metrics: str | None, hooks: str, batch: int, copy_range: int, maxlen: int,
                     no_batch_verdicts: bool, log_allowed: bool, no_log: bool, no_ipv6: bool, bridge: str | None,
-                    resync: float, duration: float | None) -> None:
+                    resync: float, conntrack_max: int, duration: float | None) -> None:
     """Enforce the policy on this node's packets, live (NFQUEUE, or --bridge IF1,IF2).
 
     Needs root (or CAP_NET_ADMIN; CAP_NET_RAW too for --bridge). With --queue/--queues it
@@ -140,5 +144,6 @@ def enforce_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context
     spec = queues if queues is not None else str(queue) if queue is not None else ""
     code = run_enforce(list(paths), spec, fail, default, metrics, batch, copy_range, maxlen, hooks,
                        no_batch_verdicts, log_allowed, not no_ipv6, duration,
-                       log_flows=not no_log, bridge=bridge, kube=kube, node=node or None, resync=resync)
+                       log_flows=not no_log, bridge=bridge, kube=kube, node=node or None, resync=resync,
+                       conntrack_max=conntrack_max)
     sys.exit(code)

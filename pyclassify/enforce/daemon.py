@@ -33,6 +33,7 @@ import ipaddress
 import os
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -40,14 +41,14 @@ import numpy as np
 
 from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import PACKET_POLICY, NativeEngine
-from pyclassify.enforce.iptables import IptablesError, Rules
+from pyclassify.enforce.iptables import JUDGED_CTMARK, REVOKED_CTMARK, IptablesError, Rules
 from pyclassify.enforce.log import PROTOS, FlowLog, address
 from pyclassify.enforce.metrics import Metrics
 from pyclassify.enforce.reload import Watcher
 from pyclassify.enforce.source import Loaded, PolicySource, SourceError
 from pyclassify.flow import Flow, FlowEnd
 from pyclassify.ir import Action, Direction
-from pyclassify.nfqueue import engine_capsule, kernel_conntrack, open_queue
+from pyclassify.nfqueue import engine_capsule, kernel_conntrack, kernel_revalidate, open_queue
 from pyclassify.project import Project
 
 
@@ -195,8 +196,7 @@ class Enforcer:
         try:
             for q in range(cfg.queues[0], cfg.queues[1] + 1):
                 try:
-                    loop = open_queue(self.engine, q, conntrack_entries=cfg.conntrack_entries,
-                                      pod_allow=self.pod_allow, host_allow=self.host_allow, fail_open=cfg.fail_open,
+                    loop = open_queue(self.engine, q, pod_allow=self.pod_allow, host_allow=self.host_allow, fail_open=cfg.fail_open,
                                       copy_range=cfg.copy_range, maxlen=cfg.maxlen, batch=cfg.batch,
                                       batch_verdicts=cfg.batch_verdicts)
                 except OSError as e:
@@ -220,11 +220,16 @@ class Enforcer:
                 self._resyncer = threading.Thread(target=self._resync_loop, name="pyclassify-resync", daemon=True)
                 self._resyncer.start()
             self._start_watch_and_metrics()
+            # Connections an earlier daemon judged (killed, maybe in the middle of a revocation)
+            # are judged by this policy too: what it denies is cut now, not left established.
+            revoked, deleted = self._revoke(engine_capsule(self.engine))
         except BaseException:
             self.stop()
             raise
         self._ready = True
-        self.log.emit("start", queues=list(range(cfg.queues[0], cfg.queues[1] + 1)), **self._start_fields())
+        self.log.emit("start", queues=list(range(cfg.queues[0], cfg.queues[1] + 1)), revoked=len(revoked),
+                      conntrack_deleted=deleted["deleted"], **self._start_fields())
+        self._log_revoked(revoked)
 
     def _start_watch_and_metrics(self) -> None:
         cfg = self.config
@@ -253,7 +258,8 @@ class Enforcer:
         assert self.engine is not None and self.project is not None and cfg.bridge is not None
         try:
             self.bridge = start_bridge(cfg.bridge, engine_capsule(self.engine), fail_open=cfg.fail_open,
-                                       pod_allow=self.pod_allow, host_allow=self.host_allow)
+                                       pod_allow=self.pod_allow, host_allow=self.host_allow,
+                                       max_entries=cfg.conntrack_entries)
         except (BridgeError, ValueError, OSError) as e:
             self.metrics.close()
             code = EXIT_IN_USE if "No such device" in str(e) or getattr(e, "errno", None) == errno.ENODEV \
@@ -355,7 +361,12 @@ class Enforcer:
     # --- reload ---
 
     def _on_change(self, first_event: float) -> None:
-        self.reload(first_event)
+        try:
+            self.reload(first_event)
+        except Exception as e:  # noqa: BLE001 - a bug in a reload is said, and the daemon goes on
+            self.metrics.reloads.labels("failure").inc()
+            self.log.emit("reload-failed", error=f"{type(e).__name__}: {e}",
+                          where=traceback.format_exc(limit=-3).splitlines()[-6:])
 
     def reload(self, since: float | None = None) -> ReloadResult:
         """Validate, apply the change to the running engine as a delta (a new snapshot beside the
@@ -381,20 +392,16 @@ class Enforcer:
             self.drain()  # events judged by the old engine are named with the old tables
             capsule = engine_capsule(engine)
             t_swap = time.monotonic()
-            revoked: list[Any] = []
             count = 0
             for loop in self.loops:
-                n, flows = loop.swap(capsule, True)
-                count += n
-                revoked.extend(flows)
+                loop.swap(capsule, False)  # no engine-side tracker on this path: the kernel's is revalidated
             if self.bridge is not None:
                 count += self.bridge.swap(capsule)  # revokes in the bridge's own conntrack
             self.project, self.engine = project, engine
             self._has_log = has_log_rules(project)
             applied = time.monotonic()
-            deleted = {"deleted": 0, "missing": 0, "errors": 0}
-            if revoked and self.ctnl is not None:
-                deleted = self.ctnl.delete(revoked)
+            revoked, deleted = self._revoke(capsule)
+            count += len(revoked)
             done = time.monotonic()
             self.metrics.reloads.labels("success").inc()
             self.metrics.revalidations.inc()
@@ -409,11 +416,36 @@ class Enforcer:
                           conntrack_deleted=deleted["deleted"], apply_ms=round((applied - t0) * 1000, 3),
                           revalidate_ms=round((done - t_swap) * 1000, 3), changed_objects=loaded.changed,
                           engine_builds=engine.state.full_builds, engine_deltas=engine.state.deltas)
-            for src, dst, sport, dport, proto, ver in revoked:
-                a, b = address(src, ver), address(dst, ver)
-                self.log.emit("revoke", src=a, dst=b, proto=PROTOS.get(proto, proto),
-                              sport=sport, dport=dport, **self._endpoint_refs(a, b))
+            self._log_revoked(revoked)
             return ReloadResult(True, [], count, deleted["deleted"], done - t0)
+
+    def _revoke(self, capsule: Any) -> tuple[list[Any], dict[str, int]]:
+        """Judge every connection of the kernel's table that our rules queued (however old: the
+        kernel keeps them, the engine saw only their first packet) and not yet revoked, by the
+        engine of ``capsule``, and mark the denied ones revoked: the first rule of our chains
+        drops their packets, both ways, from then on."""
+        deleted = {"deleted": 0, "missing": 0, "errors": 0}
+        if self.ctnl is None:
+            return [], deleted
+        try:
+            _, revoked = kernel_revalidate(self.ctnl, capsule, mark=JUDGED_CTMARK, mask=JUDGED_CTMARK | REVOKED_CTMARK,
+                                           pod_allow=self.pod_allow, host_allow=self.host_allow,
+                                           ipv6=self.config.ipv6)
+        except OSError as e:
+            # The socket may hold the rest of a broken dump: a fresh one for the next time.
+            self.log.emit("revalidation-failed", error=str(e))
+            self.ctnl.close()
+            self.ctnl = kernel_conntrack()
+            return [], deleted
+        if revoked:
+            deleted = self.ctnl.delete(revoked, REVOKED_CTMARK)
+        return revoked, deleted
+
+    def _log_revoked(self, revoked: list[Any]) -> None:
+        for src, dst, sport, dport, proto, ver in revoked:
+            a, b = address(src, ver), address(dst, ver)
+            self.log.emit("revoke", src=a, dst=b, proto=PROTOS.get(proto, proto),
+                          sport=sport, dport=dport, **self._endpoint_refs(a, b))
 
     def _reject(self, errors: list[str]) -> ReloadResult:
         self.metrics.reloads.labels("failure").inc()

@@ -4,8 +4,11 @@ Every chain we create is named ``PYCLASSIFY-<HOOK>`` (the prefix is reserved for
 ``filter`` table of iptables and ip6tables, with one jump from the built-in chain at position 1:
 
 - ``FORWARD`` (routed pod traffic), ``INPUT`` and ``OUTPUT`` (host endpoints; loopback skipped);
-- in each: ``-m conntrack --ctstate ESTABLISHED,RELATED -j RETURN`` first, so only packets of
-  new (or untracked/invalid) connections reach userspace; then ``-j NFQUEUE`` to our queue(s)
+- in each: ``-m connmark --mark REVOKED_CTMARK -j DROP`` first (connections a policy change
+  revoked, both directions); then ``-m conntrack --ctstate ESTABLISHED,RELATED -j RETURN``, so only packets of
+  new (or untracked/invalid) connections reach userspace; then ``-j CONNMARK --or-mark``
+  ``JUDGED_CTMARK``, which marks the connection as one we judge (revalidation dumps the kernel's
+  table by that mark, and only those); then ``-j NFQUEUE`` to our queue(s)
   (``--queue-balance N:M`` for several), with ``--queue-bypass`` when failing open (packets pass
   when no process listens on the queue).
 
@@ -24,6 +27,14 @@ import os
 from dataclasses import dataclass, field
 
 PREFIX = "PYCLASSIFY-"
+#: The conntrack mark bit of connections our rules queued (kept by the kernel with the entry;
+#: other bits of the mark are left alone). Revalidation judges the entries that carry it.
+JUDGED_CTMARK = 0x01000000
+#: The conntrack mark bit of connections a policy change revoked: the first rule of each chain
+#: drops their packets in both directions. Marking, not deleting, the entry is what cuts them: a
+#: deleted entry is picked up again by the next packet, and when that is the peer's (the reply
+#: direction) it is judged as a connection the other way round, which policy may allow.
+REVOKED_CTMARK = 0x02000000
 HOOKS = {"forward": "FORWARD", "input": "INPUT", "output": "OUTPUT"}
 
 
@@ -103,7 +114,9 @@ class Rules:
             out.append(["-i", "lo", "-j", "RETURN"])
         elif hook == "output":
             out.append(["-o", "lo", "-j", "RETURN"])
+        out.append(["-m", "connmark", "--mark", f"{REVOKED_CTMARK:#x}/{REVOKED_CTMARK:#x}", "-j", "DROP"])
         out.append(["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"])
+        out.append(["-j", "CONNMARK", "--or-mark", hex(JUDGED_CTMARK)])
         out.append(queue_target(self.first, self.last, self.fail_open))
         return out
 

@@ -26,6 +26,10 @@ from prometheus_client.registry import Collector
 
 NFQ_PROC = "/proc/net/netfilter/nfnetlink_queue"
 CT_COUNT = "/proc/sys/net/netfilter/nf_conntrack_count"
+CT_MAX = "/proc/sys/net/netfilter/nf_conntrack_max"
+CT_STAT = "/proc/net/stat/nf_conntrack"
+#: The columns of CT_STAT exported, as the kernel names them: what a full table or a flood does.
+CT_STAT_EVENTS = ("early_drop", "insert_failed", "drop", "invalid", "search_restart")
 
 
 def kernel_queues() -> dict[int, dict[str, int]]:
@@ -44,17 +48,33 @@ def kernel_queues() -> dict[int, dict[str, int]]:
     return out
 
 
-def conntrack_count() -> int | None:
+def conntrack_count(path: str = CT_COUNT) -> int | None:
     try:
-        with open(CT_COUNT) as f:
+        with open(path) as f:
             return int(f.read().strip())
     except (OSError, ValueError):
         return None
 
 
+def conntrack_stats() -> dict[str, int]:
+    """The kernel's conntrack statistics of this network namespace, summed over CPUs (the table
+    is hex, one row per CPU): ``early_drop`` (entries dropped to make room at nf_conntrack_max),
+    ``drop`` (new connections dropped: table full, nothing to drop early), ``insert_failed``..."""
+    try:
+        with open(CT_STAT) as f:
+            names = f.readline().split()
+            totals = dict.fromkeys(names, 0)
+            for line in f:
+                for name, value in zip(names, line.split()):
+                    totals[name] += int(value, 16)
+    except (OSError, ValueError):
+        return {}
+    return totals
+
+
 class LoopCollector(Collector):
-    """Reads the loops' native counters at scrape time. ``loops()`` returns the live NfQueue
-    objects; ``tracked()`` the engine tracker sizes."""
+    """Reads the loops' native counters at scrape time (``loops()`` returns the live NfQueue
+    objects) and the kernel's: queue depth and drops, conntrack size, cap and events."""
 
     def __init__(self, loops: Callable[[], list[Any]], fail_open: bool) -> None:
         self.loops = loops
@@ -71,8 +91,6 @@ class LoopCollector(Collector):
                                        labels=["queue"])
         hist = HistogramMetricFamily("pyclassify_batch_seconds", "Per-batch processing time (decode, judge, verdict)",
                                      labels=["queue"])
-        tracked = GaugeMetricFamily("pyclassify_engine_conntrack_entries", "Connections in the engine's tracker",
-                                    labels=["queue"])
         depth = GaugeMetricFamily("pyclassify_nfqueue_depth", "Packets waiting in the kernel queue", labels=["queue"])
         kdrops = CounterMetricFamily("pyclassify_nfqueue_kernel_drops", "Packets the kernel dropped, by reason",
                                      labels=["queue", "reason"])
@@ -94,18 +112,29 @@ class LoopCollector(Collector):
             cum += counts[-1]
             buckets.append(("+Inf", cum))
             hist.add_metric([q], buckets, total)
-            tracked.add_metric([q], loop.tracked)
             k = kq.get(loop.queue)
             if k:
                 depth.add_metric([q], k["depth"])
                 kdrops.add_metric([q, "queue_full"], k["queue_dropped"])
                 kdrops.add_metric([q, "socket_full"], k["user_dropped"])
-        yield from (packets, batches, errors, failopen, hist, tracked, depth, kdrops)
-        ct = conntrack_count()
-        if ct is not None:
-            g = GaugeMetricFamily("pyclassify_kernel_conntrack_entries", "Kernel conntrack entries (nf_conntrack_count)")
-            g.add_metric([], ct)
-            yield g
+        yield from (packets, batches, errors, failopen, hist, depth, kdrops)
+        # The connection table on this path is the kernel's: its size, cap and what it did at the cap.
+        for name, path, help_text in (("entries", CT_COUNT, "Kernel conntrack entries (nf_conntrack_count)"),
+                                      ("max", CT_MAX, "Kernel conntrack cap (nf_conntrack_max)")):
+            value = conntrack_count(path)
+            if value is not None:
+                g = GaugeMetricFamily(f"pyclassify_kernel_conntrack_{name}", help_text)
+                g.add_metric([], value)
+                yield g
+        stats = conntrack_stats()
+        if stats:
+            events = CounterMetricFamily("pyclassify_kernel_conntrack_events",
+                                         "Kernel conntrack statistics (/proc/net/stat/nf_conntrack), by event",
+                                         labels=["event"])
+            for event in CT_STAT_EVENTS:
+                if event in stats:
+                    events.add_metric([event], stats[event])
+            yield events
 
 
 class SourceCollector(Collector):

@@ -60,6 +60,14 @@ def test_ct_delete_message_layout() -> None:
         _native.ct_delete_message(b"\0" * 3, b"\0" * 16, 1, 2, 6, 6)
     with pytest.raises(ValueError):
         _native.ct_delete_message(b"\0" * 16, b"\0" * 16, 1, 2, 6, 5)
+    # with a mark: an update of the entry (CT_NEW without NLM_F_CREATE) setting just those bits
+    marked = _native.ct_delete_message(v4([10, 244, 1, 2]), v4([10, 244, 2, 2]), 40000, 8080, 6, 4, 0, 0x2000000)
+    length, mtype, flags = struct.unpack_from("=IHH", marked)
+    assert length == len(marked) and mtype == (1 << 8) | 0 and not flags & 0x400
+    assert marked.endswith(struct.pack("=HH", 8, 8) + struct.pack(">I", 0x2000000)
+                           + struct.pack("=HH", 8, 21) + struct.pack(">I", 0x2000000))
+    dump = _native.ct_dump_message(2, 0x1000000, 0x3000000)
+    assert struct.unpack_from("=IHH", dump)[1:] == ((1 << 8) | 1, 0x301)  # CT_GET, REQUEST|DUMP
 
 
 def test_rules_and_queue_targets() -> None:
@@ -67,7 +75,10 @@ def test_rules_and_queue_targets() -> None:
     assert queue_target(2, 5, True) == ["-j", "NFQUEUE", "--queue-balance", "2:5", "--queue-bypass"]
     r = Rules(0, 0, fail_open=False)
     fwd = r.rules("forward")
-    assert fwd[0] == ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"]
+    # revoked connections dropped both ways, before anything established passes
+    assert fwd[0] == ["-m", "connmark", "--mark", "0x2000000/0x2000000", "-j", "DROP"]
+    assert fwd[1] == ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"]
+    assert fwd[2] == ["-j", "CONNMARK", "--or-mark", "0x1000000"]  # what we judge, revalidation finds
     assert "--queue-bypass" not in fwd[-1]
     assert r.rules("input")[0] == ["-i", "lo", "-j", "RETURN"]
     with pytest.raises(ValueError):

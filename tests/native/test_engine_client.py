@@ -43,6 +43,25 @@ def test_capsule_path_equals_the_python_api(demo, capture):
     assert (out2 == demo.judge(headers)).all()
 
 
+def test_tracker_counters_cross_the_abi_in_the_rust_order(demo, capture):
+    from pyclassify import _engine, _native
+
+    assert list(_native.CT_STATS_NAMES) == _engine.CT_STATS_NAMES  # one order, held by this test
+    headers, _ = capture
+    # twenty new UDP "connections" from the capture's first UDP packet, one source port each
+    first = headers[np.flatnonzero(headers["protocol"] == 17)[0]]
+    flows = np.repeat(first[None], 20)
+    flows["sport"] = np.arange(40000, 40020)
+    client = EngineClient(demo._engine.capsule(), max_entries=4)
+    client.judge(flows, np.zeros(len(flows), VERDICT_DTYPE))
+    stats = client.ct_stats
+    assert stats["packets"] == 20 and stats["inserts"] > 4, stats
+    assert client.tracked <= 4
+    # at a cap of 4 every insert beyond it made room by dropping an unassured entry, or was refused
+    assert stats["early_drops"] + stats["insert_failed"] >= stats["inserts"] - 4 > 0, stats
+    assert EngineClient(demo._engine.capsule(), conntrack=False).ct_stats == dict.fromkeys(_engine.CT_STATS_NAMES, 0)
+
+
 def test_revalidate_against_a_new_policy_revokes_connections(demo, capture):
     headers, quotes = capture
     client = EngineClient(demo._engine.capsule())

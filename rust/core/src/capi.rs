@@ -9,12 +9,12 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::batch::PacketHeader;
-use crate::conntrack::{ConnTrack, CtConfig, FlowKey, QuotedTuple};
+use crate::conntrack::{ConnTrack, CtConfig, CtStats, FlowKey, QuotedTuple};
 use crate::engine::{Defaults, Judge, PacketVerdict, Snapshot as Engine};
 
 /// Bumped on any change to the table or the structs it passes. `EngineClient` (native/) refuses
 /// an engine of another version, on creation and on every swap.
-pub const ENGINE_ABI_VERSION: u32 = 3;
+pub const ENGINE_ABI_VERSION: u32 = 4;
 
 /// The name of the PyCapsule that carries an engine handle (`EngineRef`).
 pub const ENGINE_CAPSULE: &std::ffi::CStr = c"pyclassify._engine.EngineRef";
@@ -58,6 +58,12 @@ pub const API_FUNCTIONS: &[(&str, &str, &str, &str)] = &[
     ("ct_free", "void", "pc_conntrack *ct", "frees a tracker of ct_new"),
     ("ct_len", "size_t", "const pc_conntrack *ct", "the number of tracked connections"),
     (
+        "ct_stats",
+        "size_t",
+        "const pc_conntrack *ct, uint64_t *out, size_t n",
+        "writes the first n of the tracker's counters (CT_STATS_NAMES order) to out; returns how many it keeps",
+    ),
+    (
         "ct_expire",
         "size_t",
         "pc_conntrack *ct, uint64_t now_ns, size_t budget",
@@ -100,6 +106,9 @@ pub struct EngineApi {
     pub ct_new: unsafe extern "C" fn(max_entries: usize, tcp_loose: u8) -> *mut ConnTrack,
     pub ct_free: unsafe extern "C" fn(ct: *mut ConnTrack),
     pub ct_len: unsafe extern "C" fn(ct: *const ConnTrack) -> usize,
+    /// Writes the first `n` of the tracker's counters, in [`CT_STATS_NAMES`] order, to `out`;
+    /// returns how many counters the tracker keeps.
+    pub ct_stats: unsafe extern "C" fn(ct: *const ConnTrack, out: *mut u64, n: usize) -> usize,
     /// Expires idle entries, at most `budget` slots examined; returns how many were removed.
     pub ct_expire: unsafe extern "C" fn(ct: *mut ConnTrack, now_ns: u64, budget: usize) -> usize,
     /// Re-judges every tracked connection against `engine`, removes the denied ones and writes
@@ -126,6 +135,7 @@ pub static ENGINE_API: EngineApi = EngineApi {
     ct_new,
     ct_free,
     ct_len,
+    ct_stats,
     ct_expire,
     ct_revalidate,
 };
@@ -187,6 +197,33 @@ unsafe extern "C" fn ct_free(ct: *mut ConnTrack) {
 
 unsafe extern "C" fn ct_len(ct: *const ConnTrack) -> usize {
     unsafe { ct.as_ref() }.map_or(0, ConnTrack::len)
+}
+
+/// The names of the counters `ct_stats` writes, in its order (the fields of [`CtStats`]).
+pub const CT_STATS_NAMES: [&str; 13] = [
+    "packets", "established", "reply", "related", "new", "untracked", "invalid", "inserts",
+    "insert_failed", "expired", "early_drops", "revalidations", "revoked",
+];
+
+fn ct_stats_values(s: &CtStats) -> [u64; 13] {
+    [
+        s.packets, s.established, s.reply, s.related, s.new, s.untracked, s.invalid, s.inserts,
+        s.insert_failed, s.expired, s.early_drops, s.revalidations, s.revoked,
+    ]
+}
+
+unsafe extern "C" fn ct_stats(ct: *const ConnTrack, out: *mut u64, n: usize) -> usize {
+    let values = match unsafe { ct.as_ref() } {
+        Some(ct) => ct_stats_values(&ct.stats()),
+        None => return 0,
+    };
+    if !out.is_null() {
+        for (i, v) in values.iter().take(n).enumerate() {
+            // SAFETY: the caller gives room for `n` counters.
+            unsafe { out.add(i).write(*v) };
+        }
+    }
+    values.len()
 }
 
 unsafe extern "C" fn ct_expire(ct: *mut ConnTrack, now_ns: u64, budget: usize) -> usize {

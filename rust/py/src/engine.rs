@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 
 use pyclassify_core::batch::{PacketHeader, HEADER_SIZE};
-use pyclassify_core::capi::{EngineApi, ENGINE_ABI_VERSION, ENGINE_API, ENGINE_CAPSULE};
+use pyclassify_core::capi::{EngineApi, CT_STATS_NAMES, ENGINE_ABI_VERSION, ENGINE_API, ENGINE_CAPSULE};
 use pyo3::types::PyCapsule;
 use pyclassify_core::conntrack::QuotedTuple;
 use pyclassify_core::engine::spec::{Delta, Spec};
@@ -350,5 +350,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyModel>()?;
     m.add("VERDICT_SIZE", VERDICT_SIZE)?;
     m.add("ENGINE_ABI_VERSION", ENGINE_ABI_VERSION)?;
+    // The order of the counters the C ABI's `ct_stats` writes (EngineClient.ct_stats names them).
+    m.add("CT_STATS_NAMES", CT_STATS_NAMES.to_vec())?;
     Ok(())
 }

@@ -1,0 +1,408 @@
+"""A soak of ``pyclassify enforce``: continuous TCP and UDP probes between four pod namespaces
+while a policy change every ``period`` seconds flips two pod pairs between allowed and denied.
+
+Shared by the bounded soak of the suite (tests/enforce/test_soak.py) and the long one of
+bench/test_bench_soak.py. What it checks and measures:
+
+- every probe whose first packet was sent while one policy version was in force gets that
+  version's verdict. A version is in force from the end of the first reload after its file was
+  written (the daemon's ``reload`` event, stamped after the swap and the revocations) until the
+  next file is written; probes sent during a switch-over are counted apart, never judged. A probe allowed at its start
+  and cut by the next version before it finished is the revocation working, not a mismatch;
+- connections established while allowed are cut when a change denies them: one opened before
+  the flipping starts (cut by the first flip) and one held for most of the run, older than any
+  idle timeout of a tracker that sees only first packets (cut by a late change);
+- the daemon's resident memory, file descriptors and threads, sampled every second: after the
+  warm-up, memory within ``RSS_GROWTH`` of its level at the end of the warm-up, descriptors and
+  threads unchanged; ``/metrics`` and ``/readyz`` answered every second, their latency recorded.
+
+Pods: a1 (10.244.1.2), b1 (.2.2), c1 (.3.2), d1 (.4.2), one per namespace a..d. Versions:
+even: b takes TCP/UDP from a only, c from d only; odd: b from a and c, c from nobody. So c -> b
+and d -> c flip; a -> b (allow), a -> c, d -> b (deny) and c -> a (allow: no policy) hold;
+a -> d is allowed until the late change denies d's ingress from a.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.enforce.netns import HOLD, PY, Daemon, Topology
+
+#: Added to each measured switch-over: the daemon stamps its reload event a little after the
+#: swap, and the two clocks are compared through one reading of each.
+SLACK = 0.01
+#: Allowed growth of resident memory after the warm-up.
+RSS_GROWTH = 0.05
+PROBE_TIMEOUT = 0.3
+
+INVENTORY = "".join(
+    f"""---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {ns}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {ns}1, namespace: {ns}, labels: {{app: {ns}}}}}
+spec: {{containers: [{{name: s, image: x}}]}}
+status: {{podIP: 10.244.{i}.2}}
+""" for i, ns in enumerate("abcd", 1))
+
+
+def _ingress_policy(ns: str, sources: list[str]) -> str:
+    peers = "".join(f"""
+    - namespaceSelector:
+        matchLabels: {{kubernetes.io/metadata.name: {s}}}""" for s in sources)
+    rules = f"""
+  ingress:
+  - from:{peers}""" if sources else "\n  ingress: []"
+    return f"""---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{name: {ns}-ingress, namespace: {ns}}}
+spec:
+  podSelector: {{}}
+  policyTypes: [Ingress]{rules}
+"""
+
+
+def version(k: int) -> str:
+    return _ingress_policy("b", ["a"] if k % 2 == 0 else ["a", "c"]) + _ingress_policy("c", ["d"] if k % 2 == 0 else [])
+
+
+LATE = _ingress_policy("d", ["b", "c"])  # a -> d denied from here on
+
+POD = {"a": 0, "b": 1, "c": 2, "d": 3}
+#: (src, dst) pairs probed, by the pod they are probed from.
+PAIRS = [("a", "b"), ("a", "c"), ("a", "d"), ("c", "b"), ("c", "a"), ("d", "b"), ("d", "c")]
+
+
+def expected(src: str, dst: str, k: int, late: bool) -> bool:
+    """Whether policy version ``k`` (and the late change, once made) allows ``src -> dst``."""
+    if dst == "b":
+        return src == "a" or (src == "c" and k % 2 == 1)
+    if dst == "c":
+        return src == "d" and k % 2 == 0
+    if dst == "d":
+        return not (late and src == "a")
+    return True
+
+
+PROBER = r"""
+import json, socket, sys, threading, time
+streams, rate, until, timeout = json.loads(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+out, lock = [], threading.Lock()
+def run(name, ip, proto, port):
+    period = 1.0 / rate
+    nxt = time.monotonic()
+    while time.monotonic() < until:
+        t0 = time.monotonic()
+        try:
+            if proto == "TCP":
+                s = socket.create_connection((ip, port), timeout=timeout); s.settimeout(timeout)
+                s.sendall(b"p"); ok = s.recv(8) == b"p"; s.close()
+            else:
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(timeout)
+                s.sendto(b"p", (ip, port)); ok = s.recv(8) == b"p"; s.close()
+        except OSError:
+            ok = False
+        t1 = time.monotonic()
+        with lock:
+            out.append((name, proto, t0, t1, ok))
+        nxt = max(nxt + period, t1)
+        time.sleep(max(0.0, nxt - time.monotonic()))
+ts = [threading.Thread(target=run, args=s) for s in streams]
+[t.start() for t in ts]; [t.join() for t in ts]
+print(json.dumps(out))
+"""
+
+# In the node namespace: GET /readyz and /metrics once a second until a deadline; each answer's
+# status and latency (a connection of its own each time, as a Prometheus scrape).
+SCRAPER = r"""
+import json, sys, time, urllib.error, urllib.request
+base, until, out = sys.argv[1], float(sys.argv[2]), []
+while time.monotonic() < until:
+    for path in ("/readyz", "/metrics"):
+        t0 = time.monotonic()
+        try:
+            with urllib.request.urlopen(base + path, timeout=5) as r:
+                r.read(); status = r.status
+        except urllib.error.HTTPError as e:
+            status = e.code
+        except OSError:
+            status = 0
+        out.append((path, (time.monotonic() - t0) * 1000, status))
+    time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
+print(json.dumps(out))
+"""
+
+# A UDP twin of HOLD: one socket, one source port, a line in -> "ok"/"fail" out.
+HOLD_UDP = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(float(sys.argv[3]))
+s.connect((sys.argv[1], int(sys.argv[2])))
+print("connected", flush=True)
+for line in sys.stdin:
+    try:
+        s.send(line.strip().encode()); ok = s.recv(64) == line.strip().encode()
+    except OSError:
+        ok = False
+    print("ok" if ok else "fail", flush=True)
+"""
+
+
+class Held:
+    """A connection held open from one pod to another, pinged on demand."""
+
+    def __init__(self, topo: Topology, src: str, dst: str, proto: str) -> None:
+        script = HOLD if proto == "TCP" else HOLD_UDP
+        port = Topology.TCP_PORT if proto == "TCP" else Topology.UDP_PORT
+        self.name = f"{src}->{dst}/{proto}"
+        self.proc = topo.spawn(topo.pods[POD[src]], [PY, "-c", script, topo.ips[POD[dst]], str(port), "0.3"], stdin=True)
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "connected", self.name
+
+    def ping(self) -> bool:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("x\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip() == "ok"
+
+    def cut_within(self, seconds: float) -> float | None:
+        """Seconds until a ping fails (None: still up after ``seconds``)."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            if not self.ping():
+                return time.monotonic() - t0
+            time.sleep(0.01)
+        return None
+
+
+def _proc_figures(pid: int) -> dict[str, int]:
+    status = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return {"rss_kb": int(fields["VmRSS"].split()[0]), "threads": int(fields["Threads"]),
+            "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+@dataclass
+class SoakResult:
+    seconds: float
+    period: float
+    versions: int = 0
+    probes: int = 0
+    judged: int = 0
+    in_switch_over: int = 0
+    cut_by_next: int = 0
+    mismatches: list[Any] = field(default_factory=list)
+    switch_over_ms: list[float] = field(default_factory=list)
+    reloads: int = 0
+    rejected: int = 0
+    held_cut_s: dict[str, float | None] = field(default_factory=dict)
+    held_kept: dict[str, bool] = field(default_factory=dict)
+    samples: list[dict[str, float]] = field(default_factory=list)
+    scrape_ms: list[float] = field(default_factory=list)
+    scrape_failures: int = 0
+    warmup: float = 0.0
+
+    def after_warmup(self) -> list[dict[str, float]]:
+        return [s for s in self.samples if s["t"] >= self.warmup]
+
+    def memory(self) -> dict[str, float]:
+        """RSS at the end of the warm-up, its largest value after it, the growth ratio; the most
+        descriptors and threads during the warm-up (a scrape being served holds one of each for
+        a moment) and after it."""
+        warm = [s for s in self.samples if s["t"] < self.warmup]
+        base = max(warm, key=lambda s: s["t"])
+        after = self.after_warmup()
+        top = max(s["rss_kb"] for s in after)
+        return {"rss_warm_mb": base["rss_kb"] / 1024, "rss_max_mb": top / 1024,
+                "rss_last_mb": after[-1]["rss_kb"] / 1024, "rss_growth": top / base["rss_kb"] - 1,
+                "fds_warm": max(s["fds"] for s in warm), "fds_max": max(s["fds"] for s in after), "fds_last": after[-1]["fds"],
+                "threads_warm": max(s["threads"] for s in warm), "threads_max": max(s["threads"] for s in after),
+                "threads_last": after[-1]["threads"]}
+
+    def summary(self) -> dict[str, Any]:
+        so = sorted(self.switch_over_ms)
+        sc = sorted(self.scrape_ms)
+        return {
+            "seconds": round(self.seconds, 1), "period_s": self.period, "policy_versions": self.versions,
+            "reloads": self.reloads, "reloads_rejected": self.rejected,
+            "probes": self.probes, "judged": self.judged, "in_switch_over": self.in_switch_over,
+            "cut_by_next_version": self.cut_by_next, "mismatches": len(self.mismatches),
+            "switch_over_ms": {"p50": _pct(so, 0.5), "p99": _pct(so, 0.99), "max": so[-1] if so else None},
+            "held_cut_s": self.held_cut_s, "held_kept": self.held_kept,
+            "scrape_ms": {"p50": _pct(sc, 0.5), "p99": _pct(sc, 0.99), "max": sc[-1] if sc else None,
+                          "failures": self.scrape_failures},
+            **{k: round(v, 4) if isinstance(v, float) else v for k, v in self.memory().items()},
+        }
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    return round(values[min(len(values) - 1, int(q * len(values)))], 3)
+
+
+def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2, rate: float = 4.0,
+             warmup_fraction: float = 0.4, metrics_port: int = 9477) -> SoakResult:
+    """Run the soak on ``topo`` (four pods, up) for ``seconds``; policy files under ``workdir``."""
+    policy = workdir / "policy"
+    staging = workdir / "staging"
+    policy.mkdir()
+    staging.mkdir()
+    (policy / "inventory.yaml").write_text(INVENTORY)
+    (policy / "flip.yaml").write_text(version(1))  # c -> b allowed: the first held connection opens
+
+    def publish(name: str, text: str) -> float:
+        # written beside, then renamed in: the watcher sees one complete file appear
+        tmp = staging / name
+        tmp.write_text(text)
+        t = time.monotonic()
+        os.replace(tmp, policy / name)
+        return t
+
+    result = SoakResult(seconds=seconds, period=period, warmup=warmup_fraction * seconds)
+    daemon = Daemon(topo, [str(policy)], 0, extra=("--metrics", f"127.0.0.1:{metrics_port}"))
+    daemon.wait_event("start")
+    first_cut = [Held(topo, "c", "b", "TCP"), Held(topo, "c", "b", "UDP")]
+    old = [Held(topo, "a", "d", "TCP"), Held(topo, "a", "d", "UDP")]
+    assert all(h.ping() for h in first_cut + old)
+
+    t_start = time.monotonic()
+    wall = time.time() - time.monotonic()  # the daemon's events carry wall-clock times
+    until = t_start + seconds
+    late_at = t_start + seconds * 0.85
+    streams: dict[str, list[Any]] = {}
+    for src, dst in PAIRS:
+        for proto in ("TCP", "UDP"):
+            port = Topology.TCP_PORT if proto == "TCP" else Topology.UDP_PORT
+            streams.setdefault(src, []).append((f"{src}->{dst}", topo.ips[POD[dst]], proto, port))
+    probers = {src: topo.spawn(topo.pods[POD[src]], [PY, "-c", PROBER, json.dumps(s), str(rate),
+                                                       str(until - 0.5), str(PROBE_TIMEOUT)])
+               for src, s in streams.items()}
+
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            t = time.monotonic()
+            try:
+                figures = _proc_figures(daemon.proc.pid)
+            except (OSError, KeyError):
+                return
+            result.samples.append({"t": t - t_start, **figures})
+            stop.wait(max(0.0, 1.0 - (time.monotonic() - t)))
+
+    scraper = topo.spawn(topo.node, [PY, "-c", SCRAPER, f"http://127.0.0.1:{metrics_port}", str(until - 0.5)])
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+
+    # The old connections carry a ping every two seconds (the kernel keeps an idle UDP entry
+    # 30 s), each of which must pass: allowed all along until the late change.
+    keep = threading.Event()
+    kept: dict[str, bool] = {h.name: True for h in old}
+
+    def keeper() -> None:
+        while not keep.wait(2.0):
+            for h in old:
+                kept[h.name] = h.ping() and kept[h.name]
+
+    keeper_thread = threading.Thread(target=keeper, daemon=True)
+    keeper_thread.start()
+
+    # The flips: version k written at writes[k]; the first denies c -> b.
+    writes: list[float] = []
+    late_written: float | None = None
+    k = 0
+    cut_checked = False
+    while time.monotonic() < until - 1.0:
+        writes.append(publish("flip.yaml", version(k)))
+        if not cut_checked:
+            cut_checked = True
+            for h in first_cut:
+                result.held_cut_s[h.name] = h.cut_within(2.0)
+        if late_written is None and time.monotonic() >= late_at:
+            keep.set()
+            keeper_thread.join()
+            # halfway to the next flip, so that the two changes are two reloads
+            time.sleep(max(0.0, writes[-1] + period / 2 - time.monotonic()))
+            for h in old:  # allowed all along: still up, however long ago they were opened
+                result.held_kept[h.name] = kept[h.name] and h.ping()
+            late_written = publish("late.yaml", LATE)
+            for h in old:
+                result.held_cut_s[h.name] = h.cut_within(2.0)
+        k += 1
+        time.sleep(max(0.0, writes[-1] + period - time.monotonic()))
+    result.versions = k
+    probes: list[tuple[str, str, float, float, bool]] = []
+    for p in probers.values():
+        out, _ = p.communicate(timeout=60)
+        probes.extend(tuple(x) for x in json.loads(out))
+    stop.set()
+    sampler.join(timeout=10)
+    out, _ = scraper.communicate(timeout=60)
+    for path, ms, status in json.loads(out):
+        if status == 200:
+            result.scrape_ms.append(ms)
+        else:
+            result.scrape_failures += 1
+    time.sleep(0.5)
+    events = daemon.events()
+    assert daemon.terminate() == 0
+
+    # A change is in force once the first reload that began after it has ended (its event is
+    # written after the swap and the revocations): a reload reads the newest files, so two
+    # writes close together may be one reload, and the earlier version then never in force alone.
+    reloads = [e for e in events if e.get("event") == "reload"]
+    result.reloads = len(reloads)
+    result.rejected = sum(e.get("event") == "reload-rejected" for e in events)
+    changes = sorted([(t, "flip", i) for i, t in enumerate(writes)] + ([(late_written, "late", -1)] if late_written else []))
+    done = sorted(e["ts"] - wall for e in reloads)  # on the monotonic clock
+    in_force: list[tuple[float, float]] = []  # (written, in force) per change, in time order
+    for t, _, _ in changes:
+        after = [d for d in done if d >= t]
+        assert after, f"no reload after the change written at {t - t_start:.3f} s"
+        result.switch_over_ms.append((after[0] - t) * 1000)
+        in_force.append((t, after[0] + SLACK))
+
+    def state_at(t: float) -> tuple[int, bool, bool]:
+        """(flip version, late made, in a switch-over) at time ``t``."""
+        ver, late, switching = 0, False, False
+        for (written, ready), (_, kind, i) in zip(in_force, changes):
+            if t < written:
+                break
+            if t < ready:
+                switching = True
+            if kind == "flip":
+                ver = i
+            else:
+                late = True
+        return ver, late, switching
+
+    result.probes = len(probes)
+    for name, proto, t0, t1, ok in probes:
+        if t0 < writes[0] - 0.0 or t0 >= writes[-1] + period:
+            # before the first flip (version 1 of the setup) or after the last: not judged
+            continue
+        src, dst = name.split("->")
+        ver, late, switching = state_at(t0)
+        if switching:
+            result.in_switch_over += 1
+            continue
+        result.judged += 1
+        want = expected(src, dst, ver, late)
+        if ok == want:
+            continue
+        v1, late1, _ = state_at(t1)
+        if want and not ok and (v1, late1) != (ver, late) and not expected(src, dst, v1, late1):
+            result.cut_by_next += 1  # allowed when it began, revoked by the next version: as it should
+            continue
+        result.mismatches.append({"probe": name, "proto": proto, "t0": round(t0 - t_start, 3),
+                                  "t1": round(t1 - t_start, 3), "ok": ok, "version": ver, "late": late})
+    return result

@@ -1,0 +1,106 @@
+"""Floods beyond the daemon's capacity (tests/enforce/flood.py): a SYN flood and a UDP flood
+from 200 spoofed addresses of pod a's subnet, every port, at the C sender's full rate, against
+a queue of 256 packets. What overflows the queue follows ``--fail`` and is counted by the
+kernel and in the metrics; readiness and metrics answer throughout; an established connection
+keeps flowing; the daemon judges again as before once the flood ends."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.enforce import manifests
+from tests.enforce.flood import Counter, compile_c, flood, kernel_queue, queued_by_rules
+from tests.enforce.netns import PY, Daemon, Topology, root_reason
+from tests.enforce.soak import SCRAPER, Held
+
+pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
+
+PORT = 9478
+SECONDS = 4.0
+
+
+@pytest.fixture(scope="module")
+def flooder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return compile_c("flood", tmp_path_factory.mktemp("flood"))
+
+
+@pytest.fixture
+def topo() -> Iterator[Topology]:
+    t = Topology()
+    try:
+        t.up()
+        yield t
+    finally:
+        t.down()
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    m = re.search(rf"^{name}\{{{re.escape(want)}\}} (\S+)$", text, re.M)
+    assert m, (name, labels)
+    return float(m.group(1))
+
+
+@pytest.mark.parametrize("fail", ["closed", "open"])
+def test_flood_beyond_capacity_follows_the_fail_mode(topo: Topology, tmp_path: Path, flooder: Path, fail: str) -> None:
+    manifests.write(tmp_path)
+    daemon = Daemon(topo, [str(tmp_path)], 0, fail=fail,
+                    extra=("--metrics", f"127.0.0.1:{PORT}", "--queue-maxlen", "256", "--no-log"))
+    daemon.wait_event("start")
+    hold = Held(topo, "a", "b", "TCP")
+    counter = Counter(topo, 1, 9999)  # b takes no UDP from anyone: every datagram here got through unjudged
+    scraper = topo.spawn(topo.node, [PY, "-c", SCRAPER, f"http://127.0.0.1:{PORT}", str(time.monotonic() + 2 * SECONDS + 1)])
+
+    pings: list[bool] = []
+    stop = threading.Event()
+
+    def pinger() -> None:
+        while not stop.wait(0.2):
+            pings.append(hold.ping())
+
+    t = threading.Thread(target=pinger, daemon=True)
+    t.start()
+    sent = {"syn": flood(topo, flooder, 0, 1, "tcp", Topology.TCP_PORT, SECONDS),
+            "udp": flood(topo, flooder, 0, 1, "udp", 9999, SECONDS)}
+    stop.set()
+    t.join()
+    time.sleep(0.5)
+    passed = counter.stop()
+    kq = kernel_queue(topo)
+    queued = queued_by_rules(topo)
+    answers = json.loads(scraper.communicate(timeout=30)[0])
+    status, text = topo.get(f"http://127.0.0.1:{PORT}/metrics")
+    assert status == 200
+    received = sum(metric(text, "pyclassify_nfqueue_packets_total", queue="0", outcome=o)
+                   for o in ("accepted", "dropped", "malformed"))
+    report = {"fail": fail, "sent": sent, "reached_queue_rule": queued, "kernel": kq, "judged": received,
+              "unjudged_delivered": passed, "hold_pings": len(pings), "hold_failures": pings.count(False),
+              "scrape_ms_max": round(max(ms for _, ms, _ in answers), 1),
+              "scrape_ms_p50": round(sorted(ms for _, ms, _ in answers)[len(answers) // 2], 1),
+              "scrape_failures": sum(status != 200 for _, _, status in answers)}
+    print(json.dumps(report))
+
+    # beyond capacity: more reached the queue than the daemon could take
+    assert queued > received > 0, report
+    # the established connection kept flowing; readiness and metrics answered every time
+    assert pings and all(pings), report
+    assert answers and report["scrape_failures"] == 0, report
+    if fail == "closed":
+        # the overflow was dropped, and counted by the kernel and in the metrics
+        assert kq["queue_dropped"] > 0, report
+        assert metric(text, "pyclassify_nfqueue_kernel_drops_total", queue="0", reason="queue_full") == kq["queue_dropped"]
+        assert passed == 0, report
+    else:
+        # the overflow passed unjudged (fail-open queue): at most what did not get a queue slot
+        assert 0 < passed <= queued - kq["id_sequence"], report
+    # after the flood: judged as before
+    assert topo.reach(0, 1) and not topo.reach(2, 1)
+    assert hold.ping()
+    assert daemon.terminate() == 0

@@ -1,0 +1,49 @@
+"""The bounded soak (tests/enforce/soak.py): two minutes of TCP and UDP probes among four pods
+while the policy flips two pairs every 200 ms; the long one is bench/test_bench_soak.py.
+
+``PYCLASSIFY_SOAK_SECONDS`` sets the length (default 120)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.enforce.netns import Topology, root_reason
+from tests.enforce.soak import RSS_GROWTH, run_soak
+
+pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
+
+SECONDS = float(os.environ.get("PYCLASSIFY_SOAK_SECONDS", "120"))
+
+
+@pytest.fixture
+def topo() -> Iterator[Topology]:
+    t = Topology(npods=4)
+    try:
+        t.up()
+        yield t
+    finally:
+        t.down()
+
+
+def test_soak_verdicts_revocation_memory_and_probes(topo: Topology, tmp_path: Path) -> None:
+    result = run_soak(topo, tmp_path, SECONDS)
+    summary = result.summary()
+    print(json.dumps(summary, indent=1))
+    # every change was applied (a reload or two may have taken two writes at once), none rejected
+    assert result.versions + 1 >= result.reloads > 0.9 * result.versions and result.rejected == 0, summary
+    assert result.judged > 20 * result.seconds and result.judged > 0.5 * result.probes, summary
+    # every probe decided while one version was in force got that version's verdict
+    assert not result.mismatches, result.mismatches[:20]
+    # established connections that became denied were cut; the old ones stayed up until then
+    assert all(v is not None and v < 1.0 for v in result.held_cut_s.values()), result.held_cut_s
+    assert result.held_kept and all(result.held_kept.values()), result.held_kept
+    # flat memory, no descriptor or thread leak, readiness and metrics answered throughout
+    memory = result.memory()
+    assert memory["rss_growth"] <= RSS_GROWTH, summary
+    assert memory["fds_max"] <= memory["fds_warm"] and memory["threads_max"] <= memory["threads_warm"], summary
+    assert result.scrape_failures == 0 and len(result.scrape_ms) >= 2 * (SECONDS - 2), summary
