@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 from tests.enforce import manifests
 from tests.enforce.flood import compile_c, flood, kernel_queue, queued_by_rules
 from tests.enforce.netns import PY, Daemon, Topology
+from tests.enforce.test_flood import metric
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, iptables, NFQUEUE)")
 
@@ -45,8 +45,8 @@ def _consumer_pyclassify(topo: Topology, policy: Path) -> dict[str, float]:
     sent = flood(topo, FLOODER, 0, 1, "udp", 9999, SECONDS)
     status, text = topo.get("http://127.0.0.1:9479/metrics")
     assert status == 200
-    verdicts = sum(float(m) for m in re.findall(
-        r'^pyclassify_nfqueue_packets_total\{queue="0",outcome="(?:accepted|dropped|malformed)"\} (\S+)$', text, re.M))
+    verdicts = sum(metric(text, "pyclassify_nfqueue_packets_total", queue="0", outcome=o)
+                   for o in ("accepted", "dropped", "malformed"))
     out = {"sent": sent, "queued": queued_by_rules(topo), **kernel_queue(topo), "verdicts": verdicts}
     assert daemon.terminate() == 0
     return out

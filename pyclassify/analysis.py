@@ -16,10 +16,16 @@ from pyclassify.kinds.common import PROTOCOL_NUMBERS, protocol_name
 from pyclassify.project import Project
 from pyclassify.reference import evaluate
 from pyclassify.services import backend_port, node_addresses
+from pyclassify.source import shown
 
 
 class UnknownEnd(ValueError):
-    """A ``--from``/``--to`` that names nothing in the inventory and is not an IP address."""
+    """A ``--from``/``--to`` that names nothing in the inventory and is not an IP address;
+    ``option`` says which (None if unknown)."""
+
+    def __init__(self, message: str, option: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option
 
 
 def parse_protocol(text: str) -> int:
@@ -30,13 +36,13 @@ def parse_protocol(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"unknown protocol {text!r} (a name like TCP, UDP, SCTP, ICMP, ICMPv6, or 0-255)") from None
+        raise ValueError(f"unknown protocol {shown(text)} (a name like TCP, UDP, SCTP, ICMP, ICMPv6, or 0-255)") from None
     if not 0 <= value <= 255:
         raise ValueError(f"protocol number {value} is outside 0-255")
     return value
 
 
-def resolve_end(project: Project, text: str) -> FlowEnd:
+def resolve_end(project: Project, text: str, option: str | None = None) -> FlowEnd:
     """A flow end from what a person types: ``ns/pod``, a workload, a host endpoint name or an IP.
 
     An IP that no endpoint owns is an outside address (no policy of its own)."""
@@ -46,7 +52,8 @@ def resolve_end(project: Project, text: str) -> FlowEnd:
     except ValueError:
         ip = None
     if endpoint is None and ip is None:
-        raise UnknownEnd(f"{text!r} is not a pod (ns/name), workload, host endpoint or IP address in the inventory")
+        raise UnknownEnd(f"{shown(text)} is not a pod (ns/name), workload, host endpoint or IP address in the "
+                         "inventory", option)
     return FlowEnd(endpoint, ip)
 
 
@@ -191,7 +198,8 @@ def explain(project: Project, src: str, dst: str, protocol: int, dport: int | No
     """The verdict of one flow. A flow to a Service's ClusterIP (or a NodePort on a node's
     address) is judged as kube-proxy delivers it: once per backend (``service_backend``, an
     address or endpoint, picks one); it is allowed when every backend judged allows it."""
-    flow = Flow(resolve_end(project, src), resolve_end(project, dst), protocol, sport, dport, icmp_type, icmp_code)
+    flow = Flow(resolve_end(project, src, "--from"), resolve_end(project, dst, "--to"), protocol, sport, dport,
+                icmp_type, icmp_code)
     judge = _Judge(project, engine, default)
     target = service_target(project, flow)
     if target is None:
@@ -200,7 +208,7 @@ def explain(project: Project, src: str, dst: str, protocol: int, dport: int | No
         return Explanation(flow, judge(flow))
     flows, note = service_backends(project, flow, target)
     if service_backend is not None:
-        chosen = resolve_end(project, service_backend)
+        chosen = resolve_end(project, service_backend, "--service-backend")
         flows = [f for f in flows if (chosen.ip is not None and f.dst.ip == chosen.ip)
                  or (chosen.ip is None and f.dst.endpoint == chosen.endpoint)]
         if not flows:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -173,11 +174,14 @@ class Capture:
                     self._file = open(source, "rb")  # noqa: SIM115 (closed by close())
                 except OSError as e:
                     raise CaptureError(f"{source}: cannot open: {e.strerror or e}") from e
-                size = os.fstat(self._file.fileno()).st_size
-                if size == 0:
+                st = os.fstat(self._file.fileno())
+                regular = stat.S_ISREG(st.st_mode)
+                if regular and st.st_size == 0:
                     self._file.close()
                     raise CaptureError(f"{source}: empty file, not a pcap or pcapng capture")
-                if stream:
+                if stream or not regular:
+                    # A pipe, a FIFO or a device (``--pcap <(tcpdump -w - ...)``) has no size and
+                    # cannot be mapped: read as a stream, as stdin is.
                     src = self._file
                 else:
                     self._mmap = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
@@ -196,9 +200,11 @@ class Capture:
             raise CaptureError(f"{self.name}: {e}") from None
         if self._reader.format == "pcap":
             why = _pcap_header_problem(bytes(memoryview(self._reader.window)[:24]))  # type: ignore[arg-type]
-            if why is not None:
-                self.close()
-                raise CaptureError(f"{self.name}: {why}")
+        else:
+            why = _pcapng_header_problem(bytes(memoryview(self._reader.window)[:16]))  # type: ignore[arg-type]
+        if why is not None:
+            self.close()
+            raise CaptureError(f"{self.name}: {why}")
 
     # -- reading --
 
@@ -325,6 +331,26 @@ def _pcap_header_problem(header: bytes) -> str | None:
     if linktype not in LINKTYPES:
         known = ", ".join(f"{n} ({v})" for v, n in sorted(LINKTYPES.items()))
         return f"offset 20: link type {linktype} cannot be decoded (known: {known})"
+    return None
+
+
+def _pcapng_header_problem(header: bytes) -> str | None:
+    """Why the first pcapng section header (its first 16 bytes) does not describe a section this
+    reader can read — a major version other than 1, whose blocks may mean something else — or
+    None. (The reader checks the block type, length and byte-order magic itself.)"""
+    import struct
+
+    if len(header) < 16:
+        return None  # the reader reports the truncation itself
+    if header[8:12] == b"\x4d\x3c\x2b\x1a":
+        order = "<"
+    elif header[8:12] == b"\x1a\x2b\x3c\x4d":
+        order = ">"
+    else:
+        return None
+    major, minor = struct.unpack(order + "HH", header[12:16])
+    if major != 1:
+        return f"offset 12: pcapng version {major}.{minor} is not one this reader knows (1.0)"
     return None
 
 

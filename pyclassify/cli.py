@@ -5,6 +5,7 @@ Exit codes: 0 success (or a match), 1 invalid input, 2 usage error, 3 no match (
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from pyclassify.selector import Selector, SelectorError, excerpt, parse_labels, unencodable
+from pyclassify.source import printable
 
 if TYPE_CHECKING:
     from pyclassify.project import Project
@@ -66,6 +68,20 @@ def utf8_text(ctx: click.Context | None, param: click.Parameter | None, value: A
     return value
 
 
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG}
+
+
+def _silence_stdout() -> None:
+    """Points stdout at /dev/null, so that the interpreter's last flush of what could not be
+    written does not fail a second time, with its own traceback, at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - no file descriptor
+        pass
+
+
 def _emit_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, sort_keys=False))
 
@@ -87,6 +103,19 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OSError as e:
+            # An output stream that cannot be written (stdout on a full disk or /dev/full): one
+            # line, exit 1, not a traceback. Named outputs (--out ...) say their own name first;
+            # a closed pipe (EPIPE) is click's to handle.
+            if e.errno not in _WRITE_ERRNOS or e.filename is not None:
+                raise
+            _silence_stdout()
+            click.echo(f"error: cannot write the output (stdout): {e.strerror or e}", err=True)
+            ctx.exit(EXIT_INVALID)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         target = self.lazy.get(name)
@@ -158,6 +187,10 @@ def selector_cmd(expr: str, labels_text: str | None, as_json: bool) -> None:
                 if ascii_only(sys.stderr):
                     shown = shown.replace("…", "...")
                     caret = (caret or 0) + (2 if shown.startswith("...") else 0)
+                # Control bytes (an ESC sequence, a bidi override) are shown escaped, never
+                # sent to the terminal; the caret moves with what is shown before it.
+                before, after = printable(shown[: caret or 0]), printable(shown[caret or 0:])
+                shown, caret = before + after, len(before)
                 err.print(f"  {escape(shown)}", markup=True)
                 err.print("  " + " " * (caret or 0) + "^")
         _fail(EXIT_INVALID)
@@ -393,7 +426,7 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
         result = explain(project, src, dst, protocol, port, sport, icmp_type, icmp_code, default, engine,
                          service_backend)
     except UnknownEnd as e:
-        raise click.BadParameter(str(e)) from e
+        raise click.BadParameter(str(e), param_hint=e.option) from e
     if as_json:
         _emit_json(result.to_json())
         return
@@ -548,6 +581,7 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
         err.print(f"[red]error[/red]: --out {escape(out_path or '')}: cannot open for writing: "
                   f"{escape(e.strerror or str(e))}")
         _fail(EXIT_INVALID)
+    failure: str | None = None
     try:
         replay = Replay(engine, conntrack=not no_conntrack, default=default, out=out_file,
                         allowed_path=allowed_path, denied_path=denied_path, flows=per_flow)
@@ -561,11 +595,16 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
             else:
                 replay.run(list(pcaps))
         except (CaptureError, ReplayError, OSError) as e:
-            err.print(f"[red]error[/red]: {escape(str(e))}")
-            _fail(EXIT_INVALID)
+            failure = str(e)
     finally:
         if out_file is not None:
-            out_file.close()
+            try:
+                out_file.close()  # the last lines are written here: a full disk shows now
+            except OSError as e:
+                failure = failure or f"--out {out_path}: cannot write: {e.strerror or e}"
+    if failure is not None:
+        err.print(f"[red]error[/red]: {escape(failure)}")
+        _fail(EXIT_INVALID)
     summary = replay.summary_json()
     if as_json:
         _emit_json(summary)

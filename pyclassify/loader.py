@@ -17,7 +17,10 @@ or List item at a time, through ``pyclassify.loader_ruamel``.
 from __future__ import annotations
 
 import copy
+import errno
 import os
+import re
+import stat
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -83,9 +86,62 @@ def _object_too_large(data: bytes, file: str, span: Span | None, problems: Probl
     return True
 
 
-def _too_large(name: str, size: int, limit: int) -> Problem:
-    return Problem(name, 0, "", f"manifest of {size} bytes is larger than the limit of {limit} bytes "
+def _too_large(name: str, size: int, limit: int, more_than: bool = False) -> Problem:
+    """``more_than``: only the first ``size`` bytes were read (a stream or a device): the input
+    is at least that large, not exactly."""
+    what = f"more than {limit} bytes" if more_than else f"{size} bytes"
+    return Problem(name, 0, "", f"manifest of {what} is larger than the limit of {limit} bytes "
                                 f"(set {MAX_MANIFEST_ENV} to raise it); not read")
+
+
+def read_bounded(f: Any, size: int, chunk: int = 1 << 20) -> Any:
+    """At most ``size`` bytes (or characters) of ``f``, read in chunks: no buffer of ``size``
+    is allocated up front for what is usually a small input."""
+    parts = []
+    got = 0
+    while got < size:
+        part = f.read(min(chunk, size - got))
+        if not part:
+            break
+        parts.append(part)
+        got += len(part)
+    if not parts:
+        return f.read(0)  # b"" or "", as the stream gives
+    return parts[0][:0].join(parts)
+
+
+def _missing(path: str) -> str:
+    """Why ``path``, which does not resolve to anything, cannot be read: a link loop and a
+    dangling link say so (``no such file or directory`` would send one looking for a file)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if os.path.islink(path):
+            if exc.errno == errno.ELOOP:
+                return "symbolic link loop (too many levels of symbolic links): not read"
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            return f"dangling link (to {target}): nothing to read"
+        if exc.errno == errno.ELOOP:
+            return "symbolic link loop in the path (too many levels of symbolic links): not read"
+        if exc.errno not in (errno.ENOENT, None):
+            return f"cannot read: {(exc.strerror or str(exc)).lower()}"
+    return "no such file or directory"
+
+
+# Python's own wording for an integer too long to convert, which the manifest reader passes on.
+_INT_DIGITS = re.compile(r"Exceeds the limit \((\d+) digits\) for integer string conversion(?:: value has (\d+) digits)?")
+
+
+def _readable(message: str) -> str:
+    """A reader's message in the user's terms (not the interpreter's)."""
+    m = _INT_DIGITS.search(message)
+    if m is not None:
+        digits = f"{m.group(2)} digits" if m.group(2) else f"more than {m.group(1)} digits"
+        return f"a number of {digits} is too large to read (Kubernetes numbers are 64-bit)"
+    return message
 
 
 def iter_paths(paths: Iterable[str], problems: Problems) -> Iterator[Document]:
@@ -98,9 +154,9 @@ def iter_paths(paths: Iterable[str], problems: Problems) -> Iterator[Document]:
         if path == STDIN:
             limit = max_manifest_bytes()
             buffer = getattr(sys.stdin, "buffer", None)
-            data = buffer.read(limit + 1) if buffer is not None else sys.stdin.read(limit + 1)
+            data = read_bounded(buffer if buffer is not None else sys.stdin, limit + 1)
             if len(data) > limit:
-                problems.add(_too_large(STDIN_NAME, len(data), limit))
+                problems.add(_too_large(STDIN_NAME, len(data), limit, more_than=True))
                 continue
             docs = iter_bytes(data, STDIN_NAME, problems) if isinstance(data, bytes) else iter_text(data, STDIN_NAME, problems)
             for doc in docs:
@@ -113,7 +169,7 @@ def iter_paths(paths: Iterable[str], problems: Problems) -> Iterator[Document]:
             elif p.exists():
                 files = [p]
             else:
-                problems.add(Problem(str(path), 0, "", "no such file or directory"))
+                problems.add(Problem(str(path), 0, "", _missing(str(path))))
                 continue
             for file in files:
                 for doc in iter_file(file, problems):
@@ -142,12 +198,18 @@ def manifest_files(root: Path, problems: Problems | None = None) -> list[Path]:
         if problems is not None:
             problems.add(Problem(path, 0, "", message, "warning"))
 
+    def unreadable(exc: OSError) -> None:
+        # A directory that cannot be listed may hold manifests: an error, not a silent skip.
+        if problems is not None:
+            where = exc.filename if exc.filename is not None else str(root)
+            problems.add(Problem(str(where), 0, "", f"cannot read directory: {(exc.strerror or str(exc)).lower()}"))
+
     try:
         st = os.stat(root)
         seen[(st.st_dev, st.st_ino)] = str(root)
     except OSError:
         pass
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable, followlinks=True):
         keep = []
         for d in sorted(dirnames):
             if d.startswith("."):
@@ -180,11 +242,20 @@ def iter_file(path: Path, problems: Problems) -> Iterator[Document]:
     name = str(path)
     limit = max_manifest_bytes()
     try:
-        size = path.stat().st_size
-        if size > limit:
-            problems.add(_too_large(name, size, limit))
+        st = path.stat()
+        if st.st_size > limit:
+            problems.add(_too_large(name, st.st_size, limit))
             return
-        data = path.read_bytes()
+        if stat.S_ISREG(st.st_mode):
+            data = path.read_bytes()
+        else:
+            # A device or a pipe (/dev/zero, <(...)) has no size to check first and may never
+            # end: read at most one byte past the limit.
+            with path.open("rb") as f:
+                data = read_bounded(f, limit + 1)
+            if len(data) > limit:
+                problems.add(_too_large(name, len(data), limit, more_than=True))
+                return
     except OSError as exc:
         problems.add(Problem(name, 0, "", f"cannot read: {exc.strerror or exc}"))
         return
@@ -242,7 +313,7 @@ def iter_bytes(data: bytes, file: str, problems: Problems) -> Iterator[Document]
             yield from _fallback(data, file, line, region, index, span, streamed, problems)
         else:  # "problem"
             _, line, message = record
-            problems.add(Problem(file, line, "", message))
+            problems.add(Problem(file, line, "", _readable(message)))
 
 
 class _Positions:
@@ -311,7 +382,7 @@ def _ruamel_first(data: bytes, span: Span, file: str, problems: Problems,
             problems.add(Problem(file, line, "", TOO_LARGE))
     except Exception as exc:  # ruamel crashes on some invalid input (IndexError, AttributeError...)
         if not quiet:
-            problems.add(Problem(file, line, "", f"invalid YAML: {type(exc).__name__}: {exc}"))
+            problems.add(Problem(file, line, "", _readable(f"invalid YAML: {type(exc).__name__}: {exc}")))
     return None
 
 

@@ -125,5 +125,18 @@ def _plain_scalar(node: Any) -> Any:
         return node.isoformat()
     if isinstance(node, bytes):
         return node.decode("utf-8", "replace")
+    if isinstance(node, (tuple, collections.abc.Mapping)):  # a complex key (? [a, b], ? {a: 1})
+        return _flow_text(node)
     value = getattr(node, "value", None)  # a scalar with a custom tag (!foo bar)
     return str(value) if value is not None else str(node)
+
+
+def _flow_text(node: Any) -> str:
+    """A complex mapping key as the YAML flow text a person wrote (``[a, b]``, ``{a: 1}``), not
+    as a Python repr (``ordereddict([('a', 1)])``): it is only ever shown, in an error."""
+    if isinstance(node, collections.abc.Mapping):
+        return "{" + ", ".join(f"{_flow_text(k)}: {_flow_text(v)}" for k, v in node.items()) + "}"
+    if isinstance(node, (tuple, list)):
+        return "[" + ", ".join(_flow_text(v) for v in node) + "]"
+    plain = _plain_scalar(node)
+    return "null" if plain is None else str(plain).lower() if isinstance(plain, bool) else str(plain)

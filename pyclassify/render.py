@@ -20,8 +20,9 @@ import click
 from pyclassify.engine import NativeEngine
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import Direction
-from pyclassify.cli import _load, cluster_paths_argument, kube_options
+from pyclassify.cli import _load, cluster_paths_argument, kube_options, utf8_text
 from pyclassify.project import Project, load_project
+from pyclassify.source import shown
 
 PROTOCOL_NAMES = {1: "ICMP", 6: "TCP", 17: "UDP", 58: "ICMPv6", 132: "SCTP", 136: "UDPLite"}
 
@@ -101,7 +102,7 @@ def run_render(paths: tuple[str, ...], endpoint_ref: str, as_json: bool, project
     project = project if project is not None else load_project(list(paths))
     endpoint = project.find_endpoint(endpoint_ref)
     if endpoint is None:
-        raise click.BadParameter(f"no endpoint {endpoint_ref!r} in the manifests", param_hint="--endpoint")
+        raise click.BadParameter(f"no endpoint {shown(endpoint_ref)} in the manifests", param_hint="--endpoint")
     tables = render_tables(project, endpoint)
     if as_json:
         return json.dumps({"endpoint": endpoint.ref, "tables": [t.to_json() for t in tables]}, indent=2)
@@ -128,7 +129,7 @@ Examples:
 """)
 @cluster_paths_argument
 @kube_options
-@click.option("--endpoint", "endpoint", required=True, metavar="NS/POD",
+@click.option("--endpoint", "endpoint", required=True, metavar="NS/POD", callback=utf8_text,
               help="The endpoint: ns/pod, workload, host endpoint or IP.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def render_command(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,

@@ -8,6 +8,7 @@ user asks for ``--out`` (that is output, not classification).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -18,7 +19,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -45,6 +46,9 @@ PACKET_REASONS = {
     PACKET_INVALID: "invalid",
 }
 PORT_PROTOCOLS = (6, 17, 132, 136)
+#: ``PacketHeader.ifindex`` of a pcapng packet whose interface id no Interface Description
+#: Block described (the reader cannot give it a link type).
+NO_INTERFACE = 0xFFFFFFFF
 
 
 class ReplayError(ValueError):
@@ -239,13 +243,33 @@ class Replay:
                 signal.signal(signal.SIGINT, previous)
             if self._stop:
                 self.summary.interrupted = True
-            for w in self._writers:
-                w.close()
-            if self.out is not None and self.per_flow:
-                for flow in self._flows.values():
-                    self.out.write(json.dumps(flow) + "\n")
             self.summary.seconds = time.perf_counter() - start
+            failed: ReplayError | None = None
+            for which, (w, _) in self._writer_by_kind.items():  # every one closed, even after a failure
+                try:
+                    with self._writing(f"--{which}", self.allowed_path if which == "allowed" else self.denied_path):
+                        w.close()
+                except ReplayError as e:
+                    failed = failed or e
+            if self.out is not None and self.per_flow and failed is None:
+                with self._writing("--out", self._out_name()):
+                    for flow in self._flows.values():
+                        self.out.write(json.dumps(flow) + "\n")
+            if failed is not None:
+                raise failed
         return self.summary
+
+    def _out_name(self) -> str:
+        return str(getattr(self.out, "name", "") or "")
+
+    @contextlib.contextmanager
+    def _writing(self, option: str, path: str | None) -> Iterator[None]:
+        """An output that cannot be written (a full disk, ``/dev/full``, a vanished mount) is a
+        ``ReplayError`` naming the option and the file, not an errno without a name."""
+        try:
+            yield
+        except OSError as e:
+            raise ReplayError(f"{option} {path}: cannot write: {e.strerror or e}") from None
 
     def _defer_interrupts(self) -> Any:
         """Turns the first SIGINT into a request to stop after the current batch; returns the
@@ -274,7 +298,10 @@ class Replay:
         signature = (cap.format, cap.nanosecond, tuple(i.linktype for i in cap.interfaces))
         found = self._writer_by_kind.get(which)
         if found is None:
-            writer = CaptureWriter.like(cap, path)
+            try:
+                writer = CaptureWriter.like(cap, path)
+            except OSError as e:
+                raise ReplayError(f"--{which} {path}: cannot open for writing: {e.strerror or e}") from None
             self._writers.append(writer)
             self._writer_by_kind[which] = (writer, signature)
             return writer
@@ -291,26 +318,37 @@ class Replay:
         # would make a mapped read fault (SIGBUS); read, it just ends early, and is reported.
         before = _file_state(path)
         packets_before = self.summary.packets
+        no_interface = 0  # pcapng packets naming an interface no IDB describes (ifindex all ones)
         with open_capture(path, stream=True) as cap:
             for batch in cap:
+                if cap.format == "pcapng":
+                    no_interface += int(np.count_nonzero(batch.headers["ifindex"] == NO_INTERFACE))
                 verdicts = self._judge(batch)
                 self._account(batch, verdicts)
                 # Made after the first batch: pcapng interfaces are known by then.
                 allowed_w, denied_w = self._writer("allowed", cap), self._writer("denied", cap)
-                if allowed_w is not None:
-                    allowed_w.write(batch, verdicts["allow"] == 1)
-                if denied_w is not None:
-                    denied_w.write(batch, verdicts["allow"] == 0)
+                with self._writing("--allowed", self.allowed_path):
+                    if allowed_w is not None:
+                        allowed_w.write(batch, verdicts["allow"] == 1)
+                with self._writing("--denied", self.denied_path):
+                    if denied_w is not None:
+                        denied_w.write(batch, verdicts["allow"] == 0)
                 if self.out is not None and self.per_flow:
                     self._collect_flows(batch, verdicts)
                 elif self.out is not None:
-                    self._write_lines(batch, verdicts)
+                    with self._writing("--out", self._out_name()):
+                        self._write_lines(batch, verdicts)
                 if progress is not None:
                     progress(len(batch))
                 if self._stop:
                     break
             self.summary.decode_errors.update({k: v for k, v in cap.counts.items() if k != "none"})
             self.summary.problems.extend(cap.problems)  # each names its file already
+            if no_interface:
+                # The decoder counts them as unknown_linktype; say what is wrong with the file.
+                self.summary.problems.append(
+                    f"{cap.name}: {no_interface} packets name an interface that no Interface Description "
+                    f"Block describes: not decoded (counted as unknown_linktype)")
             problems = bool(cap.problems)
         after = _file_state(path)
         if before is not None and after is not None and before != after:
@@ -323,7 +361,7 @@ class Replay:
                 self.summary.problems.append(
                     f"{path}: changed while being read: the verdicts may mix old and new contents")
         if problems and self.summary.packets == packets_before and not self._stop:
-            self.summary.unreadable.append(path)
+            self.summary.unreadable.append(cap.name)  # "<stdin>" for "-"
 
     def _account(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
         s = self.summary

@@ -15,14 +15,33 @@ FieldPath = tuple[PathPart, ...]
 
 
 def format_path(path: FieldPath) -> str:
-    """``("spec", "ingress", 0, "from")`` -> ``spec.ingress[0].from``."""
+    """``("spec", "ingress", 0, "from")`` -> ``spec.ingress[0].from``. A key that is not
+    printable text (a newline, a NUL, a terminal escape, a bidi override) is shown quoted and
+    escaped, ``metadata.labels['bad\\nkey']``, so that every problem stays one honest line."""
     out = ""
     for part in path:
-        if isinstance(part, int):
+        if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
+        elif not isinstance(part, str):
+            out += f"[{part!r}]"  # a key YAML allows and Kubernetes does not (null, true, 1.5)
+        elif not part.isprintable():
+            out += f"[{part!r}]"
         else:
             out += f".{part}" if out else part
     return out
+
+
+def shown(value: str, width: int = 80) -> str:
+    """``value`` quoted for a message: escaped, and cut after ``width`` characters (a hostile
+    100 kB argument is not echoed whole)."""
+    if len(value) > width:
+        return f"{value[:width]!r}… ({len(value)} characters)"
+    return repr(value)
+
+
+def printable(text: str) -> str:
+    """``text`` with what is not printable escaped (as ``repr`` does, without the quotes)."""
+    return text if text.isprintable() else repr(text)[1:-1]
 
 
 class Document:
@@ -129,7 +148,7 @@ class Problem:
 
     def __str__(self) -> str:
         # line 0: an object with no file (from the Kubernetes API), named by ``file`` alone
-        where = f"{self.file}:{self.line}" if self.line else self.file
+        where = f"{printable(self.file)}:{self.line}" if self.line else printable(self.file)
         return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
 
 

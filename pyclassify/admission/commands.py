@@ -65,9 +65,12 @@ def run_admit(
         r = resource_from_document(doc, problems)
         if r is not None:
             resources.append(r)
-    if not docs and not problems:
-        problems.add(Problem(resource_path, 0, "", "no resource in this file"))
-    if problems:
+    if not docs and not problems and not problems.empty_inputs:
+        name = "<stdin>" if resource_path == "-" else resource_path
+        problems.add(Problem(name, 0, "", "no resource found here"))
+    if problems or problems.empty_inputs:
+        # A path that held nothing at all (an empty policy directory, an empty --resource):
+        # invalid input, exit 1, as for every other command — not "admitted by no policy".
         return [], problems
     when = now or dt.datetime.now(dt.timezone.utc)
     return [evaluate(admission, r, scans, when, trust_annotations) for r in resources], problems
@@ -124,7 +127,7 @@ def admit_command(paths: tuple[str, ...], resource_path: str, scan_paths: tuple[
     """
     now = _parse_now(now_text)
     decisions, problems = run_admit(paths, resource_path, scan_paths, now, trust_annotations)
-    if problems:
+    if problems or problems.empty_inputs:
         if as_json:
             click.echo(json.dumps({"valid": False, "errors": [str(p) for p in problems.errors],
                                    "warnings": [str(p) for p in problems.warnings]}, indent=2))

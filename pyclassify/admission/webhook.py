@@ -164,8 +164,20 @@ class AdmissionWebhook:
         self._publish(self._snapshot)
         self.ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self.ssl_context.load_cert_chain(tls_cert, tls_key)
-        self.server = _Server(listen, self)
+        try:
+            # An encrypted key would make OpenSSL ask for its passphrase on the terminal and wait:
+            # no passphrase is given, so it is an error at once.
+            self.ssl_context.load_cert_chain(tls_cert, tls_key, password=_no_passphrase)
+        except _EncryptedKey:
+            raise WebhookSetupError(f"--tls-key {tls_key}: an encrypted private key (it needs a passphrase); "
+                                    "give the key unencrypted") from None
+        except OSError as e:  # ssl.SSLError is one: "[SSL] PEM lib (_ssl.c:3905)" names neither file
+            raise WebhookSetupError(tls_problem(tls_cert, tls_key, e)) from e
+        try:
+            self.server = _Server(listen, self)
+        except (OSError, OverflowError) as e:  # a busy port, an address not here, a name not resolved
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise WebhookSetupError(f"cannot listen on {_address_text(listen)}: {why}") from e
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -492,6 +504,64 @@ class _Server(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.exception("error serving %s", client_address)
+
+
+class WebhookSetupError(OSError):
+    """The webhook cannot start: a certificate or key it cannot load, an address it cannot
+    listen on. The message names the file or the address."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class _EncryptedKey(Exception):
+    pass
+
+
+def _no_passphrase() -> bytes:
+    """``load_cert_chain``'s password callback: called only for an encrypted key."""
+    raise _EncryptedKey
+
+
+def _address_text(listen: tuple[str, int]) -> str:
+    host, port = listen
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def tls_problem(cert: str, key: str, error: OSError) -> str:
+    """Which of the certificate and the key cannot be used, and why, in one line."""
+    reason = getattr(error, "reason", None)
+    if not isinstance(error, ssl.SSLError):
+        where = error.filename if error.filename is not None else f"{cert} / {key}"
+        return f"TLS certificate or key {where}: cannot read: {error.strerror or error}"
+
+    def holds(path: str, marker: bytes) -> bool | None:
+        try:
+            with open(path, "rb") as f:
+                return marker in f.read(1 << 20)
+        except OSError:
+            return None
+
+    if not holds(cert, b"-----BEGIN CERTIFICATE-----"):
+        return f"--tls-cert {cert}: no PEM certificate in it (-----BEGIN CERTIFICATE-----)"
+    if not holds(key, b"PRIVATE KEY-----"):
+        return f"--tls-key {key}: no PEM private key in it (-----BEGIN PRIVATE KEY-----)"
+    if reason == "KEY_VALUES_MISMATCH":
+        return f"--tls-key {key} is not the key of the certificate in --tls-cert {cert}"
+    what = reason or " ".join(str(error).split())
+    try:  # the certificates alone, without the key: which of the two is broken?
+        with open(cert, encoding="ascii", errors="replace") as f:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=f.read(1 << 20))
+    except (ssl.SSLError, ValueError):
+        return f"--tls-cert {cert}: not a valid PEM certificate ({what})"
+    except OSError:
+        pass
+    else:
+        return f"--tls-key {key}: not a valid PEM private key for --tls-cert {cert}, or an encrypted one ({what})"
+    return f"--tls-cert {cert} / --tls-key {key}: cannot load the certificate and key: {what}"
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -25,6 +25,17 @@ Examples:
   sudo pyclassify enforce policies/ --bridge eth1,eth2 --fail open"""
 
 
+def _metrics_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--metrics`` is HOST:PORT (``:PORT``: every address; ``[::1]:PORT``), checked before
+    anything loads."""
+    if value is None:
+        return None
+    _, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter(f"expected HOST:PORT with a port from 1 to 65535, got {value[:80]!r}")
+    return value
+
+
 def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: str | None = None,
                 metrics: str | None = None, batch: int = 64, copy_range: int = 128, maxlen: int = 4096,
                 hooks: str = "forward,input,output", no_batch_verdicts: bool = False, log_allowed: bool = False,
@@ -85,7 +96,8 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
               help="What the kernel does when pyclassify cannot judge (see below).")
 @click.option("--default", "default", type=click.Choice(["allow", "deny"]), default=None,
               help="Verdict when no policy decides (default: allow for pods, deny for host endpoints).")
-@click.option("--metrics", "metrics", default=None, metavar="HOST:PORT", help="Serve Prometheus metrics here.")
+@click.option("--metrics", "metrics", default=None, metavar="HOST:PORT", callback=_metrics_address,
+              help="Serve Prometheus metrics here.")
 @click.option("--hooks", "hooks", default="forward,input,output", show_default=True,
               help="Built-in chains to hook: forward (routed pod traffic), input/output (host endpoints).")
 @click.option("--batch", "batch", type=click.IntRange(1, 1024), default=64, show_default=True,

@@ -14,7 +14,23 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-__all__ = ["ApiException", "Gone", "KubeClient", "load_client"]
+__all__ = ["ApiException", "Gone", "KubeClient", "KubeconfigError", "load_client"]
+
+
+class KubeconfigError(ValueError):
+    """A kubeconfig that cannot be used; the message names the file, in one line."""
+
+
+def _kubeconfig_problem(kubeconfig: str | None, e: Exception) -> str:
+    where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    if kubeconfig is not None and not os.path.exists(kubeconfig):
+        return f"kubeconfig {where}: no such file"
+    if isinstance(e, UnicodeDecodeError):
+        why = "not UTF-8 text"
+    else:
+        # The YAML reader's messages span lines ("while parsing ... in "f", line 3 ..."): one line.
+        why = " ".join(str(e).split()) or type(e).__name__
+    return f"kubeconfig {where}: {why}"
 
 
 class Gone(Exception):
@@ -33,8 +49,11 @@ def load_client(kubeconfig: str | None = None, context: str | None = None,
     if in_cluster:
         k8s_config.load_incluster_config(client_configuration=configuration)
     else:
-        k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration,
-                                    persist_config=False)
+        try:
+            k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration,
+                                        persist_config=False)
+        except Exception as e:  # noqa: BLE001 - the library raises what its YAML reader raises
+            raise KubeconfigError(_kubeconfig_problem(kubeconfig, e)) from e
     # One connection per watched kind, and room for lists and requests beside them.
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, 64)
     return KubeClient(k8s_client.ApiClient(configuration))

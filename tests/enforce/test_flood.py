@@ -42,10 +42,11 @@ def topo() -> Iterator[Topology]:
 
 
 def metric(text: str, name: str, **labels: str) -> float:
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    m = re.search(rf"^{name}\{{{re.escape(want)}\}} (\S+)$", text, re.M)
-    assert m, (name, labels)
-    return float(m.group(1))
+    """The value of sample ``name`` with exactly ``labels`` (in any order) in an exposition."""
+    for m in re.finditer(rf"^{name}\{{([^}}]*)\}} (\S+)$", text, re.M):
+        if dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))) == labels:
+            return float(m.group(2))
+    raise AssertionError(f"no sample {name}{labels}")
 
 
 @pytest.mark.parametrize("fail", ["closed", "open"])
