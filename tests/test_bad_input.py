@@ -643,14 +643,12 @@ CASES = [
          "--only", "bogus", stdin="/dev/null"),
     case("monitor-16mb-line", "monitor", "one 16 MB line that is not JSON", 0, "line 1: not a JSON event: zzzz",
          "monline.txt"),
-    case("monitor-60mb-json-object", "monitor", "one 60 MB JSON object that is no known event", 0,
-         "--:--:--.---  ?", "hugeline.json", stream="stdout",
-         xfail="pyclassify/enforce/monitor.py prints every field of an unknown event whole: 60 MB of stdout "
-               "(a non-JSON line is cut, a JSON one is not); enforce/ belongs to another engineer"),
-    case("monitor-dev-zero", "monitor", "FILE /dev/zero (one endless line), RLIMIT_AS 1 GiB", 1, "/dev/zero",
-         "/dev/zero", mem_limit=1 << 30, timeout=30.0,
-         xfail="pyclassify/enforce/monitor.py reads a line without bound: MemoryError traceback (without a "
-               "memory limit it takes all memory); enforce/ belongs to another engineer"),
+    case("monitor-60mb-json-object", "monitor", "one 60 MB JSON object that is no known event", 1,
+         "hugeline.json: line 1 is longer than 32 MiB: not an event stream of pyclassify enforce", "hugeline.json"),
+    case("monitor-20mb-unknown-event", "monitor", "one 20 MB JSON event of an unknown kind", 0,
+         "(20000000 characters)", "bigevent.json", stream="stdout"),
+    case("monitor-dev-zero", "monitor", "FILE /dev/zero (one endless line), RLIMIT_AS 1 GiB", 1,
+         "/dev/zero: line 1 is longer than 32 MiB", "/dev/zero", mem_limit=1 << 30, timeout=30.0),
     # --- enforce: only what fails before touching the kernel --------------------------------------
     enforce("enforce-missing-path", "PATH that does not exist", 2,
             "Invalid value for '[PATHS]...': Path 'nonexist.yaml' does not exist", "nonexist.yaml", "--queue", "0"),
@@ -823,7 +821,8 @@ def _write_manifests(d: Path, rng: random.Random) -> None:
         (d / sub / os.fsdecode(name)).write_text((d / "syn.yaml").read_text())
 
 
-LARGE_FILES = ("hugebad.yaml", "hugeline.json", "sparse.yaml", "monline.txt", "manydocs.yaml", "huge.pcap")
+LARGE_FILES = ("hugebad.yaml", "hugeline.json", "sparse.yaml", "monline.txt", "bigevent.json", "manydocs.yaml",
+               "huge.pcap")
 
 
 def _write_large(d: Path) -> None:
@@ -844,6 +843,8 @@ def _write_large(d: Path) -> None:
         f.truncate(SPARSE_BYTES)
     with open(d / "monline.txt", "w") as f:
         f.write("z" * 16_000_000 + "\n")
+    with open(d / "bigevent.json", "w") as f:
+        f.write('{"ts": 1, "event": "future-kind", "detail": "' + "q" * 20_000_000 + '"}\n')
 
 
 def _write_tls(d: Path) -> None:

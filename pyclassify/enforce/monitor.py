@@ -111,8 +111,23 @@ def deciding(rec: dict[str, Any]) -> list[str]:
     return [decision_text(n, d) for n, d in sides]
 
 
+#: The longest line read as one event (the daemon's are well under a kilobyte): a longer one ends
+#: the stream as not ours, rather than growing without bound (``monitor /dev/zero``).
+MAX_LINE = 32 << 20
+#: The most characters of one field shown for an event of a kind this monitor does not know.
+MAX_FIELD = 200
+
+
+class LineTooLong(ValueError):
+    """A line longer than ``MAX_LINE``: not an event stream of ``pyclassify enforce``."""
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_FIELD else f"{text[:MAX_FIELD]}... ({len(text)} characters)"
+
+
 def _rest(rec: dict[str, Any], skip: tuple[str, ...]) -> str:
-    return " ".join(f"{k}={json.dumps(v, separators=(',', ':')) if isinstance(v, (dict, list)) else v}"
+    return " ".join(f"{_cut(str(k))}={_cut(json.dumps(v, separators=(',', ':')) if isinstance(v, (dict, list)) else str(v))}"
                     for k, v in rec.items() if k not in skip)
 
 
@@ -142,10 +157,14 @@ def render(rec: dict[str, Any]) -> str:
 
 
 def _lines(stream: IO[str]) -> Iterator[str]:
+    number = 0
     while True:
-        line = stream.readline()
+        line = stream.readline(MAX_LINE + 1)
         if not line:
             return
+        number += 1
+        if len(line) > MAX_LINE:
+            raise LineTooLong(f"line {number} is longer than {MAX_LINE >> 20} MiB: not an event stream of pyclassify enforce")
         yield line
 
 
@@ -164,9 +183,11 @@ def follow_lines(path: str, stop: threading.Event, poll: float = 0.2) -> Iterato
                     continue
                 ino = os.fstat(f.fileno()).st_ino
                 partial = ""
-            chunk = f.readline()
+            chunk = f.readline(MAX_LINE + 1)
             if chunk:
                 partial += chunk
+                if len(partial) > MAX_LINE:
+                    raise LineTooLong(f"a line is longer than {MAX_LINE >> 20} MiB: not an event stream of pyclassify enforce")
                 if partial.endswith("\n"):
                     yield partial
                     partial = ""
@@ -233,7 +254,10 @@ def monitor_command(file: str, follow: bool, only: str | None, as_json: bool) ->
         if follow:
             raise click.BadParameter("--follow needs a FILE (stdin is followed anyway)", param_hint="--follow")
         lines: Iterator[str] = _lines(sys.stdin)
-        run_monitor(lines, out, err, kinds, as_json)
+        try:
+            run_monitor(lines, out, err, kinds, as_json)
+        except LineTooLong as e:
+            raise click.ClickException(f"<stdin>: {e}") from None
         return
     if not follow:
         try:
@@ -241,9 +265,13 @@ def monitor_command(file: str, follow: bool, only: str | None, as_json: bool) ->
                 run_monitor(_lines(f), out, err, kinds, as_json)
         except OSError as e:
             raise click.ClickException(f"{file}: {e.strerror or e}") from e
+        except LineTooLong as e:
+            raise click.ClickException(f"{file}: {e}") from None
         return
     stop = threading.Event()
     try:
         run_monitor(follow_lines(file, stop), out, err, kinds, as_json)
     except KeyboardInterrupt:
         stop.set()
+    except LineTooLong as e:
+        raise click.ClickException(f"{file}: {e}") from None
