@@ -360,3 +360,33 @@ def test_killed_during_a_reload_the_next_start_repairs(topo: Topology, policy_di
     assert not topo.reach(0, 1) and not topo.reach(2, 1)  # the new policy: b closed to everyone
     assert again.terminate() == 0
     assert "PYCLASSIFY-" not in iptables_rules(topo.node)
+
+
+def test_killed_before_a_revocation_the_next_start_revokes(topo: Topology, policy_dir: Path) -> None:
+    """Issue 14, item 3: kill -9 after a change that denies an established connection, before the
+    daemon applied it (so before any revocation); while it is down the connection flows (it is
+    established), and the next start, which judges every connection an earlier daemon queued,
+    cuts it, in both directions."""
+    daemon = Daemon(topo, [str(policy_dir)], QUEUE)
+    daemon.wait_event("start")
+    hold = topo.spawn(topo.pods[0], [PY, "-c", __import__("tests.enforce.netns", fromlist=["HOLD"]).HOLD,
+                                     topo.ips[1], str(topo.TCP_PORT), "0.5"], stdin=True)
+    assert hold.stdin is not None and hold.stdout is not None
+    assert hold.stdout.readline().strip() == "connected"
+
+    def ping() -> str:
+        hold.stdin.write("x\n")
+        hold.stdin.flush()
+        return hold.stdout.readline().strip()
+
+    assert ping() == "ok"
+    daemon.kill()
+    manifests.replace(policy_dir / "10-netpol.yaml", manifests.NETPOL_DENY_ALL)
+    assert ping() == "ok"  # nobody judges it now; established, it flows
+    again = Daemon(topo, [str(policy_dir)], QUEUE)
+    start = again.wait_event("start")
+    assert start["revoked"] >= 1 and start["conntrack_deleted"] >= 1, start
+    revoke = again.wait_event("revoke")  # said after the start line
+    assert (revoke["src"], revoke["dst"], revoke["dport"]) == (topo.ips[0], topo.ips[1], topo.TCP_PORT), revoke
+    assert ping() == "fail"
+    assert again.terminate() == 0
