@@ -306,3 +306,46 @@ def test_enforce_command_bridge_mode(tmp_path):
         start = next(e for e in events if e["event"] == "start")
         assert start["bridge"] == "brA,brB"
         assert any(e["event"] == "reload" for e in events)
+
+
+def test_bridge_interface_down_and_up(tmp_path):
+    """Issue 14, item 3: one of the bridged interfaces goes down (its peer too, as when a cable
+    is pulled) and comes back; the daemon keeps running and bridges again, judging as before."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.enforce_bridge.netns import ip
+
+    root = write_manifests(tmp_path / "policy", POLICY_ALLOW_8080)
+    with topology() as t:
+        s8080, s9090 = tcp_server(t.b, 8080), tcp_server(t.b, 9090)
+        daemon = subprocess.Popen(["ip", "netns", "exec", t.br, sys.executable, "-m", "pyclassify", "enforce",
+                                   str(root), "--bridge", "brA,brB", "--duration", "60"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        def connects(seconds: float) -> bool:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline and daemon.poll() is None:
+                conn = tcp_connect(t.a, B_IP, 8080, timeout=0.5)
+                if conn is not None:
+                    conn.close()
+                    return True
+            return False
+
+        try:
+            assert connects(15), daemon.stderr.read() if daemon.poll() is not None else "no connection"
+            for dev in ("brB", "brA"):
+                ip("-n", t.br, "link", "set", dev, "down")
+                time.sleep(1.0)
+                assert daemon.poll() is None, daemon.stderr.read()
+                assert tcp_connect(t.a, B_IP, 8080, timeout=0.5) is None  # nothing crosses a down link
+                ip("-n", t.br, "link", "set", dev, "up")
+                assert connects(10), f"no connection after {dev} came back up"
+                assert tcp_connect(t.a, B_IP, 9090, timeout=1.0) is None  # still judged: 9090 (listening) denied
+        finally:
+            s8080.close()
+            s9090.close()
+            daemon.terminate()
+            out, err = daemon.communicate(timeout=10)
+        assert daemon.returncode == 0, err
