@@ -157,9 +157,10 @@ class Topology:
 class Daemon:
     """``pyclassify enforce`` in the node namespace; its JSON lines are collected."""
 
-    def __init__(self, topo: Topology, paths: list[str], queue_num: int, fail: str = "closed",
+    def __init__(self, topo: Topology, paths: list[str], queue_num: int | None, fail: str = "closed",
                  extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
-        argv = [PY, "-m", "pyclassify", "enforce", *paths, "--queue", str(queue_num), "--fail", fail, "--no-ipv6", *extra]
+        mode = ["--queue", str(queue_num)] if queue_num is not None else []  # None: ``extra`` says (--bridge)
+        argv = [PY, "-m", "pyclassify", "enforce", *paths, *mode, "--fail", fail, "--no-ipv6", *extra]
         if env:
             argv = ["env", *(f"{k}={v}" for k, v in env.items()), *argv]
         self.proc = topo.spawn(topo.node, argv, stderr=subprocess.PIPE)

@@ -16,7 +16,9 @@ bench/test_bench_soak.py. What it checks and measures:
   warm-up, memory within ``RSS_GROWTH`` of its level at the end of the warm-up, descriptors and
   threads unchanged; ``/metrics`` and ``/readyz`` answered every second, their latency recorded.
 
-Pods: a1 (10.244.1.2), b1 (.2.2), c1 (.3.2), d1 (.4.2), one per namespace a..d. Versions:
+Pods a1, b1, c1, d1, one per namespace a..d: routed (10.244.{1..4}.2, enforced through NFQUEUE
+in the node namespace) or bridged (``BridgedPods``: a and c on one side of an AF_PACKET bridge,
+b and d on the other; only pairs across it are probed). Versions:
 even: b takes TCP/UDP from a only, c from d only; odd: b from a and c, c from nobody. So c -> b
 and d -> c flip; a -> b (allow), a -> c, d -> b (deny) and c -> a (allow: no policy) hold;
 a -> d is allowed until the late change denies d's ingress from a.
@@ -26,13 +28,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.enforce.netns import HOLD, PY, Daemon, Topology
+from tests.enforce.netns import PY, SERVER, Daemon, Topology, sh
 
 #: Added to each measured switch-over: the daemon stamps its reload event a little after the
 #: swap, and the two clocks are compared through one reading of each.
@@ -41,8 +45,9 @@ SLACK = 0.01
 RSS_GROWTH = 0.05
 PROBE_TIMEOUT = 0.3
 
-INVENTORY = "".join(
-    f"""---
+def inventory(ips: list[str]) -> str:
+    """Namespaces a..d with one pod each at ``ips`` (in that order)."""
+    return "".join(f"""---
 apiVersion: v1
 kind: Namespace
 metadata: {{name: {ns}}}
@@ -51,8 +56,8 @@ apiVersion: v1
 kind: Pod
 metadata: {{name: {ns}1, namespace: {ns}, labels: {{app: {ns}}}}}
 spec: {{containers: [{{name: s, image: x}}]}}
-status: {{podIP: 10.244.{i}.2}}
-""" for i, ns in enumerate("abcd", 1))
+status: {{podIP: {ip}}}
+""" for ns, ip in zip("abcd", ips))
 
 
 def _ingress_policy(ns: str, sources: list[str]) -> str:
@@ -81,6 +86,9 @@ LATE = _ingress_policy("d", ["b", "c"])  # a -> d denied from here on
 POD = {"a": 0, "b": 1, "c": 2, "d": 3}
 #: (src, dst) pairs probed, by the pod they are probed from.
 PAIRS = [("a", "b"), ("a", "c"), ("a", "d"), ("c", "b"), ("c", "a"), ("d", "b"), ("d", "c")]
+#: Across the bridge only (a and c on one side, b and d on the other): what stays on one side
+#: never meets it.
+BRIDGED_PAIRS = [("a", "b"), ("c", "b"), ("a", "d"), ("d", "c"), ("b", "a"), ("d", "a")]
 
 
 def expected(src: str, dst: str, k: int, late: bool) -> bool:
@@ -97,6 +105,7 @@ def expected(src: str, dst: str, k: int, late: bool) -> bool:
 PROBER = r"""
 import json, socket, sys, threading, time
 streams, rate, until, timeout = json.loads(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+src = sys.argv[5]  # the pod's own address: two pods may share a namespace (the bridged topology)
 out, lock = [], threading.Lock()
 def run(name, ip, proto, port):
     period = 1.0 / rate
@@ -105,10 +114,10 @@ def run(name, ip, proto, port):
         t0 = time.monotonic()
         try:
             if proto == "TCP":
-                s = socket.create_connection((ip, port), timeout=timeout); s.settimeout(timeout)
+                s = socket.create_connection((ip, port), timeout=timeout, source_address=(src, 0)); s.settimeout(timeout)
                 s.sendall(b"p"); ok = s.recv(8) == b"p"; s.close()
             else:
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(timeout)
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(timeout); s.bind((src, 0))
                 s.sendto(b"p", (ip, port)); ok = s.recv(8) == b"p"; s.close()
         except OSError:
             ok = False
@@ -142,11 +151,16 @@ while time.monotonic() < until:
 print(json.dumps(out))
 """
 
-# A UDP twin of HOLD: one socket, one source port, a line in -> "ok"/"fail" out.
-HOLD_UDP = r"""
+# A connection held open from one address (TCP or UDP, one source port), a line in -> "ok" or
+# "fail" out (tests/enforce/netns.py's HOLD, bound to the pod's own address).
+HOLD_FROM = r"""
 import socket, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(float(sys.argv[3]))
-s.connect((sys.argv[1], int(sys.argv[2])))
+src, dst, port, proto, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+if proto == "TCP":
+    s = socket.create_connection((dst, port), timeout=2, source_address=(src, 0))
+else:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((src, 0)); s.connect((dst, port))
+s.settimeout(timeout)
 print("connected", flush=True)
 for line in sys.stdin:
     try:
@@ -161,10 +175,10 @@ class Held:
     """A connection held open from one pod to another, pinged on demand."""
 
     def __init__(self, topo: Topology, src: str, dst: str, proto: str) -> None:
-        script = HOLD if proto == "TCP" else HOLD_UDP
         port = Topology.TCP_PORT if proto == "TCP" else Topology.UDP_PORT
         self.name = f"{src}->{dst}/{proto}"
-        self.proc = topo.spawn(topo.pods[POD[src]], [PY, "-c", script, topo.ips[POD[dst]], str(port), "0.3"], stdin=True)
+        self.proc = topo.spawn(topo.pods[POD[src]], [PY, "-c", HOLD_FROM, topo.ips[POD[src]], topo.ips[POD[dst]],
+                                                     str(port), proto, "0.3"], stdin=True)
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "connected", self.name
 
     def ping(self) -> bool:
@@ -251,12 +265,16 @@ def _pct(values: list[float], q: float) -> float | None:
 
 def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2, rate: float = 4.0,
              warmup_fraction: float = 0.4, metrics_port: int = 9477) -> SoakResult:
-    """Run the soak on ``topo`` (four pods, up) for ``seconds``; policy files under ``workdir``."""
+    """Run the soak on ``topo`` (four pods, up: a routed ``Topology(npods=4)`` enforced through
+    NFQUEUE, or ``BridgedPods`` through the AF_PACKET bridge) for ``seconds``; policy files
+    under ``workdir``."""
+    bridged = isinstance(topo, BridgedPods)
+    pairs = BRIDGED_PAIRS if bridged else PAIRS
     policy = workdir / "policy"
     staging = workdir / "staging"
     policy.mkdir()
     staging.mkdir()
-    (policy / "inventory.yaml").write_text(INVENTORY)
+    (policy / "inventory.yaml").write_text(inventory(topo.ips))
     (policy / "flip.yaml").write_text(version(1))  # c -> b allowed: the first held connection opens
 
     def publish(name: str, text: str) -> float:
@@ -268,7 +286,8 @@ def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2,
         return t
 
     result = SoakResult(seconds=seconds, period=period, warmup=warmup_fraction * seconds)
-    daemon = Daemon(topo, [str(policy)], 0, extra=("--metrics", f"127.0.0.1:{metrics_port}"))
+    mode = ("--bridge", BridgedPods.BRIDGE) if bridged else ()
+    daemon = Daemon(topo, [str(policy)], None if bridged else 0, extra=(*mode, "--metrics", f"127.0.0.1:{metrics_port}"))
     daemon.wait_event("start")
     first_cut = [Held(topo, "c", "b", "TCP"), Held(topo, "c", "b", "UDP")]
     old = [Held(topo, "a", "d", "TCP"), Held(topo, "a", "d", "UDP")]
@@ -279,12 +298,12 @@ def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2,
     until = t_start + seconds
     late_at = t_start + seconds * 0.85
     streams: dict[str, list[Any]] = {}
-    for src, dst in PAIRS:
+    for src, dst in pairs:
         for proto in ("TCP", "UDP"):
             port = Topology.TCP_PORT if proto == "TCP" else Topology.UDP_PORT
             streams.setdefault(src, []).append((f"{src}->{dst}", topo.ips[POD[dst]], proto, port))
     probers = {src: topo.spawn(topo.pods[POD[src]], [PY, "-c", PROBER, json.dumps(s), str(rate),
-                                                       str(until - 0.5), str(PROBE_TIMEOUT)])
+                                                       str(until - 0.5), str(PROBE_TIMEOUT), topo.ips[POD[src]]])
                for src, s in streams.items()}
 
     stop = threading.Event()
@@ -406,3 +425,47 @@ def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2,
         result.mismatches.append({"probe": name, "proto": proto, "t0": round(t0 - t_start, 3),
                                   "t1": round(t1 - t_start, 3), "ok": ok, "version": ver, "late": late})
     return result
+
+
+class BridgedPods(Topology):
+    """The four pods on the two sides of an AF_PACKET bridge: a (10.245.0.1) and c (.3) share
+    namespace A, b (.2) and d (.4) namespace B; the bridge namespace (``node``) joins A's a0 and
+    B's b0 through its veth ends brA and brB, and is where the daemon runs."""
+
+    BRIDGE = "brA,brB"
+
+    def __init__(self) -> None:
+        tag = uuid.uuid4().hex[:6]
+        self.node, side_a, side_b = f"pcsbr-{tag}", f"pcsa-{tag}", f"pcsb-{tag}"
+        self.pods = [side_a, side_b, side_a, side_b]
+        self.ips = ["10.245.0.1", "10.245.0.2", "10.245.0.3", "10.245.0.4"]
+        self.procs = []
+
+    def up(self) -> None:
+        side_a, side_b = self.pods[0], self.pods[1]
+        for ns in (self.node, side_a, side_b):
+            sh("ip", "netns", "add", ns)
+        for ns, dev, peer in ((side_a, "a0", "brA"), (side_b, "b0", "brB")):
+            sh("ip", "-n", ns, "link", "add", dev, "type", "veth", "peer", "name", peer, "netns", self.node)
+            sh("ip", "netns", "exec", self.node, "sysctl", "-qw", f"net.ipv6.conf.{peer}.disable_ipv6=1")
+            sh("ip", "-n", self.node, "link", "set", peer, "up")
+            sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+        sh("ip", "-n", self.node, "link", "set", "lo", "up")
+        for ns, ip in zip(self.pods, self.ips):
+            sh("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "a0" if ns == side_a else "b0")
+        for ns, ip in zip(self.pods, self.ips):
+            p = self.spawn(ns, [PY, "-c", SERVER, ip, str(self.TCP_PORT), str(self.UDP_PORT)])
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+
+    def down(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        for ns in {*self.pods, self.node}:
+            sh("ip", "netns", "del", ns, check=False)

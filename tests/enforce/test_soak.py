@@ -1,7 +1,8 @@
-"""The bounded soak (tests/enforce/soak.py): two minutes of TCP and UDP probes among four pods
-while the policy flips two pairs every 200 ms; the long one is bench/test_bench_soak.py.
+"""The bounded soak (tests/enforce/soak.py): TCP and UDP probes among four pods while the policy
+flips two pairs every 200 ms, through NFQUEUE (routed pods) and through the AF_PACKET bridge;
+the long one is bench/test_bench_soak.py.
 
-``PYCLASSIFY_SOAK_SECONDS`` sets the length (default 120)."""
+``PYCLASSIFY_SOAK_SECONDS`` sets the length of each (default 90)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,16 @@ from pathlib import Path
 import pytest
 
 from tests.enforce.netns import Topology, root_reason
-from tests.enforce.soak import RSS_GROWTH, run_soak
+from tests.enforce.soak import RSS_GROWTH, BridgedPods, run_soak
 
 pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
 
-SECONDS = float(os.environ.get("PYCLASSIFY_SOAK_SECONDS", "120"))
+SECONDS = float(os.environ.get("PYCLASSIFY_SOAK_SECONDS", "90"))
 
 
-@pytest.fixture
-def topo() -> Iterator[Topology]:
-    t = Topology(npods=4)
+@pytest.fixture(params=["nfqueue", "bridge"])
+def topo(request: pytest.FixtureRequest) -> Iterator[Topology]:
+    t = Topology(npods=4) if request.param == "nfqueue" else BridgedPods()
     try:
         t.up()
         yield t

@@ -73,7 +73,9 @@ def test_revalidate_against_a_new_policy_revokes_connections(demo, capture):
                      frozenset({Direction.INGRESS, Direction.EGRESS}))
     deny_all = NativeEngine(PolicySet.build([isolate]), demo.inventory)
     n, flows = client.revalidate(deny_all._engine.capsule())
-    assert n == tracked and len(flows) == n and client.tracked == 0
+    # revoked, not forgotten: kept (marked) so that no packet of theirs passes, either way
+    assert n == tracked and len(flows) == n and client.tracked == tracked
+    assert client.revalidate(deny_all._engine.capsule()) == (0, [])
     assert all(len(src) == 16 and ipver in (4, 6) for src, _, _, _, _, ipver in flows)
 
 

@@ -606,18 +606,26 @@ fn revalidate_removes_and_reports_denied_flows() {
             "original direction"
         );
     }
-    assert_eq!(ct.len(), 41);
-    // Revoked flows' packets are no longer tracked: their next packet must be judged.
-    // (With loose pickup the server's ACK is offered as a new flow from B: policy decides.)
-    let st = ct.track(&tcp(B, 22, A, 1000, TCP_ACK), 1);
-    let CtState::New(f) = st else {
-        panic!("revoked flow must not be tracked, got {st:?}")
+    // Revoked connections stay, marked: every packet of theirs, either way, is dropped, so that
+    // the server's next ACK is not picked up as a connection from B (which policy may allow).
+    assert_eq!(ct.len(), 51);
+    for (h, what) in [
+        (tcp(B, 22, A, 1000, TCP_ACK), "the server's ACK"),
+        (tcp(A, 1000, B, 22, TCP_ACK), "the client's ACK"),
+        (tcp(B, 22, A, 1000, TCP_SYN | TCP_ACK), "a SYN-ACK"),
+    ] {
+        assert_eq!(ct.track(&h, 1), CtState::Invalid(InvalidReason::Revoked), "{what}");
+    }
+    // Revoked ones are not judged (nor reported) again.
+    assert!(ct.revalidate(1, |k| k.dport != 22).is_empty());
+    // A fresh SYN from the opener on the same ports is a new connection, for policy to judge.
+    let CtState::New(f) = ct.track(&tcp(A, 1005, B, 22, TCP_SYN), 1) else {
+        panic!("a new SYN on a revoked connection's ports is offered to policy")
     };
-    assert_eq!(f.key(), FlowKey::new(v4(B), v4(A), 22, 1000, 6));
-    assert_eq!(
-        ct.track(&tcp(B, 22, A, 1000, TCP_SYN | TCP_ACK), 1),
-        CtState::Invalid(InvalidReason::TcpNoConnection)
-    );
+    assert_eq!(f.key(), FlowKey::new(v4(A), v4(B), 1005, 22, 6));
+    assert_eq!(ct.len(), 50);
+    // Idle long enough, a revoked entry goes.
+    assert!(matches!(ct.track(&tcp(B, 22, A, 1000, TCP_ACK), 200_000_000_000), CtState::New(_)));
     assert_eq!(ct.track(&tcp(B, 80, A, 1001, TCP_ACK), 1), CtState::Reply);
     assert_eq!(ct.stats().revoked, 10);
     // Judge sees ICMP queries with the request type in dport.
@@ -626,7 +634,6 @@ fn revalidate_removes_and_reports_denied_flows() {
     // remove_keys takes keys in either direction.
     let set: HashSet<FlowKey> = [FlowKey::new(v4(B), v4(A), 80, 1001, 6)].into();
     assert_eq!(ct.remove_keys(&set), 1);
-    assert_eq!(ct.len(), 39);
     ct.check_invariants().unwrap();
 }
 

@@ -290,8 +290,9 @@ impl PyConnTrack {
 
     /// Re-judges every tracked connection: `predicate(flow) -> bool` gets the original-direction
     /// `(src, dst, sport, dport, proto)` (ICMP queries: sport = identifier, dport = request type
-    /// << 8) and says whether policy still allows it. Denied connections are removed and
-    /// returned. If the predicate raises, nothing is removed. With `now_ns`, timed-out entries
+    /// << 8) and says whether policy still allows it. Denied connections are marked revoked
+    /// (their packets, either way, are dropped until they have been idle 120 s) and returned;
+    /// revoked ones are not returned again. If the predicate raises, nothing changes. With `now_ns`, timed-out entries
     /// are dropped on the way. (A Python callable for now; the native engine will supply a
     /// native predicate that runs without the GIL.)
     #[pyo3(signature = (predicate, now_ns = None))]

@@ -186,6 +186,9 @@ pub enum InvalidReason {
     IcmpErrorUnrelated,
     /// `FLAG_ICMP_ERROR` on a packet whose type is not an ICMP error type.
     IcmpErrorBadType,
+    /// A packet of a connection a policy change revoked ([`super::ConnTrack::revalidate`]), in
+    /// either direction.
+    Revoked,
 }
 
 impl InvalidReason {
@@ -201,6 +204,7 @@ impl InvalidReason {
             InvalidReason::IcmpErrorNoQuote => "icmp-error-no-quote",
             InvalidReason::IcmpErrorUnrelated => "icmp-error-unrelated",
             InvalidReason::IcmpErrorBadType => "icmp-error-bad-type",
+            InvalidReason::Revoked => "revoked",
         }
     }
 }

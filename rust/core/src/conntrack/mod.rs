@@ -355,6 +355,13 @@ const IN_LRU: u8 = 8;
 const FIN_ORIG: u8 = 16;
 /// Marked for removal (revalidate).
 const DEAD: u8 = 32;
+/// Revoked by a policy change: every packet of the connection, either way, is INVALID
+/// (`InvalidReason::Revoked`) until it has been idle `REVOKED_IDLE_NS`. Kept rather than removed:
+/// removed, the peer's next packet would be picked up (loose TCP, UDP) as a connection the other
+/// way round and judged as such, which policy may allow.
+const REVOKED: u8 = 64;
+/// How long a revoked connection's entry outlives its last packet.
+const REVOKED_IDLE_NS: u64 = 120_000_000_000;
 
 /// One tracked connection: exactly one cache line, so a lookup touches the index table and
 /// this line only. The key is stored flat (a `FlowKey` field would pad to 48 bytes); the hash is
@@ -689,9 +696,11 @@ impl<S: BuildHasher> ConnTrack<S> {
 
     // ----- policy changes -----
 
-    /// Re-judges every tracked connection by its original-direction key; removes those `judge`
-    /// denies (returns false for) and returns their keys. Timed-out entries are removed on
-    /// the way (not reported).
+    /// Re-judges every tracked connection by its original-direction key; marks those `judge`
+    /// denies (returns false for) revoked and returns their keys. A revoked connection's packets,
+    /// either way, are INVALID (`InvalidReason::Revoked`) from then on, until it has been idle
+    /// 120 s (a fresh SYN from its opener is a new connection); it is not judged again.
+    /// Timed-out entries are removed on the way (not reported).
     pub fn revalidate(
         &mut self,
         now_ns: u64,
@@ -707,15 +716,22 @@ impl<S: BuildHasher> ConnTrack<S> {
             }
             if e.expires <= now_ns {
                 self.stats.expired += 1;
-            } else {
-                let key = e.orig_key();
-                if judge(&key) {
-                    continue;
-                }
-                revoked.push(key);
+                e.bits |= DEAD;
+                dead.push(i as u32);
+                continue;
             }
-            e.bits |= DEAD;
-            dead.push(i as u32);
+            if e.bits & REVOKED != 0 {
+                continue; // revoked before: stays revoked, not judged again
+            }
+            let key = e.orig_key();
+            if judge(&key) {
+                continue;
+            }
+            revoked.push(key);
+            e.bits |= REVOKED;
+            if now_ns != 0 {
+                e.expires = now_ns.saturating_add(REVOKED_IDLE_NS);
+            }
         }
         self.remove_marked(&dead);
         self.stats.revoked += revoked.len() as u64;
@@ -868,6 +884,17 @@ impl<S: BuildHasher> ConnTrack<S> {
             if self.entries[idx as usize].expires <= now_ns {
                 self.remove_slot(idx);
                 self.stats.expired += 1;
+            } else if self.entries[idx as usize].bits & REVOKED != 0 {
+                // A fresh SYN from the opener's side is a new connection on a reused port, for
+                // policy to judge; anything else of a revoked connection is dropped.
+                let e = &mut self.entries[idx as usize];
+                let opener = from_a == (e.bits & ORIG_IS_A != 0);
+                if class == Class::Tcp && opener && tcp_flags & 0x12 == 0x02 {
+                    self.remove_slot(idx);
+                } else {
+                    e.expires = e.expires.max(now_ns.saturating_add(REVOKED_IDLE_NS));
+                    return CtState::Invalid(InvalidReason::Revoked);
+                }
             } else {
                 match self.on_packet(idx, from_a, tcp_flags, now_ns) {
                     Some(state) => return state,
