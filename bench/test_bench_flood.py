@@ -21,6 +21,7 @@ import pytest
 from tests.enforce import manifests
 from tests.enforce.flood import compile_c, flood, kernel_queue, queued_by_rules
 from tests.enforce.netns import PY, Daemon, Topology
+from tests.enforce.report import record
 from tests.enforce.test_flood import metric
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (netns, iptables, NFQUEUE)")
@@ -89,4 +90,5 @@ def test_verdicts_per_second_at_saturation(tmp_path: Path) -> None:
     for r in results.values():
         r["ratio_to_c"] = round(r["verdicts_per_s"] / base, 3) if base else None
     print(json.dumps(results, indent=1))
+    record("saturation", {"seconds": SECONDS, "queue_maxlen": MAXLEN, **results})
     assert all(r["verdicts"] > 0 for r in results.values())

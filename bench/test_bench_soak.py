@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.enforce.netns import Topology, root_reason
+from tests.enforce.report import record
 from tests.enforce.soak import run_soak
 
 pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
@@ -29,4 +30,5 @@ def test_long_soak(tmp_path: Path) -> None:
     finally:
         topo.down()
     print(json.dumps(result.summary(), indent=1))
+    record("soak-long-nfqueue", result.summary())
     assert not result.mismatches, result.mismatches[:20]

@@ -18,6 +18,7 @@ import pytest
 from tests.enforce import manifests
 from tests.enforce.flood import Counter, compile_c, flood, kernel_queue, queued_by_rules
 from tests.enforce.netns import PY, Daemon, Topology, root_reason
+from tests.enforce.report import record
 from tests.enforce.soak import SCRAPER, Held
 
 pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
@@ -87,6 +88,7 @@ def test_flood_beyond_capacity_follows_the_fail_mode(topo: Topology, tmp_path: P
               "scrape_ms_p50": round(sorted(ms for _, ms, _ in answers)[len(answers) // 2], 1),
               "scrape_failures": sum(status != 200 for _, _, status in answers)}
     print(json.dumps(report))
+    record(f"flood-{fail}", report)
 
     # beyond capacity: more reached the queue than the daemon could take
     assert queued > received > 0, report

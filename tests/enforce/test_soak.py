@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.enforce.netns import Topology, root_reason
+from tests.enforce.report import record
 from tests.enforce.soak import RSS_GROWTH, BridgedPods, run_soak
 
 pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
@@ -35,6 +36,7 @@ def test_soak_verdicts_revocation_memory_and_probes(topo: Topology, tmp_path: Pa
     result = run_soak(topo, tmp_path, SECONDS)
     summary = result.summary()
     print(json.dumps(summary, indent=1))
+    record(f"soak-{'bridge' if isinstance(topo, BridgedPods) else 'nfqueue'}", summary)
     # every change was applied (a reload or two may have taken two writes at once), none rejected
     assert result.versions + 1 >= result.reloads > 0.9 * result.versions and result.rejected == 0, summary
     assert result.judged > 20 * result.seconds and result.judged > 0.5 * result.probes, summary
