@@ -36,12 +36,12 @@ def _nest(int kind, bytes inner):
 
 
 def ct_delete_message(bytes src, bytes dst, int sport, int dport, int proto, int ipver, int seq=0,
-                      unsigned int mark=0):
+                      unsigned int mark=0, unsigned int mask=0):
     """The IPCTNL_MSG_CT_DELETE request for one original tuple. ``src``/``dst`` are 16-byte
     addresses (IPv4 as ::ffff:a.b.c.d, as the header batch stores them) or 4/16 raw bytes.
-    For ICMP echo, ``sport`` is the identifier (as the engine keys it). With ``mark``: instead,
-    the IPCTNL_MSG_CT_NEW update (no NLM_F_CREATE) that sets those bits of the entry's mark and
-    keeps the others (CTA_MARK with CTA_MARK_MASK)."""
+    For ICMP echo, ``sport`` is the identifier (as the engine keys it). With a ``mask``: instead,
+    the IPCTNL_MSG_CT_NEW update (no NLM_F_CREATE) that makes the entry's mark bits under ``mask``
+    those of ``mark`` and keeps the others (CTA_MARK with CTA_MARK_MASK)."""
     if ipver == 4:
         s = src[-4:]
         d = dst[-4:]
@@ -70,8 +70,8 @@ def ct_delete_message(bytes src, bytes dst, int sport, int dport, int proto, int
                + _nlattr(CTA_PROTO_DST_PORT, _struct.pack(">H", dport & 0xFFFF)))
     body = _struct.pack("=BBH", family, 0, 0) + _nest(CTA_TUPLE_ORIG, _nest(CTA_TUPLE_IP, ip) + _nest(CTA_TUPLE_PROTO, pr))
     kind = IPCTNL_MSG_CT_DELETE
-    if mark:
-        body += _nlattr(CTA_MARK, _struct.pack(">I", mark)) + _nlattr(CTA_MARK_MASK, _struct.pack(">I", mark))
+    if mask:
+        body += _nlattr(CTA_MARK, _struct.pack(">I", mark & mask)) + _nlattr(CTA_MARK_MASK, _struct.pack(">I", mask))
         kind = IPCTNL_MSG_CT_NEW
     return _struct.pack("=IHHII", 16 + len(body), (NFNL_SUBSYS_CTNETLINK << 8) | kind,
                         NLM_F_REQUEST | NLM_F_ACK, seq, 0) + body
@@ -214,7 +214,7 @@ cdef class CtTable:
         free(self.judged)
         free(self.original)
 
-    cdef int push(self, const CtTuple *orig, const CtTuple *reply, bint has_reply) except -1:
+    cdef int push(self, const CtTuple *orig, const CtTuple *reply, bint has_reply, uint32_t mark) except -1:
         cdef size_t cap
         cdef void *a
         cdef void *b
@@ -233,6 +233,7 @@ cdef class CtTable:
         # after DNAT (the reply's source); SNAT happens after the filter table.
         ct_header(&self.judged[self.n], orig, reply if has_reply else orig)
         ct_header(&self.original[self.n], orig, orig)
+        self.original[self.n].frag_id = mark  # the entry's conntrack mark rides in the original row
         self.n += 1
         return 0
 
@@ -301,7 +302,7 @@ cdef int ct_dump_into(int fd, bytes request, CtTable table, uint32_t mark, uint3
                             entry_mark = ntohl((<const uint32_t *>(<const uint8_t *>a + sizeof(nlattr)))[0])
                             has_mark = True
                     if has_orig and (mask == 0 or (has_mark and (entry_mark & mask) == mark)):
-                        table.push(&orig, &reply, has_reply)
+                        table.push(&orig, &reply, has_reply, entry_mark)
                 off += nla_align(nh.nlmsg_len)
     finally:
         free(buf)
@@ -311,8 +312,9 @@ cdef class CtNetlink:
     """A ctnetlink socket of the current network namespace. ``delete(flows)`` removes the
     conntrack entries of ``flows`` (original tuples: ``dump``'s, ``EngineClient.revalidate``'s)
     in one send and returns ``{"deleted", "missing", "errors"}`` (missing: no such entry,
-    ENOENT); ``delete(flows, mark)`` sets the bits ``mark`` on them instead (the entries stay,
-    for rules that drop the packets of connections so marked, in both directions)."""
+    ENOENT); ``delete(flows, mark, mask)`` sets their mark bits under ``mask`` to ``mark``'s
+    instead (the entries stay: our rules drop the packets of connections marked revoked, both
+    ways, and pass them again once unmarked)."""
 
     cdef int fd
 
@@ -328,13 +330,13 @@ cdef class CtNetlink:
             close(self.fd)
             self.fd = -1
 
-    def delete(self, flows, unsigned int mark=0):
+    def delete(self, flows, unsigned int mark=0, unsigned int mask=0):
         cdef dict result = {"deleted": 0, "missing": 0, "errors": 0}
         if self.fd < 0:
             raise ValueError("ctnetlink socket closed")
         msgs = []
         for seq, (src, dst, sport, dport, proto, ipver) in enumerate(flows, 1):
-            msgs.append(ct_delete_message(bytes(src), bytes(dst), sport, dport, proto, ipver, seq, mark))
+            msgs.append(ct_delete_message(bytes(src), bytes(dst), sport, dport, proto, ipver, seq, mark, mask))
         # Keep each send below the socket's buffers; acks come back one per request.
         for start in range(0, len(msgs), 256):
             self._send_and_ack(b"".join(msgs[start:start + 256]), min(256, len(msgs) - start), result)
@@ -345,7 +347,7 @@ cdef class CtNetlink:
         mark & ``mask`` == ``mark`` when ``mask`` is given: ``(judged, original)``, two bytearrays
         of PacketHeader records, one row per connection: ``judged`` is its first packet as the
         filter table saw it (after DNAT: the reply's source is the destination), ``original``
-        its original tuple (what ``delete`` takes)."""
+        its original tuple (what ``delete`` takes), with the entry's mark in ``frag_id``."""
         if self.fd < 0:
             raise ValueError("ctnetlink socket closed")
         cdef CtTable table = CtTable()

@@ -109,10 +109,11 @@ def nfq_parse(data: Any) -> list[tuple[int, int, bytes | None, int, int]]:
     """Parse nfnetlink_queue PACKET messages: [(id, hw_protocol, payload, wirelen, indev), ...]."""
 
 def ct_delete_message(
-    src: bytes, dst: bytes, sport: int, dport: int, proto: int, ipver: int, seq: int = 0, mark: int = 0
+    src: bytes, dst: bytes, sport: int, dport: int, proto: int, ipver: int, seq: int = 0, mark: int = 0,
+    mask: int = 0,
 ) -> bytes:
-    """The IPCTNL_MSG_CT_DELETE request for one original tuple (with ``mark``: the update that
-    sets those mark bits instead)."""
+    """The IPCTNL_MSG_CT_DELETE request for one original tuple (with ``mask``: the update that
+    sets the mark bits under it to ``mark``'s instead)."""
 
 def ct_dump_message(family: int, mark: int = 0, mask: int = 0, seq: int = 1) -> bytes:
     """The IPCTNL_MSG_CT_GET dump request of one family (entries whose mark & mask == mark)."""
@@ -181,7 +182,7 @@ class CtNetlink:
     original tuple."""
 
     def close(self) -> None: ...
-    def delete(self, flows: Any, mark: int = 0) -> dict[str, int]: ...
+    def delete(self, flows: Any, mark: int = 0, mask: int = 0) -> dict[str, int]: ...
     def dump(self, mark: int = 0, mask: int = 0, ipv6: bool = True) -> tuple[bytearray, bytearray]: ...
 
 # The AF_PACKET inline bridge (native/afpacket.pxi; Python face: pyclassify.bridge.Bridge)

@@ -13,8 +13,10 @@ For the daemon::
     loop = open_queue(engine, 0, fail_open=False)      # bound; run loop.run() in a thread
     loop.swap(engine_capsule(new), False)              # on a policy change
     ctnl = kernel_conntrack()
-    n, denied = kernel_revalidate(ctnl, engine_capsule(new), mark=JUDGED_CTMARK, ...)
-    ctnl.delete(denied, REVOKED_CTMARK)                # marked: our rules drop their packets
+    n, revoke, restore = kernel_revalidate(ctnl, engine_capsule(new), mark=JUDGED_CTMARK,
+                                           revoked_mark=REVOKED_CTMARK, ...)
+    ctnl.delete(revoke, REVOKED_CTMARK, REVOKED_CTMARK)  # marked: our rules drop their packets
+    ctnl.delete(restore, 0, REVOKED_CTMARK)              # allowed again: unmarked
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ import numpy as np
 from pyclassify._native import CtNetlink, EngineClient, Inotify, NfQueue
 from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import NativeEngine
+
+#: A connection by its original tuple: (src, dst, sport, dport, protocol, ip version), addresses
+#: as 16 bytes (IPv4 mapped).
+Flow = tuple[bytes, bytes, int, int, int, int]
 
 __all__ = ["CtNetlink", "Inotify", "NfQueue", "engine_capsule", "kernel_conntrack", "kernel_revalidate", "open_queue"]
 
@@ -51,21 +57,28 @@ def open_queue(engine: NativeEngine, queue: int, *, conntrack_entries: int = 0, 
     return loop
 
 
-def kernel_revalidate(ctnl: CtNetlink, capsule: Any, *, mark: int, mask: int, pod_allow: bool, host_allow: bool,
-                      ipv6: bool = True) -> tuple[int, list[tuple[bytes, bytes, int, int, int, int]]]:
-    """Judge every connection of the kernel's table whose mark & ``mask`` is ``mark`` (the ones
-    our rules queued and no change revoked yet), however old, by the engine of ``capsule``:
-    ``(judged, denied)``, the denied ones as original tuples for ``ctnl.delete``. The dump and the judging are native; Python sees only
-    the denied rows."""
-    judged, original = ctnl.dump(mark, mask, ipv6)
+def kernel_revalidate(ctnl: CtNetlink, capsule: Any, *, mark: int, revoked_mark: int, pod_allow: bool,
+                      host_allow: bool, ipv6: bool = True) -> tuple[int, list[Flow], list[Flow]]:
+    """Judge every connection of the kernel's table that carries ``mark`` (the ones our rules
+    queued), however old, by the engine of ``capsule``: ``(judged, revoke, restore)``, as original
+    tuples for ``ctnl.delete``: the ones now denied that are not marked ``revoked_mark`` yet, and
+    the ones so marked that are allowed again. The dump and the judging are native; Python sees
+    only those rows."""
+    judged, original = ctnl.dump(mark, mark, ipv6)
     headers = np.frombuffer(judged, HEADER_DTYPE)
     if not len(headers):
-        return 0, []
+        return 0, [], []
     out = np.zeros(len(headers), VERDICT_DTYPE)
     EngineClient(capsule, conntrack=False, pod_allow=pod_allow, host_allow=host_allow).judge(headers, out)
-    rows = np.frombuffer(original, HEADER_DTYPE)[out["allow"] == 0]
-    return len(headers), [(r["src_addr"].tobytes(), r["dst_addr"].tobytes(), int(r["sport"]), int(r["dport"]),
-                           int(r["protocol"]), int(r["ip_version"])) for r in rows]
+    rows = np.frombuffer(original, HEADER_DTYPE)
+    allowed = out["allow"] != 0
+    revoked = (rows["frag_id"] & revoked_mark) != 0  # dump() keeps each entry's mark there
+
+    def flows(select: Any) -> list[Flow]:
+        return [(r["src_addr"].tobytes(), r["dst_addr"].tobytes(), int(r["sport"]), int(r["dport"]),
+                 int(r["protocol"]), int(r["ip_version"])) for r in rows[select]]
+
+    return len(headers), flows(~allowed & ~revoked), flows(allowed & revoked)
 
 
 def kernel_conntrack() -> CtNetlink:

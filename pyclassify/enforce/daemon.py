@@ -146,8 +146,9 @@ class Enforcer:
         self.log = FlowLog(config.log_stream, log_allowed=config.log_allowed)
         self.loops: list[Any] = []
         self.threads: list[threading.Thread] = []
+        self.bridge: Any = None
         self.metrics = Metrics(lambda: list(self.loops), config.fail_open, source=lambda: self.source,
-                               lost_lines=lambda: self.log.lost)
+                               lost_lines=lambda: self.log.lost, bridge=lambda: self.bridge)
         self.rules: Rules | None = None
         self.watcher: Watcher | None = None
         self.ctnl: Any = None
@@ -168,7 +169,6 @@ class Enforcer:
             self.source = KubePolicySource(*config.kube, node=config.node)
         self.reloads = 0
         self.rejected = 0
-        self.bridge: Any = None
         d = config.default
         self.pod_allow = d != "deny"
         self.host_allow = d == "allow"
@@ -421,16 +421,17 @@ class Enforcer:
 
     def _revoke(self, capsule: Any) -> tuple[list[Any], dict[str, int]]:
         """Judge every connection of the kernel's table that our rules queued (however old: the
-        kernel keeps them, the engine saw only their first packet) and not yet revoked, by the
-        engine of ``capsule``, and mark the denied ones revoked: the first rule of our chains
-        drops their packets, both ways, from then on."""
+        kernel keeps them, the engine saw only their first packet) by the engine of ``capsule``:
+        mark the newly denied ones revoked (the first rule of our chains drops their packets,
+        both ways) and unmark the revoked ones it allows again (as it would allow a new
+        connection on the same ports). Returns the revoked ones and the kernel's answers."""
         deleted = {"deleted": 0, "missing": 0, "errors": 0}
         if self.ctnl is None:
             return [], deleted
         try:
-            _, revoked = kernel_revalidate(self.ctnl, capsule, mark=JUDGED_CTMARK, mask=JUDGED_CTMARK | REVOKED_CTMARK,
-                                           pod_allow=self.pod_allow, host_allow=self.host_allow,
-                                           ipv6=self.config.ipv6)
+            _, revoked, restored = kernel_revalidate(self.ctnl, capsule, mark=JUDGED_CTMARK, revoked_mark=REVOKED_CTMARK,
+                                                     pod_allow=self.pod_allow, host_allow=self.host_allow,
+                                                     ipv6=self.config.ipv6)
         except OSError as e:
             # The socket may hold the rest of a broken dump: a fresh one for the next time.
             self.log.emit("revalidation-failed", error=str(e))
@@ -438,7 +439,10 @@ class Enforcer:
             self.ctnl = kernel_conntrack()
             return [], deleted
         if revoked:
-            deleted = self.ctnl.delete(revoked, REVOKED_CTMARK)
+            deleted = self.ctnl.delete(revoked, REVOKED_CTMARK, REVOKED_CTMARK)
+        if restored:
+            self.ctnl.delete(restored, 0, REVOKED_CTMARK)
+            self.metrics.restored.inc(len(restored))
         return revoked, deleted
 
     def _log_revoked(self, revoked: list[Any]) -> None:

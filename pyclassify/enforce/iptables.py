@@ -31,7 +31,8 @@ PREFIX = "PYCLASSIFY-"
 #: other bits of the mark are left alone). Revalidation judges the entries that carry it.
 JUDGED_CTMARK = 0x01000000
 #: The conntrack mark bit of connections a policy change revoked: the first rule of each chain
-#: drops their packets in both directions. Marking, not deleting, the entry is what cuts them: a
+#: drops their packets in both directions (until a later change allows them again and the bit
+#: is taken away). Marking, not deleting, the entry is what cuts them: a
 #: deleted entry is picked up again by the next packet, and when that is the peer's (the reply
 #: direction) it is judged as a connection the other way round, which policy may allow.
 REVOKED_CTMARK = 0x02000000

@@ -137,6 +137,44 @@ class LoopCollector(Collector):
             yield events
 
 
+class BridgeCollector(Collector):
+    """The AF_PACKET bridge's counters at scrape time (``bridge()`` returns the running Bridge,
+    or None): frames by outcome, ring overruns, and its connection table (the engine's own
+    tracker): size and events, early drops at ``--conntrack-max`` among them."""
+
+    FRAMES = ("allowed", "denied", "established", "malformed", "truncated", "arp", "nd", "other_dropped",
+              "other_forwarded", "tx_failed")
+    CT_EVENTS = ("inserts", "expired", "early_drops", "insert_failed", "revoked", "restored")
+
+    def __init__(self, bridge: Callable[[], Any]) -> None:
+        self.bridge = bridge
+
+    def collect(self) -> Iterator[Any]:
+        bridge = self.bridge()
+        if bridge is None:
+            return
+        c = bridge.counters
+        frames = CounterMetricFamily("pyclassify_bridge_frames", "Frames the bridge handled, by outcome",
+                                     labels=["outcome"])
+        for outcome in self.FRAMES:
+            frames.add_metric([outcome], c[outcome])
+        yield frames
+        drops = CounterMetricFamily("pyclassify_bridge_kernel_drops", "Frames the kernel dropped: ring full")
+        drops.add_metric([], c["kernel_drops"])
+        yield drops
+        tracked = GaugeMetricFamily("pyclassify_engine_conntrack_entries",
+                                    "Connections in the engine's tracker (revoked ones included, until idle)")
+        tracked.add_metric([], c["tracked"])
+        yield tracked
+        events = CounterMetricFamily(
+            "pyclassify_engine_conntrack_events",
+            "Engine tracker events: inserts, expired, early_drops (unassured entries dropped at the cap), "
+            "insert_failed (refused: the table is full of assured entries), revoked", labels=["event"])
+        for event in self.CT_EVENTS:
+            events.add_metric([event], c[f"ct_{event}"])
+        yield events
+
+
 class SourceCollector(Collector):
     """The policy source's own counters at scrape time (``source.metrics()``): for the cluster
     source, watch events by kind, lists, relists, reconnects, bookmarks, rejected objects and
@@ -187,9 +225,12 @@ class Metrics:
     """The daemon's registry (one per daemon, so tests can run several)."""
 
     def __init__(self, loops: Callable[[], list[Any]], fail_open: bool,
-                 source: Callable[[], Any] | None = None, lost_lines: Callable[[], int] | None = None) -> None:
+                 source: Callable[[], Any] | None = None, lost_lines: Callable[[], int] | None = None,
+                 bridge: Callable[[], Any] | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(LoopCollector(loops, fail_open))
+        if bridge is not None:
+            self.registry.register(BridgeCollector(bridge))
         if source is not None:
             self.registry.register(SourceCollector(source))
         if lost_lines is not None:
@@ -205,6 +246,8 @@ class Metrics:
                                       registry=self.registry)
         self.revoked = Counter("pyclassify_revoked_connections", "Connections revoked by a policy change",
                                registry=self.registry)
+        self.restored = Counter("pyclassify_restored_connections",
+                                "Revoked connections a later policy change allows again", registry=self.registry)
         self.ct_deleted = Counter("pyclassify_conntrack_deletes", "Kernel conntrack deletions by result", ["result"],
                                   registry=self.registry)
         self.revalidation_seconds = Histogram(

@@ -10,8 +10,9 @@ bench/test_bench_soak.py. What it checks and measures:
   next file is written; probes sent during a switch-over are counted apart, never judged. A probe allowed at its start
   and cut by the next version before it finished is the revocation working, not a mismatch;
 - connections established while allowed are cut when a change denies them: one opened before
-  the flipping starts (cut by the first flip) and one held for most of the run, older than any
-  idle timeout of a tracker that sees only first packets (cut by a late change);
+  the flipping starts (cut by the first flip; its UDP twin passes again once the next flip
+  allows the pair again) and one held for most of the run, older than any idle timeout of a
+  tracker that sees only first packets (cut by a late change);
 - the daemon's resident memory, file descriptors and threads, sampled every second: after the
   warm-up, memory within ``RSS_GROWTH`` of its level at the end of the warm-up, descriptors and
   threads unchanged; ``/metrics`` and ``/readyz`` answered every second, their latency recorded.
@@ -222,6 +223,7 @@ class SoakResult:
     rejected: int = 0
     held_cut_s: dict[str, float | None] = field(default_factory=dict)
     held_kept: dict[str, bool] = field(default_factory=dict)
+    held_restored: dict[str, bool] = field(default_factory=dict)
     samples: list[dict[str, float]] = field(default_factory=list)
     scrape_ms: list[float] = field(default_factory=list)
     scrape_failures: int = 0
@@ -253,7 +255,7 @@ class SoakResult:
             "probes": self.probes, "judged": self.judged, "in_switch_over": self.in_switch_over,
             "cut_by_next_version": self.cut_by_next, "mismatches": len(self.mismatches),
             "switch_over_ms": {"p50": _pct(so, 0.5), "p99": _pct(so, 0.99), "max": so[-1] if so else None},
-            "held_cut_s": self.held_cut_s, "held_kept": self.held_kept,
+            "held_cut_s": self.held_cut_s, "held_kept": self.held_kept, "held_restored": self.held_restored,
             "scrape_ms": {"p50": _pct(sc, 0.5), "p99": _pct(sc, 0.99), "max": sc[-1] if sc else None,
                           "failures": self.scrape_failures},
             **{k: round(v, 4) if isinstance(v, float) else v for k, v in self.memory().items()},
@@ -349,6 +351,11 @@ def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2,
             cut_checked = True
             for h in first_cut:
                 result.held_cut_s[h.name] = h.cut_within(2.0)
+        elif k == 1:
+            # c -> b allowed again: the revoked UDP connection (one socket, the same ports)
+            # passes again, as a new one on those ports would
+            time.sleep(0.1)
+            result.held_restored[first_cut[1].name] = first_cut[1].ping()
         if late_written is None and time.monotonic() >= late_at:
             keep.set()
             keeper_thread.join()

@@ -61,11 +61,14 @@ def test_ct_delete_message_layout() -> None:
     with pytest.raises(ValueError):
         _native.ct_delete_message(b"\0" * 16, b"\0" * 16, 1, 2, 6, 5)
     # with a mark: an update of the entry (CT_NEW without NLM_F_CREATE) setting just those bits
-    marked = _native.ct_delete_message(v4([10, 244, 1, 2]), v4([10, 244, 2, 2]), 40000, 8080, 6, 4, 0, 0x2000000)
+    marked = _native.ct_delete_message(v4([10, 244, 1, 2]), v4([10, 244, 2, 2]), 40000, 8080, 6, 4, 0, 0x2000000, 0x2000000)
     length, mtype, flags = struct.unpack_from("=IHH", marked)
     assert length == len(marked) and mtype == (1 << 8) | 0 and not flags & 0x400
     assert marked.endswith(struct.pack("=HH", 8, 8) + struct.pack(">I", 0x2000000)
                            + struct.pack("=HH", 8, 21) + struct.pack(">I", 0x2000000))
+    cleared = _native.ct_delete_message(v4([10, 244, 1, 2]), v4([10, 244, 2, 2]), 40000, 8080, 6, 4, 0, 0, 0x2000000)
+    assert cleared.endswith(struct.pack("=HH", 8, 8) + struct.pack(">I", 0)
+                            + struct.pack("=HH", 8, 21) + struct.pack(">I", 0x2000000))
     dump = _native.ct_dump_message(2, 0x1000000, 0x3000000)
     assert struct.unpack_from("=IHH", dump)[1:] == ((1 << 8) | 1, 0x301)  # CT_GET, REQUEST|DUMP
 

@@ -45,6 +45,7 @@ def test_soak_verdicts_revocation_memory_and_probes(topo: Topology, tmp_path: Pa
     # established connections that became denied were cut; the old ones stayed up until then
     assert all(v is not None and v < 1.0 for v in result.held_cut_s.values()), result.held_cut_s
     assert result.held_kept and all(result.held_kept.values()), result.held_kept
+    assert result.held_restored and all(result.held_restored.values()), result.held_restored
     # flat memory, no descriptor or thread leak, readiness and metrics answered throughout
     memory = result.memory()
     assert memory["rss_growth"] <= RSS_GROWTH, summary

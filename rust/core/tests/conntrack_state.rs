@@ -616,8 +616,11 @@ fn revalidate_removes_and_reports_denied_flows() {
     ] {
         assert_eq!(ct.track(&h, 1), CtState::Invalid(InvalidReason::Revoked), "{what}");
     }
-    // Revoked ones are not judged (nor reported) again.
+    // Revoked ones are not reported again; allowed again, they are restored.
     assert!(ct.revalidate(1, |k| k.dport != 22).is_empty());
+    assert!(ct.revalidate(1, |k| k.dport != 22 || k.sport == 1010).is_empty());
+    assert_eq!(ct.stats().restored, 1);
+    assert_eq!(ct.track(&tcp(B, 22, A, 1010, TCP_ACK), 1), CtState::Reply);
     // A fresh SYN from the opener on the same ports is a new connection, for policy to judge.
     let CtState::New(f) = ct.track(&tcp(A, 1005, B, 22, TCP_SYN), 1) else {
         panic!("a new SYN on a revoked connection's ports is offered to policy")

@@ -348,6 +348,7 @@ impl PyConnTrack {
             ("early_drops", s.early_drops),
             ("revalidations", s.revalidations),
             ("revoked", s.revoked),
+            ("restored", s.restored),
         ] {
             d.set_item(k, v)?;
         }

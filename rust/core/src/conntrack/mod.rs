@@ -243,8 +243,10 @@ pub struct CtStats {
     pub early_drops: u64,
     /// `revalidate` calls.
     pub revalidations: u64,
-    /// Entries removed by `revalidate`.
+    /// Connections `revalidate` revoked (marked: their packets dropped both ways).
     pub revoked: u64,
+    /// Revoked connections a later `revalidate` found allowed again (unmarked).
+    pub restored: u64,
 }
 
 /// What the tracker says about a packet.
@@ -699,8 +701,9 @@ impl<S: BuildHasher> ConnTrack<S> {
     /// Re-judges every tracked connection by its original-direction key; marks those `judge`
     /// denies (returns false for) revoked and returns their keys. A revoked connection's packets,
     /// either way, are INVALID (`InvalidReason::Revoked`) from then on, until it has been idle
-    /// 120 s (a fresh SYN from its opener is a new connection); it is not judged again.
-    /// Timed-out entries are removed on the way (not reported).
+    /// 120 s (a fresh SYN from its opener is a new connection), or until a later `revalidate`
+    /// finds it allowed again (restored: not reported). Timed-out entries are removed on the way
+    /// (not reported).
     pub fn revalidate(
         &mut self,
         now_ns: u64,
@@ -720,10 +723,16 @@ impl<S: BuildHasher> ConnTrack<S> {
                 dead.push(i as u32);
                 continue;
             }
-            if e.bits & REVOKED != 0 {
-                continue; // revoked before: stays revoked, not judged again
-            }
             let key = e.orig_key();
+            if e.bits & REVOKED != 0 {
+                // Revoked before: allowed again, it is restored (its next packets pass, as a new
+                // connection on the same ports would be allowed); else it stays revoked, unreported.
+                if judge(&key) {
+                    e.bits &= !REVOKED;
+                    self.stats.restored += 1;
+                }
+                continue;
+            }
             if judge(&key) {
                 continue;
             }
