@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 from pathlib import Path
+from typing import Any
 
 from tests.enforce.netns import PY, Topology, sh
 
@@ -79,3 +81,26 @@ class Counter:
         self.proc.stdin.write("\n")
         self.proc.stdin.flush()
         return int(self.proc.stdout.readline())
+
+
+class Pinger:
+    """``with Pinger(held):`` pings a held connection every ``every`` seconds in a thread of its
+    own while the block runs; ``results`` has each ping's outcome."""
+
+    def __init__(self, held: Any, every: float = 0.2) -> None:
+        self.held, self.every = held, every
+        self.results: list[bool] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self.results.append(self.held.ping())
+
+    def __enter__(self) -> "Pinger":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

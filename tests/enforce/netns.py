@@ -134,7 +134,7 @@ class Topology:
                 p.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-        for ns in [*self.pods, self.node]:
+        for ns in dict.fromkeys([*self.pods, self.node]):  # pods may share a namespace
             sh("ip", "netns", "del", ns, check=False)
 
     def probe(self, src: int, targets: dict[str, tuple[int, str]], timeout: float = 1.0) -> dict[str, bool]:
@@ -152,6 +152,56 @@ class Topology:
         out = sh("ip", "netns", "exec", self.node, PY, "-c", GET, url).stdout
         status, _, body = out.partition("\n")
         return int(status), body
+
+
+#: Pods by name: a is the topology's first, b its second...
+POD = {"a": 0, "b": 1, "c": 2, "d": 3}
+
+# A connection held open from one address (TCP or UDP, one source port), a line in -> "ok" or
+# "fail" out (tests/enforce/netns.py's HOLD, bound to the pod's own address).
+HOLD_FROM = r"""
+import socket, sys
+src, dst, port, proto, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+if proto == "TCP":
+    s = socket.create_connection((dst, port), timeout=2, source_address=(src, 0))
+else:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((src, 0)); s.connect((dst, port))
+s.settimeout(timeout)
+print("connected", flush=True)
+for line in sys.stdin:
+    try:
+        s.send(line.strip().encode()); ok = s.recv(64) == line.strip().encode()
+    except OSError:
+        ok = False
+    print("ok" if ok else "fail", flush=True)
+"""
+
+
+class Held:
+    """A connection held open from pod ``src`` to pod ``dst`` (``POD`` names them), pinged on
+    demand."""
+
+    def __init__(self, topo: Topology, src: str, dst: str, proto: str) -> None:
+        port = Topology.TCP_PORT if proto == "TCP" else Topology.UDP_PORT
+        self.name = f"{src}->{dst}/{proto}"
+        self.proc = topo.spawn(topo.pods[POD[src]], [PY, "-c", HOLD_FROM, topo.ips[POD[src]], topo.ips[POD[dst]],
+                                                     str(port), proto, "0.3"], stdin=True)
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "connected", self.name
+
+    def ping(self) -> bool:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("x\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip() == "ok"
+
+    def cut_within(self, seconds: float) -> float | None:
+        """Seconds until a ping fails (None: still up after ``seconds``)."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            if not self.ping():
+                return time.monotonic() - t0
+            time.sleep(0.01)
+        return None
 
 
 class Daemon:

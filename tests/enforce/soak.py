@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.enforce.netns import PY, SERVER, Daemon, Topology, sh
+from tests.enforce.netns import POD, PY, SERVER, Daemon, Held, Topology, sh
 
 #: Added to each measured switch-over: the daemon stamps its reload event a little after the
 #: swap, and the two clocks are compared through one reading of each.
@@ -87,7 +87,6 @@ def version(k: int) -> str:
 
 LATE = _ingress_policy("d", ["b", "c"])  # a -> d denied from here on
 
-POD = {"a": 0, "b": 1, "c": 2, "d": 3}
 #: (src, dst) pairs probed, by the pod they are probed from.
 PAIRS = [("a", "b"), ("a", "c"), ("a", "d"), ("c", "b"), ("c", "a"), ("d", "b"), ("d", "c")]
 #: Across the bridge only (a and c on one side, b and d on the other): what stays on one side
@@ -154,52 +153,6 @@ while time.monotonic() < until:
     time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
 print(json.dumps(out))
 """
-
-# A connection held open from one address (TCP or UDP, one source port), a line in -> "ok" or
-# "fail" out (tests/enforce/netns.py's HOLD, bound to the pod's own address).
-HOLD_FROM = r"""
-import socket, sys
-src, dst, port, proto, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
-if proto == "TCP":
-    s = socket.create_connection((dst, port), timeout=2, source_address=(src, 0))
-else:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind((src, 0)); s.connect((dst, port))
-s.settimeout(timeout)
-print("connected", flush=True)
-for line in sys.stdin:
-    try:
-        s.send(line.strip().encode()); ok = s.recv(64) == line.strip().encode()
-    except OSError:
-        ok = False
-    print("ok" if ok else "fail", flush=True)
-"""
-
-
-class Held:
-    """A connection held open from one pod to another, pinged on demand."""
-
-    def __init__(self, topo: Topology, src: str, dst: str, proto: str) -> None:
-        port = Topology.TCP_PORT if proto == "TCP" else Topology.UDP_PORT
-        self.name = f"{src}->{dst}/{proto}"
-        self.proc = topo.spawn(topo.pods[POD[src]], [PY, "-c", HOLD_FROM, topo.ips[POD[src]], topo.ips[POD[dst]],
-                                                     str(port), proto, "0.3"], stdin=True)
-        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "connected", self.name
-
-    def ping(self) -> bool:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write("x\n")
-        self.proc.stdin.flush()
-        return self.proc.stdout.readline().strip() == "ok"
-
-    def cut_within(self, seconds: float) -> float | None:
-        """Seconds until a ping fails (None: still up after ``seconds``)."""
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < seconds:
-            if not self.ping():
-                return time.monotonic() - t0
-            time.sleep(0.01)
-        return None
-
 
 def _proc_figures(pid: int) -> dict[str, int]:
     status = Path(f"/proc/{pid}/status").read_text()
@@ -471,14 +424,3 @@ class BridgedPods(Topology):
         for ns, ip in zip(self.pods, self.ips):
             p = self.spawn(ns, [PY, "-c", SERVER, ip, str(self.TCP_PORT), str(self.UDP_PORT)])
             assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-
-    def down(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-        for ns in {*self.pods, self.node}:
-            sh("ip", "netns", "del", ns, check=False)

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,21 +20,11 @@ from click.testing import CliRunner
 
 from pyclassify.cli import main as cli_main
 from tests.enforce import manifests
-from tests.enforce.netns import PY, REPO, Daemon, Topology, iptables_rules, root_reason
+from tests.enforce.netns import PY, REPO, Daemon, Held, Topology, iptables_rules, root_reason
 
 pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
 
 QUEUE = 0  # queues are per network namespace: every test has its own node namespace
-
-
-@pytest.fixture
-def topo() -> Iterator[Topology]:
-    t = Topology()
-    try:
-        t.up()
-        yield t
-    finally:
-        t.down()
 
 
 @pytest.fixture
@@ -369,24 +358,15 @@ def test_killed_before_a_revocation_the_next_start_revokes(topo: Topology, polic
     cuts it, in both directions."""
     daemon = Daemon(topo, [str(policy_dir)], QUEUE)
     daemon.wait_event("start")
-    hold = topo.spawn(topo.pods[0], [PY, "-c", __import__("tests.enforce.netns", fromlist=["HOLD"]).HOLD,
-                                     topo.ips[1], str(topo.TCP_PORT), "0.5"], stdin=True)
-    assert hold.stdin is not None and hold.stdout is not None
-    assert hold.stdout.readline().strip() == "connected"
-
-    def ping() -> str:
-        hold.stdin.write("x\n")
-        hold.stdin.flush()
-        return hold.stdout.readline().strip()
-
-    assert ping() == "ok"
+    hold = Held(topo, "a", "b", "TCP")
+    assert hold.ping()
     daemon.kill()
     manifests.replace(policy_dir / "10-netpol.yaml", manifests.NETPOL_DENY_ALL)
-    assert ping() == "ok"  # nobody judges it now; established, it flows
+    assert hold.ping()  # nobody judges it now; established, it flows
     again = Daemon(topo, [str(policy_dir)], QUEUE)
     start = again.wait_event("start")
     assert start["revoked"] >= 1 and start["conntrack_deleted"] >= 1, start
     revoke = again.wait_event("revoke")  # said after the start line
     assert (revoke["src"], revoke["dst"], revoke["dport"]) == (topo.ips[0], topo.ips[1], topo.TCP_PORT), revoke
-    assert ping() == "fail"
+    assert not hold.ping()
     assert again.terminate() == 0

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.enforce import manifests
-from tests.enforce.flood import Counter, compile_c, flood, kernel_queue, queued_by_rules
-from tests.enforce.netns import PY, Daemon, Topology, root_reason
+from tests.enforce.flood import Counter, Pinger, compile_c, flood, kernel_queue, queued_by_rules
+from tests.enforce.netns import PY, Daemon, Held, Topology, root_reason
 from tests.enforce.report import record
-from tests.enforce.soak import SCRAPER, Held
+from tests.enforce.soak import SCRAPER
 
 pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
 
@@ -30,16 +28,6 @@ SECONDS = 4.0
 @pytest.fixture(scope="module")
 def flooder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return compile_c("flood", tmp_path_factory.mktemp("flood"))
-
-
-@pytest.fixture
-def topo() -> Iterator[Topology]:
-    t = Topology()
-    try:
-        t.up()
-        yield t
-    finally:
-        t.down()
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -60,19 +48,10 @@ def test_flood_beyond_capacity_follows_the_fail_mode(topo: Topology, tmp_path: P
     counter = Counter(topo, 1, 9999)  # b takes no UDP from anyone: every datagram here got through unjudged
     scraper = topo.spawn(topo.node, [PY, "-c", SCRAPER, f"http://127.0.0.1:{PORT}", str(time.monotonic() + 2 * SECONDS + 1)])
 
-    pings: list[bool] = []
-    stop = threading.Event()
-
-    def pinger() -> None:
-        while not stop.wait(0.2):
-            pings.append(hold.ping())
-
-    t = threading.Thread(target=pinger, daemon=True)
-    t.start()
-    sent = {"syn": flood(topo, flooder, 0, 1, "tcp", Topology.TCP_PORT, SECONDS),
-            "udp": flood(topo, flooder, 0, 1, "udp", 9999, SECONDS)}
-    stop.set()
-    t.join()
+    with Pinger(hold) as pinger:
+        sent = {"syn": flood(topo, flooder, 0, 1, "tcp", Topology.TCP_PORT, SECONDS),
+                "udp": flood(topo, flooder, 0, 1, "udp", 9999, SECONDS)}
+    pings = pinger.results
     time.sleep(0.5)
     passed = counter.stop()
     kq = kernel_queue(topo)
@@ -127,21 +106,12 @@ def test_bridge_connection_table_at_its_cap_drops_early(tmp_path: Path, flooder:
         hold = Held(topo, "a", "b", "TCP")
         assert hold.ping()
         scraper = topo.spawn(topo.node, [PY, "-c", SCRAPER, f"http://127.0.0.1:{PORT}", str(time.monotonic() + SECONDS + 1)])
-        pings: list[bool] = []
-        stop = threading.Event()
-
-        def pinger() -> None:
-            while not stop.wait(0.2):
-                pings.append(hold.ping())
-
-        t = threading.Thread(target=pinger, daemon=True)
-        t.start()
         # 20,000 new connections a second: forty times the table in four seconds, yet within what
         # the bridge forwards (everything crosses userspace on this path: a flood beyond its
         # capacity overruns the rings for every connection alike, established or not)
-        sent = flood(topo, flooder, 0, 1, "tcp", Topology.TCP_PORT, SECONDS, pps=20000)
-        stop.set()
-        t.join()
+        with Pinger(hold) as pinger:
+            sent = flood(topo, flooder, 0, 1, "tcp", Topology.TCP_PORT, SECONDS, pps=20000)
+        pings = pinger.results
         answers = json.loads(scraper.communicate(timeout=30)[0])
         status, text = topo.get(f"http://127.0.0.1:{PORT}/metrics")
         assert status == 200
