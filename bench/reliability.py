@@ -121,8 +121,9 @@ def _soak_rows(runs: dict[str, dict[str, Any]]) -> list[str]:
     row("old connections kept while allowed", lambda r: ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in r["held_kept"].items()))
     row("RSS end of warm-up → max after, MB (growth)",
         lambda r: f"{_n(r['rss_warm_mb'])} → {_n(r['rss_max_mb'])} ({r['rss_growth'] * 100:+.1f} %)")
-    row("descriptors / threads, most in warm-up → most after",
-        lambda r: f"{r['fds_warm']} → {r['fds_max']} / {r['threads_warm']} → {r['threads_max']}")
+    row("descriptors / threads: fewest in warm-up → fewest in the last quarter (most after warm-up)",
+        lambda r: f"{r.get('fds_floor_warm', '?')} → {r.get('fds_floor_end', '?')} ({r['fds_max']}) / "
+                  f"{r.get('threads_floor_warm', '?')} → {r.get('threads_floor_end', '?')} ({r['threads_max']})")
     row("/readyz + /metrics each second: p50 / p99 / max ms, failures",
         lambda r: " / ".join(_n(r["scrape_ms"][k]) for k in ("p50", "p99", "max")) + f", {r['scrape_ms']['failures']}")
     return lines

@@ -186,18 +186,22 @@ class SoakResult:
         return [s for s in self.samples if s["t"] >= self.warmup]
 
     def memory(self) -> dict[str, float]:
-        """RSS at the end of the warm-up, its largest value after it, the growth ratio; the most
-        descriptors and threads during the warm-up (a scrape being served holds one of each for
-        a moment) and after it."""
+        """RSS at the end of the warm-up, its largest value after it, the growth ratio; file
+        descriptors and threads the same way, and the fewest of each during the warm-up and in
+        the last quarter of the run: a scrape being served holds one of each for a moment, a
+        leak raises the floor."""
         warm = [s for s in self.samples if s["t"] < self.warmup]
         base = max(warm, key=lambda s: s["t"])
         after = self.after_warmup()
+        end = after[len(after) * 3 // 4:]
         top = max(s["rss_kb"] for s in after)
         return {"rss_warm_mb": base["rss_kb"] / 1024, "rss_max_mb": top / 1024,
                 "rss_last_mb": after[-1]["rss_kb"] / 1024, "rss_growth": top / base["rss_kb"] - 1,
-                "fds_warm": max(s["fds"] for s in warm), "fds_max": max(s["fds"] for s in after), "fds_last": after[-1]["fds"],
+                "fds_warm": max(s["fds"] for s in warm), "fds_max": max(s["fds"] for s in after),
+                "fds_floor_warm": min(s["fds"] for s in warm), "fds_floor_end": min(s["fds"] for s in end),
                 "threads_warm": max(s["threads"] for s in warm), "threads_max": max(s["threads"] for s in after),
-                "threads_last": after[-1]["threads"]}
+                "threads_floor_warm": min(s["threads"] for s in warm),
+                "threads_floor_end": min(s["threads"] for s in end)}
 
     def summary(self) -> dict[str, Any]:
         so = sorted(self.switch_over_ms)
