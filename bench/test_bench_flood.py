@@ -39,11 +39,11 @@ else:
 """
 
 
-def _consumer_pyclassify(topo: Topology, policy: Path) -> dict[str, float]:
+def _consumer_pyclassify(topo: Topology, policy: Path, flooder: Path) -> dict[str, float]:
     daemon = Daemon(topo, [str(policy)], 0, extra=("--metrics", "127.0.0.1:9479", "--queue-maxlen", str(MAXLEN),
                                                   "--no-log", "--hooks", "forward"))
     daemon.wait_event("start")
-    sent = flood(topo, FLOODER, 0, 1, "udp", 9999, SECONDS)
+    sent = flood(topo, flooder, 0, 1, "udp", 9999, SECONDS)
     status, text = topo.get("http://127.0.0.1:9479/metrics")
     assert status == 200
     verdicts = sum(metric(text, "pyclassify_nfqueue_packets_total", queue="0", outcome=o)
@@ -53,12 +53,12 @@ def _consumer_pyclassify(topo: Topology, policy: Path) -> dict[str, float]:
     return out
 
 
-def _consumer_c(topo: Topology) -> dict[str, float]:
+def _consumer_c(topo: Topology, flooder: Path, nfq_accept: Path) -> dict[str, float]:
     subprocess.run(["ip", "netns", "exec", topo.node, PY, "-c", RULES, "install"], check=True, cwd=Path(__file__).parents[1])
-    proc = topo.spawn(topo.node, [str(NFQ_ACCEPT), "0", str(MAXLEN)])
+    proc = topo.spawn(topo.node, [str(nfq_accept), "0", str(MAXLEN)])
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     try:
-        sent = flood(topo, FLOODER, 0, 1, "udp", 9999, SECONDS)
+        sent = flood(topo, flooder, 0, 1, "udp", 9999, SECONDS)
         out = {"sent": sent, "queued": queued_by_rules(topo), **kernel_queue(topo)}
     finally:
         proc.terminate()
@@ -68,21 +68,18 @@ def _consumer_c(topo: Topology) -> dict[str, float]:
     return {**out, "verdicts": verdicts}
 
 
-FLOODER = Path()
-NFQ_ACCEPT = Path()
-
-
 def test_verdicts_per_second_at_saturation(tmp_path: Path) -> None:
-    global FLOODER, NFQ_ACCEPT
-    FLOODER = compile_c("flood", tmp_path)
-    NFQ_ACCEPT = compile_c("nfq_accept", tmp_path, ("-lnetfilter_queue",))
+    flooder = compile_c("flood", tmp_path)
+    nfq_accept = compile_c("nfq_accept", tmp_path, ("-lnetfilter_queue",))
+    (tmp_path / "policy").mkdir()
     manifests.write(tmp_path / "policy")
     results = {}
     for name in ("nfq_accept (C, libnetfilter_queue)", "pyclassify enforce"):
         topo = Topology()
         try:
             topo.up()
-            results[name] = (_consumer_c(topo) if name.startswith("nfq") else _consumer_pyclassify(topo, tmp_path / "policy"))
+            results[name] = (_consumer_c(topo, flooder, nfq_accept) if name.startswith("nfq")
+                             else _consumer_pyclassify(topo, tmp_path / "policy", flooder))
         finally:
             topo.down()
         results[name]["verdicts_per_s"] = round(results[name]["verdicts"] / SECONDS)
