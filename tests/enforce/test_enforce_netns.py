@@ -305,13 +305,23 @@ def test_rules_changed_by_someone_else_are_put_back(topo: Topology, policy_dir: 
     assert "PYCLASSIFY-" not in iptables_rules(topo.node)
 
 
-def test_a_full_log_destination_loses_lines_not_enforcement(topo: Topology, policy_dir: Path) -> None:
-    """Issue 14, item 3: the flow log's destination full (stdout is /dev/full): every line is
-    lost and counted (`pyclassify_log_lines_lost`), the daemon keeps enforcing and stops cleanly."""
+@pytest.mark.parametrize("destination", ["full", "gone"])
+def test_a_full_log_destination_loses_lines_not_enforcement(topo: Topology, policy_dir: Path, destination: str) -> None:
+    """Issue 14, item 3: the flow log's destination full (stdout is /dev/full) or gone (a pipe
+    whose reader has exited): every line is lost and counted (`pyclassify_log_lines_lost`), the
+    daemon keeps enforcing and stops cleanly."""
     url = "http://127.0.0.1:9467"
-    proc = topo.spawn(topo.node, ["sh", "-c", f"exec {PY} -m pyclassify enforce {policy_dir} --queue 0 --no-ipv6 "
-                                              f"--log-allowed --metrics 127.0.0.1:9467 > /dev/full"],
-                      stderr=subprocess.PIPE)
+    argv = [PY, "-m", "pyclassify", "enforce", str(policy_dir), "--queue", "0", "--no-ipv6", "--log-allowed",
+            "--metrics", "127.0.0.1:9467"]
+    if destination == "full":
+        proc = topo.spawn(topo.node, ["sh", "-c", f"exec {' '.join(argv)} > /dev/full"], stderr=subprocess.PIPE)
+    else:
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # the reader is gone before the first line
+        proc = subprocess.Popen(["ip", "netns", "exec", topo.node, *argv], stdout=write_end, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, text=True, cwd=REPO)
+        os.close(write_end)
+        topo.procs.append(proc)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
