@@ -222,9 +222,14 @@ class Daemon:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             try:
-                self.lines.put(json.loads(line))
+                event = json.loads(line)
             except ValueError:
-                pass
+                continue
+            if isinstance(event, dict):
+                # When the line reached us, on this host's monotonic clock: later than the daemon
+                # wrote it, never earlier (its own "ts" is wall-clock time, which may be slewed).
+                event["_arrived"] = time.monotonic()
+                self.lines.put(event)
 
     def wait_event(self, event: str, timeout: float = 30.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
