@@ -25,6 +25,7 @@ EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_NO_MATCH = 3
+EXIT_CHANGED = 5  # diff: reachability changes (for CI gates)
 
 out = Console(soft_wrap=True, highlight=False)
 err = Console(stderr=True, soft_wrap=True, highlight=False)
@@ -498,44 +499,203 @@ def _check_flow_options(protocol: int, port: int | None, sport: int | None, icmp
         raise click.UsageError("--icmp-code needs --icmp-type")
 
 
+def _port_or_any(ctx: Any, param: Any, value: str | None) -> int | str | None:
+    if value is None or value == "any":
+        return value
+    try:
+        port = int(value)
+    except ValueError:
+        raise click.BadParameter(f"{printable(value)!r} is neither a port (0-65535) nor 'any'") from None
+    if not 0 <= port <= 65535:
+        raise click.BadParameter(f"{port} is not in the range 0-65535")
+    return port
+
+
+def _selector_option(ctx: Any, param: Any, value: str | None) -> Any:
+    if value is None:
+        return None
+    from pyclassify.selector import Selector
+
+    try:
+        return Selector.parse(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
 @main.command("matrix", epilog="""\b
 Examples:
   pyclassify matrix examples/demo --proto TCP --port 80
   pyclassify matrix examples/demo --proto UDP --port 53 --json
+  pyclassify matrix examples/demo --namespace backend --port any
+  pyclassify matrix cluster/ --selector 'app == "api"' --by identity --port 5432
 """)
 @cluster_paths_argument
 @kube_options
 @click.option("--proto", "proto", default="TCP", show_default=True, help="Protocol name or number.")
-@click.option("--port", "port", type=click.IntRange(0, 65535), default=None, help="Destination port.")
+@click.option("--port", "port", metavar="N|any", callback=_port_or_any, default=None,
+              help="Destination port, or 'any': allowed on some port (the union over every port class).")
+@click.option("--namespace", "namespaces", metavar="NS", multiple=True,
+              help="Only the pods of this namespace (repeat for several), as rows and columns.")
+@click.option("--selector", "selector", metavar="EXPR", callback=_selector_option, default=None,
+              help="Only the pods whose labels match this Calico selector, as rows and columns.")
+@click.option("--by", "by", type=click.Choice(["pod", "identity"]), default="pod", show_default=True,
+              help="Rows and columns: each pod, or each group of pods policy cannot tell apart (with counts).")
 @default_option
 @engine_option
 @json_option
 def matrix_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
-               proto: str, port: int | None, default: str | None, engine: str, as_json: bool) -> None:
-    """Reachability truth table among all pods: row = from, column = to."""
+               proto: str, port: int | str | None, namespaces: tuple[str, ...], selector: Any, by: str,
+               default: str | None, engine: str, as_json: bool) -> None:
+    """Reachability truth table among pods: row = from, column = to.
+
+    Exact at any size: pods policy cannot tell apart (same identity and address class) are
+    judged once per port class, natively; --by identity prints that table itself."""
     from pyclassify.analysis import matrix
 
     protocol = _protocol(proto)
+    if engine == "reference" and (port == "any" or by != "pod"):
+        raise click.UsageError("--engine reference judges one port between pods: drop --port any / --by identity")
     project = _load(paths, (kubeconfig, kube_context, in_cluster))
-    result = matrix(project, protocol, port, default, engine)
+    result = matrix(project, protocol, port, default, engine, namespaces, selector, by)
     if as_json:
         _emit_json(result.to_json())
         return
     from rich.table import Table
 
-    names = [p.ref for p in result.pods]
+    names = result.group_text if result.group_text is not None else [p.ref for p in result.pods]
     port_text = f"/{port}" if port is not None else ""
-    table = Table(title=f"{proto.upper()}{port_text}: may the row reach the column?")
+    what = "group" if by == "identity" else "pod"
+    table = Table(title=f"{escape(proto.upper())}{port_text}: may the row reach the column?")
     table.add_column("from \\ to")
     for i in range(len(names)):
         table.add_column(str(i), justify="center")
-    for i, row in enumerate(result.allowed):
+    for i, row in enumerate(result.rows()):
         yes, no = symbol("✓", "y"), symbol("✗", "x")
         cells = [f"[green]{yes}[/green]" if ok else f"[red]{no}[/red]" for ok in row]
         table.add_row(f"{i} {escape(names[i])}", *cells)
     out.print(table)
-    total = sum(map(sum, result.allowed))
-    out.print(f"{total} of {len(names) ** 2} pod pairs allowed")
+    total = int(sum(map(sum, result.rows())))
+    out.print(f"{total} of {len(names) ** 2} {what} pairs allowed")
+
+
+def _inventory_difference(a: Any, b: Any) -> str | None:
+    """Where two inventories differ (the first difference found), or None."""
+    def eps(inv: Any) -> dict[str, Any]:
+        return {f"{e.kind.value} {e.ref}": e for e in inv.endpoints}
+    ea, eb = eps(a), eps(b)
+    for ref in sorted(set(ea) ^ set(eb)):
+        return f"{ref} is only in {'OLD' if ref in ea else 'NEW'}"
+    for ref in sorted(ea):
+        if ea[ref] != eb[ref]:
+            return f"{ref} differs (labels, addresses or ports)"
+    for name, x, y in (("namespaces", a.namespaces, b.namespaces), ("services", a.services, b.services),
+                       ("nodes", a.nodes, b.nodes), ("service accounts", a.service_accounts, b.service_accounts)):
+        if x != y:
+            return f"their {name} differ"
+    if sorted(map(repr, a.network_sets)) != sorted(map(repr, b.network_sets)):
+        return "their network sets differ"
+    return None
+
+
+def _split_against(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    old: list[str] = []
+    new: list[str] = []
+    target = old
+    seen = False
+    for arg in args:
+        if arg == "--against":
+            if seen:
+                raise click.UsageError("--against is given twice: put every NEW path after one --against")
+            target, seen = new, True
+        elif arg.startswith("--against="):
+            if seen:
+                raise click.UsageError("--against is given twice: put every NEW path after one --against")
+            seen = True
+            new.append(arg.split("=", 1)[1])
+            target = new
+        elif arg.startswith("-") and arg != "-":
+            raise click.UsageError(f"no such option: {printable(arg)}")
+        else:
+            target.append(arg)
+    if seen and not new:
+        raise click.UsageError("--against needs the new policy set: OLD... --against NEW...")
+    return old, new
+
+
+@main.command("diff", context_settings={"ignore_unknown_options": True}, epilog="""\b
+Examples:
+  pyclassify diff examples/demo --against examples/demo-change
+  pyclassify diff cluster/ --against cluster-after/ --json
+  pyclassify diff --kubeconfig ~/.kube/config --against policies/
+\b
+NEW may hold policy only: it is then judged over OLD's inventory (pods,
+namespaces, services...). When both hold an inventory, it must be the same.
+Exit 0: nothing changes; 5: some flow changes verdict; 1: invalid input.
+""")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="OLD... (--against NEW... | --apply FILE)")
+@kube_options
+@click.option("--apply", "apply_paths", metavar="PATH", multiple=True, type=click.Path(allow_dash=True),
+              help="Policy objects to apply to OLD (as kubectl apply would: an object with the same kind, "
+                   "namespace and name is replaced, a new one added); NEW is the result. Repeat for several.")
+@default_option
+@json_option
+def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
+             apply_paths: tuple[str, ...], default: str | None, as_json: bool) -> None:
+    """Which connections a policy change opens or closes, before it is applied.
+
+    Compares the policy sets OLD and NEW over one inventory: every pod group, host endpoint and
+    outside address class as policy sees them, every protocol and port class some rule
+    distinguishes. Prints each change of verdict with the rule responsible, and what decided
+    before."""
+    old_paths, new_paths = _split_against(args)
+    if bool(new_paths) == bool(apply_paths):
+        raise click.UsageError("give the new policy: --against NEW... (a whole policy set) or --apply FILE "
+                               "(objects applied to OLD), one of them")
+    old = _load(tuple(old_paths), (kubeconfig, kube_context, in_cluster))
+    if apply_paths:
+        change = _load(apply_paths)
+        if change.has_inventory():
+            err.print("[red]error[/red]: --apply takes policy objects (NetworkPolicy, AdminNetworkPolicy, "
+                      "Calico policies, tiers, profiles); the files hold pods, namespaces or other "
+                      "inventory: use --against with the whole new state")
+            _fail(EXIT_INVALID)
+        new = old.applied(change)
+        new_paths = [f"{', '.join(old_paths) or 'the cluster'} with {', '.join(apply_paths)} applied"]
+    else:
+        new = _load(tuple(new_paths))
+    if not new.has_inventory():
+        new = new.over(old.inventory)
+    elif not old.has_inventory():
+        old = old.over(new.inventory)
+    else:
+        problem = _inventory_difference(old.inventory, new.inventory)
+        if problem is not None:
+            err.print(f"[red]error[/red]: OLD and NEW have different inventories: {escape(problem)}. "
+                      "diff compares policy over one inventory: give it on one side only, or the same on both.")
+            _fail(EXIT_INVALID)
+        new = new.over(old.inventory)
+    from pyclassify.diff import diff
+
+    result = diff(old.policy_set, new.policy_set, old.inventory, default,
+                  old_paths or [f"cluster {kubeconfig or 'in-cluster'}"], new_paths)
+    if as_json:
+        _emit_json(result.to_json())
+    else:
+        summary = result.to_json()["summary"]
+        changed = ", ".join(result.policies_changed[:5]) + (
+            f" and {len(result.policies_changed) - 5} more" if len(result.policies_changed) > 5 else "")
+        out.print(f"policies changed: {escape(changed) if changed else 'none'}", highlight=False)
+        for c in result.changes:
+            colour = "green" if c.opened else "red"
+            out.print(f"[{colour}]{'+' if c.opened else '-'}[/{colour}] {escape(result.change_text(c))}",
+                      highlight=False, soft_wrap=True)
+        for note in result.notes:
+            out.print(f"note: {escape(note)}", highlight=False)
+        out.print(f"{summary['changes']} change{'s' if summary['changes'] != 1 else ''} in reachability "
+                  f"({summary['opened']} opened, {summary['closed']} closed) over {summary['groups']} groups "
+                  f"and {summary['flow_classes']} flow classes", highlight=False)
+    if result.changes:
+        _fail(EXIT_CHANGED)
 
 
 @main.command("replay", epilog="""\b

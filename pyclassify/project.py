@@ -10,6 +10,7 @@ registered (ConfigMap, RoleBinding, ...) are skipped and counted, not errors.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from collections import Counter
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from pyclassify import failsafe, kinds
 from pyclassify.admission.policy import is_admission_policy
 from pyclassify.bulk import collector_paused
 from pyclassify.inventory import Endpoint, Inventory
-from pyclassify.ir import EndpointKind, Policy, PolicySet, Profile, Tier
+from pyclassify.ir import BUILTIN_TIERS, Action, EndpointKind, Policy, PolicySet, Profile, Tier
 from pyclassify.kinds.inventory import InventoryBuilder
 from pyclassify.kinds.versions import kind_problem
 from pyclassify.loader import iter_paths
@@ -54,6 +55,43 @@ class Project:
     skipped: dict[str, int] = field(default_factory=dict)  # "apiVersion/Kind" -> count
     #: Objects with errors, and their first error (``enforce`` keeps their last good version).
     invalid: dict[ObjectKey, str] = field(default_factory=dict)
+    #: Felix's failsafe ports as the manifests configure them (defaults otherwise).
+    failsafe_config: failsafe.FailsafeConfig = field(default_factory=failsafe.FailsafeConfig)
+
+    def has_inventory(self) -> bool:
+        """Whether the manifests hold any inventory object (endpoints, namespaces, nodes,
+        services, network sets, service accounts), or only policy."""
+        inv = self.inventory
+        return bool(inv.endpoints or inv.namespaces or inv.nodes or inv.services or inv.network_sets
+                    or inv.service_accounts)
+
+    def applied(self, change: "Project") -> "Project":
+        """This project with ``change``'s policy objects applied as ``kubectl apply`` would: each
+        replaces the policy, tier or profile of the same kind, namespace and name, or is added."""
+        ps, cs = self.policy_set, change.policy_set
+        replaced = {(p.kind, p.namespace, p.name) for p in cs.policies if p.kind != failsafe.KIND}
+        policies = [p for p in ps.policies if (p.kind, p.namespace, p.name) not in replaced]
+        policies += [p for p in cs.policies if p.kind != failsafe.KIND]
+        # A policy's tier the change does not declare is made up by PolicySet.build (no order,
+        # default Deny): it must not replace the tier OLD declares.
+        implicit = lambda t: t.order is None and t.default_action is Action.DENY  # noqa: E731
+        given_tiers = {t.name: t for t in cs.tiers if t not in BUILTIN_TIERS and not implicit(t)}
+        tiers = [given_tiers.pop(t.name, t) for t in ps.tiers] + list(given_tiers.values())
+        given_profiles = {p.name: p for p in cs.profiles}
+        profiles = [given_profiles.pop(p.name, p) for p in ps.profiles] + list(given_profiles.values())
+        return dataclasses.replace(self, policy_set=PolicySet.build(policies, tiers, profiles))
+
+    def over(self, inventory: Inventory) -> "Project":
+        """This project's policy over another inventory (a policy-only project judged against a
+        cluster's): the failsafe policies follow the host endpoints of ``inventory``."""
+        ps = self.policy_set
+        policies = [p for p in ps.policies if p.kind != failsafe.KIND]
+        tiers = [t for t in ps.tiers if t.name != failsafe.TIER]
+        if any(e.kind is EndpointKind.HOST for e in inventory.endpoints):
+            extra_policies, extra_tiers = failsafe.failsafe_ir(self.failsafe_config)
+            policies, tiers = [*extra_policies, *policies], [*extra_tiers, *tiers]
+        return dataclasses.replace(self, policy_set=PolicySet.build(policies, tiers, list(ps.profiles)),
+                                   inventory=inventory)
 
     def find_endpoint(self, ref: str) -> Endpoint | None:
         """The endpoint a person means by ``ref``: an IP address (the endpoint owning it), a pod
@@ -146,6 +184,7 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
         admission_documents=admission_documents,
         skipped=dict(sorted(skipped.items())),
         invalid=invalid,
+        failsafe_config=failsafe_config,
     )
 
 

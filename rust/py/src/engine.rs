@@ -169,6 +169,22 @@ impl PyEngine {
         Ok(self.inner.owner_of(Addr::parse(ip).map_err(engine_error)?))
     }
 
+    /// The class of an address (see `class_prefixes`): addresses of one class, and endpoints of
+    /// one identity, are judged alike.
+    fn address_class(&self, ip: &str) -> PyResult<u32> {
+        Ok(self.inner.address_class(Addr::parse(ip).map_err(engine_error)?))
+    }
+
+    /// The prefixes addresses are classed by, as CIDR text (unordered).
+    fn class_prefixes(&self) -> Vec<String> {
+        self.inner.class_prefixes().iter().map(|n| n.to_string()).collect()
+    }
+
+    /// The port boundaries, ascending: a port's class is how many of them are <= it.
+    fn port_bounds(&self) -> Vec<u16> {
+        self.inner.port_bounds().to_vec()
+    }
+
     /// The identity of an endpoint id (None: no such endpoint).
     fn identity_of(&self, endpoint: u32) -> Option<u32> {
         self.inner.identity_of(endpoint)

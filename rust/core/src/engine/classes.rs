@@ -68,6 +68,11 @@ impl ClassLpm {
         self.count as usize
     }
 
+    /// Every prefix of the set as (v6, length in the mapped space, masked bits).
+    pub fn prefixes(&self) -> impl Iterator<Item = (bool, u8, u128)> + '_ {
+        self.tables.iter().flat_map(|(v6, len, t)| t.keys().map(move |bits| (*v6, *len, *bits)))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
@@ -97,6 +102,11 @@ impl PortClasses {
 
     pub fn len(&self) -> usize {
         self.bounds.len()
+    }
+
+    /// The boundaries, ascending: each starts a class (and 0 starts the first).
+    pub fn bounds(&self) -> &[u16] {
+        &self.bounds
     }
 
     pub fn is_empty(&self) -> bool {

@@ -68,11 +68,34 @@ impl Net {
     }
 }
 
+impl std::fmt::Display for Net {
+    /// CIDR notation: `10.0.0.0/8`, `fd00::/8`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.v6 {
+            write!(f, "{}/{}", std::net::Ipv6Addr::from(self.bits), self.len)
+        } else {
+            write!(f, "{}/{}", std::net::Ipv4Addr::from(self.bits as u32), self.len.saturating_sub(96))
+        }
+    }
+}
+
 #[inline]
 pub fn mask(len: u8) -> u128 {
     if len == 0 {
         0
     } else {
         u128::MAX << (128 - len.min(128) as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nets_print_as_cidr() {
+        for text in ["10.1.0.0/16", "0.0.0.0/0", "192.168.1.7/32", "fd00::/8", "::/0", "2001:db8::1/128"] {
+            assert_eq!(Net::parse(text).unwrap().to_string(), text);
+        }
     }
 }

@@ -224,6 +224,23 @@ impl Snapshot {
         self.endpoints.get(endpoint).map(|e| e.identity)
     }
 
+    /// The class of an address: which prefix of the snapshot's set is the longest one holding it
+    /// (0: none). An endpoint's address has the class of its address, as flows see it.
+    pub fn address_class(&self, a: Addr) -> u32 {
+        self.addrs.get(&a).map_or_else(|| self.classes.class_of(a), |r| r.class)
+    }
+
+    /// Every prefix a side decision tests addresses against (rule nets, network sets, node
+    /// addresses): addresses in the same longest prefix of this set are judged alike.
+    pub fn class_prefixes(&self) -> Vec<Net> {
+        self.classes.prefixes().map(|(v6, len, bits)| Net { bits, len, v6 }).collect()
+    }
+
+    /// The port boundaries: ports between two consecutive ones are judged alike.
+    pub fn port_bounds(&self) -> &[u16] {
+        self.ports.bounds()
+    }
+
     /// Tables this snapshot shares with `other` (endpoint and address tables; for tests).
     pub fn shared_with(&self, other: &Snapshot) -> (usize, usize) {
         (self.endpoints.shared_chunks(&other.endpoints), self.addrs.shared_shards(&other.addrs))
