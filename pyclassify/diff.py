@@ -181,6 +181,7 @@ class Diff:
     judged: int
     whole: bool  # every group was a subject (tiers or profiles changed)
     notes: list[str] = field(default_factory=list)
+    space: reach.FlowSpace | None = None
 
     def change_text(self, c: Change) -> str:
         verb = ("denied", "allowed")
@@ -292,7 +293,7 @@ def diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, default: st
     if whole:
         notes.append("tiers or profiles changed: every endpoint's verdicts were compared")
     return Diff(list(old_paths), list(new_paths), changes, keys, changed_refs, len(groups),
-                sum(len(v) for v in space.classes.values()), judged, whole, notes)
+                sum(len(v) for v in space.classes.values()), judged, whole, notes, space)
 
 
 def _change_key(old: Side, new: Side) -> tuple:

@@ -174,15 +174,15 @@ def outside_groups(engines: Sequence[NativeEngine], families: Iterable[int] = (4
     if uses_services([e.policy_set for e in engines]):
         for svc in inventory.services.values():
             prefixes.update(netaddr.IPNetwork(f"{ip}/{ip.max_prefixlen}") for ip in svc.cluster_ips)
-    owned = netaddr.IPSet(str(ip) for ep in inventory.endpoints for ip in ep.ips)
+    owned = {(ip.version, int(ip)) for ep in inventory.endpoints for ip in ep.ips}
     groups: dict[tuple, Group] = {}
     for family in families:
         root = netaddr.IPNetwork("0.0.0.0/0" if family == 4 else "::/0")
         nets = sorted({root, *(n for n in prefixes if n.version == family)}, key=lambda n: (n.prefixlen, n.value))
         for i, net in enumerate(nets):
             inner = [n for n in nets[i + 1:] if n.prefixlen > net.prefixlen and n in net]
-            region = netaddr.IPSet([net]) - netaddr.IPSet(inner) - owned
-            rep = _first_address(region)
+            region = netaddr.IPSet([net]) - netaddr.IPSet(inner)
+            rep = _outside_address(region, owned)
             if rep is None:
                 continue  # every address of it is more specific or an endpoint's
             text = str(rep)
@@ -197,13 +197,17 @@ def outside_groups(engines: Sequence[NativeEngine], families: Iterable[int] = (4
     return list(groups.values())
 
 
-def _first_address(region: netaddr.IPSet) -> netaddr.IPAddress | None:
-    """An address of the region, preferring one that is not a network's first (0.0.0.0 reads as
-    "no address" to a person)."""
+def _outside_address(region: netaddr.IPSet, owned: set[tuple[int, int]]) -> netaddr.IPAddress | None:
+    """An address of the region no endpoint owns (None: there is none), preferring one that is
+    not a network's first (0.0.0.0 reads as "no address" to a person). At most one more
+    candidate than there are owned addresses is tried in each block of the region."""
     for cidr in region.iter_cidrs():
-        if cidr.size > 2:
-            return netaddr.IPAddress(cidr.first + 1, cidr.version)
-        return netaddr.IPAddress(cidr.first, cidr.version)
+        start = cidr.first + 1 if cidr.size > 2 else cidr.first
+        for value in range(start, min(cidr.last, start + len(owned)) + 1):
+            if (cidr.version, value) not in owned:
+                return netaddr.IPAddress(value, cidr.version)
+        if cidr.first != start and (cidr.version, cidr.first) not in owned:
+            return netaddr.IPAddress(cidr.first, cidr.version)
     return None
 
 
@@ -306,6 +310,31 @@ class FlowSpace:
         return FlowSpace(out)
 
 
+    def class_of(self, family: int, protocol: int, dport: int | None = None, sport: int | None = None,
+                 icmp_type: int | None = None, icmp_code: int | None = None) -> FlowClass | None:
+        """The class a flow falls in (the first that holds it, in build order: an ICMP type's
+        named codes before its other codes, named types before the other types)."""
+        other = None
+        for c in self.classes[family]:
+            if c.protocol == -1:
+                other = c
+                continue
+            if c.protocol != protocol:
+                continue
+            if c.dport is not None and (dport is None or not c.dport[0] <= dport <= c.dport[1]):
+                continue
+            if c.sport is not None and c.sport != (EPHEMERAL, EPHEMERAL) and (
+                    sport is None or not c.sport[0] <= sport <= c.sport[1]):
+                continue
+            if c.icmp_type is not None and c.icmp_type != icmp_type:
+                continue
+            if c.icmp_code is not None and c.icmp_code != icmp_code:
+                continue
+            return c
+        known = {c.protocol for c in self.classes[family]}
+        return other if protocol not in known else None
+
+
 # --- judging -----------------------------------------------------------------------------------
 
 def raw_address(ip: IPAddress) -> bytes:
@@ -366,6 +395,21 @@ def address_rows(groups: Sequence[Group]) -> tuple[npt.NDArray[np.uint8], npt.ND
     return raw, has
 
 
+_ROWS: dict[int, tuple[Any, Any, Any]] = {}
+
+
+def _rows_of(groups: Sequence[Group]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.bool_]]:
+    """``address_rows``, kept for the last few group lists (diff judges one list many times)."""
+    hit = _ROWS.get(id(groups))
+    if hit is not None and hit[0] is groups:
+        return hit[1], hit[2]
+    raw, has = address_rows(groups)
+    if len(_ROWS) > 8:
+        _ROWS.clear()
+    _ROWS[id(groups)] = (groups, raw, has)
+    return raw, has
+
+
 def judge_pairs(engine: NativeEngine, src: Sequence[Group], dst: Sequence[Group], si: npt.NDArray[np.intp],
                 di: npt.NDArray[np.intp], classes: Sequence[FlowClass], family: int | None,
                 defaults: dict[str, str], records: bool = True) -> npt.NDArray[Any]:
@@ -379,11 +423,19 @@ def judge_pairs(engine: NativeEngine, src: Sequence[Group], dst: Sequence[Group]
         return out
     pod_allow = defaults.get("default_pod", "allow") == "allow"
     host_allow = defaults.get("default_host", "deny") == "allow"
-    s_raw, s_has = address_rows(src)
-    d_raw, d_has = address_rows(dst)
+    s_raw, s_has = _rows_of(src)
+    d_raw, d_has = _rows_of(dst)
     addressed = s_has[si] & d_has[di]
     rows = np.flatnonzero(addressed) if family is not None else np.zeros(0, np.intp)
     step = max(1, CHUNK // len(classes))
+    if records and len(rows) == n:
+        # Every pair has addresses (the usual case): judge straight into the output.
+        flat = out.reshape(-1)
+        for at in range(0, n, step):
+            h = _headers(s_raw[si[at:at + step]], d_raw[di[at:at + step]], family, classes)  # type: ignore[arg-type]
+            engine._engine.judge(h, flat[at * len(classes):at * len(classes) + len(h)], pod_allow, host_allow,
+                                 None, None, False)
+        return out
     for at in range(0, len(rows), step):
         part = rows[at:at + step]
         h = _headers(s_raw[si[part]], d_raw[di[part]], family, classes)  # type: ignore[arg-type]
