@@ -687,7 +687,10 @@ def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, ku
         out.print(f"policies changed: {escape(changed) if changed else 'none'}", highlight=False)
         for c in result.changes:
             colour = "green" if c.opened else "red"
-            out.print(f"[{colour}]{'+' if c.opened else '-'}[/{colour}] {escape(result.change_text(c))}",
+            text = result.change_text(c)
+            if ascii_only():
+                text = text.replace("→", "->").replace("…", "...")
+            out.print(f"[{colour}]{'+' if c.opened else '-'}[/{colour}] {escape(text)}",
                       highlight=False, soft_wrap=True)
         for note in result.notes:
             out.print(f"note: {escape(note)}", highlight=False)

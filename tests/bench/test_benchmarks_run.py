@@ -14,7 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("suite", ["bench/test_bench_scale.py", "bench/test_bench_load.py", "bench/test_bench_kube.py"])
+@pytest.mark.parametrize("suite", ["bench/test_bench_scale.py", "bench/test_bench_load.py", "bench/test_bench_kube.py",
+                                   "bench/test_bench_diff.py"])
 def test_benchmark_suite_runs_at_a_small_size(suite: str) -> None:
     if suite.endswith("kube.py"):
         from tests.kube.conftest import _testenv
@@ -27,7 +28,8 @@ def test_benchmark_suite_runs_at_a_small_size(suite: str) -> None:
             pytest.skip(reason)
     env = dict(os.environ, PYCLASSIFY_SCALE_SIZES="300", PYCLASSIFY_SCALE_PACKETS="20000",
                PYCLASSIFY_SCALE_CHANGES="12", PYCLASSIFY_LOAD_SIZES="300", PYCLASSIFY_KUBE_PODS="300",
-               PYCLASSIFY_KUBE_EVENTS="20")
+               PYCLASSIFY_KUBE_EVENTS="20", PYCLASSIFY_DIFF_PODS="300", PYCLASSIFY_DIFF_ROUNDS="1",
+               PYCLASSIFY_DIFF_SAMPLE="500")
     r = subprocess.run([sys.executable, "-m", "pytest", suite, "-q", "-s", "-p", "no:cacheprovider",
                         ], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
