@@ -7,7 +7,7 @@ wrong: one line a person can act on); no traceback, Rust panic or crash by signa
 ``TimeoutExpired`` fails the case as "hang"); and output of bounded size, without the raw
 control bytes (NUL, ESC, a bidi override) a hostile input carries.
 
-Inputs cover every command (check, explain, matrix, replay, render, selector, admit,
+Inputs cover every command (check, explain, matrix, diff, replay, render, selector, admit,
 admission-webhook, monitor, enforce): YAML/JSON syntax errors, empty files and directories,
 binary garbage, files of 50-300 MB, symlink loops and dangling links, unreadable paths,
 non-UTF-8 bytes in labels and file names, labels that are not strings, hostile selectors (1 MiB,
@@ -320,6 +320,23 @@ CASES = [
          "sparse.yaml: manifest of 314572800 bytes is larger than the limit", "sparse.yaml"),
     case("matrix-proto-100kb", "matrix", "--proto of 100,000 characters", 2,
          ("Invalid value for --proto: unknown protocol 'xxxxxxxx", "(100000 characters)"), DEMO, "--proto", ARG_100K),
+    case("matrix-port-any-with-reference", "matrix", "--port any --engine reference", 2,
+         "--engine reference judges one port", DEMO, "--port", "any", "--engine", "reference"),
+    case("matrix-selector-unclosed", "matrix", "--selector with an unclosed set", 2,
+         "Invalid value for '--selector': at position 8", DEMO, "--selector", "app in {"),
+    # --- diff ------------------------------------------------------------------------------------
+    case("diff-no-new-side", "diff", "OLD only, neither --against nor --apply", 2,
+         "--against NEW... (a whole policy set) or --apply FILE", DEMO),
+    case("diff-new-side-syntax-error", "diff", "NEW: JSON syntax error", 1, "syn.json:1: invalid JSON",
+         DEMO, "--against", "syn.json"),
+    case("diff-apply-invalid-policy", "diff", "--apply: a label value 5 (an inventory object)", 1,
+         "labelnum.yaml:7: metadata.labels.app: label value must be a string", DEMO, "--apply", "labelnum.yaml"),
+    case("diff-apply-empty-file", "diff", "--apply: empty file", 1, "empty.yaml: no documents found",
+         DEMO, "--apply", "empty.yaml"),
+    case("diff-apply-file-over-limit", "diff", "--apply: 300 MiB (sparse) file", 1,
+         "sparse.yaml: manifest of 314572800 bytes is larger than the limit", DEMO, "--apply", "sparse.yaml"),
+    case("diff-unknown-option", "diff", "an option diff does not have", 2, "no such option: --port",
+         DEMO, "--port", "80", "--against", DEMO),
     # --- render ----------------------------------------------------------------------------------
     case("render-binary-garbage", "render", "binary garbage", 1, "garbage.yaml:1: not UTF-8 text",
          "garbage.yaml", "--endpoint", "a/b"),
@@ -737,7 +754,7 @@ def test_case_ids_are_unique_and_every_command_is_covered():
     ids = [row[0] for row in CASE_TABLE]
     assert len(ids) == len(set(ids))
     commands = {row[1] for row in CASE_TABLE}
-    assert commands == {"check", "explain", "matrix", "replay", "render", "selector", "admit",
+    assert commands == {"check", "explain", "matrix", "diff", "replay", "render", "selector", "admit",
                         "admission-webhook", "monitor", "enforce"}
 
 

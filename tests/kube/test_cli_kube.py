@@ -89,6 +89,17 @@ def test_explain_and_matrix_from_the_cluster_equal_files(kube_cluster, tmp_path:
                           "--json").stdout)
     assert both["verdict"] == "allow"
 
+    # diff: the live cluster as OLD, a change applied to it, as the same objects in files give.
+    live = run("diff", *kube, "--apply", str(extra), "--json")
+    offline = run("diff", str(files), "--apply", str(extra), "--json")
+    assert live.returncode == offline.returncode == 5, live.stderr + offline.stderr
+    drop = ("old", "new")
+    live_doc = {k: v for k, v in json.loads(live.stdout).items() if k not in drop}
+    assert live_doc == {k: v for k, v in json.loads(offline.stdout).items() if k not in drop}
+    opened = [c for c in live_doc["changes"] if c["now"]["verdict"] == "allow"]
+    assert any(c["from"].get("endpoints") == ["c-b/other"] and c["to"]["endpoints"] == ["c-a/web"]
+               and c["flows"][0]["ports"] == [[443, 443]] for c in opened), live_doc["changes"]
+
 
 def test_check_names_the_cluster_object(kube_cluster) -> None:
     kc = load_client(str(kube_cluster.kubeconfig), "test")
