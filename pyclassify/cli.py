@@ -137,7 +137,7 @@ def main() -> None:
     packet, whether policy allows it, and why.
 
     Exit codes: 0 success (or a match), 1 invalid input, 2 usage error, 3 no match
-    (selector), 4 rejected (admit), 130 interrupted.
+    (selector), 4 rejected (admit), 5 reachability changes (diff), 130 interrupted.
     """
     _tolerate_narrow_encodings()
 
