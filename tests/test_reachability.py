@@ -155,3 +155,36 @@ def test_cli_matrix_usage_errors(args, message) -> None:
     r = CliRunner().invoke(main, ["matrix", DEMO, *args])
     assert r.exit_code == 2, r.output
     assert message in r.output
+
+
+def test_anp_conformance_probes_through_identity_groups() -> None:
+    """Every probe of network-policy-api's ANP/BANP conformance between pods (the hostNetwork
+    pods are their node's traffic, outside the table), out of one identity table per subtest
+    and protocol/port."""
+    from tests.conformance import test_anp_conformance as anp
+    from tests.conftest import CASES, load_cases
+    from tests.conformance.policies import policy_set
+
+    if not (CASES / "anp_conformance.json").exists():
+        pytest.skip("../shared/cases not found")
+    data = load_cases("anp_conformance.json")
+    inv = anp.build_inventory(data["model"])
+    checked = 0
+    for test in data["tests"]:
+        for s, sub in enumerate(test["subtests"]):
+            ps = policy_set(anp._with_pod_ips(sub["policies_snapshot"], data, inv), name=f"{test['short_name']}[{s}]")
+            engine = NativeEngine(ps, inv)
+            groups = reach.endpoint_groups([engine], reach.table_endpoints(inv))
+            where = {ep.ref: k for k, g in enumerate(groups) for ep, _ in g.members}
+            tables: dict[tuple, np.ndarray] = {}
+            for probe in sub["probes"]:
+                client, server = anp._ref(data, probe["client"]), anp._ref(data, probe["server"])
+                if client not in where or server not in where:
+                    continue  # a hostNetwork pod
+                key = (probe["protocol"], probe["port"])
+                if key not in tables:
+                    space = reach.FlowSpace.build([engine], [PROTOCOL_NUMBERS[key[0]]], dport=key[1])
+                    tables[key] = reach.reach_table(engine, groups, groups, space, {})[0]
+                assert bool(tables[key][where[client], where[server]]) == probe["expect_connect"], (test["short_name"], s, probe)
+                checked += 1
+    assert checked > 100
