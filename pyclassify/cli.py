@@ -624,11 +624,12 @@ def _split_against(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
 
 @main.command("diff", context_settings={"ignore_unknown_options": True}, epilog="""\b
 Examples:
-  pyclassify diff examples/demo --against examples/demo-change
+  pyclassify diff examples/demo --apply examples/changes/db-behind-pgbouncer.yaml
   pyclassify diff cluster/ --against cluster-after/ --json
-  pyclassify diff --kubeconfig ~/.kube/config --against policies/
+  pyclassify diff --kubeconfig ~/.kube/config --apply change.yaml
 \b
-NEW may hold policy only: it is then judged over OLD's inventory (pods,
+--against NEW...: the whole new policy set (every path after it is NEW). NEW
+may hold policy only: it is then judged over OLD's inventory (pods,
 namespaces, services...). When both hold an inventory, it must be the same.
 Exit 0: nothing changes; 5: some flow changes verdict; 1: invalid input.
 """)
