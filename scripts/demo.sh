@@ -45,6 +45,10 @@ run pyclassify explain "$ex/demo" --from frontend/web --to backend/db --proto TC
 run pyclassify explain "$ex/demo" --from 203.0.113.7 --to frontend/web --proto TCP --port 80
 # Who may reach whom on TCP/8080.
 run pyclassify matrix "$ex/demo" --proto TCP --port 8080
+# What would a change do before it is applied? Exit 5: some connections open or close.
+rc=0
+run pyclassify diff "$ex/demo" --apply "$ex/changes/db-behind-pgbouncer.yaml" || rc=$?
+if [ "$rc" -ne 5 ]; then echo "expected exit 5 from diff (the change closes and opens connections), got $rc" >&2; exit 1; fi
 # Replay bundled captures of the demo pods: a verdict for every packet, a summary by policy/rule.
 run pyclassify replay "$ex/demo" --pcap "$pcaps/demo.pcap"
 run pyclassify replay "$ex/demo" --pcap "$pcaps/demo.pcapng" --out "$out"
