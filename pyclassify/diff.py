@@ -11,7 +11,9 @@ Exact at cluster size without judging every pod pair:
   that endpoint in that direction, in order. Where no changed policy (old or new version) applies
   to a group in a direction, and tiers and profiles are unchanged, that side decides every flow
   as before. So only flows with an affected subject at one end are judged, under both sets, and
-  every verdict that differs is reported.
+  every verdict that differs is reported. A tier whose order or default action changed makes
+  every policy of it a changed one; a changed profile, every endpoint carrying it (and one whose
+  ``labelsToApply`` changed, everything: selectors read those labels).
 """
 
 from __future__ import annotations
@@ -179,7 +181,7 @@ class Diff:
     groups: int
     classes: int
     judged: int
-    whole: bool  # every group was a subject (tiers or profiles changed)
+    whole: bool  # every group was a subject (a profile's labels changed)
     notes: list[str] = field(default_factory=list)
     space: reach.FlowSpace | None = None
 
@@ -213,16 +215,19 @@ class Diff:
         }
 
 
-def _affected(engines: Sequence[NativeEngine], groups: Sequence[reach.Group], olds: list[Policy | None],
-              news: list[Policy | None], inventory: Inventory) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-    """Which groups some changed policy (either version) applies to, in egress and in ingress."""
+def _affected(groups: Sequence[reach.Group], policies: Sequence[Policy], profiles: set[str],
+              inventory: Inventory) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Which groups one of ``policies`` applies to, in egress and in ingress; a group carrying
+    one of ``profiles`` in both."""
     egress = np.zeros(len(groups), bool)
     ingress = np.zeros(len(groups), bool)
-    versions = [p for p in (*olds, *news) if p is not None]
     for k, g in enumerate(groups):
         if g.outside:
             continue
-        for p in versions:
+        if profiles and profiles.intersection(g.endpoint.profiles):  # type: ignore[union-attr]
+            egress[k] = ingress[k] = True
+            continue
+        for p in policies:
             if not egress[k] and policy_applies(p, g.endpoint, inventory, Direction.EGRESS):  # type: ignore[arg-type]
                 egress[k] = True
             if not ingress[k] and policy_applies(p, g.endpoint, inventory, Direction.INGRESS):  # type: ignore[arg-type]
@@ -230,6 +235,26 @@ def _affected(engines: Sequence[NativeEngine], groups: Sequence[reach.Group], ol
             if egress[k] and ingress[k]:
                 break
     return egress, ingress
+
+
+def subjects_changed(old_ps: PolicySet, new_ps: PolicySet) -> tuple[list[Policy], set[str], bool]:
+    """What can change a side decision, and of whom: the policies (either version) that changed
+    or sit in a tier that changed (its order or default action), the profiles that changed,
+    and whether everything must be compared (a profile's ``labelsToApply`` changed: labels every
+    selector may read)."""
+    olds, news = changed_policies(old_ps, new_ps)
+    before_tiers = {t.name: t for t in old_ps.tiers}
+    after_tiers = {t.name: t for t in new_ps.tiers}
+    tiers = {n for n in before_tiers.keys() | after_tiers.keys() if before_tiers.get(n) != after_tiers.get(n)}
+    policies = [p for p in (*olds, *news) if p is not None]
+    policies += [p for ps in (old_ps, new_ps) for p in ps.policies if p.tier in tiers]
+    before = {p.name: p for p in old_ps.profiles}
+    after = {p.name: p for p in new_ps.profiles}
+    profiles = {n for n in before.keys() | after.keys() if before.get(n) != after.get(n)}
+    labels = lambda p: () if p is None else p.labels_to_apply  # noqa: E731
+    whole = any(labels(before.get(n)) != labels(after.get(n)) for n in profiles)
+    unique = list({id(p): p for p in policies}.values())
+    return unique, profiles, whole
 
 
 def diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, default: str | None = None,
@@ -241,7 +266,7 @@ def diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, default: st
     engines = (old, new)
     defaults = {} if default is None else {"default_pod": default, "default_host": default}
     olds, news = changed_policies(old_ps, new_ps)
-    whole = old_ps.tiers != new_ps.tiers or old_ps.profiles != new_ps.profiles
+    subjects, profiles, whole = subjects_changed(old_ps, new_ps)
     endpoint_groups = reach.endpoint_groups(engines, reach.table_endpoints(inventory))
     groups = endpoint_groups + reach.outside_groups(engines)
     space = reach.FlowSpace.build(engines)
@@ -250,7 +275,7 @@ def diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, default: st
     if whole:
         egress = ingress = np.array([not g.outside for g in groups], bool)
     else:
-        egress, ingress = _affected(engines, groups, olds, news, inventory)
+        egress, ingress = _affected(groups, subjects, profiles, inventory)
     fam = reach.pair_families(groups, groups)
     wanted = (egress[:, None] | ingress[None, :]) & (fam >= 0)
     raw: dict[tuple, list[reach.FlowClass]] = {}
@@ -291,7 +316,7 @@ def diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, default: st
                                 reach.group_text(c.dst, keys), c.opened))
     notes = []
     if whole:
-        notes.append("tiers or profiles changed: every endpoint's verdicts were compared")
+        notes.append("a profile's labelsToApply changed: every endpoint's verdicts were compared")
     return Diff(list(old_paths), list(new_paths), changes, keys, changed_refs, len(groups),
                 sum(len(v) for v in space.classes.values()), judged, whole, notes, space)
 
