@@ -93,9 +93,11 @@ def test_explain_and_matrix_from_the_cluster_equal_files(kube_cluster, tmp_path:
     live = run("diff", *kube, "--apply", str(extra), "--json")
     offline = run("diff", str(files), "--apply", str(extra), "--json")
     assert live.returncode == offline.returncode == 5, live.stderr + offline.stderr
-    drop = ("old", "new")
-    live_doc = {k: v for k, v in json.loads(live.stdout).items() if k not in drop}
-    assert live_doc == {k: v for k, v in json.loads(offline.stdout).items() if k not in drop}
+    # The changes, not the counts: the live side also holds what the API server makes itself
+    # (the `kubernetes` Service: more port classes).
+    keep = ("changed", "policies_changed", "changes")
+    live_doc = {k: v for k, v in json.loads(live.stdout).items() if k in keep}
+    assert live_doc == {k: v for k, v in json.loads(offline.stdout).items() if k in keep}
     opened = [c for c in live_doc["changes"] if c["now"]["verdict"] == "allow"]
     assert any(c["from"].get("endpoints") == ["c-b/other"] and c["to"]["endpoints"] == ["c-a/web"]
                and c["flows"][0]["ports"] == [[443, 443]] for c in opened), live_doc["changes"]
