@@ -421,6 +421,12 @@ cdef class AfPacketBridge:
     cdef bint fail_open
     cdef size_t batch
     cdef BridgeCounters c
+    # The tracker's size and counters as the loop last saw them (at its start, once a second,
+    # at its end): read by ``counters`` from other threads while the loop runs, so no thread
+    # but the loop's touches the tracker then.
+    cdef uint64_t ct_snap[CT_STATS_MAX]
+    cdef size_t ct_snap_n
+    cdef uint64_t ct_snap_tracked
     cdef PacketHeader *headers
     cdef pc_quote *quotes
     cdef pc_verdict *verdicts
@@ -587,6 +593,7 @@ cdef class AfPacketBridge:
             fds[i].events = BR_POLLIN
         fds[2].fd = self.efd
         fds[2].events = BR_POLLIN
+        self._snapshot_ct()
         while True:
             # Batch boundary: stop, or take a pending engine.
             br_mutex_lock(&self.lock)
@@ -608,6 +615,7 @@ cdef class AfPacketBridge:
                 last_expire = now
                 self.c.expired += self.client.ref.api.ct_expire(self.client.ct,
                                                                pcbr_now_ns(BR_CLOCK_REALTIME), 65536)
+                self._snapshot_ct()
             # Sleep only when no block is waiting on either ring.
             if (pcbr_block_ready(pcbr_block(&self.rings[0], self.rings[0].cur))
                     or pcbr_block_ready(pcbr_block(&self.rings[1], self.rings[1].cur))):
@@ -622,7 +630,13 @@ cdef class AfPacketBridge:
         pcbr_thread_cpu(&user1, &sys1)
         self.c.loop_user_ns += user1 - user0
         self.c.loop_sys_ns += sys1 - sys0
+        self._snapshot_ct()
         return result
+
+    cdef void _snapshot_ct(self) noexcept nogil:
+        if self.client.ct != NULL:
+            self.ct_snap_tracked = self.client.ref.api.ct_len(self.client.ct)
+            self.ct_snap_n = self.client.ref.api.ct_stats(self.client.ct, self.ct_snap, CT_STATS_MAX)
 
     cdef void _apply_pending(self) noexcept nogil:
         """Under self.lock, in the loop thread (or with the loop stopped): revalidate the tracked
@@ -811,7 +825,19 @@ cdef class AfPacketBridge:
                 pcbr_stats(self.rings[i].fd, &self.c.kernel_packets, &self.c.kernel_drops,
                            &self.c.kernel_freezes)
         cdef dict d = self.c  # the struct as a dict (arrays as lists): no per-packet objects
-        d["tracked"] = self.client.ref.api.ct_len(self.client.ct) if self.client.ct != NULL else 0
-        for name, value in self.client.ct_stats.items():
-            d["ct_" + name] = value  # the tracker's own: early drops and refusals at its cap
+        # The tracker is the loop's while it runs: its snapshot then (at most a second old); with
+        # the loop stopped (it cannot start while the lock is held), the tracker itself.
+        br_mutex_lock(&self.lock)
+        try:
+            if not self.is_running:
+                self._snapshot_ct()
+        finally:
+            br_mutex_unlock(&self.lock)
+        d["tracked"] = self.ct_snap_tracked if self.client.ct != NULL else 0
+        if self.client.ct != NULL and self.ct_snap_n not in (0, len(CT_STATS_NAMES)):  # 0: none taken yet
+            raise RuntimeError(f"engine ABI mismatch: the tracker keeps {self.ct_snap_n} counters, "
+                               f"expected {len(CT_STATS_NAMES)}")
+        for i, name in enumerate(CT_STATS_NAMES):
+            # the tracker's own: early drops and refusals at its cap
+            d["ct_" + name] = self.ct_snap[i] if self.client.ct != NULL else 0
         return d
