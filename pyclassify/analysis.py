@@ -304,10 +304,9 @@ def matrix(project: Project, protocol: int, port: int | None | str, default: str
     # reference does (a dual-stack cluster's single-stack pods).
     fam = np.array([groups[k].family or 0 for k in index], np.int8)
     mixed = np.argwhere((fam[:, None] != fam[None, :]) & (fam[:, None] != 0) & (fam[None, :] != 0))
-    judge = _Judge(project, "native", default) if len(mixed) else None
     for i, j in mixed:
         ports = [port] if port != "any" else [None] if protocol not in reach.WITH_PORTS else [
             lo for lo, _ in reach.port_ranges(native._engine.port_bounds())]
-        allowed[i, j] = any(judge(Flow(FlowEnd(pods[i]), FlowEnd(pods[j]), protocol, None, p)).allowed  # type: ignore[misc]
+        allowed[i, j] = any(native.evaluate(Flow(FlowEnd(pods[i]), FlowEnd(pods[j]), protocol, None, p), **defaults).allowed
                             for p in ports)
     return Matrix(pods, protocol, port, allowed)

@@ -237,12 +237,12 @@ def _affected(groups: Sequence[reach.Group], policies: Sequence[Policy], profile
     return egress, ingress
 
 
-def subjects_changed(old_ps: PolicySet, new_ps: PolicySet) -> tuple[list[Policy], set[str], bool]:
+def subjects_changed(old_ps: PolicySet, new_ps: PolicySet, olds: list[Policy | None],
+                     news: list[Policy | None]) -> tuple[list[Policy], set[str], bool]:
     """What can change a side decision, and of whom: the policies (either version) that changed
     or sit in a tier that changed (its order or default action), the profiles that changed,
     and whether everything must be compared (a profile's ``labelsToApply`` changed: labels every
-    selector may read)."""
-    olds, news = changed_policies(old_ps, new_ps)
+    selector may read). ``olds``/``news``: ``changed_policies``."""
     before_tiers = {t.name: t for t in old_ps.tiers}
     after_tiers = {t.name: t for t in new_ps.tiers}
     tiers = {n for n in before_tiers.keys() | after_tiers.keys() if before_tiers.get(n) != after_tiers.get(n)}
@@ -266,7 +266,7 @@ def diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, default: st
     engines = (old, new)
     defaults = {} if default is None else {"default_pod": default, "default_host": default}
     olds, news = changed_policies(old_ps, new_ps)
-    subjects, profiles, whole = subjects_changed(old_ps, new_ps)
+    subjects, profiles, whole = subjects_changed(old_ps, new_ps, olds, news)
     endpoint_groups = reach.endpoint_groups(engines, reach.table_endpoints(inventory))
     groups = endpoint_groups + reach.outside_groups(engines)
     space = reach.FlowSpace.build(engines)

@@ -27,9 +27,11 @@ import numpy.typing as npt
 from pyclassify.batch import FLAG_HAS_PORTS, HEADER_DTYPE, SIDE_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import NativeEngine
 from pyclassify.inventory import Endpoint, Inventory, IPAddress
-from pyclassify.ir import (PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, PROTO_UDPLITE, Direction,
+from pyclassify.ir import (PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, PROTO_UDPLITE,
                            EndpointKind, EntityMatch, PolicySet, Rule)
 from pyclassify.kinds.common import protocol_name
+from pyclassify.reference import service_member
+from pyclassify.services import address_bytes
 
 PORT_PROTOCOLS = (PROTO_TCP, PROTO_UDP, PROTO_SCTP)
 #: Protocols whose flows carry ports (the engine compares ports only for these).
@@ -67,24 +69,15 @@ class Group:
         return list(seen.values())
 
 
-def selector_keys(policy_sets: Iterable[PolicySet]) -> set[str]:
+def selector_keys(policy_sets: Sequence[PolicySet]) -> set[str]:
     """The endpoint label keys some selector of the policy sets mentions: the labels that make
     an identity, and so the ones that describe a group."""
-    keys: set[str] = set()
-    for ps in policy_sets:
-        for p in ps.policies:
-            keys.update(p.subject.selector.keys())
-            for rule in (*p.ingress, *p.egress):
-                for m in (*rule.sources, *rule.destinations):
-                    for sel in (m.selector, m.not_selector):
-                        if sel is not None:
-                            keys.update(sel.keys())
-        for prof in ps.profiles:
-            for rule in (*prof.ingress, *prof.egress):
-                for m in (*rule.sources, *rule.destinations):
-                    for sel in (m.selector, m.not_selector):
-                        if sel is not None:
-                            keys.update(sel.keys())
+    keys: set[str] = {k for ps in policy_sets for p in ps.policies for k in p.subject.selector.keys()}
+    for rule in _rules(policy_sets):
+        for m, _ in _entities(rule):
+            for sel in (m.selector, m.not_selector):
+                if sel is not None:
+                    keys.update(sel.keys())
     return keys
 
 
@@ -112,14 +105,7 @@ def uses_services(policy_sets: Sequence[PolicySet]) -> bool:
 
 
 def _service_key(inventory: Inventory, ep: Endpoint, ip: IPAddress | None) -> frozenset:
-    found = []
-    for key, svc in inventory.services.items():
-        member = ip is not None and (ip in svc.cluster_ips or ip in svc.endpoint_ips)
-        if not member and svc.selector and ep.namespace == svc.namespace:
-            member = all(ep.labels.get(k) == v for k, v in svc.selector.items())
-        if member:
-            found.append(key)
-    return frozenset(found)
+    return frozenset(key for key, svc in inventory.services.items() if service_member(svc, ep, ip))
 
 
 def table_endpoints(inventory: Inventory) -> list[Endpoint]:
@@ -337,11 +323,6 @@ class FlowSpace:
 
 # --- judging -----------------------------------------------------------------------------------
 
-def raw_address(ip: IPAddress) -> bytes:
-    """16 bytes as the header batch holds an address (IPv4 mapped)."""
-    return (b"\0" * 10 + b"\xff\xff" + ip.packed) if ip.version == 4 else ip.packed
-
-
 def _headers(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8], family: int,
              classes: Sequence[FlowClass]) -> npt.NDArray[Any]:
     """Headers for every (pair, class): pair-major, class-minor."""
@@ -390,23 +371,8 @@ def address_rows(groups: Sequence[Group]) -> tuple[npt.NDArray[np.uint8], npt.ND
     has = np.zeros(len(groups), bool)
     for k, g in enumerate(groups):
         if g.representative is not None:
-            raw[k] = np.frombuffer(raw_address(g.representative), np.uint8)
+            raw[k] = np.frombuffer(address_bytes(g.representative), np.uint8)
             has[k] = True
-    return raw, has
-
-
-_ROWS: dict[int, tuple[Any, Any, Any]] = {}
-
-
-def _rows_of(groups: Sequence[Group]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.bool_]]:
-    """``address_rows``, kept for the last few group lists (diff judges one list many times)."""
-    hit = _ROWS.get(id(groups))
-    if hit is not None and hit[0] is groups:
-        return hit[1], hit[2]
-    raw, has = address_rows(groups)
-    if len(_ROWS) > 8:
-        _ROWS.clear()
-    _ROWS[id(groups)] = (groups, raw, has)
     return raw, has
 
 
@@ -423,8 +389,8 @@ def judge_pairs(engine: NativeEngine, src: Sequence[Group], dst: Sequence[Group]
         return out
     pod_allow = defaults.get("default_pod", "allow") == "allow"
     host_allow = defaults.get("default_host", "deny") == "allow"
-    s_raw, s_has = _rows_of(src)
-    d_raw, d_has = _rows_of(dst)
+    s_raw, s_has = address_rows(src)
+    d_raw, d_has = (s_raw, s_has) if dst is src else address_rows(dst)
     addressed = s_has[si] & d_has[di]
     rows = np.flatnonzero(addressed) if family is not None else np.zeros(0, np.intp)
     step = max(1, CHUNK // len(classes))
@@ -467,23 +433,6 @@ def _judge_named(engine: NativeEngine, src: Group, dst: Group, fc: FlowClass, po
     rec["egress"] = _side_record(egress)
     rec["ingress"] = _side_record(ingress)
     return rec
-
-
-def compatible(a: Group, b: Group) -> bool:
-    """Whether a flow can go from ``a`` to ``b``: the same address family (a group judged by
-    name goes with either), and not outside to outside (no policy of its own either end)."""
-    if a.outside and b.outside:
-        return False
-    return a.family is None or b.family is None or a.family == b.family
-
-
-def flow_family(a: Group, b: Group) -> int | None:
-    return a.family if a.family is not None else b.family
-
-
-def side_decision(engine: NativeEngine, side: Any, direction: Direction) -> Any:
-    """A side record as the reference's ``Decision`` (None when that direction was not judged)."""
-    return engine.side_decision(side, direction)
 
 
 def pair_families(rows: Sequence[Group], cols: Sequence[Group]) -> npt.NDArray[np.int8]:

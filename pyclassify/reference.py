@@ -30,7 +30,7 @@ from pyclassify.flow import (
     namespace_labels,
     service_account_labels,
 )
-from pyclassify.inventory import Endpoint, Inventory, IPAddress
+from pyclassify.inventory import Endpoint, Inventory, IPAddress, Service
 from pyclassify.ir import (
     PROTO_ICMP,
     PROTO_ICMPV6,
@@ -338,10 +338,7 @@ class _Context:
             return False
         ip = end.address
         ep = end.endpoint
-        member = ip is not None and (ip in svc.cluster_ips or ip in svc.endpoint_ips)
-        if not member and ep is not None and svc.selector and ep.namespace == svc.namespace:
-            member = all(ep.labels.get(k) == v for k, v in svc.selector.items())
-        if not member:
+        if not service_member(svc, ep, ip):
             return False
         if source or m.ports or not svc.ports:
             return True
@@ -414,6 +411,15 @@ def _port_matches(p: PortMatch, protocol: int, port: int | None, owner: Endpoint
     if owner is None:
         return False  # an outside address has no named ports
     return port in owner.named_port(p.port.name, protocol)
+
+
+def service_member(svc: Service, ep: Endpoint | None, ip: IPAddress | None) -> bool:
+    """Whether an address (or the endpoint it belongs to) is one of a Service's: its cluster IP
+    or a backend's, or a pod its selector picks in its namespace."""
+    if ip is not None and (ip in svc.cluster_ips or ip in svc.endpoint_ips):
+        return True
+    return (ep is not None and bool(svc.selector) and ep.namespace == svc.namespace
+            and all(ep.labels.get(k) == v for k, v in svc.selector.items()))  # type: ignore[union-attr]
 
 
 def policy_applies(policy: Policy, endpoint: Endpoint, inventory: Inventory, direction: Direction) -> bool:

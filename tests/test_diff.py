@@ -32,6 +32,7 @@ from pyclassify.flow import Flow, FlowEnd
 from pyclassify.ir import PortRange
 from pyclassify.project import Project, build_project
 from pyclassify.reference import evaluate
+from pyclassify.services import address_bytes
 from pyclassify.source import Document, Problems
 
 PROTOCOLS = (6, 17, 132)
@@ -122,7 +123,7 @@ def brute_force(old: NativeEngine, new: NativeEngine, project: Project, rng: ran
     ports = sorted(p for p in ports if 0 <= p <= 65535)
     flows = [(proto, port, None) for proto in PROTOCOLS for port in ports] + [(1, None, t) for t in (0, 3, 8, 11)] + [(47, None, None)]
     pairs = [(i, j) for i, a in enumerate(ends) for j, b in enumerate(ends) if not (_outside(a) and _outside(b))]
-    raw = np.stack([np.frombuffer(reach.raw_address(ip), np.uint8) for _, ip in ends])
+    raw = np.stack([np.frombuffer(address_bytes(ip), np.uint8) for _, ip in ends])
     si = np.repeat(np.array([i for i, _ in pairs]), len(flows))
     di = np.repeat(np.array([j for _, j in pairs]), len(flows))
     h = np.zeros(len(si), HEADER_DTYPE)
