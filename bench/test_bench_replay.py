@@ -8,7 +8,9 @@ numpy in a temp dir and replayed against the demo manifests:
 - replay through the Python API with connection tracking (what ``pyclassify replay`` does),
 - replay judging every packet by policy (``--no-conntrack``),
 - the ``pyclassify replay --json`` command, end to end (process start and manifest loading included),
-- the pure-Python reference evaluator on a 5,000-packet sample (a packet at a time), the baseline.
+- the pure-Python reference evaluator on a 5,000-packet sample (a packet at a time), the baseline;
+- the peer (issue 15): libpcap's ``pcap_next_ex`` read loop over the same file
+  (``bench/peers/pcap_loop.c``, Debian ``libpcap-dev``), its loop alone and its whole process.
 
     .venv/bin/python -m pytest bench/test_bench_replay.py -s --benchmark-columns=min,mean,rounds
 """
@@ -25,6 +27,7 @@ import numpy as np
 import pytest
 
 from bench.captures import write_tcp_capture
+from bench.peers import build_or_skip, run_json
 from pyclassify.capture import open_capture
 from pyclassify.engine import NativeEngine
 from pyclassify.project import load_project
@@ -95,6 +98,22 @@ def test_replay_cli_end_to_end(benchmark, capture):
     report("pyclassify replay (CLI, whole process)", benchmark.stats.stats.min, N)
 
 
+def test_libpcap_read_loop(benchmark, capture, tmp_path):
+    exe = build_or_skip("pcap_loop", tmp_path)
+    loops: list[float] = []
+
+    def run() -> dict:
+        doc = run_json([str(exe), str(capture)])
+        loops.append(doc["seconds"])
+        return doc
+
+    doc = benchmark.pedantic(run, rounds=3, iterations=1)
+    assert doc["packets"] == N
+    print(f"\n{doc['libpcap']}")
+    report("libpcap pcap_next_ex loop (C, loop only)", min(loops), N)
+    report("libpcap pcap_next_ex loop (C, whole process)", benchmark.stats.stats.min, N)
+
+
 def test_reference_evaluator_baseline(benchmark, project):
     web, api = project.find_endpoint("frontend/web"), project.find_endpoint("backend/api")
     flows = [Flow(FlowEnd(None, ipaddress.ip_address("10.0.1.10")), FlowEnd(None, ipaddress.ip_address("10.0.2.20")),
@@ -115,3 +134,8 @@ def test_ratios():
         pytest.skip("run the whole module for ratios")
     for name, rate in RESULTS.items():
         print(f"\n{name}: {rate / base:,.0f}x the reference evaluator, {rate / floor:.2f}x read+decode")
+    pcap = RESULTS.get("libpcap pcap_next_ex loop (C, whole process)")
+    cli = RESULTS.get("pyclassify replay (CLI, whole process)")
+    if pcap and cli:
+        print(f"\npyclassify replay (whole process) / libpcap read loop (whole process): {cli / pcap:.2f}x "
+              f"(goal: at least 0.5x and 5 M packets/s)")

@@ -374,12 +374,14 @@ class Enforcer:
         alone (its last good version stays); a change that does not compile is rejected whole."""
         with self._reload_lock:
             t0 = time.monotonic() if since is None else since
+            t_load = time.monotonic()
             try:
                 loaded = self._load_source()
             except EnforceError as e:
                 return self._reject(str(e).splitlines())
             except Exception as e:  # noqa: BLE001 - compile errors reject the update, never the daemon
                 return self._reject([f"{type(e).__name__}: {e}"])
+            t_loaded = time.monotonic()
             project, engine = loaded.project, loaded.engine
             errors = [*loaded.rejected.values(), *(f"{f}: kept its last good objects" for f in loaded.broken_files)]
             if errors:
@@ -410,11 +412,17 @@ class Enforcer:
                 self.metrics.ct_deleted.labels(k).inc(v)
             self.metrics.revalidation_seconds.observe(done - t_swap)
             self.metrics.apply_seconds.observe(applied - t0)
+            # parse: the load's time less its build and keep (so the parts add up to the whole)
+            stages = {"wait": t_load - t0, "parse": t_loaded - t_load - loaded.build_s - loaded.keep_s,
+                      "build": loaded.build_s, "keep": loaded.keep_s, "swap": applied - t_loaded}
+            for stage, seconds in stages.items():
+                self.metrics.apply_stage_seconds.labels(stage).observe(seconds)
             self.reloads += 1
             self.log.forget()
             self.log.emit("reload", policies=len(project.policy_set.policies), revoked=count,
                           conntrack_deleted=deleted["deleted"], apply_ms=round((applied - t0) * 1000, 3),
                           revalidate_ms=round((done - t_swap) * 1000, 3), changed_objects=loaded.changed,
+                          stages_ms={k: round(v * 1000, 3) for k, v in stages.items()},
                           engine_builds=engine.state.full_builds, engine_deltas=engine.state.deltas)
             self._log_revoked(revoked)
             return ReloadResult(True, [], count, deleted["deleted"], done - t0)

@@ -257,6 +257,13 @@ class Metrics:
             "pyclassify_policy_apply_seconds",
             "A change seen (file event, watch event) to the new engine in force (load, delta, swap)",
             buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0), registry=self.registry)
+        self.apply_stage_seconds = Histogram(
+            "pyclassify_policy_apply_stage_seconds",
+            "The parts of pyclassify_policy_apply_seconds: wait (the change seen to the load started: "
+            "the watcher's quiet period), parse (read, parse, validate), build (the engine's delta), "
+            "keep (each object's last good version kept), swap (events drained, the new engine into every loop)", ["stage"],
+            buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
+            registry=self.registry)
         self.server: Any = None
 
     def serve(self, addr: str, ready: Callable[[], str | None] = lambda: None,

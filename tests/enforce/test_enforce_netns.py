@@ -222,7 +222,10 @@ def test_metrics_and_probes_of_a_running_daemon(topo: Topology, policy_dir: Path
     assert topo.get(f"{url}/healthz") == (200, "ok\n")
     assert topo.reach(0, 1) and not topo.reach(2, 1)
     manifests.replace(policy_dir / "10-netpol.yaml", manifests.NETPOL_DENY_ALL)
-    daemon.wait_event("reload")
+    reload = daemon.wait_event("reload")
+    # The change's time, split: the parts add up to the whole (each rounded to a microsecond).
+    assert set(reload["stages_ms"]) == {"wait", "parse", "build", "keep", "swap"}
+    assert abs(sum(reload["stages_ms"].values()) - reload["apply_ms"]) < 0.01
     status, text = topo.get(f"{url}/metrics")
     assert status == 200
     samples = [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples]
@@ -238,6 +241,8 @@ def test_metrics_and_probes_of_a_running_daemon(topo: Topology, policy_dir: Path
     assert total("pyclassify_verdicts_total", action="deny", direction="ingress", tier="default", policy="") >= 1
     assert total("pyclassify_policy_reloads_total", result="success") == 1
     assert total("pyclassify_policy_apply_seconds_count") == 1
+    for stage in ("wait", "parse", "build", "keep", "swap"):
+        assert total("pyclassify_policy_apply_stage_seconds_count", stage=stage) == 1
     assert not any(n.startswith("pyclassify_watch") for n, _, _ in samples)  # a file source
     assert daemon.terminate() == 0
 

@@ -43,6 +43,11 @@ impl PyRuleClassifier {
         self.inner.len()
     }
 
+    /// Bytes the classifier's structures hold (their capacities), for the benchmarks.
+    fn memory_bytes(&self) -> usize {
+        self.inner.memory_bytes()
+    }
+
     /// For each header of a `HEADER_DTYPE` batch, the id of the first matching rule, or -1,
     /// written into `out` (int64, one per header). Runs without the GIL.
     fn classify(&self, py: Python<'_>, headers: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>) -> PyResult<()> {
