@@ -158,7 +158,7 @@ def revocation(topo: Topology, policy: Path, d: Daemon) -> dict[str, float]:
     manifests.replace(policy / "10-netpol.yaml", manifests.NETPOL)
     d.wait_event("reload")
     return {"apply_ms": ev["apply_ms"], "revalidate_ms": ev["revalidate_ms"], "revoked": ev["revoked"],
-            "write_to_event_ms": (seen - t) * 1000}
+            "write_to_event_ms": (seen - t) * 1000, "stages_ms": ev["stages_ms"]}
 
 
 @pytest.mark.parametrize("mode", ["batched", "per-packet"])
@@ -195,7 +195,8 @@ def test_pyclassify_enforce(env, mode: str, benchmark) -> None:
           f"p99 {m['batch_p99_us']:.1f} us")
     if "apply_ms" in m:
         print(f"policy apply {m['apply_ms']:.1f} ms, revalidate+conntrack delete {m['revalidate_ms']:.2f} ms, "
-              f"file write -> reload event {m['write_to_event_ms']:.1f} ms, revoked {m['revoked']}")
+              f"file write -> reload event {m['write_to_event_ms']:.1f} ms, revoked {m['revoked']}; apply split: "
+              + ", ".join(f"{k} {v:.2f} ms" for k, v in m["stages_ms"].items()))
 
 
 def test_baseline_python_consumer(env, benchmark) -> None:

@@ -24,6 +24,7 @@ from typing import IO, Any, Callable, Iterator
 import numpy as np
 import numpy.typing as npt
 
+from pyclassify._engine import FlowSet
 from pyclassify.batch import SIDE_DTYPE
 from pyclassify.capture import Batch, CaptureWriter, open_capture
 from pyclassify.engine import (
@@ -71,7 +72,7 @@ class ReplaySummary:
     no_policy: Counter = field(default_factory=Counter)
     seconds: float = 0.0
     interrupted: bool = False
-    flow_keys: set[int] = field(default_factory=set, repr=False)
+    flow_set: FlowSet = field(default_factory=FlowSet, repr=False)  # native: no Python object per flow
     # (direction, tier, source_kind, source, rule, reason, allow) -> packets
     by_rule: Counter = field(default_factory=Counter, repr=False)
     decode_errors: Counter = field(default_factory=Counter)
@@ -81,7 +82,7 @@ class ReplaySummary:
 
     @property
     def flows(self) -> int:
-        return len(self.flow_keys)
+        return len(self.flow_set)
 
     @property
     def rate(self) -> float:
@@ -89,13 +90,6 @@ class ReplaySummary:
 
 
 _MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9], dtype=np.uint64)
-
-
-def _flow_keys(headers: npt.NDArray[Any]) -> set[int]:
-    """Distinct connections of a batch (see ``flow_hashes``)."""
-    if len(headers) == 0:
-        return set()
-    return set(np.unique(flow_hashes(headers)).tolist())
 
 
 def flow_hashes(headers: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
@@ -373,8 +367,7 @@ class Replay:
         s.malformed += int(np.count_nonzero(verdicts["reason"] == PACKET_MALFORMED))
         s.established += int(np.count_nonzero(verdicts["reason"] == PACKET_ESTABLISHED))
         s.invalid += int(np.count_nonzero(verdicts["reason"] == PACKET_INVALID))
-        decodable = verdicts["reason"] != PACKET_MALFORMED
-        s.flow_keys |= _flow_keys(batch.headers[decodable])
+        s.flow_set.add(np.ascontiguousarray(batch.headers), verdicts["reason"] == PACKET_MALFORMED)
         _count_rules(s, verdicts)
 
     def _side_json(self, side: Any, direction: Direction) -> dict[str, Any] | None:

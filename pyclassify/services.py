@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pyclassify.batch import FLAG_HAS_PORTS, FLAG_MALFORMED
+from pyclassify._engine import ServiceIndex
 from pyclassify.inventory import Inventory, Service, ServicePort
 from pyclassify.ir import EndpointKind
 
@@ -102,21 +102,8 @@ class ServiceMap:
                         backends = by_family[vip.version] = tuple(
                             (address_bytes(ip), target, str(ip)) for ip, target in backends_of(inventory, svc, port, vip.version))
                     self.entries.append(Entry(name, via, address_bytes(vip), port.protocol, number, backends))
-        # Lookup tables over the entries (the first entry of an address:protocol:port wins).
-        self._keys: dict[tuple[bytes, int, int], int] = {}
-        for i, e in enumerate(self.entries):
-            self._keys.setdefault((e.address, e.protocol, e.port), i)
-        firsts = sorted(self._keys.values())
-        address = np.frombuffer(b"".join(self.entries[i].address for i in firsts), dtype=np.uint8).reshape(-1, 16)
-        protocol = np.array([self.entries[i].protocol for i in firsts], dtype=np.uint64)
-        port = np.array([self.entries[i].port for i in firsts], dtype=np.uint64)
-        key = _keys_of(address, protocol, port)
-        order = np.argsort(key, kind="stable")
-        self._key, self._key_entry = key[order], np.array(firsts, dtype=np.int64)[order]
-        self._entry_address = np.frombuffer(b"".join(e.address for e in self.entries) or b"",
-                                            dtype=np.uint8).reshape(-1, 16)
-        self._entry_protocol = np.array([e.protocol for e in self.entries], dtype=np.int64)
-        self._entry_port = np.array([e.port for e in self.entries], dtype=np.int64)
+        # The native lookup over the entries (the first entry of an address:protocol:port wins).
+        self._index = ServiceIndex([(e.address, e.protocol, e.port) for e in self.entries])
         #: Entries without any backend: kube-proxy delivers nothing there.
         self.no_backend = np.array([not e.backends for e in self.entries], dtype=bool)
         self._by_choice: dict[int, tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]] = {}
@@ -124,40 +111,15 @@ class ServiceMap:
     def __bool__(self) -> bool:
         return bool(self.entries)
 
-    def _lookup(self, address: npt.NDArray[Any], protocol: npt.NDArray[Any], port: npt.NDArray[Any],
-                rows: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
-        """The entry each row's (address, protocol, port) is, -1 if none (only ``rows`` asked)."""
-        found = np.full(len(address), -1, dtype=np.int64)
-        idx = np.flatnonzero(rows)
-        if len(idx) == 0:
-            return found
-        addr = np.ascontiguousarray(address[idx]).view(np.uint8).reshape(-1, 16)
-        proto, number = protocol[idx].astype(np.uint64), port[idx].astype(np.uint64)
-        key = _keys_of(addr, proto, number)
-        pos = np.minimum(np.searchsorted(self._key, key), len(self._key) - 1)
-        cand = self._key_entry[pos]
-        exact = ((self._key[pos] == key) & (self._entry_address[cand] == addr).all(axis=1)
-                 & (self._entry_protocol[cand] == proto.astype(np.int64))
-                 & (self._entry_port[cand] == number.astype(np.int64)))
-        found[idx[exact]] = cand[exact]
-        # A key shared by two different entries (a 64-bit hash collision): ask the exact table.
-        for k in np.flatnonzero((self._key[pos] == key) & ~exact).tolist():
-            hit = self._keys.get((addr[k].tobytes(), int(proto[k]), int(number[k])))
-            if hit is not None:
-                found[idx[k]] = hit
-        return found
-
     def match(self, headers: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         """Per packet: the entry its destination (a request) or source (a reply) is, -1 if none;
         and whether it is a request (destination translated) rather than a reply."""
         n = len(headers)
         if not self.entries or n == 0:
             return np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool)
-        usable = ((headers["flags"] & FLAG_HAS_PORTS) != 0) & ((headers["flags"] & FLAG_MALFORMED) == 0)
-        request = self._lookup(headers["dst_addr"], headers["protocol"], headers["dport"], usable)
-        forward = request >= 0
-        reply = self._lookup(headers["src_addr"], headers["protocol"], headers["sport"], usable & ~forward)
-        return np.where(forward, request, reply), forward
+        entry, forward = np.empty(n, dtype=np.int64), np.empty(n, dtype=bool)
+        self._index.lookup(np.ascontiguousarray(headers), entry, forward)
+        return entry, forward
 
     def _choice(self, choice: int) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
         """Per entry: the address and port of backend number ``choice`` (modulo their count)."""
@@ -184,14 +146,3 @@ class ServiceMap:
         out["src_addr"][back] = address[entry[back]]
         out["sport"][back] = port[entry[back]]
         return out
-
-
-def _keys_of(address: npt.NDArray[np.uint8], protocol: npt.NDArray[np.uint64],
-             port: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
-    """A 64-bit hash of (address, protocol, port) per row; equal keys are checked exactly."""
-    words = np.ascontiguousarray(address).view(np.uint64).reshape(-1, 2)
-    with np.errstate(over="ignore"):
-        return ((words[:, 0] * np.uint64(0x9E3779B97F4A7C15)) ^ words[:, 1]
-                ^ ((protocol << np.uint64(16)) | port) * np.uint64(0xC2B2AE3D27D4EB4F))
-
-

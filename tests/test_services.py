@@ -201,7 +201,7 @@ endpoints: [{addresses: ["fd00::2:20"]}]
 
 
 def test_service_packets_are_found_as_a_scan_of_every_entry_finds_them():
-    """``ServiceMap.match`` (hashed, vectorized) against a brute-force scan of the entries, on
+    """``ServiceMap.match`` (the native index) against a brute-force scan of the entries, on
     requests, replies and near misses (right address, wrong port or protocol)."""
     import random
 

@@ -23,6 +23,7 @@ pub mod classbench;
 pub mod classifier;
 pub mod conntrack;
 pub mod engine;
+pub mod flows;
 pub mod labelindex;
 pub mod manifest;
 pub mod selector;

@@ -12,6 +12,7 @@ mod classifier;
 mod conntrack;
 mod engine;
 mod errors;
+mod flows;
 mod labelindex;
 mod manifest;
 mod selector;
@@ -27,6 +28,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     labelindex::register(m)?;
     engine::register(m)?;
     classifier::register(m)?;
+    flows::register(m)?;
     admission::register(m)?;
     manifest::register(m)?;
     Ok(())

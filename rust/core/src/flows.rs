@@ -1,0 +1,163 @@
+//! Per-batch accounting that replay needs beside the verdicts, kept native so that no per-flow
+//! or per-packet work goes through Python objects:
+//!
+//! - [`FlowSet`]: the distinct connections seen (a 5-tuple, the same in both directions);
+//! - [`ServiceIndex`]: which packets are to or from a Service's virtual address and port.
+
+use std::collections::HashSet;
+
+use crate::batch::{PacketHeader, FLAG_HAS_PORTS, FLAG_MALFORMED};
+use crate::engine::cow::{FastMap, MixState};
+
+/// One end of a connection: address and port.
+type End = ([u8; 16], u16);
+
+/// A connection, direction-free: its two ends in order, and the protocol.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct FlowKey {
+    low: End,
+    high: End,
+    protocol: u8,
+}
+
+impl FlowKey {
+    fn of(h: &PacketHeader) -> FlowKey {
+        let (a, b) = ((h.src_addr, h.sport), (h.dst_addr, h.dport));
+        let (low, high) = if a <= b { (a, b) } else { (b, a) };
+        FlowKey {
+            low,
+            high,
+            protocol: h.protocol,
+        }
+    }
+}
+
+/// The distinct connections of every batch added, exactly (no hashing away of collisions).
+#[derive(Default)]
+pub struct FlowSet {
+    seen: HashSet<FlowKey, MixState>,
+}
+
+impl FlowSet {
+    pub fn new() -> FlowSet {
+        FlowSet::default()
+    }
+
+    /// Adds the connections of `headers`; a header whose `skip` entry is nonzero is left out (a
+    /// packet that could not be decoded has no connection). `skip` may be shorter (the rest
+    /// counts).
+    pub fn add(&mut self, headers: &[PacketHeader], skip: &[u8]) {
+        self.seen.reserve(headers.len().min(1 << 16) / 8);
+        for (i, h) in headers.iter().enumerate() {
+            if skip.get(i).is_some_and(|&s| s != 0) {
+                continue;
+            }
+            self.seen.insert(FlowKey::of(h));
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+}
+
+/// Service entries (virtual address, protocol, port), the first entry of a key winning, and
+/// the lookup of a batch's packets against them.
+pub struct ServiceIndex {
+    entries: FastMap<([u8; 16], u8, u16), i64>,
+}
+
+impl ServiceIndex {
+    pub fn new<I: IntoIterator<Item = ([u8; 16], u8, u16)>>(keys: I) -> ServiceIndex {
+        let mut entries = FastMap::default();
+        for (i, key) in keys.into_iter().enumerate() {
+            entries.entry(key).or_insert(i as i64);
+        }
+        ServiceIndex { entries }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Per header: the entry its destination is (a request: `forward` true) or else its source
+    /// is (a reply), -1 if neither. Only headers with ports and not malformed are looked up.
+    /// Writes `min(headers, entry, forward)` rows.
+    pub fn lookup(&self, headers: &[PacketHeader], entry: &mut [i64], forward: &mut [bool]) {
+        for ((h, e), f) in headers.iter().zip(entry.iter_mut()).zip(forward.iter_mut()) {
+            *e = -1;
+            *f = false;
+            if self.entries.is_empty()
+                || h.flags & FLAG_HAS_PORTS == 0
+                || h.flags & FLAG_MALFORMED != 0
+            {
+                continue;
+            }
+            if let Some(&i) = self.entries.get(&(h.dst_addr, h.protocol, h.dport)) {
+                *e = i;
+                *f = true;
+            } else if let Some(&i) = self.entries.get(&(h.src_addr, h.protocol, h.sport)) {
+                *e = i;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(src: u8, sport: u16, dst: u8, dport: u16, protocol: u8, flags: u8) -> PacketHeader {
+        let mut h = PacketHeader::default();
+        h.src_addr[15] = src;
+        h.dst_addr[15] = dst;
+        h.sport = sport;
+        h.dport = dport;
+        h.protocol = protocol;
+        h.flags = flags;
+        h
+    }
+
+    #[test]
+    fn a_connection_counts_once_in_both_directions() {
+        let mut flows = FlowSet::new();
+        let batch = [
+            header(1, 1000, 2, 80, 6, FLAG_HAS_PORTS),
+            header(2, 80, 1, 1000, 6, FLAG_HAS_PORTS),
+            header(1, 1000, 2, 80, 17, FLAG_HAS_PORTS), // another protocol: another connection
+            header(1, 1001, 2, 80, 6, FLAG_HAS_PORTS),
+            header(9, 9, 9, 9, 6, FLAG_MALFORMED),
+        ];
+        flows.add(&batch, &[0, 0, 0, 0, 1]);
+        assert_eq!(flows.len(), 3);
+        flows.add(&batch[..2], &[]);
+        assert_eq!(flows.len(), 3);
+    }
+
+    #[test]
+    fn requests_and_replies_find_their_entry_and_the_first_entry_wins() {
+        let mut vip = [0u8; 16];
+        vip[15] = 100;
+        let index = ServiceIndex::new([(vip, 6, 80), (vip, 17, 53), (vip, 6, 80)]);
+        assert_eq!(index.len(), 2);
+        let batch = [
+            header(1, 1000, 100, 80, 6, FLAG_HAS_PORTS),
+            header(100, 80, 1, 1000, 6, FLAG_HAS_PORTS),
+            header(1, 1000, 100, 53, 6, FLAG_HAS_PORTS), // the port is UDP's only
+            header(1, 1000, 100, 53, 17, FLAG_HAS_PORTS | FLAG_MALFORMED),
+            header(1, 1000, 100, 53, 17, 0),
+        ];
+        let (mut entry, mut forward) = ([7i64; 5], [true; 5]);
+        index.lookup(&batch, &mut entry, &mut forward);
+        assert_eq!(entry, [0, 0, -1, -1, -1]);
+        assert_eq!(forward, [true, false, false, false, false]);
+    }
+}
