@@ -119,7 +119,9 @@ class EnforceConfig:
     hooks: tuple[str, ...] = ("forward", "input", "output")
     install_rules: bool = True
     ipv6: bool = True
-    debounce: float = 0.02
+    # The watcher's quiet period: long enough to take an atomic rename or a ConfigMap's link swap
+    # (microseconds apart) as one change, short beside the 50 ms a change may take to be in force.
+    debounce: float = 0.005
     watch: bool = True
     conntrack_entries: int = 262144
     bridge: str | None = None  # "IF1,IF2": an AF_PACKET inline bridge instead of NFQUEUE

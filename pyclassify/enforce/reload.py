@@ -29,7 +29,7 @@ MASK = (Inotify.IN_CLOSE_WRITE | Inotify.IN_MOVED_TO | Inotify.IN_MOVED_FROM | I
 
 
 class Watcher:
-    def __init__(self, paths: list[str], callback: Callable[[float], None], debounce: float = 0.02) -> None:
+    def __init__(self, paths: list[str], callback: Callable[[float], None], debounce: float = 0.005) -> None:
         self.paths = [os.path.abspath(p) for p in paths]
         self.callback = callback
         self.debounce = debounce

@@ -355,7 +355,7 @@ def test_killed_during_a_reload_the_next_start_repairs(topo: Topology, policy_di
     daemon.wait_event("start")
     assert topo.reach(0, 1)
     manifests.replace(policy_dir / "10-netpol.yaml", manifests.NETPOL_DENY_ALL)
-    time.sleep(0.02)  # the watcher's debounce: the reload is starting
+    time.sleep(0.005)  # the watcher's debounce: the reload is starting
     daemon.kill()
     assert "PYCLASSIFY-FORWARD" in iptables_rules(topo.node)
     again = Daemon(topo, [str(policy_dir)], QUEUE)
