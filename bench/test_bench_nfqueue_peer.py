@@ -31,10 +31,14 @@ its end; ``depth`` > 0 at both, or drops, means the consumer never ran out of wo
 verdict between the same samples. One sender on a 2-core machine may not outrun a consumer: then
 the row says "sender-bound" and its verdicts/s is a lower bound (the sender's rate).
 
-What the figures include: latency is sender's sendmmsg -> kernel receive timestamp of pod 1's
-socket, so it has the veth forwarding in it and, for a packet late in a burst, the wait behind
-the packets before it (the floor row shows that part). A consumer's CPU includes the kernel work
-done in its verdict syscalls: reinjecting the packet, forwarding it and delivering it to pod 1.
+What the figures include: latency runs from just before the burst's sendmmsg call (every datagram
+of a burst carries that one time: they arrive together) to the kernel's receive timestamp at pod
+1's socket, so it has the veth forwarding in it and, for a packet late in a burst, the wait behind
+the packets before it; the floor row shows that part. A consumer's CPU includes the kernel work
+done in its verdict syscalls: reinjecting the packet, forwarding it, delivering it to pod 1. The
+saturation flood starts its sequence at 0 again: its flows repeat the burst's (unreplied entries,
+still NEW, still queued). The default RATE (50,000/s) is one the C consumer keeps up with on the
+2-core VM most of the time; at 100,000/s it fell behind (sender slowed to 77k/s, p99 ~200 ms).
 
     PYTHONPATH=. .venv/bin/python -m pytest bench/test_bench_nfqueue_peer.py -s -p no:randomly  # root
     PYCLASSIFY_PEER_RATE=50000 PYCLASSIFY_PEER_COUNT=100000 PYCLASSIFY_PEER_BURST=64 \
