@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +38,7 @@ from pyclassify.replay import Replay
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = str(REPO / "examples" / "demo")
-N = 1 << 20
+N = int(os.environ.get("PYCLASSIFY_REPLAY_PACKETS", str(1 << 20)))
 RESULTS: dict[str, float] = {}
 STARTUP: list[float] = []
 

@@ -36,7 +36,7 @@ from bench.peers import build_or_skip, run_json
 from bench.test_bench_classifier_numpy import DATA, headers_of
 from pyclassify._engine import RuleClassifier
 
-SETS = ["acl1_10000", "fw1_10000", "ipc1_10000", "acl1_100000"]
+SETS = os.environ.get("PYCLASSIFY_ACL_SETS", "acl1_10000,fw1_10000,ipc1_10000,acl1_100000").split(",")
 ROUNDS = int(os.environ.get("PYCLASSIFY_ACL_ROUNDS", "7"))
 SAMPLE = 20000
 ALGS = {1: "scalar", 2: "sse", 3: "avx2", 6: "avx512x16", 7: "avx512x32"}  # enum rte_acl_classify_alg

@@ -1,4 +1,5 @@
-"""The cluster-scale benchmarks run (at a smoke size): a benchmark that no longer runs is found by
+"""The cluster-scale benchmarks and those beside their peers (DPDK rte_acl, libpcap,
+libnetfilter_queue: .ci/run installs them) run (at a smoke size): a benchmark that no longer runs is found by
 the test run, not by the next person measuring. No figure is checked here; the benchmarks'
 own assertions (no change rebuilt the engine, verdict agreement) are."""
 
@@ -15,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("suite", ["bench/test_bench_scale.py", "bench/test_bench_load.py", "bench/test_bench_kube.py",
-                                   "bench/test_bench_diff.py"])
+                                   "bench/test_bench_diff.py", "bench/test_bench_rte_acl.py", "bench/test_bench_replay.py",
+                                   "bench/test_bench_nfqueue_peer.py"])
 def test_benchmark_suite_runs_at_a_small_size(suite: str) -> None:
     if suite.endswith("kube.py"):
         from tests.kube.conftest import _testenv
@@ -26,10 +28,15 @@ def test_benchmark_suite_runs_at_a_small_size(suite: str) -> None:
             if os.environ.get("CI"):
                 pytest.fail(reason)
             pytest.skip(reason)
+    if suite.endswith("nfqueue_peer.py") and os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("needs root (network namespaces, iptables, NFQUEUE)")
+        pytest.skip("needs root (network namespaces, iptables, NFQUEUE)")
     env = dict(os.environ, PYCLASSIFY_SCALE_SIZES="300", PYCLASSIFY_SCALE_PACKETS="20000",
                PYCLASSIFY_SCALE_CHANGES="12", PYCLASSIFY_LOAD_SIZES="300", PYCLASSIFY_KUBE_PODS="300",
                PYCLASSIFY_KUBE_EVENTS="20", PYCLASSIFY_DIFF_PODS="300", PYCLASSIFY_DIFF_ROUNDS="1",
-               PYCLASSIFY_DIFF_SAMPLE="500")
+               PYCLASSIFY_DIFF_SAMPLE="500", PYCLASSIFY_ACL_SETS="acl1_1000", PYCLASSIFY_ACL_ROUNDS="1",
+               PYCLASSIFY_REPLAY_PACKETS="20000", PYCLASSIFY_PEER_COUNT="5000", PYCLASSIFY_PEER_SAT_SECONDS="1")
     r = subprocess.run([sys.executable, "-m", "pytest", suite, "-q", "-s", "-p", "no:cacheprovider",
                         ], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

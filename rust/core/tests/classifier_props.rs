@@ -229,13 +229,22 @@ proptest! {
             prop_assert_eq!(tm.len(), live.len());
             prop_assert_eq!(lin.len(), live.len());
         }
-        // Every rule's own corner points.
+        // Every rule's own corner points, one at a time and then all in one batch (mixed keys:
+        // each lane of the batch path skips and stops on its own).
+        let mut corners = Vec::new();
         for r in live.clone() {
             let k = PacketKey {
                 src: r.src.addr, dst: r.dst.addr, sport: r.sport.hi, dport: r.dport.lo,
                 proto: r.proto.unwrap_or(6), icmp_type: r.icmp_type.unwrap_or(0), icmp_code: r.icmp_code.unwrap_or(0),
             };
             check(&tm, &lin, &live, &k)?;
+            corners.push(k);
+            corners.push(PacketKey { sport: r.sport.lo, dport: r.dport.hi, ..k });
+        }
+        let mut out = vec![None; corners.len()];
+        tm.classify_batch(&corners, &mut out);
+        for (k, got) in corners.iter().zip(&out) {
+            prop_assert_eq!(*got, brute_best(&live, k));
         }
     }
 }
