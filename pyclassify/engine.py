@@ -44,6 +44,9 @@ from pyclassify.flow import (
     service_account_labels,
 )
 
+#: The engine refused a change (the model and the state keep their last good snapshot).
+EngineError = _engine.EngineError
+
 REASONS = ("rule", "end-of-tier", "profile", "default")
 
 # PacketVerdict.reason (rust/core/src/engine/mod.rs).

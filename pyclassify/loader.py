@@ -22,6 +22,7 @@ import os
 import re
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -144,10 +145,68 @@ def _readable(message: str) -> str:
     return message
 
 
-def iter_paths(paths: Iterable[str], problems: Problems) -> Iterator[Document]:
+class ParseCache:
+    """The documents of files read before, for a reader that reads the same paths again and
+    again (``pyclassify enforce`` on every change): a file is read again unless its device, inode,
+    size, modification and change times are those it had when read, and it had not been modified
+    for ``settle`` seconds then (file times are coarse: a file rewritten in place within one
+    clock tick may keep its size and times; one that had settled has none of that doubt). A file
+    with errors is not kept."""
+
+    def __init__(self, settle: float = 1.0) -> None:
+        self.settle_ns = int(settle * 1e9)
+        self._files: dict[str, tuple[tuple[int, ...], list[Document], list[Problem], dict[int, Any]]] = {}
+        self._seen: set[str] = set()
+        #: files the last pass read (not from the cache)
+        self.read: list[str] = []
+
+    def begin(self) -> None:
+        self._seen, self.read = set(), []
+
+    def memo(self, name: str) -> dict[int, Any]:
+        """A place for what a reader derives from the documents of file ``name``, by ``id`` of
+        the document: it lives as long as those document objects stay cached (a file read
+        again gets an empty one)."""
+        hit = self._files.get(name)
+        return hit[3] if hit is not None else {}
+
+    def end(self) -> None:
+        """Forget the files the pass since ``begin`` did not see (deleted, moved away)."""
+        for name in [n for n in self._files if n not in self._seen]:
+            del self._files[name]
+
+    def documents(self, file: Path, problems: Problems) -> Iterator[Document]:
+        name = str(file)
+        self._seen.add(name)
+        try:
+            st = os.stat(file)
+            sig: tuple[int, ...] | None = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except OSError:
+            sig = None
+        hit = self._files.get(name)
+        if sig is not None and hit is not None and hit[0] == sig:
+            for p in hit[2]:
+                problems.add(p)
+            yield from hit[1]
+            return
+        self.read.append(name)
+        own = Problems()
+        docs = list(iter_file(file, own))
+        for p in own:
+            problems.add(p)
+        settled = sig is not None and time.time_ns() - sig[3] >= self.settle_ns
+        if settled and not own.errors:
+            self._files[name] = (sig, docs, list(own), {})
+        else:
+            self._files.pop(name, None)
+        yield from docs
+
+
+def iter_paths(paths: Iterable[str], problems: Problems, cache: ParseCache | None = None) -> Iterator[Document]:
     """Every document of every path (files, directories recursively, ``-`` for stdin), one at
     a time. A path that holds no document at all (an empty directory, a file of comments) is
-    warned about and listed in ``problems.empty_inputs``."""
+    warned about and listed in ``problems.empty_inputs``. With ``cache``, files unchanged since
+    an earlier pass are not read again (``ParseCache``)."""
     for path in paths:
         found = 0
         errors_before = len(problems.errors)
@@ -172,7 +231,7 @@ def iter_paths(paths: Iterable[str], problems: Problems) -> Iterator[Document]:
                 problems.add(Problem(str(path), 0, "", _missing(str(path))))
                 continue
             for file in files:
-                for doc in iter_file(file, problems):
+                for doc in iter_file(file, problems) if cache is None else cache.documents(file, problems):
                     found += 1
                     yield doc
         if not found and len(problems.errors) == errors_before:

@@ -89,3 +89,91 @@ def test_first_load_with_errors_refuses_to_start(tmp_path: Path) -> None:
     with pytest.raises(SourceError) as e:
         PolicySource([str(tmp_path)]).load()
     assert "invalid IP address" in str(e.value)
+
+
+def _verdicts(loaded, pairs, ports=(80, 443, 5432, 8080)) -> dict:
+    return {(s, d, p): verdict(loaded, s, d, p) for s, d in pairs for p in ports}
+
+
+def test_changes_one_object_at_a_time_give_what_a_whole_load_gives(demo: Path) -> None:
+    """Every load after the first takes its changes object by object (``LiveProject``), or
+    the whole project for kinds that relink others; either way the verdicts are those of a
+    fresh load of the same files, and only a relinking kind builds the project again."""
+    import random
+
+    source = PolicySource([str(demo)], settle=0)
+    first = source.load()
+    names = [f"{e.namespace}/{e.name}" for e in first.project.inventory.endpoints if e.namespace]
+    pairs = [(a, b) for a in names for b in names if a != b]
+    pods, netpols, calico = demo / "10-pods.yaml", demo / "20-networkpolicies.yaml", demo / "40-calico.yaml"
+    namespaces = demo / "00-namespaces.yaml"
+    rng = random.Random(11)
+    edits = [
+        (pods, "      app: web\n", "      app: webx\n"),
+        (pods, "      app: webx\n", "      app: web\n"),
+        (namespaces, "    team: web\n", "    team: webx\n"),
+        (namespaces, "    team: webx\n", "    team: web\n"),
+        (netpols, "port: 5432", "port: 5433"),
+        (netpols, "port: 5433", "port: 5432"),
+        (calico, "  order: 10\n", "  order: 1000\n"),  # a GlobalNetworkPolicy's order
+        (calico, "  order: 1000\n", "  order: 10\n"),
+        (calico, "order: 100", "order: 300"),  # the Tier's: relinks its policies, whole project
+        (calico, "order: 300", "order: 100"),
+    ]
+    one_at_a_time = []
+    apply_changes = source._apply_changes
+    source._apply_changes = lambda *a: one_at_a_time.append(apply_changes(*a)) or one_at_a_time[-1]
+    for step in range(16):
+        path, old, new = edits[rng.randrange(len(edits))]
+        text = path.read_text()
+        if old in text:
+            path.write_text(text.replace(old, new, 1))
+        elif step % 4 == 3:
+            (demo / "90-extra.yaml").write_text(
+                "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: extra, namespace: backend}\n"
+                "spec:\n  podSelector: {}\n  policyTypes: [Ingress]\n")
+        else:
+            (demo / "90-extra.yaml").unlink(missing_ok=True)
+        loaded = source.load()
+        assert not loaded.rejected
+        fresh = PolicySource([str(demo)]).load()
+        assert _verdicts(loaded, pairs) == _verdicts(fresh, pairs), f"step {step}: {path.name} {old!r} -> {new!r}"
+        assert loaded.engine.state.full_builds == 1
+    taken = sum(r is not None for r in one_at_a_time)
+    assert 0 < taken < len(one_at_a_time), "both ways were exercised"
+
+
+def test_a_settled_file_is_not_read_again(tmp_path: Path, demo: Path) -> None:
+    """``ParseCache``: an unchanged file that had settled is taken from the cache; one changed
+    (in place or replaced), one too recent to trust its times, one with errors is read again."""
+    import os
+    import time
+
+    from pyclassify.loader import ParseCache, iter_paths
+    from pyclassify.source import Problems
+
+    cache = ParseCache(settle=0.5)
+    old = time.time_ns() - 10**10
+    for f in demo.iterdir():
+        os.utime(f, ns=(old, old))
+
+    def read() -> list[str]:
+        cache.begin()
+        docs = list(iter_paths([str(demo)], Problems(), cache))
+        cache.end()
+        assert docs
+        return sorted(Path(n).name for n in cache.read)
+
+    assert len(read()) == len(list(demo.iterdir()))
+    assert read() == []
+    pods = demo / "10-pods.yaml"
+    pods.write_text(pods.read_text().replace("app: web", "app: wex", 1))  # in place, same size
+    assert read() == ["10-pods.yaml"]  # changed times
+    assert read() == ["10-pods.yaml"]  # still too recent to be kept
+    os.utime(pods, ns=(old, old))
+    assert read() == ["10-pods.yaml"]
+    assert read() == []
+    (demo / "20-networkpolicies.yaml").write_text("kind: [unclosed\n")
+    os.utime(demo / "20-networkpolicies.yaml", ns=(old, old))
+    assert read() == ["20-networkpolicies.yaml"]
+    assert read() == ["20-networkpolicies.yaml"]  # a file with errors is never kept
