@@ -155,6 +155,21 @@ fn mix(s: u128, d: u128, ports_proto: u64) -> u64 {
     fold(fold(a ^ K1, b ^ K2) ^ ports_proto, K3)
 }
 
+/// A bucket's entries in rank order (`all`), with a copy of the first beside the table's slot:
+/// a lookup's usual answer (or reason to skip the bucket) without a second dependent miss.
+struct Bucket {
+    first: Entry,
+    all: Vec<Entry>,
+}
+
+impl Bucket {
+    /// After `all` changed (never empty here).
+    #[inline]
+    fn refresh(&mut self) {
+        self.first = self.all[0];
+    }
+}
+
 struct Table {
     smask: u128,
     dmask: u128,
@@ -163,7 +178,7 @@ struct Table {
     pmask: u8,
     /// Lowest rank in the table, or lower (stale after removals): a lower bound.
     min_rank: u64,
-    buckets: Map<u64, Vec<Entry>>,
+    buckets: Map<u64, Bucket>,
     tuple: Tuple,
     uid: u32,
     count: u32,
@@ -215,32 +230,32 @@ impl Table {
     /// Inserts into its bucket in rank order; returns the bucket's hash and new length.
     fn put(&mut self, e: Entry) -> (u64, usize) {
         let h = self.entry_hash(&e);
-        let b = self.buckets.entry(h).or_default();
-        let at = b.partition_point(|x| x.rank < e.rank);
-        b.insert(at, e);
+        let b = self.buckets.entry(h).or_insert_with(|| Bucket { first: e, all: Vec::new() });
+        let at = b.all.partition_point(|x| x.rank < e.rank);
+        b.all.insert(at, e);
+        b.refresh();
         self.count += 1;
         self.min_rank = self.min_rank.min(e.rank);
-        (h, b.len())
+        (h, b.all.len())
     }
 
     fn refresh_min(&mut self) {
         self.min_rank = self
             .buckets
             .values()
-            .filter_map(|b| b.first())
-            .map(|e| e.rank)
+            .map(|b| b.first.rank)
             .min()
             .unwrap_or(u64::MAX);
         self.stale = 0;
     }
 
     fn memory_bytes(&self) -> usize {
-        let slot = core::mem::size_of::<(u64, Vec<Entry>)>() + 1;
+        let slot = core::mem::size_of::<(u64, Bucket)>() + 1;
         self.buckets.capacity() * slot
             + self
                 .buckets
                 .values()
-                .map(|b| b.capacity() * core::mem::size_of::<Entry>())
+                .map(|b| b.all.capacity() * core::mem::size_of::<Entry>())
                 .sum::<usize>()
     }
 }
@@ -354,13 +369,15 @@ impl TupleMerge {
             unreachable_inconsistent();
             return false;
         };
-        let Some(j) = b.iter().position(|e| e.rank as u32 == id) else {
+        let Some(j) = b.all.iter().position(|e| e.rank as u32 == id) else {
             unreachable_inconsistent();
             return false;
         };
-        let rank = b.remove(j).rank;
-        if b.is_empty() {
+        let rank = b.all.remove(j).rank;
+        if b.all.is_empty() {
             t.buckets.remove(&loc.hash);
+        } else {
+            b.refresh();
         }
         t.count -= 1;
         if t.count == 0 {
@@ -386,7 +403,7 @@ impl TupleMerge {
                 .tables
                 .iter()
                 .flat_map(|t| t.buckets.values())
-                .map(Vec::len)
+                .map(|b| b.all.len())
                 .max()
                 .unwrap_or(0),
         }
@@ -444,6 +461,7 @@ impl TupleMerge {
             return;
         };
         let (moving, staying): (Vec<Entry>, Vec<Entry>) = bucket
+            .all
             .drain(..)
             .partition(|e| nt.admits(&Tuple::of_entry(e)));
         let t = &mut self.tables[i];
@@ -451,7 +469,9 @@ impl TupleMerge {
         if staying.is_empty() {
             t.buckets.remove(&h);
         } else {
-            *t.buckets.get_mut(&h).expect("bucket just drained") = staying;
+            let b = t.buckets.get_mut(&h).expect("bucket just drained");
+            b.all = staying;
+            b.refresh();
         }
         if t.count == 0 {
             self.drop_table(i);
@@ -492,7 +512,14 @@ impl TupleMerge {
                 break;
             }
             if let Some(b) = t.buckets.get(&t.key_hash(k)) {
-                for e in b {
+                if b.first.rank >= best {
+                    continue;
+                }
+                if b.first.matches(k) {
+                    best = b.first.rank;
+                    continue;
+                }
+                for e in &b.all[1..] {
                     if e.rank >= best {
                         break;
                     }
@@ -536,7 +563,8 @@ impl Classifier for TupleMerge {
             }
             if let Some(b) = t.buckets.get(&t.key_hash(key)) {
                 out.extend(
-                    b.iter()
+                    b.all
+                        .iter()
                         .take_while(|e| e.rank < limit)
                         .filter(|e| e.matches(key))
                         .map(|e| Match::from_rank(e.rank)),
