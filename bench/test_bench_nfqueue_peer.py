@@ -12,7 +12,8 @@ Consumers, each in a topology of its own, on queue 0 of the node namespace with 
 (pyclassify.enforce.iptables.Rules, ``--hooks forward``) and a queue of ``MAXLEN`` packets:
 
 - ``nfq_accept`` (tests/enforce/c/nfq_accept.c, libnetfilter_queue's documented per-packet
-  consumer, NF_ACCEPT for everything, no judging);
+  consumer, NF_ACCEPT for everything, no judging), and the same with one batch verdict per recv
+  buffer (``nfq_set_verdict_batch``);
 - ``pyclassify enforce --no-log --hooks forward --queue-maxlen 65536 --metrics ...`` with the
   test manifests, NetworkPolicy b-from-a widened to let namespace a's UDP reach b on the
   receiver's ports (so the datagrams are judged *and allowed*);
@@ -74,6 +75,7 @@ DPORT, NPORTS = 20000, 4  # the receiver's ports; with 64000 source ports: 256,0
 METRICS_ADDR = "127.0.0.1:9466"
 
 C_NAME, PY_NAME, FLOOR_NAME = "nfq_accept (C, libnetfilter_queue)", "pyclassify enforce", "floor (no queue)"
+C_BATCH_NAME = "nfq_accept (C, libnetfilter_queue, batched verdicts)"
 
 # b-from-a of tests/enforce/manifests.py, also letting namespace a's UDP reach b on DPORT..+3.
 NETPOL_UDP = f"""
@@ -237,9 +239,10 @@ def run_consumer(name: str, exes: dict[str, Path], policy: Path) -> dict[str, An
         sampler: Sampler | None = None
         daemon: Daemon | None = None
         proc: subprocess.Popen[str] | None = None
-        if name == C_NAME:
+        if name in (C_NAME, C_BATCH_NAME):
             subprocess.run(["ip", "netns", "exec", topo.node, PY, "-c", RULES, "install"], check=True, cwd=REPO)
-            proc = topo.spawn(topo.node, [str(exes["nfq_accept"]), "0", str(MAXLEN)])
+            proc = topo.spawn(topo.node, [str(exes["nfq_accept"]), "0", str(MAXLEN),
+                                          *(["batch"] if name == C_BATCH_NAME else [])])
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
             pid = proc.pid
         elif name == PY_NAME:
@@ -304,8 +307,12 @@ def table(results: dict[str, dict[str, Any]]) -> str:
                     f"{fmt(cpu_pp, '.2f')} | {r['k_p50_us']:,.1f} | {r['k_p99_us']:,.1f} | {r['k_max_us']:,.1f} | "
                     f"{vps} | {'—' if sat is None else 'yes' if sat else 'no (sender-bound)'} | "
                     f"{fmt(s.get('cpu_us_per_verdict'), '.2f')} | {s['send_pps']:,.0f} | {s['delivered_per_s']:,.0f} |")
-    c, p = results.get(C_NAME), results.get(PY_NAME)
-    if c and p:
+    p = results.get(PY_NAME)
+    for c_name in (C_NAME, C_BATCH_NAME):
+        c = results.get(c_name)
+        if not (c and p):
+            continue
+
         def ratio(x: float, y: float) -> str:
             return f"{x / y:.2f}×" if y else "—"
         cb, pb = c["burst"], p["burst"]
@@ -313,7 +320,7 @@ def table(results: dict[str, dict[str, Any]]) -> str:
         bound = "≥ " if not sp and sc else "≤ " if sp and not sc else ""
         note = "" if sp and sc else " (neither consumer saturated: both sender-bound)" if not (sp or sc) \
             else " (one consumer sender-bound: a bound)"
-        rows += ["", "pyclassify / C: "
+        rows += ["", f"pyclassify / {c_name}: "
                  f"CPU per queued packet {ratio(pb['cpu'] / max(pb['queued'], 1), cb['cpu'] / max(cb['queued'], 1))}, "
                  f"saturation verdicts/s {bound}{ratio(p['saturation']['verdicts_per_s'], c['saturation']['verdicts_per_s'])}"
                  f"{note}, "
@@ -329,12 +336,12 @@ def test_nfqueue_peer_bursty(tmp_path: Path, benchmark) -> None:
     manifests.write(policy, netpol=NETPOL_UDP)
 
     def run() -> dict[str, dict[str, Any]]:
-        return {name: run_consumer(name, exes, policy) for name in (C_NAME, PY_NAME, FLOOR_NAME)}
+        return {name: run_consumer(name, exes, policy) for name in (C_NAME, C_BATCH_NAME, PY_NAME, FLOOR_NAME)}
 
     results = benchmark.pedantic(run, rounds=1, iterations=1)
     print("\n" + json.dumps(results, indent=1))
     print("\n" + table(results))
-    for name in (C_NAME, PY_NAME):
+    for name in (C_NAME, C_BATCH_NAME, PY_NAME):
         b = results[name]["burst"]
         assert b["verdicts"] > 0 and results[name]["saturation"]["window_verdicts"] > 0, name
         assert b["recv"]["distinct"] > 0.5 * b["sent"], f"{name}: most datagrams did not arrive (policy?)"
