@@ -4,13 +4,13 @@
 
 use std::path::PathBuf;
 
-use pyclassify_core::batch::{PacketHeader, HEADER_SIZE};
+use pyclassify_core::batch::PacketHeader;
 use pyclassify_core::classbench;
 use pyclassify_core::classifier::{Classifier, LinearScan, PacketKey, TupleMerge};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::conntrack::checked_buffer;
+use crate::conntrack::{checked_buffer, header_buffer};
 
 /// A first-match classifier over ClassBench-style rules (TupleMerge, or a linear scan).
 #[pyclass(name = "RuleClassifier", module = "pyclassify._engine", frozen)]
@@ -51,7 +51,7 @@ impl PyRuleClassifier {
     /// For each header of a `HEADER_DTYPE` batch, the id of the first matching rule, or -1,
     /// written into `out` (int64, one per header). Runs without the GIL.
     fn classify(&self, py: Python<'_>, headers: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>) -> PyResult<()> {
-        let hdrs = checked_buffer(headers, "headers", HEADER_SIZE, std::mem::align_of::<PacketHeader>(), None, false)?;
+        let hdrs = header_buffer(headers, "headers")?;
         let n = hdrs.item_count();
         let ids = checked_buffer(out, "out", 8, 8, Some(n), true)?;
         let (h_ptr, o_ptr) = (hdrs.buf_ptr() as usize, ids.buf_ptr() as usize);

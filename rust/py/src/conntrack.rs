@@ -100,6 +100,11 @@ fn timeouts_dict<'py>(py: Python<'py>, t: &Timeouts) -> PyResult<Bound<'py, PyDi
     Ok(d)
 }
 
+/// A header batch (`HEADER_DTYPE`, any length) as a checked buffer; `what` names it in errors.
+pub(crate) fn header_buffer(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<PyUntypedBuffer> {
+    checked_buffer(obj, what, HEADER_SIZE, std::mem::align_of::<PacketHeader>(), None, false)
+}
+
 /// A 1-D C-contiguous buffer of `n` items of `itemsize` bytes whose start is `align`-aligned.
 pub(crate) fn checked_buffer(
     obj: &Bound<'_, PyAny>,
@@ -224,14 +229,7 @@ impl PyConnTrack {
         now_ns: Option<u64>,
         quoted: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyTuple>> {
-        let hdr_buf = checked_buffer(
-            batch,
-            "batch",
-            HEADER_SIZE,
-            std::mem::align_of::<PacketHeader>(),
-            None,
-            false,
-        )?;
+        let hdr_buf = header_buffer(batch, "batch")?;
         let n = hdr_buf.item_count();
         let ver_buf = checked_buffer(verdicts, "verdicts", 1, 1, Some(n), false)?;
         let q_buf = match quoted {

@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use pyclassify_core::batch::{PacketHeader, HEADER_SIZE};
+use pyclassify_core::batch::PacketHeader;
 use pyclassify_core::capi::{EngineApi, CT_STATS_NAMES, ENGINE_ABI_VERSION, ENGINE_API, ENGINE_CAPSULE};
 use pyo3::types::PyCapsule;
 use pyclassify_core::conntrack::QuotedTuple;
@@ -16,7 +16,7 @@ use pyclassify_core::engine::{
 };
 use pyo3::prelude::*;
 
-use crate::conntrack::{checked_buffer, PyConnTrack};
+use crate::conntrack::{checked_buffer, header_buffer, PyConnTrack};
 use crate::errors::engine_error;
 
 const VERDICT_SIZE: usize = std::mem::size_of::<PacketVerdict>();
@@ -292,7 +292,7 @@ impl PyEngine {
         if interpret && tracker.is_some() {
             return Err(pyo3::exceptions::PyValueError::new_err("interpret=True is for untracked batches"));
         }
-        let hdrs = checked_buffer(headers, "headers", HEADER_SIZE, std::mem::align_of::<PacketHeader>(), None, false)?;
+        let hdrs = header_buffer(headers, "headers")?;
         let n = hdrs.item_count();
         let verdicts = checked_buffer(out, "out", VERDICT_SIZE, std::mem::align_of::<PacketVerdict>(), Some(n), true)?;
         let quoted = quotes

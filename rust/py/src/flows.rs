@@ -1,12 +1,12 @@
 //! Python face of replay's native accounting (`pyclassify_core::flows`): glue only. Both read
 //! `HEADER_DTYPE` batches through the buffer protocol and run without the GIL.
 
-use pyclassify_core::batch::{PacketHeader, HEADER_SIZE};
+use pyclassify_core::batch::PacketHeader;
 use pyclassify_core::flows::{FlowSet, ServiceIndex};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::conntrack::checked_buffer;
+use crate::conntrack::{checked_buffer, header_buffer};
 
 fn header_slice<'a>(ptr: usize, n: usize) -> &'a [PacketHeader] {
     if n == 0 {
@@ -41,14 +41,7 @@ impl PyFlowSet {
         headers: &Bound<'_, PyAny>,
         skip: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let hdrs = checked_buffer(
-            headers,
-            "headers",
-            HEADER_SIZE,
-            std::mem::align_of::<PacketHeader>(),
-            None,
-            false,
-        )?;
+        let hdrs = header_buffer(headers, "headers")?;
         let n = hdrs.item_count();
         let mask = skip
             .map(|s| checked_buffer(s, "skip", 1, 1, Some(n), false))
@@ -115,14 +108,7 @@ impl PyServiceIndex {
         entry: &Bound<'_, PyAny>,
         forward: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let hdrs = checked_buffer(
-            headers,
-            "headers",
-            HEADER_SIZE,
-            std::mem::align_of::<PacketHeader>(),
-            None,
-            false,
-        )?;
+        let hdrs = header_buffer(headers, "headers")?;
         let n = hdrs.item_count();
         let e = checked_buffer(entry, "entry", 8, 8, Some(n), true)?;
         let f = checked_buffer(forward, "forward", 1, 1, Some(n), true)?;
