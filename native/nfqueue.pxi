@@ -130,8 +130,10 @@ cdef enum:
     NFQA_CFG_F_GSO = 4
     NF_DROP = 0
     NF_ACCEPT = 1
+    NF_REPEAT = 4               # back to the hook's first rule: with the reject mark, our REJECT rule
     NLA_TYPE_MASK = 0x3FFF
     NFQ_VERDICT_MSG_LEN = 32    # nlmsghdr 16 + nfgenmsg 4 + nlattr 4 + verdict hdr 8
+    NFQ_MARK_VERDICT_MSG_LEN = 40  # the same and an NFQA_MARK attribute (4 + 4)
     NFQ_HIST_BUCKETS = 16       # batch processing time histogram: 1 us * 2^k upper bounds
     NFQ_EVENT_CAP = 8192        # judged-by-policy events kept for the Python side
 
@@ -206,6 +208,17 @@ cdef inline uint8_t *put_verdict(uint8_t *p, uint16_t queue, uint16_t kind, uint
     (<uint32_t *>(p + 24))[0] = htonl(verdict)
     (<uint32_t *>(p + 28))[0] = htonl(pid)
     return p + NFQ_VERDICT_MSG_LEN
+
+
+cdef inline uint8_t *put_mark_verdict(uint8_t *p, uint16_t queue, uint32_t verdict, uint32_t pid,
+                                      uint32_t mark) noexcept nogil:
+    """One packet's verdict that also sets the packet's mark (NFQA_MARK)."""
+    put_verdict(p, queue, NFQNL_MSG_VERDICT, verdict, pid)
+    (<nlmsghdr *>p).nlmsg_len = NFQ_MARK_VERDICT_MSG_LEN
+    (<uint16_t *>(p + 32))[0] = 8
+    (<uint16_t *>(p + 34))[0] = NFQA_MARK
+    (<uint32_t *>(p + 36))[0] = htonl(mark)
+    return p + NFQ_MARK_VERDICT_MSG_LEN
 
 
 def nfq_parse(data):
@@ -304,7 +317,9 @@ cdef class NfQueue:
     returns after ``stop()``. Per wake-up it receives up to ``batch`` packets with one
     ``recvmmsg``, decodes them (raw IP) into the header batch, calls the engine once for the
     batch, and sends every verdict with one ``send``: NFQNL_MSG_VERDICT_BATCH per run of equal
-    verdicts (``batch_verdicts``), else one NFQNL_MSG_VERDICT per packet. A malformed packet is
+    verdicts (``batch_verdicts``), else one NFQNL_MSG_VERDICT per packet; with ``reject_mark``, a
+    packet policy denies is handed back to the hook (NF_REPEAT) with that packet mark, for the
+    REJECT rules at the top of our chains to answer. A malformed packet is
     dropped when failing closed and accepted when failing open; an engine error gives the whole
     batch the fail-mode verdict. Nothing allocates a Python object per packet: ``stats`` counts,
     ``drain_events()`` hands the policy-judged packets over in bulk.
@@ -314,6 +329,7 @@ cdef class NfQueue:
     cdef readonly int queue
     cdef readonly bint fail_open
     cdef readonly bint batch_verdicts
+    cdef readonly uint32_t reject_mark  # 0: a denied packet is dropped; else sent back with this mark
     cdef int copy_range
     cdef int maxlen
     cdef int nbatch
@@ -341,7 +357,7 @@ cdef class NfQueue:
     # counters
     cdef uint64_t c_received, c_accepted, c_dropped, c_malformed, c_errors, c_batches, c_lost
     cdef uint64_t c_verdict_msgs, c_send_errors, c_recv_errors, c_netlink_errors, c_event_drops
-    cdef uint64_t c_policy, c_established, c_swaps
+    cdef uint64_t c_policy, c_established, c_swaps, c_rejected
     cdef uint64_t hist[NFQ_HIST_BUCKETS + 1]
     cdef uint64_t hist_sum_ns
     # events (policy-judged packets) for metrics and logs
@@ -351,7 +367,7 @@ cdef class NfQueue:
 
     def __cinit__(self, EngineClient client, int queue, bint fail_open=False, int copy_range=128,
                   int maxlen=4096, int batch=64, bint batch_verdicts=True, bint gso=True,
-                  int rcvbuf=8 << 20):
+                  int rcvbuf=8 << 20, uint32_t reject_mark=0):
         if not 0 <= queue <= 65535:
             raise ValueError(f"queue number {queue} out of range 0-65535")
         if not 40 <= copy_range <= 65535:
@@ -365,6 +381,7 @@ cdef class NfQueue:
         self.queue = queue
         self.fail_open = fail_open
         self.batch_verdicts = batch_verdicts
+        self.reject_mark = reject_mark
         self.copy_range = copy_range
         self.maxlen = maxlen
         self.nbatch = batch
@@ -383,7 +400,7 @@ cdef class NfQueue:
         self.quo = <pc_quote *>calloc(batch, sizeof(pc_quote))
         self.ver = <pc_verdict *>calloc(batch, sizeof(pc_verdict))
         self.final = <uint8_t *>calloc(batch, 1)
-        self.tx = <uint8_t *>calloc(2 * batch + 2, NFQ_VERDICT_MSG_LEN)
+        self.tx = <uint8_t *>calloc(2 * batch + 2, NFQ_MARK_VERDICT_MSG_LEN)
         self.ev_h = <PacketHeader *>calloc(NFQ_EVENT_CAP, sizeof(PacketHeader))
         self.ev_v = <pc_verdict *>calloc(NFQ_EVENT_CAP, sizeof(pc_verdict))
         if (self.ft == NULL or self.rx == NULL or self.iov == NULL or self.mm == NULL or self.pk == NULL
@@ -475,12 +492,14 @@ cdef class NfQueue:
 
     @property
     def stats(self):
-        """Counters since open: received, accepted, dropped, malformed, errors, batches, lost
+        """Counters since open: received, accepted, dropped (rejected: those of them handed back to
+        be rejected), malformed, errors, batches, lost
         (packets missed in the socket buffer, given the fail-mode verdict), policy/established
         (engine reasons), verdict_msgs, send_errors, recv_errors, netlink_errors, event_drops,
         swaps."""
         return {
             "received": self.c_received, "accepted": self.c_accepted, "dropped": self.c_dropped,
+            "rejected": self.c_rejected,
             "malformed": self.c_malformed, "errors": self.c_errors, "batches": self.c_batches,
             "lost": self.c_lost, "policy": self.c_policy, "established": self.c_established,
             "verdict_msgs": self.c_verdict_msgs, "send_errors": self.c_send_errors,
@@ -595,7 +614,7 @@ cdef class NfQueue:
             elif rc != PC_CAPI_OK:
                 self.final[i] = failv
             else:
-                self.final[i] = NF_ACCEPT if self.ver[i].allow else NF_DROP
+                self.final[i] = NF_ACCEPT if self.ver[i].allow else (NF_REPEAT if self.reject_mark else NF_DROP)
                 if self.ver[i].reason == 0:
                     self.c_policy += 1
                 elif self.ver[i].reason == 1:
@@ -604,6 +623,8 @@ cdef class NfQueue:
                 self.c_accepted += 1
             else:
                 self.c_dropped += 1
+                if self.final[i] == NF_REPEAT:
+                    self.c_rejected += 1
         self.c_received += n
         self._send_verdicts(n, failv)
         if rc == PC_CAPI_OK:
@@ -621,6 +642,7 @@ cdef class NfQueue:
         cdef int i = 0, j
         cdef uint32_t id
         cdef uint32_t expected
+        cdef uint64_t msgs = 0
         while i < n:
             id = self.pk[i].id
             expected = self.last_done + 1
@@ -629,7 +651,13 @@ cdef class NfQueue:
                 # before we bound): give whatever of them is pending the fail-mode verdict.
                 self.c_lost += id - expected
                 w = put_verdict(w, <uint16_t>self.queue, NFQNL_MSG_VERDICT_BATCH, failv, id - 1)
-            if self.batch_verdicts:
+                msgs += 1
+            msgs += 1
+            if self.final[i] == NF_REPEAT:
+                # rejected: back to the hook with the reject mark, one packet at a time
+                j = i
+                w = put_mark_verdict(w, <uint16_t>self.queue, NF_REPEAT, id, self.reject_mark)
+            elif self.batch_verdicts:
                 j = i
                 while (j + 1 < n and self.final[j + 1] == self.final[i]
                        and self.pk[j + 1].id == self.pk[j].id + 1):
@@ -645,7 +673,7 @@ cdef class NfQueue:
             if <int32_t>(self.pk[j].id - self.last_done) > 0:
                 self.last_done = self.pk[j].id
             i = j + 1
-        self.c_verdict_msgs += <uint64_t>(w - self.tx) // NFQ_VERDICT_MSG_LEN
+        self.c_verdict_msgs += msgs
         while send(self.fd, self.tx, <size_t>(w - self.tx), 0) < 0:
             if errno != EINTR:
                 self.c_send_errors += 1

@@ -42,7 +42,7 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
                 ipv6: bool = True, duration: float | None = None, log_stream: Any = None,
                 log_flows: bool = True, bridge: str | None = None,
                 kube: tuple[str | None, str | None, bool | None] | None = None, node: str | None = None,
-                resync: float = 10.0, conntrack_max: int = 262144) -> int:
+                resync: float = 10.0, conntrack_max: int = 262144, deny_action: str = "drop") -> int:
     """Run the daemon until SIGINT/SIGTERM (or ``duration`` seconds); returns the exit code."""
     from pyclassify.enforce.daemon import EXIT_PREREQUISITE, EnforceConfig, EnforceError, Enforcer, parse_queues
 
@@ -55,7 +55,7 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
         log_stream=log_stream if log_stream is not None else sys.stdout, log_allowed=log_allowed, log_flows=log_flows, batch=batch,
         copy_range=copy_range, maxlen=maxlen, batch_verdicts=not no_batch_verdicts,
         hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), ipv6=ipv6, bridge=bridge, kube=kube,
-        node=node, resync=resync, conntrack_entries=conntrack_max,
+        node=node, resync=resync, conntrack_entries=conntrack_max, reject=deny_action == "reject",
     )
     enforcer = Enforcer(config)
     try:
@@ -118,12 +118,16 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
               metavar="N", help="--bridge: cap of the engine's own connection tracker, as nf_conntrack_max (at the "
                                 "cap the oldest unassured entry is dropped early, counted). With --queue the kernel's "
                                 "conntrack is the table.")
+@click.option("--deny-action", "deny_action", type=click.Choice(["drop", "reject"]), default="drop",
+              show_default=True,
+              help="What a packet policy denies gets: dropped, or rejected (a TCP reset, else an ICMP port "
+                   "unreachable), as Felix's IptablesFilterDenyAction=REJECT. With --queue/--queues only.")
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds (tests, benchmarks).")
 def enforce_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context: str | None, in_cluster: bool,
                     node: str | None, queue: int | None, queues: str | None, fail: str, default: str | None,
                     metrics: str | None, hooks: str, batch: int, copy_range: int, maxlen: int,
                     no_batch_verdicts: bool, log_allowed: bool, no_log: bool, no_ipv6: bool, bridge: str | None,
-                    resync: float, conntrack_max: int, duration: float | None) -> None:
+                    resync: float, conntrack_max: int, deny_action: str, duration: float | None) -> None:
     """Enforce the policy on this node's packets, live (NFQUEUE, or --bridge IF1,IF2).
 
     Needs root (or CAP_NET_ADMIN; CAP_NET_RAW too for --bridge). With --queue/--queues it
@@ -153,9 +157,11 @@ def enforce_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context
             parse_bridge_spec(bridge)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--bridge") from None
+    if bridge is not None and deny_action == "reject":
+        raise click.UsageError("--deny-action reject needs --queue/--queues (the bridge drops what policy denies)")
     spec = queues if queues is not None else str(queue) if queue is not None else ""
     code = run_enforce(list(paths), spec, fail, default, metrics, batch, copy_range, maxlen, hooks,
                        no_batch_verdicts, log_allowed, not no_ipv6, duration,
                        log_flows=not no_log, bridge=bridge, kube=kube, node=node or None, resync=resync,
-                       conntrack_max=conntrack_max)
+                       conntrack_max=conntrack_max, deny_action=deny_action)
     sys.exit(code)

@@ -41,7 +41,7 @@ import numpy as np
 
 from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import PACKET_POLICY, NativeEngine
-from pyclassify.enforce.iptables import JUDGED_CTMARK, REVOKED_CTMARK, IptablesError, Rules
+from pyclassify.enforce.iptables import JUDGED_CTMARK, REJECT_MARK, REVOKED_CTMARK, IptablesError, Rules
 from pyclassify.enforce.log import PROTOS, FlowLog, address
 from pyclassify.enforce.metrics import Metrics
 from pyclassify.enforce.reload import Watcher
@@ -131,6 +131,9 @@ class EnforceConfig:
     node: str | None = None
     #: Seconds between checks that our iptables rules are as installed (repaired if not).
     resync: float = 10.0
+    #: Denied packets rejected (TCP reset, ICMP port unreachable) instead of dropped: the loop
+    #: hands them back with ``REJECT_MARK`` and our rules' REJECT answers them. Needs our rules.
+    reject: bool = False
 
 
 @dataclass
@@ -189,6 +192,9 @@ class Enforcer:
 
     def start(self) -> None:
         cfg = self.config
+        if cfg.reject and (cfg.bridge is not None or not cfg.install_rules):
+            # a packet handed back with the reject mark and no REJECT rule would be queued again
+            raise EnforceError("rejecting denied packets needs NFQUEUE with pyclassify's own iptables rules")
         self.project, self.engine = self._load()
         self._serve_metrics()
         self._has_log = has_log_rules(self.project)
@@ -200,7 +206,8 @@ class Enforcer:
                 try:
                     loop = open_queue(self.engine, q, pod_allow=self.pod_allow, host_allow=self.host_allow, fail_open=cfg.fail_open,
                                       copy_range=cfg.copy_range, maxlen=cfg.maxlen, batch=cfg.batch,
-                                      batch_verdicts=cfg.batch_verdicts)
+                                      batch_verdicts=cfg.batch_verdicts,
+                                      reject_mark=REJECT_MARK if cfg.reject else 0)
                 except OSError as e:
                     raise _queue_error(q, e) from e
                 self.loops.append(loop)
@@ -211,7 +218,8 @@ class Enforcer:
                 self.threads.append(t)
             if cfg.install_rules:
                 try:
-                    self.rules = Rules(cfg.queues[0], cfg.queues[1], cfg.fail_open, tuple(cfg.hooks), cfg.ipv6)
+                    self.rules = Rules(cfg.queues[0], cfg.queues[1], cfg.fail_open, tuple(cfg.hooks), cfg.ipv6,
+                                       reject=cfg.reject)
                     self.rules.install()
                 except IptablesError as e:
                     self.rules = None

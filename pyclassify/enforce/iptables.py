@@ -5,7 +5,9 @@ Every chain we create is named ``PYCLASSIFY-<HOOK>`` (the prefix is reserved for
 
 - ``FORWARD`` (routed pod traffic), ``INPUT`` and ``OUTPUT`` (host endpoints; loopback skipped);
 - in each: ``-m connmark --mark REVOKED_CTMARK -j DROP`` first (connections a policy change
-  revoked, both directions); then ``-m conntrack --ctstate ESTABLISHED,RELATED -j RETURN``, so only packets of
+  revoked, both directions); with ``--deny-action reject``, ``-m mark --mark REJECT_MARK -j
+  REJECT`` (a TCP reset for TCP, else the family's ICMP port unreachable: packets the loop
+  denied, handed back to the hook with that mark); then ``-m conntrack --ctstate ESTABLISHED,RELATED -j RETURN``, so only packets of
   new (or untracked/invalid) connections reach userspace; then ``-j CONNMARK --or-mark``
   ``JUDGED_CTMARK``, which marks the connection as one we judge (revalidation dumps the kernel's
   table by that mark, and only those); then ``-j NFQUEUE`` to our queue(s)
@@ -36,6 +38,10 @@ JUDGED_CTMARK = 0x01000000
 #: deleted entry is picked up again by the next packet, and when that is the peer's (the reply
 #: direction) it is judged as a connection the other way round, which policy may allow.
 REVOKED_CTMARK = 0x02000000
+#: The packet mark (skb mark, not the connection's) of a packet policy denied, with
+#: ``--deny-action reject``: the loop gives it back to the hook (NF_REPEAT) with this mark, and
+#: the REJECT rules at the top of our chains answer it (a TCP reset; an ICMP port unreachable).
+REJECT_MARK = 0x04000000
 HOOKS = {"forward": "FORWARD", "input": "INPUT", "output": "OUTPUT"}
 
 
@@ -99,6 +105,7 @@ class Rules:
     fail_open: bool = False
     hooks: tuple[str, ...] = ("forward", "input", "output")
     ipv6: bool = True
+    reject: bool = False  # the REJECT rules of ``--deny-action reject``
     installed: list[tuple[str, str, str]] = field(default_factory=list)  # (binary, builtin, chain)
 
     def __post_init__(self) -> None:
@@ -116,6 +123,10 @@ class Rules:
         elif hook == "output":
             out.append(["-o", "lo", "-j", "RETURN"])
         out.append(["-m", "connmark", "--mark", f"{REVOKED_CTMARK:#x}/{REVOKED_CTMARK:#x}", "-j", "DROP"])
+        if self.reject:
+            mark = ["-m", "mark", "--mark", f"{REJECT_MARK:#x}/{REJECT_MARK:#x}"]
+            out.append(["-p", "tcp", *mark, "-j", "REJECT", "--reject-with", "tcp-reset"])
+            out.append([*mark, "-j", "REJECT"])  # the family's ICMP port unreachable
         out.append(["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"])
         out.append(["-j", "CONNMARK", "--or-mark", hex(JUDGED_CTMARK)])
         out.append(queue_target(self.first, self.last, self.fail_open))

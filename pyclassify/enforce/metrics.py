@@ -98,8 +98,10 @@ class LoopCollector(Collector):
         for loop in loops:
             q = str(loop.queue)
             s = loop.stats
-            for outcome in ("accepted", "dropped", "malformed", "lost"):
+            for outcome in ("accepted", "malformed", "lost"):
                 packets.add_metric([q, outcome], s[outcome])
+            packets.add_metric([q, "dropped"], s["dropped"] - s["rejected"])  # rejected ones apart
+            packets.add_metric([q, "rejected"], s["rejected"])
             batches.add_metric([q], s["batches"])
             for kind in ("errors", "send_errors", "recv_errors", "netlink_errors", "event_drops"):
                 errors.add_metric([q, kind], s[kind])

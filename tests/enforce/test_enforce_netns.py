@@ -210,6 +210,57 @@ spec: {podSelector: {}, policyTypes: [Ingress]}
     assert daemon.terminate() == 0
 
 
+# From a pod: how a TCP connect and a connected UDP datagram to DST end ("refused" when answered by
+# a reset or an ICMP port unreachable, "timeout" when nothing comes back), as JSON.
+REFUSED = r"""
+import json, socket, sys, time
+dst, tcp, udp = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out = {}
+s = socket.socket(); s.settimeout(2.0); t = time.monotonic()
+try:
+    s.connect((dst, tcp)); out["tcp"] = "connected"
+except ConnectionRefusedError:
+    out["tcp"] = "refused"
+except OSError:
+    out["tcp"] = "timeout"
+out["tcp_s"] = time.monotonic() - t
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(1.0); u.connect((dst, udp))
+try:
+    u.send(b"x"); u.recv(64); out["udp"] = "answered"
+except ConnectionRefusedError:
+    out["udp"] = "refused"
+except OSError:
+    out["udp"] = "timeout"
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("action", ["drop", "reject"])
+def test_deny_action_drops_or_rejects(topo: Topology, policy_dir: Path, action: str) -> None:
+    """``--deny-action reject``: what policy denies is answered, a TCP reset for a SYN and an
+    ICMP port unreachable for a UDP datagram, so the client fails at once instead of waiting;
+    allowed traffic is untouched. ``drop`` (the default) answers nothing."""
+    daemon = Daemon(topo, [str(policy_dir)], QUEUE, extra=("--deny-action", action, "--metrics", "127.0.0.1:9464"))
+    daemon.wait_event("start")
+    assert topo.reach(0, 1)  # a -> b allowed either way
+    out = subprocess.run(["ip", "netns", "exec", topo.pods[2], PY, "-c", REFUSED, topo.ips[1], str(Topology.TCP_PORT),
+                          str(Topology.UDP_PORT)], capture_output=True, text=True, check=True, cwd=REPO)
+    got = json.loads(out.stdout)
+    if action == "reject":
+        assert got["tcp"] == "refused" and got["udp"] == "refused", got
+    else:
+        assert got["tcp"] == "timeout" and got["udp"] == "timeout", got
+    status, text = topo.get("http://127.0.0.1:9464/metrics")
+    assert status == 200
+    rejected = [line for line in text.splitlines()
+                if line.startswith('pyclassify_nfqueue_packets_total{') and 'outcome="rejected"' in line]
+    assert rejected and float(rejected[0].split()[-1]) == (2 if action == "reject" else 0), rejected
+    rules = iptables_rules(topo.node)
+    assert ("REJECT" in rules) == (action == "reject"), rules
+    assert daemon.terminate() == 0
+    assert "PYCLASSIFY-" not in iptables_rules(topo.node)
+
+
 def test_metrics_and_probes_of_a_running_daemon(topo: Topology, policy_dir: Path) -> None:
     """``--metrics``: /readyz and /healthz answer ok once the policy is in force; /metrics counts
     the packets the queue judged, the verdicts by policy and the reloads."""
