@@ -185,8 +185,8 @@ class PolicySource:
             else:
                 assert data is not None
                 self._good[key] = _Good(data, d.file, d.line)
-        self._rejected = set(rejected) | {k for k in self._rejected if k in present and k not in dict.fromkeys(
-            c[0] for c in changes)}
+        # every key rejected before and still present was a change above, judged again just now
+        self._rejected = set(rejected)
         self.engine = engine = self.live.snapshot()
         project = dataclasses.replace(self._project, policy_set=engine.policy_set, inventory=engine.inventory,
                                       problems=Problems(), invalid=rejected)

@@ -62,6 +62,12 @@ def test_invalid_object_is_rejected_alone_and_keeps_its_last_good_version(demo: 
     assert web is not None and web.labels["app"] == "web", "the last good version of web stays"
     assert loaded.project.inventory.find("backend/api").labels["app"] == "apix", "the valid change applies"
     assert loaded.changed >= 1  # api, and the Service whose endpoints it was
+    # A later change elsewhere: web is still invalid, still rejected, still at its last good version.
+    pods.write_text(pods.read_text().replace("      app: apix\n", "      app: api\n", 1))
+    again = source.load()
+    assert list(again.rejected) == [("", "Pod", "frontend", "web")]
+    assert again.project.inventory.find("frontend/web").labels["app"] == "web"
+    assert again.project.inventory.find("backend/api").labels["app"] == "api"
 
 
 def test_a_file_that_does_not_parse_keeps_its_objects(demo: Path) -> None:

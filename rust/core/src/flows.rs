@@ -7,29 +7,13 @@
 use std::collections::HashSet;
 
 use crate::batch::{PacketHeader, FLAG_HAS_PORTS, FLAG_MALFORMED};
+use crate::conntrack::key::{canon_ports, FlowKey};
 use crate::engine::cow::{FastMap, MixState};
 
-/// One end of a connection: address and port.
-type End = ([u8; 16], u16);
-
-/// A connection, direction-free: its two ends in order, and the protocol.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct FlowKey {
-    low: End,
-    high: End,
-    protocol: u8,
-}
-
-impl FlowKey {
-    fn of(h: &PacketHeader) -> FlowKey {
-        let (a, b) = ((h.src_addr, h.sport), (h.dst_addr, h.dport));
-        let (low, high) = if a <= b { (a, b) } else { (b, a) };
-        FlowKey {
-            low,
-            high,
-            protocol: h.protocol,
-        }
-    }
+/// A header's connection, the same key from both ends (the conntrack's canonical port key).
+fn connection(h: &PacketHeader) -> FlowKey {
+    let (src, dst) = (u128::from_be_bytes(h.src_addr), u128::from_be_bytes(h.dst_addr));
+    canon_ports(src, dst, h.sport, h.dport, h.protocol).0
 }
 
 /// The distinct connections of every batch added, exactly (no hashing away of collisions).
@@ -47,12 +31,11 @@ impl FlowSet {
     /// packet that could not be decoded has no connection). `skip` may be shorter (the rest
     /// counts).
     pub fn add(&mut self, headers: &[PacketHeader], skip: &[u8]) {
-        self.seen.reserve(headers.len().min(1 << 16) / 8);
         for (i, h) in headers.iter().enumerate() {
             if skip.get(i).is_some_and(|&s| s != 0) {
                 continue;
             }
-            self.seen.insert(FlowKey::of(h));
+            self.seen.insert(connection(h));
         }
     }
 

@@ -244,7 +244,7 @@ pub fn is_icmp_error_type(proto: u8, ty: u8) -> bool {
 
 /// Canonical key of a port flow: the (address, port) pair that sorts first is `src`.
 #[inline]
-fn canon_ports(src: u128, dst: u128, sport: u16, dport: u16, proto: u8) -> (FlowKey, bool) {
+pub(crate) fn canon_ports(src: u128, dst: u128, sport: u16, dport: u16, proto: u8) -> (FlowKey, bool) {
     if (src, sport) <= (dst, dport) {
         (
             FlowKey {

@@ -64,7 +64,7 @@
 //! computed offline). The cost is measured in `benches/conntrack.rs`, which runs the same table
 //! with FxHash beside it. The hasher is a type parameter for that measurement only.
 
-mod key;
+pub(crate) mod key;
 mod tcp;
 
 use std::collections::hash_map::RandomState;
