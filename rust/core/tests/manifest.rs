@@ -168,3 +168,25 @@ fn the_node_budget_is_per_document_and_per_streamed_list_item() {
     let got: Vec<_> = std::iter::from_fn(|| stream.next_record()).collect();
     assert!(matches!(&got[..], [Record::Problem { message, .. }] if message.starts_with("document too large")), "{got:?}");
 }
+
+#[test]
+fn a_directive_with_non_ascii_text_does_not_shift_the_regions_after_it() {
+    // saphyr-parser 0.3.4 counts a directive's bytes as characters (found by the fuzzer): the
+    // regions after it must still start and end where their documents do.
+    let text = "%RESERVED pär\u{4b1}m\n---\nkind: A\n...\n---\nkind: B\n";
+    let got = records(text);
+    let regions: Vec<(Span, u32)> = got
+        .iter()
+        .map(|r| match r {
+            Record::Document { region, line, .. } => (*region, *line),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(regions.len(), 2);
+    for (region, line) in regions {
+        let end = if region.end == 0 { text.len() } else { region.end };
+        assert!(text.is_char_boundary(region.start) && text.is_char_boundary(end), "{region:?}");
+        assert!(!text[region.start..end].contains(".."), "{region:?}: {:?}", &text[region.start..end]);
+        assert!(lines_of(text, Syntax::Yaml, region, None).contains(&(vec![], line)));
+    }
+}

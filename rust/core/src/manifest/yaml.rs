@@ -19,6 +19,10 @@ pub(crate) struct YamlEvents<'t> {
     /// Character index where the last document ended (directives of the next one follow it).
     last_document_end: usize,
     last_document_end_pos: Pos,
+    /// Taken off saphyr's character indices from the last directives on: saphyr 0.3.4 counts
+    /// the bytes, not the characters, of a directive's name and parameters, so every index after
+    /// a directive with non-ASCII text is too large by their difference.
+    index_shift: usize,
     failed: Option<SyntaxError>,
     ended: Option<Pos>,
 }
@@ -33,6 +37,7 @@ impl<'t> YamlEvents<'t> {
             offsets: CharOffsets::new(text),
             last_document_end: 0,
             last_document_end_pos: Pos { line: first_line.max(1), col: 0, index: 0 },
+            index_shift: 0,
             failed: None,
             ended: None,
         }
@@ -42,7 +47,30 @@ impl<'t> YamlEvents<'t> {
         Pos {
             line: (marker.line() as u32).saturating_add(self.line_offset),
             col: marker.col() as u32,
-            index: marker.index(),
+            index: marker.index().saturating_sub(self.index_shift),
+        }
+    }
+
+    /// After directives, the character index of the `---` that starts the document saphyr put
+    /// at `reported` (already corrected by the shift so far): its real one, found in the text
+    /// from the last document's end. Adds the difference to the shift.
+    fn correct_after_directives(&mut self, reported: usize) {
+        let from = self.offsets.byte_of(self.last_document_end);
+        let mut at = self.last_document_end;
+        let mut directives = false;
+        for line in self.text[from..].split_inclusive('\n') {
+            if line.starts_with("---") {
+                if directives && reported > at {
+                    self.index_shift += reported - at;
+                }
+                return;
+            }
+            if line.starts_with('%') {
+                directives = true;
+            } else if !(line.trim().is_empty() || line.trim_start().starts_with('#') || line.starts_with("...")) {
+                return; // content before any `---`: an implicit document, no directives
+            }
+            at += line.chars().count();
         }
     }
 
@@ -121,7 +149,8 @@ impl<'t> EventSource<'t> for YamlEvents<'t> {
             }
             let (event, span): (YamlEvent<'t>, Span) = match self.parser.next_event() {
                 None => {
-                    let end = self.pos(saphyr_parser::Marker::new(self.text.chars().count(), 1, 0));
+                    let chars = self.text.chars().count();
+                    let end = Pos { index: chars, ..self.pos(saphyr_parser::Marker::new(chars, 1, 0)) };
                     self.ended = Some(end);
                     continue;
                 }
@@ -135,17 +164,20 @@ impl<'t> EventSource<'t> for YamlEvents<'t> {
                 }
                 Some(Ok(pair)) => pair,
             };
-            let (start, end) = (self.pos(span.start), self.pos(span.end));
             let Some(mut converted) = convert(event) else { continue };
+            if let Event::DocStart { .. } = converted {
+                self.correct_after_directives(self.pos(span.start).index);
+            }
+            let (start, end) = (self.pos(span.start), self.pos(span.end));
             match &mut converted {
                 Event::DocStart { region, fallback } => {
-                    *fallback = self.directives_need_fallback(span.start.index());
+                    *fallback = self.directives_need_fallback(start.index);
                     // An implicit end of the previous document spans the next `---`.
-                    let from = self.last_document_end.min(span.start.index());
-                    *region = if from == span.start.index() { start } else { self.last_document_end_pos };
+                    let from = self.last_document_end.min(start.index);
+                    *region = if from == start.index { start } else { self.last_document_end_pos };
                 }
                 Event::DocEnd => {
-                    self.last_document_end = span.end.index();
+                    self.last_document_end = end.index;
                     self.last_document_end_pos = end;
                 }
                 Event::StreamEnd => self.ended = Some(end),
