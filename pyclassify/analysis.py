@@ -91,10 +91,14 @@ class Explanation:
     service: ServiceTarget | None = None
     backends: list[Backend] | None = None
     note: str | None = None  # why no backend was judged, when none was
+    #: the verdict with the staged policies enforced (``Project.staged``); None if none is staged
+    staged: Verdict | None = None
 
     def to_json(self) -> dict[str, Any]:
         doc = self.verdict.to_json()
         doc["flow"] = flow_json(self.flow)
+        if self.staged is not None:
+            doc["staged"] = {**self.staged.to_json(), "summary": self.staged.would()}
         if self.service is not None:
             doc["service"] = {**self.service.to_json(), "backends": [b.to_json() for b in self.backends or []],
                               "note": self.note}
@@ -200,6 +204,15 @@ def explain(project: Project, src: str, dst: str, protocol: int, dport: int | No
     address or endpoint, picks one); it is allowed when every backend judged allows it."""
     flow = Flow(resolve_end(project, src, "--from"), resolve_end(project, dst, "--to"), protocol, sport, dport,
                 icmp_type, icmp_code)
+    result = _explain_flow(project, flow, engine, default, service_backend, dst)
+    staged = project.staged()
+    if staged is not None:  # the same flow with the staged policies enforced, beside the real verdict
+        result.staged = _explain_flow(staged, flow, engine, default, service_backend, dst).verdict
+    return result
+
+
+def _explain_flow(project: Project, flow: Flow, engine: str, default: str | None, service_backend: str | None,
+                  dst: str) -> Explanation:
     judge = _Judge(project, engine, default)
     target = service_target(project, flow)
     if target is None:

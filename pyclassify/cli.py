@@ -315,7 +315,9 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
 
     # The failsafe policies are built in, not read: not counted among the manifests' policies.
     policies = [p for p in project.policy_set.policies if p.kind != failsafe.KIND]
-    unenforceable = [{"policy": p.ref, "reasons": list(p.unenforceable)} for p in policies if p.unenforceable]
+    staged = project.policy_set.staged  # validated like their enforced kinds, never in force
+    unenforceable = [{"policy": p.ref, "reasons": list(p.unenforceable)} for p in (*policies, *staged)
+                     if p.unenforceable]
     if as_json:
         _emit_json(
             {
@@ -323,6 +325,7 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
                 "empty_inputs": problems.empty_inputs,
                 "documents": project.document_count,
                 "policies": len(policies),
+                "staged_policies": len(staged),
                 "endpoints": len(project.inventory.endpoints),
                 "errors": [_problem_json(p) for p in problems.errors],
                 "warnings": [_problem_json(p) for p in problems.warnings],
@@ -338,6 +341,7 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
         skipped = ", ".join(f"{k} x{v}" for k, v in skipped_kinds.items())
         summary = (
             f"{project.document_count} documents: {len(policies)} policies, "
+            + (f"{len(staged)} staged policies, " if staged else "")
             + (f"{admission} admission policies, " if admission else "")
             + f"{len(project.inventory.endpoints)} endpoints"
             + (f"; skipped {skipped}" if skipped else "")
@@ -464,6 +468,9 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
         denied = sum(not b.verdict.allowed for b in result.backends)
         every = " (every backend)" if not denied else f" ({denied} of {len(result.backends)} backends)"
     out.print(f"verdict: [{colour}]{result.verdict.verdict.upper()}[/{colour}]{every}")
+    if result.staged is not None:
+        changed = " (differs)" if result.staged.verdict != result.verdict.verdict else ""
+        out.print(f"staged:  {escape(result.staged.would())}{changed}")
 
 
 def _print_sides(src_name: str, dst_name: str, verdict: Any, indent: str = "") -> None:
@@ -739,6 +746,8 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     _refuse_overwriting_inputs(paths, pcaps, {k: v for k, v in outputs.items() if v is not None})
     project = _load(paths, (kubeconfig, kube_context, in_cluster))
     engine = NativeEngine(project.policy_set, project.inventory)
+    staged_project = project.staged()
+    staged = None if staged_project is None else NativeEngine(staged_project.policy_set, project.inventory)
     try:
         out_file = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115 - closed below
     except OSError as e:
@@ -748,7 +757,7 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     failure: str | None = None
     try:
         replay = Replay(engine, conntrack=not no_conntrack, default=default, out=out_file,
-                        allowed_path=allowed_path, denied_path=denied_path, flows=per_flow)
+                        allowed_path=allowed_path, denied_path=denied_path, flows=per_flow, staged=staged)
         try:
             if sys.stdout.isatty() and not as_json:
                 from rich.progress import Progress
@@ -822,6 +831,20 @@ def _refuse_overwriting_inputs(paths: tuple[str, ...], pcaps: tuple[str, ...], o
         seen[key] = f"{option} {p}"
 
 
+def _by_what(row: dict[str, Any]) -> str:
+    """What decided a replay summary's ``by_rule`` row: "by <policy> rule <rule> in tier <tier>"."""
+    where = f" in tier {escape(row['tier'])}" if row["tier"] else ""
+    if row["reason"] == "rule":
+        what = f"{escape(row['policy'])} rule {escape(str(row['rule']))}{where}"
+    elif row["reason"] == "end-of-tier":
+        what = f"end of tier {escape(row['tier'] or '')}"
+    elif row["reason"] == "profile":
+        what = f"{escape(row['policy'] or 'profiles')}" + (f" rule {escape(str(row['rule']))}" if row["rule"] is not None else "")
+    else:
+        what = "the default"
+    return f"by {what}"
+
+
 def _print_replay(summary: dict[str, Any]) -> None:
     s = summary
     rate = s["packets_per_second"]
@@ -844,19 +867,20 @@ def _print_replay(summary: dict[str, Any]) -> None:
         rows = [row for row in s["by_rule"] if row["direction"] == direction]
         for row in rows:
             colour = "green" if row["verdict"] == "allow" else "red"
-            where = f" in tier {escape(row['tier'])}" if row["tier"] else ""
-            if row["reason"] == "rule":
-                what = f"{escape(row['policy'])} rule {escape(str(row['rule']))}{where}"
-            elif row["reason"] == "end-of-tier":
-                what = f"end of tier {escape(row['tier'] or '')}"
-            elif row["reason"] == "profile":
-                what = f"{escape(row['policy'] or 'profiles')}" + (f" rule {escape(str(row['rule']))}" if row["rule"] is not None else "")
-            else:
-                what = "the default"
-            out.print(f"  {row['packets']:>8}  {direction:<7} [{colour}]{row['verdict']:<5}[/{colour}] by {what}")
+            out.print(f"  {row['packets']:>8}  {direction:<7} [{colour}]{row['verdict']:<5}[/{colour}] {_by_what(row)}")
         none = s["no_policy"][direction]
         if none:
             out.print(f"  {none:>8}  {direction:<7} no policy applies at this end")
+    staged = s.get("staged")
+    if staged is not None:
+        out.print(f"staged: with the staged policies enforced, {staged['allowed']} allowed, {staged['denied']} denied: "
+                  f"{staged['would_deny']} packets allowed now would be denied, "
+                  f"{staged['would_allow']} denied now would be allowed")
+        key = lambda r: (r["direction"], r["tier"], r["policy"], r["rule"], r["verdict"], r["reason"])  # noqa: E731
+        now = {key(r): r["packets"] for r in s["by_rule"]}
+        for row in staged["by_rule"]:  # the decisions the staged policies change
+            if now.get(key(row)) != row["packets"]:
+                out.print(f"  {row['packets']:>8}  {row['direction']:<7} would {row['verdict']:<5} {_by_what(row)}")
     for kind, n in s["decode_errors"].items():
         out.print(f"[yellow]decode[/yellow]: {n} packets {kind}")
     for problem in s["problems"]:

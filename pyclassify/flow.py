@@ -100,6 +100,24 @@ class Verdict:
             "ingress": self.ingress.to_json() if self.ingress else None,
         }
 
+    def would(self) -> str:
+        """The verdict as a staged preview says it: "would deny by StagedNetworkPolicy/ns/name
+        rule 2 (ingress)", naming the side that denies (or, allowed, the last that allowed)."""
+        sides = [(d, name) for d, name in ((self.egress, "egress"), (self.ingress, "ingress")) if d is not None]
+        deciding = next(((d, n) for d, n in sides if d.verdict == "deny"), sides[-1] if sides else None)
+        if deciding is None:
+            return f"would {self.verdict} (no policy applies)"
+        d, name = deciding
+        if d.reason in ("rule", "profile") and d.policy:
+            by = f"by {d.policy} rule {d.rule}"
+        elif d.reason == "end-of-tier":
+            by = f"at the end of tier {d.tier}"
+        elif d.reason == "profile":
+            by = "by its profiles"
+        else:
+            by = "by the default"
+        return f"would {self.verdict} {by} ({name})"
+
 
 # Labels as policy sees them; the native engine's spec (pyclassify.engine) uses the same three.
 def endpoint_labels(ep: Endpoint) -> dict[str, str]:

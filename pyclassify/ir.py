@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Union
 
 from pyclassify.selector import Selector
@@ -32,6 +32,15 @@ TIER_KUBE_BASELINE = "kube-baseline"
 KUBE_ADMIN_ORDER = 1_000.0
 DEFAULT_TIER_ORDER = 1_000_000.0
 KUBE_BASELINE_ORDER = 10_000_000.0
+
+#: Calico's staged kinds and the enforced kind each previews.
+STAGED_KINDS = {
+    "StagedGlobalNetworkPolicy": "GlobalNetworkPolicy",
+    "StagedNetworkPolicy": "NetworkPolicy",
+    "StagedKubernetesNetworkPolicy": "NetworkPolicy",
+}
+STAGED_ACTIONS = ("Set", "Delete", "Learn", "Ignore")
+STAGED_DELETE = "Delete"
 
 
 class Action(str, enum.Enum):
@@ -176,6 +185,10 @@ class Policy:
     do_not_track: bool = False
     pre_dnat: bool = False
     apply_on_forward: bool = False
+    #: Calico's ``stagedAction`` for the staged kinds (``Set``, ``Delete``, ``Learn``,
+    #: ``Ignore``): a staged policy is not in force; it is judged beside the enforced set to say
+    #: what it would do (``PolicySet.staged_view``). None for every enforced policy.
+    staged: str | None = None
 
     @property
     def ref(self) -> str:
@@ -224,11 +237,29 @@ BUILTIN_TIERS = (
 
 @dataclass(frozen=True)
 class PolicySet:
-    """Every tier and policy in force, in evaluation order."""
+    """Every tier and policy in force, in evaluation order; and the staged policies, which are
+    not in force."""
 
     tiers: tuple[Tier, ...]
     policies: tuple[Policy, ...]  # sorted by tier order, then Policy.sort_key
     profiles: tuple[Profile, ...] = ()
+    staged: tuple[Policy, ...] = ()  # Policy.staged set; never evaluated as enforced
+
+    def all_policies(self) -> tuple[Policy, ...]:
+        """Enforced and staged policies: what a rebuild of this set starts from."""
+        return self.policies + self.staged
+
+    def staged_view(self) -> "PolicySet | None":
+        """The set as it would be with every staged policy enforced, as Calico's staged policies
+        preview it: a staged policy takes the place of the enforced policy of the same kind,
+        namespace and name (or joins the set), ``stagedAction: Delete`` removes that policy.
+        It keeps its staged kind, so an explanation names it. None when nothing is staged."""
+        if not self.staged:
+            return None
+        counterparts = {(STAGED_KINDS[p.kind], p.namespace, p.name) for p in self.staged}
+        kept = [p for p in self.policies if (p.kind, p.namespace, p.name) not in counterparts]
+        added = [replace(p, staged=None) for p in self.staged if p.staged != STAGED_DELETE]
+        return PolicySet.build(kept + added, list(self.tiers), list(self.profiles))
 
     @staticmethod
     def build(policies: list[Policy], tiers: list[Tier] = (), profiles: list[Profile] = ()) -> "PolicySet":
@@ -245,5 +276,7 @@ class PolicySet:
 
         ordered_tiers = tuple(sorted(by_name.values(), key=tier_key))
         rank = {t.name: i for i, t in enumerate(ordered_tiers)}
-        ordered = tuple(sorted(policies, key=lambda p: p.sort_key(rank[p.tier])))
-        return PolicySet(ordered_tiers, ordered, tuple(profiles))
+        ordered = sorted(policies, key=lambda p: p.sort_key(rank[p.tier]))
+        enforced = tuple(p for p in ordered if p.staged is None)
+        staged = tuple(p for p in ordered if p.staged is not None)
+        return PolicySet(ordered_tiers, enforced, tuple(profiles), staged)

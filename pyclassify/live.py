@@ -16,7 +16,7 @@ the inventory and policy set, and hands the engine only the objects it touches a
 - an EndpointSlice is its addresses, on its Service (``index_slices`` first: which slices
   exist; without it slices are refused).
 
-Other kinds (workload controllers, Calico tiers, profiles, sets and host endpoints, a node whose
+Other kinds (workload controllers, Calico tiers, profiles, staged policies, sets and host endpoints, a node whose
 addresses change under endpoints that take them) change links between objects: ``apply``
 refuses them (``UnsupportedChange``) and the caller reloads the project, whose
 ``EngineState.update`` still sends the engine only what changed.
@@ -30,7 +30,7 @@ from typing import Any
 from pyclassify import kinds
 from pyclassify.engine import EngineState, NativeEngine, endpoint_key, policy_key
 from pyclassify.inventory import Endpoint
-from pyclassify.ir import EndpointKind, Policy, PolicySet
+from pyclassify.ir import STAGED_KINDS, EndpointKind, Policy, PolicySet
 from pyclassify.kinds.inventory import InventoryBuilder, selected_pod_ips
 from pyclassify.project import Project
 from pyclassify.flow import namespace_labels, service_account_labels
@@ -67,6 +67,7 @@ class LiveProject:
 
     def _index(self, project: Project) -> None:
         self.policies: dict[tuple, Policy] = {policy_key(p): p for p in project.policy_set.policies}
+        self.staged = list(project.policy_set.staged)  # not in the engine: a change reloads
         self.tiers = list(project.policy_set.tiers)
         self.profiles = list(project.policy_set.profiles)
         self.inventory = project.inventory
@@ -85,7 +86,7 @@ class LiveProject:
 
     def policy_set(self) -> PolicySet:
         if self._policy_set is None:  # built again only after a policy changed
-            self._policy_set = PolicySet.build(list(self.policies.values()), self.tiers, self.profiles)
+            self._policy_set = PolicySet.build(list(self.policies.values()) + self.staged, self.tiers, self.profiles)
         return self._policy_set
 
     def apply(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> Any:
@@ -101,7 +102,8 @@ class LiveProject:
             self._pod(before, after)
         elif kind == ("", "Namespace"):
             self._namespace(after, doc)
-        elif kinds.POLICY_KINDS.get(kind) is not None and kind[1] not in ("Tier", "Profile"):
+        elif kinds.POLICY_KINDS.get(kind) is not None and kind[1] not in ("Tier", "Profile") \
+                and kind[1] not in STAGED_KINDS:
             self._policy(before, after)  # tiers and profiles order and complete policies: reload
         elif kind == ("", "Node"):
             self._node(after, doc)

@@ -69,9 +69,9 @@ class Project:
         """This project with ``change``'s policy objects applied as ``kubectl apply`` would: each
         replaces the policy, tier or profile of the same kind, namespace and name, or is added."""
         ps, cs = self.policy_set, change.policy_set
-        replaced = {(p.kind, p.namespace, p.name) for p in cs.policies if p.kind != failsafe.KIND}
-        policies = [p for p in ps.policies if (p.kind, p.namespace, p.name) not in replaced]
-        policies += [p for p in cs.policies if p.kind != failsafe.KIND]
+        replaced = {(p.kind, p.namespace, p.name) for p in cs.all_policies() if p.kind != failsafe.KIND}
+        policies = [p for p in ps.all_policies() if (p.kind, p.namespace, p.name) not in replaced]
+        policies += [p for p in cs.all_policies() if p.kind != failsafe.KIND]
         # A policy's tier the change does not declare is made up by PolicySet.build (no order,
         # default Deny): it must not replace the tier OLD declares.
         implicit = lambda t: t.order is None and t.default_action is Action.DENY  # noqa: E731
@@ -85,13 +85,19 @@ class Project:
         """This project's policy over another inventory (a policy-only project judged against a
         cluster's): the failsafe policies follow the host endpoints of ``inventory``."""
         ps = self.policy_set
-        policies = [p for p in ps.policies if p.kind != failsafe.KIND]
+        policies = [p for p in ps.all_policies() if p.kind != failsafe.KIND]
         tiers = [t for t in ps.tiers if t.name != failsafe.TIER]
         if any(e.kind is EndpointKind.HOST for e in inventory.endpoints):
             extra_policies, extra_tiers = failsafe.failsafe_ir(self.failsafe_config)
             policies, tiers = [*extra_policies, *policies], [*extra_tiers, *tiers]
         return dataclasses.replace(self, policy_set=PolicySet.build(policies, tiers, list(ps.profiles)),
                                    inventory=inventory)
+
+    def staged(self) -> "Project | None":
+        """This project as it would be with its staged policies enforced
+        (``PolicySet.staged_view``); None when nothing is staged."""
+        view = self.policy_set.staged_view()
+        return None if view is None else dataclasses.replace(self, policy_set=view)
 
     def find_endpoint(self, ref: str) -> Endpoint | None:
         """The endpoint a person means by ``ref``: an IP address (the endpoint owning it), a pod

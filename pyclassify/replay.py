@@ -36,6 +36,7 @@ from pyclassify.engine import (
     NativeEngine,
     Tracker,
 )
+from pyclassify.flow import Verdict
 from pyclassify.ir import Direction
 from pyclassify.kinds.common import protocol_name
 from pyclassify.services import ServiceMap
@@ -79,6 +80,11 @@ class ReplaySummary:
     problems: list[str] = field(default_factory=list)
     #: captures that could not be read as captures at all (a problem, and no packet)
     unreadable: list[str] = field(default_factory=list)
+    #: with staged policies: packets by their staged verdict ("allowed", "denied") and by how it
+    #: differs ("would_deny": allowed now, denied staged; "would_allow"), and staged decisions
+    #: by rule as ``by_rule``
+    staged: Counter = field(default_factory=Counter)
+    staged_by_rule: Counter = field(default_factory=Counter, repr=False)
 
     @property
     def flows(self) -> int:
@@ -111,17 +117,22 @@ def _count_rules(summary: ReplaySummary, verdicts: npt.NDArray[Any]) -> None:
     judged = verdicts[verdicts["reason"] == PACKET_POLICY]
     summary.policy += len(judged)
     summary.policy_allowed += int(np.count_nonzero(judged["allow"]))
-    for name, direction in (("egress", "egress"), ("ingress", "ingress")):
-        side = judged[name]
-        present = side["present"] == 1
-        summary.no_policy[direction] += len(side) - int(np.count_nonzero(present))
-        side = np.ascontiguousarray(side[present])
+    for direction in ("egress", "ingress"):
+        summary.no_policy[direction] += len(judged) - int(np.count_nonzero(judged[direction]["present"] == 1))
+    _count_by_rule(summary.by_rule, judged)
+
+
+def _count_by_rule(by_rule: Counter, judged: npt.NDArray[Any]) -> None:
+    """Packets judged by policy, by the decision at each end."""
+    for direction in ("egress", "ingress"):
+        side = judged[direction]
+        side = np.ascontiguousarray(side[side["present"] == 1])
         if len(side) == 0:
             continue
         for rec, count in _distinct_records(side):
             row = (int(rec["tier"]), int(rec["source_kind"]), int(rec["source"]), int(rec["rule"]),
                    int(rec["reason"]), int(rec["allow"]))
-            summary.by_rule[(direction, *row)] += count
+            by_rule[(direction, *row)] += count
 
 
 # The decision fields of a side record, ``present`` to ``rule``: what the summary counts by.
@@ -154,9 +165,16 @@ class Replay:
 
     def __init__(self, engine: NativeEngine, conntrack: bool = True, default: str | None = None,
                  out: IO[str] | None = None, allowed_path: str | None = None, denied_path: str | None = None,
-                 flows: bool = False) -> None:
+                 flows: bool = False, staged: NativeEngine | None = None) -> None:
         self.engine = engine
         self.tracker = Tracker() if conntrack else None
+        # The staged policies enforced (``Project.staged``): the same packets judged again, with
+        # connections of their own, beside the real verdicts; they change none of them.
+        self.staged = staged
+        self._staged_trackers: dict[int | None, Tracker] | None = None
+        if staged is not None:
+            self._staged_trackers = {None: Tracker()} if conntrack else {}
+        self._staged_verdicts: npt.NDArray[Any] | None = None  # of the batch being written
         self.defaults = {} if default is None else {"default_pod": default, "default_host": default}
         self.out = out
         self.per_flow = flows  # --out gets one line per flow instead of per packet
@@ -173,23 +191,33 @@ class Replay:
         # Service virtual addresses, judged as kube-proxy delivers them (pyclassify.services);
         # one connection tracker per backend choice, apart from the main one.
         self.services = ServiceMap(engine.inventory)
-        self._service_trackers: dict[int, Tracker] = {}
+        self._service_trackers: dict[int | None, Tracker] = {None: self.tracker} if conntrack else {}
         self._service_entries: npt.NDArray[np.int64] | None = None  # of the batch being written
 
     def _judge(self, batch: Batch) -> npt.NDArray[Any]:
-        """The batch's verdicts; packets to or from a Service's virtual address are judged
-        against its backends (every one, when it has several: allowed only if all allow)."""
+        """The batch's verdicts (and with staged policies, ``_staged_verdicts`` beside them)."""
+        entry, forward = self.services.match(batch.headers)
+        self._service_entries = entry if (entry >= 0).any() else None
+        if self.staged is not None:
+            assert self._staged_trackers is not None
+            self._staged_verdicts = self._judge_with(self.staged, self._staged_trackers, batch, entry, forward)
+        return self._judge_with(self.engine, self._service_trackers, batch, entry, forward)
+
+    def _judge_with(self, engine: NativeEngine, trackers: dict[int | None, Tracker], batch: Batch,
+                    entry: npt.NDArray[Any], forward: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """The batch's verdicts by ``engine``, connections tracked in ``trackers`` (None: the
+        main one; one per backend choice); packets to or from a Service's virtual address are
+        judged against its backends (every one, when it has several: allowed only if all allow)."""
         headers, quotes = batch.headers, batch.quotes
-        entry, forward = self.services.match(headers)
-        service = entry >= 0
-        self._service_entries = entry if service.any() else None
+        tracked = self.tracker is not None
         if self._service_entries is None:
-            return self.engine.judge(headers, quotes, self.tracker, **self.defaults)
+            return engine.judge(headers, quotes, trackers.get(None), **self.defaults)
+        service = entry >= 0
         out = np.zeros(len(headers), dtype=VERDICT_DTYPE)
         plain = np.flatnonzero(~service)
         if len(plain):
-            out[plain] = self.engine.judge(headers[plain], None if quotes is None else quotes[plain],
-                                           self.tracker, **self.defaults)
+            out[plain] = engine.judge(headers[plain], None if quotes is None else quotes[plain],
+                                      trackers.get(None), **self.defaults)
         idx = np.flatnonzero(service)
         sub, sub_entry, sub_forward = headers[idx], entry[idx], forward[idx]
         sub_quotes = None if quotes is None else np.ascontiguousarray(quotes[idx])
@@ -197,12 +225,12 @@ class Replay:
         combined = None
         for choice in range(choices):
             tracker = None
-            if self.tracker is not None:
-                tracker = self._service_trackers.get(choice)
+            if tracked:
+                tracker = trackers.get(choice)
                 if tracker is None:
-                    tracker = self._service_trackers[choice] = Tracker()
+                    tracker = trackers[choice] = Tracker()
             rewritten = self.services.rewrite(sub, sub_entry, sub_forward, choice)
-            verdicts = self.engine.judge(rewritten, sub_quotes, tracker, **self.defaults)
+            verdicts = engine.judge(rewritten, sub_quotes, tracker, **self.defaults)
             if combined is None:
                 combined = verdicts
             else:  # the first backend that denies speaks for the packet
@@ -369,9 +397,17 @@ class Replay:
         s.invalid += int(np.count_nonzero(verdicts["reason"] == PACKET_INVALID))
         s.flow_set.add(np.ascontiguousarray(batch.headers), verdicts["reason"] == PACKET_MALFORMED)
         _count_rules(s, verdicts)
+        staged = self._staged_verdicts
+        if staged is not None:
+            now, then = verdicts["allow"] != 0, staged["allow"] != 0
+            s.staged["allowed"] += int(np.count_nonzero(then))
+            s.staged["denied"] += n - int(np.count_nonzero(then))
+            s.staged["would_deny"] += int(np.count_nonzero(now & ~then))
+            s.staged["would_allow"] += int(np.count_nonzero(~now & then))
+            _count_by_rule(s.staged_by_rule, staged[staged["reason"] == PACKET_POLICY])
 
-    def _side_json(self, side: Any, direction: Direction) -> dict[str, Any] | None:
-        decision = self.engine.side_decision(side, direction)
+    def _side_json(self, side: Any, direction: Direction, engine: NativeEngine | None = None) -> dict[str, Any] | None:
+        decision = (engine or self.engine).side_decision(side, direction)
         if decision is None:
             return None
         doc = decision.to_json()
@@ -402,6 +438,10 @@ class Replay:
                 flow["verdict"] = "allow" if v["allow"] else "deny"
                 flow["egress"] = self._side_json(v["egress"], Direction.EGRESS)
                 flow["ingress"] = self._side_json(v["ingress"], Direction.INGRESS)
+            if self._staged_verdicts is not None and "staged" not in flow:
+                sv = self._staged_verdicts[k]
+                if PACKET_REASONS[int(sv["reason"])] == "policy":
+                    flow["staged"] = self._staged_json(sv)
             self._index += 1
 
     def _line(self, h: Any, v: Any, reason: str) -> dict[str, Any]:
@@ -431,6 +471,19 @@ class Replay:
             line["icmp_type"], line["icmp_code"] = int(h["icmp_type"]), int(h["icmp_code"])
         return line
 
+    def _staged_json(self, sv: Any) -> dict[str, Any]:
+        """A packet's staged verdict: as a line's own, plus ``summary`` ("would deny by ...")
+        when policy judged it."""
+        assert self.staged is not None
+        reason = PACKET_REASONS[int(sv["reason"])]
+        doc: dict[str, Any] = {"verdict": "allow" if sv["allow"] else "deny", "reason": reason}
+        if reason == "policy":
+            sides = {name: self.staged.side_decision(sv[name], d)
+                     for name, d in (("egress", Direction.EGRESS), ("ingress", Direction.INGRESS))}
+            doc.update({name: self._side_json(sv[name], Direction(name), self.staged) for name in sides})
+            doc["summary"] = Verdict(doc["verdict"], sides["egress"], sides["ingress"]).would()
+        return doc
+
     def _service_json(self, k: int) -> dict[str, Any] | None:
         """For packet ``k`` of the batch being written: the Service it was judged through."""
         if self._service_entries is None or self._service_entries[k] < 0:
@@ -453,18 +506,21 @@ class Replay:
             service = self._service_json(k)
             if service is not None:
                 line["service"] = service
+            if self._staged_verdicts is not None:
+                line["staged"] = self._staged_json(self._staged_verdicts[k])
             self.out.write(json.dumps(line) + "\n")
             self._index += 1
 
-    def by_rule(self) -> list[dict[str, Any]]:
+    def by_rule(self, counts: Counter | None = None, engine: NativeEngine | None = None) -> list[dict[str, Any]]:
         """``[{"direction", "tier", "policy", "rule", "verdict", "reason", "packets"}...]``, most packets first."""
         rows = []
-        for (direction, tier, kind, source, rule, reason, allow), packets in self.summary.by_rule.items():
+        engine = engine or self.engine
+        for (direction, tier, kind, source, rule, reason, allow), packets in (counts or self.summary.by_rule).items():
             d = Direction(direction)
-            side = np.zeros((), dtype=self.engine.side_dtype)
+            side = np.zeros((), dtype=engine.side_dtype)
             side["present"], side["allow"], side["reason"] = 1, allow, reason
             side["source_kind"], side["tier"], side["source"], side["rule"] = kind, tier, source, rule
-            decision = self.engine.side_decision(side, d)
+            decision = engine.side_decision(side, d)
             assert decision is not None
             rows.append({
                 "direction": direction,
@@ -499,6 +555,10 @@ class Replay:
             "seconds": round(s.seconds, 6),
             "packets_per_second": round(s.rate, 1),
             "interrupted": s.interrupted,
+            "staged": None if self.staged is None else {
+                **{k: s.staged[k] for k in ("allowed", "denied", "would_deny", "would_allow")},
+                "by_rule": self.by_rule(s.staged_by_rule, self.staged),
+            },
         }
 
 

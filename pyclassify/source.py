@@ -120,6 +120,16 @@ class Document:
             return Document({}, self.file, self.line, self._lines, self.base)
         return Document({}, self.file, self.line, None, self.base, self._positions)
 
+    def with_object(self, obj: dict[str, Any]) -> "Document":
+        """Another object at this document's place (its lines shared): a normalizer that
+        reads a kind through another kind's rules (a staged policy through its enforced kind)."""
+        if self._lines is not None:
+            return Document(obj, self.file, self.line, self._lines, self.base)
+        return Document(obj, self.file, self.line, None, self.base, self._share_positions)
+
+    def _share_positions(self) -> dict[FieldPath, int]:
+        return self.lines
+
     def line_of(self, path: FieldPath) -> int:
         """The line of the deepest known field on ``path`` (the object's line if none)."""
         for n in range(len(path), 0, -1):

@@ -174,3 +174,36 @@ def test_native_and_reference_engines_agree_on_the_demo():
         native = json.loads(run(*args, "--engine", "native").stdout)
         reference = json.loads(run(*args, "--engine", "reference").stdout)
         assert native == reference
+
+
+# --- staged policies beside the enforced ones --------------------------------------------------
+
+STAGED = str(EXAMPLES / "staged")
+
+
+def test_check_counts_staged_policies_apart():
+    r = run("check", DEMO, STAGED, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    plain = json.loads(run("check", DEMO, "--json").stdout)
+    assert doc["staged_policies"] == 2 and plain["staged_policies"] == 0
+    assert doc["policies"] == plain["policies"]  # not in force: not among the policies
+    assert "2 staged policies" in run("check", DEMO, STAGED).stdout
+
+
+def test_explain_reports_the_staged_verdict_without_changing_the_real_one():
+    args = ("explain", DEMO, "--from", "frontend/web", "--to", "backend/api", "--proto", "TCP", "--port", "8080")
+    real = json.loads(run(*args, "--json").stdout)
+    both = json.loads(run(*args[:2], STAGED, *args[2:], "--json").stdout)
+    assert "staged" not in real
+    assert both["verdict"] == real["verdict"] == "allow"
+    assert both["ingress"] == real["ingress"]
+    staged = both["staged"]
+    assert staged["verdict"] == "deny" and staged["ingress"]["reason"] == "end-of-tier"
+    assert staged["summary"] == "would deny at the end of tier default (ingress)"
+    text = run(*args[:2], STAGED, *args[2:]).stdout
+    assert "verdict: ALLOW" in text and "staged:  would deny at the end of tier default (ingress) (differs)" in text
+    # the staged policy's own rule, named by its staged kind
+    args443 = (*args[:2], STAGED, *args[2:-1], "8443")
+    staged = json.loads(run(*args443, "--json").stdout)["staged"]
+    assert staged["summary"] == "would allow by StagedKubernetesNetworkPolicy/backend/allow-frontend-to-api rule 0 (ingress)"

@@ -60,6 +60,10 @@ def test_invalid_change_and_unsupported_kinds_are_refused() -> None:
     tier = copy.deepcopy(next(iter(cluster.tiers.values())))
     with pytest.raises(UnsupportedChange, match="reload the project"):
         live.apply(tier, tier)
+    staged = {"apiVersion": "projectcalico.org/v3", "kind": "StagedNetworkPolicy",
+              "metadata": {"name": "s", "namespace": "default"}, "spec": {"selector": "all()"}}
+    with pytest.raises(UnsupportedChange, match="reload the project"):  # never in the engine
+        live.apply(None, staged)
     service = copy.deepcopy(next(iter(cluster.services.values())))
     with pytest.raises(UnsupportedChange, match="index_slices"):  # which slices exist is not known
         live.apply(None, {**service, "spec": {**service["spec"], "selector": None}})

@@ -168,3 +168,38 @@ def test_flows_output_one_line_per_connection(tmp_path):
     assert api["ingress"]["policy"] == "NetworkPolicy/backend/allow-frontend-to-api"
     syn = next(f for f in flows if f["dst"] == "10.0.2.30" and f["dport"] == 5432 and f["src"] == "10.0.1.10")
     assert syn["verdict"] == "deny" and syn["packets"] == 2 == syn["denied"]
+
+
+STAGED = str(REPO / "examples" / "staged")
+
+
+def test_staged_policies_are_judged_beside_and_change_no_verdict(tmp_path, demo_summary):
+    out = tmp_path / "out.jsonl"
+    r = cli("replay", DEMO, STAGED, "--pcap", PCAP, "--json", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert demo_summary["staged"] is None
+    for key in ("packets", "allowed", "denied", "by_rule", "policy", "established"):
+        assert s[key] == demo_summary[key], key
+    staged = s["staged"]
+    assert staged["allowed"] + staged["denied"] == s["packets"]
+    # allowed now, denied staged: every packet of frontend -> api:8080 (its connection is never
+    # made, so its replies are judged too and denied); nothing denied now is allowed staged
+    assert staged["would_deny"] > 0 and staged["would_allow"] == 0
+    assert staged["allowed"] == s["allowed"] - staged["would_deny"]
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all("staged" in line for line in lines)
+    first = next(line for line in lines if line["dst_endpoint"] == "backend/api" and line["dport"] == 8080)
+    assert first["verdict"] == "allow" and first["staged"]["verdict"] == "deny"
+    assert first["staged"]["summary"] == "would deny at the end of tier default (ingress)"
+    r = cli("replay", DEMO, STAGED, "--pcap", PCAP)
+    assert f"{staged['would_deny']} packets allowed now would be denied" in r.stdout
+
+
+def test_staged_per_flow_lines(tmp_path):
+    out = tmp_path / "flows.jsonl"
+    r = cli("replay", DEMO, STAGED, "--pcap", PCAP, "--out", str(out), "--flows")
+    assert r.returncode == 0, r.stderr
+    flows = [json.loads(line) for line in out.read_text().splitlines()]
+    api = [f for f in flows if f["dst_endpoint"] == "backend/api" and f["dport"] == 8080]
+    assert api and all(f["verdict"] == "allow" and f["staged"]["verdict"] == "deny" for f in api)

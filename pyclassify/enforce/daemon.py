@@ -46,7 +46,7 @@ from pyclassify.enforce.log import PROTOS, FlowLog, address
 from pyclassify.enforce.metrics import Metrics
 from pyclassify.enforce.reload import Watcher
 from pyclassify.enforce.source import Loaded, PolicySource, SourceError
-from pyclassify.flow import Flow, FlowEnd
+from pyclassify.flow import Flow, FlowEnd, Verdict
 from pyclassify.ir import Action, Direction
 from pyclassify.nfqueue import engine_capsule, kernel_conntrack, kernel_revalidate, open_queue
 from pyclassify.project import Project
@@ -159,6 +159,9 @@ class Enforcer:
         self.ctnl: Any = None
         self.project: Project | None = None
         self.engine: NativeEngine | None = None
+        #: The staged policies enforced (``Project.staged``): judges each new connection beside
+        #: the real verdict, for the log; never decides a packet. None when nothing is staged.
+        self.staged: NativeEngine | None = None
         self._has_log = False
         self._reload_lock = threading.Lock()
         self._drain_lock = threading.Lock()
@@ -198,6 +201,7 @@ class Enforcer:
         self.project, self.engine = self._load()
         self._serve_metrics()
         self._has_log = has_log_rules(self.project)
+        self._update_staged(self.project)
         if cfg.bridge is not None:
             self._start_bridge()
             return
@@ -288,6 +292,7 @@ class Enforcer:
         inventory = self.project.inventory
         fields: dict[str, Any] = {"fail": "open" if self.config.fail_open else "closed",
                                   "policies": len(self.project.policy_set.policies),
+                                  "staged_policies": len(self.project.policy_set.staged),
                                   "endpoints": len(inventory.endpoints)}
         if self.config.node is not None:
             # Said at start: a node name that matches nothing enforces nothing.
@@ -400,6 +405,13 @@ class Enforcer:
                 self.log.emit("reload-rejected", partial=loaded.changed > 0, errors=errors)
             if loaded.changed == 0:
                 # Nothing the engine holds changed (or every change was rejected): nothing to swap.
+                if self.project is not None and project.policy_set.staged != self.project.policy_set.staged:
+                    with self._drain_lock:  # only what is staged changed: the preview follows it
+                        self.project = project
+                        self._update_staged(project)
+                        self.log.forget()
+                    self.log.emit("reload", policies=len(project.policy_set.policies), revoked=0,
+                                  staged_policies=len(project.policy_set.staged), changed_objects=0)
                 return ReloadResult(not errors, errors, 0, 0, time.monotonic() - t0)
             self.drain()  # events judged by the old engine are named with the old tables
             capsule = engine_capsule(engine)
@@ -411,6 +423,8 @@ class Enforcer:
                 count += self.bridge.swap(capsule)  # revokes in the bridge's own conntrack
             self.project, self.engine = project, engine
             self._has_log = has_log_rules(project)
+            with self._drain_lock:
+                self._update_staged(project)
             applied = time.monotonic()
             revoked, deleted = self._revoke(capsule)
             count += len(revoked)
@@ -430,6 +444,7 @@ class Enforcer:
             self.reloads += 1
             self.log.forget()
             self.log.emit("reload", policies=len(project.policy_set.policies), revoked=count,
+                          staged_policies=len(project.policy_set.staged),
                           conntrack_deleted=deleted["deleted"], apply_ms=round((applied - t0) * 1000, 3),
                           revalidate_ms=round((done - t_swap) * 1000, 3), changed_objects=loaded.changed,
                           stages_ms={k: round(v * 1000, 3) for k, v in stages.items()},
@@ -474,6 +489,16 @@ class Enforcer:
         self.rejected += 1
         self.log.emit("reload-rejected", errors=errors)
         return ReloadResult(False, errors)
+
+    def _update_staged(self, project: Project) -> None:
+        """The staged preview follows the project: built, or brought up to date by a delta."""
+        view = project.staged()
+        if view is None:
+            self.staged = None
+        elif self.staged is None:
+            self.staged = NativeEngine(view.policy_set, view.inventory)
+        else:
+            self.staged = self.staged.update(view.policy_set, view.inventory)
 
     # --- events: verdict metrics and the flow log ---
 
@@ -525,11 +550,23 @@ class Enforcer:
                 decisions[(name, tuple(int(x) for x in key))] = d
                 self.metrics.verdicts.labels(name, d.tier or "", d.policy or "", "" if d.rule is None else str(d.rule),
                                              d.verdict).inc(int(c))
+        staged = None
+        if self.staged is not None:
+            # The same new connections with the staged policies enforced (each judged alone: the
+            # verdict records are policy-judged packets only).
+            staged = self.staged.judge(h, None, None, "allow" if self.pod_allow else "deny",
+                                       "allow" if self.host_allow else "deny")
+            differs = staged["allow"] != v["allow"]
+            for name, changed in (("true", differs), ("false", ~differs)):
+                n = int(np.count_nonzero(changed))
+                if n:
+                    self.metrics.staged_verdicts.labels(name).inc(n)
         if not self.config.log_flows:
             return
         for i in range(len(h)):
             allowed = bool(v[i]["allow"])
-            if allowed and not (self._has_log or self.log.log_allowed):
+            staged_differs = staged is not None and bool(staged[i]["allow"]) != allowed
+            if allowed and not (self._has_log or self.log.log_allowed or staged_differs):
                 continue
             ver = int(h[i]["ip_version"])
             if ver not in (4, 6):
@@ -549,6 +586,8 @@ class Enforcer:
             fields = dict(queue=queue, src=src, dst=dst, proto=PROTOS.get(proto, proto), sport=sport, dport=dport,
                           **sides)
             fields.update(self._endpoint_refs(src, dst))
+            if staged is not None:
+                fields["staged"] = self._staged_json(staged[i])
             if not allowed:
                 self.log.emit("deny", **fields)
                 continue
@@ -558,8 +597,17 @@ class Enforcer:
             logs = self._logs(engine, src, dst, proto, sport, dport, h[i]) if self._has_log and passed_log else []
             if logs:
                 self.log.emit("log", logs=logs, **fields)
-            elif self.log.log_allowed:
+            elif self.log.log_allowed or staged_differs:
                 self.log.emit("allow", **fields)
+
+    def _staged_json(self, record: Any) -> dict[str, Any]:
+        """A connection's staged verdict for the log: as ``explain --json`` prints one, plus
+        ``summary`` ("would deny by StagedNetworkPolicy/ns/name rule 2 (ingress)")."""
+        assert self.staged is not None
+        sides = {name: self.staged.side_decision(record[name], d)
+                 for name, d in (("egress", Direction.EGRESS), ("ingress", Direction.INGRESS))}
+        verdict = Verdict("allow" if record["allow"] else "deny", sides["egress"], sides["ingress"])
+        return {**verdict.to_json(), "summary": verdict.would()}
 
     def _endpoint_refs(self, src: str, dst: str) -> dict[str, str]:
         """``src_endpoint``/``dst_endpoint`` (``ns/name`` or host endpoint name) where the

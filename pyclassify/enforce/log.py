@@ -10,7 +10,9 @@ suppresses repeats (SYN retransmissions, UDP before the reply). One line::
 
 with D as in ``explain --json`` (``null``, or ``{"verdict", "tier", "policy", "rule", "reason"}``)
 (the ``*_endpoint`` keys only where the inventory knows the address) plus ``"logs": [{"tier",
-"policy", "rule"}...]`` on ``log`` events. ``pyclassify monitor`` renders the stream. Daemon events (start,
+"policy", "rule"}...]`` on ``log`` events. With staged policies, every line has ``"staged"``: the
+verdict with them enforced (as D's, plus ``"summary": "would deny by ..."``), and an allowed
+connection the staged policies would deny is logged (``allow``) even without ``--log-allowed``. ``pyclassify monitor`` renders the stream. Daemon events (start,
 reload, reload-rejected, stop) use the same stream with ``"event"`` naming them.
 """
 

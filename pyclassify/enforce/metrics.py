@@ -239,6 +239,9 @@ class Metrics:
             self.registry.register(_LostLines(lost_lines))
         self.verdicts = Counter("pyclassify_verdicts", "Policy verdicts by direction, tier, policy, rule and action",
                                 ["direction", "tier", "policy", "rule", "action"], registry=self.registry)
+        self.staged_verdicts = Counter(
+            "pyclassify_staged_verdicts", "New connections judged with the staged policies enforced, by whether "
+            "that verdict differs from the real one", ["differs"], registry=self.registry)
         self.reloads = Counter("pyclassify_policy_reloads", "Policy reloads by result", ["result"],
                                registry=self.registry)
         self.revalidations = Counter("pyclassify_revalidations", "Revalidations of established connections",

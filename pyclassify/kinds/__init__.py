@@ -40,6 +40,10 @@ POLICY_KINDS: dict[tuple[str, str], str] = {
     (_CALICO, "NetworkPolicy"): "pyclassify.kinds.calico:normalize_calico_np",
     (_CALICO, "Tier"): "pyclassify.kinds.calico:normalize_tier",
     (_CALICO, "Profile"): "pyclassify.kinds.calico:normalize_profile",
+    # Staged kinds: validated as their enforced kinds, judged beside them, never in force.
+    (_CALICO, "StagedGlobalNetworkPolicy"): "pyclassify.kinds.staged:normalize_staged_gnp",
+    (_CALICO, "StagedNetworkPolicy"): "pyclassify.kinds.staged:normalize_staged_calico_np",
+    (_CALICO, "StagedKubernetesNetworkPolicy"): "pyclassify.kinds.staged:normalize_staged_knp",
 }
 
 # Kinds that describe endpoints and addresses (built by pyclassify.kinds.inventory).

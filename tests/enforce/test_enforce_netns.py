@@ -261,6 +261,49 @@ def test_deny_action_drops_or_rejects(topo: Topology, policy_dir: Path, action: 
     assert "PYCLASSIFY-" not in iptables_rules(topo.node)
 
 
+STAGED_DENY_A_TO_B = """
+apiVersion: projectcalico.org/v3
+kind: StagedGlobalNetworkPolicy
+metadata: {name: b-not-from-a}
+spec:
+  order: 10
+  selector: app == 'b'
+  types: [Ingress]
+  ingress:
+  - action: Deny
+    source: {selector: app == 'a'}
+"""
+
+
+def test_staged_policy_is_logged_beside_the_real_verdict(topo: Topology, policy_dir: Path) -> None:
+    """A staged policy changes no packet: a -> b still connects, and the log says what the
+    staged policy would have done to it (an allowed connection it would deny is logged, with
+    the staged decision); a change to what is staged is followed live."""
+    staged = policy_dir / "60-staged.yaml"
+    staged.write_text(STAGED_DENY_A_TO_B)
+    daemon = Daemon(topo, [str(policy_dir)], QUEUE, extra=("--metrics", "127.0.0.1:9464"))
+    start = daemon.wait_event("start")
+    assert start["staged_policies"] == 1
+    assert topo.reach(0, 1)  # allowed by NetworkPolicy b/b-from-a; the staged policy is not in force
+    line = daemon.wait_event("allow")
+    assert (line["src"], line["dst"], line["ingress"]["policy"]) == (topo.ips[0], topo.ips[1], "NetworkPolicy/b/b-from-a")
+    assert line["staged"]["verdict"] == "deny"
+    assert line["staged"]["summary"] == "would deny by StagedGlobalNetworkPolicy/b-not-from-a rule 0 (ingress)"
+    assert not topo.reach(2, 1)  # c -> b: denied for real, and staged alike
+    denied = daemon.wait_event("deny")
+    assert denied["src"] == topo.ips[2] and denied["staged"]["verdict"] == "deny"
+    status, text = topo.get("http://127.0.0.1:9464/metrics")
+    assert status == 200 and 'pyclassify_staged_verdicts_total{differs="true"}' in text
+    # Nothing staged any more: the preview goes, and a -> b is no longer worth a line.
+    staged.unlink()
+    reload = daemon.wait_event("reload")
+    assert reload.get("staged_policies", 0) == 0
+    assert topo.reach(0, 1)
+    time.sleep(0.5)  # the drain loop runs every 0.2 s
+    assert not [e for e in daemon.events() if e.get("event") == "allow"]
+    assert daemon.terminate() == 0
+
+
 def test_metrics_and_probes_of_a_running_daemon(topo: Topology, policy_dir: Path) -> None:
     """``--metrics``: /readyz and /healthz answer ok once the policy is in force; /metrics counts
     the packets the queue judged, the verdicts by policy and the reloads."""

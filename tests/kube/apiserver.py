@@ -37,6 +37,9 @@ TOKEN = "pyclassify-test-admin-token"
 #: structural CRDs, the spec kept as given.
 MINIMAL_CRDS = [
     ("crd.projectcalico.org", "v1", "Profile", "profiles", "Cluster"),
+    ("crd.projectcalico.org", "v1", "StagedGlobalNetworkPolicy", "stagedglobalnetworkpolicies", "Cluster"),
+    ("crd.projectcalico.org", "v1", "StagedNetworkPolicy", "stagednetworkpolicies", "Namespaced"),
+    ("crd.projectcalico.org", "v1", "StagedKubernetesNetworkPolicy", "stagedkubernetesnetworkpolicies", "Namespaced"),
     ("policy.networking.k8s.io", "v1alpha2", "ClusterNetworkPolicy", "clusternetworkpolicies", "Cluster"),
     ("containersecurity.tigera.io", "v1beta1", "ContainerAdmissionPolicy", "containeradmissionpolicies", "Cluster"),
 ]

@@ -1,7 +1,7 @@
 """Every kind pyclassify follows, through a real API server: the bundled demo (namespaces, pods, a
 node, a service account, a service, NetworkPolicies, AdminNetworkPolicies and a baseline, a Calico
 tier, GlobalNetworkPolicies, a GlobalNetworkSet, a HostEndpoint) and the kinds it lacks (a Calico
-NetworkPolicy and NetworkSet, an EndpointSlice, a ClusterNetworkPolicy, a Profile) are created one
+NetworkPolicy and NetworkSet, an EndpointSlice, a ClusterNetworkPolicy, a Profile, a staged policy) are created one
 object at a time under a running watch, then deleted. Each time the engine answers exactly as the
 same objects loaded from files and as a fresh list of the cluster, and it was never rebuilt."""
 
@@ -47,6 +47,9 @@ EXTRA: list[dict[str, Any]] = [
                            "protocols": [{"udp": {"destinationPort": {"number": 53}}}]}]}},
     {"apiVersion": "projectcalico.org/v3", "kind": "Profile", "metadata": {"name": "audit"},
      "spec": {"labelsToApply": {"audited": "yes"}}},
+    {"apiVersion": "projectcalico.org/v3", "kind": "StagedNetworkPolicy",
+     "metadata": {"name": "db-metrics", "namespace": "backend"},
+     "spec": {"stagedAction": "Delete"}},
 ]
 
 PORTS = [(6, 80), (6, 8080), (6, 5432), (6, 9090), (6, 9187), (6, 22), (17, 53)]
