@@ -314,7 +314,7 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
     from pyclassify import failsafe
 
     # The failsafe policies are built in, not read: not counted among the manifests' policies.
-    policies = [p for p in project.policy_set.policies if p.kind != failsafe.KIND]
+    policies = [p for p in project.policy_set.policies + project.policy_set.early if p.kind != failsafe.KIND]
     staged = project.policy_set.staged  # validated like their enforced kinds, never in force
     unenforceable = [{"policy": p.ref, "reasons": list(p.unenforceable)} for p in (*policies, *staged)
                      if p.unenforceable]

@@ -55,6 +55,16 @@ class Direction(str, enum.Enum):
     EGRESS = "egress"
 
 
+class Hook(str, enum.Enum):
+    """Where Calico judges host-endpoint traffic (felix's chains), in the order a packet meets
+    them. Workload policy is judged at NORMAL."""
+
+    UNTRACKED = "untracked"  # raw PREROUTING/OUTPUT: doNotTrack policies, before conntrack
+    PRE_DNAT = "pre-dnat"  # mangle PREROUTING: preDNAT policies, inbound, before a DNAT
+    FORWARD = "forward"  # filter FORWARD: applyOnForward policies, traffic the host routes
+    NORMAL = "normal"  # filter INPUT/OUTPUT (to and from the host) and every workload
+
+
 class EndpointKind(str, enum.Enum):
     POD = "pod"
     HOST = "host"  # Calico HostEndpoint
@@ -191,6 +201,12 @@ class Policy:
     staged: str | None = None
 
     @property
+    def hook(self) -> Hook:
+        """The one hook a doNotTrack or preDNAT policy is judged at; NORMAL for the rest (an
+        applyOnForward policy is judged at FORWARD too)."""
+        return Hook.UNTRACKED if self.do_not_track else Hook.PRE_DNAT if self.pre_dnat else Hook.NORMAL
+
+    @property
     def ref(self) -> str:
         """``Kind/namespace/name`` as explain prints it (no namespace part for cluster kinds)."""
         if self.namespace:
@@ -241,13 +257,27 @@ class PolicySet:
     not in force."""
 
     tiers: tuple[Tier, ...]
-    policies: tuple[Policy, ...]  # sorted by tier order, then Policy.sort_key
+    policies: tuple[Policy, ...]  # sorted by tier order, then Policy.sort_key; the NORMAL hook's
     profiles: tuple[Profile, ...] = ()
     staged: tuple[Policy, ...] = ()  # Policy.staged set; never evaluated as enforced
+    #: doNotTrack and preDNAT policies: judged at their own hooks only (``for_hook``), never
+    #: with the policies above
+    early: tuple[Policy, ...] = ()
 
     def all_policies(self) -> tuple[Policy, ...]:
-        """Enforced and staged policies: what a rebuild of this set starts from."""
-        return self.policies + self.staged
+        """Every policy, enforced and staged: what a rebuild of this set starts from."""
+        return self.policies + self.early + self.staged
+
+    def for_hook(self, hook: Hook) -> "PolicySet":
+        """The policies judged at ``hook``, in the same tiers; profiles only at NORMAL (felix
+        applies host profiles in the filter INPUT/OUTPUT chains only)."""
+        if hook is Hook.NORMAL:
+            return self
+        if hook is Hook.FORWARD:
+            chosen = tuple(p for p in self.policies if p.apply_on_forward)
+        else:
+            chosen = tuple(p for p in self.early if p.hook is hook)
+        return PolicySet(self.tiers, chosen)
 
     def staged_view(self) -> "PolicySet | None":
         """The set as it would be with every staged policy enforced, as Calico's staged policies
@@ -257,7 +287,7 @@ class PolicySet:
         if not self.staged:
             return None
         counterparts = {(STAGED_KINDS[p.kind], p.namespace, p.name) for p in self.staged}
-        kept = [p for p in self.policies if (p.kind, p.namespace, p.name) not in counterparts]
+        kept = [p for p in self.policies + self.early if (p.kind, p.namespace, p.name) not in counterparts]
         added = [replace(p, staged=None) for p in self.staged if p.staged != STAGED_DELETE]
         return PolicySet.build(kept + added, list(self.tiers), list(self.profiles))
 
@@ -277,6 +307,7 @@ class PolicySet:
         ordered_tiers = tuple(sorted(by_name.values(), key=tier_key))
         rank = {t.name: i for i, t in enumerate(ordered_tiers)}
         ordered = sorted(policies, key=lambda p: p.sort_key(rank[p.tier]))
-        enforced = tuple(p for p in ordered if p.staged is None)
+        normal = tuple(p for p in ordered if p.staged is None and p.hook is Hook.NORMAL)
+        early = tuple(p for p in ordered if p.staged is None and p.hook is not Hook.NORMAL)
         staged = tuple(p for p in ordered if p.staged is not None)
-        return PolicySet(ordered_tiers, enforced, tuple(profiles), staged)
+        return PolicySet(ordered_tiers, normal, tuple(profiles), staged, early)

@@ -30,7 +30,7 @@ from typing import Any
 from pyclassify import kinds
 from pyclassify.engine import EngineState, NativeEngine, endpoint_key, policy_key
 from pyclassify.inventory import Endpoint
-from pyclassify.ir import STAGED_KINDS, EndpointKind, Policy, PolicySet
+from pyclassify.ir import STAGED_KINDS, EndpointKind, Hook, Policy, PolicySet
 from pyclassify.kinds.inventory import InventoryBuilder, selected_pod_ips
 from pyclassify.project import Project
 from pyclassify.flow import namespace_labels, service_account_labels
@@ -67,7 +67,9 @@ class LiveProject:
 
     def _index(self, project: Project) -> None:
         self.policies: dict[tuple, Policy] = {policy_key(p): p for p in project.policy_set.policies}
-        self.staged = list(project.policy_set.staged)  # not in the engine: a change reloads
+        # Not in the engine (a change to either reloads): staged policies, and doNotTrack and
+        # preDNAT policies (judged by engines of their own hooks).
+        self.staged = list(project.policy_set.staged) + list(project.policy_set.early)
         self.tiers = list(project.policy_set.tiers)
         self.profiles = list(project.policy_set.profiles)
         self.inventory = project.inventory
@@ -319,6 +321,9 @@ class LiveProject:
     def _policy(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
         old = self._normalize_policies(before) if before is not None else []
         new = self._normalize_policies(after) if after is not None else []
+        if any(p.hook is not Hook.NORMAL for p in old + new):
+            raise UnsupportedChange("doNotTrack and preDNAT policy changes are not applied one at a time: "
+                                    "reload the project")
         new_keys = {policy_key(p) for p in new}
         for p in old:
             key = policy_key(p)

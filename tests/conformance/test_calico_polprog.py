@@ -28,6 +28,7 @@ from pyclassify.ir import (
     Direction,
     EndpointKind,
     EntityMatch,
+    Hook,
     IcmpMatch,
     NamedPort,
     Policy,
@@ -39,18 +40,16 @@ from pyclassify.ir import (
     Subject,
     Tier,
 )
+from pyclassify.hostpath import HookSets, host_path
 from pyclassify.reference import Flow, FlowEnd
 from pyclassify.selector import Selector
 
 CASES_FILE = Path(__file__).resolve().parents[2] / ".." / "shared" / "cases" / "calico_polprog.json"
 
-# Cases the IR cannot represent yet, in one place. Host-endpoint programs (pre-DNAT, forward and
-# normal host tiers, host profiles, "from/to host" packet flags) and XDP (untracked, NoMatch) are
-# program stages of felix with no IR equivalent yet; they belong to the host-endpoint work.
-SKIPPED_TABLES = {
-    "hostPolProgramTests": "host-endpoint program stages (pre-DNAT/forward/normal host tiers) are not in the IR yet",
-    "xdpPolProgramTests": "XDP untracked programs (NoMatch verdict) are not in the IR yet",
-}
+# Host-endpoint programs (pre-DNAT, forward and normal host tiers, host profiles, "from/to host"
+# packet flags) and XDP programs (untracked host policy, NoMatch) are judged hook by hook
+# (pyclassify.hostpath), each program stage's tiers the policy set of its hook.
+SKIPPED_TABLES: dict[str, str] = {}
 
 _ACTIONS = {"allow": Action.ALLOW, "deny": Action.DENY, "pass": Action.PASS, "next-tier": Action.PASS,
             "log": Action.LOG}
@@ -75,13 +74,13 @@ def _cases() -> list[dict]:
 
 
 def _skip_reason(case: dict) -> str | None:
-    if case["table"] in SKIPPED_TABLES:
-        return SKIPPED_TABLES[case["table"]]
+    return SKIPPED_TABLES.get(case["table"])
+
+
+def _is_host_program(case: dict) -> bool:
     pol = case["policy"]
-    if pol["ForXDP"] or pol["ForHostInterface"] or any(pol[k] for k in (
-            "HostPreDnatTiers", "HostForwardTiers", "HostNormalTiers", "HostProfiles")):
-        return "host-endpoint program stages are not in the IR yet"
-    return None
+    return bool(pol["ForXDP"] or pol["ForHostInterface"] or any(pol[k] for k in (
+        "HostPreDnatTiers", "HostForwardTiers", "HostNormalTiers", "HostProfiles")))
 
 
 # --- the adapter: felix rules -> IR -----------------------------------------------------------
@@ -215,23 +214,93 @@ def _rules(rules: list[dict], sets: _IpSets, family: int) -> tuple[Rule, ...]:
     return tuple(r for r in out if r is not None)
 
 
-def policy_set_of(case: dict) -> tuple[PolicySet, _IpSets, tuple[str, ...]]:
-    family = 6 if case["for_ipv6"] else 4
-    sets = _IpSets(case["ip_sets"], family)
+def _tiers(given: list[dict], prefix: str, subject: Subject, sets: _IpSets, family: int) -> tuple[list, list]:
+    """A program stage's tiers as IR tiers (named ``prefix`` + position + name) and policies."""
     tiers, policies = [], []
-    for i, t in enumerate(case["policy"]["Tiers"]):
-        tier_name = f"t{i}-{t['Name']}"
+    for i, t in enumerate(given):
+        tier_name = f"{prefix}t{i}-{t['Name']}"
         end = Action.PASS if t["EndAction"].lower() in ("pass", "next-tier") else Action.DENY
         tiers.append(Tier(tier_name, float(i), end))
         # The program holds every tier given to it, with its end action even when no policy is
         # in it; in the IR a tier takes part when a policy applies, so give it an empty one.
         for j, p in enumerate(t["Policies"] or [{"Name": "(empty tier)", "Rules": []}]):
             policies.append(Policy("GlobalNetworkPolicy", None, f"{j}-{p['Name']}", tier_name, float(j),
-                                   _SUBJECT, frozenset({Direction.INGRESS}),
+                                   subject, frozenset({Direction.INGRESS}),
                                    ingress=_rules(p.get("Rules") or [], sets, family)))
-    profiles = [Profile(f"p{i}-{p['Name']}", ingress=_rules(p.get("Rules") or [], sets, family))
-                for i, p in enumerate(case["policy"]["Profiles"])]
+    return tiers, policies
+
+
+def _profiles(given: list[dict], prefix: str, sets: _IpSets, family: int) -> list[Profile]:
+    return [Profile(f"{prefix}p{i}-{p['Name']}", ingress=_rules(p.get("Rules") or [], sets, family))
+            for i, p in enumerate(given)]
+
+
+def policy_set_of(case: dict) -> tuple[PolicySet, _IpSets, tuple[str, ...]]:
+    family = 6 if case["for_ipv6"] else 4
+    sets = _IpSets(case["ip_sets"], family)
+    tiers, policies = _tiers(case["policy"]["Tiers"], "", _SUBJECT, sets, family)
+    profiles = _profiles(case["policy"]["Profiles"], "", sets, family)
     return PolicySet.build(policies, tiers, profiles), sets, tuple(p.name for p in profiles)
+
+
+_HOST_LABELS = {"polprog": "host"}
+_HOST_SUBJECT = Subject(Selector("polprog == 'host'"), frozenset({EndpointKind.HOST}))
+
+
+def host_program_of(case: dict) -> tuple[HookSets, _IpSets, tuple[str, ...], tuple[str, ...]]:
+    """A host-endpoint (or XDP) program: each stage's tiers the policy set of its hook
+    (XDP's HostNormalTiers are untracked policy); the workload's tiers and the host's normal
+    tiers share the normal hook, apart by subject (the host endpoint H, the workload W)."""
+    family = 6 if case["for_ipv6"] else 4
+    sets = _IpSets(case["ip_sets"], family)
+    pol = case["policy"]
+    normal_tiers, normal_policies = _tiers(pol["Tiers"], "workload/", _SUBJECT, sets, family)
+    host_tiers, host_policies = _tiers(pol["HostNormalTiers"], "host/", _HOST_SUBJECT, sets, family)
+    hooks = {}
+    if pol["ForXDP"]:
+        hooks[Hook.UNTRACKED] = PolicySet.build(host_policies, host_tiers)
+        host_tiers, host_policies = [], []
+    else:
+        hooks[Hook.UNTRACKED] = PolicySet.build([])
+    for hook, key in ((Hook.PRE_DNAT, "HostPreDnatTiers"), (Hook.FORWARD, "HostForwardTiers")):
+        hooks[hook] = PolicySet.build(*reversed(_tiers(pol[key], f"{hook.value}/", _HOST_SUBJECT, sets, family)))
+    profiles = _profiles(pol["Profiles"], "workload/", sets, family)
+    host_profiles = _profiles(pol["HostProfiles"], "host/", sets, family)
+    hooks[Hook.NORMAL] = PolicySet.build(normal_policies + host_policies, normal_tiers + host_tiers,
+                                         profiles + host_profiles)
+    return HookSets(sets=hooks), sets, tuple(p.name for p in profiles), tuple(p.name for p in host_profiles)
+
+
+def host_program_verdict(case: dict, pkt: dict, evaluate) -> str:
+    """The program's verdict on one packet: felix's stages as ``pyclassify.hostpath`` composes
+    them, the host endpoint H the subject of every host stage (the program's tiers are already
+    those of its interface and direction, so the packet is judged as ingress throughout)."""
+    hooks, sets, profiles, host_profiles = host_program_of(case)
+    pol = case["policy"]
+    src_ip, dst_ip = ipaddress.ip_address(pkt["src"]), ipaddress.ip_address(pkt["dst"])
+    pre_ip = ipaddress.ip_address(pkt.get("pre_nat_dst", pkt["dst"]))
+    pre_port = pkt.get("pre_nat_dport", pkt["dport"]) if pkt["proto"] != PROTO_ICMP else 0
+    peer = Endpoint(EndpointKind.POD, "peer", "polprog", {}, (src_ip,), sets.ports_at(src_ip))
+    host = Endpoint(EndpointKind.HOST, "H", None, _HOST_LABELS, (dst_ip,), sets.ports_at(dst_ip),
+                    profiles=host_profiles)
+    workload = Endpoint(EndpointKind.POD, "W", "polprog", _SUBJECT_LABELS, (dst_ip,), sets.ports_at(dst_ip),
+                        profiles=profiles)
+
+    def flow(dst: Endpoint, ip, port) -> Flow:
+        return Flow(FlowEnd(peer, src_ip), FlowEnd(dst, ip), pkt["proto"], pkt["sport"], port,
+                    pkt.get("icmp_type"), pkt.get("icmp_code"))
+
+    def workload_stage():
+        d = evaluate(hooks.sets[Hook.NORMAL], Inventory(), flow(workload, dst_ip, pkt["dport"]),
+                     default_pod="deny").ingress
+        return (d.verdict if d is not None else "deny"), d  # felix's implicit Deny
+
+    path = host_path(evaluate, hooks, Inventory(), pre=flow(host, pre_ip, pre_port),
+                     post=flow(host, dst_ip, pkt["dport"]), side=Direction.INGRESS,
+                     host_traffic=bool(pkt.get("from_host") or pkt.get("to_host")),
+                     suppress_normal=pol["SuppressNormalHostPolicy"], untracked_only=pol["ForXDP"],
+                     then=None if pol["ForHostInterface"] else workload_stage)
+    return path.verdict
 
 
 def program_verdict(pset: PolicySet, sets: _IpSets, profiles: tuple[str, ...], pkt: dict, evaluate) -> str:
@@ -263,14 +332,25 @@ def _params():
 def test_polprog_case(case, evaluate):
     if case is None:
         _load()  # skips with the reason
-    pset, sets, profiles = policy_set_of(case)
+    if _is_host_program(case):
+        verdict = lambda pkt: host_program_verdict(case, pkt, evaluate)  # noqa: E731
+    else:
+        pset, sets, profiles = policy_set_of(case)
+        verdict = lambda pkt: program_verdict(pset, sets, profiles, pkt, evaluate)  # noqa: E731
     wrong = []
-    for expected, key in (("allow", "allowed_packets"), ("deny", "dropped_packets")):
-        for pkt in case[key]:
-            got = program_verdict(pset, sets, profiles, pkt, evaluate)
+    for expected, key in (("allow", "allowed_packets"), ("deny", "dropped_packets"), ("unmatched", "unmatched_packets")):
+        for pkt in case.get(key) or []:
+            got = verdict(pkt)
             if got != expected:
                 wrong.append((pkt, expected, got))
     assert not wrong, f"{case['name']}: {wrong}"
+
+
+def test_host_and_xdp_programs_are_all_run():
+    data = _load()
+    host = [c for c in data["cases"] if c["table"] in ("hostPolProgramTests", "xdpPolProgramTests")]
+    assert len(host) == data["counts"]["hostPolProgramTests"] + data["counts"]["xdpPolProgramTests"] == 12
+    assert all(_is_host_program(c) and _skip_reason(c) is None for c in host)
 
 
 def test_workload_cases_are_all_run():
