@@ -255,7 +255,11 @@ class _Context:
             return False  # DNS-learned addresses are not known here: never widen (fail closed)
         if m.service is not None and not self.service_matches(m, end, source):
             return False
-        if _needs_labels(m) and not any(self.labelled_matches(m, c, subject) for c in self.candidates(m, end)):
+        if _needs_labels(m) and not any(self.labelled_matches(m, c, subject)
+                                        for c in self.candidates(m, end, m.selector is not None)):
+            return False
+        if m.not_selector is not None and any(m.not_selector.matches(c.labels)
+                                              for c in self.candidates(m, end, True)):
             return False
         return self.ports_match(m, source)
 
@@ -271,9 +275,14 @@ class _Context:
             return False
         return True
 
-    def candidates(self, m: EntityMatch, end: FlowEnd) -> list["_Labelled"]:
-        """What label-based fields can see at this end: the endpoint itself, and the network
-        sets containing the address (for Calico selectors)."""
+    def candidates(self, m: EntityMatch, end: FlowEnd, network_sets: bool) -> list["_Labelled"]:
+        """What label-based fields can see at this end: the endpoint itself, and (when
+        ``network_sets``) the network sets containing the address, of any namespace; both only
+        if ``m.endpoint_kinds`` admits their kind.
+
+        The positive fields see network sets through a ``selector`` only; a ``notSelector``
+        always does, as felix renders it: "address not in the IP set of everything the
+        notSelector matches" (workload and host endpoints, and network sets)."""
         out: list[_Labelled] = []
         ep = end.endpoint
         kinds = m.endpoint_kinds
@@ -282,7 +291,7 @@ class _Context:
             if kinds is None or ep.kind in kinds:
                 out.append(_Labelled(ep.namespace, self.endpoint_labels(ep), ep))
         ip = end.address
-        if ip is not None and (kinds is None or EndpointKind.NETWORK_SET in kinds) and m.selector is not None:
+        if ip is not None and (kinds is None or EndpointKind.NETWORK_SET in kinds) and network_sets:
             for ns in self.inventory.network_sets:
                 if any(_contains(n, ip) for n in ns.nets):
                     out.append(_Labelled(ns.namespace, dict(ns.labels), None))
@@ -290,8 +299,6 @@ class _Context:
 
     def labelled_matches(self, m: EntityMatch, c: "_Labelled", subject: Endpoint) -> bool:
         if m.selector is not None and not m.selector.matches(c.labels):
-            return False
-        if m.not_selector is not None and m.not_selector.matches(c.labels):
             return False
         if m.namespace is not None and c.namespace != m.namespace:
             return False
@@ -373,9 +380,11 @@ class _Labelled:
 
 
 def _needs_labels(m: EntityMatch) -> bool:
+    """Whether the entity has a positive label condition: some identity at the address must
+    satisfy it. ``not_selector`` is not one (an address nothing owns passes it: felix's
+    "not in the IP set"); a namespaced Calico policy's scoping of it is the ``namespace``."""
     return (
         m.selector is not None
-        or m.not_selector is not None
         or m.endpoint_kinds is not None
         or m.namespace is not None
         or m.namespace_selector is not None

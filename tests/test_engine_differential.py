@@ -36,7 +36,8 @@ from pyclassify.selector import Selector
 
 NAMESPACES = ["a", "b", "c"]
 ADDRS = [f"10.0.0.{i}" for i in range(1, 9)] + ["fd00::1", "fd00::2", "192.168.9.9"]
-NETS = ["10.0.0.0/29", "10.0.0.4/30", "10.0.0.0/8", "0.0.0.0/0", "fd00::/64", "::/0", "10.0.0.1/32"]
+NETS = ["10.0.0.0/29", "10.0.0.4/30", "10.0.0.0/8", "0.0.0.0/0", "fd00::/64", "::/0", "10.0.0.1/32",
+        "203.0.113.0/24"]  # holds an outside address of flow_st
 SELECTORS = ["all()", "app == 'x'", "app in {'x','y'}", "has(tier)", "!has(app)", "tier != 'db'", "role == 'lb'"]
 NS_SELECTORS = ["all()", "team == 'red'", "has(team)", "global()", "kubernetes.io/metadata.name == 'a'"]
 PORT_NAMES = ["http", "dns", "metrics"]
@@ -61,6 +62,10 @@ def port_match_st(draw):
 
 @st.composite
 def entity_st(draw):
+    if draw(st.integers(0, 9)) == 0:
+        # Calico's notSelector-only peer (namespaced policy: scoped to its namespace), which
+        # matches addresses nothing owns and excludes network sets' addresses it matches.
+        return EntityMatch(not_selector=draw(selector_st), namespace=draw(st.sampled_from([None, None, *NAMESPACES])))
     fields = draw(st.sets(st.sampled_from([
         "nets", "not_nets", "selector", "not_selector", "kinds", "namespace", "namespace_selector",
         "relation", "same_labels", "not_same_labels", "sa_names", "sa_selector", "service", "node",
@@ -216,6 +221,36 @@ def test_native_engine_equals_reference(data):
         want = evaluate(policy_set, inventory, flow, **defaults)
         got = engine.evaluate(flow, **defaults)
         assert got.to_json() == want.to_json(), flow
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_not_selector_peers_equal_reference(data):
+    """Calico notSelector-only peers, first in force: outside addresses, network sets (global
+    and namespaced) and endpoints of every kind on both sides."""
+    policy_set, inventory = data.draw(world_st())
+    inventory.network_sets.append(NetworkSet("outside", data.draw(st.sampled_from([None, "a"])),
+                                             data.draw(labels_st), (ipaddress.ip_network("203.0.113.0/24"),)))
+
+    def peer():
+        return EntityMatch(not_selector=data.draw(selector_st),
+                           namespace=data.draw(st.sampled_from([None, None, *NAMESPACES])),
+                           endpoint_kinds=data.draw(st.sampled_from([None, None, None, frozenset({EndpointKind.POD}),
+                                                                     frozenset(EndpointKind)])))
+
+    rules = tuple(Rule(action=data.draw(st.sampled_from([Action.ALLOW, Action.DENY])), index=i,
+                       sources=(peer(),) if i % 2 == 0 else (),
+                       destinations=(peer(),) if i % 2 else ())
+                  for i in range(data.draw(st.integers(1, 3))))
+    first = Policy(kind="GlobalNetworkPolicy", namespace=None, name="notsel", tier="kube-admin", order=0.0,
+                   subject=Subject(selector=Selector.all()), types=frozenset(Direction),
+                   ingress=rules, egress=rules)
+    policy_set = PolicySet.build([first, *policy_set.policies], list(policy_set.tiers), list(policy_set.profiles))
+    engine = NativeEngine(policy_set, inventory)
+    for _ in range(20):
+        flow = data.draw(flow_st(inventory))
+        want = evaluate(policy_set, inventory, flow)
+        assert engine.evaluate(flow).to_json() == want.to_json(), flow
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

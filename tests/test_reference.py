@@ -30,6 +30,7 @@ from pyclassify.ir import (
 )
 from pyclassify.reference import Flow, FlowEnd, evaluate
 from pyclassify.selector import Selector
+from tests.evaluators import EVALUATORS
 
 IP = ipaddress.ip_address
 NET = ipaddress.ip_network
@@ -144,6 +145,36 @@ def test_not_selector(inv):
     p = policy("p", ingress=[r])
     assert ev(inv, [p], flow(inv, "a/web", "a/db")).allowed
     assert not ev(inv, [p], flow(inv, "b/cli", "a/db")).allowed
+
+
+@pytest.mark.parametrize("evaluator", sorted(EVALUATORS))
+@pytest.mark.parametrize("namespace,src,allowed", [
+    # GlobalNetworkPolicy: only what the notSelector matches is out (felix: "not in its IP set")
+    (None, "8.8.8.8", True),  # outside: no identity there to match it
+    (None, "a/web", True),
+    (None, "b/cli", False),  # a pod it matches
+    (None, "8.8.4.4", False),  # in a GlobalNetworkSet it matches
+    (None, "8.8.5.5", False),  # in a NetworkSet it matches (another namespace: not scoped)
+    (None, "8.8.6.6", True),  # in a network set it does not match
+    (None, "c/hostnet", True),  # a host-network pod is in no selector's IP set
+    # namespaced NetworkPolicy: the scoping (namespace) is the positive part
+    ("a", "8.8.8.8", False),
+    ("a", "a/web", True),
+    ("a", "c/other", False),
+])
+def test_not_selector_only_excludes_what_it_matches(inv, evaluator, namespace, src, allowed):
+    inv.network_sets += [
+        NetworkSet("bad", None, {"app": "cli"}, (NET("8.8.4.0/24"),)),
+        NetworkSet("bad-c", "c", {"app": "cli"}, (NET("8.8.5.0/24"),)),
+        NetworkSet("ok", None, {"app": "ok"}, (NET("8.8.6.0/24"),)),
+    ]
+    inv.endpoints[4] = pod("hostnet", "c", {"app": "cli"}, ip="192.168.0.1", host_network=True)
+    r = allow(sources=(EntityMatch(not_selector=Selector("app == 'cli'"), namespace=namespace),))
+    p = policy("p", ingress=[r])
+    ps = PolicySet.build([p])
+    v = EVALUATORS[evaluator](ps, inv, flow(inv, src, "a/db"))
+    assert v.allowed is allowed
+    assert (v.ingress.reason == "rule") is allowed
 
 
 @pytest.mark.parametrize("rel,src,allowed", [

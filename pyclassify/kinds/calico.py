@@ -10,6 +10,10 @@ Semantics that matter for evaluation, as felix implements them:
 * A rule's entity selectors in a namespaced NetworkPolicy are scoped to the policy's namespace
   as soon as any of selector, notSelector or serviceAccounts is used, unless the rule has a
   namespaceSelector (``all()``: every namespaced entity; ``global()``: only non-namespaced ones).
+* ``notSelector`` is not scoped and not part of that positive condition: felix renders it as
+  "address not in the IP set of everything it matches" (pods, host endpoints, network sets of
+  any namespace). So in a GlobalNetworkPolicy a notSelector-only entity matches outside
+  addresses; in a namespaced one the namespace scoping still asks for something of its namespace.
 * A rule's nets fix its IP family: felix does not render a rule for the other family at all,
   so ``notNets: [10.0.0.0/8]`` never matches IPv6 traffic.
 * ``domains`` and ``http`` cannot be enforced by a packet classifier yet: the policy is marked

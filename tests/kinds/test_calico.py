@@ -35,6 +35,7 @@ from pyclassify.kinds import policy_normalizer
 from pyclassify.loader import load_text
 from pyclassify.reference import Flow, FlowEnd, evaluate
 from pyclassify.source import Problems
+from tests.evaluators import EVALUATORS
 
 CASES = Path(__file__).resolve().parents[2] / ".." / "shared" / "cases"
 
@@ -548,16 +549,49 @@ def test_global_policy_rule_selector_sees_every_namespace():
     assert allowed(objs, inv, "192.0.2.7", target)
 
 
-def test_not_selector():
+@pytest.mark.parametrize("evaluator", sorted(EVALUATORS))
+def test_not_selector(evaluator):
     objs = ok(np_("ingress: [{action: Allow, source: {notSelector: app == 'a'}}]"))
     m = objs[0].ingress[0].sources[0]
     assert m.not_selector.canonical == 'app == "a"' and m.selector is None and m.namespace == "prod"
     inv, prod_a, dev_a, target = scope_inventory()
     other = pod("o", "prod", "10.0.0.5", {"app": "o"})
     inv.endpoints.append(other)
-    assert allowed(objs, inv, other, target)
-    assert not allowed(objs, inv, prod_a, target)
-    assert not allowed(objs, inv, pod("o2", "dev", "10.0.1.5"), target)  # scoped to prod
+
+    def allows(src) -> bool:  # the target's ingress side (a host endpoint's egress defaults to deny)
+        decision = EVALUATORS[evaluator](policy_set(objs), inv, flow(src, target)).ingress
+        return decision.verdict == "allow"
+
+    assert allows(other)
+    assert not allows(prod_a)
+    assert not allows(pod("o2", "dev", "10.0.1.5"))  # scoped to prod
+    # The scoping is the positive part: an outside address is nothing of prod's.
+    assert not allows("8.8.8.8")
+    assert not allows("198.51.100.7")  # prod's NetworkSet, matched by the notSelector
+
+
+@pytest.mark.parametrize("evaluator", sorted(EVALUATORS))
+def test_global_policy_not_selector_only_matches_outside_addresses(evaluator):
+    """felix renders a notSelector as "source not in the IP set of what it matches" (pods,
+    host endpoints, network sets), unscoped: an outside address is in no such set."""
+    objs = ok(gnp("selector: app == 't'\ningress: [{action: Allow, source: {notSelector: app == 'a'}}]"))
+    m = objs[0].ingress[0].sources[0]
+    assert m.not_selector is not None and m.selector is None and m.namespace is None
+    inv, prod_a, dev_a, target = scope_inventory()
+    inv.network_sets.append(NetworkSet("other", None, {"app": "b"}, (ipaddress.ip_network("203.0.113.0/24"),)))
+    inv.endpoints.append(host("h", "192.168.5.5", {"app": "a"}))
+
+    def allows(src) -> bool:  # the target's ingress side (a host endpoint's egress defaults to deny)
+        decision = EVALUATORS[evaluator](policy_set(objs), inv, flow(src, target)).ingress
+        return decision.verdict == "allow"
+
+    assert allows("8.8.8.8")  # outside: allowed
+    assert allows("203.0.113.7")  # in a network set it does not match
+    assert allows(pod("o", "dev", "10.0.1.5", {"app": "o"}))
+    assert not allows(prod_a) and not allows(dev_a)  # pods it matches, in any namespace
+    assert not allows("192.0.2.7")  # in a GlobalNetworkSet it matches
+    assert not allows("198.51.100.7")  # in a (namespaced) NetworkSet it matches
+    assert not allows("192.168.5.5")  # a host endpoint it matches
 
 
 def test_nets_only_entity_is_not_namespace_scoped():

@@ -399,3 +399,92 @@ fn snapshots_are_immutable_and_share_what_did_not_change() {
     let (chunks, shards) = after.shared_with(&before);
     assert!(chunks >= 3 && shards >= 60, "a one-object change copied too much: {chunks} chunks, {shards} shards shared");
 }
+
+/// A Calico `notSelector`-only peer, as felix renders it: "address not in the IP set of what the
+/// notSelector matches". An address nothing owns matches (today's outside world); a pod it
+/// matches, and any address in a network set it matches (global or namespaced), does not; with
+/// the namespace scoping of a namespaced NetworkPolicy (`namespace`) the address must be
+/// something of that namespace. The identity engine (walk, header path, memo, listing) and the
+/// oracle agree.
+#[test]
+fn not_selector_only_peer_matches_what_it_does_not_exclude() {
+    use pyclassify_core::engine::{Addr, Direction, Flow};
+
+    let entity = |namespace: Option<&str>| {
+        json!({
+            "nets": [], "not_nets": [], "selector": null, "not_selector": "app == 'x'", "endpoint_kinds": null,
+            "namespace": namespace, "namespace_selector": null, "namespace_relation": null, "same_labels": [],
+            "not_same_labels": [], "service_account_names": null, "service_account_selector": null,
+            "service": null, "node_selector": null, "has_domains": false, "ports": [], "not_ports": [],
+            "unresolvable": false
+        })
+    };
+    let pod = |ns: &str, app: &str, ip: &str| {
+        json!({"kind": "pod", "namespace": ns, "raw_labels": {"app": app}, "sa_labels": {}, "service_account": null,
+               "ips": [ip], "ports": [], "host_network": false, "profiles": []})
+    };
+    for (namespace, outside_allowed) in [(None, true), (Some("a"), false)] {
+        let spec = json!({
+            "namespaces": {"a": {"kubernetes.io/metadata.name": "a"}, "b": {"kubernetes.io/metadata.name": "b"}},
+            "endpoints": [pod("a", "t", "10.0.0.9"), pod("a", "x", "10.0.0.1"), pod("a", "o", "10.0.0.2"), pod("b", "o", "10.0.1.2")],
+            "network_sets": [
+                {"namespace": null, "labels": {"app": "x"}, "nets": ["192.0.2.0/24"]},
+                {"namespace": "a", "labels": {"app": "x"}, "nets": ["198.51.100.0/24"]},
+                {"namespace": null, "labels": {"app": "y"}, "nets": ["203.0.113.0/24"]},
+            ],
+            "nodes": [], "services": [],
+            "tiers": [{"name": "default", "default_action": "Deny"}],
+            "policies": [{
+                "tier": "default", "types": ["ingress"],
+                "subject": {"selector": "app == 't'", "endpoint_kinds": ["pod"], "namespace": null,
+                            "namespace_selector": null, "service_account_selector": null},
+                "ingress": [{"action": "Allow", "ip_version": null, "protocols": null, "not_protocols": [], "icmp": null,
+                             "not_icmp": null, "sources": [entity(namespace)], "destinations": []}],
+                "egress": [],
+            }],
+            "profiles": [],
+        });
+        let world = World::from(spec);
+        let oracle = Oracle::build(&world.spec()).expect("oracle builds");
+        let mut model = Model::new();
+        model.apply(world.full_delta()).expect("model builds");
+        let snap = model.snapshot();
+        let target = Addr::parse("10.0.0.9").expect("addr");
+        let cases = [
+            ("8.8.8.8", outside_allowed),      // outside: nothing excludes it
+            ("203.0.113.5", outside_allowed),  // in a network set the notSelector does not match
+            ("10.0.0.1", false),               // a pod it matches
+            ("10.0.0.2", true),                // a pod of the namespace it does not match
+            ("10.0.1.2", namespace.is_none()), // another namespace's pod
+            ("192.0.2.7", false),              // in a matching GlobalNetworkSet
+            ("198.51.100.7", false),           // in a matching NetworkSet
+        ];
+        let listing = snap.listing(0, Direction::Ingress, false).expect("listing");
+        for (src, want) in cases {
+            let a = Addr::parse(src).expect("addr");
+            let flow = Flow {
+                src: FlowEnd { addr: Some(a), endpoint: None },
+                dst: FlowEnd { addr: Some(target), endpoint: None },
+                protocol: 6,
+                sport: Some(40000),
+                dport: Some(80),
+                icmp_type: None,
+                icmp_code: None,
+            };
+            for d in DEFAULTS {
+                let got = snap.evaluate(&flow, d).expect("flow");
+                let ingress = got.ingress.as_ref().expect("the policy applies to the target");
+                assert_eq!((ingress.allow, ingress.rule.is_some()), (want, want), "{src} (namespace {namespace:?})");
+                assert_eq!(got, oracle.evaluate(&flow, d).expect("flow"), "engine vs oracle: {src}");
+                let h = flow_header(&flow);
+                assert_eq!(snap.header_verdict(&h, d), Some(got.clone()), "header path: {src}");
+                let rec = PacketVerdict::judged(&got);
+                assert_eq!(snap.packet_verdict(&h, d), rec, "memo (miss): {src}");
+                assert_eq!(snap.packet_verdict(&h, d), rec, "memo (hit): {src}");
+            }
+            // The rendered Allow tuples cover exactly the sources the rule matches.
+            let listed = listing[0].entries.iter().any(|(r, exact)| *exact && r.src.contains(a.bits) && r.dst.contains(target.bits));
+            assert_eq!(listed, want, "listing: {src} (namespace {namespace:?})");
+        }
+    }
+}

@@ -12,9 +12,11 @@
 //! - its namespace's labels, inherited under `ns:` as the label index's parent.
 //!
 //! `@`, and `:` in a key, cannot occur in a Kubernetes label key, so these never collide with a
-//! label a user wrote. Every label condition of a rule peer or a policy subject (selector,
-//! `notSelector`, namespace, namespace selector, service accounts, endpoint kinds) becomes one
-//! composite selector over these labels, so one index answers all of them.
+//! label a user wrote. Every positive label condition of a rule peer or a policy subject
+//! (selector, namespace, namespace selector, service accounts, endpoint kinds) becomes one
+//! composite selector over these labels, so one index answers all of them. A peer's
+//! `notSelector` is a second selector of its own (see [`not_selector`]): felix renders it as
+//! "address not in the IP set of what it matches", which an address no endpoint owns passes.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -139,10 +141,10 @@ pub fn subject_selector(s: &SubjectSpec, context: &str) -> Result<Selector, Engi
     Ok(Selector::from_node(and(terms)))
 }
 
-/// Whether a rule peer has any label condition (else it matches any address).
+/// Whether a rule peer has a positive label condition (else it matches any address as far as
+/// labels go; its `notSelector`, if any, only excludes).
 pub fn needs_labels(e: &EntitySpec) -> bool {
     e.selector.is_some()
-        || e.not_selector.is_some()
         || e.endpoint_kinds.is_some()
         || e.namespace.is_some()
         || e.namespace_selector.is_some()
@@ -163,14 +165,45 @@ pub fn netsets_allowed(e: &EntitySpec) -> bool {
     e.selector.is_some() && e.endpoint_kinds.as_ref().is_none_or(|ks| ks.iter().any(|k| k == "networkset"))
 }
 
-/// The composite selector of a rule peer's label conditions, without the relative part.
+/// The kinds a peer's `endpoint_kinds` names (None: `default`), as `@kind` values.
+fn entity_kinds<'a>(
+    e: &EntitySpec,
+    default: &[&'a str],
+    context: &str,
+) -> Result<BTreeSet<&'a str>, EngineError> {
+    let mut kinds = BTreeSet::new();
+    match &e.endpoint_kinds {
+        None => kinds.extend(default.iter().copied()),
+        Some(ks) => {
+            for k in ks {
+                match k.as_str() {
+                    "pod" => kinds.insert(KIND_POD),
+                    "host" => kinds.insert(KIND_HOST),
+                    "networkset" => kinds.insert(KIND_NETWORKSET),
+                    other => return Err(EngineError::Spec(format!("{context}: unknown endpoint kind {other:?}"))),
+                };
+            }
+        }
+    }
+    Ok(kinds)
+}
+
+/// The selector of a rule peer's `notSelector`: what it excludes. An address is excluded when
+/// its endpoint or any network set containing it (of any namespace: felix does not scope a
+/// `notSelector`) is in this selector's set; kinds as the peer's `endpoint_kinds` allow, pods
+/// (not host-network ones), host endpoints and network sets when it names none.
+pub fn not_selector(e: &EntitySpec, context: &str) -> Result<Option<Selector>, EngineError> {
+    let Some(text) = &e.not_selector else { return Ok(None) };
+    let kinds = entity_kinds(e, &[KIND_POD, KIND_HOST, KIND_NETWORKSET], context)?;
+    Ok(Some(Selector::from_node(and(vec![parse(text, context)?.into_node(), kinds_node(&kinds)]))))
+}
+
+/// The composite selector of a rule peer's positive label conditions (all but `notSelector`),
+/// without the relative part.
 pub fn entity_selector(e: &EntitySpec, context: &str) -> Result<Selector, EngineError> {
     let mut terms = Vec::new();
     if let Some(text) = &e.selector {
         terms.push(parse(text, context)?.into_node());
-    }
-    if let Some(text) = &e.not_selector {
-        terms.push(Node::Not(Box::new(parse(text, context)?.into_node())));
     }
     if let Some(ns) = &e.namespace {
         terms.push(Node::Eq(NS.into(), ns.clone()));
@@ -193,25 +226,11 @@ pub fn entity_selector(e: &EntitySpec, context: &str) -> Result<Selector, Engine
         terms.push(Node::Ne(KIND.into(), KIND_NETWORKSET.into()));
         terms.push(parse(text, context)?.with_key_prefix(SA_PREFIX).into_node());
     }
-    let mut kinds = BTreeSet::new();
-    match &e.endpoint_kinds {
-        None => {
-            kinds.insert(KIND_POD);
-            kinds.insert(KIND_HOST);
-        }
-        Some(ks) => {
-            for k in ks {
-                match k.as_str() {
-                    "pod" => kinds.insert(KIND_POD),
-                    "host" => kinds.insert(KIND_HOST),
-                    "networkset" => false,
-                    other => return Err(EngineError::Spec(format!("{context}: unknown endpoint kind {other:?}"))),
-                };
-            }
-        }
-    }
+    let mut kinds = entity_kinds(e, &[KIND_POD, KIND_HOST], context)?;
     if netsets_allowed(e) {
         kinds.insert(KIND_NETWORKSET);
+    } else {
+        kinds.remove(KIND_NETWORKSET);
     }
     terms.push(kinds_node(&kinds));
     Ok(Selector::from_node(and(terms)))

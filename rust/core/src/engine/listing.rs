@@ -1,8 +1,8 @@
 //! A local endpoint's rules as first-match tables of 6-tuples (`pyclassify render`): the
 //! program of one direction and address family with every selector expanded to the prefixes it
 //! covers today (the /32s or /128s of the endpoints whose identity it matches, the networks of
-//! the network sets it matches), `nets` intersected, `not_nets` subtracted, ports as ranges per
-//! protocol and named ports resolved per endpoint.
+//! the network sets it matches), `nets` intersected, `not_nets` and what a `notSelector` matches
+//! subtracted, ports as ranges per protocol and named ports resolved per endpoint.
 //!
 //! What a tuple cannot say exactly (services, `not_icmp`, `not_protocols` without a protocol
 //! list, Pass through an unresolvable peer, named ports among `not_ports` of a peer) is listed
@@ -317,7 +317,30 @@ impl<'s> Lister<'s> {
                 return false;
             }
         }
+        if let Some(not) = m.not_labels {
+            let identity = self.s.endpoints.get(self.subject).map(|e| e.identity);
+            if identity.is_some_and(|i| self.in_set(not, i)) || self.netsets_at(a).into_iter().any(|n| self.in_set(not, n)) {
+                return false;
+            }
+        }
         true
+    }
+
+    /// What a `notSelector` set excludes in family `fam`: the addresses of the endpoints whose
+    /// identity is in it and the networks of the network sets in it, sorted.
+    fn excluded(&self, not: u32, fam: usize) -> Vec<Prefix> {
+        let mut out = Vec::new();
+        for (ep, owned) in &self.owned {
+            if self.s.endpoints.get(*ep).is_some_and(|e| self.in_set(not, e.identity)) {
+                out.extend(owned[fam].iter().map(|a| host(*a)));
+            }
+        }
+        for (net, ids) in self.s.netsets.nets() {
+            if fam_of(net.v6) == fam && ids.iter().any(|&n| self.in_set(not, n)) {
+                out.push(net_prefix(&net));
+            }
+        }
+        normalize(out)
     }
 
     fn owned(&self, ep: u32, fam: usize) -> &[Addr] {
@@ -403,6 +426,11 @@ impl<'s> Lister<'s> {
                     }
                 }
                 p = intersect(&p, &normalize(l));
+            }
+            if let Some(not) = m.not_labels {
+                for q in self.excluded(not, fam) {
+                    p = subtract_prefix(&p, q);
+                }
             }
         }
         let p = normalize(p);

@@ -224,6 +224,8 @@ struct PendingRule {
 struct PendingEntity {
     selector: Option<Selector>,
     relative: bool,
+    /// The `notSelector`'s own selector (`identity::not_selector`).
+    not_selector: Option<Selector>,
 }
 
 pub struct Model {
@@ -1098,6 +1100,11 @@ impl Model {
                 LabelCond::Set(id)
             }
         };
+        let not_labels = pending.not_selector.map(|sel| {
+            let id = self.acquire_selector(sel);
+            acq.selectors.push(id);
+            id
+        });
         acq.has_node_selector |= e.node_selector.is_some();
         let ports: Vec<PortMatch> = e.ports.iter().filter_map(|p| PortMatch::compile(p).ok()).collect();
         let not_ports: Vec<PortMatch> = e.not_ports.iter().filter_map(|p| PortMatch::compile(p).ok()).collect();
@@ -1124,6 +1131,7 @@ impl Model {
             service: e.service.as_ref().map(|(ns, name)| (Arc::from(ns.as_str()), Arc::from(name.as_str()))),
             labels,
             netsets: identity::netsets_allowed(e),
+            not_labels,
             ports,
             not_ports,
             unresolvable: e.unresolvable,
@@ -1571,7 +1579,8 @@ fn pending_rules(ingress: &[RuleSpec], egress: &[RuleSpec], context: &str) -> Re
                     // the relation itself must be valid
                     identity::relative_selector(&Selector::all(), e, None, &LabelMap::new())?;
                 }
-                Ok(PendingEntity { selector, relative: identity::is_relative(e) })
+                let not_selector = identity::not_selector(e, &context)?;
+                Ok(PendingEntity { selector, relative: identity::is_relative(e), not_selector })
             };
             let sources = r.sources.iter().map(entity).collect::<Result<_, _>>()?;
             let destinations = r.destinations.iter().map(entity).collect::<Result<_, _>>()?;

@@ -90,6 +90,8 @@ struct Entity {
     /// `Some(None)`: the service names nothing in the inventory (never matches).
     service: Option<Option<u32>>,
     labels: LabelMatch,
+    /// What the `notSelector` matches (endpoints and network sets, whatever the kinds).
+    not_labels: Option<MatchSet>,
     kinds: Option<u8>,
     has_selector: bool,
     ports: Vec<PortMatch>,
@@ -207,8 +209,8 @@ impl<'a> Builder<'a> {
         };
         let service = e.service.as_ref().map(|(ns, name)| self.services.get(&(ns.clone(), name.clone())).copied());
         let kinds = e.endpoint_kinds.as_deref().map(kinds_mask).transpose()?;
+        // `notSelector` is no positive condition: it only excludes (see `not_labels`).
         let needs_labels = e.selector.is_some()
-            || e.not_selector.is_some()
             || e.endpoint_kinds.is_some()
             || e.namespace.is_some()
             || e.namespace_selector.is_some()
@@ -229,6 +231,13 @@ impl<'a> Builder<'a> {
         } else {
             LabelMatch::Static(self.match_set(e, None, context)?)
         };
+        let not_labels = match self.opt_selector(&e.not_selector, context)? {
+            None => None,
+            Some(sel) => Some(MatchSet {
+                endpoints: self.spec.endpoints.iter().map(|ep| sel.matches(&*ep.policy_labels())).collect(),
+                network_sets: self.spec.network_sets.iter().map(|n| sel.matches(&n.labels)).collect(),
+            }),
+        };
         let entity = Entity {
             nets,
             not_nets,
@@ -236,6 +245,7 @@ impl<'a> Builder<'a> {
             has_domains: e.has_domains,
             service,
             labels,
+            not_labels,
             kinds,
             has_selector: e.selector.is_some(),
             ports: e.ports.iter().map(PortMatch::compile).collect::<Result<_, _>>()?,
@@ -249,7 +259,6 @@ impl<'a> Builder<'a> {
     /// The reference's `labelled_matches` for every endpoint and network set, once.
     fn match_set(&mut self, e: &EntitySpec, subject_ns: Option<&str>, context: &str) -> Result<MatchSet, EngineError> {
         let selector = self.opt_selector(&e.selector, context)?;
-        let not_selector = self.opt_selector(&e.not_selector, context)?;
         let ns_selector = self.opt_selector(&e.namespace_selector, context)?;
         let sa_selector = self.opt_selector(&e.service_account_selector, context)?;
         let relation_self = match e.namespace_relation.as_deref() {
@@ -263,9 +272,6 @@ impl<'a> Builder<'a> {
             e.service_account_names.as_ref().map(|v| v.iter().map(String::as_str).collect());
         let check = |labels: &LabelMap, ns: Option<&str>, ep: Option<&spec::EndpointSpec>| -> bool {
             if selector.as_ref().is_some_and(|s| !s.matches(labels)) {
-                return false;
-            }
-            if not_selector.as_ref().is_some_and(|s| s.matches(labels)) {
                 return false;
             }
             if e.namespace.as_deref().is_some_and(|want| ns != Some(want)) {
@@ -840,6 +846,19 @@ impl<'e> FlowCtx<'e> {
                 any = sets.iter().any(|&s| set.network_sets[s as usize]);
             }
             if !any {
+                return false;
+            }
+        }
+        if let Some(not) = &m.not_labels {
+            // Excluded when the endpoint (a kind it may see; never a host-network pod) or any
+            // network set containing the address matches; an address nothing owns passes.
+            if let Some(ep) = end.endpoint {
+                let endpoint = &e.endpoints[ep as usize];
+                if endpoint.is_local() && m.kinds.is_none_or(|k| k & endpoint.kind.bit() != 0) && not.endpoints[ep as usize] {
+                    return false;
+                }
+            }
+            if m.kinds.is_none_or(|k| k & Kind::NetworkSet.bit() != 0) && sets.iter().any(|&s| not.network_sets[s as usize]) {
                 return false;
             }
         }

@@ -149,6 +149,10 @@ pub struct CEntity {
     pub labels: LabelCond,
     /// Whether network sets containing the address can satisfy the label condition.
     pub netsets: bool,
+    /// A `notSelector`: the set (in the snapshot's set table) of what it excludes. The address
+    /// matches only if neither its endpoint's identity nor any network set containing it is in
+    /// the set; an address nothing owns passes (felix: "not in the IP set").
+    pub not_labels: Option<u32>,
     pub ports: Vec<PortMatch>,
     pub not_ports: Vec<PortMatch>,
     pub unresolvable: bool,

@@ -594,24 +594,41 @@ impl<'s> Ctx<'_, 's> {
         };
         if let Some(id) = set_id {
             let Some(set) = self.s.sets.get(id) else { return false };
-            // Host-network pods have an identity no selector matches.
-            let mut any = end.ep.is_some_and(|(_, e)| set.contains(e.identity));
-            if !any && m.netsets && !self.s.netsets.is_empty() {
-                any = end.netsets.get_or_init(|| {
-                    let mut v = Vec::new();
-                    if let Some(a) = ip {
-                        self.s.netsets.lookup(a, &mut v);
-                    }
-                    v
-                })
-                .iter()
-                .any(|&n| set.contains(n));
+            if !self.in_set(end, set, m.netsets) {
+                return false;
             }
-            if !any {
+        }
+        if let Some(id) = m.not_labels {
+            // notSelector: excluded when the endpoint or any network set containing the address
+            // is in its set (which holds only the kinds it may see).
+            if self.s.sets.get(id).is_some_and(|set| self.in_set(end, set, true)) {
                 return false;
             }
         }
         self.ports_match(m, source)
+    }
+
+    /// Whether the identity of the end's endpoint, or (when `netsets`) that of a network set
+    /// containing its address, is in `set`.
+    #[inline]
+    fn in_set(&self, end: &End<'s>, set: &IdSet, netsets: bool) -> bool {
+        // Host-network pods have an identity no selector matches.
+        if end.ep.is_some_and(|(_, e)| set.contains(e.identity)) {
+            return true;
+        }
+        if !netsets || self.s.netsets.is_empty() {
+            return false;
+        }
+        end.netsets
+            .get_or_init(|| {
+                let mut v = Vec::new();
+                if let Some(a) = end.addr {
+                    self.s.netsets.lookup(a, &mut v);
+                }
+                v
+            })
+            .iter()
+            .any(|&n| set.contains(n))
     }
 
     #[inline]

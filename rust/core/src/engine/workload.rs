@@ -66,8 +66,10 @@ const NAMESPACES: [&str; 3] = ["a", "b", "c"];
 const ADDRS: [&str; 11] =
     ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8", "fd00::1", "fd00::2", "192.168.9.9"];
 const OUTSIDE: [&str; 2] = ["203.0.113.5", "2001:db8::5"];
-const NETS: [&str; 8] =
-    ["10.0.0.0/29", "10.0.0.4/30", "10.0.0.0/8", "0.0.0.0/0", "fd00::/64", "::/0", "10.0.0.1/32", "10.0.0.0/30"];
+const NETS: [&str; 9] = [
+    "10.0.0.0/29", "10.0.0.4/30", "10.0.0.0/8", "0.0.0.0/0", "fd00::/64", "::/0", "10.0.0.1/32", "10.0.0.0/30",
+    "203.0.113.0/24",
+];
 const SELECTORS: [&str; 7] = ["all()", "app == 'x'", "app in {'x','y'}", "has(tier)", "!has(app)", "tier != 'db'", "role == 'lb'"];
 const NS_SELECTORS: [&str; 5] = ["all()", "team == 'red'", "has(team)", "global()", "kubernetes.io/metadata.name == 'a'"];
 const PORT_NAMES: [&str; 3] = ["http", "dns", "metrics"];
@@ -102,6 +104,15 @@ fn random_ports(r: &mut Rng) -> Value {
 
 fn random_entity(r: &mut Rng) -> Value {
     let mut e = entity();
+    if r.chance(8) {
+        // A Calico notSelector-only peer (in a namespaced policy: scoped to its namespace); it
+        // matches addresses nothing owns.
+        e["not_selector"] = json!(r.pick(&SELECTORS));
+        if r.chance(40) {
+            e["namespace"] = json!(r.pick(&NAMESPACES));
+        }
+        return e;
+    }
     for _ in 0..r.below(3) {
         match r.below(18) {
             0 => e["nets"] = json!([r.pick(&NETS), r.pick(&NETS)]),
