@@ -135,7 +135,14 @@ cdef enum:
     NFQ_VERDICT_MSG_LEN = 32    # nlmsghdr 16 + nfgenmsg 4 + nlattr 4 + verdict hdr 8
     NFQ_MARK_VERDICT_MSG_LEN = 40  # the same and an NFQA_MARK attribute (4 + 4)
     NFQ_HIST_BUCKETS = 16       # batch processing time histogram: 1 us * 2^k upper bounds
+    FINAL_MARKED_ACCEPT = 0x40  # (not a kernel verdict) NF_REPEAT with the accept mark
     NFQ_EVENT_CAP = 8192        # judged-by-policy events kept for the Python side
+
+cdef inline bint _allowed_by_rule(const pc_verdict *v) noexcept nogil:
+    """Whether a rule (not a default, a passed tier or a profile) allowed the packet on a side."""
+    return ((v.ingress.present and v.ingress.allow and v.ingress.reason == 0)
+            or (v.egress.present and v.egress.allow and v.egress.reason == 0))
+
 
 cdef inline size_t nla_align(size_t n) noexcept nogil:
     return (n + 3) & ~(<size_t>3)
@@ -319,7 +326,10 @@ cdef class NfQueue:
     batch, and sends every verdict with one ``send``: NFQNL_MSG_VERDICT_BATCH per run of equal
     verdicts (``batch_verdicts``), else one NFQNL_MSG_VERDICT per packet; with ``reject_mark``, a
     packet policy denies is handed back to the hook (NF_REPEAT) with that packet mark, for the
-    REJECT rules at the top of our chains to answer. A malformed packet is
+    REJECT rules at the top of our chains to answer; with ``accept_mark``, a packet a rule allowed
+    (not a default or a passed tier: the early host-endpoint hooks, where what no rule decides goes
+    on) is handed back with that mark, for our chain's first rule to act on (NOTRACK; skip normal
+    host policy). A malformed packet is
     dropped when failing closed and accepted when failing open; an engine error gives the whole
     batch the fail-mode verdict. Nothing allocates a Python object per packet: ``stats`` counts,
     ``drain_events()`` hands the policy-judged packets over in bulk.
@@ -330,6 +340,7 @@ cdef class NfQueue:
     cdef readonly bint fail_open
     cdef readonly bint batch_verdicts
     cdef readonly uint32_t reject_mark  # 0: a denied packet is dropped; else sent back with this mark
+    cdef readonly uint32_t accept_mark  # 0: an allowed packet is accepted; else one a rule allowed is sent back with it
     cdef int copy_range
     cdef int maxlen
     cdef int nbatch
@@ -367,7 +378,7 @@ cdef class NfQueue:
 
     def __cinit__(self, EngineClient client, int queue, bint fail_open=False, int copy_range=128,
                   int maxlen=4096, int batch=64, bint batch_verdicts=True, bint gso=True,
-                  int rcvbuf=8 << 20, uint32_t reject_mark=0):
+                  int rcvbuf=8 << 20, uint32_t reject_mark=0, uint32_t accept_mark=0):
         if not 0 <= queue <= 65535:
             raise ValueError(f"queue number {queue} out of range 0-65535")
         if not 40 <= copy_range <= 65535:
@@ -382,6 +393,7 @@ cdef class NfQueue:
         self.fail_open = fail_open
         self.batch_verdicts = batch_verdicts
         self.reject_mark = reject_mark
+        self.accept_mark = accept_mark
         self.copy_range = copy_range
         self.maxlen = maxlen
         self.nbatch = batch
@@ -614,12 +626,17 @@ cdef class NfQueue:
             elif rc != PC_CAPI_OK:
                 self.final[i] = failv
             else:
-                self.final[i] = NF_ACCEPT if self.ver[i].allow else (NF_REPEAT if self.reject_mark else NF_DROP)
+                if not self.ver[i].allow:
+                    self.final[i] = NF_REPEAT if self.reject_mark else NF_DROP
+                elif self.accept_mark and _allowed_by_rule(&self.ver[i]):
+                    self.final[i] = FINAL_MARKED_ACCEPT
+                else:
+                    self.final[i] = NF_ACCEPT
                 if self.ver[i].reason == 0:
                     self.c_policy += 1
                 elif self.ver[i].reason == 1:
                     self.c_established += 1
-            if self.final[i] == NF_ACCEPT:
+            if self.final[i] == NF_ACCEPT or self.final[i] == FINAL_MARKED_ACCEPT:
                 self.c_accepted += 1
             else:
                 self.c_dropped += 1
@@ -657,6 +674,9 @@ cdef class NfQueue:
                 # rejected: back to the hook with the reject mark, one packet at a time
                 j = i
                 w = put_mark_verdict(w, <uint16_t>self.queue, NF_REPEAT, id, self.reject_mark)
+            elif self.final[i] == FINAL_MARKED_ACCEPT:
+                j = i
+                w = put_mark_verdict(w, <uint16_t>self.queue, NF_REPEAT, id, self.accept_mark)
             elif self.batch_verdicts:
                 j = i
                 while (j + 1 < n and self.final[j + 1] == self.final[i]

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyclassify.flow import Flow, FlowEnd, Verdict
+from pyclassify.hostpath import HookSets, HostPath, host_path
 from pyclassify.inventory import Endpoint, Service, ServicePort
-from pyclassify.ir import PROTO_ICMP, PROTO_ICMPV6, EndpointKind
+from pyclassify.ir import PROTO_ICMP, PROTO_ICMPV6, Direction, EndpointKind
 from pyclassify.kinds.common import PROTOCOL_NUMBERS, protocol_name
 from pyclassify.project import Project
 from pyclassify.reference import evaluate
@@ -93,12 +94,17 @@ class Explanation:
     note: str | None = None  # why no backend was judged, when none was
     #: the verdict with the staged policies enforced (``Project.staged``); None if none is staged
     staged: Verdict | None = None
+    #: to or from a host endpoint, with doNotTrack or preDNAT policy (or a pre-DNAT
+    #: destination given): the packet's path through the host's hooks (``pyclassify.hostpath``)
+    host_path: HostPath | None = None
 
     def to_json(self) -> dict[str, Any]:
         doc = self.verdict.to_json()
         doc["flow"] = flow_json(self.flow)
         if self.staged is not None:
             doc["staged"] = {**self.staged.to_json(), "summary": self.staged.would()}
+        if self.host_path is not None:
+            doc["host_path"] = self.host_path.to_json()
         if self.service is not None:
             doc["service"] = {**self.service.to_json(), "backends": [b.to_json() for b in self.backends or []],
                               "note": self.note}
@@ -198,17 +204,87 @@ class _Judge:
 
 def explain(project: Project, src: str, dst: str, protocol: int, dport: int | None,
             sport: int | None = None, icmp_type: int | None = None, icmp_code: int | None = None,
-            default: str | None = None, engine: str = "native", service_backend: str | None = None) -> Explanation:
+            default: str | None = None, engine: str = "native", service_backend: str | None = None,
+            pre_dnat: str | None = None) -> Explanation:
     """The verdict of one flow. A flow to a Service's ClusterIP (or a NodePort on a node's
     address) is judged as kube-proxy delivers it: once per backend (``service_backend``, an
-    address or endpoint, picks one); it is allowed when every backend judged allows it."""
+    address or endpoint, picks one); it is allowed when every backend judged allows it. A flow
+    to or from a host endpoint goes through the host's hooks (doNotTrack, preDNAT, normal host
+    policy); ``pre_dnat`` (``ADDR[:PORT]``) is where it was going before a DNAT on the host."""
     flow = Flow(resolve_end(project, src, "--from"), resolve_end(project, dst, "--to"), protocol, sport, dport,
                 icmp_type, icmp_code)
     result = _explain_flow(project, flow, engine, default, service_backend, dst)
+    _through_host(project, flow, result, engine, default, pre_dnat)
     staged = project.staged()
     if staged is not None:  # the same flow with the staged policies enforced, beside the real verdict
         result.staged = _explain_flow(staged, flow, engine, default, service_backend, dst).verdict
     return result
+
+
+def _hook_evaluator(engine: str) -> Any:
+    """``reference.evaluate``'s signature, by the reference or a native engine per hook."""
+    if engine != "native":
+        return evaluate
+    from pyclassify.engine import NativeEngine
+
+    engines: dict[int, Any] = {}
+
+    def native(policy_set: Any, inventory: Any, flow: Flow, **defaults: str) -> Verdict:
+        e = engines.get(id(policy_set))
+        if e is None:
+            e = engines[id(policy_set)] = NativeEngine(policy_set, inventory)
+        return e.evaluate(flow, **defaults)
+
+    return native
+
+
+def _through_host(project: Project, flow: Flow, result: Explanation, engine: str, default: str | None,
+                  pre_dnat: str | None) -> None:
+    """A flow to (or from) a host endpoint, judged through the host's hooks when there is
+    doNotTrack or preDNAT policy or a pre-DNAT destination was given: ``result.host_path``, and
+    the verdict and host side's decision become the path's."""
+    hooks = HookSets(project.policy_set)
+    host_end = next((e for e in (flow.dst, flow.src) if e.endpoint is not None and e.endpoint.kind is EndpointKind.HOST), None)
+    if pre_dnat is not None and (host_end is not flow.dst or result.service is not None):
+        raise UnknownEnd("--pre-dnat: --to must be a host endpoint (the DNAT's result)", "--pre-dnat")
+    if host_end is None or result.service is not None or not (hooks.has_early() or pre_dnat):
+        return
+    inbound = host_end is flow.dst
+    pre = flow
+    if pre_dnat is not None:
+        ip, port = _address_port(pre_dnat, flow.dport)
+        pre = Flow(flow.src, FlowEnd(flow.dst.endpoint, ip), flow.protocol, flow.sport, port, flow.icmp_type,
+                   flow.icmp_code)
+    side = Direction.INGRESS if inbound else Direction.EGRESS
+    path = host_path(_hook_evaluator(engine), hooks, project.inventory, pre=pre, post=flow, side=side,
+                     host_traffic=True, default_host=default or "deny")
+    result.host_path = path
+    deciding = path.steps[-1].decision
+    v = result.verdict
+    other = v.egress if inbound else v.ingress
+    other_ok = other is None or other.verdict == "allow" or not _local(project, flow.src if inbound else flow.dst)
+    verdict = "allow" if path.verdict == "allow" and other_ok else "deny"
+    result.verdict = Verdict(verdict, v.egress if inbound else deciding, deciding if inbound else v.ingress)
+
+
+def _local(project: Project, end: FlowEnd) -> bool:
+    return end.endpoint is not None and project.inventory.enforces(end.endpoint)
+
+
+def _address_port(text: str, default_port: int | None) -> tuple[Any, int | None]:
+    """``ADDR``, ``ADDR:PORT`` or ``[V6]:PORT``."""
+    host, port = text, default_port
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        if rest.startswith(":"):
+            port = int(rest[1:])
+    elif text.count(":") == 1:
+        host, _, p = text.partition(":")
+        port = int(p)
+    try:
+        return ipaddress.ip_address(host), port
+    except ValueError:
+        raise UnknownEnd(f"--pre-dnat: {shown(text)} is not ADDRESS[:PORT]", "--pre-dnat") from None
 
 
 def _explain_flow(project: Project, flow: Flow, engine: str, default: str | None, service_backend: str | None,

@@ -408,13 +408,16 @@ Examples:
               help="ICMP/ICMPv6 code (with --proto ICMP or ICMPv6 and --icmp-type).")
 @click.option("--service-backend", "service_backend", metavar="ADDR|NS/POD", callback=utf8_text, default=None,
               help="With --to a Service's ClusterIP (or a node address and NodePort): judge only this backend.")
+@click.option("--pre-dnat", "pre_dnat", metavar="ADDR[:PORT]", callback=utf8_text, default=None,
+              help="Where the flow to a host endpoint was going before a DNAT on the host (preDNAT "
+                   "policy judges that; the rest judge --to and --port).")
 @default_option
 @engine_option
 @json_option
 def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
                 src: str, dst: str, proto: str, port: int | None, sport: int | None,
-                icmp_type: int | None, icmp_code: int | None, service_backend: str | None, default: str | None,
-                engine: str, as_json: bool) -> None:
+                icmp_type: int | None, icmp_code: int | None, service_backend: str | None, pre_dnat: str | None,
+                default: str | None, engine: str, as_json: bool) -> None:
     """Verdict for one flow, with the deciding tier, policy and rule of each direction.
 
     A flow to a Service's ClusterIP, or to a node's address on a NodePort, is judged as
@@ -429,7 +432,7 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
     project = _load(paths, (kubeconfig, kube_context, in_cluster))
     try:
         result = explain(project, src, dst, protocol, port, sport, icmp_type, icmp_code, default, engine,
-                         service_backend)
+                         service_backend, pre_dnat)
     except UnknownEnd as e:
         raise click.BadParameter(str(e), param_hint=e.option) from e
     if as_json:
@@ -449,6 +452,12 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
     out.print(f"flow:    {names[0]} -> {names[1]} {escape(protocol_name(protocol))}{port_text}")
     if result.service is None:
         _print_sides(names[0], names[1], result.verdict)
+        for step in result.host_path.steps if result.host_path is not None else ():
+            if step.outcome == "continue":
+                what = "no policy applies" if step.decision is None else "no rule decided"
+                out.print(f"  hook {step.hook.value}: [dim]{what}: goes on[/dim]")
+            else:
+                out.print(f"  hook {step.hook.value}: {_describe(step.decision)}")
     else:
         svc = result.service.service
         out.print(f"service: {escape(svc.namespace)}/{escape(svc.name)} by its {result.service.via}: "

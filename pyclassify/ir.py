@@ -274,10 +274,10 @@ class PolicySet:
         if hook is Hook.NORMAL:
             return self
         if hook is Hook.FORWARD:
-            chosen = tuple(p for p in self.policies if p.apply_on_forward)
-        else:
-            chosen = tuple(p for p in self.early if p.hook is hook)
-        return PolicySet(self.tiers, chosen)
+            return PolicySet(self.tiers, tuple(p for p in self.policies if p.apply_on_forward))
+        # felix's raw and mangle chains never drop at a tier's end: what no rule decides goes on
+        tiers = tuple(replace(t, default_action=Action.PASS) for t in self.tiers)
+        return PolicySet(tiers, tuple(p for p in self.early if p.hook is hook))
 
     def staged_view(self) -> "PolicySet | None":
         """The set as it would be with every staged policy enforced, as Calico's staged policies

@@ -46,7 +46,7 @@ def open_queue(engine: NativeEngine, queue: int, *, conntrack_entries: int = 0, 
                host_allow: bool = False, **options: Any) -> NfQueue:
     """An NFQUEUE loop on queue number ``queue`` judged by ``engine``, bound (``OSError`` when
     the queue is taken or without permission); ``options`` are ``NfQueue``'s (``fail_open``,
-    ``copy_range``, ``maxlen``, ``batch``, ``batch_verdicts``, ``reject_mark``). Run ``loop.run()`` in a thread of
+    ``copy_range``, ``maxlen``, ``batch``, ``batch_verdicts``, ``reject_mark``, ``accept_mark``). Run ``loop.run()`` in a thread of
     its own. The kernel's conntrack is the connection table on this path (only new connections
     are queued), so every queued packet is judged by policy: ``conntrack_entries`` > 0 gives the
     loop an engine-side tracker as well (at most that many entries), for tests and comparison."""

@@ -41,13 +41,21 @@ import numpy as np
 
 from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import PACKET_POLICY, NativeEngine
-from pyclassify.enforce.iptables import JUDGED_CTMARK, REJECT_MARK, REVOKED_CTMARK, IptablesError, Rules
+from pyclassify.enforce.iptables import (
+    JUDGED_CTMARK,
+    PRE_DNAT_MARK,
+    REJECT_MARK,
+    REVOKED_CTMARK,
+    UNTRACKED_MARK,
+    IptablesError,
+    Rules,
+)
 from pyclassify.enforce.log import PROTOS, FlowLog, address
 from pyclassify.enforce.metrics import Metrics
 from pyclassify.enforce.reload import Watcher
 from pyclassify.enforce.source import Loaded, PolicySource, SourceError
 from pyclassify.flow import Flow, FlowEnd, Verdict
-from pyclassify.ir import Action, Direction
+from pyclassify.ir import Action, Direction, Hook
 from pyclassify.nfqueue import engine_capsule, kernel_conntrack, kernel_revalidate, open_queue
 from pyclassify.project import Project
 
@@ -92,6 +100,15 @@ def parse_queues(text: str) -> tuple[int, int]:
 
 def problems_text(project: Project) -> list[str]:
     return [str(p) for p in sorted(project.problems.errors, key=lambda p: (p.file, p.line))]
+
+
+#: The early host-endpoint hooks with loops of their own, and the mark of what a rule there allowed.
+EARLY_HOOKS = {Hook.UNTRACKED: UNTRACKED_MARK, Hook.PRE_DNAT: PRE_DNAT_MARK}
+
+
+def early_hooks(project: Project) -> list[Hook]:
+    """The early hooks ``project`` has policy for (doNotTrack, preDNAT)."""
+    return [h for h in EARLY_HOOKS if any(p.hook is h for p in project.policy_set.early)]
 
 
 def has_log_rules(project: Project) -> bool:
@@ -162,6 +179,9 @@ class Enforcer:
         #: The staged policies enforced (``Project.staged``): judges each new connection beside
         #: the real verdict, for the log; never decides a packet. None when nothing is staged.
         self.staged: NativeEngine | None = None
+        #: The early hooks' engines (each hook's policy only) and the queues judged by them.
+        self.hook_engines: dict[Hook, NativeEngine] = {}
+        self.hook_of_queue: dict[int, Hook] = {}
         self._has_log = False
         self._reload_lock = threading.Lock()
         self._drain_lock = threading.Lock()
@@ -215,6 +235,7 @@ class Enforcer:
                 except OSError as e:
                     raise _queue_error(q, e) from e
                 self.loops.append(loop)
+            early_queues = self._open_early_hooks(cfg.queues[1] + 1)
             self.ctnl = kernel_conntrack()
             for loop in self.loops:
                 t = threading.Thread(target=loop.run, name=f"pyclassify-nfq{loop.queue}", daemon=True)
@@ -223,7 +244,8 @@ class Enforcer:
             if cfg.install_rules:
                 try:
                     self.rules = Rules(cfg.queues[0], cfg.queues[1], cfg.fail_open, tuple(cfg.hooks), cfg.ipv6,
-                                       reject=cfg.reject)
+                                       reject=cfg.reject, untracked_queue=early_queues.get(Hook.UNTRACKED),
+                                       pre_dnat_queue=early_queues.get(Hook.PRE_DNAT))
                     self.rules.install()
                 except IptablesError as e:
                     self.rules = None
@@ -242,8 +264,31 @@ class Enforcer:
             raise
         self._ready = True
         self.log.emit("start", queues=list(range(cfg.queues[0], cfg.queues[1] + 1)), revoked=len(revoked),
-                      conntrack_deleted=deleted["deleted"], **self._start_fields())
+                      conntrack_deleted=deleted["deleted"], **self._start_fields(),
+                      **({"hook_queues": {h.value: q for h, q in early_queues.items()}} if early_queues else {}))
         self._log_revoked(revoked)
+
+    def _open_early_hooks(self, queue: int) -> dict[Hook, int]:
+        """A loop per early hook the policy has (from queue number ``queue`` on), judged by that
+        hook's policy alone; what a rule there allows comes back to the hook with its mark."""
+        cfg = self.config
+        assert self.project is not None
+        out = {}
+        for hook in early_hooks(self.project):
+            engine = NativeEngine(self.project.policy_set.for_hook(hook), self.project.inventory)
+            try:
+                # no policy deciding is no verdict here: the packet goes on to the next hook
+                loop = open_queue(engine, queue, pod_allow=True, host_allow=True, fail_open=cfg.fail_open,
+                                  copy_range=cfg.copy_range, maxlen=cfg.maxlen, batch=cfg.batch,
+                                  batch_verdicts=cfg.batch_verdicts, accept_mark=EARLY_HOOKS[hook])
+            except OSError as e:
+                raise _queue_error(queue, e) from e
+            self.loops.append(loop)
+            self.hook_engines[hook] = engine
+            self.hook_of_queue[queue] = hook
+            out[hook] = queue
+            queue += 1
+        return out
 
     def _start_watch_and_metrics(self) -> None:
         cfg = self.config
@@ -403,22 +448,29 @@ class Enforcer:
                 self.rejected += 1
                 self.metrics.reloads.labels("partial" if loaded.changed else "failure").inc()
                 self.log.emit("reload-rejected", partial=loaded.changed > 0, errors=errors)
+            old = self.project.policy_set if self.project is not None else None
             if loaded.changed == 0:
-                # Nothing the engine holds changed (or every change was rejected): nothing to swap.
-                if self.project is not None and project.policy_set.staged != self.project.policy_set.staged:
-                    with self._drain_lock:  # only what is staged changed: the preview follows it
+                # Nothing the main engine holds changed (or every change was rejected); what is
+                # staged, or a doNotTrack/preDNAT policy (the early hooks' engines), may have.
+                if old is not None and (project.policy_set.staged != old.staged or project.policy_set.early != old.early):
+                    self.drain()
+                    with self._drain_lock:
                         self.project = project
                         self._update_staged(project)
+                        missing = self._swap_early(project)
                         self.log.forget()
                     self.log.emit("reload", policies=len(project.policy_set.policies), revoked=0,
-                                  staged_policies=len(project.policy_set.staged), changed_objects=0)
+                                  staged_policies=len(project.policy_set.staged), changed_objects=0,
+                                  **({"hooks_need_restart": missing} if missing else {}))
                 return ReloadResult(not errors, errors, 0, 0, time.monotonic() - t0)
             self.drain()  # events judged by the old engine are named with the old tables
             capsule = engine_capsule(engine)
             t_swap = time.monotonic()
             count = 0
             for loop in self.loops:
-                loop.swap(capsule, False)  # no engine-side tracker on this path: the kernel's is revalidated
+                if loop.queue not in self.hook_of_queue:
+                    loop.swap(capsule, False)  # no engine-side tracker on this path: the kernel's is revalidated
+            missing = self._swap_early(project)
             if self.bridge is not None:
                 count += self.bridge.swap(capsule)  # revokes in the bridge's own conntrack
             self.project, self.engine = project, engine
@@ -448,7 +500,9 @@ class Enforcer:
                           conntrack_deleted=deleted["deleted"], apply_ms=round((applied - t0) * 1000, 3),
                           revalidate_ms=round((done - t_swap) * 1000, 3), changed_objects=loaded.changed,
                           stages_ms={k: round(v * 1000, 3) for k, v in stages.items()},
-                          engine_builds=engine.state.full_builds, engine_deltas=engine.state.deltas)
+                          engine_builds=engine.state.full_builds, engine_deltas=engine.state.deltas,
+                          # a hook first needed now has no chain: said, not silently unenforced
+                          **({"hooks_need_restart": missing} if missing else {}))
             self._log_revoked(revoked)
             return ReloadResult(True, [], count, deleted["deleted"], done - t0)
 
@@ -490,6 +544,17 @@ class Enforcer:
         self.log.emit("reload-rejected", errors=errors)
         return ReloadResult(False, errors)
 
+    def _swap_early(self, project: Project) -> list[str]:
+        """The early hooks' engines follow the project (a delta each) into their loops; returns
+        the hooks the project now has policy for but no loop (a chain is installed at start)."""
+        self.hook_engines = {hook: e.update(project.policy_set.for_hook(hook), project.inventory)
+                             for hook, e in self.hook_engines.items()}
+        for loop in self.loops:
+            hook = self.hook_of_queue.get(loop.queue)
+            if hook is not None:
+                loop.swap(engine_capsule(self.hook_engines[hook]), False)
+        return [h.value for h in early_hooks(project) if h not in self.hook_engines and self.bridge is None]
+
     def _update_staged(self, project: Project) -> None:
         """The staged preview follows the project: built, or brought up to date by a delta."""
         view = project.staged()
@@ -530,9 +595,11 @@ class Enforcer:
             for loop in self.loops:
                 hb, vb, n = loop.drain_events()
                 if n:
-                    self._account(loop.queue, engine, np.frombuffer(hb, HEADER_DTYPE), np.frombuffer(vb, VERDICT_DTYPE))
+                    hook = self.hook_of_queue.get(loop.queue)
+                    self._account(loop.queue, engine if hook is None else self.hook_engines[hook],
+                                  np.frombuffer(hb, HEADER_DTYPE), np.frombuffer(vb, VERDICT_DTYPE), hook)
 
-    def _account(self, queue: int, engine: NativeEngine, h: Any, v: Any) -> None:
+    def _account(self, queue: int, engine: NativeEngine, h: Any, v: Any, hook: Hook | None = None) -> None:
         decisions: dict[tuple[str, tuple[int, ...]], Any] = {}
         for direction, name in ((Direction.EGRESS, "egress"), (Direction.INGRESS, "ingress")):
             side = v[name]
@@ -551,7 +618,7 @@ class Enforcer:
                 self.metrics.verdicts.labels(name, d.tier or "", d.policy or "", "" if d.rule is None else str(d.rule),
                                              d.verdict).inc(int(c))
         staged = None
-        if self.staged is not None:
+        if self.staged is not None and hook is None:
             # The same new connections with the staged policies enforced (each judged alone: the
             # verdict records are policy-judged packets only).
             staged = self.staged.judge(h, None, None, "allow" if self.pod_allow else "deny",
@@ -566,7 +633,7 @@ class Enforcer:
         for i in range(len(h)):
             allowed = bool(v[i]["allow"])
             staged_differs = staged is not None and bool(staged[i]["allow"]) != allowed
-            if allowed and not (self._has_log or self.log.log_allowed or staged_differs):
+            if allowed and (hook is not None or not (self._has_log or self.log.log_allowed or staged_differs)):
                 continue
             ver = int(h[i]["ip_version"])
             if ver not in (4, 6):
@@ -577,7 +644,7 @@ class Enforcer:
             ports = int(h[i]["flags"]) & 32
             sport = int(h[i]["sport"]) if ports else None
             dport = int(h[i]["dport"]) if ports else None
-            if self.log.seen((proto, src, dst, dport, allowed)):
+            if self.log.seen((proto, src, dst, dport, allowed, hook)):
                 continue
             sides = {}
             for name, direction in (("egress", Direction.EGRESS), ("ingress", Direction.INGRESS)):
@@ -586,6 +653,8 @@ class Enforcer:
             fields = dict(queue=queue, src=src, dst=dst, proto=PROTOS.get(proto, proto), sport=sport, dport=dport,
                           **sides)
             fields.update(self._endpoint_refs(src, dst))
+            if hook is not None:
+                fields["hook"] = hook.value
             if staged is not None:
                 fields["staged"] = self._staged_json(staged[i])
             if not allowed:

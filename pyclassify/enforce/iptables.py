@@ -14,8 +14,21 @@ Every chain we create is named ``PYCLASSIFY-<HOOK>`` (the prefix is reserved for
   (``--queue-balance N:M`` for several), with ``--queue-bypass`` when failing open (packets pass
   when no process listens on the queue).
 
-``remove_stale()`` deletes every ``PYCLASSIFY-*`` chain and every jump to one: the daemon calls it
-before installing (rules left by a killed daemon) and ``Rules.remove()`` on exit.
+With doNotTrack or preDNAT policy, the early host-endpoint hooks get chains of their own, each
+queueing to a loop judged by that hook's policy only (``PolicySet.for_hook``), for traffic to
+the host (``-m addrtype --dst-type LOCAL``) and from it:
+
+- ``raw`` ``PREROUTING`` and ``OUTPUT`` (untracked): every packet (no connection tracking here),
+  to the untracked queue. A packet a rule allowed comes back with ``UNTRACKED_MARK``, and the
+  chain's first rules take it out of connection tracking (``CT --notrack``) and let it on; the
+  filter chains let untracked packets through (``--ctstate UNTRACKED``): they were judged here.
+- ``mangle`` ``PREROUTING`` (pre-DNAT, after conntrack, before the nat table's DNAT): packets of
+  new connections, to the pre-DNAT queue. One a rule allowed comes back with ``PRE_DNAT_MARK``,
+  which the filter ``INPUT`` chain honours by skipping normal host policy.
+
+``remove_stale()`` deletes every ``PYCLASSIFY-*`` chain and every jump to one (filter, raw and
+mangle tables): the daemon calls it before installing (rules left by a killed daemon) and
+``Rules.remove()`` on exit.
 
 This kernel has no nftables ``queue`` statement, so the iptables front-end (nf_tables or legacy
 backend, whichever ``iptables`` is) is used.
@@ -42,7 +55,14 @@ REVOKED_CTMARK = 0x02000000
 #: ``--deny-action reject``: the loop gives it back to the hook (NF_REPEAT) with this mark, and
 #: the REJECT rules at the top of our chains answer it (a TCP reset; an ICMP port unreachable).
 REJECT_MARK = 0x04000000
+#: Packet marks of packets a rule of an early hook allowed (handed back by the loop, NF_REPEAT).
+UNTRACKED_MARK = 0x08000000
+PRE_DNAT_MARK = 0x10000000
 HOOKS = {"forward": "FORWARD", "input": "INPUT", "output": "OUTPUT"}
+#: The early host-endpoint hooks: (table, built-in chain).
+EARLY_HOOKS = {"untracked-in": ("raw", "PREROUTING"), "untracked-out": ("raw", "OUTPUT"),
+               "pre-dnat": ("mangle", "PREROUTING")}
+TABLES = ("filter", "raw", "mangle")
 
 
 class IptablesError(RuntimeError):
@@ -77,22 +97,23 @@ def queue_target(first: int, last: int, fail_open: bool) -> list[str]:
 
 
 def remove_stale(ipv6: bool = True) -> list[str]:
-    """Remove every PYCLASSIFY-* chain (and the jumps to them) from the filter table; returns
-    what was removed, as ``binary chain`` strings."""
+    """Remove every PYCLASSIFY-* chain (and the jumps to them) from the filter, raw and mangle
+    tables; returns what was removed, as ``binary chain`` (``binary table/chain`` outside filter)."""
     removed = []
     for binary in binaries(ipv6):
-        listing = _run(binary, "-t", "filter", "-S", check=False).splitlines()
-        ours = [line.split()[1] for line in listing if line.startswith(f"-N {PREFIX}")]
-        for line in listing:
-            parts = line.split()
-            if len(parts) > 2 and parts[0] == "-A" and not parts[1].startswith(PREFIX) and "-j" in parts:
-                target = parts[parts.index("-j") + 1]
-                if target.startswith(PREFIX):
-                    _run(binary, "-t", "filter", "-D", *parts[1:], check=False)
-        for chain in ours:
-            _run(binary, "-t", "filter", "-F", chain, check=False)
-            _run(binary, "-t", "filter", "-X", chain, check=False)
-            removed.append(f"{binary} {chain}")
+        for table in TABLES:
+            listing = _run(binary, "-t", table, "-S", check=False).splitlines()
+            ours = [line.split()[1] for line in listing if line.startswith(f"-N {PREFIX}")]
+            for line in listing:
+                parts = line.split()
+                if len(parts) > 2 and parts[0] == "-A" and not parts[1].startswith(PREFIX) and "-j" in parts:
+                    target = parts[parts.index("-j") + 1]
+                    if target.startswith(PREFIX):
+                        _run(binary, "-t", table, "-D", *parts[1:], check=False)
+            for chain in ours:
+                _run(binary, "-t", table, "-F", chain, check=False)
+                _run(binary, "-t", table, "-X", chain, check=False)
+                removed.append(f"{binary} {chain}" if table == "filter" else f"{binary} {table}/{chain}")
     return removed
 
 
@@ -106,7 +127,11 @@ class Rules:
     hooks: tuple[str, ...] = ("forward", "input", "output")
     ipv6: bool = True
     reject: bool = False  # the REJECT rules of ``--deny-action reject``
-    installed: list[tuple[str, str, str]] = field(default_factory=list)  # (binary, builtin, chain)
+    #: the queues of the early hooks (None: no chain for that hook): untracked (raw) and
+    #: pre-DNAT (mangle)
+    untracked_queue: int | None = None
+    pre_dnat_queue: int | None = None
+    installed: list[tuple[str, str, str, str]] = field(default_factory=list)  # (binary, table, builtin, chain)
 
     def __post_init__(self) -> None:
         unknown = [h for h in self.hooks if h not in HOOKS]
@@ -115,13 +140,27 @@ class Rules:
         if not 0 <= self.first <= self.last <= 65535:
             raise ValueError(f"queue range {self.first}-{self.last} invalid")
 
+    def chains(self) -> list[tuple[str, str, str]]:
+        """(hook, table, built-in chain) of every chain we install."""
+        out = [(hook, "filter", HOOKS[hook]) for hook in self.hooks]
+        queues = {"untracked-in": self.untracked_queue, "untracked-out": self.untracked_queue,
+                  "pre-dnat": self.pre_dnat_queue}
+        out += [(hook, *where) for hook, where in EARLY_HOOKS.items() if queues[hook] is not None]
+        return out
+
     def rules(self, hook: str) -> list[list[str]]:
         """The rules of our chain for ``hook`` (without the chain name)."""
+        if hook in EARLY_HOOKS:
+            return self._early_rules(hook)
         out: list[list[str]] = []
         if hook == "input":
             out.append(["-i", "lo", "-j", "RETURN"])
         elif hook == "output":
             out.append(["-o", "lo", "-j", "RETURN"])
+        if self.untracked_queue is not None:  # judged by untracked policy in the raw table
+            out.append(["-m", "conntrack", "--ctstate", "UNTRACKED", "-j", "RETURN"])
+        if self.pre_dnat_queue is not None and hook == "input":  # a pre-DNAT rule allowed it
+            out.append(["-m", "mark", "--mark", f"{PRE_DNAT_MARK:#x}/{PRE_DNAT_MARK:#x}", "-j", "RETURN"])
         out.append(["-m", "connmark", "--mark", f"{REVOKED_CTMARK:#x}/{REVOKED_CTMARK:#x}", "-j", "DROP"])
         if self.reject:
             mark = ["-m", "mark", "--mark", f"{REJECT_MARK:#x}/{REJECT_MARK:#x}"]
@@ -132,18 +171,37 @@ class Rules:
         out.append(queue_target(self.first, self.last, self.fail_open))
         return out
 
+    def _early_rules(self, hook: str) -> list[list[str]]:
+        inbound = hook != "untracked-out"
+        out = [["-i" if inbound else "-o", "lo", "-j", "RETURN"]]
+        if hook == "pre-dnat":
+            assert self.pre_dnat_queue is not None
+            mark = ["-m", "mark", "--mark", f"{PRE_DNAT_MARK:#x}/{PRE_DNAT_MARK:#x}"]
+            out.append([*mark, "-j", "RETURN"])
+            out.append(["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED,UNTRACKED", "-j", "RETURN"])
+            queue = self.pre_dnat_queue
+        else:
+            assert self.untracked_queue is not None
+            mark = ["-m", "mark", "--mark", f"{UNTRACKED_MARK:#x}/{UNTRACKED_MARK:#x}"]
+            out.append([*mark, "-j", "CT", "--notrack"])
+            out.append([*mark, "-j", "RETURN"])
+            queue = self.untracked_queue
+        if inbound:  # traffic to the host: what these hooks can name a host endpoint for
+            out.append(["-m", "addrtype", "!", "--dst-type", "LOCAL", "-j", "RETURN"])
+        out.append(queue_target(queue, queue, self.fail_open))
+        return out
+
     def install(self) -> None:
         remove_stale(self.ipv6)
         try:
             for binary in binaries(self.ipv6):
-                for hook in self.hooks:
-                    builtin = HOOKS[hook]
+                for hook, table, builtin in self.chains():
                     chain = PREFIX + builtin
-                    _run(binary, "-t", "filter", "-N", chain)
-                    self.installed.append((binary, builtin, chain))
+                    _run(binary, "-t", table, "-N", chain)
+                    self.installed.append((binary, table, builtin, chain))
                     for rule in self.rules(hook):
-                        _run(binary, "-t", "filter", "-A", chain, *rule)
-                    _run(binary, "-t", "filter", "-I", builtin, "1", "-j", chain)
+                        _run(binary, "-t", table, "-A", chain, *rule)
+                    _run(binary, "-t", table, "-I", builtin, "1", "-j", chain)
         except BaseException:
             self.remove()
             raise
@@ -153,17 +211,19 @@ class Rules:
         chain that no longer begins with the jump to ours, a chain of ours gone or with other
         rules than ours."""
         found: list[str] = []
-        hook_of = {builtin: hook for hook, builtin in HOOKS.items()}
-        listings = {b: _run(b, "-t", "filter", "-S", check=False).splitlines() for b in {x[0] for x in self.installed}}
-        for binary, builtin, chain in self.installed:
-            listing = listings[binary]
+        hook_of = {(table, builtin): hook for hook, table, builtin in self.chains()}
+        listings = {(b, t): _run(b, "-t", t, "-S", check=False).splitlines()
+                    for b, t in {(x[0], x[1]) for x in self.installed}}
+        for binary, table, builtin, chain in self.installed:
+            listing = listings[(binary, table)]
+            name = os.path.basename(binary) + ("" if table == "filter" else f" -t {table}")
             first = next((line for line in listing if line.startswith(f"-A {builtin} ")), None)
             if first != f"-A {builtin} -j {chain}":
-                found.append(f"{os.path.basename(binary)}: {builtin} does not begin with the jump to {chain}")
+                found.append(f"{name}: {builtin} does not begin with the jump to {chain}")
             if f"-N {chain}" not in listing:
-                found.append(f"{os.path.basename(binary)}: {chain} is gone")
-            elif sum(line.startswith(f"-A {chain} ") for line in listing) != len(self.rules(hook_of[builtin])):
-                found.append(f"{os.path.basename(binary)}: {chain} holds other rules than ours")
+                found.append(f"{name}: {chain} is gone")
+            elif sum(line.startswith(f"-A {chain} ") for line in listing) != len(self.rules(hook_of[(table, builtin)])):
+                found.append(f"{name}: {chain} holds other rules than ours")
         return found
 
     def repair(self) -> list[str]:
@@ -176,8 +236,8 @@ class Rules:
         return found
 
     def remove(self) -> None:
-        for binary, builtin, chain in reversed(self.installed):
-            _run(binary, "-t", "filter", "-D", builtin, "-j", chain, check=False)
-            _run(binary, "-t", "filter", "-F", chain, check=False)
-            _run(binary, "-t", "filter", "-X", chain, check=False)
+        for binary, table, builtin, chain in reversed(self.installed):
+            _run(binary, "-t", table, "-D", builtin, "-j", chain, check=False)
+            _run(binary, "-t", table, "-F", chain, check=False)
+            _run(binary, "-t", table, "-X", chain, check=False)
         self.installed.clear()

@@ -261,8 +261,8 @@ class Daemon:
         self.proc.wait(timeout=15)
 
 
-def iptables_rules(ns: str) -> str:
-    return sh("ip", "netns", "exec", ns, "iptables", "-S").stdout
+def iptables_rules(ns: str, table: str = "filter") -> str:
+    return sh("ip", "netns", "exec", ns, "iptables", "-t", table, "-S").stdout
 
 
 def root_reason() -> str | None:

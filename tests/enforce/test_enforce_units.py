@@ -86,6 +86,30 @@ def test_rules_and_queue_targets() -> None:
     assert r.rules("input")[0] == ["-i", "lo", "-j", "RETURN"]
     with pytest.raises(ValueError):
         Rules(0, 0, hooks=("prerouting",))
+    assert [c[1:] for c in r.chains()] == [("filter", "FORWARD"), ("filter", "INPUT"), ("filter", "OUTPUT")]
+
+
+def test_early_host_endpoint_hooks_have_chains_of_their_own() -> None:
+    r = Rules(0, 1, untracked_queue=2, pre_dnat_queue=3)
+    assert [c[1:] for c in r.chains()][3:] == [("raw", "PREROUTING"), ("raw", "OUTPUT"), ("mangle", "PREROUTING")]
+    raw_in = r.rules("untracked-in")
+    # allowed by a rule: back with the mark, out of connection tracking, on its way
+    assert raw_in[1] == ["-m", "mark", "--mark", "0x8000000/0x8000000", "-j", "CT", "--notrack"]
+    assert raw_in[2] == ["-m", "mark", "--mark", "0x8000000/0x8000000", "-j", "RETURN"]
+    assert raw_in[-2] == ["-m", "addrtype", "!", "--dst-type", "LOCAL", "-j", "RETURN"]
+    assert raw_in[-1] == ["-j", "NFQUEUE", "--queue-num", "2"]
+    assert r.rules("untracked-out")[0] == ["-o", "lo", "-j", "RETURN"]
+    assert r.rules("untracked-out")[-1] == ["-j", "NFQUEUE", "--queue-num", "2"]
+    pre = r.rules("pre-dnat")
+    assert pre[1] == ["-m", "mark", "--mark", "0x10000000/0x10000000", "-j", "RETURN"]
+    assert pre[-1] == ["-j", "NFQUEUE", "--queue-num", "3"]
+    # the filter chains let what the early hooks judged through
+    assert ["-m", "conntrack", "--ctstate", "UNTRACKED", "-j", "RETURN"] in r.rules("output")
+    assert ["-m", "mark", "--mark", "0x10000000/0x10000000", "-j", "RETURN"] in r.rules("input")
+    assert ["-m", "mark", "--mark", "0x10000000/0x10000000", "-j", "RETURN"] not in r.rules("forward")
+
+
+def test_queue_ranges() -> None:
     assert parse_queues("4") == (4, 4) and parse_queues("2-5") == (2, 5)
     for bad in ("5-2", "x", "70000"):
         with pytest.raises(ValueError):

@@ -21,6 +21,7 @@ from pyclassify.ir import (
     Action,
     Direction,
     EndpointKind,
+    Hook,
     IcmpMatch,
     NamedPort,
     Policy,
@@ -899,13 +900,16 @@ def test_host_endpoint_options():
     assert policy.apply_on_forward and policy.subject.endpoint_kinds == {EndpointKind.POD, EndpointKind.HOST}
 
 
-def test_untracked_policy_governs_host_endpoints_only():
+def test_untracked_policy_governs_host_endpoints_only_at_their_hook():
     objs = ok(gnp("doNotTrack: true\napplyOnForward: true\ningress: [{action: Deny}]"))
     h = host("h", "10.0.5.1")
     p = pod("p", "x", "10.0.0.1")
     inv = inventory(h, p)
-    assert verdict(objs, inv, flow(p, h)).ingress.reason == "rule"
-    assert verdict(objs, inv, flow(h, p)).ingress is None
+    untracked = policy_set(objs).for_hook(Hook.UNTRACKED)
+    assert evaluate(untracked, inv, flow(p, h)).ingress.reason == "rule"
+    assert evaluate(untracked, inv, flow(h, p)).ingress is None
+    # felix never puts untracked (or pre-DNAT) policy in the filter chains
+    assert policy_set(objs).policies == () and verdict(objs, inv, flow(p, h)).ingress is None
 
 
 def test_host_endpoint_option_errors():
