@@ -279,3 +279,40 @@ def manifest_lines(
     """The line of every key and item of the document or List item at ``data[start:end]``
     (``end`` 0: to the end), which starts at ``line``/``col``; with ``item``, the span is a
     List's document and the lines are those of ``items[item]``, relative to it."""
+
+
+# domains from DNS (rust/py/src/dns.rs, errors in rust/py/src/errors.rs)
+DNS_ERROR_NAMES: Final[list[str]]
+
+class DomainPatternError(ValueError):
+    message: str
+    pattern: str
+
+def domain_pattern_error(text: str) -> str | None:
+    """Why ``text`` is not a valid domain pattern (exact, or one ``*`` label standing for one or
+    more labels), or None when it is."""
+
+class DomainFacts:
+    """(name, address) facts learned from DNS, each valid from when it was learned until its TTL
+    plus ``grace_s`` seconds have passed; at most ``capacity`` (the first-expiring fact is evicted
+    for a new one). Thread-safe; calls release the GIL."""
+    def __new__(cls, capacity: int = 100000, grace_s: int = 0) -> DomainFacts: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def grace_s(self) -> int: ...
+    def learn(self, name: str, ip: str, ttl: int, now_ns: int) -> bool:
+        """Whether the fact was new (a known one gets the later window)."""
+    def learn_payload(self, payload: bytes, now_ns: int, tcp: bool = False) -> tuple[int, str | None]:
+        """(new facts learned, the DNS_ERROR_NAMES entry that stopped decoding or None) for a UDP
+        payload (one DNS response) or, with ``tcp``, a TCP payload of length-prefixed messages
+        (the complete messages before an error are learned)."""
+    def names_at(self, ip: str, now_ns: int | None = None) -> list[str]: ...
+    def matches(self, ip: str, patterns: list[str], now_ns: int | None = None) -> bool:
+        """Raises DomainPatternError for an invalid pattern."""
+    def expire(self, now_ns: int) -> int: ...
+    def stats(self) -> dict[str, int]:
+        """learned, refreshed, evicted, expired."""
+    @property
+    def generation(self) -> int: ...
+    def __len__(self) -> int: ...

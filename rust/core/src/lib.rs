@@ -14,6 +14,7 @@
 //! - [`conntrack`]: connection tracking (both directions, TCP state, timeouts, cap, revalidation).
 //! - [`labelindex`]: incremental index of which endpoints each selector matches.
 //! - [`manifest`]: reading YAML/JSON manifests fast, with the line of every field on demand.
+//! - [`dns`]: domains from DNS: a bounded response decoder, domain patterns, the learned facts.
 
 pub mod abi;
 pub mod admission;
@@ -22,6 +23,7 @@ pub mod capi;
 pub mod classbench;
 pub mod classifier;
 pub mod conntrack;
+pub mod dns;
 pub mod engine;
 pub mod flows;
 pub mod labelindex;

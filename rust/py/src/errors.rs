@@ -115,11 +115,38 @@ pub(crate) fn manifest_error(message: &str) -> PyErr {
     ManifestError::new_err(message.to_string())
 }
 
+create_exception!(
+    _engine,
+    DomainPatternError,
+    PyValueError,
+    "A domain pattern (Calico `domains`) that cannot be parsed.\n\n\
+     Attributes: message, pattern (the text given)."
+);
+
+/// Converts a core domain-pattern refusal (`pyclassify_core::dns::DomainPattern::parse`);
+/// `pattern` is the text it came from.
+pub(crate) fn domain_pattern_exc(message: &str, pattern: &str) -> PyErr {
+    Python::attach(|py| {
+        let err = DomainPatternError::new_err(message.to_string());
+        let value = err.value(py);
+        let set = || -> PyResult<()> {
+            value.setattr("message", message)?;
+            value.setattr("pattern", pattern)?;
+            Ok(())
+        };
+        match set() {
+            Ok(()) => err,
+            Err(other) => other,
+        }
+    })
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SelectorError", m.py().get_type::<SelectorError>())?;
     m.add("ConnTrackError", m.py().get_type::<ConnTrackError>())?;
     m.add("EngineError", m.py().get_type::<EngineError>())?;
     m.add("ImagePatternError", m.py().get_type::<ImagePatternError>())?;
     m.add("ManifestError", m.py().get_type::<ManifestError>())?;
+    m.add("DomainPatternError", m.py().get_type::<DomainPatternError>())?;
     Ok(())
 }

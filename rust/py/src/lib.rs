@@ -10,6 +10,7 @@ mod admission;
 mod batch;
 mod classifier;
 mod conntrack;
+mod dns;
 mod engine;
 mod errors;
 mod flows;
@@ -31,5 +32,6 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     flows::register(m)?;
     admission::register(m)?;
     manifest::register(m)?;
+    dns::register(m)?;
     Ok(())
 }
