@@ -423,9 +423,10 @@ cdef inline int family_version(uint32_t fam) noexcept nogil:
     return 0
 
 
-cdef void decode_frame(const uint8_t *p, size_t caplen, size_t wirelen, uint32_t linktype,
-                       PacketHeader *h, pc_quote *q, FragTable *ft) noexcept nogil:
-    """Decode one frame into h (whose ts_ns, pkt_len, ifindex the caller has set)."""
+cdef int link_layer(const uint8_t *p, size_t caplen, uint32_t linktype, size_t *off_out,
+                    int *ver_out) noexcept nogil:
+    """The link-layer header of a frame: its length (``off_out``) and the IP version it
+    announces (``ver_out``, 0: take the version nibble). Returns PC_ERR_NONE or an error kind."""
     cdef size_t off = 0
     cdef uint16_t et
     cdef uint32_t fam
@@ -433,24 +434,20 @@ cdef void decode_frame(const uint8_t *p, size_t caplen, size_t wirelen, uint32_t
     cdef int tags = 0
     if linktype == LT_ETHERNET:
         if caplen < 14:
-            set_error(h, PC_ERR_TRUNCATED_LINK)
-            return
+            return PC_ERR_TRUNCATED_LINK
         et = be16(p + 12)
         off = 14
         while et == 0x8100 or et == 0x88A8 or et == 0x9100:
             tags += 1
             if tags > MAX_VLAN_TAGS:
-                set_error(h, PC_ERR_TOO_MANY_VLAN_TAGS)
-                return
+                return PC_ERR_TOO_MANY_VLAN_TAGS
             if caplen < off + 4:
-                set_error(h, PC_ERR_TRUNCATED_LINK)
-                return
+                return PC_ERR_TRUNCATED_LINK
             et = be16(p + off + 2)
             off += 4
         ver = ethertype_version(et)
         if ver == 0:
-            set_error(h, PC_ERR_UNKNOWN_ETHERTYPE)
-            return
+            return PC_ERR_UNKNOWN_ETHERTYPE
     elif linktype == LT_RAW or linktype == LT_RAW_12 or linktype == LT_RAW_14:
         ver = 0
     elif linktype == LT_IPV4:
@@ -459,26 +456,21 @@ cdef void decode_frame(const uint8_t *p, size_t caplen, size_t wirelen, uint32_t
         ver = 6
     elif linktype == LT_LINUX_SLL:
         if caplen < 16:
-            set_error(h, PC_ERR_TRUNCATED_LINK)
-            return
+            return PC_ERR_TRUNCATED_LINK
         off = 16
         ver = ethertype_version(be16(p + 14))
         if ver == 0:
-            set_error(h, PC_ERR_UNKNOWN_ETHERTYPE)
-            return
+            return PC_ERR_UNKNOWN_ETHERTYPE
     elif linktype == LT_LINUX_SLL2:
         if caplen < 20:
-            set_error(h, PC_ERR_TRUNCATED_LINK)
-            return
+            return PC_ERR_TRUNCATED_LINK
         off = 20
         ver = ethertype_version(be16(p))
         if ver == 0:
-            set_error(h, PC_ERR_UNKNOWN_ETHERTYPE)
-            return
+            return PC_ERR_UNKNOWN_ETHERTYPE
     elif linktype == LT_NULL or linktype == LT_LOOP:
         if caplen < 4:
-            set_error(h, PC_ERR_TRUNCATED_LINK)
-            return
+            return PC_ERR_TRUNCATED_LINK
         off = 4
         if linktype == LT_LOOP:
             fam = be32(p)
@@ -490,14 +482,60 @@ cdef void decode_frame(const uint8_t *p, size_t caplen, size_t wirelen, uint32_t
                 fam = be32(p)
         ver = family_version(fam)
         if ver == 0:
-            set_error(h, PC_ERR_UNKNOWN_ETHERTYPE)
-            return
+            return PC_ERR_UNKNOWN_ETHERTYPE
     else:
-        set_error(h, PC_ERR_UNKNOWN_LINKTYPE)
+        return PC_ERR_UNKNOWN_LINKTYPE
+    off_out[0] = off
+    ver_out[0] = ver
+    return PC_ERR_NONE
+
+
+cdef void decode_frame(const uint8_t *p, size_t caplen, size_t wirelen, uint32_t linktype,
+                       PacketHeader *h, pc_quote *q, FragTable *ft) noexcept nogil:
+    """Decode one frame into h (whose ts_ns, pkt_len, ifindex the caller has set)."""
+    cdef size_t off = 0
+    cdef int ver = 0
+    cdef int err = link_layer(p, caplen, linktype, &off, &ver)
+    if err != PC_ERR_NONE:
+        set_error(h, err)
         return
     if wirelen < caplen:
         wirelen = caplen
     decode_l3(p + off, caplen - off, wirelen - off, ver, h, q, ft)
+
+
+cdef int l4_payload(const uint8_t *p, size_t caplen, uint32_t linktype, size_t *start, size_t *end) noexcept nogil:
+    """Where a frame's TCP or UDP payload lies (``start``/``end``, offsets in the frame, end
+    bounded by what was captured and by the IP and UDP lengths); 0 when it has none (not IP,
+    not TCP/UDP, a later fragment, a header cut short)."""
+    cdef size_t off = 0
+    cdef int ver = 0
+    cdef L3 l3
+    cdef size_t hl, n
+    if link_layer(p, caplen, linktype, &off, &ver) != PC_ERR_NONE:
+        return 0
+    if parse_ip(p + off, caplen - off, caplen - off, ver, False, &l3) != PC_ERR_NONE or l3.l4 == NULL:
+        return 0
+    if l3.is_frag and not l3.first_frag:
+        return 0
+    n = l3.l4_len
+    if l3.proto == 6:
+        if n < 20:
+            return 0
+        hl = (l3.l4[12] >> 4) * 4
+    elif l3.proto == 17:
+        if n < 8:
+            return 0
+        hl = 8
+        if be16(l3.l4 + 4) >= 8 and be16(l3.l4 + 4) < n:
+            n = be16(l3.l4 + 4)
+    else:
+        return 0
+    if hl < 8 or hl > n:
+        return 0
+    start[0] = <size_t>(l3.l4 - p) + hl
+    end[0] = <size_t>(l3.l4 - p) + n
+    return 1
 
 
 cdef inline void decode_one(const uint8_t *p, size_t caplen, size_t wirelen, uint32_t linktype,
@@ -533,6 +571,36 @@ def error_kinds():
 
 
 QUOTE_SIZE = sizeof(pc_quote)
+
+
+def payload_spans(data, offsets, caplens, linktypes, indices):
+    """For packets ``indices`` of a capture batch (``Batch.data``, ``offsets``, ``caplens``,
+    ``linktypes``): an (n, 2) int64 array of each one's TCP/UDP payload as [start, end) in
+    ``data``; (0, 0) where it has none. Decoded natively, bounds-checked like the decoder."""
+    import numpy as np
+    cdef const uint8_t[::1] buf = data
+    cdef Py_ssize_t n = len(indices)
+    out = np.zeros((n, 2), dtype=np.int64)
+    cdef long long[:, ::1] o = out
+    cdef const unsigned long long[::1] offs = np.ascontiguousarray(offsets, dtype=np.uint64)
+    cdef const unsigned int[::1] lens = np.ascontiguousarray(caplens, dtype=np.uint32)
+    cdef const unsigned int[::1] lts = np.ascontiguousarray(linktypes, dtype=np.uint32)
+    cdef const long long[::1] idx = np.ascontiguousarray(indices, dtype=np.int64)
+    cdef Py_ssize_t k, i
+    cdef size_t s, e, off, cap
+    with nogil:
+        for k in range(n):
+            i = idx[k]
+            if i < 0 or i >= offs.shape[0]:
+                continue
+            off = offs[i]
+            cap = lens[i]
+            if off > <size_t>buf.shape[0] or cap > <size_t>buf.shape[0] - off:
+                continue
+            if cap and l4_payload(&buf[off], cap, lts[i], &s, &e):
+                o[k, 0] = <long long>(off + s)
+                o[k, 1] = <long long>(off + e)
+    return out
 
 
 cdef class Decoder:

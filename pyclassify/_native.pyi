@@ -28,6 +28,9 @@ def pack_records(
 ) -> bytes:
     """Records of the packets ``indices`` as pcap (fmt 1) or pcapng EPB (fmt 2) bytes."""
 
+def payload_spans(data: Any, offsets: Any, caplens: Any, linktypes: Any, indices: Any) -> Any:
+    """(n, 2) int64 array: each packet's TCP/UDP payload as [start, end) in ``data``; (0, 0) if none."""
+
 class Decoder:
     """Decodes frames of a given link type into a header batch, with its own fragment table."""
 
@@ -134,6 +137,8 @@ class NfQueue:
     def batch_verdicts(self) -> bool: ...
     @property
     def reject_mark(self) -> int: ...
+    @property
+    def accept_mark(self) -> int: ...
     def __init__(
         self,
         client: EngineClient,
@@ -146,6 +151,7 @@ class NfQueue:
         gso: bool = True,
         rcvbuf: int = ...,
         reject_mark: int = 0,
+        accept_mark: int = 0,
     ) -> None: ...
     def open(self) -> None: ...
     def close(self) -> None: ...

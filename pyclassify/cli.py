@@ -408,6 +408,8 @@ Examples:
               help="ICMP/ICMPv6 code (with --proto ICMP or ICMPv6 and --icmp-type).")
 @click.option("--service-backend", "service_backend", metavar="ADDR|NS/POD", callback=utf8_text, default=None,
               help="With --to a Service's ClusterIP (or a node address and NodePort): judge only this backend.")
+@click.option("--resolve", "resolve", metavar="NAME=IP,...", callback=utf8_text, default=None,
+              help="DNS answers to judge domains/domainNames rules by (as if learned from DNS).")
 @click.option("--pre-dnat", "pre_dnat", metavar="ADDR[:PORT]", callback=utf8_text, default=None,
               help="Where the flow to a host endpoint was going before a DNAT on the host (preDNAT "
                    "policy judges that; the rest judge --to and --port).")
@@ -416,8 +418,8 @@ Examples:
 @json_option
 def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
                 src: str, dst: str, proto: str, port: int | None, sport: int | None,
-                icmp_type: int | None, icmp_code: int | None, service_backend: str | None, pre_dnat: str | None,
-                default: str | None, engine: str, as_json: bool) -> None:
+                icmp_type: int | None, icmp_code: int | None, service_backend: str | None, resolve: str | None,
+                pre_dnat: str | None, default: str | None, engine: str, as_json: bool) -> None:
     """Verdict for one flow, with the deciding tier, policy and rule of each direction.
 
     A flow to a Service's ClusterIP, or to a node's address on a NodePort, is judged as
@@ -430,6 +432,16 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
     protocol = _protocol(proto)
     _check_flow_options(protocol, port, sport, icmp_type, icmp_code)
     project = _load(paths, (kubeconfig, kube_context, in_cluster))
+    if resolve is not None:
+        from pyclassify import domains
+
+        try:
+            answers = domains.resolve_option(resolve)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--resolve") from e
+        project.inventory.domains = domains.new_facts()
+        for name, ip in answers:
+            project.inventory.domains.learn(name, ip, 0, 0)  # judged with no time: valid whenever
     try:
         result = explain(project, src, dst, protocol, port, sport, icmp_type, icmp_code, default, engine,
                          service_backend, pre_dnat)
@@ -736,11 +748,13 @@ Examples:
               help="Write the denied packets, unchanged, to this capture.")
 @click.option("--flows", "per_flow", is_flag=True, help="With --out, one line per flow instead of per packet.")
 @click.option("--no-conntrack", is_flag=True, help="Judge every packet alone (no connection tracking).")
+@click.option("--dns-grace", "dns_grace", type=click.IntRange(0, 86400), default=0, show_default=True,
+              metavar="SECONDS", help="How long an address DNS taught stays valid after its TTL runs out.")
 @default_option
 @json_option
 def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
                pcaps: tuple[str, ...], out_path: str | None, allowed_path: str | None,
-               denied_path: str | None, per_flow: bool, no_conntrack: bool, default: str | None,
+               denied_path: str | None, per_flow: bool, no_conntrack: bool, dns_grace: int, default: str | None,
                as_json: bool) -> None:
     """Replay captures against the policy: a verdict for every packet, and a summary by rule.
 
@@ -754,6 +768,12 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     outputs = {"--out": out_path, "--allowed": allowed_path, "--denied": denied_path}
     _refuse_overwriting_inputs(paths, pcaps, {k: v for k, v in outputs.items() if v is not None})
     project = _load(paths, (kubeconfig, kube_context, in_cluster))
+    from pyclassify import domains
+
+    dns = None
+    if domains.has_domain_rules(project.policy_set):
+        project.inventory.domains = domains.new_facts(dns_grace)
+        dns = domains.DnsLearner(project.inventory.domains)
     engine = NativeEngine(project.policy_set, project.inventory)
     staged_project = project.staged()
     staged = None if staged_project is None else NativeEngine(staged_project.policy_set, project.inventory)
@@ -766,7 +786,8 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     failure: str | None = None
     try:
         replay = Replay(engine, conntrack=not no_conntrack, default=default, out=out_file,
-                        allowed_path=allowed_path, denied_path=denied_path, flows=per_flow, staged=staged)
+                        allowed_path=allowed_path, denied_path=denied_path, flows=per_flow, staged=staged,
+                        dns=dns)
         try:
             if sys.stdout.isatty() and not as_json:
                 from rich.progress import Progress
@@ -880,6 +901,11 @@ def _print_replay(summary: dict[str, Any]) -> None:
         none = s["no_policy"][direction]
         if none:
             out.print(f"  {none:>8}  {direction:<7} no policy applies at this end")
+    dns = s.get("dns")
+    if dns is not None:
+        bad = ", ".join(f"{n} {k}" for k, n in dns["errors"].items())
+        out.print(f"dns: {dns['answers']} answers taught {dns['learned']} name-address facts"
+                  + (f" ({bad}: learned nothing)" if bad else "") + (f"; {dns['evicted']} evicted" if dns["evicted"] else ""))
     staged = s.get("staged")
     if staged is not None:
         out.print(f"staged: with the staged policies enforced, {staged['allowed']} allowed, {staged['denied']} denied: "

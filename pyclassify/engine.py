@@ -96,7 +96,7 @@ def _entity(m: EntityMatch) -> dict[str, Any]:
         "service_account_selector": _selector(m.service_account_selector),
         "service": None if m.service is None else [m.service.namespace, m.service.name],
         "node_selector": _selector(m.node_selector),
-        "has_domains": bool(m.domains),
+        "domains": list(m.domains),
         "ports": [_port(p) for p in m.ports],
         "not_ports": [_port(p) for p in m.not_ports],
         "unresolvable": m.unresolvable is not None,
@@ -323,6 +323,8 @@ class EngineState:
         self.full_builds = 0
         #: Objects sent by the last delta: how much of the world a change touched.
         self.last_delta_size = 0
+        #: The DNS-learned facts the model's snapshots carry (``Inventory.domains``).
+        self._domains: Any = None
 
     # --- per object ---
 
@@ -479,6 +481,9 @@ class EngineState:
             policy_keys = _policy_keys(policy_set.policies)
             self._sync(self._policies, dict(zip(policy_keys, policy_set.policies)))
             self._sync(self._profiles, {p.name: p for p in policy_set.profiles})
+            if inventory.domains is not self._domains:  # shared, not copied: learning goes on in it
+                self.model.set_domain_facts(inventory.domains)
+                self._domains = inventory.domains
         snapshot = self.commit()
         return NativeEngine._snapshot(self, snapshot, policy_set, inventory, extra_endpoints, keys, policy_keys)
 
@@ -578,7 +583,7 @@ class NativeEngine:
         allowed, egress, ingress = self._engine.evaluate(
             ends[0][0], ends[0][1], ends[1][0], ends[1][1],
             flow.protocol, flow.sport, flow.dport, flow.icmp_type, flow.icmp_code,
-            default_pod == "allow", default_host == "allow",
+            default_pod == "allow", default_host == "allow", flow.ts_ns,
         )
         return Verdict("allow" if allowed else "deny", self._decision(egress, Direction.EGRESS),
                        self._decision(ingress, Direction.INGRESS))

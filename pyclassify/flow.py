@@ -61,6 +61,9 @@ class Flow:
     dport: int | None = None
     icmp_type: int | None = None
     icmp_code: int | None = None
+    #: when the packet was seen (ns since the epoch): DNS-learned addresses are valid for a
+    #: time; None judges by everything learned, whenever
+    ts_ns: int | None = None
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from pyclassify.ir import EndpointKind, IPNetwork
 
@@ -143,6 +143,9 @@ class Inventory:
     #: endpoints stay peers for every selector, but their own policy is their node's to enforce.
     #: None: every endpoint's policy applies (the offline commands, a single-node firewall).
     enforcing_node: str | None = None
+    #: What DNS answers taught (``pyclassify._engine.DomainFacts``: name -> addresses, each for
+    #: its TTL): the addresses ``domains``/``domainNames`` rules match. None: nothing learned.
+    domains: Any = None
 
     def enforces(self, e: Endpoint) -> bool:
         """Whether this inventory's node enforces ``e``'s own policy (see ``enforcing_node``)."""

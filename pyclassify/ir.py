@@ -136,7 +136,7 @@ class EntityMatch:
     service_account_selector: Selector | None = None  # labels of the ServiceAccount
     service: ServiceRef | None = None
     node_selector: Selector | None = None  # address is one of a matching Node's addresses
-    domains: tuple[str, ...] = ()  # DNS names; not enforceable yet (see Policy.unenforceable)
+    domains: tuple[str, ...] = ()  # DNS names: the addresses learned for them (Inventory.domains)
     ports: tuple[PortMatch, ...] = ()  # any of them (empty: no constraint)
     not_ports: tuple[PortMatch, ...] = ()  # none of them
     unresolvable: str | None = None  # why the peer cannot be resolved: fails closed

@@ -252,7 +252,10 @@ class _Context:
         if m.node_selector is not None and not self.node_matches(m.node_selector, ip):
             return False
         if m.domains:
-            return False  # DNS-learned addresses are not known here: never widen (fail closed)
+            # the addresses DNS answers taught for these names, valid when the packet was seen
+            facts = self.inventory.domains
+            if ip is None or facts is None or not facts.matches(str(ip), list(m.domains), self.flow.ts_ns):
+                return False
         if m.service is not None and not self.service_matches(m, end, source):
             return False
         if _needs_labels(m) and not any(self.labelled_matches(m, c, subject)

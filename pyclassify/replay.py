@@ -165,8 +165,11 @@ class Replay:
 
     def __init__(self, engine: NativeEngine, conntrack: bool = True, default: str | None = None,
                  out: IO[str] | None = None, allowed_path: str | None = None, denied_path: str | None = None,
-                 flows: bool = False, staged: NativeEngine | None = None) -> None:
+                 flows: bool = False, staged: NativeEngine | None = None, dns: Any = None) -> None:
         self.engine = engine
+        # DNS answers in the capture teach the addresses of domain rules (pyclassify.domains):
+        # learned batch by batch, before the batch is judged
+        self.dns = dns
         self.tracker = Tracker() if conntrack else None
         # The staged policies enforced (``Project.staged``): the same packets judged again, with
         # connections of their own, beside the real verdicts; they change none of them.
@@ -195,20 +198,47 @@ class Replay:
         self._service_entries: npt.NDArray[np.int64] | None = None  # of the batch being written
 
     def _judge(self, batch: Batch) -> npt.NDArray[Any]:
-        """The batch's verdicts (and with staged policies, ``_staged_verdicts`` beside them)."""
-        entry, forward = self.services.match(batch.headers)
+        """The batch's verdicts (and with staged policies, ``_staged_verdicts`` beside them).
+        With DNS learning, the batch is judged in parts cut after each DNS answer, which is
+        learned before the packets that follow it are judged."""
+        answers = self.dns.answers_in(batch) if self.dns is not None else []
+        if not answers:
+            return self._judge_part(batch.headers, batch.quotes)
+        n = len(batch.headers)
+        verdicts, staged, entries = [], [], np.full(n, -1, dtype=np.int64)
+        start = 0
+        for end, answer in [(k + 1, (k, s, e)) for k, s, e in answers] + [(n, None)]:
+            if end > start:
+                verdicts.append(self._judge_part(batch.headers[start:end],
+                                                 None if batch.quotes is None else batch.quotes[start:end]))
+                staged.append(self._staged_verdicts)
+                if self._service_entries is not None:
+                    entries[start:end] = self._service_entries
+            if answer is not None:
+                assert self.dns is not None
+                self.dns.learn(batch, *answer)
+            start = end
+        self._service_entries = entries if (entries >= 0).any() else None
+        if self.staged is not None:
+            self._staged_verdicts = np.concatenate(staged)
+        return np.concatenate(verdicts)
+
+    def _judge_part(self, headers: npt.NDArray[Any], quotes: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
+        headers = np.ascontiguousarray(headers)
+        quotes = None if quotes is None else np.ascontiguousarray(quotes)
+        entry, forward = self.services.match(headers)
         self._service_entries = entry if (entry >= 0).any() else None
         if self.staged is not None:
             assert self._staged_trackers is not None
-            self._staged_verdicts = self._judge_with(self.staged, self._staged_trackers, batch, entry, forward)
-        return self._judge_with(self.engine, self._service_trackers, batch, entry, forward)
+            self._staged_verdicts = self._judge_with(self.staged, self._staged_trackers, headers, quotes, entry, forward)
+        return self._judge_with(self.engine, self._service_trackers, headers, quotes, entry, forward)
 
-    def _judge_with(self, engine: NativeEngine, trackers: dict[int | None, Tracker], batch: Batch,
-                    entry: npt.NDArray[Any], forward: npt.NDArray[Any]) -> npt.NDArray[Any]:
-        """The batch's verdicts by ``engine``, connections tracked in ``trackers`` (None: the
-        main one; one per backend choice); packets to or from a Service's virtual address are
-        judged against its backends (every one, when it has several: allowed only if all allow)."""
-        headers, quotes = batch.headers, batch.quotes
+    def _judge_with(self, engine: NativeEngine, trackers: dict[int | None, Tracker], headers: npt.NDArray[Any],
+                    quotes: npt.NDArray[Any] | None, entry: npt.NDArray[Any],
+                    forward: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """Verdicts by ``engine``, connections tracked in ``trackers`` (None: the main one; one
+        per backend choice); packets to or from a Service's virtual address are judged against
+        its backends (every one, when it has several: allowed only if all allow)."""
         tracked = self.tracker is not None
         if self._service_entries is None:
             return engine.judge(headers, quotes, trackers.get(None), **self.defaults)
@@ -555,6 +585,7 @@ class Replay:
             "seconds": round(s.seconds, 6),
             "packets_per_second": round(s.rate, 1),
             "interrupted": s.interrupted,
+            "dns": None if self.dns is None else self.dns.to_json(),
             "staged": None if self.staged is None else {
                 **{k: s.staged[k] for k in ("allowed", "denied", "would_deny", "would_allow")},
                 "by_rule": self.by_rule(s.staged_by_rule, self.staged),

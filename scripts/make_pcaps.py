@@ -139,6 +139,60 @@ def demo_ipv4(clock: Clock) -> list[Packet]:
     return pkts
 
 
+EXAMPLE_COM, EDGE = "93.184.216.34", "192.0.2.80"
+
+
+def dns_answer(clock: Clock, client: str, sport: int, qid: int, name: str, records: list[Packet],
+               ip_id: int) -> list[Packet]:
+    """A UDP query from ``client`` to kube-dns and its answer."""
+    q = DNS(id=qid, rd=1, qd=DNSQR(qname=name, qtype="A"))
+    a = DNS(id=qid, qr=1, rd=1, ra=1, qd=q.qd, an=records)
+    return [clock(eth(client, DNS_IP) / IP(src=client, dst=DNS_IP, id=ip_id) / UDP(sport=sport, dport=53) / q),
+            clock(eth(DNS_IP, client) / IP(src=DNS_IP, dst=client, id=ip_id + 1) / UDP(sport=53, dport=sport) / a)]
+
+
+def syn_and_answer(clock: Clock, c: str, s: str, sport: int, dport: int, ip_id: int, step: float) -> list[Packet]:
+    """A SYN and its SYN-ACK (the answer only passes if the SYN was allowed)."""
+    return [clock(eth(c, s) / IP(src=c, dst=s, id=ip_id) / TCP(sport=sport, dport=dport, flags="S", seq=9000),
+                  step=step),
+            clock(eth(s, c) / IP(src=s, dst=c, id=ip_id + 1) / TCP(sport=dport, dport=sport, flags="SA", seq=7000,
+                                                                 ack=9001))]
+
+
+def domains_ipv4(clock: Clock) -> list[Packet]:
+    """pcaps/domains.pcap: web reaching names that examples/domains/ allows, as DNS teaches their
+    addresses (Ethernet)."""
+    pkts: list[Packet] = []
+    # Before any answer: 93.184.216.34 is no name's address yet (denied).
+    pkts += syn_and_answer(clock, WEB, EXAMPLE_COM, 44000, 443, 700, 1.0)
+    # DNS teaches api.example.com -> 93.184.216.34 for 30 s; the same connection is allowed now.
+    pkts += dns_answer(clock, WEB, 41100, 0x2001, "api.example.com",
+                       [DNSRR(rrname="api.example.com", type="A", ttl=30, rdata=EXAMPLE_COM)], 702)
+    pkts += syn_and_answer(clock, WEB, EXAMPLE_COM, 44001, 443, 704, 1.0)
+    # A CNAME chain: www.example.org -> edge.cdn.example.net -> 192.0.2.80 (allowed through
+    # *.example.org; the chain's names all learn the address).
+    pkts += dns_answer(clock, WEB, 41101, 0x2002, "www.example.org",
+                       [DNSRR(rrname="www.example.org", type="CNAME", ttl=300, rdata="edge.cdn.example.net"),
+                        DNSRR(rrname="edge.cdn.example.net", type="A", ttl=20, rdata=EDGE)], 706)
+    pkts += syn_and_answer(clock, WEB, EDGE, 44002, 443, 708, 1.0)
+    # 40 s later both TTLs ran out: denied again.
+    pkts += syn_and_answer(clock, WEB, EXAMPLE_COM, 44003, 443, 710, 40.0)
+    pkts += syn_and_answer(clock, WEB, EDGE, 44004, 443, 712, 0.5)
+    # Asked again over TCP (handshake, the length-prefixed answer): allowed again.
+    q = DNS(id=0x2003, rd=1, qd=DNSQR(qname="api.example.com", qtype="A"))
+    a = DNS(id=0x2003, qr=1, rd=1, ra=1, qd=q.qd, an=DNSRR(rrname="api.example.com", type="A", ttl=30, rdata=EXAMPLE_COM))
+    qb, ab = bytes(q), bytes(a)
+    pkts += tcp_conversation(clock, WEB, DNS_IP, 41200, 53, len(qb).to_bytes(2, "big") + qb,
+                             len(ab).to_bytes(2, "big") + ab, 720)
+    pkts += syn_and_answer(clock, WEB, EXAMPLE_COM, 44005, 443, 740, 1.0)
+    # A malformed answer (cut short inside its record) teaches nothing, and is counted.
+    bad = bytes(DNS(id=0x2004, qr=1, qd=DNSQR(qname="evil.example.com"),
+                    an=DNSRR(rrname="evil.example.com", type="A", ttl=30, rdata="203.0.113.66")))[:-3]
+    pkts.append(clock(eth(DNS_IP, WEB) / IP(src=DNS_IP, dst=WEB, id=750) / UDP(sport=53, dport=41102) / Raw(bad)))
+    pkts += syn_and_answer(clock, WEB, "203.0.113.66", 44006, 443, 752, 1.0)
+    return pkts
+
+
 def demo_pcapng(clock: Clock) -> list[Packet]:
     """pcaps/demo.pcapng: two interfaces: a VLAN trunk (Ethernet, 802.1Q) and `any` (SLL2),
     carrying IPv4 pod traffic and IPv6 node traffic with extension headers and fragments."""
@@ -199,6 +253,12 @@ def write(outdir: Path) -> list[Path]:
     for p in demo_pcapng(clock):
         ng.write(p)
     ng.close()
+    written.append(path)
+    path = outdir / "domains.pcap"
+    w = PcapWriter(str(path), linktype=1, sync=False)
+    for p in domains_ipv4(Clock()):
+        w.write(p)
+    w.close()
     written.append(path)
     return written
 

@@ -4,6 +4,8 @@ and inventories that use every field of the IR, for random flows among them."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import ipaddress
 
 import numpy as np
@@ -249,6 +251,44 @@ def test_not_selector_peers_equal_reference(data):
     engine = NativeEngine(policy_set, inventory)
     for _ in range(20):
         flow = data.draw(flow_st(inventory))
+        want = evaluate(policy_set, inventory, flow)
+        assert engine.evaluate(flow).to_json() == want.to_json(), flow
+
+
+DOMAIN_PATTERNS = ["api.example.com", "*.example.com", "www.*.org", "update.*", "db.example.net"]
+DOMAIN_NAMES = ["api.example.com", "a.b.example.com", "example.com", "www.x.org", "www.x.y.org", "update.z",
+                "db.example.net", "other.net"]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_domain_peers_equal_reference(data):
+    """Domain peers (Calico ``domains``, ANP ``domainNames``) over what DNS taught: names to
+    addresses (inside the inventory and outside it), each for a TTL from its time, judged at
+    flow times before, inside and after the windows, and with no time."""
+    from pyclassify import domains
+
+    policy_set, inventory = data.draw(world_st())
+    facts = inventory.domains = domains.new_facts(grace_s=data.draw(st.sampled_from([0, 5])))
+    addresses = ADDRS + ["203.0.113.5", "2001:db8::5"]
+    for _ in range(data.draw(st.integers(0, 8))):
+        facts.learn(data.draw(st.sampled_from(DOMAIN_NAMES)), data.draw(st.sampled_from(addresses)),
+                    data.draw(st.sampled_from([0, 10, 60])), data.draw(st.sampled_from([100, 120])) * 10**9)
+
+    def peer():
+        return EntityMatch(domains=tuple(data.draw(st.lists(st.sampled_from(DOMAIN_PATTERNS), min_size=1, max_size=2))),
+                           ports=data.draw(st.sampled_from([(), (PortMatch(6, PortRange(443, 443)),)])))
+
+    rules = tuple(Rule(action=data.draw(st.sampled_from([Action.ALLOW, Action.DENY])), index=i,
+                       destinations=(peer(),)) for i in range(data.draw(st.integers(1, 3))))
+    first = Policy(kind="GlobalNetworkPolicy", namespace=None, name="names", tier="kube-admin", order=0.0,
+                   subject=Subject(selector=Selector.all()), types=frozenset({Direction.EGRESS}), egress=rules)
+    policy_set = PolicySet.build([first, *policy_set.policies], list(policy_set.tiers), list(policy_set.profiles))
+    engine = NativeEngine(policy_set, inventory)
+    for _ in range(20):
+        flow = dataclasses.replace(data.draw(flow_st(inventory)),
+                                   ts_ns=data.draw(st.sampled_from([None, 50 * 10**9, 101 * 10**9, 115 * 10**9,
+                                                                    125 * 10**9, 131 * 10**9, 200 * 10**9])))
         want = evaluate(policy_set, inventory, flow)
         assert engine.evaluate(flow).to_json() == want.to_json(), flow
 

@@ -53,7 +53,6 @@ MAX_PORTS = 100
 MAX_NETWORKS = 25
 MAX_DOMAINS = 25
 MAX_RULE_NAME = 100
-DOMAINS_UNENFORCEABLE = "domainNames peers are not enforced yet (DNS-learned addresses)"
 
 _LABEL_SELECTOR_KEYS = {"matchLabels", "matchExpressions"}
 _NAMESPACE_SET_KEYS = {"namespaceSelector", "related", "sameLabels", "notSameLabels"}
@@ -117,8 +116,6 @@ def _build(doc: Document, problems: Problems, spec: dict, flavor: Flavor, tier: 
     if len(problems.errors) > before or subject is None:
         return []
     types = frozenset(d for d, rules in ((Direction.INGRESS, ingress), (Direction.EGRESS, egress)) if rules)
-    unenforceable = tuple(sorted({DOMAINS_UNENFORCEABLE for r in ingress + egress
-                                  for e in r.sources + r.destinations if e.domains}))
     return [Policy(
         kind=flavor.kind,
         namespace=None,
@@ -130,7 +127,6 @@ def _build(doc: Document, problems: Problems, spec: dict, flavor: Flavor, tier: 
         ingress=ingress,
         egress=egress,
         source=SourceRef(doc.file, doc.line),
-        unenforceable=unenforceable,
     )]
 
 
@@ -276,7 +272,7 @@ def read_peer(doc: Document, problems: Problems, path: FieldPath, raw: Any, dire
             bad = True
     if bad:
         return None
-    return EntityMatch(domains=tuple(items), unresolvable=DOMAINS_UNENFORCEABLE)
+    return EntityMatch(domains=tuple(items))  # the addresses DNS answers taught for them
 
 
 def _is_namespace_set(value: Any) -> bool:

@@ -16,8 +16,10 @@ Semantics that matter for evaluation, as felix implements them:
   addresses; in a namespaced one the namespace scoping still asks for something of its namespace.
 * A rule's nets fix its IP family: felix does not render a rule for the other family at all,
   so ``notNets: [10.0.0.0/8]`` never matches IPv6 traffic.
-* ``domains`` and ``http`` cannot be enforced by a packet classifier yet: the policy is marked
-  ``unenforceable`` and the entity carries ``unresolvable`` so an Allow rule matches nothing.
+* ``domains`` match the addresses DNS answers taught for those names (``Inventory.domains``),
+  while the answer's TTL lasts. ``http`` cannot be enforced by a packet classifier yet: the
+  policy is marked ``unenforceable`` and the entity carries ``unresolvable`` so an Allow rule
+  matches nothing.
 * doNotTrack / preDNAT policies only ever apply to host endpoints.
 """
 
@@ -852,10 +854,6 @@ class _Entity:
             namespace = self.rule.namespace
         unresolvable = None
         reason = None
-        if self.domains:
-            reason = f"{'destination' if not self.is_source else 'source'}.domains " \
-                     f"({', '.join(self.domains)}) is not enforced by pyclassify yet"
-            unresolvable = "domains are not enforced yet"
         match = EntityMatch(
             nets=self.nets,
             not_nets=self.not_nets,

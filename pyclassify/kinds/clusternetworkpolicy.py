@@ -8,7 +8,7 @@ are the IR's Allow/Deny/Pass; ports are ``protocols`` entries (tcp/udp/sctp with
 Fail closed (the API's rule): a peer whose only fields are unknown to us (a newer CRD) cannot
 be resolved. An Accept rule never matches through it; a Deny or Pass rule treats it as
 "deny all" (``EntityMatch.unresolvable``, interpreted by the evaluator). ``domainNames`` peers
-are unresolvable too until DNS-learned addresses are implemented.
+match the addresses DNS answers taught for those names (``Inventory.domains``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 
 from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace
 from pyclassify.ir import PROTO_TCP, PROTO_UDP, Action, Direction, NamedPort, PolicySet, PortMatch, PortRange, Relation, EndpointKind
-from pyclassify.kinds.adminnetworkpolicy import DOMAINS_UNENFORCEABLE, normalize_anp, normalize_banp
+from pyclassify.kinds.adminnetworkpolicy import normalize_anp, normalize_banp
 from pyclassify.kinds.networkpolicy import normalize_networkpolicy
 from pyclassify.reference import Flow, FlowEnd, evaluate
 from pyclassify.source import Document, Problems
@@ -105,10 +105,12 @@ def test_ports():
         PortMatch(None, NamedPort("web")), PortMatch(PROTO_TCP, PortRange(1000, 2000)))
 
 
-def test_domain_names_fail_closed_and_are_reported():
+def test_domain_names_match_learned_addresses():
     p = one(anp({"priority": 1, "subject": NS_ALL, "egress": [
         {"action": "Allow", "to": [{"domainNames": ["*.example.com", "kubernetes.io"]}]}]}))
-    assert p.egress[0].destinations[0].unresolvable and p.unenforceable == (DOMAINS_UNENFORCEABLE,)
+    peer = p.egress[0].destinations[0]
+    assert peer.domains == ("*.example.com", "kubernetes.io") and peer.unresolvable is None
+    assert p.unenforceable == ()
 
 
 @pytest.mark.parametrize("spec,path,fragment", [

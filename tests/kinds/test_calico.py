@@ -812,10 +812,14 @@ def test_ingress_source_service_may_have_ports():
     assert rule.sources[0].service == ServiceRef("a", "prod") and rule.sources[0].ports
 
 
-# --- domains and http: validated, not enforceable --------------------------------------------
+# --- domains: the addresses DNS taught; http: validated, not enforceable --------------------
 
 
-def test_domains_make_the_policy_unenforceable_and_allow_nothing():
+@pytest.mark.parametrize("engine", ["reference", "native"])
+def test_domains_match_the_addresses_dns_taught(engine):
+    from pyclassify import domains
+    from tests.evaluators import EVALUATORS
+
     objs = ok(gnp("""\
         types: [Egress]
         egress:
@@ -825,11 +829,16 @@ def test_domains_make_the_policy_unenforceable_and_allow_nothing():
         """))
     policy = objs[0]
     assert policy.egress[0].destinations[0].domains == ("api.example.com", "*.example.org")
-    assert len(policy.unenforceable) == 1 and "spec.egress[0]" in policy.unenforceable[0]
-    assert "domains" in policy.unenforceable[0]
+    assert policy.unenforceable == () and policy.egress[0].destinations[0].unresolvable is None
     a = pod("a", "x", "10.0.0.1")
-    v = verdict(objs, inventory(a), flow(a, "93.184.216.34", dport=443))
-    assert v.verdict == "deny" and v.egress.rule == 1  # never widened to "allow anything"
+    inv = inventory(a)
+    judge = lambda dst: EVALUATORS[engine](policy_set(objs), inv, flow(a, dst, dport=443))  # noqa: E731
+    v = judge("93.184.216.34")
+    assert v.verdict == "deny" and v.egress.rule == 1  # nothing learned: never widened
+    inv.domains = domains.new_facts()
+    inv.domains.learn("www.example.org", "93.184.216.34", 30, 0)
+    assert judge("93.184.216.34").egress.rule == 0
+    assert judge("93.184.216.35").egress.rule == 1
 
 
 def test_domain_errors():
@@ -969,12 +978,17 @@ def test_profile_errors_and_unenforceable_warning():
         kind: Profile
         metadata: {name: p}
         spec:
+          ingress:
+          - action: Allow
+            protocol: TCP
+            http: {methods: [GET]}
           egress:
           - action: Allow
             destination: {domains: [example.com]}
         """)
     assert objs and not problems.errors
-    assert [str(w) for w in problems.warnings][0].startswith("t.yaml:4: spec: not enforceable: spec.egress[0]")
+    warnings = [str(w) for w in problems.warnings]
+    assert len(warnings) == 1 and warnings[0].startswith("t.yaml:4: spec: not enforceable: spec.ingress[0]")
     errs = errors("""\
         apiVersion: projectcalico.org/v3
         kind: Profile

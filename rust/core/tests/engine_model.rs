@@ -415,7 +415,7 @@ fn not_selector_only_peer_matches_what_it_does_not_exclude() {
             "nets": [], "not_nets": [], "selector": null, "not_selector": "app == 'x'", "endpoint_kinds": null,
             "namespace": namespace, "namespace_selector": null, "namespace_relation": null, "same_labels": [],
             "not_same_labels": [], "service_account_names": null, "service_account_selector": null,
-            "service": null, "node_selector": null, "has_domains": false, "ports": [], "not_ports": [],
+            "service": null, "node_selector": null, "domains": [], "ports": [], "not_ports": [],
             "unresolvable": false
         })
     };
@@ -470,6 +470,7 @@ fn not_selector_only_peer_matches_what_it_does_not_exclude() {
                 dport: Some(80),
                 icmp_type: None,
                 icmp_code: None,
+                ts_ns: None,
             };
             for d in DEFAULTS {
                 let got = snap.evaluate(&flow, d).expect("flow");

@@ -58,6 +58,13 @@ impl PyModel {
         })
     }
 
+    /// What DNS answers taught (a `DomainFacts`, shared: learning goes on in it), for the
+    /// domain rules of the snapshots handed out from now on; None forgets it.
+    fn set_domain_facts(&self, facts: Option<PyRef<'_, crate::dns::PyDomainFacts>>) {
+        let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        m.set_domain_facts(facts.map(|f| f.inner()));
+    }
+
     /// The current state as an immutable `Engine`.
     fn snapshot(&self) -> PyEngine {
         let m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
@@ -192,7 +199,7 @@ impl PyEngine {
 
     /// One flow: `(allowed, egress, ingress)`, each direction None or
     /// `(allowed, tier, ("policy"|"profile", index) | None, rule | None, reason, logs)`.
-    #[pyo3(signature = (src_ip, src_endpoint, dst_ip, dst_endpoint, protocol, sport, dport, icmp_type, icmp_code, pod_allow, host_allow))]
+    #[pyo3(signature = (src_ip, src_endpoint, dst_ip, dst_endpoint, protocol, sport, dport, icmp_type, icmp_code, pod_allow, host_allow, ts_ns=None))]
     #[allow(clippy::too_many_arguments)]
     fn evaluate(
         &self,
@@ -207,6 +214,7 @@ impl PyEngine {
         icmp_code: Option<u8>,
         pod_allow: bool,
         host_allow: bool,
+        ts_ns: Option<u64>,
     ) -> PyResult<(bool, Option<PyDecision>, Option<PyDecision>)> {
         let flow = Flow {
             src: end(src_ip, src_endpoint)?,
@@ -216,6 +224,7 @@ impl PyEngine {
             dport,
             icmp_type,
             icmp_code,
+            ts_ns,
         };
         let v = self
             .inner

@@ -26,6 +26,7 @@ pub fn flow_of_header(h: &PacketHeader) -> Option<Flow> {
         dport: has_ports.then_some(h.dport),
         icmp_type: icmp.then_some(h.icmp_type),
         icmp_code: icmp.then_some(h.icmp_code),
+        ts_ns: Some(h.ts_ns),
     })
 }
 

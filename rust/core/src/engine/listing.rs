@@ -360,7 +360,7 @@ impl<'s> Lister<'s> {
                 Action::Pass => SubjSig::Any(port_alts(&m.ports, &m.not_ports, owner, protos).0, false),
             };
         }
-        if m.has_domains || (m.service.is_some() && !self.s.services.contains_key(m.service.as_ref().expect("service"))) {
+        if m.domains.is_some() || (m.service.is_some() && !self.s.services.contains_key(m.service.as_ref().expect("service"))) {
             return SubjSig::Never;
         }
         let Some(set) = self.set_of(m) else { return SubjSig::Never };
@@ -392,7 +392,7 @@ impl<'s> Lister<'s> {
                 Action::Deny => {}
             }
         } else {
-            if m.has_domains || (m.service.is_some() && !self.s.services.contains_key(m.service.as_ref().expect("service"))) {
+            if m.domains.is_some() || (m.service.is_some() && !self.s.services.contains_key(m.service.as_ref().expect("service"))) {
                 return Vec::new();
             }
             if !m.nets.is_empty() {

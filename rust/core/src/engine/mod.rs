@@ -202,6 +202,9 @@ pub struct Flow {
     pub dport: Option<u16>,
     pub icmp_type: Option<u8>,
     pub icmp_code: Option<u8>,
+    /// When the packet was seen (ns since the epoch): DNS-learned addresses are valid for a
+    /// time. None: by everything learned, whenever.
+    pub ts_ns: Option<u64>,
 }
 
 impl Direction {

@@ -17,6 +17,7 @@
 //! parts live in copy-on-write tables ([`super::cow`]): [`Model::snapshot`] clones their outer
 //! tables only, and a later delta copies just the chunks it changes.
 
+use crate::dns::{DomainFacts, DomainPattern};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -343,6 +344,12 @@ impl Model {
         let mut m = Model::new();
         m.apply(spec.into_delta())?;
         Ok(m)
+    }
+
+    /// What DNS answers taught, for domain rules (shared: learning goes on in it); the
+    /// snapshots handed out from now on carry it.
+    pub fn set_domain_facts(&mut self, facts: Option<Arc<DomainFacts>>) {
+        self.snap.domain_facts = facts;
     }
 
     /// The current state as an immutable snapshot, sharing its tables with the model.
@@ -1127,7 +1134,8 @@ impl Model {
             nets,
             not_nets,
             node_addrs,
-            has_domains: e.has_domains,
+            domains: (!e.domains.is_empty())
+                .then(|| e.domains.iter().filter_map(|d| DomainPattern::parse(d).ok()).collect::<Arc<[_]>>()),
             service: e.service.as_ref().map(|(ns, name)| (Arc::from(ns.as_str()), Arc::from(name.as_str()))),
             labels,
             netsets: identity::netsets_allowed(e),
@@ -1573,6 +1581,9 @@ fn pending_rules(ingress: &[RuleSpec], egress: &[RuleSpec], context: &str) -> Re
                 }
                 if let Some(text) = &e.node_selector {
                     identity::parse(text, &context)?;
+                }
+                for d in &e.domains {
+                    DomainPattern::parse(d).map_err(|why| EngineError::Spec(format!("{context}: domain {d:?}: {why}")))?;
                 }
                 let selector = if identity::needs_labels(e) { Some(identity::entity_selector(e, &context)?) } else { None };
                 if identity::is_relative(e) {

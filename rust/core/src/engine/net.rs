@@ -29,6 +29,15 @@ impl Addr {
         Addr { bits: u128::from_be_bytes(*bytes), v6: ip_version == 6 }
     }
 
+    /// As a standard address (IPv4 unmapped).
+    pub fn to_ip(&self) -> IpAddr {
+        if self.v6 {
+            IpAddr::V6(std::net::Ipv6Addr::from(self.bits))
+        } else {
+            IpAddr::V4(std::net::Ipv4Addr::from(self.bits as u32))
+        }
+    }
+
     pub fn version(&self) -> u8 {
         if self.v6 {
             6

@@ -242,7 +242,7 @@ impl<'a> Builder<'a> {
             nets,
             not_nets,
             node_addrs,
-            has_domains: e.has_domains,
+            has_domains: !e.domains.is_empty(),
             service,
             labels,
             not_labels,

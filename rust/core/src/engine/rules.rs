@@ -5,6 +5,7 @@
 //! the snapshot's set table, so an endpoint change never touches a compiled policy, and a
 //! policy change never touches another policy's sets.
 
+use crate::dns::DomainPattern;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -143,7 +144,9 @@ pub struct CEntity {
     pub not_nets: NetList,
     /// Addresses of the nodes a `nodeSelector` matches.
     pub node_addrs: Option<Arc<HashSet<Addr>>>,
-    pub has_domains: bool,
+    /// Domain patterns: the address must be one DNS taught for a matching name
+    /// (`Snapshot::domain_facts`), at the packet's time.
+    pub domains: Option<Arc<[DomainPattern]>>,
     /// A Calico `services` match: (namespace, name), looked up in the snapshot.
     pub service: Option<(Arc<str>, Arc<str>)>,
     pub labels: LabelCond,

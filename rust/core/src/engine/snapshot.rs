@@ -6,6 +6,7 @@
 //! identity set; addresses not owned by any endpoint are matched by networks and by the network
 //! sets containing them. Nothing is allocated on the allow path.
 
+use crate::dns::DomainFacts;
 use std::cell::{Cell, OnceCell};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
@@ -164,6 +165,8 @@ pub struct Snapshot {
     pub(crate) uid: u64,
     pub(crate) classes: Arc<ClassLpm>,
     pub(crate) ports: Arc<PortClasses>,
+    /// What DNS answers taught (domain rules); None: nothing, domain rules match nothing.
+    pub(crate) domain_facts: Option<Arc<DomainFacts>>,
 }
 
 /// Size figures of a snapshot.
@@ -576,8 +579,16 @@ impl<'s> Ctx<'_, 's> {
                 return false;
             }
         }
-        if m.has_domains {
-            return false; // DNS-learned addresses are not known here: never widen (fail closed)
+        if let Some(patterns) = &m.domains {
+            // Learned addresses change without a delta: a decision that read them is not memoized.
+            self.src.uncacheable.set(true);
+            let learned = match (&self.s.domain_facts, ip) {
+                (Some(facts), Some(a)) => facts.matches(a.to_ip(), self.flow.ts_ns, patterns),
+                _ => false,
+            };
+            if !learned {
+                return false;
+            }
         }
         if let Some(service) = &m.service {
             if !self.service_matches(m, service, source) {

@@ -223,7 +223,9 @@ pub struct EntitySpec {
     pub service_account_selector: Option<String>,
     pub service: Option<(String, String)>,
     pub node_selector: Option<String>,
-    pub has_domains: bool,
+    /// Calico `domains`, ANP `domainNames`: the addresses learned from DNS for these names.
+    #[serde(default)]
+    pub domains: Vec<String>,
     pub ports: Vec<PortSpec>,
     pub not_ports: Vec<PortSpec>,
     pub unresolvable: bool,

@@ -42,7 +42,7 @@ fn entity() -> Value {
         "nets": [], "not_nets": [], "selector": null, "not_selector": null, "endpoint_kinds": null,
         "namespace": null, "namespace_selector": null, "namespace_relation": null, "same_labels": [],
         "not_same_labels": [], "service_account_names": null, "service_account_selector": null,
-        "service": null, "node_selector": null, "has_domains": false, "ports": [], "not_ports": [],
+        "service": null, "node_selector": null, "domains": [], "ports": [], "not_ports": [],
         "unresolvable": false
     })
 }
@@ -278,6 +278,7 @@ pub fn random_flow(r: &mut Rng) -> Flow {
         dport: (!icmp).then(|| *r.pick(&PORTS)),
         icmp_type: icmp.then(|| *r.pick(&[0u8, 3, 8])),
         icmp_code: icmp.then(|| *r.pick(&[0u8, 1])),
+        ts_ns: None,
     }
 }
 
@@ -504,6 +505,7 @@ pub fn workload_flows(shape: WorkloadShape, n: usize, seed: u64) -> Vec<Flow> {
                 dport: (!icmp).then_some(dport),
                 icmp_type: icmp.then_some(8),
                 icmp_code: icmp.then_some(0),
+                ts_ns: None,
             }
         })
         .collect()
