@@ -18,7 +18,7 @@
 #include "header_batch.h"
 
 /* Bumped on any change to the table or the records it passes; EngineClient checks it. */
-#define PC_ENGINE_ABI_VERSION 4
+#define PC_ENGINE_ABI_VERSION 5
 #define PC_ENGINE_CAPSULE "pyclassify._engine.EngineRef"
 
 #define PC_CAPI_OK 0
@@ -98,6 +98,8 @@ typedef struct pc_engine_api {
     size_t (*ct_expire)(pc_conntrack *ct, uint64_t now_ns, size_t budget);
     /* re-judges every tracked connection, removes the denied ones, writes up to cap to out; returns how many were revoked (may exceed cap), or < 0 */
     ssize_t (*ct_revalidate)(pc_conntrack *ct, const pc_engine *engine, uint8_t pod_allow, uint8_t host_allow, uint64_t now_ns, pc_revoked_flow *out, size_t cap);
+    /* learns the DNS answers of one UDP payload (tcp: one TCP payload of length-prefixed messages) into the engine's domain facts; returns how many new facts, or < 0; *error: 0, or 1 + the DNS_ERROR_NAMES index */
+    int32_t (*dns_learn)(const pc_engine *engine, const uint8_t *payload, size_t len, uint64_t now_ns, uint8_t tcp, uint8_t *error);
 } pc_engine_api;
 
 typedef struct pc_engine_ref {
@@ -147,7 +149,7 @@ _Static_assert(offsetof(pc_revoked_flow, protocol) == 36, "pc_revoked_flow.proto
 _Static_assert(offsetof(pc_revoked_flow, ip_version) == 37, "pc_revoked_flow.ip_version offset");
 _Static_assert(offsetof(pc_revoked_flow, reserved) == 38, "pc_revoked_flow.reserved offset");
 
-_Static_assert(sizeof(pc_engine_api) == 80, "pc_engine_api size");
+_Static_assert(sizeof(pc_engine_api) == 88, "pc_engine_api size");
 
 static const pc_field pc_fields_pc_quote[] = {
     {"src_addr", offsetof(pc_quote, src_addr), sizeof(((pc_quote *)0)->src_addr)},

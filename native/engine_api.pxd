@@ -73,6 +73,7 @@ cdef extern from "engine_api.h" nogil:
         size_t (*ct_stats)(const pc_conntrack *ct, uint64_t *out, size_t n) noexcept nogil
         size_t (*ct_expire)(pc_conntrack *ct, uint64_t now_ns, size_t budget) noexcept nogil
         ssize_t (*ct_revalidate)(pc_conntrack *ct, const pc_engine *engine, uint8_t pod_allow, uint8_t host_allow, uint64_t now_ns, pc_revoked_flow *out, size_t cap) noexcept nogil
+        int32_t (*dns_learn)(const pc_engine *engine, const uint8_t *payload, size_t len, uint64_t now_ns, uint8_t tcp, uint8_t *error) noexcept nogil
 
     ctypedef struct pc_engine_ref:
         const pc_engine_api *api

@@ -77,6 +77,10 @@ cdef class EngineClient:
         return self.ref.api.judge(self.ref.engine, self.ct, headers, quotes, n, out,
                                   self.pod_allow, self.host_allow)
 
+    cdef int dns_learn_c(self, const uint8_t *payload, size_t n, uint64_t now_ns, bint tcp,
+                         uint8_t *error) noexcept nogil:
+        return self.ref.api.dns_learn(self.ref.engine, payload, n, now_ns, tcp, error)
+
     def judge(self, headers, out, quotes=None):
         """Judge a header batch (``HEADER_DTYPE``) into ``out`` (``VERDICT_DTYPE``) through the
         C table, without the GIL."""

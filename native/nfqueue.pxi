@@ -329,7 +329,9 @@ cdef class NfQueue:
     REJECT rules at the top of our chains to answer; with ``accept_mark``, a packet a rule allowed
     (not a default or a passed tier: the early host-endpoint hooks, where what no rule decides goes
     on) is handed back with that mark, for our chain's first rule to act on (NOTRACK; skip normal
-    host policy). A malformed packet is
+    host policy). With ``dns``, the loop judges nothing: each packet is a DNS answer whose
+    addresses are learned into the engine's domain facts before it is handed back with
+    ``accept_mark`` (so a connection the client opens on the answer finds them). A malformed packet is
     dropped when failing closed and accepted when failing open; an engine error gives the whole
     batch the fail-mode verdict. Nothing allocates a Python object per packet: ``stats`` counts,
     ``drain_events()`` hands the policy-judged packets over in bulk.
@@ -341,6 +343,9 @@ cdef class NfQueue:
     cdef readonly bint batch_verdicts
     cdef readonly uint32_t reject_mark  # 0: a denied packet is dropped; else sent back with this mark
     cdef readonly uint32_t accept_mark  # 0: an allowed packet is accepted; else one a rule allowed is sent back with it
+    cdef readonly bint dns  # a DNS-learning loop (see the class doc)
+    cdef uint64_t c_dns_answers, c_dns_learned
+    cdef uint64_t c_dns_errors[16]
     cdef int copy_range
     cdef int maxlen
     cdef int nbatch
@@ -378,7 +383,7 @@ cdef class NfQueue:
 
     def __cinit__(self, EngineClient client, int queue, bint fail_open=False, int copy_range=128,
                   int maxlen=4096, int batch=64, bint batch_verdicts=True, bint gso=True,
-                  int rcvbuf=8 << 20, uint32_t reject_mark=0, uint32_t accept_mark=0):
+                  int rcvbuf=8 << 20, uint32_t reject_mark=0, uint32_t accept_mark=0, bint dns=False):
         if not 0 <= queue <= 65535:
             raise ValueError(f"queue number {queue} out of range 0-65535")
         if not 40 <= copy_range <= 65535:
@@ -394,6 +399,9 @@ cdef class NfQueue:
         self.batch_verdicts = batch_verdicts
         self.reject_mark = reject_mark
         self.accept_mark = accept_mark
+        self.dns = dns
+        if dns and not accept_mark:
+            raise ValueError("a DNS-learning loop hands answers back with accept_mark: give one")
         self.copy_range = copy_range
         self.maxlen = maxlen
         self.nbatch = batch
@@ -512,12 +520,18 @@ cdef class NfQueue:
         return {
             "received": self.c_received, "accepted": self.c_accepted, "dropped": self.c_dropped,
             "rejected": self.c_rejected,
+            "dns_answers": self.c_dns_answers,
+            "dns_learned": self.c_dns_learned,
             "malformed": self.c_malformed, "errors": self.c_errors, "batches": self.c_batches,
             "lost": self.c_lost, "policy": self.c_policy, "established": self.c_established,
             "verdict_msgs": self.c_verdict_msgs, "send_errors": self.c_send_errors,
             "recv_errors": self.c_recv_errors, "netlink_errors": self.c_netlink_errors,
             "event_drops": self.c_event_drops, "swaps": self.c_swaps,
         }
+
+    def dns_errors(self):
+        """Malformed DNS answers a DNS-learning loop saw, by ``DNS_ERROR_NAMES`` index."""
+        return [self.c_dns_errors[i + 1] for i in range(15)]
 
     def batch_histogram(self):
         """Per-batch processing time (decode + judge + verdict send): ``(upper_bounds_s,
@@ -594,7 +608,40 @@ cdef class NfQueue:
             if npk:
                 self._process(npk)
 
+    cdef void _learn_dns(self, int n) noexcept nogil:
+        """Learn each packet's DNS answer (raw IP: its TCP/UDP payload), then hand every one
+        back with the accept mark; a malformed answer is counted and passes, teaching nothing."""
+        cdef int i, got
+        cdef size_t start, end
+        cdef uint8_t err
+        cdef uint64_t ts = now_ns(CLOCK_REALTIME)
+        cdef NfqPacket *p
+        for i in range(n):
+            p = &self.pk[i]
+            self.final[i] = FINAL_MARKED_ACCEPT
+            if not (p.has_payload and p.caplen > 0):
+                continue
+            if not l4_payload(p.payload, p.caplen, LT_RAW, &start, &end) or end <= start:
+                continue
+            err = 0
+            pthread_mutex_lock(&self.engine_lock)
+            got = self.client.dns_learn_c(p.payload + start, end - start, ts, (p.payload[0] >> 4 == 4 and p.payload[9] == 6)
+                                          or (p.payload[0] >> 4 == 6 and p.payload[6] == 6), &err)
+            pthread_mutex_unlock(&self.engine_lock)
+            self.c_dns_answers += 1
+            if got > 0:
+                self.c_dns_learned += got
+            if 0 < err < 16:
+                self.c_dns_errors[err] += 1
+        self.c_accepted += n
+        self.c_received += n
+        self._send_verdicts(n, NF_ACCEPT)
+        self.c_batches += 1
+
     cdef void _process(self, int n) noexcept nogil:
+        if self.dns:
+            self._learn_dns(n)
+            return
         cdef uint64_t t0 = now_ns(CLOCK_MONOTONIC)
         cdef uint64_t ts = now_ns(CLOCK_REALTIME)
         cdef int i, rc

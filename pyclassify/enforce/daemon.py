@@ -42,6 +42,7 @@ import numpy as np
 from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import PACKET_POLICY, NativeEngine
 from pyclassify.enforce.iptables import (
+    DNS_MARK,
     JUDGED_CTMARK,
     PRE_DNAT_MARK,
     REJECT_MARK,
@@ -50,6 +51,7 @@ from pyclassify.enforce.iptables import (
     IptablesError,
     Rules,
 )
+from pyclassify import domains
 from pyclassify.enforce.log import PROTOS, FlowLog, address
 from pyclassify.enforce.metrics import Metrics
 from pyclassify.enforce.reload import Watcher
@@ -170,7 +172,8 @@ class Enforcer:
         self.threads: list[threading.Thread] = []
         self.bridge: Any = None
         self.metrics = Metrics(lambda: list(self.loops), config.fail_open, source=lambda: self.source,
-                               lost_lines=lambda: self.log.lost, bridge=lambda: self.bridge)
+                               lost_lines=lambda: self.log.lost, bridge=lambda: self.bridge,
+                               dns=lambda: (self.dns_loop, self.domain_facts))
         self.rules: Rules | None = None
         self.watcher: Watcher | None = None
         self.ctnl: Any = None
@@ -191,6 +194,11 @@ class Enforcer:
         self._ready = False
         self.metrics_address: tuple[str, int] | None = None
         self.source: Any = PolicySource(list(config.paths), config.node)
+        # What DNS answers taught domain rules (fed by the DNS loop; kept across reloads).
+        self.domain_facts = domains.new_facts()
+        if isinstance(self.source, PolicySource):
+            self.source.domains = self.domain_facts
+        self.dns_loop: Any = None
         if config.kube is not None:
             from pyclassify.kube.enforce import KubePolicySource
 
@@ -236,6 +244,7 @@ class Enforcer:
                     raise _queue_error(q, e) from e
                 self.loops.append(loop)
             early_queues = self._open_early_hooks(cfg.queues[1] + 1)
+            dns_queue = self._open_dns_loop(cfg.queues[1] + 1 + len(early_queues))
             self.ctnl = kernel_conntrack()
             for loop in self.loops:
                 t = threading.Thread(target=loop.run, name=f"pyclassify-nfq{loop.queue}", daemon=True)
@@ -245,7 +254,7 @@ class Enforcer:
                 try:
                     self.rules = Rules(cfg.queues[0], cfg.queues[1], cfg.fail_open, tuple(cfg.hooks), cfg.ipv6,
                                        reject=cfg.reject, untracked_queue=early_queues.get(Hook.UNTRACKED),
-                                       pre_dnat_queue=early_queues.get(Hook.PRE_DNAT))
+                                       pre_dnat_queue=early_queues.get(Hook.PRE_DNAT), dns_queue=dns_queue)
                     self.rules.install()
                 except IptablesError as e:
                     self.rules = None
@@ -265,8 +274,26 @@ class Enforcer:
         self._ready = True
         self.log.emit("start", queues=list(range(cfg.queues[0], cfg.queues[1] + 1)), revoked=len(revoked),
                       conntrack_deleted=deleted["deleted"], **self._start_fields(),
-                      **({"hook_queues": {h.value: q for h, q in early_queues.items()}} if early_queues else {}))
+                      **({"hook_queues": {h.value: q for h, q in early_queues.items()}} if early_queues else {}),
+                      **({"dns_queue": dns_queue} if dns_queue is not None else {}))
         self._log_revoked(revoked)
+
+    def _open_dns_loop(self, queue: int) -> int | None:
+        """With domain rules: a loop on ``queue`` that learns the addresses of the DNS answers
+        our rules send it (those of queries policy allowed) before it lets them through."""
+        cfg = self.config
+        assert self.project is not None and self.engine is not None
+        if self.project.inventory.domains is None or not domains.has_domain_rules(self.project.policy_set):
+            return None
+        try:
+            loop = open_queue(self.engine, queue, pod_allow=self.pod_allow, host_allow=self.host_allow,
+                              fail_open=True, copy_range=65535, maxlen=cfg.maxlen, batch=cfg.batch,
+                              batch_verdicts=cfg.batch_verdicts, accept_mark=DNS_MARK, dns=True)
+        except OSError as e:
+            raise _queue_error(queue, e) from e
+        self.loops.append(loop)
+        self.dns_loop = loop
+        return queue
 
     def _open_early_hooks(self, queue: int) -> dict[Hook, int]:
         """A loop per early hook the policy has (from queue number ``queue`` on), judged by that
@@ -553,7 +580,10 @@ class Enforcer:
             hook = self.hook_of_queue.get(loop.queue)
             if hook is not None:
                 loop.swap(engine_capsule(self.hook_engines[hook]), False)
-        return [h.value for h in early_hooks(project) if h not in self.hook_engines and self.bridge is None]
+        missing = [h.value for h in early_hooks(project) if h not in self.hook_engines and self.bridge is None]
+        if self.dns_loop is None and self.bridge is None and domains.has_domain_rules(project.policy_set):
+            missing.append("dns")
+        return missing
 
     def _update_staged(self, project: Project) -> None:
         """The staged preview follows the project: built, or brought up to date by a delta."""

@@ -22,6 +22,9 @@ the host (``-m addrtype --dst-type LOCAL``) and from it:
   to the untracked queue. A packet a rule allowed comes back with ``UNTRACKED_MARK``, and the
   chain's first rules take it out of connection tracking (``CT --notrack``) and let it on; the
   filter chains let untracked packets through (``--ctstate UNTRACKED``): they were judged here.
+- with domain rules, DNS answers to established queries (UDP or TCP from port 53) go to the DNS
+  queue first: its loop learns their addresses for the domain rules, then hands them back with
+  ``DNS_MARK`` (and they return, judged as established traffic is);
 - ``mangle`` ``PREROUTING`` (pre-DNAT, after conntrack, before the nat table's DNAT): packets of
   new connections, to the pre-DNAT queue. One a rule allowed comes back with ``PRE_DNAT_MARK``,
   which the filter ``INPUT`` chain honours by skipping normal host policy.
@@ -58,6 +61,8 @@ REJECT_MARK = 0x04000000
 #: Packet marks of packets a rule of an early hook allowed (handed back by the loop, NF_REPEAT).
 UNTRACKED_MARK = 0x08000000
 PRE_DNAT_MARK = 0x10000000
+#: Packet mark of a DNS answer whose addresses the DNS loop learned (handed back, NF_REPEAT).
+DNS_MARK = 0x20000000
 HOOKS = {"forward": "FORWARD", "input": "INPUT", "output": "OUTPUT"}
 #: The early host-endpoint hooks: (table, built-in chain).
 EARLY_HOOKS = {"untracked-in": ("raw", "PREROUTING"), "untracked-out": ("raw", "OUTPUT"),
@@ -131,6 +136,8 @@ class Rules:
     #: pre-DNAT (mangle)
     untracked_queue: int | None = None
     pre_dnat_queue: int | None = None
+    #: the DNS-learning queue (domain rules): answers to established DNS queries go through it
+    dns_queue: int | None = None
     installed: list[tuple[str, str, str, str]] = field(default_factory=list)  # (binary, table, builtin, chain)
 
     def __post_init__(self) -> None:
@@ -162,6 +169,13 @@ class Rules:
         if self.pre_dnat_queue is not None and hook == "input":  # a pre-DNAT rule allowed it
             out.append(["-m", "mark", "--mark", f"{PRE_DNAT_MARK:#x}/{PRE_DNAT_MARK:#x}", "-j", "RETURN"])
         out.append(["-m", "connmark", "--mark", f"{REVOKED_CTMARK:#x}/{REVOKED_CTMARK:#x}", "-j", "DROP"])
+        if self.dns_queue is not None:
+            # Answers to the DNS queries policy allowed teach domain rules their addresses before
+            # they are let through (back with DNS_MARK); established, they need no judging.
+            out.append(["-m", "mark", "--mark", f"{DNS_MARK:#x}/{DNS_MARK:#x}", "-j", "RETURN"])
+            for proto in ("udp", "tcp"):
+                out.append(["-p", proto, "--sport", "53", "-m", "conntrack", "--ctstate", "ESTABLISHED",
+                            *queue_target(self.dns_queue, self.dns_queue, self.fail_open)])
         if self.reject:
             mark = ["-m", "mark", "--mark", f"{REJECT_MARK:#x}/{REJECT_MARK:#x}"]
             out.append(["-p", "tcp", *mark, "-j", "REJECT", "--reject-with", "tcp-reset"])

@@ -207,6 +207,38 @@ class SourceCollector(Collector):
             yield family
 
 
+class DnsCollector(Collector):
+    """What the DNS loop learned for domain rules: answers read, facts taught, malformed
+    answers by reason; the store's size and evictions (its cap holds under a flood)."""
+
+    def __init__(self, dns: Callable[[], tuple[Any, Any]]) -> None:
+        self.dns = dns
+
+    def collect(self) -> Iterator[Any]:
+        loop, facts = self.dns()
+        if loop is None:
+            return
+        from pyclassify._engine import DNS_ERROR_NAMES
+
+        s = loop.stats
+        for name, key, help_text in (("answers", "dns_answers", "DNS answers the DNS loop read"),
+                                     ("facts_learned", "dns_learned", "New (name, address) facts DNS answers taught")):
+            family = CounterMetricFamily(f"pyclassify_dns_{name}", help_text)
+            family.add_metric([], s[key])
+            yield family
+        malformed = CounterMetricFamily("pyclassify_dns_malformed", "Malformed DNS answers (taught nothing), by reason",
+                                        labels=["reason"])
+        for name, n in zip(DNS_ERROR_NAMES, loop.dns_errors()):
+            malformed.add_metric([name], n)
+        yield malformed
+        size = GaugeMetricFamily("pyclassify_dns_facts", "(name, address) facts kept for domain rules")
+        size.add_metric([], len(facts))
+        yield size
+        evicted = CounterMetricFamily("pyclassify_dns_facts_evicted", "Facts evicted at the store's cap")
+        evicted.add_metric([], facts.stats()["evicted"])
+        yield evicted
+
+
 class _LostLines(Collector):
     def __init__(self, lost: Callable[[], int]) -> None:
         self.lost = lost
@@ -228,9 +260,11 @@ class Metrics:
 
     def __init__(self, loops: Callable[[], list[Any]], fail_open: bool,
                  source: Callable[[], Any] | None = None, lost_lines: Callable[[], int] | None = None,
-                 bridge: Callable[[], Any] | None = None) -> None:
+                 bridge: Callable[[], Any] | None = None, dns: Callable[[], tuple[Any, Any]] | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(LoopCollector(loops, fail_open))
+        if dns is not None:
+            self.registry.register(DnsCollector(dns))
         if bridge is not None:
             self.registry.register(BridgeCollector(bridge))
         if source is not None:

@@ -16,6 +16,8 @@ The first load has no last good versions: any error refuses to start.
 
 from __future__ import annotations
 
+from typing import Any
+
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -77,6 +79,9 @@ class PolicySource:
         self._project: Project | None = None  # the last project built whole
         self._rejected: set[ObjectKey] = set()  # invalid now: judged again on every load
         self._cache = ParseCache(settle)  # files unchanged since the last load are not read again
+        #: What DNS taught (``Inventory.domains``): the same store across loads, so a policy
+        #: change keeps what was learned.
+        self.domains: Any = None
 
     def load(self) -> Loaded:
         with collector_paused():
@@ -120,6 +125,7 @@ class PolicySource:
             kept += [self._good[k].document() for k in rejected if k in self._good]
             project = build_project(kept, Problems())
         project.inventory.enforcing_node = self.node
+        project.inventory.domains = self.domains
         t_build = time.monotonic()
         if self.live is None:
             self.live = LiveProject(project)

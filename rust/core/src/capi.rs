@@ -14,7 +14,7 @@ use crate::engine::{Defaults, Judge, PacketVerdict, Snapshot as Engine};
 
 /// Bumped on any change to the table or the structs it passes. `EngineClient` (native/) refuses
 /// an engine of another version, on creation and on every swap.
-pub const ENGINE_ABI_VERSION: u32 = 4;
+pub const ENGINE_ABI_VERSION: u32 = 5;
 
 /// The name of the PyCapsule that carries an engine handle (`EngineRef`).
 pub const ENGINE_CAPSULE: &std::ffi::CStr = c"pyclassify._engine.EngineRef";
@@ -77,6 +77,13 @@ pub const API_FUNCTIONS: &[(&str, &str, &str, &str)] = &[
         "re-judges every tracked connection, removes the denied ones, writes up to cap to out; \
          returns how many were revoked (may exceed cap), or < 0",
     ),
+    (
+        "dns_learn",
+        "int32_t",
+        "const pc_engine *engine, const uint8_t *payload, size_t len, uint64_t now_ns, uint8_t tcp, uint8_t *error",
+        "learns the DNS answers of one UDP payload (tcp: one TCP payload of length-prefixed messages) into the \
+         engine's domain facts; returns how many new facts, or < 0; *error: 0, or 1 + the DNS_ERROR_NAMES index",
+    ),
 ];
 
 /// Five `u32` sizes and versions, padded to pointer alignment, then the function pointers.
@@ -122,6 +129,17 @@ pub struct EngineApi {
         out: *mut RevokedFlow,
         cap: usize,
     ) -> isize,
+    /// Learns the DNS answers of one payload into the engine's domain facts (a UDP message, or
+    /// with `tcp` a TCP payload of length-prefixed ones); returns the new facts, or < 0.
+    /// `*error`: 0, or 1 + the index of the malformation in [`crate::dns::DNS_ERROR_NAMES`].
+    pub dns_learn: unsafe extern "C" fn(
+        engine: *const Engine,
+        payload: *const u8,
+        len: usize,
+        now_ns: u64,
+        tcp: u8,
+        error: *mut u8,
+    ) -> i32,
 }
 
 /// The one table.
@@ -138,7 +156,31 @@ pub static ENGINE_API: EngineApi = EngineApi {
     ct_stats,
     ct_expire,
     ct_revalidate,
+    dns_learn,
 };
+
+unsafe extern "C" fn dns_learn(engine: *const Engine, payload: *const u8, len: usize, now_ns: u64, tcp: u8,
+                               error: *mut u8) -> i32 {
+    if engine.is_null() || (len > 0 && payload.is_null()) {
+        return CAPI_NULL;
+    }
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller passes a live engine and `len` readable bytes.
+        let engine = unsafe { &*engine };
+        let bytes = if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(payload, len) } };
+        engine.learn_dns(bytes, now_ns, tcp != 0)
+    }));
+    match result {
+        Ok((learned, err)) => {
+            if !error.is_null() {
+                // SAFETY: the caller gives room for one byte.
+                unsafe { error.write(err.map_or(0, |e| 1 + e as u8)) };
+            }
+            learned.min(i32::MAX as usize) as i32
+        }
+        Err(_) => CAPI_PANIC,
+    }
+}
 
 fn defaults(pod_allow: u8, host_allow: u8) -> Defaults {
     Defaults { pod_allow: pod_allow != 0, host_allow: host_allow != 0 }

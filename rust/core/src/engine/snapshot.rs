@@ -698,6 +698,25 @@ impl<'s> Ctx<'_, 's> {
     }
 }
 
+impl Snapshot {
+    /// Learns the answers of one DNS payload (UDP, or TCP length-prefixed messages) into the
+    /// domain facts this snapshot reads: (new facts, the malformation's index in
+    /// `DNS_ERROR_NAMES` if any). Without facts, nothing.
+    pub fn learn_dns(&self, payload: &[u8], now_ns: u64, tcp: bool) -> (usize, Option<usize>) {
+        let Some(facts) = &self.domain_facts else { return (0, None) };
+        let (answers, error) = if tcp {
+            crate::dns::parse_tcp_payload_partial(payload)
+        } else {
+            match crate::dns::parse_response(payload) {
+                Ok(a) => (a, None),
+                Err(e) => (Vec::new(), Some(e)),
+            }
+        };
+        let index = error.and_then(|e| crate::dns::DnsError::ALL.iter().position(|x| *x == e));
+        (facts.learn_answers(&answers, now_ns), index)
+    }
+}
+
 /// The rules a decision's source refers to (`render` and explanations).
 impl Snapshot {
     pub fn policy_rules(&self, policy: u32) -> Option<&CRules> {
