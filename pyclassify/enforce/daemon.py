@@ -39,6 +39,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from pyclassify import domains
 from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import PACKET_POLICY, NativeEngine
 from pyclassify.enforce.iptables import (
@@ -51,7 +52,6 @@ from pyclassify.enforce.iptables import (
     IptablesError,
     Rules,
 )
-from pyclassify import domains
 from pyclassify.enforce.log import PROTOS, FlowLog, address
 from pyclassify.enforce.metrics import Metrics
 from pyclassify.enforce.reload import Watcher

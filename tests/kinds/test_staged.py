@@ -8,11 +8,11 @@ import textwrap
 
 from pyclassify.inventory import Endpoint, Inventory
 from pyclassify.ir import PROTO_TCP, EndpointKind, PolicySet
-from pyclassify.kinds import policy_normalizer
 from pyclassify.loader import load_text
 from pyclassify.project import build_project
 from pyclassify.reference import Flow, FlowEnd, evaluate
 from pyclassify.source import Problems
+from tests.kinds.test_calico import normalize as normalize_text
 
 ENFORCED = """\
 apiVersion: projectcalico.org/v3
@@ -32,12 +32,7 @@ spec:
 
 
 def normalize(text: str) -> tuple[list, list[str]]:
-    problems = Problems()
-    out: list = []
-    for doc in load_text(textwrap.dedent(text), "t.yaml", problems):
-        normalizer = policy_normalizer(doc)
-        assert normalizer is not None, doc.kind
-        out.extend(normalizer(doc, problems))
+    out, problems = normalize_text(text)
     return out, [str(p) for p in problems.errors]
 
 
