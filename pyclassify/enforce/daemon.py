@@ -196,13 +196,12 @@ class Enforcer:
         self.source: Any = PolicySource(list(config.paths), config.node)
         # What DNS answers taught domain rules (fed by the DNS loop; kept across reloads).
         self.domain_facts = domains.new_facts()
-        if isinstance(self.source, PolicySource):
-            self.source.domains = self.domain_facts
         self.dns_loop: Any = None
         if config.kube is not None:
             from pyclassify.kube.enforce import KubePolicySource
 
             self.source = KubePolicySource(*config.kube, node=config.node)
+        self.source.domains = self.domain_facts  # both sources put it on the inventories they build
         self.reloads = 0
         self.rejected = 0
         d = config.default

@@ -9,7 +9,7 @@ the watch applied, from the watch's thread; the daemon reloads (swaps the snapsh
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from pyclassify.enforce.source import Loaded, SourceError
 from pyclassify.kube.client import load_client
@@ -23,6 +23,7 @@ class KubePolicySource:
                  node: str | None = None) -> None:
         self.kubeconfig, self.context, self.in_cluster = kubeconfig, context, in_cluster
         self.node = node
+        self.domains: Any = None  # what DNS taught domain rules (the daemon's store)
         self.kube: KubeSource | None = None
         self._callback: Callable[[float | None], Any] | None = None
         self._deltas = 0
@@ -32,7 +33,7 @@ class KubePolicySource:
         if self.kube is None:
             try:
                 self.kube = KubeSource(load_client(self.kubeconfig, self.context, self.in_cluster),
-                                       on_change=self._changed, node=self.node)
+                                       on_change=self._changed, node=self.node, domains=self.domains)
                 self.kube.start()
             except Exception as e:  # noqa: BLE001 - no cluster, no policy: refuse to start
                 raise SourceError([f"cannot read the cluster: {e}"]) from e

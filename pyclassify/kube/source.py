@@ -87,10 +87,12 @@ class KubeSource:
     def __init__(self, client: KubeClient, resources: tuple[Resource, ...] = RESOURCES,
                  backoff_cap: float = 5.0, watch_timeout: int = 300,
                  on_change: Callable[["KubeSource"], None] | None = None, node: str | None = None,
-                 crd_retry: float = 30.0) -> None:
+                 crd_retry: float = 30.0, domains: Any = None) -> None:
         self.client = client
         #: Enforce for this node's pods and host endpoints only (``Inventory.enforcing_node``).
         self.node = node
+        #: What DNS taught domain rules (``Inventory.domains``), the same store across rebuilds.
+        self.domains = domains
         self.resources = resources
         self.backoff_cap = backoff_cap
         self.crd_retry = crd_retry
@@ -138,6 +140,7 @@ class KubeSource:
                     rvs.pop(key, None)
                 project = self._build({key: orjson.loads(data) for key, data in stored.items()})
             project.inventory.enforcing_node = self.node
+            project.inventory.domains = self.domains
             self.live = LiveProject(project)
             self.live.index_slices(document(orjson.loads(data)) for key, data in stored.items() if key[:2] == _SLICES)
             self.objects, self._rvs = stored, rvs
@@ -210,6 +213,7 @@ class KubeSource:
     def _build(self, objects: dict[ObjectKey, dict[str, Any]]) -> Project:
         project = build_project((document(o) for o in objects.values()), Problems())
         project.inventory.enforcing_node = self.node
+        project.inventory.domains = self.domains
         return project
 
     # --- queries ---
