@@ -15,6 +15,7 @@
 //! - [`labelindex`]: incremental index of which endpoints each selector matches.
 //! - [`manifest`]: reading YAML/JSON manifests fast, with the line of every field on demand.
 //! - [`dns`]: domains from DNS: a bounded response decoder, domain patterns, the learned facts.
+//! - [`http`]: HTTP rules without a proxy: bounded request-head reassembly, parsing, Calico's match.
 
 pub mod abi;
 pub mod admission;
@@ -26,6 +27,7 @@ pub mod conntrack;
 pub mod dns;
 pub mod engine;
 pub mod flows;
+pub mod http;
 pub mod labelindex;
 pub mod manifest;
 pub mod selector;
