@@ -23,9 +23,9 @@ echo "== cargo test --manifest-path rust/Cargo.toml --release"
 cargo test --manifest-path rust/Cargo.toml --release
 cargo_rc=$?
 
-# Bounded coverage-guided fuzzing of the selector parser, the manifest reader and the DNS decoder
-# (cargo-fuzz needs the nightly toolchain, which machines of this kind carry; cargo-fuzz itself is
-# built from crates.io when missing).
+# Bounded coverage-guided fuzzing of the selector parser, the manifest reader, the DNS decoder and
+# the HTTP request reader (cargo-fuzz needs the nightly toolchain, which machines of this kind
+# carry; cargo-fuzz itself is built from crates.io when missing).
 fuzz_rc=0
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked --version 0.13.2 || fuzz_rc=$?
@@ -41,6 +41,7 @@ if [ "$fuzz_rc" -eq 0 ]; then
     fuzz selector_parse 60 || fuzz_rc=$?
     fuzz manifest_parse 30 || fuzz_rc=$?
     fuzz dns_parse 30 || fuzz_rc=$?
+    fuzz http_parse 30 || fuzz_rc=$?
 fi
 
 echo "== summary: pytest exit ${pytest_rc}, cargo test exit ${cargo_rc}, fuzz exit ${fuzz_rc}"
