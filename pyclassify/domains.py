@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 
 from pyclassify import _native
-from pyclassify._engine import DomainFacts
+from pyclassify._engine import DNS_ERROR_NAMES, DomainFacts
 from pyclassify.batch import FLAG_HAS_PORTS, FLAG_MALFORMED
+
+__all__ = ["CAPACITY", "DNS_ERROR_NAMES", "DnsLearner", "has_domain_rules", "new_facts", "resolve_option"]
 
 DNS_PORT = 53
 #: Facts kept at most (name, address pairs): a flood of answers evicts, never grows past it.

@@ -218,7 +218,7 @@ class DnsCollector(Collector):
         loop, facts = self.dns()
         if loop is None:
             return
-        from pyclassify._engine import DNS_ERROR_NAMES
+        from pyclassify.domains import DNS_ERROR_NAMES
 
         s = loop.stats
         for name, key, help_text in (("answers", "dns_answers", "DNS answers the DNS loop read"),
