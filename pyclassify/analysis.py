@@ -246,7 +246,7 @@ def _through_host(project: Project, flow: Flow, result: Explanation, engine: str
     hooks = HookSets(project.policy_set)
     host_end = next((e for e in (flow.dst, flow.src) if e.endpoint is not None and e.endpoint.kind is EndpointKind.HOST), None)
     if pre_dnat is not None and (host_end is not flow.dst or result.service is not None):
-        raise UnknownEnd("--pre-dnat: --to must be a host endpoint (the DNAT's result)", "--pre-dnat")
+        raise UnknownEnd("--to must be a host endpoint (where the DNAT sent the flow)", "--pre-dnat")
     if host_end is None or result.service is not None or not (hooks.has_early() or pre_dnat):
         return
     inbound = host_end is flow.dst
@@ -273,18 +273,19 @@ def _local(project: Project, end: FlowEnd) -> bool:
 
 def _address_port(text: str, default_port: int | None) -> tuple[Any, int | None]:
     """``ADDR``, ``ADDR:PORT`` or ``[V6]:PORT``."""
-    host, port = text, default_port
+    host, port_text = text, None
     if text.startswith("["):
         host, _, rest = text[1:].partition("]")
-        if rest.startswith(":"):
-            port = int(rest[1:])
+        port_text = rest[1:] if rest.startswith(":") else None
     elif text.count(":") == 1:
-        host, _, p = text.partition(":")
-        port = int(p)
+        host, _, port_text = text.partition(":")
     try:
+        port = default_port if port_text is None else int(port_text)
+        if port is not None and not 0 <= port <= 65535:
+            raise ValueError(port)
         return ipaddress.ip_address(host), port
     except ValueError:
-        raise UnknownEnd(f"--pre-dnat: {shown(text)} is not ADDRESS[:PORT]", "--pre-dnat") from None
+        raise UnknownEnd(f"{shown(text)} is not ADDRESS[:PORT]", "--pre-dnat") from None
 
 
 def _explain_flow(project: Project, flow: Flow, engine: str, default: str | None, service_backend: str | None,
