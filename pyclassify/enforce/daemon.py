@@ -294,13 +294,14 @@ class Enforcer:
         self.dns_loop = loop
         return queue
 
-    def _open_early_hooks(self, queue: int) -> dict[Hook, int]:
-        """A loop per early hook the policy has (from queue number ``queue`` on), judged by that
-        hook's policy alone; what a rule there allows comes back to the hook with its mark."""
+    def _open_early_hooks(self, queue: int, only: list[Hook] | None = None) -> dict[Hook, int]:
+        """A loop per early hook the policy has (``only`` these; from queue number ``queue``
+        on), judged by that hook's policy alone; what a rule there allows comes back to the hook
+        with its mark."""
         cfg = self.config
         assert self.project is not None
         out = {}
-        for hook in early_hooks(self.project):
+        for hook in early_hooks(self.project) if only is None else only:
             engine = NativeEngine(self.project.policy_set.for_hook(hook), self.project.inventory)
             try:
                 # no policy deciding is no verdict here: the packet goes on to the next hook
@@ -496,10 +497,10 @@ class Enforcer:
             for loop in self.loops:
                 if loop.queue not in self.hook_of_queue:
                     loop.swap(capsule, False)  # no engine-side tracker on this path: the kernel's is revalidated
-            missing = self._swap_early(project)
             if self.bridge is not None:
                 count += self.bridge.swap(capsule)  # revokes in the bridge's own conntrack
             self.project, self.engine = project, engine
+            missing = self._swap_early(project)
             self._has_log = has_log_rules(project)
             with self._drain_lock:
                 self._update_staged(project)
@@ -527,7 +528,7 @@ class Enforcer:
                           revalidate_ms=round((done - t_swap) * 1000, 3), changed_objects=loaded.changed,
                           stages_ms={k: round(v * 1000, 3) for k, v in stages.items()},
                           engine_builds=engine.state.full_builds, engine_deltas=engine.state.deltas,
-                          # a hook first needed now has no chain: said, not silently unenforced
+                          # a hook first needed now that could not be added: said, not silently unenforced
                           **({"hooks_need_restart": missing} if missing else {}))
             self._log_revoked(revoked)
             return ReloadResult(True, [], count, deleted["deleted"], done - t0)
@@ -571,18 +572,36 @@ class Enforcer:
         return ReloadResult(False, errors)
 
     def _swap_early(self, project: Project) -> list[str]:
-        """The early hooks' engines follow the project (a delta each) into their loops; returns
-        the hooks the project now has policy for but no loop (a chain is installed at start)."""
+        """The early hooks' engines follow the project (a delta each) into their loops. A hook
+        (or the DNS queue) the project needs for the first time gets its loop and chains now;
+        returns the ones that could not be added (the bridge, or no rules of ours)."""
         self.hook_engines = {hook: e.update(project.policy_set.for_hook(hook), project.inventory)
                              for hook, e in self.hook_engines.items()}
         for loop in self.loops:
             hook = self.hook_of_queue.get(loop.queue)
             if hook is not None:
                 loop.swap(engine_capsule(self.hook_engines[hook]), False)
-        missing = [h.value for h in early_hooks(project) if h not in self.hook_engines and self.bridge is None]
-        if self.dns_loop is None and self.bridge is None and domains.has_domain_rules(project.policy_set):
-            missing.append("dns")
-        return missing
+        new = [h for h in early_hooks(project) if h not in self.hook_engines]
+        wants_dns = self.dns_loop is None and domains.has_domain_rules(project.policy_set)
+        if not new and not wants_dns:
+            return []
+        if self.bridge is not None or self.rules is None:
+            return [h.value for h in new] + (["dns"] if wants_dns else [])
+        self.project = project  # the loops open on this project's policy
+        first = max(self.hook_of_queue, default=self.config.queues[1]) + 1
+        if self.dns_loop is not None:
+            first = max(first, self.dns_loop.queue + 1)
+        opened = len(self.loops)
+        early = self._open_early_hooks(first, only=new)
+        dns_queue = self._open_dns_loop(first + len(early)) if wants_dns else None
+        for loop in self.loops[opened:]:
+            t = threading.Thread(target=loop.run, name=f"pyclassify-nfq{loop.queue}", daemon=True)
+            t.start()
+            self.threads.append(t)
+        self.rules.extend(early.get(Hook.UNTRACKED), early.get(Hook.PRE_DNAT), dns_queue)
+        self.log.emit("hooks-added", hook_queues={h.value: q for h, q in early.items()},
+                      **({"dns_queue": dns_queue} if dns_queue is not None else {}))
+        return []
 
     def _update_staged(self, project: Project) -> None:
         """The staged preview follows the project: built, or brought up to date by a delta."""

@@ -220,6 +220,33 @@ class Rules:
             self.remove()
             raise
 
+    def extend(self, untracked_queue: int | None = None, pre_dnat_queue: int | None = None,
+               dns_queue: int | None = None) -> None:
+        """Hooks first needed after ``install()`` (a reload brought the first doNotTrack, preDNAT
+        or domain rule): their chains are created and jumped to, and the rules they add to our
+        filter chains inserted in place. Rules are only added, never removed on the way, so no
+        packet meets fewer of ours meanwhile."""
+        before = {hook: self.rules(hook) for hook, _, _ in self.chains()}
+        self.untracked_queue = self.untracked_queue if untracked_queue is None else untracked_queue
+        self.pre_dnat_queue = self.pre_dnat_queue if pre_dnat_queue is None else pre_dnat_queue
+        self.dns_queue = self.dns_queue if dns_queue is None else dns_queue
+        for binary in sorted({b for b, _, _, _ in self.installed}):
+            for hook, table, builtin in self.chains():
+                chain = PREFIX + builtin
+                if hook not in before:
+                    _run(binary, "-t", table, "-N", chain)
+                    self.installed.append((binary, table, builtin, chain))
+                    for rule in self.rules(hook):
+                        _run(binary, "-t", table, "-A", chain, *rule)
+                    _run(binary, "-t", table, "-I", builtin, "1", "-j", chain)
+                    continue
+                old, j = before[hook], 0
+                for i, rule in enumerate(self.rules(hook)):  # ours before are a subsequence of ours now
+                    if j < len(old) and old[j] == rule:
+                        j += 1
+                    else:
+                        _run(binary, "-t", table, "-I", chain, str(i + 1), *rule)
+
     def damage(self) -> list[str]:
         """What someone else changed since ``install()`` (empty: nothing): a hooked built-in
         chain that no longer begins with the jump to ours, a chain of ours gone or with other

@@ -147,3 +147,26 @@ def test_untracked_flow_passes_both_ways_only_with_a_rule_each_way(host_topo: To
     assert answers[0]["egress"]["policy"] is None and answers[0]["sport"] == ECHO
     assert daemon.terminate() == 0
     assert "PYCLASSIFY-" not in iptables_rules(topo.node, "raw")
+
+
+def test_a_reload_that_brings_the_first_untracked_policy_adds_its_hook(host_topo: Topology, tmp_path: Path) -> None:
+    """No doNotTrack policy at start: no raw chain. A change brings one: its queue, chains and
+    the filter chains' rules for untracked packets are added in place, and it is enforced."""
+    topo = host_topo
+    manifests.write(tmp_path)
+    host = tmp_path / "60-host.yaml"
+    host.write_text(HOST)
+    daemon = Daemon(topo, [str(tmp_path)], QUEUE)
+    start = daemon.wait_event("start")
+    assert "hook_queues" not in start and "PYCLASSIFY-" not in iptables_rules(topo.node, "raw")
+    assert not reach(topo, 0, "UDP", ECHO)  # normal host policy: nothing allows it
+    manifests.replace(host, HOST + "---" + untracked(both_ways=True))
+    added = daemon.wait_event("hooks-added")
+    assert added["hook_queues"] == {"untracked": 1}
+    reload = daemon.wait_event("reload")
+    assert "hooks_need_restart" not in reload
+    assert "--notrack" in iptables_rules(topo.node, "raw")
+    assert "UNTRACKED" in iptables_rules(topo.node)
+    assert reach(topo, 0, "UDP", ECHO)
+    assert daemon.terminate() == 0
+    assert "PYCLASSIFY-" not in iptables_rules(topo.node, "raw") + iptables_rules(topo.node)
