@@ -185,21 +185,45 @@ ENGINES = ("native", "reference")
 class _Judge:
     """Answers flows with the native engine (compiled once) or the reference evaluator."""
 
-    def __init__(self, project: Project, engine: str, default: str | None) -> None:
+    def __init__(self, project: Project, engine: str, default: str | None, base: Any = None) -> None:
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}")
         self.project = project
+        self.engine = engine
+        self.default = default
         self.defaults = {} if default is None else {"default_pod": default, "default_host": default}
         self.native = None
         if engine == "native":
             from pyclassify.engine import NativeEngine
 
-            self.native = NativeEngine(project.policy_set, project.inventory)
+            # Another policy set over the same inventory (staged, a hook's) is a delta from an
+            # engine already built, not a second build.
+            self.native = (NativeEngine(project.policy_set, project.inventory) if base is None
+                           else base.update(project.policy_set, project.inventory))
 
     def __call__(self, flow: Flow) -> Verdict:
         if self.native is not None:
             return self.native.evaluate(flow, **self.defaults)
         return evaluate(self.project.policy_set, self.project.inventory, flow, **self.defaults)
+
+    def over(self, project: Project) -> "_Judge":
+        """A judge of ``project`` (the same inventory, another policy set), from this one's engine."""
+        return _Judge(project, self.engine, self.default, self.native)
+
+    def evaluator(self) -> Any:
+        """``reference.evaluate``'s signature: the reference, or a native engine per policy set
+        (this one's for its own set, deltas from it for the others: the host's hooks)."""
+        if self.native is None:
+            return evaluate
+        engines: dict[int, Any] = {id(self.project.policy_set): self.native}
+
+        def native(policy_set: Any, inventory: Any, flow: Flow, **defaults: str) -> Verdict:
+            e = engines.get(id(policy_set))
+            if e is None:
+                e = engines[id(policy_set)] = self.native.update(policy_set, inventory)
+            return e.evaluate(flow, **defaults)
+
+        return native
 
 
 def explain(project: Project, src: str, dst: str, protocol: int, dport: int | None,
@@ -213,33 +237,16 @@ def explain(project: Project, src: str, dst: str, protocol: int, dport: int | No
     policy); ``pre_dnat`` (``ADDR[:PORT]``) is where it was going before a DNAT on the host."""
     flow = Flow(resolve_end(project, src, "--from"), resolve_end(project, dst, "--to"), protocol, sport, dport,
                 icmp_type, icmp_code)
-    result = _explain_flow(project, flow, engine, default, service_backend, dst)
-    _through_host(project, flow, result, engine, default, pre_dnat)
+    judge = _Judge(project, engine, default)
+    result = _explain_flow(project, flow, judge, service_backend, dst)
+    _through_host(project, flow, result, judge, pre_dnat)
     staged = project.staged()
     if staged is not None:  # the same flow with the staged policies enforced, beside the real verdict
-        result.staged = _explain_flow(staged, flow, engine, default, service_backend, dst).verdict
+        result.staged = _explain_flow(staged, flow, judge.over(staged), service_backend, dst).verdict
     return result
 
 
-def _hook_evaluator(engine: str) -> Any:
-    """``reference.evaluate``'s signature, by the reference or a native engine per hook."""
-    if engine != "native":
-        return evaluate
-    from pyclassify.engine import NativeEngine
-
-    engines: dict[int, Any] = {}
-
-    def native(policy_set: Any, inventory: Any, flow: Flow, **defaults: str) -> Verdict:
-        e = engines.get(id(policy_set))
-        if e is None:
-            e = engines[id(policy_set)] = NativeEngine(policy_set, inventory)
-        return e.evaluate(flow, **defaults)
-
-    return native
-
-
-def _through_host(project: Project, flow: Flow, result: Explanation, engine: str, default: str | None,
-                  pre_dnat: str | None) -> None:
+def _through_host(project: Project, flow: Flow, result: Explanation, judge: _Judge, pre_dnat: str | None) -> None:
     """A flow to (or from) a host endpoint, judged through the host's hooks when there is
     doNotTrack or preDNAT policy or a pre-DNAT destination was given: ``result.host_path``, and
     the verdict and host side's decision become the path's."""
@@ -256,8 +263,8 @@ def _through_host(project: Project, flow: Flow, result: Explanation, engine: str
         pre = Flow(flow.src, FlowEnd(flow.dst.endpoint, ip), flow.protocol, flow.sport, port, flow.icmp_type,
                    flow.icmp_code)
     side = Direction.INGRESS if inbound else Direction.EGRESS
-    path = host_path(_hook_evaluator(engine), hooks, project.inventory, pre=pre, post=flow, side=side,
-                     host_traffic=True, default_host=default or "deny")
+    path = host_path(judge.evaluator(), hooks, project.inventory, pre=pre, post=flow, side=side,
+                     host_traffic=True, default_host=judge.default or "deny")
     result.host_path = path
     deciding = path.steps[-1].decision
     v = result.verdict
@@ -288,9 +295,8 @@ def _address_port(text: str, default_port: int | None) -> tuple[Any, int | None]
         raise UnknownEnd(f"{shown(text)} is not ADDRESS[:PORT]", "--pre-dnat") from None
 
 
-def _explain_flow(project: Project, flow: Flow, engine: str, default: str | None, service_backend: str | None,
+def _explain_flow(project: Project, flow: Flow, judge: _Judge, service_backend: str | None,
                   dst: str) -> Explanation:
-    judge = _Judge(project, engine, default)
     target = service_target(project, flow)
     if target is None:
         if service_backend is not None:

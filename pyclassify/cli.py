@@ -776,7 +776,8 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
         dns = domains.DnsLearner(project.inventory.domains)
     engine = NativeEngine(project.policy_set, project.inventory)
     staged_project = project.staged()
-    staged = None if staged_project is None else NativeEngine(staged_project.policy_set, project.inventory)
+    # a delta from the engine just built (the same inventory), not a second build
+    staged = None if staged_project is None else engine.update(staged_project.policy_set, project.inventory)
     try:
         out_file = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115 - closed below
     except OSError as e:

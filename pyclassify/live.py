@@ -69,7 +69,7 @@ class LiveProject:
         self.policies: dict[tuple, Policy] = {policy_key(p): p for p in project.policy_set.policies}
         # Not in the engine (a change to either reloads): staged policies, and doNotTrack and
         # preDNAT policies (judged by engines of their own hooks).
-        self.staged = list(project.policy_set.staged) + list(project.policy_set.early)
+        self.held = list(project.policy_set.staged) + list(project.policy_set.early)
         self.tiers = list(project.policy_set.tiers)
         self.profiles = list(project.policy_set.profiles)
         self.inventory = project.inventory
@@ -88,7 +88,7 @@ class LiveProject:
 
     def policy_set(self) -> PolicySet:
         if self._policy_set is None:  # built again only after a policy changed
-            self._policy_set = PolicySet.build(list(self.policies.values()) + self.staged, self.tiers, self.profiles)
+            self._policy_set = PolicySet.build(list(self.policies.values()) + self.held, self.tiers, self.profiles)
         return self._policy_set
 
     def apply(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> Any:
