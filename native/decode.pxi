@@ -504,10 +504,12 @@ cdef void decode_frame(const uint8_t *p, size_t caplen, size_t wirelen, uint32_t
     decode_l3(p + off, caplen - off, wirelen - off, ver, h, q, ft)
 
 
-cdef int l4_payload(const uint8_t *p, size_t caplen, uint32_t linktype, size_t *start, size_t *end) noexcept nogil:
+cdef int l4_payload(const uint8_t *p, size_t caplen, uint32_t linktype, size_t *start, size_t *end,
+                    uint32_t *seq) noexcept nogil:
     """Where a frame's TCP or UDP payload lies (``start``/``end``, offsets in the frame, end
-    bounded by what was captured and by the IP and UDP lengths); 0 when it has none (not IP,
-    not TCP/UDP, a later fragment, a header cut short)."""
+    bounded by what was captured and by the IP and UDP lengths) and, for TCP, the sequence
+    number of its first byte (``seq``; 0 for UDP); 0 when it has none (not IP, not TCP/UDP, a
+    later fragment, a header cut short)."""
     cdef size_t off = 0
     cdef int ver = 0
     cdef L3 l3
@@ -523,10 +525,12 @@ cdef int l4_payload(const uint8_t *p, size_t caplen, uint32_t linktype, size_t *
         if n < 20:
             return 0
         hl = (l3.l4[12] >> 4) * 4
+        seq[0] = be32(l3.l4 + 4)
     elif l3.proto == 17:
         if n < 8:
             return 0
         hl = 8
+        seq[0] = 0
         if be16(l3.l4 + 4) >= 8 and be16(l3.l4 + 4) < n:
             n = be16(l3.l4 + 4)
     else:
@@ -575,12 +579,13 @@ QUOTE_SIZE = sizeof(pc_quote)
 
 def payload_spans(data, offsets, caplens, linktypes, indices):
     """For packets ``indices`` of a capture batch (``Batch.data``, ``offsets``, ``caplens``,
-    ``linktypes``): an (n, 2) int64 array of each one's TCP/UDP payload as [start, end) in
-    ``data``; (0, 0) where it has none. Decoded natively, bounds-checked like the decoder."""
+    ``linktypes``): an (n, 3) int64 array of each one's TCP/UDP payload as [start, end) in
+    ``data`` and, for TCP, the sequence number of its first byte; (0, 0, 0) where it has none.
+    Decoded natively, bounds-checked like the decoder."""
     import numpy as np
     cdef const uint8_t[::1] buf = data
     cdef Py_ssize_t n = len(indices)
-    out = np.zeros((n, 2), dtype=np.int64)
+    out = np.zeros((n, 3), dtype=np.int64)
     cdef long long[:, ::1] o = out
     cdef const unsigned long long[::1] offs = np.ascontiguousarray(offsets, dtype=np.uint64)
     cdef const unsigned int[::1] lens = np.ascontiguousarray(caplens, dtype=np.uint32)
@@ -588,6 +593,7 @@ def payload_spans(data, offsets, caplens, linktypes, indices):
     cdef const long long[::1] idx = np.ascontiguousarray(indices, dtype=np.int64)
     cdef Py_ssize_t k, i
     cdef size_t s, e, off, cap
+    cdef uint32_t seq = 0
     with nogil:
         for k in range(n):
             i = idx[k]
@@ -597,9 +603,10 @@ def payload_spans(data, offsets, caplens, linktypes, indices):
             cap = lens[i]
             if off > <size_t>buf.shape[0] or cap > <size_t>buf.shape[0] - off:
                 continue
-            if cap and l4_payload(&buf[off], cap, lts[i], &s, &e):
+            if cap and l4_payload(&buf[off], cap, lts[i], &s, &e, &seq):
                 o[k, 0] = <long long>(off + s)
                 o[k, 1] = <long long>(off + e)
+                o[k, 2] = <long long>seq
     return out
 
 

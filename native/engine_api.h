@@ -53,7 +53,8 @@ typedef struct pc_side_verdict {
     int32_t source;          /*  8: Policy or profile index, -1 when absent. */
     int32_t rule;            /* 12: Rule index, -1 when absent. */
     uint8_t logs;            /* 16: How many Log rules this direction passed before its decision (at most 255); which ones, the engine's explanation of the flow says (`NativeEngine.evaluate`). */
-    uint8_t reserved[3];     /* 17: Always 0. */
+    uint8_t awaits;          /* 17: 1 when denied but an `http` rule before the decision awaits the connection's request (`Decision::awaits_request`). */
+    uint8_t reserved[2];     /* 18: Always 0. */
 } pc_side_verdict;
 
 /* pyclassify_core::engine::records::PacketVerdict: 44 bytes, 4-aligned. */
@@ -61,7 +62,7 @@ typedef struct pc_verdict {
     uint8_t allow;           /*  0 */
     uint8_t reason;          /*  1: `PACKET_POLICY`, `PACKET_ESTABLISHED`, `PACKET_MALFORMED` or `PACKET_INVALID`. */
     uint8_t ct_state;        /*  2: Connection-tracking state code (`conntrack::code`), 0 without tracking. */
-    uint8_t reserved;        /*  3: Always 0. */
+    uint8_t http;            /*  3: HTTP (`http` rules): `HTTP_NONE`; `HTTP_AWAITS` admitted provisionally (or, untracked, denied unless a request matches); `HTTP_REQUEST` judged with the request this packet completed; `HTTP_ERROR + k`: denied, the stream broke (`http::HTTP_ERROR_NAMES[k]`). */
     pc_side_verdict egress;  /*  4 */
     pc_side_verdict ingress; /* 24 */
 } pc_verdict;
@@ -128,14 +129,15 @@ _Static_assert(offsetof(pc_side_verdict, tier) == 4, "pc_side_verdict.tier offse
 _Static_assert(offsetof(pc_side_verdict, source) == 8, "pc_side_verdict.source offset");
 _Static_assert(offsetof(pc_side_verdict, rule) == 12, "pc_side_verdict.rule offset");
 _Static_assert(offsetof(pc_side_verdict, logs) == 16, "pc_side_verdict.logs offset");
-_Static_assert(offsetof(pc_side_verdict, reserved) == 17, "pc_side_verdict.reserved offset");
+_Static_assert(offsetof(pc_side_verdict, awaits) == 17, "pc_side_verdict.awaits offset");
+_Static_assert(offsetof(pc_side_verdict, reserved) == 18, "pc_side_verdict.reserved offset");
 
 _Static_assert(sizeof(pc_verdict) == 44, "pc_verdict size");
 _Static_assert(_Alignof(pc_verdict) == 4, "pc_verdict alignment");
 _Static_assert(offsetof(pc_verdict, allow) == 0, "pc_verdict.allow offset");
 _Static_assert(offsetof(pc_verdict, reason) == 1, "pc_verdict.reason offset");
 _Static_assert(offsetof(pc_verdict, ct_state) == 2, "pc_verdict.ct_state offset");
-_Static_assert(offsetof(pc_verdict, reserved) == 3, "pc_verdict.reserved offset");
+_Static_assert(offsetof(pc_verdict, http) == 3, "pc_verdict.http offset");
 _Static_assert(offsetof(pc_verdict, egress) == 4, "pc_verdict.egress offset");
 _Static_assert(offsetof(pc_verdict, ingress) == 24, "pc_verdict.ingress offset");
 
@@ -170,13 +172,14 @@ static const pc_field pc_fields_pc_side_verdict[] = {
     {"source", offsetof(pc_side_verdict, source), sizeof(((pc_side_verdict *)0)->source)},
     {"rule", offsetof(pc_side_verdict, rule), sizeof(((pc_side_verdict *)0)->rule)},
     {"logs", offsetof(pc_side_verdict, logs), sizeof(((pc_side_verdict *)0)->logs)},
+    {"awaits", offsetof(pc_side_verdict, awaits), sizeof(((pc_side_verdict *)0)->awaits)},
     {"reserved", offsetof(pc_side_verdict, reserved), sizeof(((pc_side_verdict *)0)->reserved)},
 };
 static const pc_field pc_fields_pc_verdict[] = {
     {"allow", offsetof(pc_verdict, allow), sizeof(((pc_verdict *)0)->allow)},
     {"reason", offsetof(pc_verdict, reason), sizeof(((pc_verdict *)0)->reason)},
     {"ct_state", offsetof(pc_verdict, ct_state), sizeof(((pc_verdict *)0)->ct_state)},
-    {"reserved", offsetof(pc_verdict, reserved), sizeof(((pc_verdict *)0)->reserved)},
+    {"http", offsetof(pc_verdict, http), sizeof(((pc_verdict *)0)->http)},
     {"egress", offsetof(pc_verdict, egress), sizeof(((pc_verdict *)0)->egress)},
     {"ingress", offsetof(pc_verdict, ingress), sizeof(((pc_verdict *)0)->ingress)},
 };

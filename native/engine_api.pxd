@@ -41,13 +41,14 @@ cdef extern from "engine_api.h" nogil:
         int32_t source
         int32_t rule
         uint8_t logs
-        uint8_t reserved[3]
+        uint8_t awaits
+        uint8_t reserved[2]
 
     ctypedef struct pc_verdict:
         uint8_t allow
         uint8_t reason
         uint8_t ct_state
-        uint8_t reserved
+        uint8_t http
         pc_side_verdict egress
         pc_side_verdict ingress
 

@@ -613,6 +613,7 @@ cdef class NfQueue:
         back with the accept mark; a malformed answer is counted and passes, teaching nothing."""
         cdef int i, got
         cdef size_t start, end
+        cdef uint32_t seq
         cdef uint8_t err
         cdef uint64_t ts = now_ns(CLOCK_REALTIME)
         cdef NfqPacket *p
@@ -621,7 +622,7 @@ cdef class NfQueue:
             self.final[i] = FINAL_MARKED_ACCEPT
             if not (p.has_payload and p.caplen > 0):
                 continue
-            if not l4_payload(p.payload, p.caplen, LT_RAW, &start, &end) or end <= start:
+            if not l4_payload(p.payload, p.caplen, LT_RAW, &start, &end, &seq) or end <= start:
                 continue
             err = 0
             pthread_mutex_lock(&self.engine_lock)

@@ -96,7 +96,7 @@ class EngineError(ValueError): ...
 
 _Source = tuple[str, int]
 _Log = tuple[int | None, _Source, int]
-_Decision = tuple[bool, int | None, _Source | None, int | None, int, list[_Log]]
+_Decision = tuple[bool, int | None, _Source | None, int | None, int, list[_Log], bool]
 
 class Model:
     def __new__(cls) -> Model: ...
@@ -129,7 +129,8 @@ class Engine:
         pod_allow: bool,
         host_allow: bool,
         ts_ns: int | None = None,
-    ) -> tuple[bool, _Decision | None, _Decision | None]: ...
+        request: tuple[str, str] | None = None,
+    ) -> tuple[bool, _Decision | None, _Decision | None, bool]: ...
     def judge(
         self,
         headers: Any,
@@ -139,6 +140,8 @@ class Engine:
         tracker: ConnTrack | None = None,
         quotes: Any = None,
         interpret: bool = False,
+        data: Any = None,
+        segments: Any = None,
     ) -> None: ...
     def compiled_listing(
         self, endpoint: int, direction: str, family: int
@@ -153,6 +156,11 @@ class Engine:
     ]: ...
 
 VERDICT_SIZE: Final[int]
+HTTP_AWAITS: Final[int]
+HTTP_REQUEST: Final[int]
+HTTP_TABLE_FULL: Final[int]
+HTTP_ERROR: Final[int]
+HTTP_ERROR_NAMES: Final[list[str]]
 ENGINE_ABI_VERSION: Final[int]
 CT_STATS_NAMES: Final[list[str]]
 
@@ -190,6 +198,7 @@ class ConnTrack:
     def revalidate(self, predicate: Any, now_ns: int | None = None) -> list[_CtFlow]: ...
     def flows(self) -> list[dict[str, Any]]: ...
     def stats(self) -> dict[str, int]: ...
+    def http_stats(self) -> dict[str, Any]: ...
     def clear(self) -> None: ...
     def __len__(self) -> int: ...
 

@@ -29,7 +29,8 @@ def pack_records(
     """Records of the packets ``indices`` as pcap (fmt 1) or pcapng EPB (fmt 2) bytes."""
 
 def payload_spans(data: Any, offsets: Any, caplens: Any, linktypes: Any, indices: Any) -> Any:
-    """(n, 2) int64 array: each packet's TCP/UDP payload as [start, end) in ``data``; (0, 0) if none."""
+    """(n, 3) int64 array: each packet's TCP/UDP payload as [start, end) in ``data`` and its TCP
+    sequence number (0 for UDP); (0, 0, 0) if none."""
 
 class Decoder:
     """Decodes frames of a given link type into a header batch, with its own fragment table."""

@@ -6,10 +6,10 @@ The CLI formats what these return; the answers come from the reference evaluator
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from pyclassify.flow import Flow, FlowEnd, Verdict
+from pyclassify.flow import Flow, FlowEnd, HttpRequest, Verdict
 from pyclassify.hostpath import HookSets, HostPath, host_path
 from pyclassify.inventory import Endpoint, Service, ServicePort
 from pyclassify.ir import PROTO_ICMP, PROTO_ICMPV6, Direction, EndpointKind
@@ -147,8 +147,7 @@ def service_backends(project: Project, flow: Flow, target: ServiceTarget) -> tup
         if port is None:
             unresolved.append(str(ip))
             continue
-        flows.append(Flow(flow.src, FlowEnd(project.inventory.owner_of(ip), ip), flow.protocol, flow.sport, port,
-                          flow.icmp_type, flow.icmp_code))
+        flows.append(replace(flow, dst=FlowEnd(project.inventory.owner_of(ip), ip), dport=port))
     if flows:
         return flows, None
     if unresolved:
@@ -176,6 +175,8 @@ def flow_json(flow: Flow) -> dict[str, Any]:
     if flow.protocol in (PROTO_ICMP, PROTO_ICMPV6):
         doc["icmp_type"] = flow.icmp_type
         doc["icmp_code"] = flow.icmp_code
+    if flow.request is not None:
+        doc["request"] = {"method": flow.request.method, "path": flow.request.path}
     return doc
 
 
@@ -229,14 +230,16 @@ class _Judge:
 def explain(project: Project, src: str, dst: str, protocol: int, dport: int | None,
             sport: int | None = None, icmp_type: int | None = None, icmp_code: int | None = None,
             default: str | None = None, engine: str = "native", service_backend: str | None = None,
-            pre_dnat: str | None = None) -> Explanation:
+            pre_dnat: str | None = None, request: HttpRequest | None = None) -> Explanation:
     """The verdict of one flow. A flow to a Service's ClusterIP (or a NodePort on a node's
     address) is judged as kube-proxy delivers it: once per backend (``service_backend``, an
     address or endpoint, picks one); it is allowed when every backend judged allows it. A flow
     to or from a host endpoint goes through the host's hooks (doNotTrack, preDNAT, normal host
-    policy); ``pre_dnat`` (``ADDR[:PORT]``) is where it was going before a DNAT on the host."""
+    policy); ``pre_dnat`` (``ADDR[:PORT]``) is where it was going before a DNAT on the host.
+    ``request`` is the HTTP request the connection carries (``http`` rules); without it, a
+    verdict that depends on one says it awaits it."""
     flow = Flow(resolve_end(project, src, "--from"), resolve_end(project, dst, "--to"), protocol, sport, dport,
-                icmp_type, icmp_code)
+                icmp_type, icmp_code, request=request)
     judge = _Judge(project, engine, default)
     result = _explain_flow(project, flow, judge, service_backend, dst)
     _through_host(project, flow, result, judge, pre_dnat)
@@ -260,8 +263,7 @@ def _through_host(project: Project, flow: Flow, result: Explanation, judge: _Jud
     pre = flow
     if pre_dnat is not None:
         ip, port = _address_port(pre_dnat, flow.dport)
-        pre = Flow(flow.src, FlowEnd(flow.dst.endpoint, ip), flow.protocol, flow.sport, port, flow.icmp_type,
-                   flow.icmp_code)
+        pre = replace(flow, dst=FlowEnd(flow.dst.endpoint, ip), dport=port)
     side = Direction.INGRESS if inbound else Direction.EGRESS
     path = host_path(judge.evaluator(), hooks, project.inventory, pre=pre, post=flow, side=side,
                      host_traffic=True, default_host=judge.default or "deny")

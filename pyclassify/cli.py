@@ -368,6 +368,12 @@ def _describe(d: Any) -> str:
     """One line saying what decided one direction."""
     if d is None:
         return "[dim]no policy applies[/dim]"
+    if d.awaits_request:
+        return _describe_decision(d) + " [yellow]unless the HTTP request matches an http rule before it[/yellow]"
+    return _describe_decision(d)
+
+
+def _describe_decision(d: Any) -> str:
     colour = "green" if d.verdict == "allow" else "red"
     verdict = f"[{colour}]{d.verdict}[/{colour}]"
     tier = f" in tier {escape(d.tier)}" if d.tier else ""
@@ -413,13 +419,17 @@ Examples:
 @click.option("--pre-dnat", "pre_dnat", metavar="ADDR[:PORT]", callback=utf8_text, default=None,
               help="Where the flow to a host endpoint was going before a DNAT on the host (preDNAT "
                    "policy judges that; the rest judge --to and --port).")
+@click.option("--request", "request", metavar="'METHOD /PATH'", callback=utf8_text, default=None,
+              help="The HTTP request the TCP connection carries, for Calico http rules (e.g. 'GET "
+                   "/api/v1'). Left out: a verdict that depends on the request says so.")
 @default_option
 @engine_option
 @json_option
 def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
                 src: str, dst: str, proto: str, port: int | None, sport: int | None,
                 icmp_type: int | None, icmp_code: int | None, service_backend: str | None, resolve: str | None,
-                pre_dnat: str | None, default: str | None, engine: str, as_json: bool) -> None:
+                pre_dnat: str | None, request: str | None, default: str | None, engine: str,
+                as_json: bool) -> None:
     """Verdict for one flow, with the deciding tier, policy and rule of each direction.
 
     A flow to a Service's ClusterIP, or to a node's address on a NodePort, is judged as
@@ -429,8 +439,18 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
     from pyclassify.analysis import UnknownEnd, explain
     from pyclassify.kinds.common import protocol_name
 
+    from pyclassify.flow import HttpRequest
+
     protocol = _protocol(proto)
     _check_flow_options(protocol, port, sport, icmp_type, icmp_code)
+    http_request = None
+    if request is not None:
+        if protocol != 6:
+            raise click.UsageError(f"--request needs --proto TCP, not {_proto_text(protocol)}")
+        try:
+            http_request = HttpRequest.parse(request)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--request") from e
     project = _load(paths, (kubeconfig, kube_context, in_cluster))
     if resolve is not None:
         from pyclassify import domains
@@ -444,7 +464,7 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
             project.inventory.domains.learn(name, ip, 0, 0)  # judged with no time: valid whenever
     try:
         result = explain(project, src, dst, protocol, port, sport, icmp_type, icmp_code, default, engine,
-                         service_backend, pre_dnat)
+                         service_backend, pre_dnat, http_request)
     except UnknownEnd as e:
         raise click.BadParameter(str(e), param_hint=e.option) from e
     if as_json:
@@ -461,7 +481,8 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
         names[1] = f"Service {escape(svc.namespace)}/{escape(svc.name)} ({ends[1]['ip']})"
     if icmp_type is not None:
         port_text = f" type {icmp_type}" + (f" code {icmp_code}" if icmp_code is not None else "")
-    out.print(f"flow:    {names[0]} -> {names[1]} {escape(protocol_name(protocol))}{port_text}")
+    request_text = f", request {escape(str(f.request))}" if f.request is not None else ""
+    out.print(f"flow:    {names[0]} -> {names[1]} {escape(protocol_name(protocol))}{port_text}{request_text}")
     if result.service is None:
         _print_sides(names[0], names[1], result.verdict)
         for step in result.host_path.steps if result.host_path is not None else ():
@@ -489,6 +510,9 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
         denied = sum(not b.verdict.allowed for b in result.backends)
         every = " (every backend)" if not denied else f" ({denied} of {len(result.backends)} backends)"
     out.print(f"verdict: [{colour}]{result.verdict.verdict.upper()}[/{colour}]{every}")
+    if result.verdict.awaits_request:
+        out.print("http:    the connection is admitted provisionally: its HTTP request decides (an http "
+                  "rule matched all but the request; pass --request 'METHOD /PATH' to judge one)")
     if result.staged is not None:
         changed = " (differs)" if result.staged.verdict != result.verdict.verdict else ""
         out.print(f"staged:  {escape(result.staged.would())}{changed}")
@@ -768,7 +792,7 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     outputs = {"--out": out_path, "--allowed": allowed_path, "--denied": denied_path}
     _refuse_overwriting_inputs(paths, pcaps, {k: v for k, v in outputs.items() if v is not None})
     project = _load(paths, (kubeconfig, kube_context, in_cluster))
-    from pyclassify import domains
+    from pyclassify import domains, httprules
 
     dns = None
     if domains.has_domain_rules(project.policy_set):
@@ -788,7 +812,7 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     try:
         replay = Replay(engine, conntrack=not no_conntrack, default=default, out=out_file,
                         allowed_path=allowed_path, denied_path=denied_path, flows=per_flow, staged=staged,
-                        dns=dns)
+                        dns=dns, http=httprules.has_http_rules(project.policy_set))
         try:
             if sys.stdout.isatty() and not as_json:
                 from rich.progress import Progress
@@ -902,6 +926,18 @@ def _print_replay(summary: dict[str, Any]) -> None:
         none = s["no_policy"][direction]
         if none:
             out.print(f"  {none:>8}  {direction:<7} no policy applies at this end")
+    http = s.get("http")
+    if http is not None:
+        # the packets judged by policy that no rule decided alone: the HTTP outcomes
+        if http["provisional"]:
+            out.print(f"  {http['provisional']:>8}  [yellow]admitted provisionally[/yellow]: the connection's HTTP request decides")
+        for name, n in http["errors"].items():
+            out.print(f"  {n:>8}  [red]deny[/red]  the HTTP request stream cannot be judged ({name})")
+        if http["table_full"]:
+            out.print(f"  {http['table_full']:>8}  [red]deny[/red]  too many connections await their HTTP request")
+        out.print(f"http: {http['provisional']} connections admitted up to their request; "
+                  f"{http['requests_allowed'] + http['requests_denied']} requests judged "
+                  f"({http['requests_allowed']} allowed, {http['requests_denied']} denied)")
     dns = s.get("dns")
     if dns is not None:
         bad = ", ".join(f"{n} {k}" for k, n in dns["errors"].items())

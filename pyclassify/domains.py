@@ -84,7 +84,7 @@ class DnsLearner:
             return []
         spans = _native.payload_spans(batch.data, batch.offsets, batch.caplens, batch.linktypes, idx)
         # no payload: a TCP handshake or ACK of a DNS connection
-        return [(k, start, end) for k, (start, end) in zip(idx.tolist(), spans.tolist()) if end > start]
+        return [(k, start, end) for k, (start, end) in zip(idx.tolist(), spans[:, :2].tolist()) if end > start]
 
     def learn(self, batch: Any, k: int, start: int, end: int) -> None:
         """Learn from the message at ``batch.data[start:end]``, packet ``k``, at its capture time."""

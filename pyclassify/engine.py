@@ -55,6 +55,15 @@ PACKET_ESTABLISHED = 1  # it belongs to a connection already allowed (or answers
 PACKET_MALFORMED = 2  # it could not be decoded far enough to judge: denied
 PACKET_INVALID = 3  # connection tracking found it invalid (opens nothing): denied
 
+# PacketVerdict.http (rust/core/src/engine/records.rs): admitted provisionally, its connection's
+# HTTP request awaited; judged with the request the packet completed; denied because no more
+# connections can be watched; denied because the request stream broke (+ HTTP_ERROR_NAMES index).
+HTTP_AWAITS: int = _engine.HTTP_AWAITS
+HTTP_REQUEST: int = _engine.HTTP_REQUEST
+HTTP_TABLE_FULL: int = _engine.HTTP_TABLE_FULL
+HTTP_ERROR: int = _engine.HTTP_ERROR
+HTTP_ERROR_NAMES: tuple[str, ...] = tuple(_engine.HTTP_ERROR_NAMES)
+
 assert VERDICT_DTYPE.itemsize == _engine.VERDICT_SIZE
 
 
@@ -113,6 +122,7 @@ def _rule(r: Rule) -> dict[str, Any]:
         "not_icmp": _icmp(r.not_icmp),
         "sources": [_entity(e) for e in r.sources],
         "destinations": [_entity(e) for e in r.destinations],
+        "http": None if r.http is None else {"methods": list(r.http.methods), "paths": [list(p) for p in r.http.paths]},
     }
 
 
@@ -580,29 +590,38 @@ class NativeEngine:
             ep = None if end.endpoint is None else self._endpoint_id(end.endpoint)
             ip = None if end.ip is None else str(end.ip)
             ends.append((ip, ep))
-        allowed, egress, ingress = self._engine.evaluate(
+        request = None if flow.request is None else (flow.request.method, flow.request.path)
+        allowed, egress, ingress, awaits = self._engine.evaluate(
             ends[0][0], ends[0][1], ends[1][0], ends[1][1],
             flow.protocol, flow.sport, flow.dport, flow.icmp_type, flow.icmp_code,
-            default_pod == "allow", default_host == "allow", flow.ts_ns,
+            default_pod == "allow", default_host == "allow", flow.ts_ns, request,
         )
         return Verdict("allow" if allowed else "deny", self._decision(egress, Direction.EGRESS),
-                       self._decision(ingress, Direction.INGRESS))
+                       self._decision(ingress, Direction.INGRESS), awaits_request=awaits)
 
     side_dtype = SIDE_DTYPE
 
     def judge(self, headers: npt.NDArray[Any], quotes: npt.NDArray[Any] | None = None, tracker: Any = None,
-              default_pod: str = "allow", default_host: str = "deny", interpret: bool = False) -> npt.NDArray[Any]:
+              default_pod: str = "allow", default_host: str = "deny", interpret: bool = False,
+              payload: tuple[Any, npt.NDArray[Any]] | None = None) -> npt.NDArray[Any]:
         """Verdict records (``VERDICT_DTYPE``) for a header batch (``HEADER_DTYPE``), computed
         without the GIL through the compiled classifier tables; with a ``Tracker``, connection
         tracking decides established traffic. ``interpret=True`` (untracked batches only) answers
-        by the rule interpreter instead: the same verdicts, the benchmarks' baseline."""
+        by the rule interpreter instead: the same verdicts, the benchmarks' baseline.
+        ``payload`` (with a tracker): ``(data, segments)``, the bytes and each header's TCP
+        payload in them (``httprules.segments``), for http rules; without it a connection whose
+        verdict awaits its HTTP request is denied."""
         if headers.dtype != HEADER_DTYPE:
             raise TypeError(f"expected a header batch of HEADER_DTYPE, got {headers.dtype}")
         headers = np.ascontiguousarray(headers)
         out = np.zeros(len(headers), dtype=VERDICT_DTYPE)
         if quotes is not None:
             quotes = np.ascontiguousarray(quotes)
-        self._engine.judge(headers, out, default_pod == "allow", default_host == "allow", tracker, quotes, interpret)
+        data, segments = payload if payload is not None else (None, None)
+        if segments is not None:
+            segments = np.ascontiguousarray(segments, dtype=np.int64).reshape(-1)
+        self._engine.judge(headers, out, default_pod == "allow", default_host == "allow", tracker, quotes, interpret,
+                           data, segments)
         return out
 
     def classify(self, headers: npt.NDArray[Any], default_pod: str = "allow",
@@ -618,7 +637,8 @@ class NativeEngine:
         source = None if kind == 0 else ("policy" if kind == 1 else "profile", int(side["source"]))
         rule = None if int(side["rule"]) < 0 else int(side["rule"])
         tier = None if int(side["tier"]) < 0 else int(side["tier"])
-        return self._decision((bool(side["allow"]), tier, source, rule, int(side["reason"]), []), direction)
+        return self._decision((bool(side["allow"]), tier, source, rule, int(side["reason"]), [], bool(side["awaits"])),
+                              direction)
 
     def compiled_listing(self, endpoint: Endpoint, direction: Direction, family: int) -> list[Any]:
         """The compiled stages of ``endpoint``'s ``direction`` side for IPv4 or IPv6 (``render``):
@@ -634,7 +654,7 @@ class NativeEngine:
     def _decision(self, raw: Any, direction: Direction) -> Decision | None:
         if raw is None:
             return None
-        allowed, tier, source, rule, reason, logs = raw
+        allowed, tier, source, rule, reason, logs, awaits = raw
         policy_ref, label = self._source(source, rule, direction)
         decision = Decision(
             "allow" if allowed else "deny",
@@ -642,6 +662,7 @@ class NativeEngine:
             policy_ref,
             label,
             REASONS[reason],
+            awaits_request=awaits,
         )
         for log_tier, log_source, log_rule in logs:
             ref, log_label = self._source(log_source, log_rule, direction)

@@ -20,6 +20,7 @@ __all__ = [
     "Decision",
     "Flow",
     "FlowEnd",
+    "HttpRequest",
     "Verdict",
     "endpoint_labels",
     "namespace_labels",
@@ -53,6 +54,27 @@ class FlowEnd:
 
 
 @dataclass(frozen=True)
+class HttpRequest:
+    """An HTTP/1.x request a connection carries, as the native reader parses it: the path is as
+    sent with the query cut (neither percent-decoded nor normalized)."""
+
+    method: str
+    path: str
+    host: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "HttpRequest":
+        """``"GET /path"`` (optionally ``" host"`` after it), as ``explain --request`` takes it."""
+        parts = text.split()
+        if len(parts) not in (2, 3) or not parts[1].startswith("/"):
+            raise ValueError(f"{text!r}: want METHOD /PATH [HOST], e.g. 'GET /api/v1'")
+        return cls(parts[0], parts[1].split("?", 1)[0], parts[2] if len(parts) == 3 else None)
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.path}" + (f" (Host {self.host})" if self.host else "")
+
+
+@dataclass(frozen=True)
 class Flow:
     src: FlowEnd
     dst: FlowEnd
@@ -64,6 +86,9 @@ class Flow:
     #: when the packet was seen (ns since the epoch): DNS-learned addresses are valid for a
     #: time; None judges by everything learned, whenever
     ts_ns: int | None = None
+    #: the HTTP request the connection carries (``http`` rules); None: not known yet, so such a
+    #: rule matches nothing and the decision says it ``awaits_request``
+    request: HttpRequest | None = None
 
 
 @dataclass
@@ -74,9 +99,12 @@ class Decision:
     rule: str | int | None  # Rule.label
     reason: str  # "rule" | "end-of-tier" | "profile" | "default"
     logs: list[tuple[str | None, str, str | int]] = field(default_factory=list)
+    #: Denied, but an ``http`` rule before the decision matched all but the request, which the
+    #: flow did not carry: the connection's request decides (a deny can only become an allow)
+    awaits_request: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "verdict": self.verdict,
             "tier": self.tier,
             "policy": self.policy,
@@ -84,6 +112,9 @@ class Decision:
             "reason": self.reason,
             "logs": [{"tier": t, "policy": p, "rule": r} for t, p, r in self.logs],
         }
+        if self.awaits_request:
+            out["awaits_request"] = True
+        return out
 
 
 @dataclass
@@ -91,17 +122,23 @@ class Verdict:
     verdict: str
     egress: Decision | None
     ingress: Decision | None
+    #: Denied only by an ingress that awaits the connection's HTTP request: admitted
+    #: provisionally up to that request, which is judged again (``Flow.request``)
+    awaits_request: bool = False
 
     @property
     def allowed(self) -> bool:
         return self.verdict == "allow"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "verdict": self.verdict,
             "egress": self.egress.to_json() if self.egress else None,
             "ingress": self.ingress.to_json() if self.ingress else None,
         }
+        if self.awaits_request:
+            out["awaits_request"] = True
+        return out
 
     def would(self) -> str:
         """The verdict as a staged preview says it: "would deny by StagedNetworkPolicy/ns/name

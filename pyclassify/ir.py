@@ -107,6 +107,21 @@ class IcmpMatch:
 
 
 @dataclass(frozen=True)
+class HttpMatch:
+    """Calico's ``http`` match of an ingress Allow rule: the connection's HTTP requests, read off
+    its payload (``Flow.request``). ``methods`` compare exactly; ``paths`` are ``("exact", p)``
+    or ``("prefix", p)`` against the request's path without its query; empty lists match any."""
+
+    methods: tuple[str, ...] = ()
+    paths: tuple[tuple[str, str], ...] = ()
+
+    def matches(self, method: str, path: str) -> bool:
+        return ((not self.methods or method in self.methods)
+                and (not self.paths or any(path == p if kind == "exact" else path.startswith(p)
+                                           for kind, p in self.paths)))
+
+
+@dataclass(frozen=True)
 class ServiceRef:
     """A Calico ``services`` match: the service's endpoints (and, as destination, its ports)."""
 
@@ -154,6 +169,7 @@ class Rule:
     not_icmp: IcmpMatch | None = None
     sources: tuple[EntityMatch, ...] = ()  # any of them (empty: anything)
     destinations: tuple[EntityMatch, ...] = ()  # any of them (empty: anything)
+    http: HttpMatch | None = None  # the connection's HTTP request must match (TCP only)
     path: str = ""  # field path in the source manifest, for explain (e.g. spec.ingress[2])
 
     @property

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyclassify.batch import FLAG_HAS_PORTS, HEADER_DTYPE, SIDE_DTYPE, VERDICT_DTYPE
-from pyclassify.engine import NativeEngine
+from pyclassify.engine import HTTP_AWAITS, NativeEngine
 from pyclassify.inventory import Endpoint, Inventory, IPAddress
 from pyclassify.ir import (PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, PROTO_UDPLITE,
                            EndpointKind, EntityMatch, PolicySet, Rule)
@@ -350,8 +350,9 @@ def _side_record(raw: Any) -> npt.NDArray[Any]:
     rec = np.zeros((), SIDE_DTYPE)
     if raw is None:
         return rec
-    allowed, tier, source, rule, reason, logs = raw
+    allowed, tier, source, rule, reason, logs, awaits = raw
     rec["present"] = 1
+    rec["awaits"] = awaits
     rec["allow"] = allowed
     rec["reason"] = reason
     rec["tier"] = -1 if tier is None else tier
@@ -424,12 +425,13 @@ def _judge_named(engine: NativeEngine, src: Group, dst: Group, fc: FlowClass, po
         ends.append((None if g.representative is None else str(g.representative), ep))
     itype = fc.icmp_type if fc.icmp_type is not None else fc.icmp_rep[0]
     icode = fc.icmp_code if fc.icmp_code is not None else fc.icmp_rep[1]
-    allowed, egress, ingress = engine._engine.evaluate(
+    allowed, egress, ingress, awaits = engine._engine.evaluate(
         ends[0][0], ends[0][1], ends[1][0], ends[1][1], fc.number,
         None if fc.sport is None or fc.sport == (EPHEMERAL, EPHEMERAL) else fc.sport[0],
         None if fc.dport is None else fc.dport[0], itype, icode, pod_allow, host_allow)
     rec = np.zeros((), VERDICT_DTYPE)
     rec["allow"] = allowed
+    rec["http"] = HTTP_AWAITS if awaits else 0
     rec["egress"] = _side_record(egress)
     rec["ingress"] = _side_record(ingress)
     return rec

@@ -66,9 +66,11 @@ def evaluate(policy_set: PolicySet, inventory: Inventory, flow: Flow,
     ctx = _Context(policy_set, inventory, flow, src, dst, default_pod, default_host)
     egress = ctx.side(src, Direction.EGRESS)
     ingress = ctx.side(dst, Direction.INGRESS)
-    allowed = all(_side_verdict(d, ctx.default_for(e)) == "allow"
-                  for d, e in ((egress, src), (ingress, dst)) if _is_local(inventory, e))
-    return Verdict("allow" if allowed else "deny", egress, ingress)
+    sides = [(_side_verdict(d, ctx.default_for(e)), d is not None and d.awaits_request)
+             for d, e in ((egress, src), (ingress, dst)) if _is_local(inventory, e)]
+    allowed = all(v == "allow" for v, _ in sides)
+    awaits = not allowed and all(v == "allow" or awaits for v, awaits in sides)
+    return Verdict("allow" if allowed else "deny", egress, ingress, awaits_request=awaits)
 
 
 def _side_verdict(decision: Decision | None, default: str) -> str:
@@ -101,6 +103,7 @@ class _Context:
     dst: FlowEnd
     default_pod: str
     default_host: str
+    awaits: bool = False  # the side being decided passed an http rule for want of a request
 
     def default_for(self, end: FlowEnd) -> str:
         ep = end.endpoint
@@ -113,6 +116,13 @@ class _Context:
             return None
         subject = end.endpoint
         assert subject is not None
+        self.awaits = False
+        decision = self._side(subject, end, direction)
+        if decision is not None and decision.verdict == "deny" and self.awaits:
+            decision.awaits_request = True
+        return decision
+
+    def _side(self, subject: Endpoint, end: FlowEnd, direction: Direction) -> Decision | None:
         logs: list[tuple[str | None, str, str | int]] = []
         anything_applied = False
         for tier in self.policy_set.tiers:
@@ -213,6 +223,16 @@ class _Context:
             return None
         if rule.action is Action.PASS and "unresolvable" in (src_hit, dst_hit):
             return Action.DENY
+        if rule.http is not None:
+            # Only a TCP connection carries requests; until its request is known the rule
+            # matches nothing, and the side's decision awaits it.
+            if flow.protocol != PROTO_TCP:
+                return None
+            if flow.request is None:
+                self.awaits = True
+                return None
+            if not rule.http.matches(flow.request.method, flow.request.path):
+                return None
         return rule.action
 
     def icmp_matches(self, icmp: IcmpMatch) -> bool:

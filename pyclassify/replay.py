@@ -24,6 +24,7 @@ from typing import IO, Any, Callable, Iterator
 import numpy as np
 import numpy.typing as npt
 
+from pyclassify import httprules
 from pyclassify._engine import FlowSet
 from pyclassify.batch import SIDE_DTYPE
 from pyclassify.capture import Batch, CaptureWriter, open_capture
@@ -31,6 +32,7 @@ from pyclassify.engine import (
     PACKET_ESTABLISHED,
     PACKET_INVALID,
     PACKET_MALFORMED,
+    HTTP_ERROR_NAMES,
     PACKET_POLICY,
     VERDICT_DTYPE,
     NativeEngine,
@@ -85,6 +87,9 @@ class ReplaySummary:
     #: by rule as ``by_rule``
     staged: Counter = field(default_factory=Counter)
     staged_by_rule: Counter = field(default_factory=Counter, repr=False)
+    #: with http rules: connections admitted provisionally, requests judged, streams denied
+    #: (``httprules.count_outcomes``)
+    http: Counter = field(default_factory=Counter)
 
     @property
     def flows(self) -> int:
@@ -114,9 +119,12 @@ def flow_hashes(headers: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
 
 
 def _count_rules(summary: ReplaySummary, verdicts: npt.NDArray[Any]) -> None:
-    judged = verdicts[verdicts["reason"] == PACKET_POLICY]
-    summary.policy += len(judged)
-    summary.policy_allowed += int(np.count_nonzero(judged["allow"]))
+    judged_all = verdicts["reason"] == PACKET_POLICY
+    summary.policy += int(np.count_nonzero(judged_all))
+    summary.policy_allowed += int(np.count_nonzero(verdicts["allow"][judged_all]))
+    httprules.count_outcomes(summary.http, verdicts)
+    # by rule: the decisions of rules (not the HTTP outcomes counted apart)
+    judged = verdicts[judged_all & ~httprules.outcome_mask(verdicts)]
     for direction in ("egress", "ingress"):
         summary.no_policy[direction] += len(judged) - int(np.count_nonzero(judged[direction]["present"] == 1))
     _count_by_rule(summary.by_rule, judged)
@@ -165,8 +173,14 @@ class Replay:
 
     def __init__(self, engine: NativeEngine, conntrack: bool = True, default: str | None = None,
                  out: IO[str] | None = None, allowed_path: str | None = None, denied_path: str | None = None,
-                 flows: bool = False, staged: NativeEngine | None = None, dns: Any = None) -> None:
+                 flows: bool = False, staged: NativeEngine | None = None, dns: Any = None,
+                 http: bool = False) -> None:
         self.engine = engine
+        # http rules: each packet's TCP payload goes to the engine with its header, which
+        # admits connections up to their request and judges each request (pyclassify.httprules)
+        self.http = http
+        self._data: Any = None  # the bytes of the batch being judged
+        self._segments: npt.NDArray[Any] | None = None  # its TCP payloads (with http rules)
         # DNS answers in the capture teach the addresses of domain rules (pyclassify.domains):
         # learned batch by batch, before the batch is judged
         self.dns = dns
@@ -202,15 +216,18 @@ class Replay:
         With DNS learning, the batch is judged in parts cut after each DNS answer, which is
         learned before the packets that follow it are judged."""
         answers = self.dns.answers_in(batch) if self.dns is not None else []
+        self._data = batch.data
+        self._segments = httprules.segments(batch) if self.http else None
         if not answers:
-            return self._judge_part(batch.headers, batch.quotes)
+            return self._judge_part(batch.headers, batch.quotes, self._segments)
         n = len(batch.headers)
         verdicts, staged, entries = [], [], np.full(n, -1, dtype=np.int64)
         start = 0
         for end, answer in [(k + 1, (k, s, e)) for k, s, e in answers] + [(n, None)]:
             if end > start:
                 verdicts.append(self._judge_part(batch.headers[start:end],
-                                                 None if batch.quotes is None else batch.quotes[start:end]))
+                                                 None if batch.quotes is None else batch.quotes[start:end],
+                                                 None if self._segments is None else self._segments[start:end]))
                 staged.append(self._staged_verdicts)
                 if self._service_entries is not None:
                     entries[start:end] = self._service_entries
@@ -223,31 +240,40 @@ class Replay:
             self._staged_verdicts = np.concatenate(staged)
         return np.concatenate(verdicts)
 
-    def _judge_part(self, headers: npt.NDArray[Any], quotes: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
+    def _judge_part(self, headers: npt.NDArray[Any], quotes: npt.NDArray[Any] | None,
+                    segments: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
         headers = np.ascontiguousarray(headers)
         quotes = None if quotes is None else np.ascontiguousarray(quotes)
         entry, forward = self.services.match(headers)
         self._service_entries = entry if (entry >= 0).any() else None
         if self.staged is not None:
             assert self._staged_trackers is not None
-            self._staged_verdicts = self._judge_with(self.staged, self._staged_trackers, headers, quotes, entry, forward)
-        return self._judge_with(self.engine, self._service_trackers, headers, quotes, entry, forward)
+            self._staged_verdicts = self._judge_with(self.staged, self._staged_trackers, headers, quotes, entry,
+                                                     forward, segments)
+        return self._judge_with(self.engine, self._service_trackers, headers, quotes, entry, forward, segments)
 
     def _judge_with(self, engine: NativeEngine, trackers: dict[int | None, Tracker], headers: npt.NDArray[Any],
                     quotes: npt.NDArray[Any] | None, entry: npt.NDArray[Any],
-                    forward: npt.NDArray[Any]) -> npt.NDArray[Any]:
+                    forward: npt.NDArray[Any], segments: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
         """Verdicts by ``engine``, connections tracked in ``trackers`` (None: the main one; one
         per backend choice); packets to or from a Service's virtual address are judged against
-        its backends (every one, when it has several: allowed only if all allow)."""
+        its backends (every one, when it has several: allowed only if all allow). ``segments``
+        (``httprules.segments``) gives http rules each packet's TCP payload."""
         tracked = self.tracker is not None
+
+        def payload(rows: Any = None) -> Any:
+            if segments is None or not tracked:
+                return None
+            return (self._data, segments if rows is None else segments[rows])
+
         if self._service_entries is None:
-            return engine.judge(headers, quotes, trackers.get(None), **self.defaults)
+            return engine.judge(headers, quotes, trackers.get(None), **self.defaults, payload=payload())
         service = entry >= 0
         out = np.zeros(len(headers), dtype=VERDICT_DTYPE)
         plain = np.flatnonzero(~service)
         if len(plain):
             out[plain] = engine.judge(headers[plain], None if quotes is None else quotes[plain],
-                                      trackers.get(None), **self.defaults)
+                                      trackers.get(None), **self.defaults, payload=payload(plain))
         idx = np.flatnonzero(service)
         sub, sub_entry, sub_forward = headers[idx], entry[idx], forward[idx]
         sub_quotes = None if quotes is None else np.ascontiguousarray(quotes[idx])
@@ -260,7 +286,7 @@ class Replay:
                 if tracker is None:
                     tracker = trackers[choice] = Tracker()
             rewritten = self.services.rewrite(sub, sub_entry, sub_forward, choice)
-            verdicts = engine.judge(rewritten, sub_quotes, tracker, **self.defaults)
+            verdicts = engine.judge(rewritten, sub_quotes, tracker, **self.defaults, payload=payload(idx))
             if combined is None:
                 combined = verdicts
             else:  # the first backend that denies speaks for the packet
@@ -464,10 +490,16 @@ class Replay:
             flow["packets"] += 1
             flow["allowed" if v["allow"] else "denied"] += 1
             flow["last_ts"] = int(h["ts_ns"]) / 1e9
-            if reason == "policy" and flow["verdict"] is None:
+            # the flow's decision: its first packet judged by policy; for a connection admitted
+            # provisionally, each request judged after it, up to the first denial
+            http = httprules.outcome_name(int(v["http"])) if reason == "policy" else None
+            if reason == "policy" and (flow["verdict"] is None or (
+                    http not in (None, "provisional") and flow["verdict"] == "allow")):
                 flow["verdict"] = "allow" if v["allow"] else "deny"
                 flow["egress"] = self._side_json(v["egress"], Direction.EGRESS)
                 flow["ingress"] = self._side_json(v["ingress"], Direction.INGRESS)
+                if http is not None:
+                    flow["http"] = http
             if self._staged_verdicts is not None and "staged" not in flow:
                 sv = self._staged_verdicts[k]
                 if PACKET_REASONS[int(sv["reason"])] == "policy":
@@ -499,6 +531,9 @@ class Replay:
             line["dst_endpoint"] = self._owner_ref(line["dst"])
         if decodable and proto in ICMP_PROTOCOLS:
             line["icmp_type"], line["icmp_code"] = int(h["icmp_type"]), int(h["icmp_code"])
+        http = httprules.outcome_name(int(v["http"]))
+        if http is not None:
+            line["http"] = http
         return line
 
     def _staged_json(self, sv: Any) -> dict[str, Any]:
@@ -586,6 +621,10 @@ class Replay:
             "packets_per_second": round(s.rate, 1),
             "interrupted": s.interrupted,
             "dns": None if self.dns is None else self.dns.to_json(),
+            "http": None if not self.http else {
+                **{k: s.http[k] for k in ("provisional", "requests_allowed", "requests_denied", "table_full")},
+                "errors": {k: n for k, n in sorted(s.http.items()) if k in HTTP_ERROR_NAMES and n},
+            },
             "staged": None if self.staged is None else {
                 **{k: s.staged[k] for k in ("allowed", "denied", "would_deny", "would_allow")},
                 "by_rule": self.by_rule(s.staged_by_rule, self.staged),

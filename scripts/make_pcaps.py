@@ -193,6 +193,168 @@ def domains_ipv4(clock: Clock) -> list[Packet]:
     return pkts
 
 
+class TcpConnection:
+    """One TCP connection, packet by packet, with the sequence and acknowledgment numbers right:
+    initial sequence numbers 1000 + sport (client) and 5000 + dport (server), as in
+    ``tcp_conversation``; IP ids ``ip_id + n`` up and ``ip_id + 100 + n`` down, n the packet's
+    index in the connection."""
+
+    def __init__(self, clock: Clock, c: str, s: str, sport: int, dport: int, ip_id: int) -> None:
+        self.clock, self.c, self.s, self.sport, self.dport, self.ip_id = clock, c, s, sport, dport, ip_id
+        self.cseq, self.sseq = 1000 + sport, 5000 + dport
+        self.pkts: list[Packet] = []
+
+    def _up(self, flags: str, payload: bytes = b"", step: float = 0.000150) -> None:
+        p = (eth(self.c, self.s) / IP(src=self.c, dst=self.s, id=self.ip_id + len(self.pkts))
+             / TCP(sport=self.sport, dport=self.dport, flags=flags, seq=self.cseq,
+                   ack=self.sseq if "A" in flags else 0, window=64240))
+        self.pkts.append(self.clock(p / payload if payload else p, step))
+        self.cseq += len(payload) + (1 if "S" in flags or "F" in flags else 0)
+
+    def _down(self, flags: str, payload: bytes = b"", step: float = 0.000150) -> None:
+        p = (eth(self.s, self.c) / IP(src=self.s, dst=self.c, id=self.ip_id + 100 + len(self.pkts))
+             / TCP(sport=self.dport, dport=self.sport, flags=flags, seq=self.sseq, ack=self.cseq, window=65160))
+        self.pkts.append(self.clock(p / payload if payload else p, step))
+        self.sseq += len(payload) + (1 if "S" in flags or "F" in flags else 0)
+
+    def handshake(self, step: float = 0.000150) -> "TcpConnection":
+        self._up("S", step=step)
+        self._down("SA")
+        self._up("A")
+        return self
+
+    def send(self, data: bytes, step: float = 0.000150) -> int:
+        """A client segment carrying ``data``; returns its index in the connection."""
+        self._up("PA", data, step)
+        return len(self.pkts) - 1
+
+    def ack(self) -> None:
+        """The server acknowledges everything the client sent so far."""
+        self._down("A")
+
+    def reply(self, data: bytes) -> None:
+        self._down("PA", data, step=0.000400)
+
+    def close(self) -> "TcpConnection":
+        """The client closes: FIN (acknowledging the server's data), the server's FIN, last ACK."""
+        self._up("FA")
+        self._down("FA")
+        self._up("A")
+        return self
+
+
+def http_request(method: str, path: str, body: bytes = b"") -> bytes:
+    head = f"{method} {path} HTTP/1.1\r\nHost: api.backend\r\nUser-Agent: curl/8.11\r\nAccept: */*\r\n"
+    if body:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    return (head + "\r\n").encode() + body
+
+
+def http_response(status: str, body: str) -> bytes:
+    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            f"{body}").encode()
+
+
+def http_ipv4(clock: Clock) -> list[Packet]:
+    """pcaps/http.pcap: web's HTTP requests to the api (10.0.1.10 -> 10.0.2.20:8080), for
+    examples/http/ with examples/demo/ (Ethernet; 95 packets).
+
+    Each connection starts with a full handshake; the allowed ones end with the client's FIN, the
+    server's FIN and the last ACK; a denied one ends at the packet denied (a firewall cut it: no
+    retransmission, no answer). The request packet (0-based index in the capture) is the one
+    whose payload completes a request head: the request's verdict applies to it. Before that,
+    web -> api:8080 is admitted only provisionally (no rule but an ``http`` one could allow it, so
+    ingress awaits the request): the SYN, the handshake's ACK, and the segments of a head in
+    progress (g) or of a body (h); the server's packets belong to the connection.
+
+        conn  client port  requests (request packet: expected verdict)              packets
+        a     45001        GET /public/index.html (3: allow, rule 0) -> 200         0-7
+        b     45002        GET /healthz (11: allow, rule 0) -> 200                  8-15
+        c     45003        POST /api/orders with its 13-byte body in the same       16-23
+                           segment (19: allow, rule 1) -> 201
+        d     45004        DELETE /api/orders (27: deny, rule 2); nothing after     24-27
+        e     45005        GET /private (31: deny, rule 2); nothing after           28-31
+        f     45006        GET /public/a (35: allow, rule 0), right behind it       32-36
+                           GET /admin in the next segment (36: deny, rule 2)
+        g     45007        GET /public/split, 3 bytes a segment (40, 42, ..., 72;   37-77
+                           the last holds 1 byte), each acked by the server; the
+                           head completes at 72 (allow, rule 0) -> 200
+        h     45008        POST /api/orders, Content-Length 20 (81: allow, rule 1),  78-90
+                           its body in two segments of 10 (82, 84) -> 201; then
+                           GET /healthz on the same connection (86: allow, rule 0)
+                           -> 200
+        i     45009        16 bytes that begin a TLS ClientHello (94: deny,          91-94
+                           malformed HTTP: not HTTP)
+
+    Rules are those of NetworkPolicy backend/api-http (examples/http/api-http.yaml): 0 allows
+    GET /public* and /healthz, 1 POST /api/orders, 2 denies the rest of web -> api:8080.
+    """
+    ok = http_response("200 OK", '{"status":"ok"}\n')
+    pkts: list[Packet] = []
+
+    def conn(sport: int, ip_id: int) -> TcpConnection:
+        # 10 ms between connections.
+        return TcpConnection(clock, WEB, API, sport, 8080, ip_id).handshake(step=0.010)
+
+    # a. allowed: GET under the /public prefix.
+    a = conn(45001, 1000)
+    a.send(http_request("GET", "/public/index.html"))
+    a.reply(ok)
+    pkts += a.close().pkts
+    # b. allowed: GET of the exact path /healthz.
+    b = conn(45002, 1200)
+    b.send(http_request("GET", "/healthz"))
+    b.reply(ok)
+    pkts += b.close().pkts
+    # c. allowed: POST /api/orders, head and body in one segment.
+    order = b'{"item": "a"}'
+    assert len(order) == 13
+    c = conn(45003, 1400)
+    c.send(http_request("POST", "/api/orders", order))
+    c.reply(http_response("201 Created", '{"id":1}\n'))
+    pkts += c.close().pkts
+    # d. denied: no rule allows DELETE; the request is the last packet.
+    d = conn(45004, 1600)
+    d.send(http_request("DELETE", "/api/orders"))
+    pkts += d.pkts
+    # e. denied: /private is under no allowed path.
+    e = conn(45005, 1800)
+    e.send(http_request("GET", "/private"))
+    pkts += e.pkts
+    # f. pipelined: an allowed request, then at once a denied one in the next segment.
+    f = conn(45006, 2000)
+    f.send(http_request("GET", "/public/a"))
+    f.send(http_request("GET", "/admin"), step=0.000010)
+    pkts += f.pkts
+    # g. one request 3 bytes a segment, each acked: the head completes in the last segment.
+    split = b"GET /public/split HTTP/1.1\r\nHost: api.backend\r\n\r\n"
+    g = conn(45007, 2200)
+    for i in range(0, len(split), 3):
+        g.send(split[i:i + 3])
+        g.ack()
+    g.reply(ok)
+    pkts += g.close().pkts
+    # h. a POST whose 20-byte body comes in two segments, then a second request.
+    body = b'{"item": "abcdefgh"}'
+    assert len(body) == 20
+    h = conn(45008, 2400)
+    h.send(b"POST /api/orders HTTP/1.1\r\nHost: api.backend\r\nContent-Length: 20\r\n\r\n")
+    h.send(body[:10])
+    h.ack()
+    h.send(body[10:])
+    h.reply(http_response("201 Created", '{"id":2}\n'))
+    h.send(b"GET /healthz HTTP/1.1\r\nHost: api.backend\r\nUser-Agent: curl/8.11\r\nAccept: */*\r\n\r\n")
+    h.reply(ok)
+    pkts += h.close().pkts
+    # i. not HTTP: the first bytes of a TLS ClientHello (record header, handshake header).
+    hello = bytes.fromhex("1603010200" "010001fc" "0303") + bytes(range(5))
+    assert len(hello) == 16
+    i_ = conn(45009, 2600)
+    i_.send(hello)
+    pkts += i_.pkts
+    return pkts
+
+
 def demo_pcapng(clock: Clock) -> list[Packet]:
     """pcaps/demo.pcapng: two interfaces: a VLAN trunk (Ethernet, 802.1Q) and `any` (SLL2),
     carrying IPv4 pod traffic and IPv6 node traffic with extension headers and fragments."""
@@ -257,6 +419,12 @@ def write(outdir: Path) -> list[Path]:
     path = outdir / "domains.pcap"
     w = PcapWriter(str(path), linktype=1, sync=False)
     for p in domains_ipv4(Clock()):
+        w.write(p)
+    w.close()
+    written.append(path)
+    path = outdir / "http.pcap"
+    w = PcapWriter(str(path), linktype=1, sync=False)
+    for p in http_ipv4(Clock()):
         w.write(p)
     w.close()
     written.append(path)

@@ -16,8 +16,17 @@ bash scripts/kube-testenv.sh >/dev/null || echo "kube-testenv: build failed (tes
 echo "   ready after $((SECONDS - kube_start)) s"
 
 echo "== pytest"
-.venv/bin/python -m pytest
-pytest_rc=$?
+# The failures' one-line summaries are kept for the recap at the end (CI shows only the tail).
+recap="${PYCLASSIFY_TEST_RECAP:-}"
+if [ -n "$recap" ]; then
+    .venv/bin/python -m pytest | tee "$recap.pytest"
+    pytest_rc=${PIPESTATUS[0]}
+    grep -E "^(FAILED|ERROR) |^=+ .*(passed|failed|error).* =+$" "$recap.pytest" > "$recap" || true
+    rm -f "$recap.pytest"
+else
+    .venv/bin/python -m pytest
+    pytest_rc=$?
+fi
 
 echo "== cargo test --manifest-path rust/Cargo.toml --release"
 cargo test --manifest-path rust/Cargo.toml --release
@@ -45,6 +54,7 @@ if [ "$fuzz_rc" -eq 0 ]; then
 fi
 
 echo "== summary: pytest exit ${pytest_rc}, cargo test exit ${cargo_rc}, fuzz exit ${fuzz_rc}"
+[ -n "$recap" ] && echo "== summary: pytest exit ${pytest_rc}, cargo test exit ${cargo_rc}, fuzz exit ${fuzz_rc}" >> "$recap"
 if [ "$pytest_rc" -ne 0 ] || [ "$cargo_rc" -ne 0 ] || [ "$fuzz_rc" -ne 0 ]; then
     exit 1
 fi

@@ -17,9 +17,8 @@ Semantics that matter for evaluation, as felix implements them:
 * A rule's nets fix its IP family: felix does not render a rule for the other family at all,
   so ``notNets: [10.0.0.0/8]`` never matches IPv6 traffic.
 * ``domains`` match the addresses DNS answers taught for those names (``Inventory.domains``),
-  while the answer's TTL lasts. ``http`` cannot be enforced by a packet classifier yet: the
-  policy is marked ``unenforceable`` and the entity carries ``unresolvable`` so an Allow rule
-  matches nothing.
+  while the answer's TTL lasts. ``http`` (ingress Allow rules only) matches the connection's
+  HTTP requests, read off its payload without a proxy (``Rule.http``, ``Flow.request``).
 * doNotTrack / preDNAT policies only ever apply to host endpoints.
 """
 
@@ -27,7 +26,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import replace
 from typing import Any
 
 from pyclassify.ir import (
@@ -46,6 +44,7 @@ from pyclassify.ir import (
     Direction,
     EndpointKind,
     EntityMatch,
+    HttpMatch,
     IcmpMatch,
     IPNetwork,
     NamedPort,
@@ -180,15 +179,11 @@ def normalize_profile(doc: Document, problems: Problems) -> list[Profile]:
     if spec is None:
         return []
     check_keys(doc, problems, ("spec",), spec, _PROFILE_SPEC)
-    reasons: list[str] = []
-    ingress = _rules(doc, problems, Direction.INGRESS, spec.get("ingress"), None, reasons)
-    egress = _rules(doc, problems, Direction.EGRESS, spec.get("egress"), None, reasons)
+    ingress = _rules(doc, problems, Direction.INGRESS, spec.get("ingress"), None)
+    egress = _rules(doc, problems, Direction.EGRESS, spec.get("egress"), None)
     labels = _labels_to_apply(doc, problems, spec.get("labelsToApply"))
     if len(problems.errors) > before:
         return []
-    for why in reasons:
-        # A Profile has no place for this in the IR; say it where check prints it.
-        problems.warning(doc, ("spec",), f"not enforceable: {why}")
     return [Profile(doc.name, ingress, egress, labels, SourceRef(doc.file, doc.line))]
 
 
@@ -215,9 +210,8 @@ def _normalize_policy(doc: Document, problems: Problems, namespace: str | None) 
     pre_dnat = _bool(doc, problems, ("spec", "preDNAT"), host_spec.get("preDNAT"))
     apply_on_forward = _bool(doc, problems, ("spec", "applyOnForward"), host_spec.get("applyOnForward"))
 
-    reasons: list[str] = []
-    ingress = _rules(doc, problems, Direction.INGRESS, spec.get("ingress"), namespace, reasons)
-    egress = _rules(doc, problems, Direction.EGRESS, spec.get("egress"), namespace, reasons)
+    ingress = _rules(doc, problems, Direction.INGRESS, spec.get("ingress"), namespace)
+    egress = _rules(doc, problems, Direction.EGRESS, spec.get("egress"), namespace)
     types = _types(doc, problems, spec, bool(spec.get("ingress")), bool(spec.get("egress")))
 
     if do_not_track and pre_dnat:
@@ -247,7 +241,6 @@ def _normalize_policy(doc: Document, problems: Problems, namespace: str | None) 
         ingress=ingress,
         egress=egress,
         source=SourceRef(doc.file, doc.line),
-        unenforceable=tuple(dict.fromkeys(reasons)),
         do_not_track=do_not_track,
         pre_dnat=pre_dnat,
         apply_on_forward=apply_on_forward,
@@ -390,12 +383,12 @@ def _labels_to_apply(doc: Document, problems: Problems, value: Any) -> tuple[tup
 # --- rules --------------------------------------------------------------------------------------
 
 
-def _rules(doc: Document, problems: Problems, direction: Direction, value: Any, namespace: str | None,
-           reasons: list[str]) -> tuple[Rule, ...]:
+def _rules(doc: Document, problems: Problems, direction: Direction, value: Any,
+           namespace: str | None) -> tuple[Rule, ...]:
     key = "ingress" if direction is Direction.INGRESS else "egress"
     out = []
     for i, raw in enumerate(expect_list(doc, problems, ("spec", key), value)):
-        rule = _Rule(doc, problems, ("spec", key, i), direction, namespace, i).build(raw, reasons)
+        rule = _Rule(doc, problems, ("spec", key, i), direction, namespace, i).build(raw)
         if rule is not None:
             out.append(rule)
     return tuple(out)
@@ -418,7 +411,7 @@ class _Rule:
         self.problems.error(self.doc, path, message)
         self.ok = False
 
-    def build(self, raw: Any, reasons: list[str]) -> Rule | None:
+    def build(self, raw: Any) -> Rule | None:
         path = self.path
         if not isinstance(raw, dict):
             self.error(path, "must be an object (a Rule)")
@@ -452,7 +445,7 @@ class _Rule:
             if PROTO_ICMPV6 in (protocol, not_protocol) and ip_version != 6:
                 self.error(path + ("ipVersion",), "must set ipversion to '6' with protocol icmpv6")
 
-        http_reason = self._http(raw.get("http"), protocol, action)
+        http = self._http(raw.get("http"), protocol, action)
 
         source = self._entity("source", raw.get("source"), protocol, action, bad_protocol)
         destination = self._entity("destination", raw.get("destination"), protocol, action, bad_protocol)
@@ -460,14 +453,8 @@ class _Rule:
 
         if not self.ok or action is None:
             return None
-        src_match, src_reason = source.match() if source else (None, None)
-        dst_match, dst_reason = destination.match() if destination else (None, None)
-        if http_reason:
-            # An HTTP match can't be seen by a packet classifier: fail closed on the destination.
-            dst_match = _with_unresolvable(dst_match or EntityMatch(), http_reason)
-        for why in (src_reason, dst_reason, http_reason):
-            if why:
-                reasons.append(f"{format_path(path)}: {why}")
+        src_match = source.match() if source else None
+        dst_match = destination.match() if destination else None
         return Rule(
             action=action,
             index=self.index,
@@ -478,6 +465,7 @@ class _Rule:
             not_icmp=not_icmp,
             sources=(src_match,) if src_match is not None else (),
             destinations=(dst_match,) if dst_match is not None else (),
+            http=http,
             path=format_path(path),
         )
 
@@ -548,8 +536,8 @@ class _Rule:
             return None
         return value
 
-    def _http(self, value: Any, protocol: int | None, action: Action | None) -> str | None:
-        """Validates an HTTPMatch; returns why it makes the rule unenforceable (None if absent)."""
+    def _http(self, value: Any, protocol: int | None, action: Action | None) -> HttpMatch | None:
+        """Validates an HTTPMatch (None if absent)."""
         if value is None:
             return None
         path = self.path + ("http",)
@@ -570,6 +558,7 @@ class _Rule:
             self.error(path + ("methods",), "methods must be strings")
         elif len(set(methods)) != len(methods):
             self.error(path + ("methods",), f"Invalid methods (duplicates): {methods}")
+        paths: list[tuple[str, str]] = []
         for i, p in enumerate(expect_list(self.doc, self.problems, path + ("paths",), value.get("paths"))):
             ppath = path + ("paths", i)
             if not isinstance(p, dict):
@@ -584,7 +573,9 @@ class _Rule:
                 self.error(ppath, "Invalid path match. Either 'exact' or 'prefix' must be set")
             elif not isinstance(v, str) or not v.startswith("/") or any(c in v for c in "? #"):
                 self.error(ppath, f"Invalid path {v}. (must start with `/` and not contain `?` or `#`")
-        return "http match (application layer policy) is not enforced by pyclassify"
+            else:
+                paths.append(("exact" if p.get("exact") else "prefix", v))
+        return HttpMatch(tuple(m for m in methods if isinstance(m, str)), tuple(paths))
 
     # -- entities
 
@@ -839,8 +830,8 @@ class _Entity:
 
     # -- the IR
 
-    def match(self) -> tuple[EntityMatch | None, str | None]:
-        """The IR entity (None when it constrains nothing) and why it is unenforceable, if so."""
+    def match(self) -> EntityMatch | None:
+        """The IR entity (None when it constrains nothing)."""
         namespace = None
         # namespaceSelector all() and global() stay selectors: the evaluator reads all() as
         # "any namespaced entity" and global() as "only non-namespaced ones" (host endpoints,
@@ -852,8 +843,6 @@ class _Entity:
             # felix scopes a namespaced policy's entity to its namespace as soon as any
             # selector field is used (not for nets/ports-only entities).
             namespace = self.rule.namespace
-        unresolvable = None
-        reason = None
         match = EntityMatch(
             nets=self.nets,
             not_nets=self.not_nets,
@@ -867,14 +856,8 @@ class _Entity:
             domains=self.domains,
             ports=self.ports,
             not_ports=self.not_ports,
-            unresolvable=unresolvable,
         )
-        return (None if match == EntityMatch() else match), reason
-
-
-def _with_unresolvable(match: EntityMatch, why: str) -> EntityMatch:
-    combined = f"{match.unresolvable}; {why}" if match.unresolvable else why
-    return replace(match, unresolvable=combined)
+        return None if match == EntityMatch() else match
 
 
 def _domain_error(domain: Any) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from pyclassify.ir import (
     Direction,
     EndpointKind,
     Hook,
+    HttpMatch,
     IcmpMatch,
     NamedPort,
     Policy,
@@ -34,6 +36,7 @@ from pyclassify.ir import (
 )
 from pyclassify.kinds import policy_normalizer
 from pyclassify.loader import load_text
+from pyclassify.flow import HttpRequest
 from pyclassify.reference import Flow, FlowEnd, evaluate
 from pyclassify.source import Problems
 from tests.evaluators import EVALUATORS
@@ -812,7 +815,7 @@ def test_ingress_source_service_may_have_ports():
     assert rule.sources[0].service == ServiceRef("a", "prod") and rule.sources[0].ports
 
 
-# --- domains: the addresses DNS taught; http: validated, not enforceable --------------------
+# --- domains: the addresses DNS taught; http: the connection's request ---------------------------
 
 
 @pytest.mark.parametrize("engine", ["reference", "native"])
@@ -862,7 +865,8 @@ def test_domain_errors():
     ]
 
 
-def test_http_is_validated_and_fails_closed():
+@pytest.mark.parametrize("evaluate_with", EVALUATORS.values(), ids=EVALUATORS.keys())
+def test_http_matches_the_connections_request(evaluate_with):
     objs = ok(gnp("""\
         ingress:
         - action: Allow
@@ -872,10 +876,36 @@ def test_http_is_validated_and_fails_closed():
             paths: [{exact: /health}, {prefix: /api/}]
         """))
     policy = objs[0]
-    assert policy.unenforceable and "http" in policy.unenforceable[0]
-    assert policy.ingress[0].destinations[0].unresolvable
+    assert not policy.unenforceable
+    assert policy.ingress[0].http == HttpMatch(("GET",), (("exact", "/health"), ("prefix", "/api/")))
     a, b = pod("a", "x", "10.0.0.1"), pod("b", "x", "10.0.0.2")
-    assert verdict(objs, inventory(a, b), flow(a, b)).verdict == "deny"
+    inv, ps = inventory(a, b), policy_set(objs)
+
+    def judge(request=None, proto=PROTO_TCP):
+        return evaluate_with(ps, inv, replace(flow(a, b, proto), request=request and HttpRequest.parse(request)))
+
+    # Without the request: denied, but only for want of it (admitted provisionally when tracked)
+    v = judge()
+    assert (v.verdict, v.awaits_request, v.ingress.awaits_request) == ("deny", True, True)
+    assert not v.egress  # b's egress has no policy
+    for request, want in (("GET /health", "allow"), ("GET /api/v1?x=1", "allow"), ("GET /api", "deny"),
+                          ("GET /healthz", "deny"), ("POST /health", "deny"), ("get /health", "deny")):
+        v = judge(request)
+        assert (request, v.verdict, v.awaits_request) == (request, want, False)
+    # UDP carries no requests: the rule never matches, and nothing awaits one
+    v = judge(proto=PROTO_UDP)
+    assert (v.verdict, v.awaits_request) == ("deny", False)
+    # A rule that decides before the http rule leaves nothing to await
+    objs = ok(gnp("""\
+        ingress:
+        - action: Deny
+          protocol: TCP
+        - action: Allow
+          protocol: TCP
+          http: {methods: [GET]}
+        """))
+    v = evaluate_with(policy_set(objs), inv, flow(a, b))
+    assert (v.verdict, v.awaits_request) == ("deny", False)
     errs = errors(gnp("""\
         ingress:
         - action: Deny
@@ -972,7 +1002,7 @@ def test_profiles_decide_after_the_tiers():
     assert (v.verdict, v.ingress.reason) == ("deny", "end-of-tier")
 
 
-def test_profile_errors_and_unenforceable_warning():
+def test_profile_errors_and_enforced_fields():
     objs, problems = normalize("""\
         apiVersion: projectcalico.org/v3
         kind: Profile
@@ -987,8 +1017,8 @@ def test_profile_errors_and_unenforceable_warning():
             destination: {domains: [example.com]}
         """)
     assert objs and not problems.errors
-    warnings = [str(w) for w in problems.warnings]
-    assert len(warnings) == 1 and warnings[0].startswith("t.yaml:4: spec: not enforceable: spec.ingress[0]")
+    assert not problems.warnings  # http and domains are both enforced
+    assert objs[0].ingress[0].http is not None
     errs = errors("""\
         apiVersion: projectcalico.org/v3
         kind: Profile

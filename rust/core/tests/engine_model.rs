@@ -146,7 +146,7 @@ fn to_slots(v: Verdict, policies: &[u32], profiles: &[u32]) -> Verdict {
             d
         })
     };
-    Verdict { allow: v.allow, egress: map(v.egress), ingress: map(v.ingress) }
+    Verdict { allow: v.allow, egress: map(v.egress), ingress: map(v.ingress), awaits_request: v.awaits_request }
 }
 
 /// Compares the model's snapshot, a fresh model and the oracle on `flows` random flows.

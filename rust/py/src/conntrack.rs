@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use pyclassify_core::batch::{PacketHeader, HEADER_SIZE};
 use pyclassify_core::conntrack::{code, ConnTrack, CtConfig, FlowKey, QuotedTuple, Timeouts};
+use pyclassify_core::http::{HttpConns, HTTP_ERROR_NAMES};
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -24,6 +25,8 @@ const QUOTED_SIZE: usize = std::mem::size_of::<QuotedTuple>();
 #[pyclass(name = "ConnTrack", module = "pyclassify._engine")]
 pub struct PyConnTrack {
     pub(crate) inner: ConnTrack,
+    /// The connections admitted provisionally by `http` rules, and their request streams.
+    pub(crate) http: HttpConns,
 }
 
 /// `(src, dst, sport, dport, proto)` with addresses as text (IPv4-mapped shown as IPv4).
@@ -198,7 +201,7 @@ impl PyConnTrack {
             timeouts,
         };
         let inner = ConnTrack::new(cfg).map_err(|e| conntrack_error(&e))?;
-        Ok(PyConnTrack { inner })
+        Ok(PyConnTrack { inner, http: HttpConns::default() })
     }
 
     /// Configuration as a dict (timeouts in seconds).
@@ -309,6 +312,25 @@ impl PyConnTrack {
             .inner
             .revalidate(now_ns.unwrap_or(0), |k| !denied.contains(k));
         Ok(revoked.iter().map(py_flow).collect())
+    }
+
+    /// Counters of the connections `http` rules admitted provisionally: `watched`, `requests`
+    /// (heads read), `full` (denied: the table was full), `out_of_order` (segments after a gap,
+    /// not read), `errors` (broken streams, denied, by `http` error name) and `entries`.
+    fn http_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.http.stats();
+        let d = PyDict::new(py);
+        d.set_item("watched", s.watched)?;
+        d.set_item("requests", s.requests)?;
+        d.set_item("full", s.full)?;
+        d.set_item("out_of_order", s.out_of_order)?;
+        let errors = PyDict::new(py);
+        for (name, n) in HTTP_ERROR_NAMES.iter().zip(s.errors) {
+            errors.set_item(*name, n)?;
+        }
+        d.set_item("errors", errors)?;
+        d.set_item("entries", self.http.len())?;
+        Ok(d)
     }
 
     /// Every tracked connection as a dict (unordered).

@@ -10,6 +10,8 @@ use pyclassify_core::batch::PacketHeader;
 use pyclassify_core::capi::{EngineApi, CT_STATS_NAMES, ENGINE_ABI_VERSION, ENGINE_API, ENGINE_CAPSULE};
 use pyo3::types::PyCapsule;
 use pyclassify_core::conntrack::QuotedTuple;
+use pyclassify_core::engine::judge::Segment;
+use pyclassify_core::http::Request;
 use pyclassify_core::engine::spec::{Delta, Spec};
 use pyclassify_core::engine::{
     Action, Addr, Decision, Defaults, Direction, Flow, FlowEnd, Judge, Model, PacketVerdict, Snapshot as Engine, Source,
@@ -115,7 +117,7 @@ unsafe impl Send for CapsuleEngine {}
 const CAPSULE_NAME: &std::ffi::CStr = ENGINE_CAPSULE;
 
 type PyLog = (Option<u32>, (&'static str, u32), u32);
-type PyDecision = (bool, Option<u32>, Option<(&'static str, u32)>, Option<u32>, u8, Vec<PyLog>);
+type PyDecision = (bool, Option<u32>, Option<(&'static str, u32)>, Option<u32>, u8, Vec<PyLog>, bool);
 
 fn source(s: Source) -> (&'static str, u32) {
     match s {
@@ -126,7 +128,7 @@ fn source(s: Source) -> (&'static str, u32) {
 
 fn decision(d: Decision) -> PyDecision {
     let logs = d.logs.into_iter().map(|l| (l.tier, source(l.source), l.rule)).collect();
-    (d.allow, d.tier, d.source.map(source), d.rule, d.reason as u8, logs)
+    (d.allow, d.tier, d.source.map(source), d.rule, d.reason as u8, logs, d.awaits_request)
 }
 
 fn end(ip: Option<&str>, endpoint: Option<u32>) -> PyResult<FlowEnd> {
@@ -197,9 +199,10 @@ impl PyEngine {
         self.inner.identity_of(endpoint)
     }
 
-    /// One flow: `(allowed, egress, ingress)`, each direction None or
-    /// `(allowed, tier, ("policy"|"profile", index) | None, rule | None, reason, logs)`.
-    #[pyo3(signature = (src_ip, src_endpoint, dst_ip, dst_endpoint, protocol, sport, dport, icmp_type, icmp_code, pod_allow, host_allow, ts_ns=None))]
+    /// One flow: `(allowed, egress, ingress, awaits_request)`, each direction None or
+    /// `(allowed, tier, ("policy"|"profile", index) | None, rule | None, reason, logs,
+    /// awaits_request)`. `request`: the connection's HTTP request `(method, path)` (`http` rules).
+    #[pyo3(signature = (src_ip, src_endpoint, dst_ip, dst_endpoint, protocol, sport, dport, icmp_type, icmp_code, pod_allow, host_allow, ts_ns=None, request=None))]
     #[allow(clippy::too_many_arguments)]
     fn evaluate(
         &self,
@@ -215,7 +218,8 @@ impl PyEngine {
         pod_allow: bool,
         host_allow: bool,
         ts_ns: Option<u64>,
-    ) -> PyResult<(bool, Option<PyDecision>, Option<PyDecision>)> {
+        request: Option<(String, String)>,
+    ) -> PyResult<(bool, Option<PyDecision>, Option<PyDecision>, bool)> {
         let flow = Flow {
             src: end(src_ip, src_endpoint)?,
             dst: end(dst_ip, dst_endpoint)?,
@@ -226,11 +230,12 @@ impl PyEngine {
             icmp_code,
             ts_ns,
         };
+        let request = request.map(|(method, path)| Request { method, path, host: None, version_minor: 1 });
         let v = self
             .inner
-            .evaluate(&flow, Defaults { pod_allow, host_allow })
+            .evaluate_request(&flow, request.as_ref(), Defaults { pod_allow, host_allow })
             .map_err(engine_error)?;
-        Ok((v.allow, v.egress.map(decision), v.ingress.map(decision)))
+        Ok((v.allow, v.egress.map(decision), v.ingress.map(decision), v.awaits_request))
     }
 
     /// The compiled stages of one endpoint's side (`"ingress"`/`"egress"`, family 4 or 6), in
@@ -284,8 +289,12 @@ impl PyEngine {
     /// being tracked (time = each header's capture timestamp); `quotes` (`QUOTE_DTYPE`, parallel
     /// to `headers`) carries the flows ICMP errors quote. Runs without the GIL. Decisions go
     /// through the per-thread decision memo; `interpret=True` walks the programs for every
-    /// packet instead (the same verdicts: the benchmarks' baseline).
-    #[pyo3(signature = (headers, out, pod_allow, host_allow, tracker=None, quotes=None, interpret=false))]
+    /// packet instead (the same verdicts: the benchmarks' baseline). `data` and `segments` (an
+    /// (n, 3) int64 array of `[start, end)` in `data` and the TCP sequence number, parallel to
+    /// `headers`: `_native.payload_spans`) give each packet's TCP payload to `http` rules, with a
+    /// tracker: connections whose verdict awaits a request are admitted provisionally and their
+    /// requests judged (`Judge::classify_tracked_http`); without them such connections are denied.
+    #[pyo3(signature = (headers, out, pod_allow, host_allow, tracker=None, quotes=None, interpret=false, data=None, segments=None))]
     #[allow(clippy::too_many_arguments)]
     fn judge(
         &self,
@@ -297,9 +306,14 @@ impl PyEngine {
         tracker: Option<PyRefMut<'_, PyConnTrack>>,
         quotes: Option<&Bound<'_, PyAny>>,
         interpret: bool,
+        data: Option<&Bound<'_, PyAny>>,
+        segments: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         if interpret && tracker.is_some() {
             return Err(pyo3::exceptions::PyValueError::new_err("interpret=True is for untracked batches"));
+        }
+        if segments.is_some() != data.is_some() || (segments.is_some() && tracker.is_none()) {
+            return Err(pyo3::exceptions::PyValueError::new_err("data and segments go together, with a tracker"));
         }
         let hdrs = header_buffer(headers, "headers")?;
         let n = hdrs.item_count();
@@ -307,13 +321,21 @@ impl PyEngine {
         let quoted = quotes
             .map(|q| checked_buffer(q, "quotes", QUOTE_SIZE, std::mem::align_of::<QuotedTuple>(), Some(n), false))
             .transpose()?;
+        // the payload bytes, and [start, end, seq] per header
+        let payload = data.map(|d| checked_buffer(d, "data", 1, 1, None, false)).transpose()?;
+        let spans = segments.map(|s| checked_buffer(s, "segments", 8, 8, Some(3 * n), false)).transpose()?;
         let (h_ptr, v_ptr) = (hdrs.buf_ptr() as usize, verdicts.buf_ptr() as usize);
         let q_ptr = quoted.as_ref().map(|q| q.buf_ptr() as usize);
+        let p_ptr = payload.as_ref().map(|p| (p.buf_ptr() as usize, p.item_count()));
+        let s_ptr = spans.as_ref().map(|s| s.buf_ptr() as usize);
         let defaults = Defaults { pod_allow, host_allow };
         let mut tracker = tracker;
-        let ct = tracker.as_mut().map(|t| &mut t.inner);
+        let ct = tracker.as_mut().map(|t| {
+            let t = &mut **t;
+            (&mut t.inner, &mut t.http)
+        });
         py.detach(move || {
-            // SAFETY: the three buffers were checked (item size, count, alignment, contiguity,
+            // SAFETY: the buffers were checked (item size, count, alignment, contiguity,
             // writability) and stay acquired until this function returns.
             let (hs, vs, qs) = unsafe {
                 (
@@ -322,8 +344,19 @@ impl PyEngine {
                     q_ptr.map(|p| slice_of::<QuotedTuple>(p, n)),
                 )
             };
+            // SAFETY: as above.
+            let segs: Option<Vec<Segment<'_>>> = match (p_ptr, s_ptr) {
+                (Some((p, len)), Some(s)) => {
+                    let (bytes, spans) = unsafe { (slice_of::<u8>(p, len), slice_of::<i64>(s, 3 * n)) };
+                    Some(spans.chunks_exact(3).map(|c| segment(bytes, c[0], c[1], c[2])).collect())
+                }
+                _ => None,
+            };
             match ct {
-                Some(ct) => self.inner.classify_tracked(ct, hs, qs, vs, defaults),
+                Some((ct, http)) => {
+                    let l7 = segs.as_deref().map(|s| (http, s));
+                    self.inner.classify_tracked_http(ct, l7, hs, qs, vs, defaults)
+                }
                 None if interpret => {
                     for (h, o) in hs.iter().zip(vs.iter_mut()) {
                         *o = match self.inner.header_verdict(h, defaults) {
@@ -335,9 +368,19 @@ impl PyEngine {
                 None => self.inner.classify_detailed(hs, vs, defaults),
             }
         });
-        drop((hdrs, verdicts, quoted));
+        drop((hdrs, verdicts, quoted, payload, spans));
         Ok(())
     }
+}
+
+/// One header's TCP segment from `[start, end)` of `bytes` (empty when out of bounds or none).
+fn segment(bytes: &[u8], start: i64, end: i64, seq: i64) -> Segment<'_> {
+    let data = usize::try_from(start)
+        .ok()
+        .zip(usize::try_from(end).ok())
+        .and_then(|(s, e)| bytes.get(s..e))
+        .unwrap_or_default();
+    Segment { seq: seq as u32, data }
 }
 
 type PyEntry = (String, (u16, u16), String, (u16, u16), Option<u8>, Option<u8>, Option<u8>, u32, bool);
@@ -374,6 +417,12 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEngine>()?;
     m.add_class::<PyModel>()?;
     m.add("VERDICT_SIZE", VERDICT_SIZE)?;
+    // PacketVerdict.http codes and the names of HTTP stream errors (rust/core/src/engine/records.rs)
+    m.add("HTTP_AWAITS", pyclassify_core::engine::HTTP_AWAITS)?;
+    m.add("HTTP_REQUEST", pyclassify_core::engine::HTTP_REQUEST)?;
+    m.add("HTTP_TABLE_FULL", pyclassify_core::engine::HTTP_TABLE_FULL)?;
+    m.add("HTTP_ERROR", pyclassify_core::engine::HTTP_ERROR)?;
+    m.add("HTTP_ERROR_NAMES", pyclassify_core::http::HTTP_ERROR_NAMES.to_vec())?;
     m.add("ENGINE_ABI_VERSION", ENGINE_ABI_VERSION)?;
     // The order of the counters the C ABI's `ct_stats` writes (EngineClient.ct_stats names them).
     m.add("CT_STATS_NAMES", CT_STATS_NAMES.to_vec())?;

@@ -763,6 +763,22 @@ impl<S: BuildHasher> ConnTrack<S> {
         }
     }
 
+    /// Revokes one connection (either direction's key): its packets, either way, are INVALID
+    /// (`InvalidReason::Revoked`) until it has been idle 120 s, as after [`ConnTrack::revalidate`].
+    /// False if it is not tracked.
+    pub fn revoke(&mut self, key: &FlowKey, now_ns: u64) -> bool {
+        let (canon, _) = canon_of(key);
+        let hash = self.build.hash_one(canon);
+        let Some(idx) = self.find(&canon, hash) else { return false };
+        let e = &mut self.entries[idx as usize];
+        if e.bits & REVOKED == 0 {
+            e.bits |= REVOKED;
+            self.stats.revoked += 1;
+        }
+        e.expires = now_ns.saturating_add(REVOKED_IDLE_NS);
+        true
+    }
+
     /// Removes the connections with these original-direction keys (either direction's key is
     /// accepted); returns how many were tracked.
     pub fn remove_keys(&mut self, keys: &HashSet<FlowKey>) -> usize {

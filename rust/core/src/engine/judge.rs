@@ -1,10 +1,22 @@
 //! Batch judgement of decoded packet headers, with or without connection tracking: one loop
 //! for every engine that can judge a single header ([`Judge`]).
 
-use super::records::{PacketVerdict, PACKET_ESTABLISHED, PACKET_INVALID};
-use super::{is_port_protocol, Addr, Defaults, Flow, FlowEnd, Verdict, PROTO_ICMP, PROTO_ICMPV6};
+use super::records::{
+    PacketVerdict, HTTP_AWAITS, HTTP_ERROR, HTTP_REQUEST, HTTP_TABLE_FULL, PACKET_ESTABLISHED, PACKET_INVALID,
+    PACKET_POLICY,
+};
+use super::{is_port_protocol, Addr, Defaults, Flow, FlowEnd, Verdict, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP};
 use crate::batch::{PacketHeader, FLAG_HAS_PORTS, FLAG_MALFORMED, FLAG_TRUNCATED};
-use crate::conntrack::{ConnTrack, QuotedTuple};
+use crate::conntrack::{ConnTrack, CtState, FlowKey, QuotedTuple};
+use crate::http::{Fed, HttpConns, Request};
+
+/// One packet's TCP payload and the sequence number of its first byte (empty: none, or not
+/// TCP), parallel to a header batch: what `http` rules read.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Segment<'a> {
+    pub seq: u32,
+    pub data: &'a [u8],
+}
 
 /// The flow policy judges for one decoded header; None if it lacks what policy needs
 /// (malformed, not IP, or a port protocol without its ports): such packets are denied.
@@ -34,6 +46,13 @@ pub fn flow_of_header(h: &PacketHeader) -> Option<Flow> {
 pub trait Judge {
     /// The verdict for one header; None if it lacks what policy needs.
     fn header_verdict(&self, h: &PacketHeader, defaults: Defaults) -> Option<Verdict>;
+
+    /// The verdict for one header whose connection carries `request` (`http` rules); engines
+    /// without them judge the header alone.
+    fn request_verdict(&self, h: &PacketHeader, request: &Request, defaults: Defaults) -> Option<Verdict> {
+        let _ = request;
+        self.header_verdict(h, defaults)
+    }
 
     /// One header's verdict record (deciding tier, policy and rule per direction).
     fn packet_verdict(&self, h: &PacketHeader, defaults: Defaults) -> PacketVerdict {
@@ -70,6 +89,24 @@ pub trait Judge {
         out: &mut [PacketVerdict],
         defaults: Defaults,
     ) {
+        self.classify_tracked_http(ct, None, headers, quotes, out, defaults)
+    }
+
+    /// [`Judge::classify_tracked`] with `http` rules: `http` holds the watched connections and
+    /// each header's TCP segment (parallel to `headers`). A new TCP connection whose verdict
+    /// awaits its request is admitted provisionally and watched; each request its client sends
+    /// is judged when its head is complete, at the packet that completes it, and the connection
+    /// is revoked (every later packet, either way, INVALID) at the first one denied or at a
+    /// stream that cannot be judged. Without `http`, such a connection is denied (fail closed).
+    fn classify_tracked_http(
+        &self,
+        ct: &mut ConnTrack,
+        mut http: Option<(&mut HttpConns, &[Segment<'_>])>,
+        headers: &[PacketHeader],
+        quotes: Option<&[QuotedTuple]>,
+        out: &mut [PacketVerdict],
+        defaults: Defaults,
+    ) {
         for (i, (h, o)) in headers.iter().zip(out.iter_mut()).enumerate() {
             if h.flags & FLAG_MALFORMED != 0 {
                 *o = PacketVerdict::malformed();
@@ -77,9 +114,10 @@ pub trait Judge {
             }
             let mut judged = None;
             let quoted = quotes.and_then(|q| q.get(i));
+            let provisional = http.is_some() && h.protocol == PROTO_TCP;
             let (state, allowed) = ct.track_judged(h, quoted, h.ts_ns, |h| {
                 let v = self.packet_verdict(h, defaults);
-                let allow = v.allow != 0;
+                let allow = v.allow != 0 || (provisional && v.http == HTTP_AWAITS);
                 judged = Some(v);
                 allow
             });
@@ -90,6 +128,47 @@ pub trait Judge {
             };
             o.allow = allowed as u8;
             o.ct_state = state.code();
+            let Some((conns, segments)) = http.as_mut() else { continue };
+            match state {
+                CtState::New(flow) if allowed && o.http == HTTP_AWAITS => {
+                    if !conns.watch(flow.key(), |k| ct.get(k, h.ts_ns).is_some()) {
+                        ct.revoke(&flow.key(), h.ts_ns);
+                        o.allow = 0;
+                        o.http = HTTP_TABLE_FULL;
+                    }
+                }
+                CtState::Established if !conns.is_empty() => {
+                    let key = FlowKey::new(h.src_addr, h.dst_addr, h.sport, h.dport, h.protocol);
+                    let seg = segments.get(i).copied().unwrap_or_default();
+                    match conns.feed(&key, seg.seq, seg.data) {
+                        None => {}
+                        Some(Fed::Requests(requests)) if requests.is_empty() => {
+                            if conns.awaiting(&key) {
+                                o.http = HTTP_AWAITS; // still provisional: no request judged yet
+                            }
+                        }
+                        Some(Fed::Requests(requests)) => {
+                            for r in &requests {
+                                let Some(v) = self.request_verdict(h, r, defaults) else { continue };
+                                *o = PacketVerdict::judged(&v);
+                                o.http = HTTP_REQUEST;
+                                o.ct_state = state.code();
+                                if !v.allow {
+                                    conns.forget(&key);
+                                    ct.revoke(&key, h.ts_ns);
+                                    break;
+                                }
+                            }
+                        }
+                        Some(Fed::Broken(e)) => {
+                            ct.revoke(&key, h.ts_ns);
+                            *o = PacketVerdict { allow: 0, reason: PACKET_POLICY, ct_state: state.code(), ..Default::default() };
+                            o.http = HTTP_ERROR + e as u8;
+                        }
+                    }
+                }
+                _ => {}
+            }
         }
     }
 }

@@ -39,7 +39,10 @@ pub mod workload;
 pub use listing::{PAlt, RuleMeta, StageListing};
 pub use model::{Model, ModelStats};
 pub use net::{Addr, Net};
-pub use records::{PacketVerdict, SideVerdict, PACKET_ESTABLISHED, PACKET_INVALID, PACKET_MALFORMED, PACKET_POLICY};
+pub use records::{
+    PacketVerdict, SideVerdict, HTTP_AWAITS, HTTP_ERROR, HTTP_NONE, HTTP_REQUEST, HTTP_TABLE_FULL, PACKET_ESTABLISHED,
+    PACKET_INVALID, PACKET_MALFORMED, PACKET_POLICY,
+};
 pub use judge::Judge;
 pub use snapshot::Snapshot;
 
@@ -164,6 +167,9 @@ pub struct Decision {
     pub rule: Option<u32>,
     pub reason: Reason,
     pub logs: Vec<LogEntry>,
+    /// Denied, but an `http` rule before the decision matched all but the request, which the
+    /// flow did not carry: the connection's request decides (a deny can only become an allow).
+    pub awaits_request: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,6 +177,9 @@ pub struct Verdict {
     pub allow: bool,
     pub egress: Option<Decision>,
     pub ingress: Option<Decision>,
+    /// Denied only by sides that await the connection's HTTP request: admitted provisionally up
+    /// to that request, which is judged again ([`Snapshot::evaluate_request`]).
+    pub awaits_request: bool,
 }
 
 /// Defaults when no policy decides (DESIGN.md §3 "After all tiers").

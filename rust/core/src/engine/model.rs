@@ -1165,6 +1165,7 @@ impl Model {
                     not_icmp: icmp(&r.not_icmp),
                     sources,
                     destinations,
+                    http: r.http.as_ref().and_then(|h| CRule::compile_http(h).ok()).map(Arc::new),
                 };
                 match d {
                     Direction::Ingress => out.ingress.push(rule),
@@ -1573,6 +1574,9 @@ fn pending_rules(ingress: &[RuleSpec], egress: &[RuleSpec], context: &str) -> Re
         for (i, r) in list.iter().enumerate() {
             let context = format!("{context} rule {i}");
             Action::parse(&r.action)?;
+            if let Some(h) = &r.http {
+                CRule::compile_http(h)?;
+            }
             let entity = |e: &EntitySpec| -> Result<PendingEntity, EngineError> {
                 NetList::parse(&e.nets)?;
                 NetList::parse(&e.not_nets)?;

@@ -605,7 +605,7 @@ impl Oracle {
                 allow &= v;
             }
         }
-        Verdict { allow, egress, ingress }
+        Verdict { allow, egress, ingress, awaits_request: false }
     }
 }
 
@@ -678,6 +678,7 @@ impl<'e> FlowCtx<'e> {
                                 rule: Some(ri as u32),
                                 reason: Reason::Rule,
                                 logs,
+                                awaits_request: false,
                             })
                         }
                     }
@@ -692,6 +693,7 @@ impl<'e> FlowCtx<'e> {
                     rule: None,
                     reason: Reason::EndOfTier,
                     logs,
+                    awaits_request: false,
                 });
             }
         }
@@ -711,12 +713,13 @@ impl<'e> FlowCtx<'e> {
                                 rule: Some(ri as u32),
                                 reason: Reason::Profile,
                                 logs,
+                                awaits_request: false,
                             })
                         }
                     }
                 }
             }
-            return Some(Decision { allow: false, tier: None, source: None, rule: None, reason: Reason::Profile, logs });
+            return Some(Decision { allow: false, tier: None, source: None, rule: None, reason: Reason::Profile, logs, awaits_request: false });
         }
         if program.is_empty() {
             return None;
@@ -728,6 +731,7 @@ impl<'e> FlowCtx<'e> {
             rule: None,
             reason: Reason::Default,
             logs,
+            awaits_request: false,
         })
     }
 

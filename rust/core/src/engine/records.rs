@@ -14,6 +14,17 @@ pub const PACKET_MALFORMED: u8 = 2;
 /// Connection tracking found it invalid (e.g. a TCP packet that opens nothing): denied.
 pub const PACKET_INVALID: u8 = 3;
 
+/// `PacketVerdict::http`: no HTTP rule was involved.
+pub const HTTP_NONE: u8 = 0;
+/// Denied by policy, but only for want of the connection's HTTP request.
+pub const HTTP_AWAITS: u8 = 1;
+/// Judged with the HTTP request this packet completed.
+pub const HTTP_REQUEST: u8 = 2;
+/// Denied: the connection's request stream cannot be judged; plus the `HttpError` index.
+pub const HTTP_ERROR: u8 = 16;
+/// Denied: more connections await a request than the tracker holds.
+pub const HTTP_TABLE_FULL: u8 = 15;
+
 crate::abi_record! {
 /// One direction's decision in batch output. `source_kind`: 0 none, 1 policy, 2 profile;
 /// `tier`, `source`, `rule` are -1 when absent.
@@ -35,8 +46,11 @@ pub struct SideVerdict as "pc_side_verdict" {
     /// How many Log rules this direction passed before its decision (at most 255); which ones,
     /// the engine's explanation of the flow says (`NativeEngine.evaluate`).
     pub logs: u8,
+    /// 1 when denied but an `http` rule before the decision awaits the connection's request
+    /// (`Decision::awaits_request`).
+    pub awaits: u8,
     /// Always 0.
-    pub reserved: [u8; 3],
+    pub reserved: [u8; 2],
 }
 }
 
@@ -51,7 +65,8 @@ impl Default for SideVerdict {
             source: -1,
             rule: -1,
             logs: 0,
-            reserved: [0; 3],
+            awaits: 0,
+            reserved: [0; 2],
         }
     }
 }
@@ -73,7 +88,8 @@ impl SideVerdict {
             source,
             rule: d.rule.map_or(-1, |r| r as i32),
             logs: d.logs.len().min(u8::MAX as usize) as u8,
-            reserved: [0; 3],
+            awaits: d.awaits_request as u8,
+            reserved: [0; 2],
         }
     }
 }
@@ -87,8 +103,10 @@ pub struct PacketVerdict as "pc_verdict" {
     pub reason: u8,
     /// Connection-tracking state code (`conntrack::code`), 0 without tracking.
     pub ct_state: u8,
-    /// Always 0.
-    pub reserved: u8,
+    /// HTTP (`http` rules): `HTTP_NONE`; `HTTP_AWAITS` admitted provisionally (or, untracked,
+    /// denied unless a request matches); `HTTP_REQUEST` judged with the request this packet
+    /// completed; `HTTP_ERROR + k`: denied, the stream broke (`http::HTTP_ERROR_NAMES[k]`).
+    pub http: u8,
     pub egress: SideVerdict,
     pub ingress: SideVerdict,
 }
@@ -102,7 +120,7 @@ impl PacketVerdict {
             allow: v.allow as u8,
             reason: PACKET_POLICY,
             ct_state: 0,
-            reserved: 0,
+            http: if v.awaits_request { HTTP_AWAITS } else { HTTP_NONE },
             egress: SideVerdict::from(&v.egress),
             ingress: SideVerdict::from(&v.ingress),
         }

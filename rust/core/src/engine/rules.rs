@@ -6,6 +6,7 @@
 //! policy change never touches another policy's sets.
 
 use crate::dns::DomainPattern;
+use crate::http::{HttpMatch, PathMatch};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -171,6 +172,25 @@ pub struct CRule {
     pub not_icmp: Option<IcmpMatch>,
     pub sources: Vec<CEntity>,
     pub destinations: Vec<CEntity>,
+    /// The connection's HTTP request must match (TCP only); without a request the rule matches
+    /// nothing and the decision awaits one.
+    pub http: Option<Arc<HttpMatch>>,
+}
+
+impl CRule {
+    /// The compiled `http` match of a rule spec.
+    pub fn compile_http(spec: &super::spec::HttpSpec) -> Result<HttpMatch, EngineError> {
+        let paths = spec
+            .paths
+            .iter()
+            .map(|(kind, p)| match kind.as_str() {
+                "exact" => Ok(PathMatch::Exact(p.clone())),
+                "prefix" => Ok(PathMatch::Prefix(p.clone())),
+                other => Err(EngineError::Spec(format!("unknown http path match {other:?}"))),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(HttpMatch { methods: spec.methods.clone(), paths })
+    }
 }
 
 /// A policy's (or profile's) compiled rules per direction.

@@ -7,13 +7,14 @@
 //! sets containing them. Nothing is allocated on the allow path.
 
 use crate::dns::DomainFacts;
+use crate::http::Request;
 use std::cell::{Cell, OnceCell};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use super::classes::{with_memo, ClassLpm, MemoRef, PortClasses, SideKey};
-use super::records::{PacketVerdict, SideVerdict};
+use super::records::{PacketVerdict, SideVerdict, HTTP_AWAITS, HTTP_NONE};
 use super::cow::{ChunkVec, FastMap, ShardedMap};
 use super::idset::IdSet;
 use super::judge::{flow_of_header, Judge};
@@ -21,7 +22,7 @@ use super::rules::{CEntity, CRule, CRules, LabelCond, NamedPorts};
 use super::spec::TargetPort;
 use super::{
     Action, Addr, Decision, Defaults, Direction, EngineError, Flow, FlowEnd, Kind, LogEntry, Net, Reason, Source,
-    Verdict,
+    Verdict, PROTO_TCP,
 };
 use crate::batch::PacketHeader;
 
@@ -250,6 +251,13 @@ impl Snapshot {
     }
 
     pub fn evaluate(&self, flow: &Flow, defaults: Defaults) -> Result<Verdict, EngineError> {
+        self.evaluate_request(flow, None, defaults)
+    }
+
+    /// Like [`Snapshot::evaluate`], for a TCP flow that carries `request` (its connection's
+    /// HTTP request: `http` rules match it); None: not known, such rules match nothing and the
+    /// verdict says whether it awaits one.
+    pub fn evaluate_request(&self, flow: &Flow, request: Option<&Request>, defaults: Defaults) -> Result<Verdict, EngineError> {
         for end in [&flow.src, &flow.dst] {
             match end.endpoint {
                 Some(e) if self.endpoints.get(e).is_none() => return Err(EngineError::Flow(format!("no endpoint {e}"))),
@@ -259,7 +267,7 @@ impl Snapshot {
                 _ => {}
             }
         }
-        Ok(self.evaluate_unchecked(flow, defaults))
+        Ok(self.evaluate_flow(flow, request, defaults).0)
     }
 
     #[inline]
@@ -283,18 +291,7 @@ impl Snapshot {
 
     #[inline]
     pub(crate) fn evaluate_unchecked(&self, flow: &Flow, defaults: Defaults) -> Verdict {
-        let src = self.resolve(&flow.src);
-        let dst = self.resolve(&flow.dst);
-        let ctx = Ctx { s: self, flow, src: &src, dst: &dst, version: src.addr.or(dst.addr).map(|a| a.version()) };
-        let egress = ctx.side(&src, Direction::Egress, defaults);
-        let ingress = ctx.side(&dst, Direction::Ingress, defaults);
-        let mut allow = true;
-        for (d, end) in [(&egress, &src), (&ingress, &dst)] {
-            if end.local() {
-                allow &= d.as_ref().map_or(Self::default_for(end, defaults), |d| d.allow);
-            }
-        }
-        Verdict { allow, egress, ingress }
+        self.evaluate_flow(flow, None, defaults).0
     }
 }
 
@@ -302,6 +299,10 @@ impl Judge for Snapshot {
     #[inline]
     fn header_verdict(&self, h: &PacketHeader, defaults: Defaults) -> Option<Verdict> {
         Some(self.evaluate_unchecked(&flow_of_header(h)?, defaults))
+    }
+
+    fn request_verdict(&self, h: &PacketHeader, request: &Request, defaults: Defaults) -> Option<Verdict> {
+        Some(self.evaluate_flow(&flow_of_header(h)?, Some(request), defaults).0)
     }
 
     fn classify_detailed(&self, headers: &[PacketHeader], out: &mut [PacketVerdict], defaults: Defaults) {
@@ -333,7 +334,7 @@ impl Snapshot {
         let dst_local = dst.is_some_and(|r| r.local);
         if !src_local && !dst_local {
             // No policy applies to either end.
-            return PacketVerdict::judged(&Verdict { allow: true, egress: None, ingress: None });
+            return PacketVerdict::judged(&Verdict { allow: true, egress: None, ingress: None, awaits_request: false });
         }
         let class = |a: Addr, r: Option<AddrRec>| r.map_or_else(|| self.classes.class_of(a), |r| r.class);
         let (sc, dc) = (class(sa, src), class(da, dst));
@@ -355,7 +356,7 @@ impl Snapshot {
             dport,
             icmp,
         };
-        let mut out = PacketVerdict::judged(&Verdict { allow: true, egress: None, ingress: None });
+        let mut out = PacketVerdict::judged(&Verdict { allow: true, egress: None, ingress: None, awaits_request: false });
         let mut sides: [Option<SideVerdict>; 2] = [None, None];
         let mut keys: [Option<SideKey>; 2] = [None, None];
         if let Some(s) = src.filter(|r| r.local) {
@@ -370,7 +371,7 @@ impl Snapshot {
         }
         if (keys[0].is_some() && sides[0].is_none()) || (keys[1].is_some() && sides[1].is_none()) {
             // Walk the programs; memoize each side unless it read service membership.
-            let (verdict, uncacheable) = self.evaluate_flow(&flow, defaults);
+            let (verdict, uncacheable) = self.evaluate_flow(&flow, None, defaults);
             let judged = PacketVerdict::judged(&verdict);
             for (i, side) in [judged.egress, judged.ingress].into_iter().enumerate() {
                 if let Some(k) = keys[i] {
@@ -381,44 +382,64 @@ impl Snapshot {
                 }
             }
         }
-        let mut allow = true;
+        let (mut allow, mut awaits) = (true, true);
         for (i, rec) in [src, dst].into_iter().enumerate() {
             let Some(rec) = rec.filter(|r| r.local) else { continue };
             let side = sides[i].unwrap_or_default();
-            allow &= if side.present != 0 {
+            let a = if side.present != 0 {
                 side.allow != 0
             } else if rec.host {
                 defaults.host_allow
             } else {
                 defaults.pod_allow
             };
+            allow &= a;
+            awaits &= a || side.awaits != 0;
         }
         out.allow = allow as u8;
+        out.http = if !allow && awaits { HTTP_AWAITS } else { HTTP_NONE };
         out.egress = sides[0].unwrap_or_default();
         out.ingress = sides[1].unwrap_or_default();
         out
     }
 
-    /// Evaluates a flow and reports whether the walk read anything outside the memo key.
-    fn evaluate_flow(&self, flow: &Flow, defaults: Defaults) -> (Verdict, bool) {
+    /// Evaluates a flow (carrying `request`, if known) and reports whether the walk read
+    /// anything outside the memo key.
+    #[inline]
+    fn evaluate_flow(&self, flow: &Flow, request: Option<&Request>, defaults: Defaults) -> (Verdict, bool) {
         let src = self.resolve(&flow.src);
         let dst = self.resolve(&flow.dst);
-        let ctx = Ctx { s: self, flow, src: &src, dst: &dst, version: src.addr.or(dst.addr).map(|a| a.version()) };
+        let ctx = Ctx {
+            s: self,
+            flow,
+            request,
+            awaits: Cell::new(false),
+            src: &src,
+            dst: &dst,
+            version: src.addr.or(dst.addr).map(|a| a.version()),
+        };
         let egress = ctx.side(&src, Direction::Egress, defaults);
         let ingress = ctx.side(&dst, Direction::Ingress, defaults);
-        let mut allow = true;
+        let (mut allow, mut awaits) = (true, true);
         for (d, end) in [(&egress, &src), (&ingress, &dst)] {
             if end.local() {
-                allow &= d.as_ref().map_or(Self::default_for(end, defaults), |d| d.allow);
+                let a = d.as_ref().map_or(Self::default_for(end, defaults), |d| d.allow);
+                allow &= a;
+                awaits &= a || d.as_ref().is_some_and(|d| d.awaits_request);
             }
         }
-        (Verdict { allow, egress, ingress }, src.uncacheable.get())
+        let awaits_request = !allow && awaits;
+        (Verdict { allow, egress, ingress, awaits_request }, src.uncacheable.get())
     }
 }
 
 struct Ctx<'a, 's> {
     s: &'s Snapshot,
     flow: &'a Flow,
+    /// The connection's HTTP request, if known (`http` rules).
+    request: Option<&'a Request>,
+    /// The side being decided passed an `http` rule for want of a request.
+    awaits: Cell<bool>,
     src: &'a End<'s>,
     dst: &'a End<'s>,
     version: Option<u8>,
@@ -426,6 +447,15 @@ struct Ctx<'a, 's> {
 
 impl<'s> Ctx<'_, 's> {
     fn side(&self, end: &End<'s>, d: Direction, defaults: Defaults) -> Option<Decision> {
+        self.awaits.set(false);
+        let mut decision = self.walk(end, d, defaults);
+        if let Some(dec) = decision.as_mut() {
+            dec.awaits_request = !dec.allow && self.awaits.get();
+        }
+        decision
+    }
+
+    fn walk(&self, end: &End<'s>, d: Direction, defaults: Defaults) -> Option<Decision> {
         if !end.local() {
             return None;
         }
@@ -453,6 +483,7 @@ impl<'s> Ctx<'_, 's> {
                                 rule: Some(ri as u32),
                                 reason: Reason::Rule,
                                 logs,
+                                awaits_request: false,
                             })
                         }
                     }
@@ -466,6 +497,7 @@ impl<'s> Ctx<'_, 's> {
                     rule: None,
                     reason: Reason::EndOfTier,
                     logs,
+                    awaits_request: false,
                 });
             }
         }
@@ -485,12 +517,13 @@ impl<'s> Ctx<'_, 's> {
                                 rule: Some(ri as u32),
                                 reason: Reason::Profile,
                                 logs,
+                                awaits_request: false,
                             })
                         }
                     }
                 }
             }
-            return Some(Decision { allow: false, tier: None, source: None, rule: None, reason: Reason::Profile, logs });
+            return Some(Decision { allow: false, tier: None, source: None, rule: None, reason: Reason::Profile, logs, awaits_request: false });
         }
         if program.stages.is_empty() {
             return None;
@@ -502,6 +535,7 @@ impl<'s> Ctx<'_, 's> {
             rule: None,
             reason: Reason::Default,
             logs,
+            awaits_request: false,
         })
     }
 
@@ -529,6 +563,20 @@ impl<'s> Ctx<'_, 's> {
         let dst_hit = self.any_entity(&rule.destinations, false, subject, rule.action)?;
         if rule.action == Action::Pass && (matches!(src_hit, Hit::Unresolvable) || matches!(dst_hit, Hit::Unresolvable)) {
             return Some(Action::Deny);
+        }
+        if let Some(http) = &rule.http {
+            // Only a TCP connection carries requests; until its request is known the rule
+            // matches nothing, and the side's decision awaits it.
+            if f.protocol != PROTO_TCP {
+                return None;
+            }
+            let Some(request) = self.request else {
+                self.awaits.set(true);
+                return None;
+            };
+            if !http.matches(request) {
+                return None;
+            }
         }
         Some(rule.action)
     }

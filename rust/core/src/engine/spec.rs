@@ -197,6 +197,16 @@ pub struct RuleSpec {
     pub not_icmp: Option<IcmpSpec>,
     pub sources: Vec<EntitySpec>,
     pub destinations: Vec<EntitySpec>,
+    /// Calico's `http` match (`Rule.http`): the connection's request must match.
+    #[serde(default)]
+    pub http: Option<HttpSpec>,
+}
+
+/// `HttpMatch` of `pyclassify/ir.py`: methods, and paths as `["exact"|"prefix", path]`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct HttpSpec {
+    pub methods: Vec<String>,
+    pub paths: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

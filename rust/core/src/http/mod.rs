@@ -1,5 +1,5 @@
-//! HTTP rules without a proxy (issue 13 item 2, the parsing half): what requests a connection
-//! carries, and Calico's `http` match on them.
+//! HTTP rules without a proxy: what requests a connection carries, and Calico's `http` match on
+//! them.
 //!
 //! Calico rules may match HTTP requests (`http: {methods, paths}`), which Calico enforces in an
 //! Envoy proxy. Here the requests are read off the connection's client-to-server TCP payloads
@@ -9,7 +9,9 @@
 //!   without query, host, version), strictly, with the body framing it announces;
 //! - [`RequestStream`] ([`stream`]): the bounded reassembly of one connection's bytes into request
 //!   heads, pipelining included, bodies (`Content-Length`, `chunked`) skipped and never stored;
-//! - [`HttpMatch`] ([`matcher`]): Calico's match on a request's method and path.
+//! - [`HttpMatch`] ([`matcher`]): Calico's match on a request's method and path;
+//! - [`HttpConns`] ([`conns`]): the connections admitted provisionally, whose requests are
+//!   judged as they complete (the engine's tracked judge loop, `engine::judge`).
 //!
 //! **Untrusted input.** The bytes come off the wire: nothing here panics or grows without bound,
 //! whatever they are (a head at most `max_head` bytes over at most `max_segments` segments and
@@ -24,6 +26,7 @@
 //! reading HTTP/1.x requests, so WebSocket frames after an `Upgrade` fail).
 #![forbid(unsafe_code)]
 
+pub mod conns;
 pub mod matcher;
 pub mod request;
 pub mod stream;
@@ -31,6 +34,7 @@ pub mod stream;
 #[cfg(test)]
 mod tests;
 
+pub use conns::{Fed, HttpConns, HttpStats};
 pub use matcher::{HttpMatch, PathMatch};
 pub use request::{parse_head, HttpError, Request, HTTP_ERROR_NAMES, MAX_HEADERS};
 pub use stream::{RequestStream, DEFAULT_MAX_HEAD, DEFAULT_MAX_SEGMENTS};
