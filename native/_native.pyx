@@ -72,6 +72,8 @@ include "pcap.pxi"
 include "engine_client.pxi"
 # The AF_PACKET inline bridge (issue 6, --bridge IF1,IF2).
 include "afpacket.pxi"
+# Cutting a denied TCP connection both ways with two crafted RSTs (raw sockets): the HTTP loop's.
+include "tcpreset.pxi"
 # The NFQUEUE live loop, inotify and ctnetlink of `pyclassify enforce` (issue 6).
 include "nfqueue.pxi"
 include "inotify.pxi"

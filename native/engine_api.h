@@ -18,7 +18,7 @@
 #include "header_batch.h"
 
 /* Bumped on any change to the table or the records it passes; EngineClient checks it. */
-#define PC_ENGINE_ABI_VERSION 5
+#define PC_ENGINE_ABI_VERSION 6
 #define PC_ENGINE_CAPSULE "pyclassify._engine.EngineRef"
 
 #define PC_CAPI_OK 0
@@ -28,8 +28,15 @@
 /* QuotedTuple.flags: the quoted header was decoded far enough to give the tuple. */
 #define PC_QUOTE_VALID 1u
 
+/* pc_verdict.http codes (engine::records). */
+#define PC_HTTP_AWAITS 1
+#define PC_HTTP_REQUEST 2
+#define PC_HTTP_TABLE_FULL 15
+#define PC_HTTP_ERROR 16
+
 typedef struct pc_engine pc_engine;       /* Rust Engine */
 typedef struct pc_conntrack pc_conntrack; /* Rust ConnTrack */
+typedef struct pc_http pc_http;           /* Rust HttpConns */
 
 /* pyclassify_core::conntrack::key::QuotedTuple: 40 bytes, 2-aligned. */
 typedef struct pc_quote {
@@ -101,6 +108,12 @@ typedef struct pc_engine_api {
     ssize_t (*ct_revalidate)(pc_conntrack *ct, const pc_engine *engine, uint8_t pod_allow, uint8_t host_allow, uint64_t now_ns, pc_revoked_flow *out, size_t cap);
     /* learns the DNS answers of one UDP payload (tcp: one TCP payload of length-prefixed messages) into the engine's domain facts; returns how many new facts, or < 0; *error: 0, or 1 + the DNS_ERROR_NAMES index */
     int32_t (*dns_learn)(const pc_engine *engine, const uint8_t *payload, size_t len, uint64_t now_ns, uint8_t tcp, uint8_t *error);
+    /* a table of at most cap connections admitted provisionally by http rules */
+    pc_http * (*http_new)(size_t cap);
+    /* frees a table of http_new */
+    void (*http_free)(pc_http *conns);
+    /* one client-to-server TCP segment of a connection admitted provisionally (watched from its first segment): reads it, judges each request it completes into out; returns 1 to let it pass, 0 to cut the connection (a request denied, the stream broken, the table full), or < 0 */
+    int32_t (*http_judge)(const pc_engine *engine, pc_http *conns, const PacketHeader *header, uint32_t seq, const uint8_t *payload, size_t len, uint8_t pod_allow, uint8_t host_allow, pc_verdict *out);
 } pc_engine_api;
 
 typedef struct pc_engine_ref {
@@ -151,7 +164,7 @@ _Static_assert(offsetof(pc_revoked_flow, protocol) == 36, "pc_revoked_flow.proto
 _Static_assert(offsetof(pc_revoked_flow, ip_version) == 37, "pc_revoked_flow.ip_version offset");
 _Static_assert(offsetof(pc_revoked_flow, reserved) == 38, "pc_revoked_flow.reserved offset");
 
-_Static_assert(sizeof(pc_engine_api) == 88, "pc_engine_api size");
+_Static_assert(sizeof(pc_engine_api) == 112, "pc_engine_api size");
 
 static const pc_field pc_fields_pc_quote[] = {
     {"src_addr", offsetof(pc_quote, src_addr), sizeof(((pc_quote *)0)->src_addr)},

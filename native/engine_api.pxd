@@ -15,11 +15,17 @@ cdef extern from "engine_api.h" nogil:
         PC_CAPI_NULL
         PC_CAPI_PANIC
         PC_QUOTE_VALID
+        PC_HTTP_AWAITS
+        PC_HTTP_REQUEST
+        PC_HTTP_TABLE_FULL
+        PC_HTTP_ERROR
     const char *PC_ENGINE_CAPSULE
 
     ctypedef struct pc_engine:
         pass
     ctypedef struct pc_conntrack:
+        pass
+    ctypedef struct pc_http:
         pass
 
     ctypedef struct pc_quote:
@@ -75,6 +81,9 @@ cdef extern from "engine_api.h" nogil:
         size_t (*ct_expire)(pc_conntrack *ct, uint64_t now_ns, size_t budget) noexcept nogil
         ssize_t (*ct_revalidate)(pc_conntrack *ct, const pc_engine *engine, uint8_t pod_allow, uint8_t host_allow, uint64_t now_ns, pc_revoked_flow *out, size_t cap) noexcept nogil
         int32_t (*dns_learn)(const pc_engine *engine, const uint8_t *payload, size_t len, uint64_t now_ns, uint8_t tcp, uint8_t *error) noexcept nogil
+        pc_http * (*http_new)(size_t cap) noexcept nogil
+        void (*http_free)(pc_http *conns) noexcept nogil
+        int32_t (*http_judge)(const pc_engine *engine, pc_http *conns, const PacketHeader *header, uint32_t seq, const uint8_t *payload, size_t len, uint8_t pod_allow, uint8_t host_allow, pc_verdict *out) noexcept nogil
 
     ctypedef struct pc_engine_ref:
         const pc_engine_api *api

@@ -2,7 +2,8 @@
 # `EngineClient` and call the Rust engine through its function table, without the GIL.
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from engine_api cimport (PC_CAPI_OK, PC_ENGINE_ABI_VERSION, PC_ENGINE_CAPSULE, pc_conntrack,
+from engine_api cimport (PC_CAPI_NULL, PC_CAPI_OK, PC_ENGINE_ABI_VERSION, PC_ENGINE_CAPSULE, PC_HTTP_AWAITS,
+                         PC_HTTP_ERROR, PC_HTTP_REQUEST, PC_HTTP_TABLE_FULL, pc_conntrack, pc_http,
                          pc_engine_ref, pc_quote, pc_revoked_flow, pc_verdict)
 
 ENGINE_ABI_VERSION = PC_ENGINE_ABI_VERSION
@@ -46,18 +47,24 @@ cdef class EngineClient:
     cdef object _capsule
     cdef pc_engine_ref *ref
     cdef pc_conntrack *ct
+    cdef pc_http *http  # connections admitted provisionally by http rules (an HTTP loop's)
     cdef public bint pod_allow
     cdef public bint host_allow
 
     def __cinit__(self, capsule, bint conntrack=True, size_t max_entries=262144, bint tcp_loose=True,
-                  bint pod_allow=True, bint host_allow=False):
+                  bint pod_allow=True, bint host_allow=False, size_t http_connections=0):
         self.ref = _engine_ref(capsule)
         self._capsule = capsule
         self.ct = NULL
+        self.http = NULL
         if conntrack:
             self.ct = self.ref.api.ct_new(max_entries, tcp_loose)
             if self.ct == NULL:
                 raise ValueError("invalid connection tracker configuration")
+        if http_connections:
+            self.http = self.ref.api.http_new(http_connections)
+            if self.http == NULL:
+                raise MemoryError()
         self.pod_allow = pod_allow
         self.host_allow = host_allow
 
@@ -65,6 +72,9 @@ cdef class EngineClient:
         if self.ct != NULL and self.ref != NULL:
             self.ref.api.ct_free(self.ct)
             self.ct = NULL
+        if self.http != NULL and self.ref != NULL:
+            self.ref.api.http_free(self.http)
+            self.http = NULL
 
     def swap(self, capsule):
         """Use a new engine from now on (the tracker and its connections stay). Its ABI is
@@ -76,6 +86,14 @@ cdef class EngineClient:
                      pc_verdict *out) noexcept nogil:
         return self.ref.api.judge(self.ref.engine, self.ct, headers, quotes, n, out,
                                   self.pod_allow, self.host_allow)
+
+    cdef int http_judge_c(self, const PacketHeader *header, uint32_t seq, const uint8_t *payload, size_t n,
+                          pc_verdict *out) noexcept nogil:
+        """1: let the segment pass; 0: cut its connection; < 0: an error (see capi http_judge)."""
+        if self.http == NULL:
+            return PC_CAPI_NULL
+        return self.ref.api.http_judge(self.ref.engine, self.http, header, seq, payload, n,
+                                       self.pod_allow, self.host_allow, out)
 
     cdef int dns_learn_c(self, const uint8_t *payload, size_t n, uint64_t now_ns, bint tcp,
                          uint8_t *error) noexcept nogil:

@@ -136,6 +136,9 @@ cdef enum:
     NFQ_MARK_VERDICT_MSG_LEN = 40  # the same and an NFQA_MARK attribute (4 + 4)
     NFQ_HIST_BUCKETS = 16       # batch processing time histogram: 1 us * 2^k upper bounds
     FINAL_MARKED_ACCEPT = 0x40  # (not a kernel verdict) NF_REPEAT with the accept mark
+    FINAL_HTTP_PENDING = 0x41   # (not a kernel verdict) NF_REPEAT with the http mark: admitted provisionally
+    FINAL_HTTP_DENY = 0x42      # (not a kernel verdict) NF_REPEAT with the http deny mark: its connection is cut
+    HTTP_ERRORS_MAX = 16
     NFQ_EVENT_CAP = 8192        # judged-by-policy events kept for the Python side
 
 cdef inline bint _allowed_by_rule(const pc_verdict *v) noexcept nogil:
@@ -329,7 +332,13 @@ cdef class NfQueue:
     REJECT rules at the top of our chains to answer; with ``accept_mark``, a packet a rule allowed
     (not a default or a passed tier: the early host-endpoint hooks, where what no rule decides goes
     on) is handed back with that mark, for our chain's first rule to act on (NOTRACK; skip normal
-    host policy). With ``dns``, the loop judges nothing: each packet is a DNS answer whose
+    host policy). With ``http_mark``, a new TCP connection denied only for want of its HTTP
+    request (``http`` rules) is handed back with that mark instead, admitted provisionally: our
+    chain marks the connection, whose client-to-server packets then go to an HTTP loop. With
+    ``http_deny_mark`` the loop is that HTTP loop: it judges each segment's requests
+    (``EngineClient(http_connections=...)``) and lets it pass, or cuts its connection: a TCP reset
+    to both ends (``TcpResetter``) and the packet handed back with that mark, for our chain to
+    mark the connection denied and drop it. With ``dns``, the loop judges nothing: each packet is a DNS answer whose
     addresses are learned into the engine's domain facts before it is handed back with
     ``accept_mark`` (so a connection the client opens on the answer finds them). A malformed packet is
     dropped when failing closed and accepted when failing open; an engine error gives the whole
@@ -344,6 +353,11 @@ cdef class NfQueue:
     cdef readonly uint32_t reject_mark  # 0: a denied packet is dropped; else sent back with this mark
     cdef readonly uint32_t accept_mark  # 0: an allowed packet is accepted; else one a rule allowed is sent back with it
     cdef readonly bint dns  # a DNS-learning loop (see the class doc)
+    cdef public uint32_t http_mark  # 0: a connection awaiting its HTTP request is denied; else admitted with it
+    cdef readonly uint32_t http_deny_mark  # nonzero: an HTTP loop (see the class doc)
+    cdef TcpResetter resetter
+    cdef uint64_t c_http_provisional, c_http_allowed, c_http_denied, c_http_full, c_http_resets
+    cdef uint64_t c_http_errors[HTTP_ERRORS_MAX]
     cdef uint64_t c_dns_answers, c_dns_learned
     cdef uint64_t c_dns_errors[16]
     cdef int copy_range
@@ -383,7 +397,8 @@ cdef class NfQueue:
 
     def __cinit__(self, EngineClient client, int queue, bint fail_open=False, int copy_range=128,
                   int maxlen=4096, int batch=64, bint batch_verdicts=True, bint gso=True,
-                  int rcvbuf=8 << 20, uint32_t reject_mark=0, uint32_t accept_mark=0, bint dns=False):
+                  int rcvbuf=8 << 20, uint32_t reject_mark=0, uint32_t accept_mark=0, bint dns=False,
+                  uint32_t http_mark=0, uint32_t http_deny_mark=0):
         if not 0 <= queue <= 65535:
             raise ValueError(f"queue number {queue} out of range 0-65535")
         if not 40 <= copy_range <= 65535:
@@ -402,6 +417,9 @@ cdef class NfQueue:
         self.dns = dns
         if dns and not accept_mark:
             raise ValueError("a DNS-learning loop hands answers back with accept_mark: give one")
+        self.http_mark = http_mark
+        self.http_deny_mark = http_deny_mark
+        self.resetter = None
         self.copy_range = copy_range
         self.maxlen = maxlen
         self.nbatch = batch
@@ -443,6 +461,8 @@ cdef class NfQueue:
         EBUSY when another process holds the queue) is raised as the kernel reports it."""
         if self.fd >= 0:
             return
+        if self.http_deny_mark and self.resetter is None:
+            self.resetter = TcpResetter()  # raw sockets: CAP_NET_RAW
         cdef int one = 1
         cdef int fd = _netlink_socket(self.rcvbuf)
         try:
@@ -527,7 +547,15 @@ cdef class NfQueue:
             "verdict_msgs": self.c_verdict_msgs, "send_errors": self.c_send_errors,
             "recv_errors": self.c_recv_errors, "netlink_errors": self.c_netlink_errors,
             "event_drops": self.c_event_drops, "swaps": self.c_swaps,
+            "http_provisional": self.c_http_provisional, "http_requests_allowed": self.c_http_allowed,
+            "http_requests_denied": self.c_http_denied, "http_table_full": self.c_http_full,
+            "http_resets": self.c_http_resets,
         }
+
+    def http_errors(self):
+        """Request streams an HTTP loop cut because they could not be judged, by
+        ``HTTP_ERROR_NAMES`` index."""
+        return [self.c_http_errors[i] for i in range(HTTP_ERRORS_MAX)]
 
     def dns_errors(self):
         """Malformed DNS answers a DNS-learning loop saw, by ``DNS_ERROR_NAMES`` index."""
@@ -639,9 +667,74 @@ cdef class NfQueue:
         self._send_verdicts(n, NF_ACCEPT)
         self.c_batches += 1
 
+    cdef void _judge_http(self, int n) noexcept nogil:
+        """Each packet is a client-to-server segment of a connection admitted provisionally:
+        its requests are judged; one denied (or a stream that cannot be judged) cuts the
+        connection: a reset to both ends, and the packet back to the hook with the deny mark."""
+        cdef int i, rc
+        cdef size_t start, end
+        cdef uint32_t seq
+        cdef uint64_t ts = now_ns(CLOCK_REALTIME)
+        cdef uint8_t failv = NF_ACCEPT if self.fail_open else NF_DROP
+        cdef NfqPacket *p
+        cdef PacketHeader *h
+        cdef int sent = 0  # verdicts of packets before this one already sent
+        for i in range(n):
+            p = &self.pk[i]
+            h = &self.hdr[i]
+            if not (p.has_payload and p.caplen > 0):
+                self.c_malformed += 1
+                self.final[i] = failv
+                continue
+            decode_one(p.payload, p.caplen, p.wirelen, LT_RAW, ts, p.indev, h, &self.quo[i], self.ft)
+            if h.flags & PC_FLAG_MALFORMED or h.protocol != 6:
+                self.c_malformed += 1
+                self.final[i] = failv
+                continue
+            seq = 0
+            if not l4_payload(p.payload, p.caplen, LT_RAW, &start, &end, &seq) or end < start:
+                start = end = 0
+            pthread_mutex_lock(&self.engine_lock)
+            rc = self.client.http_judge_c(h, seq, p.payload + start, end - start, &self.ver[i])
+            pthread_mutex_unlock(&self.engine_lock)
+            if rc < 0:
+                self.c_errors += 1
+                self.final[i] = failv
+                continue
+            if self.ver[i].http == PC_HTTP_REQUEST:
+                if self.ver[i].allow:
+                    self.c_http_allowed += 1
+                else:
+                    self.c_http_denied += 1
+                self.c_policy += 1
+            elif self.ver[i].http == PC_HTTP_TABLE_FULL:
+                self.c_http_full += 1
+            elif self.ver[i].http >= PC_HTTP_ERROR and self.ver[i].http - PC_HTTP_ERROR < HTTP_ERRORS_MAX:
+                self.c_http_errors[self.ver[i].http - PC_HTTP_ERROR] += 1
+            if rc == 1:
+                self.final[i] = NF_ACCEPT
+                self.c_accepted += 1
+            else:
+                # The packets before it go first (the handshake's last ACK may be among them:
+                # reset before it, the server would drop the connection unseen), then the
+                # resets, then this packet back to the hook, to be marked and dropped.
+                if i > sent:
+                    self._send_range(sent, i, failv)
+                    sent = i
+                self.c_http_resets += self.resetter.reset(p.payload, p.caplen)
+                self.final[i] = FINAL_HTTP_DENY
+                self.c_dropped += 1
+        self.c_received += n
+        self._send_range(sent, n, failv)
+        self._record_events(n)
+        self.c_batches += 1
+
     cdef void _process(self, int n) noexcept nogil:
         if self.dns:
             self._learn_dns(n)
+            return
+        if self.http_deny_mark:
+            self._judge_http(n)
             return
         cdef uint64_t t0 = now_ns(CLOCK_MONOTONIC)
         cdef uint64_t ts = now_ns(CLOCK_REALTIME)
@@ -674,7 +767,10 @@ cdef class NfQueue:
             elif rc != PC_CAPI_OK:
                 self.final[i] = failv
             else:
-                if not self.ver[i].allow:
+                if not self.ver[i].allow and self.http_mark and self.ver[i].http == PC_HTTP_AWAITS:
+                    self.final[i] = FINAL_HTTP_PENDING
+                    self.c_http_provisional += 1
+                elif not self.ver[i].allow:
                     self.final[i] = NF_REPEAT if self.reject_mark else NF_DROP
                 elif self.accept_mark and _allowed_by_rule(&self.ver[i]):
                     self.final[i] = FINAL_MARKED_ACCEPT
@@ -684,7 +780,8 @@ cdef class NfQueue:
                     self.c_policy += 1
                 elif self.ver[i].reason == 1:
                     self.c_established += 1
-            if self.final[i] == NF_ACCEPT or self.final[i] == FINAL_MARKED_ACCEPT:
+            if (self.final[i] == NF_ACCEPT or self.final[i] == FINAL_MARKED_ACCEPT
+                    or self.final[i] == FINAL_HTTP_PENDING):
                 self.c_accepted += 1
             else:
                 self.c_dropped += 1
@@ -703,8 +800,12 @@ cdef class NfQueue:
         self.hist_sum_ns += now_ns(CLOCK_MONOTONIC) - t0
 
     cdef void _send_verdicts(self, int n, uint8_t failv) noexcept nogil:
+        self._send_range(0, n, failv)
+
+    cdef void _send_range(self, int first, int n, uint8_t failv) noexcept nogil:
+        """The verdicts of packets ``first..n-1`` of the batch, in one send."""
         cdef uint8_t *w = self.tx
-        cdef int i = 0, j
+        cdef int i = first, j
         cdef uint32_t id
         cdef uint32_t expected
         cdef uint64_t msgs = 0
@@ -725,6 +826,12 @@ cdef class NfQueue:
             elif self.final[i] == FINAL_MARKED_ACCEPT:
                 j = i
                 w = put_mark_verdict(w, <uint16_t>self.queue, NF_REPEAT, id, self.accept_mark)
+            elif self.final[i] == FINAL_HTTP_PENDING:
+                j = i
+                w = put_mark_verdict(w, <uint16_t>self.queue, NF_REPEAT, id, self.http_mark)
+            elif self.final[i] == FINAL_HTTP_DENY:
+                j = i
+                w = put_mark_verdict(w, <uint16_t>self.queue, NF_REPEAT, id, self.http_deny_mark)
             elif self.batch_verdicts:
                 j = i
                 while (j + 1 < n and self.final[j + 1] == self.final[i]

@@ -27,7 +27,7 @@ import numpy as np
 
 from pyclassify._native import CtNetlink, EngineClient, Inotify, NfQueue
 from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
-from pyclassify.engine import NativeEngine
+from pyclassify.engine import HTTP_AWAITS, NativeEngine
 
 #: A connection by its original tuple: (src, dst, sport, dport, protocol, ip version), addresses
 #: as 16 bytes (IPv4 mapped).
@@ -43,7 +43,7 @@ def engine_capsule(engine: NativeEngine) -> Any:
 
 
 def open_queue(engine: NativeEngine, queue: int, *, conntrack_entries: int = 0, pod_allow: bool = True,
-               host_allow: bool = False, **options: Any) -> NfQueue:
+               host_allow: bool = False, http_connections: int = 0, **options: Any) -> NfQueue:
     """An NFQUEUE loop on queue number ``queue`` judged by ``engine``, bound (``OSError`` when
     the queue is taken or without permission); ``options`` are ``NfQueue``'s (``fail_open``,
     ``copy_range``, ``maxlen``, ``batch``, ``batch_verdicts``, ``reject_mark``, ``accept_mark``). Run ``loop.run()`` in a thread of
@@ -51,7 +51,8 @@ def open_queue(engine: NativeEngine, queue: int, *, conntrack_entries: int = 0, 
     are queued), so every queued packet is judged by policy: ``conntrack_entries`` > 0 gives the
     loop an engine-side tracker as well (at most that many entries), for tests and comparison."""
     client = EngineClient(engine_capsule(engine), conntrack=conntrack_entries > 0,
-                          max_entries=max(conntrack_entries, 1), pod_allow=pod_allow, host_allow=host_allow)
+                          max_entries=max(conntrack_entries, 1), pod_allow=pod_allow, host_allow=host_allow,
+                          http_connections=http_connections)
     loop = NfQueue(client, queue, **options)
     loop.open()
     return loop
@@ -71,7 +72,8 @@ def kernel_revalidate(ctnl: CtNetlink, capsule: Any, *, mark: int, revoked_mark:
     out = np.zeros(len(headers), VERDICT_DTYPE)
     EngineClient(capsule, conntrack=False, pod_allow=pod_allow, host_allow=host_allow).judge(headers, out)
     rows = np.frombuffer(original, HEADER_DTYPE)
-    allowed = out["allow"] != 0
+    # a connection admitted up to its HTTP request stays admitted (the HTTP loop judges it)
+    allowed = (out["allow"] != 0) | (out["http"] == HTTP_AWAITS)
     revoked = (rows["frag_id"] & revoked_mark) != 0  # dump() keeps each entry's mark there
 
     def flows(select: Any) -> list[Flow]:

@@ -39,11 +39,13 @@ from typing import IO, Any
 
 import numpy as np
 
-from pyclassify import domains
+from pyclassify import domains, httprules
 from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import PACKET_POLICY, NativeEngine
 from pyclassify.enforce.iptables import (
     DNS_MARK,
+    HTTP_DENY_MARK,
+    HTTP_MARK,
     JUDGED_CTMARK,
     PRE_DNAT_MARK,
     REJECT_MARK,
@@ -61,6 +63,8 @@ from pyclassify.ir import Action, Direction, Hook
 from pyclassify.nfqueue import engine_capsule, kernel_conntrack, kernel_revalidate, open_queue
 from pyclassify.project import Project
 
+#: Connections the HTTP loop follows at once (each holds at most one request head, 8 KiB).
+HTTP_CONNECTIONS = 65536
 
 #: Exit codes of ``enforce`` beyond 1 (invalid input) and 2 (usage), as the README lists them.
 EXIT_PREREQUISITE = 6  # not root / no CAP_NET_ADMIN, iptables missing, no kernel support
@@ -173,7 +177,8 @@ class Enforcer:
         self.bridge: Any = None
         self.metrics = Metrics(lambda: list(self.loops), config.fail_open, source=lambda: self.source,
                                lost_lines=lambda: self.log.lost, bridge=lambda: self.bridge,
-                               dns=lambda: (self.dns_loop, self.domain_facts))
+                               dns=lambda: (self.dns_loop, self.domain_facts),
+                               http=lambda: (self.main_loops, self.http_loop))
         self.rules: Rules | None = None
         self.watcher: Watcher | None = None
         self.ctnl: Any = None
@@ -197,6 +202,10 @@ class Enforcer:
         # What DNS answers taught domain rules (fed by the DNS loop; kept across reloads).
         self.domain_facts = domains.new_facts()
         self.dns_loop: Any = None
+        #: The loop of http rules (connections admitted up to their request), and the loops
+        #: that admit them.
+        self.http_loop: Any = None
+        self.main_loops: list[Any] = []
         if config.kube is not None:
             from pyclassify.kube.enforce import KubePolicySource
 
@@ -242,8 +251,10 @@ class Enforcer:
                 except OSError as e:
                     raise _queue_error(q, e) from e
                 self.loops.append(loop)
+            self.main_loops = list(self.loops)
             early_queues = self._open_early_hooks(cfg.queues[1] + 1)
             dns_queue = self._open_dns_loop(cfg.queues[1] + 1 + len(early_queues))
+            http_queue = self._open_http_loop(cfg.queues[1] + 1 + len(early_queues) + (dns_queue is not None))
             self.ctnl = kernel_conntrack()
             for loop in self.loops:
                 t = threading.Thread(target=loop.run, name=f"pyclassify-nfq{loop.queue}", daemon=True)
@@ -253,7 +264,8 @@ class Enforcer:
                 try:
                     self.rules = Rules(cfg.queues[0], cfg.queues[1], cfg.fail_open, tuple(cfg.hooks), cfg.ipv6,
                                        reject=cfg.reject, untracked_queue=early_queues.get(Hook.UNTRACKED),
-                                       pre_dnat_queue=early_queues.get(Hook.PRE_DNAT), dns_queue=dns_queue)
+                                       pre_dnat_queue=early_queues.get(Hook.PRE_DNAT), dns_queue=dns_queue,
+                                       http_queue=http_queue)
                     self.rules.install()
                 except IptablesError as e:
                     self.rules = None
@@ -274,7 +286,8 @@ class Enforcer:
         self.log.emit("start", queues=list(range(cfg.queues[0], cfg.queues[1] + 1)), revoked=len(revoked),
                       conntrack_deleted=deleted["deleted"], **self._start_fields(),
                       **({"hook_queues": {h.value: q for h, q in early_queues.items()}} if early_queues else {}),
-                      **({"dns_queue": dns_queue} if dns_queue is not None else {}))
+                      **({"dns_queue": dns_queue} if dns_queue is not None else {}),
+                      **({"http_queue": http_queue} if http_queue is not None else {}))
         self._log_revoked(revoked)
 
     def _open_dns_loop(self, queue: int) -> int | None:
@@ -292,6 +305,28 @@ class Enforcer:
             raise _queue_error(queue, e) from e
         self.loops.append(loop)
         self.dns_loop = loop
+        return queue
+
+    def _open_http_loop(self, queue: int) -> int | None:
+        """With http rules (and our own iptables rules to mark connections): a loop on ``queue``
+        that judges the requests of the connections the main loops admit up to their request
+        (from then on they hand such connections back with ``HTTP_MARK``). Without it, a
+        connection whose verdict awaits its request is denied."""
+        cfg = self.config
+        assert self.project is not None and self.engine is not None
+        if not cfg.install_rules or not httprules.has_http_rules(self.project.policy_set):
+            return None
+        try:
+            loop = open_queue(self.engine, queue, pod_allow=self.pod_allow, host_allow=self.host_allow,
+                              fail_open=cfg.fail_open, copy_range=65535, maxlen=cfg.maxlen, batch=cfg.batch,
+                              batch_verdicts=cfg.batch_verdicts, http_deny_mark=HTTP_DENY_MARK,
+                              http_connections=HTTP_CONNECTIONS)
+        except OSError as e:
+            raise _queue_error(queue, e) from e
+        self.loops.append(loop)
+        self.http_loop = loop
+        for main in self.main_loops:
+            main.http_mark = HTTP_MARK
         return queue
 
     def _open_early_hooks(self, queue: int, only: list[Hook] | None = None) -> dict[Hook, int]:

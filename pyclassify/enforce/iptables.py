@@ -25,6 +25,11 @@ the host (``-m addrtype --dst-type LOCAL``) and from it:
 - with domain rules, DNS answers to established queries (UDP or TCP from port 53) go to the DNS
   queue first: its loop learns their addresses for the domain rules, then hands them back with
   ``DNS_MARK`` (and they return, judged as established traffic is);
+- with http rules, in each filter chain: a packet back from the loop with ``HTTP_MARK`` marks its
+  connection ``HTTP_CTMARK`` and passes (admitted up to its request); the established
+  client-to-server packets of such connections go to the HTTP queue, whose loop reads their
+  requests; one it denies comes back with ``HTTP_DENY_MARK``, which marks the connection
+  ``HTTP_DENIED_CTMARK``, whose packets are dropped both ways from then on;
 - ``mangle`` ``PREROUTING`` (pre-DNAT, after conntrack, before the nat table's DNAT): packets of
   new connections, to the pre-DNAT queue. One a rule allowed comes back with ``PRE_DNAT_MARK``,
   which the filter ``INPUT`` chain honours by skipping normal host policy.
@@ -63,6 +68,15 @@ UNTRACKED_MARK = 0x08000000
 PRE_DNAT_MARK = 0x10000000
 #: Packet mark of a DNS answer whose addresses the DNS loop learned (handed back, NF_REPEAT).
 DNS_MARK = 0x20000000
+#: http rules: the packet mark of a new TCP connection admitted provisionally (its verdict awaits
+#: its HTTP request; handed back by the loop), which our chain turns into ``HTTP_CTMARK`` on the
+#: connection: its client-to-server packets then go to the HTTP queue.
+HTTP_MARK = 0x40000000
+HTTP_CTMARK = 0x04000000
+#: The packet mark of a segment whose request the HTTP loop denied (it has reset both ends):
+#: our chain marks the connection ``HTTP_DENIED_CTMARK`` and drops its packets, both ways.
+HTTP_DENY_MARK = 0x80000000
+HTTP_DENIED_CTMARK = 0x08000000
 HOOKS = {"forward": "FORWARD", "input": "INPUT", "output": "OUTPUT"}
 #: The early host-endpoint hooks: (table, built-in chain).
 EARLY_HOOKS = {"untracked-in": ("raw", "PREROUTING"), "untracked-out": ("raw", "OUTPUT"),
@@ -99,6 +113,10 @@ def queue_target(first: int, last: int, fail_open: bool) -> list[str]:
     if fail_open:
         target.append("--queue-bypass")
     return target
+
+
+def _mark(mark: int) -> list[str]:
+    return ["-m", "mark", "--mark", f"{mark:#x}/{mark:#x}"]
 
 
 def remove_stale(ipv6: bool = True) -> list[str]:
@@ -138,6 +156,8 @@ class Rules:
     pre_dnat_queue: int | None = None
     #: the DNS-learning queue (domain rules): answers to established DNS queries go through it
     dns_queue: int | None = None
+    #: the HTTP queue (http rules): client-to-server packets of connections admitted provisionally
+    http_queue: int | None = None
     installed: list[tuple[str, str, str, str]] = field(default_factory=list)  # (binary, table, builtin, chain)
 
     def __post_init__(self) -> None:
@@ -168,7 +188,19 @@ class Rules:
             out.append(["-m", "conntrack", "--ctstate", "UNTRACKED", "-j", "RETURN"])
         if self.pre_dnat_queue is not None and hook == "input":  # a pre-DNAT rule allowed it
             out.append(["-m", "mark", "--mark", f"{PRE_DNAT_MARK:#x}/{PRE_DNAT_MARK:#x}", "-j", "RETURN"])
+        if self.http_queue is not None:
+            deny, pending = _mark(HTTP_DENY_MARK), _mark(HTTP_MARK)
+            out.append([*deny, "-j", "CONNMARK", "--or-mark", hex(HTTP_DENIED_CTMARK)])
+            out.append([*deny, "-j", "DROP"])
+            out.append(["-m", "connmark", "--mark", f"{HTTP_DENIED_CTMARK:#x}/{HTTP_DENIED_CTMARK:#x}", "-j", "DROP"])
+            out.append([*pending, "-j", "CONNMARK", "--or-mark", hex(HTTP_CTMARK)])
+            out.append([*pending, "-j", "RETURN"])
         out.append(["-m", "connmark", "--mark", f"{REVOKED_CTMARK:#x}/{REVOKED_CTMARK:#x}", "-j", "DROP"])
+        if self.http_queue is not None:
+            # (not resets: nothing to read, and the loop's own resets pass here on OUTPUT)
+            out.append(["-p", "tcp", "--tcp-flags", "RST", "NONE", "-m", "connmark", "--mark", f"{HTTP_CTMARK:#x}/{HTTP_CTMARK:#x}",
+                        "-m", "conntrack", "--ctstate", "ESTABLISHED", "--ctdir", "ORIGINAL",
+                        *queue_target(self.http_queue, self.http_queue, self.fail_open)])
         if self.dns_queue is not None:
             # Answers to the DNS queries policy allowed teach domain rules their addresses before
             # they are let through (back with DNS_MARK); established, they need no judging.

@@ -239,6 +239,41 @@ class DnsCollector(Collector):
         yield evicted
 
 
+class HttpCollector(Collector):
+    """http rules: connections admitted provisionally, requests judged, connections cut (resets
+    sent; streams that could not be judged, by reason; a full table)."""
+
+    def __init__(self, loops: Callable[[], tuple[list[Any], Any]]) -> None:
+        self.loops = loops
+
+    def collect(self) -> Iterator[Any]:
+        mains, loop = self.loops()
+        if loop is None:
+            return
+        from pyclassify.engine import HTTP_ERROR_NAMES
+
+        s = loop.stats
+        family = CounterMetricFamily("pyclassify_http_provisional",
+                                     "New TCP connections admitted up to their HTTP request")
+        family.add_metric([], sum(m.stats["http_provisional"] for m in mains))
+        yield family
+        requests = CounterMetricFamily("pyclassify_http_requests", "HTTP requests judged, by verdict",
+                                       labels=["verdict"])
+        requests.add_metric(["allow"], s["http_requests_allowed"])
+        requests.add_metric(["deny"], s["http_requests_denied"])
+        yield requests
+        broken = CounterMetricFamily("pyclassify_http_unjudgeable",
+                                     "Connections cut because their request stream could not be judged, by reason",
+                                     labels=["reason"])
+        for name, n in zip(HTTP_ERROR_NAMES, loop.http_errors()):
+            broken.add_metric([name], n)
+        broken.add_metric(["table_full"], s["http_table_full"])
+        yield broken
+        resets = CounterMetricFamily("pyclassify_http_resets", "TCP resets sent to cut denied connections")
+        resets.add_metric([], s["http_resets"])
+        yield resets
+
+
 class _LostLines(Collector):
     def __init__(self, lost: Callable[[], int]) -> None:
         self.lost = lost
@@ -260,11 +295,14 @@ class Metrics:
 
     def __init__(self, loops: Callable[[], list[Any]], fail_open: bool,
                  source: Callable[[], Any] | None = None, lost_lines: Callable[[], int] | None = None,
-                 bridge: Callable[[], Any] | None = None, dns: Callable[[], tuple[Any, Any]] | None = None) -> None:
+                 bridge: Callable[[], Any] | None = None, dns: Callable[[], tuple[Any, Any]] | None = None,
+                 http: Callable[[], tuple[list[Any], Any]] | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(LoopCollector(loops, fail_open))
         if dns is not None:
             self.registry.register(DnsCollector(dns))
+        if http is not None:
+            self.registry.register(HttpCollector(http))
         if bridge is not None:
             self.registry.register(BridgeCollector(bridge))
         if source is not None:

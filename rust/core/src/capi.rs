@@ -10,11 +10,18 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::batch::PacketHeader;
 use crate::conntrack::{ConnTrack, CtConfig, CtStats, FlowKey, QuotedTuple};
-use crate::engine::{Defaults, Judge, PacketVerdict, Snapshot as Engine};
+use crate::engine::judge::{judge_segment, Segment};
+use crate::engine::{Defaults, Judge, PacketVerdict, Snapshot as Engine, HTTP_TABLE_FULL, PACKET_ESTABLISHED};
+use crate::http::HttpConns;
+
+/// How long a watched HTTP connection may go without a client segment before a full table
+/// forgets it (the kernel tracks the connection itself; this table only learns its end from a
+/// FIN or RST of the client).
+const HTTP_IDLE_NS: u64 = 300_000_000_000;
 
 /// Bumped on any change to the table or the structs it passes. `EngineClient` (native/) refuses
 /// an engine of another version, on creation and on every swap.
-pub const ENGINE_ABI_VERSION: u32 = 5;
+pub const ENGINE_ABI_VERSION: u32 = 6;
 
 /// The name of the PyCapsule that carries an engine handle (`EngineRef`).
 pub const ENGINE_CAPSULE: &std::ffi::CStr = c"pyclassify._engine.EngineRef";
@@ -84,6 +91,17 @@ pub const API_FUNCTIONS: &[(&str, &str, &str, &str)] = &[
         "learns the DNS answers of one UDP payload (tcp: one TCP payload of length-prefixed messages) into the \
          engine's domain facts; returns how many new facts, or < 0; *error: 0, or 1 + the DNS_ERROR_NAMES index",
     ),
+    ("http_new", "pc_http *", "size_t cap", "a table of at most cap connections admitted provisionally by http rules"),
+    ("http_free", "void", "pc_http *conns", "frees a table of http_new"),
+    (
+        "http_judge",
+        "int32_t",
+        "const pc_engine *engine, pc_http *conns, const PacketHeader *header, uint32_t seq, const uint8_t *payload, \
+         size_t len, uint8_t pod_allow, uint8_t host_allow, pc_verdict *out",
+        "one client-to-server TCP segment of a connection admitted provisionally (watched from its first \
+         segment): reads it, judges each request it completes into out; returns 1 to let it pass, 0 to cut \
+         the connection (a request denied, the stream broken, the table full), or < 0",
+    ),
 ];
 
 /// Five `u32` sizes and versions, padded to pointer alignment, then the function pointers.
@@ -140,6 +158,23 @@ pub struct EngineApi {
         tcp: u8,
         error: *mut u8,
     ) -> i32,
+    /// A table of at most `cap` connections admitted provisionally by `http` rules.
+    pub http_new: unsafe extern "C" fn(cap: usize) -> *mut HttpConns,
+    pub http_free: unsafe extern "C" fn(conns: *mut HttpConns),
+    /// One client-to-server TCP segment (`seq`, `payload`) of a connection admitted
+    /// provisionally: returns 1 to let it pass, 0 to cut the connection, or < 0; `out` is the
+    /// judgement of the last request it completed (see `engine::judge::judge_segment`).
+    pub http_judge: unsafe extern "C" fn(
+        engine: *const Engine,
+        conns: *mut HttpConns,
+        header: *const PacketHeader,
+        seq: u32,
+        payload: *const u8,
+        len: usize,
+        pod_allow: u8,
+        host_allow: u8,
+        out: *mut PacketVerdict,
+    ) -> i32,
 }
 
 /// The one table.
@@ -157,7 +192,66 @@ pub static ENGINE_API: EngineApi = EngineApi {
     ct_expire,
     ct_revalidate,
     dns_learn,
+    http_new,
+    http_free,
+    http_judge,
 };
+
+unsafe extern "C" fn http_new(cap: usize) -> *mut HttpConns {
+    catch_unwind(|| Box::into_raw(Box::new(HttpConns::new(cap, crate::http::DEFAULT_MAX_HEAD, crate::http::DEFAULT_MAX_SEGMENTS))))
+        .unwrap_or(std::ptr::null_mut())
+}
+
+unsafe extern "C" fn http_free(conns: *mut HttpConns) {
+    if !conns.is_null() {
+        // SAFETY: a pointer of `http_new`, freed once.
+        drop(unsafe { Box::from_raw(conns) });
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn http_judge(
+    engine: *const Engine,
+    conns: *mut HttpConns,
+    header: *const PacketHeader,
+    seq: u32,
+    payload: *const u8,
+    len: usize,
+    pod_allow: u8,
+    host_allow: u8,
+    out: *mut PacketVerdict,
+) -> i32 {
+    // SAFETY: the caller passes a live engine, its own table, one header and output record, and
+    // `len` readable bytes.
+    let (Some(engine), Some(conns), Some(h), Some(out)) =
+        (unsafe { engine.as_ref() }, unsafe { conns.as_mut() }, unsafe { header.as_ref() }, unsafe { out.as_mut() })
+    else {
+        return CAPI_NULL;
+    };
+    if len > 0 && payload.is_null() {
+        return CAPI_NULL;
+    }
+    let data = if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(payload, len) } };
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        *out = PacketVerdict { allow: 1, reason: PACKET_ESTABLISHED, ..Default::default() };
+        let key = FlowKey::new(h.src_addr, h.dst_addr, h.sport, h.dport, h.protocol);
+        if !conns.watches(&key)
+            && !conns.watch(key, h.ts_ns, |_, last| h.ts_ns.saturating_sub(last) < HTTP_IDLE_NS)
+        {
+            *out = PacketVerdict { allow: 0, http: HTTP_TABLE_FULL, ..Default::default() };
+            return 0;
+        }
+        let pass = judge_segment(engine, conns, h, Segment { seq, data }, defaults(pod_allow, host_allow), out);
+        if h.tcp_flags & (TCP_FIN | TCP_RST) != 0 {
+            conns.forget(&key); // the client ends it: nothing more to judge
+        }
+        i32::from(pass != Some(false))
+    }));
+    result.unwrap_or(CAPI_PANIC)
+}
+
+const TCP_FIN: u8 = 0x01;
+const TCP_RST: u8 = 0x04;
 
 unsafe extern "C" fn dns_learn(engine: *const Engine, payload: *const u8, len: usize, now_ns: u64, tcp: u8,
                                error: *mut u8) -> i32 {
@@ -322,7 +416,8 @@ unsafe extern "C" fn ct_revalidate(
     };
     let d = defaults(pod_allow, host_allow);
     let result = catch_unwind(AssertUnwindSafe(|| {
-        ct.revalidate(now_ns, |key| engine.header_verdict(&header_of(key), d).is_some_and(|v| v.allow))
+        // a connection admitted provisionally (awaiting its HTTP request) stays admitted
+        ct.revalidate(now_ns, |key| engine.header_verdict(&header_of(key), d).is_some_and(|v| v.allow || v.awaits_request))
     }));
     let Ok(keys) = result else { return CAPI_PANIC as isize };
     if !out.is_null() {

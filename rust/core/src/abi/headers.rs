@@ -188,8 +188,18 @@ fn engine_api_h() -> String {
     let _ = writeln!(o, "#define PC_CAPI_OK {CAPI_OK}\n#define PC_CAPI_NULL ({CAPI_NULL})\n#define PC_CAPI_PANIC ({CAPI_PANIC})\n");
     let _ = writeln!(o, "/* QuotedTuple.flags: the quoted header was decoded far enough to give the tuple. */");
     let _ = writeln!(o, "#define PC_QUOTE_VALID {QUOTED_VALID}u\n");
+    let _ = writeln!(o, "/* pc_verdict.http codes (engine::records). */");
+    let _ = writeln!(
+        o,
+        "#define PC_HTTP_AWAITS {}\n#define PC_HTTP_REQUEST {}\n#define PC_HTTP_TABLE_FULL {}\n#define PC_HTTP_ERROR {}\n",
+        crate::engine::HTTP_AWAITS,
+        crate::engine::HTTP_REQUEST,
+        crate::engine::HTTP_TABLE_FULL,
+        crate::engine::HTTP_ERROR
+    );
     o.push_str("typedef struct pc_engine pc_engine;       /* Rust Engine */\n");
-    o.push_str("typedef struct pc_conntrack pc_conntrack; /* Rust ConnTrack */\n\n");
+    o.push_str("typedef struct pc_conntrack pc_conntrack; /* Rust ConnTrack */\n");
+    o.push_str("typedef struct pc_http pc_http;           /* Rust HttpConns */\n\n");
     for r in engine_api_records() {
         c_struct(&mut o, r);
     }
@@ -222,9 +232,9 @@ fn engine_api_pxd() -> String {
     o.push_str("# Declarations of native/engine_api.h: the Rust engine's C function table (via a PyCapsule).\n");
     o.push_str("from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t\n\n");
     o.push_str("from header_batch cimport PacketHeader, pc_record_layout\n\n\n");
-    o.push_str("cdef extern from \"engine_api.h\" nogil:\n    enum:\n        PC_ENGINE_ABI_VERSION\n        PC_CAPI_OK\n        PC_CAPI_NULL\n        PC_CAPI_PANIC\n        PC_QUOTE_VALID\n");
+    o.push_str("cdef extern from \"engine_api.h\" nogil:\n    enum:\n        PC_ENGINE_ABI_VERSION\n        PC_CAPI_OK\n        PC_CAPI_NULL\n        PC_CAPI_PANIC\n        PC_QUOTE_VALID\n        PC_HTTP_AWAITS\n        PC_HTTP_REQUEST\n        PC_HTTP_TABLE_FULL\n        PC_HTTP_ERROR\n");
     o.push_str("    const char *PC_ENGINE_CAPSULE\n\n");
-    o.push_str("    ctypedef struct pc_engine:\n        pass\n    ctypedef struct pc_conntrack:\n        pass\n\n");
+    o.push_str("    ctypedef struct pc_engine:\n        pass\n    ctypedef struct pc_conntrack:\n        pass\n    ctypedef struct pc_http:\n        pass\n\n");
     for r in engine_api_records() {
         pxd_struct(&mut o, r);
     }

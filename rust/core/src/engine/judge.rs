@@ -131,44 +131,64 @@ pub trait Judge {
             let Some((conns, segments)) = http.as_mut() else { continue };
             match state {
                 CtState::New(flow) if allowed && o.http == HTTP_AWAITS => {
-                    if !conns.watch(flow.key(), |k| ct.get(k, h.ts_ns).is_some()) {
+                    if !conns.watch(flow.key(), h.ts_ns, |k, _| ct.get(k, h.ts_ns).is_some()) {
                         ct.revoke(&flow.key(), h.ts_ns);
                         o.allow = 0;
                         o.http = HTTP_TABLE_FULL;
                     }
                 }
                 CtState::Established if !conns.is_empty() => {
-                    let key = FlowKey::new(h.src_addr, h.dst_addr, h.sport, h.dport, h.protocol);
                     let seg = segments.get(i).copied().unwrap_or_default();
-                    match conns.feed(&key, seg.seq, seg.data) {
-                        None => {}
-                        Some(Fed::Requests(requests)) if requests.is_empty() => {
-                            if conns.awaiting(&key) {
-                                o.http = HTTP_AWAITS; // still provisional: no request judged yet
-                            }
-                        }
-                        Some(Fed::Requests(requests)) => {
-                            for r in &requests {
-                                let Some(v) = self.request_verdict(h, r, defaults) else { continue };
-                                *o = PacketVerdict::judged(&v);
-                                o.http = HTTP_REQUEST;
-                                o.ct_state = state.code();
-                                if !v.allow {
-                                    conns.forget(&key);
-                                    ct.revoke(&key, h.ts_ns);
-                                    break;
-                                }
-                            }
-                        }
-                        Some(Fed::Broken(e)) => {
-                            ct.revoke(&key, h.ts_ns);
-                            *o = PacketVerdict { allow: 0, reason: PACKET_POLICY, ct_state: state.code(), ..Default::default() };
-                            o.http = HTTP_ERROR + e as u8;
-                        }
+                    if judge_segment(self, conns, h, seg, defaults, o) == Some(false) {
+                        ct.revoke(&FlowKey::new(h.src_addr, h.dst_addr, h.sport, h.dport, h.protocol), h.ts_ns);
                     }
+                    o.ct_state = state.code();
                 }
                 _ => {}
             }
+        }
+    }
+}
+
+/// One client-to-server segment of a connection `conns` may watch (its header `h` in the
+/// original direction, allowed so far): None if it is not watched (`out` untouched). Else the
+/// segment is read and each request it completes judged: `out` becomes that judgement
+/// (`HTTP_REQUEST`), or a denial for a stream that cannot be judged (`HTTP_ERROR + k`), or stays
+/// an allow marked `HTTP_AWAITS` while no request has been read yet. Some(false): the
+/// connection is denied from here on (a request denied, or the stream broken) and no longer
+/// watched: cut it.
+pub fn judge_segment<J: Judge + ?Sized>(
+    engine: &J,
+    conns: &mut HttpConns,
+    h: &PacketHeader,
+    seg: Segment<'_>,
+    defaults: Defaults,
+    out: &mut PacketVerdict,
+) -> Option<bool> {
+    let key = FlowKey::new(h.src_addr, h.dst_addr, h.sport, h.dport, h.protocol);
+    match conns.feed(&key, seg.seq, seg.data, h.ts_ns)? {
+        Fed::Requests(requests) if requests.is_empty() => {
+            if conns.awaiting(&key) {
+                out.http = HTTP_AWAITS; // still provisional: no request judged yet
+            }
+            Some(true)
+        }
+        Fed::Requests(requests) => {
+            for r in &requests {
+                let Some(v) = engine.request_verdict(h, r, defaults) else { continue };
+                *out = PacketVerdict::judged(&v);
+                out.http = HTTP_REQUEST;
+                if !v.allow {
+                    conns.forget(&key);
+                    return Some(false);
+                }
+            }
+            Some(true)
+        }
+        Fed::Broken(e) => {
+            *out = PacketVerdict { allow: 0, reason: PACKET_POLICY, ..Default::default() };
+            out.http = HTTP_ERROR + e as u8;
+            Some(false)
         }
     }
 }

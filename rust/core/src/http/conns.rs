@@ -44,6 +44,8 @@ struct Watched {
     next_seq: Option<u32>,
     /// Request heads read so far.
     requests: u64,
+    /// When it was watched or last fed a segment (ns).
+    last_ns: u64,
 }
 
 /// The watched connections, by original-direction key (client to server).
@@ -75,19 +77,20 @@ impl HttpConns {
         self.stats
     }
 
-    /// Starts watching `key` (original direction). When the table is full, the connections
-    /// `alive` says have ended are dropped first; false if it is still full (deny the
-    /// connection). Watching a key again starts its stream afresh (a new connection reusing it).
-    pub fn watch(&mut self, key: FlowKey, alive: impl Fn(&FlowKey) -> bool) -> bool {
+    /// Starts watching `key` (original direction) at `now_ns`. When the table is full, the
+    /// connections `alive` (given each one's key and when it was last fed) says have ended are
+    /// dropped first; false if it is still full (deny the connection). Watching a key again
+    /// starts its stream afresh (a new connection reusing it).
+    pub fn watch(&mut self, key: FlowKey, now_ns: u64, alive: impl Fn(&FlowKey, u64) -> bool) -> bool {
         if self.map.len() >= self.cap && !self.map.contains_key(&key) {
-            self.map.retain(|k, _| alive(k));
+            self.map.retain(|k, w| alive(k, w.last_ns));
             if self.map.len() >= self.cap {
                 self.stats.full += 1;
                 return false;
             }
         }
         let stream = RequestStream::new(self.max_head, self.max_segments);
-        self.map.insert(key, Watched { stream, next_seq: None, requests: 0 });
+        self.map.insert(key, Watched { stream, next_seq: None, requests: 0, last_ns: now_ns });
         self.stats.watched += 1;
         true
     }
@@ -108,10 +111,12 @@ impl HttpConns {
     }
 
     /// Feeds one client-to-server segment (`seq`: its first byte's TCP sequence number) of a
-    /// watched connection; None if `key` is not watched. Bytes already read (retransmissions,
-    /// the overlapping start of a segment) are skipped; a segment after a gap is not read.
-    pub fn feed(&mut self, key: &FlowKey, seq: u32, payload: &[u8]) -> Option<Fed> {
+    /// watched connection, seen at `now_ns`; None if `key` is not watched. Bytes already read
+    /// (retransmissions, the overlapping start of a segment) are skipped; a segment after a gap
+    /// is not read.
+    pub fn feed(&mut self, key: &FlowKey, seq: u32, payload: &[u8], now_ns: u64) -> Option<Fed> {
         let w = self.map.get_mut(key)?;
+        w.last_ns = now_ns;
         if payload.is_empty() {
             return Some(Fed::Requests(Vec::new()));
         }
@@ -176,16 +181,16 @@ mod tests {
     fn requests_in_sequence_with_retransmissions_and_gaps() {
         let mut t = HttpConns::default();
         let k = key(1000);
-        assert!(t.feed(&k, 1, b"GET / HTTP/1.1\r\n\r\n").is_none());
-        assert!(t.watch(k, |_| true));
-        assert!(paths(t.feed(&k, 100, b"GET /a HTTP/1.1\r\nHo")).is_empty());
+        assert!(t.feed(&k, 1, b"GET / HTTP/1.1\r\n\r\n", 0).is_none());
+        assert!(t.watch(k, 0, |_, _| true));
+        assert!(paths(t.feed(&k, 100, b"GET /a HTTP/1.1\r\nHo", 0)).is_empty());
         // a retransmission of what was read, then one overlapping the end of it
-        assert!(paths(t.feed(&k, 100, b"GET /a HTTP/1.1\r\nHo")).is_empty());
+        assert!(paths(t.feed(&k, 100, b"GET /a HTTP/1.1\r\nHo", 0)).is_empty());
         // a gap: not read
-        assert!(paths(t.feed(&k, 200, b"GET /x HTTP/1.1\r\n\r\n")).is_empty());
+        assert!(paths(t.feed(&k, 200, b"GET /x HTTP/1.1\r\n\r\n", 0)).is_empty());
         assert_eq!(t.stats().out_of_order, 1);
         let next = 100 + 19;
-        assert_eq!(paths(t.feed(&k, next - 2, b"Host: h\r\n\r\nGET /b HTTP/1.1\r\n\r\n")), vec!["GET /a", "GET /b"]);
+        assert_eq!(paths(t.feed(&k, next - 2, b"Host: h\r\n\r\nGET /b HTTP/1.1\r\n\r\n", 0)), vec!["GET /a", "GET /b"]);
         assert_eq!(t.stats().requests, 2);
     }
 
@@ -193,18 +198,18 @@ mod tests {
     fn sequence_numbers_wrap() {
         let mut t = HttpConns::default();
         let k = key(1001);
-        t.watch(k, |_| true);
+        t.watch(k, 0, |_, _| true);
         let seq = u32::MAX - 3;
-        assert!(paths(t.feed(&k, seq, b"GET /w")).is_empty());
-        assert_eq!(paths(t.feed(&k, seq.wrapping_add(6), b" HTTP/1.1\r\n\r\n")), vec!["GET /w"]);
+        assert!(paths(t.feed(&k, seq, b"GET /w", 0)).is_empty());
+        assert_eq!(paths(t.feed(&k, seq.wrapping_add(6), b" HTTP/1.1\r\n\r\n", 0)), vec!["GET /w"]);
     }
 
     #[test]
     fn a_broken_stream_is_forgotten_and_counted() {
         let mut t = HttpConns::default();
         let k = key(1002);
-        t.watch(k, |_| true);
-        assert!(matches!(t.feed(&k, 0, b"\x16\x03\x01\x02\x00"), Some(Fed::Broken(HttpError::NotHttp))));
+        t.watch(k, 0, |_, _| true);
+        assert!(matches!(t.feed(&k, 0, b"\x16\x03\x01\x02\x00", 0), Some(Fed::Broken(HttpError::NotHttp))));
         assert!(!t.watches(&k));
         assert_eq!(t.stats().errors[HttpError::NotHttp as usize], 1);
     }
@@ -212,11 +217,11 @@ mod tests {
     #[test]
     fn full_table_drops_ended_connections_first() {
         let mut t = HttpConns::new(2, DEFAULT_MAX_HEAD, DEFAULT_MAX_SEGMENTS);
-        assert!(t.watch(key(1), |_| true));
-        assert!(t.watch(key(2), |_| true));
-        assert!(!t.watch(key(3), |_| true));
+        assert!(t.watch(key(1), 0, |_, _| true));
+        assert!(t.watch(key(2), 0, |_, _| true));
+        assert!(!t.watch(key(3), 0, |_, _| true));
         assert_eq!(t.stats().full, 1);
-        assert!(t.watch(key(3), |k| k.sport != 1));
+        assert!(t.watch(key(3), 0, |k, _| k.sport != 1));
         assert!(!t.watches(&key(1)) && t.watches(&key(3)));
     }
 }
