@@ -69,7 +69,7 @@ typedef struct pc_verdict {
     uint8_t allow;           /*  0 */
     uint8_t reason;          /*  1: `PACKET_POLICY`, `PACKET_ESTABLISHED`, `PACKET_MALFORMED` or `PACKET_INVALID`. */
     uint8_t ct_state;        /*  2: Connection-tracking state code (`conntrack::code`), 0 without tracking. */
-    uint8_t http;            /*  3: HTTP (`http` rules): `HTTP_NONE`; `HTTP_AWAITS` admitted provisionally (or, untracked, denied unless a request matches); `HTTP_REQUEST` judged with the request this packet completed; `HTTP_ERROR + k`: denied, the stream broke (`http::HTTP_ERROR_NAMES[k]`). */
+    uint8_t http;            /*  3: HTTP (`http` rules): `HTTP_NONE`; `HTTP_AWAITS` admitted provisionally (or, untracked, denied unless a request matches); `HTTP_REQUEST` judged with the request this packet completed; `HTTP_OUT_OF_ORDER` held back; `HTTP_TABLE_FULL` not followed, cut; `HTTP_ERROR + k`: denied, the stream broke (`http::HTTP_ERROR_NAMES[k]`). */
     pc_side_verdict egress;  /*  4 */
     pc_side_verdict ingress; /* 24 */
 } pc_verdict;
@@ -108,11 +108,13 @@ typedef struct pc_engine_api {
     ssize_t (*ct_revalidate)(pc_conntrack *ct, const pc_engine *engine, uint8_t pod_allow, uint8_t host_allow, uint64_t now_ns, pc_revoked_flow *out, size_t cap);
     /* learns the DNS answers of one UDP payload (tcp: one TCP payload of length-prefixed messages) into the engine's domain facts; returns how many new facts, or < 0; *error: 0, or 1 + the DNS_ERROR_NAMES index */
     int32_t (*dns_learn)(const pc_engine *engine, const uint8_t *payload, size_t len, uint64_t now_ns, uint8_t tcp, uint8_t *error);
-    /* a table of at most cap connections admitted provisionally by http rules */
+    /* a table of at most cap connections admitted provisionally by http rules (thread-safe: the loops that admit connections and the one that reads them share it) */
     pc_http * (*http_new)(size_t cap);
     /* frees a table of http_new */
     void (*http_free)(pc_http *conns);
-    /* one client-to-server TCP segment of a connection admitted provisionally (watched from its first segment): reads it, judges each request it completes into out; returns 1 to let it pass, 0 to cut the connection (a request denied, the stream broken, the table full), or < 0 */
+    /* follows the connection a SYN opens, admitted provisionally; next_seq: its client's first byte (the SYN's sequence number + 1); returns 1, 0 when the table is full (deny it), or < 0 */
+    int32_t (*http_watch)(pc_http *conns, const PacketHeader *syn, uint32_t next_seq);
+    /* one client-to-server TCP segment of a connection http_watch follows: reads it, judges each request it completes into out; returns 1 to let it pass, 2 to drop it alone (after a gap in what was read), 0 to cut the connection (a request denied, the stream broken, a connection not followed), or < 0 */
     int32_t (*http_judge)(const pc_engine *engine, pc_http *conns, const PacketHeader *header, uint32_t seq, const uint8_t *payload, size_t len, uint8_t pod_allow, uint8_t host_allow, pc_verdict *out);
 } pc_engine_api;
 
@@ -164,7 +166,7 @@ _Static_assert(offsetof(pc_revoked_flow, protocol) == 36, "pc_revoked_flow.proto
 _Static_assert(offsetof(pc_revoked_flow, ip_version) == 37, "pc_revoked_flow.ip_version offset");
 _Static_assert(offsetof(pc_revoked_flow, reserved) == 38, "pc_revoked_flow.reserved offset");
 
-_Static_assert(sizeof(pc_engine_api) == 112, "pc_engine_api size");
+_Static_assert(sizeof(pc_engine_api) == 120, "pc_engine_api size");
 
 static const pc_field pc_fields_pc_quote[] = {
     {"src_addr", offsetof(pc_quote, src_addr), sizeof(((pc_quote *)0)->src_addr)},

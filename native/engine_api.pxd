@@ -83,6 +83,7 @@ cdef extern from "engine_api.h" nogil:
         int32_t (*dns_learn)(const pc_engine *engine, const uint8_t *payload, size_t len, uint64_t now_ns, uint8_t tcp, uint8_t *error) noexcept nogil
         pc_http * (*http_new)(size_t cap) noexcept nogil
         void (*http_free)(pc_http *conns) noexcept nogil
+        int32_t (*http_watch)(pc_http *conns, const PacketHeader *syn, uint32_t next_seq) noexcept nogil
         int32_t (*http_judge)(const pc_engine *engine, pc_http *conns, const PacketHeader *header, uint32_t seq, const uint8_t *payload, size_t len, uint8_t pod_allow, uint8_t host_allow, pc_verdict *out) noexcept nogil
 
     ctypedef struct pc_engine_ref:

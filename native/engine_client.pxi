@@ -47,7 +47,8 @@ cdef class EngineClient:
     cdef object _capsule
     cdef pc_engine_ref *ref
     cdef pc_conntrack *ct
-    cdef pc_http *http  # connections admitted provisionally by http rules (an HTTP loop's)
+    cdef pc_http *http  # connections admitted provisionally by http rules (shared, see share_http)
+    cdef EngineClient http_owner  # the client whose table ``http`` is, when not this one
     cdef public bint pod_allow
     cdef public bint host_allow
 
@@ -72,9 +73,9 @@ cdef class EngineClient:
         if self.ct != NULL and self.ref != NULL:
             self.ref.api.ct_free(self.ct)
             self.ct = NULL
-        if self.http != NULL and self.ref != NULL:
+        if self.http != NULL and self.ref != NULL and self.http_owner is None:
             self.ref.api.http_free(self.http)
-            self.http = NULL
+        self.http = NULL
 
     def swap(self, capsule):
         """Use a new engine from now on (the tracker and its connections stay). Its ABI is
@@ -87,9 +88,28 @@ cdef class EngineClient:
         return self.ref.api.judge(self.ref.engine, self.ct, headers, quotes, n, out,
                                   self.pod_allow, self.host_allow)
 
+    def share_http(self, EngineClient owner):
+        """Follow connections in ``owner``'s table of http connections (the HTTP loop's): the
+        loops that admit a connection provisionally (``http_watch_c``) and the loop that reads
+        it share one table (thread-safe on the Rust side)."""
+        if owner.http == NULL:
+            raise ValueError("that client has no table of http connections")
+        if self.http != NULL and self.http_owner is None:
+            raise ValueError("this client has a table of its own")
+        self.http = owner.http
+        self.http_owner = owner
+
+    cdef int http_watch_c(self, const PacketHeader *syn, uint32_t next_seq) noexcept nogil:
+        """1: the connection the SYN opens is followed from its client's byte ``next_seq``; 0:
+        the table is full (deny it); < 0: an error or no table."""
+        if self.http == NULL:
+            return PC_CAPI_NULL
+        return self.ref.api.http_watch(self.http, syn, next_seq)
+
     cdef int http_judge_c(self, const PacketHeader *header, uint32_t seq, const uint8_t *payload, size_t n,
                           pc_verdict *out) noexcept nogil:
-        """1: let the segment pass; 0: cut its connection; < 0: an error (see capi http_judge)."""
+        """1: let the segment pass; 2: drop it alone; 0: cut its connection; < 0: an error (see
+        capi http_judge)."""
         if self.http == NULL:
             return PC_CAPI_NULL
         return self.ref.api.http_judge(self.ref.engine, self.http, header, seq, payload, n,

@@ -353,10 +353,10 @@ cdef class NfQueue:
     cdef readonly uint32_t reject_mark  # 0: a denied packet is dropped; else sent back with this mark
     cdef readonly uint32_t accept_mark  # 0: an allowed packet is accepted; else one a rule allowed is sent back with it
     cdef readonly bint dns  # a DNS-learning loop (see the class doc)
-    cdef public uint32_t http_mark  # 0: a connection awaiting its HTTP request is denied; else admitted with it
+    cdef readonly uint32_t http_mark  # 0: a connection awaiting its HTTP request is denied; else admitted with it
     cdef readonly uint32_t http_deny_mark  # nonzero: an HTTP loop (see the class doc)
     cdef TcpResetter resetter
-    cdef uint64_t c_http_provisional, c_http_allowed, c_http_denied, c_http_full, c_http_resets
+    cdef uint64_t c_http_provisional, c_http_allowed, c_http_denied, c_http_full, c_http_resets, c_http_held
     cdef uint64_t c_http_errors[HTTP_ERRORS_MAX]
     cdef uint64_t c_dns_answers, c_dns_learned
     cdef uint64_t c_dns_errors[16]
@@ -549,8 +549,14 @@ cdef class NfQueue:
             "event_drops": self.c_event_drops, "swaps": self.c_swaps,
             "http_provisional": self.c_http_provisional, "http_requests_allowed": self.c_http_allowed,
             "http_requests_denied": self.c_http_denied, "http_table_full": self.c_http_full,
-            "http_resets": self.c_http_resets,
+            "http_resets": self.c_http_resets, "http_held": self.c_http_held,
         }
+
+    def admit_http(self, NfQueue http_loop, uint32_t mark):
+        """From now on, hand a new connection denied only for want of its HTTP request back with
+        ``mark``, admitted provisionally, and have ``http_loop`` (an HTTP loop) follow it."""
+        self.client.share_http(http_loop.client)
+        self.http_mark = mark
 
     def http_errors(self):
         """Request streams an HTTP loop cut because they could not be judged, by
@@ -667,6 +673,19 @@ cdef class NfQueue:
         self._send_verdicts(n, NF_ACCEPT)
         self.c_batches += 1
 
+    cdef bint _follow_http(self, int i) noexcept nogil:
+        """Have the HTTP loop follow the connection packet ``i`` (its SYN) opens, from the
+        client's first byte; false if it cannot (the table is full): the connection is denied."""
+        cdef NfqPacket *p = &self.pk[i]
+        cdef size_t start, end
+        cdef uint32_t seq = 0
+        if not l4_payload(p.payload, p.caplen, LT_RAW, &start, &end, &seq):
+            return False
+        if self.client.http_watch_c(&self.hdr[i], seq + 1) == 1:
+            return True
+        self.c_http_full += 1
+        return False
+
     cdef void _judge_http(self, int n) noexcept nogil:
         """Each packet is a client-to-server segment of a connection admitted provisionally:
         its requests are judged; one denied (or a stream that cannot be judged) cuts the
@@ -714,6 +733,10 @@ cdef class NfQueue:
             if rc == 1:
                 self.final[i] = NF_ACCEPT
                 self.c_accepted += 1
+            elif rc == 2:  # after a gap in what was read: dropped, the client resends it in order
+                self.final[i] = NF_DROP
+                self.c_http_held += 1
+                self.c_dropped += 1
             else:
                 # The packets before it go first (the handshake's last ACK may be among them:
                 # reset before it, the server would drop the connection unseen), then the
@@ -767,8 +790,10 @@ cdef class NfQueue:
             elif rc != PC_CAPI_OK:
                 self.final[i] = failv
             else:
-                if not self.ver[i].allow and self.http_mark and self.ver[i].http == PC_HTTP_AWAITS:
+                if (not self.ver[i].allow and self.http_mark and self.ver[i].http == PC_HTTP_AWAITS
+                        and self._follow_http(i)):
                     self.final[i] = FINAL_HTTP_PENDING
+                    self.ver[i].allow = 1  # admitted (provisionally), as the log says
                     self.c_http_provisional += 1
                 elif not self.ver[i].allow:
                     self.final[i] = NF_REPEAT if self.reject_mark else NF_DROP

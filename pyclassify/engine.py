@@ -57,11 +57,13 @@ PACKET_INVALID = 3  # connection tracking found it invalid (opens nothing): deni
 
 # PacketVerdict.http (rust/core/src/engine/records.rs): admitted provisionally, its connection's
 # HTTP request awaited; judged with the request the packet completed; denied because no more
-# connections can be watched; denied because the request stream broke (+ HTTP_ERROR_NAMES index).
+# connections can be watched; denied because the request stream broke (+ HTTP_ERROR_NAMES index);
+# held back (dropped, the connection kept): a segment after a gap in what was read.
 HTTP_AWAITS: int = _engine.HTTP_AWAITS
 HTTP_REQUEST: int = _engine.HTTP_REQUEST
 HTTP_TABLE_FULL: int = _engine.HTTP_TABLE_FULL
 HTTP_ERROR: int = _engine.HTTP_ERROR
+HTTP_OUT_OF_ORDER: int = _engine.HTTP_OUT_OF_ORDER
 HTTP_ERROR_NAMES: tuple[str, ...] = tuple(_engine.HTTP_ERROR_NAMES)
 
 assert VERDICT_DTYPE.itemsize == _engine.VERDICT_SIZE

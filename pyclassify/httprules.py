@@ -18,7 +18,16 @@ import numpy.typing as npt
 
 from pyclassify import _native
 from pyclassify.batch import FLAG_HAS_PORTS, FLAG_MALFORMED
-from pyclassify.engine import HTTP_AWAITS, HTTP_ERROR, HTTP_ERROR_NAMES, HTTP_REQUEST, HTTP_TABLE_FULL, PACKET_POLICY
+from pyclassify.engine import (
+    HTTP_AWAITS,
+    HTTP_ERROR,
+    HTTP_ERROR_NAMES,
+    HTTP_OUT_OF_ORDER,
+    HTTP_REQUEST,
+    HTTP_TABLE_FULL,
+    PACKET_INVALID,
+    PACKET_POLICY,
+)
 from pyclassify.ir import PROTO_TCP
 
 __all__ = ["count_outcomes", "has_http_rules", "outcome_mask", "outcome_name", "segments"]
@@ -43,8 +52,9 @@ def segments(batch: Any) -> npt.NDArray[np.int64]:
 
 def outcome_name(code: int) -> str | None:
     """``PacketVerdict.http`` as a word: ``provisional`` (admitted up to its connection's
-    request), ``request`` (judged with the request it completed), ``table_full``, or the name of
-    the error that made the request stream unjudgeable; None for 0."""
+    request), ``request`` (judged with the request it completed), ``held`` (after a gap in what
+    was read: dropped, the connection kept), ``table_full``, or the name of the error that made
+    the request stream unjudgeable; None for 0."""
     if code == 0:
         return None
     if code == HTTP_AWAITS:
@@ -53,6 +63,8 @@ def outcome_name(code: int) -> str | None:
         return "request"
     if code == HTTP_TABLE_FULL:
         return "table_full"
+    if code == HTTP_OUT_OF_ORDER:
+        return "held"
     index = code - HTTP_ERROR
     return HTTP_ERROR_NAMES[index] if 0 <= index < len(HTTP_ERROR_NAMES) else f"error_{code}"
 
@@ -67,7 +79,10 @@ def outcome_mask(verdicts: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
 def count_outcomes(counter: Counter, verdicts: npt.NDArray[Any]) -> None:
     """Adds a batch's HTTP outcomes to ``counter``: ``provisional`` (connections admitted up to
     their request), ``requests_allowed``/``requests_denied`` (packets that completed a request,
-    judged), ``table_full`` and each stream error by name (connections denied)."""
+    judged), ``held`` (segments after a gap, dropped), ``table_full`` and each stream error by
+    name (connections denied)."""
+    counter["held"] += int(np.count_nonzero((verdicts["reason"] == PACKET_INVALID)
+                                            & (verdicts["http"] == HTTP_OUT_OF_ORDER)))
     judged = verdicts[verdicts["reason"] == PACKET_POLICY]
     http = judged["http"]
     if not http.any():

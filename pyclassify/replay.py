@@ -622,7 +622,7 @@ class Replay:
             "interrupted": s.interrupted,
             "dns": None if self.dns is None else self.dns.to_json(),
             "http": None if not self.http else {
-                **{k: s.http[k] for k in ("provisional", "requests_allowed", "requests_denied", "table_full")},
+                **{k: s.http[k] for k in ("provisional", "requests_allowed", "requests_denied", "held", "table_full")},
                 "errors": {k: n for k, n in sorted(s.http.items()) if k in HTTP_ERROR_NAMES and n},
             },
             "staged": None if self.staged is None else {

@@ -326,7 +326,7 @@ class Enforcer:
         self.loops.append(loop)
         self.http_loop = loop
         for main in self.main_loops:
-            main.http_mark = HTTP_MARK
+            main.admit_http(loop, HTTP_MARK)
         return queue
 
     def _open_early_hooks(self, queue: int, only: list[Hook] | None = None) -> dict[Hook, int]:
@@ -738,6 +738,9 @@ class Enforcer:
             fields.update(self._endpoint_refs(src, dst))
             if hook is not None:
                 fields["hook"] = hook.value
+            http = httprules.outcome_name(int(v[i]["http"]))
+            if http is not None:
+                fields["http"] = http
             if staged is not None:
                 fields["staged"] = self._staged_json(staged[i])
             if not allowed:

@@ -193,8 +193,10 @@ class Rules:
             out.append([*deny, "-j", "CONNMARK", "--or-mark", hex(HTTP_DENIED_CTMARK)])
             out.append([*deny, "-j", "DROP"])
             out.append(["-m", "connmark", "--mark", f"{HTTP_DENIED_CTMARK:#x}/{HTTP_DENIED_CTMARK:#x}", "-j", "DROP"])
-            out.append([*pending, "-j", "CONNMARK", "--or-mark", hex(HTTP_CTMARK)])
-            out.append([*pending, "-j", "RETURN"])
+            new = ["-m", "conntrack", "--ctstate", "NEW"]
+            out.append([*pending, *new, "-j", "CONNMARK", "--or-mark", hex(HTTP_CTMARK)])
+            out.append([*pending, *new, "-j", "RETURN"])
+            out.append([*pending, "-j", "DROP"])  # only a SYN is admitted so (not an invalid packet)
         out.append(["-m", "connmark", "--mark", f"{REVOKED_CTMARK:#x}/{REVOKED_CTMARK:#x}", "-j", "DROP"])
         if self.http_queue is not None:
             # (not resets: nothing to read, and the loop's own resets pass here on OUTPUT)

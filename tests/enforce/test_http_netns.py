@@ -150,8 +150,10 @@ def test_requests_are_judged_and_denied_ones_reset_both_ends(topo: Topology, tmp
     assert figures['pyclassify_http_requests_total{verdict="deny"}'] == 3, figures
     assert figures["pyclassify_http_provisional_total"] == 6, figures
     assert figures["pyclassify_http_resets_total"] == 6, figures  # two per cut connection
+    assert figures['pyclassify_http_unjudgeable_total{reason="table_full"}'] == 0, figures
     denied = daemon.wait_event("deny")
     assert denied["ingress"]["policy"] == "NetworkPolicy/c/c-http" and denied["ingress"]["rule"] == 2
+    assert denied["http"] == "request"
     # Nothing is left open on the server: the allowed connections closed, the cut ones reset.
     established = sh("ip", "netns", "exec", topo.pods[2], "ss", "-Htn", "state", "established",
                      f"( sport = :{PORT} )").stdout

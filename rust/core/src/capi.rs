@@ -10,9 +10,15 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::batch::PacketHeader;
 use crate::conntrack::{ConnTrack, CtConfig, CtStats, FlowKey, QuotedTuple};
-use crate::engine::judge::{judge_segment, Segment};
+use std::sync::Mutex;
+
+use crate::engine::judge::{judge_segment, Segment, SegmentStep};
 use crate::engine::{Defaults, Judge, PacketVerdict, Snapshot as Engine, HTTP_TABLE_FULL, PACKET_ESTABLISHED};
 use crate::http::HttpConns;
+
+/// The connections admitted provisionally by `http` rules, shared by the loops that admit them
+/// (`http_watch`, at the SYN) and the HTTP loop that reads them (`http_judge`).
+pub struct SharedHttp(Mutex<HttpConns>);
 
 /// How long a watched HTTP connection may go without a client segment before a full table
 /// forgets it (the kernel tracks the connection itself; this table only learns its end from a
@@ -91,16 +97,24 @@ pub const API_FUNCTIONS: &[(&str, &str, &str, &str)] = &[
         "learns the DNS answers of one UDP payload (tcp: one TCP payload of length-prefixed messages) into the \
          engine's domain facts; returns how many new facts, or < 0; *error: 0, or 1 + the DNS_ERROR_NAMES index",
     ),
-    ("http_new", "pc_http *", "size_t cap", "a table of at most cap connections admitted provisionally by http rules"),
+    ("http_new", "pc_http *", "size_t cap", "a table of at most cap connections admitted provisionally by http rules \
+      (thread-safe: the loops that admit connections and the one that reads them share it)"),
     ("http_free", "void", "pc_http *conns", "frees a table of http_new"),
+    (
+        "http_watch",
+        "int32_t",
+        "pc_http *conns, const PacketHeader *syn, uint32_t next_seq",
+        "follows the connection a SYN opens, admitted provisionally; next_seq: its client's first byte (the \
+         SYN's sequence number + 1); returns 1, 0 when the table is full (deny it), or < 0",
+    ),
     (
         "http_judge",
         "int32_t",
         "const pc_engine *engine, pc_http *conns, const PacketHeader *header, uint32_t seq, const uint8_t *payload, \
          size_t len, uint8_t pod_allow, uint8_t host_allow, pc_verdict *out",
-        "one client-to-server TCP segment of a connection admitted provisionally (watched from its first \
-         segment): reads it, judges each request it completes into out; returns 1 to let it pass, 0 to cut \
-         the connection (a request denied, the stream broken, the table full), or < 0",
+        "one client-to-server TCP segment of a connection http_watch follows: reads it, judges each request it \
+         completes into out; returns 1 to let it pass, 2 to drop it alone (after a gap in what was read), 0 to \
+         cut the connection (a request denied, the stream broken, a connection not followed), or < 0",
     ),
 ];
 
@@ -159,14 +173,16 @@ pub struct EngineApi {
         error: *mut u8,
     ) -> i32,
     /// A table of at most `cap` connections admitted provisionally by `http` rules.
-    pub http_new: unsafe extern "C" fn(cap: usize) -> *mut HttpConns,
-    pub http_free: unsafe extern "C" fn(conns: *mut HttpConns),
-    /// One client-to-server TCP segment (`seq`, `payload`) of a connection admitted
-    /// provisionally: returns 1 to let it pass, 0 to cut the connection, or < 0; `out` is the
-    /// judgement of the last request it completed (see `engine::judge::judge_segment`).
+    pub http_new: unsafe extern "C" fn(cap: usize) -> *mut SharedHttp,
+    pub http_free: unsafe extern "C" fn(conns: *mut SharedHttp),
+    /// Follows the connection `syn` opens from its client's byte `next_seq`: 1, 0 when full.
+    pub http_watch: unsafe extern "C" fn(conns: *mut SharedHttp, syn: *const PacketHeader, next_seq: u32) -> i32,
+    /// One client-to-server TCP segment (`seq`, `payload`) of a connection `http_watch`
+    /// follows: returns 1 to let it pass, 2 to drop it alone, 0 to cut the connection, or < 0;
+    /// `out` is the judgement of the last request it completed (`engine::judge::judge_segment`).
     pub http_judge: unsafe extern "C" fn(
         engine: *const Engine,
-        conns: *mut HttpConns,
+        conns: *mut SharedHttp,
         header: *const PacketHeader,
         seq: u32,
         payload: *const u8,
@@ -194,25 +210,40 @@ pub static ENGINE_API: EngineApi = EngineApi {
     dns_learn,
     http_new,
     http_free,
+    http_watch,
     http_judge,
 };
 
-unsafe extern "C" fn http_new(cap: usize) -> *mut HttpConns {
-    catch_unwind(|| Box::into_raw(Box::new(HttpConns::new(cap, crate::http::DEFAULT_MAX_HEAD, crate::http::DEFAULT_MAX_SEGMENTS))))
-        .unwrap_or(std::ptr::null_mut())
+unsafe extern "C" fn http_new(cap: usize) -> *mut SharedHttp {
+    catch_unwind(|| {
+        let conns = HttpConns::new(cap, crate::http::DEFAULT_MAX_HEAD, crate::http::DEFAULT_MAX_SEGMENTS);
+        Box::into_raw(Box::new(SharedHttp(Mutex::new(conns))))
+    })
+    .unwrap_or(std::ptr::null_mut())
 }
 
-unsafe extern "C" fn http_free(conns: *mut HttpConns) {
+unsafe extern "C" fn http_free(conns: *mut SharedHttp) {
     if !conns.is_null() {
         // SAFETY: a pointer of `http_new`, freed once.
         drop(unsafe { Box::from_raw(conns) });
     }
 }
 
+unsafe extern "C" fn http_watch(conns: *mut SharedHttp, syn: *const PacketHeader, next_seq: u32) -> i32 {
+    // SAFETY: the caller passes a table of `http_new` and one header.
+    let (Some(conns), Some(h)) = (unsafe { conns.as_ref() }, unsafe { syn.as_ref() }) else { return CAPI_NULL };
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        let mut conns = conns.0.lock().unwrap_or_else(|e| e.into_inner());
+        let key = FlowKey::new(h.src_addr, h.dst_addr, h.sport, h.dport, h.protocol);
+        i32::from(conns.watch(key, Some(next_seq), h.ts_ns, |_, last| h.ts_ns.saturating_sub(last) < HTTP_IDLE_NS))
+    }));
+    result.unwrap_or(CAPI_PANIC)
+}
+
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn http_judge(
     engine: *const Engine,
-    conns: *mut HttpConns,
+    conns: *mut SharedHttp,
     header: *const PacketHeader,
     seq: u32,
     payload: *const u8,
@@ -224,7 +255,7 @@ unsafe extern "C" fn http_judge(
     // SAFETY: the caller passes a live engine, its own table, one header and output record, and
     // `len` readable bytes.
     let (Some(engine), Some(conns), Some(h), Some(out)) =
-        (unsafe { engine.as_ref() }, unsafe { conns.as_mut() }, unsafe { header.as_ref() }, unsafe { out.as_mut() })
+        (unsafe { engine.as_ref() }, unsafe { conns.as_ref() }, unsafe { header.as_ref() }, unsafe { out.as_mut() })
     else {
         return CAPI_NULL;
     };
@@ -235,17 +266,23 @@ unsafe extern "C" fn http_judge(
     let result = catch_unwind(AssertUnwindSafe(|| {
         *out = PacketVerdict { allow: 1, reason: PACKET_ESTABLISHED, ..Default::default() };
         let key = FlowKey::new(h.src_addr, h.dst_addr, h.sport, h.dport, h.protocol);
-        if !conns.watches(&key)
-            && !conns.watch(key, h.ts_ns, |_, last| h.ts_ns.saturating_sub(last) < HTTP_IDLE_NS)
-        {
-            *out = PacketVerdict { allow: 0, http: HTTP_TABLE_FULL, ..Default::default() };
-            return 0;
-        }
-        let pass = judge_segment(engine, conns, h, Segment { seq, data }, defaults(pod_allow, host_allow), out);
+        let mut conns = conns.0.lock().unwrap_or_else(|e| e.into_inner());
+        let step = judge_segment(engine, &mut conns, h, Segment { seq, data }, defaults(pod_allow, host_allow), out);
         if h.tcp_flags & (TCP_FIN | TCP_RST) != 0 {
-            conns.forget(&key); // the client ends it: nothing more to judge
+            conns.forget(&key); // the client ends it: no more bytes to judge
         }
-        i32::from(pass != Some(false))
+        match step {
+            Some(SegmentStep::Pass) => 1,
+            Some(SegmentStep::Hold) => 2,
+            Some(SegmentStep::Cut) => 0,
+            // not followed (ended by a FIN, the table was full, it was forgotten): a segment
+            // without bytes (the last ACK of a close) passes, one with bytes cuts (fail closed)
+            None if data.is_empty() => 1,
+            None => {
+                *out = PacketVerdict { allow: 0, http: HTTP_TABLE_FULL, ..Default::default() };
+                0
+            }
+        }
     }));
     result.unwrap_or(CAPI_PANIC)
 }

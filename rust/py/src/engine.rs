@@ -422,6 +422,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("HTTP_REQUEST", pyclassify_core::engine::HTTP_REQUEST)?;
     m.add("HTTP_TABLE_FULL", pyclassify_core::engine::HTTP_TABLE_FULL)?;
     m.add("HTTP_ERROR", pyclassify_core::engine::HTTP_ERROR)?;
+    m.add("HTTP_OUT_OF_ORDER", pyclassify_core::engine::HTTP_OUT_OF_ORDER)?;
     m.add("HTTP_ERROR_NAMES", pyclassify_core::http::HTTP_ERROR_NAMES.to_vec())?;
     m.add("ENGINE_ABI_VERSION", ENGINE_ABI_VERSION)?;
     // The order of the counters the C ABI's `ct_stats` writes (EngineClient.ct_stats names them).

@@ -2,8 +2,8 @@
 //! for every engine that can judge a single header ([`Judge`]).
 
 use super::records::{
-    PacketVerdict, HTTP_AWAITS, HTTP_ERROR, HTTP_REQUEST, HTTP_TABLE_FULL, PACKET_ESTABLISHED, PACKET_INVALID,
-    PACKET_POLICY,
+    PacketVerdict, HTTP_AWAITS, HTTP_ERROR, HTTP_OUT_OF_ORDER, HTTP_REQUEST, HTTP_TABLE_FULL, PACKET_ESTABLISHED,
+    PACKET_INVALID, PACKET_POLICY,
 };
 use super::{is_port_protocol, Addr, Defaults, Flow, FlowEnd, Verdict, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP};
 use crate::batch::{PacketHeader, FLAG_HAS_PORTS, FLAG_MALFORMED, FLAG_TRUNCATED};
@@ -131,7 +131,9 @@ pub trait Judge {
             let Some((conns, segments)) = http.as_mut() else { continue };
             match state {
                 CtState::New(flow) if allowed && o.http == HTTP_AWAITS => {
-                    if !conns.watch(flow.key(), h.ts_ns, |k, _| ct.get(k, h.ts_ns).is_some()) {
+                    // the client's first byte follows its SYN
+                    let first = segments.get(i).map(|s| s.seq.wrapping_add(1));
+                    if !conns.watch(flow.key(), first, h.ts_ns, |k, _| ct.get(k, h.ts_ns).is_some()) {
                         ct.revoke(&flow.key(), h.ts_ns);
                         o.allow = 0;
                         o.http = HTTP_TABLE_FULL;
@@ -139,7 +141,7 @@ pub trait Judge {
                 }
                 CtState::Established if !conns.is_empty() => {
                     let seg = segments.get(i).copied().unwrap_or_default();
-                    if judge_segment(self, conns, h, seg, defaults, o) == Some(false) {
+                    if judge_segment(self, conns, h, seg, defaults, o) == Some(SegmentStep::Cut) {
                         ct.revoke(&FlowKey::new(h.src_addr, h.dst_addr, h.sport, h.dport, h.protocol), h.ts_ns);
                     }
                     o.ct_state = state.code();
@@ -150,13 +152,24 @@ pub trait Judge {
     }
 }
 
+/// What becomes of one segment of a watched connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegmentStep {
+    /// It passes (its requests allowed, or none completed yet).
+    Pass,
+    /// It is dropped, the connection kept: it came after a gap in what was read.
+    Hold,
+    /// The connection is denied from here on (a request denied, the stream broken) and no
+    /// longer watched: cut it.
+    Cut,
+}
+
 /// One client-to-server segment of a connection `conns` may watch (its header `h` in the
 /// original direction, allowed so far): None if it is not watched (`out` untouched). Else the
 /// segment is read and each request it completes judged: `out` becomes that judgement
-/// (`HTTP_REQUEST`), or a denial for a stream that cannot be judged (`HTTP_ERROR + k`), or stays
-/// an allow marked `HTTP_AWAITS` while no request has been read yet. Some(false): the
-/// connection is denied from here on (a request denied, or the stream broken) and no longer
-/// watched: cut it.
+/// (`HTTP_REQUEST`), or a denial for a stream that cannot be judged (`HTTP_ERROR + k`), or a
+/// hold (`HTTP_OUT_OF_ORDER`), or stays an allow marked `HTTP_AWAITS` while no request has been
+/// read yet.
 pub fn judge_segment<J: Judge + ?Sized>(
     engine: &J,
     conns: &mut HttpConns,
@@ -164,14 +177,18 @@ pub fn judge_segment<J: Judge + ?Sized>(
     seg: Segment<'_>,
     defaults: Defaults,
     out: &mut PacketVerdict,
-) -> Option<bool> {
+) -> Option<SegmentStep> {
     let key = FlowKey::new(h.src_addr, h.dst_addr, h.sport, h.dport, h.protocol);
     match conns.feed(&key, seg.seq, seg.data, h.ts_ns)? {
         Fed::Requests(requests) if requests.is_empty() => {
             if conns.awaiting(&key) {
                 out.http = HTTP_AWAITS; // still provisional: no request judged yet
             }
-            Some(true)
+            Some(SegmentStep::Pass)
+        }
+        Fed::Ahead => {
+            *out = PacketVerdict { allow: 0, reason: PACKET_INVALID, http: HTTP_OUT_OF_ORDER, ..Default::default() };
+            Some(SegmentStep::Hold)
         }
         Fed::Requests(requests) => {
             for r in &requests {
@@ -180,15 +197,15 @@ pub fn judge_segment<J: Judge + ?Sized>(
                 out.http = HTTP_REQUEST;
                 if !v.allow {
                     conns.forget(&key);
-                    return Some(false);
+                    return Some(SegmentStep::Cut);
                 }
             }
-            Some(true)
+            Some(SegmentStep::Pass)
         }
         Fed::Broken(e) => {
             *out = PacketVerdict { allow: 0, reason: PACKET_POLICY, ..Default::default() };
             out.http = HTTP_ERROR + e as u8;
-            Some(false)
+            Some(SegmentStep::Cut)
         }
     }
 }

@@ -22,8 +22,12 @@ pub const HTTP_AWAITS: u8 = 1;
 pub const HTTP_REQUEST: u8 = 2;
 /// Denied: the connection's request stream cannot be judged; plus the `HttpError` index.
 pub const HTTP_ERROR: u8 = 16;
-/// Denied: more connections await a request than the tracker holds.
+/// Denied: the connection is not followed (more connections await a request than the table
+/// holds, or it was forgotten): cut, fail closed.
 pub const HTTP_TABLE_FULL: u8 = 15;
+/// Held back (dropped, the connection kept): a segment after a gap in what was read, so the
+/// server never receives bytes the judge did not read; the client resends it in order.
+pub const HTTP_OUT_OF_ORDER: u8 = 14;
 
 crate::abi_record! {
 /// One direction's decision in batch output. `source_kind`: 0 none, 1 policy, 2 profile;
@@ -105,7 +109,8 @@ pub struct PacketVerdict as "pc_verdict" {
     pub ct_state: u8,
     /// HTTP (`http` rules): `HTTP_NONE`; `HTTP_AWAITS` admitted provisionally (or, untracked,
     /// denied unless a request matches); `HTTP_REQUEST` judged with the request this packet
-    /// completed; `HTTP_ERROR + k`: denied, the stream broke (`http::HTTP_ERROR_NAMES[k]`).
+    /// completed; `HTTP_OUT_OF_ORDER` held back; `HTTP_TABLE_FULL` not followed, cut;
+    /// `HTTP_ERROR + k`: denied, the stream broke (`http::HTTP_ERROR_NAMES[k]`).
     pub http: u8,
     pub egress: SideVerdict,
     pub ingress: SideVerdict,

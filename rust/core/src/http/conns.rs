@@ -16,8 +16,12 @@ use crate::conntrack::FlowKey;
 /// What one segment of a watched connection brought.
 #[derive(Debug)]
 pub enum Fed {
-    /// Request heads it completed (possibly none: a head in progress, or a body going by).
+    /// Request heads it completed (possibly none: a head in progress, a body going by, or bytes
+    /// read before: a retransmission).
     Requests(Vec<Request>),
+    /// It starts after a gap in what was read: not read, to be held back (dropped) so that the
+    /// server never receives bytes the judge did not read; the client resends it in order.
+    Ahead,
     /// The stream cannot be judged (not HTTP, malformed, over a bound): deny the connection.
     Broken(HttpError),
 }
@@ -31,8 +35,8 @@ pub struct HttpStats {
     pub requests: u64,
     /// Connections that could not be watched: the table was full of live ones.
     pub full: u64,
-    /// Segments not in sequence order (a gap before them): not read, the stream waits for the
-    /// missing bytes (a retransmission of bytes already read is ignored silently).
+    /// Segments after a gap in what was read: not read, held back ([`Fed::Ahead`]) (a
+    /// retransmission of bytes already read is ignored silently).
     pub out_of_order: u64,
     /// Broken streams by [`HttpError`] (index as in [`HTTP_ERROR_NAMES`]).
     pub errors: [u64; HTTP_ERROR_NAMES.len()],
@@ -77,11 +81,14 @@ impl HttpConns {
         self.stats
     }
 
-    /// Starts watching `key` (original direction) at `now_ns`. When the table is full, the
-    /// connections `alive` (given each one's key and when it was last fed) says have ended are
-    /// dropped first; false if it is still full (deny the connection). Watching a key again
-    /// starts its stream afresh (a new connection reusing it).
-    pub fn watch(&mut self, key: FlowKey, now_ns: u64, alive: impl Fn(&FlowKey, u64) -> bool) -> bool {
+    /// Starts watching `key` (original direction) at `now_ns`; `next_seq` is the sequence number
+    /// of the client's first byte (its SYN's + 1): bytes before it are never read, bytes after a
+    /// gap are held back. None: from the first segment fed (only where nothing can come before
+    /// it). When the table is full, the connections `alive` (given each one's key and when it
+    /// was last fed) says have ended are dropped first; false if it is still full (deny the
+    /// connection). Watching a key again starts its stream afresh (a new connection reusing it).
+    pub fn watch(&mut self, key: FlowKey, next_seq: Option<u32>, now_ns: u64,
+                 alive: impl Fn(&FlowKey, u64) -> bool) -> bool {
         if self.map.len() >= self.cap && !self.map.contains_key(&key) {
             self.map.retain(|k, w| alive(k, w.last_ns));
             if self.map.len() >= self.cap {
@@ -90,7 +97,7 @@ impl HttpConns {
             }
         }
         let stream = RequestStream::new(self.max_head, self.max_segments);
-        self.map.insert(key, Watched { stream, next_seq: None, requests: 0, last_ns: now_ns });
+        self.map.insert(key, Watched { stream, next_seq, requests: 0, last_ns: now_ns });
         self.stats.watched += 1;
         true
     }
@@ -113,7 +120,7 @@ impl HttpConns {
     /// Feeds one client-to-server segment (`seq`: its first byte's TCP sequence number) of a
     /// watched connection, seen at `now_ns`; None if `key` is not watched. Bytes already read
     /// (retransmissions, the overlapping start of a segment) are skipped; a segment after a gap
-    /// is not read.
+    /// is not read ([`Fed::Ahead`]).
     pub fn feed(&mut self, key: &FlowKey, seq: u32, payload: &[u8], now_ns: u64) -> Option<Fed> {
         let w = self.map.get_mut(key)?;
         w.last_ns = now_ns;
@@ -126,7 +133,7 @@ impl HttpConns {
                 let ahead = seq.wrapping_sub(next);
                 if ahead != 0 && ahead < 1 << 31 {
                     self.stats.out_of_order += 1;
-                    return Some(Fed::Requests(Vec::new()));
+                    return Some(Fed::Ahead);
                 }
                 // at or before the next byte: skip what was read already
                 next.wrapping_sub(seq) as usize
@@ -182,12 +189,12 @@ mod tests {
         let mut t = HttpConns::default();
         let k = key(1000);
         assert!(t.feed(&k, 1, b"GET / HTTP/1.1\r\n\r\n", 0).is_none());
-        assert!(t.watch(k, 0, |_, _| true));
+        assert!(t.watch(k, None, 0, |_, _| true));
         assert!(paths(t.feed(&k, 100, b"GET /a HTTP/1.1\r\nHo", 0)).is_empty());
         // a retransmission of what was read, then one overlapping the end of it
         assert!(paths(t.feed(&k, 100, b"GET /a HTTP/1.1\r\nHo", 0)).is_empty());
-        // a gap: not read
-        assert!(paths(t.feed(&k, 200, b"GET /x HTTP/1.1\r\n\r\n", 0)).is_empty());
+        // a gap: not read, held back
+        assert!(matches!(t.feed(&k, 200, b"GET /x HTTP/1.1\r\n\r\n", 0), Some(Fed::Ahead)));
         assert_eq!(t.stats().out_of_order, 1);
         let next = 100 + 19;
         assert_eq!(paths(t.feed(&k, next - 2, b"Host: h\r\n\r\nGET /b HTTP/1.1\r\n\r\n", 0)), vec!["GET /a", "GET /b"]);
@@ -195,10 +202,20 @@ mod tests {
     }
 
     #[test]
+    fn bytes_before_the_first_are_never_read() {
+        let mut t = HttpConns::default();
+        let k = key(1003);
+        t.watch(k, Some(101), 0, |_, _| true);
+        // a first segment far ahead of the SYN's next byte is held back, not read
+        assert!(matches!(t.feed(&k, 500, b"GET /evil HTTP/1.1\r\n\r\n", 0), Some(Fed::Ahead)));
+        assert_eq!(paths(t.feed(&k, 101, b"GET /ok HTTP/1.1\r\n\r\n", 0)), vec!["GET /ok"]);
+    }
+
+    #[test]
     fn sequence_numbers_wrap() {
         let mut t = HttpConns::default();
         let k = key(1001);
-        t.watch(k, 0, |_, _| true);
+        t.watch(k, None, 0, |_, _| true);
         let seq = u32::MAX - 3;
         assert!(paths(t.feed(&k, seq, b"GET /w", 0)).is_empty());
         assert_eq!(paths(t.feed(&k, seq.wrapping_add(6), b" HTTP/1.1\r\n\r\n", 0)), vec!["GET /w"]);
@@ -208,7 +225,7 @@ mod tests {
     fn a_broken_stream_is_forgotten_and_counted() {
         let mut t = HttpConns::default();
         let k = key(1002);
-        t.watch(k, 0, |_, _| true);
+        t.watch(k, None, 0, |_, _| true);
         assert!(matches!(t.feed(&k, 0, b"\x16\x03\x01\x02\x00", 0), Some(Fed::Broken(HttpError::NotHttp))));
         assert!(!t.watches(&k));
         assert_eq!(t.stats().errors[HttpError::NotHttp as usize], 1);
@@ -217,11 +234,11 @@ mod tests {
     #[test]
     fn full_table_drops_ended_connections_first() {
         let mut t = HttpConns::new(2, DEFAULT_MAX_HEAD, DEFAULT_MAX_SEGMENTS);
-        assert!(t.watch(key(1), 0, |_, _| true));
-        assert!(t.watch(key(2), 0, |_, _| true));
-        assert!(!t.watch(key(3), 0, |_, _| true));
+        assert!(t.watch(key(1), None, 0, |_, _| true));
+        assert!(t.watch(key(2), None, 0, |_, _| true));
+        assert!(!t.watch(key(3), None, 0, |_, _| true));
         assert_eq!(t.stats().full, 1);
-        assert!(t.watch(key(3), 0, |k, _| k.sport != 1));
+        assert!(t.watch(key(3), None, 0, |k, _| k.sport != 1));
         assert!(!t.watches(&key(1)) && t.watches(&key(3)));
     }
 }
