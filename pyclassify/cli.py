@@ -935,11 +935,10 @@ def _print_replay(summary: dict[str, Any]) -> None:
             out.print(f"  {n:>8}  [red]deny[/red]  the HTTP request stream cannot be judged ({name})")
         if http["table_full"]:
             out.print(f"  {http['table_full']:>8}  [red]deny[/red]  too many connections await their HTTP request")
-    if http is not None and http["held"]:
-        out.print(f"http: {http['held']} segments after a gap in what was read held back (dropped, counted invalid)")
+        held = f"; {http['held']} segments after a gap held back (dropped)" if http["held"] else ""
         out.print(f"http: {http['provisional']} connections admitted up to their request; "
                   f"{http['requests_allowed'] + http['requests_denied']} requests judged "
-                  f"({http['requests_allowed']} allowed, {http['requests_denied']} denied)")
+                  f"({http['requests_allowed']} allowed, {http['requests_denied']} denied){held}")
     dns = s.get("dns")
     if dns is not None:
         bad = ", ".join(f"{n} {k}" for k, n in dns["errors"].items())

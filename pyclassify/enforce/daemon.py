@@ -267,6 +267,8 @@ class Enforcer:
                                        pre_dnat_queue=early_queues.get(Hook.PRE_DNAT), dns_queue=dns_queue,
                                        http_queue=http_queue)
                     self.rules.install()
+                    if http_queue is not None:
+                        self._admit_http()
                 except IptablesError as e:
                     self.rules = None
                     raise EnforceError(f"cannot install the iptables rules: {e}", EXIT_PREREQUISITE) from e
@@ -325,9 +327,13 @@ class Enforcer:
             raise _queue_error(queue, e) from e
         self.loops.append(loop)
         self.http_loop = loop
-        for main in self.main_loops:
-            main.admit_http(loop, HTTP_MARK)
         return queue
+
+    def _admit_http(self) -> None:
+        """The main loops admit connections up to their request from now on (our rules that
+        take their mark must be in place)."""
+        for main in self.main_loops:
+            main.admit_http(self.http_loop, HTTP_MARK)
 
     def _open_early_hooks(self, queue: int, only: list[Hook] | None = None) -> dict[Hook, int]:
         """A loop per early hook the policy has (``only`` these; from queue number ``queue``
@@ -618,24 +624,29 @@ class Enforcer:
                 loop.swap(engine_capsule(self.hook_engines[hook]), False)
         new = [h for h in early_hooks(project) if h not in self.hook_engines]
         wants_dns = self.dns_loop is None and domains.has_domain_rules(project.policy_set)
-        if not new and not wants_dns:
+        wants_http = self.http_loop is None and httprules.has_http_rules(project.policy_set)
+        if not new and not wants_dns and not wants_http:
             return []
         if self.bridge is not None or self.rules is None:
-            return [h.value for h in new] + (["dns"] if wants_dns else [])
+            return [h.value for h in new] + (["dns"] if wants_dns else []) + (["http"] if wants_http else [])
         self.project = project  # the loops open on this project's policy
-        first = max(self.hook_of_queue, default=self.config.queues[1]) + 1
-        if self.dns_loop is not None:
-            first = max(first, self.dns_loop.queue + 1)
+        first = max([*self.hook_of_queue, *(loop.queue for loop in (self.dns_loop, self.http_loop) if loop)],
+                    default=self.config.queues[1]) + 1
+        first = max(first, self.config.queues[1] + 1)
         opened = len(self.loops)
         early = self._open_early_hooks(first, only=new)
         dns_queue = self._open_dns_loop(first + len(early)) if wants_dns else None
+        http_queue = self._open_http_loop(first + len(early) + (dns_queue is not None)) if wants_http else None
         for loop in self.loops[opened:]:
             t = threading.Thread(target=loop.run, name=f"pyclassify-nfq{loop.queue}", daemon=True)
             t.start()
             self.threads.append(t)
-        self.rules.extend(early.get(Hook.UNTRACKED), early.get(Hook.PRE_DNAT), dns_queue)
+        self.rules.extend(early.get(Hook.UNTRACKED), early.get(Hook.PRE_DNAT), dns_queue, http_queue)
+        if http_queue is not None:
+            self._admit_http()
         self.log.emit("hooks-added", hook_queues={h.value: q for h, q in early.items()},
-                      **({"dns_queue": dns_queue} if dns_queue is not None else {}))
+                      **({"dns_queue": dns_queue} if dns_queue is not None else {}),
+                      **({"http_queue": http_queue} if http_queue is not None else {}))
         return []
 
     def _update_staged(self, project: Project) -> None:

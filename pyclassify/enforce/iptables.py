@@ -255,15 +255,16 @@ class Rules:
             raise
 
     def extend(self, untracked_queue: int | None = None, pre_dnat_queue: int | None = None,
-               dns_queue: int | None = None) -> None:
-        """Hooks first needed after ``install()`` (a reload brought the first doNotTrack, preDNAT
-        or domain rule): their chains are created and jumped to, and the rules they add to our
+               dns_queue: int | None = None, http_queue: int | None = None) -> None:
+        """Hooks first needed after ``install()`` (a reload brought the first doNotTrack, preDNAT,
+        domain or http rule): their chains are created and jumped to, and the rules they add to our
         filter chains inserted in place. Rules are only added, never removed on the way, so no
         packet meets fewer of ours meanwhile."""
         before = {hook: self.rules(hook) for hook, _, _ in self.chains()}
         self.untracked_queue = self.untracked_queue if untracked_queue is None else untracked_queue
         self.pre_dnat_queue = self.pre_dnat_queue if pre_dnat_queue is None else pre_dnat_queue
         self.dns_queue = self.dns_queue if dns_queue is None else dns_queue
+        self.http_queue = self.http_queue if http_queue is None else http_queue
         for binary in sorted({b for b, _, _, _ in self.installed}):
             for hook, table, builtin in self.chains():
                 chain = PREFIX + builtin

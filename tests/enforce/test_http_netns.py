@@ -7,6 +7,7 @@ never receives the denied request."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -120,11 +121,21 @@ spec:
 """
 
 
+def start_server(topo: Topology) -> subprocess.Popen[str]:
+    server = topo.spawn(topo.pods[2], [PY, "-c", SERVER, topo.ips[2], str(PORT)])
+    assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+    return server
+
+
+def client(topo: Topology, plans: list) -> list[dict]:
+    out = sh("ip", "netns", "exec", topo.pods[0], PY, "-c", CLIENT, topo.ips[2], str(PORT), json.dumps(plans)).stdout
+    return json.loads(out)
+
+
 def test_requests_are_judged_and_denied_ones_reset_both_ends(topo: Topology, tmp_path: Path) -> None:
     (tmp_path / "00-inventory.yaml").write_text(manifests.INVENTORY)
     (tmp_path / "10-http.yaml").write_text(POLICY)
-    server = topo.spawn(topo.pods[2], [PY, "-c", SERVER, topo.ips[2], str(PORT)])
-    assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+    server = start_server(topo)
     daemon = Daemon(topo, [str(tmp_path)], QUEUE, extra=("--metrics", "127.0.0.1:9465"))
     start = daemon.wait_event("start")
     assert start["http_queue"] == 1
@@ -137,8 +148,7 @@ def test_requests_are_judged_and_denied_ones_reset_both_ends(topo: Topology, tmp
         [["POST", "/orders", "{}"]],  # allowed by rule 1
         [["GET", "/public/a", ""], ["GET", "/admin", ""]],  # a later request on the connection: cut
     ]
-    out = sh("ip", "netns", "exec", topo.pods[0], PY, "-c", CLIENT, topo.ips[2], str(PORT), json.dumps(plans)).stdout
-    got = json.loads(out)
+    got = client(topo, plans)
     assert [g["end"] for g in got] == ["ok", "reset", "ok", "reset", "ok", "reset"], got
     assert [g["statuses"] for g in got] == [[200], [], [200], [], [200], [200]], got
     # The server saw the allowed requests only, and the cut connections reset.
@@ -165,3 +175,22 @@ def test_requests_are_judged_and_denied_ones_reset_both_ends(topo: Topology, tmp
     # the server never received a denied request; it saw the cut connections reset
     assert sorted(requests) == sorted(["GET /public/index.html", "GET /healthz", "POST /orders", "GET /public/a"])
     assert sum("reset" in e for e in events) == 3, json.dumps(events)
+
+
+def test_a_reload_that_brings_the_first_http_rule_adds_the_http_queue(topo: Topology, tmp_path: Path) -> None:
+    """No http rule at start: no HTTP queue. A change brings one: its loop and rules are added in
+    place, and the next connections are judged by their requests."""
+    (tmp_path / "00-inventory.yaml").write_text(manifests.INVENTORY)
+    policy = tmp_path / "10-http.yaml"
+    policy.write_text(POLICY.split("    http:")[0].replace("c-http", "c-plain"))  # rule 0 without http
+    start_server(topo)
+    daemon = Daemon(topo, [str(tmp_path)], QUEUE)
+    assert "http_queue" not in daemon.wait_event("start")
+    assert client(topo, [[["POST", "/anything", ""]]])[0]["end"] == "ok"
+    manifests.replace(policy, POLICY)
+    added = daemon.wait_event("hooks-added")
+    assert added["http_queue"] == 1
+    assert "hooks_need_restart" not in daemon.wait_event("reload")
+    got = client(topo, [[["GET", "/healthz", ""]], [["POST", "/anything", ""]]])
+    assert [g["end"] for g in got] == ["ok", "reset"], got
+    assert daemon.terminate() == 0
