@@ -4,10 +4,14 @@
 //! path starting with `/` or `*` alone, without query, a lowercase host); the stream gives the
 //! same result (requests, error, bytes held) cut into segments as whole, holds at most max_head
 //! bytes, and stays failed once failed; a request matches an HttpMatch of its own method and path.
+//! Through `HttpConns` (sequence numbers, wrapping), each segment preceded by a copy of the next
+//! one (ahead of what was read: held back) and followed by a retransmission of itself, the
+//! stream gives the same requests or error as whole.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pyclassify_core::http::{parse_head, HttpError, HttpMatch, PathMatch, Request, RequestStream};
+use pyclassify_core::conntrack::FlowKey;
+use pyclassify_core::http::{parse_head, Fed, HttpConns, HttpError, HttpMatch, PathMatch, Request, RequestStream};
 
 fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
@@ -71,6 +75,36 @@ fuzz_target!(|input: &[u8]| {
             assert_eq!(whole.pending(), 0);
         }
     }
+
+    let key = FlowKey::new([0; 16], [1; 16], 40000, 80, 6);
+    let isn = u32::MAX - u32::from(input[0]); // wraps within the first 256 bytes
+    let mut conns = HttpConns::new(1, max_head, usize::MAX);
+    assert!(conns.watch(key, Some(isn), 0, |_, _| true));
+    let mut via: Result<Vec<Request>, HttpError> = Ok(Vec::new());
+    let segments: Vec<&[u8]> = data.chunks(cut).collect();
+    let mut seq = isn;
+    for (i, segment) in segments.iter().enumerate() {
+        let after = seq.wrapping_add(segment.len() as u32);
+        if let Some(next) = segments.get(i + 1) {
+            assert!(matches!(conns.feed(&key, after, next, 0), Some(Fed::Ahead)));
+        }
+        match conns.feed(&key, seq, segment, 0) {
+            Some(Fed::Requests(requests)) => {
+                if let Ok(all) = &mut via {
+                    all.extend(requests);
+                }
+            }
+            Some(Fed::Broken(e)) => {
+                via = Err(e);
+                assert!(conns.feed(&key, after, b"x", 0).is_none()); // forgotten once broken
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(conns.feed(&key, seq, segment, 0), Some(Fed::Requests(r)) if r.is_empty()));
+        seq = after;
+    }
+    assert_eq!(a, via);
 
     // Few segments allowed per head: never more than that before a head completes.
     let mut few = RequestStream::new(max_head, 3);
