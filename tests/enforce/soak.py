@@ -337,7 +337,13 @@ def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2,
             result.scrape_ms.append(ms)
         else:
             result.scrape_failures += 1
-    time.sleep(0.5)
+    # The last change is read (a reload after it) before the daemon stops: on a busy machine that
+    # takes longer than the run's last second.
+    last_write = max(writes + ([late_written] if late_written is not None else []))
+    deadline = time.monotonic() + 20.0
+    while time.monotonic() < deadline and not any(
+            e.get("event") in ("reload", "reload-rejected") and e["_arrived"] >= last_write for e in daemon.events()):
+        time.sleep(0.1)
     events = daemon.events()
     assert daemon.terminate() == 0
 
