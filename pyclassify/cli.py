@@ -935,6 +935,8 @@ def _print_replay(summary: dict[str, Any]) -> None:
             out.print(f"  {n:>8}  [red]deny[/red]  the HTTP request stream cannot be judged ({name})")
         if http["table_full"]:
             out.print(f"  {http['table_full']:>8}  [red]deny[/red]  too many connections await their HTTP request")
+        if not http["read"]:
+            out.print("http: without connection tracking no request is read: what only an http rule allows is denied")
         held = f"; {http['held']} segments after a gap held back (dropped)" if http["held"] else ""
         out.print(f"http: {http['provisional']} connections admitted up to their request; "
                   f"{http['requests_allowed'] + http['requests_denied']} requests judged "

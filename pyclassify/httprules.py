@@ -71,9 +71,11 @@ def outcome_name(code: int) -> str | None:
 
 def outcome_mask(verdicts: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
     """Packets judged by policy whose decision is not a rule's: admitted provisionally (the
-    request awaited) or denied because the request stream cannot be judged."""
+    request awaited; without connection tracking such a packet is denied by its rule, and
+    counted so) or denied because the request stream cannot be judged."""
     http = verdicts["http"]
-    return (verdicts["reason"] == PACKET_POLICY) & ((http == HTTP_AWAITS) | (http >= HTTP_TABLE_FULL))
+    provisional = (http == HTTP_AWAITS) & (verdicts["allow"] != 0)
+    return (verdicts["reason"] == PACKET_POLICY) & (provisional | (http >= HTTP_TABLE_FULL))
 
 
 def count_outcomes(counter: Counter, verdicts: npt.NDArray[Any]) -> None:

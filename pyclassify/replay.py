@@ -624,6 +624,8 @@ class Replay:
             "http": None if not self.http else {
                 **{k: s.http[k] for k in ("provisional", "requests_allowed", "requests_denied", "held", "table_full")},
                 "errors": {k: n for k, n in sorted(s.http.items()) if k in HTTP_ERROR_NAMES and n},
+                # requests are read off tracked connections only
+                "read": self.tracker is not None,
             },
             "staged": None if self.staged is None else {
                 **{k: s.staged[k] for k in ("allowed", "denied", "would_deny", "would_allow")},

@@ -61,7 +61,7 @@ def test_each_request_is_judged_where_its_head_completes(replayed) -> None:
     assert (lines[94]["verdict"], lines[94]["http"]) == ("deny", "not_http")
     assert [k for k, line in enumerate(lines) if line["verdict"] == "deny"] == [27, 31, 36, 94]
     assert summary["http"] == {"provisional": 9, "requests_allowed": 7, "requests_denied": 3, "held": 0,
-                               "table_full": 0, "errors": {"not_http": 1}}
+                               "table_full": 0, "errors": {"not_http": 1}, "read": True}
 
 
 def test_flow_records_say_what_the_requests_decided(tmp_path: Path) -> None:
@@ -80,6 +80,11 @@ def test_without_http_rules_nothing_is_read() -> None:
     r = cli("replay", DEMO, "--pcap", PCAP, "--json")
     doc = json.loads(r.stdout)
     assert doc["http"] is None and doc["denied"] == 0
+    # without connection tracking no request is read: fail closed, and said so
+    doc = json.loads(cli("replay", DEMO, HTTP, "--pcap", PCAP, "--json", "--no-conntrack").stdout)
+    assert doc["http"]["read"] is False and doc["http"]["requests_allowed"] == 0
+    assert {row["verdict"] for row in doc["by_rule"] if row["policy"] == POLICY} == {"deny"}
+    assert "no request is read" in cli("replay", DEMO, HTTP, "--pcap", PCAP, "--no-conntrack").stdout
 
 
 def _capture(tmp_path: Path, segments: list[bytes], sport: int = 46000) -> str:
