@@ -52,6 +52,9 @@ if [ "$rc" -ne 5 ]; then echo "expected exit 5 from diff (the change closes and 
 # Replay bundled captures of the demo pods: a verdict for every packet, a summary by policy/rule.
 run pyclassify replay "$ex/demo" --pcap "$pcaps/demo.pcap"
 run pyclassify replay "$ex/demo" --pcap "$pcaps/demo.pcapng" --out "$out"
+# Calico http rules without a proxy: each connection admitted up to its request, each request judged.
+run pyclassify replay "$ex/demo" "$ex/http" --pcap "$pcaps/http.pcap"
+run pyclassify explain "$ex/demo" "$ex/http" --from frontend/web --to backend/api --port 8080 --request "POST /public/a"
 # A broken manifest: every error, with file, line and field (exit 1 is expected here).
 errors="$(mktemp)"
 trap 'rm -f "$errors"' EXIT
