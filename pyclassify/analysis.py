@@ -6,7 +6,7 @@ The CLI formats what these return; the answers come from the reference evaluator
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyclassify.flow import Flow, FlowEnd, HttpRequest, Verdict
@@ -97,6 +97,9 @@ class Explanation:
     #: to or from a host endpoint, with doNotTrack or preDNAT policy (or a pre-DNAT
     #: destination given): the packet's path through the host's hooks (``pyclassify.hostpath``)
     host_path: HostPath | None = None
+    #: routed by the host through host endpoints' interfaces (``via``): (direction, host
+    #: endpoint, its path through the hooks: untracked, pre-DNAT, forward)
+    forward: list[tuple[Direction, str, HostPath]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         doc = self.verdict.to_json()
@@ -105,6 +108,8 @@ class Explanation:
             doc["staged"] = {**self.staged.to_json(), "summary": self.staged.would()}
         if self.host_path is not None:
             doc["host_path"] = self.host_path.to_json()
+        if self.forward:
+            doc["forward"] = [{"via": name, "direction": d.value, **path.to_json()} for d, name, path in self.forward]
         if self.service is not None:
             doc["service"] = {**self.service.to_json(), "backends": [b.to_json() for b in self.backends or []],
                               "note": self.note}
@@ -230,19 +235,23 @@ class _Judge:
 def explain(project: Project, src: str, dst: str, protocol: int, dport: int | None,
             sport: int | None = None, icmp_type: int | None = None, icmp_code: int | None = None,
             default: str | None = None, engine: str = "native", service_backend: str | None = None,
-            pre_dnat: str | None = None, request: HttpRequest | None = None) -> Explanation:
+            pre_dnat: str | None = None, request: HttpRequest | None = None,
+            via: tuple[tuple[Direction, str], ...] = ()) -> Explanation:
     """The verdict of one flow. A flow to a Service's ClusterIP (or a NodePort on a node's
     address) is judged as kube-proxy delivers it: once per backend (``service_backend``, an
     address or endpoint, picks one); it is allowed when every backend judged allows it. A flow
     to or from a host endpoint goes through the host's hooks (doNotTrack, preDNAT, normal host
     policy); ``pre_dnat`` (``ADDR[:PORT]``) is where it was going before a DNAT on the host.
     ``request`` is the HTTP request the connection carries (``http`` rules); without it, a
-    verdict that depends on one says it awaits it."""
+    verdict that depends on one says it awaits it. ``via``: the host routes the flow in
+    (ingress) or out (egress) by these host endpoints' interfaces, whose applyOnForward policy
+    (and doNotTrack, preDNAT) judges it before the endpoints' own."""
     flow = Flow(resolve_end(project, src, "--from"), resolve_end(project, dst, "--to"), protocol, sport, dport,
                 icmp_type, icmp_code, request=request)
     judge = _Judge(project, engine, default)
     result = _explain_flow(project, flow, judge, service_backend, dst)
     _through_host(project, flow, result, judge, pre_dnat)
+    _forwarded(project, flow, result, judge, via)
     staged = project.staged()
     if staged is not None:  # the same flow with the staged policies enforced, beside the real verdict
         result.staged = _explain_flow(staged, flow, judge.over(staged), service_backend, dst).verdict
@@ -274,6 +283,32 @@ def _through_host(project: Project, flow: Flow, result: Explanation, judge: _Jud
     other_ok = other is None or other.verdict == "allow" or not _local(project, flow.src if inbound else flow.dst)
     verdict = "allow" if path.verdict == "allow" and other_ok else "deny"
     result.verdict = Verdict(verdict, v.egress if inbound else deciding, deciding if inbound else v.ingress)
+
+
+def _forwarded(project: Project, flow: Flow, result: Explanation, judge: _Judge,
+               via: tuple[tuple[Direction, str], ...]) -> None:
+    """A flow the host routes in or out by host endpoints' interfaces: each one's hooks judge it
+    with the host endpoint as the subject of that side (the addresses stay the packet's); one
+    that drops it makes the verdict deny (the endpoints' own policy judged it otherwise)."""
+    hooks = HookSets(project.policy_set) if via else None
+    for side, name in via:
+        option = "--in-via" if side is Direction.INGRESS else "--out-via"
+        hep = project.find_endpoint(name)
+        if hep is None or hep.kind is not EndpointKind.HOST:
+            raise UnknownEnd(f"{shown(name)} is not a host endpoint", option)
+        if hep in (flow.src.endpoint, flow.dst.endpoint):
+            raise UnknownEnd(f"{shown(name)} is an end of the flow: traffic to or from the host is not routed", option)
+        if side is Direction.INGRESS:
+            subject = replace(flow, dst=FlowEnd(hep, flow.dst.address))
+        else:
+            subject = replace(flow, src=FlowEnd(hep, flow.src.address))
+        assert hooks is not None
+        path = host_path(judge.evaluator(), hooks, project.inventory, pre=subject, post=subject, side=side,
+                         host_traffic=False, default_host=judge.default or "deny")
+        result.forward.append((side, hep.name, path))
+        if path.verdict == "deny":
+            v = result.verdict
+            result.verdict = Verdict("deny", v.egress, v.ingress)
 
 
 def _local(project: Project, end: FlowEnd) -> bool:

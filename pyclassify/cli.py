@@ -419,6 +419,11 @@ Examples:
 @click.option("--pre-dnat", "pre_dnat", metavar="ADDR[:PORT]", callback=utf8_text, default=None,
               help="Where the flow to a host endpoint was going before a DNAT on the host (preDNAT "
                    "policy judges that; the rest judge --to and --port).")
+@click.option("--in-via", "in_via", metavar="HOST_ENDPOINT", callback=utf8_text, default=None,
+              help="The host routes the flow in by this host endpoint's interface: its applyOnForward "
+                   "(and doNotTrack, preDNAT) policy judges it too.")
+@click.option("--out-via", "out_via", metavar="HOST_ENDPOINT", callback=utf8_text, default=None,
+              help="The host routes the flow out by this host endpoint's interface (as --in-via).")
 @click.option("--request", "request", metavar="'METHOD /PATH'", callback=utf8_text, default=None,
               help="The HTTP request the TCP connection carries, for Calico http rules (e.g. 'GET "
                    "/api/v1'). Left out: a verdict that depends on the request says so.")
@@ -428,8 +433,8 @@ Examples:
 def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
                 src: str, dst: str, proto: str, port: int | None, sport: int | None,
                 icmp_type: int | None, icmp_code: int | None, service_backend: str | None, resolve: str | None,
-                pre_dnat: str | None, request: str | None, default: str | None, engine: str,
-                as_json: bool) -> None:
+                pre_dnat: str | None, in_via: str | None, out_via: str | None, request: str | None,
+                default: str | None, engine: str, as_json: bool) -> None:
     """Verdict for one flow, with the deciding tier, policy and rule of each direction.
 
     A flow to a Service's ClusterIP, or to a node's address on a NodePort, is judged as
@@ -463,8 +468,11 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
         for name, ip in answers:
             project.inventory.domains.learn(name, ip, 0, 0)  # judged with no time: valid whenever
     try:
+        from pyclassify.ir import Direction
+
+        via = tuple((d, name) for d, name in ((Direction.INGRESS, in_via), (Direction.EGRESS, out_via)) if name)
         result = explain(project, src, dst, protocol, port, sport, icmp_type, icmp_code, default, engine,
-                         service_backend, pre_dnat, http_request)
+                         service_backend, pre_dnat, http_request, via)
     except UnknownEnd as e:
         raise click.BadParameter(str(e), param_hint=e.option) from e
     if as_json:
@@ -491,6 +499,13 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
                 out.print(f"  hook {step.hook.value}: [dim]{what}: goes on[/dim]")
             else:
                 out.print(f"  hook {step.hook.value}: {_describe(step.decision)}")
+        for direction, name, path in result.forward:
+            way = "in by" if direction.value == "ingress" else "out by"
+            out.print(f"routed {way} host endpoint {escape(name)}: {path.verdict}")
+            for step in path.steps:
+                what = (_describe(step.decision) if step.outcome != "continue" else
+                        "[dim]no policy applies: goes on[/dim]" if step.decision is None else "[dim]no rule decided: goes on[/dim]")
+                out.print(f"  hook {step.hook.value}: {what}")
     else:
         svc = result.service.service
         out.print(f"service: {escape(svc.namespace)}/{escape(svc.name)} by its {result.service.via}: "
