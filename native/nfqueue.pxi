@@ -674,11 +674,13 @@ cdef class NfQueue:
         self.c_batches += 1
 
     cdef bint _follow_http(self, int i) noexcept nogil:
-        """Have the HTTP loop follow the connection packet ``i`` (its SYN) opens, from the
+        """Have the HTTP loop follow the connection packet ``i`` (a SYN) opens, from the
         client's first byte; false if it cannot (the table is full): the connection is denied."""
         cdef NfqPacket *p = &self.pk[i]
         cdef size_t start, end
         cdef uint32_t seq = 0
+        if not (self.hdr[i].tcp_flags & 0x02):
+            return False  # only a SYN: a connection picked up mid-stream could carry unread bytes
         if not l4_payload(p.payload, p.caplen, LT_RAW, &start, &end, &seq):
             return False
         if self.client.http_watch_c(&self.hdr[i], seq + 1) == 1:

@@ -226,3 +226,15 @@ spec:
         for flow in (replace(base, request=request), replace(base, request=request, dport=9090)):
             ref, nat = (EVALUATORS[e](ps, inv, flow) for e in ("reference", "native"))
             assert ref.to_json() == nat.to_json(), (rules, request, flow.dport)
+
+
+def test_a_connection_picked_up_mid_stream_is_not_admitted(tmp_path: Path) -> None:
+    """Only a SYN is admitted up to its request: a connection whose first packet seen carries
+    bytes (the capture started mid-stream) could hide a request before them: denied."""
+    from scapy.utils import rdpcap, wrpcap
+
+    path = _capture(tmp_path, [b"GET /public/ok HTTP/1.1\r\n\r\n"], sport=46004)
+    wrpcap(path, list(rdpcap(path))[3:])  # no handshake: the request first
+    summary, lines = replay(path, tmp_path / "m.jsonl")
+    assert lines[0]["verdict"] == "deny" and lines[0]["ingress"]["awaits_request"] is True
+    assert summary["http"]["provisional"] == 0 and summary["http"]["requests_allowed"] == 0

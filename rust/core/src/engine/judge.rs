@@ -10,6 +10,8 @@ use crate::batch::{PacketHeader, FLAG_HAS_PORTS, FLAG_MALFORMED, FLAG_TRUNCATED}
 use crate::conntrack::{ConnTrack, CtState, FlowKey, QuotedTuple};
 use crate::http::{Fed, HttpConns, Request};
 
+const TCP_SYN: u8 = 0x02;
+
 /// One packet's TCP payload and the sequence number of its first byte (empty: none, or not
 /// TCP), parallel to a header batch: what `http` rules read.
 #[derive(Clone, Copy, Debug, Default)]
@@ -114,7 +116,9 @@ pub trait Judge {
             }
             let mut judged = None;
             let quoted = quotes.and_then(|q| q.get(i));
-            let provisional = http.is_some() && h.protocol == PROTO_TCP;
+            // Only a SYN is admitted up to its request: the stream is read from its next byte (a
+            // connection picked up mid-stream could carry bytes before any the judge reads).
+            let provisional = http.is_some() && h.protocol == PROTO_TCP && h.tcp_flags & TCP_SYN != 0;
             let (state, allowed) = ct.track_judged(h, quoted, h.ts_ns, |h| {
                 let v = self.packet_verdict(h, defaults);
                 let allow = v.allow != 0 || (provisional && v.http == HTTP_AWAITS);
