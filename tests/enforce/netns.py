@@ -90,18 +90,40 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-class Topology:
+class Namespaces:
+    """Processes started in network namespaces, all stopped with them."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def spawn(self, ns: str, argv: list[str], stdin: bool = False, stderr: Any = subprocess.DEVNULL) -> subprocess.Popen[str]:
+        p = subprocess.Popen(["ip", "netns", "exec", ns, *argv], stdout=subprocess.PIPE, stderr=stderr,
+                             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, text=True, cwd=REPO)
+        self.procs.append(p)
+        return p
+
+    def stop_processes(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+class Topology(Namespaces):
     """``node`` routes between pods ``p1..pN`` (10.244.i.2/24, gateway 10.244.i.1)."""
 
     TCP_PORT = 8080
     UDP_PORT = 5353
 
     def __init__(self, npods: int = 3) -> None:
+        super().__init__()
         tag = uuid.uuid4().hex[:6]
         self.node = f"pcn-{tag}"
         self.pods = [f"pcp{i}-{tag}" for i in range(1, npods + 1)]
         self.ips = [f"10.244.{i}.2" for i in range(1, npods + 1)]
-        self.procs: list[subprocess.Popen[str]] = []
 
     def up(self) -> None:
         sh("ip", "netns", "add", self.node)
@@ -120,20 +142,8 @@ class Topology:
             assert p.stdout is not None
             assert p.stdout.readline().strip() == "ready"
 
-    def spawn(self, ns: str, argv: list[str], stdin: bool = False, stderr: Any = subprocess.DEVNULL) -> subprocess.Popen[str]:
-        p = subprocess.Popen(["ip", "netns", "exec", ns, *argv], stdout=subprocess.PIPE, stderr=stderr,
-                             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, text=True, cwd=REPO)
-        self.procs.append(p)
-        return p
-
     def down(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+        self.stop_processes()
         for ns in dict.fromkeys([*self.pods, self.node]):  # pods may share a namespace
             sh("ip", "netns", "del", ns, check=False)
 

@@ -28,7 +28,7 @@ from scapy.layers.inet6 import IPv6, IPv6ExtHdrHopByHop  # noqa: E402
 from scapy.packet import Packet, Raw  # noqa: E402
 
 from pyclassify._native import TcpResetter, tcp_reset_segments  # noqa: E402
-from tests.enforce.netns import PY, REPO, root_reason, sh  # noqa: E402
+from tests.enforce.netns import PY, Namespaces, root_reason, sh  # noqa: E402
 
 REQUEST = b"GET / HTTP/1.1\r\n\r\n"
 CLIENT4, SERVER4 = "10.199.0.1", "10.199.0.2"
@@ -295,13 +295,13 @@ print(json.dumps(out), flush=True)
 """
 
 
-class Pair:
+class Pair(Namespaces):
     """Namespaces ``a`` (client, firewall) and ``b`` (server) joined by veth0 <-> veth0."""
 
     def __init__(self) -> None:
+        super().__init__()
         tag = uuid.uuid4().hex[:6]
         self.a, self.b = f"pctr-a-{tag}", f"pctr-b-{tag}"
-        self.procs: list[subprocess.Popen[str]] = []
 
     def up(self) -> None:
         sh("ip", "netns", "add", self.a)
@@ -313,17 +313,11 @@ class Pair:
             sh("ip", "-n", ns, "link", "set", "veth0", "up")
             sh("ip", "-n", ns, "link", "set", "lo", "up")
 
-    def spawn(self, ns: str, script: str, *args: str) -> subprocess.Popen[str]:
-        p = subprocess.Popen(["ip", "netns", "exec", ns, PY, "-c", script, *args], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=REPO)
-        self.procs.append(p)
-        return p
+    def run(self, ns: str, script: str, *args: str) -> subprocess.Popen[str]:
+        return self.spawn(ns, [PY, "-c", script, *args], stderr=subprocess.PIPE)
 
     def down(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait(timeout=5)
+        self.stop_processes()
         sh("ip", "netns", "del", self.a, check=False)
         sh("ip", "netns", "del", self.b, check=False)
 
@@ -345,11 +339,11 @@ def pair() -> Iterator[Pair]:
 def test_live_connection_is_reset_both_ways(pair: Pair, version: int) -> None:
     server_ip = SERVER4 if version == 4 else SERVER6
     port = "8080"
-    server = pair.spawn(pair.b, SERVER, server_ip, port)
+    server = pair.run(pair.b, SERVER, server_ip, port)
     assert server.stdout is not None
     assert server.stdout.readline().strip() == "listening", server.stderr.read() if server.stderr else ""
 
-    client = pair.spawn(pair.a, CLIENT, server_ip, port, "veth0")
+    client = pair.run(pair.a, CLIENT, server_ip, port, "veth0")
     try:
         client_out, client_err = client.communicate(timeout=15)
         server_out, server_err = server.communicate(timeout=10)
