@@ -15,11 +15,11 @@ all), is replayed with connection tracking against:
 from __future__ import annotations
 
 import os
-import struct
 from pathlib import Path
 
 import pytest
 
+from bench.captures import write_http_capture
 from pyclassify.engine import NativeEngine
 from pyclassify.project import load_project
 from pyclassify.replay import Replay
@@ -30,42 +30,9 @@ CONNECTIONS = int(os.environ.get("PYCLASSIFY_HTTP_CONNECTIONS", "20000"))
 RESULTS: dict[str, float] = {}
 
 
-def _checksum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f">{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
-def _frame(src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int, payload: bytes) -> bytes:
-    tcp = struct.pack(">HHIIBBHHH", sport, dport, seq, ack, 0x50, flags, 65535, 0, 0) + payload
-    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0x4000, 64, 6, 0, src, dst)
-    ip = ip[:10] + struct.pack(">H", _checksum(ip)) + ip[12:]
-    return bytes.fromhex("020000000002" "020000000001" "0800") + ip + tcp
-
-
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    web, api = bytes([10, 0, 1, 10]), bytes([10, 0, 2, 20])
-    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1)]
-    t = 0
-    for k in range(CONNECTIONS):
-        sport, c, s = 10000 + k % 50000, 1000, 5000
-        request = f"GET /public/item/{k:06d} HTTP/1.1\r\nHost: api.backend\r\n\r\n".encode()
-        answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
-        frames = [_frame(web, api, sport, 8080, c, 0, 0x02, b""),
-                  _frame(api, web, 8080, sport, s, c + 1, 0x12, b""),
-                  _frame(web, api, sport, 8080, c + 1, s + 1, 0x18, request),
-                  _frame(api, web, 8080, sport, s + 1, c + 1 + len(request), 0x18, answer),
-                  _frame(web, api, sport, 8080, c + 1 + len(request), s + 1 + len(answer), 0x10, b"")]
-        for f in frames:
-            t += 10
-            out.append(struct.pack("<IIII", 1767225600 + t // 1_000_000, t % 1_000_000, len(f), len(f)) + f)
-    path = tmp_path_factory.mktemp("http") / "http.pcap"
-    path.write_bytes(b"".join(out))
-    return path
+    return write_http_capture(tmp_path_factory.mktemp("http") / "http.pcap", CONNECTIONS)
 
 
 @pytest.fixture(scope="module")

@@ -402,32 +402,17 @@ def demo_pcapng(clock: Clock) -> list[Packet]:
 
 def write(outdir: Path) -> list[Path]:
     outdir.mkdir(parents=True, exist_ok=True)
-    clock = Clock()
+    clock = Clock()  # demo.pcapng's packets go on from demo.pcap's times
+    captures = [("demo.pcap", lambda: demo_ipv4(clock)), ("demo.pcapng", lambda: demo_pcapng(clock)),
+                ("domains.pcap", lambda: domains_ipv4(Clock())), ("http.pcap", lambda: http_ipv4(Clock()))]
     written = []
-    path = outdir / "demo.pcap"
-    w = PcapWriter(str(path), linktype=1, sync=False)
-    for p in demo_ipv4(clock):
-        w.write(p)
-    w.close()
-    written.append(path)
-    path = outdir / "demo.pcapng"
-    ng = PcapNgWriter(str(path))
-    for p in demo_pcapng(clock):
-        ng.write(p)
-    ng.close()
-    written.append(path)
-    path = outdir / "domains.pcap"
-    w = PcapWriter(str(path), linktype=1, sync=False)
-    for p in domains_ipv4(Clock()):
-        w.write(p)
-    w.close()
-    written.append(path)
-    path = outdir / "http.pcap"
-    w = PcapWriter(str(path), linktype=1, sync=False)
-    for p in http_ipv4(Clock()):
-        w.write(p)
-    w.close()
-    written.append(path)
+    for name, packets in captures:
+        path = outdir / name
+        w = PcapNgWriter(str(path)) if name.endswith(".pcapng") else PcapWriter(str(path), linktype=1, sync=False)
+        for p in packets():
+            w.write(p)
+        w.close()
+        written.append(path)
     return written
 
 

@@ -630,9 +630,8 @@ class Enforcer:
         if self.bridge is not None or self.rules is None:
             return [h.value for h in new] + (["dns"] if wants_dns else []) + (["http"] if wants_http else [])
         self.project = project  # the loops open on this project's policy
-        first = max([*self.hook_of_queue, *(loop.queue for loop in (self.dns_loop, self.http_loop) if loop)],
-                    default=self.config.queues[1]) + 1
-        first = max(first, self.config.queues[1] + 1)
+        taken = (loop.queue for loop in (self.dns_loop, self.http_loop) if loop is not None)
+        first = max([self.config.queues[1], *self.hook_of_queue, *taken]) + 1
         opened = len(self.loops)
         early = self._open_early_hooks(first, only=new)
         dns_queue = self._open_dns_loop(first + len(early)) if wants_dns else None
