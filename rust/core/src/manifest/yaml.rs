@@ -74,6 +74,50 @@ impl<'t> YamlEvents<'t> {
         }
     }
 
+    /// Where a block scalar (`|`, `>`) starts: its indicator. saphyr 0.3.4 puts the start of a
+    /// top-level one at its first content line, or past its blank lines (an empty one): the
+    /// header is then the first line before that which is not blank (`| # note`, `>-`,
+    /// `--- |`). Left as reported when it is on the indicator or no header is found.
+    fn block_scalar_start(&mut self, reported: Pos) -> Pos {
+        let at = self.offsets.byte_of(reported.index);
+        let text = self.text;
+        if text[at..].starts_with(['|', '>']) {
+            return reported;
+        }
+        // the header is looked for in text[..end], a line at a time from the end
+        // lines end at \n, \r\n or a lone \r (as saphyr counts them)
+        let line_start = text[..at].rfind(['\n', '\r']).map_or(0, |i| i + 1);
+        // a BOM inside the text reads as space too
+        let space = |c: char| c.is_whitespace() || c == '\u{feff}';
+        let mut end = if text[line_start..at].trim_matches(space).is_empty() { line_start } else { at };
+        loop {
+            if end == 0 {
+                return reported;
+            }
+            let before = &text[..end];
+            let from = before.strip_suffix(['\n', '\r']).unwrap_or(before).rfind(['\n', '\r']).map_or(0, |i| i + 1);
+            let line = &text[from..end];
+            if line.trim_matches(space).is_empty() {
+                end = from;
+                continue;
+            }
+            let code = line.find(" #").or_else(|| line.find("\t#")).map_or(line, |i| &line[..i]).trim_end_matches(space);
+            let word = code.rsplit(space).next().unwrap_or("");
+            let header = word.starts_with(['|', '>']) && word[1..].bytes().all(|b| b == b'+' || b == b'-' || b.is_ascii_digit());
+            if !header {
+                return reported;
+            }
+            let indicator = from + code.len() - word.len();
+            let skipped = &text[indicator..at];
+            return Pos {
+                line: reported.line.saturating_sub((skipped.matches('\n').count() + skipped.matches('\r').count()
+                    - skipped.matches("\r\n").count()) as u32),
+                col: text[from..indicator].chars().count() as u32,
+                index: reported.index.saturating_sub(skipped.chars().count()),
+            };
+        }
+    }
+
     /// Whether the directives before a document (`%YAML 1.1`) change how it reads.
     fn directives_need_fallback(&mut self, document_start: usize) -> bool {
         let from = self.offsets.byte_of(self.last_document_end.min(document_start));
@@ -164,11 +208,15 @@ impl<'t> EventSource<'t> for YamlEvents<'t> {
                 }
                 Some(Ok(pair)) => pair,
             };
+            let block = matches!(&event, YamlEvent::Scalar(_, ScalarStyle::Literal | ScalarStyle::Folded, _, _));
             let Some(mut converted) = convert(event) else { continue };
             if let Event::DocStart { .. } = converted {
                 self.correct_after_directives(self.pos(span.start).index);
             }
-            let (start, end) = (self.pos(span.start), self.pos(span.end));
+            let (mut start, end) = (self.pos(span.start), self.pos(span.end));
+            if block {
+                start = self.block_scalar_start(start);
+            }
             match &mut converted {
                 Event::DocStart { region, fallback } => {
                     *fallback = self.directives_need_fallback(start.index);
@@ -233,6 +281,34 @@ impl<'t> CharOffsets<'t> {
             self.char_at -= 1;
         }
         self.byte_at
+    }
+}
+
+#[cfg(test)]
+mod block_scalar_tests {
+    use super::*;
+
+    fn scalar_start(text: &str) -> (u32, u32) {
+        let mut r = YamlEvents::new(text, 1);
+        loop {
+            let (event, start, _) = r.next_event().expect("valid YAML");
+            match event {
+                Event::Scalar { .. } => return (start.line, start.col),
+                Event::StreamEnd => panic!("no scalar in {text:?}"),
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn a_top_level_block_scalar_starts_at_its_indicator() {
+        // saphyr reports these past their blank lines (the next document's `---`, line 6)
+        assert_eq!(scalar_start("\n\n|\n\n\n---\n"), (3, 0));
+        assert_eq!(scalar_start("\n\n|\n  a\n\n---\n"), (3, 0));
+        assert_eq!(scalar_start("# é\n--- >- # note | x\n\n  b\n"), (2, 4));
+        assert_eq!(scalar_start("\n\n\u{feff}|\n\n\n---\n"), (3, 1));
+        assert_eq!(scalar_start("\n\n|\n\r\r\n\n---\n"), (3, 0));
+        assert_eq!(scalar_start("a: |\n\nb: 1\n"), (1, 0)); // the key; the value is right already
     }
 }
 
