@@ -18,7 +18,7 @@
 #include "header_batch.h"
 
 /* Bumped on any change to the table or the records it passes; EngineClient checks it. */
-#define PC_ENGINE_ABI_VERSION 6
+#define PC_ENGINE_ABI_VERSION 7
 #define PC_ENGINE_CAPSULE "pyclassify._engine.EngineRef"
 
 #define PC_CAPI_OK 0
@@ -94,6 +94,8 @@ typedef struct pc_engine_api {
     uint32_t revoked_size;
     /* judges n headers into out (ct may be NULL for per-packet judgement, quotes may be NULL) */
     int32_t (*judge)(const pc_engine *engine, pc_conntrack *ct, const PacketHeader *headers, const pc_quote *quotes, size_t n, pc_verdict *out, uint8_t pod_allow, uint8_t host_allow);
+    /* judges n headers of routed traffic by a host endpoint's forward hook (applyOnForward policy) into out: endpoint (< 0: none) is the subject of the side the packet crosses (ingress: it arrived by its interface) */
+    int32_t (*judge_via)(const pc_engine *engine, const PacketHeader *headers, size_t n, int64_t endpoint, uint8_t ingress, pc_verdict *out, uint8_t pod_allow, uint8_t host_allow);
     /* a new connection tracker (NULL on a bad configuration) */
     pc_conntrack * (*ct_new)(size_t max_entries, uint8_t tcp_loose);
     /* frees a tracker of ct_new */
@@ -166,7 +168,7 @@ _Static_assert(offsetof(pc_revoked_flow, protocol) == 36, "pc_revoked_flow.proto
 _Static_assert(offsetof(pc_revoked_flow, ip_version) == 37, "pc_revoked_flow.ip_version offset");
 _Static_assert(offsetof(pc_revoked_flow, reserved) == 38, "pc_revoked_flow.reserved offset");
 
-_Static_assert(sizeof(pc_engine_api) == 120, "pc_engine_api size");
+_Static_assert(sizeof(pc_engine_api) == 128, "pc_engine_api size");
 
 static const pc_field pc_fields_pc_quote[] = {
     {"src_addr", offsetof(pc_quote, src_addr), sizeof(((pc_quote *)0)->src_addr)},

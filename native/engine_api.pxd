@@ -3,7 +3,7 @@
 # Regenerate with `cargo run --manifest-path rust/Cargo.toml -p pyclassify-core --bin abi-headers`;
 # `cargo test` fails while this file differs from what the generator writes.
 # Declarations of native/engine_api.h: the Rust engine's C function table (via a PyCapsule).
-from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 from header_batch cimport PacketHeader, pc_record_layout
 
@@ -74,6 +74,7 @@ cdef extern from "engine_api.h" nogil:
         uint32_t quote_size
         uint32_t revoked_size
         int32_t (*judge)(const pc_engine *engine, pc_conntrack *ct, const PacketHeader *headers, const pc_quote *quotes, size_t n, pc_verdict *out, uint8_t pod_allow, uint8_t host_allow) noexcept nogil
+        int32_t (*judge_via)(const pc_engine *engine, const PacketHeader *headers, size_t n, int64_t endpoint, uint8_t ingress, pc_verdict *out, uint8_t pod_allow, uint8_t host_allow) noexcept nogil
         pc_conntrack * (*ct_new)(size_t max_entries, uint8_t tcp_loose) noexcept nogil
         void (*ct_free)(pc_conntrack *ct) noexcept nogil
         size_t (*ct_len)(const pc_conntrack *ct) noexcept nogil

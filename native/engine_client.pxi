@@ -51,9 +51,21 @@ cdef class EngineClient:
     cdef EngineClient http_owner  # the client whose table ``http`` is, when not this one
     cdef public bint pod_allow
     cdef public bint host_allow
+    # A forward-hook client (``via``): judges routed packets by a host endpoint's applyOnForward
+    # policy, the endpoint ``via_endpoint`` (< 0: none) the subject of the side they cross.
+    cdef readonly bint via
+    cdef readonly bint via_ingress
+    cdef public int64_t via_endpoint
 
     def __cinit__(self, capsule, bint conntrack=True, size_t max_entries=262144, bint tcp_loose=True,
-                  bint pod_allow=True, bint host_allow=False, size_t http_connections=0):
+                  bint pod_allow=True, bint host_allow=False, size_t http_connections=0, via=None):
+        """``via``: ``(endpoint index or None, ingress)`` makes this a forward-hook client."""
+        self.via = via is not None
+        if via is not None:
+            if conntrack:
+                raise ValueError("a forward-hook client judges new connections only: no tracker")
+            self.via_endpoint = -1 if via[0] is None else via[0]
+            self.via_ingress = bool(via[1])
         self.ref = _engine_ref(capsule)
         self._capsule = capsule
         self.ct = NULL
@@ -85,6 +97,9 @@ cdef class EngineClient:
 
     cdef int judge_c(self, const PacketHeader *headers, const pc_quote *quotes, size_t n,
                      pc_verdict *out) noexcept nogil:
+        if self.via:
+            return self.ref.api.judge_via(self.ref.engine, headers, n, self.via_endpoint, self.via_ingress, out,
+                                          self.pod_allow, self.host_allow)
         return self.ref.api.judge(self.ref.engine, self.ct, headers, quotes, n, out,
                                   self.pod_allow, self.host_allow)
 

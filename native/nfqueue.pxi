@@ -167,6 +167,7 @@ cdef struct NfqPacket:
     uint32_t caplen
     uint32_t wirelen
     uint32_t indev
+    uint32_t mark  # the packet's mark as it was queued: a verdict that sets one adds to it
 
 
 cdef int nfq_parse_packet(const uint8_t *msg, size_t len, NfqPacket *out) noexcept nogil:
@@ -196,6 +197,8 @@ cdef int nfq_parse_packet(const uint8_t *msg, size_t len, NfqPacket *out) noexce
             out.wirelen = be32(msg + off + 4)
         elif t == NFQA_IFINDEX_INDEV and alen >= 8:
             out.indev = be32(msg + off + 4)
+        elif t == NFQA_MARK and alen >= 8:
+            out.mark = be32(msg + off + 4)
         off += nla_align(alen)
     if out.wirelen < out.caplen:
         out.wirelen = out.caplen
@@ -319,6 +322,9 @@ cdef int _netlink_socket(int rcvbuf) except -1:
     return fd
 
 
+_KEEP = object()  # NfQueue.swap: the forward hook's endpoint stays
+
+
 cdef class NfQueue:
     """One NFQUEUE queue bound over raw netlink, judged by an ``EngineClient``.
 
@@ -340,7 +346,11 @@ cdef class NfQueue:
     to both ends (``TcpResetter``) and the packet handed back with that mark, for our chain to
     mark the connection denied and drop it. With ``dns``, the loop judges nothing: each packet is a DNS answer whose
     addresses are learned into the engine's domain facts before it is handed back with
-    ``accept_mark`` (so a connection the client opens on the answer finds them). A malformed packet is
+    ``accept_mark`` (so a connection the client opens on the answer finds them). With
+    ``repeat_accepted`` (a host endpoint's forward hook, ``EngineClient(via=...)``), every packet
+    the loop lets on goes back with ``accept_mark``: the chain's later rules (the workload's own
+    policy) still judge it. A mark a verdict sets is added to the packet's own (kube-proxy's and
+    others' bits stay). A malformed packet is
     dropped when failing closed and accepted when failing open; an engine error gives the whole
     batch the fail-mode verdict. Nothing allocates a Python object per packet: ``stats`` counts,
     ``drain_events()`` hands the policy-judged packets over in bulk.
@@ -355,6 +365,7 @@ cdef class NfQueue:
     cdef readonly bint dns  # a DNS-learning loop (see the class doc)
     cdef readonly uint32_t http_mark  # 0: a connection awaiting its HTTP request is denied; else admitted with it
     cdef readonly uint32_t http_deny_mark  # nonzero: an HTTP loop (see the class doc)
+    cdef readonly bint repeat_accepted  # every packet let on goes back with accept_mark (see the class doc)
     cdef TcpResetter resetter
     cdef uint64_t c_http_provisional, c_http_allowed, c_http_denied, c_http_full, c_http_resets, c_http_held
     cdef uint64_t c_http_errors[HTTP_ERRORS_MAX]
@@ -398,7 +409,7 @@ cdef class NfQueue:
     def __cinit__(self, EngineClient client, int queue, bint fail_open=False, int copy_range=128,
                   int maxlen=4096, int batch=64, bint batch_verdicts=True, bint gso=True,
                   int rcvbuf=8 << 20, uint32_t reject_mark=0, uint32_t accept_mark=0, bint dns=False,
-                  uint32_t http_mark=0, uint32_t http_deny_mark=0):
+                  uint32_t http_mark=0, uint32_t http_deny_mark=0, bint repeat_accepted=False):
         if not 0 <= queue <= 65535:
             raise ValueError(f"queue number {queue} out of range 0-65535")
         if not 40 <= copy_range <= 65535:
@@ -419,6 +430,9 @@ cdef class NfQueue:
             raise ValueError("a DNS-learning loop hands answers back with accept_mark: give one")
         self.http_mark = http_mark
         self.http_deny_mark = http_deny_mark
+        if repeat_accepted and not accept_mark:
+            raise ValueError("repeat_accepted hands packets back with accept_mark: give one")
+        self.repeat_accepted = repeat_accepted
         self.resetter = None
         self.copy_range = copy_range
         self.maxlen = maxlen
@@ -509,15 +523,20 @@ cdef class NfQueue:
         finally:
             self.running = 0
 
-    def swap(self, capsule, bint revalidate=True):
+    def swap(self, capsule, bint revalidate=True, via_endpoint=_KEEP):
         """Judge with a new engine from the next batch on; with ``revalidate``, re-judge the
         tracked connections against it and return ``(count, flows)`` of those now denied.
-        Done at a batch boundary (the loop holds the engine lock for a whole batch), so the
-        caller may release the old engine as soon as this returns."""
+        ``via_endpoint`` (a forward-hook loop): the host endpoint's index in the new engine, or
+        None when it has none. Done at a batch boundary (the loop holds the engine lock for a
+        whole batch), so the caller may release the old engine as soon as this returns."""
+        if via_endpoint is not _KEEP and not self.client.via:
+            raise ValueError("via_endpoint is for a forward-hook loop")
         with nogil:
             pthread_mutex_lock(&self.engine_lock)
         try:
             self.client.swap(capsule)
+            if via_endpoint is not _KEEP:
+                self.client.via_endpoint = -1 if via_endpoint is None else via_endpoint
             self.c_swaps += 1
             if revalidate:
                 return self.client.revalidate(capsule)
@@ -799,7 +818,7 @@ cdef class NfQueue:
                     self.c_http_provisional += 1
                 elif not self.ver[i].allow:
                     self.final[i] = NF_REPEAT if self.reject_mark else NF_DROP
-                elif self.accept_mark and _allowed_by_rule(&self.ver[i]):
+                elif self.accept_mark and (self.repeat_accepted or _allowed_by_rule(&self.ver[i])):
                     self.final[i] = FINAL_MARKED_ACCEPT
                 else:
                     self.final[i] = NF_ACCEPT
@@ -849,16 +868,16 @@ cdef class NfQueue:
             if self.final[i] == NF_REPEAT:
                 # rejected: back to the hook with the reject mark, one packet at a time
                 j = i
-                w = put_mark_verdict(w, <uint16_t>self.queue, NF_REPEAT, id, self.reject_mark)
+                w = put_mark_verdict(w, <uint16_t>self.queue, NF_REPEAT, id, self.pk[i].mark | self.reject_mark)
             elif self.final[i] == FINAL_MARKED_ACCEPT:
                 j = i
-                w = put_mark_verdict(w, <uint16_t>self.queue, NF_REPEAT, id, self.accept_mark)
+                w = put_mark_verdict(w, <uint16_t>self.queue, NF_REPEAT, id, self.pk[i].mark | self.accept_mark)
             elif self.final[i] == FINAL_HTTP_PENDING:
                 j = i
-                w = put_mark_verdict(w, <uint16_t>self.queue, NF_REPEAT, id, self.http_mark)
+                w = put_mark_verdict(w, <uint16_t>self.queue, NF_REPEAT, id, self.pk[i].mark | self.http_mark)
             elif self.final[i] == FINAL_HTTP_DENY:
                 j = i
-                w = put_mark_verdict(w, <uint16_t>self.queue, NF_REPEAT, id, self.http_deny_mark)
+                w = put_mark_verdict(w, <uint16_t>self.queue, NF_REPEAT, id, self.pk[i].mark | self.http_deny_mark)
             elif self.batch_verdicts:
                 j = i
                 while (j + 1 < n and self.final[j + 1] == self.final[i]

@@ -143,6 +143,9 @@ class Engine:
         data: Any = None,
         segments: Any = None,
     ) -> None: ...
+    def judge_via(
+        self, headers: Any, out: Any, endpoint: int | None, ingress: bool, pod_allow: bool, host_allow: bool
+    ) -> None: ...
     def compiled_listing(
         self, endpoint: int, direction: str, family: int
     ) -> list[

@@ -626,6 +626,25 @@ class NativeEngine:
                            data, segments)
         return out
 
+    def judge_via(self, headers: npt.NDArray[Any], endpoint: Endpoint | None, side: Direction,
+                  default_host: str = "deny") -> npt.NDArray[Any]:
+        """Verdict records for a header batch of traffic the host routes in (``side`` ingress)
+        or out (egress) by host endpoint ``endpoint``'s interface, judged by that endpoint's
+        forward hook: this engine's policies are the set's ``for_hook(Hook.FORWARD)``, the
+        endpoint stands in as the subject of that side (``hostpath``'s forward step); ``allow``
+        0 where the hook drops the packet. ``endpoint`` None: no host endpoint, nothing dropped."""
+        if headers.dtype != HEADER_DTYPE:
+            raise TypeError(f"expected a header batch of HEADER_DTYPE, got {headers.dtype}")
+        headers = np.ascontiguousarray(headers)
+        out = np.zeros(len(headers), dtype=VERDICT_DTYPE)
+        index = None if endpoint is None else self._endpoint_id(endpoint)
+        self._engine.judge_via(headers, out, index, side is Direction.INGRESS, True, default_host == "allow")
+        return out
+
+    def endpoint_index(self, endpoint: Endpoint) -> int:
+        """The engine's index of ``endpoint`` (what the live forward loops are given)."""
+        return self._endpoint_id(endpoint)
+
     def classify(self, headers: npt.NDArray[Any], default_pod: str = "allow",
                  default_host: str = "deny") -> npt.NDArray[np.uint8]:
         """Verdicts (1 allow, 0 deny) for a header batch, each packet judged alone."""

@@ -75,6 +75,17 @@ def _outcome(hook: Hook, d: Decision | None) -> str:
     return "continue"  # untracked and pre-DNAT chains never drop at a tier's end; all tiers passed
 
 
+def forward_step(evaluate: Evaluator, forward: PolicySet, inventory: Inventory, flow: Flow, side: Direction,
+                 default_host: str = "deny") -> Step:
+    """The forward hook of a host endpoint (``forward``: the set's ``for_hook(Hook.FORWARD)``)
+    judging ``flow``, whose end at ``side`` is the host endpoint (the packet's address kept):
+    its decision and outcome ("deny": dropped here, else "allow" or "continue"). The live
+    forward loops judge the same (``NativeEngine.judge_via``)."""
+    verdict = evaluate(forward, inventory, flow, default_pod="allow", default_host=default_host)
+    d = verdict.ingress if side is Direction.INGRESS else verdict.egress
+    return Step(Hook.FORWARD, d, _outcome(Hook.FORWARD, d))
+
+
 def host_path(evaluate: Evaluator, sets: HookSets, inventory: Inventory, *, pre: Flow, post: Flow,
               side: Direction, host_traffic: bool, default_host: str = "deny", suppress_normal: bool = False,
               untracked_only: bool = False,
@@ -118,8 +129,9 @@ def host_path(evaluate: Evaluator, sets: HookSets, inventory: Inventory, *, pre:
         path.verdict = verdict
         return path
     if not done and not host_traffic:
-        d = decide(Hook.FORWARD, post)
-        if step(Hook.FORWARD, d, _outcome(Hook.FORWARD, d)) == "deny":
+        forward = forward_step(evaluate, sets.sets[Hook.FORWARD], inventory, post, side, default_host)
+        path.steps.append(forward)
+        if forward.outcome == "deny":
             path.verdict = "deny"
             return path
     if then is not None:

@@ -43,16 +43,19 @@ def engine_capsule(engine: NativeEngine) -> Any:
 
 
 def open_queue(engine: NativeEngine, queue: int, *, conntrack_entries: int = 0, pod_allow: bool = True,
-               host_allow: bool = False, http_connections: int = 0, **options: Any) -> NfQueue:
+               host_allow: bool = False, http_connections: int = 0, via: tuple[int | None, bool] | None = None,
+               **options: Any) -> NfQueue:
     """An NFQUEUE loop on queue number ``queue`` judged by ``engine``, bound (``OSError`` when
     the queue is taken or without permission); ``options`` are ``NfQueue``'s (``fail_open``,
     ``copy_range``, ``maxlen``, ``batch``, ``batch_verdicts``, ``reject_mark``, ``accept_mark``). Run ``loop.run()`` in a thread of
     its own. The kernel's conntrack is the connection table on this path (only new connections
     are queued), so every queued packet is judged by policy: ``conntrack_entries`` > 0 gives the
-    loop an engine-side tracker as well (at most that many entries), for tests and comparison."""
+    loop an engine-side tracker as well (at most that many entries), for tests and comparison.
+    ``via`` (``(host endpoint index, ingress)``) makes it a loop of that endpoint's forward hook
+    (``EngineClient(via=...)``; with ``repeat_accepted`` and its mark in ``options``)."""
     client = EngineClient(engine_capsule(engine), conntrack=conntrack_entries > 0,
                           max_entries=max(conntrack_entries, 1), pod_allow=pod_allow, host_allow=host_allow,
-                          http_connections=http_connections)
+                          http_connections=http_connections, via=via)
     loop = NfQueue(client, queue, **options)
     loop.open()
     return loop

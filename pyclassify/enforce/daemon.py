@@ -44,6 +44,8 @@ from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import PACKET_POLICY, NativeEngine
 from pyclassify.enforce.iptables import (
     DNS_MARK,
+    FORWARD_IN_MARK,
+    FORWARD_OUT_MARK,
     HTTP_DENY_MARK,
     HTTP_MARK,
     JUDGED_CTMARK,
@@ -59,7 +61,8 @@ from pyclassify.enforce.metrics import Metrics
 from pyclassify.enforce.reload import Watcher
 from pyclassify.enforce.source import Loaded, PolicySource, SourceError
 from pyclassify.flow import Flow, FlowEnd, Verdict
-from pyclassify.ir import Action, Direction, Hook
+from pyclassify.inventory import Endpoint
+from pyclassify.ir import Action, Direction, EndpointKind, Hook
 from pyclassify.nfqueue import engine_capsule, kernel_conntrack, kernel_revalidate, open_queue
 from pyclassify.project import Project
 
@@ -115,6 +118,24 @@ EARLY_HOOKS = {Hook.UNTRACKED: UNTRACKED_MARK, Hook.PRE_DNAT: PRE_DNAT_MARK}
 def early_hooks(project: Project) -> list[Hook]:
     """The early hooks ``project`` has policy for (doNotTrack, preDNAT)."""
     return [h for h in EARLY_HOOKS if any(p.hook is h for p in project.policy_set.early)]
+
+
+def forward_endpoints(project: Project) -> dict[str, Endpoint]:
+    """The host endpoints whose interfaces this node judges by their forward hook, by interface:
+    those it enforces with a named interface (an all-interfaces one, ``*``, names none), when
+    there is applyOnForward policy at all; the first by name where two name one interface."""
+    if not project.policy_set.for_hook(Hook.FORWARD).policies:
+        return {}
+    inventory = project.inventory
+    out: dict[str, Endpoint] = {}
+    for e in sorted(inventory.endpoints, key=lambda e: e.name):
+        if e.kind is EndpointKind.HOST and e.interface not in (None, "*") and inventory.enforces(e):
+            out.setdefault(e.interface, e)
+    return dict(sorted(out.items()))
+
+
+#: The forward hook's loops, per side: the mark of a packet it let on, and the side it judges.
+FORWARD_SIDES = ((Direction.INGRESS, FORWARD_IN_MARK), (Direction.EGRESS, FORWARD_OUT_MARK))
 
 
 def has_log_rules(project: Project) -> bool:
@@ -190,6 +211,9 @@ class Enforcer:
         #: The early hooks' engines (each hook's policy only) and the queues judged by them.
         self.hook_engines: dict[Hook, NativeEngine] = {}
         self.hook_of_queue: dict[int, Hook] = {}
+        #: The forward hook's queues (in ``hook_of_queue`` as Hook.FORWARD): the host endpoint
+        #: interface each judges, and the side.
+        self.forward_of_queue: dict[int, tuple[str, Direction]] = {}
         self._has_log = False
         self._reload_lock = threading.Lock()
         self._drain_lock = threading.Lock()
@@ -255,6 +279,7 @@ class Enforcer:
             early_queues = self._open_early_hooks(cfg.queues[1] + 1)
             dns_queue = self._open_dns_loop(cfg.queues[1] + 1 + len(early_queues))
             http_queue = self._open_http_loop(cfg.queues[1] + 1 + len(early_queues) + (dns_queue is not None))
+            forward_queues = self._open_forward_hooks(max(loop.queue for loop in self.loops) + 1)
             self.ctnl = kernel_conntrack()
             for loop in self.loops:
                 t = threading.Thread(target=loop.run, name=f"pyclassify-nfq{loop.queue}", daemon=True)
@@ -265,7 +290,7 @@ class Enforcer:
                     self.rules = Rules(cfg.queues[0], cfg.queues[1], cfg.fail_open, tuple(cfg.hooks), cfg.ipv6,
                                        reject=cfg.reject, untracked_queue=early_queues.get(Hook.UNTRACKED),
                                        pre_dnat_queue=early_queues.get(Hook.PRE_DNAT), dns_queue=dns_queue,
-                                       http_queue=http_queue)
+                                       http_queue=http_queue, forward_queues=forward_queues)
                     self.rules.install()
                     if http_queue is not None:
                         self._admit_http()
@@ -289,7 +314,8 @@ class Enforcer:
                       conntrack_deleted=deleted["deleted"], **self._start_fields(),
                       **({"hook_queues": {h.value: q for h, q in early_queues.items()}} if early_queues else {}),
                       **({"dns_queue": dns_queue} if dns_queue is not None else {}),
-                      **({"http_queue": http_queue} if http_queue is not None else {}))
+                      **({"http_queue": http_queue} if http_queue is not None else {}),
+                      **({"forward_queues": _forward_json(forward_queues)} if forward_queues else {}))
         self._log_revoked(revoked)
 
     def _open_dns_loop(self, queue: int) -> int | None:
@@ -357,6 +383,43 @@ class Enforcer:
             out[hook] = queue
             queue += 1
         return out
+
+    def _open_forward_hooks(self, queue: int, skip: frozenset[str] = frozenset()) -> tuple[tuple[str, int, int], ...]:
+        """Two loops per host endpoint interface judged by its forward hook (``forward_endpoints``,
+        but those in ``skip``), from queue number ``queue`` on: the connections the host routes in
+        by it and those it routes out by it, each judged by applyOnForward policy with the host
+        endpoint as the subject of that side. Returns ``(interface, ingress queue, egress queue)``
+        each, for our rules."""
+        cfg = self.config
+        assert self.project is not None
+        wanted = {i: e for i, e in forward_endpoints(self.project).items() if i not in skip}
+        if "forward" not in cfg.hooks or not wanted:
+            return ()
+        engine = self.hook_engines.get(Hook.FORWARD)
+        if engine is None:
+            engine = NativeEngine(self.project.policy_set.for_hook(Hook.FORWARD), self.project.inventory)
+            self.hook_engines[Hook.FORWARD] = engine
+        out = []
+        for iface, hep in wanted.items():
+            queues = []
+            for side, mark in FORWARD_SIDES:
+                try:
+                    # what the hook lets on goes back to the chain with its mark, to meet the
+                    # workload's own policy; no policy deciding is no verdict here
+                    loop = open_queue(engine, queue, pod_allow=True, host_allow=True, fail_open=cfg.fail_open,
+                                      copy_range=cfg.copy_range, maxlen=cfg.maxlen, batch=cfg.batch,
+                                      batch_verdicts=cfg.batch_verdicts, accept_mark=mark, repeat_accepted=True,
+                                      reject_mark=REJECT_MARK if cfg.reject else 0,
+                                      via=(engine.endpoint_index(hep), side is Direction.INGRESS))
+                except OSError as e:
+                    raise _queue_error(queue, e) from e
+                self.loops.append(loop)
+                self.hook_of_queue[queue] = Hook.FORWARD
+                self.forward_of_queue[queue] = (iface, side)
+                queues.append(queue)
+                queue += 1
+            out.append((iface, queues[0], queues[1]))
+        return tuple(out)
 
     def _start_watch_and_metrics(self) -> None:
         cfg = self.config
@@ -618,17 +681,26 @@ class Enforcer:
         returns the ones that could not be added (the bridge, or no rules of ours)."""
         self.hook_engines = {hook: e.update(project.policy_set.for_hook(hook), project.inventory)
                              for hook, e in self.hook_engines.items()}
+        heps = forward_endpoints(project)
         for loop in self.loops:
             hook = self.hook_of_queue.get(loop.queue)
-            if hook is not None:
+            if hook is Hook.FORWARD:
+                # the interface's host endpoint now (None: gone, so no host policy drops here)
+                hep = heps.get(self.forward_of_queue[loop.queue][0])
+                engine = self.hook_engines[hook]
+                loop.swap(engine_capsule(engine), False, via_endpoint=None if hep is None else engine.endpoint_index(hep))
+            elif hook is not None:
                 loop.swap(engine_capsule(self.hook_engines[hook]), False)
         new = [h for h in early_hooks(project) if h not in self.hook_engines]
         wants_dns = self.dns_loop is None and domains.has_domain_rules(project.policy_set)
         wants_http = self.http_loop is None and httprules.has_http_rules(project.policy_set)
-        if not new and not wants_dns and not wants_http:
+        judged = frozenset(iface for iface, _ in self.forward_of_queue.values())
+        wants_forward = "forward" in self.config.hooks and bool(set(heps) - judged)
+        if not new and not wants_dns and not wants_http and not wants_forward:
             return []
         if self.bridge is not None or self.rules is None:
-            return [h.value for h in new] + (["dns"] if wants_dns else []) + (["http"] if wants_http else [])
+            return ([h.value for h in new] + (["dns"] if wants_dns else []) + (["http"] if wants_http else [])
+                    + (["forward"] if wants_forward else []))
         self.project = project  # the loops open on this project's policy
         taken = (loop.queue for loop in (self.dns_loop, self.http_loop) if loop is not None)
         first = max([self.config.queues[1], *self.hook_of_queue, *taken]) + 1
@@ -636,16 +708,18 @@ class Enforcer:
         early = self._open_early_hooks(first, only=new)
         dns_queue = self._open_dns_loop(first + len(early)) if wants_dns else None
         http_queue = self._open_http_loop(first + len(early) + (dns_queue is not None)) if wants_http else None
+        forward = self._open_forward_hooks(max(loop.queue for loop in self.loops) + 1, skip=judged)
         for loop in self.loops[opened:]:
             t = threading.Thread(target=loop.run, name=f"pyclassify-nfq{loop.queue}", daemon=True)
             t.start()
             self.threads.append(t)
-        self.rules.extend(early.get(Hook.UNTRACKED), early.get(Hook.PRE_DNAT), dns_queue, http_queue)
+        self.rules.extend(early.get(Hook.UNTRACKED), early.get(Hook.PRE_DNAT), dns_queue, http_queue, forward)
         if http_queue is not None:
             self._admit_http()
         self.log.emit("hooks-added", hook_queues={h.value: q for h, q in early.items()},
                       **({"dns_queue": dns_queue} if dns_queue is not None else {}),
-                      **({"http_queue": http_queue} if http_queue is not None else {}))
+                      **({"http_queue": http_queue} if http_queue is not None else {}),
+                      **({"forward_queues": _forward_json(forward)} if forward else {}))
         return []
 
     def _update_staged(self, project: Project) -> None:
@@ -748,6 +822,8 @@ class Enforcer:
             fields.update(self._endpoint_refs(src, dst))
             if hook is not None:
                 fields["hook"] = hook.value
+            if hook is Hook.FORWARD:
+                fields["via"] = self.forward_of_queue[queue][0]  # the host endpoint interface
             http = httprules.outcome_name(int(v[i]["http"]))
             if http is not None:
                 fields["http"] = http
@@ -808,3 +884,8 @@ class Enforcer:
             for tier, policy, rule in d.logs if d else []:
                 out.append({"tier": tier, "policy": policy, "rule": rule})
         return out
+
+
+def _forward_json(queues: tuple[tuple[str, int, int], ...]) -> dict[str, dict[str, int]]:
+    """The forward hook's queues as the log says them: ``{interface: {"in": q, "out": q}}``."""
+    return {iface: {"in": q_in, "out": q_out} for iface, q_in, q_out in queues}

@@ -34,6 +34,13 @@ the host (``-m addrtype --dst-type LOCAL``) and from it:
   new connections, to the pre-DNAT queue. One a rule allowed comes back with ``PRE_DNAT_MARK``,
   which the filter ``INPUT`` chain honours by skipping normal host policy.
 
+With applyOnForward policy, each host endpoint interface (``forward_queues``) gets two rules in
+the filter ``FORWARD`` chain, before the workload's own policy is queued: new connections that
+arrived by it (``-i``) go to its ingress queue, those that leave by it (``-o``) to its egress
+queue, each judged by that endpoint's forward hook. A packet the hook lets on comes back with
+``FORWARD_IN_MARK`` (or ``FORWARD_OUT_MARK``), which skips that rule on its way on through the
+chain; one a pre-DNAT rule allowed (``PRE_DNAT_MARK``) skips both (allow ends host policy).
+
 ``remove_stale()`` deletes every ``PYCLASSIFY-*`` chain and every jump to one (filter, raw and
 mangle tables): the daemon calls it before installing (rules left by a killed daemon) and
 ``Rules.remove()`` on exit.
@@ -77,6 +84,10 @@ HTTP_CTMARK = 0x04000000
 #: our chain marks the connection ``HTTP_DENIED_CTMARK`` and drops its packets, both ways.
 HTTP_DENY_MARK = 0x80000000
 HTTP_DENIED_CTMARK = 0x08000000
+#: Packet marks (not the connection's: those above ending in CTMARK are) of a routed packet a host
+#: endpoint's forward hook let on, by the interface it arrived on (IN) or leaves by (OUT).
+FORWARD_IN_MARK = 0x01000000
+FORWARD_OUT_MARK = 0x02000000
 HOOKS = {"forward": "FORWARD", "input": "INPUT", "output": "OUTPUT"}
 #: The early host-endpoint hooks: (table, built-in chain).
 EARLY_HOOKS = {"untracked-in": ("raw", "PREROUTING"), "untracked-out": ("raw", "OUTPUT"),
@@ -158,6 +169,8 @@ class Rules:
     dns_queue: int | None = None
     #: the HTTP queue (http rules): client-to-server packets of connections admitted provisionally
     http_queue: int | None = None
+    #: host endpoint interfaces judged by their forward hook: (interface, ingress queue, egress queue)
+    forward_queues: tuple[tuple[str, int, int], ...] = ()
     installed: list[tuple[str, str, str, str]] = field(default_factory=list)  # (binary, table, builtin, chain)
 
     def __post_init__(self) -> None:
@@ -215,6 +228,12 @@ class Rules:
             out.append(["-p", "tcp", *mark, "-j", "REJECT", "--reject-with", "tcp-reset"])
             out.append([*mark, "-j", "REJECT"])  # the family's ICMP port unreachable
         out.append(["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"])
+        if hook == "forward":
+            for iface, in_queue, out_queue in self.forward_queues:
+                for flag, mark, queue in (("-i", FORWARD_IN_MARK, in_queue), ("-o", FORWARD_OUT_MARK, out_queue)):
+                    # (mark & mask) == 0: neither this hook nor a pre-DNAT rule let it on yet
+                    unseen = ["-m", "mark", "--mark", f"0x0/{mark | PRE_DNAT_MARK:#x}"]
+                    out.append([flag, iface, *unseen, *queue_target(queue, queue, self.fail_open)])
         out.append(["-j", "CONNMARK", "--or-mark", hex(JUDGED_CTMARK)])
         out.append(queue_target(self.first, self.last, self.fail_open))
         return out
@@ -255,16 +274,19 @@ class Rules:
             raise
 
     def extend(self, untracked_queue: int | None = None, pre_dnat_queue: int | None = None,
-               dns_queue: int | None = None, http_queue: int | None = None) -> None:
+               dns_queue: int | None = None, http_queue: int | None = None,
+               forward_queues: tuple[tuple[str, int, int], ...] = ()) -> None:
         """Hooks first needed after ``install()`` (a reload brought the first doNotTrack, preDNAT,
-        domain or http rule): their chains are created and jumped to, and the rules they add to our
-        filter chains inserted in place. Rules are only added, never removed on the way, so no
-        packet meets fewer of ours meanwhile."""
+        domain or http rule, or a host endpoint interface to judge by its forward hook): their
+        chains are created and jumped to, and the rules they add to our filter chains inserted
+        in place. Rules are only added, never removed on the way, so no packet meets fewer of
+        ours meanwhile."""
         before = {hook: self.rules(hook) for hook, _, _ in self.chains()}
         self.untracked_queue = self.untracked_queue if untracked_queue is None else untracked_queue
         self.pre_dnat_queue = self.pre_dnat_queue if pre_dnat_queue is None else pre_dnat_queue
         self.dns_queue = self.dns_queue if dns_queue is None else dns_queue
         self.http_queue = self.http_queue if http_queue is None else http_queue
+        self.forward_queues = (*self.forward_queues, *forward_queues)
         for binary in sorted({b for b, _, _, _ in self.installed}):
             for hook, table, builtin in self.chains():
                 chain = PREFIX + builtin

@@ -109,6 +109,26 @@ def test_early_host_endpoint_hooks_have_chains_of_their_own() -> None:
     assert ["-m", "mark", "--mark", "0x10000000/0x10000000", "-j", "RETURN"] not in r.rules("forward")
 
 
+def test_host_endpoint_interfaces_queue_to_their_forward_hook() -> None:
+    """Each interface's rules sit between the established traffic and the workload's own queue;
+    what a side's hook let on (its mark) or a pre-DNAT rule allowed skips that side."""
+    r = Rules(0, 0, forward_queues=(("eth1", 4, 5),))
+    fwd = r.rules("forward")
+    established = fwd.index(["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"])
+    assert fwd[established + 1:established + 3] == [
+        ["-i", "eth1", "-m", "mark", "--mark", "0x0/0x11000000", "-j", "NFQUEUE", "--queue-num", "4"],
+        ["-o", "eth1", "-m", "mark", "--mark", "0x0/0x12000000", "-j", "NFQUEUE", "--queue-num", "5"]]
+    assert fwd[-1] == ["-j", "NFQUEUE", "--queue-num", "0"]
+    assert not any("eth1" in rule for rule in r.rules("input") + r.rules("output"))
+    # a reload that brings another interface adds its rules in place, after the first's
+    before = r.rules("forward")
+    r.forward_queues = (*r.forward_queues, ("eth2", 6, 7))
+    after = r.rules("forward")
+    assert [rule for rule in after if "eth2" not in rule] == before
+    assert after.index(["-o", "eth1", "-m", "mark", "--mark", "0x0/0x12000000", "-j", "NFQUEUE", "--queue-num", "5"]) \
+        < after.index(["-i", "eth2", "-m", "mark", "--mark", "0x0/0x11000000", "-j", "NFQUEUE", "--queue-num", "6"])
+
+
 def test_queue_ranges() -> None:
     assert parse_queues("4") == (4, 4) and parse_queues("2-5") == (2, 5)
     for bad in ("5-2", "x", "70000"):

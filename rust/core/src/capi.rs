@@ -12,6 +12,7 @@ use crate::batch::PacketHeader;
 use crate::conntrack::{ConnTrack, CtConfig, CtStats, FlowKey, QuotedTuple};
 use std::sync::Mutex;
 
+use crate::engine::forward::{classify_forward, Via};
 use crate::engine::judge::{judge_segment, Segment, SegmentStep};
 use crate::engine::{Defaults, Judge, PacketVerdict, Snapshot as Engine, HTTP_TABLE_FULL, PACKET_ESTABLISHED};
 use crate::http::HttpConns;
@@ -27,7 +28,7 @@ const HTTP_IDLE_NS: u64 = 300_000_000_000;
 
 /// Bumped on any change to the table or the structs it passes. `EngineClient` (native/) refuses
 /// an engine of another version, on creation and on every swap.
-pub const ENGINE_ABI_VERSION: u32 = 6;
+pub const ENGINE_ABI_VERSION: u32 = 7;
 
 /// The name of the PyCapsule that carries an engine handle (`EngineRef`).
 pub const ENGINE_CAPSULE: &std::ffi::CStr = c"pyclassify._engine.EngineRef";
@@ -66,6 +67,14 @@ pub const API_FUNCTIONS: &[(&str, &str, &str, &str)] = &[
         "const pc_engine *engine, pc_conntrack *ct, const PacketHeader *headers, const pc_quote *quotes, \
          size_t n, pc_verdict *out, uint8_t pod_allow, uint8_t host_allow",
         "judges n headers into out (ct may be NULL for per-packet judgement, quotes may be NULL)",
+    ),
+    (
+        "judge_via",
+        "int32_t",
+        "const pc_engine *engine, const PacketHeader *headers, size_t n, int64_t endpoint, uint8_t ingress, \
+         pc_verdict *out, uint8_t pod_allow, uint8_t host_allow",
+        "judges n headers of routed traffic by a host endpoint's forward hook (applyOnForward policy) into out: \
+         endpoint (< 0: none) is the subject of the side the packet crosses (ingress: it arrived by its interface)",
     ),
     ("ct_new", "pc_conntrack *", "size_t max_entries, uint8_t tcp_loose", "a new connection tracker (NULL on a bad configuration)"),
     ("ct_free", "void", "pc_conntrack *ct", "frees a tracker of ct_new"),
@@ -141,6 +150,18 @@ pub struct EngineApi {
         pod_allow: u8,
         host_allow: u8,
     ) -> i32,
+    /// Judges `n` headers of routed traffic by a host endpoint's forward hook into `out`
+    /// (`engine::forward`): `endpoint` (< 0: none) is the subject of the side the packet crosses.
+    pub judge_via: unsafe extern "C" fn(
+        engine: *const Engine,
+        headers: *const PacketHeader,
+        n: usize,
+        endpoint: i64,
+        ingress: u8,
+        out: *mut PacketVerdict,
+        pod_allow: u8,
+        host_allow: u8,
+    ) -> i32,
     /// A new connection tracker (null on a bad configuration).
     pub ct_new: unsafe extern "C" fn(max_entries: usize, tcp_loose: u8) -> *mut ConnTrack,
     pub ct_free: unsafe extern "C" fn(ct: *mut ConnTrack),
@@ -201,6 +222,7 @@ pub static ENGINE_API: EngineApi = EngineApi {
     quote_size: std::mem::size_of::<QuotedTuple>() as u32,
     revoked_size: std::mem::size_of::<RevokedFlow>() as u32,
     judge,
+    judge_via,
     ct_new,
     ct_free,
     ct_len,
@@ -345,6 +367,37 @@ unsafe extern "C" fn judge(
             Some(ct) => engine.classify_tracked(ct, hs, qs, vs, d),
             None => engine.classify_detailed(hs, vs, d),
         }
+    }));
+    if result.is_ok() {
+        CAPI_OK
+    } else {
+        CAPI_PANIC
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn judge_via(
+    engine: *const Engine,
+    headers: *const PacketHeader,
+    n: usize,
+    endpoint: i64,
+    ingress: u8,
+    out: *mut PacketVerdict,
+    pod_allow: u8,
+    host_allow: u8,
+) -> i32 {
+    if engine.is_null() || (n > 0 && (headers.is_null() || out.is_null())) {
+        return CAPI_NULL;
+    }
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        if n == 0 {
+            return;
+        }
+        // SAFETY: the caller passes a live engine, `n` valid headers and `n` output records.
+        let engine = unsafe { &*engine };
+        let (hs, vs) = unsafe { (std::slice::from_raw_parts(headers, n), std::slice::from_raw_parts_mut(out, n)) };
+        let via = Via { endpoint: u32::try_from(endpoint).ok(), ingress: ingress != 0 };
+        classify_forward(engine, hs, via, vs, defaults(pod_allow, host_allow));
     }));
     if result.is_ok() {
         CAPI_OK

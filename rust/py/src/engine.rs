@@ -10,6 +10,7 @@ use pyclassify_core::batch::PacketHeader;
 use pyclassify_core::capi::{EngineApi, CT_STATS_NAMES, ENGINE_ABI_VERSION, ENGINE_API, ENGINE_CAPSULE};
 use pyo3::types::PyCapsule;
 use pyclassify_core::conntrack::QuotedTuple;
+use pyclassify_core::engine::forward::{classify_forward, Via};
 use pyclassify_core::engine::judge::Segment;
 use pyclassify_core::http::Request;
 use pyclassify_core::engine::spec::{Delta, Spec};
@@ -369,6 +370,38 @@ impl PyEngine {
             }
         });
         drop((hdrs, verdicts, quoted, payload, spans));
+        Ok(())
+    }
+
+    /// Judges a header batch of routed traffic by a host endpoint's forward hook into `out`
+    /// (`VERDICT_DTYPE`): `endpoint` (None: no host endpoint) is the subject of the side each
+    /// packet crosses, `ingress` (it arrived by the endpoint's interface) or egress; `allow` 0
+    /// where this hook drops the packet (`engine::forward`; the live forward loops' judgement).
+    /// Runs without the GIL.
+    #[pyo3(signature = (headers, out, endpoint, ingress, pod_allow, host_allow))]
+    fn judge_via(
+        &self,
+        py: Python<'_>,
+        headers: &Bound<'_, PyAny>,
+        out: &Bound<'_, PyAny>,
+        endpoint: Option<u32>,
+        ingress: bool,
+        pod_allow: bool,
+        host_allow: bool,
+    ) -> PyResult<()> {
+        let hdrs = header_buffer(headers, "headers")?;
+        let n = hdrs.item_count();
+        let verdicts = checked_buffer(out, "out", VERDICT_SIZE, std::mem::align_of::<PacketVerdict>(), Some(n), true)?;
+        let (h_ptr, v_ptr) = (hdrs.buf_ptr() as usize, verdicts.buf_ptr() as usize);
+        let via = Via { endpoint, ingress };
+        py.detach(move || {
+            // SAFETY: the buffers were checked (item size, count, alignment, contiguity,
+            // writability) and stay acquired until this function returns.
+            let (hs, vs) =
+                unsafe { (slice_of::<PacketHeader>(h_ptr, n), std::slice::from_raw_parts_mut(v_ptr as *mut PacketVerdict, n)) };
+            classify_forward(&self.inner, hs, via, vs, Defaults { pod_allow, host_allow });
+        });
+        drop((hdrs, verdicts));
         Ok(())
     }
 }

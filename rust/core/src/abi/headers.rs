@@ -230,7 +230,7 @@ fn engine_api_pxd() -> String {
         let _ = writeln!(o, "# {l}");
     }
     o.push_str("# Declarations of native/engine_api.h: the Rust engine's C function table (via a PyCapsule).\n");
-    o.push_str("from libc.stdint cimport int32_t, uint8_t, uint16_t, uint32_t, uint64_t\n\n");
+    o.push_str("from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t\n\n");
     o.push_str("from header_batch cimport PacketHeader, pc_record_layout\n\n\n");
     o.push_str("cdef extern from \"engine_api.h\" nogil:\n    enum:\n        PC_ENGINE_ABI_VERSION\n        PC_CAPI_OK\n        PC_CAPI_NULL\n        PC_CAPI_PANIC\n        PC_QUOTE_VALID\n        PC_HTTP_AWAITS\n        PC_HTTP_REQUEST\n        PC_HTTP_TABLE_FULL\n        PC_HTTP_ERROR\n");
     o.push_str("    const char *PC_ENGINE_CAPSULE\n\n");

@@ -21,6 +21,7 @@
 
 pub mod classes;
 pub mod cow;
+pub mod forward;
 pub mod idset;
 mod identity;
 pub mod judge;
