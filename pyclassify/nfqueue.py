@@ -21,6 +21,7 @@ For the daemon::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ from pyclassify.engine import HTTP_AWAITS, NativeEngine
 #: as 16 bytes (IPv4 mapped).
 Flow = tuple[bytes, bytes, int, int, int, int]
 
-__all__ = ["CtNetlink", "Inotify", "NfQueue", "engine_capsule", "kernel_conntrack", "kernel_revalidate", "open_queue"]
+__all__ = ["CtNetlink", "ForwardCheck", "Inotify", "NfQueue", "engine_capsule", "kernel_conntrack", "kernel_revalidate", "open_queue"]
 
 
 def engine_capsule(engine: NativeEngine) -> Any:
@@ -61,10 +62,26 @@ def open_queue(engine: NativeEngine, queue: int, *, conntrack_entries: int = 0, 
     return loop
 
 
+@dataclass(frozen=True)
+class ForwardCheck:
+    """A host endpoint's forward hook in a revalidation: the connections whose conntrack mark
+    says it let them on (``mark & mask == mark``) are judged by it again (``capsule``'s engine,
+    the endpoint ``endpoint`` the subject of the side, ``ingress`` or egress; None: no host
+    endpoint any more, nothing denied)."""
+
+    capsule: Any
+    endpoint: int | None
+    ingress: bool
+    mark: int
+    mask: int
+
+
 def kernel_revalidate(ctnl: CtNetlink, capsule: Any, *, mark: int, revoked_mark: int, pod_allow: bool,
-                      host_allow: bool, ipv6: bool = True) -> tuple[int, list[Flow], list[Flow]]:
+                      host_allow: bool, ipv6: bool = True,
+                      forward: tuple[ForwardCheck, ...] = ()) -> tuple[int, list[Flow], list[Flow]]:
     """Judge every connection of the kernel's table that carries ``mark`` (the ones our rules
-    queued), however old, by the engine of ``capsule``: ``(judged, revoke, restore)``, as original
+    queued), however old, by the engine of ``capsule``, and those a host endpoint's forward hook
+    let on by that hook too (``forward``): ``(judged, revoke, restore)``, as original
     tuples for ``ctnl.delete``: the ones now denied that are not marked ``revoked_mark`` yet, and
     the ones so marked that are allowed again. The dump and the judging are native; Python sees
     only those rows."""
@@ -77,7 +94,15 @@ def kernel_revalidate(ctnl: CtNetlink, capsule: Any, *, mark: int, revoked_mark:
     rows = np.frombuffer(original, HEADER_DTYPE)
     # a connection admitted up to its HTTP request stays admitted (the HTTP loop judges it)
     allowed = (out["allow"] != 0) | (out["http"] == HTTP_AWAITS)
-    revoked = (rows["frag_id"] & revoked_mark) != 0  # dump() keeps each entry's mark there
+    marks = rows["frag_id"]  # dump() keeps each entry's mark there
+    revoked = (marks & revoked_mark) != 0
+    for check in forward:
+        through = np.flatnonzero((marks & check.mask) == check.mark)
+        if len(through):
+            hook = np.zeros(len(through), VERDICT_DTYPE)
+            EngineClient(check.capsule, conntrack=False, via=(check.endpoint, check.ingress)).judge(
+                np.ascontiguousarray(headers[through]), hook)
+            allowed[through] &= hook["allow"] != 0
 
     def flows(select: Any) -> list[Flow]:
         return [(r["src_addr"].tobytes(), r["dst_addr"].tobytes(), int(r["sport"]), int(r["dport"]),

@@ -55,6 +55,7 @@ from pyclassify.enforce.iptables import (
     UNTRACKED_MARK,
     IptablesError,
     Rules,
+    forward_ctmark,
 )
 from pyclassify.enforce.log import PROTOS, FlowLog, address
 from pyclassify.enforce.metrics import Metrics
@@ -63,7 +64,7 @@ from pyclassify.enforce.source import Loaded, PolicySource, SourceError
 from pyclassify.flow import Flow, FlowEnd, Verdict
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import Action, Direction, EndpointKind, Hook
-from pyclassify.nfqueue import engine_capsule, kernel_conntrack, kernel_revalidate, open_queue
+from pyclassify.nfqueue import ForwardCheck, engine_capsule, kernel_conntrack, kernel_revalidate, open_queue
 from pyclassify.project import Project
 
 #: Connections the HTTP loop follows at once (each holds at most one request head, 8 KiB).
@@ -649,7 +650,7 @@ class Enforcer:
         try:
             _, revoked, restored = kernel_revalidate(self.ctnl, capsule, mark=JUDGED_CTMARK, revoked_mark=REVOKED_CTMARK,
                                                      pod_allow=self.pod_allow, host_allow=self.host_allow,
-                                                     ipv6=self.config.ipv6)
+                                                     ipv6=self.config.ipv6, forward=self._forward_checks())
         except OSError as e:
             # The socket may hold the rest of a broken dump: a fresh one for the next time.
             self.log.emit("revalidation-failed", error=str(e))
@@ -662,6 +663,24 @@ class Enforcer:
             self.ctnl.delete(restored, 0, REVOKED_CTMARK)
             self.metrics.restored.inc(len(restored))
         return revoked, deleted
+
+    def _forward_checks(self) -> tuple[ForwardCheck, ...]:
+        """What revalidation asks of the host endpoints' forward hooks: for each interface side
+        with a slot in our rules, the connections it let on, judged by it as it is now."""
+        engine = self.hook_engines.get(Hook.FORWARD)
+        if engine is None or self.rules is None or self.project is None:
+            return ()
+        heps = forward_endpoints(self.project)
+        capsule = engine_capsule(engine)
+        checks = []
+        for index, (iface, _, _) in enumerate(self.rules.forward_queues):
+            hep = heps.get(iface)
+            for side, _ in FORWARD_SIDES:
+                slot = forward_ctmark(index, side is Direction.INGRESS)
+                if slot is not None:
+                    checks.append(ForwardCheck(capsule, None if hep is None else engine.endpoint_index(hep),
+                                               side is Direction.INGRESS, *slot))
+        return tuple(checks)
 
     def _log_revoked(self, revoked: list[Any]) -> None:
         for src, dst, sport, dport, proto, ver in revoked:

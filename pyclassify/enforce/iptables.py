@@ -40,6 +40,8 @@ arrived by it (``-i``) go to its ingress queue, those that leave by it (``-o``) 
 queue, each judged by that endpoint's forward hook. A packet the hook lets on comes back with
 ``FORWARD_IN_MARK`` (or ``FORWARD_OUT_MARK``), which skips that rule on its way on through the
 chain; one a pre-DNAT rule allowed (``PRE_DNAT_MARK``) skips both (allow ends host policy).
+Further on, such a packet marks its connection with the interface's slot (``forward_ctmark``),
+so that a policy change judges the connections each hook let on by that hook again.
 
 ``remove_stale()`` deletes every ``PYCLASSIFY-*`` chain and every jump to one (filter, raw and
 mangle tables): the daemon calls it before installing (rules left by a killed daemon) and
@@ -88,6 +90,21 @@ HTTP_DENIED_CTMARK = 0x08000000
 #: endpoint's forward hook let on, by the interface it arrived on (IN) or leaves by (OUT).
 FORWARD_IN_MARK = 0x01000000
 FORWARD_OUT_MARK = 0x02000000
+#: Conntrack mark bits of the host endpoint interface whose forward hook let a connection on:
+#: its slot (1 + its place in ``Rules.forward_queues``, at most ``FORWARD_SLOTS``) for the side
+#: it arrived by, and for the side it left by.
+FORWARD_IN_CTMASK = 0x000F0000
+FORWARD_OUT_CTMASK = 0x00F00000
+FORWARD_SLOTS = 15
+
+
+def forward_ctmark(index: int, ingress: bool) -> tuple[int, int] | None:
+    """The conntrack mark (value, mask) of the connections the forward hook of the interface at
+    ``index`` in ``Rules.forward_queues`` let on, for that side; None past the slots (such
+    connections are not judged by their hook again)."""
+    if index >= FORWARD_SLOTS:
+        return None
+    return ((index + 1) << 16, FORWARD_IN_CTMASK) if ingress else ((index + 1) << 20, FORWARD_OUT_CTMASK)
 HOOKS = {"forward": "FORWARD", "input": "INPUT", "output": "OUTPUT"}
 #: The early host-endpoint hooks: (table, built-in chain).
 EARLY_HOOKS = {"untracked-in": ("raw", "PREROUTING"), "untracked-out": ("raw", "OUTPUT"),
@@ -234,6 +251,11 @@ class Rules:
                     # (mark & mask) == 0: neither this hook nor a pre-DNAT rule let it on yet
                     unseen = ["-m", "mark", "--mark", f"0x0/{mark | PRE_DNAT_MARK:#x}"]
                     out.append([flag, iface, *unseen, *queue_target(queue, queue, self.fail_open)])
+            for index, (iface, _, _) in enumerate(self.forward_queues):
+                for flag, mark, ingress in (("-i", FORWARD_IN_MARK, True), ("-o", FORWARD_OUT_MARK, False)):
+                    slot = forward_ctmark(index, ingress)
+                    if slot is not None:
+                        out.append([flag, iface, *_mark(mark), "-j", "CONNMARK", "--or-mark", hex(slot[0])])
         out.append(["-j", "CONNMARK", "--or-mark", hex(JUDGED_CTMARK)])
         out.append(queue_target(self.first, self.last, self.fail_open))
         return out

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pyclassify import _native
 from pyclassify.enforce import enforce_command
 from pyclassify.enforce.daemon import parse_queues
-from pyclassify.enforce.iptables import Rules, queue_target
+from pyclassify.enforce.iptables import Rules, forward_ctmark, queue_target
 
 
 def attr(kind: int, payload: bytes) -> bytes:
@@ -118,7 +118,12 @@ def test_host_endpoint_interfaces_queue_to_their_forward_hook() -> None:
     assert fwd[established + 1:established + 3] == [
         ["-i", "eth1", "-m", "mark", "--mark", "0x0/0x11000000", "-j", "NFQUEUE", "--queue-num", "4"],
         ["-o", "eth1", "-m", "mark", "--mark", "0x0/0x12000000", "-j", "NFQUEUE", "--queue-num", "5"]]
+    # what each side's hook let on marks its connection with the interface's slot, for revalidation
+    assert fwd[established + 3:established + 5] == [
+        ["-i", "eth1", "-m", "mark", "--mark", "0x1000000/0x1000000", "-j", "CONNMARK", "--or-mark", "0x10000"],
+        ["-o", "eth1", "-m", "mark", "--mark", "0x2000000/0x2000000", "-j", "CONNMARK", "--or-mark", "0x100000"]]
     assert fwd[-1] == ["-j", "NFQUEUE", "--queue-num", "0"]
+    assert forward_ctmark(14, False) == (15 << 20, 0xF00000) and forward_ctmark(15, True) is None
     assert not any("eth1" in rule for rule in r.rules("input") + r.rules("output"))
     # a reload that brings another interface adds its rules in place, after the first's
     before = r.rules("forward")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.enforce import manifests
-from tests.enforce.netns import PY, REPO, Daemon, Topology, iptables_rules, root_reason
+from tests.enforce.netns import PY, REPO, Daemon, Held, Topology, iptables_rules, root_reason
 
 pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
 
@@ -149,6 +149,25 @@ spec:
     # by the main queue (the workload's policy), not the hook's
     assert (deny["queue"], deny["dst_endpoint"], deny["ingress"]["verdict"]) == (0, "a/a1", "deny") and "hook" not in deny
     assert topo.reach(THREE, TWO, "TCP")
+    assert daemon.terminate() == 0
+
+
+def test_a_change_to_forward_policy_cuts_the_connections_it_now_denies(topo: Topology, tmp_path: Path) -> None:
+    """A connection gw-2's forward hook let on is judged by that hook again when its policy
+    changes, and cut once denied; one no hook decided (in by gw-3, out by gw-2) stays."""
+    (tmp_path / "00-inventory.yaml").write_text(INVENTORY)
+    host = tmp_path / "10-host.yaml"
+    host.write_text(FORWARD)
+    daemon = Daemon(topo, [str(tmp_path)], QUEUE)
+    daemon.wait_event("start")
+    cut, kept = Held(topo, "b", "c", "TCP"), Held(topo, "c", "b", "TCP")
+    assert cut.ping() and kept.ping()
+    manifests.replace(host, FORWARD.replace("ports: [8080]}}", "ports: [9999]}}", 1))
+    assert daemon.wait_event("reload")["revoked"] == 1
+    assert cut.cut_within(2.0) is not None
+    assert kept.ping()
+    revoke = daemon.wait_event("revoke")
+    assert (revoke["src"], revoke["dst"], revoke["dport"]) == ("10.244.2.2", "10.244.3.2", Topology.TCP_PORT)
     assert daemon.terminate() == 0
 
 
