@@ -394,8 +394,8 @@ class Enforcer:
         cfg = self.config
         assert self.project is not None
         wanted = {i: e for i, e in forward_endpoints(self.project).items() if i not in skip}
-        if "forward" not in cfg.hooks or not wanted:
-            return ()
+        if "forward" not in cfg.hooks or not cfg.install_rules or not wanted:
+            return ()  # (only our rules queue to these loops)
         engine = self.hook_engines.get(Hook.FORWARD)
         if engine is None:
             engine = NativeEngine(self.project.policy_set.for_hook(Hook.FORWARD), self.project.inventory)

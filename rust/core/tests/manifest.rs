@@ -43,6 +43,17 @@ fn documents_with_their_lines_and_regions() {
 }
 
 #[test]
+fn a_directive_after_old_mac_line_ends_places_its_document() {
+    // A lone \r ends a line: the directive (non-ASCII, which saphyr miscounts) is on line 3, and
+    // the second document's root on line 7; its region read again alone says the same.
+    let text = "\r\r%NOTE \u{e9}t\u{e9}\n---\nkind: A\n---\nkind: B\r";
+    let got = records(text);
+    let Record::Document { line, region, .. } = &got[1] else { panic!("{got:?}") };
+    assert_eq!(*line, 7);
+    assert!(lines_of(text, Syntax::Yaml, *region, None).contains(&(vec![], 7)), "{region:?}");
+}
+
+#[test]
 fn list_items_stream_one_by_one_even_when_kind_comes_last() {
     let text = "apiVersion: v1\nitems:\n- kind: Pod\n  metadata: {name: a}\n- kind: Pod\n  spec:\n    containers:\n    - name: c\nkind: List\nmetadata:\n  resourceVersion: \"\"\n";
     let got = records(text);

@@ -58,7 +58,7 @@ impl<'t> YamlEvents<'t> {
         let from = self.offsets.byte_of(self.last_document_end);
         let mut at = self.last_document_end;
         let mut directives = false;
-        for line in self.text[from..].split_inclusive('\n') {
+        for line in yaml_lines(&self.text[from..]) {
             if line.starts_with("---") {
                 if directives && reported > at {
                     self.index_shift += reported - at;
@@ -122,10 +122,32 @@ impl<'t> YamlEvents<'t> {
     fn directives_need_fallback(&mut self, document_start: usize) -> bool {
         let from = self.offsets.byte_of(self.last_document_end.min(document_start));
         let to = self.offsets.byte_of(document_start);
-        self.text[from..to]
-            .lines()
-            .any(|line| line.starts_with("%YAML") && line.split_whitespace().nth(1) != Some("1.2"))
+        yaml_lines(&self.text[from..to]).any(|line| line.starts_with("%YAML") && line.split_whitespace().nth(1) != Some("1.2"))
     }
+}
+
+/// The lines of `text`, each with its break: YAML's (and saphyr's) line breaks are `\r\n`, `\n`
+/// and a lone `\r` (old Mac line ends), so a line may end at any of them.
+fn yaml_lines(text: &str) -> impl Iterator<Item = &str> {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        if start >= bytes.len() {
+            return None;
+        }
+        let from = start;
+        let mut i = from;
+        while i < bytes.len() && bytes[i] != b'\n' && bytes[i] != b'\r' {
+            i += 1;
+        }
+        // past the break: \r\n is one
+        start = match bytes.get(i) {
+            Some(b'\r') if bytes.get(i + 1) == Some(&b'\n') => i + 2,
+            Some(_) => i + 1,
+            None => i,
+        };
+        Some(&text[from..start])
+    })
 }
 
 /// Converts one saphyr event; None for events that have no counterpart.
@@ -328,6 +350,13 @@ mod tests {
             }
             out.push((e, start.line));
         }
+    }
+
+    #[test]
+    fn lines_end_at_every_yaml_line_break() {
+        let lines: Vec<&str> = yaml_lines("a\r\rb\r\nc\nd").collect();
+        assert_eq!(lines, ["a\r", "\r", "b\r\n", "c\n", "d"]);
+        assert_eq!(yaml_lines("").count(), 0);
     }
 
     fn scalar(e: &Event<'_>) -> (Scalar<'static>, Support, bool) {
