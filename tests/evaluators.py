@@ -33,3 +33,23 @@ def native_evaluate(policy_set: PolicySet, inventory: Inventory, flow: Flow, **d
 
 
 EVALUATORS: dict[str, Evaluator] = {"reference": evaluate, "native": native_evaluate}
+
+
+def packet_batch(flows: list[Flow]) -> Any:
+    """The header batch of address-only flows, as the decoder would write their packets: what the
+    batch paths (``NativeEngine.classify``/``judge``/``judge_via``) are compared on."""
+    import numpy as np
+
+    from pyclassify.batch import FLAG_HAS_PORTS, new_batch
+
+    batch = new_batch(len(flows))
+    for row, f in zip(batch, flows):
+        for key, ip in (("src_addr", f.src.ip), ("dst_addr", f.dst.ip)):
+            raw = b"\0" * 10 + b"\xff\xff" + ip.packed if ip.version == 4 else ip.packed  # IPv4-mapped
+            row[key] = np.frombuffer(raw, dtype=np.uint8)
+        row["ip_version"], row["protocol"] = f.src.ip.version, f.protocol
+        if f.sport is not None and f.dport is not None:
+            row["sport"], row["dport"], row["flags"] = f.sport, f.dport, FLAG_HAS_PORTS
+        if f.protocol in (1, 58):
+            row["icmp_type"], row["icmp_code"] = f.icmp_type or 0, f.icmp_code or 0
+    return batch

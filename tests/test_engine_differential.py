@@ -35,6 +35,7 @@ from pyclassify.ir import (
 )
 from pyclassify.reference import Flow, FlowEnd, evaluate
 from pyclassify.selector import Selector
+from tests.evaluators import packet_batch
 
 NAMESPACES = ["a", "b", "c"]
 ADDRS = [f"10.0.0.{i}" for i in range(1, 9)] + ["fd00::1", "fd00::2", "192.168.9.9"]
@@ -303,15 +304,7 @@ def test_batch_classify_equals_reference(data):
     flows = [Flow(FlowEnd(None, f.src.address or ipaddress.ip_address("203.0.113.1")),
                   FlowEnd(None, f.dst.address or ipaddress.ip_address("203.0.113.2")), *_rest(f)) for f in flows]
     flows = [f for f in flows if f.src.ip.version == f.dst.ip.version]
-    batch = new_batch(len(flows))
-    for row, f in zip(batch, flows):
-        row["src_addr"] = np.frombuffer(_mapped(f.src.ip), dtype=np.uint8)
-        row["dst_addr"] = np.frombuffer(_mapped(f.dst.ip), dtype=np.uint8)
-        row["ip_version"], row["protocol"] = f.src.ip.version, f.protocol
-        if f.sport is not None and f.dport is not None:
-            row["sport"], row["dport"], row["flags"] = f.sport, f.dport, FLAG_HAS_PORTS
-        if f.protocol in (1, 58):
-            row["icmp_type"], row["icmp_code"] = f.icmp_type or 0, f.icmp_code or 0
+    batch = packet_batch(flows)
     got = engine.classify(batch)
     for f, verdict, row in zip(flows, got, batch):
         packet = Flow(f.src, f.dst, f.protocol,
@@ -324,12 +317,6 @@ def test_batch_classify_equals_reference(data):
 
 def _rest(f: Flow) -> tuple:
     return (f.protocol, f.sport, f.dport, f.icmp_type, f.icmp_code)
-
-
-def _mapped(ip) -> bytes:
-    if ip.version == 4:
-        return b"\0" * 10 + b"\xff\xff" + ip.packed
-    return ip.packed
 
 
 def test_batch_rejects_wrong_dtype_and_layout():

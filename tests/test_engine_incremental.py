@@ -8,15 +8,14 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 
-import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pyclassify.batch import FLAG_HAS_PORTS, new_batch
 from pyclassify.engine import NativeEngine
 from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace, NetworkSet, Node, Service, ServiceAccount
 from pyclassify.ir import Action, Direction, EndpointKind, PolicySet, Profile, Tier
 from pyclassify.reference import Flow, FlowEnd, evaluate
+from tests.evaluators import packet_batch
 from tests.test_engine_differential import (
     ADDRS,
     NAMESPACES,
@@ -133,23 +132,6 @@ def _plain(d) -> dict | None:
     return out
 
 
-def _mapped(ip) -> np.ndarray:
-    raw = b"\0" * 10 + b"\xff\xff" + ip.packed if ip.version == 4 else ip.packed
-    return np.frombuffer(raw, dtype=np.uint8)
-
-
-def _batch(flows: list[Flow]) -> np.ndarray:
-    batch = new_batch(len(flows))
-    for row, f in zip(batch, flows):
-        row["src_addr"], row["dst_addr"] = _mapped(f.src.ip), _mapped(f.dst.ip)
-        row["ip_version"], row["protocol"] = f.src.ip.version, f.protocol
-        if f.sport is not None and f.dport is not None:
-            row["sport"], row["dport"], row["flags"] = f.sport, f.dport, FLAG_HAS_PORTS
-        if f.protocol in (1, 58):
-            row["icmp_type"], row["icmp_code"] = f.icmp_type or 0, f.icmp_code or 0
-    return batch
-
-
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
 def test_changes_applied_as_deltas_equal_a_fresh_build_and_the_reference(data):
@@ -179,7 +161,7 @@ def test_changes_applied_as_deltas_equal_a_fresh_build_and_the_reference(data):
         # as the packets carry them: ICMP always has a type and code
         ip_flows = [dataclasses.replace(f, icmp_type=f.icmp_type or 0, icmp_code=f.icmp_code or 0)
                     if f.protocol in (1, 58) else f for f in ip_flows]
-        batch = _batch(ip_flows)
+        batch = packet_batch(ip_flows)
         for e in (engine, fresh):
             # The batch path (through the decision memo): verdict, tier, policy and rule by name.
             for f, rec in zip(ip_flows, e.judge(batch)):

@@ -9,11 +9,9 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 
-import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pyclassify.batch import FLAG_HAS_PORTS, new_batch
 from pyclassify.engine import NativeEngine
 from pyclassify.hostpath import forward_step
 from pyclassify.inventory import Endpoint, Inventory
@@ -21,22 +19,10 @@ from pyclassify.ir import Direction, EndpointKind, Hook, PolicySet
 from pyclassify.reference import Flow, FlowEnd, evaluate
 from pyclassify.ir import Policy, Subject
 from pyclassify.selector import Selector
-from tests.test_engine_differential import _mapped, flow_st, rules_st, world_st
+from tests.evaluators import packet_batch
+from tests.test_engine_differential import flow_st, rules_st, world_st
 
 GATEWAY = Endpoint(kind=EndpointKind.HOST, name="gw-eth1", namespace=None, labels={"role": "lb"}, interface="eth1")
-
-
-def _packets(flows: list[Flow]) -> np.ndarray:
-    batch = new_batch(len(flows))
-    for row, f in zip(batch, flows):
-        row["src_addr"] = np.frombuffer(_mapped(f.src.ip), dtype=np.uint8)
-        row["dst_addr"] = np.frombuffer(_mapped(f.dst.ip), dtype=np.uint8)
-        row["ip_version"], row["protocol"] = f.src.ip.version, f.protocol
-        if f.sport is not None and f.dport is not None:
-            row["sport"], row["dport"], row["flags"] = f.sport, f.dport, FLAG_HAS_PORTS
-        if f.protocol in (1, 58):
-            row["icmp_type"], row["icmp_code"] = f.icmp_type or 0, f.icmp_code or 0
-    return batch
 
 
 def _as_packet(f: Flow) -> Flow:
@@ -70,7 +56,7 @@ def test_forward_loop_judges_as_the_reference_forward_step(data):
     default_host = data.draw(st.sampled_from(["deny", "allow"]))
     flows = [_as_packet(data.draw(flow_st(inventory))) for _ in range(16)]
     flows = [f for f in flows if f.src.ip.version == f.dst.ip.version]
-    batch = _packets(flows)
+    batch = packet_batch(flows)
     for _ in range(3):
         hep = data.draw(st.sampled_from(hosts))
         side = data.draw(st.sampled_from(list(Direction)))
@@ -96,5 +82,5 @@ def test_no_host_endpoint_drops_nothing():
     engine = NativeEngine(PolicySet.build([]), Inventory())
     flows = [Flow(FlowEnd(None, ipaddress.ip_address("10.0.0.1")), FlowEnd(None, ipaddress.ip_address("10.0.0.2")),
                   6, 1000, 80)]
-    got = engine.judge_via(_packets(flows), None, Direction.INGRESS)
+    got = engine.judge_via(packet_batch(flows), None, Direction.INGRESS)
     assert got["allow"].tolist() == [1] and not got["ingress"]["present"].any()
