@@ -128,10 +128,11 @@ def forward_endpoints(project: Project) -> dict[str, Endpoint]:
     if not project.policy_set.for_hook(Hook.FORWARD).policies:
         return {}
     inventory = project.inventory
+    hosts = [e for e in inventory.endpoints
+             if e.kind is EndpointKind.HOST and e.interface not in (None, "*") and inventory.enforces(e)]
     out: dict[str, Endpoint] = {}
-    for e in sorted(inventory.endpoints, key=lambda e: e.name):
-        if e.kind is EndpointKind.HOST and e.interface not in (None, "*") and inventory.enforces(e):
-            out.setdefault(e.interface, e)
+    for e in sorted(hosts, key=lambda e: e.name):
+        out.setdefault(e.interface, e)
     return dict(sorted(out.items()))
 
 
