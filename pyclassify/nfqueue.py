@@ -34,7 +34,7 @@ from pyclassify.engine import HTTP_AWAITS, NativeEngine
 #: as 16 bytes (IPv4 mapped).
 Flow = tuple[bytes, bytes, int, int, int, int]
 
-__all__ = ["CtNetlink", "ForwardCheck", "Inotify", "NfQueue", "engine_capsule", "kernel_conntrack", "kernel_revalidate", "open_queue"]
+__all__ = ["CtNetlink", "ForwardCheck", "Inotify", "NfQueue", "PreDnatCheck", "engine_capsule", "kernel_conntrack", "kernel_revalidate", "open_queue"]
 
 
 def engine_capsule(engine: NativeEngine) -> Any:
@@ -76,12 +76,25 @@ class ForwardCheck:
     mask: int
 
 
+@dataclass(frozen=True)
+class PreDnatCheck:
+    """The pre-DNAT hook in a revalidation: the connections a pre-DNAT rule allowed (conntrack
+    mark ``mark``) are judged by ``capsule``'s engine (pre-DNAT policy) on their original
+    destination: a rule that denies now cuts them; while a rule allows them, those whose normal
+    host policy that skipped (``host_mark``) are not judged by it."""
+
+    capsule: Any
+    mark: int
+    host_mark: int
+
+
 def kernel_revalidate(ctnl: CtNetlink, capsule: Any, *, mark: int, revoked_mark: int, pod_allow: bool,
-                      host_allow: bool, ipv6: bool = True,
-                      forward: tuple[ForwardCheck, ...] = ()) -> tuple[int, list[Flow], list[Flow]]:
+                      host_allow: bool, ipv6: bool = True, forward: tuple[ForwardCheck, ...] = (),
+                      pre_dnat: PreDnatCheck | None = None) -> tuple[int, list[Flow], list[Flow]]:
     """Judge every connection of the kernel's table that carries ``mark`` (the ones our rules
-    queued), however old, by the engine of ``capsule``, and those a host endpoint's forward hook
-    let on by that hook too (``forward``): ``(judged, revoke, restore)``, as original
+    queued), however old, by the engine of ``capsule`` (as the filter table saw it: after DNAT),
+    and by the host endpoint hooks that let it on: a forward hook (``forward``), the pre-DNAT
+    hook (``pre_dnat``, before DNAT): ``(judged, revoke, restore)``, as original
     tuples for ``ctnl.delete``: the ones now denied that are not marked ``revoked_mark`` yet, and
     the ones so marked that are allowed again. The dump and the judging are native; Python sees
     only those rows."""
@@ -96,6 +109,16 @@ def kernel_revalidate(ctnl: CtNetlink, capsule: Any, *, mark: int, revoked_mark:
     allowed = (out["allow"] != 0) | (out["http"] == HTTP_AWAITS)
     marks = rows["frag_id"]  # dump() keeps each entry's mark there
     revoked = (marks & revoked_mark) != 0
+    if pre_dnat is not None:
+        through = np.flatnonzero((marks & pre_dnat.mark) != 0)
+        if len(through):
+            hook = np.zeros(len(through), VERDICT_DTYPE)
+            EngineClient(pre_dnat.capsule, conntrack=False, pod_allow=True, host_allow=True).judge(
+                np.ascontiguousarray(rows[through]), hook)  # the original tuple: before DNAT
+            by_rule = (hook["allow"] != 0) & (((hook["ingress"]["present"] != 0) & (hook["ingress"]["reason"] == 0))
+                                              | ((hook["egress"]["present"] != 0) & (hook["egress"]["reason"] == 0)))
+            skipped = (marks[through] & pre_dnat.host_mark) != 0
+            allowed[through] = np.where(hook["allow"] == 0, False, np.where(by_rule & skipped, True, allowed[through]))
     for check in forward:
         through = np.flatnonzero((marks & check.mask) == check.mark)
         if len(through):

@@ -49,6 +49,8 @@ from pyclassify.enforce.iptables import (
     HTTP_DENY_MARK,
     HTTP_MARK,
     JUDGED_CTMARK,
+    PRE_DNAT_CTMARK,
+    PRE_DNAT_HOST_CTMARK,
     PRE_DNAT_MARK,
     REJECT_MARK,
     REVOKED_CTMARK,
@@ -64,7 +66,7 @@ from pyclassify.enforce.source import Loaded, PolicySource, SourceError
 from pyclassify.flow import Flow, FlowEnd, Verdict
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import Action, Direction, EndpointKind, Hook
-from pyclassify.nfqueue import ForwardCheck, engine_capsule, kernel_conntrack, kernel_revalidate, open_queue
+from pyclassify.nfqueue import ForwardCheck, PreDnatCheck, engine_capsule, kernel_conntrack, kernel_revalidate, open_queue
 from pyclassify.project import Project
 
 #: Connections the HTTP loop follows at once (each holds at most one request head, 8 KiB).
@@ -592,9 +594,13 @@ class Enforcer:
                         self._update_staged(project)
                         missing = self._swap_early(project)
                         self.log.forget()
-                    self.log.emit("reload", policies=len(project.policy_set.policies), revoked=0,
+                    # what a changed pre-DNAT policy now denies is cut (the workload's verdicts stand)
+                    revoked, _ = self._revoke(engine_capsule(self.engine)) if self.engine is not None else ([], {})
+                    self.metrics.revoked.inc(len(revoked))
+                    self.log.emit("reload", policies=len(project.policy_set.policies), revoked=len(revoked),
                                   staged_policies=len(project.policy_set.staged), changed_objects=0,
                                   **({"hooks_need_restart": missing} if missing else {}))
+                    self._log_revoked(revoked)
                 return ReloadResult(not errors, errors, 0, 0, time.monotonic() - t0)
             self.drain()  # events judged by the old engine are named with the old tables
             capsule = engine_capsule(engine)
@@ -651,7 +657,8 @@ class Enforcer:
         try:
             _, revoked, restored = kernel_revalidate(self.ctnl, capsule, mark=JUDGED_CTMARK, revoked_mark=REVOKED_CTMARK,
                                                      pod_allow=self.pod_allow, host_allow=self.host_allow,
-                                                     ipv6=self.config.ipv6, forward=self._forward_checks())
+                                                     ipv6=self.config.ipv6, forward=self._forward_checks(),
+                                                     pre_dnat=self._pre_dnat_check())
         except OSError as e:
             # The socket may hold the rest of a broken dump: a fresh one for the next time.
             self.log.emit("revalidation-failed", error=str(e))
@@ -664,6 +671,13 @@ class Enforcer:
             self.ctnl.delete(restored, 0, REVOKED_CTMARK)
             self.metrics.restored.inc(len(restored))
         return revoked, deleted
+
+    def _pre_dnat_check(self) -> PreDnatCheck | None:
+        """What revalidation asks of the pre-DNAT hook (when it has a loop)."""
+        engine = self.hook_engines.get(Hook.PRE_DNAT)
+        if engine is None or self.rules is None:
+            return None
+        return PreDnatCheck(engine_capsule(engine), PRE_DNAT_CTMARK, PRE_DNAT_HOST_CTMARK)
 
     def _forward_checks(self) -> tuple[ForwardCheck, ...]:
         """What revalidation asks of the host endpoints' forward hooks: for each interface side

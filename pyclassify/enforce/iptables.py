@@ -32,7 +32,10 @@ the host (``-m addrtype --dst-type LOCAL``) and from it:
   ``HTTP_DENIED_CTMARK``, whose packets are dropped both ways from then on;
 - ``mangle`` ``PREROUTING`` (pre-DNAT, after conntrack, before the nat table's DNAT): packets of
   new connections, to the pre-DNAT queue. One a rule allowed comes back with ``PRE_DNAT_MARK``,
-  which the filter ``INPUT`` chain honours by skipping normal host policy.
+  which marks its connection ``PRE_DNAT_CTMARK`` (a policy change judges it by pre-DNAT policy
+  again) and which the filter ``INPUT`` chain honours by skipping normal host policy (the
+  connection marked ``PRE_DNAT_HOST_CTMARK``: while a pre-DNAT rule still allows it, normal
+  host policy does not judge it at revalidation either).
 
 With applyOnForward policy, each host endpoint interface (``forward_queues``) gets two rules in
 the filter ``FORWARD`` chain, before the workload's own policy is queued: new connections that
@@ -75,6 +78,10 @@ REJECT_MARK = 0x04000000
 #: Packet marks of packets a rule of an early hook allowed (handed back by the loop, NF_REPEAT).
 UNTRACKED_MARK = 0x08000000
 PRE_DNAT_MARK = 0x10000000
+#: Conntrack marks of a connection a pre-DNAT rule allowed, and of one whose normal host policy
+#: that skipped (traffic to the host itself).
+PRE_DNAT_CTMARK = 0x10000000
+PRE_DNAT_HOST_CTMARK = 0x20000000
 #: Packet mark of a DNS answer whose addresses the DNS loop learned (handed back, NF_REPEAT).
 DNS_MARK = 0x20000000
 #: http rules: the packet mark of a new TCP connection admitted provisionally (its verdict awaits
@@ -217,7 +224,9 @@ class Rules:
         if self.untracked_queue is not None:  # judged by untracked policy in the raw table
             out.append(["-m", "conntrack", "--ctstate", "UNTRACKED", "-j", "RETURN"])
         if self.pre_dnat_queue is not None and hook == "input":  # a pre-DNAT rule allowed it
-            out.append(["-m", "mark", "--mark", f"{PRE_DNAT_MARK:#x}/{PRE_DNAT_MARK:#x}", "-j", "RETURN"])
+            skipped = PRE_DNAT_HOST_CTMARK | JUDGED_CTMARK  # normal host policy skipped; revalidated
+            out.append([*_mark(PRE_DNAT_MARK), "-j", "CONNMARK", "--or-mark", hex(skipped)])
+            out.append([*_mark(PRE_DNAT_MARK), "-j", "RETURN"])
         if self.http_queue is not None:
             deny, pending = _mark(HTTP_DENY_MARK), _mark(HTTP_MARK)
             out.append([*deny, "-j", "CONNMARK", "--or-mark", hex(HTTP_DENIED_CTMARK)])
@@ -266,6 +275,7 @@ class Rules:
         if hook == "pre-dnat":
             assert self.pre_dnat_queue is not None
             mark = ["-m", "mark", "--mark", f"{PRE_DNAT_MARK:#x}/{PRE_DNAT_MARK:#x}"]
+            out.append([*mark, "-j", "CONNMARK", "--or-mark", hex(PRE_DNAT_CTMARK)])
             out.append([*mark, "-j", "RETURN"])
             out.append(["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED,UNTRACKED", "-j", "RETURN"])
             queue = self.pre_dnat_queue

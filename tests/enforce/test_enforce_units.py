@@ -101,11 +101,16 @@ def test_early_host_endpoint_hooks_have_chains_of_their_own() -> None:
     assert r.rules("untracked-out")[0] == ["-o", "lo", "-j", "RETURN"]
     assert r.rules("untracked-out")[-1] == ["-j", "NFQUEUE", "--queue-num", "2"]
     pre = r.rules("pre-dnat")
-    assert pre[1] == ["-m", "mark", "--mark", "0x10000000/0x10000000", "-j", "RETURN"]
+    # allowed by a rule: its connection marked (revalidated by pre-DNAT policy), then on its way
+    assert pre[1] == ["-m", "mark", "--mark", "0x10000000/0x10000000", "-j", "CONNMARK", "--or-mark", "0x10000000"]
+    assert pre[2] == ["-m", "mark", "--mark", "0x10000000/0x10000000", "-j", "RETURN"]
     assert pre[-1] == ["-j", "NFQUEUE", "--queue-num", "3"]
     # the filter chains let what the early hooks judged through
     assert ["-m", "conntrack", "--ctstate", "UNTRACKED", "-j", "RETURN"] in r.rules("output")
-    assert ["-m", "mark", "--mark", "0x10000000/0x10000000", "-j", "RETURN"] in r.rules("input")
+    inp = r.rules("input")
+    skip = inp.index(["-m", "mark", "--mark", "0x10000000/0x10000000", "-j", "RETURN"])
+    # normal host policy skipped: said on the connection, which revalidation judges
+    assert inp[skip - 1] == ["-m", "mark", "--mark", "0x10000000/0x10000000", "-j", "CONNMARK", "--or-mark", "0x21000000"]
     assert ["-m", "mark", "--mark", "0x10000000/0x10000000", "-j", "RETURN"] not in r.rules("forward")
 
 

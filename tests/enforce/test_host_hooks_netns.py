@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.enforce import manifests
-from tests.enforce.netns import PROBE, PY, REPO, SERVER, Daemon, Topology, iptables_rules, root_reason, sh
+from tests.enforce.netns import HOLD, PROBE, PY, REPO, SERVER, Daemon, Topology, iptables_rules, root_reason, sh
 
 pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
 
@@ -121,6 +121,39 @@ def test_pre_dnat_policy_judges_the_destination_before_the_dnat(host_topo: Topol
     assert explain(tmp_path, "b/b1", WEB, pre=f"10.244.2.1:{REDIRECTED}")["verdict"] == "allow"
     assert daemon.terminate() == 0
     assert "PYCLASSIFY-" not in iptables_rules(topo.node, "mangle")
+
+
+def test_a_change_to_pre_dnat_policy_judges_the_connections_it_let_on(host_topo: Topology, tmp_path: Path) -> None:
+    """Connections to the redirected port: a's was allowed by the pre-DNAT rule (normal host
+    policy skipped), b's by normal host policy (no pre-DNAT rule for b). The pre-DNAT rule
+    moves to c: a's connection is judged by normal host policy now, which denies it, and is cut;
+    b's stays."""
+    topo = host_topo
+    manifests.write(tmp_path)
+    host = tmp_path / "60-host.yaml"
+    host.write_text(HOST + "---" + HOST_WEB + "---" + PRE_DNAT)
+    daemon = Daemon(topo, [str(tmp_path)], QUEUE)
+    daemon.wait_event("start")
+
+    def hold(pod: int) -> subprocess.Popen[str]:
+        p = topo.spawn(topo.pods[pod], [PY, "-c", HOLD, f"10.244.{pod + 1}.1", str(REDIRECTED), "0.3"], stdin=True)
+        assert p.stdout is not None and p.stdout.readline().strip() == "connected"
+        return p
+
+    def ping(p: subprocess.Popen[str]) -> bool:
+        assert p.stdin is not None and p.stdout is not None
+        p.stdin.write("x\n")
+        p.stdin.flush()
+        return p.stdout.readline().strip() == "ok"
+
+    a, b = hold(0), hold(1)
+    assert ping(a) and ping(b)
+    manifests.replace(host, HOST + "---" + HOST_WEB + "---" + PRE_DNAT.replace("10.244.1.0/24", "10.244.3.0/24"))
+    assert daemon.wait_event("reload")["revoked"] == 1
+    assert not ping(a) and ping(b)
+    revoke = daemon.wait_event("revoke")
+    assert (revoke["src"], revoke["dport"]) == ("10.244.1.2", REDIRECTED)  # the original tuple
+    assert daemon.terminate() == 0
 
 
 def test_untracked_flow_passes_both_ways_only_with_a_rule_each_way(host_topo: Topology, tmp_path: Path) -> None:
