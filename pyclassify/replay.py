@@ -221,14 +221,18 @@ class Replay:
         if not answers:
             return self._judge_part(batch.headers, batch.quotes, self._segments)
         n = len(batch.headers)
-        verdicts, staged, entries = [], [], np.full(n, -1, dtype=np.int64)
+        # filled part by part (concatenating thousands of structured arrays costs more than
+        # judging them: numpy promotes their dtypes pair by pair)
+        verdicts, entries = np.empty(n, dtype=VERDICT_DTYPE), np.full(n, -1, dtype=np.int64)
+        staged = np.empty(n, dtype=VERDICT_DTYPE) if self.staged is not None else None
         start = 0
         for end, answer in [(k + 1, (k, s, e)) for k, s, e in answers] + [(n, None)]:
             if end > start:
-                verdicts.append(self._judge_part(batch.headers[start:end],
-                                                 None if batch.quotes is None else batch.quotes[start:end],
-                                                 None if self._segments is None else self._segments[start:end]))
-                staged.append(self._staged_verdicts)
+                verdicts[start:end] = self._judge_part(batch.headers[start:end],
+                                                       None if batch.quotes is None else batch.quotes[start:end],
+                                                       None if self._segments is None else self._segments[start:end])
+                if staged is not None:
+                    staged[start:end] = self._staged_verdicts
                 if self._service_entries is not None:
                     entries[start:end] = self._service_entries
             if answer is not None:
@@ -236,9 +240,9 @@ class Replay:
                 self.dns.learn(batch, *answer)
             start = end
         self._service_entries = entries if (entries >= 0).any() else None
-        if self.staged is not None:
-            self._staged_verdicts = np.concatenate(staged)
-        return np.concatenate(verdicts)
+        if staged is not None:
+            self._staged_verdicts = staged
+        return verdicts
 
     def _judge_part(self, headers: npt.NDArray[Any], quotes: npt.NDArray[Any] | None,
                     segments: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
