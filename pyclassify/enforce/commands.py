@@ -36,13 +36,21 @@ def _metrics_address(ctx: click.Context, param: click.Parameter, value: str | No
     return value
 
 
+def _interface_prefix(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """An interface name prefix iptables takes (``PREFIX+``): 1-14 characters, no space or '/'."""
+    if not 0 < len(value) < 15 or any(c.isspace() or c in "/+!" for c in value):
+        raise click.BadParameter(f"expected an interface name prefix of 1-14 characters, got {value[:80]!r}")
+    return value
+
+
 def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: str | None = None,
                 metrics: str | None = None, batch: int = 64, copy_range: int = 128, maxlen: int = 4096,
                 hooks: str = "forward,input,output", no_batch_verdicts: bool = False, log_allowed: bool = False,
                 ipv6: bool = True, duration: float | None = None, log_stream: Any = None,
                 log_flows: bool = True, bridge: str | None = None,
                 kube: tuple[str | None, str | None, bool | None] | None = None, node: str | None = None,
-                resync: float = 10.0, conntrack_max: int = 262144, deny_action: str = "drop") -> int:
+                resync: float = 10.0, conntrack_max: int = 262144, deny_action: str = "drop",
+                workload_interface_prefix: str = "cali") -> int:
     """Run the daemon until SIGINT/SIGTERM (or ``duration`` seconds); returns the exit code."""
     from pyclassify.enforce.daemon import EXIT_PREREQUISITE, EnforceConfig, EnforceError, Enforcer, parse_queues
 
@@ -56,6 +64,7 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
         copy_range=copy_range, maxlen=maxlen, batch_verdicts=not no_batch_verdicts,
         hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), ipv6=ipv6, bridge=bridge, kube=kube,
         node=node, resync=resync, conntrack_entries=conntrack_max, reject=deny_action == "reject",
+        workload_interface_prefix=workload_interface_prefix,
     )
     enforcer = Enforcer(config)
     try:
@@ -122,12 +131,17 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
               show_default=True,
               help="What a packet policy denies gets: dropped, or rejected (a TCP reset, else an ICMP port "
                    "unreachable), as Felix's IptablesFilterDenyAction=REJECT. With --queue/--queues only.")
+@click.option("--workload-interface-prefix", "workload_interface_prefix", default="cali", show_default=True,
+              metavar="PREFIX", callback=_interface_prefix,
+              help="Interfaces whose name begins so are workloads' (Felix's InterfacePrefix): an all-interfaces "
+                   "host endpoint (interfaceName '*') judges routed traffic by every other interface.")
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds (tests, benchmarks).")
 def enforce_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context: str | None, in_cluster: bool,
                     node: str | None, queue: int | None, queues: str | None, fail: str, default: str | None,
                     metrics: str | None, hooks: str, batch: int, copy_range: int, maxlen: int,
                     no_batch_verdicts: bool, log_allowed: bool, no_log: bool, no_ipv6: bool, bridge: str | None,
-                    resync: float, conntrack_max: int, deny_action: str, duration: float | None) -> None:
+                    resync: float, conntrack_max: int, deny_action: str, workload_interface_prefix: str,
+                    duration: float | None) -> None:
     """Enforce the policy on this node's packets, live (NFQUEUE, or --bridge IF1,IF2).
 
     Needs root (or CAP_NET_ADMIN; CAP_NET_RAW too for --bridge). With --queue/--queues it
@@ -163,5 +177,6 @@ def enforce_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context
     code = run_enforce(list(paths), spec, fail, default, metrics, batch, copy_range, maxlen, hooks,
                        no_batch_verdicts, log_allowed, not no_ipv6, duration,
                        log_flows=not no_log, bridge=bridge, kube=kube, node=node or None, resync=resync,
-                       conntrack_max=conntrack_max, deny_action=deny_action)
+                       conntrack_max=conntrack_max, deny_action=deny_action,
+                       workload_interface_prefix=workload_interface_prefix)
     sys.exit(code)

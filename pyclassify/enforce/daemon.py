@@ -124,14 +124,14 @@ def early_hooks(project: Project) -> list[Hook]:
 
 
 def forward_endpoints(project: Project) -> dict[str, Endpoint]:
-    """The host endpoints whose interfaces this node judges by their forward hook, by interface:
-    those it enforces with a named interface (an all-interfaces one, ``*``, names none), when
-    there is applyOnForward policy at all; the first by name where two name one interface."""
+    """The host endpoints whose interfaces this node judges by their forward hook, by interface
+    (``*``: an all-interfaces one, for every interface no other names that is not a workload's):
+    those it enforces, when there is applyOnForward policy at all; the first by name where two
+    name one interface."""
     if not project.policy_set.for_hook(Hook.FORWARD).policies:
         return {}
     inventory = project.inventory
-    hosts = [e for e in inventory.endpoints
-             if e.kind is EndpointKind.HOST and e.interface not in (None, "*") and inventory.enforces(e)]
+    hosts = [e for e in inventory.endpoints if e.kind is EndpointKind.HOST and e.interface and inventory.enforces(e)]
     out: dict[str, Endpoint] = {}
     for e in sorted(hosts, key=lambda e: e.name):
         out.setdefault(e.interface, e)
@@ -182,6 +182,9 @@ class EnforceConfig:
     #: Denied packets rejected (TCP reset, ICMP port unreachable) instead of dropped: the loop
     #: hands them back with ``REJECT_MARK`` and our rules' REJECT answers them. Needs our rules.
     reject: bool = False
+    #: Interfaces whose names begin so are workloads' (Felix's InterfacePrefix): an all-interfaces
+    #: host endpoint's forward hook judges routed traffic by every other interface.
+    workload_interface_prefix: str = "cali"
 
 
 @dataclass
@@ -292,7 +295,7 @@ class Enforcer:
             if cfg.install_rules:
                 try:
                     self.rules = Rules(cfg.queues[0], cfg.queues[1], cfg.fail_open, tuple(cfg.hooks), cfg.ipv6,
-                                       reject=cfg.reject, untracked_queue=early_queues.get(Hook.UNTRACKED),
+                                       reject=cfg.reject, workload_prefix=cfg.workload_interface_prefix, untracked_queue=early_queues.get(Hook.UNTRACKED),
                                        pre_dnat_queue=early_queues.get(Hook.PRE_DNAT), dns_queue=dns_queue,
                                        http_queue=http_queue, forward_queues=forward_queues)
                     self.rules.install()

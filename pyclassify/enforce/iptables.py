@@ -193,8 +193,10 @@ class Rules:
     dns_queue: int | None = None
     #: the HTTP queue (http rules): client-to-server packets of connections admitted provisionally
     http_queue: int | None = None
-    #: host endpoint interfaces judged by their forward hook: (interface, ingress queue, egress queue)
+    #: host endpoint interfaces judged by their forward hook: (interface, ingress queue, egress
+    #: queue); ``*``: every interface no other names that is not a workload's (``workload_prefix``)
     forward_queues: tuple[tuple[str, int, int], ...] = ()
+    workload_prefix: str = "cali"
     installed: list[tuple[str, str, str, str]] = field(default_factory=list)  # (binary, table, builtin, chain)
 
     def __post_init__(self) -> None:
@@ -255,19 +257,27 @@ class Rules:
             out.append([*mark, "-j", "REJECT"])  # the family's ICMP port unreachable
         out.append(["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"])
         if hook == "forward":
-            for iface, in_queue, out_queue in self.forward_queues:
+            # named interfaces first: an all-interfaces host endpoint takes what they leave
+            ordered = sorted(enumerate(self.forward_queues), key=lambda q: q[1][0] == "*")
+            for _, (iface, in_queue, out_queue) in ordered:
                 for flag, mark, queue in (("-i", FORWARD_IN_MARK, in_queue), ("-o", FORWARD_OUT_MARK, out_queue)):
                     # (mark & mask) == 0: neither this hook nor a pre-DNAT rule let it on yet
                     unseen = ["-m", "mark", "--mark", f"0x0/{mark | PRE_DNAT_MARK:#x}"]
-                    out.append([flag, iface, *unseen, *queue_target(queue, queue, self.fail_open)])
-            for index, (iface, _, _) in enumerate(self.forward_queues):
+                    out.append([*self._interface(flag, iface), *unseen, *queue_target(queue, queue, self.fail_open)])
+            for index, (iface, _, _) in ordered:
                 for flag, mark, ingress in (("-i", FORWARD_IN_MARK, True), ("-o", FORWARD_OUT_MARK, False)):
                     slot = forward_ctmark(index, ingress)
-                    if slot is not None:
-                        out.append([flag, iface, *_mark(mark), "-j", "CONNMARK", "--or-mark", hex(slot[0])])
+                    if slot is not None:  # once: the first that matches (a named interface before ``*``)
+                        unmarked = ["-m", "connmark", "--mark", f"0x0/{slot[1]:#x}"]
+                        out.append([*self._interface(flag, iface), *_mark(mark), *unmarked, "-j", "CONNMARK",
+                                    "--or-mark", hex(slot[0])])
         out.append(["-j", "CONNMARK", "--or-mark", hex(JUDGED_CTMARK)])
         out.append(queue_target(self.first, self.last, self.fail_open))
         return out
+
+    def _interface(self, flag: str, iface: str) -> list[str]:
+        """The match of a host endpoint's interface (``*``: any but a workload's)."""
+        return ["!", flag, f"{self.workload_prefix}+"] if iface == "*" else [flag, iface]
 
     def _early_rules(self, hook: str) -> list[list[str]]:
         inbound = hook != "untracked-out"

@@ -125,8 +125,10 @@ def test_host_endpoint_interfaces_queue_to_their_forward_hook() -> None:
         ["-o", "eth1", "-m", "mark", "--mark", "0x0/0x12000000", "-j", "NFQUEUE", "--queue-num", "5"]]
     # what each side's hook let on marks its connection with the interface's slot, for revalidation
     assert fwd[established + 3:established + 5] == [
-        ["-i", "eth1", "-m", "mark", "--mark", "0x1000000/0x1000000", "-j", "CONNMARK", "--or-mark", "0x10000"],
-        ["-o", "eth1", "-m", "mark", "--mark", "0x2000000/0x2000000", "-j", "CONNMARK", "--or-mark", "0x100000"]]
+        ["-i", "eth1", "-m", "mark", "--mark", "0x1000000/0x1000000", "-m", "connmark", "--mark", "0x0/0xf0000",
+         "-j", "CONNMARK", "--or-mark", "0x10000"],
+        ["-o", "eth1", "-m", "mark", "--mark", "0x2000000/0x2000000", "-m", "connmark", "--mark", "0x0/0xf00000",
+         "-j", "CONNMARK", "--or-mark", "0x100000"]]
     assert fwd[-1] == ["-j", "NFQUEUE", "--queue-num", "0"]
     assert forward_ctmark(14, False) == (15 << 20, 0xF00000) and forward_ctmark(15, True) is None
     assert not any("eth1" in rule for rule in r.rules("input") + r.rules("output"))
@@ -137,6 +139,21 @@ def test_host_endpoint_interfaces_queue_to_their_forward_hook() -> None:
     assert [rule for rule in after if "eth2" not in rule] == before
     assert after.index(["-o", "eth1", "-m", "mark", "--mark", "0x0/0x12000000", "-j", "NFQUEUE", "--queue-num", "5"]) \
         < after.index(["-i", "eth2", "-m", "mark", "--mark", "0x0/0x11000000", "-j", "NFQUEUE", "--queue-num", "6"])
+
+
+def test_an_all_interfaces_host_endpoint_takes_what_named_interfaces_leave() -> None:
+    """``*`` matches any interface but a workload's, after every named one (whatever order they
+    came in): a packet a named interface's hook let on carries its mark past the ``*`` rule."""
+    r = Rules(0, 0, forward_queues=(("*", 1, 2), ("eth1", 3, 4)), workload_prefix="cali")
+    queued = [rule for rule in r.rules("forward") if "NFQUEUE" in rule and "--queue-num" in rule and rule[-1] != "0"]
+    assert [rule[:4] for rule in queued] == [["-i", "eth1", "-m", "mark"], ["-o", "eth1", "-m", "mark"],
+                                             ["!", "-i", "cali+", "-m"], ["!", "-o", "cali+", "-m"]]
+    assert [rule[-1] for rule in queued] == ["3", "4", "1", "2"]
+    # each keeps its slot (its place in forward_queues), set once per side
+    marks = [rule for rule in r.rules("forward") if "--or-mark" in rule and "connmark" in rule]
+    assert [(rule[0:3], rule[-1]) for rule in marks] == [
+        (["-i", "eth1", "-m"], "0x20000"), (["-o", "eth1", "-m"], "0x200000"),
+        (["!", "-i", "cali+"], "0x10000"), (["!", "-o", "cali+"], "0x100000")]
 
 
 def test_queue_ranges() -> None:
@@ -154,6 +171,8 @@ def test_command_usage_errors(tmp_path) -> None:
     assert r.exit_code == 2
     r = runner.invoke(enforce_command, [str(tmp_path), "--queues", "9-3"])
     assert r.exit_code == 2
+    r = runner.invoke(enforce_command, [str(tmp_path), "--queue", "1", "--workload-interface-prefix", "a b"])
+    assert r.exit_code == 2 and "interface name prefix" in r.output
     r = runner.invoke(enforce_command, ["--help"])
     assert "--fail" in r.output and "queue-bypass" in r.output
 

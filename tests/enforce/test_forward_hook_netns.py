@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.enforce import manifests
-from tests.enforce.netns import PY, REPO, Daemon, Held, Topology, iptables_rules, root_reason
+from tests.enforce.netns import PY, REPO, Daemon, Held, Topology, iptables_rules, root_reason, sh
 
 pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
 
@@ -190,4 +190,53 @@ def test_a_reload_that_brings_forward_policy_adds_the_interfaces(topo: Topology,
     manifests.replace(tmp_path / "00-inventory.yaml", INVENTORY.split("---\napiVersion: projectcalico.org/v3")[0])
     daemon.wait_event("reload")
     assert topo.probe(TWO, {"udp": (THREE, "UDP")}) == {"udp": True}
+    assert daemon.terminate() == 0
+
+
+# An all-interfaces host endpoint (as Calico's automatic ones are): its forward hook judges what
+# the node routes by any interface but a workload's.
+ALL_INTERFACES = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: a}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a1, namespace: a, labels: {app: a}}
+spec: {containers: [{name: s, image: x}]}
+status: {podIP: 10.244.1.2}
+---
+apiVersion: projectcalico.org/v3
+kind: HostEndpoint
+metadata: {name: node1-auto, labels: {auto: "true"}}
+spec: {node: node1, interfaceName: "*"}
+---
+apiVersion: projectcalico.org/v3
+kind: GlobalNetworkPolicy
+metadata: {name: auto-forward}
+spec:
+  selector: auto == 'true'
+  applyOnForward: true
+  types: [Egress]
+  egress:
+  - {action: Deny, protocol: TCP, destination: {nets: [10.244.3.0/24], ports: [8080]}}
+  - {action: Allow}
+"""
+
+
+def test_an_all_interfaces_host_endpoint_judges_every_non_workload_interface(topo: Topology, tmp_path: Path) -> None:
+    """The node's interface toward 10.244.3.0/24 is renamed ext3; the others (veth*) are
+    workloads' by ``--workload-interface-prefix veth``. Out by ext3 the host endpoint's egress
+    forward policy judges; out by veth2 nothing does."""
+    for args in (("down",), ("name", "ext3"), ("up",)):
+        sh("ip", "-n", topo.node, "link", "set", "ext3" if args == ("up",) else "veth3", *args)
+    (tmp_path / "00-all.yaml").write_text(ALL_INTERFACES)
+    daemon = Daemon(topo, [str(tmp_path)], QUEUE, extra=("--workload-interface-prefix", "veth"))
+    assert daemon.wait_event("start")["forward_queues"] == {"*": {"in": 1, "out": 2}}
+    assert "! -o veth+" in iptables_rules(topo.node)
+    assert topo.probe(A, {"tcp": (THREE, "TCP"), "udp": (THREE, "UDP"), "two": (TWO, "TCP")}) == \
+        {"tcp": False, "udp": True, "two": True}
+    assert topo.reach(THREE, A, "TCP")  # in by ext3: no ingress forward policy
+    deny = daemon.wait_event("deny")
+    assert (deny["hook"], deny["via"], deny["egress"]["policy"]) == ("forward", "*", "GlobalNetworkPolicy/auto-forward")
     assert daemon.terminate() == 0
