@@ -48,6 +48,10 @@ WILDCARD_DOMAIN_NAME = r"(\*\.)?([a-zA-Z0-9]([-a-zA-Z0-9_]*[a-zA-Z0-9])?\.)+[a-z
 _DNS1123_LABEL = re.compile(DNS1123_LABEL)
 _DNS1123_SUBDOMAIN = re.compile(DNS1123_SUBDOMAIN)
 _DNS1035_LABEL = re.compile(DNS1035_LABEL)
+#: A host interface's name as Calico validates a HostEndpoint's interfaceName (Linux allows at
+#: most 15 bytes); pyclassify enforce names it in iptables rules.
+INTERFACE_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,15}")
+
 _QUALIFIED_NAME = re.compile(QUALIFIED_NAME)
 
 

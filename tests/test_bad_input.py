@@ -194,6 +194,8 @@ CASES = [
           "labelctl.yaml:8: metadata.labels['bad key\\x00']: invalid label key"), "labelctl.yaml"),
     case("check-labels-not-a-mapping", "check", "metadata.labels is a string", 1,
          "labelstr.yaml:6: metadata.labels: must be an object", "labelstr.yaml"),
+    case("check-hep-interface-name", "check", "HostEndpoint interfaceName with a space and an iptables flag", 1,
+         "hepif.yaml:6: spec.interfaceName: 'eth0 -j ACCEPT' is not an interface name", "hepif.yaml"),
     case("check-document-is-a-string", "check", "a document that is a plain string", 1,
          "scalar.yaml:1: a manifest must be a mapping, not a string", "scalar.yaml"),
     case("check-document-is-a-list", "check", "a document that is a sequence", 1,
@@ -816,6 +818,8 @@ def _write_manifests(d: Path, rng: random.Random) -> None:
         "labelnl.yaml": POD_HEAD + '  labels:\n    "bad\\nkey": v\n    "k\\u202e": v\n',
         "labelctl.yaml": POD_HEAD + '  labels:\n    app: "\\x00\\x01"\n    "bad key\\x00": v\n',
         "labelstr.yaml": POD_HEAD + '  labels: "notamap"\n',
+        "hepif.yaml": ("apiVersion: projectcalico.org/v3\nkind: HostEndpoint\nmetadata: {name: gw}\nspec:\n"
+                       "  node: n1\n  interfaceName: eth0 -j ACCEPT\n"),
         "scalar.yaml": "just a string\n",
         "list.yaml": "- a\n- b\n",
         "kindnum.yaml": "apiVersion: v1\nkind: 5\n",

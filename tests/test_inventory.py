@@ -548,6 +548,38 @@ def test_host_endpoint_errors():
     ]
 
 
+def test_host_endpoint_interface_names():
+    """enforce names a host endpoint's interface in iptables rules: a name Linux and Calico
+    accept, or '*'; anything else is an error on its line (and the endpoint names none)."""
+    inv, problems = build(
+        """\
+        apiVersion: projectcalico.org/v3
+        kind: HostEndpoint
+        metadata: {name: ok}
+        spec: {node: n1, interfaceName: eth0.100}
+        ---
+        apiVersion: projectcalico.org/v3
+        kind: HostEndpoint
+        metadata: {name: all}
+        spec: {node: n1, interfaceName: "*"}
+        ---
+        apiVersion: projectcalico.org/v3
+        kind: HostEndpoint
+        metadata: {name: bad}
+        spec:
+          node: n1
+          interfaceName: "eth0 -j ACCEPT"
+        ---
+        apiVersion: projectcalico.org/v3
+        kind: HostEndpoint
+        metadata: {name: long}
+        spec: {node: n1, interfaceName: a-very-long-interface, expectedIPs: [10.0.0.1]}
+        """
+    )
+    assert errors(problems) == [(16, "spec.interfaceName"), (21, "spec.interfaceName")]
+    assert {e.name: e.interface for e in inv.endpoints} == {"ok": "eth0.100", "all": "*", "bad": None, "long": None}
+
+
 def test_network_sets():
     inv, problems = build(
         """\

@@ -36,6 +36,7 @@ from pyclassify.ir import PROTO_TCP, EndpointKind, IPNetwork
 from pyclassify.kinds.common import K8S_PROTOCOL_NUMBERS
 from pyclassify.names import (
     DOMAIN_NAME,
+    INTERFACE_NAME,
     dns1035_label_error,
     dns1123_label_error,
     dns1123_subdomain_error,
@@ -466,13 +467,18 @@ class InventoryBuilder:
         name = c.name()
         labels = c.labels(("metadata", "labels"))
         node = c.string(("spec", "node"), required=True)
-        interface = c.string(("spec", "interfaceName"))
+        interface = given = c.string(("spec", "interfaceName"))
+        if interface and interface != "*" and not INTERFACE_NAME.fullmatch(interface):
+            # enforce names it in iptables rules: a Linux interface name, as Calico validates it
+            c.error(("spec", "interfaceName"), f"{interface[:40]!r} is not an interface name "
+                    "(1-15 letters, digits, '.', '_' or '-'), nor '*' (every interface)")
+            interface = None
         ips = [
             ip
             for i, v in enumerate(c.sequence(("spec", "expectedIPs")))
             if (ip := c.ip(("spec", "expectedIPs", i), v)) is not None
         ]
-        if not interface and not c.sequence(("spec", "expectedIPs")):
+        if not given and not c.sequence(("spec", "expectedIPs")):
             c.error(("spec",), "at least one of interfaceName or expectedIPs must be specified")
         ports = _calico_ports(c, ("spec", "ports"))
         profiles = []
