@@ -23,7 +23,7 @@ QUEUE = 0
 
 # Pod a1 at 10.244.1.2 (behind veth1); 10.244.2.2 and 10.244.3.2 are machines outside the
 # cluster, reached by the node's host endpoint interfaces.
-INVENTORY = """
+POD_A = """
 apiVersion: v1
 kind: Namespace
 metadata: {name: a}
@@ -33,7 +33,9 @@ kind: Pod
 metadata: {name: a1, namespace: a, labels: {app: a}}
 spec: {containers: [{name: s, image: x}]}
 status: {podIP: 10.244.1.2}
----
+"""
+
+INVENTORY = POD_A + """---
 apiVersion: projectcalico.org/v3
 kind: HostEndpoint
 metadata: {name: gw-2, labels: {edge: in}}
@@ -187,7 +189,7 @@ def test_a_reload_that_brings_forward_policy_adds_the_interfaces(topo: Topology,
     assert "hooks_need_restart" not in daemon.wait_event("reload")
     expect_forward_policy(topo)
     # the host endpoints go away: their interfaces' loops let everything on (no host policy)
-    manifests.replace(tmp_path / "00-inventory.yaml", INVENTORY.split("---\napiVersion: projectcalico.org/v3")[0])
+    manifests.replace(tmp_path / "00-inventory.yaml", POD_A)
     daemon.wait_event("reload")
     assert topo.probe(TWO, {"udp": (THREE, "UDP")}) == {"udp": True}
     assert daemon.terminate() == 0
@@ -195,17 +197,7 @@ def test_a_reload_that_brings_forward_policy_adds_the_interfaces(topo: Topology,
 
 # An all-interfaces host endpoint (as Calico's automatic ones are): its forward hook judges what
 # the node routes by any interface but a workload's.
-ALL_INTERFACES = """
-apiVersion: v1
-kind: Namespace
-metadata: {name: a}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: a1, namespace: a, labels: {app: a}}
-spec: {containers: [{name: s, image: x}]}
-status: {podIP: 10.244.1.2}
----
+ALL_INTERFACES = POD_A + """---
 apiVersion: projectcalico.org/v3
 kind: HostEndpoint
 metadata: {name: node1-auto, labels: {auto: "true"}}
