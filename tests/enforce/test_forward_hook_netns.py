@@ -114,8 +114,11 @@ def test_forward_policy_judges_routed_traffic_by_interface(topo: Topology, tmp_p
     rules = iptables_rules(topo.node)
     assert "-i veth2" in rules and "-o veth3" in rules
     expect_forward_policy(topo)
-    denies = [e for e in daemon.events() if e.get("event") == "deny"]
-    by_hook = {(e["via"], e["proto"], e["src"]): e for e in denies if e.get("hook") == "forward"}
+    by_hook: dict = {}
+    while len(by_hook) < 2:  # the two denials, as the log says them (other lines may come between)
+        e = daemon.wait_event("deny")
+        if e.get("hook") == "forward":
+            by_hook[(e["via"], e["proto"], e["src"])] = e
     udp_in = by_hook[("veth2", "UDP", "10.244.2.2")]
     assert (udp_in["ingress"]["tier"], udp_in["ingress"]["reason"]) == ("default", "end-of-tier")
     tcp_out = by_hook[("veth3", "TCP", "10.244.1.2")]
