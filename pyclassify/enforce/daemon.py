@@ -42,31 +42,24 @@ import numpy as np
 from pyclassify import domains, httprules
 from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import PACKET_POLICY, NativeEngine
+from pyclassify.enforce.hooks import ForwardQueues, HostHooks, forward_json
 from pyclassify.enforce.iptables import (
     DNS_MARK,
-    FORWARD_IN_MARK,
-    FORWARD_OUT_MARK,
     HTTP_DENY_MARK,
     HTTP_MARK,
     JUDGED_CTMARK,
-    PRE_DNAT_CTMARK,
-    PRE_DNAT_HOST_CTMARK,
-    PRE_DNAT_MARK,
     REJECT_MARK,
     REVOKED_CTMARK,
-    UNTRACKED_MARK,
     IptablesError,
     Rules,
-    forward_ctmark,
 )
 from pyclassify.enforce.log import PROTOS, FlowLog, address
 from pyclassify.enforce.metrics import Metrics
 from pyclassify.enforce.reload import Watcher
 from pyclassify.enforce.source import Loaded, PolicySource, SourceError
 from pyclassify.flow import Flow, FlowEnd, Verdict
-from pyclassify.inventory import Endpoint
-from pyclassify.ir import Action, Direction, EndpointKind, Hook
-from pyclassify.nfqueue import ForwardCheck, PreDnatCheck, engine_capsule, kernel_conntrack, kernel_revalidate, open_queue
+from pyclassify.ir import Action, Direction, Hook
+from pyclassify.nfqueue import engine_capsule, kernel_conntrack, kernel_revalidate, open_queue
 from pyclassify.project import Project
 
 #: Connections the HTTP loop follows at once (each holds at most one request head, 8 KiB).
@@ -112,34 +105,6 @@ def parse_queues(text: str) -> tuple[int, int]:
 
 def problems_text(project: Project) -> list[str]:
     return [str(p) for p in sorted(project.problems.errors, key=lambda p: (p.file, p.line))]
-
-
-#: The early host-endpoint hooks with loops of their own, and the mark of what a rule there allowed.
-EARLY_HOOKS = {Hook.UNTRACKED: UNTRACKED_MARK, Hook.PRE_DNAT: PRE_DNAT_MARK}
-
-
-def early_hooks(project: Project) -> list[Hook]:
-    """The early hooks ``project`` has policy for (doNotTrack, preDNAT)."""
-    return [h for h in EARLY_HOOKS if any(p.hook is h for p in project.policy_set.early)]
-
-
-def forward_endpoints(project: Project) -> dict[str, Endpoint]:
-    """The host endpoints whose interfaces this node judges by their forward hook, by interface
-    (``*``: an all-interfaces one, for every interface no other names that is not a workload's):
-    those it enforces, when there is applyOnForward policy at all; the first by name where two
-    name one interface."""
-    if not project.policy_set.for_hook(Hook.FORWARD).policies:
-        return {}
-    inventory = project.inventory
-    hosts = [e for e in inventory.endpoints if e.kind is EndpointKind.HOST and e.interface and inventory.enforces(e)]
-    out: dict[str, Endpoint] = {}
-    for e in sorted(hosts, key=lambda e: e.name):
-        out.setdefault(e.interface, e)
-    return dict(sorted(out.items()))
-
-
-#: The forward hook's loops, per side: the mark of a packet it let on, and the side it judges.
-FORWARD_SIDES = ((Direction.INGRESS, FORWARD_IN_MARK), (Direction.EGRESS, FORWARD_OUT_MARK))
 
 
 def has_log_rules(project: Project) -> bool:
@@ -215,12 +180,9 @@ class Enforcer:
         #: The staged policies enforced (``Project.staged``): judges each new connection beside
         #: the real verdict, for the log; never decides a packet. None when nothing is staged.
         self.staged: NativeEngine | None = None
-        #: The early hooks' engines (each hook's policy only) and the queues judged by them.
-        self.hook_engines: dict[Hook, NativeEngine] = {}
-        self.hook_of_queue: dict[int, Hook] = {}
-        #: The forward hook's queues (in ``hook_of_queue`` as Hook.FORWARD): the host endpoint
-        #: interface each judges, and the side.
-        self.forward_of_queue: dict[int, tuple[str, Direction]] = {}
+        #: The host endpoints' own hooks (doNotTrack, preDNAT, applyOnForward): their engines
+        #: and the queues judged by them.
+        self.hooks = HostHooks(self._open_hook_loop)
         self._has_log = False
         self._reload_lock = threading.Lock()
         self._drain_lock = threading.Lock()
@@ -283,10 +245,12 @@ class Enforcer:
                     raise _queue_error(q, e) from e
                 self.loops.append(loop)
             self.main_loops = list(self.loops)
-            early_queues = self._open_early_hooks(cfg.queues[1] + 1)
+            assert self.project is not None
+            early_queues = self.hooks.open_early(self.project, cfg.queues[1] + 1)
             dns_queue = self._open_dns_loop(cfg.queues[1] + 1 + len(early_queues))
             http_queue = self._open_http_loop(cfg.queues[1] + 1 + len(early_queues) + (dns_queue is not None))
             forward_queues = self._open_forward_hooks(max(loop.queue for loop in self.loops) + 1)
+
             self.ctnl = kernel_conntrack()
             for loop in self.loops:
                 t = threading.Thread(target=loop.run, name=f"pyclassify-nfq{loop.queue}", daemon=True)
@@ -322,7 +286,7 @@ class Enforcer:
                       **({"hook_queues": {h.value: q for h, q in early_queues.items()}} if early_queues else {}),
                       **({"dns_queue": dns_queue} if dns_queue is not None else {}),
                       **({"http_queue": http_queue} if http_queue is not None else {}),
-                      **({"forward_queues": _forward_json(forward_queues)} if forward_queues else {}))
+                      **({"forward_queues": forward_json(forward_queues)} if forward_queues else {}))
         self._log_revoked(revoked)
 
     def _open_dns_loop(self, queue: int) -> int | None:
@@ -368,65 +332,26 @@ class Enforcer:
         for main in self.main_loops:
             main.admit_http(self.http_loop, HTTP_MARK)
 
-    def _open_early_hooks(self, queue: int, only: list[Hook] | None = None) -> dict[Hook, int]:
-        """A loop per early hook the policy has (``only`` these; from queue number ``queue``
-        on), judged by that hook's policy alone; what a rule there allows comes back to the hook
-        with its mark."""
+    def _open_hook_loop(self, engine: NativeEngine, queue: int, **options: Any) -> Any:
+        """A loop of a host endpoint hook (``HostHooks``) on ``queue``, with this daemon's queue
+        settings."""
         cfg = self.config
-        assert self.project is not None
-        out = {}
-        for hook in early_hooks(self.project) if only is None else only:
-            engine = NativeEngine(self.project.policy_set.for_hook(hook), self.project.inventory)
-            try:
-                # no policy deciding is no verdict here: the packet goes on to the next hook
-                loop = open_queue(engine, queue, pod_allow=True, host_allow=True, fail_open=cfg.fail_open,
-                                  copy_range=cfg.copy_range, maxlen=cfg.maxlen, batch=cfg.batch,
-                                  batch_verdicts=cfg.batch_verdicts, accept_mark=EARLY_HOOKS[hook])
-            except OSError as e:
-                raise _queue_error(queue, e) from e
-            self.loops.append(loop)
-            self.hook_engines[hook] = engine
-            self.hook_of_queue[queue] = hook
-            out[hook] = queue
-            queue += 1
-        return out
+        try:
+            loop = open_queue(engine, queue, fail_open=cfg.fail_open, copy_range=cfg.copy_range, maxlen=cfg.maxlen,
+                              batch=cfg.batch, batch_verdicts=cfg.batch_verdicts, **options)
+        except OSError as e:
+            raise _queue_error(queue, e) from e
+        self.loops.append(loop)
+        return loop
 
-    def _open_forward_hooks(self, queue: int, skip: frozenset[str] = frozenset()) -> tuple[tuple[str, int, int], ...]:
-        """Two loops per host endpoint interface judged by its forward hook (``forward_endpoints``,
-        but those in ``skip``), from queue number ``queue`` on: the connections the host routes in
-        by it and those it routes out by it, each judged by applyOnForward policy with the host
-        endpoint as the subject of that side. Returns ``(interface, ingress queue, egress queue)``
-        each, for our rules."""
+    def _open_forward_hooks(self, queue: int) -> ForwardQueues:
+        """The forward hook's loops of the interfaces not judged yet (only our rules queue to
+        them, and only on the FORWARD hook)."""
         cfg = self.config
+        if "forward" not in cfg.hooks or not cfg.install_rules:
+            return ()
         assert self.project is not None
-        wanted = {i: e for i, e in forward_endpoints(self.project).items() if i not in skip}
-        if "forward" not in cfg.hooks or not cfg.install_rules or not wanted:
-            return ()  # (only our rules queue to these loops)
-        engine = self.hook_engines.get(Hook.FORWARD)
-        if engine is None:
-            engine = NativeEngine(self.project.policy_set.for_hook(Hook.FORWARD), self.project.inventory)
-            self.hook_engines[Hook.FORWARD] = engine
-        out = []
-        for iface, hep in wanted.items():
-            queues = []
-            for side, mark in FORWARD_SIDES:
-                try:
-                    # what the hook lets on goes back to the chain with its mark, to meet the
-                    # workload's own policy; no policy deciding is no verdict here
-                    loop = open_queue(engine, queue, pod_allow=True, host_allow=True, fail_open=cfg.fail_open,
-                                      copy_range=cfg.copy_range, maxlen=cfg.maxlen, batch=cfg.batch,
-                                      batch_verdicts=cfg.batch_verdicts, accept_mark=mark, repeat_accepted=True,
-                                      reject_mark=REJECT_MARK if cfg.reject else 0,
-                                      via=(engine.endpoint_index(hep), side is Direction.INGRESS))
-                except OSError as e:
-                    raise _queue_error(queue, e) from e
-                self.loops.append(loop)
-                self.hook_of_queue[queue] = Hook.FORWARD
-                self.forward_of_queue[queue] = (iface, side)
-                queues.append(queue)
-                queue += 1
-            out.append((iface, queues[0], queues[1]))
-        return tuple(out)
+        return self.hooks.open_forward(self.project, queue, reject_mark=REJECT_MARK if cfg.reject else 0)
 
     def _start_watch_and_metrics(self) -> None:
         cfg = self.config
@@ -610,7 +535,7 @@ class Enforcer:
             t_swap = time.monotonic()
             count = 0
             for loop in self.loops:
-                if loop.queue not in self.hook_of_queue:
+                if loop.queue not in self.hooks.hook_of_queue:
                     loop.swap(capsule, False)  # no engine-side tracker on this path: the kernel's is revalidated
             if self.bridge is not None:
                 count += self.bridge.swap(capsule)  # revokes in the bridge's own conntrack
@@ -660,8 +585,7 @@ class Enforcer:
         try:
             _, revoked, restored = kernel_revalidate(self.ctnl, capsule, mark=JUDGED_CTMARK, revoked_mark=REVOKED_CTMARK,
                                                      pod_allow=self.pod_allow, host_allow=self.host_allow,
-                                                     ipv6=self.config.ipv6, forward=self._forward_checks(),
-                                                     pre_dnat=self._pre_dnat_check())
+                                                     ipv6=self.config.ipv6, **self._hook_checks())
         except OSError as e:
             # The socket may hold the rest of a broken dump: a fresh one for the next time.
             self.log.emit("revalidation-failed", error=str(e))
@@ -675,30 +599,12 @@ class Enforcer:
             self.metrics.restored.inc(len(restored))
         return revoked, deleted
 
-    def _pre_dnat_check(self) -> PreDnatCheck | None:
-        """What revalidation asks of the pre-DNAT hook (when it has a loop)."""
-        engine = self.hook_engines.get(Hook.PRE_DNAT)
-        if engine is None or self.rules is None:
-            return None
-        return PreDnatCheck(engine_capsule(engine), PRE_DNAT_CTMARK, PRE_DNAT_HOST_CTMARK)
-
-    def _forward_checks(self) -> tuple[ForwardCheck, ...]:
-        """What revalidation asks of the host endpoints' forward hooks: for each interface side
-        with a slot in our rules, the connections it let on, judged by it as it is now."""
-        engine = self.hook_engines.get(Hook.FORWARD)
-        if engine is None or self.rules is None or self.project is None:
-            return ()
-        heps = forward_endpoints(self.project)
-        capsule = engine_capsule(engine)
-        checks = []
-        for index, (iface, _, _) in enumerate(self.rules.forward_queues):
-            hep = heps.get(iface)
-            for side, _ in FORWARD_SIDES:
-                slot = forward_ctmark(index, side is Direction.INGRESS)
-                if slot is not None:
-                    checks.append(ForwardCheck(capsule, None if hep is None else engine.endpoint_index(hep),
-                                               side is Direction.INGRESS, *slot))
-        return tuple(checks)
+    def _hook_checks(self) -> dict[str, Any]:
+        """What revalidation asks of the host endpoints' hooks (with our rules: their marks)."""
+        if self.rules is None or self.project is None:
+            return {}
+        return {"pre_dnat": self.hooks.pre_dnat_check(),
+                "forward": self.hooks.forward_checks(self.project, self.rules.forward_queues)}
 
     def _log_revoked(self, revoked: list[Any]) -> None:
         for src, dst, sport, dport, proto, ver in revoked:
@@ -716,23 +622,11 @@ class Enforcer:
         """The early hooks' engines follow the project (a delta each) into their loops. A hook
         (or the DNS queue) the project needs for the first time gets its loop and chains now;
         returns the ones that could not be added (the bridge, or no rules of ours)."""
-        self.hook_engines = {hook: e.update(project.policy_set.for_hook(hook), project.inventory)
-                             for hook, e in self.hook_engines.items()}
-        heps = forward_endpoints(project)
-        for loop in self.loops:
-            hook = self.hook_of_queue.get(loop.queue)
-            if hook is Hook.FORWARD:
-                # the interface's host endpoint now (None: gone, so no host policy drops here)
-                hep = heps.get(self.forward_of_queue[loop.queue][0])
-                engine = self.hook_engines[hook]
-                loop.swap(engine_capsule(engine), False, via_endpoint=None if hep is None else engine.endpoint_index(hep))
-            elif hook is not None:
-                loop.swap(engine_capsule(self.hook_engines[hook]), False)
-        new = [h for h in early_hooks(project) if h not in self.hook_engines]
+        self.hooks.follow(project, self.loops)
+        new, wants_forward = self.hooks.wants(project)
+        wants_forward = wants_forward and "forward" in self.config.hooks
         wants_dns = self.dns_loop is None and domains.has_domain_rules(project.policy_set)
         wants_http = self.http_loop is None and httprules.has_http_rules(project.policy_set)
-        judged = frozenset(iface for iface, _ in self.forward_of_queue.values())
-        wants_forward = "forward" in self.config.hooks and bool(set(heps) - judged)
         if not new and not wants_dns and not wants_http and not wants_forward:
             return []
         if self.bridge is not None or self.rules is None:
@@ -740,12 +634,12 @@ class Enforcer:
                     + (["forward"] if wants_forward else []))
         self.project = project  # the loops open on this project's policy
         taken = (loop.queue for loop in (self.dns_loop, self.http_loop) if loop is not None)
-        first = max([self.config.queues[1], *self.hook_of_queue, *taken]) + 1
+        first = max([self.config.queues[1], *self.hooks.hook_of_queue, *taken]) + 1
         opened = len(self.loops)
-        early = self._open_early_hooks(first, only=new)
+        early = self.hooks.open_early(project, first, only=new)
         dns_queue = self._open_dns_loop(first + len(early)) if wants_dns else None
         http_queue = self._open_http_loop(first + len(early) + (dns_queue is not None)) if wants_http else None
-        forward = self._open_forward_hooks(max(loop.queue for loop in self.loops) + 1, skip=judged)
+        forward = self._open_forward_hooks(max(loop.queue for loop in self.loops) + 1)
         for loop in self.loops[opened:]:
             t = threading.Thread(target=loop.run, name=f"pyclassify-nfq{loop.queue}", daemon=True)
             t.start()
@@ -756,7 +650,7 @@ class Enforcer:
         self.log.emit("hooks-added", hook_queues={h.value: q for h, q in early.items()},
                       **({"dns_queue": dns_queue} if dns_queue is not None else {}),
                       **({"http_queue": http_queue} if http_queue is not None else {}),
-                      **({"forward_queues": _forward_json(forward)} if forward else {}))
+                      **({"forward_queues": forward_json(forward)} if forward else {}))
         return []
 
     def _update_staged(self, project: Project) -> None:
@@ -799,8 +693,8 @@ class Enforcer:
             for loop in self.loops:
                 hb, vb, n = loop.drain_events()
                 if n:
-                    hook = self.hook_of_queue.get(loop.queue)
-                    self._account(loop.queue, engine if hook is None else self.hook_engines[hook],
+                    hook = self.hooks.hook_of_queue.get(loop.queue)
+                    self._account(loop.queue, self.hooks.engine_of(loop.queue) or engine,
                                   np.frombuffer(hb, HEADER_DTYPE), np.frombuffer(vb, VERDICT_DTYPE), hook)
 
     def _account(self, queue: int, engine: NativeEngine, h: Any, v: Any, hook: Hook | None = None) -> None:
@@ -860,7 +754,7 @@ class Enforcer:
             if hook is not None:
                 fields["hook"] = hook.value
             if hook is Hook.FORWARD:
-                fields["via"] = self.forward_of_queue[queue][0]  # the host endpoint interface
+                fields["via"] = self.hooks.interface_of(queue)  # the host endpoint interface
             http = httprules.outcome_name(int(v[i]["http"]))
             if http is not None:
                 fields["http"] = http
@@ -921,8 +815,3 @@ class Enforcer:
             for tier, policy, rule in d.logs if d else []:
                 out.append({"tier": tier, "policy": policy, "rule": rule})
         return out
-
-
-def _forward_json(queues: tuple[tuple[str, int, int], ...]) -> dict[str, dict[str, int]]:
-    """The forward hook's queues as the log says them: ``{interface: {"in": q, "out": q}}``."""
-    return {iface: {"in": q_in, "out": q_out} for iface, q_in, q_out in queues}
