@@ -9,32 +9,19 @@ from pyclassify.enforce.hooks import early_hooks, forward_endpoints, forward_jso
 from pyclassify.ir import Hook
 from pyclassify.project import load_project
 
-HEPS = """
-apiVersion: projectcalico.org/v3
-kind: HostEndpoint
-metadata: {name: b-eth1, labels: {edge: "true"}}
-spec: {node: node1, interfaceName: eth1}
----
-apiVersion: projectcalico.org/v3
-kind: HostEndpoint
-metadata: {name: a-eth1, labels: {edge: "true"}}
-spec: {node: node1, interfaceName: eth1}
----
-apiVersion: projectcalico.org/v3
-kind: HostEndpoint
-metadata: {name: auto, labels: {edge: "true"}}
-spec: {node: node1, interfaceName: "*"}
----
-apiVersion: projectcalico.org/v3
-kind: HostEndpoint
-metadata: {name: other-node, labels: {edge: "true"}}
-spec: {node: node2, interfaceName: eth9}
----
-apiVersion: projectcalico.org/v3
-kind: HostEndpoint
-metadata: {name: by-address, labels: {edge: "true"}}
-spec: {node: node1, expectedIPs: [192.0.2.1]}
-"""
+def hep(name: str, node: str, spec: str) -> str:
+    return (f"apiVersion: projectcalico.org/v3\nkind: HostEndpoint\n"
+            f"metadata: {{name: {name}, labels: {{edge: 'true'}}}}\nspec: {{node: {node}, {spec}}}\n")
+
+
+HEPS = "---\n".join([
+    hep("b-eth1", "node1", "interfaceName: eth1"),
+    hep("a-eth1", "node1", "interfaceName: eth1"),
+    hep("auto", "node1", "interfaceName: '*'"),
+    hep("other-node", "node2", "interfaceName: eth9"),
+    hep("by-address", "node1", "expectedIPs: [192.0.2.1]"),
+])
+
 
 POLICY = """
 apiVersion: projectcalico.org/v3
