@@ -83,7 +83,7 @@ class HostHooks:
         found = self.forward_of_queue.get(queue)
         return None if found is None else found[0]
 
-    def _engine(self, project: Project, hook: Hook) -> NativeEngine:
+    def _hook_engine(self, project: Project, hook: Hook) -> NativeEngine:
         engine = self.engines.get(hook)
         if engine is None:
             engine = self.engines[hook] = NativeEngine(project.policy_set.for_hook(hook), project.inventory)
@@ -95,7 +95,7 @@ class HostHooks:
         out = {}
         for hook in early_hooks(project) if only is None else only:
             # no policy deciding is no verdict here: the packet goes on to the next hook
-            self._open_loop(self._engine(project, hook), queue, pod_allow=True, host_allow=True,
+            self._open_loop(self._hook_engine(project, hook), queue, pod_allow=True, host_allow=True,
                             accept_mark=EARLY_MARKS[hook])
             self.hook_of_queue[queue] = hook
             out[hook] = queue
@@ -112,7 +112,7 @@ class HostHooks:
         wanted = {i: e for i, e in forward_endpoints(project).items() if i not in judged}
         if not wanted:
             return ()
-        engine = self._engine(project, Hook.FORWARD)
+        engine = self._hook_engine(project, Hook.FORWARD)
         out = []
         for iface, hep in wanted.items():
             queues = (queue, queue + 1)

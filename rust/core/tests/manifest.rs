@@ -54,6 +54,17 @@ fn a_directive_after_old_mac_line_ends_places_its_document() {
 }
 
 #[test]
+fn a_directive_after_a_byte_order_mark_places_its_document() {
+    // A BOM may begin a document's lines: the directive after it (non-ASCII) is one, and the
+    // second document's root is on line 6, read alone too.
+    let text = "\n\u{feff}%NOTE \u{e9}t\u{e9}\n---\nkind: A\n---\nkind: B\n";
+    let got = records(text);
+    let Record::Document { line, region, .. } = &got[1] else { panic!("{got:?}") };
+    assert_eq!(*line, 6);
+    assert!(lines_of(text, Syntax::Yaml, *region, None).contains(&(vec![], 6)), "{region:?}");
+}
+
+#[test]
 fn list_items_stream_one_by_one_even_when_kind_comes_last() {
     let text = "apiVersion: v1\nitems:\n- kind: Pod\n  metadata: {name: a}\n- kind: Pod\n  spec:\n    containers:\n    - name: c\nkind: List\nmetadata:\n  resourceVersion: \"\"\n";
     let got = records(text);

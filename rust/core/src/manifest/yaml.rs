@@ -8,6 +8,7 @@ use super::events::{Event, EventSource, Located, Pos, Support, SyntaxError, TopL
 use super::scalar::{resolve_plain, Scalar};
 
 const CORE_TAG_PREFIX: &str = "tag:yaml.org,2002:";
+const BOM: char = '\u{feff}';
 
 /// YAML text as [`Event`]s.
 pub(crate) struct YamlEvents<'t> {
@@ -59,15 +60,18 @@ impl<'t> YamlEvents<'t> {
         let mut at = self.last_document_end;
         let mut directives = false;
         for line in yaml_lines(&self.text[from..]) {
-            if line.starts_with("---") {
-                if directives && reported > at {
-                    self.index_shift += reported - at;
+            // byte order marks may begin a document's lines (YAML 1.2): nothing to the reader
+            let body = line.trim_start_matches(BOM);
+            let start = at + (line.len() - body.len()) / BOM.len_utf8();
+            if body.starts_with("---") {
+                if directives && reported > start {
+                    self.index_shift += reported - start;
                 }
                 return;
             }
-            if line.starts_with('%') {
+            if body.starts_with('%') {
                 directives = true;
-            } else if !(line.trim().is_empty() || line.trim_start().starts_with('#') || line.starts_with("...")) {
+            } else if !(body.trim().is_empty() || body.trim_start().starts_with('#') || body.starts_with("...")) {
                 return; // content before any `---`: an implicit document, no directives
             }
             at += line.chars().count();
@@ -122,7 +126,9 @@ impl<'t> YamlEvents<'t> {
     fn directives_need_fallback(&mut self, document_start: usize) -> bool {
         let from = self.offsets.byte_of(self.last_document_end.min(document_start));
         let to = self.offsets.byte_of(document_start);
-        yaml_lines(&self.text[from..to]).any(|line| line.starts_with("%YAML") && line.split_whitespace().nth(1) != Some("1.2"))
+        yaml_lines(&self.text[from..to]).map(|line| line.trim_start_matches(BOM)).any(|line| {
+            line.starts_with("%YAML") && line.split_whitespace().nth(1) != Some("1.2")
+        })
     }
 }
 
