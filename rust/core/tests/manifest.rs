@@ -65,6 +65,18 @@ fn a_directive_after_a_byte_order_mark_places_its_document() {
 }
 
 #[test]
+fn a_list_item_read_in_its_list_needs_only_what_comes_before_it() {
+    // An alias item is read within its whole List (its anchor is outside it); the List goes on
+    // broken after it, which the stream says later: the item's lines are read all the same.
+    let text = "kind: List\napiVersion: v1\nitems:\n- &a {kind: Pod, metadata: {name: x}}\n- *a\nbroken: [\n";
+    let got = records(text);
+    let Record::ListStart { region, .. } = &got[0] else { panic!("{got:?}") };
+    let Record::ListItem { index: 1, line: 5, .. } = &got[2] else { panic!("{got:?}") };
+    assert!(matches!(got.last(), Some(Record::Problem { .. })), "{got:?}");
+    assert_eq!(lines_of(text, Syntax::Yaml, *region, Some(1)), vec![(vec![], 5)]);
+}
+
+#[test]
 fn list_items_stream_one_by_one_even_when_kind_comes_last() {
     let text = "apiVersion: v1\nitems:\n- kind: Pod\n  metadata: {name: a}\n- kind: Pod\n  spec:\n    containers:\n    - name: c\nkind: List\nmetadata:\n  resourceVersion: \"\"\n";
     let got = records(text);

@@ -56,13 +56,17 @@ struct LineLog {
 }
 
 impl LineLog {
+    /// Whether the path is below `items[only_item]` (always, without `only_item`).
+    fn inside(&self) -> bool {
+        self.only_item.is_none_or(|i| {
+            matches!(self.path.first(), Some(PathPart::Key(Scalar::Str(k))) if k == "items")
+                && self.path.get(1) == Some(&PathPart::Index(i))
+        })
+    }
+
     fn record(&mut self, line: u32) {
-        if let Some(i) = self.only_item {
-            let inside = matches!(self.path.first(), Some(PathPart::Key(Scalar::Str(k))) if k == "items")
-                && self.path.get(1) == Some(&PathPart::Index(i));
-            if !inside {
-                return;
-            }
+        if !self.inside() {
+            return;
         }
         if !self.path.contains(&PathPart::Hidden) {
             self.entries.push((self.path.clone(), line));
@@ -116,6 +120,12 @@ impl<B: Builder> Driver<B> {
         let mut d = Driver::new(builder);
         d.lines = Some(LineLog { path: Vec::new(), entries: Vec::new(), only_item });
         d
+    }
+
+    /// Whether the one List item the lines are recorded for has been read whole (what follows
+    /// it need not be read, nor even be valid).
+    pub fn past_item(&self) -> bool {
+        self.lines.as_ref().is_some_and(|l| l.only_item.is_some() && !l.entries.is_empty() && !l.inside())
     }
 
     pub fn take_lines(&mut self) -> Lines {

@@ -35,6 +35,7 @@ pub fn unit_lines(
             Event::StreamEnd | Event::DocEnd => break,
             Event::DocStart { .. } => {}
             _ => match driver.feed(event, start) {
+                Ok(Step::More) if driver.past_item() => break, // the rest of the List is not needed
                 Ok(Step::More) => {}
                 Ok(Step::Done(())) => break,
                 Err(failure) => return Err(format!("{failure:?}")),
