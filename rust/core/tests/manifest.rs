@@ -77,6 +77,15 @@ fn a_list_item_read_in_its_list_needs_only_what_comes_before_it() {
 }
 
 #[test]
+fn a_second_items_key_is_a_duplicate_not_a_list() {
+    // The second `items` (before `kind: List`) is not streamed as the List's items: the
+    // document is invalid (duplicate keys), and says so.
+    let got = records("apiVersion: v1\nitems:\n- a: 1\nkind: Pod\nitems:\n- b: 2\nkind: List\n");
+    assert!(!got.iter().any(|r| matches!(r, Record::ListStart { .. } | Record::ListItem { .. })), "{got:?}");
+    assert!(got.iter().any(|r| matches!(r, Record::Problem { message, .. } if message.contains("duplicate key"))), "{got:?}");
+}
+
+#[test]
 fn list_items_stream_one_by_one_even_when_kind_comes_last() {
     let text = "apiVersion: v1\nitems:\n- kind: Pod\n  metadata: {name: a}\n- kind: Pod\n  spec:\n    containers:\n    - name: c\nkind: List\nmetadata:\n  resourceVersion: \"\"\n";
     let got = records(text);

@@ -103,6 +103,9 @@ struct DocumentState {
     scan: Option<TopLevelScan>,
     /// The last event was the key `items` of the top-level mapping.
     items_key: bool,
+    /// How many `items` keys the top-level mapping has had so far (a second is a duplicate key:
+    /// the document is invalid, and its items are not streamed from it).
+    items_keys: usize,
     /// Its items are being handed out one by one.
     list: Option<ListProgress>,
     /// It was a streamed List: the document itself is not a record.
@@ -258,7 +261,11 @@ impl<'t, B: Builder> ManifestStream<'t, B> {
             }
         }
         let at_top = self.driver.depth() == 1 && !self.doc.streamed;
-        if std::mem::take(&mut self.doc.items_key) && at_top && matches!(event, Event::SeqStart { support: Support::Native, .. }) {
+        if std::mem::take(&mut self.doc.items_key)
+            && at_top
+            && self.doc.items_keys == 1
+            && matches!(event, Event::SeqStart { support: Support::Native, .. })
+        {
             if let Some(record) = self.start_list() {
                 return Some(record);
             }
@@ -266,6 +273,7 @@ impl<'t, B: Builder> ManifestStream<'t, B> {
         self.doc.items_key = at_top
             && self.driver.expecting_key()
             && matches!(&event, Event::Scalar { value: Scalar::Str(k), .. } if k == "items");
+        self.doc.items_keys += usize::from(self.doc.items_key);
         match self.driver.feed(event, start) {
             Ok(Step::More) => None,
             Ok(Step::Done(value)) => {
