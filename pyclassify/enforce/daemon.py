@@ -250,7 +250,6 @@ class Enforcer:
             dns_queue = self._open_dns_loop(cfg.queues[1] + 1 + len(early_queues))
             http_queue = self._open_http_loop(cfg.queues[1] + 1 + len(early_queues) + (dns_queue is not None))
             forward_queues = self._open_forward_hooks(max(loop.queue for loop in self.loops) + 1)
-
             self.ctnl = kernel_conntrack()
             for loop in self.loops:
                 t = threading.Thread(target=loop.run, name=f"pyclassify-nfq{loop.queue}", daemon=True)
@@ -259,7 +258,8 @@ class Enforcer:
             if cfg.install_rules:
                 try:
                     self.rules = Rules(cfg.queues[0], cfg.queues[1], cfg.fail_open, tuple(cfg.hooks), cfg.ipv6,
-                                       reject=cfg.reject, workload_prefix=cfg.workload_interface_prefix, untracked_queue=early_queues.get(Hook.UNTRACKED),
+                                       reject=cfg.reject, workload_prefix=cfg.workload_interface_prefix,
+                                       untracked_queue=early_queues.get(Hook.UNTRACKED),
                                        pre_dnat_queue=early_queues.get(Hook.PRE_DNAT), dns_queue=dns_queue,
                                        http_queue=http_queue, forward_queues=forward_queues)
                     self.rules.install()
@@ -522,8 +522,11 @@ class Enforcer:
                         self._update_staged(project)
                         missing = self._swap_early(project)
                         self.log.forget()
-                    # what a changed pre-DNAT policy now denies is cut (the workload's verdicts stand)
-                    revoked, _ = self._revoke(engine_capsule(self.engine)) if self.engine is not None else ([], {})
+                    # what a changed pre-DNAT policy now denies is cut (the workload's verdicts stand);
+                    # a staged change alone judges nothing again
+                    revoked: list[Any] = []
+                    if self.engine is not None and project.policy_set.early != old.early:
+                        revoked, _ = self._revoke(engine_capsule(self.engine))
                     self.metrics.revoked.inc(len(revoked))
                     self.log.emit("reload", policies=len(project.policy_set.policies), revoked=len(revoked),
                                   staged_policies=len(project.policy_set.staged), changed_objects=0,

@@ -72,6 +72,13 @@ class HostHooks:
         self.hook_of_queue: dict[int, Hook] = {}
         #: The forward hook's queues: the host endpoint interface each judges, and the side.
         self.forward_of_queue: dict[int, tuple[str, Direction]] = {}
+        self._heps: tuple[Project | None, dict[str, Endpoint]] = (None, {})
+
+    def _forward_endpoints(self, project: Project) -> dict[str, Endpoint]:
+        """``forward_endpoints(project)``, worked out once per project (a reload asks it thrice)."""
+        if self._heps[0] is not project:
+            self._heps = (project, forward_endpoints(project))
+        return self._heps[1]
 
     def engine_of(self, queue: int) -> NativeEngine | None:
         """The engine that judges ``queue`` (None: not a hook's)."""
@@ -109,7 +116,7 @@ class HostHooks:
         that side. What the hook lets on goes back to the chain with its mark, to meet the
         workload's own policy; no policy deciding is no verdict here."""
         judged = {iface for iface, _ in self.forward_of_queue.values()}
-        wanted = {i: e for i, e in forward_endpoints(project).items() if i not in judged}
+        wanted = {i: e for i, e in self._forward_endpoints(project).items() if i not in judged}
         if not wanted:
             return ()
         engine = self._hook_engine(project, Hook.FORWARD)
@@ -130,14 +137,14 @@ class HostHooks:
         interfaces to judge by their forward hook."""
         judged = {iface for iface, _ in self.forward_of_queue.values()}
         return ([h for h in early_hooks(project) if h not in self.engines],
-                bool(set(forward_endpoints(project)) - judged))
+                bool(set(self._forward_endpoints(project)) - judged))
 
     def follow(self, project: Project, loops: list[Any]) -> None:
         """The engines follow ``project`` (a delta each) into their loops; a forward loop is
         given its interface's host endpoint now (None: gone, so no host policy drops there)."""
         self.engines = {hook: e.update(project.policy_set.for_hook(hook), project.inventory)
                         for hook, e in self.engines.items()}
-        heps = forward_endpoints(project)
+        heps = self._forward_endpoints(project)
         for loop in loops:
             hook = self.hook_of_queue.get(loop.queue)
             if hook is None:
@@ -160,7 +167,7 @@ class HostHooks:
         engine = self.engines.get(Hook.FORWARD)
         if engine is None:
             return ()
-        heps = forward_endpoints(project)
+        heps = self._forward_endpoints(project)
         capsule = engine_capsule(engine)
         checks = []
         for index, (iface, _, _) in enumerate(queues):
