@@ -46,22 +46,22 @@ fn documents_with_their_lines_and_regions() {
 fn a_directive_after_old_mac_line_ends_places_its_document() {
     // A lone \r ends a line: the directive (non-ASCII, which saphyr miscounts) is on line 3, and
     // the second document's root on line 7; its region read again alone says the same.
-    let text = "\r\r%NOTE \u{e9}t\u{e9}\n---\nkind: A\n---\nkind: B\r";
-    let got = records(text);
-    let Record::Document { line, region, .. } = &got[1] else { panic!("{got:?}") };
-    assert_eq!(*line, 7);
-    assert!(lines_of(text, Syntax::Yaml, *region, None).contains(&(vec![], 7)), "{region:?}");
+    assert_second_document_at("\r\r%NOTE \u{e9}t\u{e9}\n---\nkind: A\n---\nkind: B\r", 7);
 }
 
 #[test]
 fn a_directive_after_a_byte_order_mark_places_its_document() {
     // A BOM may begin a document's lines: the directive after it (non-ASCII) is one, and the
     // second document's root is on line 6, read alone too.
-    let text = "\n\u{feff}%NOTE \u{e9}t\u{e9}\n---\nkind: A\n---\nkind: B\n";
+    assert_second_document_at("\n\u{feff}%NOTE \u{e9}t\u{e9}\n---\nkind: A\n---\nkind: B\n", 6);
+}
+
+/// The second document of `text` is on `line`, as the stream says and as its region read alone.
+fn assert_second_document_at(text: &str, line: u32) {
     let got = records(text);
-    let Record::Document { line, region, .. } = &got[1] else { panic!("{got:?}") };
-    assert_eq!(*line, 6);
-    assert!(lines_of(text, Syntax::Yaml, *region, None).contains(&(vec![], 6)), "{region:?}");
+    let Record::Document { line: at, region, .. } = &got[1] else { panic!("{got:?}") };
+    assert_eq!(*at, line);
+    assert!(lines_of(text, Syntax::Yaml, *region, None).contains(&(vec![], line)), "{region:?}");
 }
 
 #[test]
