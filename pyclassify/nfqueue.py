@@ -34,7 +34,8 @@ from pyclassify.engine import HTTP_AWAITS, NativeEngine
 #: as 16 bytes (IPv4 mapped).
 Flow = tuple[bytes, bytes, int, int, int, int]
 
-__all__ = ["CtNetlink", "ForwardCheck", "Inotify", "NfQueue", "PreDnatCheck", "engine_capsule", "kernel_conntrack", "kernel_revalidate", "open_queue"]
+__all__ = ["CtNetlink", "ForwardCheck", "Inotify", "NfQueue", "PreDnatCheck", "engine_capsule", "kernel_conntrack",
+           "kernel_revalidate", "open_queue"]
 
 
 def engine_capsule(engine: NativeEngine) -> Any:
