@@ -62,3 +62,76 @@ def write_http_capture(path: Path, connections: int) -> Path:
             out.append(struct.pack("<IIII", 1767225600 + t // 1_000_000, t % 1_000_000, len(f), len(f)) + f)
     path.write_bytes(b"".join(out))
     return path
+
+
+# examples/domains: web may reach these names' addresses on TCP 443 (api.example.com, *.example.org)
+DNS_NAMES_ALLOWED = ("api.example.com", "a.example.org", "b.example.org")
+DNS_NAMES_OTHER = ("other.example.com", "example.org.evil.net")
+
+
+def dns_message(qid: int, name: str, answer: tuple[bytes, int] | None = None) -> bytes:
+    """A DNS query for ``name`` (A), or with ``answer`` (address, TTL) its response."""
+    qname = b"".join(bytes([len(label)]) + label.encode() for label in name.split(".")) + b"\0"
+    question = qname + struct.pack(">HH", 1, 1)
+    if answer is None:
+        return struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + question
+    address, ttl = answer  # the record's name: a pointer to the question's (offset 12)
+    return (struct.pack(">HHHHHH", qid, 0x8180, 1, 1, 0, 0) + question
+            + struct.pack(">HHHIH", 0xC00C, 1, 1, ttl, len(address)) + address)
+
+
+def write_dns_capture(paths: list[Path], rounds: int, server: str = "10.0.9.53",
+                      seed: int = 1) -> tuple[list[tuple[int, str, int, int]], list[tuple[int, int]]]:
+    """Captures (``rounds`` spread over ``paths``, in order) of web (10.0.1.10, ``examples/demo``)
+    asking ``server`` for a name every half second and then opening a TCP connection to port 443
+    of one of 32 outside addresses (198.18.0.x) a quarter of a second later: a query, its answer
+    (a name of ``DNS_NAMES_ALLOWED`` or ``DNS_NAMES_OTHER``, one of the addresses, a TTL of 1, 2 or
+    5 s), the SYN and its SYN-ACK. Returns the answers (µs, name, address's last byte, TTL) and
+    the SYNs (µs, address's last byte), for ``syns_allowed``."""
+    rng = np.random.default_rng(seed)
+    web, dns = bytes([10, 0, 1, 10]), bytes(int(x) for x in server.split("."))
+    eth = bytes.fromhex("020000000002" "020000000001" "0800")
+
+    def ip(src: bytes, dst: bytes, proto: int, body: bytes) -> bytes:
+        return eth + struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(body), 0, 0x4000, 64, proto, 0, src, dst) + body
+
+    def udp(sport: int, dport: int, data: bytes) -> bytes:
+        return struct.pack(">HHHH", sport, dport, 8 + len(data), 0) + data
+
+    def tcp(sport: int, dport: int, seq: int, ack: int, flags: int) -> bytes:
+        return struct.pack(">HHIIBBHHH", sport, dport, seq, ack, 0x50, flags, 65535, 0, 0)
+
+    names = DNS_NAMES_ALLOWED + DNS_NAMES_OTHER
+    answers: list[tuple[int, str, int, int]] = []
+    syns: list[tuple[int, int]] = []
+    frames: list[tuple[int, bytes]] = []
+    for k in range(rounds):
+        t = k * 500_000
+        name = names[int(rng.integers(len(names)))]
+        taught, ttl, target = int(rng.integers(32)), int(rng.choice([1, 2, 5])), int(rng.integers(32))
+        query_port, syn_port, qid = 20000 + k % 20000, 40000 + k % 20000, k & 0xFFFF
+        address, dst = bytes([198, 18, 0, taught]), bytes([198, 18, 0, target])
+        frames.append((t, ip(web, dns, 17, udp(query_port, 53, dns_message(qid, name)))))
+        frames.append((t + 1000, ip(dns, web, 17, udp(53, query_port, dns_message(qid, name, (address, ttl))))))
+        answers.append((t + 1000, name, taught, ttl))
+        syns.append((t + 250_000, target))
+        frames.append((t + 250_000, ip(web, dst, 6, tcp(syn_port, 443, 1000, 0, 0x02))))
+        frames.append((t + 251_000, ip(dst, web, 6, tcp(443, syn_port, 5000, 1001, 0x12))))
+    per = -(-len(frames) // len(paths))
+    for i, path in enumerate(paths):
+        out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1)]
+        for t, f in frames[i * per:(i + 1) * per]:
+            out.append(struct.pack("<IIII", 1767225600 + t // 1_000_000, t % 1_000_000, len(f), len(f)) + f)
+        path.write_bytes(b"".join(out))
+    return answers, syns
+
+
+def syns_allowed(answers: list[tuple[int, str, int, int]], syns: list[tuple[int, int]],
+                 names: tuple[str, ...]) -> list[bool]:
+    """Per SYN of ``write_dns_capture``: whether an earlier answer for one of ``names`` taught its
+    address, within the answer's TTL (no SYN falls on an expiry: those are whole half seconds)."""
+    windows: dict[int, list[tuple[int, int]]] = {}
+    for t, name, address, ttl in answers:
+        if name in names:
+            windows.setdefault(address, []).append((t, t + ttl * 1_000_000))
+    return [any(a <= ts <= b for a, b in windows.get(target, [])) for ts, target in syns]

@@ -143,6 +143,15 @@ class Engine:
         data: Any = None,
         segments: Any = None,
     ) -> None: ...
+    def judge_lanes(
+        self,
+        batch: Any,
+        lanes: list[tuple[Engine, Any, Any, Any, ConnTrack | None, Any, Any]],
+        pod_allow: bool,
+        host_allow: bool,
+        data: Any = None,
+        dns: Any = None,
+    ) -> tuple[int, int, list[int]] | None: ...
     def judge_via(
         self, headers: Any, out: Any, endpoint: int | None, ingress: bool, pod_allow: bool, host_allow: bool
     ) -> None: ...

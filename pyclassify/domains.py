@@ -20,6 +20,7 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from pyclassify import _native
 from pyclassify._engine import DNS_ERROR_NAMES, DomainFacts
@@ -72,29 +73,29 @@ class DnsLearner:
         self.learned = 0  # new (name, address) facts they taught (a refresh is not counted)
         self.errors: Counter[str] = Counter()  # malformed answers, by reason
 
-    def answers_in(self, batch: Any) -> list[tuple[int, int, int]]:
-        """The batch's DNS messages (payloads from port 53, TCP or UDP): ``(index, start,
-        end)`` with the payload as ``batch.data[start:end]``, in capture order."""
+    def answers_in(self, batch: Any) -> npt.NDArray[np.int64]:
+        """The batch's DNS messages (payloads from port 53, TCP or UDP): rows of ``(index,
+        start, end)`` with the payload as ``batch.data[start:end]``, in capture order."""
         h = batch.headers
         flags = h["flags"]
         dns = (((flags & FLAG_HAS_PORTS) != 0) & ((flags & FLAG_MALFORMED) == 0) & (h["sport"] == DNS_PORT)
                & ((h["protocol"] == 6) | (h["protocol"] == 17)))
         idx = np.flatnonzero(dns)
         if not len(idx):
-            return []
+            return np.empty((0, 3), dtype=np.int64)
         spans = _native.payload_spans(batch.data, batch.offsets, batch.caplens, batch.linktypes, idx)
+        rows = np.column_stack([idx, spans[:, 0], spans[:, 1]]).astype(np.int64)
         # no payload: a TCP handshake or ACK of a DNS connection
-        return [(k, start, end) for k, (start, end) in zip(idx.tolist(), spans[:, :2].tolist()) if end > start]
+        return rows[rows[:, 2] > rows[:, 1]]
 
-    def learn(self, batch: Any, k: int, start: int, end: int) -> None:
-        """Learn from the message at ``batch.data[start:end]``, packet ``k``, at its capture time."""
-        h = batch.headers[k]
-        self.answers += 1
-        learned, error = self.facts.learn_payload(bytes(memoryview(batch.data)[start:end]), int(h["ts_ns"]),
-                                                  int(h["protocol"]) == 6)
+    def count(self, tally: tuple[int, int, list[int]]) -> None:
+        """Adds what judging a batch's messages taught (``NativeEngine.judge_lanes``)."""
+        messages, learned, errors = tally
+        self.answers += messages
         self.learned += learned
-        if error is not None:
-            self.errors[error] += 1
+        for name, n in zip(DNS_ERROR_NAMES, errors):
+            if n:
+                self.errors[name] += n
 
     def to_json(self) -> dict[str, Any]:
         return {"answers": self.answers, "learned": self.learned, "facts": len(self.facts),

@@ -12,6 +12,7 @@ tests/test_engine_differential.py holds them to it.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -511,6 +512,23 @@ def _endpoint_spec_of(value: tuple, id_: int) -> dict[str, Any]:
     return _endpoint_spec_with(endpoint, sa_labels, id_, addressable, enforced)
 
 
+@dataclass
+class Lane:
+    """Some packets of a batch judged together by one engine with one connection tracker
+    (``NativeEngine.judge_lanes``): ``rows`` (ascending) index the batch; ``headers`` (as judged:
+    a Service packet rewritten to a backend), ``quotes`` (the flows ICMP errors quote) and
+    ``segments`` (TCP payloads for http rules, with a tracker) are parallel to them; ``out``
+    gets the verdicts."""
+
+    engine: NativeEngine
+    rows: npt.NDArray[np.int64]
+    headers: npt.NDArray[Any]
+    tracker: Any = None
+    quotes: npt.NDArray[Any] | None = None
+    segments: npt.NDArray[Any] | None = None
+    out: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, dtype=VERDICT_DTYPE))
+
+
 class NativeEngine:
     """An immutable snapshot of the native engine for one policy set and inventory.
 
@@ -626,6 +644,28 @@ class NativeEngine:
                            data, segments)
         return out
 
+    def judge_lanes(self, headers: npt.NDArray[Any], lanes: list[Lane], default_pod: str = "allow",
+                    default_host: str = "deny", data: Any = None,
+                    dns: npt.NDArray[np.int64] | None = None) -> tuple[int, int, list[int]] | None:
+        """Judges one batch (``headers``, as captured) in ``lanes`` in one call without the GIL,
+        each lane's verdicts into its ``out``; ``data``: the bytes the lanes' segments and
+        ``dns`` point into. ``dns`` ((m, 3) int64: row, ``[start, end)`` in ``data``, by
+        ascending row): DNS messages, each learned into this engine's domain facts once every
+        lane has judged up to its row; then returns (messages, new facts, malformed messages by
+        ``DNS_ERROR_NAMES``), else None."""
+        if headers.dtype != HEADER_DTYPE:
+            raise TypeError(f"expected a header batch of HEADER_DTYPE, got {headers.dtype}")
+        args = []
+        for lane in lanes:
+            lane.out = np.zeros(len(lane.rows), dtype=VERDICT_DTYPE)
+            segments = None if lane.segments is None else np.ascontiguousarray(lane.segments, np.int64).reshape(-1)
+            args.append((lane.engine._engine, np.ascontiguousarray(lane.rows, np.int64),
+                         np.ascontiguousarray(lane.headers), lane.out, lane.tracker,
+                         None if lane.quotes is None else np.ascontiguousarray(lane.quotes), segments))
+        rows = None if dns is None else np.ascontiguousarray(dns, np.int64).reshape(-1)
+        return self._engine.judge_lanes(np.ascontiguousarray(headers), args, default_pod == "allow",
+                                        default_host == "allow", data, rows)
+
     def judge_via(self, headers: npt.NDArray[Any], endpoint: Endpoint | None, side: Direction,
                   default_host: str = "deny") -> npt.NDArray[Any]:
         """Verdict records for a header batch of traffic the host routes in (``side`` ingress)
@@ -702,4 +742,4 @@ class NativeEngine:
         return f"Profile/{profile.name}", None if rule is None else profile.rules(direction)[rule].label
 
 
-__all__ = ["EngineState", "NativeEngine", "engine_spec"]
+__all__ = ["EngineState", "Lane", "NativeEngine", "engine_spec"]

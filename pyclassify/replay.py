@@ -35,6 +35,7 @@ from pyclassify.engine import (
     HTTP_ERROR_NAMES,
     PACKET_POLICY,
     VERDICT_DTYPE,
+    Lane,
     NativeEngine,
     Tracker,
 )
@@ -179,10 +180,8 @@ class Replay:
         # http rules: each packet's TCP payload goes to the engine with its header, which
         # admits connections up to their request and judges each request (pyclassify.httprules)
         self.http = http
-        self._data: Any = None  # the bytes of the batch being judged
-        self._segments: npt.NDArray[Any] | None = None  # its TCP payloads (with http rules)
         # DNS answers in the capture teach the addresses of domain rules (pyclassify.domains):
-        # learned batch by batch, before the batch is judged
+        # learned in the batch's judge call, each right after its own packet
         self.dns = dns
         self.tracker = Tracker() if conntrack else None
         # The staged policies enforced (``Project.staged``): the same packets judged again, with
@@ -212,93 +211,87 @@ class Replay:
         self._service_entries: npt.NDArray[np.int64] | None = None  # of the batch being written
 
     def _judge(self, batch: Batch) -> npt.NDArray[Any]:
-        """The batch's verdicts (and with staged policies, ``_staged_verdicts`` beside them).
-        With DNS learning, the batch is judged in parts cut after each DNS answer, which is
-        learned before the packets that follow it are judged."""
-        answers = self.dns.answers_in(batch) if self.dns is not None else []
-        self._data = batch.data
-        self._segments = httprules.segments(batch) if self.http else None
-        if not answers:
-            return self._judge_part(batch.headers, batch.quotes, self._segments)
-        n = len(batch.headers)
-        # filled part by part (concatenating thousands of structured arrays costs more than
-        # judging them: numpy promotes their dtypes pair by pair)
-        verdicts, entries = np.empty(n, dtype=VERDICT_DTYPE), np.full(n, -1, dtype=np.int64)
-        staged = np.empty(n, dtype=VERDICT_DTYPE) if self.staged is not None else None
-        start = 0
-        for end, answer in [(k + 1, (k, s, e)) for k, s, e in answers] + [(n, None)]:
-            if end > start:
-                verdicts[start:end] = self._judge_part(batch.headers[start:end],
-                                                       None if batch.quotes is None else batch.quotes[start:end],
-                                                       None if self._segments is None else self._segments[start:end])
-                if staged is not None:
-                    staged[start:end] = self._staged_verdicts
-                if self._service_entries is not None:
-                    entries[start:end] = self._service_entries
-            if answer is not None:
-                assert self.dns is not None
-                self.dns.learn(batch, *answer)
-            start = end
-        self._service_entries = entries if (entries >= 0).any() else None
-        if staged is not None:
-            self._staged_verdicts = staged
-        return verdicts
-
-    def _judge_part(self, headers: npt.NDArray[Any], quotes: npt.NDArray[Any] | None,
-                    segments: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
-        headers = np.ascontiguousarray(headers)
-        quotes = None if quotes is None else np.ascontiguousarray(quotes)
+        """The batch's verdicts (and with staged policies, ``_staged_verdicts`` beside them), in
+        one native call over lanes (``NativeEngine.judge_lanes``): per engine, the packets as
+        captured, and those to or from a Service's virtual address once per backend choice.
+        Each DNS answer in the batch is learned once every lane has judged the packets up to it,
+        before the packets that follow it."""
+        dns = self.dns.answers_in(batch) if self.dns is not None else None
+        segments = httprules.segments(batch) if self.http and self.tracker is not None else None
+        headers = np.ascontiguousarray(batch.headers)
+        quotes = None if batch.quotes is None else np.ascontiguousarray(batch.quotes)
         entry, forward = self.services.match(headers)
         self._service_entries = entry if (entry >= 0).any() else None
+        main = self._lanes(self.engine, self._service_trackers, headers, quotes, segments, entry, forward)
+        staged = None
         if self.staged is not None:
             assert self._staged_trackers is not None
-            self._staged_verdicts = self._judge_with(self.staged, self._staged_trackers, headers, quotes, entry,
-                                                     forward, segments)
-        return self._judge_with(self.engine, self._service_trackers, headers, quotes, entry, forward, segments)
+            staged = self._lanes(self.staged, self._staged_trackers, headers, quotes, segments, entry, forward)
+        learn = dns is not None and len(dns) > 0
+        tally = self.engine.judge_lanes(headers, main + (staged or []), **self.defaults,
+                                        data=batch.data if learn or segments is not None else None,
+                                        dns=dns if learn else None)
+        if tally is not None:
+            assert self.dns is not None
+            self.dns.count(tally)
+        if staged is not None:
+            self._staged_verdicts = self._combine(staged, entry)
+        return self._combine(main, entry)
 
-    def _judge_with(self, engine: NativeEngine, trackers: dict[int | None, Tracker], headers: npt.NDArray[Any],
-                    quotes: npt.NDArray[Any] | None, entry: npt.NDArray[Any],
-                    forward: npt.NDArray[Any], segments: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
-        """Verdicts by ``engine``, connections tracked in ``trackers`` (None: the main one; one
-        per backend choice); packets to or from a Service's virtual address are judged against
-        its backends (every one, when it has several: allowed only if all allow). ``segments``
-        (``httprules.segments``) gives http rules each packet's TCP payload."""
+    def _lanes(self, engine: NativeEngine, trackers: dict[int | None, Tracker], headers: npt.NDArray[Any],
+               quotes: npt.NDArray[Any] | None, segments: npt.NDArray[Any] | None, entry: npt.NDArray[Any],
+               forward: npt.NDArray[Any]) -> list[Lane]:
+        """``engine``'s lanes for a batch: the packets as captured (connections tracked in
+        ``trackers[None]``), then, for packets to or from a Service's virtual address, one lane
+        per backend choice ``c`` (tracked in ``trackers[c]``) with every packet of an entry that
+        has more than ``c`` backends, rewritten to backend ``c`` — so a connection is always
+        judged in the same lanes, whatever else its batch holds."""
         tracked = self.tracker is not None
 
-        def payload(rows: Any = None) -> Any:
-            if segments is None or not tracked:
+        def tracker(key: int | None) -> Tracker | None:
+            if not tracked:
                 return None
-            return (self._data, segments if rows is None else segments[rows])
+            found = trackers.get(key)
+            if found is None:
+                found = trackers[key] = Tracker()
+            return found
+
+        def lane(rows: npt.NDArray[np.int64] | None, lane_headers: npt.NDArray[Any], key: int | None) -> Lane:
+            if rows is None:  # every row
+                return Lane(engine, np.arange(len(headers), dtype=np.int64), lane_headers, tracker(key), quotes,
+                            segments)
+            return Lane(engine, rows, lane_headers, tracker(key), None if quotes is None else quotes[rows],
+                        None if segments is None else segments[rows])
 
         if self._service_entries is None:
-            return engine.judge(headers, quotes, trackers.get(None), **self.defaults, payload=payload())
+            return [lane(None, headers, None)]
         service = entry >= 0
-        out = np.zeros(len(headers), dtype=VERDICT_DTYPE)
         plain = np.flatnonzero(~service)
-        if len(plain):
-            out[plain] = engine.judge(headers[plain], None if quotes is None else quotes[plain],
-                                      trackers.get(None), **self.defaults, payload=payload(plain))
+        lanes = [lane(plain, headers[plain], None)]
         idx = np.flatnonzero(service)
-        sub, sub_entry, sub_forward = headers[idx], entry[idx], forward[idx]
-        sub_quotes = None if quotes is None else np.ascontiguousarray(quotes[idx])
-        choices = max(1, max(len(self.services.entries[e].backends) for e in np.unique(sub_entry).tolist()))
-        combined = None
-        for choice in range(choices):
-            tracker = None
-            if tracked:
-                tracker = trackers.get(choice)
-                if tracker is None:
-                    tracker = trackers[choice] = Tracker()
-            rewritten = self.services.rewrite(sub, sub_entry, sub_forward, choice)
-            verdicts = engine.judge(rewritten, sub_quotes, tracker, **self.defaults, payload=payload(idx))
-            if combined is None:
-                combined = verdicts
-            else:  # the first backend that denies speaks for the packet
-                denies = (verdicts["allow"] == 0) & (combined["allow"] == 1)
-                combined[denies] = verdicts[denies]
-        assert combined is not None
-        # No backend at all: kube-proxy delivers nothing (rejected), whatever policy says.
-        empty = self.services.no_backend[sub_entry]
+        counts = self.services.backend_count[entry[idx]]
+        for choice in range(int(counts.max())):
+            rows = idx[counts > choice]
+            rewritten = self.services.rewrite(headers[rows], entry[rows], forward[rows], choice)
+            lanes.append(lane(rows, rewritten, choice))
+        return lanes
+
+    def _combine(self, lanes: list[Lane], entry: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """The batch's verdicts from its lanes (``_lanes``): a Service packet is allowed only if
+        every backend choice it was judged for allows it (the first that denies speaks for it),
+        and denied if its entry has no backend (kube-proxy delivers nothing)."""
+        plain, *choices = lanes
+        if not choices:
+            return plain.out
+        out = np.zeros(len(entry), dtype=VERDICT_DTYPE)
+        out[plain.rows] = plain.out
+        idx = choices[0].rows  # every Service packet: each is judged for backend 0 at least
+        combined = choices[0].out.copy()
+        for lane in choices[1:]:
+            at = np.searchsorted(idx, lane.rows)
+            denies = (lane.out["allow"] == 0) & (combined["allow"][at] == 1)
+            combined[at[denies]] = lane.out[denies]
+        empty = self.services.no_backend[entry[idx]]
         if empty.any():
             combined["allow"][empty] = 0
             combined["reason"][empty] = PACKET_POLICY

@@ -106,6 +106,8 @@ class ServiceMap:
         self._index = ServiceIndex([(e.address, e.protocol, e.port) for e in self.entries])
         #: Entries without any backend: kube-proxy delivers nothing there.
         self.no_backend = np.array([not e.backends for e in self.entries], dtype=bool)
+        #: Per entry, the backend choices a packet to it is judged for (1 without backends).
+        self.backend_count = np.array([max(1, len(e.backends)) for e in self.entries], dtype=np.int64)
         self._by_choice: dict[int, tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]] = {}
 
     def __bool__(self) -> bool:

@@ -112,3 +112,72 @@ def test_admin_network_policy_domain_names() -> None:
 def test_domain_rules_are_enforceable() -> None:
     r = cli("check", DEMO, DOMAINS, "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["unenforceable"] == []
+
+
+# --- many answers: each learned right after its packet, in every lane of the native judge ----
+
+KUBE_DNS = """apiVersion: v1
+kind: Service
+metadata: {name: kube-dns, namespace: kube-system}
+spec:
+  clusterIP: 10.96.0.10
+  ports: [{name: dns, port: 53, targetPort: 53, protocol: UDP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: kube-dns-1, namespace: kube-system, labels: {kubernetes.io/service-name: kube-dns}}
+addressType: IPv4
+endpoints: [{addresses: [10.0.9.1]}, {addresses: [10.0.9.2]}]
+ports: [{name: dns, port: 53, protocol: UDP}]
+"""
+
+# Staged: web's egress by api.example.com alone (the enforced policy also allows *.example.org).
+STAGED_NARROWER = """apiVersion: projectcalico.org/v3
+kind: StagedGlobalNetworkPolicy
+metadata: {name: web-egress-by-api-name}
+spec:
+  order: 10
+  selector: app == 'web'
+  types: [Egress]
+  egress:
+  - {action: Allow, protocol: UDP, destination: {ports: [53]}}
+  - {action: Allow, protocol: TCP, destination: {domains: [api.example.com], ports: [443]}}
+  - {action: Deny}
+"""
+
+
+@pytest.mark.parametrize("setup", ["direct", "kube-dns-service", "staged"])
+def test_replay_of_many_answers_matches_their_ttls(setup, tmp_path) -> None:
+    """Thousands of answers across several batches (three captures), each SYN's verdict against
+    a model of the answers before it: learned in the one native judge call per batch, also when
+    the answers come from a Service's virtual address (judged in a lane per backend) and beside
+    staged policies (lanes of their own, reading the same facts)."""
+    from bench.captures import DNS_NAMES_ALLOWED, syns_allowed, write_dns_capture
+
+    extra = []
+    if setup != "direct":
+        extra.append(tmp_path / "extra.yaml")
+        extra[0].write_text(KUBE_DNS if setup == "kube-dns-service" else STAGED_NARROWER)
+    server = "10.96.0.10" if setup == "kube-dns-service" else "10.0.9.53"
+    paths = [tmp_path / f"part{i}.pcap" for i in range(3)]
+    answers, syns = write_dns_capture(paths, 6000, server=server)  # 24,000 packets
+    out = tmp_path / "out.jsonl"
+    pcaps = [a for p in paths for a in ("--pcap", str(p))]
+    r = cli("replay", DEMO, DOMAINS, *map(str, extra), *pcaps, "--json", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    syn_lines = [x for x in lines if x["proto"] == "TCP" and x["dport"] == 443]
+    expected = syns_allowed(answers, syns, DNS_NAMES_ALLOWED)
+    assert [x["verdict"] == "allow" for x in syn_lines] == expected
+    assert 0 < sum(expected) < len(expected)
+    summary = json.loads(r.stdout)
+    assert summary["dns"]["answers"] == len(answers) and summary["dns"]["errors"] == {}
+    # every query and answer passes (through the Service: both backends allow it)
+    dns_lines = [x for x in lines if x["proto"] == "UDP"]
+    assert len(dns_lines) == 2 * len(answers) and all(x["verdict"] == "allow" for x in dns_lines)
+    if setup == "kube-dns-service":
+        assert all(x["service"]["name"] == "kube-system/kube-dns" for x in dns_lines)
+    if setup == "staged":
+        staged = syns_allowed(answers, syns, ("api.example.com",))
+        assert [x["staged"]["verdict"] == "allow" for x in syn_lines] == staged
+        assert staged != expected

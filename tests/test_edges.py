@@ -374,7 +374,7 @@ TRUNCATE = r"""
 import sys
 from pyclassify import cli, engine
 capture = sys.argv[1]
-real = engine.NativeEngine.judge
+real = engine.NativeEngine.judge_lanes
 calls = []
 def judge(self, *args, **kwargs):
     calls.append(1)
@@ -382,7 +382,7 @@ def judge(self, *args, **kwargs):
         with open(capture, "r+b") as f:  # another process cuts the capture after the first batch
             f.truncate(4096)
     return real(self, *args, **kwargs)
-engine.NativeEngine.judge = judge
+engine.NativeEngine.judge_lanes = judge
 cli.main(sys.argv[2:])
 """
 

@@ -249,3 +249,27 @@ def test_service_packets_are_found_as_a_scan_of_every_entry_finds_them():
         addr, port, _ = backends[1 % len(backends)]
         side = ("dst_addr", "dport") if forward[i] else ("src_addr", "sport")
         assert bytes(out[j][side[0]]) == addr and int(out[j][side[1]]) == port
+
+
+def test_a_connection_is_judged_in_the_same_lanes_whatever_its_batch_holds(manifests, tmp_path):
+    """A reply in a later batch than its SYN, beside a packet to a Service with more backends:
+    its connection was tracked for its own Service's one backend only, and so it is judged
+    (before, every packet of a batch was judged once per backend of the batch's largest
+    Service, and the reply met a tracker that never saw the SYN: denied as invalid)."""
+    from scapy.all import IP, TCP, Ether
+
+    first, second, out = tmp_path / "a.pcap", tmp_path / "b.pcap", tmp_path / "out.jsonl"
+    with CaptureWriter(str(first)) as w:  # web -> api's ClusterIP (one backend)
+        w.write_packet(bytes(Ether() / IP(src="10.0.1.10", dst="10.96.0.20") / TCP(sport=40000, dport=80, flags="S")),
+                       ts_ns=1000)
+    with CaptureWriter(str(second)) as w:
+        w.write_packet(bytes(Ether() / IP(src="10.96.0.20", dst="10.0.1.10") / TCP(sport=80, dport=40000, flags="SA")),
+                       ts_ns=2000)
+        w.write_packet(bytes(Ether() / IP(src="10.0.1.10", dst="10.96.0.40") / TCP(sport=40002, dport=80, flags="S")),
+                       ts_ns=3000)  # two backends
+    r = subprocess.run([sys.executable, "-m", "pyclassify", "replay", str(manifests), "--pcap", str(first),
+                        "--pcap", str(second), "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(x["verdict"], x["reason"]) for x in lines] == [
+        ("allow", "policy"), ("allow", "established"), ("deny", "policy")]

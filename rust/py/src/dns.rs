@@ -83,15 +83,7 @@ impl PyDomainFacts {
         tcp: bool,
     ) -> (usize, Option<&'static str>) {
         py.detach(|| {
-            let (answers, error) = if tcp {
-                core::parse_tcp_payload_partial(payload)
-            } else {
-                match core::parse_response(payload) {
-                    Ok(answers) => (answers, None),
-                    Err(e) => (Vec::new(), Some(e)),
-                }
-            };
-            let learned = self.inner.learn_answers(&answers, now_ns);
+            let (learned, error) = self.inner.learn_payload(payload, now_ns, tcp);
             (learned, error.map(|e| e.name()))
         })
     }

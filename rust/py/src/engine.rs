@@ -12,6 +12,9 @@ use pyo3::types::PyCapsule;
 use pyclassify_core::conntrack::QuotedTuple;
 use pyclassify_core::engine::forward::{classify_forward, Via};
 use pyclassify_core::engine::judge::Segment;
+use pyclassify_core::engine::lanes::{judge_lanes, DnsMessage, Lane, MAX_LANES};
+use pyclassify_core::conntrack::ConnTrack;
+use pyclassify_core::http::HttpConns;
 use pyclassify_core::http::Request;
 use pyclassify_core::engine::spec::{Delta, Spec};
 use pyclassify_core::engine::{
@@ -23,6 +26,17 @@ use crate::conntrack::{checked_buffer, header_buffer, PyConnTrack};
 use crate::errors::engine_error;
 
 const VERDICT_SIZE: usize = std::mem::size_of::<PacketVerdict>();
+
+/// One lane of `Engine.judge_lanes`: (engine, rows, headers, out, tracker, quotes, segments).
+type LaneArgs<'py, 'a> = (
+    PyRef<'py, PyEngine>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Option<PyRefMut<'py, PyConnTrack>>,
+    Option<Bound<'py, PyAny>>,
+    Option<Bound<'py, PyAny>>,
+);
 const QUOTE_SIZE: usize = std::mem::size_of::<QuotedTuple>();
 
 /// An immutable engine snapshot of a policy set and its inventory.
@@ -371,6 +385,131 @@ impl PyEngine {
         });
         drop((hdrs, verdicts, quoted, payload, spans));
         Ok(())
+    }
+
+    /// Judges one batch in lanes (`pyclassify_core::engine::lanes`; replay), without the GIL.
+    /// `batch`: the headers as captured; `lanes`: tuples of (engine, rows, headers, out,
+    /// tracker, quotes, segments) — the batch rows the lane judges (int64, ascending), and
+    /// parallel to them the headers it judges, its `VERDICT_DTYPE` output, its `ConnTrack` or
+    /// None, the quoted flows (`QUOTE_DTYPE`) or None, the (k, 3) TCP segments in `data` or
+    /// None. `dns` (an (m, 3) int64 array of row, `[start, end)` in `data`, by ascending row):
+    /// DNS messages, each learned into this engine's domain facts once every lane has judged
+    /// up to its row; then the result is (messages, new facts, malformed messages by
+    /// `DNS_ERROR_NAMES`), else None.
+    #[pyo3(signature = (batch, lanes, pod_allow, host_allow, data=None, dns=None))]
+    #[allow(clippy::type_complexity)]
+    fn judge_lanes(
+        &self,
+        py: Python<'_>,
+        batch: &Bound<'_, PyAny>,
+        lanes: Vec<LaneArgs<'_, '_>>,
+        pod_allow: bool,
+        host_allow: bool,
+        data: Option<&Bound<'_, PyAny>>,
+        dns: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<(u64, u64, Vec<u64>)>> {
+        let value_error = |m: String| Err(pyo3::exceptions::PyValueError::new_err(m));
+        if lanes.len() > MAX_LANES {
+            return value_error(format!("at most {MAX_LANES} lanes, got {}", lanes.len()));
+        }
+        let hdrs = header_buffer(batch, "batch")?;
+        let n = hdrs.item_count();
+        let payload = data.map(|d| checked_buffer(d, "data", 1, 1, None, false)).transpose()?;
+        let dns_rows = dns.map(|d| checked_buffer(d, "dns", 8, 8, None, false)).transpose()?;
+        let dns_len = dns_rows.as_ref().map_or(0, |d| d.item_count());
+        if dns_len % 3 != 0 {
+            return value_error("dns is (m, 3): row, start, end".into());
+        }
+        if (dns.is_some() || lanes.iter().any(|l| l.6.is_some())) && data.is_none() {
+            return value_error("dns and segments read data: give it".into());
+        }
+        let mut buffers = Vec::new(); // held until the lanes are judged
+        let mut raw = Vec::with_capacity(lanes.len());
+        let mut trackers = Vec::with_capacity(lanes.len());
+        for (i, (engine, rows, headers, out, tracker, quotes, segments)) in lanes.into_iter().enumerate() {
+            let rows_buf = checked_buffer(&rows, &format!("lanes[{i}] rows"), 8, 8, None, false)?;
+            let k = rows_buf.item_count();
+            let h = checked_buffer(&headers, &format!("lanes[{i}] headers"), std::mem::size_of::<PacketHeader>(),
+                                   std::mem::align_of::<PacketHeader>(), Some(k), false)?;
+            let v = checked_buffer(&out, &format!("lanes[{i}] out"), VERDICT_SIZE,
+                                   std::mem::align_of::<PacketVerdict>(), Some(k), true)?;
+            let q = quotes
+                .map(|q| checked_buffer(&q, &format!("lanes[{i}] quotes"), QUOTE_SIZE,
+                                        std::mem::align_of::<QuotedTuple>(), Some(k), false))
+                .transpose()?;
+            let s = segments
+                .map(|s| checked_buffer(&s, &format!("lanes[{i}] segments"), 8, 8, Some(3 * k), false))
+                .transpose()?;
+            if s.is_some() && tracker.is_none() {
+                return value_error(format!("lanes[{i}]: segments go with a tracker"));
+            }
+            // SAFETY: checked above (8-byte aligned contiguous int64s, k of them).
+            let rs = unsafe { slice_of::<i64>(rows_buf.buf_ptr() as usize, k) };
+            if rs.iter().any(|&r| r < 0 || r as u64 >= n as u64) || rs.windows(2).any(|w| w[0] >= w[1]) {
+                return value_error(format!("lanes[{i}] rows must ascend within the batch's {n}"));
+            }
+            raw.push((
+                Arc::clone(&engine.inner),
+                [rows_buf.buf_ptr() as usize, h.buf_ptr() as usize, v.buf_ptr() as usize],
+                k,
+                q.as_ref().map(|q| q.buf_ptr() as usize),
+                s.as_ref().map(|s| s.buf_ptr() as usize),
+            ));
+            trackers.push(tracker);
+            buffers.push((rows_buf, h, v, q, s));
+        }
+        let mut cts: Vec<Option<(&mut ConnTrack, &mut HttpConns)>> = trackers
+            .iter_mut()
+            .map(|t| t.as_mut().map(|t| {
+                let t = &mut **t;
+                (&mut t.inner, &mut t.http)
+            }))
+            .collect();
+        let h_ptr = hdrs.buf_ptr() as usize;
+        let p_ptr = payload.as_ref().map(|p| (p.buf_ptr() as usize, p.item_count()));
+        let d_ptr = dns_rows.as_ref().map(|d| d.buf_ptr() as usize);
+        let defaults = Defaults { pod_allow, host_allow };
+        let tally = py.detach(|| {
+            // SAFETY: every buffer was checked (item size, count, alignment, contiguity,
+            // writability) and stays acquired until this function returns; each lane's output is
+            // its own buffer (a numpy array given twice would be two views of one: the caller's
+            // to avoid).
+            let hs = unsafe { slice_of::<PacketHeader>(h_ptr, n) };
+            let bytes = p_ptr.map_or(&[][..], |(p, len)| unsafe { slice_of::<u8>(p, len) });
+            let segs: Vec<Option<Vec<Segment<'_>>>> = raw
+                .iter()
+                .map(|(_, _, k, _, s)| s.map(|s| {
+                    let spans = unsafe { slice_of::<i64>(s, 3 * k) };
+                    spans.chunks_exact(3).map(|c| segment(bytes, c[0], c[1], c[2])).collect()
+                }))
+                .collect();
+            let mut judged: Vec<Lane<'_>> = raw
+                .iter()
+                .zip(cts.iter_mut())
+                .zip(segs.iter())
+                .map(|(((engine, [r, h, v], k, q, _), ct), seg)| Lane {
+                    engine,
+                    rows: unsafe { slice_of::<i64>(*r, *k) },
+                    headers: unsafe { slice_of::<PacketHeader>(*h, *k) },
+                    quotes: q.map(|q| unsafe { slice_of::<QuotedTuple>(q, *k) }),
+                    segments: seg.as_deref(),
+                    tracker: ct.take(),
+                    out: if *k == 0 { &mut [] } else { unsafe { std::slice::from_raw_parts_mut(*v as *mut PacketVerdict, *k) } },
+                })
+                .collect();
+            let messages: Vec<DnsMessage<'_>> = d_ptr.map_or_else(Vec::new, |d| {
+                unsafe { slice_of::<i64>(d, dns_len) }
+                    .chunks_exact(3)
+                    .map(|c| DnsMessage {
+                        index: usize::try_from(c[0]).unwrap_or(usize::MAX),
+                        payload: segment(bytes, c[1], c[2], 0).data,
+                    })
+                    .collect()
+            });
+            judge_lanes(&mut judged, hs, &messages, &self.inner, defaults)
+        });
+        drop((hdrs, payload, dns_rows, buffers));
+        Ok(dns.is_some().then(|| (tally.messages, tally.learned, tally.errors.to_vec())))
     }
 
     /// Judges a header batch of routed traffic by a host endpoint's forward hook into `out`

@@ -20,7 +20,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::message::Answer;
+use super::message::{parse_response, parse_tcp_payload_partial, Answer, DnsError};
 use super::pattern::DomainPattern;
 
 const NS_PER_S: u64 = 1_000_000_000;
@@ -230,6 +230,21 @@ impl DomainFacts {
         }
         let mut inner = self.write();
         self.learn_locked(&mut inner, &name, addr.to_canonical(), ttl, now_ns)
+    }
+
+    /// Learns what one DNS response teaches, at `now_ns`: `payload` is a UDP payload (one
+    /// message) or, with `tcp`, a TCP payload of length-prefixed messages (the complete messages
+    /// before an error are learned). Returns (new facts, the error that stopped decoding).
+    pub fn learn_payload(&self, payload: &[u8], now_ns: u64, tcp: bool) -> (usize, Option<DnsError>) {
+        let (answers, error) = if tcp {
+            parse_tcp_payload_partial(payload)
+        } else {
+            match parse_response(payload) {
+                Ok(answers) => (answers, None),
+                Err(e) => (Vec::new(), Some(e)),
+            }
+        };
+        (self.learn_answers(&answers, now_ns), error)
     }
 
     /// Learns every answer (as [`DomainFacts::learn`], under one lock); returns how many were new.

@@ -25,6 +25,7 @@ pub mod forward;
 pub mod idset;
 mod identity;
 pub mod judge;
+pub mod lanes;
 mod listing;
 pub mod model;
 mod net;

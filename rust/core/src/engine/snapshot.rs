@@ -6,7 +6,7 @@
 //! identity set; addresses not owned by any endpoint are matched by networks and by the network
 //! sets containing them. Nothing is allocated on the allow path.
 
-use crate::dns::DomainFacts;
+use crate::dns::{DnsError, DomainFacts};
 use crate::http::Request;
 use std::cell::{Cell, OnceCell};
 use std::collections::HashSet;
@@ -752,16 +752,8 @@ impl Snapshot {
     /// `DNS_ERROR_NAMES` if any). Without facts, nothing.
     pub fn learn_dns(&self, payload: &[u8], now_ns: u64, tcp: bool) -> (usize, Option<usize>) {
         let Some(facts) = &self.domain_facts else { return (0, None) };
-        let (answers, error) = if tcp {
-            crate::dns::parse_tcp_payload_partial(payload)
-        } else {
-            match crate::dns::parse_response(payload) {
-                Ok(a) => (a, None),
-                Err(e) => (Vec::new(), Some(e)),
-            }
-        };
-        let index = error.and_then(|e| crate::dns::DnsError::ALL.iter().position(|x| *x == e));
-        (facts.learn_answers(&answers, now_ns), index)
+        let (learned, error) = facts.learn_payload(payload, now_ns, tcp);
+        (learned, error.and_then(|e| DnsError::ALL.iter().position(|x| *x == e)))
     }
 }
 
