@@ -70,10 +70,11 @@ include "decode.pxi"
 include "pcap.pxi"
 # The Rust engine's C ABI, for the live loops (issue 4/6).
 include "engine_client.pxi"
+# Cutting a denied TCP connection both ways with two crafted RSTs: the HTTP loop's (raw
+# sockets) and the bridge's (frames).
+include "tcpreset.pxi"
 # The AF_PACKET inline bridge (issue 6, --bridge IF1,IF2).
 include "afpacket.pxi"
-# Cutting a denied TCP connection both ways with two crafted RSTs (raw sockets): the HTTP loop's.
-include "tcpreset.pxi"
 # The NFQUEUE live loop, inotify and ctnetlink of `pyclassify enforce` (issue 6).
 include "nfqueue.pxi"
 include "inotify.pxi"

@@ -369,6 +369,11 @@ cdef struct BridgeCounters:
     uint64_t kernel_packets    # PACKET_STATISTICS of both rings: packets seen
     uint64_t kernel_drops      # ... dropped because the ring was full
     uint64_t kernel_freezes
+    uint64_t http_provisional  # connections admitted up to their request by http rules
+    uint64_t http_allowed      # requests allowed
+    uint64_t http_denied       # requests denied: the connection cut
+    uint64_t http_errors       # streams that could not be judged: the connection cut
+    uint64_t http_resets       # RST frames sent to cut connections (two per cut)
 
 
 
@@ -437,6 +442,12 @@ cdef class AfPacketBridge:
     cdef br_iovec *iovs
     cdef FragTable *ft
     cdef pc_revoked_flow *revoked_buf
+    # http rules, read in line: each judged frame's TCP payload and where its IP header starts
+    cdef const uint8_t **payloads
+    cdef uint32_t *plens
+    cdef uint32_t *pseqs
+    cdef size_t *l3offs
+    cdef size_t *cuts  # frames of the chunk whose connection http rules cut (RSTs after the chunk's frames)
     cdef readonly str if1
     cdef readonly str if2
 
@@ -444,7 +455,7 @@ cdef class AfPacketBridge:
                   uint32_t tov_ms=2, size_t batch=1024, bint vnet_hdr=True, bint judge=True,
                   bint forward_other=False, bint nd_bypass=True, bint fail_open=False,
                   bint conntrack=True, size_t max_entries=262144, bint tcp_loose=True,
-                  bint pod_allow=True, bint host_allow=False):
+                  bint pod_allow=True, bint host_allow=False, size_t http_connections=0):
         cdef int i, rc
         cdef const char *stage = NULL
         cdef bytes name
@@ -469,8 +480,11 @@ cdef class AfPacketBridge:
             raise ValueError(f"batch must be between 1 and {BR_MAX_BATCH}")
         self.if1 = if1
         self.if2 = if2
+        # http rules need the bridge's own tracker: a connection awaiting its request is
+        # admitted provisionally there, and its requests read from the frames that carry them
         self.client = EngineClient(capsule, conntrack=conntrack, max_entries=max_entries,
-                                   tcp_loose=tcp_loose, pod_allow=pod_allow, host_allow=host_allow)
+                                   tcp_loose=tcp_loose, pod_allow=pod_allow, host_allow=host_allow,
+                                   http_connections=http_connections if conntrack else 0)
         self._swap_lock = __import__("threading").Lock()
         self.judge_on = judge
         self.forward_other = forward_other
@@ -486,10 +500,16 @@ cdef class AfPacketBridge:
         self.msgs = <br_mmsghdr *>calloc(batch, sizeof(br_mmsghdr))
         self.iovs = <br_iovec *>calloc(batch, sizeof(br_iovec))
         self.revoked_buf = <pc_revoked_flow *>calloc(BR_REVOKE_CAP, sizeof(pc_revoked_flow))
+        self.payloads = <const uint8_t **>calloc(batch, sizeof(uint8_t *))
+        self.plens = <uint32_t *>calloc(batch, sizeof(uint32_t))
+        self.pseqs = <uint32_t *>calloc(batch, sizeof(uint32_t))
+        self.l3offs = <size_t *>calloc(batch, sizeof(size_t))
+        self.cuts = <size_t *>calloc(batch, sizeof(size_t))
         self.ft = frag_table_new()
         if (self.headers == NULL or self.quotes == NULL or self.verdicts == NULL or self.frames == NULL
                 or self.actions == NULL or self.slot == NULL or self.msgs == NULL or self.iovs == NULL
-                or self.revoked_buf == NULL or self.ft == NULL):
+                or self.revoked_buf == NULL or self.ft == NULL or self.payloads == NULL or self.plens == NULL
+                or self.pseqs == NULL or self.l3offs == NULL or self.cuts == NULL):
             raise MemoryError()
         self.efd = br_eventfd(0, BR_EFD_CLOEXEC | BR_EFD_NONBLOCK)
         if self.efd < 0:
@@ -516,6 +536,11 @@ cdef class AfPacketBridge:
         free(self.msgs)
         free(self.iovs)
         free(self.revoked_buf)
+        free(self.payloads)
+        free(self.plens)
+        free(self.pseqs)
+        free(self.l3offs)
+        free(self.cuts)
         frag_table_free(self.ft)
         br_cond_destroy(&self.cond)
         br_mutex_destroy(&self.lock)
@@ -672,7 +697,7 @@ cdef class AfPacketBridge:
             self._chunk(side, k)
 
     cdef void _chunk(self, int side, size_t n) noexcept nogil:
-        cdef size_t i, nj = 0, nf = 0, failed
+        cdef size_t i, nj = 0, nf = 0, failed, ncut = 0
         cdef tpacket3_hdr *f
         cdef const uint8_t *p
         cdef uint32_t caplen, wirelen
@@ -714,6 +739,9 @@ cdef class AfPacketBridge:
                 else:
                     self.actions[i] = ACT_JUDGE
                     self.slot[i] = <int32_t>nj
+                    self.l3offs[nj] = l3off
+                    if self.client.http != NULL:
+                        self._payload_of(nj, p, caplen)
                     nj += 1
             elif et == 0x0806:
                 self.c.arp += 1
@@ -728,7 +756,11 @@ cdef class AfPacketBridge:
         # 2. Judge the IP frames in one call, without the GIL.
         if nj:
             t0 = pcbr_now_ns(BR_CLOCK_MONOTONIC)
-            rc = self.client.judge_c(self.headers, <const pc_quote *>self.quotes, nj, self.verdicts)
+            if self.client.http != NULL:
+                rc = self.client.judge_http_c(self.headers, <const pc_quote *>self.quotes, self.payloads,
+                                              self.plens, self.pseqs, nj, self.verdicts)
+            else:
+                rc = self.client.judge_c(self.headers, <const pc_quote *>self.quotes, nj, self.verdicts)
             self.c.judge_ns += pcbr_now_ns(BR_CLOCK_MONOTONIC) - t0
             self.c.batches += 1
             self.c.judged += nj
@@ -737,9 +769,12 @@ cdef class AfPacketBridge:
                 for i in range(nj):
                     self.verdicts[i].allow = 1 if self.fail_open else 0
                     self.verdicts[i].reason = 0
-        # 3. Forward, in arrival order, what may pass.
+        # 3. Forward, in arrival order, what may pass (a connection http rules cut: two RSTs).
         for i in range(n):
             if self.actions[i] == ACT_JUDGE:
+                if self.client.http != NULL and rc == PC_CAPI_OK and self._count_http(i):
+                    self.cuts[ncut] = i
+                    ncut += 1
                 if self.verdicts[self.slot[i]].allow:
                     self.c.allowed += 1
                     if self.verdicts[self.slot[i]].reason == 1:
@@ -764,6 +799,80 @@ cdef class AfPacketBridge:
             failed = pcbr_send_all(self.rings[out].fd, self.msgs, nf, &self.c.tx_last_errno)
             self.c.tx_frames[out] += nf - failed
             self.c.tx_failed += failed
+        # After the frames before them (the handshake's last ACK may be among them: reset before
+        # it, the server would drop the half-open connection unseen).
+        for i in range(ncut):
+            self._reset(side, self.cuts[i])
+
+    cdef void _payload_of(self, size_t k, const uint8_t *p, uint32_t caplen) noexcept nogil:
+        """Judged frame ``k``'s TCP payload and its first byte's sequence number (for a SYN,
+        none and its own: the client's first byte follows it)."""
+        cdef size_t start = 0, end = 0
+        cdef uint32_t seq = 0
+        self.payloads[k] = NULL
+        self.plens[k] = 0
+        self.pseqs[k] = 0
+        if self.headers[k].protocol != 6 or not l4_payload(p, caplen, LT_ETHERNET, &start, &end, &seq):
+            return
+        self.pseqs[k] = seq
+        if end > start:
+            self.payloads[k] = p + start
+            self.plens[k] = <uint32_t>(end - start)
+
+    cdef bint _count_http(self, size_t i) noexcept nogil:
+        """Counts what http rules made of judged frame ``i``; whether it cuts its connection (a
+        request denied, a stream that cannot be judged): the frame is dropped, and an RST goes
+        to each end (``_reset``)."""
+        cdef pc_verdict *v = &self.verdicts[self.slot[i]]
+        if v.http == PC_HTTP_AWAITS and v.allow and v.reason == 0:
+            self.c.http_provisional += 1
+        elif v.http == PC_HTTP_REQUEST:
+            if v.allow:
+                self.c.http_allowed += 1
+            else:
+                self.c.http_denied += 1
+                return True
+        elif v.http >= PC_HTTP_ERROR and not v.allow:
+            self.c.http_errors += 1
+            return True
+        return False
+
+    cdef void _reset(self, int side, size_t i) noexcept nogil:
+        """Sends the two RSTs of frame ``i`` (a client -> server segment that arrived on
+        ``side``): to the server out of the other interface, as from the client, with the frame's
+        own link header; to the client back out of ``side``, its MAC addresses swapped."""
+        cdef tpacket3_hdr *f = self.frames[i]
+        cdef const uint8_t *p = pcbr_frame_data(f)
+        cdef uint32_t caplen = pcbr_frame_snaplen(f)
+        cdef size_t l3 = self.l3offs[self.slot[i]]
+        cdef pctr_segments seg
+        cdef uint8_t buf[192]  # virtio-net header (10), link header (<= 64), RST (<= 60)
+        cdef br_iovec iov
+        cdef br_mmsghdr msg
+        cdef int k, ring, n
+        cdef size_t off, vlen
+        if l3 < 12 or l3 > 64 or caplen <= l3:
+            return
+        n = pctr_craft(p + l3, caplen - l3, &seg)
+        for k in range(n):
+            ring = 1 - side if k == 0 else side
+            vlen = PCBR_VNET_LEN if self.rings[ring].vnet else 0
+            memset(buf, 0, vlen)  # a virtio-net header with no offloads
+            memcpy(buf + vlen, p, l3)
+            if k == 1:  # to the client: from the server's MAC to the client's
+                memcpy(buf + vlen, p + 6, 6)
+                memcpy(buf + vlen + 6, p, 6)
+            off = vlen + l3
+            memcpy(buf + off, pctr_buf(&seg, k), seg.len[k])
+            iov.iov_base = buf
+            iov.iov_len = off + seg.len[k]
+            memset(&msg, 0, sizeof(br_mmsghdr))
+            msg.msg_hdr.msg_iov = &iov
+            msg.msg_hdr.msg_iovlen = 1
+            if pcbr_send_all(self.rings[ring].fd, &msg, 1, &self.c.tx_last_errno) == 0:
+                self.c.http_resets += 1
+            else:
+                self.c.tx_failed += 1
 
     def swap(self, capsule, double timeout=5.0):
         """Use the engine of ``capsule`` from the next batch on; returns once the loop has taken

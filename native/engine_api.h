@@ -18,7 +18,7 @@
 #include "header_batch.h"
 
 /* Bumped on any change to the table or the records it passes; EngineClient checks it. */
-#define PC_ENGINE_ABI_VERSION 7
+#define PC_ENGINE_ABI_VERSION 8
 #define PC_ENGINE_CAPSULE "pyclassify._engine.EngineRef"
 
 #define PC_CAPI_OK 0
@@ -118,6 +118,8 @@ typedef struct pc_engine_api {
     int32_t (*http_watch)(pc_http *conns, const PacketHeader *syn, uint32_t next_seq);
     /* one client-to-server TCP segment of a connection http_watch follows: reads it, judges each request it completes into out; returns 1 to let it pass, 2 to drop it alone (after a gap in what was read), 0 to cut the connection (a request denied, the stream broken, a connection not followed), or < 0 */
     int32_t (*http_judge)(const pc_engine *engine, pc_http *conns, const PacketHeader *header, uint32_t seq, const uint8_t *payload, size_t len, uint8_t pod_allow, uint8_t host_allow, pc_verdict *out);
+    /* judge with this tracker and http rules read in line (the AF_PACKET bridge): each header's TCP payload (payloads[i], lens[i] bytes, its first byte's sequence number seqs[i]; null or 0: none); a new connection whose verdict awaits its request is admitted provisionally and followed in conns, each request judged at the packet that completes it, the connection revoked at the first denied (out: http REQUEST or ERROR+k, allow 0); returns 0 or < 0 */
+    int32_t (*judge_http)(const pc_engine *engine, pc_conntrack *ct, pc_http *conns, const PacketHeader *headers, const pc_quote *quotes, const uint8_t *const *payloads, const uint32_t *lens, const uint32_t *seqs, size_t n, pc_verdict *out, uint8_t pod_allow, uint8_t host_allow);
 } pc_engine_api;
 
 typedef struct pc_engine_ref {
@@ -168,7 +170,7 @@ _Static_assert(offsetof(pc_revoked_flow, protocol) == 36, "pc_revoked_flow.proto
 _Static_assert(offsetof(pc_revoked_flow, ip_version) == 37, "pc_revoked_flow.ip_version offset");
 _Static_assert(offsetof(pc_revoked_flow, reserved) == 38, "pc_revoked_flow.reserved offset");
 
-_Static_assert(sizeof(pc_engine_api) == 128, "pc_engine_api size");
+_Static_assert(sizeof(pc_engine_api) == 136, "pc_engine_api size");
 
 static const pc_field pc_fields_pc_quote[] = {
     {"src_addr", offsetof(pc_quote, src_addr), sizeof(((pc_quote *)0)->src_addr)},

@@ -86,6 +86,7 @@ cdef extern from "engine_api.h" nogil:
         void (*http_free)(pc_http *conns) noexcept nogil
         int32_t (*http_watch)(pc_http *conns, const PacketHeader *syn, uint32_t next_seq) noexcept nogil
         int32_t (*http_judge)(const pc_engine *engine, pc_http *conns, const PacketHeader *header, uint32_t seq, const uint8_t *payload, size_t len, uint8_t pod_allow, uint8_t host_allow, pc_verdict *out) noexcept nogil
+        int32_t (*judge_http)(const pc_engine *engine, pc_conntrack *ct, pc_http *conns, const PacketHeader *headers, const pc_quote *quotes, const uint8_t *const *payloads, const uint32_t *lens, const uint32_t *seqs, size_t n, pc_verdict *out, uint8_t pod_allow, uint8_t host_allow) noexcept nogil
 
     ctypedef struct pc_engine_ref:
         const pc_engine_api *api

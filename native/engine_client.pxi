@@ -103,6 +103,16 @@ cdef class EngineClient:
         return self.ref.api.judge(self.ref.engine, self.ct, headers, quotes, n, out,
                                   self.pod_allow, self.host_allow)
 
+    cdef int judge_http_c(self, const PacketHeader *headers, const pc_quote *quotes, const uint8_t *const *payloads,
+                          const uint32_t *lens, const uint32_t *seqs, size_t n, pc_verdict *out) noexcept nogil:
+        """``judge_c`` with http rules read in line (this client's tracker and table): each
+        header's TCP payload ``payloads[i]`` (``lens[i]`` bytes from sequence number
+        ``seqs[i]``). Without a tracker or a table, ``judge_c`` (such connections are denied)."""
+        if self.ct == NULL or self.http == NULL or self.via:
+            return self.judge_c(headers, quotes, n, out)
+        return self.ref.api.judge_http(self.ref.engine, self.ct, self.http, headers, quotes, payloads, lens, seqs, n,
+                                       out, self.pod_allow, self.host_allow)
+
     def share_http(self, EngineClient owner):
         """Follow connections in ``owner``'s table of http connections (the HTTP loop's): the
         loops that admit a connection provisionally (``http_watch_c``) and the loop that reads

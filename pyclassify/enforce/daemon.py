@@ -381,7 +381,9 @@ class Enforcer:
         try:
             self.bridge = start_bridge(cfg.bridge, engine_capsule(self.engine), fail_open=cfg.fail_open,
                                        pod_allow=self.pod_allow, host_allow=self.host_allow,
-                                       max_entries=cfg.conntrack_entries)
+                                       max_entries=cfg.conntrack_entries,
+                                       # always: a reload may bring the first http rule
+                                       http_connections=HTTP_CONNECTIONS)
         except (BridgeError, ValueError, OSError) as e:
             self.metrics.close()
             code = EXIT_IN_USE if "No such device" in str(e) or getattr(e, "errno", None) == errno.ENODEV \

@@ -175,6 +175,14 @@ class BridgeCollector(Collector):
         for event in self.CT_EVENTS:
             events.add_metric([event], c[f"ct_{event}"])
         yield events
+        http = CounterMetricFamily(
+            "pyclassify_bridge_http",
+            "http rules on the bridge: connections admitted up to their request (provisional), requests allowed "
+            "and denied, streams that could not be judged (unjudgeable), RST frames sent to cut connections",
+            labels=["event"])
+        for event in ("provisional", "allowed", "denied", "errors", "resets"):
+            http.add_metric(["unjudgeable" if event == "errors" else event], c[f"http_{event}"])
+        yield http
 
 
 class SourceCollector(Collector):

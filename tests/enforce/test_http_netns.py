@@ -194,3 +194,50 @@ def test_a_reload_that_brings_the_first_http_rule_adds_the_http_queue(topo: Topo
     got = client(topo, [[["GET", "/healthz", ""]], [["POST", "/anything", ""]]])
     assert [g["end"] for g in got] == ["ok", "reset"], got
     assert daemon.terminate() == 0
+
+
+def test_the_bridge_judges_requests_and_cuts_denied_connections(tmp_path: Path) -> None:
+    """The same requests across the AF_PACKET bridge (``enforce --bridge``): its own tracker
+    admits a connection up to its request, the frames carrying the request are read in line,
+    and a denied one is dropped and its connection cut by an RST frame out of each side."""
+    from tests.enforce.soak import BridgedPods, inventory
+
+    topo = BridgedPods()
+    try:
+        topo.up()
+        (tmp_path / "00-inventory.yaml").write_text(inventory(topo.ips))
+        (tmp_path / "10-http.yaml").write_text(POLICY.replace("c-http, namespace: c", "b-http, namespace: b")
+                                               .replace("app == 'c'", "app == 'b'"))
+        server = topo.spawn(topo.pods[1], [PY, "-c", SERVER, topo.ips[1], str(PORT)])
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        daemon = Daemon(topo, [str(tmp_path)], None, extra=("--bridge", BridgedPods.BRIDGE,
+                                                            "--metrics", "127.0.0.1:9466"))
+        daemon.wait_event("start")
+        plans = [
+            [["GET", "/public/index.html", ""]],  # allowed (a path prefix)
+            [["POST", "/public/index.html", "x=1"]],  # denied: GET only on /public
+            [["GET", "/healthz", ""]],  # allowed (exact)
+            [["GET", "/healthz/more", ""]],  # denied: exact, not prefix
+            [["POST", "/orders", "{}"]],  # allowed by rule 1
+            [["GET", "/public/a", ""], ["GET", "/admin", ""]],  # a later request on the connection: cut
+        ]
+        out = sh("ip", "netns", "exec", topo.pods[0], PY, "-c", CLIENT, topo.ips[1], str(PORT),
+                 json.dumps(plans)).stdout
+        got = json.loads(out)
+        assert [g["end"] for g in got] == ["ok", "reset", "ok", "reset", "ok", "reset"], got
+        assert [g["statuses"] for g in got] == [[200], [], [200], [], [200], [200]], got
+        status, text = topo.get("http://127.0.0.1:9466/metrics")
+        assert status == 200
+        figures = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                   if line.startswith("pyclassify_bridge_http") and not line.startswith("#")}
+        assert figures == {f'pyclassify_bridge_http_total{{event="{k}"}}': v for k, v in (
+            ("provisional", 6), ("allowed", 4), ("denied", 3), ("unjudgeable", 0), ("resets", 6))}, figures
+        assert daemon.terminate() == 0
+        server.kill()
+        events = [json.loads(line) for line in server.stdout.read().splitlines() if line.startswith("{")]
+        requests = [e["request"] for e in events if "request" in e]
+        # the server never received a denied request; it saw the cut connections reset
+        assert sorted(requests) == sorted(["GET /public/index.html", "GET /healthz", "POST /orders", "GET /public/a"])
+        assert sum("reset" in e for e in events) == 3, json.dumps(events)
+    finally:
+        topo.down()

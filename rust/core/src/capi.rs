@@ -28,7 +28,7 @@ const HTTP_IDLE_NS: u64 = 300_000_000_000;
 
 /// Bumped on any change to the table or the structs it passes. `EngineClient` (native/) refuses
 /// an engine of another version, on creation and on every swap.
-pub const ENGINE_ABI_VERSION: u32 = 7;
+pub const ENGINE_ABI_VERSION: u32 = 8;
 
 /// The name of the PyCapsule that carries an engine handle (`EngineRef`).
 pub const ENGINE_CAPSULE: &std::ffi::CStr = c"pyclassify._engine.EngineRef";
@@ -125,6 +125,18 @@ pub const API_FUNCTIONS: &[(&str, &str, &str, &str)] = &[
          completes into out; returns 1 to let it pass, 2 to drop it alone (after a gap in what was read), 0 to \
          cut the connection (a request denied, the stream broken, a connection not followed), or < 0",
     ),
+    (
+        "judge_http",
+        "int32_t",
+        "const pc_engine *engine, pc_conntrack *ct, pc_http *conns, const PacketHeader *headers, \
+         const pc_quote *quotes, const uint8_t *const *payloads, const uint32_t *lens, const uint32_t *seqs, size_t n, \
+         pc_verdict *out, uint8_t pod_allow, uint8_t host_allow",
+        "judge with this tracker and http rules read in line (the AF_PACKET bridge): each header's TCP payload \
+         (payloads[i], lens[i] bytes, its first byte's sequence number seqs[i]; null or 0: none); a new connection \
+         whose verdict awaits its request is admitted provisionally and followed in conns, each request judged at \
+         the packet that completes it, the connection revoked at the first denied (out: http REQUEST or ERROR+k, \
+         allow 0); returns 0 or < 0",
+    ),
 ];
 
 /// Five `u32` sizes and versions, padded to pointer alignment, then the function pointers.
@@ -212,6 +224,23 @@ pub struct EngineApi {
         host_allow: u8,
         out: *mut PacketVerdict,
     ) -> i32,
+    /// Judges with the tracker `ct` and `http` rules read in line: each header's TCP payload
+    /// (`payloads[i]`, `lens[i]` bytes from sequence number `seqs[i]`) goes to the connections
+    /// `conns` follows (`Judge::classify_tracked_http`); 0, or < 0.
+    pub judge_http: unsafe extern "C" fn(
+        engine: *const Engine,
+        ct: *mut ConnTrack,
+        conns: *mut SharedHttp,
+        headers: *const PacketHeader,
+        quotes: *const QuotedTuple,
+        payloads: *const *const u8,
+        lens: *const u32,
+        seqs: *const u32,
+        n: usize,
+        out: *mut PacketVerdict,
+        pod_allow: u8,
+        host_allow: u8,
+    ) -> i32,
 }
 
 /// The one table.
@@ -234,6 +263,7 @@ pub static ENGINE_API: EngineApi = EngineApi {
     http_free,
     http_watch,
     http_judge,
+    judge_http,
 };
 
 unsafe extern "C" fn http_new(cap: usize) -> *mut SharedHttp {
@@ -367,6 +397,61 @@ unsafe extern "C" fn judge(
             Some(ct) => engine.classify_tracked(ct, hs, qs, vs, d),
             None => engine.classify_detailed(hs, vs, d),
         }
+    }));
+    if result.is_ok() {
+        CAPI_OK
+    } else {
+        CAPI_PANIC
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn judge_http(
+    engine: *const Engine,
+    ct: *mut ConnTrack,
+    conns: *mut SharedHttp,
+    headers: *const PacketHeader,
+    quotes: *const QuotedTuple,
+    payloads: *const *const u8,
+    lens: *const u32,
+    seqs: *const u32,
+    n: usize,
+    out: *mut PacketVerdict,
+    pod_allow: u8,
+    host_allow: u8,
+) -> i32 {
+    if engine.is_null()
+        || ct.is_null()
+        || conns.is_null()
+        || (n > 0 && (headers.is_null() || out.is_null() || payloads.is_null() || lens.is_null() || seqs.is_null()))
+    {
+        return CAPI_NULL;
+    }
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller passes `n` valid headers, quotes (or null), payload pointers with
+        // their lengths and sequence numbers, and output records, and a live engine, tracker and
+        // table; the tracker is not used elsewhere during the call (the table locks itself).
+        let (engine, ct, conns) = unsafe { (&*engine, &mut *ct, &*conns) };
+        if n == 0 {
+            return;
+        }
+        let (hs, vs) = unsafe { (std::slice::from_raw_parts(headers, n), std::slice::from_raw_parts_mut(out, n)) };
+        let qs = (!quotes.is_null()).then(|| unsafe { std::slice::from_raw_parts(quotes, n) });
+        let (ps, ls, ss) = unsafe {
+            (std::slice::from_raw_parts(payloads, n), std::slice::from_raw_parts(lens, n), std::slice::from_raw_parts(seqs, n))
+        };
+        let segments: Vec<Segment<'_>> = (0..n)
+            .map(|i| Segment {
+                seq: ss[i],
+                data: if ps[i].is_null() || ls[i] == 0 {
+                    &[]
+                } else {
+                    unsafe { std::slice::from_raw_parts(ps[i], ls[i] as usize) }
+                },
+            })
+            .collect();
+        let mut http = conns.0.lock().unwrap_or_else(|p| p.into_inner());
+        engine.classify_tracked_http(ct, Some((&mut http, &segments)), hs, qs, vs, defaults(pod_allow, host_allow));
     }));
     if result.is_ok() {
         CAPI_OK
