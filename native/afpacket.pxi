@@ -374,6 +374,9 @@ cdef struct BridgeCounters:
     uint64_t http_denied       # requests denied: the connection cut
     uint64_t http_errors       # streams that could not be judged: the connection cut
     uint64_t http_resets       # RST frames sent to cut connections (two per cut)
+    uint64_t rejects_tcp       # reject: TCP resets sent back for denied segments
+    uint64_t rejects_icmp      # reject: ICMP port unreachable sent back for other denied packets
+    uint64_t rejects_limited   # reject: denied packets only dropped (over the rate, or none is due)
 
 
 
@@ -448,6 +451,11 @@ cdef class AfPacketBridge:
     cdef uint32_t *pseqs
     cdef size_t *l3offs
     cdef size_t *cuts  # frames of the chunk whose connection http rules cut (RSTs after the chunk's frames)
+    cdef size_t *rejects  # frames of the chunk denied by policy, answered with reject (after its frames)
+    cdef bint reject
+    cdef uint32_t reject_rate  # rejects sent per second at most
+    cdef uint64_t reject_window  # the second (monotonic) the count is of
+    cdef uint32_t reject_count
     cdef readonly str if1
     cdef readonly str if2
 
@@ -455,7 +463,8 @@ cdef class AfPacketBridge:
                   uint32_t tov_ms=2, size_t batch=1024, bint vnet_hdr=True, bint judge=True,
                   bint forward_other=False, bint nd_bypass=True, bint fail_open=False,
                   bint conntrack=True, size_t max_entries=262144, bint tcp_loose=True,
-                  bint pod_allow=True, bint host_allow=False, size_t http_connections=0):
+                  bint pod_allow=True, bint host_allow=False, size_t http_connections=0, bint reject=False,
+                  uint32_t reject_rate=10000):
         cdef int i, rc
         cdef const char *stage = NULL
         cdef bytes name
@@ -505,11 +514,15 @@ cdef class AfPacketBridge:
         self.pseqs = <uint32_t *>calloc(batch, sizeof(uint32_t))
         self.l3offs = <size_t *>calloc(batch, sizeof(size_t))
         self.cuts = <size_t *>calloc(batch, sizeof(size_t))
+        self.rejects = <size_t *>calloc(batch, sizeof(size_t))
+        self.reject = reject
+        self.reject_rate = reject_rate
         self.ft = frag_table_new()
         if (self.headers == NULL or self.quotes == NULL or self.verdicts == NULL or self.frames == NULL
                 or self.actions == NULL or self.slot == NULL or self.msgs == NULL or self.iovs == NULL
                 or self.revoked_buf == NULL or self.ft == NULL or self.payloads == NULL or self.plens == NULL
-                or self.pseqs == NULL or self.l3offs == NULL or self.cuts == NULL):
+                or self.pseqs == NULL or self.l3offs == NULL or self.cuts == NULL
+                or self.rejects == NULL):
             raise MemoryError()
         self.efd = br_eventfd(0, BR_EFD_CLOEXEC | BR_EFD_NONBLOCK)
         if self.efd < 0:
@@ -541,6 +554,7 @@ cdef class AfPacketBridge:
         free(self.pseqs)
         free(self.l3offs)
         free(self.cuts)
+        free(self.rejects)
         frag_table_free(self.ft)
         br_cond_destroy(&self.cond)
         br_mutex_destroy(&self.lock)
@@ -697,7 +711,7 @@ cdef class AfPacketBridge:
             self._chunk(side, k)
 
     cdef void _chunk(self, int side, size_t n) noexcept nogil:
-        cdef size_t i, nj = 0, nf = 0, failed, ncut = 0
+        cdef size_t i, nj = 0, nf = 0, failed, ncut = 0, nrej = 0
         cdef tpacket3_hdr *f
         cdef const uint8_t *p
         cdef uint32_t caplen, wirelen
@@ -775,6 +789,10 @@ cdef class AfPacketBridge:
                 if self.client.http != NULL and rc == PC_CAPI_OK and self._count_http(i):
                     self.cuts[ncut] = i
                     ncut += 1
+                elif self.reject and rc == PC_CAPI_OK and not self.verdicts[self.slot[i]].allow \
+                        and self.verdicts[self.slot[i]].reason == 0:  # by policy (invalid ones are dropped)
+                    self.rejects[nrej] = i
+                    nrej += 1
                 if self.verdicts[self.slot[i]].allow:
                     self.c.allowed += 1
                     if self.verdicts[self.slot[i]].reason == 1:
@@ -803,6 +821,8 @@ cdef class AfPacketBridge:
         # it, the server would drop the half-open connection unseen).
         for i in range(ncut):
             self._reset(side, self.cuts[i])
+        for i in range(nrej):
+            self._reject(side, self.rejects[i])
 
     cdef void _payload_of(self, size_t k, const uint8_t *p, uint32_t caplen) noexcept nogil:
         """Judged frame ``k``'s TCP payload and its first byte's sequence number (for a SYN,
@@ -846,33 +866,74 @@ cdef class AfPacketBridge:
         cdef uint32_t caplen = pcbr_frame_snaplen(f)
         cdef size_t l3 = self.l3offs[self.slot[i]]
         cdef pctr_segments seg
-        cdef uint8_t buf[192]  # virtio-net header (10), link header (<= 64), RST (<= 60)
-        cdef br_iovec iov
-        cdef br_mmsghdr msg
-        cdef int k, ring, n
-        cdef size_t off, vlen
+        cdef int k, n
         if l3 < 12 or l3 > 64 or caplen <= l3:
             return
         n = pctr_craft(p + l3, caplen - l3, &seg)
         for k in range(n):
-            ring = 1 - side if k == 0 else side
-            vlen = PCBR_VNET_LEN if self.rings[ring].vnet else 0
-            memset(buf, 0, vlen)  # a virtio-net header with no offloads
-            memcpy(buf + vlen, p, l3)
-            if k == 1:  # to the client: from the server's MAC to the client's
-                memcpy(buf + vlen, p + 6, 6)
-                memcpy(buf + vlen + 6, p, 6)
-            off = vlen + l3
-            memcpy(buf + off, pctr_buf(&seg, k), seg.len[k])
-            iov.iov_base = buf
-            iov.iov_len = off + seg.len[k]
-            memset(&msg, 0, sizeof(br_mmsghdr))
-            msg.msg_hdr.msg_iov = &iov
-            msg.msg_hdr.msg_iovlen = 1
-            if pcbr_send_all(self.rings[ring].fd, &msg, 1, &self.c.tx_last_errno) == 0:
+            if self._emit(1 - side if k == 0 else side, p, l3, k == 1, pctr_buf(&seg, k), seg.len[k]):
                 self.c.http_resets += 1
-            else:
-                self.c.tx_failed += 1
+
+    cdef void _reject(self, int side, size_t i) noexcept nogil:
+        """Answers frame ``i`` (denied by policy, arrived on ``side``) as a REJECT rule would, back
+        out of ``side``: a TCP segment with an RST (none for an RST), anything else with an ICMP
+        port unreachable; at most ``reject_rate`` a second, the rest only dropped."""
+        cdef tpacket3_hdr *f = self.frames[i]
+        cdef const uint8_t *p = pcbr_frame_data(f)
+        cdef uint32_t caplen = pcbr_frame_snaplen(f)
+        cdef PacketHeader *h = &self.headers[self.slot[i]]
+        cdef size_t l3 = self.l3offs[self.slot[i]]
+        cdef pctr_segments seg
+        cdef uint8_t icmp[PCTR_UNREACH_MAX]
+        cdef size_t n = 0
+        cdef uint64_t second = pcbr_now_ns(BR_CLOCK_MONOTONIC) // 1000000000
+        if second != self.reject_window:
+            self.reject_window = second
+            self.reject_count = 0
+        if l3 < 12 or l3 > 64 or caplen <= l3 or self.reject_count >= self.reject_rate:
+            self.c.rejects_limited += 1
+            return
+        if h.protocol == 6:
+            if h.tcp_flags & 0x04 or pctr_craft(p + l3, caplen - l3, &seg) != 2:
+                self.c.rejects_limited += 1
+                return
+            if self._emit(side, p, l3, True, pctr_buf(&seg, 1), seg.len[1]):
+                self.c.rejects_tcp += 1
+                self.reject_count += 1
+            return
+        n = pctr_unreachable(p + l3, caplen - l3, icmp, PCTR_UNREACH_MAX)
+        if n == 0:
+            self.c.rejects_limited += 1
+        elif self._emit(side, p, l3, True, icmp, n):
+            self.c.rejects_icmp += 1
+            self.reject_count += 1
+
+    cdef bint _emit(self, int ring, const uint8_t *frame, size_t l3, bint swap, const uint8_t *pkt,
+                    size_t n) noexcept nogil:
+        """Sends the IP packet ``pkt[0..n)`` out of ``ring`` behind the link header of
+        ``frame`` (its first ``l3`` bytes; ``swap``: its MAC addresses swapped, to answer the
+        sender) and, on a ring with PACKET_VNET_HDR, a virtio-net header without offloads."""
+        cdef uint8_t buf[12 + 64 + PCTR_UNREACH_MAX]
+        cdef br_iovec iov
+        cdef br_mmsghdr msg
+        cdef size_t vlen = PCBR_VNET_LEN if self.rings[ring].vnet else 0
+        if vlen > 12 or l3 > 64 or n > PCTR_UNREACH_MAX:
+            return False
+        memset(buf, 0, vlen)
+        memcpy(buf + vlen, frame, l3)
+        if swap:
+            memcpy(buf + vlen, frame + 6, 6)
+            memcpy(buf + vlen + 6, frame, 6)
+        memcpy(buf + vlen + l3, pkt, n)
+        iov.iov_base = buf
+        iov.iov_len = vlen + l3 + n
+        memset(&msg, 0, sizeof(br_mmsghdr))
+        msg.msg_hdr.msg_iov = &iov
+        msg.msg_hdr.msg_iovlen = 1
+        if pcbr_send_all(self.rings[ring].fd, &msg, 1, &self.c.tx_last_errno) == 0:
+            return True
+        self.c.tx_failed += 1
+        return False
 
     def swap(self, capsule, double timeout=5.0):
         """Use the engine of ``capsule`` from the next batch on; returns once the loop has taken

@@ -254,6 +254,94 @@ cdef extern from *:
     }
 
     static const uint8_t *pctr_buf(const pctr_segments *s, int i) { return s->buf[i]; }
+    /* Most bytes of the rejected packet an ICMP error quotes: what keeps the error within the
+       minimum MTU (576 for IPv4, RFC 1812; 1280 for IPv6, RFC 4443). */
+    #define PCTR_QUOTE4 (576 - 28)
+    #define PCTR_QUOTE6 (1280 - 48)
+    #define PCTR_UNREACH_MAX 1280
+
+    /* The ICMP error that rejects the IP packet pkt[0..len) as a REJECT rule would: destination
+       unreachable, port unreachable (ICMP 3/3; ICMPv6 1/4), from the packet's destination to its
+       source, quoting as much of it as the minimum MTU allows. Written into out (cap bytes, at
+       least PCTR_UNREACH_MAX); returns its length, or 0 when no error is due: not IPv4/IPv6, cut
+       short, a non-first fragment, an ICMP error itself (never an error about an error), a
+       multicast or broadcast destination, an unspecified or multicast source. Reads nothing
+       outside pkt[0..len). */
+    static size_t pctr_unreachable(const uint8_t *pkt, size_t len, uint8_t *out, size_t cap) {
+        size_t quote, n;
+        uint32_t acc;
+        if (pkt == NULL || len < 1 || cap < PCTR_UNREACH_MAX)
+            return 0;
+        if ((pkt[0] >> 4) == 4) {
+            size_t ihl;
+            if (len < 20)
+                return 0;
+            ihl = (size_t)(pkt[0] & 0x0f) * 4;
+            if (ihl < 20 || ihl > len || (pctr_get16(pkt + 6) & 0x1fff))
+                return 0;
+            if (pctr_get16(pkt + 2) >= ihl && pctr_get16(pkt + 2) < len)
+                len = pctr_get16(pkt + 2);  /* link-layer padding is not the packet's */
+            if (pkt[9] == 1 && (len < ihl + 1 || (pkt[ihl] != 0 && pkt[ihl] != 8 && pkt[ihl] != 13
+                                                  && pkt[ihl] != 15 && pkt[ihl] != 17)))
+                return 0;  /* only ICMP queries are answered */
+            if (pkt[16] >= 224 || (pkt[16] == 255 && pkt[17] == 255 && pkt[18] == 255 && pkt[19] == 255)
+                || pkt[12] >= 224 || (pkt[12] | pkt[13] | pkt[14] | pkt[15]) == 0)
+                return 0;
+            quote = len < PCTR_QUOTE4 ? len : PCTR_QUOTE4;
+            n = 28 + quote;
+            memset(out, 0, 28);
+            out[0] = 0x45;
+            out[1] = 0xc0;  /* network control, as the kernel's own errors */
+            pctr_put16(out + 2, (uint16_t)n);
+            out[8] = 64;
+            out[9] = 1;
+            memcpy(out + 12, pkt + 16, 4);
+            memcpy(out + 16, pkt + 12, 4);
+            pctr_put16(out + 10, pctr_fold(pctr_sum(0, out, 20)));
+            out[20] = 3;  /* destination unreachable */
+            out[21] = 3;  /* port unreachable */
+            memcpy(out + 28, pkt, quote);
+            pctr_put16(out + 22, pctr_fold(pctr_sum(0, out + 20, 8 + quote)));
+            return n;
+        }
+        if ((pkt[0] >> 4) == 6) {
+            uint8_t tail[8] = {0, 0, 0, 0, 0, 0, 0, 58};
+            size_t i;
+            int unspecified = 1;
+            if (len < 40)
+                return 0;
+            if (pctr_get16(pkt + 4) > 0 && 40 + (size_t)pctr_get16(pkt + 4) < len)
+                len = 40 + (size_t)pctr_get16(pkt + 4);
+            if (pkt[6] == 58 && (len < 41 || pkt[40] < 128))
+                return 0;  /* an ICMPv6 error (types below 128) */
+            if (pkt[24] == 0xff || pkt[8] == 0xff)
+                return 0;
+            for (i = 8; i < 24; i++)
+                unspecified &= pkt[i] == 0;
+            if (unspecified)
+                return 0;
+            quote = len < PCTR_QUOTE6 ? len : PCTR_QUOTE6;
+            n = 48 + quote;
+            memset(out, 0, 48);
+            out[0] = 0x60;
+            pctr_put16(out + 4, (uint16_t)(8 + quote));
+            out[6] = 58;
+            out[7] = 64;
+            memcpy(out + 8, pkt + 24, 16);
+            memcpy(out + 24, pkt + 8, 16);
+            out[40] = 1;  /* destination unreachable */
+            out[41] = 4;  /* port unreachable */
+            memcpy(out + 48, pkt, quote);
+            pctr_put16(tail + 2, (uint16_t)(8 + quote));
+            acc = pctr_sum(0, out + 8, 32);
+            acc = pctr_sum(acc, tail, 8);
+            acc = pctr_sum(acc, out + 40, 8 + quote);
+            pctr_put16(out + 42, pctr_fold(acc));
+            return n;
+        }
+        return 0;
+    }
+
 
     /* Opens the raw sockets: 0, or -errno (*which: 4 or 6, the family that failed). An IPv6
        socket the kernel cannot make (EAFNOSUPPORT: IPv6 disabled) is left at -1: no IPv6
@@ -288,6 +376,8 @@ cdef extern from *:
     int pctr_reset(int fd4, int fd6, const uint8_t *pkt, size_t len, uint64_t *sent,
                    uint64_t *errors) noexcept nogil
     const uint8_t *pctr_buf(const pctr_segments *s, int i) noexcept nogil
+    size_t pctr_unreachable(const uint8_t *pkt, size_t len, uint8_t *out, size_t cap) noexcept nogil
+    enum: PCTR_UNREACH_MAX
     int pctr_open(int *fd4, int *fd6, int *which) noexcept nogil
     int pctr_close "close"(int fd) noexcept nogil
 
@@ -308,6 +398,17 @@ def tcp_reset_segments(bytes pkt):
         raise TypeError("pkt must be bytes")
     n = pctr_craft(<const uint8_t *> <const char *> pkt, len(pkt), &seg)
     return [(<const char *> pctr_buf(&seg, i))[:seg.len[i]] for i in range(n)]
+
+
+def icmp_unreachable(bytes pkt):
+    """The ICMP (or ICMPv6) port unreachable error that rejects the IP packet ``pkt`` (from its
+    IP header on), as the bridge sends it with ``reject``; ``b""`` when none is due."""
+    cdef uint8_t out[PCTR_UNREACH_MAX]
+    cdef size_t n
+    if pkt is None:
+        raise TypeError("pkt must be bytes")
+    n = pctr_unreachable(<const uint8_t *> <const char *> pkt, len(pkt), out, PCTR_UNREACH_MAX)
+    return (<const char *> out)[:n]
 
 
 cdef class TcpResetter:

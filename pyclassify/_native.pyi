@@ -249,6 +249,8 @@ class AfPacketBridge:
         pod_allow: bool = True,
         host_allow: bool = False,
         http_connections: int = 0,
+        reject: bool = False,
+        reject_rate: int = 10000,
     ) -> None: ...
     def run(self) -> None: ...
     def stop(self) -> None: ...
@@ -265,6 +267,10 @@ class AfPacketBridge:
 def tcp_reset_segments(pkt: bytes) -> list[bytes]:
     """The two IP packets (RST to the server, RST to the client) crafted for the client ->
     server TCP segment ``pkt`` (from its IP header on), or ``[]`` when it is not one."""
+
+def icmp_unreachable(pkt: bytes) -> bytes:
+    """The ICMP (or ICMPv6) port unreachable error that rejects the IP packet ``pkt`` (from
+    its IP header on), as the bridge sends it with ``reject``; ``b""`` when none is due."""
 
 class TcpResetter:
     """Raw IPv4/IPv6 sockets (IPPROTO_RAW, needs CAP_NET_RAW) that send those two RSTs."""

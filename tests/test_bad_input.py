@@ -730,8 +730,6 @@ CASES = [
             DEMO, "--bridge", "x" * 20 + ",b"),
     enforce("enforce-queue-and-bridge", "--queue 0 --bridge a,b", 2,
             "give exactly one of --queue N, --queues N-M or --bridge IF1,IF2", DEMO, "--queue", "0", "--bridge", "a,b"),
-    enforce("enforce-reject-on-the-bridge", "--deny-action reject --bridge a,b", 2,
-            "--deny-action reject needs --queue/--queues", DEMO, "--bridge", "a,b", "--deny-action", "reject"),
     enforce("enforce-deny-action-unknown", "--deny-action ignore", 2, "'ignore' is not one of 'drop', 'reject'",
             DEMO, "--queue", "0", "--deny-action", "ignore"),
     enforce("enforce-neither-queue-nor-bridge", "no --queue, --queues or --bridge", 2,

@@ -130,7 +130,8 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
 @click.option("--deny-action", "deny_action", type=click.Choice(["drop", "reject"]), default="drop",
               show_default=True,
               help="What a packet policy denies gets: dropped, or rejected (a TCP reset, else an ICMP port "
-                   "unreachable), as Felix's IptablesFilterDenyAction=REJECT. With --queue/--queues only.")
+                   "unreachable), as Felix's IptablesFilterDenyAction=REJECT. The bridge answers out of the side "
+                   "the packet came from, at most 10,000 a second.")
 @click.option("--workload-interface-prefix", "workload_interface_prefix", default="cali", show_default=True,
               metavar="PREFIX", callback=_interface_prefix,
               help="Interfaces whose name begins so are workloads' (Felix's InterfacePrefix): an all-interfaces "
@@ -171,8 +172,6 @@ def enforce_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context
             parse_bridge_spec(bridge)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--bridge") from None
-    if bridge is not None and deny_action == "reject":
-        raise click.UsageError("--deny-action reject needs --queue/--queues (the bridge drops what policy denies)")
     spec = queues if queues is not None else str(queue) if queue is not None else ""
     code = run_enforce(list(paths), spec, fail, default, metrics, batch, copy_range, maxlen, hooks,
                        no_batch_verdicts, log_allowed, not no_ipv6, duration,

@@ -145,7 +145,8 @@ class EnforceConfig:
     #: Seconds between checks that our iptables rules are as installed (repaired if not).
     resync: float = 10.0
     #: Denied packets rejected (TCP reset, ICMP port unreachable) instead of dropped: the loop
-    #: hands them back with ``REJECT_MARK`` and our rules' REJECT answers them. Needs our rules.
+    #: hands them back with ``REJECT_MARK`` and our rules' REJECT answers them (needs our
+    #: rules); the bridge crafts the answer itself and sends it back out of the arrival side.
     reject: bool = False
     #: Interfaces whose names begin so are workloads' (Felix's InterfacePrefix): an all-interfaces
     #: host endpoint's forward hook judges routed traffic by every other interface.
@@ -224,7 +225,7 @@ class Enforcer:
 
     def start(self) -> None:
         cfg = self.config
-        if cfg.reject and (cfg.bridge is not None or not cfg.install_rules):
+        if cfg.reject and cfg.bridge is None and not cfg.install_rules:
             # a packet handed back with the reject mark and no REJECT rule would be queued again
             raise EnforceError("rejecting denied packets needs NFQUEUE with pyclassify's own iptables rules")
         self.project, self.engine = self._load()
@@ -383,7 +384,7 @@ class Enforcer:
                                        pod_allow=self.pod_allow, host_allow=self.host_allow,
                                        max_entries=cfg.conntrack_entries,
                                        # always: a reload may bring the first http rule
-                                       http_connections=HTTP_CONNECTIONS)
+                                       http_connections=HTTP_CONNECTIONS, reject=cfg.reject)
         except (BridgeError, ValueError, OSError) as e:
             self.metrics.close()
             code = EXIT_IN_USE if "No such device" in str(e) or getattr(e, "errno", None) == errno.ENODEV \

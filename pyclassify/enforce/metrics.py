@@ -183,6 +183,13 @@ class BridgeCollector(Collector):
         for event in ("provisional", "allowed", "denied", "errors", "resets"):
             http.add_metric(["unjudgeable" if event == "errors" else event], c[f"http_{event}"])
         yield http
+        rejects = CounterMetricFamily(
+            "pyclassify_bridge_rejects",
+            "--deny-action reject on the bridge: answers sent to denied packets (tcp_reset, icmp_unreachable), and "
+            "denied packets only dropped (limited: over the rate, or none is due)", labels=["kind"])
+        for kind, key in (("tcp_reset", "tcp"), ("icmp_unreachable", "icmp"), ("limited", "limited")):
+            rejects.add_metric([kind], c[f"rejects_{key}"])
+        yield rejects
 
 
 class SourceCollector(Collector):

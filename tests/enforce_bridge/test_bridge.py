@@ -115,6 +115,45 @@ def test_bridge_enforces_policy_and_hot_swap(engines):
 
 
 @root_only
+def test_reject_answers_denied_packets_back_out_of_their_side(engines):
+    """``reject``: a TCP SYN policy denies is answered with a reset (the client's connect is
+    refused at once), a UDP datagram with an ICMP port unreachable (a connected socket's next
+    read is refused); what policy allows still passes, and the answers are counted."""
+    allow, _ = engines
+    with topology() as t:
+        server = tcp_server(t.b, 8080)
+        with in_netns(t.b):
+            sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sink.bind((B_IP, 5353))  # a socket is there: only the bridge's answer can refuse
+        try:
+            with Bridge("brA", "brB", allow._engine.capsule(), netns=t.br, reject=True) as bridge:
+                with in_netns(t.a):
+                    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                tcp.settimeout(3.0)
+                t0 = time.monotonic()
+                with pytest.raises(ConnectionRefusedError):
+                    tcp.connect((B_IP, 9090))
+                assert time.monotonic() - t0 < 2.0  # refused, not timed out
+                udp.settimeout(3.0)
+                udp.connect((B_IP, 5353))
+                udp.send(b"ping")
+                with pytest.raises(ConnectionRefusedError):
+                    udp.recv(16)
+                ok = tcp_connect(t.a, B_IP, 8080)
+                assert ok is not None
+                ok.close()
+                c = bridge.counters
+            assert c["rejects_tcp"] >= 1 and c["rejects_icmp"] >= 1 and c["rejects_limited"] == 0, c
+            assert c["denied"] >= 2
+            tcp.close()
+            udp.close()
+        finally:
+            server.close()
+            sink.close()
+
+
+@root_only
 def test_ipv6_neighbour_discovery_is_forwarded(engines):
     allow, _ = engines
     with topology(ipv6=True) as t:
@@ -272,8 +311,9 @@ def test_random_frames_keep_the_bridge_up_and_every_frame_is_accounted_for(engin
 
 @root_only
 def test_enforce_command_bridge_mode(tmp_path):
-    """`pyclassify enforce PATH --bridge brA,brB` in the bridge namespace: the same policy,
-    through the command a user runs, including a hot reload that denies 8080."""
+    """`pyclassify enforce PATH --bridge brA,brB --deny-action reject` in the bridge namespace:
+    the same policy, through the command a user runs (a denied connection refused at once),
+    including a hot reload that denies 8080."""
     import subprocess
     import sys
     import time
@@ -282,7 +322,7 @@ def test_enforce_command_bridge_mode(tmp_path):
     with topology() as t:
         s8080 = tcp_server(t.b, 8080)
         daemon = subprocess.Popen(["ip", "netns", "exec", t.br, sys.executable, "-m", "pyclassify", "enforce",
-                                   str(root), "--bridge", "brA,brB", "--duration", "30"],
+                                   str(root), "--bridge", "brA,brB", "--deny-action", "reject", "--duration", "30"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 15
@@ -291,7 +331,12 @@ def test_enforce_command_bridge_mode(tmp_path):
                 conn = tcp_connect(t.a, B_IP, 8080, timeout=0.5)
             assert conn is not None, daemon.stderr.read() if daemon.poll() is not None else "no connection"
             conn.close()
-            assert tcp_connect(t.a, B_IP, 9090, timeout=1.0) is None
+            with in_netns(t.a):
+                refused = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            refused.settimeout(3.0)
+            with pytest.raises(ConnectionRefusedError):
+                refused.connect((B_IP, 9090))
+            refused.close()
             (root / "20-policy.yaml").write_text(POLICY_DENY_ALL)  # hot reload through inotify
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and tcp_connect(t.a, B_IP, 8080, timeout=0.5) is not None:
