@@ -14,6 +14,10 @@ What the bridge does with each kind of frame:
 frame                                   what happens
 ======================================  =====================================================
 IPv4, IPv6 (untagged or 802.1Q/ad)      judged by policy + conntrack: forwarded or dropped
+                                        (``reject=True``: answered with an RST or an ICMP
+                                        port unreachable back out of its side); with
+                                        ``http_connections``, TCP requests read in line by
+                                        http rules, a denied one's connection cut both ways
 ICMPv6 neighbour discovery (133-136)    forwarded unjudged (``nd_bypass=True``, the default)
 ARP                                     forwarded unjudged
 other ethertypes (LLDP, STP, MPLS, ..)  dropped (``forward_other=True`` forwards them)
