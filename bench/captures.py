@@ -64,6 +64,22 @@ def write_http_capture(path: Path, connections: int) -> Path:
     return path
 
 
+# A DNS server behind a Service (kube-dns, two backends outside the cluster), to add to examples/demo.
+KUBE_DNS_SERVICE = """apiVersion: v1
+kind: Service
+metadata: {name: kube-dns, namespace: kube-system}
+spec:
+  clusterIP: 10.96.0.10
+  ports: [{name: dns, port: 53, targetPort: 53, protocol: UDP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: kube-dns-1, namespace: kube-system, labels: {kubernetes.io/service-name: kube-dns}}
+addressType: IPv4
+endpoints: [{addresses: [10.0.9.1]}, {addresses: [10.0.9.2]}]
+ports: [{name: dns, port: 53, protocol: UDP}]
+"""
+
 # examples/domains: web may reach these names' addresses on TCP 443 (api.example.com, *.example.org)
 DNS_NAMES_ALLOWED = ("api.example.com", "a.example.org", "b.example.org")
 DNS_NAMES_OTHER = ("other.example.com", "example.org.evil.net")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.captures import DNS_NAMES_ALLOWED, syns_allowed, write_dns_capture
+from bench.captures import DNS_NAMES_ALLOWED, KUBE_DNS_SERVICE, syns_allowed, write_dns_capture
 from pyclassify import domains
 from pyclassify.engine import NativeEngine
 from pyclassify.project import load_project
@@ -28,20 +28,6 @@ from pyclassify.replay import Replay
 REPO = Path(__file__).resolve().parents[1]
 DEMO, DOMAINS = str(REPO / "examples" / "demo"), str(REPO / "examples" / "domains")
 ROUNDS = 25_000
-KUBE_DNS = """apiVersion: v1
-kind: Service
-metadata: {name: kube-dns, namespace: kube-system}
-spec:
-  clusterIP: 10.96.0.10
-  ports: [{name: dns, port: 53, targetPort: 53, protocol: UDP}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: kube-dns-1, namespace: kube-system, labels: {kubernetes.io/service-name: kube-dns}}
-addressType: IPv4
-endpoints: [{addresses: [10.0.9.1]}, {addresses: [10.0.9.2]}]
-ports: [{name: dns, port: 53, protocol: UDP}]
-"""
 MEDIANS: dict[str, float] = {}
 
 
@@ -53,7 +39,7 @@ def captures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, 
         path = root / f"dns-{server}.pcap"
         answers, syns = write_dns_capture([path], ROUNDS, server=server)
         out[server] = (path, syns_allowed(answers, syns, DNS_NAMES_ALLOWED))
-    (root / "kube-dns.yaml").write_text(KUBE_DNS)
+    (root / "kube-dns.yaml").write_text(KUBE_DNS_SERVICE)
     return out
 
 

@@ -116,20 +116,6 @@ def test_domain_rules_are_enforceable() -> None:
 
 # --- many answers: each learned right after its packet, in every lane of the native judge ----
 
-KUBE_DNS = """apiVersion: v1
-kind: Service
-metadata: {name: kube-dns, namespace: kube-system}
-spec:
-  clusterIP: 10.96.0.10
-  ports: [{name: dns, port: 53, targetPort: 53, protocol: UDP}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: kube-dns-1, namespace: kube-system, labels: {kubernetes.io/service-name: kube-dns}}
-addressType: IPv4
-endpoints: [{addresses: [10.0.9.1]}, {addresses: [10.0.9.2]}]
-ports: [{name: dns, port: 53, protocol: UDP}]
-"""
 
 # Staged: web's egress by api.example.com alone (the enforced policy also allows *.example.org).
 STAGED_NARROWER = """apiVersion: projectcalico.org/v3
@@ -152,12 +138,12 @@ def test_replay_of_many_answers_matches_their_ttls(setup, tmp_path) -> None:
     a model of the answers before it: learned in the one native judge call per batch, also when
     the answers come from a Service's virtual address (judged in a lane per backend) and beside
     staged policies (lanes of their own, reading the same facts)."""
-    from bench.captures import DNS_NAMES_ALLOWED, syns_allowed, write_dns_capture
+    from bench.captures import DNS_NAMES_ALLOWED, KUBE_DNS_SERVICE, syns_allowed, write_dns_capture
 
     extra = []
     if setup != "direct":
         extra.append(tmp_path / "extra.yaml")
-        extra[0].write_text(KUBE_DNS if setup == "kube-dns-service" else STAGED_NARROWER)
+        extra[0].write_text(KUBE_DNS_SERVICE if setup == "kube-dns-service" else STAGED_NARROWER)
     server = "10.96.0.10" if setup == "kube-dns-service" else "10.0.9.53"
     paths = [tmp_path / f"part{i}.pcap" for i in range(3)]
     answers, syns = write_dns_capture(paths, 6000, server=server)  # 24,000 packets

@@ -121,6 +121,29 @@ spec:
 """
 
 
+# Per connection: its requests, and how it ends (``ok``: each answered 200; ``reset``: cut).
+PLANS = [
+    [["GET", "/public/index.html", ""]],  # allowed by rule 0 (a path prefix)
+    [["POST", "/public/index.html", "x=1"]],  # denied: GET only on /public
+    [["GET", "/healthz", ""]],  # allowed by rule 0 (exact)
+    [["GET", "/healthz/more", ""]],  # denied: exact, not prefix
+    [["POST", "/orders", "{}"]],  # allowed by rule 1
+    [["GET", "/public/a", ""], ["GET", "/admin", ""]],  # a later request on the connection: cut
+]
+ENDS = ["ok", "reset", "ok", "reset", "ok", "reset"]
+STATUSES = [[200], [], [200], [], [200], [200]]
+
+
+def assert_server_saw_the_allowed_requests_only(server: subprocess.Popen[str]) -> None:
+    """The server never received a denied request, and saw each cut connection reset."""
+    server.kill()
+    assert server.stdout is not None
+    events = [json.loads(line) for line in server.stdout.read().splitlines() if line.startswith("{")]
+    requests = [e["request"] for e in events if "request" in e]
+    assert sorted(requests) == sorted(["GET /public/index.html", "GET /healthz", "POST /orders", "GET /public/a"])
+    assert sum("reset" in e for e in events) == 3, json.dumps(events)
+
+
 def start_server(topo: Topology) -> subprocess.Popen[str]:
     server = topo.spawn(topo.pods[2], [PY, "-c", SERVER, topo.ips[2], str(PORT)])
     assert server.stdout is not None and server.stdout.readline().strip() == "ready"
@@ -140,17 +163,9 @@ def test_requests_are_judged_and_denied_ones_reset_both_ends(topo: Topology, tmp
     start = daemon.wait_event("start")
     assert start["http_queue"] == 1
     assert "--ctdir ORIGINAL" in iptables_rules(topo.node)
-    plans = [
-        [["GET", "/public/index.html", ""]],  # allowed by rule 0 (a path prefix)
-        [["POST", "/public/index.html", "x=1"]],  # denied: GET only on /public
-        [["GET", "/healthz", ""]],  # allowed by rule 0 (exact)
-        [["GET", "/healthz/more", ""]],  # denied: exact, not prefix
-        [["POST", "/orders", "{}"]],  # allowed by rule 1
-        [["GET", "/public/a", ""], ["GET", "/admin", ""]],  # a later request on the connection: cut
-    ]
-    got = client(topo, plans)
-    assert [g["end"] for g in got] == ["ok", "reset", "ok", "reset", "ok", "reset"], got
-    assert [g["statuses"] for g in got] == [[200], [], [200], [], [200], [200]], got
+    got = client(topo, PLANS)
+    assert [g["end"] for g in got] == ENDS, got
+    assert [g["statuses"] for g in got] == STATUSES, got
     # The server saw the allowed requests only, and the cut connections reset.
     status, text = topo.get("http://127.0.0.1:9465/metrics")
     assert status == 200
@@ -169,12 +184,7 @@ def test_requests_are_judged_and_denied_ones_reset_both_ends(topo: Topology, tmp
                      f"( sport = :{PORT} )").stdout
     assert not established.strip(), established
     assert daemon.terminate() == 0
-    server.kill()
-    events = [json.loads(line) for line in server.stdout.read().splitlines() if line.startswith("{")]
-    requests = [e["request"] for e in events if "request" in e]
-    # the server never received a denied request; it saw the cut connections reset
-    assert sorted(requests) == sorted(["GET /public/index.html", "GET /healthz", "POST /orders", "GET /public/a"])
-    assert sum("reset" in e for e in events) == 3, json.dumps(events)
+    assert_server_saw_the_allowed_requests_only(server)
 
 
 def test_a_reload_that_brings_the_first_http_rule_adds_the_http_queue(topo: Topology, tmp_path: Path) -> None:
@@ -213,19 +223,11 @@ def test_the_bridge_judges_requests_and_cuts_denied_connections(tmp_path: Path) 
         daemon = Daemon(topo, [str(tmp_path)], None, extra=("--bridge", BridgedPods.BRIDGE,
                                                             "--metrics", "127.0.0.1:9466"))
         daemon.wait_event("start")
-        plans = [
-            [["GET", "/public/index.html", ""]],  # allowed (a path prefix)
-            [["POST", "/public/index.html", "x=1"]],  # denied: GET only on /public
-            [["GET", "/healthz", ""]],  # allowed (exact)
-            [["GET", "/healthz/more", ""]],  # denied: exact, not prefix
-            [["POST", "/orders", "{}"]],  # allowed by rule 1
-            [["GET", "/public/a", ""], ["GET", "/admin", ""]],  # a later request on the connection: cut
-        ]
         out = sh("ip", "netns", "exec", topo.pods[0], PY, "-c", CLIENT, topo.ips[1], str(PORT),
-                 json.dumps(plans)).stdout
+                 json.dumps(PLANS)).stdout
         got = json.loads(out)
-        assert [g["end"] for g in got] == ["ok", "reset", "ok", "reset", "ok", "reset"], got
-        assert [g["statuses"] for g in got] == [[200], [], [200], [], [200], [200]], got
+        assert [g["end"] for g in got] == ENDS, got
+        assert [g["statuses"] for g in got] == STATUSES, got
         status, text = topo.get("http://127.0.0.1:9466/metrics")
         assert status == 200
         figures = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
@@ -233,11 +235,6 @@ def test_the_bridge_judges_requests_and_cuts_denied_connections(tmp_path: Path) 
         assert figures == {f'pyclassify_bridge_http_total{{event="{k}"}}': v for k, v in (
             ("provisional", 6), ("allowed", 4), ("denied", 3), ("unjudgeable", 0), ("resets", 6))}, figures
         assert daemon.terminate() == 0
-        server.kill()
-        events = [json.loads(line) for line in server.stdout.read().splitlines() if line.startswith("{")]
-        requests = [e["request"] for e in events if "request" in e]
-        # the server never received a denied request; it saw the cut connections reset
-        assert sorted(requests) == sorted(["GET /public/index.html", "GET /healthz", "POST /orders", "GET /public/a"])
-        assert sum("reset" in e for e in events) == 3, json.dumps(events)
+        assert_server_saw_the_allowed_requests_only(server)
     finally:
         topo.down()
