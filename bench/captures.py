@@ -8,6 +8,28 @@ from pathlib import Path
 import numpy as np
 
 FRAME = 74  # Ethernet + IPv4 + TCP (ACK) + 20 bytes of payload
+ETHERNET = bytes.fromhex("020000000002" "020000000001" "0800")  # IPv4, between two made-up MACs
+PCAP_HEADER = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1)  # µs timestamps, Ethernet
+EPOCH = 1767225600  # the captures' first second
+
+
+def ipv4_frame(src: bytes, dst: bytes, proto: int, body: bytes) -> bytes:
+    """An Ethernet frame of an IPv4 packet carrying ``body`` (header checksum left 0: the decoder
+    does not check it)."""
+    return ETHERNET + struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(body), 0, 0x4000, 64, proto, 0, src, dst) + body
+
+
+def tcp_segment(sport: int, dport: int, seq: int, ack: int, flags: int, data: bytes = b"") -> bytes:
+    return struct.pack(">HHIIBBHHH", sport, dport, seq, ack, 0x50, flags, 65535, 0, 0) + data
+
+
+def udp_datagram(sport: int, dport: int, data: bytes) -> bytes:
+    return struct.pack(">HHHH", sport, dport, 8 + len(data), 0) + data
+
+
+def pcap_record(t_us: int, frame: bytes) -> bytes:
+    """A pcap record of ``frame`` at ``t_us`` µs after ``EPOCH``."""
+    return struct.pack("<IIII", EPOCH + t_us // 1_000_000, t_us % 1_000_000, len(frame), len(frame)) + frame
 
 
 def write_tcp_capture(path: Path, n: int, sports: np.ndarray, src_low_bytes: np.ndarray | None = None) -> Path:
@@ -15,14 +37,12 @@ def write_tcp_capture(path: Path, n: int, sports: np.ndarray, src_low_bytes: np.
     given source ports (and, optionally, varying low bytes of the source address), read once so it
     is in the page cache."""
     rec = np.dtype([("sec", "<u4"), ("usec", "<u4"), ("caplen", "<u4"), ("len", "<u4"), ("frame", "u1", FRAME)])
-    eth = bytes.fromhex("020000000002" "020000000001" "0800")
-    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 60, 0, 0x4000, 64, 6, 0, bytes([10, 0, 1, 10]), bytes([10, 0, 2, 20]))
-    tcp = struct.pack(">HHIIBBHHH", 0, 8080, 1, 0, 0x50, 0x10, 65535, 0, 0) + b"p" * 20
-    template = np.frombuffer(eth + ip + tcp, np.uint8)
+    template = np.frombuffer(ipv4_frame(bytes([10, 0, 1, 10]), bytes([10, 0, 2, 20]), 6,
+                                        tcp_segment(0, 8080, 1, 0, 0x10, b"p" * 20)), np.uint8)
     assert len(template) == FRAME
     recs = np.zeros(n, rec)
     i = np.arange(n, dtype=np.uint32)
-    recs["sec"] = 1767225600 + i // 100000
+    recs["sec"] = EPOCH + i // 100000
     recs["usec"] = (i % 100000) * 10
     recs["caplen"] = recs["len"] = FRAME
     recs["frame"] = template
@@ -30,7 +50,7 @@ def write_tcp_capture(path: Path, n: int, sports: np.ndarray, src_low_bytes: np.
     if src_low_bytes is not None:
         recs["frame"][:, 29] = src_low_bytes.astype(np.uint8)
     with open(path, "wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1))
+        f.write(PCAP_HEADER)
         f.write(recs.tobytes())
     path.read_bytes()
     return path
@@ -41,13 +61,11 @@ def write_http_capture(path: Path, connections: int) -> Path:
     web -> api), each a handshake, one request (``GET /public/item/NNNNNN``) and its answer: 5
     frames each. IP checksums are left 0, as above (the decoder does not check them)."""
     web, api = bytes([10, 0, 1, 10]), bytes([10, 0, 2, 20])
-    eth = bytes.fromhex("020000000002" "020000000001" "0800")
 
     def frame(src: bytes, dst: bytes, sport: int, dport: int, seq: int, ack: int, flags: int, data: bytes) -> bytes:
-        tcp = struct.pack(">HHIIBBHHH", sport, dport, seq, ack, 0x50, flags, 65535, 0, 0) + data
-        return eth + struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), 0, 0x4000, 64, 6, 0, src, dst) + tcp
+        return ipv4_frame(src, dst, 6, tcp_segment(sport, dport, seq, ack, flags, data))
 
-    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1)]
+    out = [PCAP_HEADER]
     answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
     t = 0
     for k in range(connections):
@@ -59,7 +77,7 @@ def write_http_capture(path: Path, connections: int) -> Path:
                   frame(api, web, 8080, sport, s + 1, c + 1 + len(request), 0x18, answer),
                   frame(web, api, sport, 8080, c + 1 + len(request), s + 1 + len(answer), 0x10, b"")):
             t += 10
-            out.append(struct.pack("<IIII", 1767225600 + t // 1_000_000, t % 1_000_000, len(f), len(f)) + f)
+            out.append(pcap_record(t, f))
     path.write_bytes(b"".join(out))
     return path
 
@@ -106,17 +124,7 @@ def write_dns_capture(paths: list[Path], rounds: int, server: str = "10.0.9.53",
     the SYNs (µs, address's last byte), for ``syns_allowed``."""
     rng = np.random.default_rng(seed)
     web, dns = bytes([10, 0, 1, 10]), bytes(int(x) for x in server.split("."))
-    eth = bytes.fromhex("020000000002" "020000000001" "0800")
-
-    def ip(src: bytes, dst: bytes, proto: int, body: bytes) -> bytes:
-        return eth + struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(body), 0, 0x4000, 64, proto, 0, src, dst) + body
-
-    def udp(sport: int, dport: int, data: bytes) -> bytes:
-        return struct.pack(">HHHH", sport, dport, 8 + len(data), 0) + data
-
-    def tcp(sport: int, dport: int, seq: int, ack: int, flags: int) -> bytes:
-        return struct.pack(">HHIIBBHHH", sport, dport, seq, ack, 0x50, flags, 65535, 0, 0)
-
+    ip, udp, tcp = ipv4_frame, udp_datagram, tcp_segment
     names = DNS_NAMES_ALLOWED + DNS_NAMES_OTHER
     answers: list[tuple[int, str, int, int]] = []
     syns: list[tuple[int, int]] = []
@@ -135,10 +143,7 @@ def write_dns_capture(paths: list[Path], rounds: int, server: str = "10.0.9.53",
         frames.append((t + 251_000, ip(dst, web, 6, tcp(443, syn_port, 5000, 1001, 0x12))))
     per = -(-len(frames) // len(paths))
     for i, path in enumerate(paths):
-        out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1)]
-        for t, f in frames[i * per:(i + 1) * per]:
-            out.append(struct.pack("<IIII", 1767225600 + t // 1_000_000, t % 1_000_000, len(f), len(f)) + f)
-        path.write_bytes(b"".join(out))
+        path.write_bytes(PCAP_HEADER + b"".join(pcap_record(t, f) for t, f in frames[i * per:(i + 1) * per]))
     return answers, syns
 
 
