@@ -10,7 +10,8 @@ ENGINE_ABI_VERSION = PC_ENGINE_ABI_VERSION
 # The counters of the C ABI's ct_stats, in its order (rust/core/src/capi.rs CT_STATS_NAMES;
 # tests/native/test_engine_client.py holds the two lists equal).
 CT_STATS_NAMES = ("packets", "established", "reply", "related", "new", "untracked", "invalid", "inserts",
-                  "insert_failed", "expired", "early_drops", "revalidations", "revoked", "restored")
+                  "insert_failed", "expired", "early_drops", "revalidations", "revoked", "restored", "denied",
+                  "pickups")
 cdef enum:
     CT_STATS_MAX = 32
 

@@ -151,7 +151,7 @@ class Engine:
         host_allow: bool,
         data: Any = None,
         dns: Any = None,
-    ) -> tuple[int, int, list[int]] | None: ...
+    ) -> tuple[int, int, list[int], int] | None: ...
     def judge_via(
         self, headers: Any, out: Any, endpoint: int | None, ingress: bool, pod_allow: bool, host_allow: bool
     ) -> None: ...
@@ -192,6 +192,9 @@ class ConnTrack:
     RELATED: Final[int]
     INVALID: Final[int]
     UNTRACKED: Final[int]
+    DENIED: Final[int]
+    NEW_PICKUP: Final[int]
+    NEW_PICKUP_REPLY: Final[int]
     QUOTED_SIZE: Final[int]
     def __new__(
         cls,

@@ -922,13 +922,17 @@ def _print_replay(summary: dict[str, Any]) -> None:
         f"{s['packets']} packets in {s['flows']} flows: [green]{s['allowed']} allowed[/green], "
         f"[red]{s['denied']} denied[/red] {symbol('—', '-')} {rate:,.0f} packets/s"
     )
-    # Every packet is in exactly one of these four lines, so they add up to the total.
+    # Every packet is in exactly one of these five lines, so they add up to the total.
     policy_denied = s["policy"] - s["policy_allowed"]
     width = len(str(s["packets"]))
     out.print(f"  {s['policy']:>{width}} judged by policy ({s['policy_allowed']} allowed, {policy_denied} denied)")
     out.print(f"  {s['established']:>{width}} allowed by connection tracking (replies and later packets of allowed connections)")
+    out.print(f"  {s['denied_connection']:>{width}} denied with their connection (policy denied its opening packet)")
     out.print(f"  {s['invalid']:>{width}} denied as invalid (belong to no allowed connection)")
     out.print(f"  {s['malformed']:>{width}} denied as malformed (could not be decoded)")
+    if s["pickups"]:
+        out.print(f"{s['pickups']} TCP connections open before the capture began, picked up mid-stream: judged as "
+                  "their client opened them (the lower port is the server's)")
     if not s["policy"]:
         out.print("no packet was judged by policy")
     else:
@@ -960,7 +964,8 @@ def _print_replay(summary: dict[str, Any]) -> None:
     if dns is not None:
         bad = ", ".join(f"{n} {k}" for k, n in dns["errors"].items())
         out.print(f"dns: {dns['answers']} answers taught {dns['learned']} name-address facts"
-                  + (f" ({bad}: learned nothing)" if bad else "") + (f"; {dns['evicted']} evicted" if dns["evicted"] else ""))
+                  + (f" ({bad}: learned nothing)" if bad else "") + (f"; {dns['evicted']} evicted" if dns["evicted"] else "")
+                  + (f"; {dns['denied']} answers policy denied (or their query) taught nothing" if dns["denied"] else ""))
     staged = s.get("staged")
     if staged is not None:
         out.print(f"staged: with the staged policies enforced, {staged['allowed']} allowed, {staged['denied']} denied: "

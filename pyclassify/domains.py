@@ -10,7 +10,9 @@ same facts. Where it is fed from:
 - ``replay``: the DNS answers in the capture (UDP or TCP, source port 53), in capture order: the
   packets up to an answer are judged, then it is learned, then the rest (each fact valid from
   its answer's capture time for its TTL), so a connection made before the answer is judged
-  without it and one after with it;
+  without it and one after with it. Only answers policy lets through are learned, as on a node
+  (``enforce`` learns the answers to allowed queries only): the reply of an allowed query, never
+  that of a denied one (without connection tracking: the answer and its query both allowed);
 - ``explain --resolve name=ip,...``: answers a person gives, valid whenever.
 """
 
@@ -71,6 +73,7 @@ class DnsLearner:
         self.facts = facts
         self.answers = 0  # DNS messages (payloads from port 53) read
         self.learned = 0  # new (name, address) facts they taught (a refresh is not counted)
+        self.denied = 0  # answers policy denied (or their query): not learned
         self.errors: Counter[str] = Counter()  # malformed answers, by reason
 
     def answers_in(self, batch: Any) -> npt.NDArray[np.int64]:
@@ -88,15 +91,16 @@ class DnsLearner:
         # no payload: a TCP handshake or ACK of a DNS connection
         return rows[rows[:, 2] > rows[:, 1]]
 
-    def count(self, tally: tuple[int, int, list[int]]) -> None:
+    def count(self, tally: tuple[int, int, list[int], int]) -> None:
         """Adds what judging a batch's messages taught (``NativeEngine.judge_lanes``)."""
-        messages, learned, errors = tally
+        messages, learned, errors, denied = tally
         self.answers += messages
         self.learned += learned
+        self.denied += denied
         for name, n in zip(DNS_ERROR_NAMES, errors):
             if n:
                 self.errors[name] += n
 
     def to_json(self) -> dict[str, Any]:
-        return {"answers": self.answers, "learned": self.learned, "facts": len(self.facts),
+        return {"answers": self.answers, "learned": self.learned, "denied": self.denied, "facts": len(self.facts),
                 "errors": dict(sorted(self.errors.items())), "evicted": self.facts.stats().get("evicted", 0)}

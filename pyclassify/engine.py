@@ -55,6 +55,13 @@ PACKET_POLICY = 0  # policy judged the packet
 PACKET_ESTABLISHED = 1  # it belongs to a connection already allowed (or answers one)
 PACKET_MALFORMED = 2  # it could not be decoded far enough to judge: denied
 PACKET_INVALID = 3  # connection tracking found it invalid (opens nothing): denied
+PACKET_DENIED_CONNECTION = 4  # it belongs to a connection whose opening policy denied: denied
+
+# PacketVerdict.ct_state of a packet that picked a TCP connection up mid-stream (rust/core/src/
+# conntrack: the lower port is the server's): judged as sent (its sender opened the connection),
+# or, sent by the server, judged as its reverse (the client's connection).
+CT_NEW_PICKUP: int = _engine.ConnTrack.NEW_PICKUP
+CT_NEW_PICKUP_REPLY: int = _engine.ConnTrack.NEW_PICKUP_REPLY
 
 # PacketVerdict.http (rust/core/src/engine/records.rs): admitted provisionally, its connection's
 # HTTP request awaited; judged with the request the packet completed; denied because no more
@@ -646,13 +653,14 @@ class NativeEngine:
 
     def judge_lanes(self, headers: npt.NDArray[Any], lanes: list[Lane], default_pod: str = "allow",
                     default_host: str = "deny", data: Any = None,
-                    dns: npt.NDArray[np.int64] | None = None) -> tuple[int, int, list[int]] | None:
+                    dns: npt.NDArray[np.int64] | None = None) -> tuple[int, int, list[int], int] | None:
         """Judges one batch (``headers``, as captured) in ``lanes`` in one call without the GIL,
         each lane's verdicts into its ``out``; ``data``: the bytes the lanes' segments and
         ``dns`` point into. ``dns`` ((m, 3) int64: row, ``[start, end)`` in ``data``, by
         ascending row): DNS messages, each learned into this engine's domain facts once every
-        lane has judged up to its row; then returns (messages, new facts, malformed messages by
-        ``DNS_ERROR_NAMES``), else None."""
+        lane has judged up to its row, if this engine's lanes let it through (the answer to an
+        allowed query); then returns (messages, new facts, malformed messages by
+        ``DNS_ERROR_NAMES``, messages policy denied and so not learned), else None."""
         if headers.dtype != HEADER_DTYPE:
             raise TypeError(f"expected a header batch of HEADER_DTYPE, got {headers.dtype}")
         args = []

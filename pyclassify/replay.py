@@ -29,6 +29,9 @@ from pyclassify._engine import FlowSet
 from pyclassify.batch import SIDE_DTYPE
 from pyclassify.capture import Batch, CaptureWriter, open_capture
 from pyclassify.engine import (
+    CT_NEW_PICKUP,
+    CT_NEW_PICKUP_REPLY,
+    PACKET_DENIED_CONNECTION,
     PACKET_ESTABLISHED,
     PACKET_INVALID,
     PACKET_MALFORMED,
@@ -49,7 +52,11 @@ PACKET_REASONS = {
     PACKET_ESTABLISHED: "established",
     PACKET_MALFORMED: "malformed",
     PACKET_INVALID: "invalid",
+    PACKET_DENIED_CONNECTION: "denied-connection",
 }
+#: ``--out``'s ``opened_by`` of a packet that picked a TCP connection up mid-stream: which end
+#: policy judged as the connection's opener (the end with the higher port, the client).
+PICKUP_OPENER = {CT_NEW_PICKUP: "src", CT_NEW_PICKUP_REPLY: "dst"}
 PORT_PROTOCOLS = (6, 17, 132, 136)
 #: ``PacketHeader.ifindex`` of a pcapng packet whose interface id no Interface Description
 #: Block described (the reader cannot give it a link type).
@@ -70,6 +77,8 @@ class ReplaySummary:
     malformed: int = 0
     established: int = 0
     invalid: int = 0
+    denied_connection: int = 0  # packets of connections whose opening packet policy denied
+    pickups: int = 0  # packets that picked a TCP connection up mid-stream (judged by policy)
     policy: int = 0  # judged by policy (the rest: established, malformed, invalid)
     policy_allowed: int = 0
     # packets judged by policy with no policy at that end, per direction
@@ -448,6 +457,9 @@ class Replay:
         s.malformed += int(np.count_nonzero(verdicts["reason"] == PACKET_MALFORMED))
         s.established += int(np.count_nonzero(verdicts["reason"] == PACKET_ESTABLISHED))
         s.invalid += int(np.count_nonzero(verdicts["reason"] == PACKET_INVALID))
+        s.denied_connection += int(np.count_nonzero(verdicts["reason"] == PACKET_DENIED_CONNECTION))
+        s.pickups += int(np.count_nonzero((verdicts["ct_state"] == CT_NEW_PICKUP)
+                                          | (verdicts["ct_state"] == CT_NEW_PICKUP_REPLY)))
         s.flow_set.add(np.ascontiguousarray(batch.headers), verdicts["reason"] == PACKET_MALFORMED)
         _count_rules(s, verdicts)
         staged = self._staged_verdicts
@@ -495,6 +507,9 @@ class Replay:
                 flow["verdict"] = "allow" if v["allow"] else "deny"
                 flow["egress"] = self._side_json(v["egress"], Direction.EGRESS)
                 flow["ingress"] = self._side_json(v["ingress"], Direction.INGRESS)
+                opener = PICKUP_OPENER.get(int(v["ct_state"]))
+                if opener is not None:
+                    flow["pickup"], flow["opened_by"] = "mid-stream", opener
                 if http is not None:
                     flow["http"] = http
             if self._staged_verdicts is not None and "staged" not in flow:
@@ -528,6 +543,11 @@ class Replay:
             line["dst_endpoint"] = self._owner_ref(line["dst"])
         if decodable and proto in ICMP_PROTOCOLS:
             line["icmp_type"], line["icmp_code"] = int(h["icmp_type"]), int(h["icmp_code"])
+        opener = PICKUP_OPENER.get(int(v["ct_state"]))
+        if opener is not None:
+            # a TCP connection first seen without its SYN, judged as its client opened it: for
+            # "dst", egress and ingress are the decisions on the reverse of this packet
+            line["pickup"], line["opened_by"] = "mid-stream", opener
         http = httprules.outcome_name(int(v["http"]))
         if http is not None:
             line["http"] = http
@@ -605,6 +625,8 @@ class Replay:
             "malformed": s.malformed,
             "established": s.established,
             "invalid": s.invalid,
+            "denied_connection": s.denied_connection,
+            "pickups": s.pickups,
             "policy": s.policy,
             "policy_allowed": s.policy_allowed,
             "no_policy": {d: s.no_policy[d] for d in ("egress", "ingress")},

@@ -21,13 +21,16 @@ from pyclassify.batch import FLAG_HAS_PORTS, FLAG_ICMP_ERROR, HEADER_DTYPE, new_
 
 SYN, ACK, FIN, RST = 0x02, 0x10, 0x01, 0x04
 S = 1_000_000_000
-NEW, EST, REPLY, RELATED, INVALID, UNTRACKED = (
+NEW, EST, REPLY, RELATED, INVALID, UNTRACKED, DENIED, PICKUP, PICKUP_REPLY = (
     ConnTrack.NEW,
     ConnTrack.ESTABLISHED,
     ConnTrack.REPLY,
     ConnTrack.RELATED,
     ConnTrack.INVALID,
     ConnTrack.UNTRACKED,
+    ConnTrack.DENIED,
+    ConnTrack.NEW_PICKUP,
+    ConnTrack.NEW_PICKUP_REPLY,
 )
 
 # The quoted tuple of an ICMP error: the decoder's output record is the tracker's input record.
@@ -92,18 +95,23 @@ def test_tcp_connection_through_batches():
     assert (s["new"], s["reply"], s["established"], s["inserts"], s["entries"]) == (1, 2, 1, 1, 1)
 
 
-def test_denied_flow_is_not_tracked_and_its_replies_are_invalid():
+def test_denied_flow_is_not_tracked_and_its_replies_are_denied_with_it():
     ct = ConnTrack()
-    b = batch(tcp("10.0.0.1", 1, "10.0.0.2", 23, SYN), tcp("10.0.0.2", 23, "10.0.0.1", 1, SYN | ACK))
-    states, allowed = ct.track(b, np.array([0, 1], np.uint8), now_ns=0)
-    assert states.tolist() == [NEW, INVALID]
-    assert allowed.tolist() == [0, 0]
-    assert len(ct) == 0
+    b = batch(tcp("10.0.0.1", 1, "10.0.0.2", 23, SYN), tcp("10.0.0.2", 23, "10.0.0.1", 1, SYN | ACK),
+              tcp("10.0.0.2", 23, "10.0.0.1", 1, ACK), tcp("10.0.0.1", 1, "10.0.0.2", 23, ACK))
+    states, allowed = ct.track(b, np.array([0, 1, 1, 1], np.uint8), now_ns=0)
+    assert states.tolist() == [NEW, DENIED, DENIED, DENIED]
+    assert allowed.tolist() == [0, 0, 0, 0]
+    s = ct.stats()
+    assert len(ct) == 0 and (s["denials"], s["denied"]) == (1, 3)
 
 
 def test_loose_pickup_option():
     mid = batch(tcp("10.0.0.1", 5000, "10.0.0.2", 22, ACK))
-    assert ConnTrack().track(mid, allow_all(1), 0)[0].tolist() == [NEW]
+    assert ConnTrack().track(mid, allow_all(1), 0)[0].tolist() == [PICKUP]
+    # the server's segment first: the connection is the client's (the higher port)
+    assert ConnTrack().track(batch(tcp("10.0.0.2", 22, "10.0.0.1", 5000, ACK)), allow_all(1), 0)[0].tolist() == [
+        PICKUP_REPLY]
     strict = ConnTrack(tcp_loose=False)
     assert strict.track(mid, allow_all(1), 0)[0].tolist() == [INVALID]
     assert strict.config["tcp_loose"] is False

@@ -181,17 +181,17 @@ def test_interrupt_while_writing_keeps_file_and_summary_in_agreement(tmp_path):
 def test_replay_summary_numbers_add_up():
     r = run("replay", DEMO, "--pcap", str(PCAP), "--json")
     s = json.loads(r.stdout)
-    assert s["policy"] + s["established"] + s["invalid"] + s["malformed"] == s["packets"]
+    assert s["policy"] + s["established"] + s["denied_connection"] + s["invalid"] + s["malformed"] == s["packets"]
     for direction in ("egress", "ingress"):
         listed = sum(row["packets"] for row in s["by_rule"] if row["direction"] == direction)
         assert listed + s["no_policy"][direction] == s["policy"]
     text = run("replay", DEMO, "--pcap", str(PCAP)).stdout
     lines = text.splitlines()
-    counts = [int(line.split()[0]) for line in lines[1:5]]
+    counts = [int(line.split()[0]) for line in lines[1:6]]
     assert sum(counts) == s["packets"], text
     assert "by connection tracking" in lines[2] and "denied" not in lines[2]
     for direction in ("egress", "ingress"):
-        rows = [line for line in lines[6:] if line.split()[1:2] == [direction]]
+        rows = [line for line in lines[7:] if line.split()[1:2] == [direction]]
         assert sum(int(line.split()[0]) for line in rows) == s["policy"], text
 
 

@@ -75,7 +75,11 @@ def test_out_jsonl_contract_and_split_captures(tmp_path):
     assert [line["index"] for line in lines] == list(range(48))
     keys = {"index", "ts", "src", "dst", "proto", "sport", "dport", "verdict", "reason", "egress", "ingress"}
     assert all(keys <= set(line) for line in lines)
-    assert {line["reason"] for line in lines} <= {"policy", "established", "malformed", "invalid"}
+    assert {line["reason"] for line in lines} <= {"policy", "established", "malformed", "invalid", "denied-connection"}
+    # db's answers to api's denied UDP and SCTP openings (an ICMP port unreachable, an INIT-ACK)
+    answers = [line for line in lines if line["reason"] == "denied-connection"]
+    assert [(line["src"], line["proto"], line["verdict"]) for line in answers] == [
+        ("10.0.2.30", "ICMP", "deny"), ("10.0.2.30", "SCTP", "deny")]
     first = lines[0]
     assert (first["src"], first["dst"], first["proto"], first["dport"]) == ("10.0.1.10", "10.96.0.10", "UDP", 53)
     icmp = [line for line in lines if line["proto"] == "ICMP"]

@@ -146,7 +146,7 @@ class BridgeCollector(Collector):
 
     FRAMES = ("allowed", "denied", "established", "malformed", "truncated", "arp", "nd", "other_dropped",
               "other_forwarded", "tx_failed")
-    CT_EVENTS = ("inserts", "expired", "early_drops", "insert_failed", "revoked", "restored")
+    CT_EVENTS = ("inserts", "expired", "early_drops", "insert_failed", "revoked", "restored", "denied", "pickups")
 
     def __init__(self, bridge: Callable[[], Any]) -> None:
         self.bridge = bridge
@@ -171,7 +171,9 @@ class BridgeCollector(Collector):
         events = CounterMetricFamily(
             "pyclassify_engine_conntrack_events",
             "Engine tracker events: inserts, expired, early_drops (unassured entries dropped at the cap), "
-            "insert_failed (refused: the table is full of assured entries), revoked", labels=["event"])
+            "insert_failed (refused: the table is full of assured entries), revoked, restored, denied (frames of "
+            "connections whose opening policy denied), pickups (TCP connections picked up mid-stream)",
+            labels=["event"])
         for event in self.CT_EVENTS:
             events.add_metric([event], c[f"ct_{event}"])
         yield events

@@ -511,15 +511,15 @@ unsafe extern "C" fn ct_len(ct: *const ConnTrack) -> usize {
 }
 
 /// The names of the counters `ct_stats` writes, in its order (the fields of [`CtStats`]).
-pub const CT_STATS_NAMES: [&str; 14] = [
+pub const CT_STATS_NAMES: [&str; 16] = [
     "packets", "established", "reply", "related", "new", "untracked", "invalid", "inserts",
-    "insert_failed", "expired", "early_drops", "revalidations", "revoked", "restored",
+    "insert_failed", "expired", "early_drops", "revalidations", "revoked", "restored", "denied", "pickups",
 ];
 
-fn ct_stats_values(s: &CtStats) -> [u64; 14] {
+fn ct_stats_values(s: &CtStats) -> [u64; 16] {
     [
         s.packets, s.established, s.reply, s.related, s.new, s.untracked, s.invalid, s.inserts,
-        s.insert_failed, s.expired, s.early_drops, s.revalidations, s.revoked, s.restored,
+        s.insert_failed, s.expired, s.early_drops, s.revalidations, s.revoked, s.restored, s.denied, s.pickups,
     ]
 }
 

@@ -647,7 +647,7 @@ fn batch_tracks_in_order_and_reports_codes() {
         tcp(A, 1, B, 80, TCP_SYN),
         tcp(B, 80, A, 1, TCP_SYN | TCP_ACK),
         tcp(A, 2, B, 23, TCP_SYN),           // denied by policy
-        tcp(B, 23, A, 2, TCP_SYN | TCP_ACK), // so its reply is invalid
+        tcp(B, 23, A, 2, TCP_SYN | TCP_ACK), // so its reply is denied with it
         icmp(A, B, 135, 0),                  // untracked: policy verdict applies
     ];
     let verdicts = [1, 0, 0, 1, 1];
@@ -661,12 +661,12 @@ fn batch_tracks_in_order_and_reports_codes() {
             code::NEW,
             code::REPLY,
             code::NEW,
-            code::INVALID,
+            code::DENIED,
             code::UNTRACKED
         ]
     );
     assert_eq!(allowed, [1, 1, 0, 0, 1]);
-    assert_eq!(ct.len(), 1);
+    assert_eq!((ct.len(), ct.denials()), (1, 1));
     let err = ct
         .track_batch(&hdrs, None, &verdicts[..4], None, &mut states, &mut allowed)
         .unwrap_err();

@@ -178,6 +178,17 @@ impl PyConnTrack {
     /// State code of a packet that is not tracked (judged by policy, per packet).
     #[classattr]
     const UNTRACKED: u8 = code::UNTRACKED;
+    /// State code of a packet of a connection whose opening packet policy denied (denied).
+    #[classattr]
+    const DENIED: u8 = code::DENIED;
+    /// State code of a packet that may open a TCP connection picked up mid-stream, judged in
+    /// its own direction (its sender opened the connection).
+    #[classattr]
+    const NEW_PICKUP: u8 = code::NEW_PICKUP;
+    /// State code of a server's packet that may open a TCP connection picked up mid-stream:
+    /// judged as the client's connection, the packet's reverse.
+    #[classattr]
+    const NEW_PICKUP_REPLY: u8 = code::NEW_PICKUP_REPLY;
     /// Bytes per quoted tuple (the parallel array of ICMP error quotes).
     #[classattr]
     const QUOTED_SIZE: usize = QUOTED_SIZE;
@@ -369,6 +380,9 @@ impl PyConnTrack {
             ("revalidations", s.revalidations),
             ("revoked", s.revoked),
             ("restored", s.restored),
+            ("denied", s.denied),
+            ("pickups", s.pickups),
+            ("denials", self.inner.denials() as u64),
         ] {
             d.set_item(k, v)?;
         }

@@ -394,8 +394,9 @@ impl PyEngine {
     /// None, the quoted flows (`QUOTE_DTYPE`) or None, the (k, 3) TCP segments in `data` or
     /// None. `dns` (an (m, 3) int64 array of row, `[start, end)` in `data`, by ascending row):
     /// DNS messages, each learned into this engine's domain facts once every lane has judged
-    /// up to its row; then the result is (messages, new facts, malformed messages by
-    /// `DNS_ERROR_NAMES`), else None.
+    /// up to its row, if this engine's lanes let it through (`lanes`); then the result is
+    /// (messages, new facts, malformed messages by `DNS_ERROR_NAMES`, messages not learned
+    /// because policy denied them), else None.
     #[pyo3(signature = (batch, lanes, pod_allow, host_allow, data=None, dns=None))]
     #[allow(clippy::type_complexity)]
     fn judge_lanes(
@@ -407,7 +408,7 @@ impl PyEngine {
         host_allow: bool,
         data: Option<&Bound<'_, PyAny>>,
         dns: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Option<(u64, u64, Vec<u64>)>> {
+    ) -> PyResult<Option<(u64, u64, Vec<u64>, u64)>> {
         let value_error = |m: String| Err(pyo3::exceptions::PyValueError::new_err(m));
         if lanes.len() > MAX_LANES {
             return value_error(format!("at most {MAX_LANES} lanes, got {}", lanes.len()));
@@ -509,7 +510,7 @@ impl PyEngine {
             judge_lanes(&mut judged, hs, &messages, &self.inner, defaults)
         });
         drop((hdrs, payload, dns_rows, buffers));
-        Ok(dns.is_some().then(|| (tally.messages, tally.learned, tally.errors.to_vec())))
+        Ok(dns.is_some().then(|| (tally.messages, tally.learned, tally.errors.to_vec(), tally.denied)))
     }
 
     /// Judges a header batch of routed traffic by a host endpoint's forward hook into `out`

@@ -28,6 +28,32 @@
 //!
 //! [`ConnTrack::track_judged`] does the same in one call with the verdict as a closure.
 //!
+//! # Denied connections
+//!
+//! A connection whose opening packet policy denied is remembered, as a revoked one is: every
+//! later packet of it, either way, is [`CtState::Denied`], so a capture taken with nothing
+//! enforced (where the server answered a SYN policy denies) never has the server's answer
+//! picked up as a connection the other way round, which no policy restricts. Only the opener's
+//! fresh attempt is judged again: a new SYN, or for UDP and other protocols without a handshake
+//! its next packet (as Linux judges every packet of a flow it never confirmed). The memory is
+//! bounded: denials take only room no connection needs (a connection to insert pushes the oldest
+//! denial out; a denial finds room only by pushing out an older denial), and one is forgotten
+//! once its connection has been idle 120 s.
+//!
+//! # Connections picked up mid-stream
+//!
+//! A TCP connection first seen without its SYN (open before the capture or the tracker began;
+//! [`CtConfig::tcp_loose`]) is oriented by its ports, not by whichever packet came first: **the
+//! end with the lower port is the server**, the other end opened it; with equal ports the first
+//! packet's sender did. Linux's `nf_conntrack_tcp_loose` takes the first packet's direction,
+//! which for a capture begun mid-connection is the server's half of the time, so policy would
+//! judge the server's egress to the client's port instead of the connection policy had to allow
+//! for it to exist (Hubble leaves such a flow's direction unknown). Services listen on
+//! well-known or registered ports and clients use ephemeral ones above them (Linux
+//! 32768-60999, IANA 49152-65535), so the lower port is the listening one. The packet that
+//! picks a connection up is [`CtState::New`] with [`NewFlow::picked_up`]; when it came from the
+//! server, [`NewFlow::judged_reversed`], and policy judges its reverse ([`NewFlow::key`]).
+//!
 //! # What the decoder must deliver
 //!
 //! - TCP/UDP: `FLAG_HAS_PORTS` and the ports; TCP the flags byte. A TCP/UDP header without
@@ -247,6 +273,10 @@ pub struct CtStats {
     pub revoked: u64,
     /// Revoked connections a later `revalidate` found allowed again (unmarked).
     pub restored: u64,
+    /// Packets of a connection whose opening packet policy denied ([`CtState::Denied`]).
+    pub denied: u64,
+    /// Packets that may open a TCP connection picked up mid-stream (part of `new`).
+    pub pickups: u64,
 }
 
 /// What the tracker says about a packet.
@@ -260,6 +290,9 @@ pub enum CtState {
     Reply,
     /// An ICMP error about a tracked connection.
     Related,
+    /// Belongs to a connection whose opening packet policy denied (either direction, or an
+    /// ICMP error about it): drop it.
+    Denied,
     /// Cannot be tracked, and opens nothing: drop it.
     Invalid(InvalidReason),
     /// Not connection-oriented (ICMPv6 neighbour discovery, ...): judge every packet by policy.
@@ -280,23 +313,34 @@ pub mod code {
     pub const INVALID: u8 = 5;
     /// [`super::CtState::Untracked`].
     pub const UNTRACKED: u8 = 6;
+    /// [`super::CtState::Denied`].
+    pub const DENIED: u8 = 7;
+    /// [`super::CtState::New`] of a TCP connection picked up mid-stream, judged in the packet's
+    /// direction (its sender opened the connection).
+    pub const NEW_PICKUP: u8 = 8;
+    /// [`super::CtState::New`] of a TCP connection picked up mid-stream from its server's side:
+    /// judged in the reverse of the packet's direction.
+    pub const NEW_PICKUP_REPLY: u8 = 9;
 }
 
 impl CtState {
     /// The state's code in batch output ([`code`]).
     pub fn code(&self) -> u8 {
         match self {
+            CtState::New(f) if f.reversed => code::NEW_PICKUP_REPLY,
+            CtState::New(f) if f.pickup => code::NEW_PICKUP,
             CtState::New(_) => code::NEW,
             CtState::Established => code::ESTABLISHED,
             CtState::Reply => code::REPLY,
             CtState::Related => code::RELATED,
+            CtState::Denied => code::DENIED,
             CtState::Invalid(_) => code::INVALID,
             CtState::Untracked => code::UNTRACKED,
         }
     }
 
     /// Whether the packet is allowed by the table alone (a tracked connection's packet).
-    /// `New` and `Untracked` need policy; `Invalid` is denied.
+    /// `New` and `Untracked` need policy; `Denied` and `Invalid` are denied.
     pub fn allows(&self) -> bool {
         matches!(
             self,
@@ -311,20 +355,48 @@ impl CtState {
 pub struct NewFlow {
     canon: FlowKey,
     hash: u64,
+    /// The opener is the canonical key's first end.
     from_a: bool,
     class: Class,
     tcp: TcpState,
+    /// A TCP connection picked up mid-stream.
+    pickup: bool,
+    /// The packet came from the end that did not open the connection (a pickup's server).
+    reversed: bool,
 }
 
 impl NewFlow {
-    /// The connection's key in its original direction (the packet's own direction): what
-    /// policy judges.
+    /// The connection's key in its original direction (from the end that opened it): what
+    /// policy judges. The packet's own direction, except for a connection picked up from its
+    /// server's side ([`NewFlow::judged_reversed`]).
     pub fn key(&self) -> FlowKey {
         if self.from_a {
             self.canon
         } else {
             self.canon.reversed()
         }
+    }
+
+    /// A TCP connection first seen without its SYN (loose pickup), oriented by its ports.
+    pub fn picked_up(&self) -> bool {
+        self.pickup
+    }
+
+    /// The packet is the server's: policy judges its reverse, the client's connection.
+    pub fn judged_reversed(&self) -> bool {
+        self.reversed
+    }
+}
+
+/// The header of `h` seen from the other end (addresses and ports swapped): what policy judges
+/// for a connection picked up from its server's side.
+pub fn reversed_header(h: &PacketHeader) -> PacketHeader {
+    PacketHeader {
+        src_addr: h.dst_addr,
+        dst_addr: h.src_addr,
+        sport: h.dport,
+        dport: h.sport,
+        ..*h
     }
 }
 
@@ -364,6 +436,15 @@ const DEAD: u8 = 32;
 const REVOKED: u8 = 64;
 /// How long a revoked connection's entry outlives its last packet.
 const REVOKED_IDLE_NS: u64 = 120_000_000_000;
+/// A connection whose opening packet policy denied (module documentation, "Denied
+/// connections"): every packet of it, either way, is DENIED until it has been idle
+/// `REVOKED_IDLE_NS`, except its opener's fresh attempt, which policy judges again. On the
+/// denials' own LRU list, not the unassured one; not a tracked connection (`len`, `flows`,
+/// `get`, `revalidate` and `revoke` pass it by).
+const DENIED: u8 = 128;
+/// The LRU lists: unassured connections, denials.
+const LIST_UNASSURED: usize = 0;
+const LIST_DENIED: usize = 1;
 
 /// One tracked connection: exactly one cache line, so a lookup touches the index table and
 /// this line only. The key is stored flat (a `FlowKey` field would pad to 48 bytes); the hash is
@@ -380,7 +461,7 @@ struct Entry {
     class: Class,
     tcp: TcpState,
     bits: u8,
-    /// Unassured LRU links.
+    /// LRU links (the unassured list, or the denials' list).
     prev: u32,
     next: u32,
     /// Expiry time; 0 = free slot.
@@ -438,8 +519,10 @@ pub struct ConnTrack<S = RandomState> {
     /// Creation time per slab slot (cold: written once, read by `flows`).
     created: Vec<u64>,
     free: Vec<u32>,
-    lru_head: u32,
-    lru_tail: u32,
+    /// (head, tail) of the LRU lists: `LIST_UNASSURED`, `LIST_DENIED`.
+    lru: [(u32, u32); 2],
+    /// Entries that are denials (`DENIED`), in `table`.
+    denials: usize,
     sweep_cursor: usize,
     stats: CtStats,
 }
@@ -494,8 +577,8 @@ impl<S: BuildHasher> ConnTrack<S> {
             entries: Vec::new(),
             created: Vec::new(),
             free: Vec::new(),
-            lru_head: NIL,
-            lru_tail: NIL,
+            lru: [(NIL, NIL); 2],
+            denials: 0,
             sweep_cursor: 0,
             stats: CtStats::default(),
         })
@@ -506,14 +589,19 @@ impl<S: BuildHasher> ConnTrack<S> {
         &self.cfg
     }
 
-    /// Tracked connections (including timed-out ones not yet removed).
+    /// Tracked connections (including timed-out ones not yet removed; not the denials).
     pub fn len(&self) -> usize {
-        self.table.len()
+        self.table.len() - self.denials
     }
 
     /// No connection tracked.
     pub fn is_empty(&self) -> bool {
-        self.table.is_empty()
+        self.len() == 0
+    }
+
+    /// Denied connections remembered (module documentation, "Denied connections").
+    pub fn denials(&self) -> usize {
+        self.denials
     }
 
     /// Counters.
@@ -527,8 +615,8 @@ impl<S: BuildHasher> ConnTrack<S> {
         self.entries.clear();
         self.created.clear();
         self.free.clear();
-        self.lru_head = NIL;
-        self.lru_tail = NIL;
+        self.lru = [(NIL, NIL); 2];
+        self.denials = 0;
         self.sweep_cursor = 0;
     }
 
@@ -564,10 +652,14 @@ impl<S: BuildHasher> ConnTrack<S> {
             Parsed::Invalid(r) => CtState::Invalid(r),
         };
         match state {
-            CtState::New(_) => self.stats.new += 1,
+            CtState::New(f) => {
+                self.stats.new += 1;
+                self.stats.pickups += u64::from(f.pickup);
+            }
             CtState::Established => self.stats.established += 1,
             CtState::Reply => self.stats.reply += 1,
             CtState::Related => self.stats.related += 1,
+            CtState::Denied => self.stats.denied += 1,
             CtState::Invalid(_) => self.stats.invalid += 1,
             CtState::Untracked => self.stats.untracked += 1,
         }
@@ -575,10 +667,11 @@ impl<S: BuildHasher> ConnTrack<S> {
     }
 
     /// Tracks one packet and, when it may open a connection, asks `judge` (the policy verdict
-    /// for the original-direction key) and confirms it if allowed. Returns the state and
-    /// whether the packet is allowed. `Untracked` packets are judged too. A connection the
-    /// table cannot hold ([`CtError::TableFull`]) is allowed but not tracked (its replies will
-    /// be judged as new packets).
+    /// for the header in the connection's original direction: the packet's own, or its reverse
+    /// for a connection picked up from its server's side) and confirms it if allowed, or
+    /// remembers it denied. Returns the state and whether the packet is allowed. `Untracked`
+    /// packets are judged too. A connection the table cannot hold ([`CtError::TableFull`]) is
+    /// allowed but not tracked (its replies will be judged as new packets).
     pub fn track_judged(
         &mut self,
         hdr: &PacketHeader,
@@ -589,9 +682,11 @@ impl<S: BuildHasher> ConnTrack<S> {
         let state = self.track_quoted(hdr, quoted, now_ns);
         let allowed = match &state {
             CtState::New(flow) => {
-                let ok = judge(hdr);
+                let ok = if flow.reversed { judge(&reversed_header(hdr)) } else { judge(hdr) };
                 if ok {
                     let _ = self.confirm(flow, now_ns);
+                } else {
+                    self.deny(flow, now_ns);
                 }
                 ok
             }
@@ -603,7 +698,10 @@ impl<S: BuildHasher> ConnTrack<S> {
 
     /// Tracks a batch. `verdicts[i] != 0` is policy's verdict for header `i` (read only for
     /// NEW and UNTRACKED packets); NEW packets with an allowing verdict are confirmed in order,
-    /// so a reply later in the same batch is already a reply. Writes each packet's state
+    /// so a reply later in the same batch is already a reply, and those with a denying one are
+    /// remembered denied. For a connection picked up from its server's side
+    /// ([`code::NEW_PICKUP_REPLY`]) the verdict stands for the connection as its client opened
+    /// it: callers that judge each header as given should use [`ConnTrack::track_judged`]. Writes each packet's state
     /// [`code`] to `states[i]` and whether it is allowed (1/0) to `allowed[i]`.
     /// `now_ns = None` uses each header's `ts_ns` (capture replay); `quoted`, if given, is
     /// parallel to `hdrs`.
@@ -649,15 +747,62 @@ impl<S: BuildHasher> ConnTrack<S> {
     /// unassured entry first; [`CtError::TableFull`] if there is none.
     pub fn confirm(&mut self, flow: &NewFlow, now_ns: u64) -> Result<(), CtError> {
         if let Some(idx) = self.find(&flow.canon, flow.hash) {
-            if self.entries[idx as usize].expires > now_ns {
+            let e = &self.entries[idx as usize];
+            if e.bits & DENIED != 0 {
+                self.remove_slot(idx); // denied before, allowed now: tracked from here
+            } else if e.expires > now_ns {
                 return Ok(());
+            } else {
+                self.remove_slot(idx);
+                self.stats.expired += 1;
+            }
+        }
+        if self.table.len() >= self.cfg.max_entries {
+            self.make_room(now_ns)?;
+        }
+        let bits = if flow.from_a { ORIG_IS_A } else { 0 } | if flow.reversed { SEEN_REPLY } else { 0 };
+        let packets = if flow.reversed { [0, 1] } else { [1, 0] };
+        self.insert(flow, bits, packets, now_ns);
+        self.stats.inserts += 1;
+        Ok(())
+    }
+
+    /// Remembers a connection whose opening packet policy denied (module documentation,
+    /// "Denied connections"), in room no connection needs: when the table is full, only by
+    /// dropping the oldest denial; without one, it is not remembered.
+    fn deny(&mut self, flow: &NewFlow, now_ns: u64) {
+        if let Some(idx) = self.find(&flow.canon, flow.hash) {
+            let e = &mut self.entries[idx as usize];
+            if e.bits & DENIED != 0 {
+                // its opener tried again and was denied again
+                e.expires = now_ns.saturating_add(REVOKED_IDLE_NS).max(1);
+                return;
+            }
+            if e.expires > now_ns {
+                return; // a tracked connection: judged new only once it had reopened or expired
             }
             self.remove_slot(idx);
             self.stats.expired += 1;
         }
         if self.table.len() >= self.cfg.max_entries {
-            self.make_room(now_ns)?;
+            self.sweep(now_ns, 64);
+            if self.table.len() >= self.cfg.max_entries {
+                let oldest = self.lru[LIST_DENIED].0;
+                if oldest == NIL {
+                    return;
+                }
+                self.remove_slot(oldest);
+            }
         }
+        let bits = DENIED | if flow.from_a { ORIG_IS_A } else { 0 };
+        let idx = self.insert(flow, bits, [0, 0], now_ns);
+        self.entries[idx as usize].expires = now_ns.saturating_add(REVOKED_IDLE_NS).max(1);
+        self.denials += 1;
+    }
+
+    /// Inserts `flow` as a new entry with `bits` (room made by the caller): its slot, on the
+    /// LRU list its bits say, expiring by its class's timeout.
+    fn insert(&mut self, flow: &NewFlow, bits: u8, packets: [u32; 2], now_ns: u64) -> u32 {
         let k = &flow.canon;
         let entry = Entry {
             src: k.src,
@@ -667,11 +812,11 @@ impl<S: BuildHasher> ConnTrack<S> {
             proto: k.proto,
             class: flow.class,
             tcp: flow.tcp,
-            bits: if flow.from_a { ORIG_IS_A } else { 0 },
+            bits,
             prev: NIL,
             next: NIL,
             expires: 0,
-            packets: [1, 0],
+            packets,
         };
         let idx = match self.free.pop() {
             Some(i) => {
@@ -692,8 +837,7 @@ impl<S: BuildHasher> ConnTrack<S> {
             build.hash_one(entries[i as usize].canon())
         });
         self.lru_push(idx);
-        self.stats.inserts += 1;
-        Ok(())
+        idx
     }
 
     // ----- policy changes -----
@@ -722,6 +866,9 @@ impl<S: BuildHasher> ConnTrack<S> {
                 e.bits |= DEAD;
                 dead.push(i as u32);
                 continue;
+            }
+            if e.bits & DENIED != 0 {
+                continue; // no connection: its opener's next attempt is judged anyway
             }
             let key = e.orig_key();
             if e.bits & REVOKED != 0 {
@@ -771,6 +918,9 @@ impl<S: BuildHasher> ConnTrack<S> {
         let hash = self.build.hash_one(canon);
         let Some(idx) = self.find(&canon, hash) else { return false };
         let e = &mut self.entries[idx as usize];
+        if e.bits & DENIED != 0 {
+            return false;
+        }
         if e.bits & REVOKED == 0 {
             e.bits |= REVOKED;
             self.stats.revoked += 1;
@@ -787,8 +937,10 @@ impl<S: BuildHasher> ConnTrack<S> {
             let (canon, _) = canon_of(k);
             let hash = self.build.hash_one(canon);
             if let Some(idx) = self.find(&canon, hash) {
-                self.remove_slot(idx);
-                n += 1;
+                if self.entries[idx as usize].bits & DENIED == 0 {
+                    self.remove_slot(idx);
+                    n += 1;
+                }
             }
         }
         self.stats.revoked += n as u64;
@@ -837,7 +989,7 @@ impl<S: BuildHasher> ConnTrack<S> {
         let mut out = Vec::with_capacity(self.table.len());
         for (i, e) in self.entries.iter().enumerate() {
             let exp = e.expires;
-            if exp == 0 {
+            if exp == 0 || e.bits & DENIED != 0 {
                 continue;
             }
             out.push(FlowInfo {
@@ -858,7 +1010,7 @@ impl<S: BuildHasher> ConnTrack<S> {
         let (canon, _) = canon_of(key);
         let idx = self.find(&canon, self.build.hash_one(canon))? as usize;
         let exp = self.entries[idx].expires;
-        if exp <= now_ns {
+        if exp <= now_ns || self.entries[idx].bits & DENIED != 0 {
             return None;
         }
         let e = &self.entries[idx];
@@ -909,6 +1061,21 @@ impl<S: BuildHasher> ConnTrack<S> {
             if self.entries[idx as usize].expires <= now_ns {
                 self.remove_slot(idx);
                 self.stats.expired += 1;
+            } else if self.entries[idx as usize].bits & DENIED != 0 {
+                // Its opener's fresh attempt is judged again (the entry stays until then); any
+                // other packet of it, either way, is denied.
+                let e = &mut self.entries[idx as usize];
+                let opener = from_a == (e.bits & ORIG_IS_A != 0);
+                let fresh = match class {
+                    Class::Tcp => tcp::seg(tcp_flags) == tcp::Seg::Syn && tcp_flags & TCP_FIN == 0,
+                    _ => !icmp_reply,
+                };
+                if !(opener && fresh) {
+                    e.expires = e.expires.max(now_ns.saturating_add(REVOKED_IDLE_NS));
+                    return CtState::Denied;
+                }
+                return CtState::New(NewFlow { canon, hash, from_a, class, tcp: TcpState::SynSent,
+                                              pickup: false, reversed: false });
             } else if self.entries[idx as usize].bits & REVOKED != 0 {
                 // A fresh SYN from the opener's side is a new connection on a reused port, for
                 // policy to judge; anything else of a revoked connection is dropped.
@@ -936,12 +1103,18 @@ impl<S: BuildHasher> ConnTrack<S> {
             Class::Icmp if icmp_reply => return CtState::Invalid(InvalidReason::IcmpNoRequest),
             _ => TcpState::SynSent, // unused for other classes
         };
+        let pickup = class == Class::Tcp && tcp == TcpState::Established;
+        // A pickup's opener: the end with the higher port (module documentation, "Connections
+        // picked up mid-stream"); with equal ports, the packet's sender.
+        let opener_is_a = if pickup && canon.sport != canon.dport { canon.sport > canon.dport } else { from_a };
         CtState::New(NewFlow {
             canon,
             hash,
-            from_a,
+            from_a: opener_is_a,
             class,
             tcp,
+            pickup,
+            reversed: opener_is_a != from_a,
         })
     }
 
@@ -1011,6 +1184,14 @@ impl<S: BuildHasher> ConnTrack<S> {
             self.stats.expired += 1;
             return CtState::Invalid(InvalidReason::IcmpErrorUnrelated);
         }
+        // An error about a connection policy denied or revoked is no more allowed than it.
+        let bits = self.entries[idx as usize].bits;
+        if bits & DENIED != 0 {
+            return CtState::Denied;
+        }
+        if bits & REVOKED != 0 {
+            return CtState::Invalid(InvalidReason::Revoked);
+        }
         // The error goes back to whoever sent the quoted packet.
         let quoted_sender = if quoted_from_a { canon.src } else { canon.dst };
         if u128::from_be_bytes(hdr.dst_addr) != quoted_sender {
@@ -1023,14 +1204,18 @@ impl<S: BuildHasher> ConnTrack<S> {
         // A short sweep first: timed-out entries are the cheapest room.
         self.sweep(now_ns, 64);
         while self.table.len() >= self.cfg.max_entries {
-            let victim = self.lru_head;
+            // the oldest denial first: denials take only room no connection needs
+            let victim = match self.lru[LIST_DENIED].0 {
+                NIL => self.lru[LIST_UNASSURED].0,
+                oldest => oldest,
+            };
             if victim == NIL {
                 self.stats.insert_failed += 1;
                 return Err(CtError::TableFull);
             }
             if self.entries[victim as usize].expires <= now_ns {
                 self.stats.expired += 1;
-            } else {
+            } else if self.entries[victim as usize].bits & DENIED == 0 {
                 self.stats.early_drops += 1;
             }
             self.remove_slot(victim);
@@ -1052,13 +1237,27 @@ impl<S: BuildHasher> ConnTrack<S> {
         if self.entries[i].bits & IN_LRU != 0 {
             self.lru_unlink(idx);
         }
+        if self.entries[i].bits & DENIED != 0 {
+            self.denials -= 1;
+        }
         self.entries[i].expires = 0;
         self.entries[i].bits = 0;
         self.free.push(idx);
     }
 
+    /// The LRU list an entry with `bits` belongs on.
+    #[inline]
+    fn list_of(bits: u8) -> usize {
+        if bits & DENIED != 0 {
+            LIST_DENIED
+        } else {
+            LIST_UNASSURED
+        }
+    }
+
     fn lru_push(&mut self, idx: u32) {
-        let tail = self.lru_tail;
+        let list = Self::list_of(self.entries[idx as usize].bits);
+        let tail = self.lru[list].1;
         {
             let e = &mut self.entries[idx as usize];
             e.prev = tail;
@@ -1066,15 +1265,15 @@ impl<S: BuildHasher> ConnTrack<S> {
             e.bits |= IN_LRU;
         }
         if tail == NIL {
-            self.lru_head = idx;
+            self.lru[list].0 = idx;
         } else {
             self.entries[tail as usize].next = idx;
         }
-        self.lru_tail = idx;
+        self.lru[list].1 = idx;
     }
 
     fn lru_unlink(&mut self, idx: u32) {
-        let (prev, next) = {
+        let (prev, next, list) = {
             let e = &mut self.entries[idx as usize];
             if e.bits & IN_LRU == 0 {
                 return;
@@ -1083,15 +1282,16 @@ impl<S: BuildHasher> ConnTrack<S> {
             (
                 std::mem::replace(&mut e.prev, NIL),
                 std::mem::replace(&mut e.next, NIL),
+                Self::list_of(e.bits),
             )
         };
         if prev == NIL {
-            self.lru_head = next;
+            self.lru[list].0 = next;
         } else {
             self.entries[prev as usize].next = next;
         }
         if next == NIL {
-            self.lru_tail = prev;
+            self.lru[list].1 = prev;
         } else {
             self.entries[next as usize].prev = prev;
         }
@@ -1118,27 +1318,33 @@ impl<S: BuildHasher> ConnTrack<S> {
             if self.find(&e.canon(), self.build.hash_one(e.canon())) != Some(i) {
                 return Err("entry not found by its key".into());
             }
-            if (e.bits & ASSURED == 0) != (e.bits & IN_LRU != 0) {
-                return Err("unassured entries must be exactly the LRU list".into());
+            if (e.bits & (ASSURED | DENIED) != ASSURED) != (e.bits & IN_LRU != 0) {
+                return Err("unassured entries and denials must be exactly the LRU lists".into());
             }
+        }
+        let denials = self.table.iter().filter(|&&i| self.entries[i as usize].bits & DENIED != 0).count();
+        if denials != self.denials {
+            return Err(format!("{denials} denials, {} counted", self.denials));
         }
         let mut n = 0;
-        let mut cur = self.lru_head;
-        let mut prev = NIL;
-        while cur != NIL {
-            let e = &self.entries[cur as usize];
-            if e.prev != prev || e.bits & IN_LRU == 0 {
-                return Err("broken LRU link".into());
+        for (list, &(head, tail)) in self.lru.iter().enumerate() {
+            let mut cur = head;
+            let mut prev = NIL;
+            while cur != NIL {
+                let e = &self.entries[cur as usize];
+                if e.prev != prev || e.bits & IN_LRU == 0 || Self::list_of(e.bits) != list {
+                    return Err("broken LRU link".into());
+                }
+                prev = cur;
+                cur = e.next;
+                n += 1;
+                if n > self.entries.len() {
+                    return Err("LRU cycle".into());
+                }
             }
-            prev = cur;
-            cur = e.next;
-            n += 1;
-            if n > self.entries.len() {
-                return Err("LRU cycle".into());
+            if prev != tail {
+                return Err("LRU tail".into());
             }
-        }
-        if prev != self.lru_tail {
-            return Err("LRU tail".into());
         }
         Ok(())
     }

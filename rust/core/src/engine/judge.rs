@@ -2,8 +2,8 @@
 //! for every engine that can judge a single header ([`Judge`]).
 
 use super::records::{
-    PacketVerdict, HTTP_AWAITS, HTTP_ERROR, HTTP_OUT_OF_ORDER, HTTP_REQUEST, HTTP_TABLE_FULL, PACKET_ESTABLISHED,
-    PACKET_INVALID, PACKET_POLICY,
+    PacketVerdict, HTTP_AWAITS, HTTP_ERROR, HTTP_OUT_OF_ORDER, HTTP_REQUEST, HTTP_TABLE_FULL, PACKET_DENIED_CONNECTION,
+    PACKET_ESTABLISHED, PACKET_INVALID, PACKET_POLICY,
 };
 use super::{is_port_protocol, Addr, Defaults, Flow, FlowEnd, Verdict, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP};
 use crate::batch::{PacketHeader, FLAG_HAS_PORTS, FLAG_MALFORMED, FLAG_TRUNCATED};
@@ -80,8 +80,11 @@ pub trait Judge {
 
     /// Classifies a batch with connection tracking: packets of connections already allowed
     /// (and their replies, and ICMP errors about them) pass without policy; a packet that may
-    /// open a connection is judged by policy and, if allowed, starts tracking. Time is each
-    /// header's capture timestamp. `quotes`, parallel to `headers`, carries the flow each ICMP
+    /// open a connection is judged by policy and, if allowed, starts tracking; if denied, every
+    /// later packet of its connection, either way, is denied with it
+    /// (`PACKET_DENIED_CONNECTION`). A TCP connection picked up mid-stream is judged as its
+    /// client opened it (`conntrack`, "Connections picked up mid-stream"): the verdict record of
+    /// a server's packet is that of its reverse. Time is each header's capture timestamp. `quotes`, parallel to `headers`, carries the flow each ICMP
     /// error quotes.
     fn classify_tracked(
         &self,
@@ -99,7 +102,10 @@ pub trait Judge {
     /// awaits its request is admitted provisionally and watched; each request its client sends
     /// is judged when its head is complete, at the packet that completes it, and the connection
     /// is revoked (every later packet, either way, INVALID) at the first one denied or at a
-    /// stream that cannot be judged. Without `http`, such a connection is denied (fail closed).
+    /// stream that cannot be judged. A request is judged as of its connection's opening: the
+    /// rules read at the opening (`domains`, whose answers may have expired since, as Calico
+    /// checks them when a connection opens) read the same, and `http` rules read the request.
+    /// Without `http`, such a connection is denied (fail closed).
     fn classify_tracked_http(
         &self,
         ct: &mut ConnTrack,
@@ -128,6 +134,9 @@ pub trait Judge {
             *o = match judged {
                 Some(v) => v,
                 None if state.allows() => PacketVerdict { allow: 1, reason: PACKET_ESTABLISHED, ..Default::default() },
+                None if state == CtState::Denied => {
+                    PacketVerdict { allow: 0, reason: PACKET_DENIED_CONNECTION, ..Default::default() }
+                }
                 None => PacketVerdict { allow: 0, reason: PACKET_INVALID, ..Default::default() },
             };
             o.allow = allowed as u8;
@@ -173,7 +182,9 @@ pub enum SegmentStep {
 /// segment is read and each request it completes judged: `out` becomes that judgement
 /// (`HTTP_REQUEST`), or a denial for a stream that cannot be judged (`HTTP_ERROR + k`), or a
 /// hold (`HTTP_OUT_OF_ORDER`), or stays an allow marked `HTTP_AWAITS` while no request has been
-/// read yet.
+/// read yet. Each request is judged with the header's time set to when its connection began to
+/// be watched (its opening): what `domains` rules read is the same as at the opening, as Calico
+/// checks them when a connection opens, and only `http` rules read the request.
 pub fn judge_segment<J: Judge + ?Sized>(
     engine: &J,
     conns: &mut HttpConns,
@@ -195,8 +206,9 @@ pub fn judge_segment<J: Judge + ?Sized>(
             Some(SegmentStep::Hold)
         }
         Fed::Requests(requests) => {
+            let opened = PacketHeader { ts_ns: conns.opened_at(&key).unwrap_or(h.ts_ns), ..*h };
             for r in &requests {
-                let Some(v) = engine.request_verdict(h, r, defaults) else { continue };
+                let Some(v) = engine.request_verdict(&opened, r, defaults) else { continue };
                 *out = PacketVerdict::judged(&v);
                 out.http = HTTP_REQUEST;
                 if !v.allow {

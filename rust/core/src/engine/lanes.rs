@@ -4,14 +4,17 @@
 //! batch's DNS messages are learned between them: every lane judges its packets up to a
 //! message before the message is learned, so in every lane a connection made after an answer
 //! is judged by what it taught and one made before is not — in one call, whatever the number
-//! of answers.
+//! of answers. Only an answer policy lets through to its client teaches, as on a node, where
+//! only answers to allowed queries reach the client (and `enforce` learns only those): in the
+//! learner's own lanes, its packet allowed (with a tracker: the reply of an allowed query, never
+//! that of a denied one) and, judged without a tracker, its query (the packet's reverse) too.
 
 use std::ops::Range;
 
 use super::judge::{Judge, Segment};
 use super::{Defaults, PacketVerdict, Snapshot};
 use crate::batch::PacketHeader;
-use crate::conntrack::{ConnTrack, QuotedTuple};
+use crate::conntrack::{reversed_header, ConnTrack, QuotedTuple};
 use crate::dns::DnsError;
 use crate::http::HttpConns;
 
@@ -34,6 +37,8 @@ pub struct DnsTally {
     pub messages: u64,
     /// New (name, address) facts they taught.
     pub learned: u64,
+    /// Messages not learned: policy denied the answer, or (judged without a tracker) its query.
+    pub denied: u64,
     /// Malformed messages, by [`DnsError::ALL`] index.
     pub errors: [u64; DnsError::ALL.len()],
 }
@@ -52,6 +57,19 @@ pub struct Lane<'a> {
 }
 
 impl Lane<'_> {
+    /// Whether policy let batch row `row` through in this lane, as the answer to an allowed
+    /// query: None if the lane does not judge that row. Without a tracker, the packet was
+    /// judged alone: its reverse (the query) must be allowed too.
+    fn lets_answer_through(&self, row: usize, defaults: Defaults) -> Option<bool> {
+        let at = self.rows.binary_search(&i64::try_from(row).ok()?).ok()?;
+        let allowed = self.out.get(at)?.allow != 0;
+        if !allowed || self.tracker.is_some() {
+            return Some(allowed);
+        }
+        let query = reversed_header(self.headers.get(at)?);
+        Some(self.engine.packet_verdict(&query, defaults).allow != 0)
+    }
+
     /// Judges the lane's packets `r` (indices into its arrays).
     fn judge(&mut self, r: Range<usize>, defaults: Defaults) {
         let (hs, vs) = (&self.headers[r.clone()], &mut self.out[r.clone()]);
@@ -68,8 +86,9 @@ impl Lane<'_> {
 
 /// Judges every lane, learning each of `messages` (by ascending index into `batch`, the
 /// headers as captured) into `learner`'s domain facts once every lane has judged its packets
-/// up to and including the message's own. A message out of order is learned where it is met.
-/// The lanes' arrays must be parallel (as long as their rows).
+/// up to and including the message's own, if the learner's lanes let it through (module
+/// documentation). A message out of order is learned where it is met. The lanes' arrays must
+/// be parallel (as long as their rows).
 pub fn judge_lanes(
     lanes: &mut [Lane<'_>],
     batch: &[PacketHeader],
@@ -91,8 +110,19 @@ pub fn judge_lanes(
     for m in messages {
         judge_before(m.index.saturating_add(1), lanes);
         let Some(h) = batch.get(m.index) else { continue };
-        let (learned, error) = learner.learn_dns(m.payload, h.ts_ns, h.protocol == super::PROTO_TCP);
+        // every lane of the learner that judged the answer let it through (a Service's answer:
+        // for each backend choice), and at least one judged it
+        let through = lanes
+            .iter()
+            .filter(|lane| std::ptr::eq(lane.engine, learner))
+            .filter_map(|lane| lane.lets_answer_through(m.index, defaults))
+            .fold(None, |all, one| Some(all.unwrap_or(true) && one));
         tally.messages += 1;
+        if through != Some(true) {
+            tally.denied += 1;
+            continue;
+        }
+        let (learned, error) = learner.learn_dns(m.payload, h.ts_ns, h.protocol == super::PROTO_TCP);
         tally.learned += learned as u64;
         if let Some(k) = error {
             tally.errors[k] += 1;

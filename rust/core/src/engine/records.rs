@@ -13,6 +13,9 @@ pub const PACKET_ESTABLISHED: u8 = 1;
 pub const PACKET_MALFORMED: u8 = 2;
 /// Connection tracking found it invalid (e.g. a TCP packet that opens nothing): denied.
 pub const PACKET_INVALID: u8 = 3;
+/// It belongs to a connection whose opening packet policy denied (either direction): denied
+/// with it (`conntrack::CtState::Denied`).
+pub const PACKET_DENIED_CONNECTION: u8 = 4;
 
 /// `PacketVerdict::http`: no HTTP rule was involved.
 pub const HTTP_NONE: u8 = 0;
@@ -103,7 +106,8 @@ crate::abi_record! {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PacketVerdict as "pc_verdict" {
     pub allow: u8,
-    /// `PACKET_POLICY`, `PACKET_ESTABLISHED`, `PACKET_MALFORMED` or `PACKET_INVALID`.
+    /// `PACKET_POLICY`, `PACKET_ESTABLISHED`, `PACKET_MALFORMED`, `PACKET_INVALID` or
+    /// `PACKET_DENIED_CONNECTION`.
     pub reason: u8,
     /// Connection-tracking state code (`conntrack::code`), 0 without tracking.
     pub ct_state: u8,

@@ -50,6 +50,8 @@ struct Watched {
     requests: u64,
     /// When it was watched or last fed a segment (ns).
     last_ns: u64,
+    /// When it was watched: the connection's opening (ns).
+    opened_ns: u64,
 }
 
 /// The watched connections, by original-direction key (client to server).
@@ -97,7 +99,7 @@ impl HttpConns {
             }
         }
         let stream = RequestStream::new(self.max_head, self.max_segments);
-        self.map.insert(key, Watched { stream, next_seq, requests: 0, last_ns: now_ns });
+        self.map.insert(key, Watched { stream, next_seq, requests: 0, last_ns: now_ns, opened_ns: now_ns });
         self.stats.watched += 1;
         true
     }
@@ -110,6 +112,11 @@ impl HttpConns {
     /// Whether `key` is watched and none of its requests has been read yet.
     pub fn awaiting(&self, key: &FlowKey) -> bool {
         self.map.get(key).is_some_and(|w| w.requests == 0)
+    }
+
+    /// When `key` began to be watched (its connection's opening), if it is watched.
+    pub fn opened_at(&self, key: &FlowKey) -> Option<u64> {
+        self.map.get(key).map(|w| w.opened_ns)
     }
 
     /// Stops watching `key`.
