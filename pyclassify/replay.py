@@ -129,12 +129,14 @@ def flow_hashes(headers: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
 
 
 def _count_rules(summary: ReplaySummary, verdicts: npt.NDArray[Any]) -> None:
-    judged_all = verdicts["reason"] == PACKET_POLICY
-    summary.policy += int(np.count_nonzero(judged_all))
-    summary.policy_allowed += int(np.count_nonzero(verdicts["allow"][judged_all]))
+    policy = verdicts[verdicts["reason"] == PACKET_POLICY]  # usually few beside the established ones
+    summary.policy += len(policy)
+    summary.policy_allowed += int(np.count_nonzero(policy["allow"]))
+    summary.pickups += int(np.count_nonzero(np.isin(policy["ct_state"], list(PICKUP_OPENER))))
     httprules.count_outcomes(summary.http, verdicts)
     # by rule: the decisions of rules (not the HTTP outcomes counted apart)
-    judged = verdicts[judged_all & ~httprules.outcome_mask(verdicts)]
+    outcomes = httprules.outcome_mask(policy)
+    judged = policy[~outcomes] if outcomes.any() else policy
     for direction in ("egress", "ingress"):
         summary.no_policy[direction] += len(judged) - int(np.count_nonzero(judged[direction]["present"] == 1))
     _count_by_rule(summary.by_rule, judged)
@@ -454,12 +456,11 @@ class Replay:
         s.packets += n
         s.allowed += allowed
         s.denied += n - allowed
-        s.malformed += int(np.count_nonzero(verdicts["reason"] == PACKET_MALFORMED))
-        s.established += int(np.count_nonzero(verdicts["reason"] == PACKET_ESTABLISHED))
-        s.invalid += int(np.count_nonzero(verdicts["reason"] == PACKET_INVALID))
-        s.denied_connection += int(np.count_nonzero(verdicts["reason"] == PACKET_DENIED_CONNECTION))
-        s.pickups += int(np.count_nonzero((verdicts["ct_state"] == CT_NEW_PICKUP)
-                                          | (verdicts["ct_state"] == CT_NEW_PICKUP_REPLY)))
+        reasons = np.bincount(verdicts["reason"], minlength=len(PACKET_REASONS))  # every reason, one pass
+        s.malformed += int(reasons[PACKET_MALFORMED])
+        s.established += int(reasons[PACKET_ESTABLISHED])
+        s.invalid += int(reasons[PACKET_INVALID])
+        s.denied_connection += int(reasons[PACKET_DENIED_CONNECTION])
         s.flow_set.add(np.ascontiguousarray(batch.headers), verdicts["reason"] == PACKET_MALFORMED)
         _count_rules(s, verdicts)
         staged = self._staged_verdicts
