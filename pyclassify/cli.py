@@ -963,9 +963,10 @@ def _print_replay(summary: dict[str, Any]) -> None:
     dns = s.get("dns")
     if dns is not None:
         bad = ", ".join(f"{n} {k}" for k, n in dns["errors"].items())
+        denied = f"; {dns['denied']} answers policy denied (or their query) taught nothing" if dns["denied"] else ""
         out.print(f"dns: {dns['answers']} answers taught {dns['learned']} name-address facts"
                   + (f" ({bad}: learned nothing)" if bad else "") + (f"; {dns['evicted']} evicted" if dns["evicted"] else "")
-                  + (f"; {dns['denied']} answers policy denied (or their query) taught nothing" if dns["denied"] else ""))
+                  + denied)
     staged = s.get("staged")
     if staged is not None:
         out.print(f"staged: with the staged policies enforced, {staged['allowed']} allowed, {staged['denied']} denied: "

@@ -164,7 +164,8 @@ class Capture:
     def __init__(self, ns: str, path: Path, interface: str = "eth0") -> None:
         self.path = path
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, "tcpdump", "-i", interface, "-n", "-U", "--immediate-mode", "-Z", "root", "-w", str(path), "ip"],
+            ["ip", "netns", "exec", ns, "tcpdump", "-i", interface, "-n", "-U", "--immediate-mode", "-Z", "root",
+             "-w", str(path), "ip"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         assert self.proc.stderr is not None
         line = self.proc.stderr.readline()  # "listening on eth0, ..." once the capture runs

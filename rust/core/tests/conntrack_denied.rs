@@ -160,7 +160,8 @@ fn a_connection_picked_up_mid_stream_is_judged_as_its_client_opened_it() {
         let mut ct = ct(1024);
         let mut judged = Vec::new();
         assert!(!track(&mut ct, &first, S, |k| k.dport != 8081, &mut judged).1);
-        for h in [client_first, server_first, tcp(A, 40000, B, 8081, TCP_FIN | TCP_ACK), tcp(B, 8081, A, 40000, TCP_RST)] {
+        let close = [tcp(A, 40000, B, 8081, TCP_FIN | TCP_ACK), tcp(B, 8081, A, 40000, TCP_RST)];
+        for h in [client_first, server_first, close[0], close[1]] {
             assert_eq!(track(&mut ct, &h, S, |_| true, &mut judged), (CtState::Denied, false));
         }
         assert_eq!(judged, vec![opener]);
@@ -264,7 +265,9 @@ fn pkt() -> impl Strategy<Value = Pkt> {
         prop::sample::select(vec![TCP_SYN, TCP_SYN | TCP_ACK, TCP_ACK, TCP_ACK | PSH, TCP_FIN | TCP_ACK, TCP_RST]),
         0u64..2000,
     )
-        .prop_map(|(from_a, a_port, b_port, proto, flags, step_ms)| Pkt { from_a, a_port, b_port, proto, flags, step_ms })
+        .prop_map(|(from_a, a_port, b_port, proto, flags, step_ms)| {
+            Pkt { from_a, a_port, b_port, proto, flags, step_ms }
+        })
 }
 
 proptest! {

@@ -48,11 +48,11 @@
 //! packet's sender did. Linux's `nf_conntrack_tcp_loose` takes the first packet's direction,
 //! which for a capture begun mid-connection is the server's half of the time, so policy would
 //! judge the server's egress to the client's port instead of the connection policy had to allow
-//! for it to exist (Hubble leaves such a flow's direction unknown). Services listen on
-//! well-known or registered ports and clients use ephemeral ones above them (Linux
-//! 32768-60999, IANA 49152-65535), so the lower port is the listening one. The packet that
-//! picks a connection up is [`CtState::New`] with [`NewFlow::picked_up`]; when it came from the
-//! server, [`NewFlow::judged_reversed`], and policy judges its reverse ([`NewFlow::key`]).
+//! for it to exist (Hubble reports such a flow's direction as unknown: `is_reply` absent).
+//! Services listen on well-known or registered ports and clients use ephemeral ones above them
+//! (Linux 32768-60999, IANA 49152-65535), so the lower port is the listening one. The packet
+//! that picks a connection up is [`CtState::New`] with [`NewFlow::picked_up`]; when it came from
+//! the server, [`NewFlow::judged_reversed`], and policy judges its reverse ([`NewFlow::key`]).
 //!
 //! # What the decoder must deliver
 //!
@@ -701,8 +701,9 @@ impl<S: BuildHasher> ConnTrack<S> {
     /// so a reply later in the same batch is already a reply, and those with a denying one are
     /// remembered denied. For a connection picked up from its server's side
     /// ([`code::NEW_PICKUP_REPLY`]) the verdict stands for the connection as its client opened
-    /// it: callers that judge each header as given should use [`ConnTrack::track_judged`]. Writes each packet's state
-    /// [`code`] to `states[i]` and whether it is allowed (1/0) to `allowed[i]`.
+    /// it: callers that judge each header as given should use [`ConnTrack::track_judged`].
+    /// Writes each packet's state [`code`] to `states[i]` and whether it is allowed (1/0) to
+    /// `allowed[i]`.
     /// `now_ns = None` uses each header's `ts_ns` (capture replay); `quoted`, if given, is
     /// parallel to `hdrs`.
     pub fn track_batch(

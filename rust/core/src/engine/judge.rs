@@ -84,8 +84,8 @@ pub trait Judge {
     /// later packet of its connection, either way, is denied with it
     /// (`PACKET_DENIED_CONNECTION`). A TCP connection picked up mid-stream is judged as its
     /// client opened it (`conntrack`, "Connections picked up mid-stream"): the verdict record of
-    /// a server's packet is that of its reverse. Time is each header's capture timestamp. `quotes`, parallel to `headers`, carries the flow each ICMP
-    /// error quotes.
+    /// a server's packet is that of its reverse. Time is each header's capture timestamp.
+    /// `quotes`, parallel to `headers`, carries the flow each ICMP error quotes.
     fn classify_tracked(
         &self,
         ct: &mut ConnTrack,
