@@ -445,6 +445,53 @@ def test_service_errors():
     ]
 
 
+def test_service_port_names_are_dns_labels():
+    """Service port names are DNS-1123 labels (ValidateDNS1123Label in the API server's
+    validateServicePort), not IANA service names: `kubectl create service clusterip --tcp
+    8001:8000` names its port 8001-8000, charts use names longer than 15 characters. A named
+    targetPort is a container port's name, an IANA_SVC_NAME; a quoted number is no such name."""
+    inv, problems = build(
+        """\
+        apiVersion: v1
+        kind: Service
+        metadata: {name: api}
+        spec:
+          ports:
+          - {name: 8001-8000, port: 8001, targetPort: 8000}
+          - {name: https-metrics-endpoint, port: 8443, targetPort: metrics}
+        ---
+        apiVersion: discovery.k8s.io/v1
+        kind: EndpointSlice
+        metadata: {name: api-x, labels: {kubernetes.io/service-name: api}}
+        addressType: IPv4
+        endpoints: [{addresses: [10.0.0.1]}]
+        ports: [{name: 8001-8000, port: 8000}, {name: https-metrics-endpoint, port: 9100}]
+        """
+    )
+    assert not problems.items, [str(p) for p in problems]
+    ports = inv.services[("default", "api")].ports
+    assert [(p.name, p.port, p.target_port) for p in ports] == [
+        ("8001-8000", 8001, 8000), ("https-metrics-endpoint", 8443, "metrics")]
+    _, problems = build(
+        """\
+        apiVersion: v1
+        kind: Service
+        metadata: {name: api}
+        spec:
+          ports:
+          - {name: Metrics_1, port: 80, targetPort: "8080"}
+          - {name: a-very-long-port-name-that-is-longer-than-sixty-three-characters-x, port: 81}
+        """
+    )
+    assert [(p.path, p.message) for p in problems.errors] == [
+        ("spec.ports[0].name", "invalid port name 'Metrics_1': must be a lowercase RFC 1123 label "
+                               "(a-z, 0-9 and '-', starting and ending alphanumeric)"),
+        ("spec.ports[0].targetPort", "invalid port name '8080': must contain at least one letter (a-z)"),
+        ("spec.ports[1].name", "invalid port name 'a-very-long-port-name-that-is-longer-than-sixty-three-characters-x': "
+                               "must be no more than 63 characters"),
+    ]
+
+
 def test_endpoint_slice_errors():
     _, problems = build(
         """\
@@ -456,14 +503,19 @@ def test_endpoint_slice_errors():
         - addresses: [fd00::1, 10.0.0.999]
         - addresses: []
         ports:
-        - {port: 0}
+        - {port: 0, name: 8001-8000}
+        - {port: 80, name: Bad_Name}
+        - {port: 81, name: 8001-8000}
         """
     )
+    # The API server validates no EndpointSlice port number (port 0 stands); port names are
+    # DNS-1123 labels, unique in the slice (discovery validation's validatePorts).
     assert errors(problems) == [
         (6, "endpoints[0].addresses[0]"),
         (6, "endpoints[0].addresses[1]"),
         (7, "endpoints[1].addresses"),
-        (9, "ports[0].port"),
+        (10, "ports[1].name"),
+        (11, "ports[2].name"),
     ]
 
 

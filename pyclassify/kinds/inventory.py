@@ -232,6 +232,19 @@ class _Checker:
             return None
         return value
 
+    def dns_label_port_name(self, path: FieldPath, value: Any) -> str | None:
+        """The name of a Service or EndpointSlice port: a DNS-1123 label (``8001-8000``, as
+        ``kubectl create service`` writes, and ``https-metrics-endpoint`` are valid), as the
+        API server's ValidateDNS1123Label checks it — not the container ports' IANA name."""
+        if not isinstance(value, str):
+            self.error(path, f"port name must be a string, not {value!r}")
+            return None
+        err = dns1123_label_error(value)
+        if err:
+            self.error(path, f"invalid port name {value!r}: {err}")
+            return None
+        return value
+
     def name(self, kind: str = "subdomain") -> str:
         name = self.string(("metadata", "name"), required=True) or ""
         if name:
@@ -448,16 +461,21 @@ class InventoryBuilder:
                         c.error(path + ("addresses", j), f"{value} is not an {address_type} address")
                     else:
                         ips.append(ip)
+        names: set[str] = set()
         for i, port in enumerate(c.sequence(("ports",))):
             path = ("ports", i)
             if not isinstance(port, dict):
                 c.error(path, "must be an object")
                 continue
-            if port.get("port") is not None:
-                c.port_number(path + ("port",), port.get("port"))
+            # The port number is not validated by the API server (any int32; the schema's).
             c.protocol(path + ("protocol",))
-            if port.get("name"):
-                c.port_name(path + ("name",), port.get("name"))
+            name = port.get("name") or ""  # defaulted to "", and unique including ""
+            if name:
+                name = c.dns_label_port_name(path + ("name",), name)
+            if name is not None:
+                if name in names:
+                    c.error(path + ("name",), f"Duplicate value: {name!r}")
+                names.add(name)
         service = labels.get(SERVICE_NAME_LABEL)
         if service:
             self.slice_ips.setdefault((ns, service), []).extend(ips)
@@ -616,7 +634,7 @@ def _service_ports(c: _Checker) -> tuple[ServicePort, ...]:
             if len(entries) > 1:
                 c.error(path + ("name",), "Required value: every port of a multi-port service needs a name")
         else:
-            name = c.port_name(path + ("name",), name)
+            name = c.dns_label_port_name(path + ("name",), name)
             if name in names:
                 c.error(path + ("name",), f"Duplicate value: port name {name!r}")
             if name:
@@ -627,12 +645,14 @@ def _service_ports(c: _Checker) -> tuple[ServicePort, ...]:
         number = c.port_number(path + ("port",), entry.get("port"))
         protocol = c.protocol(path + ("protocol",))
         target = entry.get("targetPort")
-        if isinstance(target, str) and not target.isdigit():
+        if isinstance(target, str):
+            # A string is a port name (IANA_SVC_NAME), as the API server reads an IntOrString:
+            # "8080" is no number there ("must contain at least one letter").
             target = c.port_name(path + ("targetPort",), target)
-        elif target is not None:
-            target = c.port_number(path + ("targetPort",), int(target) if isinstance(target, str) else target)
+        elif target is not None and target != 0:
+            target = c.port_number(path + ("targetPort",), target)
         else:
-            target = number  # targetPort defaults to port
+            target = number  # targetPort defaults to port (0 is unset)
         node_port = None
         if entry.get("nodePort") is not None:
             node_port = c.port_number(path + ("nodePort",), entry.get("nodePort"))
