@@ -308,6 +308,20 @@ def manifest_lines(
     List's document and the lines are those of ``items[item]``, relative to it."""
 
 
+
+# strict field validation (rust/py/src/schema.rs)
+class SchemaChecker:
+    """The bundled schemas (pyclassify/schemas/*.json), compiled."""
+    def __init__(self, files: list[str]) -> None:
+        """``files``: the schema files' JSON text; ValueError if one is not a schema file."""
+    @property
+    def kinds(self) -> list[str]:
+        """Every ``apiVersion/Kind`` with a schema, sorted."""
+    def conforms(self, obj: Any, api_version: str, kind: str) -> bool | None:
+        """Whether ``obj`` has only fields its kind's schema knows, of the types it allows (None:
+        no schema of that kind). False also for a value whose JSON type it cannot tell (a
+        timestamp, an integer beyond 64 bits): the detailed walk judges those."""
+
 # domains from DNS (rust/py/src/dns.rs, errors in rust/py/src/errors.rs)
 DNS_ERROR_NAMES: Final[list[str]]
 

@@ -31,6 +31,7 @@ from pyclassify import kinds
 from pyclassify.engine import EngineState, NativeEngine, endpoint_key, policy_key
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import STAGED_KINDS, EndpointKind, Hook, Policy, PolicySet
+from pyclassify.kinds import schema
 from pyclassify.kinds.inventory import InventoryBuilder, selected_pod_ips
 from pyclassify.project import Project
 from pyclassify.flow import namespace_labels, service_account_labels
@@ -99,6 +100,10 @@ class LiveProject:
         if obj is None:
             raise ValueError("a change needs the object before or after it")
         doc = self._doc(obj)
+        if after is not None:
+            problems = Problems()
+            if schema.check(doc, problems):  # strict field validation, as the API server's
+                raise InvalidInput(problems.errors)
         kind = kinds.kind_key(doc)
         if kind == ("", "Pod"):
             self._pod(before, after)

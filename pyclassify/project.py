@@ -21,6 +21,7 @@ from pyclassify.admission.policy import is_admission_policy
 from pyclassify.bulk import collector_paused
 from pyclassify.inventory import Endpoint, Inventory
 from pyclassify.ir import BUILTIN_TIERS, Action, EndpointKind, Policy, PolicySet, Profile, Tier
+from pyclassify.kinds import schema
 from pyclassify.kinds.inventory import InventoryBuilder
 from pyclassify.kinds.versions import kind_problem
 from pyclassify.loader import iter_paths
@@ -166,17 +167,21 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
             invalid.setdefault(key, str(problems.errors[-1]))
             continue
         seen[key] = doc.locator()
+        errors_before = len(problems.items)
+        # Strict field validation first: an object the API server would refuse is not used.
+        refused = schema.check(doc, problems)
         if is_admission_policy(doc):
             admission_documents.append(doc)
         elif failsafe.is_config(doc, key[:2]):  # Felix's failsafe ports (FelixConfiguration default)
-            failsafe_config = failsafe.read_config(doc, problems, failsafe_config)
+            if not refused:
+                failsafe_config = failsafe.read_config(doc, problems, failsafe_config)
+            _note_invalid(problems, errors_before, key, invalid)
             continue
-        errors_before = len(problems.items)
+        built = len(policies), len(tiers), len(profiles)
         _normalize(doc, key[:2], builder, policies, tiers, profiles, skipped, problems)
-        if len(problems.items) > errors_before:
-            found = [p for p in problems.items[errors_before:] if p.severity == "error"]
-            if found:
-                invalid[key] = str(found[0])
+        if refused:  # its other errors are reported; what its kind's code made of it is dropped
+            del policies[built[0]:], tiers[built[1]:], profiles[built[2]:]
+        _note_invalid(problems, errors_before, key, invalid)
     inventory = builder.build()
     # Host endpoints keep their failsafe ports open whatever the policy (as Calico does).
     if any(e.kind is EndpointKind.HOST for e in inventory.endpoints):
@@ -192,6 +197,13 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
         invalid=invalid,
         failsafe_config=failsafe_config,
     )
+
+
+def _note_invalid(problems: Problems, start: int, key: ObjectKey, invalid: dict[ObjectKey, str]) -> None:
+    """The object ``key`` is invalid if an error was found since ``start`` (its first one)."""
+    found = next((p for p in problems.items[start:] if p.severity == "error"), None)
+    if found is not None:
+        invalid[key] = str(found)
 
 
 def _normalize(doc: Document, kind: tuple[str, str], builder: InventoryBuilder, policies: list[Policy],

@@ -162,15 +162,35 @@ class Problem:
         return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
 
 
+DocumentKey = tuple[str, int, FieldPath]  # (file, line, base): one object of one run
+
+
+def document_key(doc: Document) -> DocumentKey:
+    return (doc.file, doc.line, doc.base)
+
+
 class Problems:
-    """Collects every problem of a run, in the order found."""
+    """Collects every problem of a run, in the order found.
+
+    One error per field: once the schema check of an object has reported fields
+    (``pyclassify.kinds.schema.check``, ``refuse``), errors its kind's code finds at or under
+    those fields are not added again."""
 
     def __init__(self) -> None:
         self.items: list[Problem] = []
         #: inputs given by name that held no document at all (``pyclassify`` exits 1)
         self.empty_inputs: list[str] = []
+        #: objects whose schema check refused fields in this run -> those fields, as printed
+        self.schema_checked: dict[DocumentKey, tuple[str, ...]] = {}
+
+    def refuse(self, doc: Document, paths: tuple[str, ...]) -> None:
+        self.schema_checked[document_key(doc)] = paths
 
     def error(self, doc: Document, path: FieldPath, message: str) -> None:
+        if self.schema_checked:
+            refused = self.schema_checked.get((doc.file, doc.line, doc.base))
+            if refused and _under(format_path(path), refused):
+                return
         self.items.append(Problem(doc.file, doc.line_of(path), format_path(path), message))
 
     def warning(self, doc: Document, path: FieldPath, message: str) -> None:
@@ -195,6 +215,11 @@ class Problems:
 
     def __len__(self) -> int:
         return len(self.items)
+
+
+def _under(path: str, fields: tuple[str, ...]) -> bool:
+    """Whether the field ``path`` is one of ``fields`` or inside one (all as printed)."""
+    return any(path == f or path.startswith((f + ".", f + "[")) or not f for f in fields)
 
 
 class InvalidInput(Exception):

@@ -20,6 +20,7 @@ from rich.markup import escape
 from pyclassify.admission.evaluate import REASON_NO_POLICY, REASON_RULE, ResourceDecision, evaluate, resource_from_document
 from pyclassify.admission.policy import KIND, format_time, load_admission, parse_time
 from pyclassify.admission.scans import ScanResults, load_scans
+from pyclassify.kinds import schema
 from pyclassify.loader import load_paths
 from pyclassify.source import Problem, Problems
 
@@ -62,6 +63,8 @@ def run_admit(
     docs = load_paths([resource_path], problems)
     resources = []
     for doc in docs:
+        if schema.check(doc, problems):  # a resource the API server would refuse: reported
+            continue
         r = resource_from_document(doc, problems)
         if r is not None:
             resources.append(r)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 from pyclassify._engine import MAX_IMAGE_PATTERNS, ImagePatternError, ImagePatternSet
-from pyclassify.kinds import api_group
+from pyclassify.kinds import api_group, schema
 from pyclassify.kinds.common import calico_selector, check_keys
 from pyclassify.kinds.inventory import InventoryBuilder
 from pyclassify.loader import iter_paths
@@ -471,11 +471,17 @@ def build_admission(documents: Iterable[Document], problems: Problems) -> Admiss
     seen: dict[str, AdmissionPolicy] = {}
     namespaces = InventoryBuilder(problems)
     for doc in documents:
-        if doc.kind == "Namespace" and api_group(doc.api_version) == "":
-            namespaces.add(doc)
-        if not is_admission_policy(doc):
+        namespace = doc.kind == "Namespace" and api_group(doc.api_version) == ""
+        if not namespace and not is_admission_policy(doc):
+            continue
+        refused = schema.check(doc, problems)  # reported; such an object is not used
+        if namespace:
+            if not refused:
+                namespaces.add(doc)
             continue
         for policy in normalize_admission_policy(doc, problems):
+            if refused:
+                continue
             first = seen.get(policy.name)
             if first is not None:
                 problems.error(doc, ("metadata", "name"),

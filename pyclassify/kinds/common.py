@@ -22,6 +22,7 @@ from pyclassify.ir import (
     NamedPort,
     PortRange,
 )
+from pyclassify.kinds import schema
 from pyclassify.names import port_name_error, selector_label_key_error, selector_label_value_error
 from pyclassify.selector import Selector, SelectorError, excerpt, unencodable
 from pyclassify.source import Document, FieldPath, Problems
@@ -80,11 +81,9 @@ def port_number(doc: Document, problems: Problems, path: FieldPath, value: Any) 
 def port_or_name(doc: Document, problems: Problems, path: FieldPath, value: Any) -> PortRange | NamedPort | None:
     """An IntOrString port: a number 1-65535 (a single-port range) or an IANA service name.
 
-    A string of digits is how an IntOrString arrives from some serializers; the API server
-    reads it as the number.
+    A quoted number is a string, as the API server decodes an IntOrString, and no port name
+    (``"8080"``: "must contain at least one letter").
     """
-    if isinstance(value, str) and value.isdigit():
-        value = int(value)
     if is_int(value):
         n = port_number(doc, problems, path, value)
         return None if n is None else PortRange(n, n)
@@ -234,10 +233,17 @@ def calico_selector(doc: Document, problems: Problems, path: FieldPath, text: An
 
 
 def check_keys(doc: Document, problems: Problems, path: FieldPath, obj: dict, allowed: set[str]) -> None:
-    """Unknown fields are rejected, as strict decoding / a structural CRD schema does."""
+    """Fields of ``obj`` other than ``allowed`` (those the kind's code implements) are errors: a
+    field the kind's schema has is one pyclassify cannot judge (ignoring it would change what
+    the policy does); any other is unknown, as strict decoding finds (``pyclassify.kinds.schema``
+    reports those first, and this is not repeated)."""
     for key in obj:
         if key not in allowed:
-            problems.error(doc, path + (key,), f"unknown field {key!r}")
+            if schema.knows(doc, path + (key,)):
+                problems.error(doc, path + (key,), f"field {key!r} is not supported by pyclassify: "
+                               "it cannot judge traffic by it")
+            else:
+                problems.error(doc, path + (key,), f"unknown field {key!r}")
 
 
 def expect_list(doc: Document, problems: Problems, path: FieldPath, value: Any) -> list:

@@ -1,6 +1,6 @@
 """Kinds and API versions a person may have mistyped: an unknown version of a kind this tool
-reads (``networking.k8s.io/v2``), or a kind one edit away from one it reads
-(``NetworkPolicys``). Both are errors ("did you mean ...?"), not documents skipped without a
+reads (``networking.k8s.io/v2``: no bundled schema defines the kind in it), or a kind one edit
+away from one it reads (``NetworkPolicys``). Both are errors ("did you mean ...?"), not documents skipped without a
 word: skipping would drop policy silently. Kinds nobody registered and that resemble nothing
 (ConfigMap, RoleBinding, ...) are still skipped.
 """
@@ -10,21 +10,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 from pyclassify.kinds import INVENTORY_KINDS, POLICY_KINDS, api_group
+from pyclassify.kinds.schema import schema_versions
 
-#: The versions of each API group (as written, before the Calico CRD group is folded) that this
-#: tool reads its kinds in.
-KNOWN_VERSIONS: dict[str, frozenset[str]] = {
-    "": frozenset({"v1"}),
-    "networking.k8s.io": frozenset({"v1"}),
-    "extensions": frozenset({"v1beta1"}),
-    "apps": frozenset({"v1", "v1beta1", "v1beta2"}),
-    "batch": frozenset({"v1", "v1beta1"}),
-    "discovery.k8s.io": frozenset({"v1", "v1beta1"}),
-    "policy.networking.k8s.io": frozenset({"v1alpha1", "v1alpha2"}),
-    "projectcalico.org": frozenset({"v3"}),
-    "crd.projectcalico.org": frozenset({"v1"}),
-    "containersecurity.tigera.io": frozenset({"v1beta1"}),
-}
 _ADMISSION = ("containersecurity.tigera.io", "ContainerAdmissionPolicy")
 
 
@@ -34,7 +21,7 @@ def _known() -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
     return pairs, frozenset(kind for _, kind in pairs)
 
 
-def _one_edit(a: str, b: str) -> bool:
+def one_edit(a: str, b: str) -> bool:
     """Whether ``a`` becomes ``b`` by one insertion, deletion, substitution or swap of two
     neighbouring characters."""
     if a == b or abs(len(a) - len(b)) > 1:
@@ -56,7 +43,7 @@ def near_kind(kind: str) -> str | None:
     for known in sorted(kinds):
         if kind.lower() == known.lower() or kind.lower() in (known.lower() + "s", known.lower() + "es"):
             return known
-        if len(known) >= 6 and _one_edit(kind, known):
+        if len(known) >= 6 and one_edit(kind, known):
             return known
     return None
 
@@ -65,12 +52,13 @@ def near_kind(kind: str) -> str | None:
 def kind_problem(api_version: str, kind: str) -> tuple[str, str] | None:
     """``(field, message)`` when ``apiVersion``/``kind`` look like a mistake, else None."""
     pairs, _ = _known()
-    group, _, version = api_version.rpartition("/")
+    group = api_version.rpartition("/")[0]
     folded = api_group(api_version)
     if (folded, kind) in pairs or (group, kind) in pairs:
-        known = KNOWN_VERSIONS.get(group)
-        if known is not None and version not in known:
-            wanted = ", ".join(f"{group}/{v}" if group else v for v in sorted(known))
+        # The versions of a kind are those its bundled schemas define (pyclassify.kinds.schema).
+        known = schema_versions(group, kind)
+        if api_version not in known:
+            wanted = ", ".join(known) or "no version of it in this group"
             return "apiVersion", f"unknown version {api_version!r} of {kind}: this tool reads {wanted}"
         return None
     guess = near_kind(kind)

@@ -104,12 +104,13 @@ def test_errors_name_file_line_and_field() -> None:
         """), "  ")
     found = errors(POLICY + body)
     expected = [
-        "p.yaml:6: spec.order: must be a number, got 'high'",
+        # type errors are the schema check's, in its words
+        "p.yaml:6: spec.order: Invalid value: 'high': must be of type number, not string",
         "p.yaml:7: spec.selector: invalid selector",
         "p.yaml:8: spec.bogus: unknown field 'bogus'",
         "p.yaml:10: spec.rules[0].action: Unsupported value: 'Deny'",
         "p.yaml:13: spec.rules[1].imagePath.operator: Unsupported value: 'Matches'",
-        "p.yaml:14: spec.rules[1].imagePath.values[2]: must be a string, got 7",
+        "p.yaml:14: spec.rules[1].imagePath.values[2]: Invalid value: 7: must be of type string, not integer",
         "p.yaml:18: spec.rules[2].imageScanStatus.values[1]: Unsupported value: 'Passed'",
         "p.yaml:21: spec.rules[3].imageLastScan.operator: Unsupported value: 'ge'",
         "p.yaml:22: spec.rules[3].imageLastScan.time: Invalid value: 'yesterday'",

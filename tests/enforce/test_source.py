@@ -70,6 +70,22 @@ def test_invalid_object_is_rejected_alone_and_keeps_its_last_good_version(demo: 
     assert again.project.inventory.find("backend/api").labels["app"] == "api"
 
 
+def test_a_policy_with_a_misspelt_field_is_rejected_and_its_last_good_version_stays(demo: Path) -> None:
+    """`spce:` (the API server refuses it, strict decoding) must not load as a policy without a
+    spec, which would isolate the whole namespace: the policy keeps its last good version."""
+    source = PolicySource([str(demo)])
+    assert verdict(source.load(), "frontend/web", "backend/api", 8080) == "allow"
+    policies = demo / "20-networkpolicies.yaml"
+    text = policies.read_text()
+    start = text.index("  name: allow-frontend-to-api")
+    policies.write_text(text[:start] + text[start:].replace("spec:", "spce:", 1))
+    loaded = source.load()
+    key = ("networking.k8s.io", "NetworkPolicy", "backend", "allow-frontend-to-api")
+    assert list(loaded.rejected) == [key]
+    assert "spce: unknown field 'spce' (did you mean 'spec'?)" in loaded.rejected[key]
+    assert verdict(loaded, "frontend/web", "backend/api", 8080) == "allow", "the last good version stays"
+
+
 def test_a_file_that_does_not_parse_keeps_its_objects(demo: Path) -> None:
     source = PolicySource([str(demo)])
     first = source.load()

@@ -94,14 +94,22 @@ def test_peers():
 def test_ports():
     p = one({"podSelector": {}, "ingress": [{"ports": [
         {"port": 80}, {"protocol": "UDP", "port": 53}, {"protocol": "SCTP"},
-        {"port": "http"}, {"port": 32000, "endPort": 32768}, {"port": "8080"},
+        {"port": "http"}, {"port": 32000, "endPort": 32768},
     ]}]})
     (dest,) = p.ingress[0].destinations
     assert dest.ports == (
         PortMatch(PROTO_TCP, PortRange(80, 80)), PortMatch(PROTO_UDP, PortRange(53, 53)), PortMatch(PROTO_SCTP, None),
         PortMatch(PROTO_TCP, NamedPort("http")), PortMatch(PROTO_TCP, PortRange(32000, 32768)),
-        PortMatch(PROTO_TCP, PortRange(8080, 8080)),
     )
+
+
+def test_a_quoted_port_number_is_a_port_name_and_no_valid_one():
+    """An IntOrString decodes a quoted number as a string, and the API server validates it as a
+    port name (apimachinery IsValidPortName): "8080" has no letter."""
+    out, problems = normalize(np({"podSelector": {}, "ingress": [{"ports": [{"port": "8080"}]}]}))
+    assert out == []
+    assert [(p.path, p.message) for p in problems.errors] == [
+        ("spec.ingress[0].ports[0].port", "Invalid value: '8080': must contain at least one letter (a-z)")]
 
 
 def test_egress_ports_go_on_each_peer():

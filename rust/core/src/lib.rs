@@ -14,6 +14,8 @@
 //! - [`conntrack`]: connection tracking (both directions, TCP state, timeouts, cap, revalidation).
 //! - [`labelindex`]: incremental index of which endpoints each selector matches.
 //! - [`manifest`]: reading YAML/JSON manifests fast, with the line of every field on demand.
+//! - [`schema`]: strict field validation's fast path: does an object have only known fields
+//!   of the right JSON types.
 //! - [`dns`]: domains from DNS: a bounded response decoder, domain patterns, the learned facts.
 //! - [`http`]: HTTP rules without a proxy: bounded request-head reassembly, parsing, Calico's match.
 
@@ -30,4 +32,5 @@ pub mod flows;
 pub mod http;
 pub mod labelindex;
 pub mod manifest;
+pub mod schema;
 pub mod selector;

@@ -16,6 +16,7 @@ mod errors;
 mod flows;
 mod labelindex;
 mod manifest;
+mod schema;
 mod selector;
 
 /// Decision engine of pyclassify (Rust).
@@ -32,6 +33,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     flows::register(m)?;
     admission::register(m)?;
     manifest::register(m)?;
+    schema::register(m)?;
     dns::register(m)?;
     Ok(())
 }
