@@ -317,10 +317,11 @@ class SchemaChecker:
     @property
     def kinds(self) -> list[str]:
         """Every ``apiVersion/Kind`` with a schema, sorted."""
-    def conforms(self, obj: Any, api_version: str, kind: str) -> bool | None:
-        """Whether ``obj`` has only fields its kind's schema knows, of the types it allows (None:
-        no schema of that kind). False also for a value whose JSON type it cannot tell (a
-        timestamp, an integer beyond 64 bits): the detailed walk judges those."""
+    def check(self, obj: Any) -> bool | None:
+        """Whether the object ``obj`` has only fields the schema of its own apiVersion and kind
+        knows, of the types it allows (a typed list: ``v1`` ``List``'s); None when there is no
+        such schema. False also for a value whose JSON type it cannot tell (a timestamp, an
+        integer beyond 64 bits): the detailed walk judges those."""
 
 # domains from DNS (rust/py/src/dns.rs, errors in rust/py/src/errors.rs)
 DNS_ERROR_NAMES: Final[list[str]]

@@ -9,7 +9,9 @@ at input speed and hands out one document at a time — the items of a List one 
 even when the List is one huge document — so the ``iter_*`` functions stream: a caller that
 drops each document holds one at a time. Every error can still name ``file:line: field``: a
 ``Document`` knows the line it starts on, and recovers the line of every other field from its
-own span of the file's bytes the first time it is asked (most documents never are). The few
+own span of the file's bytes the first time it is asked (most documents never are). A List's own
+fields (beside its items) are checked against its schema when the List is read whole; a List the
+reader streams hands out only its kind and apiVersion beside its items. The few
 YAML constructs only ruamel reads (``!!set``, ``!!binary``, ``%YAML 1.1`` ...) go, one document
 or List item at a time, through ``pyclassify.loader_ruamel``.
 """
@@ -28,6 +30,7 @@ from typing import Any, Iterable, Iterator
 
 from pyclassify import loader_ruamel
 from pyclassify._engine import ManifestError, ManifestReader, manifest_lines
+from pyclassify.kinds import schema
 from pyclassify.source import Document, FieldPath, Problem, Problems, format_path
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -462,6 +465,8 @@ def _documents(root: Any, file: str, line: int, problems: Problems, positions: A
     if not _has_type(doc, problems):
         return
     if doc.kind.endswith("List") and "items" in root:
+        if isinstance(root["items"], list):
+            schema.check(doc, problems)  # the List's own fields; its items are documents of their own
         yield from _list_items(doc, problems)
     else:
         yield doc

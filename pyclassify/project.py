@@ -171,17 +171,20 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
         # Strict field validation first: an object the API server would refuse is not used.
         refused = schema.check(doc, problems)
         if is_admission_policy(doc):
-            admission_documents.append(doc)
-        elif failsafe.is_config(doc, key[:2]):  # Felix's failsafe ports (FelixConfiguration default)
+            admission_documents.append(doc)  # and normalized below, as every kind
+        if failsafe.is_config(doc, key[:2]):  # Felix's failsafe ports (FelixConfiguration default)
             if not refused:
                 failsafe_config = failsafe.read_config(doc, problems, failsafe_config)
-            _note_invalid(problems, errors_before, key, invalid)
-            continue
-        built = len(policies), len(tiers), len(profiles)
-        _normalize(doc, key[:2], builder, policies, tiers, profiles, skipped, problems)
-        if refused:  # its other errors are reported; what its kind's code made of it is dropped
+        elif refused:  # its other errors are reported; what its kind's code made of it is dropped
+            built = len(policies), len(tiers), len(profiles)
+            _normalize(doc, key[:2], builder, policies, tiers, profiles, skipped, problems)
             del policies[built[0]:], tiers[built[1]:], profiles[built[2]:]
-        _note_invalid(problems, errors_before, key, invalid)
+        else:
+            _normalize(doc, key[:2], builder, policies, tiers, profiles, skipped, problems)
+        if len(problems.items) > errors_before:
+            found = next((p for p in problems.items[errors_before:] if p.severity == "error"), None)
+            if found is not None:
+                invalid[key] = str(found)
     inventory = builder.build()
     # Host endpoints keep their failsafe ports open whatever the policy (as Calico does).
     if any(e.kind is EndpointKind.HOST for e in inventory.endpoints):
@@ -197,13 +200,6 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
         invalid=invalid,
         failsafe_config=failsafe_config,
     )
-
-
-def _note_invalid(problems: Problems, start: int, key: ObjectKey, invalid: dict[ObjectKey, str]) -> None:
-    """The object ``key`` is invalid if an error was found since ``start`` (its first one)."""
-    found = next((p for p in problems.items[start:] if p.severity == "error"), None)
-    if found is not None:
-        invalid[key] = str(found)
 
 
 def _normalize(doc: Document, kind: tuple[str, str], builder: InventoryBuilder, policies: list[Policy],

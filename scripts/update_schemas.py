@@ -16,7 +16,10 @@ operator, which it has no entry for, the hash scripts/kube-testenv.sh pins):
   refer to outside their own group-version (PodTemplateSpec, ObjectMeta, ...) resolves in the
   current release, whose v1 types only ever gained fields.
 - AdminNetworkPolicy, BaselineAdminNetworkPolicy (v1alpha1) and ClusterNetworkPolicy
-  (v1alpha2): the experimental-channel CRDs of sigs.k8s.io/network-policy-api.
+  (v1alpha2): the experimental-channel CRDs of sigs.k8s.io/network-policy-api. v1alpha1 was
+  served in two shapes (v0.1.1's peers ``namespaces: {namespaceSelector | sameLabels |
+  notSameLabels}``, the released ``namespaces: <LabelSelector>``): a kind's entry lists both
+  (``anyOf``), an object conforms to either. The KEP's ``related: Self`` was in no release.
 - Calico (projectcalico.org/v3 as calicoctl prints it, crd.projectcalico.org/v1 as kubectl
   does: one schema, the CRDs are generated from the v3 types): the CRDs the Tigera operator
   embeds, its Calico Enterprise set (a superset of the open-source one: ``domains``,
@@ -75,6 +78,9 @@ K8S = Module("k8s.io/kubernetes", "v1.34.4", "h1:Yy6R4QB8C9kJPp25GFqEvX5XQwY5qzK
 K8S_1_24 = Module("k8s.io/kubernetes", "v1.24.17", "h1:+4+5VIoxcDv35PnVELouMdDC58AQF/sWs+hjjr4Ra44=")
 K8S_1_15 = Module("k8s.io/kubernetes", "v1.15.12", "h1:qfh+43qBbugow5Km/j9RGoAhM/rKajFb/izO4f4qltc=")
 NPAPI = Module("sigs.k8s.io/network-policy-api", "v0.1.7", "h1:obY2FTEidLXVdRYu7gJ4q1RYE57pBnrpMqoE2LZgp4g=")
+# The first shape of v1alpha1 (namespaces: {namespaceSelector | sameLabels | notSameLabels}),
+# which policy-assistant writes and pyclassify reads beside the released one.
+NPAPI_V0_1_1 = Module("sigs.k8s.io/network-policy-api", "v0.1.1", "h1:KDW+AkvCCQI3h8yH8j0hurhvPLNtLeVvmZoqtMaG9ew=")
 # ClusterNetworkPolicy (v1alpha2) first ships in v0.3.0.
 NPAPI_CNP = Module("sigs.k8s.io/network-policy-api", "v0.3.0", "h1:RL6fVXiix9IW1pj0ImkW645m+EWmb3dBGCiW19bg5+k=")
 OPERATOR = Module("github.com/tigera/operator", "v1.39.0", "h1:l5dIRCfnigUAH6Aa7+SUf+0yuoZQNThbx1XRuhFGVko=")
@@ -112,12 +118,19 @@ OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 LIST_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta"
 
 _NPAPI_CRDS = "config/crd/experimental/policy.networking.k8s.io_{}.yaml"
-NETWORK_POLICY_API_KINDS: dict[tuple[str, str], tuple[Module, str]] = {
-    ("policy.networking.k8s.io/v1alpha1", "AdminNetworkPolicy"): (NPAPI, _NPAPI_CRDS.format("adminnetworkpolicies")),
-    ("policy.networking.k8s.io/v1alpha1", "BaselineAdminNetworkPolicy"):
+_NPAPI_V0_1_1_CRDS = "config/crd/policy.networking.k8s.io_{}.yaml"
+# kind -> its schemas: an object conforms when it conforms to one of them (two releases served
+# v1alpha1 in different shapes; the first listed is the current one, which problems are told in
+# unless the other fits the object better).
+NETWORK_POLICY_API_KINDS: dict[tuple[str, str], list[tuple[Module, str]]] = {
+    ("policy.networking.k8s.io/v1alpha1", "AdminNetworkPolicy"): [
+        (NPAPI, _NPAPI_CRDS.format("adminnetworkpolicies")),
+        (NPAPI_V0_1_1, _NPAPI_V0_1_1_CRDS.format("adminnetworkpolicies"))],
+    ("policy.networking.k8s.io/v1alpha1", "BaselineAdminNetworkPolicy"): [
         (NPAPI, _NPAPI_CRDS.format("baselineadminnetworkpolicies")),
-    ("policy.networking.k8s.io/v1alpha2", "ClusterNetworkPolicy"):
-        (NPAPI_CNP, _NPAPI_CRDS.format("clusternetworkpolicies")),
+        (NPAPI_V0_1_1, _NPAPI_V0_1_1_CRDS.format("baselineadminnetworkpolicies"))],
+    ("policy.networking.k8s.io/v1alpha2", "ClusterNetworkPolicy"): [
+        (NPAPI_CNP, _NPAPI_CRDS.format("clusternetworkpolicies"))],
 }
 
 _CALICO_CRDS = "pkg/crds/enterprise/crd.projectcalico.org_{}.yaml"
@@ -387,12 +400,15 @@ def _definition_name(api_version: str, kind: str) -> str:
 def network_policy_api(modules: Modules) -> dict[str, Any]:
     kinds: dict[str, Any] = {}
     defs: dict[str, Any] = {}
-    for (api_version, kind), (module, path) in sorted(NETWORK_POLICY_API_KINDS.items()):
-        crd = yaml.safe_load(modules.read(module, path))
-        name = _definition_name(api_version, kind)
-        defs[name] = _crd_root(_crd_version_schema(crd, api_version.rpartition("/")[2]), name)
-        kinds[f"{api_version}/{kind}"] = {"$ref": f"#/definitions/{name}", "module": str(module), "path": path}
-    return {"sources": [_source(m) for m in (NPAPI, NPAPI_CNP)], "kinds": kinds, "definitions": defs}
+    for (api_version, kind), schemas in sorted(NETWORK_POLICY_API_KINDS.items()):
+        shapes = []
+        for i, (module, path) in enumerate(schemas):
+            crd = yaml.safe_load(modules.read(module, path))
+            name = _definition_name(api_version, kind) + ("" if i == 0 else f"@{module.version}")
+            defs[name] = _crd_root(_crd_version_schema(crd, api_version.rpartition("/")[2]), name)
+            shapes.append({"$ref": f"#/definitions/{name}", "module": str(module), "path": path})
+        kinds[f"{api_version}/{kind}"] = shapes[0] if len(shapes) == 1 else {"anyOf": shapes}
+    return {"sources": [_source(m) for m in (NPAPI, NPAPI_V0_1_1, NPAPI_CNP)], "kinds": kinds, "definitions": defs}
 
 
 def _profile_spec_fields(modules: Modules) -> list[str]:

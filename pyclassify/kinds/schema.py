@@ -67,7 +67,8 @@ class Node:
 
 
 class Schemas:
-    """The bundled schemas, compiled: ``root(api_version, kind)`` is the node of that kind."""
+    """The bundled schemas, compiled: ``roots(api_version, kind)`` are the nodes of that kind,
+    one per shape it was served in (an object conforms to one of them)."""
 
     def __init__(self, files: Iterable[dict[str, Any]]) -> None:
         self.definitions: dict[str, Any] = {}
@@ -76,17 +77,17 @@ class Schemas:
             self.definitions.update(data["definitions"])
             self.kinds.update(data["kinds"])
         self._compiled: dict[str, Node] = {}
-        self._roots: dict[str, Node] = {}
+        self._roots: dict[str, list[Node]] = {}
 
-    def root(self, api_version: str, kind: str) -> Node | None:
+    def roots(self, api_version: str, kind: str) -> list[Node]:
         key = f"{api_version}/{kind}"
-        node = self._roots.get(key)
-        if node is None:
+        nodes = self._roots.get(key)
+        if nodes is None:
             entry = self.kinds.get(key)
             if entry is None:
-                return None
-            node = self._roots[key] = self._compile(entry)
-        return node
+                return []
+            nodes = self._roots[key] = [self._compile(shape) for shape in entry.get("anyOf", [entry])]
+        return nodes
 
     def _compile(self, raw: dict[str, Any]) -> Node:
         ref = raw.get("$ref")
@@ -156,13 +157,31 @@ def _unknown(key: Any, node: Node) -> str:
     return f"unknown field {shown_key}" + (f" (did you mean {guess!r}?)" if guess else "")
 
 
+def _value(value: Any) -> str:
+    """A scalar as a message shows it: as JSON spells it, a long string or number cut short."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int):
+        if abs(value) < 10**20:
+            return str(value)
+        return f"(a number of about {int(value.bit_length() * 0.30103) + 1} digits)"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return shown(value)
+    return shown(str(value))
+
+
 def _wrong_type(value: Any, node: Node) -> str:
     got = _TYPE_NAMES.get(type(value), type(value).__name__)
     if isinstance(value, (dict, list)):
         return f"must be of type {node.want}, not {got}"
-    text = shown(value) if isinstance(value, str) else repr(value)
     hint = " (quote it)" if node.types is not None and str in node.types and got in ("integer", "number", "boolean") else ""
-    return f"Invalid value: {text}: must be of type {node.want}, not {got}{hint}"
+    return f"Invalid value: {_value(value)}: must be of type {node.want}, not {got}{hint}"
+
+
+def _out_of_range(value: int, node: Node) -> str:
+    return f"Invalid value: {_value(value)}: out of range of {_format(node)}"
 
 
 def _walk(value: Any, node: Node, path: FieldPath, out: list[tuple[FieldPath, str]]) -> None:
@@ -191,7 +210,7 @@ def _walk(value: Any, node: Node, path: FieldPath, out: list[tuple[FieldPath, st
             elif child.types is not None and vk not in child.types:
                 out.append((path + (key,), _wrong_type(v, child)))
             elif child.bounds is not None and vk is int and not child.bounds[0] <= v <= child.bounds[1]:
-                out.append((path + (key,), f"Invalid value: {v}: out of range of {_format(child)}"))
+                out.append((path + (key,), _out_of_range(v, child)))
     elif kind is list:
         items = node.items
         if items is None:
@@ -200,7 +219,7 @@ def _walk(value: Any, node: Node, path: FieldPath, out: list[tuple[FieldPath, st
             if v is not None:
                 _walk(v, items, path + (i,), out)
     elif node.bounds is not None and kind is int and not node.bounds[0] <= value <= node.bounds[1]:
-        out.append((path, f"Invalid value: {value}: out of range of {_format(node)}"))
+        out.append((path, _out_of_range(value, node)))
 
 
 def _format(node: Node) -> str:
@@ -216,17 +235,19 @@ def _checker() -> SchemaChecker:
 def knows(doc: Document, path: FieldPath) -> bool:
     """Whether the schema of ``doc``'s kind has a field at ``path``: a field the API server
     takes, where a kind's code finds one it does not implement."""
-    node = schemas().root(doc.api_version, doc.kind)
-    for part in path:
-        if node is None:
-            return False
-        if isinstance(part, int):
-            node = node.items
-        elif node.props is not None and part in node.props:
-            node = node.props[part]
-        else:
-            node = node.extra
-    return node is not None
+    for node in schemas().roots(doc.api_version, doc.kind):
+        for part in path:
+            if node is None:
+                break
+            if isinstance(part, int):
+                node = node.items
+            elif node.props is not None and part in node.props:
+                node = node.props[part]
+            else:
+                node = node.extra
+        if node is not None:
+            return True
+    return False
 
 
 @lru_cache(maxsize=None)
@@ -241,33 +262,39 @@ def schema_versions(group: str, kind: str) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-def field_problems(obj: dict[str, Any], api_version: str, kind: str) -> list[tuple[FieldPath, str]] | None:
-    """``(path, message)`` of every field of ``obj`` its kind's schema refuses; None when no
-    schema of that apiVersion and kind is bundled (a kind pyclassify does not read).
+def field_problems(obj: dict[str, Any]) -> list[tuple[FieldPath, str]] | None:
+    """``(path, message)`` of every field of the object ``obj`` the schema of its apiVersion and
+    kind refuses; None when no such schema is bundled (a kind pyclassify does not read).
 
     The native walk (``_engine.SchemaChecker``) says whether there is anything to report, at
     native speed; only then is the object walked here, for the paths and the words."""
-    if kind.endswith("List") and kind != "List" and schemas().root(api_version, kind) is None:
-        api_version, kind = "v1", "List"  # a typed list (PodList, ...) read whole
-    conforms = _checker().conforms(obj, api_version, kind)
+    conforms = _checker().check(obj)
     if conforms is None:
         return None
     if conforms:
         return []
-    root = schemas().root(api_version, kind)
-    assert root is not None
-    out: list[tuple[FieldPath, str]] = []
-    _walk(obj, root, (), out)
-    return out
+    roots = schemas().roots(obj["apiVersion"], obj["kind"]) or schemas().roots("v1", "List")  # typed lists
+    # A kind of several shapes: the problems of the shape the object is nearest to (the
+    # current one on a tie).
+    best: list[tuple[FieldPath, str]] | None = None
+    for root in roots:
+        out: list[tuple[FieldPath, str]] = []
+        _walk(obj, root, (), out)
+        if best is None or len(out) < len(best):
+            best = out
+    assert best is not None
+    return best
 
 
 def check(doc: Document, problems: Problems) -> bool:
     """Reports every field of ``doc`` its kind's schema refuses (once per run: an object
     refused before is not reported again); whether it refused any. Nothing for a kind without a
     bundled schema. Later errors at or under a refused field are not added (``Problems``)."""
+    if _checker().check(doc.obj) is not False:
+        return False  # it conforms, or its kind has no schema: the common case, natively
     if problems.schema_checked and document_key(doc) in problems.schema_checked:
-        return True  # refused before (one that conformed may be checked again: it says nothing)
-    found = field_problems(doc.obj, doc.api_version, doc.kind)
+        return True  # refused before
+    found = field_problems(doc.obj)
     if not found:
         return False
     for path, message in found:

@@ -9,6 +9,7 @@ import pytest
 
 from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace
 from pyclassify.ir import PROTO_TCP, PROTO_UDP, Action, Direction, NamedPort, PolicySet, PortMatch, PortRange, Relation, EndpointKind
+from pyclassify.kinds import schema
 from pyclassify.kinds.adminnetworkpolicy import normalize_anp, normalize_banp
 from pyclassify.kinds.networkpolicy import normalize_networkpolicy
 from pyclassify.reference import Flow, FlowEnd, evaluate
@@ -167,6 +168,8 @@ def verdict(inv, objs, src, dst, port=8080, proto=PROTO_TCP):
     problems = Problems()
     policies = []
     for o in objs:
+        # The stories' objects are what the API server takes: their CRD's schema has every field.
+        assert schema.field_problems(o) == []
         fn = {"AdminNetworkPolicy": normalize_anp, "BaselineAdminNetworkPolicy": normalize_banp,
               "NetworkPolicy": normalize_networkpolicy}[o["kind"]]
         policies += fn(Document(o, "x", 1), problems)

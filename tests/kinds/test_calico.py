@@ -34,7 +34,7 @@ from pyclassify.ir import (
     ServiceRef,
     Tier,
 )
-from pyclassify.kinds import policy_normalizer
+from pyclassify.kinds import policy_normalizer, schema
 from pyclassify.loader import load_text
 from pyclassify.flow import HttpRequest
 from pyclassify.reference import Flow, FlowEnd, evaluate
@@ -189,6 +189,11 @@ def test_seed_sample_normalizes():
     assert rule.destinations[0].ports == (PortMatch(PROTO_TCP, PortRange(6379, 6379)),)
     assert rule.path == "spec.ingress[0]"
     assert policy.source.file == "t.yaml" and policy.source.line == 8
+
+
+def test_seed_sample_conforms_to_the_crd_schemas():
+    for doc in load_text(SEED_SAMPLE, "t.yaml", Problems()):
+        assert schema.field_problems(doc.obj) == []
 
 
 def test_seed_sample_evaluates():

@@ -9,6 +9,7 @@ import pytest
 
 from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace
 from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, Action, Direction, EndpointKind, NamedPort, PolicySet, PortMatch, PortRange
+from pyclassify.kinds import schema
 from pyclassify.kinds.networkpolicy import isolation_policies, normalize_networkpolicy
 from pyclassify.reference import Flow, FlowEnd, evaluate
 from pyclassify.source import Document, Problems
@@ -195,6 +196,9 @@ NS_ISOLATED = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "my
 
 def _allowed(inv, objs, src, dst, port, namespaces=()):
     problems = Problems()
+    # The proposal's examples, written as v1, are what the API server takes.
+    assert [schema.field_problems(o) for o in [*objs, *namespaces]] == [[]] * (
+        len(objs) + len(namespaces))
     policies = [p for o in objs for p in normalize_networkpolicy(Document(o, "x", 1), problems)]
     policies += isolation_policies([Document(n, "ns", 1) for n in namespaces], problems)
     assert not problems.errors

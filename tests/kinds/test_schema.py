@@ -21,6 +21,7 @@ from pyclassify.failsafe import CONFIG_KIND
 from pyclassify.kinds import schema
 from pyclassify.kinds.versions import kind_problem
 from pyclassify.live import LiveProject
+from pyclassify.loader import documents_of
 from pyclassify.project import build_project, load_project
 from pyclassify.source import Document, InvalidInput, Problems
 
@@ -183,10 +184,34 @@ def test_a_field_the_schema_knows_and_pyclassify_cannot_judge_is_an_error(tmp_pa
                       "it cannot judge traffic by it"]
 
 
+def test_admin_network_policies_in_either_shape_v1alpha1_was_served_in(tmp_path):
+    """network-policy-api v0.1.1 served peers as {namespaceSelector | sameLabels | notSameLabels}
+    (policy-assistant writes them), later releases as a LabelSelector: both are taken. The KEP's
+    `related: Self` was in no release: an API server refuses it, and so does pyclassify."""
+    head = ("apiVersion: policy.networking.k8s.io/v1alpha1\nkind: AdminNetworkPolicy\nmetadata: {name: a}\n"
+            "spec:\n  priority: 10\n  subject: {namespaces: {}}\n  ingress:\n  - action: Allow\n    from:\n")
+    project, errors = check(tmp_path, head + "    - namespaces: {namespaceSelector: {}}\n    - namespaces: {sameLabels: [tenant]}\n")
+    assert errors == [] and len(project.policy_set.policies) == 1
+    project, errors = check(tmp_path, head + "    - namespaces: {matchLabels: {team: a}}\n")
+    assert errors == [] and len(project.policy_set.policies) == 1
+    _, errors = check(tmp_path, head + "    - namespaces: {related: Self}\n")
+    assert errors == ["10: spec.ingress[0].from[0].namespaces.related: unknown field 'related'"]
+
+
 def test_a_list_without_items(tmp_path):
     _, errors = check(tmp_path, "apiVersion: v1\nkind: List\nitmes: []\n---\napiVersion: v1\nkind: PodList\nmetadata: {resourceVersion: '1', continu: x}\n")
     assert errors == ["3: itmes: unknown field 'itmes' (did you mean 'items'?)",
                       "7: metadata.continu: unknown field 'continu' (did you mean 'continue'?)"]
+
+
+def test_a_list_read_whole_has_its_own_fields_checked():
+    problems = Problems()
+    docs = documents_of({"apiVersion": "v1", "kind": "List", "metadta": {},
+                         "items": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}]},
+                        "list.json", problems)
+    assert [d.kind for d in docs] == ["Namespace"]
+    assert [(p.path, p.message) for p in problems.errors] == [
+        ("metadta", "unknown field 'metadta' (did you mean 'metadata'?)")]
 
 
 def test_kinds_without_a_schema_are_skipped_not_judged(tmp_path):
@@ -223,15 +248,16 @@ def test_every_kind_pyclassify_reads_has_a_schema_and_a_source():
         assert data["sources"] and all(("version" in s and "sum" in s) or "document" in s for s in data["sources"])
         for key, entry in data["kinds"].items():
             assert key in bundled
-            assert ("module" in entry and "path" in entry) or "source" in entry, key
+            for shape in entry.get("anyOf", [entry]):
+                assert ("module" in shape and "path" in shape) or "source" in shape, key
 
 
 @pytest.mark.parametrize("key", [k for k in schema._checker().kinds if k != "v1/List"])
 def test_every_kind_refuses_unknown_fields_at_the_top_and_in_metadata(key):
     api_version, _, kind = key.rpartition("/")
     obj = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "x", "lables": {}}, "spce": {}}
-    found = schema.field_problems(obj, api_version, kind)
-    has_spec = "spec" in schema.schemas().root(api_version, kind).props  # EndpointSlice, ServiceAccount: none
+    found = schema.field_problems(obj)
+    has_spec = "spec" in schema.schemas().roots(api_version, kind)[0].props  # EndpointSlice, ServiceAccount: none
     assert found == [(("metadata", "lables"), "unknown field 'lables' (did you mean 'labels'?)"),
                      (("spce",), "unknown field 'spce'" + (" (did you mean 'spec'?)" if has_spec else ""))]
 
@@ -247,7 +273,7 @@ def _examples() -> list[dict]:
     for f in sorted((REPO / "examples").rglob("*.yaml")):
         problems = Problems()
         project_docs = list(__import__("pyclassify.loader", fromlist=["iter_paths"]).iter_paths([str(f)], problems))
-        out += [d.obj for d in project_docs if schema._checker().conforms(d.obj, d.api_version, d.kind) is not None]
+        out += [d.obj for d in project_docs if schema._checker().check(d.obj) is not None]
     return out
 
 
@@ -285,13 +311,15 @@ def test_native_and_detailed_walks_agree(data):
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
     if not isinstance(api_version, str) or not isinstance(kind, str):
         return
-    native = schema._checker().conforms(obj, api_version, kind)
+    native = schema._checker().check(obj)
     if native is None:
         return
-    root = schema.schemas().root(api_version, kind)
-    found: list = []
-    schema._walk(obj, root, (), found)
-    assert native == (not found), found
+    walks = []
+    for root in schema.schemas().roots(api_version, kind):
+        found: list = []
+        schema._walk(obj, root, (), found)
+        walks.append(found)
+    assert native == any(not found for found in walks), walks
 
 
 # --- every path that takes objects --------------------------------------------------------------
@@ -341,8 +369,8 @@ def test_the_bundled_schemas_are_what_the_pins_give(tmp_path):
     """scripts/update_schemas.py, from its pinned module zips (hash-checked), writes exactly the
     bundled files. Needs the zips in a module cache (the script's or Go's): skipped otherwise."""
     script = _script()
-    pins = [script.K8S, script.K8S_1_24, script.K8S_1_15, script.NPAPI, script.NPAPI_CNP, script.OPERATOR,
-            script.CALICO_API]
+    pins = [script.K8S, script.K8S_1_24, script.K8S_1_15, script.NPAPI, script.NPAPI_V0_1_1, script.NPAPI_CNP,
+            script.OPERATOR, script.CALICO_API]
     missing = [str(m) for m in pins if script.cached_zip(m) is None]
     if missing:
         pytest.skip(f"module zips not cached ({', '.join(missing)}): run scripts/update_schemas.py once")

@@ -3,7 +3,8 @@
 //!
 //! The schemas are the files `pyclassify/schemas/*.json` (written by `scripts/update_schemas.py`
 //! from pinned Kubernetes, network-policy-api and Calico releases): `kinds` maps
-//! `apiVersion/Kind` to a `$ref` into `definitions`, whose nodes keep only `type` (a name or a
+//! `apiVersion/Kind` to a `$ref` into `definitions` (or to `anyOf` several: a version served in
+//! more than one shape, an object conforms to one of them), whose nodes keep only `type` (a name or a
 //! list of names), `properties`, `additionalProperties`, `items`, `format` (int32, int64),
 //! `x-kubernetes-int-or-string` and `x-kubernetes-preserve-unknown-fields`. They are compiled
 //! once into a table of [`Node`]s; [`Schemas::conforms`] walks any tree that implements
@@ -78,6 +79,8 @@ pub enum Shape {
 /// callbacks that return false to stop (the walk stops at the first problem).
 pub trait Value: Sized {
     fn shape(&self) -> Shape;
+    /// A mapping's `apiVersion` and `kind`, when both are strings.
+    fn kind_of(&self) -> Option<(String, String)>;
     /// Calls `f` with each entry (its key when the key is a string) until `f` returns false;
     /// returns false then, true when every entry was visited.
     fn entries<F: FnMut(Option<&str>, Self) -> bool>(&self, f: F) -> bool;
@@ -89,7 +92,8 @@ pub trait Value: Sized {
 #[derive(Debug, Clone, Default)]
 pub struct Schemas {
     nodes: Vec<Node>,
-    kinds: HashMap<String, u32>,
+    /// apiVersion -> kind -> the kind's roots: an object conforms when it conforms to one.
+    kinds: HashMap<Box<str>, HashMap<Box<str>, Vec<u32>, BuildHasherDefault<Fnv>>, BuildHasherDefault<Fnv>>,
 }
 
 impl Schemas {
@@ -97,7 +101,7 @@ impl Schemas {
     /// of them.
     pub fn from_json(files: &[&str]) -> Result<Schemas, String> {
         let mut definitions: HashMap<String, Json> = HashMap::new();
-        let mut kinds: Vec<(String, String)> = Vec::new();
+        let mut kinds: Vec<(String, Vec<String>)> = Vec::new();
         for (i, text) in files.iter().enumerate() {
             let data: Json = serde_json::from_str(text).map_err(|e| format!("schema file {i}: {e}"))?;
             let defs = data.get("definitions").and_then(Json::as_object).ok_or(format!("schema file {i}: no definitions"))?;
@@ -106,36 +110,55 @@ impl Schemas {
             }
             let entries = data.get("kinds").and_then(Json::as_object).ok_or(format!("schema file {i}: no kinds"))?;
             for (key, entry) in entries {
-                let target = entry.get("$ref").and_then(Json::as_str).ok_or(format!("kind {key}: no $ref"))?;
-                kinds.push((key.clone(), ref_name(target).to_owned()));
+                let shapes = match entry.get("anyOf").and_then(Json::as_array) {
+                    Some(list) => list.iter().collect(),
+                    None => vec![entry],
+                };
+                let mut names = Vec::new();
+                for shape in shapes {
+                    let target = shape.get("$ref").and_then(Json::as_str).ok_or(format!("kind {key}: no $ref"))?;
+                    names.push(ref_name(target).to_owned());
+                }
+                kinds.push((key.clone(), names));
             }
         }
         let mut compiler = Compiler { definitions: &definitions, ids: HashMap::new(), nodes: Vec::new() };
-        let mut out = HashMap::new();
-        for (key, name) in kinds {
-            let id = compiler.definition(&name)?;
-            out.insert(key, id);
+        let mut out: HashMap<Box<str>, HashMap<Box<str>, Vec<u32>, _>, _> = HashMap::default();
+        for (key, names) in kinds {
+            let ids = names.iter().map(|n| compiler.definition(n)).collect::<Result<Vec<u32>, String>>()?;
+            let (api_version, kind) = key.rsplit_once('/').ok_or(format!("kind {key}: not apiVersion/Kind"))?;
+            out.entry(api_version.into()).or_default().insert(kind.into(), ids);
         }
         Ok(Schemas { nodes: compiler.nodes, kinds: out })
     }
 
-    /// The root node of `api_version`/`kind`, if a schema of it is bundled.
-    pub fn kind(&self, api_version: &str, kind: &str) -> Option<u32> {
-        let mut key = String::with_capacity(api_version.len() + kind.len() + 1);
-        key.push_str(api_version);
-        key.push('/');
-        key.push_str(kind);
-        self.kinds.get(&key).copied()
+    /// The root nodes of `api_version`/`kind` (one per shape), if a schema of it is bundled. A
+    /// typed list read whole (`PodList`, ...) is a `v1` `List`: its items are objects of their own.
+    pub fn kind(&self, api_version: &str, kind: &str) -> Option<&[u32]> {
+        let found = self.kinds.get(api_version).and_then(|k| k.get(kind));
+        match found {
+            Some(roots) => Some(roots),
+            None if kind.ends_with("List") && kind != "List" => self.kind("v1", "List"),
+            None => None,
+        }
     }
 
     /// Every `apiVersion/Kind` with a schema.
-    pub fn kinds(&self) -> impl Iterator<Item = &str> {
-        self.kinds.keys().map(String::as_str)
+    pub fn kinds(&self) -> impl Iterator<Item = String> + '_ {
+        self.kinds.iter().flat_map(|(v, ks)| ks.keys().map(move |k| format!("{v}/{k}")))
     }
 
-    /// Whether `value` conforms to the node `root` (from [`Schemas::kind`]).
-    pub fn conforms<V: Value>(&self, root: u32, value: &V) -> bool {
-        self.walk(root, value)
+    /// Whether an object conforms to the schema of its own `apiVersion` and `kind` (read from
+    /// it); None when it has no schema (or no string apiVersion and kind).
+    pub fn check<V: Value>(&self, value: &V) -> Option<bool> {
+        let (api_version, kind) = value.kind_of()?;
+        let roots = self.kind(&api_version, &kind)?;
+        Some(self.conforms(roots, value))
+    }
+
+    /// Whether `value` conforms to one of the nodes `roots` (from [`Schemas::kind`]).
+    pub fn conforms<V: Value>(&self, roots: &[u32], value: &V) -> bool {
+        roots.iter().any(|&root| self.walk(root, value))
     }
 
     fn walk<V: Value>(&self, id: u32, value: &V) -> bool {
@@ -275,6 +298,10 @@ fn type_bit(name: &str) -> Result<u8, String> {
 
 /// [`Value`] over `serde_json` values: the tests', and any Rust caller's.
 impl Value for &Json {
+    fn kind_of(&self) -> Option<(String, String)> {
+        Some((self.get("apiVersion")?.as_str()?.to_owned(), self.get("kind")?.as_str()?.to_owned()))
+    }
+
     fn shape(&self) -> Shape {
         match self {
             Json::Null => Shape::Null,
@@ -312,9 +339,11 @@ mod tests {
 
     fn schemas() -> Schemas {
         let file = json!({
-            "kinds": {"v1/Thing": {"$ref": "#/definitions/Thing"}, "v1/Loose": {"$ref": "#/definitions/Loose"}},
+            "kinds": {"v1/Thing": {"$ref": "#/definitions/Thing"}, "v1/Loose": {"$ref": "#/definitions/Loose"},
+                      "v1/Either": {"anyOf": [{"$ref": "#/definitions/Thing"}, {"$ref": "#/definitions/Other"}]}},
             "definitions": {
                 "Thing": {"type": "object", "properties": {
+                    "apiVersion": {"type": "string"},
                     "kind": {"type": "string"},
                     "port": {"type": "integer", "format": "int32"},
                     "target": {"x-kubernetes-int-or-string": true},
@@ -326,7 +355,8 @@ mod tests {
                     "list": {"type": "array", "items": {"$ref": "#/definitions/Thing"}},
                     "flag": {"type": "boolean"}
                 }},
-                "Loose": {}
+                "Loose": {},
+                "Other": {"type": "object", "properties": {"other": {"type": "string"}}}
             }
         });
         Schemas::from_json(&[&file.to_string()]).unwrap()
@@ -377,6 +407,27 @@ mod tests {
         assert!(s.conforms(root, &&json!({"x": 1})));
         assert!(s.conforms(root, &&json!("text")));
         assert!(s.kind("v1", "Other").is_none());
+    }
+
+    #[test]
+    fn a_kind_of_several_shapes_takes_an_object_of_any_one() {
+        let s = schemas();
+        let roots = s.kind("v1", "Either").unwrap();
+        assert!(s.conforms(roots, &&json!({"port": 1})));
+        assert!(s.conforms(roots, &&json!({"other": "x"})));
+        assert!(!s.conforms(roots, &&json!({"port": 1, "other": "x"})));
+    }
+
+    #[test]
+    fn an_object_is_checked_against_its_own_kind() {
+        let s = schemas();
+        assert_eq!(s.check(&&json!({"apiVersion": "v1", "kind": "Thing", "port": 1})), Some(true));
+        assert_eq!(s.check(&&json!({"apiVersion": "v1", "kind": "Thing", "prot": 1})), Some(false));
+        assert_eq!(s.check(&&json!({"apiVersion": "v1", "kind": "Other"})), None);
+        assert_eq!(s.check(&&json!({"apiVersion": "v1", "kind": 5})), None);
+        let mut kinds: Vec<String> = s.kinds().collect();
+        kinds.sort();
+        assert_eq!(kinds, ["v1/Either", "v1/Loose", "v1/Thing"]);
     }
 
     #[test]

@@ -15,6 +15,15 @@ pub struct PySchemaChecker {
 struct PyValue<'py>(Bound<'py, PyAny>);
 
 impl Value for PyValue<'_> {
+    fn kind_of(&self) -> Option<(String, String)> {
+        let d = self.0.cast::<PyDict>().ok()?;
+        let field = |name: &str| -> Option<String> {
+            let v = d.get_item(name).ok()??;
+            Some(v.cast::<PyString>().ok()?.to_str().ok()?.to_owned())
+        };
+        Some((field("apiVersion")?, field("kind")?))
+    }
+
     fn shape(&self) -> Shape {
         let v = &self.0;
         if v.is_exact_instance_of::<PyString>() {
@@ -66,17 +75,17 @@ impl PySchemaChecker {
     /// Every `apiVersion/Kind` with a schema, sorted.
     #[getter]
     fn kinds(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.inner.kinds().map(str::to_owned).collect();
+        let mut out: Vec<String> = self.inner.kinds().collect();
         out.sort();
         out
     }
 
-    /// Whether `obj` conforms to the schema of `api_version`/`kind` (None: no such schema).
-    /// False also for a value whose JSON type it cannot tell (a timestamp, an integer beyond
-    /// 64 bits): the detailed walk in Python judges those.
-    fn conforms(&self, obj: &Bound<'_, PyAny>, api_version: &str, kind: &str) -> Option<bool> {
-        let root = self.inner.kind(api_version, kind)?;
-        Some(self.inner.conforms(root, &PyValue(obj.clone())))
+    /// Whether the object `obj` conforms to the schema of its own apiVersion and kind (to one of
+    /// its shapes; a typed list to `v1` `List`); None when there is no such schema. False also
+    /// for a value whose JSON type it cannot tell (a timestamp, an integer beyond 64 bits): the
+    /// detailed walk in Python judges those.
+    fn check(&self, obj: &Bound<'_, PyAny>) -> Option<bool> {
+        self.inner.check(&PyValue(obj.clone()))
     }
 }
 
