@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("suite", ["bench/test_bench_scale.py", "bench/test_bench_load.py", "bench/test_bench_kube.py",
                                    "bench/test_bench_diff.py", "bench/test_bench_rte_acl.py", "bench/test_bench_replay.py",
                                    "bench/test_bench_nfqueue_peer.py", "bench/test_bench_reload.py",
-                                   "bench/test_bench_http.py"])
+                                   "bench/test_bench_http.py", "bench/test_bench_schema.py"])
 def test_benchmark_suite_runs_at_a_small_size(suite: str) -> None:
     if suite.endswith("kube.py"):
         from tests.kube.conftest import _testenv
@@ -34,7 +34,8 @@ def test_benchmark_suite_runs_at_a_small_size(suite: str) -> None:
             pytest.fail("needs root (network namespaces, iptables, NFQUEUE)")
         pytest.skip("needs root (network namespaces, iptables, NFQUEUE)")
     env = dict(os.environ, PYCLASSIFY_SCALE_SIZES="300", PYCLASSIFY_SCALE_PACKETS="20000",
-               PYCLASSIFY_SCALE_CHANGES="12", PYCLASSIFY_LOAD_SIZES="300", PYCLASSIFY_KUBE_PODS="300",
+               PYCLASSIFY_SCALE_CHANGES="12", PYCLASSIFY_LOAD_SIZES="300", PYCLASSIFY_SCHEMA_PODS="300",
+               PYCLASSIFY_SCHEMA_ROUNDS="1", PYCLASSIFY_KUBE_PODS="300",
                PYCLASSIFY_KUBE_EVENTS="20", PYCLASSIFY_DIFF_PODS="300", PYCLASSIFY_DIFF_ROUNDS="1",
                PYCLASSIFY_DIFF_SAMPLE="500", PYCLASSIFY_ACL_SETS="acl1_1000", PYCLASSIFY_ACL_ROUNDS="1",
                PYCLASSIFY_REPLAY_PACKETS="20000", PYCLASSIFY_PEER_COUNT="5000", PYCLASSIFY_PEER_SAT_SECONDS="1",
