@@ -19,7 +19,6 @@ of ``PYCLASSIFY_SCHEMA_ROUNDS``, 9), on the same documents:
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import time
@@ -74,7 +73,8 @@ def _fastjsonschema(docs: list) -> Callable[[], int] | None:
             node["type"] = ["integer", "string"]
         preserve = node.pop("x-kubernetes-preserve-unknown-fields", False)
         node.pop("format", None)
-        if node.get("type") == "object" and "properties" in node and "additionalProperties" not in node and not preserve:
+        strict_object = "properties" in node and "additionalProperties" not in node and not preserve
+        if node.get("type") == "object" and strict_object:
             node["additionalProperties"] = False
         if "type" in node:  # null is taken anywhere, as the API server does
             node["type"] = [*([node["type"]] if isinstance(node["type"], str) else node["type"]), "null"]

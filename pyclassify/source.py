@@ -181,14 +181,14 @@ class Problems:
         #: inputs given by name that held no document at all (``pyclassify`` exits 1)
         self.empty_inputs: list[str] = []
         #: objects whose schema check refused fields in this run -> those fields, as printed
-        self.schema_checked: dict[DocumentKey, tuple[str, ...]] = {}
+        self.schema_refused: dict[DocumentKey, tuple[str, ...]] = {}
 
     def refuse(self, doc: Document, paths: tuple[str, ...]) -> None:
-        self.schema_checked[document_key(doc)] = paths
+        self.schema_refused[document_key(doc)] = paths
 
     def error(self, doc: Document, path: FieldPath, message: str) -> None:
-        if self.schema_checked:
-            refused = self.schema_checked.get((doc.file, doc.line, doc.base))
+        if self.schema_refused:
+            refused = self.schema_refused.get((doc.file, doc.line, doc.base))
             if refused and _under(format_path(path), refused):
                 return
         self.items.append(Problem(doc.file, doc.line_of(path), format_path(path), message))

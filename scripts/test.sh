@@ -15,6 +15,12 @@ kube_start=$SECONDS
 bash scripts/kube-testenv.sh >/dev/null || echo "kube-testenv: build failed (tests/kube will report it)"
 echo "   ready after $((SECONDS - kube_start)) s"
 
+# The pinned module zips the bundled API schemas are written from (scripts/update_schemas.py),
+# fetched and hash-checked once (~65 MB, cached): tests/kinds/test_schema.py regenerates the
+# schemas from them and compares.
+echo "== module zips of the bundled API schemas (cached after the first run)"
+.venv/bin/python scripts/update_schemas.py --fetch || echo "update_schemas: fetch failed (tests/kinds/test_schema.py skips, saying so)"
+
 echo "== pytest"
 # The failures' one-line summaries are kept for the recap at the end (CI shows only the tail).
 recap="${PYCLASSIFY_TEST_RECAP:-}"

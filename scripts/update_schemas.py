@@ -4,6 +4,8 @@ servers that serve those kinds define them, trimmed to what strict decoding judg
 
     .venv/bin/python scripts/update_schemas.py           # (re)write pyclassify/schemas/
     .venv/bin/python scripts/update_schemas.py --check   # exit 1 if a bundled file differs
+    .venv/bin/python scripts/update_schemas.py --fetch   # only cache the pinned module zips
+                                                         # (tests/kinds/test_schema.py compares)
 
 Every schema comes from a Go module fetched from the Go module proxy at a pinned version and
 checked against its pinned hash (the ``h1:`` the checksum database holds, or for the Tigera
@@ -87,6 +89,8 @@ OPERATOR = Module("github.com/tigera/operator", "v1.39.0", "h1:l5dIRCfnigUAH6Aa7
 # The projectcalico/api version OPERATOR's go.mod requires (checked when it is read).
 CALICO_API = Module("github.com/projectcalico/api", "v0.0.0-20240708202104-e3f70b269c2c",
                     "h1:eFyfeRDV94LA3tgbG2EC5W02dg3QUdltHc2jxhTQMCw=")
+
+PINS = (K8S, K8S_1_24, K8S_1_15, NPAPI, NPAPI_V0_1_1, NPAPI_CNP, OPERATOR, CALICO_API)
 
 # Kubernetes kinds: (apiVersion, kind) -> (module, OpenAPI document in it).
 _V3 = "api/openapi-spec/v3/"
@@ -495,9 +499,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="compare with the bundled files, write nothing")
     parser.add_argument("--offline", action="store_true", help="use cached module zips only")
+    parser.add_argument("--fetch", action="store_true", help="only fetch (and hash-check) the pinned module zips")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    files = generate(Modules(offline=args.offline))
+    modules = Modules(offline=args.offline)
+    if args.fetch:
+        for module in PINS:
+            modules.zip(module)
+        return 0
+    files = generate(modules)
     if args.check:
         stale = [n for n, data in files.items() if not (args.out / n).is_file() or (args.out / n).read_bytes() != data]
         for n in stale:

@@ -176,7 +176,8 @@ def _wrong_type(value: Any, node: Node) -> str:
     got = _TYPE_NAMES.get(type(value), type(value).__name__)
     if isinstance(value, (dict, list)):
         return f"must be of type {node.want}, not {got}"
-    hint = " (quote it)" if node.types is not None and str in node.types and got in ("integer", "number", "boolean") else ""
+    quote = node.types is not None and str in node.types and got in ("integer", "number", "boolean")
+    hint = " (quote it)" if quote else ""
     return f"Invalid value: {_value(value)}: must be of type {node.want}, not {got}{hint}"
 
 
@@ -292,7 +293,7 @@ def check(doc: Document, problems: Problems) -> bool:
     bundled schema. Later errors at or under a refused field are not added (``Problems``)."""
     if _checker().check(doc.obj) is not False:
         return False  # it conforms, or its kind has no schema: the common case, natively
-    if problems.schema_checked and document_key(doc) in problems.schema_checked:
+    if problems.schema_refused and document_key(doc) in problems.schema_refused:
         return True  # refused before
     found = field_problems(doc.obj)
     if not found:

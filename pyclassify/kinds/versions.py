@@ -1,8 +1,8 @@
 """Kinds and API versions a person may have mistyped: an unknown version of a kind this tool
 reads (``networking.k8s.io/v2``: no bundled schema defines the kind in it), or a kind one edit
-away from one it reads (``NetworkPolicys``). Both are errors ("did you mean ...?"), not documents skipped without a
-word: skipping would drop policy silently. Kinds nobody registered and that resemble nothing
-(ConfigMap, RoleBinding, ...) are still skipped.
+away from one it reads (``NetworkPolicys``). Both are errors ("did you mean ...?"), not
+documents skipped without a word: skipping would drop policy silently. Kinds nobody registered
+and that resemble nothing (ConfigMap, RoleBinding, ...) are still skipped.
 """
 
 from __future__ import annotations

@@ -144,7 +144,8 @@ def test_what_the_schemas_allow(tmp_path):
         status:
           podIP: 10.0.0.1
           qosClass: Burstable
-          containerStatuses: [{name: web, ready: true, restartCount: 0, image: nginx, imageID: "", state: {running: {}}}]
+          containerStatuses:
+          - {name: web, ready: true, restartCount: 0, image: nginx, imageID: "", state: {running: {}}}
         """)
     assert errors == []
     assert project.inventory.endpoints[0].name == "web"
@@ -190,7 +191,8 @@ def test_admin_network_policies_in_either_shape_v1alpha1_was_served_in(tmp_path)
     `related: Self` was in no release: an API server refuses it, and so does pyclassify."""
     head = ("apiVersion: policy.networking.k8s.io/v1alpha1\nkind: AdminNetworkPolicy\nmetadata: {name: a}\n"
             "spec:\n  priority: 10\n  subject: {namespaces: {}}\n  ingress:\n  - action: Allow\n    from:\n")
-    project, errors = check(tmp_path, head + "    - namespaces: {namespaceSelector: {}}\n    - namespaces: {sameLabels: [tenant]}\n")
+    project, errors = check(tmp_path, head + "    - namespaces: {namespaceSelector: {}}\n"
+                                             "    - namespaces: {sameLabels: [tenant]}\n")
     assert errors == [] and len(project.policy_set.policies) == 1
     project, errors = check(tmp_path, head + "    - namespaces: {matchLabels: {team: a}}\n")
     assert errors == [] and len(project.policy_set.policies) == 1
@@ -199,7 +201,8 @@ def test_admin_network_policies_in_either_shape_v1alpha1_was_served_in(tmp_path)
 
 
 def test_a_list_without_items(tmp_path):
-    _, errors = check(tmp_path, "apiVersion: v1\nkind: List\nitmes: []\n---\napiVersion: v1\nkind: PodList\nmetadata: {resourceVersion: '1', continu: x}\n")
+    _, errors = check(tmp_path, "apiVersion: v1\nkind: List\nitmes: []\n---\n"
+                                "apiVersion: v1\nkind: PodList\nmetadata: {resourceVersion: '1', continu: x}\n")
     assert errors == ["3: itmes: unknown field 'itmes' (did you mean 'items'?)",
                       "7: metadata.continu: unknown field 'continu' (did you mean 'continue'?)"]
 
@@ -344,7 +347,8 @@ def test_admission_policies_and_resources_are_checked(tmp_path):
     policy.write_text("apiVersion: containersecurity.tigera.io/v1beta1\nkind: ContainerAdmissionPolicy\n"
                       "metadata: {name: p}\nspec:\n  rulse: []\n")
     pod = tmp_path / "pod.yaml"
-    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: a, image: b, imagePullPolcy: Always}]\n")
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: web}\n"
+                   "spec:\n  containers: [{name: a, image: b, imagePullPolcy: Always}]\n")
     out = subprocess.run([sys.executable, "-m", "pyclassify", "admit", str(policy), "--resource", str(pod)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 1
@@ -369,14 +373,14 @@ def test_the_bundled_schemas_are_what_the_pins_give(tmp_path):
     """scripts/update_schemas.py, from its pinned module zips (hash-checked), writes exactly the
     bundled files. Needs the zips in a module cache (the script's or Go's): skipped otherwise."""
     script = _script()
-    pins = [script.K8S, script.K8S_1_24, script.K8S_1_15, script.NPAPI, script.NPAPI_V0_1_1, script.NPAPI_CNP,
-            script.OPERATOR, script.CALICO_API]
-    missing = [str(m) for m in pins if script.cached_zip(m) is None]
+    missing = [str(m) for m in script.PINS if script.cached_zip(m) is None]
     if missing:
-        pytest.skip(f"module zips not cached ({', '.join(missing)}): run scripts/update_schemas.py once")
+        pytest.skip(f"module zips not cached ({', '.join(missing)}): scripts/update_schemas.py --fetch "
+                    "(scripts/test.sh runs it)")
     files = script.generate(script.Modules(offline=True))
     assert sorted(files) == sorted(schema.SCHEMA_FILES)
     for name, data in files.items():
         assert (SCHEMAS / name).read_bytes() == data, f"{name} differs from what scripts/update_schemas.py writes"
-    recorded = {(s["module"], s["version"], s["sum"]) for n in files for s in json.loads(files[n])["sources"] if "module" in s}
-    assert recorded == {(m.path, m.version, m.sum) for m in pins}
+    recorded = {(s["module"], s["version"], s["sum"])
+                for n in files for s in json.loads(files[n])["sources"] if "module" in s}
+    assert recorded == {(m.path, m.version, m.sum) for m in script.PINS}
