@@ -352,6 +352,9 @@ cdef struct BridgeCounters:
     uint64_t other_forwarded   # other ethertypes forwarded (forward_other)
     uint64_t other_dropped     # other ethertypes dropped
     uint64_t malformed         # IP frames the decoder could not decode: dropped
+    uint64_t decapsulated      # frames judged by the packet inside their tunnel (VXLAN, Geneve, IPIP, GRE)
+    uint64_t tunnel_unread     # tunnel frames whose inner packet could not be read: dropped (in malformed too)
+    uint64_t tunnel_not_ip     # tunnel frames carrying a frame that is not IP (ARP, ...): forwarded unjudged
     uint64_t truncated         # frames larger than a ring slot: dropped
     uint64_t vlan_stripped     # frames whose VLAN tag is in metadata only: dropped
     uint64_t tx_failed         # frames the kernel refused to send
@@ -444,6 +447,8 @@ cdef class AfPacketBridge:
     cdef br_mmsghdr *msgs
     cdef br_iovec *iovs
     cdef FragTable *ft
+    cdef Tunnels tunnel_ports
+    cdef Tunnels *tp  # NULL: frames judged by their outer header
     cdef pc_revoked_flow *revoked_buf
     # http rules, read in line: each judged frame's TCP payload and where its IP header starts
     cdef const uint8_t **payloads
@@ -464,7 +469,8 @@ cdef class AfPacketBridge:
                   bint forward_other=False, bint nd_bypass=True, bint fail_open=False,
                   bint conntrack=True, size_t max_entries=262144, bint tcp_loose=True,
                   bint pod_allow=True, bint host_allow=False, size_t http_connections=0, bint reject=False,
-                  uint32_t reject_rate=10000):
+                  uint32_t reject_rate=10000, vxlan_ports=DEFAULT_VXLAN_PORTS,
+                  geneve_ports=DEFAULT_GENEVE_PORTS, bint decapsulate=True):
         cdef int i, rc
         cdef const char *stage = NULL
         cdef bytes name
@@ -487,6 +493,10 @@ cdef class AfPacketBridge:
             raise ValueError("tov_ms must be between 1 and 1000")
         if batch < 1 or batch > BR_MAX_BATCH:
             raise ValueError(f"batch must be between 1 and {BR_MAX_BATCH}")
+        # frames on the wire between nodes carry the pods' packets inside overlay tunnels:
+        # judged by those, as replay judges them
+        tunnels_set(&self.tunnel_ports, vxlan_ports, geneve_ports)
+        self.tp = &self.tunnel_ports if decapsulate else NULL
         self.if1 = if1
         self.if2 = if2
         # http rules need the bridge's own tracker: a connection awaiting its request is
@@ -744,13 +754,21 @@ cdef class AfPacketBridge:
             if et == 0x0800 or et == 0x86DD:
                 h = &self.headers[nj]
                 decode_one(p, caplen, wirelen, LT_ETHERNET, pcbr_frame_ts(f),
-                           <uint32_t>self.rings[side].ifindex, h, &self.quotes[nj], self.ft)
-                if h.flags & PC_FLAG_MALFORMED:
+                           <uint32_t>self.rings[side].ifindex, h, &self.quotes[nj], self.ft, self.tp)
+                if h.flags & PC_FLAG_MALFORMED and h.encap and h.error_kind == PC_ERR_UNKNOWN_ETHERTYPE:
+                    # ARP of a VXLAN device that learns its neighbours, ...: as ARP outside
+                    self.c.tunnel_not_ip += 1
+                    self.actions[i] = ACT_FORWARD
+                elif h.flags & PC_FLAG_MALFORMED:
                     self.c.malformed += 1
+                    if h.encap:
+                        self.c.tunnel_unread += 1
                 elif self.nd_bypass and br_is_nd(h):
                     self.c.nd += 1
                     self.actions[i] = ACT_FORWARD
                 else:
+                    if h.encap:
+                        self.c.decapsulated += 1
                     self.actions[i] = ACT_JUDGE
                     self.slot[i] = <int32_t>nj
                     self.l3offs[nj] = l3off
@@ -832,7 +850,7 @@ cdef class AfPacketBridge:
         self.payloads[k] = NULL
         self.plens[k] = 0
         self.pseqs[k] = 0
-        if self.headers[k].protocol != 6 or not l4_payload(p, caplen, LT_ETHERNET, &start, &end, &seq):
+        if self.headers[k].protocol != 6 or not l4_payload(p, caplen, LT_ETHERNET, self.tp, &start, &end, &seq):
             return
         self.pseqs[k] = seq
         if end > start:
@@ -860,14 +878,16 @@ cdef class AfPacketBridge:
     cdef void _reset(self, int side, size_t i) noexcept nogil:
         """Sends the two RSTs of frame ``i`` (a client -> server segment that arrived on
         ``side``): to the server out of the other interface, as from the client, with the frame's
-        own link header; to the client back out of ``side``, its MAC addresses swapped."""
+        own link header; to the client back out of ``side``, its MAC addresses swapped. None for a
+        tunnel's frame: its ends are beyond the tunnel, and the RSTs would have to be tunnelled
+        as its endpoints tunnel them; the frame is only dropped."""
         cdef tpacket3_hdr *f = self.frames[i]
         cdef const uint8_t *p = pcbr_frame_data(f)
         cdef uint32_t caplen = pcbr_frame_snaplen(f)
         cdef size_t l3 = self.l3offs[self.slot[i]]
         cdef pctr_segments seg
         cdef int k, n
-        if l3 < 12 or l3 > 64 or caplen <= l3:
+        if l3 < 12 or l3 > 64 or caplen <= l3 or self.headers[self.slot[i]].encap:
             return
         n = pctr_craft(p + l3, caplen - l3, &seg)
         for k in range(n):
@@ -877,7 +897,8 @@ cdef class AfPacketBridge:
     cdef void _reject(self, int side, size_t i) noexcept nogil:
         """Answers frame ``i`` (denied by policy, arrived on ``side``) as a REJECT rule would, back
         out of ``side``: a TCP segment with an RST (none for an RST), anything else with an ICMP
-        port unreachable; at most ``reject_rate`` a second, the rest only dropped."""
+        port unreachable; at most ``reject_rate`` a second, the rest only dropped. A tunnel's
+        frame is only dropped (the answer would have to be tunnelled to reach its sender)."""
         cdef tpacket3_hdr *f = self.frames[i]
         cdef const uint8_t *p = pcbr_frame_data(f)
         cdef uint32_t caplen = pcbr_frame_snaplen(f)
@@ -890,7 +911,7 @@ cdef class AfPacketBridge:
         if second != self.reject_window:
             self.reject_window = second
             self.reject_count = 0
-        if l3 < 12 or l3 > 64 or caplen <= l3 or self.reject_count >= self.reject_rate:
+        if l3 < 12 or l3 > 64 or caplen <= l3 or self.reject_count >= self.reject_rate or h.encap:
             self.c.rejects_limited += 1
             return
         if h.protocol == 6:

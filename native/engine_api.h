@@ -18,7 +18,7 @@
 #include "header_batch.h"
 
 /* Bumped on any change to the table or the records it passes; EngineClient checks it. */
-#define PC_ENGINE_ABI_VERSION 8
+#define PC_ENGINE_ABI_VERSION 9
 #define PC_ENGINE_CAPSULE "pyclassify._engine.EngineRef"
 
 #define PC_CAPI_OK 0

@@ -7,9 +7,10 @@
  * The decoder writes arrays of it; the engine reads them in place through the C ABI, without
  * the GIL; numpy sees them as pyclassify.batch.HEADER_DTYPE.
  *
- * Layout rules: 64 bytes (one cache line); no implicit padding (fields by decreasing alignment,
- * `reserved` fills the spare byte); integers in host byte order; addresses as raw network-order
- * bytes with IPv4 stored IPv4-mapped (::ffff:a.b.c.d).
+ * Layout rules: 64 bytes (one cache line); no implicit padding (fields by decreasing alignment
+ * tile the struct); integers in host byte order; addresses as raw network-order bytes with IPv4
+ * stored IPv4-mapped (::ffff:a.b.c.d). A packet found inside a tunnel has its outer header in a
+ * pc_outer beside it, in a parallel array.
  */
 #ifndef PYCLASSIFY_HEADER_BATCH_H
 #define PYCLASSIFY_HEADER_BATCH_H
@@ -43,8 +44,26 @@ enum pc_error_kind {
     PC_ERR_BAD_L4_HEADER = 11, /* TCP data offset below 5, UDP length below 8 */
     PC_ERR_FRAGMENT_OVERLAP = 12, /* a later fragment overlapping the L4 header (RFC 1858) */
     PC_ERR_FRAGMENT_UNMATCHED = 13, /* later fragment whose first fragment is not in the table (unseen or evicted): no ports */
-    PC_ERR_COUNT = 14
+    PC_ERR_TRUNCATED_TUNNEL = 14, /* shorter than its tunnel header (VXLAN, Geneve, GRE) */
+    PC_ERR_TUNNEL_UNSUPPORTED = 15, /* a tunnel header it cannot read (GRE version, routing or payload type; Geneve version, critical options or payload type; VXLAN without a VNI) */
+    PC_ERR_TUNNEL_TOO_DEEP = 16, /* tunnels nested deeper than the bound */
+    PC_ERR_TUNNEL_FRAGMENT = 17, /* a fragment of a tunnel packet: its inner packet is not whole */
+    PC_ERR_COUNT = 18
 };
+
+/* Values of PacketHeader.encap and pc_outer.encap: the tunnel a packet was found in. */
+enum pc_encap_kind {
+    PC_ENCAP_NONE = 0, /* not inside a tunnel */
+    PC_ENCAP_VXLAN = 1, /* VXLAN: Ethernet in UDP (RFC 7348) */
+    PC_ENCAP_GENEVE = 2, /* Geneve: Ethernet or IP in UDP (RFC 8926) */
+    PC_ENCAP_IPIP = 3, /* IPv4 in IP (protocol 4) */
+    PC_ENCAP_IP6IP = 4, /* IPv6 in IP (protocol 41) */
+    PC_ENCAP_GRE = 5, /* GRE (protocol 47): Ethernet, IPv4 or IPv6 */
+    PC_ENCAP_COUNT = 6
+};
+
+/* pc_outer.flags: vni holds the VXLAN/Geneve VNI or the GRE key. */
+#define PC_OUTER_HAS_KEY 1u
 
 /* One field of a record as the C compiler lays it out, for the cross-layer ABI test. */
 typedef struct pc_field {
@@ -76,9 +95,25 @@ typedef struct PacketHeader {
     uint8_t icmp_type;       /* 56: ICMP/ICMPv6 type; 0 for other protocols. */
     uint8_t icmp_code;       /* 57: ICMP/ICMPv6 code; 0 for other protocols. */
     uint8_t error_kind;      /* 58: Decode error reason, 0 = none (meaningful with `FLAG_MALFORMED` or `FLAG_TRUNCATED`). */
-    uint8_t reserved;        /* 59: Explicit padding, always 0, so the struct has no implicit padding bytes. */
+    uint8_t encap;           /* 59: The tunnel the packet was found in (`ENCAP_*`; 0: none). When set, the other fields describe the inner packet and the [`OuterHeader`] beside it the outer one; with `FLAG_MALFORMED`, the tunnel could not be read far enough to judge its inner packet. */
     uint32_t frag_id;        /* 60: IP fragment identification (IPv4 16-bit id widened, or IPv6 32-bit id). */
 } PacketHeader;
+
+/* pyclassify_core::batch::OuterHeader: 48 bytes, 4-aligned. */
+typedef struct pc_outer {
+    uint8_t src_addr[16];    /*  0: Source address of the outermost IP header, network order; IPv4 as IPv4-mapped IPv6. */
+    uint8_t dst_addr[16];    /* 16: Destination address of the outermost IP header, network order; IPv4 as IPv4-mapped IPv6. */
+    uint32_t vni;            /* 32: VXLAN or Geneve network identifier, or GRE key; valid with `OUTER_HAS_KEY`. */
+    uint16_t sport;          /* 36: UDP source port of a VXLAN or Geneve tunnel; 0 for IP in IP and GRE. */
+    uint16_t dport;          /* 38: UDP destination port of a VXLAN or Geneve tunnel; 0 for IP in IP and GRE. */
+    uint16_t payload_type;   /* 40: What the tunnel header says it carries: an ethertype (0x6558 Ethernet, 0x0800, 0x86DD). */
+    uint8_t ip_version;      /* 42: 4 or 6: the outermost IP header's version. */
+    uint8_t protocol;        /* 43: The outermost IP header's protocol (17 UDP, 4, 41, 47). */
+    uint8_t encap;           /* 44: `ENCAP_*` of the outermost tunnel (as `PacketHeader::encap`). */
+    uint8_t depth;           /* 45: How many tunnels were opened to reach the inner packet (2 or more: nested). */
+    uint8_t flags;           /* 46: `OUTER_*` bits. */
+    uint8_t reserved;        /* 47: Always 0. */
+} pc_outer;
 
 _Static_assert(sizeof(PacketHeader) == 64, "PacketHeader size");
 _Static_assert(_Alignof(PacketHeader) == 8, "PacketHeader alignment");
@@ -96,8 +131,23 @@ _Static_assert(offsetof(PacketHeader, flags) == 55, "PacketHeader.flags offset")
 _Static_assert(offsetof(PacketHeader, icmp_type) == 56, "PacketHeader.icmp_type offset");
 _Static_assert(offsetof(PacketHeader, icmp_code) == 57, "PacketHeader.icmp_code offset");
 _Static_assert(offsetof(PacketHeader, error_kind) == 58, "PacketHeader.error_kind offset");
-_Static_assert(offsetof(PacketHeader, reserved) == 59, "PacketHeader.reserved offset");
+_Static_assert(offsetof(PacketHeader, encap) == 59, "PacketHeader.encap offset");
 _Static_assert(offsetof(PacketHeader, frag_id) == 60, "PacketHeader.frag_id offset");
+
+_Static_assert(sizeof(pc_outer) == 48, "pc_outer size");
+_Static_assert(_Alignof(pc_outer) == 4, "pc_outer alignment");
+_Static_assert(offsetof(pc_outer, src_addr) == 0, "pc_outer.src_addr offset");
+_Static_assert(offsetof(pc_outer, dst_addr) == 16, "pc_outer.dst_addr offset");
+_Static_assert(offsetof(pc_outer, vni) == 32, "pc_outer.vni offset");
+_Static_assert(offsetof(pc_outer, sport) == 36, "pc_outer.sport offset");
+_Static_assert(offsetof(pc_outer, dport) == 38, "pc_outer.dport offset");
+_Static_assert(offsetof(pc_outer, payload_type) == 40, "pc_outer.payload_type offset");
+_Static_assert(offsetof(pc_outer, ip_version) == 42, "pc_outer.ip_version offset");
+_Static_assert(offsetof(pc_outer, protocol) == 43, "pc_outer.protocol offset");
+_Static_assert(offsetof(pc_outer, encap) == 44, "pc_outer.encap offset");
+_Static_assert(offsetof(pc_outer, depth) == 45, "pc_outer.depth offset");
+_Static_assert(offsetof(pc_outer, flags) == 46, "pc_outer.flags offset");
+_Static_assert(offsetof(pc_outer, reserved) == 47, "pc_outer.reserved offset");
 
 static const pc_field pc_fields_PacketHeader[] = {
     {"ts_ns", offsetof(PacketHeader, ts_ns), sizeof(((PacketHeader *)0)->ts_ns)},
@@ -114,14 +164,29 @@ static const pc_field pc_fields_PacketHeader[] = {
     {"icmp_type", offsetof(PacketHeader, icmp_type), sizeof(((PacketHeader *)0)->icmp_type)},
     {"icmp_code", offsetof(PacketHeader, icmp_code), sizeof(((PacketHeader *)0)->icmp_code)},
     {"error_kind", offsetof(PacketHeader, error_kind), sizeof(((PacketHeader *)0)->error_kind)},
-    {"reserved", offsetof(PacketHeader, reserved), sizeof(((PacketHeader *)0)->reserved)},
+    {"encap", offsetof(PacketHeader, encap), sizeof(((PacketHeader *)0)->encap)},
     {"frag_id", offsetof(PacketHeader, frag_id), sizeof(((PacketHeader *)0)->frag_id)},
+};
+static const pc_field pc_fields_pc_outer[] = {
+    {"src_addr", offsetof(pc_outer, src_addr), sizeof(((pc_outer *)0)->src_addr)},
+    {"dst_addr", offsetof(pc_outer, dst_addr), sizeof(((pc_outer *)0)->dst_addr)},
+    {"vni", offsetof(pc_outer, vni), sizeof(((pc_outer *)0)->vni)},
+    {"sport", offsetof(pc_outer, sport), sizeof(((pc_outer *)0)->sport)},
+    {"dport", offsetof(pc_outer, dport), sizeof(((pc_outer *)0)->dport)},
+    {"payload_type", offsetof(pc_outer, payload_type), sizeof(((pc_outer *)0)->payload_type)},
+    {"ip_version", offsetof(pc_outer, ip_version), sizeof(((pc_outer *)0)->ip_version)},
+    {"protocol", offsetof(pc_outer, protocol), sizeof(((pc_outer *)0)->protocol)},
+    {"encap", offsetof(pc_outer, encap), sizeof(((pc_outer *)0)->encap)},
+    {"depth", offsetof(pc_outer, depth), sizeof(((pc_outer *)0)->depth)},
+    {"flags", offsetof(pc_outer, flags), sizeof(((pc_outer *)0)->flags)},
+    {"reserved", offsetof(pc_outer, reserved), sizeof(((pc_outer *)0)->reserved)},
 };
 
 /* The layouts of this header's records as the C compiler sees them; *n receives the count. */
 static inline const pc_record_layout *pc_header_batch_layouts(size_t *n) {
     static const pc_record_layout records[] = {
         {"PacketHeader", sizeof(PacketHeader), sizeof(pc_fields_PacketHeader) / sizeof(pc_field), pc_fields_PacketHeader},
+        {"pc_outer", sizeof(pc_outer), sizeof(pc_fields_pc_outer) / sizeof(pc_field), pc_fields_pc_outer},
     };
     *n = sizeof(records) / sizeof(records[0]);
     return records;

@@ -14,6 +14,7 @@ cdef extern from "header_batch.h" nogil:
         PC_FLAG_MALFORMED
         PC_FLAG_ICMP_ERROR
         PC_FLAG_HAS_PORTS
+        PC_OUTER_HAS_KEY
 
     ctypedef struct PacketHeader:
         uint64_t ts_ns
@@ -30,8 +31,22 @@ cdef extern from "header_batch.h" nogil:
         uint8_t icmp_type
         uint8_t icmp_code
         uint8_t error_kind
-        uint8_t reserved
+        uint8_t encap
         uint32_t frag_id
+
+    ctypedef struct pc_outer:
+        uint8_t src_addr[16]
+        uint8_t dst_addr[16]
+        uint32_t vni
+        uint16_t sport
+        uint16_t dport
+        uint16_t payload_type
+        uint8_t ip_version
+        uint8_t protocol
+        uint8_t encap
+        uint8_t depth
+        uint8_t flags
+        uint8_t reserved
 
     ctypedef struct pc_field:
         const char *name
@@ -62,4 +77,17 @@ cdef extern from "header_batch.h" nogil:
         PC_ERR_BAD_L4_HEADER
         PC_ERR_FRAGMENT_OVERLAP
         PC_ERR_FRAGMENT_UNMATCHED
+        PC_ERR_TRUNCATED_TUNNEL
+        PC_ERR_TUNNEL_UNSUPPORTED
+        PC_ERR_TUNNEL_TOO_DEEP
+        PC_ERR_TUNNEL_FRAGMENT
         PC_ERR_COUNT
+
+    enum pc_encap_kind:
+        PC_ENCAP_NONE
+        PC_ENCAP_VXLAN
+        PC_ENCAP_GENEVE
+        PC_ENCAP_IPIP
+        PC_ENCAP_IP6IP
+        PC_ENCAP_GRE
+        PC_ENCAP_COUNT

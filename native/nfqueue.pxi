@@ -675,7 +675,7 @@ cdef class NfQueue:
             self.final[i] = FINAL_MARKED_ACCEPT
             if not (p.has_payload and p.caplen > 0):
                 continue
-            if not l4_payload(p.payload, p.caplen, LT_RAW, &start, &end, &seq) or end <= start:
+            if not l4_payload(p.payload, p.caplen, LT_RAW, NULL, &start, &end, &seq) or end <= start:
                 continue
             err = 0
             pthread_mutex_lock(&self.engine_lock)
@@ -700,7 +700,7 @@ cdef class NfQueue:
         cdef uint32_t seq = 0
         if not (self.hdr[i].tcp_flags & 0x02):
             return False  # only a SYN: a connection picked up mid-stream could carry unread bytes
-        if not l4_payload(p.payload, p.caplen, LT_RAW, &start, &end, &seq):
+        if not l4_payload(p.payload, p.caplen, LT_RAW, NULL, &start, &end, &seq):
             return False
         if self.client.http_watch_c(&self.hdr[i], seq + 1) == 1:
             return True
@@ -726,13 +726,13 @@ cdef class NfQueue:
                 self.c_malformed += 1
                 self.final[i] = failv
                 continue
-            decode_one(p.payload, p.caplen, p.wirelen, LT_RAW, ts, p.indev, h, &self.quo[i], self.ft)
+            decode_one(p.payload, p.caplen, p.wirelen, LT_RAW, ts, p.indev, h, &self.quo[i], self.ft, NULL)
             if h.flags & PC_FLAG_MALFORMED or h.protocol != 6:
                 self.c_malformed += 1
                 self.final[i] = failv
                 continue
             seq = 0
-            if not l4_payload(p.payload, p.caplen, LT_RAW, &start, &end, &seq) or end < start:
+            if not l4_payload(p.payload, p.caplen, LT_RAW, NULL, &start, &end, &seq) or end < start:
                 start = end = 0
             pthread_mutex_lock(&self.engine_lock)
             rc = self.client.http_judge_c(h, seq, p.payload + start, end - start, &self.ver[i])
@@ -791,8 +791,10 @@ cdef class NfQueue:
         for i in range(n):
             p = &self.pk[i]
             if p.has_payload and p.caplen > 0:
+                # what the kernel hands this hook is judged as it is: a tunnel's inner packet
+                # comes through netfilter again, decapsulated, from the tunnel's device
                 decode_one(p.payload, p.caplen, p.wirelen, LT_RAW, ts, p.indev, &self.hdr[i],
-                           &self.quo[i], self.ft)
+                           &self.quo[i], self.ft, NULL)
             else:
                 memset(&self.hdr[i], 0, sizeof(PacketHeader))
                 memset(&self.quo[i], 0, sizeof(pc_quote))

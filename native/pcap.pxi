@@ -15,7 +15,7 @@ cdef enum:
     ST_NEED = 1   # the next record is not complete in the window (self._need bytes needed)
     ST_END = 2    # the window is consumed
     ST_BAD = 3    # corrupt capture: stop (self._bad says why)
-    N_ERR_SLOTS = 16
+    N_ERR_SLOTS = 32  # above PC_ERR_COUNT
     MAX_RECORD = 0x4000000  # 64 MiB: no real capture has bigger records; bigger means corrupt
     LT_UNKNOWN_IF = 0xFFFFFFFF
 
@@ -89,7 +89,10 @@ cdef class Reader:
 
     ``source`` is a buffer (an mmap of the file, bytes) or a binary file object with
     ``readinto`` (read in windows of ``chunk`` bytes: stdin, pipes, files read as a stream).
-    Raises ValueError if the capture does not start with a pcap or pcapng header.
+    Tunnels are opened (their inner packets decoded, the outer headers written to ``outers``)
+    for VXLAN to ``vxlan_ports``, Geneve to ``geneve_ports``, IP in IP and GRE, unless
+    ``decapsulate`` is false. Raises ValueError if the capture does not start with a pcap or
+    pcapng header, or for a port that is not one.
     """
 
     cdef object _src
@@ -112,6 +115,8 @@ cdef class Reader:
     cdef size_t _section_base
     cdef uint32_t _sections
     cdef FragTable *_ft
+    cdef Tunnels _ports
+    cdef Tunnels *_tp
     cdef uint64_t _counts[N_ERR_SLOTS]
     cdef uint64_t _packets
     cdef uint64_t _unknown_if
@@ -130,7 +135,10 @@ cdef class Reader:
         frag_table_free(self._ft)
         free(self._ifaces)
 
-    def __init__(self, source, size_t chunk=1 << 22):
+    def __init__(self, source, size_t chunk=1 << 22, vxlan_ports=DEFAULT_VXLAN_PORTS,
+                 geneve_ports=DEFAULT_GENEVE_PORTS, bint decapsulate=True):
+        tunnels_set(&self._ports, vxlan_ports, geneve_ports)
+        self._tp = &self._ports if decapsulate else NULL
         self._problems = []
         self._chunk = chunk if chunk >= 4096 else 4096
         if hasattr(source, "readinto"):
@@ -228,7 +236,7 @@ cdef class Reader:
 
     # -- the record loop (without the GIL) --
 
-    cdef int _parse(self, PacketHeader *hs, pc_quote *qs, uint64_t *offs, uint32_t *caps,
+    cdef int _parse(self, PacketHeader *hs, pc_quote *qs, pc_outer *os, uint64_t *offs, uint32_t *caps,
                     uint32_t *lts, Py_ssize_t max_n, Py_ssize_t *n_out) noexcept nogil:
         cdef Py_ssize_t n = 0
         cdef const uint8_t *p
@@ -238,6 +246,9 @@ cdef class Reader:
         cdef const Iface *f
         cdef int st = ST_FULL
         cdef pc_quote *q
+        if self._tp != NULL:
+            self._tp.headers = hs
+            self._tp.outers = os
         while n < max_n:
             rem = self._len - self._pos
             p = self._base + self._pos
@@ -265,7 +276,7 @@ cdef class Reader:
                 else:
                     ts = <uint64_t>rd32(p, self._big) * 1000000000u + <uint64_t>rd32(p + 4, self._big) * 1000u
                 q = &qs[n] if qs != NULL else NULL
-                decode_one(p + 16, caplen, origlen, f.linktype, ts, 0, &hs[n], q, self._ft)
+                decode_one(p + 16, caplen, origlen, f.linktype, ts, 0, &hs[n], q, self._ft, self._tp)
                 offs[n] = self._pos + 16
                 caps[n] = <uint32_t>caplen
                 lts[n] = f.linktype
@@ -363,7 +374,7 @@ cdef class Reader:
                     self._unknown_if += 1
                     ifid = LT_UNKNOWN_IF
                     ts = 0
-                decode_one(p + dstart, caplen, origlen, linktype, ts, ifid, &hs[n], q, self._ft)
+                decode_one(p + dstart, caplen, origlen, linktype, ts, ifid, &hs[n], q, self._ft, self._tp)
                 offs[n] = self._pos - blen + dstart
                 caps[n] = <uint32_t>caplen
                 lts[n] = linktype
@@ -397,12 +408,13 @@ cdef class Reader:
 
     # -- the Python API --
 
-    def read_into(self, headers, quotes, offsets, caplens, linktypes):
+    def read_into(self, headers, quotes, offsets, caplens, linktypes, outers=None):
         """Read and decode up to ``len(headers)`` packets; returns how many.
 
         headers: HEADER_DTYPE array; quotes: QUOTE_DTYPE array or None; offsets (uint64),
         caplens (uint32), linktypes (uint32): where each packet's captured bytes are in
-        ``self.window`` (valid until the next call). 0 means the capture is finished.
+        ``self.window`` (valid until the next call); outers: OUTER_DTYPE array or None, written
+        where a header's ``encap`` is set. 0 means the capture is finished.
         """
         import numpy as np
         cdef Py_ssize_t max_n = len(headers)
@@ -415,19 +427,24 @@ cdef class Reader:
         cdef uint32_t[::1] lv = linktypes
         cdef PacketHeader *hs = <PacketHeader *>&hv[0]
         cdef pc_quote *qs = NULL
+        cdef unsigned char[::1] outv
+        cdef pc_outer *os = NULL
         if ov.shape[0] < max_n or cv.shape[0] < max_n or lv.shape[0] < max_n:
             raise ValueError("offsets, caplens and linktypes must be as long as headers")
         if quotes is not None:
             qv = _as_bytes_view(quotes, max_n, sizeof(pc_quote), "quotes")
             qs = <pc_quote *>&qv[0]
+        if outers is not None:
+            outv = _as_bytes_view(outers, max_n, sizeof(pc_outer), "outers")
+            os = <pc_outer *>&outv[0]
         if self._done or max_n == 0:
             return 0
         if self._src is not None and not self._eof and self._len - self._pos < self._chunk // 2:
             self._refill(0)
         while True:
             with nogil:
-                st = self._parse(hs + n, (qs + n) if qs != NULL else NULL, &ov[n], &cv[n], &lv[n],
-                                 max_n - n, &got)
+                st = self._parse(hs + n, (qs + n) if qs != NULL else NULL, (os + n) if os != NULL else NULL,
+                                 &ov[n], &cv[n], &lv[n], max_n - n, &got)
             n += got
             if st == ST_FULL:
                 break
@@ -508,6 +525,11 @@ cdef class Reader:
     @property
     def packets(self):
         return self._packets
+
+    @property
+    def tunnelled(self):
+        """Packets found inside a tunnel so far (their ``encap`` set)."""
+        return self._ports.opened
 
     @property
     def unknown_interface(self):

@@ -16,6 +16,9 @@ def header_flags() -> list[tuple[str, int]]:
 def error_kinds() -> list[tuple[str, int]]:
     """The values of PacketHeader.error_kind as [(name, value), ...] in value order."""
 
+def encap_kinds() -> list[tuple[str, int]]:
+    """The values of PacketHeader.encap (the tunnel a packet was found in) as [(name, value), ...]."""
+
 ENGINE_API_SIZE: Final[int]
 
 def record_layouts() -> list[tuple[str, tuple[str, int, int, list[tuple[str, int, int, str]]]]]:

@@ -19,22 +19,41 @@ def header_flags() -> list[tuple[str, int]]:
 from typing import Any
 
 QUOTE_SIZE: Final[int]
+OUTER_SIZE: Final[int]
+DEFAULT_VXLAN_PORTS: Final[tuple[int, ...]]
+DEFAULT_GENEVE_PORTS: Final[tuple[int, ...]]
+MAX_TUNNEL_PORTS: Final[int]
 
 def error_kinds() -> list[tuple[str, int]]:
     """The decode error kinds of native/header_batch.h as [(name, value), ...] in value order."""
+
+def encap_kinds() -> list[tuple[str, int]]:
+    """The tunnel kinds of native/header_batch.h (PacketHeader.encap) as [(name, value), ...]."""
 
 def pack_records(
     fmt: int, nanosecond: bool, data: Any, offsets: Any, caplens: Any, headers: Any, indices: Any
 ) -> bytes:
     """Records of the packets ``indices`` as pcap (fmt 1) or pcapng EPB (fmt 2) bytes."""
 
-def payload_spans(data: Any, offsets: Any, caplens: Any, linktypes: Any, indices: Any) -> Any:
+def payload_spans(
+    data: Any,
+    offsets: Any,
+    caplens: Any,
+    linktypes: Any,
+    indices: Any,
+    vxlan_ports: Any = (4789, 8472),
+    geneve_ports: Any = (6081,),
+    decapsulate: bool = True,
+) -> Any:
     """(n, 3) int64 array: each packet's TCP/UDP payload as [start, end) in ``data`` and its TCP
-    sequence number (0 for UDP); (0, 0, 0) if none."""
+    sequence number (0 for UDP); (0, 0, 0) if none. Inside the tunnels given, as the decoder."""
 
 class Decoder:
     """Decodes frames of a given link type into a header batch, with its own fragment table."""
 
+    def __init__(
+        self, vxlan_ports: Any = (4789, 8472), geneve_ports: Any = (6081,), decapsulate: bool = True
+    ) -> None: ...
     def decode(
         self,
         frames: Any,
@@ -43,6 +62,7 @@ class Decoder:
         linktype: int = 1,
         ts_ns: Any = None,
         wire_lengths: Any = None,
+        outers: Any = None,
     ) -> None: ...
     @property
     def fragment_stats(self) -> dict[str, int]: ...
@@ -50,8 +70,17 @@ class Decoder:
 class Reader:
     """Reads a pcap or pcapng capture into header batches (see pyclassify.capture)."""
 
-    def __init__(self, source: Any, chunk: int = ...) -> None: ...
-    def read_into(self, headers: Any, quotes: Any, offsets: Any, caplens: Any, linktypes: Any) -> int: ...
+    def __init__(
+        self,
+        source: Any,
+        chunk: int = ...,
+        vxlan_ports: Any = (4789, 8472),
+        geneve_ports: Any = (6081,),
+        decapsulate: bool = True,
+    ) -> None: ...
+    def read_into(
+        self, headers: Any, quotes: Any, offsets: Any, caplens: Any, linktypes: Any, outers: Any = None
+    ) -> int: ...
     def release(self) -> None: ...
     @property
     def window(self) -> Any: ...
@@ -71,6 +100,8 @@ class Reader:
     def counts(self) -> list[int]: ...
     @property
     def packets(self) -> int: ...
+    @property
+    def tunnelled(self) -> int: ...
     @property
     def unknown_interface(self) -> int: ...
     @property
@@ -251,6 +282,9 @@ class AfPacketBridge:
         http_connections: int = 0,
         reject: bool = False,
         reject_rate: int = 10000,
+        vxlan_ports: Any = (4789, 8472),
+        geneve_ports: Any = (6081,),
+        decapsulate: bool = True,
     ) -> None: ...
     def run(self) -> None: ...
     def stop(self) -> None: ...

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from pyclassify import _engine
 
 __all__ = [
+    "ENCAP_KINDS",
     "ERROR_KINDS",
     "ERROR_NAMES",
     "FLAGS",
@@ -32,6 +33,7 @@ __all__ = [
     "FLAG_TRUNCATED",
     "HEADER_DTYPE",
     "HEADER_SIZE",
+    "OUTER_DTYPE",
     "QUOTE_DTYPE",
     "REVOKED_DTYPE",
     "SIDE_DTYPE",
@@ -75,6 +77,10 @@ ERR_TOO_MANY_VLAN_TAGS: Final = 10  # more 802.1Q/802.1ad tags than the bound
 ERR_BAD_L4_HEADER: Final = 11  # TCP data offset below 5, UDP length below 8
 ERR_FRAGMENT_OVERLAP: Final = 12  # later fragment overlapping the L4 header (RFC 1858)
 ERR_FRAGMENT_UNMATCHED: Final = 13  # later fragment whose first fragment is unknown: no ports
+ERR_TRUNCATED_TUNNEL: Final = 14  # shorter than its tunnel header (VXLAN, Geneve, GRE)
+ERR_TUNNEL_UNSUPPORTED: Final = 15  # a tunnel header it cannot read (GRE/Geneve version, payload, ...)
+ERR_TUNNEL_TOO_DEEP: Final = 16  # tunnels nested deeper than the bound
+ERR_TUNNEL_FRAGMENT: Final = 17  # a fragment of a tunnel packet: its inner packet is not whole
 
 #: Every error kind as ``(name, value)`` in value order (``error_kind`` indexes it).
 ERROR_KINDS: Final[tuple[tuple[str, int], ...]] = (
@@ -92,10 +98,33 @@ ERROR_KINDS: Final[tuple[tuple[str, int], ...]] = (
     ("ERR_BAD_L4_HEADER", ERR_BAD_L4_HEADER),
     ("ERR_FRAGMENT_OVERLAP", ERR_FRAGMENT_OVERLAP),
     ("ERR_FRAGMENT_UNMATCHED", ERR_FRAGMENT_UNMATCHED),
+    ("ERR_TRUNCATED_TUNNEL", ERR_TRUNCATED_TUNNEL),
+    ("ERR_TUNNEL_UNSUPPORTED", ERR_TUNNEL_UNSUPPORTED),
+    ("ERR_TUNNEL_TOO_DEEP", ERR_TUNNEL_TOO_DEEP),
+    ("ERR_TUNNEL_FRAGMENT", ERR_TUNNEL_FRAGMENT),
 )
 
 #: Short names of the error kinds, indexed by value (``"truncated_link"``, ...; ``"none"`` at 0).
 ERROR_NAMES: Final[tuple[str, ...]] = tuple(name[4:].lower() for name, _ in ERROR_KINDS)
+
+#: Values of the ``encap`` field: the tunnel a packet was found in (``pyclassify.tunnels``).
+ENCAP_NONE: Final = 0
+ENCAP_VXLAN: Final = 1  # Ethernet in UDP (RFC 7348)
+ENCAP_GENEVE: Final = 2  # Ethernet or IP in UDP (RFC 8926)
+ENCAP_IPIP: Final = 3  # IPv4 in IP (protocol 4)
+ENCAP_IP6IP: Final = 4  # IPv6 in IP (protocol 41)
+ENCAP_GRE: Final = 5  # GRE (protocol 47): Ethernet, IPv4 or IPv6
+#: Every tunnel kind as ``(name, value)`` in value order (``encap`` indexes it).
+ENCAP_KINDS: Final[tuple[tuple[str, int], ...]] = (
+    ("ENCAP_NONE", ENCAP_NONE),
+    ("ENCAP_VXLAN", ENCAP_VXLAN),
+    ("ENCAP_GENEVE", ENCAP_GENEVE),
+    ("ENCAP_IPIP", ENCAP_IPIP),
+    ("ENCAP_IP6IP", ENCAP_IP6IP),
+    ("ENCAP_GRE", ENCAP_GRE),
+)
+#: ``OUTER_DTYPE``'s ``flags``: ``vni`` holds the VXLAN/Geneve VNI or the GRE key.
+OUTER_HAS_KEY: Final = 1
 
 _SCALARS: Final[dict[str, str]] = {"u8": "u1", "u16": "u2", "u32": "u4", "u64": "u8", "i32": "i4"}
 _LAYOUTS: Final = dict(_engine.record_layouts())
@@ -139,6 +168,9 @@ HEADER_DTYPE: Final[np.dtype[np.void]] = record_dtype("PacketHeader")
 #: Size of one header in bytes (the stride of a batch).
 HEADER_SIZE: Final[int] = HEADER_DTYPE.itemsize
 assert HEADER_SIZE == _engine.HEADER_SIZE == 64
+#: The outer header of a packet found inside a tunnel, one per header in a parallel array
+#: (``OuterHeader``), meaningful where the header's ``encap`` is set.
+OUTER_DTYPE: Final[np.dtype[np.void]] = record_dtype("OuterHeader")
 #: The flow an ICMP error quotes, one per header in a parallel array (``QuotedTuple``).
 QUOTE_DTYPE: Final[np.dtype[np.void]] = record_dtype("QuotedTuple")
 #: One direction's decision in a verdict record (``SideVerdict``): source_kind 0 none, 1 policy,

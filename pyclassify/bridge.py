@@ -18,6 +18,12 @@ IPv4, IPv6 (untagged or 802.1Q/ad)      judged by policy + conntrack: forwarded 
                                         port unreachable back out of its side); with
                                         ``http_connections``, TCP requests read in line by
                                         http rules, a denied one's connection cut both ways
+IP inside a tunnel (VXLAN, Geneve,      judged by the packet inside (``decapsulated``): a
+IP in IP, GRE: between two nodes)       denied one only dropped (no reset or ICMP answer,
+                                        which would have to be tunnelled back); one carrying
+                                        ARP forwarded unjudged (``tunnel_not_ip``); a tunnel
+                                        that cannot be read dropped (``tunnel_unread``);
+                                        ``decapsulate=False``: judged by the outer header
 ICMPv6 neighbour discovery (133-136)    forwarded unjudged (``nd_bypass=True``, the default)
 ARP                                     forwarded unjudged
 other ethertypes (LLDP, STP, MPLS, ..)  dropped (``forward_other=True`` forwards them)
@@ -106,7 +112,8 @@ class Bridge:
     on by default), ``judge`` (False: a plain copy-through bridge, for baselines),
     ``forward_other``, ``nd_bypass``, ``fail_open`` (an engine error forwards the batch instead of
     dropping it), ``conntrack``, ``max_entries``, ``tcp_loose``, ``pod_allow``/``host_allow``
-    (the defaults for endpoints no policy selects).
+    (the defaults for endpoints no policy selects), ``vxlan_ports``/``geneve_ports``/``decapsulate``
+    (the tunnels whose frames are judged by the packet inside, ``pyclassify.tunnels``).
     """
 
     def __init__(self, if1: str, if2: str, engine_capsule: Any, *, netns: str | None = None, **options: Any) -> None:
@@ -195,7 +202,8 @@ class Bridge:
         """Counters of the loop (see ``BridgeCounters`` in native/afpacket.pxi): per-interface
         ``rx_frames``/``rx_bytes``/``tx_frames``/``tx_bytes`` (index 0 = if1), and ``judged``,
         ``allowed``, ``denied``, ``established``, ``arp``, ``nd``, ``other_forwarded``,
-        ``other_dropped``, ``malformed``, ``truncated``, ``vlan_stripped``, ``tx_failed``,
+        ``other_dropped``, ``malformed``, ``decapsulated``, ``tunnel_unread``, ``tunnel_not_ip``,
+        ``truncated``, ``vlan_stripped``, ``tx_failed``,
         ``engine_errors``, ``blocks``, ``batches``, ``judge_ns``, ``loop_cpu_ns`` (``loop_user_ns`` +
         ``loop_sys_ns``), ``swaps``,
         ``revoked``, ``expired``, ``kernel_packets``/``kernel_drops`` (ring overruns), ``tracked``."""

@@ -18,6 +18,11 @@ ICMP errors: the 64-byte header has no room for the flow an ICMP error quotes, s
 ``flags & QUOTE_VALID`` when the quoted flow was decoded (ports, or a quoted ICMP query's type and
 identifier in ``icmp_type``/``sport``), ``flags & FLAG_HAS_PORTS`` when its ports were. The layout
 is the connection tracker's ``QuotedTuple``. Only packets with ``FLAG_ICMP_ERROR`` have a valid quote.
+
+Tunnels: packets inside VXLAN, Geneve, IP in IP or GRE are decoded as the packet they carry
+(``pyclassify.tunnels``; ``tunnels=`` says which UDP ports are VXLAN's and Geneve's, or opens
+none); ``headers["encap"]`` names the tunnel and ``batch.outers`` (``OUTER_DTYPE``) holds the
+outer header, valid only where ``encap`` is set.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ import numpy as np
 import numpy.typing as npt
 
 from pyclassify import _native
-from pyclassify.batch import ERROR_NAMES, HEADER_DTYPE, QUOTE_DTYPE
+from pyclassify.batch import ERROR_NAMES, HEADER_DTYPE, OUTER_DTYPE, QUOTE_DTYPE
+from pyclassify.tunnels import DEFAULT_TUNNELS, TunnelPorts
 
 __all__ = [
     "LINKTYPES",
@@ -52,6 +58,7 @@ __all__ = [
 ]
 
 assert QUOTE_DTYPE.itemsize == _native.QUOTE_SIZE
+assert OUTER_DTYPE.itemsize == _native.OUTER_SIZE
 
 QUOTE_VALID: Final = 1  # the quoted flow was decoded (ports or ICMP identifier included)
 QUOTE_HAS_PORTS: Final = 32  # the quoted ports were decoded (same bit as FLAG_HAS_PORTS)
@@ -94,7 +101,8 @@ class Interface:
 class Batch:
     """Up to ``batch_size`` consecutive packets of a capture, decoded."""
 
-    __slots__ = ("caplens", "data", "data_start", "headers", "linktypes", "offsets", "quotes", "start")
+    __slots__ = ("caplens", "data", "data_start", "headers", "linktypes", "offsets", "outers", "quotes", "start",
+                 "tunnels")
 
     def __init__(
         self,
@@ -106,6 +114,8 @@ class Batch:
         data: object,
         data_start: int,
         start: int,
+        outers: npt.NDArray[np.void] | None = None,
+        tunnels: TunnelPorts = DEFAULT_TUNNELS,
     ) -> None:
         #: decoded headers, ``HEADER_DTYPE``, C-contiguous: hand this to the engine
         self.headers = headers
@@ -123,6 +133,11 @@ class Batch:
         self.data_start = data_start
         #: index of the first packet of the batch in the capture
         self.start = start
+        #: outer headers, ``OUTER_DTYPE``, of the packets found inside a tunnel (where
+        #: ``headers["encap"]`` is set; other rows mean nothing); None if the batch has none
+        self.outers = outers
+        #: the tunnels the decoder opened (what ``payload_spans`` must open too)
+        self.tunnels = tunnels
 
     def __len__(self) -> int:
         return len(self.headers)
@@ -154,12 +169,15 @@ class Capture:
         quotes: bool = True,
         stream: bool = False,
         chunk: int = 1 << 22,
+        tunnels: TunnelPorts = DEFAULT_TUNNELS,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self.batch_size = batch_size
         self.name: str
         self._quotes = quotes
+        self.tunnels = tunnels
+        self._outers: npt.NDArray[np.void] | None = None
         self._file: BinaryIO | None = None
         self._mmap: mmap.mmap | None = None
         self._index = 0
@@ -194,7 +212,7 @@ class Capture:
             self.name = getattr(source, "name", "<stream>")
             src = source
         try:
-            self._reader = _native.Reader(src, chunk)
+            self._reader = _native.Reader(src, chunk, **tunnels.native())
         except ValueError as e:
             self.close()
             raise CaptureError(f"{self.name}: {e}") from None
@@ -220,12 +238,26 @@ class Capture:
         n = size or self.batch_size
         headers = np.empty(n, HEADER_DTYPE)
         quotes = np.empty(n, QUOTE_DTYPE) if self._quotes else None
+        # The decoder writes outer headers only for a tunnel's packets: the buffer is kept for the
+        # next batch unless this one has some, which then owns it. (A fresh 3 MB array for every
+        # batch, untouched, still costs: the allocator then hands each batch's headers fresh pages.)
+        outers = None
+        if self.tunnels.decapsulate:
+            if self._outers is None or len(self._outers) < n:
+                self._outers = np.empty(n, OUTER_DTYPE)
+            outers = self._outers[:n]
         offsets = np.empty(n, np.uint64)
         caplens = np.empty(n, np.uint32)
         linktypes = np.empty(n, np.uint32)
-        got = self._reader.read_into(headers, quotes, offsets, caplens, linktypes)
+        tunnelled = self._reader.tunnelled
+        got = self._reader.read_into(headers, quotes, offsets, caplens, linktypes, outers)
         if got == 0:
             return None
+        if outers is not None:
+            if self._reader.tunnelled != tunnelled:
+                outers, self._outers = outers[:got], None
+            else:
+                outers = None
         batch = Batch(
             headers[:got],
             quotes[:got] if quotes is not None else None,
@@ -235,6 +267,8 @@ class Capture:
             self._reader.window,
             self._reader.window_start,
             self._index,
+            outers,
+            self.tunnels,
         )
         self._index += got
         return batch
@@ -246,10 +280,11 @@ class Capture:
         caplens: npt.NDArray[np.uint32],
         linktypes: npt.NDArray[np.uint32],
         quotes: npt.NDArray[np.void] | None = None,
+        outers: npt.NDArray[np.void] | None = None,
     ) -> int:
         """Fill caller-owned arrays (reused across calls, for the engine's loop); returns the
         count, 0 at the end. Offsets refer to ``self.window`` until the next call."""
-        got: int = self._reader.read_into(headers, quotes, offsets, caplens, linktypes)
+        got: int = self._reader.read_into(headers, quotes, offsets, caplens, linktypes, outers)
         self._index += got
         return got
 
@@ -360,13 +395,15 @@ def open_capture(
     batch_size: int = DEFAULT_BATCH,
     quotes: bool = True,
     stream: bool = False,
+    tunnels: TunnelPorts = DEFAULT_TUNNELS,
 ) -> Capture:
     """Open a pcap or pcapng capture: a path (memory-mapped; ``stream=True`` reads it in
-    windows instead), ``"-"`` for stdin, or a binary file object (streamed).
+    windows instead), ``"-"`` for stdin, or a binary file object (streamed). ``tunnels``: the
+    tunnels whose inner packets are decoded (``pyclassify.tunnels``).
 
     Raises ``CaptureError`` if it cannot be opened or has no pcap/pcapng header.
     """
-    return Capture(source, batch_size=batch_size, quotes=quotes, stream=stream)
+    return Capture(source, batch_size=batch_size, quotes=quotes, stream=stream, tunnels=tunnels)
 
 
 def read_all(

@@ -103,7 +103,7 @@ def test_round_trip_bytes_land_at_offsets() -> None:
     assert at("tcp_flags", 1) == b"\x12"
     assert at("flags", 1)[0] == pybatch.FLAG_HAS_PORTS | pybatch.FLAG_TRUNCATED
     assert at("icmp_type", 2) == b"\x03\x04"
-    assert at("error_kind", 2) == b"\x05\x00"  # reserved stays 0
+    assert at("error_kind", 2) == b"\x05\x00"  # encap stays 0
     assert np.frombuffer(at("frag_id", 4), np.uint32)[0] == 0xCAFEF00D
 
     # And back: bytes written at the Rust offsets read as the same fields through the dtype.
@@ -121,7 +121,7 @@ def test_round_trip_bytes_land_at_offsets() -> None:
 # `_native.record_layouts()`) and numpy's.
 
 RUST_RECORDS = dict(_engine.record_layouts())
-RECORD_NAMES = ["PacketHeader", "QuotedTuple", "SideVerdict", "PacketVerdict", "RevokedFlow"]
+RECORD_NAMES = ["PacketHeader", "OuterHeader", "QuotedTuple", "SideVerdict", "PacketVerdict", "RevokedFlow"]
 NUMPY_SCALARS = {"u8": ("u", 1), "u16": ("u", 2), "u32": ("u", 4), "u64": ("u", 8), "i32": ("i", 4)}
 
 
@@ -206,11 +206,19 @@ def test_the_modules_use_the_generated_dtypes() -> None:
     assert pybatch.REVOKED_DTYPE is pybatch.record_dtype("RevokedFlow")
     assert engine.VERDICT_DTYPE.itemsize == _engine.VERDICT_SIZE
     assert capture.QUOTE_DTYPE.itemsize == _native.QUOTE_SIZE
+    assert pybatch.OUTER_DTYPE is pybatch.record_dtype("OuterHeader")
+    assert pybatch.OUTER_DTYPE.itemsize == _native.OUTER_SIZE == 48
 
 
 def test_error_kinds_agree() -> None:
     assert [tuple(e) for e in _engine.error_kinds()] == list(pybatch.ERROR_KINDS)
     assert [tuple(e) for e in _native.error_kinds()] == list(pybatch.ERROR_KINDS)
+
+
+def test_encap_kinds_agree() -> None:
+    assert [tuple(e) for e in _engine.encap_kinds()] == list(pybatch.ENCAP_KINDS)
+    assert [tuple(e) for e in _native.encap_kinds()] == list(pybatch.ENCAP_KINDS)
+    assert [v for _, v in pybatch.ENCAP_KINDS] == list(range(len(pybatch.ENCAP_KINDS)))
 
 
 # --- the ABI version, checked by EngineClient -----------------------------------------------------

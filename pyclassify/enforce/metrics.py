@@ -145,7 +145,7 @@ class BridgeCollector(Collector):
     tracker): size and events, early drops at ``--conntrack-max`` among them."""
 
     FRAMES = ("allowed", "denied", "established", "malformed", "truncated", "arp", "nd", "other_dropped",
-              "other_forwarded", "tx_failed")
+              "other_forwarded", "tx_failed", "decapsulated", "tunnel_unread", "tunnel_not_ip")
     CT_EVENTS = ("inserts", "expired", "early_drops", "insert_failed", "revoked", "restored", "denied", "pickups")
 
     def __init__(self, bridge: Callable[[], Any]) -> None:

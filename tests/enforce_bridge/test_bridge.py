@@ -16,10 +16,12 @@ from tests.enforce_bridge.netns import (
     A_IP,
     B_IP,
     B_IP6,
+    PODS,
     POLICY_ALLOW_8080,
     POLICY_DENY_ALL,
     engine_for,
     icmp_echo,
+    ip,
     tcp_connect,
     tcp_server,
     topology,
@@ -301,7 +303,7 @@ def test_random_frames_keep_the_bridge_up_and_every_frame_is_accounted_for(engin
         # untag), so not all `sent` reach the ring; the ring itself drops none.
         assert sent * 0.95 <= rx_total <= sent + 1 and c["kernel_drops"] == 0
         dropped = c["other_dropped"] + c["malformed"] + c["truncated"] + c["vlan_stripped"]
-        passed = c["arp"] + c["nd"] + c["other_forwarded"]
+        passed = c["arp"] + c["nd"] + c["other_forwarded"] + c["tunnel_not_ip"]
         assert rx_total == passed + dropped + c["judged"]
         assert c["judged"] == c["allowed"] + c["denied"]
         assert sum(c["tx_frames"]) + c["tx_failed"] == passed + c["allowed"]
@@ -394,3 +396,53 @@ def test_bridge_interface_down_and_up(tmp_path):
             daemon.terminate()
             out, err = daemon.communicate(timeout=10)
         assert daemon.returncode == 0, err
+
+
+OVERLAY_A, OVERLAY_B = "10.246.0.1", "10.246.0.2"
+
+
+@root_only
+def test_tunnelled_frames_are_judged_by_the_packet_inside(tmp_path):
+    """A VXLAN tunnel between a and b across the bridge (as between two nodes): the pods behind
+    it (10.246.0.x) are judged by the frames' inner packets — 8080 allowed, 9090 denied — not by
+    the UDP between the nodes' addresses, which no policy covers. With ``reject``, a denied
+    frame inside a tunnel is only dropped: the answer would have to go back through the tunnel."""
+    from tests.overlay.netns import kernel_has
+
+    if not kernel_has("vxlan"):
+        pytest.skip("this kernel makes no vxlan devices")
+    root = tmp_path / "overlay"
+    write_manifests(root, POLICY_ALLOW_8080)
+    (root / "10-pods.yaml").write_text(PODS.replace(A_IP, OVERLAY_A).replace(B_IP, OVERLAY_B))
+    engine = engine_for(root)
+    macs = {"a": "02:46:00:00:00:01", "b": "02:46:00:00:00:02"}
+    with topology() as t:
+        for ns, dev, local, remote, addr, me, peer in ((t.a, "a0", A_IP, B_IP, OVERLAY_A, "a", "b"),
+                                                       (t.b, "b0", B_IP, A_IP, OVERLAY_B, "b", "a")):
+            ip("-n", ns, "link", "add", "vx0", "type", "vxlan", "id", "42", "dstport", "4789", "local", local,
+               "remote", remote, "dev", dev)
+            ip("-n", ns, "link", "set", "vx0", "address", macs[me], "mtu", "1400", "up")
+            ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "vx0")
+            ip("-n", ns, "neigh", "replace", OVERLAY_B if me == "a" else OVERLAY_A, "lladdr", macs[peer], "dev", "vx0",
+               "nud", "permanent")
+        s8080, s9090 = tcp_server(t.b, 8080), tcp_server(t.b, 9090)
+        try:
+            with Bridge("brA", "brB", engine._engine.capsule(), netns=t.br, reject=True) as bridge:
+                c1 = tcp_connect(t.a, OVERLAY_B, 8080)
+                assert c1 is not None, bridge.counters
+                srv = accept_echo(s8080)
+                c1.sendall(b"hello")
+                assert srv.recv(16) == b"hello"
+                srv.sendall(b"world")
+                c1.settimeout(2.0)
+                assert c1.recv(16) == b"world"
+                assert tcp_connect(t.a, OVERLAY_B, 9090, timeout=1.0) is None
+                c = bridge.counters
+                for s in (c1, srv):
+                    s.close()
+            assert c["decapsulated"] >= 6 and c["tunnel_unread"] == 0 and c["malformed"] == 0
+            assert c["denied"] >= 1 and c["established"] >= 3
+            assert c["rejects_tcp"] == 0 and c["rejects_limited"] >= 1
+        finally:
+            s8080.close()
+            s9090.close()

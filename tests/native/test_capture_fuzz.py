@@ -29,13 +29,14 @@ def invariants(h: np.ndarray) -> None:
     malformed = (flags & B.FLAG_MALFORMED) != 0
     assert (malformed == ((kinds != 0) & (kinds != B.ERR_FRAGMENT_UNMATCHED))).all()
     truncated = (flags & B.FLAG_TRUNCATED) != 0
-    assert (truncated == np.isin(kinds, [B.ERR_TRUNCATED_LINK, B.ERR_TRUNCATED_IP, B.ERR_TRUNCATED_L4])).all()
+    assert (truncated == np.isin(kinds, [B.ERR_TRUNCATED_LINK, B.ERR_TRUNCATED_IP, B.ERR_TRUNCATED_L4,
+                                         B.ERR_TRUNCATED_TUNNEL])).all()
     ports = (flags & B.FLAG_HAS_PORTS) != 0
     assert not (ports & malformed).any(), "a malformed packet got ports"
     assert np.isin(h["protocol"][ports], list(PORT_PROTOS)).all()
     assert (h["ip_version"][ports] > 0).all()
     assert np.isin(h["ip_version"], [0, 4, 6]).all()
-    assert (h["reserved"] == 0).all()
+    assert (h["encap"] < len(B.ENCAP_KINDS)).all()
 
 
 def read_bytes(data: bytes) -> None:

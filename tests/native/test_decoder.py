@@ -65,7 +65,7 @@ LAYERED = [
     ETH / IPv6(src="fd00::1", dst="fd00::2") / IPv6ExtHdrHopByHop() / IPv6ExtHdrRouting(addresses=["fd00::9"])
     / IPv6ExtHdrDestOpt() / TCP(sport=11, dport=12),
     ETH / IPv6(src="fd00::1", dst="fd00::2") / AH(nh=17, payloadlen=4, spi=1, icv=b"\0" * 12) / UDP(sport=13, dport=14),
-    ETH / IP(src="10.0.1.10", dst="10.0.2.20", proto=47) / b"\0\0\x08\0",  # GRE: IP, no ports
+    ETH / IP(src="10.0.1.10", dst="10.0.2.20", proto=50) / (b"\0" * 8),  # ESP: IP, no ports (GRE is a tunnel: test_decap)
 ]
 
 
@@ -210,7 +210,8 @@ def packets(draw: st.DrawFn) -> Packet:
     if kind == "tcp":
         l4: Packet = TCP(sport=draw(port), dport=draw(port), flags=draw(st.integers(0, 255)))
     elif kind == "udp":
-        l4 = UDP(sport=draw(port), dport=draw(port))
+        # a VXLAN or Geneve port would be a tunnel's (tests/native/test_decap.py)
+        l4 = UDP(sport=draw(port), dport=draw(port.filter(lambda p: p not in (4789, 8472, 6081))))
     elif kind == "sctp":
         l4 = SCTP(sport=draw(port), dport=draw(port))
     elif kind == "icmp":

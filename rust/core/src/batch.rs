@@ -9,8 +9,8 @@
 //!
 //! Layout rules, so that the struct means the same thing in Rust, C and numpy:
 //! - 64 bytes: one cache line per packet, and a power of two so batch indexing is a shift.
-//! - No implicit padding: fields are ordered by decreasing alignment and `reserved` fills the one
-//!   spare byte, so every bit pattern is a valid header and bytes can be reinterpreted freely.
+//! - No implicit padding: fields are ordered by decreasing alignment and tile the struct exactly,
+//!   so every bit pattern is a valid header and bytes can be reinterpreted freely.
 //! - Integers are in host byte order (the decoder converts from network order once); addresses
 //!   are raw network-order bytes, IPv4 stored IPv4-mapped (`::ffff:a.b.c.d`) so that one
 //!   16-byte comparison path serves both families.
@@ -62,7 +62,37 @@ pub const ERROR_KINDS: &[(&str, u8, &str)] = &[
     ("ERR_BAD_L4_HEADER", 11, "TCP data offset below 5, UDP length below 8"),
     ("ERR_FRAGMENT_OVERLAP", 12, "a later fragment overlapping the L4 header (RFC 1858)"),
     ("ERR_FRAGMENT_UNMATCHED", 13, "later fragment whose first fragment is not in the table (unseen or evicted): no ports"),
+    ("ERR_TRUNCATED_TUNNEL", 14, "shorter than its tunnel header (VXLAN, Geneve, GRE)"),
+    ("ERR_TUNNEL_UNSUPPORTED", 15, "a tunnel header it cannot read (GRE version, routing or payload type; Geneve version, critical options or payload type; VXLAN without a VNI)"),
+    ("ERR_TUNNEL_TOO_DEEP", 16, "tunnels nested deeper than the bound"),
+    ("ERR_TUNNEL_FRAGMENT", 17, "a fragment of a tunnel packet: its inner packet is not whole"),
 ];
+
+/// `PacketHeader::encap`: not found inside a tunnel.
+pub const ENCAP_NONE: u8 = 0;
+/// VXLAN (RFC 7348): Ethernet in UDP, to a VXLAN port (4789; Linux's and Flannel's/Cilium's 8472).
+pub const ENCAP_VXLAN: u8 = 1;
+/// Geneve (RFC 8926): Ethernet or IP in UDP, to a Geneve port (6081).
+pub const ENCAP_GENEVE: u8 = 2;
+/// IPv4 in IP (IP protocol 4; Calico's IPIP).
+pub const ENCAP_IPIP: u8 = 3;
+/// IPv6 in IP (IP protocol 41).
+pub const ENCAP_IP6IP: u8 = 4;
+/// GRE (RFC 2784/2890, IP protocol 47): Ethernet (0x6558), IPv4 or IPv6.
+pub const ENCAP_GRE: u8 = 5;
+
+/// Values of `PacketHeader::encap` as `(name, value, meaning)`, in value order.
+pub const ENCAP_KINDS: &[(&str, u8, &str)] = &[
+    ("ENCAP_NONE", ENCAP_NONE, "not inside a tunnel"),
+    ("ENCAP_VXLAN", ENCAP_VXLAN, "VXLAN: Ethernet in UDP (RFC 7348)"),
+    ("ENCAP_GENEVE", ENCAP_GENEVE, "Geneve: Ethernet or IP in UDP (RFC 8926)"),
+    ("ENCAP_IPIP", ENCAP_IPIP, "IPv4 in IP (protocol 4)"),
+    ("ENCAP_IP6IP", ENCAP_IP6IP, "IPv6 in IP (protocol 41)"),
+    ("ENCAP_GRE", ENCAP_GRE, "GRE (protocol 47): Ethernet, IPv4 or IPv6"),
+];
+
+/// `OuterHeader::flags`: `vni` holds the VXLAN/Geneve VNI or the GRE key.
+pub const OUTER_HAS_KEY: u8 = 1;
 
 crate::abi_record! {
 /// One decoded packet's L3/L4 header summary, as the decoder writes it and the engine reads it.
@@ -96,12 +126,49 @@ pub struct PacketHeader as "PacketHeader" {
     pub icmp_code: u8,
     /// Decode error reason, 0 = none (meaningful with `FLAG_MALFORMED` or `FLAG_TRUNCATED`).
     pub error_kind: u8,
-    /// Explicit padding, always 0, so the struct has no implicit padding bytes.
-    pub reserved: u8,
+    /// The tunnel the packet was found in (`ENCAP_*`; 0: none). When set, the other fields
+    /// describe the inner packet and the [`OuterHeader`] beside it the outer one; with
+    /// `FLAG_MALFORMED`, the tunnel could not be read far enough to judge its inner packet.
+    pub encap: u8,
     /// IP fragment identification (IPv4 16-bit id widened, or IPv6 32-bit id).
     pub frag_id: u32,
 }
 }
+
+crate::abi_record! {
+/// The outer header of a packet found inside a tunnel, beside its [`PacketHeader`] in a parallel
+/// array (the 64-byte header has no room for a second address pair). The decoder writes it only
+/// where `PacketHeader::encap` is set; elsewhere its bytes mean nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct OuterHeader as "pc_outer" {
+    /// Source address of the outermost IP header, network order; IPv4 as IPv4-mapped IPv6.
+    pub src_addr: [u8; 16],
+    /// Destination address of the outermost IP header, network order; IPv4 as IPv4-mapped IPv6.
+    pub dst_addr: [u8; 16],
+    /// VXLAN or Geneve network identifier, or GRE key; valid with `OUTER_HAS_KEY`.
+    pub vni: u32,
+    /// UDP source port of a VXLAN or Geneve tunnel; 0 for IP in IP and GRE.
+    pub sport: u16,
+    /// UDP destination port of a VXLAN or Geneve tunnel; 0 for IP in IP and GRE.
+    pub dport: u16,
+    /// What the tunnel header says it carries: an ethertype (0x6558 Ethernet, 0x0800, 0x86DD).
+    pub payload_type: u16,
+    /// 4 or 6: the outermost IP header's version.
+    pub ip_version: u8,
+    /// The outermost IP header's protocol (17 UDP, 4, 41, 47).
+    pub protocol: u8,
+    /// `ENCAP_*` of the outermost tunnel (as `PacketHeader::encap`).
+    pub encap: u8,
+    /// How many tunnels were opened to reach the inner packet (2 or more: nested).
+    pub depth: u8,
+    /// `OUTER_*` bits.
+    pub flags: u8,
+    /// Always 0.
+    pub reserved: u8,
+}
+}
+
+const _: () = assert!(size_of::<OuterHeader>() == 48);
 
 /// Size of one header in bytes; the stride of a batch.
 pub const HEADER_SIZE: usize = size_of::<PacketHeader>();
@@ -145,7 +212,7 @@ mod tests {
             ("icmp_type", 56, 1),
             ("icmp_code", 57, 1),
             ("error_kind", 58, 1),
-            ("reserved", 59, 1),
+            ("encap", 59, 1),
             ("frag_id", 60, 4),
         ];
         assert_eq!(fields(), expected);
@@ -178,6 +245,14 @@ mod tests {
         for (i, &(name, value, _)) in ERROR_KINDS.iter().enumerate() {
             assert_eq!(value as usize, i, "{name}");
             assert!(name.starts_with("ERR_"));
+        }
+    }
+
+    #[test]
+    fn encap_kinds_are_numbered_in_order() {
+        for (i, &(name, value, _)) in ENCAP_KINDS.iter().enumerate() {
+            assert_eq!(value as usize, i, "{name}");
+            assert!(name.starts_with("ENCAP_"));
         }
     }
 

@@ -28,7 +28,7 @@ const HTTP_IDLE_NS: u64 = 300_000_000_000;
 
 /// Bumped on any change to the table or the structs it passes. `EngineClient` (native/) refuses
 /// an engine of another version, on creation and on every swap.
-pub const ENGINE_ABI_VERSION: u32 = 8;
+pub const ENGINE_ABI_VERSION: u32 = 9;
 
 /// The name of the PyCapsule that carries an engine handle (`EngineRef`).
 pub const ENGINE_CAPSULE: &std::ffi::CStr = c"pyclassify._engine.EngineRef";

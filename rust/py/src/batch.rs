@@ -5,7 +5,7 @@
 //! never field by field from Python.
 
 use pyclassify_core::abi::headers::RECORDS;
-use pyclassify_core::batch::{fields, ERROR_KINDS, FLAGS, HEADER_SIZE};
+use pyclassify_core::batch::{fields, ENCAP_KINDS, ERROR_KINDS, FLAGS, HEADER_SIZE};
 use pyclassify_core::capi::ENGINE_API_SIZE;
 use pyo3::prelude::*;
 
@@ -25,6 +25,13 @@ fn header_flags() -> Vec<(&'static str, u8)> {
 #[pyfunction]
 fn error_kinds() -> Vec<(&'static str, u8)> {
     ERROR_KINDS.iter().map(|&(name, value, _)| (name, value)).collect()
+}
+
+/// The values of `PacketHeader.encap` (the tunnel a packet was found in) as `[(name, value), ...]`
+/// in value order.
+#[pyfunction]
+fn encap_kinds() -> Vec<(&'static str, u8)> {
+    ENCAP_KINDS.iter().map(|&(name, value, _)| (name, value)).collect()
 }
 
 type PyField = (&'static str, usize, usize, String);
@@ -50,6 +57,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(header_layout, m)?)?;
     m.add_function(wrap_pyfunction!(header_flags, m)?)?;
     m.add_function(wrap_pyfunction!(error_kinds, m)?)?;
+    m.add_function(wrap_pyfunction!(encap_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(record_layouts, m)?)?;
     Ok(())
 }

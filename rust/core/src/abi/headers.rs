@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::{AbiRecord, Record, Ty};
-use crate::batch::{PacketHeader, ERROR_KINDS, FLAGS};
+use crate::batch::{OuterHeader, PacketHeader, ENCAP_KINDS, ERROR_KINDS, FLAGS, OUTER_HAS_KEY};
 use crate::capi::{RevokedFlow, API_FUNCTIONS, CAPI_NULL, CAPI_OK, CAPI_PANIC, ENGINE_ABI_VERSION, ENGINE_CAPSULE};
 use crate::conntrack::{QuotedTuple, QUOTED_VALID};
 use crate::engine::{PacketVerdict, SideVerdict};
@@ -13,6 +13,7 @@ use crate::engine::{PacketVerdict, SideVerdict};
 /// Every shared record, in dependency order (a nested record before its user).
 pub const RECORDS: &[Record] = &[
     PacketHeader::RECORD,
+    OuterHeader::RECORD,
     QuotedTuple::RECORD,
     SideVerdict::RECORD,
     PacketVerdict::RECORD,
@@ -105,9 +106,10 @@ fn header_batch_h() -> String {
          \x20* The decoder writes arrays of it; the engine reads them in place through the C ABI, without\n\
          \x20* the GIL; numpy sees them as pyclassify.batch.HEADER_DTYPE.\n\
          \x20*\n\
-         \x20* Layout rules: 64 bytes (one cache line); no implicit padding (fields by decreasing alignment,\n\
-         \x20* `reserved` fills the spare byte); integers in host byte order; addresses as raw network-order\n\
-         \x20* bytes with IPv4 stored IPv4-mapped (::ffff:a.b.c.d).\n\
+         \x20* Layout rules: 64 bytes (one cache line); no implicit padding (fields by decreasing alignment\n\
+         \x20* tile the struct); integers in host byte order; addresses as raw network-order bytes with IPv4\n\
+         \x20* stored IPv4-mapped (::ffff:a.b.c.d). A packet found inside a tunnel has its outer header in a\n\
+         \x20* pc_outer beside it, in a parallel array.\n\
          \x20*/\n",
     );
     o.push_str("#ifndef PYCLASSIFY_HEADER_BATCH_H\n#define PYCLASSIFY_HEADER_BATCH_H\n\n");
@@ -123,15 +125,24 @@ fn header_batch_h() -> String {
         let _ = writeln!(o, "    PC_{name} = {value}, /* {doc} */");
     }
     let _ = writeln!(o, "    PC_ERR_COUNT = {}\n}};\n", ERROR_KINDS.len());
+    o.push_str("/* Values of PacketHeader.encap and pc_outer.encap: the tunnel a packet was found in. */\nenum pc_encap_kind {\n");
+    for (name, value, doc) in ENCAP_KINDS {
+        let _ = writeln!(o, "    PC_{name} = {value}, /* {doc} */");
+    }
+    let _ = writeln!(o, "    PC_ENCAP_COUNT = {}\n}};\n", ENCAP_KINDS.len());
+    let _ = writeln!(o, "/* pc_outer.flags: vni holds the VXLAN/Geneve VNI or the GRE key. */\n#define PC_OUTER_HAS_KEY {OUTER_HAS_KEY}u\n");
     o.push_str(
         "/* One field of a record as the C compiler lays it out, for the cross-layer ABI test. */\n\
          typedef struct pc_field {\n    const char *name;\n    size_t offset;\n    size_t size;\n} pc_field;\n\n\
          typedef struct pc_record_layout {\n    const char *name;\n    size_t size;\n    size_t nfields;\n    const pc_field *fields;\n} pc_record_layout;\n\n",
     );
     let r = &PacketHeader::RECORD;
+    let outer = &OuterHeader::RECORD;
     c_struct(&mut o, r);
+    c_struct(&mut o, outer);
     c_asserts(&mut o, r);
-    c_layout_table(&mut o, &[r], "pc_header_batch_layouts");
+    c_asserts(&mut o, outer);
+    c_layout_table(&mut o, &[r, outer], "pc_header_batch_layouts");
     o.push_str("/* Every field of PacketHeader in declaration order; *n receives the count. */\n");
     o.push_str("static inline const pc_field *pc_header_fields(size_t *n) {\n");
     o.push_str("    *n = sizeof(pc_fields_PacketHeader) / sizeof(pc_field);\n    return pc_fields_PacketHeader;\n}\n\n");
@@ -151,8 +162,10 @@ fn header_batch_pxd() -> String {
     for (name, _, _) in FLAGS {
         let _ = writeln!(o, "        PC_{name}");
     }
+    o.push_str("        PC_OUTER_HAS_KEY\n");
     o.push('\n');
     pxd_struct(&mut o, &PacketHeader::RECORD);
+    pxd_struct(&mut o, &OuterHeader::RECORD);
     o.push_str(
         "    ctypedef struct pc_field:\n        const char *name\n        size_t offset\n        size_t size\n\n\
          \x20   ctypedef struct pc_record_layout:\n        const char *name\n        size_t size\n        size_t nfields\n        const pc_field *fields\n\n\
@@ -163,7 +176,11 @@ fn header_batch_pxd() -> String {
     for (name, _, _) in ERROR_KINDS {
         let _ = writeln!(o, "        PC_{name}");
     }
-    o.push_str("        PC_ERR_COUNT\n");
+    o.push_str("        PC_ERR_COUNT\n\n    enum pc_encap_kind:\n");
+    for (name, _, _) in ENCAP_KINDS {
+        let _ = writeln!(o, "        PC_{name}");
+    }
+    o.push_str("        PC_ENCAP_COUNT\n");
     o
 }
 
@@ -308,7 +325,7 @@ mod tests {
         let sizes: Vec<_> = RECORDS.iter().map(|r| (r.rust_name, r.size)).collect();
         assert_eq!(
             sizes,
-            [("PacketHeader", 64), ("QuotedTuple", 40), ("SideVerdict", 20), ("PacketVerdict", 44), ("RevokedFlow", 40)]
+            [("PacketHeader", 64), ("OuterHeader", 48), ("QuotedTuple", 40), ("SideVerdict", 20), ("PacketVerdict", 44), ("RevokedFlow", 40)]
         );
     }
 }
