@@ -27,28 +27,42 @@ def udp_datagram(sport: int, dport: int, data: bytes) -> bytes:
     return struct.pack(">HHHH", sport, dport, 8 + len(data), 0) + data
 
 
+VXLAN_NODES = (bytes([192, 168, 77, 1]), bytes([192, 168, 77, 2]))  # the tunnel's ends
+
+
+def vxlan_frame(inner: bytes, vni: int = 4096, sport: int = 50000, dport: int = 4789) -> bytes:
+    """``inner`` (an Ethernet frame) inside VXLAN (UDP 4789) between the two ``VXLAN_NODES``, as a
+    node's uplink carries a pod's frame in Calico's VXLAN mode."""
+    return ipv4_frame(*VXLAN_NODES, 17, udp_datagram(sport, dport, struct.pack(">BxxxI", 0x08, vni << 8) + inner))
+
+
 def pcap_record(t_us: int, frame: bytes) -> bytes:
     """A pcap record of ``frame`` at ``t_us`` µs after ``EPOCH``."""
     return struct.pack("<IIII", EPOCH + t_us // 1_000_000, t_us % 1_000_000, len(frame), len(frame)) + frame
 
 
-def write_tcp_capture(path: Path, n: int, sports: np.ndarray, src_low_bytes: np.ndarray | None = None) -> Path:
+def write_tcp_capture(path: Path, n: int, sports: np.ndarray, src_low_bytes: np.ndarray | None = None,
+                      vxlan: bool = False) -> Path:
     """A pcap of ``n`` frames 10.0.1.10 -> 10.0.2.20:8080 (``examples/demo``'s web -> api) with the
     given source ports (and, optionally, varying low bytes of the source address), read once so it
-    is in the page cache."""
-    rec = np.dtype([("sec", "<u4"), ("usec", "<u4"), ("caplen", "<u4"), ("len", "<u4"), ("frame", "u1", FRAME)])
-    template = np.frombuffer(ipv4_frame(bytes([10, 0, 1, 10]), bytes([10, 0, 2, 20]), 6,
-                                        tcp_segment(0, 8080, 1, 0, 0x10, b"p" * 20)), np.uint8)
-    assert len(template) == FRAME
+    is in the page cache. ``vxlan``: each frame inside VXLAN between two nodes (``vxlan_frame``)."""
+    frame = ipv4_frame(bytes([10, 0, 1, 10]), bytes([10, 0, 2, 20]), 6, tcp_segment(0, 8080, 1, 0, 0x10, b"p" * 20))
+    assert len(frame) == FRAME
+    at = 0  # where the pods' frame starts
+    if vxlan:
+        wrapped = vxlan_frame(frame)
+        at, frame = len(wrapped) - len(frame), wrapped
+    template = np.frombuffer(frame, np.uint8)
+    rec = np.dtype([("sec", "<u4"), ("usec", "<u4"), ("caplen", "<u4"), ("len", "<u4"), ("frame", "u1", len(frame))])
     recs = np.zeros(n, rec)
     i = np.arange(n, dtype=np.uint32)
     recs["sec"] = EPOCH + i // 100000
     recs["usec"] = (i % 100000) * 10
-    recs["caplen"] = recs["len"] = FRAME
+    recs["caplen"] = recs["len"] = len(frame)
     recs["frame"] = template
-    recs["frame"][:, 34:36] = sports.astype(">u2").view(np.uint8).reshape(n, 2)
+    recs["frame"][:, at + 34:at + 36] = sports.astype(">u2").view(np.uint8).reshape(n, 2)
     if src_low_bytes is not None:
-        recs["frame"][:, 29] = src_low_bytes.astype(np.uint8)
+        recs["frame"][:, at + 29] = src_low_bytes.astype(np.uint8)
     with open(path, "wb") as f:
         f.write(PCAP_HEADER)
         f.write(recs.tobytes())

@@ -789,21 +789,40 @@ Examples:
 @click.option("--no-conntrack", is_flag=True, help="Judge every packet alone (no connection tracking).")
 @click.option("--dns-grace", "dns_grace", type=click.IntRange(0, 86400), default=0, show_default=True,
               metavar="SECONDS", help="How long an address DNS taught stays valid after its TTL runs out.")
+@click.option("--vxlan-port", "vxlan_ports", multiple=True, type=click.IntRange(1, 65535), metavar="PORT",
+              help="UDP port of the overlay's VXLAN tunnels (Calico's vxlanPort, Cilium's tunnel-port); repeat "
+                   "for several. Default: 4789 and 8472.")
+@click.option("--geneve-port", "geneve_ports", multiple=True, type=click.IntRange(1, 65535), metavar="PORT",
+              help="UDP port of the overlay's Geneve tunnels; repeat for several. Default: 6081.")
+@click.option("--no-decap", "no_decap", is_flag=True,
+              help="Judge packets inside overlay tunnels by their outer header, as the nodes' own traffic.")
 @default_option
 @json_option
 def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
                pcaps: tuple[str, ...], out_path: str | None, allowed_path: str | None,
-               denied_path: str | None, per_flow: bool, no_conntrack: bool, dns_grace: int, default: str | None,
+               denied_path: str | None, per_flow: bool, no_conntrack: bool, dns_grace: int,
+               vxlan_ports: tuple[int, ...], geneve_ports: tuple[int, ...], no_decap: bool, default: str | None,
                as_json: bool) -> None:
     """Replay captures against the policy: a verdict for every packet, and a summary by rule.
 
     Replies of allowed connections pass, as on a node (connection tracking); decoding and
-    classification run natively, in batches.
+    classification run natively, in batches. Packets inside overlay tunnels (VXLAN, Geneve,
+    IP in IP, GRE: a capture on a node's uplink) are judged by the packet they carry; one
+    whose tunnel cannot be read is not judged (denied, and counted).
     """
     from pyclassify.capture import CaptureError
     from pyclassify.engine import NativeEngine
     from pyclassify.replay import Replay, ReplayError
 
+    from pyclassify.tunnels import DEFAULT_TUNNELS, TunnelPorts
+
+    if no_decap and (vxlan_ports or geneve_ports):
+        raise click.UsageError("--no-decap opens no tunnel: --vxlan-port and --geneve-port say which to open")
+    try:
+        tunnels = TunnelPorts(vxlan=vxlan_ports or DEFAULT_TUNNELS.vxlan, geneve=geneve_ports or DEFAULT_TUNNELS.geneve,
+                              decapsulate=not no_decap)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
     outputs = {"--out": out_path, "--allowed": allowed_path, "--denied": denied_path}
     _refuse_overwriting_inputs(paths, pcaps, {k: v for k, v in outputs.items() if v is not None})
     project = _load(paths, (kubeconfig, kube_context, in_cluster))
@@ -827,7 +846,7 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     try:
         replay = Replay(engine, conntrack=not no_conntrack, default=default, out=out_file,
                         allowed_path=allowed_path, denied_path=denied_path, flows=per_flow, staged=staged,
-                        dns=dns, http=httprules.has_http_rules(project.policy_set))
+                        dns=dns, http=httprules.has_http_rules(project.policy_set), tunnels=tunnels)
         try:
             if sys.stdout.isatty() and not as_json:
                 from rich.progress import Progress
@@ -922,7 +941,7 @@ def _print_replay(summary: dict[str, Any]) -> None:
         f"{s['packets']} packets in {s['flows']} flows: [green]{s['allowed']} allowed[/green], "
         f"[red]{s['denied']} denied[/red] {symbol('—', '-')} {rate:,.0f} packets/s"
     )
-    # Every packet is in exactly one of these five lines, so they add up to the total.
+    # Every packet is in exactly one of these lines, so they add up to the total.
     policy_denied = s["policy"] - s["policy_allowed"]
     width = len(str(s["packets"]))
     out.print(f"  {s['policy']:>{width}} judged by policy ({s['policy_allowed']} allowed, {policy_denied} denied)")
@@ -933,6 +952,8 @@ def _print_replay(summary: dict[str, Any]) -> None:
     if s["pickups"]:
         out.print(f"{s['pickups']} TCP connections open before the capture began, picked up mid-stream: judged as "
                   "their client opened them (the lower port is the server's)")
+    if s["not_judged"]:
+        out.print(f"  {s['not_judged']:>{width}} denied as not judged (inside a tunnel that could not be read)")
     if not s["policy"]:
         out.print("no packet was judged by policy")
     else:
@@ -977,6 +998,13 @@ def _print_replay(summary: dict[str, Any]) -> None:
         for row in staged["by_rule"]:  # the decisions the staged policies change
             if now.get(key(row)) != row["packets"]:
                 out.print(f"  {row['packets']:>8}  {row['direction']:<7} would {row['verdict']:<5} {_by_what(row)}")
+    tunnels = s["tunnels"]
+    if tunnels["decapsulated"]:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in tunnels["decapsulated"].items())
+        out.print(f"tunnels: {kinds} packets judged by the packet inside")
+    for kind, errors in tunnels["not_judged"].items():
+        why = ", ".join(f"{n} {err}" for err, n in errors.items())
+        out.print(f"[yellow]tunnels[/yellow]: {kind} packets not judged: {why}")
     for kind, n in s["decode_errors"].items():
         out.print(f"[yellow]decode[/yellow]: {n} packets {kind}")
     for problem in s["problems"]:

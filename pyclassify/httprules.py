@@ -46,7 +46,9 @@ def segments(batch: Any) -> npt.NDArray[np.int64]:
     flags = h["flags"]
     tcp = np.flatnonzero((h["protocol"] == PROTO_TCP) & ((flags & FLAG_HAS_PORTS) != 0) & ((flags & FLAG_MALFORMED) == 0))
     if len(tcp):
-        out[tcp] = _native.payload_spans(batch.data, batch.offsets, batch.caplens, batch.linktypes, tcp)
+        # inside the tunnels the decoder opened, as the headers describe the packets there
+        out[tcp] = _native.payload_spans(batch.data, batch.offsets, batch.caplens, batch.linktypes, tcp,
+                                         **batch.tunnels.native())
     return out
 
 

@@ -4,6 +4,10 @@ Captures are read and decoded in Cython (``pyclassify.capture``), judged in Rust
 connection tracking (``NativeEngine.judge``), batch by batch: no Python object per packet on
 the way. Python only sums the verdict arrays with numpy, and formats per-packet lines when the
 user asks for ``--out`` (that is output, not classification).
+
+Packets inside overlay tunnels (``pyclassify.tunnels``) are judged by the packet they carry; their
+lines show the outer header too (``"outer"``), and one whose tunnel cannot be read is "not-judged":
+denied, and counted apart from the malformed.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import numpy.typing as npt
 
 from pyclassify import httprules
 from pyclassify._engine import FlowSet
-from pyclassify.batch import SIDE_DTYPE
+from pyclassify.batch import ERROR_NAMES, SIDE_DTYPE
 from pyclassify.capture import Batch, CaptureWriter, open_capture
 from pyclassify.engine import (
     CT_NEW_PICKUP,
@@ -46,6 +50,7 @@ from pyclassify.flow import Verdict
 from pyclassify.ir import Direction
 from pyclassify.kinds.common import protocol_name
 from pyclassify.services import ServiceMap
+from pyclassify.tunnels import DEFAULT_TUNNELS, ENCAP_NAMES, TunnelPorts, outer_json
 
 PACKET_REASONS = {
     PACKET_POLICY: "policy",
@@ -57,6 +62,9 @@ PACKET_REASONS = {
 #: ``--out``'s ``opened_by`` of a packet that picked a TCP connection up mid-stream: which end
 #: policy judged as the connection's opener (the end with the higher port, the client).
 PICKUP_OPENER = {CT_NEW_PICKUP: "src", CT_NEW_PICKUP_REPLY: "dst"}
+#: The reason of a packet inside a tunnel that could not be read: the engine denies it as
+#: malformed; the output says it was not judged, and why (``"error"``).
+NOT_JUDGED = "not-judged"
 PORT_PROTOCOLS = (6, 17, 132, 136)
 #: ``PacketHeader.ifindex`` of a pcapng packet whose interface id no Interface Description
 #: Block described (the reader cannot give it a link type).
@@ -75,6 +83,8 @@ class ReplaySummary:
     allowed: int = 0
     denied: int = 0
     malformed: int = 0
+    #: packets inside a tunnel that could not be read (not in ``malformed``)
+    not_judged: int = 0
     established: int = 0
     invalid: int = 0
     denied_connection: int = 0  # packets of connections whose opening packet policy denied
@@ -100,6 +110,10 @@ class ReplaySummary:
     #: with http rules: connections admitted provisionally, requests judged, streams denied
     #: (``httprules.count_outcomes``)
     http: Counter = field(default_factory=Counter)
+    #: packets judged by the packet inside their tunnel, by tunnel kind ("vxlan", ...)
+    decapsulated: Counter = field(default_factory=Counter)
+    #: packets inside a tunnel that could not be read, by tunnel kind and error kind
+    not_judged_by: Counter = field(default_factory=Counter)
 
     @property
     def flows(self) -> int:
@@ -186,8 +200,10 @@ class Replay:
     def __init__(self, engine: NativeEngine, conntrack: bool = True, default: str | None = None,
                  out: IO[str] | None = None, allowed_path: str | None = None, denied_path: str | None = None,
                  flows: bool = False, staged: NativeEngine | None = None, dns: Any = None,
-                 http: bool = False) -> None:
+                 http: bool = False, tunnels: TunnelPorts = DEFAULT_TUNNELS) -> None:
         self.engine = engine
+        # which tunnels are opened: their packets judged by the packet they carry
+        self.tunnels = tunnels
         # http rules: each packet's TCP payload goes to the engine with its header, which
         # admits connections up to their request and judges each request (pyclassify.httprules)
         self.http = http
@@ -228,6 +244,8 @@ class Replay:
         Each DNS answer in the batch is learned once every lane has judged the packets up to it,
         before the packets that follow it."""
         dns = self.dns.answers_in(batch) if self.dns is not None else None
+        if dns is not None and len(dns) and batch.tunnels != DEFAULT_TUNNELS:
+            dns = _tunnelled_payloads(batch, dns)
         segments = httprules.segments(batch) if self.http and self.tracker is not None else None
         headers = np.ascontiguousarray(batch.headers)
         quotes = None if batch.quotes is None else np.ascontiguousarray(batch.quotes)
@@ -405,7 +423,7 @@ class Replay:
         before = _file_state(path)
         packets_before = self.summary.packets
         no_interface = 0  # pcapng packets naming an interface no IDB describes (ifindex all ones)
-        with open_capture(path, stream=True) as cap:
+        with open_capture(path, stream=True, tunnels=self.tunnels) as cap:
             for batch in cap:
                 if cap.format == "pcapng":
                     no_interface += int(np.count_nonzero(batch.headers["ifindex"] == NO_INTERFACE))
@@ -457,7 +475,21 @@ class Replay:
         s.allowed += allowed
         s.denied += n - allowed
         reasons = np.bincount(verdicts["reason"], minlength=len(PACKET_REASONS))  # every reason, one pass
-        s.malformed += int(reasons[PACKET_MALFORMED])
+        if batch.outers is not None:  # the batch has packets found inside a tunnel
+            malformed = verdicts["reason"] == PACKET_MALFORMED
+            encap = batch.headers["encap"]
+            tunnelled = encap != 0
+            unread = malformed & tunnelled
+            s.not_judged += int(np.count_nonzero(unread))
+            for kind, count in zip(*np.unique(encap[tunnelled & ~malformed], return_counts=True)):
+                s.decapsulated[ENCAP_NAMES[int(kind)]] += int(count)
+            if unread.any():
+                pairs = np.stack([encap[unread], batch.headers["error_kind"][unread]], axis=1)
+                for (kind, err), count in zip(*np.unique(pairs, axis=0, return_counts=True)):
+                    s.not_judged_by[(ENCAP_NAMES[int(kind)], ERROR_NAMES[int(err)])] += int(count)
+            s.malformed += int(np.count_nonzero(malformed & ~tunnelled))
+        else:
+            s.malformed += int(reasons[PACKET_MALFORMED])
         s.established += int(reasons[PACKET_ESTABLISHED])
         s.invalid += int(reasons[PACKET_INVALID])
         s.denied_connection += int(reasons[PACKET_DENIED_CONNECTION])
@@ -485,11 +517,13 @@ class Replay:
         counts by verdict, and the decision policy made on it (the first judged packet)."""
         hashes = flow_hashes(batch.headers).tolist()
         for k, (h, v) in enumerate(zip(batch.headers, verdicts)):
-            reason = PACKET_REASONS[int(v["reason"])]
+            reason = _reason(h, v)
             flow = self._flows.get(hashes[k])
             if flow is None:
-                line = self._line(h, v, reason)
+                line = self._line(h, v, reason, batch.outers, k)
                 flow = {key: line[key] for key in ("src", "dst", "src_endpoint", "dst_endpoint", "proto", "sport", "dport")}
+                if "outer" in line:
+                    flow["outer"] = line["outer"]
                 service = self._service_json(k)
                 if service is not None:
                     flow["service"] = service
@@ -516,12 +550,12 @@ class Replay:
             if self._staged_verdicts is not None and "staged" not in flow:
                 sv = self._staged_verdicts[k]
                 if PACKET_REASONS[int(sv["reason"])] == "policy":
-                    flow["staged"] = self._staged_json(sv)
+                    flow["staged"] = self._staged_json(sv, h)
             self._index += 1
 
-    def _line(self, h: Any, v: Any, reason: str) -> dict[str, Any]:
+    def _line(self, h: Any, v: Any, reason: str, outers: npt.NDArray[Any] | None = None, k: int = 0) -> dict[str, Any]:
         version = int(h["ip_version"])
-        decodable = reason != "malformed" and version in (4, 6)
+        decodable = reason not in ("malformed", NOT_JUDGED) and version in (4, 6)
         proto = int(h["protocol"])
         has_ports = decodable and proto in PORT_PROTOCOLS and bool(h["flags"] & 32)
         line = {
@@ -552,13 +586,19 @@ class Replay:
         http = httprules.outcome_name(int(v["http"]))
         if http is not None:
             line["http"] = http
+        if int(h["encap"]) and outers is not None:
+            line["outer"] = outer_json(outers[k])
+            if reason == NOT_JUDGED:
+                line["error"] = ERROR_NAMES[int(h["error_kind"])]
         return line
 
-    def _staged_json(self, sv: Any) -> dict[str, Any]:
+    def _staged_json(self, sv: Any, h: Any) -> dict[str, Any]:
         """A packet's staged verdict: as a line's own, plus ``summary`` ("would deny by ...")
         when policy judged it."""
         assert self.staged is not None
         reason = PACKET_REASONS[int(sv["reason"])]
+        if reason == "malformed" and int(h["encap"]):
+            reason = NOT_JUDGED
         doc: dict[str, Any] = {"verdict": "allow" if sv["allow"] else "deny", "reason": reason}
         if reason == "policy":
             sides = {name: self.staged.side_decision(sv[name], d)
@@ -585,12 +625,12 @@ class Replay:
     def _write_lines(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
         assert self.out is not None
         for k, (h, v) in enumerate(zip(batch.headers, verdicts)):
-            line = self._line(h, v, PACKET_REASONS[int(v["reason"])])
+            line = self._line(h, v, _reason(h, v), batch.outers, k)
             service = self._service_json(k)
             if service is not None:
                 line["service"] = service
             if self._staged_verdicts is not None:
-                line["staged"] = self._staged_json(self._staged_verdicts[k])
+                line["staged"] = self._staged_json(self._staged_verdicts[k], h)
             self.out.write(json.dumps(line) + "\n")
             self._index += 1
 
@@ -624,6 +664,7 @@ class Replay:
             "allowed": s.allowed,
             "denied": s.denied,
             "malformed": s.malformed,
+            "not_judged": s.not_judged,
             "established": s.established,
             "invalid": s.invalid,
             "denied_connection": s.denied_connection,
@@ -634,6 +675,12 @@ class Replay:
             "flows": s.flows,
             "by_rule": self.by_rule(),
             "decode_errors": dict(sorted(s.decode_errors.items())),
+            "tunnels": {
+                **self.tunnels.to_json(),
+                "decapsulated": dict(sorted(s.decapsulated.items())),
+                "not_judged": {kind: {err: n for (k, err), n in sorted(s.not_judged_by.items()) if k == kind}
+                               for kind in sorted({k for k, _ in s.not_judged_by})},
+            },
             "problems": s.problems,
             "unreadable": s.unreadable,
             "conntrack": self.tracker.stats() if self.tracker is not None else None,
@@ -652,6 +699,27 @@ class Replay:
                 "by_rule": self.by_rule(s.staged_by_rule, self.staged),
             },
         }
+
+
+def _reason(h: Any, v: Any) -> str:
+    """A packet's reason as its line says it: the engine's, but "not-judged" for a packet found
+    inside a tunnel that could not be read (the engine denies it as malformed)."""
+    reason = PACKET_REASONS[int(v["reason"])]
+    if reason == "malformed" and int(h["encap"]):
+        return NOT_JUDGED
+    return reason
+
+
+def _tunnelled_payloads(batch: Batch, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """DNS message rows ``(index, start, end)`` of a batch decoded with other tunnels than the
+    default ones, their payloads found again through the batch's own tunnels (those the header
+    describes)."""
+    from pyclassify import _native
+
+    spans = _native.payload_spans(batch.data, batch.offsets, batch.caplens, batch.linktypes,
+                                  np.ascontiguousarray(rows[:, 0]), **batch.tunnels.native())
+    rows = np.column_stack([rows[:, 0], spans[:, 0], spans[:, 1]]).astype(np.int64)
+    return rows[rows[:, 2] > rows[:, 1]]
 
 
 def _file_state(path: str) -> tuple[int, int, int] | None:

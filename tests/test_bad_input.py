@@ -483,6 +483,21 @@ CASES = [
            "p_caplen_gt_snap.pcap", stream="stdout"),
     replay("replay-pcap-caplen-above-origlen", "caplen 89 > original length 10", 0, "48 packets in 15 flows",
            "p_caplen_gt_orig.pcap", stream="stdout"),
+    replay("replay-tunnel-gre-erspan", "a GRE packet carrying ERSPAN (0x88be)", 0,
+           ("1 denied as not judged (inside a tunnel that could not be read)",
+            "tunnels: gre packets not judged: 1 tunnel_unsupported"), "t_gre_erspan.pcap", stream="stdout"),
+    replay("replay-tunnel-vxlan-inner-cut", "a VXLAN packet cut by the snap length inside the pod's TCP header", 0,
+           "tunnels: vxlan packets not judged: 1 truncated_l4", "t_vxlan_cut.pcap", stream="stdout"),
+    replay("replay-tunnel-nested-too-deep", "IPv4 in IPv4 four times over", 0,
+           "tunnels: ipip packets not judged: 1 tunnel_too_deep", "t_ipip_deep.pcap", stream="stdout"),
+    replay("replay-vxlan-port-0", "--vxlan-port 0", 2, "Invalid value for '--vxlan-port': 0 is not in the range",
+           "t_gre_erspan.pcap", "--vxlan-port", "0"),
+    replay("replay-vxlan-port-nine-times", "--vxlan-port given nine times", 2, "at most 8 VXLAN ports, not 9",
+           "t_gre_erspan.pcap", *[a for p in range(9) for a in ("--vxlan-port", str(5000 + p))]),
+    replay("replay-vxlan-port-is-geneve-port", "--vxlan-port 6081 (Geneve's)", 2,
+           "port 6081 given for both VXLAN and Geneve", "t_gre_erspan.pcap", "--vxlan-port", "6081"),
+    replay("replay-no-decap-with-ports", "--no-decap with --vxlan-port", 2,
+           "--no-decap opens no tunnel", "t_gre_erspan.pcap", "--no-decap", "--vxlan-port", "4789"),
     replay("replay-pcap-caplen-1gib", "first record claims 1 GiB", 1,
            (f"p_caplen_1g.pcap: offset 24: {OUT_OF_RANGE}", UNREADABLE), "p_caplen_1g.pcap"),
     replay("replay-pcap-caplen-0xffffffff", "first record claims 0xFFFFFFFF bytes", 1,
@@ -1011,6 +1026,27 @@ def _blocks(ng: bytes) -> list[tuple[int, int, int]]:
     return out
 
 
+def _tunnel_captures(d: Path) -> None:
+    """One-packet captures of overlay tunnels replay cannot read (``pyclassify.tunnels``)."""
+    def ip(proto: int, body: bytes, src: str = "192.168.77.1", dst: str = "192.168.77.2") -> bytes:
+        return struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(body), 0, 0, 64, proto, 0,
+                           socket.inet_aton(src), socket.inet_aton(dst)) + body
+
+    eth = b"\x02\0\0\0\0\x02\x02\0\0\0\0\x01\x08\x00"
+    syn = struct.pack(">HHIIBBHHH", 40000, 5432, 1, 0, 0x50, 0x02, 65535, 0, 0)
+    pod = ip(6, syn, "10.0.1.10", "10.0.2.30")  # examples/demo's web -> db:5432
+    vxlan = eth + ip(17, struct.pack(">HHHH", 50000, 4789, 8 + 8 + 14 + len(pod), 0)
+                     + struct.pack(">BxxxI", 0x08, 4096 << 8) + eth + pod)
+    frames = {
+        "t_gre_erspan.pcap": (eth + ip(47, struct.pack(">HHI", 0x1000, 0x88BE, 1) + bytes(24)), None),
+        "t_vxlan_cut.pcap": (vxlan[:-10], len(vxlan)),
+        "t_ipip_deep.pcap": (eth + ip(4, ip(4, ip(4, ip(4, pod)))), None),
+    }
+    for name, (frame, wire) in frames.items():
+        record = struct.pack("<IIII", 1767225600, 0, len(frame), wire or len(frame)) + frame
+        (d / name).write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1) + record)
+
+
 def _write_captures(d: Path, rng: random.Random) -> None:
     pcap, ng = PCAP.read_bytes(), PCAPNG.read_bytes()
     head = pcap[:24]
@@ -1114,6 +1150,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     _write_large(d)
     _write_tls(d)
     _write_captures(d, rng)
+    _tunnel_captures(d)
     yield d
     if os.environ.get("PYCLASSIFY_BAD_INPUT_TABLE"):
         write_table(os.environ["PYCLASSIFY_BAD_INPUT_TABLE"])
