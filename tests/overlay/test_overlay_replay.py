@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.overlay.netns import DB_IP, MANIFESTS, NODE_A, NODE_B, SERVER, VNI, WEB_IP, overlay
+from tests.overlay.netns import DB_IP, MANIFESTS, NODE_A, NODE_B, SERVER, VNI, WEB_IP, kernel_has, overlay
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces and tcpdump need root")
 
@@ -50,6 +50,8 @@ def web_to_db(lines: list[dict], dport: int) -> list[dict]:
                          ids=[f"{k}-{p}" if p else k for k, p, _, _ in TUNNELS])
 def test_replay_judges_the_pods_flows_inside_the_tunnel(tmp_path: Path, manifests: Path, kind: str, port: int,
                                                         options: tuple[str, ...], encap: str) -> None:
+    if not kernel_has(kind) and not os.path.exists("/dev/net/tun"):
+        pytest.skip(f"neither a {kind} device in this kernel nor /dev/net/tun for a user-space endpoint")
     pcap = tmp_path / "uplink.pcap"
     with overlay(kind, port) as net:
         net.run(net.db, SERVER, "8080", "5432")
@@ -107,6 +109,8 @@ def test_replay_judges_the_pods_flows_inside_the_tunnel(tmp_path: Path, manifest
 def test_tunnels_on_other_ports_are_judged_by_their_outer_header_unless_named(tmp_path: Path, manifests: Path) -> None:
     """A VXLAN port replay was not told of is just UDP between the nodes: judged as that, with
     no "outer" (no policy applies to the nodes' addresses); ``--vxlan-port`` names it."""
+    if not kernel_has("vxlan") and not os.path.exists("/dev/net/tun"):
+        pytest.skip("neither a vxlan device in this kernel nor /dev/net/tun for a user-space endpoint")
     pcap = tmp_path / "uplink.pcap"
     with overlay("vxlan", 9999) as net:
         net.run(net.db, SERVER, "5432")
