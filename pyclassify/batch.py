@@ -13,6 +13,7 @@ stored IPv4-mapped (``::ffff:a.b.c.d``).
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any, Final
 
 import numpy as np
@@ -38,6 +39,7 @@ __all__ = [
     "REVOKED_DTYPE",
     "SIDE_DTYPE",
     "VERDICT_DTYPE",
+    "address_text",
     "new_batch",
     "record_dtype",
 ]
@@ -180,6 +182,12 @@ SIDE_DTYPE: Final[np.dtype[np.void]] = record_dtype("SideVerdict")
 VERDICT_DTYPE: Final[np.dtype[np.void]] = record_dtype("PacketVerdict")
 #: A connection revoked by revalidation (``RevokedFlow``).
 REVOKED_DTYPE: Final[np.dtype[np.void]] = record_dtype("RevokedFlow")
+
+
+def address_text(raw: Any, version: int) -> str:
+    """A record's 16-byte address field (network order, IPv4 mapped) as text."""
+    b = bytes(raw)
+    return str(ipaddress.IPv4Address(b[12:]) if version == 4 else ipaddress.IPv6Address(b))
 
 
 def new_batch(n: int) -> npt.NDArray[np.void]:

@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from pyclassify import httprules
 from pyclassify._engine import FlowSet
-from pyclassify.batch import ERROR_NAMES, SIDE_DTYPE
+from pyclassify.batch import ERROR_NAMES, SIDE_DTYPE, address_text
 from pyclassify.capture import Batch, CaptureWriter, open_capture
 from pyclassify.engine import (
     CT_NEW_PICKUP,
@@ -187,11 +187,6 @@ def _distinct_records(side: npt.NDArray[Any]) -> list[tuple[Any, int]]:
     if not np.array_equal(words, words[first][inverse]):  # two records with one hash: count exactly
         rows, first, counts = np.unique(words, axis=0, return_index=True, return_counts=True)
     return [(side[i], int(c)) for i, c in zip(first.tolist(), counts.tolist())]
-
-
-def _address(raw: npt.NDArray[np.uint8], version: int) -> str:
-    b = bytes(raw)
-    return str(ipaddress.IPv4Address(b[12:]) if version == 4 else ipaddress.IPv6Address(b))
 
 
 class Replay:
@@ -561,8 +556,8 @@ class Replay:
         line = {
             "index": self._index,
             "ts": int(h["ts_ns"]) / 1e9,
-            "src": _address(h["src_addr"], version) if decodable else None,
-            "dst": _address(h["dst_addr"], version) if decodable else None,
+            "src": address_text(h["src_addr"], version) if decodable else None,
+            "dst": address_text(h["dst_addr"], version) if decodable else None,
             "src_endpoint": None,
             "dst_endpoint": None,
             "proto": protocol_name(proto) if decodable else None,

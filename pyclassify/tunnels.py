@@ -16,12 +16,11 @@ operator change (Calico: FelixConfiguration ``vxlanPort``, 4789 by default; Cili
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from typing import Any, Final
 
 from pyclassify import _native
-from pyclassify.batch import ENCAP_GENEVE, ENCAP_GRE, ENCAP_KINDS, ENCAP_VXLAN, OUTER_HAS_KEY
+from pyclassify.batch import ENCAP_GENEVE, ENCAP_GRE, ENCAP_KINDS, ENCAP_VXLAN, OUTER_HAS_KEY, address_text
 from pyclassify.kinds.common import protocol_name
 
 __all__ = ["DEFAULT_TUNNELS", "ENCAP_NAMES", "TunnelPorts", "outer_json"]
@@ -64,11 +63,6 @@ class TunnelPorts:
 DEFAULT_TUNNELS: Final = TunnelPorts()
 
 
-def _address(raw: Any, version: int) -> str:
-    b = bytes(raw)
-    return str(ipaddress.IPv4Address(b[12:]) if version == 4 else ipaddress.IPv6Address(b))
-
-
 def outer_json(outer: Any) -> dict[str, Any]:
     """One packet's outer header (an ``OUTER_DTYPE`` record) as ``replay --out`` shows it:
     ``{"src", "dst", "proto", "sport", "dport", "encap", "vni"}`` — the outermost IP header and
@@ -78,8 +72,8 @@ def outer_json(outer: Any) -> dict[str, Any]:
     encap = int(outer["encap"])
     udp = encap in _UDP_TUNNELS
     doc: dict[str, Any] = {
-        "src": _address(outer["src_addr"], version),
-        "dst": _address(outer["dst_addr"], version),
+        "src": address_text(outer["src_addr"], version),
+        "dst": address_text(outer["dst_addr"], version),
         "proto": _TUNNEL_PROTOCOLS.get(int(outer["protocol"])) or protocol_name(int(outer["protocol"])),
         "sport": int(outer["sport"]) if udp else None,
         "dport": int(outer["dport"]) if udp else None,

@@ -180,7 +180,8 @@ NOT_JUDGED = [
 ]
 
 
-@pytest.mark.parametrize(("frame", "encap", "kind", "wire"), [c[1:] for c in NOT_JUDGED], ids=[c[0] for c in NOT_JUDGED])
+@pytest.mark.parametrize(("frame", "encap", "kind", "wire"), [c[1:] for c in NOT_JUDGED],
+                         ids=[c[0] for c in NOT_JUDGED])
 def test_unreadable_tunnels_are_flagged_never_judged_by_their_outer_header(frame: bytes, encap: int, kind: int,
                                                                             wire: int | None) -> None:
     h, _, o = decode([frame], wire=[wire] if wire else None)
@@ -302,7 +303,8 @@ def tunnel_frames(draw: st.DrawFn) -> tuple[bytes, int]:
     under = draw(st.sampled_from([UNDER4, UNDER6]))
     kind = draw(st.sampled_from(["vxlan", "geneve", "ipip", "gre", "gretap", "nested"]))
     if kind == "vxlan":
-        pkt: Packet = under / UDP(sport=draw(st.integers(1, 65535)), dport=4789) / VXLAN(vni=draw(st.integers(0, 2**24 - 1))) / IETH / inner
+        vni = draw(st.integers(0, 2**24 - 1))
+        pkt: Packet = under / UDP(sport=draw(st.integers(1, 65535)), dport=4789) / VXLAN(vni=vni) / IETH / inner
     elif kind == "geneve":
         opts = bytes(4 * draw(st.integers(0, 3)))
         pkt = under / UDP(dport=6081) / Raw(geneve(draw(st.integers(0, 2**24 - 1)), 0x6558, opts)) / IETH / inner

@@ -192,8 +192,8 @@ class Overlay:
     @contextmanager
     def capture(self, path: Path) -> Iterator[None]:
         """tcpdump on nodeA's underlay interface, whole frames, into ``path``."""
-        p = subprocess.Popen(["ip", "netns", "exec", self.node_a, "tcpdump", "-i", "ul0", "-n", "-U", "--immediate-mode", "-s", "0",
-                              "-w", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(["ip", "netns", "exec", self.node_a, "tcpdump", "-i", "ul0", "-n", "-U", "--immediate-mode",
+                              "-s", "0", "-w", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             assert p.stderr is not None
             line = p.stderr.readline()
@@ -216,8 +216,8 @@ def _tunnel(ns: str, kind: str, port: int, local: str, remote: str, addr: str, p
     if o.kernel:
         extra = {"vxlan": ["id", str(VNI), "dstport", str(port), "local", local, "remote", remote, "dev", "ul0"],
                  "geneve": ["id", str(VNI), "remote", remote, "dstport", str(port)],
-                 "gretap": ["local", local, "remote", remote, "key", str(VNI)]}.get(kind, ["local", local, "remote", remote])
-        ip("-n", ns, "link", "add", "tun0", "type", kind, *extra)
+                 "gretap": ["local", local, "remote", remote, "key", str(VNI)]}
+        ip("-n", ns, "link", "add", "tun0", "type", kind, *extra.get(kind, ["local", local, "remote", remote]))
     else:
         # the device appears when the endpoint opens it
         o.run(ns, ENDPOINT, kind, "tun0", local, remote, str(port))
