@@ -1,10 +1,14 @@
 """Writes bench/RELIABILITY.md (and bench/BAD_INPUT.md): runs the soak through both data paths,
 the floods in both fail modes, the saturation benchmark beside libnetfilter_queue, the fault
-tests and the bad-input sweep with ``PYCLASSIFY_RELIABILITY_DIR`` set, then renders what they
-recorded and which of them passed. Needs root, gcc and libnetfilter-queue-dev.
+tests (the restarts under a hammering client ``--restarts`` times each) and the bad-input sweep
+with ``PYCLASSIFY_RELIABILITY_DIR`` set, then renders what they recorded and which of them
+passed. Needs root, gcc and libnetfilter-queue-dev (and scripts/kube-testenv.sh's binaries for
+the cluster's fault).
 
     .venv/bin/python -m bench.reliability                      # bounded soaks (120 s each)
     .venv/bin/python -m bench.reliability --long-soak 1800     # and the long NFQUEUE soak
+    .venv/bin/python -m bench.reliability --only faults        # the faults and restarts alone: their
+                                                               # sections rewritten, the rest kept
     .venv/bin/python -m bench.reliability --render-only DIR    # tables from an earlier run's DIR
 """
 
@@ -28,7 +32,7 @@ BAD_INPUT_MD = REPO / "bench" / "BAD_INPUT.md"
 #: (fault, pytest node id, what it shows)
 FAULTS = [
     ("daemon killed (-9), failing closed", "tests/enforce/test_enforce_netns.py::test_killed_daemon_fails_as_configured[closed]",
-     "new connections dropped while it is down, established ones flow; the next start replaces the chains and enforces"),
+     "new connections dropped while it is down, established ones flow; the next start adopts the chains and enforces"),
     ("daemon killed (-9), failing open", "tests/enforce/test_enforce_netns.py::test_killed_daemon_fails_as_configured[open]",
      "everything passes while it is down (queue bypass); the next start enforces"),
     ("killed during a reload", "tests/enforce/test_enforce_netns.py::test_killed_during_a_reload_the_next_start_repairs",
@@ -38,6 +42,33 @@ FAULTS = [
     ("our iptables chains flushed, deleted or reordered by someone else",
      "tests/enforce/test_enforce_netns.py::test_rules_changed_by_someone_else_are_put_back",
      "found and put back within --resync-interval (rules-repaired, pyclassify_iptables_repairs)"),
+    ("SIGTERM (a rollout, a liveness restart) with a client hammering a denied port",
+     "tests/enforce/test_lifecycle_netns.py::test_restarts_with_a_client_hammering_a_denied_port[sigterm-closed]",
+     "the rules stay and the next daemon adopts them: no denied connection opens (see Restarts)"),
+    ("kill -9, then restart, with a client hammering a denied port",
+     "tests/enforce/test_lifecycle_netns.py::test_restarts_with_a_client_hammering_a_denied_port[kill-closed]",
+     "no denied connection opens; failing open, those opened while none ran are cut at the next start"),
+    ("kill -9 failing open, then restart, with a client hammering a denied port",
+     "tests/enforce/test_lifecycle_netns.py::test_restarts_with_a_client_hammering_a_denied_port[kill-open]",
+     "what opened while no daemon ran (queue bypass) is judged and cut at the next start"),
+    ("connections opened before any rule of ours (no mark)",
+     "tests/enforce/test_lifecycle_netns.py::test_a_connection_no_daemon_judged_is_judged_at_start",
+     "judged at start: the denied one cut, the allowed one marked and cut by a later change"),
+    ("daemon killed (-9): SSH to the node, its DNS",
+     "tests/enforce/test_lifecycle_netns.py::test_a_dead_daemon_leaves_the_node_reachable",
+     "failsafe SSH and the node's DNS (dnsmasq, UDP and TCP) answer while no daemon runs"),
+    ("`--kubeconfig` daemon killed (-9), then restarted (API server routed, not on the loopback)",
+     "tests/kube/test_enforce_restart.py::test_a_killed_cluster_daemon_never_locks_the_node_out",
+     "the node reaches its API server and SSH meanwhile; the next daemon lists the cluster and starts"),
+    ("`--uninstall` (after a kill, and as a preStop while a daemon runs); `--on-stop remove`",
+     "tests/enforce/test_lifecycle_netns.py::test_on_stop_remove_and_uninstall_remove_every_rule",
+     "every rule removed; a running daemon leaves them out and is not ready; nothing left after its stop"),
+    ("a second daemon on another queue; chains replaced by another process; a rule replaced in place",
+     "tests/enforce/test_lifecycle_netns.py::test_a_second_daemon_and_replaced_rules_are_noticed",
+     "the second refuses (exit 7); the rules' content is compared, each change found and put back"),
+    ("iptables binaries gone under a running daemon (a spawn that fails, as under a pids limit)",
+     "tests/enforce/test_lifecycle_netns.py::test_healthz_fails_while_the_rules_cannot_be_checked",
+     "the resync keeps trying; /healthz fails after three failed checks, ok again once they pass"),
     ("flow-log destination full (stdout on /dev/full)",
      "tests/enforce/test_enforce_netns.py::test_a_full_log_destination_loses_lines_not_enforcement[full]",
      "lines lost and counted (pyclassify_log_lines_lost); enforcement unchanged"),
@@ -66,14 +97,16 @@ def _pytest(args: list[str], env: dict[str, str], junit: Path | None = None) -> 
     return subprocess.run(cmd, cwd=REPO, env=env).returncode
 
 
-def run(results: Path, soak_seconds: float, long_soak: float | None) -> None:
+def run(results: Path, soak_seconds: float, long_soak: float | None, restarts: int, only: str | None = None) -> None:
     env = {**os.environ, "PYCLASSIFY_RELIABILITY_DIR": str(results), "PYCLASSIFY_SOAK_SECONDS": str(soak_seconds),
-           "PYCLASSIFY_BAD_INPUT_TABLE": str(results / "bad_input.json")}
-    _pytest(["tests/enforce/test_soak.py", "tests/enforce/test_flood.py", "bench/test_bench_flood.py"], env,
-            results / "load.xml")
+           "PYCLASSIFY_BAD_INPUT_TABLE": str(results / "bad_input.json"), "PYCLASSIFY_RESTARTS": str(restarts)}
+    if only is None:
+        _pytest(["tests/enforce/test_soak.py", "tests/enforce/test_flood.py", "bench/test_bench_flood.py"], env,
+                results / "load.xml")
     _pytest(sorted({node.split("::")[0] for _, node, _ in FAULTS}), env, results / "faults.xml")
-    _pytest(["tests/test_bad_input.py"], env, results / "bad_input.xml")
-    if long_soak:
+    if only is None:
+        _pytest(["tests/test_bad_input.py"], env, results / "bad_input.xml")
+    if long_soak and only is None:
         _pytest(["bench/test_bench_soak.py"], {**env, "PYCLASSIFY_SOAK_SECONDS": str(long_soak)}, results / "long.xml")
 
 
@@ -152,6 +185,75 @@ def _flood_rows(runs: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _restart_section(results: Path) -> list[str]:
+    """The restarts under a hammering client: each mode's gaps and what the client got."""
+    runs = [r for key in ("sigterm-closed", "kill-closed", "kill-open") if (r := _load(results, f"restart-{key}"))]
+    lines = [
+        "## Restarts: the window in which a denied connection can open",
+        "",
+        "`tests/enforce/test_lifecycle_netns.py::test_restarts_with_a_client_hammering_a_denied_port`: pod c's",
+        "client opens TCP connection after connection to pod b, which policy closes to c (200 ms connect",
+        "timeout, every connection that opens kept and pinged again at the end), while the daemon is stopped",
+        "(SIGTERM, as a rollout or a liveness restart does) or killed (-9) and started again, N times in a",
+        "row. The gap is the time from the signal to the next daemon's `start` line (policy loaded, queues",
+        "bound, rules adopted, the kernel's connections judged): the rules stay through it.",
+        "",
+    ]
+    if not runs:
+        return lines + ["(no restart recorded)", ""]
+    lines += ["| stop, fail mode | restarts | gap p50 / max, s | connections tried | **denied connections opened** "
+              "| still open after the next start | revoked at start |", "|---|---|---|---|---|---|---|"]
+    for r in runs:
+        gaps = sorted(r["gaps_s"])
+        lines.append(f"| {r['how']}, --fail {r['fail']} | {r['restarts']} | {_n(gaps[len(gaps) // 2])} / "
+                     f"{_n(gaps[-1])} | {_n(r['attempts'])} | **{_n(r['opened'])}** | {_n(r['still_open'])} | "
+                     f"{_n(r['revoked_at_start'])} |")
+    lines += [
+        "",
+        "Failing closed the window is zero: between two daemons the kernel drops what the kept rules",
+        "queue, and the next daemon binds its queues before it replaces the rules in one transaction.",
+        "Failing open, what opens while no daemon runs (queue bypass) carries the judged mark and is cut",
+        "by the next start's judging of the kernel's connections; a connection without the mark (opened",
+        "before any rule of ours) is judged there too.",
+        "",
+    ]
+    return lines
+
+
+def _faults_section(outcomes: dict[str, str]) -> list[str]:
+    lines = ["## Faults survived", "", "| fault | test | outcome | result |", "|---|---|---|---|"]
+    for fault, node, shows in FAULTS:
+        lines.append(f"| {fault} | `{node.split('::')[-1]}` | {shows} | {outcomes.get(node, 'not run')} |")
+    lines += [
+        "| a kernel without NFQUEUE or AF_PACKET | — | exit 6, one line (the code path; not testable on this kernel) | not run |",
+        "",
+    ]
+    return lines
+
+
+def splice(text: str, heading: str, section: list[str], before: str) -> str:
+    """``text`` with the section under ``heading`` (up to the next ``## ``) replaced by
+    ``section``; one that is not there goes before the heading ``before``."""
+    lines = text.splitlines()
+    body = section if section[-1] == "" else [*section, ""]
+    if heading in lines:
+        start = lines.index(heading)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines[start:end] = body
+    else:
+        at = lines.index(before)
+        lines[at:at] = body
+    return "\n".join(lines) + "\n"
+
+
+def render_faults(results: Path, text: str) -> str:
+    """``text`` (an earlier RELIABILITY.md) with its restart and fault sections from ``results``."""
+    outcomes = _outcomes(results)
+    text = splice(text, "## Restarts: the window in which a denied connection can open", _restart_section(results),
+                  "## Faults survived")
+    return splice(text, "## Faults survived", _faults_section(outcomes), "## Inputs tried")
+
+
 def render(results: Path) -> str:
     outcomes = _outcomes(results)
     lines = [
@@ -216,16 +318,10 @@ def render(results: Path) -> str:
         "table) drops unassured entries early at its cap (`--conntrack-max`), counted",
         "(`tests/native/test_engine_client.py::test_tracker_counters_cross_the_abi_in_the_rust_order`).",
         "",
-        "## Faults survived",
-        "",
-        "| fault | test | outcome | result |",
-        "|---|---|---|---|",
     ]
-    for fault, node, shows in FAULTS:
-        lines.append(f"| {fault} | `{node.split('::')[-1]}` | {shows} | {outcomes.get(node, 'not run')} |")
+    lines += _restart_section(results)
+    lines += _faults_section(outcomes)
     lines += [
-        "| a kernel without NFQUEUE or AF_PACKET | — | exit 6, one line (the code path; not testable on this kernel) | not run |",
-        "",
         "## Inputs tried",
         "",
     ]
@@ -258,12 +354,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--soak-seconds", type=float, default=120)
     ap.add_argument("--long-soak", type=float, default=None, metavar="SECONDS")
+    ap.add_argument("--restarts", type=int, default=20, help="restarts under the hammering client, per mode")
+    ap.add_argument("--only", choices=["faults"], default=None,
+                    help="run the faults (and restarts) alone; their sections of RELIABILITY.md are rewritten")
     ap.add_argument("--render-only", type=Path, default=None, metavar="DIR")
     args = ap.parse_args()
     results = args.render_only or Path(tempfile.mkdtemp(prefix="pyclassify-reliability-"))
     if args.render_only is None:
-        run(results, args.soak_seconds, args.long_soak)
-    OUT.write_text(render(results))
+        run(results, args.soak_seconds, args.long_soak, args.restarts, args.only)
+    OUT.write_text(render_faults(results, OUT.read_text()) if args.only else render(results))
     print(f"wrote {OUT} from {results}")
 
 

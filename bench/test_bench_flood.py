@@ -31,11 +31,11 @@ MAXLEN = 4096
 
 RULES = """
 import sys
-from pyclassify.enforce.iptables import Rules, remove_stale
+from pyclassify.enforce.iptables import Rules, uninstall
 if sys.argv[1] == "install":
     Rules(0, 0, False, ("forward",), False).install()
 else:
-    remove_stale(False)
+    uninstall(False)
 """
 
 

@@ -96,11 +96,11 @@ spec:
 
 RULES = """
 import sys
-from pyclassify.enforce.iptables import Rules, remove_stale
+from pyclassify.enforce.iptables import Rules, uninstall
 if sys.argv[1] == "install":
     Rules(0, 0, False, ("forward",), False).install()
 else:
-    remove_stale(False)
+    uninstall(False)
 """
 
 # In the node namespace: for each line on stdin, queue 0's row of the kernel's

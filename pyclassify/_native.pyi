@@ -158,6 +158,9 @@ def ct_delete_message(
     """The IPCTNL_MSG_CT_DELETE request for one original tuple (with ``mask``: the update that
     sets the mark bits under it to ``mark``'s instead)."""
 
+def ct_mark_messages(raw: Any, mark: int, mask: int) -> bytes:
+    """The ctnetlink updates ``CtNetlink.mark_rows`` sends for the header records ``raw``."""
+
 def ct_dump_message(family: int, mark: int = 0, mask: int = 0, seq: int = 1) -> bytes:
     """The IPCTNL_MSG_CT_GET dump request of one family (entries whose mark & mask == mark)."""
 
@@ -249,6 +252,7 @@ class CtNetlink:
 
     def close(self) -> None: ...
     def delete(self, flows: Any, mark: int = 0, mask: int = 0) -> dict[str, int]: ...
+    def mark_rows(self, raw: Any, mark: int, mask: int) -> dict[str, int]: ...
     def dump(self, mark: int = 0, mask: int = 0, ipv6: bool = True) -> tuple[bytearray, bytearray]: ...
 
 # The AF_PACKET inline bridge (native/afpacket.pxi; Python face: pyclassify.bridge.Bridge)

@@ -13,8 +13,8 @@ For the daemon::
     loop = open_queue(engine, 0, fail_open=False)      # bound; run loop.run() in a thread
     loop.swap(engine_capsule(new), False)              # on a policy change
     ctnl = kernel_conntrack()
-    n, revoke, restore = kernel_revalidate(ctnl, engine_capsule(new), mark=JUDGED_CTMARK,
-                                           revoked_mark=REVOKED_CTMARK, ...)
+    n, revoke, restore, _ = kernel_revalidate(ctnl, engine_capsule(new), mark=JUDGED_CTMARK,
+                                              revoked_mark=REVOKED_CTMARK, ...)
     ctnl.delete(revoke, REVOKED_CTMARK, REVOKED_CTMARK)  # marked: our rules drop their packets
     ctnl.delete(restore, 0, REVOKED_CTMARK)              # allowed again: unmarked
 """
@@ -22,7 +22,7 @@ For the daemon::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -91,24 +91,33 @@ class PreDnatCheck:
 
 def kernel_revalidate(ctnl: CtNetlink, capsule: Any, *, mark: int, revoked_mark: int, pod_allow: bool,
                       host_allow: bool, ipv6: bool = True, forward: tuple[ForwardCheck, ...] = (),
-                      pre_dnat: PreDnatCheck | None = None) -> tuple[int, list[Flow], list[Flow]]:
+                      pre_dnat: PreDnatCheck | None = None,
+                      unmarked: Callable[[Any, Any], Any] | None = None) -> tuple[int, list[Flow], list[Flow], Any]:
     """Judge every connection of the kernel's table that carries ``mark`` (the ones our rules
     queued), however old, by the engine of ``capsule`` (as the filter table saw it: after DNAT),
     and by the host endpoint hooks that let it on: a forward hook (``forward``), the pre-DNAT
-    hook (``pre_dnat``, before DNAT): ``(judged, revoke, restore)``, as original
-    tuples for ``ctnl.delete``: the ones now denied that are not marked ``revoked_mark`` yet, and
-    the ones so marked that are allowed again. The dump and the judging are native; Python sees
-    only those rows."""
-    judged, original = ctnl.dump(mark, mark, ipv6)
+    hook (``pre_dnat``, before DNAT): ``(judged, revoke, restore, adopt)``; revoke and restore
+    as original tuples for ``ctnl.delete``: the ones now denied that are not marked
+    ``revoked_mark`` yet, and the ones so marked that are allowed again. With ``unmarked`` (a
+    function of the dump's two header arrays, judged and original, that says which rows our
+    rules never queue), the entries without ``mark`` are judged too, all but those: ``adopt``
+    holds the original rows of the ones allowed (for ``ctnl.mark_rows`` to give them ``mark``;
+    otherwise none). The dump and the judging are native; Python sees only the revoked and
+    restored rows."""
+    judged, original = ctnl.dump(0, 0, ipv6) if unmarked is not None else ctnl.dump(mark, mark, ipv6)
     headers = np.frombuffer(judged, HEADER_DTYPE)
+    rows = np.frombuffer(original, HEADER_DTYPE)
+    marked = (rows["frag_id"] & mark) != 0  # dump() keeps each entry's mark there
+    if unmarked is not None and len(headers):
+        ours = marked | ~unmarked(headers, rows)
+        headers, rows, marked = np.ascontiguousarray(headers[ours]), np.ascontiguousarray(rows[ours]), marked[ours]
     if not len(headers):
-        return 0, [], []
+        return 0, [], [], rows[:0]
     out = np.zeros(len(headers), VERDICT_DTYPE)
     EngineClient(capsule, conntrack=False, pod_allow=pod_allow, host_allow=host_allow).judge(headers, out)
-    rows = np.frombuffer(original, HEADER_DTYPE)
     # a connection admitted up to its HTTP request stays admitted (the HTTP loop judges it)
     allowed = (out["allow"] != 0) | (out["http"] == HTTP_AWAITS)
-    marks = rows["frag_id"]  # dump() keeps each entry's mark there
+    marks = rows["frag_id"]
     revoked = (marks & revoked_mark) != 0
     if pre_dnat is not None:
         through = np.flatnonzero((marks & pre_dnat.mark) != 0)
@@ -132,7 +141,8 @@ def kernel_revalidate(ctnl: CtNetlink, capsule: Any, *, mark: int, revoked_mark:
         return [(r["src_addr"].tobytes(), r["dst_addr"].tobytes(), int(r["sport"]), int(r["dport"]),
                  int(r["protocol"]), int(r["ip_version"])) for r in rows[select]]
 
-    return len(headers), flows(~allowed & ~revoked), flows(allowed & revoked)
+    adopt = np.ascontiguousarray(rows[allowed & ~marked])
+    return len(headers), flows(~allowed & ~revoked), flows(allowed & revoked), adopt
 
 
 def kernel_conntrack() -> CtNetlink:

@@ -14,10 +14,12 @@ Fail mode (--fail, closed by default) decides what the kernel does when pyclassi
           malformed packets and engine errors are dropped.
   open:   --queue-bypass (no listener: packets pass), NFQA_CFG_F_FAIL_OPEN (a full queue
           accepts), malformed packets and engine errors are accepted.
-On a clean stop (SIGINT/SIGTERM) every rule pyclassify installed is removed in both modes.
-If the daemon is killed, its rules stay until the next start removes them: failing closed,
-new connections are dropped meanwhile (established ones keep flowing, they are accepted
-before the queue); failing open, they pass unfiltered.
+The rules stay when the daemon stops (SIGINT/SIGTERM; --on-stop remove: they go) or is
+killed, and the next start adopts them (replaced in one transaction, never removed first);
+meanwhile, failing closed, new connections are dropped (established ones keep flowing, they
+are accepted before the queue), failing open they pass, and the next start judges them. The
+node's own traffic (failsafe ports, the API server, DNS, the daemon's own sockets) passes
+ahead of the queue either way. `pyclassify enforce --uninstall` removes every rule.
 
 \b
 Examples:
@@ -50,7 +52,7 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
                 log_flows: bool = True, bridge: str | None = None,
                 kube: tuple[str | None, str | None, bool | None] | None = None, node: str | None = None,
                 resync: float = 10.0, conntrack_max: int = 262144, deny_action: str = "drop",
-                workload_interface_prefix: str = "cali") -> int:
+                workload_interface_prefix: str = "cali", on_stop: str = "keep") -> int:
     """Run the daemon until SIGINT/SIGTERM (or ``duration`` seconds); returns the exit code."""
     from pyclassify.enforce.daemon import EXIT_PREREQUISITE, EnforceConfig, EnforceError, Enforcer, parse_queues
 
@@ -64,28 +66,48 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
         copy_range=copy_range, maxlen=maxlen, batch_verdicts=not no_batch_verdicts,
         hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), ipv6=ipv6, bridge=bridge, kube=kube,
         node=node, resync=resync, conntrack_entries=conntrack_max, reject=deny_action == "reject",
-        workload_interface_prefix=workload_interface_prefix,
+        workload_interface_prefix=workload_interface_prefix, on_stop=on_stop,
     )
     enforcer = Enforcer(config)
-    try:
-        enforcer.start()
-    except EnforceError as e:
-        click.echo(f"error: {e}", err=True)
-        return e.code
-    except PermissionError as e:
-        click.echo(f"error: {e} (enforce needs root / CAP_NET_ADMIN)", err=True)
-        return EXIT_PREREQUISITE
 
     def on_signal(signum: int, frame: Any) -> None:
         enforcer.request_stop()
 
+    # before the start: a signal during it (right after its start line too) stops cleanly
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        enforcer.wait(duration)
+        try:
+            enforcer.start()
+        except EnforceError as e:
+            click.echo(f"error: {e}", err=True)
+            return e.code
+        except PermissionError as e:
+            click.echo(f"error: {e} (enforce needs root / CAP_NET_ADMIN)", err=True)
+            return EXIT_PREREQUISITE
+        try:
+            enforcer.wait(duration)
+        finally:
+            enforcer.stop()
     finally:
-        enforcer.stop()
         for s, h in old.items():
             signal.signal(s, h)
+    return 0
+
+
+def run_uninstall(ipv6: bool = True, log_stream: Any = None) -> int:
+    """``enforce --uninstall``: every rule of ours removed; returns the exit code."""
+    from pyclassify.enforce.daemon import EXIT_PREREQUISITE
+    from pyclassify.enforce.iptables import IptablesError, uninstall
+    from pyclassify.enforce.log import FlowLog
+
+    try:
+        removed, running = uninstall(ipv6)
+    except IptablesError as e:
+        click.echo(f"error: cannot remove the iptables rules: {e}", err=True)
+        return EXIT_PREREQUISITE
+    # running: a daemon still listens on the queues; it leaves the rules out and is not ready
+    FlowLog(log_stream if log_stream is not None else sys.stdout).emit("uninstall", removed=removed,
+                                                                       daemon_running=running)
     return 0
 
 
@@ -136,19 +158,26 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
               metavar="PREFIX", callback=_interface_prefix,
               help="Interfaces whose name begins so are workloads' (Felix's InterfacePrefix): an all-interfaces "
                    "host endpoint (interfaceName '*') judges routed traffic by every other interface.")
+@click.option("--on-stop", "on_stop", type=click.Choice(["keep", "remove"]), default="keep", show_default=True,
+              help="What a stop (SIGINT/SIGTERM) does to the iptables rules: keep them for the next daemon to "
+                   "adopt (--fail decides what new connections meet meanwhile), or remove them.")
+@click.option("--uninstall", is_flag=True,
+              help="Remove every PYCLASSIFY-* chain and jump (iptables, and ip6tables unless --no-ipv6), then exit; "
+                   "a daemon still running leaves them out (a preStop or pre-delete hook).")
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds (tests, benchmarks).")
 def enforce_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context: str | None, in_cluster: bool,
                     node: str | None, queue: int | None, queues: str | None, fail: str, default: str | None,
                     metrics: str | None, hooks: str, batch: int, copy_range: int, maxlen: int,
                     no_batch_verdicts: bool, log_allowed: bool, no_log: bool, no_ipv6: bool, bridge: str | None,
                     resync: float, conntrack_max: int, deny_action: str, workload_interface_prefix: str,
-                    duration: float | None) -> None:
+                    on_stop: str, uninstall: bool, duration: float | None) -> None:
     """Enforce the policy on this node's packets, live (NFQUEUE, or --bridge IF1,IF2).
 
     Needs root (or CAP_NET_ADMIN; CAP_NET_RAW too for --bridge). With --queue/--queues it
     installs PYCLASSIFY-* chains in the filter table of iptables and, unless --no-ipv6, of
-    ip6tables too (both removed on a clean stop), hooking FORWARD (routed pod traffic) and INPUT/OUTPUT (host
-    endpoints) that send new connections (ESTABLISHED/RELATED pass in the kernel) to NFQUEUE;
+    ip6tables too (kept on a stop for the next daemon, removed by --uninstall), hooking FORWARD
+    (routed pod traffic) and INPUT/OUTPUT (host endpoints) that send new connections
+    (ESTABLISHED/RELATED pass in the kernel) to NFQUEUE;
     judges them natively in batches; watches PATH (inotify) and swaps in a new policy when it
     changes and is valid (an invalid update is rejected whole and logged; the running policy
     stays); connections the new policy denies have their conntrack entries deleted so they are
@@ -158,6 +187,10 @@ def enforce_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context
     (for as long as it runs) and forwards between them the frames policy allows.
     """
     kube = (kubeconfig, kube_context, True if in_cluster else None) if kubeconfig or kube_context or in_cluster else None
+    if uninstall:
+        if paths or kube is not None or queue is not None or queues is not None or bridge is not None:
+            raise click.UsageError("--uninstall takes no PATH, cluster, --queue(s) or --bridge: it removes every rule")
+        sys.exit(run_uninstall(not no_ipv6))
     if kube is None and not paths:
         raise click.UsageError("Missing argument 'PATHS...' (or --kubeconfig / --in-cluster).")
     if kube is not None and paths:
@@ -177,5 +210,5 @@ def enforce_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context
                        no_batch_verdicts, log_allowed, not no_ipv6, duration,
                        log_flows=not no_log, bridge=bridge, kube=kube, node=node or None, resync=resync,
                        conntrack_max=conntrack_max, deny_action=deny_action,
-                       workload_interface_prefix=workload_interface_prefix)
+                       workload_interface_prefix=workload_interface_prefix, on_stop=on_stop)
     sys.exit(code)

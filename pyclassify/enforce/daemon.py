@@ -3,27 +3,32 @@ revalidation, metrics and the flow log.
 
 Life cycle (``Enforcer``):
 
-1. ``start()``: load and validate the manifests (invalid input: ``EnforceError``, nothing is
-   installed), compile the engine, bind one ``NfQueue`` per queue (each with its own
-   ``EngineClient`` and engine-side connection tracker), install our iptables chains (removing
-   any a killed daemon left behind), start one worker thread per queue (the loop runs without
-   the GIL), the inotify watcher, the event drainer and, with ``metrics``, the HTTP endpoint.
+1. ``start()``: refuse to run beside another daemon (rules of ours that queue to a queue a
+   process listens on), let the node's own traffic (``pyclassify.enforce.node``) through any
+   chains a killed daemon left (the cluster is read through them), load and validate the
+   manifests (invalid input: ``EnforceError``, nothing is installed), compile the engine, bind
+   one ``NfQueue`` per queue (each with its own ``EngineClient``), install our iptables chains
+   in place of those another daemon left (one transaction per table and family: adopted, never
+   removed first), start one worker thread per queue (the loop runs without the GIL), the
+   inotify watcher, the event drainer and, with ``metrics``, the HTTP endpoint; then judge
+   every connection of the kernel's table our chains would have queued, the ones no daemon
+   judged too (opened while none ran, or before our rules were there), and cut what the policy
+   denies.
 2. On a file change (debounced): load and validate the whole set; on any error the update is
    rejected whole, the errors are logged and the running engine stays. Otherwise a new engine is
-   compiled beside the running one and swapped into every loop at a batch boundary; each loop's
-   tracker re-judges its connections against the new engine, and the connections now denied
-   have their kernel conntrack entries deleted (ctnetlink) so their next packet misses
-   ESTABLISHED, is queued, and is judged (and dropped) by the new policy.
-3. ``stop()``: stop the loops, unbind, remove every rule we installed.
+   compiled beside the running one and swapped into every loop at a batch boundary; the kernel's
+   connections our rules queued are judged against the new engine, and the ones now denied are
+   marked revoked (our chains drop their packets, both ways).
+3. ``stop()``: stop the loops, unbind; the rules stay for the next daemon to adopt
+   (``on_stop="remove"``: every rule of ours removed).
 
 Fail mode (``fail_open``): closed (default) — no ``--queue-bypass`` (with no listener the kernel
 drops queued packets), queue full drops, malformed packets and engine errors are dropped;
 open — ``--queue-bypass`` (no listener: packets pass), NFQA_CFG_F_FAIL_OPEN (queue full: packets
-pass), malformed packets and engine errors are accepted. On a clean stop every rule is removed
-in both modes (traffic then flows unfiltered). When the daemon is killed, its rules stay until
-the next start removes them: failing closed, new connections are dropped by the kernel in the
-meantime (established ones keep flowing: they are accepted before the queue); failing open,
-they pass.
+pass), malformed packets and engine errors are accepted. Between two daemons (stopped, killed,
+restarting) the rules stay: failing closed, new connections are dropped by the kernel (the
+established ones keep flowing, accepted before the queue; the node's own traffic is let through
+ahead of it); failing open, they pass, and the next daemon judges them when it starts.
 """
 
 from __future__ import annotations
@@ -52,9 +57,14 @@ from pyclassify.enforce.iptables import (
     REVOKED_CTMARK,
     IptablesError,
     Rules,
+    installed_queues,
+    listened_queues,
+    open_stale,
+    uninstall,
 )
 from pyclassify.enforce.log import PROTOS, FlowLog, address
 from pyclassify.enforce.metrics import Metrics
+from pyclassify.enforce.node import LocalAddresses, NodeTraffic, dns_servers, in_cluster_api_server, resolve
 from pyclassify.enforce.reload import Watcher
 from pyclassify.enforce.source import Loaded, PolicySource, SourceError
 from pyclassify.flow import Flow, FlowEnd, Verdict
@@ -64,6 +74,10 @@ from pyclassify.project import Project
 
 #: Connections the HTTP loop follows at once (each holds at most one request head, 8 KiB).
 HTTP_CONNECTIONS = 65536
+
+#: Failed checks of our iptables rules in a row (a spawn that fails: no binary, a pids limit) after
+#: which ``/healthz`` fails: the liveness probe's restart is safe (the rules are adopted).
+RESYNC_FAILURES_UNHEALTHY = 3
 
 #: Exit codes of ``enforce`` beyond 1 (invalid input) and 2 (usage), as the README lists them.
 EXIT_PREREQUISITE = 6  # not root / no CAP_NET_ADMIN, iptables missing, no kernel support
@@ -144,6 +158,9 @@ class EnforceConfig:
     node: str | None = None
     #: Seconds between checks that our iptables rules are as installed (repaired if not).
     resync: float = 10.0
+    #: What a stop does to our rules: "keep" them for the next daemon to adopt (what packets meet
+    #: meanwhile is ``fail_open``'s), or "remove" every rule of ours.
+    on_stop: str = "keep"
     #: Denied packets rejected (TCP reset, ICMP port unreachable) instead of dropped: the loop
     #: hands them back with ``REJECT_MARK`` and our rules' REJECT answers them (needs our
     #: rules); the bridge crafts the answer itself and sends it back out of the arrival side.
@@ -174,6 +191,12 @@ class Enforcer:
                                dns=lambda: (self.dns_loop, self.domain_facts),
                                http=lambda: (self.main_loops, self.http_loop))
         self.rules: Rules | None = None
+        #: The node's own traffic our chains let through ahead of the queue (``start()`` finds it).
+        self.node = NodeTraffic()
+        #: Set once ``pyclassify enforce --uninstall`` removed our rules while we ran: they stay out.
+        self.uninstalled = False
+        self._resync_failures = 0
+        self._resync_error = ""
         self.watcher: Watcher | None = None
         self.ctnl: Any = None
         self.project: Project | None = None
@@ -201,9 +224,12 @@ class Enforcer:
         self.http_loop: Any = None
         self.main_loops: list[Any] = []
         if config.kube is not None:
+            from pyclassify.enforce.iptables import OWN_MARK
             from pyclassify.kube.enforce import KubePolicySource
 
-            self.source = KubePolicySource(*config.kube, node=config.node)
+            # its connections to the API server carry our mark: let through whether or not we run
+            self.source = KubePolicySource(*config.kube, node=config.node,
+                                           mark=OWN_MARK if config.install_rules and config.bridge is None else 0)
         self.source.domains = self.domain_facts  # both sources put it on the inventories they build
         self.reloads = 0
         self.rejected = 0
@@ -228,6 +254,8 @@ class Enforcer:
         if cfg.reject and cfg.bridge is None and not cfg.install_rules:
             # a packet handed back with the reject mark and no REJECT rule would be queued again
             raise EnforceError("rejecting denied packets needs NFQUEUE with pyclassify's own iptables rules")
+        if cfg.bridge is None and cfg.install_rules:
+            self._prepare_node()
         self.project, self.engine = self._load()
         self._serve_metrics()
         self._has_log = has_log_rules(self.project)
@@ -262,8 +290,9 @@ class Enforcer:
                                        reject=cfg.reject, workload_prefix=cfg.workload_interface_prefix,
                                        untracked_queue=early_queues.get(Hook.UNTRACKED),
                                        pre_dnat_queue=early_queues.get(Hook.PRE_DNAT), dns_queue=dns_queue,
-                                       http_queue=http_queue, forward_queues=forward_queues)
-                    self.rules.install()
+                                       http_queue=http_queue, forward_queues=forward_queues,
+                                       node=self.node.with_failsafe(self.project.failsafe_config))
+                    self.rules.install()  # in place of what another daemon left: adopted
                     if http_queue is not None:
                         self._admit_http()
                 except IptablesError as e:
@@ -275,9 +304,11 @@ class Enforcer:
                 self._resyncer = threading.Thread(target=self._resync_loop, name="pyclassify-resync", daemon=True)
                 self._resyncer.start()
             self._start_watch_and_metrics()
-            # Connections an earlier daemon judged (killed, maybe in the middle of a revocation)
-            # are judged by this policy too: what it denies is cut now, not left established.
-            revoked, deleted = self._revoke(engine_capsule(self.engine))
+            # Every connection our chains would have queued is judged by this policy: those an
+            # earlier daemon judged (killed, maybe in the middle of a revocation) and those no
+            # daemon did (opened while none ran, or before our rules were there: they carry no
+            # mark of ours). What it denies is cut now, not left established.
+            revoked, deleted = self._revoke(engine_capsule(self.engine), every=self.rules is not None)
         except BaseException:
             self.stop()
             raise
@@ -289,6 +320,41 @@ class Enforcer:
                       **({"http_queue": http_queue} if http_queue is not None else {}),
                       **({"forward_queues": forward_json(forward_queues)} if forward_queues else {}))
         self._log_revoked(revoked)
+
+    def _prepare_node(self) -> None:
+        """Before the policy is read: refuse to run beside another daemon (chains of ours that
+        send packets to a queue a process listens on; one daemon per network namespace), and let
+        the node's own traffic through the chains a killed daemon left, so that reading the
+        cluster (its API server, DNS) never waits on a queue nobody reads."""
+        cfg = self.config
+        try:
+            taken = installed_queues(cfg.ipv6) & listened_queues()
+            if taken:
+                raise EnforceError(
+                    f"another daemon enforces in this network namespace: the PYCLASSIFY-* rules send packets to "
+                    f"NFQUEUE {', '.join(map(str, sorted(taken)))}, where a process listens (one daemon per network "
+                    "namespace): stop it first", EXIT_IN_USE)
+            servers = [s for s in (self._api_server(), in_cluster_api_server()) if s is not None]
+            self.node = NodeTraffic(dns_servers=dns_servers())
+            self.node = self.node.with_api_servers(tuple(a for h, p in servers for a in resolve(h, p, lookup=False)))
+            opened = open_stale(self.node, cfg.ipv6)
+            named = tuple(a for h, p in servers for a in resolve(h, p))  # DNS goes through now
+            if opened and set(named) - set(self.node.api_servers):
+                self.node = self.node.with_api_servers(named)
+                open_stale(self.node, cfg.ipv6)
+            self.node = self.node.with_api_servers(named)
+        except IptablesError as e:
+            raise EnforceError(f"cannot install the iptables rules: {e}", EXIT_PREREQUISITE) from e
+        if opened:
+            self.log.emit("rules-found", opened=opened)
+
+    def _api_server(self) -> tuple[str, int] | None:
+        """The API server the cluster source reads (its kubeconfig's), if it is one."""
+        if self.config.kube is None:
+            return None
+        from pyclassify.kube.client import api_server
+
+        return api_server(*self.config.kube)
 
     def _open_dns_loop(self, queue: int) -> int | None:
         """With domain rules: a loop on ``queue`` that learns the addresses of the DNS answers
@@ -418,14 +484,31 @@ class Enforcer:
             return "starting: the initial policy is not in force yet"
         if self._stop.is_set():
             return "stopping"
+        if self.uninstalled:
+            return "not enforcing: the rules were removed by pyclassify enforce --uninstall"
         return self.not_healthy()
 
     def not_healthy(self) -> str | None:
-        """Why this daemon is broken (None: it is not): a packet loop has died. ``/healthz``."""
-        dead = [t.name for t in self.threads if not t.is_alive()]
-        if self._ready and dead:
-            return f"packet loop stopped: {', '.join(dead)}"
-        return None
+        """Why this daemon is broken (None: it is not), for ``/healthz``: a thread of its own
+        has died (a packet loop, the event drainer, the rules' resync), a part with a
+        ``health()`` (the policy source, the watcher) says what is wrong with it, or the check of
+        our iptables rules keeps failing."""
+        if not self._ready or self._stop.is_set():
+            return None
+        problems = []
+        loops = [t.name for t in self.threads if not t.is_alive()]
+        if loops:
+            problems.append(f"packet loop stopped: {', '.join(loops)}")
+        problems += [f"{t.name} stopped" for t in (self._drainer, self._resyncer) if t is not None and not t.is_alive()]
+        for part in (self.source, self.watcher):
+            check = getattr(part, "health", None)
+            problem = check() if callable(check) else None
+            if problem:
+                problems.append(problem)
+        if self._resync_failures >= RESYNC_FAILURES_UNHEALTHY:
+            problems.append(f"the iptables rules could not be checked {self._resync_failures} times in a row: "
+                            f"{self._resync_error}")
+        return "; ".join(problems) or None
 
     def stop(self) -> None:
         self._stop.set()
@@ -450,9 +533,12 @@ class Enforcer:
         if self._resyncer is not None:
             self._resyncer.join(timeout=30)  # a repair under way ends before the rules go
             self._resyncer = None
-        if self.rules is not None:
-            self.rules.remove()
-            self.rules = None
+        kept = self.rules is not None and self.config.on_stop == "keep" and not self.uninstalled
+        if self.rules is not None and not kept:
+            self._remove_rules()
+        elif self.uninstalled:
+            self._remove_rules()  # what --uninstall left for us to see
+        self.rules = None
         for loop in self.loops:
             try:
                 loop.close()
@@ -467,9 +553,15 @@ class Enforcer:
             self.ctnl.close()
             self.ctnl = None
         if self.loops:
-            self.log.emit("stop", stats=self.stats())
+            self.log.emit("stop", stats=self.stats(), rules="kept" if kept else "removed")
         self.loops = []
         self.threads = []
+
+    def _remove_rules(self) -> None:
+        try:
+            uninstall(self.config.ipv6, leave_mark=False)
+        except IptablesError as e:
+            self.log.emit("rules-remove-failed", error=str(e))
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._stop.wait(timeout)
@@ -547,6 +639,7 @@ class Enforcer:
                 count += self.bridge.swap(capsule)  # revokes in the bridge's own conntrack
             self.project, self.engine = project, engine
             missing = self._swap_early(project)
+            self._follow_node(project)
             self._has_log = has_log_rules(project)
             with self._drain_lock:
                 self._update_staged(project)
@@ -579,30 +672,45 @@ class Enforcer:
             self._log_revoked(revoked)
             return ReloadResult(True, [], count, deleted["deleted"], done - t0)
 
-    def _revoke(self, capsule: Any) -> tuple[list[Any], dict[str, int]]:
+    def _revoke(self, capsule: Any, every: bool = False) -> tuple[list[Any], dict[str, int]]:
         """Judge every connection of the kernel's table that our rules queued (however old: the
         kernel keeps them, the engine saw only their first packet) by the engine of ``capsule``:
         mark the newly denied ones revoked (the first rule of our chains drops their packets,
         both ways) and unmark the revoked ones it allows again (as it would allow a new
-        connection on the same ports). Returns the revoked ones and the kernel's answers."""
+        connection on the same ports). Returns the revoked ones and the kernel's answers.
+
+        ``every`` (at start): the connections without our mark too. Which ones: every entry of
+        the kernel's table but those our chains never queue (``NodeTraffic.unqueued``: over the
+        loopback, on a hook we do not install, the node's own traffic). An entry without the
+        mark was opened while no daemon ran and no rule of ours marked it (before our rules
+        were there, after an uninstall, while a remove-then-install left a gap), so nobody
+        judged it; judging only the marked ones left such connections open for good. Those
+        this policy allows get the mark, so every later change judges them as well."""
         deleted = {"deleted": 0, "missing": 0, "errors": 0}
         if self.ctnl is None:
             return [], deleted
+        unmarked = None
+        if every and self.rules is not None:
+            node, local, hooks = self.rules.node, LocalAddresses.read(), tuple(self.config.hooks)
+            unmarked = lambda judged, original: node.unqueued(judged, original, local, hooks)  # noqa: E731
         try:
-            _, revoked, restored = kernel_revalidate(self.ctnl, capsule, mark=JUDGED_CTMARK, revoked_mark=REVOKED_CTMARK,
-                                                     pod_allow=self.pod_allow, host_allow=self.host_allow,
-                                                     ipv6=self.config.ipv6, **self._hook_checks())
+            _, revoked, restored, adopted = kernel_revalidate(
+                self.ctnl, capsule, mark=JUDGED_CTMARK, revoked_mark=REVOKED_CTMARK, pod_allow=self.pod_allow,
+                host_allow=self.host_allow, ipv6=self.config.ipv6, unmarked=unmarked, **self._hook_checks())
         except OSError as e:
             # The socket may hold the rest of a broken dump: a fresh one for the next time.
             self.log.emit("revalidation-failed", error=str(e))
             self.ctnl.close()
             self.ctnl = kernel_conntrack()
             return [], deleted
+        both = REVOKED_CTMARK | JUDGED_CTMARK
         if revoked:
-            deleted = self.ctnl.delete(revoked, REVOKED_CTMARK, REVOKED_CTMARK)
+            deleted = self.ctnl.delete(revoked, both, both)
         if restored:
             self.ctnl.delete(restored, 0, REVOKED_CTMARK)
             self.metrics.restored.inc(len(restored))
+        if len(adopted):  # allowed, and judged by every later change from now on
+            self.ctnl.mark_rows(adopted.view(np.uint8), JUDGED_CTMARK, JUDGED_CTMARK)
         return revoked, deleted
 
     def _hook_checks(self) -> dict[str, Any]:
@@ -659,6 +767,16 @@ class Enforcer:
                       **({"forward_queues": forward_json(forward)} if forward else {}))
         return []
 
+    def _follow_node(self, project: Project) -> None:
+        """The failsafe ports follow the manifests' FelixConfiguration into our rules."""
+        if self.rules is None:
+            return
+        try:
+            if self.rules.follow_node(self.node.with_failsafe(project.failsafe_config)):
+                self.log.emit("rules-updated", reason="failsafe ports")
+        except IptablesError as e:
+            self.log.emit("rules-update-failed", error=str(e))
+
     def _update_staged(self, project: Project) -> None:
         """The staged preview follows the project: built, or brought up to date by a delta."""
         view = project.staged()
@@ -672,20 +790,40 @@ class Enforcer:
     # --- events: verdict metrics and the flow log ---
 
     def _resync_loop(self) -> None:
-        """Someone else's iptables change (a flush, a reorder, a deleted chain) is found and
-        undone within ``resync`` seconds, as Felix resyncs its rules."""
+        """Someone else's iptables change (a flush, a reorder, a rule replaced, another
+        daemon's chains in place of ours) is found and undone within ``resync`` seconds, as
+        Felix resyncs its rules; ``pyclassify enforce --uninstall`` is obeyed instead."""
         while not self._stop.wait(self.config.resync):
             rules = self.rules
             if rules is None:
                 return
             try:
-                found = rules.repair()
-            except IptablesError as e:
-                self.log.emit("rules-repair-failed", error=str(e))
+                with self._reload_lock:  # not beside a reload's own transaction
+                    if rules.uninstalled():
+                        self._leave_uninstalled()
+                        return
+                    found = rules.repair()
+            except Exception as e:  # noqa: BLE001 - iptables failing, or not started at all (no binary, a pids limit)
+                self._resync_failures += 1
+                self._resync_error = f"{type(e).__name__}: {e}"
+                self.log.emit("rules-repair-failed", error=self._resync_error, failures=self._resync_failures)
                 continue
+            self._resync_failures = 0
             if found:
                 self.metrics.rules_repaired.inc()
                 self.log.emit("rules-repaired", found=found)
+
+    def _leave_uninstalled(self) -> None:
+        """Our rules were removed by an explicit uninstall while we run: they stay out (what a
+        repair racing with the uninstall put back is removed again), we say so, and are not
+        ready; the loops keep their queues until the stop, which removes the mark the uninstall
+        left."""
+        assert self.rules is not None
+        self.uninstalled = True
+        self.rules.remove(keep_mark=True)
+        self.rules = None
+        self._resyncer = None  # ended on purpose: not a dead thread
+        self.log.emit("rules-uninstalled")
 
     def _drain_loop(self) -> None:
         while not self._stop.wait(0.2):

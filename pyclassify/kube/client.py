@@ -6,15 +6,17 @@ JSON (orjson), not decoded into the client's models, which would cost most of a 
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any, Callable, Iterator
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import orjson
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.utils.keepalive import tcp_keepalive_socket_options
 
-__all__ = ["ApiException", "Gone", "KubeClient", "KubeconfigError", "load_client"]
+__all__ = ["ApiException", "Gone", "KubeClient", "KubeconfigError", "api_server", "load_client"]
 
 
 class KubeconfigError(ValueError):
@@ -37,12 +39,7 @@ class Gone(Exception):
     """The resourceVersion a watch asked for is too old (HTTP 410): list again."""
 
 
-def load_client(kubeconfig: str | None = None, context: str | None = None,
-                in_cluster: bool | None = None) -> "KubeClient":
-    """A client for ``kubeconfig`` (and ``context``); ``in_cluster``: the service account of the
-    pod this runs in (its token and CA, as client libraries read them); neither: in-cluster when
-    running in a pod, else the default kubeconfig (``$KUBECONFIG``, ~/.kube/config) as kubectl
-    reads it."""
+def _configuration(kubeconfig: str | None, context: str | None, in_cluster: bool | None) -> Any:
     configuration = k8s_client.Configuration()
     if in_cluster is None:
         in_cluster = kubeconfig is None and context is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
@@ -54,9 +51,33 @@ def load_client(kubeconfig: str | None = None, context: str | None = None,
                                         persist_config=False)
         except Exception as e:  # noqa: BLE001 - the library raises what its YAML reader raises
             raise KubeconfigError(_kubeconfig_problem(kubeconfig, e)) from e
+    return configuration
+
+
+def load_client(kubeconfig: str | None = None, context: str | None = None,
+                in_cluster: bool | None = None, mark: int = 0) -> "KubeClient":
+    """A client for ``kubeconfig`` (and ``context``); ``in_cluster``: the service account of the
+    pod this runs in (its token and CA, as client libraries read them); neither: in-cluster when
+    running in a pod, else the default kubeconfig (``$KUBECONFIG``, ~/.kube/config) as kubectl
+    reads it. ``mark``: the packet mark of its sockets (SO_MARK, needs CAP_NET_ADMIN)."""
+    configuration = _configuration(kubeconfig, context, in_cluster)
     # One connection per watched kind, and room for lists and requests beside them.
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, 64)
+    if mark:
+        configuration.socket_options = [*tcp_keepalive_socket_options(), (socket.SOL_SOCKET, socket.SO_MARK, mark)]
     return KubeClient(k8s_client.ApiClient(configuration))
+
+
+def api_server(kubeconfig: str | None = None, context: str | None = None,
+               in_cluster: bool | None = None) -> tuple[str, int] | None:
+    """The host and port of the API server ``load_client`` with these arguments talks to (None
+    when its configuration cannot be read: ``load_client`` then says why)."""
+    try:
+        url = urlsplit(_configuration(kubeconfig, context, in_cluster).host)
+        port = url.port or (443 if url.scheme == "https" else 80)
+    except Exception:  # noqa: BLE001 - any unreadable configuration, any malformed address
+        return None
+    return (url.hostname, port) if url.hostname else None
 
 
 class KubeClient:

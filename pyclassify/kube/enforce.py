@@ -20,9 +20,10 @@ from pyclassify.source import Problems
 
 class KubePolicySource:
     def __init__(self, kubeconfig: str | None, context: str | None, in_cluster: bool | None = None,
-                 node: str | None = None) -> None:
+                 node: str | None = None, mark: int = 0) -> None:
         self.kubeconfig, self.context, self.in_cluster = kubeconfig, context, in_cluster
         self.node = node
+        self.mark = mark  # of the sockets to the API server (the daemon's rules let them through)
         self.domains: Any = None  # what DNS taught domain rules (the daemon's store)
         self.kube: KubeSource | None = None
         self._callback: Callable[[float | None], Any] | None = None
@@ -32,7 +33,7 @@ class KubePolicySource:
     def load(self) -> Loaded:
         if self.kube is None:
             try:
-                self.kube = KubeSource(load_client(self.kubeconfig, self.context, self.in_cluster),
+                self.kube = KubeSource(load_client(self.kubeconfig, self.context, self.in_cluster, self.mark),
                                        on_change=self._changed, node=self.node, domains=self.domains)
                 self.kube.start()
             except Exception as e:  # noqa: BLE001 - no cluster, no policy: refuse to start
@@ -63,6 +64,11 @@ class KubePolicySource:
         self._callback = None
         if self.kube is not None:
             self.kube.stop()
+
+    def health(self) -> str | None:
+        """What is wrong with following the cluster (None: nothing): a watch thread has died."""
+        dead = self.kube.stopped_threads() if self.kube is not None else []
+        return f"watch stopped: {', '.join(dead)}" if dead else None
 
     def metrics(self) -> dict[str, int]:
         """Watch events by kind, relists, reconnects, rejected objects."""

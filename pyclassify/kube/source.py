@@ -371,6 +371,11 @@ class KubeSource:
     def resume(self) -> None:
         self._resume.set()
 
+    def stopped_threads(self) -> list[str]:
+        """The watch threads that have ended while this source was not stopped (each runs until
+        ``stop()``: one that ended has died)."""
+        return [] if self._stop.is_set() else [t.name for t in self._threads if not t.is_alive()]
+
     def stop(self) -> None:
         self._stop.set()
         self._resume.set()

@@ -83,6 +83,26 @@ sys.stdout.write(f"{status}\n{body.decode()}")
 """
 
 
+# A stand-in for a node's SSH daemon on ADDRESS:22: its banner to every connection.
+SSH = r"""
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((sys.argv[1], 22)); s.listen(8)
+print("ready", flush=True)
+while True:
+    c, _ = s.accept(); c.sendall(b"SSH-2.0-pyclassify-test\r\n"); c.close()
+"""
+
+# From a namespace: whether ADDRESS:22 answers with an SSH banner within 1.5 s.
+SSH_BANNER = r"""
+import socket, sys
+try:
+    s = socket.create_connection((sys.argv[1], 22), timeout=1.5); s.settimeout(1.5)
+    print(s.recv(64).startswith(b"SSH-"))
+except OSError:
+    print(False)
+"""
+
+
 def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(list(args), capture_output=True, text=True)
     if check and proc.returncode != 0:
@@ -156,6 +176,15 @@ class Topology(Namespaces):
 
     def reach(self, src: int, dst: int, proto: str = "TCP", timeout: float = 1.0) -> bool:
         return self.probe(src, {"x": (dst, proto)}, timeout)["x"]
+
+    def serve_ssh(self, address: str) -> None:
+        """SSH's stand-in (``SSH``) in the node namespace, on ``address``."""
+        p = self.spawn(self.node, [PY, "-c", SSH, address])
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+
+    def ssh_banner(self, src: int, address: str) -> bool:
+        """From pod ``src``: whether ``address``'s port 22 answers with its banner."""
+        return sh("ip", "netns", "exec", self.pods[src], PY, "-c", SSH_BANNER, address).stdout.strip() == "True"
 
     def get(self, url: str) -> tuple[int, str]:
         """An HTTP GET from the node namespace (where the daemon's listener is): status, body."""

@@ -4,7 +4,7 @@ Real TCP/UDP connections between the pods are compared with ``pyclassify matrix`
 manifests (which have a pair decided by each of NetworkPolicy, AdminNetworkPolicy, Calico
 GlobalNetworkPolicy, BaselineAdminNetworkPolicy and ClusterNetworkPolicy v1alpha2); a live
 policy change cuts an established connection; an invalid update changes nothing; a killed
-daemon fails open or closed as configured; a clean stop removes every rule.
+daemon fails open or closed as configured; a stop keeps the rules for the next daemon.
 Every test builds and removes its own namespaces (so iptables state goes with them)."""
 
 from __future__ import annotations
@@ -118,8 +118,8 @@ def test_matrix_holds_on_real_connections(topo: Topology, policy_dir: Path) -> N
     assert denied_by("ClusterNetworkPolicy", "egress", "UDP"), daemon.events()
     assert daemon.terminate() == 0
     rules = iptables_rules(topo.node)
-    assert "PYCLASSIFY-" not in rules, rules
-    assert topo.reach(2, 1)  # rules gone: c -> b (denied by policy) connects again
+    assert rules.count("-j PYCLASSIFY-FORWARD") == 1, rules  # kept for the next daemon to adopt
+    assert not topo.reach(2, 1) and not topo.reach(0, 1)  # failing closed: new connections wait for one
 
 
 def test_live_change_cuts_established_connection_and_invalid_update_is_rejected(topo: Topology, policy_dir: Path) -> None:
@@ -172,13 +172,13 @@ def test_killed_daemon_fails_as_configured(topo: Topology, policy_dir: Path, fai
     else:
         assert not topo.reach(0, 1)  # no bypass: the kernel drops what it cannot queue
         assert not topo.reach(2, 1)
-    # The next start removes what the killed one left, and enforces again.
+    # The next start adopts what the killed one left, and enforces again.
     again = Daemon(topo, [str(policy_dir)], QUEUE, fail=fail)
     again.wait_event("start")
     assert iptables_rules(topo.node).count("-j PYCLASSIFY-FORWARD") == 1
     assert topo.reach(0, 1) and not topo.reach(2, 1)
     assert again.terminate() == 0
-    assert "PYCLASSIFY-" not in iptables_rules(topo.node)
+    assert iptables_rules(topo.node).count("-j PYCLASSIFY-FORWARD") == 1  # kept
 
 
 def test_node_scoping_enforces_only_this_nodes_pods(topo: Topology, tmp_path: Path) -> None:
@@ -258,7 +258,6 @@ def test_deny_action_drops_or_rejects(topo: Topology, policy_dir: Path, action: 
     rules = iptables_rules(topo.node)
     assert ("REJECT" in rules) == (action == "reject"), rules
     assert daemon.terminate() == 0
-    assert "PYCLASSIFY-" not in iptables_rules(topo.node)
 
 
 STAGED_DENY_A_TO_B = """
@@ -348,30 +347,55 @@ def _start_fails(topo: Topology, argv: list[str], prefix: list[str] | None = Non
     return proc.returncode, err
 
 
+# Binds NFQUEUE N over raw netlink, as any other program may, and holds it.
+QUEUE_HOLDER = r"""
+import socket, struct, sys, time
+q = int(sys.argv[1])
+s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12)
+s.bind((0, 0))
+def attr(t, p):
+    n = 4 + len(p); return struct.pack("=HH", n, t) + p + b"\0" * ((-n) % 4)
+body = struct.pack("=BBH", 0, 0, socket.htons(q)) + attr(1, struct.pack("=BBH", 1, 0, socket.htons(2)))
+s.send(struct.pack("=IHHII", 16 + len(body), (3 << 8) | 2, 5, 0, 0) + body); s.recv(4096)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
 def test_missing_prerequisites_and_busy_resources_are_one_line_and_an_exit_code(topo: Topology, policy_dir: Path) -> None:
-    """Issue 14, item 4: no iptables, not root, a queue another process listens on, a metrics
-    address in use, an interface that does not exist — each one `error:` line and its exit code
-    (6: a missing prerequisite, 7: something in use or absent; README), never a traceback."""
+    """Issue 14, item 4: no iptables, not root, a queue another process listens on, another
+    daemon enforcing in the same network namespace, a metrics address in use, an interface that
+    does not exist — each one `error:` line and its exit code (6: a missing prerequisite, 7:
+    something in use or absent; README), never a traceback, and nothing changed."""
     venv_only = ["env", f"PATH={Path(PY).parent}"]  # no /usr/sbin: no iptables
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    holder = Daemon(topo, [str(policy_dir)], 5)  # holds queue 5
-    holder.wait_event("start")
+    queue_holder = topo.spawn(topo.node, [PY, "-c", QUEUE_HOLDER, "6"])  # not a daemon of ours: no rules
     blocker = topo.spawn(topo.node, [PY, "-c", "import socket, time; s = socket.socket(); "
                                      "s.bind(('127.0.0.1', 9557)); s.listen(); print('ready', flush=True); time.sleep(60)"])
-    assert blocker.stdout is not None and blocker.stdout.readline().strip() == "ready"
-    cases = [
+    for p in (queue_holder, blocker):
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+
+    def check(cases: list) -> None:
+        for prefix, argv, code, text in cases:
+            got, err = _start_fails(topo, argv, prefix)
+            errors = [line for line in err.splitlines() if line.startswith("error:")]
+            assert (got, len(errors)) == (code, 1) and text in errors[0], (argv, got, err)
+            assert "Traceback" not in err, err
+
+    check([
         (venv_only, [str(policy_dir), "--queue", "0", "--no-ipv6"], 6, "iptables not found"),
         (nobody, [str(REPO / "examples" / "demo"), "--queue", "0", "--no-ipv6"], 6, "needs root"),  # readable by nobody
-        (None, [str(policy_dir), "--queue", "5", "--no-ipv6"], 7, "another process listens on it"),
+        (None, [str(policy_dir), "--queue", "6", "--no-ipv6"], 7, "another process listens on it"),
         (None, [str(policy_dir), "--queue", "0", "--no-ipv6", "--metrics", "127.0.0.1:9557"], 7, "Address already in use"),
         (None, [str(policy_dir), "--bridge", "nope0,nope1"], 7, "No such device"),
-    ]
-    for prefix, argv, code, text in cases:
-        got, err = _start_fails(topo, argv, prefix)
-        errors = [line for line in err.splitlines() if line.startswith("error:")]
-        assert (got, len(errors)) == (code, 1) and text in errors[0], (argv, got, err)
-        assert "Traceback" not in err, err
-    assert "PYCLASSIFY-" in iptables_rules(topo.node)  # the holder's rules: the failed starts left them alone
+    ])
+    assert "PYCLASSIFY-" not in iptables_rules(topo.node)  # the failed starts installed nothing
+    holder = Daemon(topo, [str(policy_dir)], 5)  # its rules queue to 5, where it listens
+    holder.wait_event("start")
+    before = iptables_rules(topo.node)
+    check([(None, [str(policy_dir), "--queue", queue, "--no-ipv6"], 7,
+            "another daemon enforces in this network namespace") for queue in ("5", "0")])
+    assert iptables_rules(topo.node) == before  # the holder's rules: the failed starts left them alone
     assert holder.terminate() == 0
 
 
@@ -401,7 +425,6 @@ def test_rules_changed_by_someone_else_are_put_back(topo: Topology, policy_dir: 
     status, text = topo.get("http://127.0.0.1:9466/metrics")
     assert status == 200 and "pyclassify_iptables_repairs_total 3.0" in text
     assert daemon.terminate() == 0
-    assert "PYCLASSIFY-" not in iptables_rules(topo.node)
 
 
 @pytest.mark.parametrize("destination", ["full", "gone"])
@@ -439,12 +462,11 @@ def test_a_full_log_destination_loses_lines_not_enforcement(topo: Topology, poli
     proc.terminate()
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and "Traceback" not in err, err
-    assert "PYCLASSIFY-" not in iptables_rules(topo.node)
 
 
 def test_killed_during_a_reload_the_next_start_repairs(topo: Topology, policy_dir: Path) -> None:
     """Issue 14, item 3: kill -9 while a policy change is being applied; the next start finds the
-    chains the killed daemon left, replaces them (one jump, not two) and enforces the new files."""
+    chains the killed daemon left, adopts them (one jump, not two) and enforces the new files."""
     daemon = Daemon(topo, [str(policy_dir)], QUEUE)
     daemon.wait_event("start")
     assert topo.reach(0, 1)
@@ -457,7 +479,6 @@ def test_killed_during_a_reload_the_next_start_repairs(topo: Topology, policy_di
     assert iptables_rules(topo.node).count("-j PYCLASSIFY-FORWARD") == 1
     assert not topo.reach(0, 1) and not topo.reach(2, 1)  # the new policy: b closed to everyone
     assert again.terminate() == 0
-    assert "PYCLASSIFY-" not in iptables_rules(topo.node)
 
 
 def test_killed_before_a_revocation_the_next_start_revokes(topo: Topology, policy_dir: Path) -> None:

@@ -1,10 +1,14 @@
 """Parts of the enforce path that need no root: the netlink parsers (fuzzed), the ctnetlink
-request, iptables rule generation, queue parsing, the command's usage errors."""
+requests, iptables rule generation and the transactions that replace them, the node's own
+traffic, queue parsing, health, the command's usage errors."""
 
 from __future__ import annotations
 
+import ipaddress
 import struct
+import threading
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -12,8 +16,14 @@ from hypothesis import strategies as st
 
 from pyclassify import _native
 from pyclassify.enforce import enforce_command
-from pyclassify.enforce.daemon import parse_queues
-from pyclassify.enforce.iptables import Rules, forward_ctmark, queue_target
+from pyclassify.batch import HEADER_DTYPE
+from pyclassify.enforce.daemon import EnforceConfig, Enforcer, parse_queues
+from pyclassify.enforce.iptables import OWN_MARK, Rules, forward_ctmark, queue_target, queues_named, transaction
+from pyclassify.enforce.node import LocalAddresses, NodeTraffic, dns_servers
+from pyclassify.failsafe import FailsafePort
+
+#: No node traffic: the rules of a chain as the hooks alone make them.
+NO_NODE = NodeTraffic(inbound=(), outbound=())
 
 
 def attr(kind: int, payload: bytes) -> bytes:
@@ -90,7 +100,7 @@ def test_rules_and_queue_targets() -> None:
 
 
 def test_early_host_endpoint_hooks_have_chains_of_their_own() -> None:
-    r = Rules(0, 1, untracked_queue=2, pre_dnat_queue=3)
+    r = Rules(0, 1, untracked_queue=2, pre_dnat_queue=3, node=NO_NODE)
     assert [c[1:] for c in r.chains()][3:] == [("raw", "PREROUTING"), ("raw", "OUTPUT"), ("mangle", "PREROUTING")]
     raw_in = r.rules("untracked-in")
     # allowed by a rule: back with the mark, out of connection tracking, on its way
@@ -173,8 +183,10 @@ def test_command_usage_errors(tmp_path) -> None:
     assert r.exit_code == 2
     r = runner.invoke(enforce_command, [str(tmp_path), "--queue", "1", "--workload-interface-prefix", "a b"])
     assert r.exit_code == 2 and "interface name prefix" in r.output
+    r = runner.invoke(enforce_command, [str(tmp_path), "--uninstall"])
+    assert r.exit_code == 2 and "--uninstall takes no PATH" in r.output
     r = runner.invoke(enforce_command, ["--help"])
-    assert "--fail" in r.output and "queue-bypass" in r.output
+    assert "--fail" in r.output and "queue-bypass" in r.output and "--on-stop" in r.output
 
 
 def test_invalid_manifests_refuse_to_start(tmp_path) -> None:
@@ -183,3 +195,138 @@ def test_invalid_manifests_refuse_to_start(tmp_path) -> None:
         "spec:\n  podSelector: {}\n  ingress:\n  - ports:\n    - {port: 99999999}\n")
     r = CliRunner().invoke(enforce_command, [str(tmp_path), "--queue", "0"])
     assert r.exit_code == 1 and "99999999" in r.output
+
+
+def test_the_nodes_own_traffic_passes_ahead_of_the_queue() -> None:
+    """Right after the loopback, each chain lets the node's own traffic through: the failsafe
+    ports (to the host, from it), the API server and DNS (on their destination before DNAT), the
+    daemon's own marked sockets; in the raw table, their replies too. Per family."""
+    api, dns6 = ipaddress.ip_address("192.0.2.10"), ipaddress.ip_address("fd00::53")
+    node = NodeTraffic(inbound=(FailsafePort(6, 22), FailsafePort(6, 2379, ipaddress.ip_network("10.0.0.0/8"))),
+                       outbound=(FailsafePort(17, 53),), api_servers=((api, 8443),),
+                       dns_servers=(ipaddress.ip_address("10.96.0.10"), dns6))
+    r = Rules(0, 0, untracked_queue=1, pre_dnat_queue=2, node=node)
+    tag = ["-m", "comment", "--comment", "pyclassify-node", "-j", "RETURN"]
+    inp = r.rules("input")
+    assert inp[:3] == [["-i", "lo", "-j", "RETURN"], ["-p", "tcp", "--dport", "22", *tag],
+                       ["-p", "tcp", "-s", "10.0.0.0/8", "--dport", "2379", *tag]]
+    out = r.rules("output")
+    assert out[1] == ["-p", "udp", "--dport", "53", *tag]
+    assert ["-p", "tcp", "-m", "conntrack", "--ctorigdst", "192.0.2.10", "--ctorigdstport", "8443", *tag] in out
+    assert ["-p", "tcp", "-m", "conntrack", "--ctorigdst", "10.96.0.10", "--ctorigdstport", "53", *tag] in out
+    assert ["-m", "mark", "--mark", f"{OWN_MARK:#x}/{OWN_MARK:#x}", *tag] in out
+    queued = next(i for i, rule in enumerate(out) if "NFQUEUE" in rule)
+    assert all(i < queued for i, rule in enumerate(out) if rule[-len(tag):] == tag)
+    assert not any("2379" in rule or "8443" in rule for rule in r.rules("forward"))
+    # IPv6: only its own addresses
+    out6 = r.rules("output", 6)
+    assert ["-p", "udp", "-m", "conntrack", "--ctorigdst", "fd00::53", "--ctorigdstport", "53", *tag] in out6
+    assert not any("192.0.2.10" in rule or "10.0.0.0/8" in rule for rule in out6 + r.rules("input", 6))
+    # untracked: replies named by their source port, to the node and from it
+    raw_in, raw_out = r.rules("untracked-in"), r.rules("untracked-out")
+    assert ["-p", "udp", "--sport", "53", *tag] in raw_in  # answers to the outbound failsafe
+    assert ["-p", "tcp", "-s", "192.0.2.10", "--sport", "8443", *tag] in raw_in
+    assert ["-p", "tcp", "--sport", "22", *tag] in raw_out  # SSH's answers
+    assert ["-p", "tcp", "-d", "192.0.2.10", "--dport", "8443", *tag] in raw_out
+    assert ["-p", "tcp", "--dport", "22", *tag] in r.rules("pre-dnat")
+
+
+def test_a_transaction_replaces_whatever_chains_of_ours_a_table_holds() -> None:
+    """From another daemon's listing: our chains declared (created or flushed) and filled, every
+    jump to one of ours deleted and one put first, a chain of ours no longer wanted deleted,
+    someone else's rules left alone; with nothing wanted, only removals."""
+    current = ["-P FORWARD ACCEPT", "-N PYCLASSIFY-FORWARD", "-N PYCLASSIFY-INPUT", "-N OTHER",
+               "-A INPUT -j PYCLASSIFY-INPUT", "-A FORWARD -s 192.0.2.1/32 -j ACCEPT",
+               "-A FORWARD -j PYCLASSIFY-FORWARD", "-A OTHER -m comment --comment \"x y\" -j PYCLASSIFY-FORWARD",
+               "-A PYCLASSIFY-FORWARD -j NFQUEUE --queue-num 7", "-A PYCLASSIFY-INPUT -j NFQUEUE --queue-balance 2:4"]
+    assert queues_named(current) == {2, 3, 4, 7}
+    lines = transaction(current, {"PYCLASSIFY-FORWARD": ("FORWARD", [["-j", "NFQUEUE", "--queue-num", "0"]])})
+    assert lines == [":PYCLASSIFY-FORWARD - [0:0]", ":PYCLASSIFY-INPUT - [0:0]",
+                     "-D INPUT -j PYCLASSIFY-INPUT", "-D FORWARD -j PYCLASSIFY-FORWARD",
+                     "-D OTHER -m comment --comment \"x y\" -j PYCLASSIFY-FORWARD",
+                     "-A PYCLASSIFY-FORWARD -j NFQUEUE --queue-num 0", "-I FORWARD 1 -j PYCLASSIFY-FORWARD",
+                     "-X PYCLASSIFY-INPUT"]
+    assert transaction(current, {})[-2:] == ["-X PYCLASSIFY-FORWARD", "-X PYCLASSIFY-INPUT"]
+    assert "-X PYCLASSIFY-INPUT" not in transaction(current, {}, keep=("PYCLASSIFY-INPUT",))
+
+
+def _rows(*flows: tuple[str, str, int, int, int]) -> np.ndarray:
+    rows = np.zeros(len(flows), HEADER_DTYPE)
+    for row, (src, dst, sport, dport, proto) in zip(rows, flows):
+        for field, text in (("src_addr", src), ("dst_addr", dst)):
+            address = ipaddress.ip_address(text)
+            packed = address.packed if address.version == 6 else ipaddress.IPv6Address(f"::ffff:{address}").packed
+            row[field] = np.frombuffer(packed, np.uint8)
+        row["sport"], row["dport"], row["protocol"] = sport, dport, proto
+        row["ip_version"] = ipaddress.ip_address(src).version
+    return rows
+
+
+def test_which_kernel_connections_our_chains_never_queue() -> None:
+    """At start every connection is judged but those: over the loopback, on a hook not installed,
+    the node's own traffic (failsafe ports, the API server and DNS on their address before
+    DNAT); routed pods' connections and the node's others are judged."""
+    local = LocalAddresses((ipaddress.IPv6Address("::ffff:10.0.0.1").packed,))
+    node = NodeTraffic(inbound=(FailsafePort(6, 22),), outbound=(FailsafePort(17, 53),),
+                       api_servers=((ipaddress.ip_address("10.96.0.1"), 443),),
+                       dns_servers=(ipaddress.ip_address("10.96.0.10"),))
+    flows = [("10.244.1.2", "10.244.2.2", 40000, 8080, 6),   # routed: judged
+             ("10.0.0.1", "10.0.0.1", 40001, 9000, 6),       # loopback
+             ("127.0.0.1", "127.0.0.1", 40002, 9000, 6),     # loopback
+             ("10.244.1.2", "10.0.0.1", 40003, 22, 6),       # SSH to the node: failsafe
+             ("10.244.1.2", "10.0.0.1", 40004, 80, 6),       # to the node: judged
+             ("10.0.0.1", "192.0.2.1", 40005, 53, 17),       # outbound failsafe
+             ("10.0.0.1", "10.96.0.1", 40006, 443, 6),       # the API server's Service
+             ("10.0.0.1", "10.96.0.10", 40007, 53, 6),       # DNS over TCP
+             ("10.0.0.1", "192.0.2.9", 40008, 443, 6)]       # the node's other traffic: judged
+    judged = original = _rows(*flows)
+    skip = node.unqueued(judged, original, local, ("forward", "input", "output"))
+    assert skip.tolist() == [False, True, True, True, False, True, True, True, False]
+    assert node.unqueued(judged, original, local, ("forward",)).tolist() == [False] + [True] * 8
+
+
+def test_resolv_conf_names_the_dns_servers(tmp_path) -> None:
+    conf = tmp_path / "resolv.conf"
+    conf.write_text("search x\nnameserver 10.96.0.10\nnameserver fe80::1%eth0\nnameserver nonsense\noptions ndots:5\n")
+    assert [str(a) for a in dns_servers(str(conf))] == ["10.96.0.10", "fe80::1"]
+    assert dns_servers(str(tmp_path / "absent")) == ()
+
+
+def test_native_mark_updates_are_the_per_flow_messages() -> None:
+    """``CtNetlink.mark_rows`` builds natively, for any number of rows, what ``ct_delete_message``
+    builds per flow (IPv4, IPv6, ICMP echo)."""
+    rows = _rows(("10.244.1.2", "10.244.2.2", 40000, 8080, 6), ("fd00::1", "fd00::2", 5353, 53, 17),
+                 ("10.244.1.2", "10.244.2.2", 77, 0, 1))
+    expected = b"".join(_native.ct_delete_message(r["src_addr"].tobytes(), r["dst_addr"].tobytes(), int(r["sport"]),
+                                                  int(r["dport"]), int(r["protocol"]), int(r["ip_version"]), seq,
+                                                  0x1000000, 0x1000000) for seq, r in enumerate(rows, 1))
+    assert _native.ct_mark_messages(rows.view(np.uint8), 0x1000000, 0x1000000) == expected
+    assert _native.ct_mark_messages(rows[:0].view(np.uint8), 1, 1) == b""
+    with pytest.raises(ValueError):
+        _native.ct_mark_messages(rows.view(np.uint8)[:-1], 1, 1)
+
+
+def test_health_names_a_dead_thread_and_failing_checks(tmp_path) -> None:
+    """/healthz's answer: ok while every thread of the daemon runs; a dead drainer or resync,
+    a part whose health() complains, or three failed checks of the rules in a row, each said."""
+    enforcer = Enforcer(EnforceConfig(paths=[str(tmp_path)]))
+    enforcer._ready = True
+    assert enforcer.not_healthy() is None
+    dead = threading.Thread(target=lambda: None, name="pyclassify-resync")
+    dead.start()
+    dead.join()
+    enforcer._resyncer = dead
+    assert enforcer.not_healthy() == "pyclassify-resync stopped"
+    enforcer._resyncer = None
+
+    class Watch:
+        def health(self) -> str:
+            return "watch stopped: watch Pod"
+
+    enforcer.source = Watch()
+    assert enforcer.not_healthy() == "watch stopped: watch Pod"
+    enforcer.source = None
+    enforcer._resync_failures, enforcer._resync_error = 3, "FileNotFoundError: iptables"
+    assert "could not be checked 3 times in a row: FileNotFoundError" in (enforcer.not_healthy() or "")
+    enforcer._stop.set()
+    assert enforcer.not_healthy() is None  # stopping: not a fault

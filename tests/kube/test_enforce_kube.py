@@ -52,10 +52,11 @@ def serve(c):
     threading.Thread(target=pipe, args=(c, o), daemon=True).start()
     pipe(o, c)
 
-if mode == "tcp-to-unix":
+if mode == "tcp-to-unix":  # listen: PORT (on the loopback) or ADDRESS:PORT
+    host, _, lport = listen.rpartition(":")
     l = socket.socket()
     l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    l.bind(("127.0.0.1", int(listen)))
+    l.bind((host or "127.0.0.1", int(lport)))
 else:
     l = socket.socket(socket.AF_UNIX)
     l.bind(listen)
