@@ -75,7 +75,8 @@ FAULTS = [
     ("flow-log destination gone (a pipe whose reader exited)",
      "tests/enforce/test_enforce_netns.py::test_a_full_log_destination_loses_lines_not_enforcement[gone]",
      "lines lost and counted; enforcement unchanged; a clean stop"),
-    ("missing prerequisite or busy resource (no iptables, not root, queue in use, metrics port in use, absent interface)",
+    ("missing prerequisite or busy resource (no iptables, not root, queue in use, another daemon, metrics port in use, "
+     "absent interface)",
      "tests/enforce/test_enforce_netns.py::test_missing_prerequisites_and_busy_resources_are_one_line_and_an_exit_code",
      "one line and exit code 6 or 7; nothing installed"),
     ("ConfigMap volume update (`..data` symlink swap)", "tests/enforce/test_reload.py::test_a_configmap_update_is_one_reload_of_the_new_files",
@@ -201,6 +202,8 @@ def _restart_section(results: Path) -> list[str]:
     ]
     if not runs:
         return lines + ["(no restart recorded)", ""]
+    lines[-1:-1] = ["", f"Measured on {dt.date.today().isoformat()} by `.venv/bin/python -m bench.reliability --only faults "
+                    f"--restarts {runs[0]['restarts']}` (root; the same test runs in CI with 3 restarts a mode)."]
     lines += ["| stop, fail mode | restarts | gap p50 / max, s | connections tried | **denied connections opened** "
               "| still open after the next start | revoked at start |", "|---|---|---|---|---|---|---|"]
     for r in runs:

@@ -41,36 +41,38 @@ RESTARTS = int(os.environ.get("PYCLASSIFY_RESTARTS", "3"))
 # every connection that opens (its "hi" echoed) is kept, and at the end pinged again. Prints
 # {"attempts", "opened": [monotonic time of each], "still_open"}.
 HAMMER = r"""
-import json, select, socket, sys, threading, time
+import json, selectors, socket, sys, threading, time
 dst, port = sys.argv[1], int(sys.argv[2])
 done = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.readline(), done.set()), daemon=True).start()
 attempts, opened, kept = 0, [], []
 print("hammering", flush=True)
-while not done.is_set() and len(kept) < 800:
+while not done.is_set():
+    if len(kept) >= 2000:  # enough held: wait for the end
+        time.sleep(0.05)
+        continue
     attempts += 1
     s = socket.socket(); s.settimeout(0.2)
     try:
         s.connect((dst, port)); s.settimeout(0.5); s.sendall(b"hi")
         if s.recv(16) == b"hi":
-            opened.append(time.monotonic()); kept.append(s); time.sleep(0.01); continue
+            opened.append(time.monotonic()); kept.append(s); time.sleep(0.05); continue
     except OSError:
         pass
     s.close()
     time.sleep(0.005)
-live = []
+sel = selectors.DefaultSelector()
 for s in kept:
     try:
-        s.sendall(b"hi"); live.append(s)
+        s.sendall(b"hi"); sel.register(s, selectors.EVENT_READ)
     except OSError:
         pass
 still, deadline = 0, time.monotonic() + 1.0  # every answer within a second
-while live and time.monotonic() < deadline:
-    ready, _, _ = select.select(live, [], [], max(0.0, deadline - time.monotonic()))
-    for s in ready:
-        live.remove(s)
+while sel.get_map() and time.monotonic() < deadline:
+    for key, _ in sel.select(max(0.0, deadline - time.monotonic())):
+        sel.unregister(key.fileobj)
         try:
-            still += s.recv(16) == b"hi"
+            still += key.fileobj.recv(16) == b"hi"
         except OSError:
             pass
 print(json.dumps({"attempts": attempts, "opened": opened, "still_open": still}), flush=True)
