@@ -611,8 +611,8 @@ class Enforcer:
                 # Nothing the main engine holds changed (or every change was rejected); what is
                 # staged, or a doNotTrack/preDNAT policy (the early hooks' engines), may have.
                 if old is not None and (project.policy_set.staged != old.staged or project.policy_set.early != old.early):
-                    self.drain()
                     with self._drain_lock:
+                        self._drain_events()
                         self.project = project
                         self._update_staged(project)
                         missing = self._swap_early(project)
@@ -628,16 +628,19 @@ class Enforcer:
                                   **({"hooks_need_restart": missing} if missing else {}))
                     self._log_revoked(revoked)
                 return ReloadResult(not errors, errors, 0, 0, time.monotonic() - t0)
-            self.drain()  # events judged by the old engine are named with the old tables
             capsule = engine_capsule(engine)
             t_swap = time.monotonic()
             count = 0
-            for loop in self.loops:
-                if loop.queue not in self.hooks.hook_of_queue:
-                    loop.swap(capsule, False)  # no engine-side tracker on this path: the kernel's is revalidated
-            if self.bridge is not None:
-                count += self.bridge.swap(capsule)  # revokes in the bridge's own conntrack
-            self.project, self.engine = project, engine
+            # Events judged by the old engine are named with the old tables: drained first, and
+            # none drained between the loops' swap and the new engine's naming them.
+            with self._drain_lock:
+                self._drain_events()
+                for loop in self.loops:
+                    if loop.queue not in self.hooks.hook_of_queue:
+                        loop.swap(capsule, False)  # no engine-side tracker on this path: the kernel's is revalidated
+                if self.bridge is not None:
+                    count += self.bridge.swap(capsule)  # revokes in the bridge's own conntrack
+                self.project, self.engine = project, engine
             missing = self._swap_early(project)
             self._follow_node(project)
             self._has_log = has_log_rules(project)
@@ -831,15 +834,29 @@ class Enforcer:
 
     def drain(self) -> None:
         with self._drain_lock:
-            engine = self.engine
-            if engine is None:
-                return
-            for loop in self.loops:
-                hb, vb, n = loop.drain_events()
-                if n:
-                    hook = self.hooks.hook_of_queue.get(loop.queue)
-                    self._account(loop.queue, self.hooks.engine_of(loop.queue) or engine,
-                                  np.frombuffer(hb, HEADER_DTYPE), np.frombuffer(vb, VERDICT_DTYPE), hook)
+            self._drain_events()
+
+    def _drain_events(self) -> None:
+        """``drain()`` with ``_drain_lock`` held."""
+        engine = self.engine
+        if engine is None:
+            return
+        for loop in self.loops:
+            hb, vb, n = loop.drain_events()
+            if n:
+                hook = self.hooks.hook_of_queue.get(loop.queue)
+                self._account(loop.queue, self.hooks.engine_of(loop.queue) or engine,
+                              np.frombuffer(hb, HEADER_DTYPE), np.frombuffer(vb, VERDICT_DTYPE), hook)
+
+    def _name(self, engine: NativeEngine, side: Any, direction: Direction) -> Any:
+        """``engine.side_decision``, or None for a verdict whose tables are not ``engine``'s: a
+        batch judged while a reload swapped engines, whose event came after the swap (its
+        policy or rule index may be past the new engine's lists). Counted."""
+        try:
+            return engine.side_decision(side, direction)
+        except IndexError:
+            self.metrics.events_unnamed.inc()
+            return None
 
     def _account(self, queue: int, engine: NativeEngine, h: Any, v: Any, hook: Hook | None = None) -> None:
         decisions: dict[tuple[str, tuple[int, ...]], Any] = {}
@@ -853,7 +870,7 @@ class Enforcer:
             uniq, first, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
             idx = np.flatnonzero(present)
             for key, f, c in zip(uniq, first, counts):
-                d = engine.side_decision(side[idx[f]], direction)
+                d = self._name(engine, side[idx[f]], direction)
                 if d is None:
                     continue
                 decisions[(name, tuple(int(x) for x in key))] = d
@@ -890,7 +907,7 @@ class Enforcer:
                 continue
             sides = {}
             for name, direction in (("egress", Direction.EGRESS), ("ingress", Direction.INGRESS)):
-                d = engine.side_decision(v[i][name], direction)
+                d = self._name(engine, v[i][name], direction)
                 sides[name] = d.to_json() if d else None
             fields = dict(queue=queue, src=src, dst=dst, proto=PROTOS.get(proto, proto), sport=sport, dport=dport,
                           **sides)

@@ -338,6 +338,10 @@ class Metrics:
         self.rules_repaired = Counter("pyclassify_iptables_repairs",
                                       "Times our iptables rules were found changed by someone else and put back",
                                       registry=self.registry)
+        self.events_unnamed = Counter(
+            "pyclassify_events_unnamed", "Verdict records whose deciding rule could not be named (judged by the engine "
+            "a reload was replacing at that moment): left out of the verdict counters and the flow log",
+            registry=self.registry)
         self.revoked = Counter("pyclassify_revoked_connections", "Connections revoked by a policy change",
                                registry=self.registry)
         self.restored = Counter("pyclassify_restored_connections",
