@@ -380,7 +380,7 @@ def _describe_decision(d: Any) -> str:
     if d.reason == "rule":
         return f"{verdict} by {escape(d.policy or '')} rule {escape(str(d.rule))}{tier}"
     if d.reason == "end-of-tier":
-        return f"{verdict} at the end of tier {escape(d.tier or '')} (a policy applied, no rule matched)"
+        return f"{verdict} at the end of tier {escape(d.tier or '')} ({escape(d.isolation())})"
     if d.reason == "profile":
         what = f"by {escape(d.policy)} rule {escape(str(d.rule))}" if d.policy else "by its profiles (no rule matched)"
         return f"{verdict} {what}"

@@ -165,7 +165,7 @@ def decision_text(d: Decision | None) -> str:
     if d.reason == "rule":
         return f"{d.policy} rule {d.rule}{tier}"
     if d.reason == "end-of-tier":
-        return f"the end of tier {d.tier} ({d.verdict}: a policy applied, no rule matched)"
+        return f"the end of tier {d.tier} ({d.verdict}: {d.isolation()})"
     if d.reason == "profile":
         return f"{d.policy} rule {d.rule}" if d.policy else f"its profiles (default {d.verdict})"
     return f"the default {d.verdict} (every applicable tier passed)"
@@ -283,13 +283,14 @@ def diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, default: st
     judged = 0
     decisions: dict[tuple, Decision | None] = {}
 
-    def side(engine: NativeEngine, rec: Any) -> Side:
+    def side(engine: NativeEngine, rec: Any, src: reach.Group, dst: reach.Group) -> Side:
         out = []
-        for direction, name in ((Direction.EGRESS, "egress"), (Direction.INGRESS, "ingress")):
+        for direction, name, group in ((Direction.EGRESS, "egress", src), (Direction.INGRESS, "ingress", dst)):
             s = rec[name]
-            key = (id(engine), direction, s.tobytes())
+            # the subject names the policies that isolate it at a tier's end
+            key = (id(engine), direction, s.tobytes(), id(group.endpoint))
             if key not in decisions:
-                decisions[key] = engine.side_decision(s, direction)
+                decisions[key] = engine.side_decision(s, direction, group.endpoint)
             out.append(decisions[key])
         return Side(bool(rec["allow"]), out[0], out[1])
 
@@ -306,7 +307,8 @@ def diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, default: st
             b = reach.judge_pairs(new, groups, groups, si, di, classes, family or None, defaults)
             judged += 2 * a.size
             for row, col in np.argwhere(a["allow"] != b["allow"]):
-                s_old, s_new = side(old, a[row, col]), side(new, b[row, col])
+                src, dst = groups[si[row]], groups[di[row]]
+                s_old, s_new = side(old, a[row, col], src, dst), side(new, b[row, col], src, dst)
                 fc = classes[col]
                 key = (int(si[row]), int(di[row]), *_change_key(s_old, s_new))
                 raw.setdefault(key, []).append(fc)

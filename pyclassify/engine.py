@@ -623,8 +623,10 @@ class NativeEngine:
             flow.protocol, flow.sport, flow.dport, flow.icmp_type, flow.icmp_code,
             default_pod == "allow", default_host == "allow", flow.ts_ns, request,
         )
-        return Verdict("allow" if allowed else "deny", self._decision(egress, Direction.EGRESS),
-                       self._decision(ingress, Direction.INGRESS), awaits_request=awaits)
+        # The subject of each side: the endpoint named, else the one its address resolves to.
+        src, dst = (ep if ep is not None or ip is None else self._engine.owner_of(ip) for ip, ep in ends)
+        return Verdict("allow" if allowed else "deny", self._decision(egress, Direction.EGRESS, src),
+                       self._decision(ingress, Direction.INGRESS, dst), awaits_request=awaits)
 
     side_dtype = SIDE_DTYPE
 
@@ -698,16 +700,22 @@ class NativeEngine:
         """Verdicts (1 allow, 0 deny) for a header batch, each packet judged alone."""
         return self.judge(headers, None, None, default_pod, default_host)["allow"].copy()
 
-    def side_decision(self, side: Any, direction: Direction) -> Decision | None:
-        """A ``SIDE_DTYPE`` record of ``judge``'s output as the reference's ``Decision``."""
+    def side_decision(self, side: Any, direction: Direction, subject: Endpoint | str | None = None) -> Decision | None:
+        """A ``SIDE_DTYPE`` record of ``judge``'s output as the reference's ``Decision``.
+        ``subject``: the endpoint of that side (or its address), which a decision at the end of
+        a tier names the policies of (``Decision.policies``); None leaves them unnamed."""
         if not side["present"]:
             return None
         kind = int(side["source_kind"])
         source = None if kind == 0 else ("policy" if kind == 1 else "profile", int(side["source"]))
         rule = None if int(side["rule"]) < 0 else int(side["rule"])
         tier = None if int(side["tier"]) < 0 else int(side["tier"])
+        if isinstance(subject, Endpoint):
+            subject_id: int | None = self._endpoint_ids.get(id(subject))
+        else:
+            subject_id = None if subject is None else self._engine.owner_of(subject)
         return self._decision((bool(side["allow"]), tier, source, rule, int(side["reason"]), [], bool(side["awaits"])),
-                              direction)
+                              direction, subject_id)
 
     def compiled_listing(self, endpoint: Endpoint, direction: Direction, family: int) -> list[Any]:
         """The compiled stages of ``endpoint``'s ``direction`` side for IPv4 or IPv6 (``render``):
@@ -720,7 +728,7 @@ class NativeEngine:
         except KeyError:
             raise ValueError(f"endpoint {ep.ref} is not in this engine's inventory") from None
 
-    def _decision(self, raw: Any, direction: Direction) -> Decision | None:
+    def _decision(self, raw: Any, direction: Direction, subject: int | None = None) -> Decision | None:
         if raw is None:
             return None
         allowed, tier, source, rule, reason, logs, awaits = raw
@@ -733,6 +741,9 @@ class NativeEngine:
             REASONS[reason],
             awaits_request=awaits,
         )
+        if REASONS[reason] == "end-of-tier" and tier is not None and subject is not None:
+            decision.policies = [self._policies[p].ref
+                                 for p in self._engine.tier_policies(subject, direction.value, tier)]
         for log_tier, log_source, log_rule in logs:
             ref, log_label = self._source(log_source, log_rule, direction)
             decision.logs.append((None if log_tier is None else self._tier_names[log_tier], ref or "", log_label))

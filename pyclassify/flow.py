@@ -102,9 +102,13 @@ class Decision:
     #: Denied, but an ``http`` rule before the decision matched all but the request, which the
     #: flow did not carry: the connection's request decides (a deny can only become an allow)
     awaits_request: bool = False
+    #: At the end of a tier: the policies of that tier that selected the endpoint in this
+    #: direction (``Policy.ref``, in evaluation order), none of whose rules matched; None when
+    #: not known (a packet record whose endpoint is not named) or another reason decided
+    policies: list[str] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "verdict": self.verdict,
             "tier": self.tier,
             "policy": self.policy,
@@ -112,9 +116,20 @@ class Decision:
             "reason": self.reason,
             "logs": [{"tier": t, "policy": p, "rule": r} for t, p, r in self.logs],
         }
+        if self.policies is not None:
+            out["policies"] = list(self.policies)
         if self.awaits_request:
             out["awaits_request"] = True
         return out
+
+    def isolation(self) -> str:
+        """Why a tier's end decided: "isolated by NetworkPolicy/backend/db-ingress, no rule
+        matched" (the policies of the tier that selected the endpoint), or, where they are not
+        known, "a policy applied, no rule matched"."""
+        if not self.policies:
+            return "a policy applied, no rule matched"
+        what = "isolated by" if self.verdict == "deny" else "selected by"
+        return f"{what} {', '.join(self.policies)}, no rule matched"
 
 
 @dataclass

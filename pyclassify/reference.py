@@ -126,14 +126,14 @@ class _Context:
         logs: list[tuple[str | None, str, str | int]] = []
         anything_applied = False
         for tier in self.policy_set.tiers:
-            applied = False
+            applied: list[str] = []  # the policies of this tier that select the endpoint
             passed = False
             for policy in self.policy_set.policies:
                 if policy.tier != tier.name or direction not in policy.types:
                     continue
                 if not self.subject_matches(policy.subject, subject):
                     continue
-                applied = True
+                applied.append(policy.ref)
                 for rule in policy.rules(direction):
                     action = self.rule_action(rule, subject)
                     if action is None:
@@ -148,10 +148,10 @@ class _Context:
                     return Decision(verdict, tier.name, policy.ref, rule.label, "rule", logs)
                 if passed:
                     break  # Pass: the rest of this tier is skipped, the next tier decides
-            anything_applied = anything_applied or applied
+            anything_applied = anything_applied or bool(applied)
             if applied and not passed and tier.default_action is not Action.PASS:
                 verdict = "allow" if tier.default_action is Action.ALLOW else "deny"
-                return Decision(verdict, tier.name, None, None, "end-of-tier", logs)
+                return Decision(verdict, tier.name, None, None, "end-of-tier", logs, policies=applied)
 
         decision = self.profiles(subject, direction, logs)
         if decision is not None:

@@ -66,6 +66,14 @@ PICKUP_OPENER = {CT_NEW_PICKUP: "src", CT_NEW_PICKUP_REPLY: "dst"}
 #: malformed; the output says it was not judged, and why (``"error"``).
 NOT_JUDGED = "not-judged"
 PORT_PROTOCOLS = (6, 17, 132, 136)
+
+
+def _opener_ends(v: Any, src: str | None, dst: str | None) -> tuple[str | None, str | None]:
+    """The addresses whose endpoints a verdict's egress and ingress sides judged: the packet's
+    own ends, swapped for a connection picked up from a packet its server sent."""
+    return (dst, src) if int(v["ct_state"]) == CT_NEW_PICKUP_REPLY else (src, dst)
+
+
 #: ``PacketHeader.ifindex`` of a pcapng packet whose interface id no Interface Description
 #: Block described (the reader cannot give it a link type).
 NO_INTERFACE = 0xFFFFFFFF
@@ -499,8 +507,11 @@ class Replay:
             s.staged["would_allow"] += int(np.count_nonzero(~now & then))
             _count_by_rule(s.staged_by_rule, staged[staged["reason"] == PACKET_POLICY])
 
-    def _side_json(self, side: Any, direction: Direction, engine: NativeEngine | None = None) -> dict[str, Any] | None:
-        decision = (engine or self.engine).side_decision(side, direction)
+    def _side_json(self, side: Any, direction: Direction, engine: NativeEngine | None = None,
+                   subject: str | None = None) -> dict[str, Any] | None:
+        """A side's decision as ``--out`` writes it; ``subject``: the address of that side's
+        end, whose endpoint a decision at a tier's end names the policies of."""
+        decision = (engine or self.engine).side_decision(side, direction, subject)
         if decision is None:
             return None
         doc = decision.to_json()
@@ -535,8 +546,9 @@ class Replay:
             if reason == "policy" and (flow["verdict"] is None or (
                     http not in (None, "provisional") and flow["verdict"] == "allow")):
                 flow["verdict"] = "allow" if v["allow"] else "deny"
-                flow["egress"] = self._side_json(v["egress"], Direction.EGRESS)
-                flow["ingress"] = self._side_json(v["ingress"], Direction.INGRESS)
+                client, server = _opener_ends(v, flow["src"], flow["dst"])
+                flow["egress"] = self._side_json(v["egress"], Direction.EGRESS, subject=client)
+                flow["ingress"] = self._side_json(v["ingress"], Direction.INGRESS, subject=server)
                 opener = PICKUP_OPENER.get(int(v["ct_state"]))
                 if opener is not None:
                     flow["pickup"], flow["opened_by"] = "mid-stream", opener
@@ -545,7 +557,7 @@ class Replay:
             if self._staged_verdicts is not None and "staged" not in flow:
                 sv = self._staged_verdicts[k]
                 if PACKET_REASONS[int(sv["reason"])] == "policy":
-                    flow["staged"] = self._staged_json(sv, h)
+                    flow["staged"] = self._staged_json(sv, h, flow["src"], flow["dst"])
             self._index += 1
 
     def _line(self, h: Any, v: Any, reason: str, outers: npt.NDArray[Any] | None = None, k: int = 0) -> dict[str, Any]:
@@ -553,11 +565,14 @@ class Replay:
         decodable = reason not in ("malformed", NOT_JUDGED) and version in (4, 6)
         proto = int(h["protocol"])
         has_ports = decodable and proto in PORT_PROTOCOLS and bool(h["flags"] & 32)
+        src = address_text(h["src_addr"], version) if decodable else None
+        dst = address_text(h["dst_addr"], version) if decodable else None
+        client, server = _opener_ends(v, src, dst)
         line = {
             "index": self._index,
             "ts": int(h["ts_ns"]) / 1e9,
-            "src": address_text(h["src_addr"], version) if decodable else None,
-            "dst": address_text(h["dst_addr"], version) if decodable else None,
+            "src": src,
+            "dst": dst,
             "src_endpoint": None,
             "dst_endpoint": None,
             "proto": protocol_name(proto) if decodable else None,
@@ -565,8 +580,8 @@ class Replay:
             "dport": int(h["dport"]) if has_ports else None,
             "verdict": "allow" if v["allow"] else "deny",
             "reason": reason,
-            "egress": self._side_json(v["egress"], Direction.EGRESS) if reason == "policy" else None,
-            "ingress": self._side_json(v["ingress"], Direction.INGRESS) if reason == "policy" else None,
+            "egress": self._side_json(v["egress"], Direction.EGRESS, subject=client) if reason == "policy" else None,
+            "ingress": self._side_json(v["ingress"], Direction.INGRESS, subject=server) if reason == "policy" else None,
         }
         if decodable:
             line["src_endpoint"] = self._owner_ref(line["src"])
@@ -587,7 +602,7 @@ class Replay:
                 line["error"] = ERROR_NAMES[int(h["error_kind"])]
         return line
 
-    def _staged_json(self, sv: Any, h: Any) -> dict[str, Any]:
+    def _staged_json(self, sv: Any, h: Any, src: str | None = None, dst: str | None = None) -> dict[str, Any]:
         """A packet's staged verdict: as a line's own, plus ``summary`` ("would deny by ...")
         when policy judged it."""
         assert self.staged is not None
@@ -596,9 +611,11 @@ class Replay:
             reason = NOT_JUDGED
         doc: dict[str, Any] = {"verdict": "allow" if sv["allow"] else "deny", "reason": reason}
         if reason == "policy":
-            sides = {name: self.staged.side_decision(sv[name], d)
+            client, server = _opener_ends(sv, src, dst)
+            ends = {"egress": client, "ingress": server}
+            sides = {name: self.staged.side_decision(sv[name], d, ends[name])
                      for name, d in (("egress", Direction.EGRESS), ("ingress", Direction.INGRESS))}
-            doc.update({name: self._side_json(sv[name], Direction(name), self.staged) for name in sides})
+            doc.update({name: self._side_json(sv[name], Direction(name), self.staged, ends[name]) for name in sides})
             doc["summary"] = Verdict(doc["verdict"], sides["egress"], sides["ingress"]).would()
         return doc
 
@@ -625,7 +642,7 @@ class Replay:
             if service is not None:
                 line["service"] = service
             if self._staged_verdicts is not None:
-                line["staged"] = self._staged_json(self._staged_verdicts[k], h)
+                line["staged"] = self._staged_json(self._staged_verdicts[k], h, line["src"], line["dst"])
             self.out.write(json.dumps(line) + "\n")
             self._index += 1
 

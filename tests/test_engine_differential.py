@@ -328,3 +328,34 @@ def test_batch_rejects_wrong_dtype_and_layout():
     assert engine.classify(new_batch(0)).shape == (0,)
     verdicts = engine.classify(new_batch(3))  # ip_version 0: undecodable, denied before parsing
     assert verdicts.tolist() == [0, 0, 0]
+
+
+def test_end_of_tier_decisions_name_the_same_policies_in_both_evaluators():
+    """A deny at a tier's end names the policies of that tier that selected the endpoint: the
+    reference lists them, the engine reports them (per flow, and for a packet's side record)."""
+    from pyclassify.project import load_project
+
+    project = load_project(["examples/demo"])
+    engine = NativeEngine(project.policy_set, project.inventory)
+    named = 0
+    pods = [e for e in project.inventory.endpoints if e.ips]
+    flows, wants = [], []
+    for a in pods:
+        for b in pods:
+            for protocol, port in ((6, 5432), (17, 9999), (6, 8080), (132, 1)):
+                flow = Flow(FlowEnd(a, a.ips[0]), FlowEnd(b, b.ips[0]), protocol, 40000, port)
+                want = evaluate(project.policy_set, project.inventory, flow)
+                assert engine.evaluate(flow).to_json() == want.to_json(), flow
+                flows.append(flow)
+                wants.append(want)
+                named += sum(d is not None and d.reason == "end-of-tier" and bool(d.policies)
+                             for d in (want.egress, want.ingress))
+    assert named
+    # the packet path: a side record and the address of its endpoint name the same policies
+    records = engine.judge(packet_batch(flows))
+    for flow, want, rec in zip(flows, wants, records):
+        for d, name, direction, end in ((want.egress, "egress", Direction.EGRESS, flow.src),
+                                        (want.ingress, "ingress", Direction.INGRESS, flow.dst)):
+            got = engine.side_decision(rec[name], direction, str(end.ip))
+            plain = lambda x: None if x is None else {k: v for k, v in x.to_json().items() if k != "logs"}  # noqa: E731
+            assert plain(got) == plain(d), (flow, name)  # a record counts Log rules, does not name them

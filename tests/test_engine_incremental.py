@@ -167,8 +167,9 @@ def test_changes_applied_as_deltas_equal_a_fresh_build_and_the_reference(data):
             for f, rec in zip(ip_flows, e.judge(batch)):
                 want = evaluate(ps, inv, f)
                 assert bool(rec["allow"]) == want.allowed, (kind, f)
-                for name, d in (("egress", want.egress), ("ingress", want.ingress)):
-                    got = e.side_decision(rec[name], Direction(name))
+                for name, d, end in (("egress", want.egress, f.src), ("ingress", want.ingress, f.dst)):
+                    # the end's address names the endpoint whose isolating policies a tier's end names
+                    got = e.side_decision(rec[name], Direction(name), str(end.ip))
                     assert _plain(got) == _plain(d), (kind, name, f)
         # the snapshot from before the change still answers as it did
         assert before.evaluate(probe).to_json() == old_answer, kind

@@ -67,7 +67,7 @@ def test_forward_loop_judges_as_the_reference_forward_step(data):
                 else dataclasses.replace(f, src=FlowEnd(hep, f.src.address))
             want = forward_step(evaluate, forward, inventory, subject, side, default_host)
             assert bool(rec["allow"]) == (want.outcome != "deny"), (f, hep.name, side, want)
-            decision = engine.side_decision(rec[name], side)
+            decision = engine.side_decision(rec[name], side, hep)  # the host endpoint is the subject
             assert _named(decision) == _named(want.decision), (f, hep.name, side)
             assert rec[name]["logs"] == (len(want.decision.logs) if want.decision else 0)
 

@@ -848,12 +848,13 @@ class Enforcer:
                 self._account(loop.queue, self.hooks.engine_of(loop.queue) or engine,
                               np.frombuffer(hb, HEADER_DTYPE), np.frombuffer(vb, VERDICT_DTYPE), hook)
 
-    def _name(self, engine: NativeEngine, side: Any, direction: Direction) -> Any:
-        """``engine.side_decision``, or None for a verdict whose tables are not ``engine``'s: a
-        batch judged while a reload swapped engines, whose event came after the swap (its
-        policy or rule index may be past the new engine's lists). Counted."""
+    def _name(self, engine: NativeEngine, side: Any, direction: Direction, subject: str | None = None) -> Any:
+        """``engine.side_decision`` (``subject``: the address of the end whose isolating policies
+        a tier's end names), or None for a verdict whose tables are not ``engine``'s: a batch
+        judged while a reload swapped engines, whose event came after the swap (its policy or
+        rule index may be past the new engine's lists). Counted."""
         try:
-            return engine.side_decision(side, direction)
+            return engine.side_decision(side, direction, subject)
         except IndexError:
             self.metrics.events_unnamed.inc()
             return None
@@ -906,8 +907,10 @@ class Enforcer:
             if self.log.seen((proto, src, dst, dport, allowed, hook)):
                 continue
             sides = {}
-            for name, direction in (("egress", Direction.EGRESS), ("ingress", Direction.INGRESS)):
-                d = self._name(engine, v[i][name], direction)
+            for name, direction, end in (("egress", Direction.EGRESS, src), ("ingress", Direction.INGRESS, dst)):
+                # the end's endpoint names the policies that isolated it; on the forward hook the
+                # subject is the host endpoint of the interface, not an end of the packet
+                d = self._name(engine, v[i][name], direction, end if hook is not Hook.FORWARD else None)
                 sides[name] = d.to_json() if d else None
             fields = dict(queue=queue, src=src, dst=dst, proto=PROTOS.get(proto, proto), sport=sport, dport=dport,
                           **sides)

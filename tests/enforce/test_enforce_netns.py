@@ -116,6 +116,10 @@ def test_matrix_holds_on_real_connections(topo: Topology, policy_dir: Path) -> N
         time.sleep(0.1)
     assert denied_by("BaselineAdminNetworkPolicy", "ingress", "TCP"), daemon.events()
     assert denied_by("ClusterNetworkPolicy", "egress", "UDP"), daemon.events()
+    # a -> b over UDP: b's NetworkPolicy isolates it and no rule matches; the log names the policy
+    isolated = [e["ingress"] for e in daemon.events() if e.get("event") == "deny" and e["dst"] == "10.244.2.2"
+                and e.get("ingress") and e["ingress"]["reason"] == "end-of-tier"]
+    assert isolated and all(d["policies"] == ["NetworkPolicy/b/b-from-a"] for d in isolated), isolated
     assert daemon.terminate() == 0
     rules = iptables_rules(topo.node)
     assert rules.count("-j PYCLASSIFY-FORWARD") == 1, rules  # kept for the next daemon to adopt

@@ -214,6 +214,14 @@ impl PyEngine {
         self.inner.identity_of(endpoint)
     }
 
+    /// The policy indices of `tier` that select endpoint `endpoint` in `direction`
+    /// (`"ingress"`/`"egress"`), in evaluation order: what a decision at the end of that tier
+    /// isolated the endpoint by.
+    fn tier_policies(&self, endpoint: u32, direction: &str, tier: u32) -> PyResult<Vec<u32>> {
+        let d = Direction::parse(direction).map_err(engine_error)?;
+        self.inner.tier_policies(endpoint, d, tier).map_err(engine_error)
+    }
+
     /// One flow: `(allowed, egress, ingress, awaits_request)`, each direction None or
     /// `(allowed, tier, ("policy"|"profile", index) | None, rule | None, reason, logs,
     /// awaits_request)`. `request`: the connection's HTTP request `(method, path)` (`http` rules).

@@ -228,6 +228,18 @@ impl Snapshot {
         self.endpoints.get(endpoint).map(|e| e.identity)
     }
 
+    /// The policies of `tier` that select `endpoint` in direction `d`, in evaluation order: the
+    /// ones a decision at the end of that tier (`Reason::EndOfTier`) isolated it by. Empty when
+    /// none applies there (or the endpoint is not enforced here).
+    pub fn tier_policies(&self, endpoint: u32, d: Direction, tier: u32) -> Result<Vec<u32>, EngineError> {
+        let ep = self.endpoints.get(endpoint).ok_or_else(|| EngineError::Flow(format!("no endpoint {endpoint}")))?;
+        if !ep.local {
+            return Ok(Vec::new());
+        }
+        let Some(ident) = self.identities.get(ep.identity) else { return Ok(Vec::new()) };
+        Ok(ident.programs[d as usize].stages.iter().find(|s| s.tier == tier).map_or_else(Vec::new, |s| s.policies.clone()))
+    }
+
     /// The class of an address: which prefix of the snapshot's set is the longest one holding it
     /// (0: none). An endpoint's address has the class of its address, as flows see it.
     pub fn address_class(&self, a: Addr) -> u32 {
