@@ -67,7 +67,7 @@ typedef struct pc_side_verdict {
 /* pyclassify_core::engine::records::PacketVerdict: 44 bytes, 4-aligned. */
 typedef struct pc_verdict {
     uint8_t allow;           /*  0 */
-    uint8_t reason;          /*  1: `PACKET_POLICY`, `PACKET_ESTABLISHED`, `PACKET_MALFORMED`, `PACKET_INVALID` or `PACKET_DENIED_CONNECTION`. */
+    uint8_t reason;          /*  1: `PACKET_POLICY`, `PACKET_ESTABLISHED`, `PACKET_MALFORMED`, `PACKET_INVALID`, `PACKET_DENIED_CONNECTION` or `PACKET_NOT_IP`. */
     uint8_t ct_state;        /*  2: Connection-tracking state code (`conntrack::code`), 0 without tracking. */
     uint8_t http;            /*  3: HTTP (`http` rules): `HTTP_NONE`; `HTTP_AWAITS` admitted provisionally (or, untracked, denied unless a request matches); `HTTP_REQUEST` judged with the request this packet completed; `HTTP_OUT_OF_ORDER` held back; `HTTP_TABLE_FULL` not followed, cut; `HTTP_ERROR + k`: denied, the stream broke (`http::HTTP_ERROR_NAMES[k]`). */
     pc_side_verdict egress;  /*  4 */

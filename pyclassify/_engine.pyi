@@ -172,6 +172,7 @@ class Engine:
     ]: ...
 
 VERDICT_SIZE: Final[int]
+PACKET_NOT_IP: Final[int]
 HTTP_AWAITS: Final[int]
 HTTP_REQUEST: Final[int]
 HTTP_TABLE_FULL: Final[int]

@@ -949,6 +949,9 @@ def _print_replay(summary: dict[str, Any]) -> None:
     out.print(f"  {s['denied_connection']:>{width}} denied with their connection (policy denied its opening packet)")
     out.print(f"  {s['invalid']:>{width}} denied as invalid (belong to no allowed connection)")
     out.print(f"  {s['malformed']:>{width}} denied as malformed (could not be decoded)")
+    if s["not_ip"]:
+        out.print(f"  {s['not_ip']:>{width}} passed as not IP (ARP and other frames no network policy speaks about, "
+                  "as a firewall passes them)")
     if s["pickups"]:
         out.print(f"{s['pickups']} TCP connections open before the capture began, picked up mid-stream: judged as "
                   "their client opened them (the lower port is the server's)")

@@ -56,6 +56,7 @@ PACKET_ESTABLISHED = 1  # it belongs to a connection already allowed (or answers
 PACKET_MALFORMED = 2  # it could not be decoded far enough to judge: denied
 PACKET_INVALID = 3  # connection tracking found it invalid (opens nothing): denied
 PACKET_DENIED_CONNECTION = 4  # it belongs to a connection whose opening policy denied: denied
+PACKET_NOT_IP: int = _engine.PACKET_NOT_IP  # not IP (ARP, LLDP, ...): passed, as a firewall does
 
 # PacketVerdict.ct_state of a packet that picked a TCP connection up mid-stream (rust/core/src/
 # conntrack: the lower port is the server's): judged as sent (its sender opened the connection),

@@ -39,6 +39,7 @@ from pyclassify.engine import (
     PACKET_ESTABLISHED,
     PACKET_INVALID,
     PACKET_MALFORMED,
+    PACKET_NOT_IP,
     HTTP_ERROR_NAMES,
     PACKET_POLICY,
     VERDICT_DTYPE,
@@ -58,6 +59,7 @@ PACKET_REASONS = {
     PACKET_MALFORMED: "malformed",
     PACKET_INVALID: "invalid",
     PACKET_DENIED_CONNECTION: "denied-connection",
+    PACKET_NOT_IP: "not-ip",
 }
 #: ``--out``'s ``opened_by`` of a packet that picked a TCP connection up mid-stream: which end
 #: policy judged as the connection's opener (the end with the higher port, the client).
@@ -96,8 +98,9 @@ class ReplaySummary:
     established: int = 0
     invalid: int = 0
     denied_connection: int = 0  # packets of connections whose opening packet policy denied
+    not_ip: int = 0  # ARP and other frames that are not IP: passed, as a firewall passes them
     pickups: int = 0  # packets that picked a TCP connection up mid-stream (judged by policy)
-    policy: int = 0  # judged by policy (the rest: established, malformed, invalid)
+    policy: int = 0  # judged by policy (the rest: established, denied connection, malformed, invalid, not IP)
     policy_allowed: int = 0
     # packets judged by policy with no policy at that end, per direction
     no_policy: Counter = field(default_factory=Counter)
@@ -449,7 +452,9 @@ class Replay:
                     progress(len(batch))
                 if self._stop:
                     break
-            self.summary.decode_errors.update({k: v for k, v in cap.counts.items() if k != "none"})
+            # not IP is no decode error: counted as such (``not_ip``), passed
+            self.summary.decode_errors.update({k: v for k, v in cap.counts.items()
+                                               if k not in ("none", "unknown_ethertype")})
             self.summary.problems.extend(cap.problems)  # each names its file already
             if no_interface:
                 # The decoder counts them as unknown_linktype; say what is wrong with the file.
@@ -496,7 +501,11 @@ class Replay:
         s.established += int(reasons[PACKET_ESTABLISHED])
         s.invalid += int(reasons[PACKET_INVALID])
         s.denied_connection += int(reasons[PACKET_DENIED_CONNECTION])
-        s.flow_set.add(np.ascontiguousarray(batch.headers), verdicts["reason"] == PACKET_MALFORMED)
+        s.not_ip += int(reasons[PACKET_NOT_IP])
+        undecoded = verdicts["reason"] == PACKET_MALFORMED
+        if reasons[PACKET_NOT_IP]:
+            undecoded |= verdicts["reason"] == PACKET_NOT_IP
+        s.flow_set.add(np.ascontiguousarray(batch.headers), undecoded)
         _count_rules(s, verdicts)
         staged = self._staged_verdicts
         if staged is not None:
@@ -681,6 +690,7 @@ class Replay:
             "invalid": s.invalid,
             "denied_connection": s.denied_connection,
             "pickups": s.pickups,
+            "not_ip": s.not_ip,
             "policy": s.policy,
             "policy_allowed": s.policy_allowed,
             "no_policy": {d: s.no_policy[d] for d in ("egress", "ingress")},

@@ -4,8 +4,12 @@ agreement of replayed verdicts with ``pyclassify matrix`` for the same manifests
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -207,3 +211,78 @@ def test_staged_per_flow_lines(tmp_path):
     flows = [json.loads(line) for line in out.read_text().splitlines()]
     api = [f for f in flows if f["dst_endpoint"] == "backend/api" and f["dport"] == 8080]
     assert api and all(f["verdict"] == "allow" and f["staged"]["verdict"] == "deny" for f in api)
+
+
+# --- frames that are not IP --------------------------------------------------------------------------
+
+def test_frames_that_are_not_ip_pass_and_are_counted_apart(tmp_path):
+    """ARP (and LLDP, any ethertype that is not IP) is what a firewall of IP traffic passes: counted
+    as not IP, never as malformed, in the summary, --json and --out."""
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import ARP, Ether
+    from scapy.utils import wrpcap
+
+    syn = Ether() / IP(src="10.0.1.10", dst="10.0.2.20") / TCP(sport=40000, dport=8080, flags="S")
+    arp = Ether(dst="ff:ff:ff:ff:ff:ff") / ARP(psrc="10.0.1.10", pdst="10.0.2.20")
+    lldp = Ether(dst="01:80:c2:00:00:0e", type=0x88CC) / (b"\x02\x07\x04" + b"\x00" * 20)
+    path, out = tmp_path / "arp.pcap", tmp_path / "out.jsonl"
+    wrpcap(str(path), [arp, syn, lldp, arp])
+    r = cli("replay", DEMO, "--pcap", str(path), "--json", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert (s["packets"], s["not_ip"], s["malformed"], s["policy"]) == (4, 3, 0, 1)
+    assert s["denied"] == 0 and s["allowed"] == 4 and s["flows"] == 1
+    assert "unknown_ethertype" not in s["decode_errors"]
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["reason"] for x in lines] == ["not-ip", "policy", "not-ip", "not-ip"]
+    r = cli("replay", DEMO, "--pcap", str(path))
+    assert "3 passed as not IP" in r.stdout and "0 denied as malformed" in r.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("tcpdump"), reason="needs root and tcpdump")
+def test_a_capture_between_namespaces_holds_arp_counted_as_not_ip(tmp_path):
+    """Two network namespaces on one link, as web and api of the demo; tcpdump captures a TCP
+    connection and the ARP exchange before it. Replayed: ARP is not IP, nothing malformed."""
+    tag = uuid.uuid4().hex[:6]
+    web, api = f"pcw{tag}", f"pca{tag}"
+    sh = lambda *a: subprocess.run(a, check=True, capture_output=True, text=True)  # noqa: E731
+    capture = tmp_path / "link.pcap"
+    started: list[subprocess.Popen] = []
+    try:
+        sh("ip", "netns", "add", web)
+        sh("ip", "netns", "add", api)
+        sh("ip", "link", "add", f"w{tag}", "netns", web, "type", "veth", "peer", "name", f"a{tag}", "netns", api)
+        sh("ip", "-n", web, "addr", "add", "10.0.1.10/16", "dev", f"w{tag}")
+        sh("ip", "-n", api, "addr", "add", "10.0.2.20/16", "dev", f"a{tag}")
+        for ns, dev in ((web, f"w{tag}"), (api, f"a{tag}")):
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+        server = subprocess.Popen(["ip", "netns", "exec", api, sys.executable, "-c",
+                                   "import socket; s = socket.socket(); s.bind(('10.0.2.20', 8080)); s.listen(4);"
+                                   " print('ready', flush=True); c, _ = s.accept(); c.close()"],
+                                  stdout=subprocess.PIPE, text=True)
+        started.append(server)
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        dump = subprocess.Popen(["ip", "netns", "exec", web, "tcpdump", "-Z", "root", "--immediate-mode", "-i", f"w{tag}", "-U", "-w", str(capture)],
+                                stderr=subprocess.PIPE, text=True)
+        started.append(dump)
+        assert dump.stderr is not None and "listening on" in dump.stderr.readline()
+        sh("ip", "netns", "exec", web, sys.executable, "-c",
+           "import socket; socket.create_connection(('10.0.2.20', 8080), timeout=5).close()")
+        server.wait(timeout=10)
+        time.sleep(0.5)
+        dump.terminate()
+        dump.wait(timeout=10)
+    finally:
+        for p in started:  # a failed step leaves none of them running
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for ns in (web, api):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    r = cli("replay", DEMO, "--pcap", str(capture), "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["not_ip"] >= 2, s  # who-has and is-at, at least
+    assert s["malformed"] == 0 and s["packets"] == (s["not_ip"] + s["policy"] + s["established"] + s["invalid"]
+                                                 + s["denied_connection"])

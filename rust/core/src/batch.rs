@@ -44,6 +44,10 @@ pub const FLAGS: &[(&str, u8, &str)] = &[
     ("FLAG_HAS_PORTS", FLAG_HAS_PORTS, "sport/dport are meaningful"),
 ];
 
+/// `PacketHeader::error_kind` of a frame that is not IP (ARP, LLDP, an unknown SLL protocol or
+/// null family): nothing for policy to judge.
+pub const ERR_UNKNOWN_ETHERTYPE: u8 = 7;
+
 /// Values of `PacketHeader::error_kind` as `(name, value, meaning)`, in value order: why the
 /// decoder did not (fully) decode a packet. Every kind but `ERR_FRAGMENT_UNMATCHED` comes with
 /// `FLAG_MALFORMED`; the `ERR_TRUNCATED_*` kinds also with `FLAG_TRUNCATED`.
@@ -55,7 +59,7 @@ pub const ERROR_KINDS: &[(&str, u8, &str)] = &[
     ("ERR_BAD_IP_VERSION", 4, "IP version nibble not 4/6 (or not the link type's)"),
     ("ERR_BAD_IHL", 5, "IPv4 header length below 20 bytes"),
     ("ERR_BAD_TOTAL_LENGTH", 6, "IP total/payload length shorter than the header or longer than the frame"),
-    ("ERR_UNKNOWN_ETHERTYPE", 7, "not IP: ethertype/SLL protocol/null family unknown (ARP, LLDP, ...)"),
+    ("ERR_UNKNOWN_ETHERTYPE", ERR_UNKNOWN_ETHERTYPE, "not IP: ethertype/SLL protocol/null family unknown (ARP, LLDP, ...)"),
     ("ERR_UNKNOWN_LINKTYPE", 8, "a link type the decoder does not know"),
     ("ERR_TOO_MANY_EXT_HEADERS", 9, "IPv6 extension header chain longer than the bound"),
     ("ERR_TOO_MANY_VLAN_TAGS", 10, "more 802.1Q/802.1ad tags than the bound"),

@@ -384,7 +384,7 @@ impl PyEngine {
                     for (h, o) in hs.iter().zip(vs.iter_mut()) {
                         *o = match self.inner.header_verdict(h, defaults) {
                             Some(v) => PacketVerdict::judged(&v),
-                            None => PacketVerdict::malformed(),
+                            None => PacketVerdict::undecodable(h),
                         };
                     }
                 }
@@ -598,6 +598,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEngine>()?;
     m.add_class::<PyModel>()?;
     m.add("VERDICT_SIZE", VERDICT_SIZE)?;
+    // PacketVerdict.reason of a frame that is not IP (passed)
+    m.add("PACKET_NOT_IP", pyclassify_core::engine::PACKET_NOT_IP)?;
     // PacketVerdict.http codes and the names of HTTP stream errors (rust/core/src/engine/records.rs)
     m.add("HTTP_AWAITS", pyclassify_core::engine::HTTP_AWAITS)?;
     m.add("HTTP_REQUEST", pyclassify_core::engine::HTTP_REQUEST)?;

@@ -60,7 +60,7 @@ pub trait Judge {
     fn packet_verdict(&self, h: &PacketHeader, defaults: Defaults) -> PacketVerdict {
         match self.header_verdict(h, defaults) {
             Some(v) => PacketVerdict::judged(&v),
-            None => PacketVerdict::malformed(),
+            None => PacketVerdict::undecodable(h),
         }
     }
 
@@ -117,7 +117,7 @@ pub trait Judge {
     ) {
         for (i, (h, o)) in headers.iter().zip(out.iter_mut()).enumerate() {
             if h.flags & FLAG_MALFORMED != 0 {
-                *o = PacketVerdict::malformed();
+                *o = PacketVerdict::undecodable(h);
                 continue;
             }
             let mut judged = None;

@@ -43,7 +43,7 @@ pub use model::{Model, ModelStats};
 pub use net::{Addr, Net};
 pub use records::{
     PacketVerdict, SideVerdict, HTTP_AWAITS, HTTP_ERROR, HTTP_NONE, HTTP_OUT_OF_ORDER, HTTP_REQUEST, HTTP_TABLE_FULL, PACKET_ESTABLISHED,
-    PACKET_DENIED_CONNECTION, PACKET_INVALID, PACKET_MALFORMED, PACKET_POLICY,
+    PACKET_DENIED_CONNECTION, PACKET_INVALID, PACKET_MALFORMED, PACKET_NOT_IP, PACKET_POLICY,
 };
 pub use judge::Judge;
 pub use snapshot::Snapshot;

@@ -4,6 +4,7 @@
 //! `tests/test_batch_abi.py` holds the C compiler's and numpy's views to these field by field.
 
 use super::{Decision, Source, Verdict};
+use crate::batch::{PacketHeader, ERR_UNKNOWN_ETHERTYPE};
 
 /// `PacketVerdict::reason`: policy judged the packet.
 pub const PACKET_POLICY: u8 = 0;
@@ -16,6 +17,9 @@ pub const PACKET_INVALID: u8 = 3;
 /// It belongs to a connection whose opening packet policy denied (either direction): denied
 /// with it (`conntrack::CtState::Denied`).
 pub const PACKET_DENIED_CONNECTION: u8 = 4;
+/// Not IP (ARP, LLDP, ...: the decoder's `ERR_UNKNOWN_ETHERTYPE`): passed, as a firewall of IP
+/// traffic passes it; no network policy speaks about it.
+pub const PACKET_NOT_IP: u8 = 5;
 
 /// `PacketVerdict::http`: no HTTP rule was involved.
 pub const HTTP_NONE: u8 = 0;
@@ -106,8 +110,8 @@ crate::abi_record! {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PacketVerdict as "pc_verdict" {
     pub allow: u8,
-    /// `PACKET_POLICY`, `PACKET_ESTABLISHED`, `PACKET_MALFORMED`, `PACKET_INVALID` or
-    /// `PACKET_DENIED_CONNECTION`.
+    /// `PACKET_POLICY`, `PACKET_ESTABLISHED`, `PACKET_MALFORMED`, `PACKET_INVALID`,
+    /// `PACKET_DENIED_CONNECTION` or `PACKET_NOT_IP`.
     pub reason: u8,
     /// Connection-tracking state code (`conntrack::code`), 0 without tracking.
     pub ct_state: u8,
@@ -137,5 +141,15 @@ impl PacketVerdict {
 
     pub fn malformed() -> PacketVerdict {
         PacketVerdict { reason: PACKET_MALFORMED, ..Default::default() }
+    }
+
+    /// The verdict of a header that carries no flow to judge: a frame that is not IP passes
+    /// (`PACKET_NOT_IP`); anything else that could not be decoded is denied as malformed.
+    pub fn undecodable(h: &PacketHeader) -> PacketVerdict {
+        if h.error_kind == ERR_UNKNOWN_ETHERTYPE {
+            PacketVerdict { allow: 1, reason: PACKET_NOT_IP, ..Default::default() }
+        } else {
+            PacketVerdict::malformed()
+        }
     }
 }

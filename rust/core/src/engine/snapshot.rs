@@ -335,7 +335,7 @@ impl Snapshot {
     /// is looked up by its key and walked only on a miss.
     #[inline]
     fn memo_verdict(&self, memo: &mut MemoRef<'_>, h: &PacketHeader, defaults: Defaults) -> PacketVerdict {
-        let Some(flow) = flow_of_header(h) else { return PacketVerdict::malformed() };
+        let Some(flow) = flow_of_header(h) else { return PacketVerdict::undecodable(h) };
         if !memo.in_use() {
             return PacketVerdict::judged(&self.evaluate_unchecked(&flow, defaults));
         }
