@@ -15,6 +15,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from pyclassify.counted import count
 from pyclassify.selector import Selector, SelectorError, excerpt, parse_labels, unencodable
 from pyclassify.source import printable
 
@@ -280,7 +281,7 @@ def _load(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool] | No
     if project.problems.errors:
         _print_problems(project.problems)
         n = len(project.problems.errors)
-        err.print(f"[red]{n} error{'s' if n != 1 else ''}[/red]: fix the manifests (see `pyclassify check`)")
+        err.print(f"[red]{count(n, 'error')}[/red]: fix the manifests (see `pyclassify check`)")
         _fail(EXIT_INVALID)
     if project.problems.empty_inputs:
         _print_problems(project.problems)
@@ -340,17 +341,17 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
             err.print(f"[yellow]not enforceable[/yellow]: {item['policy']}: {'; '.join(item['reasons'])}")
         skipped = ", ".join(f"{k} x{v}" for k, v in skipped_kinds.items())
         summary = (
-            f"{project.document_count} documents: {len(policies)} policies, "
-            + (f"{len(staged)} staged policies, " if staged else "")
-            + (f"{admission} admission policies, " if admission else "")
-            + f"{len(project.inventory.endpoints)} endpoints"
+            f"{count(project.document_count, 'document')}: {count(len(policies), 'policy')}, "
+            + (f"{count(len(staged), 'staged policy')}, " if staged else "")
+            + (f"{count(admission, 'admission policy')}, " if admission else "")
+            + f"{count(len(project.inventory.endpoints), 'endpoint')}"
             + (f"; skipped {skipped}" if skipped else "")
         )
         n_err, n_warn = len(problems.errors), len(problems.warnings)
-        status = "[green]valid[/green]" if not n_err else f"[red]{n_err} error{'s' if n_err != 1 else ''}[/red]"
+        status = "[green]valid[/green]" if not n_err else f"[red]{count(n_err, 'error')}[/red]"
         if not n_err and problems.empty_inputs:
             status = f"[red]nothing to check in {escape(', '.join(problems.empty_inputs))}[/red]"
-        out.print(f"{status}, {n_warn} warning{'s' if n_warn != 1 else ''} {symbol('—', '-')} {summary}")
+        out.print(f"{status}, {count(n_warn, 'warning')} {symbol('—', '-')} {summary}")
     if problems.errors or problems.empty_inputs:
         _fail(EXIT_INVALID)
 
@@ -509,7 +510,7 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
     else:
         svc = result.service.service
         out.print(f"service: {escape(svc.namespace)}/{escape(svc.name)} by its {result.service.via}: "
-                  f"{len(result.backends or [])} backend(s) judged as kube-proxy delivers the flow")
+                  f"{count(len(result.backends or []), 'backend')} judged as kube-proxy delivers the flow")
         for b in result.backends or []:
             end = end_json(b.flow.dst)
             name = escape(end["endpoint"] or "outside") + f" ({end['ip']})"
@@ -523,7 +524,7 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
     every = ""
     if result.backends is not None and len(result.backends) > 1:
         denied = sum(not b.verdict.allowed for b in result.backends)
-        every = " (every backend)" if not denied else f" ({denied} of {len(result.backends)} backends)"
+        every = " (every backend)" if not denied else f" ({denied} of {count(len(result.backends), 'backend')})"
     out.print(f"verdict: [{colour}]{result.verdict.verdict.upper()}[/{colour}]{every}")
     if result.verdict.awaits_request:
         out.print("http:    the connection is admitted provisionally: its HTTP request decides (an http "
@@ -642,7 +643,7 @@ def matrix_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
         table.add_row(f"{i} {escape(names[i])}", *cells)
     out.print(table)
     total = int(sum(map(sum, result.rows())))
-    out.print(f"{total} of {len(names) ** 2} {what} pairs allowed")
+    out.print(f"{total} of {count(len(names) ** 2, what + ' pair')} allowed")
 
 
 def _inventory_difference(a: Any, b: Any) -> str | None:
@@ -762,9 +763,9 @@ def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, ku
                       highlight=False, soft_wrap=True)
         for note in result.notes:
             out.print(f"note: {escape(note)}", highlight=False)
-        out.print(f"{summary['changes']} change{'s' if summary['changes'] != 1 else ''} in reachability "
-                  f"({summary['opened']} opened, {summary['closed']} closed) over {summary['groups']} groups "
-                  f"and {summary['flow_classes']} flow classes", highlight=False)
+        out.print(f"{count(summary['changes'], 'change')} in reachability "
+                  f"({summary['opened']} opened, {summary['closed']} closed) over {count(summary['groups'], 'group')} "
+                  f"and {count(summary['flow_classes'], 'flow class')}", highlight=False)
     if result.changes:
         _fail(EXIT_CHANGED)
 
@@ -938,7 +939,7 @@ def _print_replay(summary: dict[str, Any]) -> None:
     s = summary
     rate = s["packets_per_second"]
     out.print(
-        f"{s['packets']} packets in {s['flows']} flows: [green]{s['allowed']} allowed[/green], "
+        f"{count(s['packets'], 'packet')} in {count(s['flows'], 'flow')}: [green]{s['allowed']} allowed[/green], "
         f"[red]{s['denied']} denied[/red] {symbol('—', '-')} {rate:,.0f} packets/s"
     )
     # Every packet is in exactly one of these lines, so they add up to the total.
@@ -952,15 +953,16 @@ def _print_replay(summary: dict[str, Any]) -> None:
     if s["not_ip"]:
         out.print(f"  {s['not_ip']:>{width}} passed as not IP (ARP and other frames no network policy speaks about, "
                   "as a firewall passes them)")
-    if s["pickups"]:
-        out.print(f"{s['pickups']} TCP connections open before the capture began, picked up mid-stream: judged as "
-                  "their client opened them (the lower port is the server's)")
     if s["not_judged"]:
         out.print(f"  {s['not_judged']:>{width}} denied as not judged (inside a tunnel that could not be read)")
+    if s["pickups"]:
+        out.print(f"{count(s['pickups'], 'TCP connection')} open before the capture began, picked up mid-stream: "
+                  "judged as their client opened them (the lower port is the server's)")
     if not s["policy"]:
         out.print("no packet was judged by policy")
     else:
-        out.print(f"the {s['policy']} packets judged by policy, by what decided each end:")
+        out.print(f"the {count(s['policy'], 'packet')} judged by policy, by what decided each end:"
+                  if s["policy"] != 1 else "the packet judged by policy, by what decided each end:")
     for direction in ("egress", "ingress") if s["policy"] else ():
         rows = [row for row in s["by_rule"] if row["direction"] == direction]
         for row in rows:
@@ -980,21 +982,22 @@ def _print_replay(summary: dict[str, Any]) -> None:
             out.print(f"  {http['table_full']:>8}  [red]deny[/red]  too many connections await their HTTP request")
         if not http["read"]:
             out.print("http: without connection tracking no request is read: what only an http rule allows is denied")
-        held = f"; {http['held']} segments after a gap held back (dropped)" if http["held"] else ""
-        out.print(f"http: {http['provisional']} connections admitted up to their request; "
-                  f"{http['requests_allowed'] + http['requests_denied']} requests judged "
+        held = f"; {count(http['held'], 'segment')} after a gap held back (dropped)" if http["held"] else ""
+        out.print(f"http: {count(http['provisional'], 'connection')} admitted up to their request; "
+                  f"{count(http['requests_allowed'] + http['requests_denied'], 'request')} judged "
                   f"({http['requests_allowed']} allowed, {http['requests_denied']} denied){held}")
     dns = s.get("dns")
     if dns is not None:
         bad = ", ".join(f"{n} {k}" for k, n in dns["errors"].items())
-        denied = f"; {dns['denied']} answers policy denied (or their query) taught nothing" if dns["denied"] else ""
-        out.print(f"dns: {dns['answers']} answers taught {dns['learned']} name-address facts"
+        denied = (f"; {count(dns['denied'], 'answer')} policy denied (or their query) taught nothing"
+                  if dns["denied"] else "")
+        out.print(f"dns: {count(dns['answers'], 'answer')} taught {count(dns['learned'], 'name-address fact')}"
                   + (f" ({bad}: learned nothing)" if bad else "") + (f"; {dns['evicted']} evicted" if dns["evicted"] else "")
                   + denied)
     staged = s.get("staged")
     if staged is not None:
         out.print(f"staged: with the staged policies enforced, {staged['allowed']} allowed, {staged['denied']} denied: "
-                  f"{staged['would_deny']} packets allowed now would be denied, "
+                  f"{count(staged['would_deny'], 'packet')} allowed now would be denied, "
                   f"{staged['would_allow']} denied now would be allowed")
         key = lambda r: (r["direction"], r["tier"], r["policy"], r["rule"], r["verdict"], r["reason"])  # noqa: E731
         now = {key(r): r["packets"] for r in s["by_rule"]}
@@ -1009,7 +1012,7 @@ def _print_replay(summary: dict[str, Any]) -> None:
         why = ", ".join(f"{n} {err}" for err, n in errors.items())
         out.print(f"[yellow]tunnels[/yellow]: {kind} packets not judged: {why}")
     for kind, n in s["decode_errors"].items():
-        out.print(f"[yellow]decode[/yellow]: {n} packets {kind}")
+        out.print(f"[yellow]decode[/yellow]: {count(n, 'packet')} {kind}")
     for problem in s["problems"]:
         out.print(f"[yellow]capture[/yellow]: {escape(problem)}")
     for path in s["unreadable"]:

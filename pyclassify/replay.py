@@ -32,6 +32,7 @@ from pyclassify import httprules
 from pyclassify._engine import FlowSet
 from pyclassify.batch import ERROR_NAMES, SIDE_DTYPE, address_text
 from pyclassify.capture import Batch, CaptureWriter, open_capture
+from pyclassify.counted import count
 from pyclassify.engine import (
     CT_NEW_PICKUP,
     CT_NEW_PICKUP_REPLY,
@@ -458,8 +459,9 @@ class Replay:
             self.summary.problems.extend(cap.problems)  # each names its file already
             if no_interface:
                 # The decoder counts them as unknown_linktype; say what is wrong with the file.
+                verb = "names" if no_interface == 1 else "name"
                 self.summary.problems.append(
-                    f"{cap.name}: {no_interface} packets name an interface that no Interface Description "
+                    f"{cap.name}: {count(no_interface, 'packet')} {verb} an interface that no Interface Description "
                     f"Block describes: not decoded (counted as unknown_linktype)")
             problems = bool(cap.problems)
         after = _file_state(path)

@@ -207,3 +207,14 @@ def test_explain_reports_the_staged_verdict_without_changing_the_real_one():
     args443 = (*args[:2], STAGED, *args[2:-1], "8443")
     staged = json.loads(run(*args443, "--json").stdout)["staged"]
     assert staged["summary"] == "would allow by StagedKubernetesNetworkPolicy/backend/allow-frontend-to-api rule 0 (ingress)"
+
+
+# --- messages ------------------------------------------------------------------------------------
+
+def test_counted_nouns_agree(tmp_path):
+    (tmp_path / "np.yaml").write_text(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: a}\n"
+        "spec: {podSelector: {}}\n")
+    r = run("check", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "1 document: 1 policy, 0 endpoints" in r.stdout and "0 warnings" in r.stdout

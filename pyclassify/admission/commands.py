@@ -20,6 +20,7 @@ from rich.markup import escape
 from pyclassify.admission.evaluate import REASON_NO_POLICY, REASON_RULE, ResourceDecision, evaluate, resource_from_document
 from pyclassify.admission.policy import KIND, format_time, load_admission, parse_time
 from pyclassify.admission.scans import ScanResults, load_scans
+from pyclassify.counted import count
 from pyclassify.kinds import schema
 from pyclassify.loader import load_paths
 from pyclassify.source import Problem, Problems
@@ -224,7 +225,7 @@ def admission_webhook_command(paths: tuple[str, ...], kubeconfig: str | None, ku
         _exit(EXIT_INVALID)
     host, port = webhook.address
     _err.print(f"admission webhook on https://{host}:{port}/validate: "
-               f"{len(webhook.snapshot.admission.policies)} policies, failure policy {failure_policy}")
+               f"{count(len(webhook.snapshot.admission.policies), 'policy')}, failure policy {failure_policy}")
     try:
         webhook.serve_forever()
     except KeyboardInterrupt:

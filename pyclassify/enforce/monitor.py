@@ -23,6 +23,9 @@ from typing import IO, Any
 
 import click
 
+from pyclassify.counted import count
+
+
 EVENTS = ("deny", "log", "allow", "reload", "reload-rejected", "revoke", "start", "stop")
 FLOW_EVENTS = ("deny", "log", "allow", "revoke")
 KIND_WIDTH = max(len(e) for e in EVENTS)
@@ -149,7 +152,7 @@ def render(rec: dict[str, Any]) -> str:
         head += _rest(rec, ("ts", "event"))
     elif kind == "reload-rejected":
         errors = rec.get("errors") or []
-        head += f"{len(errors)} error(s), the running policy is kept"
+        head += f"{count(len(errors), 'error')}, the running policy is kept"
         details = [str(e) for e in errors]
     else:  # start, stop and anything newer
         head += _rest(rec, ("ts", "event"))

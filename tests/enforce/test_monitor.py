@@ -86,7 +86,7 @@ def test_renders_flow_endpoints_and_deciding_policy(stream: list[str]) -> None:
     logged = render(json.loads(stream[5]))
     assert logged.split()[1] == "log" and "logged by" in logged and "log-into-a" in logged
     rejected = render(json.loads(stream[6])).splitlines()
-    assert "reload-rejected" in rejected[0] and "1 error(s)" in rejected[0]
+    assert "reload-rejected" in rejected[0] and "1 error," in rejected[0]
     assert rejected[1].strip() == "10-netpol.yaml:12: spec.ingress[0].ports[0].port: out of range"
 
 
