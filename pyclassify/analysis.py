@@ -43,6 +43,59 @@ def parse_protocol(text: str) -> int:
     return value
 
 
+def family_addresses(project: Project, ep: Endpoint) -> dict[int, Any]:
+    """An endpoint's own address in each family it has (4, 6: the first it owns of each; an
+    address another endpoint owns resolves to that one in a flow, so it is not this one's)."""
+    out: dict[int, Any] = {}
+    for ip in ep.ips:
+        if ip.version not in out and project.inventory.owner_of(ip) is ep:
+            out[ip.version] = ip
+    return out
+
+
+def family_ends(project: Project, a: Endpoint, b: Endpoint) -> list[tuple[int | None, FlowEnd, FlowEnd]]:
+    """The flows between two endpoints named, one per address family both have (a dual-stack
+    pair: IPv4 and IPv6), each end at its own address of that family: ``(family, src, dst)``.
+    An endpoint without an address of its own takes the other's families (judged by name on
+    its side); two without, or two of different families only, are one flow judged by name
+    (family None)."""
+    fa, fb = family_addresses(project, a), family_addresses(project, b)
+    if not fa and not fb:
+        return [(None, FlowEnd(a), FlowEnd(b))]
+    if not fa:
+        return [(f, FlowEnd(a), FlowEnd(b, ip)) for f, ip in sorted(fb.items())]
+    if not fb:
+        return [(f, FlowEnd(a, ip), FlowEnd(b)) for f, ip in sorted(fa.items())]
+    shared = sorted(f for f in fa if f in fb)
+    if not shared:
+        return [(None, FlowEnd(a), FlowEnd(b))]
+    return [(f, FlowEnd(a, fa[f]), FlowEnd(b, fb[f])) for f in shared]
+
+
+def _flow_families(project: Project, src: FlowEnd, dst: FlowEnd, src_text: str,
+                   dst_text: str) -> list[tuple[int | None, FlowEnd, FlowEnd]]:
+    """The flows ``explain`` judges for two ends as a person gave them: an address keeps its
+    family and the endpoint at the other end is taken at its address of that family; two
+    endpoints named are judged in each family both have (``family_ends``)."""
+    if src.ip is not None and dst.ip is not None:
+        return [(src.ip.version if src.ip.version == dst.ip.version else None, src, dst)]
+    if src.ip is None and dst.ip is None:
+        assert src.endpoint is not None and dst.endpoint is not None
+        return family_ends(project, src.endpoint, dst.endpoint)
+    given, named, option = (src, dst, "--to") if src.ip is not None else (dst, src, "--from")
+    assert given.ip is not None and named.endpoint is not None
+    family = given.ip.version
+    if not named.endpoint.ips:
+        return [(family, src, dst)]  # no address at all: judged by name
+    ip = family_addresses(project, named.endpoint).get(family)
+    if ip is None:
+        have = ", ".join(str(a) for a in named.endpoint.ips)
+        raise UnknownEnd(f"{shown(named.endpoint.ref)} has no IPv{family} address of its own (it has {have}), and "
+                         f"{shown(str(given.ip))} is IPv{family}: a flow keeps one address family", option)
+    placed = FlowEnd(named.endpoint, ip)
+    return [(family, src, placed) if named is dst else (family, placed, dst)]
+
+
 def resolve_end(project: Project, text: str, option: str | None = None) -> FlowEnd:
     """A flow end from what a person types: ``ns/pod``, a workload, a host endpoint name or an IP.
 
@@ -53,6 +106,10 @@ def resolve_end(project: Project, text: str, option: str | None = None) -> FlowE
     except ValueError:
         ip = None
     if endpoint is None and ip is None:
+        why = project.released.get(text)
+        if why is not None:
+            raise UnknownEnd(f"{shown(text)} is a pod that holds no address ({why}): it is no endpoint, "
+                             "no packet comes from it or goes to it", option)
         raise UnknownEnd(f"{shown(text)} is not a pod (ns/name), workload, host endpoint or IP address in the "
                          "inventory", option)
     return FlowEnd(endpoint, ip)
@@ -100,10 +157,22 @@ class Explanation:
     #: routed by the host through host endpoints' interfaces (``via``): (direction, host
     #: endpoint, its path through the hooks: untracked, pre-DNAT, forward)
     forward: list[tuple[Direction, str, HostPath]] = field(default_factory=list)
+    #: the address family judged (4, 6; None: judged by name, no address at either end)
+    family: int | None = None
+    #: two dual-stack endpoints: the explanation of each family, IPv4 first (this one is the
+    #: first that denies, else the first; its verdict allows only when every family does)
+    families: list["Explanation"] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
+        doc = self._json()
+        if self.families:
+            doc["families"] = [{"family": e.family, **e._json()} for e in self.families]
+        return doc
+
+    def _json(self) -> dict[str, Any]:
         doc = self.verdict.to_json()
         doc["flow"] = flow_json(self.flow)
+        doc["family"] = self.family
         if self.staged is not None:
             doc["staged"] = {**self.staged.to_json(), "summary": self.staged.would()}
         if self.host_path is not None:
@@ -246,16 +315,26 @@ def explain(project: Project, src: str, dst: str, protocol: int, dport: int | No
     verdict that depends on one says it awaits it. ``via``: the host routes the flow in
     (ingress) or out (egress) by these host endpoints' interfaces, whose applyOnForward policy
     (and doNotTrack, preDNAT) judges it before the endpoints' own."""
-    flow = Flow(resolve_end(project, src, "--from"), resolve_end(project, dst, "--to"), protocol, sport, dport,
-                icmp_type, icmp_code, request=request)
+    ends = _flow_families(project, resolve_end(project, src, "--from"), resolve_end(project, dst, "--to"), src, dst)
     judge = _Judge(project, engine, default)
-    result = _explain_flow(project, flow, judge, service_backend, dst)
-    _through_host(project, flow, result, judge, pre_dnat)
-    _forwarded(project, flow, result, judge, via)
     staged = project.staged()
-    if staged is not None:  # the same flow with the staged policies enforced, beside the real verdict
-        result.staged = _explain_flow(staged, flow, judge.over(staged), service_backend, dst).verdict
-    return result
+    staged_judge = None if staged is None else judge.over(staged)
+    results = []
+    for family, a, b in ends:
+        flow = Flow(a, b, protocol, sport, dport, icmp_type, icmp_code, request=request)
+        result = _explain_flow(project, flow, judge, service_backend, dst)
+        result.family = family
+        _through_host(project, flow, result, judge, pre_dnat)
+        _forwarded(project, flow, result, judge, via)
+        if staged is not None:  # the same flow with the staged policies enforced, beside the real verdict
+            assert staged_judge is not None
+            result.staged = _explain_flow(staged, flow, staged_judge, service_backend, dst).verdict
+        results.append(result)
+    if len(results) == 1:
+        return results[0]
+    # Dual stack: allowed only when every family is; the first family that denies speaks.
+    speaking = next((r for r in results if not r.verdict.allowed), results[0])
+    return replace(speaking, families=results)
 
 
 def _through_host(project: Project, flow: Flow, result: Explanation, judge: _Judge, pre_dnat: str | None) -> None:
@@ -359,7 +438,12 @@ def _explain_flow(project: Project, flow: Flow, judge: _Judge, service_backend: 
 @dataclass
 class Matrix:
     """Reachability among pods (``pods``, ``allowed[i][j]`` from pod i to pod j), or with
-    ``groups`` among the identity groups of those pods (``allowed`` over groups)."""
+    ``groups`` among the identity groups of those pods (``allowed`` over groups).
+
+    Two pods are judged in each address family both have (a dual-stack pair: IPv4 and IPv6);
+    ``allowed`` is true when every family judged allows, ``by_family[f]`` holds family ``f``'s
+    verdicts (None where the pair has no flow of that family), and ``differs`` marks the cells
+    whose families disagree."""
 
     pods: list[Endpoint]
     protocol: int
@@ -368,9 +452,28 @@ class Matrix:
     groups: list[Any] | None = None  # reachability.Group, with --by identity
     group_json: list[dict[str, Any]] | None = None
     group_text: list[str] | None = None
+    #: family -> (verdicts, judged): bool arrays shaped like ``allowed``
+    by_family: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    #: cells without any flow (--by identity: an IPv4 group and an IPv6 group)
+    no_flow: Any = None
 
     def rows(self) -> list[list[bool]]:
         return self.allowed.tolist() if hasattr(self.allowed, "tolist") else self.allowed
+
+    @property
+    def differs(self) -> Any:
+        """Cells judged in both families with different verdicts (a bool array)."""
+        import numpy as np
+
+        shape = np.shape(self.allowed)
+        if len(self.by_family) < 2:
+            return np.zeros(shape, bool)
+        (v4, j4), (v6, j6) = self.by_family[4], self.by_family[6]
+        return j4 & j6 & (v4 != v6)
+
+    def family_rows(self, family: int) -> list[list[bool | None]]:
+        verdicts, judged = self.by_family[family]
+        return [[bool(v) if j else None for v, j in zip(vr, jr)] for vr, jr in zip(verdicts.tolist(), judged.tolist())]
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {}
@@ -378,7 +481,11 @@ class Matrix:
             doc["groups"] = self.group_json
         else:
             doc["pods"] = [p.ref for p in self.pods]
-        doc.update({"protocol": protocol_name(self.protocol), "port": self.port, "matrix": self.rows()})
+        rows: Any = self.rows()
+        if self.no_flow is not None and self.no_flow.any():
+            rows = [[None if n else v for v, n in zip(vr, nr)] for vr, nr in zip(rows, self.no_flow.tolist())]
+        doc.update({"protocol": protocol_name(self.protocol), "port": self.port, "matrix": rows})
+        doc["by_family"] = {str(f): self.family_rows(f) for f in sorted(self.by_family)}
         return doc
 
 
@@ -397,23 +504,34 @@ def matrix(project: Project, protocol: int, port: int | None | str, default: str
            engine: str = "native", namespaces: tuple[str, ...] = (), selector: Any = None,
            by: str = "pod") -> Matrix:
     """Reachability among the pods ``matrix_pods`` picks: ``allowed[i][j]`` is traffic from pod
-    i to pod j on ``port`` (``"any"``: on some port). ``by="identity"``: among the groups of
-    pods policy cannot tell apart, with their pods.
+    i to pod j on ``port`` (``"any"``: on some port), in every address family both pods have.
+    ``by="identity"``: among the groups of pods policy cannot tell apart, with their pods (a
+    dual-stack pod is in one IPv4 and one IPv6 group).
 
     The native engine answers a representative flow per (group, group, port class) and the
     pods take their group's answer: exact, and at 10k pods a table of a few thousand groups.
     The reference evaluator judges every pod pair (the oracle; one port only)."""
+    import numpy as np
+
     if by not in ("pod", "identity"):
         raise ValueError("by must be 'pod' or 'identity'")
     pods = matrix_pods(project, namespaces, selector)
+    n = len(pods)
     if engine == "reference" or engine not in ENGINES:
         if port == "any" or by != "pod":
             raise ValueError("the reference engine answers one port between pods: use the native engine "
                              "for --port any and --by identity")
         judge = _Judge(project, engine, default)
-        allowed = [[judge(Flow(FlowEnd(a), FlowEnd(b), protocol, None, port)).allowed for b in pods] for a in pods]
-        return Matrix(pods, protocol, port, allowed)
-    import numpy as np
+        allowed = np.ones((n, n), bool)
+        by_family = {f: (np.zeros((n, n), bool), np.zeros((n, n), bool)) for f in (4, 6)}
+        for i, a in enumerate(pods):
+            for j, b in enumerate(pods):
+                for family, x, y in family_ends(project, a, b):
+                    ok = judge(Flow(x, y, protocol, None, port)).allowed  # type: ignore[arg-type]
+                    allowed[i, j] &= ok
+                    if family is not None:
+                        by_family[family][0][i, j], by_family[family][1][i, j] = ok, True
+        return Matrix(pods, protocol, port, allowed.tolist(), by_family=_present(by_family))
 
     from pyclassify import reachability as reach
     from pyclassify.engine import NativeEngine
@@ -421,25 +539,60 @@ def matrix(project: Project, protocol: int, port: int | None | str, default: str
     native = NativeEngine(project.policy_set, project.inventory)
     defaults = {} if default is None else {"default_pod": default, "default_host": default}
     space = reach.FlowSpace.build([native], [protocol], dport=port)
-    groups = reach.endpoint_groups([native], pods, first_address_only=True)
-    table, _ = reach.reach_table(native, groups, groups, space, defaults)
+    groups = reach.endpoint_groups([native], pods)  # every address a pod owns, by family
+    table, flows = reach.reach_table(native, groups, groups, space, defaults)
     if by == "identity":
         keys = reach.selector_keys([project.policy_set])
-        order = sorted(range(len(groups)), key=lambda k: groups[k].endpoints[0].ref)
+        order = sorted(range(len(groups)), key=lambda k: (groups[k].endpoints[0].ref, groups[k].family or 0))
         groups = [groups[k] for k in order]
-        table = table[np.ix_(order, order)]
+        table, flows = table[np.ix_(order, order)], flows[np.ix_(order, order)]
+        dual = reach.dual_stack(groups)
+        by_family = {}
+        fam = np.array([g.family or 0 for g in groups])
+        for f in (4, 6):
+            judged = flows & ((fam[:, None] == f) | (fam[None, :] == f))
+            by_family[f] = (table & judged, judged)
         return Matrix(pods, protocol, port, table, groups, [reach.group_json(g, keys) for g in groups],
-                      [reach.group_text(g, keys) for g in groups])
-    where = {id(ep): k for k, g in enumerate(groups) for ep, _ in g.members}
-    index = np.array([where[id(p)] for p in pods], np.intp)
-    allowed = table[np.ix_(index, index)]
-    # A pod of one family to a pod of the other: no shared address family; judged by name as the
-    # reference does (a dual-stack cluster's single-stack pods).
-    fam = np.array([groups[k].family or 0 for k in index], np.int8)
-    mixed = np.argwhere((fam[:, None] != fam[None, :]) & (fam[:, None] != 0) & (fam[None, :] != 0))
-    for i, j in mixed:
+                      [reach.group_text(g, keys, dual) for g in groups], by_family=_present(by_family),
+                      no_flow=~flows)
+    pos = {id(p): i for i, p in enumerate(pods)}
+    # Each pod's group in each family (its first address of that family), or by name (0).
+    index = {f: np.full(n, -1, np.intp) for f in (0, 4, 6)}
+    for k, g in enumerate(groups):
+        for ep, ip in g.members:
+            f = 0 if ip is None else ip.version
+            if index[f][pos[id(ep)]] < 0:
+                index[f][pos[id(ep)]] = k
+    allowed = np.ones((n, n), bool)
+    judged_any = np.zeros((n, n), bool)
+    by_family = {}
+    for f in (4, 6):
+        if not (index[f] >= 0).any():
+            continue  # no pod has an address of this family
+        # a pod judged by name takes part in every family of the pod at the other end
+        rows = np.where(index[f] >= 0, index[f], index[0])
+        has = index[f] >= 0
+        judged = (rows[:, None] >= 0) & (rows[None, :] >= 0) & (has[:, None] | has[None, :])
+        cells = table[np.ix_(np.maximum(rows, 0), np.maximum(rows, 0))] & judged
+        allowed &= cells | ~judged
+        judged_any |= judged
+        by_family[f] = (cells, judged)
+    # Both judged by name (no address at either end): their groups' cell.
+    named = index[0] >= 0
+    both = named[:, None] & named[None, :] & ~judged_any
+    if both.any():
+        by_name = np.maximum(index[0], 0)
+        allowed[both] = table[np.ix_(by_name, by_name)][both]
+    # Of different families only (a dual-stack cluster's single-stack pods): no shared address
+    # family, judged by name as the reference does.
+    for i, j in np.argwhere(~judged_any & ~both):
         ports = [port] if port != "any" else [None] if protocol not in reach.WITH_PORTS else [
             lo for lo, _ in reach.port_ranges(native._engine.port_bounds())]
         allowed[i, j] = any(native.evaluate(Flow(FlowEnd(pods[i]), FlowEnd(pods[j]), protocol, None, p), **defaults).allowed
                             for p in ports)
-    return Matrix(pods, protocol, port, allowed)
+    return Matrix(pods, protocol, port, allowed, by_family=_present(by_family))
+
+
+def _present(by_family: dict[int, tuple[Any, Any]]) -> dict[int, tuple[Any, Any]]:
+    """The families some cell was judged in."""
+    return {f: v for f, v in by_family.items() if v[1].any()}

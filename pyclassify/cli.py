@@ -443,8 +443,6 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
     selector picks), to the backend's target port; it is allowed when every backend is
     (--service-backend picks one)."""
     from pyclassify.analysis import UnknownEnd, explain
-    from pyclassify.kinds.common import protocol_name
-
     from pyclassify.flow import HttpRequest
 
     protocol = _protocol(proto)
@@ -479,7 +477,25 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
     if as_json:
         _emit_json(result.to_json())
         return
+    if not result.families:
+        _print_explanation(result, protocol, icmp_type, icmp_code)
+        return
+    # Two dual-stack endpoints: each family judged, then the verdict of both.
+    for r in result.families:
+        out.print(f"[bold]IPv{r.family}[/bold]")
+        _print_explanation(r, protocol, icmp_type, icmp_code)
+    colour = "green" if result.verdict.allowed else "red"
+    each = ", ".join(f"IPv{r.family} {r.verdict.verdict}" for r in result.families)
+    out.print(f"verdict: [{colour}]{result.verdict.verdict.upper()}[/{colour}] in every family ({each})"
+              if result.verdict.allowed or all(not r.verdict.allowed for r in result.families)
+              else f"verdict: [{colour}]{result.verdict.verdict.upper()}[/{colour}] ({each}: the families differ)")
+
+
+def _print_explanation(result: Any, protocol: int, icmp_type: int | None, icmp_code: int | None) -> None:
+    """One flow's explanation as ``explain`` prints it: the flow, each side, the host's hooks,
+    the Service's backends, the verdict."""
     from pyclassify.analysis import end_json
+    from pyclassify.kinds.common import protocol_name
 
     f = result.flow
     ends = [end_json(f.src), end_json(f.dst)]
@@ -637,13 +653,32 @@ def matrix_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     table.add_column("from \\ to")
     for i in range(len(names)):
         table.add_column(str(i), justify="center")
+    differs = result.differs.tolist()
+    no_flow = result.no_flow.tolist() if result.no_flow is not None else None
+    v4 = result.by_family[4][0].tolist() if 4 in result.by_family else None
+    yes, no, none = symbol("✓", "y"), symbol("✗", "x"), symbol("·", ".")
     for i, row in enumerate(result.rows()):
-        yes, no = symbol("✓", "y"), symbol("✗", "x")
-        cells = [f"[green]{yes}[/green]" if ok else f"[red]{no}[/red]" for ok in row]
+        cells = []
+        for j, ok in enumerate(row):
+            if no_flow is not None and no_flow[i][j]:
+                cells.append(f"[dim]{none}[/dim]")  # an IPv4 group and an IPv6 group: no flow
+            elif differs[i][j]:
+                assert v4 is not None
+                cells.append(f"[yellow]{'4' if v4[i][j] else '6'}[/yellow]")  # the family that allows
+            else:
+                cells.append(f"[green]{yes}[/green]" if ok else f"[red]{no}[/red]")
         table.add_row(f"{i} {escape(names[i])}", *cells)
     out.print(table)
     total = int(sum(map(sum, result.rows())))
-    out.print(f"{total} of {count(len(names) ** 2, what + ' pair')} allowed")
+    out.print(f"{total} of {count(len(names) ** 2, what + ' pair')} allowed"
+              + (" in every address family both have" if len(result.by_family) > 1 else ""))
+    split = int(sum(map(sum, differs)))
+    if split:
+        out.print(f"{count(split, 'pair')} {'differs' if split == 1 else 'differ'} by address family: "
+                  "4 = allowed over IPv4 only, "
+                  "6 = allowed over IPv6 only (dual-stack pods are judged in each family)")
+    if no_flow is not None and any(map(any, no_flow)):
+        out.print(f"{none} = no flow: an IPv4 group and an IPv6 group share no address family")
 
 
 def _inventory_difference(a: Any, b: Any) -> str | None:

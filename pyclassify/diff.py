@@ -184,13 +184,16 @@ class Diff:
     whole: bool  # every group was a subject (a profile's labels changed)
     notes: list[str] = field(default_factory=list)
     space: reach.FlowSpace | None = None
+    #: endpoint groups of both address families: each group's text says its family
+    dual: bool = False
 
     def change_text(self, c: Change) -> str:
         verb = ("denied", "allowed")
+        text = lambda g: reach.group_text(g, self.keys, self.dual)  # noqa: E731
         direction = (c.new if c.new.allowed is False else c.old).deciding()[0]
         new_d = c.new.egress if direction is Direction.EGRESS else c.new.ingress
         old_d = c.old.egress if direction is Direction.EGRESS else c.old.ingress
-        return (f"{reach.group_text(c.src, self.keys)} → {reach.group_text(c.dst, self.keys)}, {c.flow_text()}: "
+        return (f"{text(c.src)} → {text(c.dst)}, {c.flow_text()}: "
                 f"{verb[c.old.allowed]} → {verb[c.new.allowed]}, by {decision_text(new_d)} "
                 f"(was: {decision_text(old_d)})")
 
@@ -314,13 +317,14 @@ def diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, default: st
                 raw.setdefault(key, []).append(fc)
                 sides.setdefault(key, (s_old, s_new))  # type: ignore[arg-type]
     changes = [Change(groups[k[0]], groups[k[1]], fcs, *sides[k]) for k, fcs in raw.items()]  # type: ignore[misc]
-    changes.sort(key=lambda c: (c.src.outside, reach.group_text(c.src, keys), c.dst.outside,
-                                reach.group_text(c.dst, keys), c.opened))
+    changes.sort(key=lambda c: (c.src.outside, reach.group_text(c.src, keys), c.src.family or 0, c.dst.outside,
+                                reach.group_text(c.dst, keys), c.dst.family or 0, c.opened))
     notes = []
     if whole:
         notes.append("a profile's labelsToApply changed: every endpoint's verdicts were compared")
     return Diff(list(old_paths), list(new_paths), changes, keys, changed_refs, len(groups),
-                sum(len(v) for v in space.classes.values()), judged, whole, notes, space)
+                sum(len(v) for v in space.classes.values()), judged, whole, notes, space,
+                reach.dual_stack(endpoint_groups))
 
 
 def _change_key(old: Side, new: Side) -> tuple:

@@ -141,18 +141,28 @@ class LiveProject:
 
     # --- kinds ---
 
-    def _normalize_pod(self, obj: dict[str, Any]) -> Endpoint:
+    def _normalize_pod(self, obj: dict[str, Any]) -> tuple[Endpoint, bool]:
+        """The pod's endpoint, and whether it is one (a pod that holds no address, finished
+        or pending, is not: ``kinds.inventory.pod_without_address``)."""
         problems = Problems()
         builder = InventoryBuilder(problems)
         builder.nodes = self.inventory.nodes  # host-network pods take their node's addresses (read only)
         builder.add(self._doc(obj))
-        if problems.errors or not builder.endpoints:
+        if problems.errors:
             raise InvalidInput(problems.errors)
-        return builder._finish_endpoint(builder.endpoints[0])
+        if builder.released:
+            return builder.released[0][0], False
+        if not builder.endpoints:
+            raise InvalidInput(problems.errors)
+        return builder._finish_endpoint(builder.endpoints[0]), True
 
     def _pod(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> None:
-        old = self._normalize_pod(before) if before is not None and after is None else None
-        new = self._normalize_pod(after) if after is not None else None
+        old = self._normalize_pod(before)[0] if before is not None and after is None else None
+        new = None
+        if after is not None:
+            new, holds_address = self._normalize_pod(after)
+            if not holds_address:  # it finished (or has no address yet): no longer an endpoint
+                old, new = new, None
         if new is not None:
             key = endpoint_key(new)
             old = self._endpoints.get(key)

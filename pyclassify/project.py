@@ -29,6 +29,8 @@ from pyclassify.source import Document, Problems
 
 
 ObjectKey = tuple[str, str, "str | None", str]  # (API group, kind, namespace, name)
+#: What ``skipped`` counts the pods that hold no address under.
+RELEASED_PODS = "v1/Pod holding no address (Succeeded, Failed, or Pending without one)"
 NAME_PATH = ("metadata", "name")
 
 
@@ -58,6 +60,9 @@ class Project:
     invalid: dict[ObjectKey, str] = field(default_factory=dict)
     #: Felix's failsafe ports as the manifests configure them (defaults otherwise).
     failsafe_config: failsafe.FailsafeConfig = field(default_factory=failsafe.FailsafeConfig)
+    #: Pods that hold no address (finished, or not given one yet), so are no endpoint:
+    #: ``ns/name`` -> why (``kinds.inventory.pod_without_address``)
+    released: dict[str, str] = field(default_factory=dict)
 
     def has_inventory(self) -> bool:
         """Whether the manifests hold any inventory object (endpoints, namespaces, nodes,
@@ -186,6 +191,8 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
             if found is not None:
                 invalid[key] = str(found)
     inventory = builder.build()
+    if builder.released:
+        skipped[RELEASED_PODS] += len(builder.released)
     # Host endpoints keep their failsafe ports open whatever the policy (as Calico does).
     if any(e.kind is EndpointKind.HOST for e in inventory.endpoints):
         failsafe_policies, failsafe_tiers = failsafe.failsafe_ir(failsafe_config)
@@ -199,6 +206,7 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
         skipped=dict(sorted(skipped.items())),
         invalid=invalid,
         failsafe_config=failsafe_config,
+        released={e.ref: why for e, why in builder.released},
     )
 
 

@@ -494,8 +494,22 @@ def group_json(group: Group, keys: set[str]) -> dict[str, Any]:
     }
 
 
-def group_text(group: Group, keys: set[str]) -> str:
-    """``namespace payments, pods app=api (12 pods)``; ``outside 203.0.113.0/24``."""
+def group_text(group: Group, keys: set[str], families: bool = False) -> str:
+    """``namespace payments, pods app=api (12 pods)``; ``outside 203.0.113.0/24``. With
+    ``families`` (a dual-stack table, where a pod is in one group per family), the endpoints'
+    family is said: ``namespace payments, pods app=api (12 pods: ...), IPv6``."""
+    text = _group_text(group, keys)
+    if families and not group.outside and group.family is not None:
+        text += f", IPv{group.family}"
+    return text
+
+
+def dual_stack(groups: Sequence[Group]) -> bool:
+    """Whether endpoint groups of both families are among ``groups`` (their text says which)."""
+    return len({g.family for g in groups if not g.outside and g.family is not None}) > 1
+
+
+def _group_text(group: Group, keys: set[str]) -> str:
     if group.outside:
         text = "outside " + ", ".join(group.cidrs)
         if group.excluded:

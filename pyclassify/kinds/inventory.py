@@ -282,6 +282,9 @@ class InventoryBuilder:
     _seen: dict[tuple[str, str | None, str], Document] = field(default_factory=dict)
     #: build_project checks duplicates of every kind before objects reach the builder.
     check_duplicates: bool = True
+    #: Pods read that hold no address, so are no endpoint (``pod_without_address``): each
+    #: with why
+    released: list[tuple[Endpoint, str]] = field(default_factory=list)
 
     def add(self, doc: Document) -> None:
         handler = _HANDLERS.get(doc.kind)
@@ -383,8 +386,13 @@ class InventoryBuilder:
         endpoint = valid_pod(doc)
         if endpoint is None:  # something to report: the checked path names every problem
             endpoint = checked_pod(doc, self.problems)
-        if endpoint is not None and self._unique(doc, "Pod", endpoint.namespace, endpoint.name):
-            self.endpoints.append(endpoint)
+        if endpoint is None or not self._unique(doc, "Pod", endpoint.namespace, endpoint.name):
+            return
+        why = pod_without_address(doc.obj)
+        if why is not None:
+            self.released.append((endpoint, why))
+            return
+        self.endpoints.append(endpoint)
 
     def add_workload(self, doc: Document) -> None:
         """A controller: one endpoint from its pod template, named after the controller."""
@@ -699,6 +707,28 @@ def _owner(doc: Document) -> str | None:
         if isinstance(ref, dict) and ref.get("controller") is True and ref.get("name") and ref.get("kind") != "Node":
             # np-guard reports an owner reference without a kind as a Pod.
             return f"{ref.get('kind') or 'Pod'}/{ref['name']}"
+    return None
+
+
+#: Phases of a pod whose containers have all ended: its address is released (Calico's
+#: ``IsFinished``; ``Completed`` is what some tools print for Succeeded).
+FINISHED_PHASES = frozenset({"Succeeded", "Failed", "Completed"})
+
+
+def pod_without_address(obj: dict[str, Any]) -> str | None:
+    """Why a Pod object is no endpoint, or None when it is one. A pod whose containers have
+    all ended (phase Succeeded or Failed) has released its address, and a pod the cluster has
+    not given an address yet (a status with a phase but no ``podIP``: Pending) holds none: no
+    packet comes from it or goes to it, as Calico and Cilium make no endpoint of either. A Pod
+    without a status (a manifest before it is applied) is an endpoint judged by name."""
+    status = obj.get("status")
+    if type(status) is not dict:
+        return None
+    phase = status.get("phase")
+    if phase in FINISHED_PHASES:
+        return f"phase {phase}: its address is released"
+    if phase and not status.get("podIP") and not status.get("podIPs"):
+        return f"phase {phase} without an address yet"
     return None
 
 
