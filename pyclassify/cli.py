@@ -822,6 +822,8 @@ Examples:
 @click.option("--denied", "denied_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the denied packets, unchanged, to this capture.")
 @click.option("--flows", "per_flow", is_flag=True, help="With --out, one line per flow instead of per packet.")
+@click.option("--follow-symlinks", is_flag=True,
+              help="An output path that is a symbolic link replaces the file it points to (refused otherwise).")
 @click.option("--no-conntrack", is_flag=True, help="Judge every packet alone (no connection tracking).")
 @click.option("--dns-grace", "dns_grace", type=click.IntRange(0, 86400), default=0, show_default=True,
               metavar="SECONDS", help="How long an address DNS taught stays valid after its TTL runs out.")
@@ -836,7 +838,7 @@ Examples:
 @json_option
 def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
                pcaps: tuple[str, ...], out_path: str | None, allowed_path: str | None,
-               denied_path: str | None, per_flow: bool, no_conntrack: bool, dns_grace: int,
+               denied_path: str | None, per_flow: bool, follow_symlinks: bool, no_conntrack: bool, dns_grace: int,
                vxlan_ports: tuple[int, ...], geneve_ports: tuple[int, ...], no_decap: bool, default: str | None,
                as_json: bool) -> None:
     """Replay captures against the policy: a verdict for every packet, and a summary by rule.
@@ -844,7 +846,10 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     Replies of allowed connections pass, as on a node (connection tracking); decoding and
     classification run natively, in batches. Packets inside overlay tunnels (VXLAN, Geneve,
     IP in IP, GRE: a capture on a node's uplink) are judged by the packet they carry; one
-    whose tunnel cannot be read is not judged (denied, and counted).
+    whose tunnel cannot be read is not judged (denied, and counted). Each output file is
+    written beside its name and put in place when the run succeeds (a failed run leaves an
+    earlier file as it was); an output path that is a symbolic link is refused unless
+    --follow-symlinks is given.
     """
     from pyclassify.capture import CaptureError
     from pyclassify.engine import NativeEngine
@@ -861,6 +866,14 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
         raise click.UsageError(str(e)) from None
     outputs = {"--out": out_path, "--allowed": allowed_path, "--denied": denied_path}
     _refuse_overwriting_inputs(paths, pcaps, {k: v for k, v in outputs.items() if v is not None})
+    from pyclassify.output import OutputFile, SymlinkRefused, check_target
+
+    for option, path in outputs.items():
+        if path is not None:
+            try:
+                check_target(option, path, follow_symlinks)
+            except SymlinkRefused as e:
+                raise click.UsageError(str(e)) from None
     project = _load(paths, (kubeconfig, kube_context, in_cluster))
     from pyclassify import domains, httprules
 
@@ -873,16 +886,19 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     # a delta from the engine just built (the same inventory), not a second build
     staged = None if staged_project is None else engine.update(staged_project.policy_set, project.inventory)
     try:
-        out_file = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115 - closed below
+        out_file = OutputFile("--out", out_path, binary=False, follow_symlinks=follow_symlinks) if out_path else None
     except OSError as e:
         err.print(f"[red]error[/red]: --out {escape(out_path or '')}: cannot open for writing: "
                   f"{escape(e.strerror or str(e))}")
         _fail(EXIT_INVALID)
     failure: str | None = None
+    replay = None
     try:
-        replay = Replay(engine, conntrack=not no_conntrack, default=default, out=out_file,
-                        allowed_path=allowed_path, denied_path=denied_path, flows=per_flow, staged=staged,
-                        dns=dns, http=httprules.has_http_rules(project.policy_set), tunnels=tunnels)
+        replay = Replay(engine, conntrack=not no_conntrack, default=default,
+                        out=None if out_file is None else out_file.file, allowed_path=allowed_path,
+                        denied_path=denied_path, flows=per_flow, staged=staged, dns=dns,
+                        http=httprules.has_http_rules(project.policy_set), tunnels=tunnels,
+                        follow_symlinks=follow_symlinks)
         try:
             if sys.stdout.isatty() and not as_json:
                 from rich.progress import Progress
@@ -896,13 +912,17 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
             failure = str(e)
     finally:
         if out_file is not None:
-            try:
-                out_file.close()  # the last lines are written here: a full disk shows now
-            except OSError as e:
-                failure = failure or f"--out {out_path}: cannot write: {e.strerror or e}"
+            if failure is not None or replay is None or replay.summary.unreadable:
+                out_file.discard()  # an earlier file of that name stays as it was
+            else:
+                try:
+                    out_file.commit()  # the last lines are written here: a full disk shows now
+                except OSError as e:
+                    failure = failure or f"--out {out_path}: cannot write: {e.strerror or e}"
     if failure is not None:
         err.print(f"[red]error[/red]: {escape(failure)}")
         _fail(EXIT_INVALID)
+    assert replay is not None
     summary = replay.summary_json()
     if as_json:
         _emit_json(summary)

@@ -51,6 +51,7 @@ from pyclassify.engine import (
 from pyclassify.flow import Verdict
 from pyclassify.ir import Direction
 from pyclassify.kinds.common import protocol_name
+from pyclassify.output import OutputFile, SymlinkRefused
 from pyclassify.services import ServiceMap
 from pyclassify.tunnels import DEFAULT_TUNNELS, ENCAP_NAMES, TunnelPorts, outer_json
 
@@ -207,7 +208,7 @@ class Replay:
     def __init__(self, engine: NativeEngine, conntrack: bool = True, default: str | None = None,
                  out: IO[str] | None = None, allowed_path: str | None = None, denied_path: str | None = None,
                  flows: bool = False, staged: NativeEngine | None = None, dns: Any = None,
-                 http: bool = False, tunnels: TunnelPorts = DEFAULT_TUNNELS) -> None:
+                 http: bool = False, tunnels: TunnelPorts = DEFAULT_TUNNELS, follow_symlinks: bool = False) -> None:
         self.engine = engine
         # which tunnels are opened: their packets judged by the packet they carry
         self.tunnels = tunnels
@@ -233,6 +234,10 @@ class Replay:
         # addresses the inventory knows.
         self._names: dict[str, str] = {}
         self.allowed_path, self.denied_path = allowed_path, denied_path
+        # --allowed/--denied go to temporary files put in place when the run succeeds
+        # (pyclassify.output); a link as their path is refused unless this is set
+        self.follow_symlinks = follow_symlinks
+        self._outputs: list[OutputFile] = []
         self.summary = ReplaySummary()
         self._writers: list[CaptureWriter] = []
         self._writer_by_kind: dict[str, tuple[CaptureWriter, tuple]] = {}
@@ -342,13 +347,16 @@ class Replay:
         stops; a second one interrupts at once."""
         start = time.perf_counter()
         previous = self._defer_interrupts()
+        completed = False
         try:
             for path in paths:
                 if self._stop:
                     break
                 self._replay_one(path, progress)
+            completed = True
         except KeyboardInterrupt:
             self.summary.interrupted = True
+            completed = True
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
@@ -366,6 +374,18 @@ class Replay:
                 with self._writing("--out", self._out_name()):
                     for flow in self._flows.values():
                         self.out.write(json.dumps(flow) + "\n")
+            # In place only when the run went through every capture it could read: an earlier
+            # file of the name stays as it was otherwise.
+            keep = completed and failed is None and not self.summary.unreadable
+            for output in self._outputs:
+                if not keep:
+                    output.discard()
+                    continue
+                try:
+                    with self._writing(output.option, output.path):
+                        output.commit()
+                except ReplayError as e:
+                    failed, keep = failed or e, False
             if failed is not None:
                 raise failed
         return self.summary
@@ -410,9 +430,13 @@ class Replay:
         found = self._writer_by_kind.get(which)
         if found is None:
             try:
-                writer = CaptureWriter.like(cap, path)
+                output = OutputFile(f"--{which}", path, binary=True, follow_symlinks=self.follow_symlinks)
             except OSError as e:
                 raise ReplayError(f"--{which} {path}: cannot open for writing: {e.strerror or e}") from None
+            except SymlinkRefused as e:
+                raise ReplayError(str(e)) from None
+            self._outputs.append(output)
+            writer = CaptureWriter.like(cap, output.file)
             self._writers.append(writer)
             self._writer_by_kind[which] = (writer, signature)
             return writer
