@@ -1,6 +1,8 @@
-"""The ``pyclassify`` command line (DESIGN.md §4).
+"""The ``pyclassify`` command line.
 
-Exit codes: 0 success (or a match), 1 invalid input, 2 usage error, 3 no match (``selector``).
+Exit codes (``main``'s help lists them all): 0 success (or a match), 1 invalid input, 2 usage
+error, 3 no match (``selector``), 4 rejected (``admit``), 5 changes (``diff``), 6 and 7
+(``enforce``: a missing prerequisite, something in use or absent), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -137,8 +139,22 @@ def main() -> None:
     Reads Kubernetes, Calico and AdminNetworkPolicy manifests and decides, for every flow or
     packet, whether policy allows it, and why.
 
-    Exit codes: 0 success (or a match), 1 invalid input, 2 usage error, 3 no match
-    (selector), 4 rejected (admit), 5 reachability changes (diff), 130 interrupted.
+    \b
+    Exit codes:
+      0    success (selector: a match; admit: admitted)
+      1    invalid input: manifests with errors, a path with no manifest, a capture that
+           cannot be read (or was truncated or changed while read), an output that
+           cannot be written
+      2    usage error: an unknown or missing option or argument, options that do
+           not go together, an output that is one of the inputs
+      3    selector --labels: no match
+      4    admit: rejected
+      5    diff: some flow changes verdict
+      6    enforce: a missing prerequisite (root or CAP_NET_ADMIN, iptables, kernel
+           support)
+      7    enforce: something it needs is in use or absent (an NFQUEUE taken, a
+           --metrics address in use, a --bridge interface that does not exist)
+      130  interrupted (Ctrl-C)
     """
     _tolerate_narrow_encodings()
 
@@ -864,6 +880,8 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
                               decapsulate=not no_decap)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    if per_flow and out_path is None:
+        raise click.UsageError("--flows says what --out holds (one line per flow): give --out FILE too")
     outputs = {"--out": out_path, "--allowed": allowed_path, "--denied": denied_path}
     _refuse_overwriting_inputs(paths, pcaps, {k: v for k, v in outputs.items() if v is not None})
     from pyclassify.output import OutputFile, SymlinkRefused, check_target
@@ -928,9 +946,15 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
         _emit_json(summary)
     else:
         _print_replay(summary)
+    for path in summary["unreadable"]:
+        err.print(f"[red]error[/red]: {escape(path)}: could not be read as a capture")
+    for path in summary["cut_short"]:
+        if path not in summary["unreadable"]:
+            err.print(f"[red]error[/red]: {escape(path)}: truncated or changed while it was read: the summary "
+                      "covers the packets read before")
     if replay.summary.interrupted:
         _fail(130)
-    if replay.summary.unreadable:
+    if replay.summary.unreadable or replay.summary.cut_short:
         _fail(EXIT_INVALID)
 
 
@@ -1070,8 +1094,6 @@ def _print_replay(summary: dict[str, Any]) -> None:
         out.print(f"[yellow]decode[/yellow]: {count(n, 'packet')} {kind}")
     for problem in s["problems"]:
         out.print(f"[yellow]capture[/yellow]: {escape(problem)}")
-    for path in s["unreadable"]:
-        err.print(f"[red]error[/red]: {escape(path)}: could not be read as a capture")
     if s["interrupted"]:
         out.print("[yellow]interrupted[/yellow]: summary of the packets replayed so far")
 

@@ -132,7 +132,9 @@ class Change:
             out.append(doc)
         return out
 
-    def flow_text(self) -> str:
+    def flow_text(self, icmp_named: frozenset[int] = frozenset({1, 58})) -> str:
+        """The flows in words. ``icmp_named``: the ICMP protocols (1, 58) some rule names a type
+        of; for the others the only class is every type, said as the protocol alone."""
         parts = []
         for doc in self.flows():
             name = "other protocols" if doc["protocol"] == "other" else doc["protocol"]
@@ -142,8 +144,11 @@ class Change:
                     text += f" from ports {_ranges_text([tuple(r) for r in doc['sports']])}"  # type: ignore[misc]
             elif doc["icmp"] is not None:
                 icmp = doc["icmp"]
+                number = 1 if doc["protocol"] == "ICMP" else 58
                 types = []
                 for c in icmp:
+                    if c["type"] is None and number not in icmp_named:
+                        continue  # no rule names a type: the one class is every type
                     if c["type"] is None:
                         types.append("other types")
                     elif c["code"] is None:
@@ -151,7 +156,7 @@ class Change:
                         types.append(f"type {c['type']}" + (" (other codes)" if coded else ""))
                     else:
                         types.append(f"type {c['type']} code {c['code']}")
-                text = f"{name} " + ", ".join(types)
+                text = f"{name} " + ", ".join(types) if types else name
             else:
                 text = name
             parts.append(text)
@@ -193,9 +198,16 @@ class Diff:
         direction = (c.new if c.new.allowed is False else c.old).deciding()[0]
         new_d = c.new.egress if direction is Direction.EGRESS else c.new.ingress
         old_d = c.old.egress if direction is Direction.EGRESS else c.old.ingress
-        return (f"{text(c.src)} → {text(c.dst)}, {c.flow_text()}: "
+        return (f"{text(c.src)} → {text(c.dst)}, {c.flow_text(self.icmp_named())}: "
                 f"{verb[c.old.allowed]} → {verb[c.new.allowed]}, by {decision_text(new_d)} "
                 f"(was: {decision_text(old_d)})")
+
+    def icmp_named(self) -> frozenset[int]:
+        """The ICMP protocols (1, 58) of which some rule of either set names a type."""
+        if self.space is None:
+            return frozenset({1, 58})
+        return frozenset(c.protocol for classes in self.space.classes.values() for c in classes
+                         if c.protocol in (1, 58) and c.icmp_type is not None)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -210,9 +210,11 @@ def iter_paths(paths: Iterable[str], problems: Problems, cache: ParseCache | Non
     a time. A path that holds no document at all (an empty directory, a file of comments) is
     warned about and listed in ``problems.empty_inputs``. With ``cache``, files unchanged since
     an earlier pass are not read again (``ParseCache``)."""
+    read: dict[tuple[int, int], str] = {}  # files read, by device and inode: each read once
     for path in paths:
         found = 0
         errors_before = len(problems.errors)
+        not_objects_before = problems.not_objects
         if path == STDIN:
             limit = max_manifest_bytes()
             buffer = getattr(sys.stdin, "buffer", None)
@@ -234,12 +236,28 @@ def iter_paths(paths: Iterable[str], problems: Problems, cache: ParseCache | Non
                 problems.add(Problem(str(path), 0, "", _missing(str(path))))
                 continue
             for file in files:
+                try:
+                    st = os.stat(file)
+                    key: tuple[int, int] | None = (st.st_dev, st.st_ino)
+                except OSError:
+                    key = None  # iter_file says why it cannot be read
+                first = read.get(key) if key is not None else None
+                if first is not None:
+                    # named twice, named and inside a directory named, or through a link
+                    what = "file already read" if first == str(file) else f"file already read as {first}"
+                    problems.add(Problem(str(file), 0, "", f"{what}: not read again", "warning"))
+                    found += 1
+                    continue
+                if key is not None:
+                    read[key] = str(file)
                 for doc in iter_file(file, problems) if cache is None else cache.documents(file, problems):
                     found += 1
                     yield doc
         if not found and len(problems.errors) == errors_before:
             name = STDIN_NAME if path == STDIN else str(path)
             what = "no manifest files (.yaml, .yml, .json)" if path != STDIN and Path(path).is_dir() else "no documents"
+            if problems.not_objects > not_objects_before:
+                what = "no Kubernetes object"
             problems.add(Problem(name, 0, "", f"{what} found: nothing to read here", "warning"))
             problems.empty_inputs.append(name)
 
@@ -461,6 +479,11 @@ def _documents(root: Any, file: str, line: int, problems: Problems, positions: A
     if not isinstance(root, dict):
         problems.add(Problem(file, line, "", f"a manifest must be a mapping, not {_type_name(root)}"))
         return
+    if not _object_like(root):
+        problems.not_objects += 1
+        problems.add(Problem(file, line, "", f"not a Kubernetes object (no kind, no metadata: {NOT_AN_OBJECT}): skipped",
+                             "warning"))
+        return
     doc = Document(root, file, line, lines, positions=positions)
     if not _has_type(doc, problems):
         return
@@ -470,6 +493,17 @@ def _documents(root: Any, file: str, line: int, problems: Problems, positions: A
         yield from _list_items(doc, problems)
     else:
         yield doc
+
+
+#: What a mapping without kind or metadata usually is, beside manifests.
+NOT_AN_OBJECT = "a Helm values file, a chart's Chart.yaml, a tool's configuration"
+
+
+def _object_like(root: dict[Any, Any]) -> bool:
+    """Whether a mapping means to be a Kubernetes object: every object has a kind and metadata,
+    so one with neither (in any spelling: ``Kind:``, ``Metadata:`` are mistakes to report) is
+    another file that lives beside manifests, skipped with a warning."""
+    return any(isinstance(k, str) and k.lower() in ("kind", "metadata") for k in root)
 
 
 def _has_type(doc: Document, problems: Problems) -> bool:

@@ -29,6 +29,8 @@ from pyclassify.source import Document, Problems
 
 
 ObjectKey = tuple[str, str, "str | None", str]  # (API group, kind, namespace, name)
+#: What ``skipped`` counts the documents that are no Kubernetes object under (a values file).
+NOT_OBJECTS = "not a Kubernetes object (no kind, no metadata)"
 #: What ``skipped`` counts the pods that hold no address under.
 RELEASED_PODS = "v1/Pod holding no address (Succeeded, Failed, or Pending without one)"
 NAME_PATH = ("metadata", "name")
@@ -143,6 +145,9 @@ def load_project(paths: list[str], problems: Problems | None = None) -> Project:
         project = build_project(iter_paths(paths, loading), problems)
     problems.items[before:before] = loading.items
     problems.empty_inputs.extend(loading.empty_inputs)
+    if loading.not_objects:
+        problems.not_objects += loading.not_objects
+        project.skipped = dict(sorted({**project.skipped, NOT_OBJECTS: loading.not_objects}.items()))
     return project
 
 

@@ -115,6 +115,9 @@ class ReplaySummary:
     problems: list[str] = field(default_factory=list)
     #: captures that could not be read as captures at all (a problem, and no packet)
     unreadable: list[str] = field(default_factory=list)
+    #: captures truncated or rewritten by another process while they were read: their packets
+    #: after that are missing (a problem; the run fails, with the summary of what was read)
+    cut_short: list[str] = field(default_factory=list)
     #: with staged policies: packets by their staged verdict ("allowed", "denied") and by how it
     #: differs ("would_deny": allowed now, denied staged; "would_allow"), and staged decisions
     #: by rule as ``by_rule``
@@ -491,6 +494,7 @@ class Replay:
         after = _file_state(path)
         if before is not None and after is not None and before != after:
             problems = True
+            self.summary.cut_short.append(path)
             if after[0] < before[0]:
                 self.summary.problems.append(
                     f"{path}: truncated while being read (from {before[0]} to {after[0]} bytes, by another "
@@ -731,6 +735,7 @@ class Replay:
             },
             "problems": s.problems,
             "unreadable": s.unreadable,
+            "cut_short": s.cut_short,
             "conntrack": self.tracker.stats() if self.tracker is not None else None,
             "seconds": round(s.seconds, 6),
             "packets_per_second": round(s.rate, 1),

@@ -182,6 +182,8 @@ class Problems:
         self.empty_inputs: list[str] = []
         #: objects whose schema check refused fields in this run -> those fields, as printed
         self.schema_refused: dict[DocumentKey, tuple[str, ...]] = {}
+        #: documents skipped as no Kubernetes object (a Helm values file, a configuration)
+        self.not_objects = 0
 
     def refuse(self, doc: Document, paths: tuple[str, ...]) -> None:
         self.schema_refused[document_key(doc)] = paths

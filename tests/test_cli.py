@@ -211,6 +211,19 @@ def test_explain_reports_the_staged_verdict_without_changing_the_real_one():
 
 # --- messages ------------------------------------------------------------------------------------
 
+def test_help_lists_every_exit_code():
+    """Every exit code the README's table lists is in ``pyclassify --help``."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("### Exit codes", 1)[1].split("\n\n", 2)[1]
+    codes = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert {"0", "1", "2", "5", "6", "7", "130"} <= set(codes)
+    r = run("--help")
+    assert r.returncode == 0
+    lines = [line.strip() for line in r.stdout.splitlines()]
+    for code in codes:
+        assert any(line.startswith(f"{code} ") for line in lines), f"--help does not list exit code {code}"
+
+
 def test_counted_nouns_agree(tmp_path):
     (tmp_path / "np.yaml").write_text(
         "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: a}\n"
@@ -218,3 +231,26 @@ def test_counted_nouns_agree(tmp_path):
     r = run("check", str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert "1 document: 1 policy, 0 endpoints" in r.stdout and "0 warnings" in r.stdout
+
+
+def test_replay_flows_needs_out():
+    r = run("replay", DEMO, "--pcap", str(Path(DEMO).parents[1] / "pcaps" / "demo.pcap"), "--flows")
+    assert r.returncode == 2 and "--flows" in r.stderr and "--out" in r.stderr
+
+
+def test_end_of_tier_deny_names_the_isolating_policies(tmp_path):
+    flow = ("--from", "backend/api", "--to", "backend/db", "--proto", "UDP", "--port", "9999")
+    isolating = ["NetworkPolicy/backend/allow-api-to-db", "NetworkPolicy/backend/default-deny-ingress"]
+    for engine in ("native", "reference"):
+        r = run("explain", DEMO, *flow, "--engine", engine, "--json")
+        assert r.returncode == 0, r.stderr
+        ingress = json.loads(r.stdout)["ingress"]
+        assert ingress["reason"] == "end-of-tier" and ingress["policies"] == isolating, ingress
+    r = run("explain", DEMO, *flow)
+    assert f"isolated by {', '.join(isolating)}, no rule matched" in r.stdout
+    out = tmp_path / "v.jsonl"
+    r = run("replay", DEMO, "--pcap", str(Path(DEMO).parents[1] / "pcaps" / "demo.pcap"), "--out", str(out))
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    cut = [x for x in lines if x["ingress"] and x["ingress"]["reason"] == "end-of-tier"]
+    assert cut and all(x["ingress"]["policies"] for x in cut)
+    assert any(x["dst_endpoint"] == "backend/db" and x["ingress"]["policies"] == isolating for x in cut)

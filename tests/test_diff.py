@@ -329,3 +329,18 @@ def test_cli_invalid_new_side(tmp_path) -> None:
     r = run("diff", DEMO, "--apply", str(bad))
     assert r.exit_code == 1
     assert "bad.yaml:8" in r.output
+
+
+def test_cli_says_icmp_alone_where_no_rule_names_an_icmp_type() -> None:
+    """The demo names no ICMP type: a closed flow covers every ICMP type, not "other types"."""
+    r = run("diff", DEMO, "--apply", CHANGE)
+    assert r.exit_code == 5, r.output
+    assert "ICMP;" in r.output and "other types" not in r.output
+
+
+def test_cli_end_of_tier_names_the_isolating_policies() -> None:
+    r = run("diff", DEMO, "--apply", CHANGE)
+    assert "(deny: isolated by NetworkPolicy/backend/" in r.output, r.output
+    doc = json.loads(run("diff", DEMO, "--apply", CHANGE, "--json").output)
+    closed = next(c for c in doc["changes"] if c["flows"][0]["ports"] == [[5432, 5432]])
+    assert closed["now"]["ingress"]["policies"]

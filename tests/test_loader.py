@@ -300,3 +300,49 @@ def test_json_that_yaml_rejects_still_loads():
     docs, problems = load(text, "big.json")
     assert not problems.items
     assert docs[0].obj["data"] == {long_key: "v"} and docs[0].line == 1
+
+
+# --- each file once; what is no Kubernetes object ------------------------------------------------
+
+NAMESPACE = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n"
+
+
+def test_a_file_reached_twice_is_read_once(tmp_path):
+    """Named and inside a directory named, or through a link: one read, a warning, no
+    duplicate-object error (the API server would see one object)."""
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "ns.yaml").write_text(NAMESPACE)
+    (d / "again.yaml").symlink_to(d / "ns.yaml")
+    problems = Problems()
+    docs = load_paths([str(d), str(d / "ns.yaml")], problems)
+    assert [doc.name for doc in docs] == ["a"]
+    assert not problems.errors and not problems.empty_inputs
+    assert sum("already read as" in p.message for p in problems.warnings) == 2
+
+
+def test_a_directory_with_a_values_file_warns_and_goes_on(tmp_path):
+    (tmp_path / "ns.yaml").write_text(NAMESPACE)
+    (tmp_path / "values.yaml").write_text("replicaCount: 2\nimage: {repository: nginx, tag: stable}\n")
+    (tmp_path / "Chart.yaml").write_text("apiVersion: v2\nname: web\nversion: 0.1.0\n")
+    problems = Problems()
+    docs = load_paths([str(tmp_path)], problems)
+    assert [doc.name for doc in docs] == ["a"]
+    assert not problems.errors and not problems.empty_inputs
+    skipped = [p for p in problems.warnings if "not a Kubernetes object" in p.message]
+    assert sorted(p.file.rsplit("/", 1)[-1] for p in skipped) == ["Chart.yaml", "values.yaml"]
+    assert problems.not_objects == 2
+
+
+def test_only_values_files_is_nothing_to_read(tmp_path):
+    (tmp_path / "values.yaml").write_text("replicaCount: 2\n")
+    problems = Problems()
+    assert load_paths([str(tmp_path)], problems) == []
+    assert problems.empty_inputs == [str(tmp_path)]
+    assert any("no Kubernetes object found" in p.message for p in problems.warnings)
+
+
+def test_a_misspelt_kind_is_still_an_error():
+    """``Kind:``/``Metadata:`` mean an object: reported, not skipped as another file."""
+    docs, problems = load("apiVersion: v1\nKind: Namespace\nMetadata: {name: a}\n")
+    assert docs == [] and any("kind is required" in p.message for p in problems.errors)
