@@ -154,7 +154,7 @@ pub struct SubjectSpec {
 pub struct PolicySpec {
     #[serde(default)]
     pub id: u32,
-    /// The sort key within the tier (DESIGN.md §3, felix's policy_sorter): order (None last),
+    /// The sort key within the tier (docs/design.md §3, felix's policy_sorter): order (None last),
     /// then kind, namespace, name.
     #[serde(default)]
     pub order: Option<f64>,
