@@ -18,8 +18,9 @@ import pytest
 
 from pyclassify._engine import RuleClassifier
 from pyclassify.batch import HEADER_DTYPE
+from tests.shared_data import SHARED, missing, skip_or_fail
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "classbench"
+DATA = SHARED / "classbench"
 SETS = ["acl1_10000", "fw1_10000", "ipc1_10000"]
 RESULTS: dict[str, float] = {}
 
@@ -40,7 +41,7 @@ def headers_of(trace: Path) -> np.ndarray:
 def test_numpy_api_throughput(benchmark, name):
     rules, trace = DATA / f"{name}.rules.gz", DATA / f"{name}.trace.gz"
     if not trace.exists():
-        pytest.skip(f"{trace} not found (ClassBench data lives in ../shared beside the checkout)")
+        skip_or_fail(missing(trace, "ClassBench rule sets and traces"))
     headers = headers_of(trace)
     fast = RuleClassifier.from_classbench(str(rules))
     ids = np.empty(len(headers), np.int64)

@@ -35,6 +35,7 @@ import pytest
 from bench.peers import build_or_skip, run_json
 from bench.test_bench_classifier_numpy import DATA, headers_of
 from pyclassify._engine import RuleClassifier
+from tests.shared_data import missing, skip_or_fail
 
 SETS = os.environ.get("PYCLASSIFY_ACL_SETS", "acl1_10000,fw1_10000,ipc1_10000,acl1_100000").split(",")
 ROUNDS = int(os.environ.get("PYCLASSIFY_ACL_ROUNDS", "7"))
@@ -67,7 +68,7 @@ def _pyclassify(rules: Path, headers: np.ndarray) -> tuple[dict[str, float], np.
 def test_beside_rte_acl(name: str, peer: Path, tmp_path: Path) -> None:
     rules, trace = DATA / f"{name}.rules.gz", DATA / f"{name}.trace.gz"
     if not trace.exists():
-        pytest.skip(f"{trace} not found (ClassBench data lives in ../shared beside the checkout)")
+        skip_or_fail(missing(trace, "ClassBench rule sets and traces"))
     headers = headers_of(trace)
     ours, ids = _pyclassify(rules, headers)
 

@@ -34,7 +34,7 @@ else
     pytest_rc=$?
 fi
 
-echo "== cargo test --manifest-path rust/Cargo.toml --release"
+echo "== cargo test --manifest-path rust/Cargo.toml --release (cargo shows what it compiles)"
 cargo test --manifest-path rust/Cargo.toml --release
 cargo_rc=$?
 
@@ -43,11 +43,16 @@ cargo_rc=$?
 # carry; cargo-fuzz itself is built from crates.io when missing).
 fuzz_rc=0
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
+    echo "== cargo install cargo-fuzz 0.13.2 (once: builds it from crates.io, a few minutes; cargo shows each crate)"
     cargo install cargo-fuzz --locked --version 0.13.2 || fuzz_rc=$?
 fi
 fuzz() {  # target, seconds
-    echo "== cargo +nightly fuzz run $1 (bounded)"
-    mkdir -p "rust/fuzz/corpus/$1"
+    # The build first, its progress shown (the first one compiles the crate instrumented: minutes);
+    # then the bounded run, of which the last lines (libFuzzer's final stats) are kept.
+    echo "== cargo +nightly fuzz build $1 (the first build takes minutes; cargo shows each crate)"
+    cargo +nightly fuzz build --fuzz-dir rust/fuzz "$1" || return $?
+    echo "== cargo +nightly fuzz run $1 (bounded: at most $2 s)"
+    mkdir -p "rust/fuzz/corpus/$1" "rust/fuzz/seeds/$1"
     cargo +nightly fuzz run --fuzz-dir rust/fuzz "$1" "rust/fuzz/corpus/$1" "rust/fuzz/seeds/$1" \
         -- -runs=200000 -max_total_time="$2" -print_final_stats=1 2>&1 | tail -n 4
     return "${PIPESTATUS[0]}"

@@ -6,15 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.shared_data import SHARED, shared_path
 
 REPO = Path(__file__).resolve().parents[1]
-CASES = REPO.parent / "shared" / "cases"
+CASES = SHARED / "cases"
 
 
 def load_cases(name: str) -> Any:
-    """A conformance file from ../shared/cases, or a skip saying why it is missing."""
-    path = CASES / name
-    if not path.exists():
-        pytest.skip(f"{path} not found: conformance data lives in ../shared beside the checkout")
-    return json.loads(path.read_text())
+    """A conformance file (``tests.shared_data``), or a skip (in CI a failure) naming it."""
+    return json.loads(shared_path("cases", name, what="conformance cases").read_text())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import textwrap
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -681,10 +680,6 @@ def test_kinds_from_other_groups_are_not_inventory():
     assert is_inventory_kind(core)
 
 
-NPGUARD = Path(__file__).resolve().parents[1] / ".." / "shared" / "cases" / "npguard.json"
-
-
-@pytest.mark.skipif(not NPGUARD.exists(), reason="../shared/cases/npguard.json is not in this checkout")
 def test_workloads_are_named_as_np_guard_names_them():
     """Every workload np-guard reports (``ns/name[Kind]``, owned pods under their owner, objects
     without namespace in ``default``) is an endpoint of the inventory built from the same manifests
@@ -692,12 +687,13 @@ def test_workloads_are_named_as_np_guard_names_them():
     released their address; Calico and Cilium make no endpoint of them, nor does pyclassify."""
     from pyclassify.kinds.inventory import InventoryBuilder
     from pyclassify.loader import documents_of
+    from tests.shared_data import shared_path
 
     def workload(ep: Endpoint) -> str:
         kind, _, name = (ep.workload or f"Pod/{ep.name}").partition("/")
         return f"{ep.namespace}/{name}[{kind}]"
 
-    cases = json.loads(NPGUARD.read_text())["cases"]
+    cases = json.loads(shared_path("cases", "npguard.json", what="np-guard's cases").read_text())["cases"]
     for case in cases:
         problems = Problems()
         docs = [d for m in case["manifests"] for d in documents_of(m, case["name"], problems)]

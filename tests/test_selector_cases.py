@@ -1,4 +1,5 @@
-"""Calico's selector test tables (../shared/cases/selectors.json) through the Python API."""
+"""Calico's selector test tables (``selectors.json`` of the conformance data kept outside the
+repository, ``tests.shared_data``) through the Python API."""
 
 from __future__ import annotations
 
@@ -6,14 +7,16 @@ import pytest
 
 from pyclassify.selector import Selector, SelectorError, tokenize
 from tests.conftest import CASES, load_cases
+from tests.shared_data import missing
 
 DATA = load_cases("selectors.json") if (CASES / "selectors.json").exists() else None
-needs_data = pytest.mark.skipif(DATA is None, reason="../shared/cases/selectors.json not found")
+MISSING = missing(CASES / "selectors.json", "Calico's selector cases")
+needs_data = pytest.mark.skipif(DATA is None, reason=MISSING)
 
 
 def _cases(section: str) -> list:
     if DATA is None:
-        return []
+        return [pytest.param(None, id="no-data", marks=pytest.mark.skip(reason=MISSING))]
     value = DATA[section]
     return value["cases"] if isinstance(value, dict) else value
 

@@ -19,6 +19,7 @@ from pyclassify.ir import EndpointKind
 from pyclassify.kinds.common import PROTOCOL_NUMBERS
 from pyclassify.reference import Flow, FlowEnd
 from tests.conftest import CASES, load_cases
+from tests.shared_data import skip_mark
 from tests.conformance.policies import policy_set
 
 
@@ -51,7 +52,7 @@ def build_inventory(model: dict) -> Inventory:
 
 def _probes():
     if not (CASES / "anp_conformance.json").exists():
-        return [pytest.param(None, None, None, marks=pytest.mark.skip(reason="../shared/cases not found"))]
+        return [pytest.param(None, None, None, marks=skip_mark(CASES / "anp_conformance.json", "conformance cases"))]
     data = json.loads((CASES / "anp_conformance.json").read_text())
     out = []
     for test in data["tests"]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from pathlib import Path
 
 import pytest
 
@@ -43,8 +42,9 @@ from pyclassify.ir import (
 from pyclassify.hostpath import HookSets, host_path
 from pyclassify.reference import Flow, FlowEnd
 from pyclassify.selector import Selector
+from tests.shared_data import SHARED, shared_path
 
-CASES_FILE = Path(__file__).resolve().parents[2] / ".." / "shared" / "cases" / "calico_polprog.json"
+CASES_FILE = SHARED / "cases" / "calico_polprog.json"
 
 # Host-endpoint programs (pre-DNAT, forward and normal host tiers, host profiles, "from/to host"
 # packet flags) and XDP programs (untracked host policy, NoMatch) are judged hook by hook
@@ -62,9 +62,7 @@ _SUBJECT = Subject(Selector("polprog == 'subject'"), frozenset({EndpointKind.POD
 
 
 def _load() -> dict:
-    if not CASES_FILE.exists():
-        pytest.skip(f"{CASES_FILE} not found: conformance data lives in ../shared beside the checkout")
-    return json.loads(CASES_FILE.read_text())
+    return json.loads(shared_path("cases", CASES_FILE.name, what="Calico's policy-program cases").read_text())
 
 
 def _cases() -> list[dict]:

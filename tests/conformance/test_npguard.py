@@ -25,6 +25,7 @@ from pyclassify.project import Project, build_project
 from pyclassify.reference import Flow, FlowEnd
 from pyclassify.source import Problems
 from tests.conftest import CASES
+from tests.shared_data import skip_mark
 
 FILE = CASES / "npguard.json"
 PROTOCOLS = {"TCP": PROTO_TCP, "UDP": PROTO_UDP, "SCTP": PROTO_SCTP}
@@ -64,7 +65,7 @@ def served_today(obj: dict) -> dict:
 
 def _cases():
     if not FILE.exists():
-        return [pytest.param(None, marks=pytest.mark.skip(reason=f"{FILE} not found: conformance data lives in ../shared"))]
+        return [pytest.param(None, marks=skip_mark(FILE, "np-guard's cases"))]
     data = json.loads(FILE.read_text())
     out = []
     for case in data["cases"]:

@@ -19,6 +19,7 @@ from pyclassify.kinds.common import PROTOCOL_NUMBERS, ip_block
 from pyclassify.reference import Flow, FlowEnd
 from pyclassify.source import Document, Problems
 from tests.conftest import CASES, load_cases
+from tests.shared_data import skip_mark
 from tests.conformance.policies import policy_set
 
 FILE = "policy_assistant.json"
@@ -30,7 +31,7 @@ def _data_or_none():
 
 
 DATA = _data_or_none()
-MISSING = pytest.mark.skip(reason=f"{CASES / FILE} not found: conformance data lives in ../shared")
+MISSING = skip_mark(CASES / FILE, "policy-assistant's cases")
 
 
 def _params(items, ident):

@@ -7,7 +7,6 @@ import ipaddress
 import json
 import textwrap
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -40,8 +39,9 @@ from pyclassify.flow import HttpRequest
 from pyclassify.reference import Flow, FlowEnd, evaluate
 from pyclassify.source import Problems
 from tests.evaluators import EVALUATORS
+from tests.shared_data import SHARED, shared_path
 
-CASES = Path(__file__).resolve().parents[2] / ".." / "shared" / "cases"
+CASES = SHARED / "cases"
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -632,9 +632,7 @@ def test_subject_namespace_selector_applies():
 
 def test_policy_field_validation_cases_of_calico():
     """libcalico-go validator cases: where global() may appear."""
-    path = CASES / "selectors.json"
-    if not path.exists():
-        pytest.skip(f"{path} not found: conformance data lives in ../shared beside the checkout")
+    path = shared_path("cases", "selectors.json", what="Calico's selector and validator cases")
     cases = json.loads(path.read_text())["policy_field_validation"]["cases"]
     ran = 0
     for case in cases:

@@ -1,6 +1,7 @@
 //! The fast classifier against the linear-scan oracle on ClassBench rulesets and every header of
 //! their traces. Needs `../shared/classbench` (beside the repository; or `$PYCLASSIFY_CLASSBENCH`):
-//! without it these tests print why and pass without checking anything.
+//! without it these tests print why and pass without checking anything, unless
+//! `PYCLASSIFY_REQUIRE_SHARED` is set (CI, `.ci/run`): then they fail.
 //!
 //! The 10k/100k cases are ignored in debug builds (too slow unoptimized); the test script runs
 //! `cargo test --release`, where they run.
@@ -11,12 +12,17 @@ use pyclassify_core::classifier::{
 };
 use std::path::{Path, PathBuf};
 
+/// Whether `../shared` must be there (CI): a missing folder fails instead of skipping.
+fn shared_required() -> bool {
+    std::env::var("PYCLASSIFY_REQUIRE_SHARED").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
 fn data_dir() -> Option<PathBuf> {
     let d = classbench::find_data_dir(Path::new(env!("CARGO_MANIFEST_DIR")));
     if d.is_none() {
-        eprintln!(
-            "SKIP: no shared/classbench folder beside the repository (set PYCLASSIFY_CLASSBENCH)"
-        );
+        let why = "no shared/classbench folder beside the repository (set PYCLASSIFY_CLASSBENCH)";
+        assert!(!shared_required(), "{why}, and PYCLASSIFY_REQUIRE_SHARED says it must be there");
+        eprintln!("SKIP: {why}");
     }
     d
 }

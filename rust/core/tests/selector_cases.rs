@@ -1,5 +1,6 @@
 //! Calico's selector test tables (`../shared/cases/selectors.json`) against the Rust parser.
-//! Skips, saying why, when the shared folder is not beside the checkout (a user's clone).
+//! Skips, saying why, when the shared folder is not beside the checkout (a user's clone), unless
+//! `PYCLASSIFY_REQUIRE_SHARED` is set (CI, `.ci/run`): then it fails.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -12,6 +13,8 @@ fn cases() -> Option<Value> {
     match std::fs::read_to_string(&path) {
         Ok(text) => Some(serde_json::from_str(&text).expect("selectors.json is JSON")),
         Err(_) => {
+            let required = std::env::var("PYCLASSIFY_REQUIRE_SHARED").is_ok_and(|v| !v.is_empty() && v != "0");
+            assert!(!required, "{} not found, and PYCLASSIFY_REQUIRE_SHARED says it must be there", path.display());
             eprintln!("SKIP: {} not found (conformance data lives beside the checkout)", path.display());
             None
         }
