@@ -256,6 +256,14 @@ CASES = [
          "nonutf8dir/bad\\udcff.yaml:4: invalid YAML", "nonutf8dir"),
     case("check-newline-in-file-name", "check", "directory holding 'a\\nb.yaml' (invalid)", 1,
          "nldir/a\\nb.yaml:4: invalid YAML", "nldir"),
+    case("check-file-named-twice", "check", "a file named, inside a directory named, and linked to", 0,
+         ("twicedir/same.yaml: file already read as twicedir/ns.yaml", "twicedir/ns.yaml: file already read", "valid"),
+         "twicedir", "twicedir/ns.yaml", stream="any"),
+    case("check-helm-values-beside-manifests", "check", "a directory holding values.yaml and Chart.yaml beside a manifest", 0,
+         ("valuesdir/values.yaml:1: not a Kubernetes object", "not a Kubernetes object (no kind, no metadata) x2"),
+         "valuesdir", stream="any"),
+    case("check-helm-values-only", "check", "a directory holding only a values.yaml", 1,
+         ("valuesonly/values.yaml:1: not a Kubernetes object", "valuesonly: no Kubernetes object found"), "valuesonly"),
     case("check-unreadable-file", "check", "file with mode 000 (run as nobody)", 2,
          "Path 'secret.yaml' is not readable", "secret.yaml", runner="nobody"),
     case("check-unreadable-directory", "check", "directory with mode 000 (run as nobody)", 2,
@@ -297,6 +305,11 @@ CASES = [
          "loopa", "--from", "10.0.0.1", "--to", "10.0.0.2"),
     case("explain-stdin-latin1", "explain", "Latin-1 label value on stdin", 1, "<stdin>:7: not UTF-8 text",
          "-", "--from", "10.0.0.1", "--to", "10.0.0.2", stdin="latin1.yaml"),
+    case("explain-ipv6-to-ipv4-only-pod", "explain", "--from an IPv6 address to a pod with IPv4 only", 2,
+         "'app/web' has no IPv6 address of its own", "lifecycle.yaml", "--from", "fd00::1", "--to", "app/web"),
+    case("explain-finished-pod", "explain", "--from a pod whose phase is Succeeded", 2,
+         "'app/job' is a pod that holds no address (phase Succeeded", "lifecycle.yaml", "--from", "app/job",
+         "--to", "app/web"),
     case("explain-huge-single-line", "explain", "one 60 MB JSON line", 1,
          f"hugeline.json:1: object of {HUGE_LINE_BYTES} bytes is larger than the limit", "hugeline.json",
          "--from", "10.0.0.1", "--to", "10.0.0.2"),
@@ -637,6 +650,12 @@ CASES = [
     replay("replay-out-is-the-input", "--out the capture being read", 2,
            f"--out {PCAP} is the input --pcap {PCAP} (the same file): refusing to overwrite it", str(PCAP),
            "--out", str(PCAP)),
+    replay("replay-flows-without-out", "--flows without --out", 2, "--flows says what --out holds", str(PCAP), "--flows"),
+    replay("replay-out-symlink", "--out a symbolic link to another file", 2,
+           "--out outlink.jsonl is a symbolic link (to victim.txt): refusing to write through it", str(PCAP),
+           "--out", "outlink.jsonl"),
+    replay("replay-arp-only", "a capture of ARP frames only", 0, ("2 passed as not IP", "0 denied as malformed"),
+           "p_arp.pcap", stream="stdout"),
     replay("replay-stdout-full", "stdout on /dev/full", 1,
            "error: cannot write the output (stdout): No space left on device", str(PCAP), stdout_to="/dev/full"),
     # --- admit -----------------------------------------------------------------------------------
@@ -964,6 +983,24 @@ def _write_manifests(d: Path, rng: random.Random) -> None:
     (d / "dirloop" / "sub" / "up").symlink_to("..", target_is_directory=True)
     (d / "danglingdir").mkdir()
     (d / "danglingdir" / "gone.yaml").symlink_to("nowhere.yaml")
+    ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: app}\n"
+    (d / "twicedir").mkdir()
+    (d / "twicedir" / "ns.yaml").write_text(ns)
+    (d / "twicedir" / "same.yaml").symlink_to("ns.yaml")
+    (d / "valuesdir").mkdir()
+    (d / "valuesdir" / "ns.yaml").write_text(ns)
+    (d / "valuesdir" / "values.yaml").write_text("replicaCount: 2\nimage: {repository: nginx}\n")
+    (d / "valuesdir" / "Chart.yaml").write_text("apiVersion: v2\nname: web\nversion: 0.1.0\n")
+    (d / "valuesonly").mkdir()
+    (d / "valuesonly" / "values.yaml").write_text("replicaCount: 2\n")
+    (d / "lifecycle.yaml").write_text(
+        "apiVersion: v1\nkind: List\nitems:\n"
+        "- {apiVersion: v1, kind: Pod, metadata: {name: web, namespace: app}, status: {phase: Running, podIP: 10.1.0.3}}\n"
+        "- {apiVersion: v1, kind: Pod, metadata: {name: db, namespace: app},"
+        " status: {phase: Running, podIP: 10.1.0.2, podIPs: [{ip: 10.1.0.2}, {ip: 'fd00::2'}]}}\n"
+        "- {apiVersion: v1, kind: Pod, metadata: {name: job, namespace: app}, status: {phase: Succeeded, podIP: 10.1.0.9}}\n")
+    (d / "victim.txt").write_text("another file\n")
+    (d / "outlink.jsonl").symlink_to("victim.txt")
     for sub, name in (("nonutf8dir", b"bad\xff.yaml"), ("nldir", b"a\nb.yaml")):
         (d / sub).mkdir()
         (d / sub / os.fsdecode(name)).write_text((d / "syn.yaml").read_text())
@@ -1051,6 +1088,14 @@ def _tunnel_captures(d: Path) -> None:
         (d / name).write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1) + record)
 
 
+def _arp_record(ts: int, fraction: int) -> bytes:
+    """A pcap record of an Ethernet ARP request (who has 10.0.2.20, tell 10.0.1.10)."""
+    frame = (b"\xff" * 6 + b"\x02\x00\x00\x00\x00\x01" + b"\x08\x06"
+             + struct.pack(">HHBBH", 1, 0x0800, 6, 4, 1) + b"\x02\x00\x00\x00\x00\x01" + bytes([10, 0, 1, 10])
+             + b"\x00" * 6 + bytes([10, 0, 2, 20]))
+    return struct.pack("<IIII", ts, fraction, len(frame), len(frame)) + frame
+
+
 def _write_captures(d: Path, rng: random.Random) -> None:
     pcap, ng = PCAP.read_bytes(), PCAPNG.read_bytes()
     head = pcap[:24]
@@ -1086,6 +1131,7 @@ def _write_captures(d: Path, rng: random.Random) -> None:
         "p_garbage.pcap": b"\x6f\xa1\x3c\xad" + rng.randbytes(4092),
         "p_nuls.pcap": b"\x00" * 4096,
         "huge.pcap": head + pcap[24:] * HUGE_PCAP_COPIES + pcap[24:44],
+        "p_arp.pcap": head + _arp_record(ts, 1) + _arp_record(ts, 2),
     }
     blocks = _blocks(ng)
     epb = next(off for off, bt, _ in blocks if bt == 6)
