@@ -2,7 +2,7 @@
 //!
 //! Policy judges the first packet of a connection; every later packet of an allowed connection,
 //! in either direction, is allowed by the table without being classified again ("replies of an
-//! allowed flow are allowed", DESIGN.md §3). When policy changes, [`ConnTrack::revalidate`]
+//! allowed flow are allowed", docs/design.md §3). When policy changes, [`ConnTrack::revalidate`]
 //! re-judges every tracked connection and removes the ones the new policy denies.
 //!
 //! # Use, per packet
