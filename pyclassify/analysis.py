@@ -57,8 +57,8 @@ def family_ends(project: Project, a: Endpoint, b: Endpoint) -> list[tuple[int | 
     """The flows between two endpoints named, one per address family both have (a dual-stack
     pair: IPv4 and IPv6), each end at its own address of that family: ``(family, src, dst)``.
     An endpoint without an address of its own takes the other's families (judged by name on
-    its side); two without, or two of different families only, are one flow judged by name
-    (family None)."""
+    its side); two without are one flow judged by name (family None); two whose addresses
+    share no family (one IPv4 only, the other IPv6 only) have no flow: none."""
     fa, fb = family_addresses(project, a), family_addresses(project, b)
     if not fa and not fb:
         return [(None, FlowEnd(a), FlowEnd(b))]
@@ -67,8 +67,6 @@ def family_ends(project: Project, a: Endpoint, b: Endpoint) -> list[tuple[int | 
     if not fb:
         return [(f, FlowEnd(a, ip), FlowEnd(b)) for f, ip in sorted(fa.items())]
     shared = sorted(f for f in fa if f in fb)
-    if not shared:
-        return [(None, FlowEnd(a), FlowEnd(b))]
     return [(f, FlowEnd(a, fa[f]), FlowEnd(b, fb[f])) for f in shared]
 
 
@@ -78,10 +76,18 @@ def _flow_families(project: Project, src: FlowEnd, dst: FlowEnd, src_text: str,
     family and the endpoint at the other end is taken at its address of that family; two
     endpoints named are judged in each family both have (``family_ends``)."""
     if src.ip is not None and dst.ip is not None:
-        return [(src.ip.version if src.ip.version == dst.ip.version else None, src, dst)]
+        if src.ip.version != dst.ip.version:
+            raise UnknownEnd(f"{shown(src_text)} is IPv{src.ip.version} and {shown(dst_text)} is "
+                             f"IPv{dst.ip.version}: a flow keeps one address family", "--to")
+        return [(src.ip.version, src, dst)]
     if src.ip is None and dst.ip is None:
         assert src.endpoint is not None and dst.endpoint is not None
-        return family_ends(project, src.endpoint, dst.endpoint)
+        ends = family_ends(project, src.endpoint, dst.endpoint)
+        if not ends:
+            have = [", ".join(str(a) for a in family_addresses(project, ep).values()) for ep in (src.endpoint, dst.endpoint)]
+            raise UnknownEnd(f"{shown(src.endpoint.ref)} ({have[0]}) and {shown(dst.endpoint.ref)} ({have[1]}) "
+                             "share no address family: no flow runs between them", "--to")
+        return ends
     given, named, option = (src, dst, "--to") if src.ip is not None else (dst, src, "--from")
     assert given.ip is not None and named.endpoint is not None
     family = given.ip.version
@@ -454,7 +460,8 @@ class Matrix:
     group_text: list[str] | None = None
     #: family -> (verdicts, judged): bool arrays shaped like ``allowed``
     by_family: dict[int, tuple[Any, Any]] = field(default_factory=dict)
-    #: cells without any flow (--by identity: an IPv4 group and an IPv6 group)
+    #: cells without any flow (an IPv4 group and an IPv6 group; an IPv4-only pod and an
+    #: IPv6-only pod): null in ``--json``, never counted as allowed
     no_flow: Any = None
 
     def rows(self) -> list[list[bool]]:
@@ -523,15 +530,19 @@ def matrix(project: Project, protocol: int, port: int | None | str, default: str
                              "for --port any and --by identity")
         judge = _Judge(project, engine, default)
         allowed = np.ones((n, n), bool)
+        no_flow = np.zeros((n, n), bool)
         by_family = {f: (np.zeros((n, n), bool), np.zeros((n, n), bool)) for f in (4, 6)}
         for i, a in enumerate(pods):
             for j, b in enumerate(pods):
-                for family, x, y in family_ends(project, a, b):
+                ends = family_ends(project, a, b)
+                if not ends:
+                    allowed[i, j], no_flow[i, j] = False, True
+                for family, x, y in ends:
                     ok = judge(Flow(x, y, protocol, None, port)).allowed  # type: ignore[arg-type]
                     allowed[i, j] &= ok
                     if family is not None:
                         by_family[family][0][i, j], by_family[family][1][i, j] = ok, True
-        return Matrix(pods, protocol, port, allowed.tolist(), by_family=_present(by_family))
+        return Matrix(pods, protocol, port, allowed.tolist(), by_family=_present(by_family), no_flow=no_flow)
 
     from pyclassify import reachability as reach
     from pyclassify.engine import NativeEngine
@@ -583,14 +594,11 @@ def matrix(project: Project, protocol: int, port: int | None | str, default: str
     if both.any():
         by_name = np.maximum(index[0], 0)
         allowed[both] = table[np.ix_(by_name, by_name)][both]
-    # Of different families only (a dual-stack cluster's single-stack pods): no shared address
-    # family, judged by name as the reference does.
-    for i, j in np.argwhere(~judged_any & ~both):
-        ports = [port] if port != "any" else [None] if protocol not in reach.WITH_PORTS else [
-            lo for lo, _ in reach.port_ranges(native._engine.port_bounds())]
-        allowed[i, j] = any(native.evaluate(Flow(FlowEnd(pods[i]), FlowEnd(pods[j]), protocol, None, p), **defaults).allowed
-                            for p in ports)
-    return Matrix(pods, protocol, port, allowed, by_family=_present(by_family))
+    # Of different families only (a dual-stack cluster's single-stack pods): no address family
+    # in common, so no flow between them.
+    no_flow = ~judged_any & ~both
+    allowed[no_flow] = False
+    return Matrix(pods, protocol, port, allowed, by_family=_present(by_family), no_flow=no_flow)
 
 
 def _present(by_family: dict[int, tuple[Any, Any]]) -> dict[int, tuple[Any, Any]]:

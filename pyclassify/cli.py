@@ -677,7 +677,7 @@ def matrix_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
         cells = []
         for j, ok in enumerate(row):
             if no_flow is not None and no_flow[i][j]:
-                cells.append(f"[dim]{none}[/dim]")  # an IPv4 group and an IPv6 group: no flow
+                cells.append(f"[dim]{none}[/dim]")  # no address family in common: no flow
             elif differs[i][j]:
                 assert v4 is not None
                 cells.append(f"[yellow]{'4' if v4[i][j] else '6'}[/yellow]")  # the family that allows
@@ -694,7 +694,7 @@ def matrix_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
                   "4 = allowed over IPv4 only, "
                   "6 = allowed over IPv6 only (dual-stack pods are judged in each family)")
     if no_flow is not None and any(map(any, no_flow)):
-        out.print(f"{none} = no flow: an IPv4 group and an IPv6 group share no address family")
+        out.print(f"{none} = no flow: the two share no address family (one IPv4 only, the other IPv6 only)")
 
 
 def _inventory_difference(a: Any, b: Any) -> str | None:

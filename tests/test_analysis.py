@@ -5,6 +5,7 @@ single-stack pods: dual-stack pods, judged in each family they have, and pods th
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -116,6 +117,26 @@ def test_matrix_cli_shows_the_family_that_differs(dual: Path) -> None:
     assert "1 pair differs by address family" in r.stdout and "4 = allowed over IPv4 only" in r.stdout
 
 
+@pytest.mark.parametrize("engine", ["native", "reference"])
+def test_matrix_has_no_flow_between_pods_that_share_no_family(dual: Path, engine: str) -> None:
+    """An IPv6-only pod and an IPv4-only pod have no flow between them: no verdict either way."""
+    result = matrix(load_project([str(dual)]), 6, 80, engine=engine)
+    refs = [p.ref for p in result.pods]
+    v6, w, c = refs.index("app/v6only"), refs.index("app/web"), refs.index("app/client")
+    doc = result.to_json()
+    assert doc["matrix"][v6][w] is None and doc["matrix"][w][v6] is None
+    assert doc["matrix"][v6][c] is True  # client is dual-stack: IPv6 between them
+    assert not result.rows()[v6][w], "a pair without a flow is not counted as allowed"
+
+
+def test_matrix_cli_marks_pods_that_share_no_family(dual: Path) -> None:
+    r = cli("matrix", str(dual), "--port", "80")
+    assert r.returncode == 0, r.stderr
+    row = next(line for line in r.stdout.splitlines() if "app/v6only" in line)
+    assert re.split("[│|]", row)[-2].strip() in ("·", "."), row  # the last column: app/web
+    assert "share no address family" in r.stdout
+
+
 def test_matrix_by_identity_names_the_family_of_each_group(dual: Path) -> None:
     result = matrix(load_project([str(dual)]), 6, 80, by="identity")
     texts = result.group_text or []
@@ -154,6 +175,15 @@ def test_explain_refuses_a_family_the_named_pod_lacks(dual: Path) -> None:
     r = cli("explain", str(dual), "--from", "fd00::1", "--to", "app/web", "--port", "80")
     assert r.returncode == 2
     assert "'app/web' has no IPv6 address" in r.stderr
+
+
+def test_explain_refuses_ends_that_share_no_family(dual: Path) -> None:
+    r = cli("explain", str(dual), "--from", "app/v6only", "--to", "app/web", "--port", "80")
+    assert r.returncode == 2, r.stdout
+    assert "share no address family" in r.stderr and "fd00::4" in r.stderr and "10.1.0.3" in r.stderr
+    r = cli("explain", str(dual), "--from", "10.1.0.1", "--to", "fd00::2", "--port", "80")
+    assert r.returncode == 2, r.stdout
+    assert "'10.1.0.1' is IPv4 and 'fd00::2' is IPv6" in r.stderr
 
 
 def test_diff_says_which_family_a_change_closes(dual: Path, tmp_path: Path) -> None:

@@ -307,6 +307,12 @@ CASES = [
          "-", "--from", "10.0.0.1", "--to", "10.0.0.2", stdin="latin1.yaml"),
     case("explain-ipv6-to-ipv4-only-pod", "explain", "--from an IPv6 address to a pod with IPv4 only", 2,
          "'app/web' has no IPv6 address of its own", "lifecycle.yaml", "--from", "fd00::1", "--to", "app/web"),
+    case("explain-pods-share-no-family", "explain", "--from an IPv6-only pod to an IPv4-only pod", 2,
+         "'app/v6' (fd00::6) and 'app/web' (10.1.0.3) share no address family", "lifecycle.yaml",
+         "--from", "app/v6", "--to", "app/web"),
+    case("explain-addresses-of-two-families", "explain", "--from an IPv4 address --to an IPv6 address", 2,
+         "'10.1.0.3' is IPv4 and 'fd00::2' is IPv6: a flow keeps one address family", "lifecycle.yaml",
+         "--from", "10.1.0.3", "--to", "fd00::2"),
     case("explain-finished-pod", "explain", "--from a pod whose phase is Succeeded", 2,
          "'app/job' is a pod that holds no address (phase Succeeded", "lifecycle.yaml", "--from", "app/job",
          "--to", "app/web"),
@@ -998,7 +1004,8 @@ def _write_manifests(d: Path, rng: random.Random) -> None:
         "- {apiVersion: v1, kind: Pod, metadata: {name: web, namespace: app}, status: {phase: Running, podIP: 10.1.0.3}}\n"
         "- {apiVersion: v1, kind: Pod, metadata: {name: db, namespace: app},"
         " status: {phase: Running, podIP: 10.1.0.2, podIPs: [{ip: 10.1.0.2}, {ip: 'fd00::2'}]}}\n"
-        "- {apiVersion: v1, kind: Pod, metadata: {name: job, namespace: app}, status: {phase: Succeeded, podIP: 10.1.0.9}}\n")
+        "- {apiVersion: v1, kind: Pod, metadata: {name: job, namespace: app}, status: {phase: Succeeded, podIP: 10.1.0.9}}\n"
+        "- {apiVersion: v1, kind: Pod, metadata: {name: v6, namespace: app}, status: {phase: Running, podIP: 'fd00::6'}}\n")
     (d / "victim.txt").write_text("another file\n")
     (d / "outlink.jsonl").symlink_to("victim.txt")
     for sub, name in (("nonutf8dir", b"bad\xff.yaml"), ("nldir", b"a\nb.yaml")):
