@@ -102,7 +102,8 @@ class ReplaySummary:
     denied_connection: int = 0  # packets of connections whose opening packet policy denied
     not_ip: int = 0  # ARP and other frames that are not IP: passed, as a firewall passes them
     pickups: int = 0  # packets that picked a TCP connection up mid-stream (judged by policy)
-    policy: int = 0  # judged by policy (the rest: established, denied connection, malformed, invalid, not IP)
+    #: judged by policy (the rest: established, denied connection, malformed, not judged, invalid, not IP)
+    policy: int = 0
     policy_allowed: int = 0
     # packets judged by policy with no policy at that end, per direction
     no_policy: Counter = field(default_factory=Counter)
