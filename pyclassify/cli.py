@@ -103,6 +103,7 @@ class LazyGroup(click.Group):
         "enforce": "pyclassify.enforce.commands:enforce_command",
         "monitor": "pyclassify.enforce.monitor:monitor_command",
         "render": "pyclassify.render:render_command",
+        "report": "pyclassify.report.command:report_command",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -233,6 +234,20 @@ def selector_cmd(expr: str, labels_text: str | None, as_json: bool) -> None:
 
 paths_argument = click.argument("paths", nargs=-1, required=True, type=click.Path(allow_dash=True))
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def output_options(by_default: str) -> Any:
+    """``--output`` (``--json`` is its short form for json) and ``--by``, of matrix and diff:
+    the formats and levels of ``pyclassify.report``."""
+    return lambda f: click.option("--output", "output", type=click.Choice(OUTPUTS), default="text", show_default=True,
+                     help="text, json, csv, md (Markdown), dot or svg (Graphviz: the graph of who may reach "
+                          "whom), html (the report: pyclassify report).")(
+        click.option("--by", "by", type=click.Choice(["namespace", "identity", "pod"]), default=by_default,
+                     show_default=True, help="Rows, columns or graph nodes: each namespace, each group of pods "
+                     "policy cannot tell apart (with counts), or each pod.")(f))
+
+
+OUTPUTS = ("text", "json", "csv", "md", "dot", "svg", "html")
 # Commands that can read a cluster: PATH may be left out when --kubeconfig or --in-cluster is given.
 cluster_paths_argument = click.argument("paths", nargs=-1, type=click.Path(allow_dash=True))
 
@@ -638,14 +653,13 @@ Examples:
               help="Only the pods of this namespace (repeat for several), as rows and columns.")
 @click.option("--selector", "selector", metavar="EXPR", callback=_selector_option, default=None,
               help="Only the pods whose labels match this Calico selector, as rows and columns.")
-@click.option("--by", "by", type=click.Choice(["pod", "identity"]), default="pod", show_default=True,
-              help="Rows and columns: each pod, or each group of pods policy cannot tell apart (with counts).")
 @default_option
 @engine_option
 @json_option
+@output_options("pod")
 def matrix_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
                proto: str, port: int | str | None, namespaces: tuple[str, ...], selector: Any, by: str,
-               default: str | None, engine: str, as_json: bool) -> None:
+               default: str | None, engine: str, as_json: bool, output: str) -> None:
     """Reachability truth table among pods: row = from, column = to.
 
     Exact at any size: pods policy cannot tell apart (same identity and address class) are
@@ -653,11 +667,17 @@ def matrix_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     from pyclassify.analysis import matrix
 
     protocol = _protocol(proto)
-    if engine == "reference" and (port == "any" or by != "pod"):
-        raise click.UsageError("--engine reference judges one port between pods: drop --port any / --by identity")
+    if engine == "reference" and (port == "any" or by != "pod" or output not in ("text", "json")):
+        raise click.UsageError("--engine reference judges one port between pods: drop --port any / --by / --output")
     project = _load(paths, (kubeconfig, kube_context, in_cluster))
+    if output not in ("text", "json") or by == "namespace":
+        from pyclassify.report.command import matrix_output
+
+        matrix_output(project, paths, protocol, port, default, engine, namespaces, selector, by,
+                      "json" if as_json else output)
+        return
     result = matrix(project, protocol, port, default, engine, namespaces, selector, by)
-    if as_json:
+    if as_json or output == "json":
         _emit_json(result.to_json())
         return
     from rich.table import Table
@@ -741,37 +761,14 @@ def _split_against(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
     return old, new
 
 
-@main.command("diff", context_settings={"ignore_unknown_options": True}, epilog="""\b
-Examples:
-  pyclassify diff examples/demo --apply examples/changes/db-behind-pgbouncer.yaml
-  pyclassify diff cluster/ --against cluster-after/ --json
-  pyclassify diff --kubeconfig ~/.kube/config --apply change.yaml
-\b
---against NEW...: the whole new policy set (every path after it is NEW). NEW
-may hold policy only: it is then judged over OLD's inventory (pods,
-namespaces, services...). When both hold an inventory, it must be the same.
-Exit 0: nothing changes; 5: some flow changes verdict; 1: invalid input.
-""")
-@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="OLD... (--against NEW... | --apply FILE)")
-@kube_options
-@click.option("--apply", "apply_paths", metavar="PATH", multiple=True, type=click.Path(allow_dash=True),
-              help="Policy objects to apply to OLD (as kubectl apply would: an object with the same kind, "
-                   "namespace and name is replaced, a new one added); NEW is the result. Repeat for several.")
-@default_option
-@json_option
-def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
-             apply_paths: tuple[str, ...], default: str | None, as_json: bool) -> None:
-    """Which connections a policy change opens or closes, before it is applied.
-
-    Compares the policy sets OLD and NEW over one inventory: every pod group, host endpoint and
-    outside address class as policy sees them, every protocol and port class some rule
-    distinguishes. Prints each change of verdict with the rule responsible, and what decided
-    before."""
-    old_paths, new_paths = _split_against(args)
+def _diff_projects(old_paths: list[str], new_paths: list[str], apply_paths: tuple[str, ...],
+                   kube: tuple[str | None, str | None, bool]) -> tuple["Project", "Project", list[str]]:
+    """OLD and NEW of a change over one inventory (``diff``, ``report --against/--apply``), and
+    the paths NEW is named by."""
     if bool(new_paths) == bool(apply_paths):
         raise click.UsageError("give the new policy: --against NEW... (a whole policy set) or --apply FILE "
                                "(objects applied to OLD), one of them")
-    old = _load(tuple(old_paths), (kubeconfig, kube_context, in_cluster))
+    old = _load(tuple(old_paths), kube)
     if apply_paths:
         change = _load(apply_paths)
         if change.has_inventory():
@@ -794,11 +791,47 @@ def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, ku
                       "diff compares policy over one inventory: give it on one side only, or the same on both.")
             _fail(EXIT_INVALID)
         new = new.over(old.inventory)
+    return old, new, new_paths
+
+
+@main.command("diff", context_settings={"ignore_unknown_options": True}, epilog="""\b
+Examples:
+  pyclassify diff examples/demo --apply examples/changes/db-behind-pgbouncer.yaml
+  pyclassify diff cluster/ --against cluster-after/ --json
+  pyclassify diff --kubeconfig ~/.kube/config --apply change.yaml
+\b
+--against NEW...: the whole new policy set (every path after it is NEW). NEW
+may hold policy only: it is then judged over OLD's inventory (pods,
+namespaces, services...). When both hold an inventory, it must be the same.
+Exit 0: nothing changes; 5: some flow changes verdict; 1: invalid input.
+""")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="OLD... (--against NEW... | --apply FILE)")
+@kube_options
+@click.option("--apply", "apply_paths", metavar="PATH", multiple=True, type=click.Path(allow_dash=True),
+              help="Policy objects to apply to OLD (as kubectl apply would: an object with the same kind, "
+                   "namespace and name is replaced, a new one added); NEW is the result. Repeat for several.")
+@default_option
+@json_option
+@output_options("identity")
+def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
+             apply_paths: tuple[str, ...], default: str | None, as_json: bool, output: str, by: str) -> None:
+    """Which connections a policy change opens or closes, before it is applied.
+
+    Compares the policy sets OLD and NEW over one inventory: every pod group, host endpoint and
+    outside address class as policy sees them, every protocol and port class some rule
+    distinguishes. Prints each change of verdict with the rule responsible, and what decided
+    before."""
+    old_paths, new_paths = _split_against(args)
+    old, new, new_paths = _diff_projects(old_paths, new_paths, apply_paths, (kubeconfig, kube_context, in_cluster))
     from pyclassify.diff import diff
 
     result = diff(old.policy_set, new.policy_set, old.inventory, default,
                   old_paths or [f"cluster {kubeconfig or 'in-cluster'}"], new_paths)
-    if as_json:
+    if output not in ("text", "json"):
+        from pyclassify.report.command import diff_output
+
+        diff_output(result, old, new, output, by, default)
+    elif as_json or output == "json":
         _emit_json(result.to_json())
     else:
         summary = result.to_json()["summary"]

@@ -1,0 +1,211 @@
+"""``pyclassify report`` and the ``--output`` formats of ``matrix`` and ``diff``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Sequence
+
+import click
+import numpy as np
+
+from pyclassify import cli
+from pyclassify import reachability as reach
+from pyclassify.kinds.common import protocol_name
+from pyclassify.report import formats
+from pyclassify.report.grid import Grid, build
+
+
+def _write(text: str, path: str | None = None) -> None:
+    if path is None or path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def _flow_text(protocol: int, port: Any) -> str:
+    name = protocol_name(protocol)
+    return name if port is None else f"{name} on some port" if port == "any" else f"{name} {port}"
+
+
+def _matrix_grid(project: Any, protocol: int, port: Any, default: str | None, namespaces: tuple[str, ...],
+                 selector: Any, against: Any = None) -> Grid:
+    from pyclassify.analysis import matrix_pods
+    from pyclassify.engine import EngineState
+
+    state = EngineState()
+    engines = [state.update(project.policy_set, project.inventory)]
+    policy_sets = [project.policy_set]
+    if against is not None:
+        engines.append(state.update(against.policy_set, project.inventory))  # a delta
+        policy_sets.append(against.policy_set)
+    defaults = {} if default is None else {"default_pod": default, "default_host": default}
+    return build(engines, matrix_pods(project, namespaces, selector), protocol, port, defaults, policy_sets)
+
+
+def _matrix_table(project: Any, protocol: int, port: Any, default: str | None, engine: str,
+                  namespaces: tuple[str, ...], selector: Any, by: str) -> formats.Table:
+    """``matrix``'s own table at ``by`` (pods and groups as ``matrix`` answers them; namespaces
+    its identity table counted in pods)."""
+    from pyclassify.analysis import matrix
+
+    result = matrix(project, protocol, port, default, engine, namespaces, selector,
+                    "identity" if by == "namespace" else by)
+    allowed = np.asarray(result.allowed, bool)
+    flow = _flow_text(protocol, port)
+    if by == "pod":
+        names = [p.ref for p in result.pods]
+        ones = np.ones(allowed.shape, np.int64)
+        return formats.Table(names, allowed.astype(np.int64), ones, flow, by, [p.namespace or "" for p in result.pods])
+    groups = result.groups or []
+    if by == "identity":
+        ones = np.ones(allowed.shape, np.int64)
+        return formats.Table(list(result.group_text or []), allowed.astype(np.int64), ones, flow, by,
+                             [g.endpoints[0].namespace or "" for g in groups])
+    spaces = sorted({g.endpoints[0].namespace or "" for g in groups})
+    member = np.zeros((len(groups), len(spaces)))
+    for k, g in enumerate(groups):
+        member[k, spaces.index(g.endpoints[0].namespace or "")] = len(g.endpoints)
+    counts = np.rint(member.T @ allowed.astype(np.float64) @ member).astype(np.int64)
+    pods = member.sum(axis=0).astype(np.int64)
+    return formats.Table(spaces, counts, np.outer(pods, pods), flow, by)
+
+
+def matrix_output(project: Any, paths: Sequence[str], protocol: int, port: Any, default: str | None, engine: str,
+                  namespaces: tuple[str, ...], selector: Any, by: str, output: str) -> None:
+    """``matrix --output FORMAT`` (and ``--by namespace`` as text or json)."""
+    if output == "html":
+        grid = _matrix_grid(project, protocol, port, default, namespaces, selector)
+        from pyclassify.report.page import render
+
+        _write(render(grid, f"Reachability: {_flow_text(protocol, port)}", paths or ["--kubeconfig ..."]))
+        return
+    table = _matrix_table(project, protocol, port, default, engine, namespaces, selector, by)
+    if output == "json":
+        pods = [int(table.pairs[k, k] ** 0.5) for k in range(len(table.names))]
+        cli._emit_json({"namespaces": table.names, "pods": pods, "protocol": protocol_name(protocol), "port": port,
+                        "matrix": table.allowed.tolist()})
+    elif output == "text":
+        for i, name in enumerate(table.names):
+            cells = "  ".join(f"{table.names[j]} {formats._cell(table, i, j, True)}" for j in range(len(table.names)))
+            click.echo(f"{name} -> {cells}")
+        click.echo(f"{int(table.allowed.sum())} of {int(table.pairs.sum())} pod pairs allowed ({table.flow})")
+    else:
+        _graph_output(table, output)
+
+
+def _graph_output(table: formats.Table, output: str) -> None:
+    if output == "csv":
+        _write(formats.table_csv(table))
+    elif output == "md":
+        _write(formats.table_md(table))
+    else:
+        dot = formats.table_dot(table)
+        _write(dot if output == "dot" else _svg(dot))
+
+
+def _svg(dot: str) -> str:
+    try:
+        return formats.svg(dot)
+    except formats.GraphvizMissing as e:
+        cli.err.print(f"[red]error[/red]: {cli.escape(str(e))}")
+        cli._fail(cli.EXIT_INVALID)
+
+
+def _end(group: reach.Group, keys: set[str], by: str) -> list[tuple[str, str | None]]:
+    """A change's end as graph nodes at ``by``: (name, namespace) per namespace, group or pod;
+    outside addresses and host endpoints are their group."""
+    if group.outside or group.endpoints[0].namespace is None:
+        return [(reach.group_text(group, keys), None)]
+    ns = group.endpoints[0].namespace
+    if by == "namespace":
+        return [(ns, None)]
+    if by == "pod":
+        return [(e.ref, ns) for e in group.endpoints]
+    return [(reach.group_text(group, keys), ns)]
+
+
+def diff_output(result: Any, old: Any, new: Any, output: str, by: str, default: str | None) -> None:
+    """``diff --output FORMAT`` beyond text and json."""
+    if output == "html":
+        _write(_diff_html(result, old, new, default, 6, "any", (), None))
+        return
+    edges: list[formats.Edge] = []
+    seen: set[tuple] = set()
+    for c in result.changes:
+        flows = c.flow_text()
+        for src, src_ns in _end(c.src, result.keys, by):
+            for dst, dst_ns in _end(c.dst, result.keys, by):
+                key = (src, dst, c.opened, flows)
+                if key not in seen:  # namespaces: one edge for its groups' changes alike
+                    seen.add(key)
+                    edges.append(formats.Edge(src, dst, c.opened, flows, src_ns, dst_ns))
+    if output == "csv":
+        _write(formats.changes_csv(edges))
+    elif output == "md":
+        _write(formats.changes_md(edges))
+    else:
+        title = (f"What the change opens (blue) and closes (black), by {by}: "
+                 f"{', '.join(result.policies_changed) or 'no policy'} changed")
+        dot = formats.changes_dot(edges, title)
+        _write(dot if output == "dot" else _svg(dot))
+
+
+def _diff_html(result: Any, old: Any, new: Any, default: str | None, protocol: int, port: Any,
+               namespaces: tuple[str, ...], selector: Any, paths: Sequence[str] = ()) -> str:
+    from pyclassify.report.page import render
+
+    grid = _matrix_grid(old, protocol, port, default, namespaces, selector, against=new)
+    changes = [{"opened": c.opened, "text": result.change_text(c)} for c in result.changes]
+    return render(grid, f"What the change does: {_flow_text(protocol, port)}", paths or result.old_paths,
+                  changes, result.policies_changed)
+
+
+@click.command("report", context_settings={"ignore_unknown_options": True}, epilog="""\b
+Examples:
+  pyclassify report examples/demo --port 80 -o report.html
+  pyclassify report examples/demo --port any --apply examples/changes/db-behind-pgbouncer.yaml -o change.html
+  pyclassify report cluster/ --against cluster-after/ --proto TCP --port 5432 -o change.html
+\b
+One HTML file, opened offline: the namespace heatmap opens into identity
+groups and pods; a click on a cell explains its verdict (tier, policy, rule
+of each direction). With --against/--apply: what the change opens and closes,
+on the same grid, and every change diff finds.
+""")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="PATH... [--against NEW... | --apply FILE]")
+@cli.kube_options
+@click.option("--apply", "apply_paths", metavar="PATH", multiple=True, type=click.Path(allow_dash=True),
+              help="Policy objects applied to PATH (as diff --apply): draw the change.")
+@click.option("--proto", "proto", default="TCP", show_default=True, help="Protocol name or number.")
+@click.option("--port", "port", metavar="N|any", callback=cli._port_or_any, default=None,
+              help="Destination port, or 'any': allowed on some port class.")
+@click.option("--namespace", "namespaces", metavar="NS", multiple=True, help="Only the pods of this namespace.")
+@click.option("--selector", "selector", metavar="EXPR", callback=cli._selector_option, default=None,
+              help="Only the pods whose labels match this Calico selector.")
+@cli.default_option
+@click.option("-o", "--out", "out_path", type=click.Path(dir_okay=False, writable=True, allow_dash=True),
+              default="-", show_default=True, help="The HTML file to write (- for stdout).")
+def report_command(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
+                   apply_paths: tuple[str, ...], proto: str, port: Any, namespaces: tuple[str, ...], selector: Any,
+                   default: str | None, out_path: str) -> None:
+    """One self-contained HTML report of reachability among pods, or of a change to it."""
+    protocol = cli._protocol(proto)
+    paths, new_paths = cli._split_against(args)
+    kube = (kubeconfig, kube_context, in_cluster)
+    shown = paths or [f"--kubeconfig {kubeconfig}" if kubeconfig else "--in-cluster"]
+    if new_paths or apply_paths:
+        old, new, new_paths = cli._diff_projects(paths, new_paths, apply_paths, kube)
+        from pyclassify.diff import diff
+
+        result = diff(old.policy_set, new.policy_set, old.inventory, default, shown, new_paths)
+        page = _diff_html(result, old, new, default, protocol, port, namespaces, selector, shown)
+    else:
+        project = cli._load(tuple(paths), kube)
+        grid = _matrix_grid(project, protocol, port, default, namespaces, selector)
+        from pyclassify.report.page import render
+
+        page = render(grid, f"Reachability: {_flow_text(protocol, port)}", shown)
+    _write(page, out_path)
+    if out_path != "-":
+        cli.err.print(f"wrote {out_path} ({len(page.encode('utf-8')):,} bytes)", highlight=False)

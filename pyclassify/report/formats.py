@@ -1,0 +1,171 @@
+"""``matrix`` and ``diff`` in other tools' formats: CSV, Markdown, Graphviz dot, and SVG drawn
+from the dot by Graphviz.
+
+A matrix is a square table over names (namespaces, identity groups or pods), each cell the pod
+pairs the row may reach the column (``allowed``) of all of them (``pairs``); its graph draws an
+edge where some are allowed, labelled by the flow, green where all are, amber where some. A
+diff's graph draws each change as an edge, blue where it opens, black where it closes,
+labelled by its flows.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+ALLOW_COLOUR, SOME_COLOUR, OPENED_COLOUR, CLOSED_COLOUR = "#2e8b57", "#e08e0b", "#1e6fd9", "#111111"
+
+
+@dataclass
+class Table:
+    """Reachability over ``names``: ``allowed[i, j]`` pod pairs of ``pairs[i, j]``, grouped into
+    ``clusters`` (a namespace per name; None: not drawn in clusters)."""
+
+    names: list[str]
+    allowed: npt.NDArray[np.int64]
+    pairs: npt.NDArray[np.int64]
+    flow: str  # "TCP 8080", "TCP on some port"
+    by: str
+    clusters: list[str] | None = None
+
+
+def _cell(table: Table, i: int, j: int, plain: bool) -> str:
+    a, p = int(table.allowed[i, j]), int(table.pairs[i, j])
+    if table.by != "namespace":
+        return ("y" if a else "n") if plain else ("✓" if a else "✗")
+    return f"{a}/{p}"
+
+
+def table_csv(table: Table) -> str:
+    """One row per name; each cell ``true``/``false`` (pods and groups) or ``allowed/pairs``
+    (namespaces)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["from \\ to", *table.names])
+    for i, name in enumerate(table.names):
+        if table.by == "namespace":
+            w.writerow([name, *(_cell(table, i, j, True) for j in range(len(table.names)))])
+        else:
+            w.writerow([name, *("true" if a else "false" for a in table.allowed[i])])
+    return buf.getvalue()
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table_md(table: Table) -> str:
+    head = f"{table.flow}: may the row reach the column?"
+    lines = [head, "", "| from \\ to | " + " | ".join(_md(n) for n in table.names) + " |",
+             "| --- |" + " :-: |" * len(table.names)]
+    for i, name in enumerate(table.names):
+        lines.append(f"| {_md(name)} | " + " | ".join(_cell(table, i, j, False) for j in range(len(table.names))) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _dot_id(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def table_dot(table: Table) -> str:
+    """The graph of who may reach whom: a node per name (in a cluster per namespace below the
+    namespace level), an edge per pair where some pod pair is allowed."""
+    out = ["digraph reachability {",
+           f"  label={_dot_id(f'{table.flow}: who may reach whom (by {table.by})')};",
+           "  labelloc=t; rankdir=LR; node [shape=box, style=rounded, fontname=Helvetica];",
+           "  edge [fontname=Helvetica, fontsize=10];"]
+    if table.clusters is not None:
+        by_ns: dict[str, list[int]] = {}
+        for k, ns in enumerate(table.clusters):
+            by_ns.setdefault(ns, []).append(k)
+        for c, (ns, members) in enumerate(by_ns.items()):
+            out.append(f"  subgraph cluster_{c} {{ label={_dot_id('namespace ' + ns)}; style=dashed;")
+            out.extend(f"    n{k} [label={_dot_id(table.names[k])}];" for k in members)
+            out.append("  }")
+    else:
+        out.extend(f"  n{k} [label={_dot_id(table.names[k])}];" for k in range(len(table.names)))
+    for i, j in np.argwhere(table.allowed > 0):
+        a, p = int(table.allowed[i, j]), int(table.pairs[i, j])
+        label = table.flow if a == p or table.by != "namespace" else f"{table.flow}\n{a} of {p} pod pairs"
+        colour = ALLOW_COLOUR if a == p else SOME_COLOUR
+        style = "" if a == p else ", style=dashed"
+        out.append(f"  n{i} -> n{j} [label={_dot_id(label)}, color={_dot_id(colour)}, fontcolor={_dot_id(colour)}{style}];")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+@dataclass
+class Edge:
+    """One change drawn between two ends: opened or closed, and the flows it covers."""
+
+    src: str
+    dst: str
+    opened: bool
+    flows: str
+    src_cluster: str | None = None
+    dst_cluster: str | None = None
+
+
+def changes_csv(edges: Iterable[Edge]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["change", "from", "to", "flows"])
+    for e in edges:
+        w.writerow(["opened" if e.opened else "closed", e.src, e.dst, e.flows])
+    return buf.getvalue()
+
+
+def changes_md(edges: Iterable[Edge]) -> str:
+    lines = ["| change | from | to | flows |", "| --- | --- | --- | --- |"]
+    lines += [f"| {'opened' if e.opened else 'closed'} | {_md(e.src)} | {_md(e.dst)} | {_md(e.flows)} |" for e in edges]
+    return "\n".join(lines) + "\n"
+
+
+def changes_dot(edges: Sequence[Edge], title: str) -> str:
+    """Each change an edge between its ends: blue where it opens, black where it closes."""
+    nodes: dict[str, int] = {}
+    clusters: dict[str | None, list[str]] = {}
+    for e in edges:
+        for name, cluster in ((e.src, e.src_cluster), (e.dst, e.dst_cluster)):
+            if name not in nodes:
+                nodes[name] = len(nodes)
+                clusters.setdefault(cluster, []).append(name)
+    out = ["digraph changes {", f"  label={_dot_id(title)}; labelloc=t; rankdir=LR;",
+           "  node [shape=box, style=rounded, fontname=Helvetica]; edge [fontname=Helvetica, fontsize=10];"]
+    for c, (cluster, names) in enumerate(clusters.items()):
+        if cluster is not None:
+            out.append(f"  subgraph cluster_{c} {{ label={_dot_id('namespace ' + cluster)}; style=dashed;")
+        out.extend(f"    n{nodes[n]} [label={_dot_id(n)}];" for n in names)
+        if cluster is not None:
+            out.append("  }")
+    for e in edges:
+        colour = OPENED_COLOUR if e.opened else CLOSED_COLOUR
+        label = ("+ " if e.opened else "- ") + e.flows
+        style = "" if e.opened else ", style=bold"
+        out.append(f"  n{nodes[e.src]} -> n{nodes[e.dst]} [label={_dot_id(label)}, color={_dot_id(colour)}, "
+                   f"fontcolor={_dot_id(colour)}{style}];")
+    out.append("}")
+    return "\n".join(out) + "\n"
+
+
+class GraphvizMissing(RuntimeError):
+    pass
+
+
+def svg(dot: str) -> str:
+    """The graph drawn by Graphviz's ``dot``."""
+    exe = shutil.which("dot")
+    if exe is None:
+        raise GraphvizMissing("--output svg draws with Graphviz: its 'dot' is not on PATH "
+                              "(Debian/Ubuntu: apt-get install graphviz), or take --output dot")
+    done = subprocess.run([exe, "-Tsvg"], input=dot.encode("utf-8"), capture_output=True, check=False)
+    if done.returncode != 0:
+        raise GraphvizMissing(f"Graphviz's dot failed: {done.stderr.decode('utf-8', 'replace').strip()}")
+    return done.stdout.decode("utf-8")
