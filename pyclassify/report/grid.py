@@ -126,39 +126,68 @@ def _judge(grid: Grid, engines: Sequence[NativeEngine], space: reach.FlowSpace, 
                 continue
             si, di = np.divmod(cells, n)
             si = si + top
+            whole = len(cells) == block.size  # every cell of the rows: written as one slice
+
+            def put(target: npt.NDArray[Any], values: npt.NDArray[Any]) -> None:
+                if whole:
+                    target[top:top + len(block)] = values.reshape(block.shape)
+                else:
+                    target[si, di] = values
+
             allows = []
             for engine, side in zip(engines, grid.sides):
                 rec = reach.judge_pairs(engine, groups, groups, si, di, classes, family or None, defaults)
                 allow = rec["allow"].astype(bool)
                 allows.append(allow)
-                # The class a cell speaks for: its first allowed one, or its first.
-                speaking = np.where(allow.any(axis=1), allow.argmax(axis=1), 0)
-                chosen = rec[np.arange(len(cells)), speaking]
-                side.verdict[si, di] = np.where(allow.any(axis=1), ALLOW, DENY)
-                if side.klass is not None:
-                    side.klass[si, di] = speaking
+                some = allow.any(axis=1)
+                put(side.verdict, np.where(some, ALLOW, DENY).astype(np.uint8))
+                if len(classes) == 1:
+                    chosen = rec[:, 0]
+                else:
+                    # The class a cell speaks for: its first allowed one, or its first.
+                    speaking = np.where(some, allow.argmax(axis=1), 0)
+                    chosen = rec[np.arange(len(cells)), speaking]
+                    if side.klass is not None:
+                        put(side.klass, speaking.astype(np.uint16))
                 for name, direction, out in (("egress", Direction.EGRESS, side.egress),
                                              ("ingress", Direction.INGRESS, side.ingress)):
-                    out[si, di] = _decision_ids(engine, chosen[name], direction, grid.decisions, index)
+                    put(out, _decision_ids(engine, chosen[name], direction, grid.decisions, index))
             if grid.change is not None:
                 was, now = allows
-                grid.change[si, di] = (np.where((~was & now).any(axis=1), OPENED, 0)
-                                       | np.where((was & ~now).any(axis=1), CLOSED, 0))
+                put(grid.change, (np.where((~was & now).any(axis=1), OPENED, 0)
+                                  | np.where((was & ~now).any(axis=1), CLOSED, 0)).astype(np.uint8))
+
+
+def _packed_keys(records: npt.NDArray[Any]) -> npt.NDArray[np.uint64] | None:
+    """What tells side records' decisions apart (presence, verdict, reason, source kind, tier,
+    source, rule) packed into one integer each, or None when a field is beyond its bits."""
+    tier, source, rule = (records[f].astype(np.int64) + 1 for f in ("tier", "source", "rule"))
+    for values, bits in ((tier, 10), (source, 24), (rule, 21)):
+        if len(values) and (values.min() < 0 or values.max() >= 1 << bits):
+            return None
+    if len(records) and (records["reason"].max() >= 32 or records["source_kind"].max() >= 4):
+        return None
+    u = np.uint64
+    return (records["present"].astype(u) | records["allow"].astype(u) << u(1) | records["reason"].astype(u) << u(2)
+            | records["source_kind"].astype(u) << u(7) | tier.astype(u) << u(9) | source.astype(u) << u(19)
+            | rule.astype(u) << u(43))
 
 
 def _decision_ids(engine: NativeEngine, records: npt.NDArray[Any], direction: Direction,
                   decisions: list[dict[str, Any] | None], index: dict[tuple[int, bytes], int]) -> npt.NDArray[np.uint32]:
     """Each side record's index in ``decisions`` (0: absent), adding the new ones: records are
     told apart by what a decision is made of (presence, verdict, reason, tier, policy, rule)."""
-    raw = np.ascontiguousarray(records).view(np.uint8).reshape(len(records), -1)[:, :16]
-    keys = np.ascontiguousarray(raw).view("V16").ravel()
+    keys: npt.NDArray[Any] | None = _packed_keys(records)
+    if keys is None:
+        raw = np.ascontiguousarray(records).view(np.uint8).reshape(len(records), -1)[:, :16]
+        keys = np.ascontiguousarray(raw).view("V16").ravel()
     unique, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     ids = np.zeros(len(unique), np.uint32)
     for u, (key, at) in enumerate(zip(unique, first)):
         rec = records[at]
         if not rec["present"]:
             continue
-        k = (0 if direction is Direction.EGRESS else 1, key.tobytes())
+        k = (0 if direction is Direction.EGRESS else 1, key.tobytes())  # packed or raw: either tells apart
         if k not in index:
             d = engine.side_decision(rec, direction)
             index[k] = len(decisions)

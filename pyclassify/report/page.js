@@ -181,7 +181,9 @@ function explain(S, row, col, td) {
     const k = S[s].klass ? S[s].klass[cell] : 0;
     const flow = R.classes[k];
     const verdict = VERDICT[S[s].verdict[cell]];
-    html += `<dl data-side="${s}" data-verdict="${verdict}"><dt>${names[s] || "verdict"}</dt>` +
+    const json = (id) => esc(JSON.stringify(R.decisions[id] || null));
+    html += `<dl data-side="${s}" data-verdict="${verdict}" data-egress="${json(S[s].egress[cell])}" ` +
+            `data-ingress="${json(S[s].ingress[cell])}"><dt>${names[s] || "verdict"}</dt>` +
             `<dd><b>${verdict}</b>: ${esc(flow.text)}</dd>` +
             `<dt>egress of the source</dt>${decision(S[s].egress[cell])}` +
             `<dt>ingress of the destination</dt>${decision(S[s].ingress[cell])}</dl>`;

@@ -1,0 +1,126 @@
+"""``matrix`` and ``diff`` as CSV, Markdown, Graphviz dot and SVG, held to their own ``--json``;
+dot and SVG are rendered by Graphviz and read back."""
+
+from __future__ import annotations
+
+import csv
+import io
+import shlex
+import subprocess
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tests.report.conftest import run, run_json
+
+DEMO = "examples/demo"
+CHANGE = "examples/changes/db-behind-pgbouncer.yaml"
+
+
+def rendered(graphviz: str, dot: str) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
+    """Graphviz's layout of ``dot`` (``-Tplain``): node name -> label, and (tail, head, colour)
+    per edge."""
+    r = subprocess.run([graphviz, "-Tplain"], input=dot, capture_output=True, text=True, check=True)
+    nodes: dict[str, str] = {}
+    edges = []
+    for line in r.stdout.splitlines():
+        parts = shlex.split(line)
+        if parts[0] == "node":
+            nodes[parts[1]] = parts[6]
+        elif parts[0] == "edge":
+            edges.append((parts[1], parts[2], parts[-1]))
+    return nodes, edges
+
+
+@pytest.mark.parametrize("by", ["pod", "identity"])
+def test_matrix_dot_rendered_by_graphviz_draws_the_allowed_pairs(graphviz: str, by: str) -> None:
+    doc = run_json("matrix", DEMO, "--port", "80", "--by", by, "--json")
+    names = doc["pods"] if by == "pod" else [", ".join(g["endpoints"]) for g in doc["groups"]]
+    r = run("matrix", DEMO, "--port", "80", "--by", by, "--output", "dot")
+    assert r.returncode == 0, r.stderr
+    nodes, edges = rendered(graphviz, r.stdout)
+    assert len(nodes) == len(names)
+    index = {node: int(node[1:]) for node in nodes}
+    drawn = {(index[t], index[h]) for t, h, _ in edges}
+    allowed = {(i, j) for i, row in enumerate(doc["matrix"]) for j, ok in enumerate(row) if ok}
+    assert drawn == allowed and allowed
+    assert {colour for *_, colour in edges} == {"#2e8b57"}  # every pod pair of an edge allowed
+    if by == "pod":
+        assert [nodes[f"n{k}"] for k in range(len(names))] == names
+
+
+def test_matrix_by_namespace_counts_the_pod_matrix() -> None:
+    pods = run_json("matrix", DEMO, "--port", "80", "--json")
+    ns = run_json("matrix", DEMO, "--port", "80", "--by", "namespace", "--json")
+    names = ns["namespaces"]
+    want = [[0] * len(names) for _ in names]
+    for i, a in enumerate(pods["pods"]):
+        for j, b in enumerate(pods["pods"]):
+            want[names.index(a.split("/")[0])][names.index(b.split("/")[0])] += pods["matrix"][i][j]
+    assert ns["matrix"] == want
+    assert sum(ns["pods"]) == len(pods["pods"])
+    text = run("matrix", DEMO, "--port", "80", "--by", "namespace")
+    assert text.returncode == 0 and f"{sum(map(sum, want))} of {len(pods['pods']) ** 2} pod pairs allowed" in text.stdout
+
+
+def test_matrix_csv_and_markdown_are_the_json_table() -> None:
+    doc = run_json("matrix", DEMO, "--port", "any", "--json")
+    rows = list(csv.reader(io.StringIO(run("matrix", DEMO, "--port", "any", "--output", "csv").stdout)))
+    assert rows[0][1:] == doc["pods"]
+    assert [r[0] for r in rows[1:]] == doc["pods"]
+    assert [[c == "true" for c in r[1:]] for r in rows[1:]] == doc["matrix"]
+    md = run("matrix", DEMO, "--port", "any", "--output", "md").stdout.splitlines()
+    table = [line for line in md if line.startswith("| ") and "from \\ to" not in line and "---" not in line]
+    assert [[c.strip() == "✓" for c in line.strip("|").split("|")[1:]] for line in table] == doc["matrix"]
+
+
+def test_matrix_svg_is_graphviz_drawing(graphviz: str) -> None:
+    r = run("matrix", DEMO, "--port", "80", "--output", "svg", "--by", "namespace")
+    assert r.returncode == 0, r.stderr
+    svg = ET.fromstring(r.stdout)
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    titles = [t.text for t in svg.iterfind(".//s:g[@class='node']/s:title", ns)]
+    assert len(titles) == len(run_json("matrix", DEMO, "--by", "namespace", "--json")["namespaces"])
+    doc = run_json("matrix", DEMO, "--port", "80", "--by", "namespace", "--json")
+    edges = svg.findall(".//s:g[@class='edge']", ns)
+    assert len(edges) == sum(1 for row in doc["matrix"] for n in row if n)
+
+
+@pytest.mark.parametrize("by", ["namespace", "identity", "pod"])
+def test_diff_dot_draws_each_change_opened_or_closed(graphviz: str, by: str) -> None:
+    doc = run_json("diff", DEMO, "--apply", CHANGE, "--json")
+    r = run("diff", DEMO, "--apply", CHANGE, "--output", "dot", "--by", by)
+    assert r.returncode == 5, r.stderr
+    nodes, edges = rendered(graphviz, r.stdout)
+    colours = sorted(c for *_, c in edges)
+    if by != "namespace":  # each change one edge (its groups are single pods in the demo)
+        want = sorted("#1e6fd9" if c["now"]["verdict"] == "allow" else "#111111" for c in doc["changes"])
+        assert colours == want
+    labels = set(nodes.values())
+    for c in doc["changes"]:
+        src = c["from"]
+        if src["kind"] == "pod":
+            name = {"namespace": src["namespace"], "pod": src["endpoints"][0]}.get(by)
+            assert name is None or name in labels
+
+
+def test_diff_csv_and_markdown_rows_are_the_changes() -> None:
+    doc = run_json("diff", DEMO, "--apply", CHANGE, "--json")
+    r = run("diff", DEMO, "--apply", CHANGE, "--output", "csv")
+    assert r.returncode == 5
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert sorted(row["change"] for row in rows) == sorted(
+        "opened" if c["now"]["verdict"] == "allow" else "closed" for c in doc["changes"])
+    assert all(row["flows"] for row in rows)
+    md = run("diff", DEMO, "--apply", CHANGE, "--output", "md").stdout.splitlines()
+    assert len(md) == 2 + len(doc["changes"])
+
+
+def test_svg_without_graphviz_says_what_to_install(tmp_path) -> None:
+    import os
+    import sys
+
+    env = {**os.environ, "PATH": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "pyclassify", "matrix", DEMO, "--output", "svg"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 1 and "graphviz" in r.stderr.lower() and "Traceback" not in r.stderr
