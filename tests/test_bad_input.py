@@ -8,7 +8,7 @@ wrong: one line a person can act on); no traceback, Rust panic or crash by signa
 control bytes (NUL, ESC, a bidi override) a hostile input carries.
 
 Inputs cover every command (check, explain, matrix, diff, replay, render, selector, admit,
-admission-webhook, monitor, enforce): YAML/JSON syntax errors, empty files and directories,
+admission-webhook, monitor, enforce, report): YAML/JSON syntax errors, empty files and directories,
 binary garbage, files of 50-300 MB, symlink loops and dangling links, unreadable paths,
 non-UTF-8 bytes in labels and file names, labels that are not strings, hostile selectors (1 MiB,
 10,000 parentheses, 100,000 ``!``, NUL bytes), pcap and pcapng captures cut at every structural
@@ -406,6 +406,14 @@ CASES = [
          "--engine reference judges one port", DEMO, "--port", "any", "--engine", "reference"),
     case("matrix-selector-unclosed", "matrix", "--selector with an unclosed set", 2,
          "Invalid value for '--selector': at position 8", DEMO, "--selector", "app in {"),
+    case("matrix-output-unknown", "matrix", "--output pdf", 2,
+         "Invalid value for '--output': 'pdf' is not one of", DEMO, "--output", "pdf"),
+    # --- report ----------------------------------------------------------------------------------
+    case("report-json-syntax-error", "report", "JSON syntax error", 1, "syn.json:1: invalid JSON", "syn.json"),
+    case("report-against-and-apply", "report", "--against NEW and --apply FILE both", 2,
+         "--against NEW... (a whole policy set) or --apply FILE", DEMO, "--against", DEMO, "--apply",
+         str(REPO / "examples" / "changes" / "db-behind-pgbouncer.yaml")),
+    case("report-out-is-a-directory", "report", "-o a directory", 2, "is a directory", DEMO, "-o", "."),
     # --- diff ------------------------------------------------------------------------------------
     case("diff-no-new-side", "diff", "OLD only, neither --against nor --apply", 2,
          "--against NEW... (a whole policy set) or --apply FILE", DEMO),
@@ -882,7 +890,7 @@ def test_case_ids_are_unique_and_every_command_is_covered():
     assert len(ids) == len(set(ids))
     commands = {row[1] for row in CASE_TABLE}
     assert commands == {"check", "explain", "matrix", "diff", "replay", "render", "selector", "admit",
-                        "admission-webhook", "monitor", "enforce"}
+                        "admission-webhook", "monitor", "enforce", "report"}
 
 
 # --- the inputs ----------------------------------------------------------------------------------
