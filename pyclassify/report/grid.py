@@ -4,8 +4,9 @@ for one protocol and port, and the decisions that made it, under one policy set 
 One representative flow per (group, group, flow class) is judged natively, as ``matrix --by
 identity`` does (``reachability.judge_pairs``), keeping the verdict records: each side's
 decision (tier, policy, rule, reason) is deduplicated into a small table, and a cell holds
-indices into it. With ``--port any`` a cell speaks for its first allowed port class (its first
-class when none is allowed), so its explanation is the one of a flow it stands for.
+indices into it. With ``--port any`` a cell speaks for one port class, so its explanation is
+the one of a flow it stands for: of a change, the first class whose verdict changed (both sides
+explain that flow); else its first allowed class, or its first.
 """
 
 from __future__ import annotations
@@ -134,18 +135,20 @@ def _judge(grid: Grid, engines: Sequence[NativeEngine], space: reach.FlowSpace, 
                 else:
                     target[si, di] = values
 
-            allows = []
-            for engine, side in zip(engines, grid.sides):
-                rec = reach.judge_pairs(engine, groups, groups, si, di, classes, family or None, defaults)
-                allow = rec["allow"].astype(bool)
-                allows.append(allow)
-                some = allow.any(axis=1)
-                put(side.verdict, np.where(some, ALLOW, DENY).astype(np.uint8))
+            recs = [reach.judge_pairs(e, groups, groups, si, di, classes, family or None, defaults) for e in engines]
+            allows = [r["allow"].astype(bool) for r in recs]
+            # The class a cell speaks for: of a change, its first class whose verdict changed;
+            # else its first allowed one (under the last engine), or its first.
+            last = allows[-1]
+            speaking = np.where(last.any(axis=1), last.argmax(axis=1), 0)
+            if len(allows) == 2:
+                flipped = allows[0] != allows[1]
+                speaking = np.where(flipped.any(axis=1), flipped.argmax(axis=1), speaking)
+            for engine, side, rec, allow in zip(engines, grid.sides, recs, allows):
+                put(side.verdict, np.where(allow.any(axis=1), ALLOW, DENY).astype(np.uint8))
                 if len(classes) == 1:
                     chosen = rec[:, 0]
                 else:
-                    # The class a cell speaks for: its first allowed one, or its first.
-                    speaking = np.where(some, allow.argmax(axis=1), 0)
                     chosen = rec[np.arange(len(cells)), speaking]
                     if side.klass is not None:
                         put(side.klass, speaking.astype(np.uint16))

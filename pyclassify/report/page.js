@@ -180,7 +180,9 @@ function explain(S, row, col, td) {
   for (let s = 0; s < S.length; s++) {
     const k = S[s].klass ? S[s].klass[cell] : 0;
     const flow = R.classes[k];
-    const verdict = VERDICT[S[s].verdict[cell]];
+    // The flow's own verdict: both ends allow it (an end without policy allows).
+    const allows = (id) => !R.decisions[id] || R.decisions[id].verdict === "allow";
+    const verdict = allows(S[s].egress[cell]) && allows(S[s].ingress[cell]) ? "allow" : "deny";
     const json = (id) => esc(JSON.stringify(R.decisions[id] || null));
     html += `<dl data-side="${s}" data-verdict="${verdict}" data-egress="${json(S[s].egress[cell])}" ` +
             `data-ingress="${json(S[s].ingress[cell])}"><dt>${names[s] || "verdict"}</dt>` +
@@ -189,6 +191,7 @@ function explain(S, row, col, td) {
             `<dt>ingress of the destination</dt>${decision(S[s].ingress[cell])}</dl>`;
   }
   const k = S[S.length - 1].klass ? S[S.length - 1].klass[cell] : 0;
+  $("explanation").dataset.args = R.classes[k].args;
   html += `<p>One flow speaks for every pod of both groups. The same, one flow at a time:<br>` +
           `<code>pyclassify explain ${esc(R.paths)} --from ${esc(from)} --to ${esc(to)} ${esc(R.classes[k].args)}</code></p>`;
   $("explanation").innerHTML = html;

@@ -96,8 +96,12 @@ def test_demo_report_carries_matrix_verdicts_and_explains_them(browser: Any, tmp
                         k2: want_d[k2] for k2 in ("verdict", "tier", "policy", "rule", "reason")}, (src, dst, d)
                 clicked += 1
     assert clicked == len(want)
-    open_namespaces(browser, "backend", "frontend", by_pod=False)
-    browser.find_elements("css selector", "#group-table td")[0].click()
+    # For review (and the README): frontend into backend, a cell a policy rule decides, explained.
+    open_namespaces(browser, "frontend", "backend", by_pod=False)
+    for td in browser.find_elements("css selector", "#group-table td"):
+        td.click()
+        if '"reason": "rule"' in browser.find_element("css selector", "#explanation dl").get_attribute("data-ingress").replace('":"', '": "'):
+            break
     image = shot(browser, tmp_path, "report-demo.png")
     if os.environ.get("PYCLASSIFY_WRITE_DOCS"):
         DOCS_IMAGE.parent.mkdir(exist_ok=True)
@@ -128,8 +132,19 @@ def test_change_report_draws_what_diff_opens_and_closes(browser: Any, tmp_path: 
     assert got == want and want
     listed = browser.find_elements("css selector", "#change-list li")
     assert [li.text for li in listed] == [c["text"] for c in doc["changes"]]
+    # A changed cell explains one flow that changed, before and after: the one before as
+    # explain --json judges it under the old policy.
     open_namespaces(browser, "backend", "backend", by_pod=True)
     browser.find_element("css selector", "#pod-table td[data-change]:not([data-change=''])").click()
+    box = browser.find_element("id", "explanation")
+    was, now = (box.find_element("css selector", f"dl[data-side='{s}']") for s in (0, 1))
+    assert was.get_attribute("data-verdict") != now.get_attribute("data-verdict")
+    expected = run_json("explain", DEMO, "--from", box.get_attribute("data-from"), "--to", box.get_attribute("data-to"),
+                        *box.get_attribute("data-args").split(), "--json")
+    assert was.get_attribute("data-verdict") == expected["verdict"]
+    for d in ("egress", "ingress"):
+        got = json.loads(was.get_attribute(f"data-{d}"))
+        assert (got and got["policy"]) == (expected[d] and expected[d]["policy"])
     shot(browser, tmp_path, "report-change.png")
     assert console_errors(browser) == []
 
