@@ -124,3 +124,10 @@ def test_svg_without_graphviz_says_what_to_install(tmp_path) -> None:
     r = subprocess.run([sys.executable, "-m", "pyclassify", "matrix", DEMO, "--output", "svg"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 1 and "graphviz" in r.stderr.lower() and "Traceback" not in r.stderr
+
+
+def test_output_html_is_the_report_on_stdout() -> None:
+    r = run("matrix", DEMO, "--port", "80", "--output", "html")
+    assert r.returncode == 0 and r.stdout.startswith("<!DOCTYPE html>") and 'id="report-data"' in r.stdout
+    r = run("diff", DEMO, "--apply", CHANGE, "--output", "html")
+    assert r.returncode == 5 and '"ns_opened"' in r.stdout and "allow-api-to-db" in r.stdout
