@@ -53,16 +53,18 @@ def _matrix_table(project: Any, protocol: int, port: Any, default: str | None, e
     result = matrix(project, protocol, port, default, engine, namespaces, selector,
                     "identity" if by == "namespace" else by)
     allowed = np.asarray(result.allowed, bool)
+    no_flow = None if result.no_flow is None else np.asarray(result.no_flow, bool)
     flow = _flow_text(protocol, port)
     if by == "pod":
         names = [p.ref for p in result.pods]
         ones = np.ones(allowed.shape, np.int64)
-        return formats.Table(names, allowed.astype(np.int64), ones, flow, by, [p.namespace or "" for p in result.pods])
+        return formats.Table(names, allowed.astype(np.int64), ones, flow, by, [p.namespace or "" for p in result.pods],
+                             no_flow)
     groups = result.groups or []
     if by == "identity":
         ones = np.ones(allowed.shape, np.int64)
         return formats.Table(list(result.group_text or []), allowed.astype(np.int64), ones, flow, by,
-                             [g.endpoints[0].namespace or "" for g in groups])
+                             [g.endpoints[0].namespace or "" for g in groups], no_flow)
     spaces = sorted({g.endpoints[0].namespace or "" for g in groups})
     member = np.zeros((len(groups), len(spaces)))
     for k, g in enumerate(groups):

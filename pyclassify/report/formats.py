@@ -34,18 +34,25 @@ class Table:
     flow: str  # "TCP 8080", "TCP on some port"
     by: str
     clusters: list[str] | None = None
+    #: pairs that share no address family: no flow, neither allowed nor denied (pods, groups)
+    no_flow: npt.NDArray[np.bool_] | None = None
+
+    def flowless(self, i: int, j: int) -> bool:
+        return self.no_flow is not None and bool(self.no_flow[i, j])
 
 
 def _cell(table: Table, i: int, j: int, plain: bool) -> str:
     a, p = int(table.allowed[i, j]), int(table.pairs[i, j])
     if table.by != "namespace":
+        if table.flowless(i, j):
+            return "" if plain else "·"
         return ("y" if a else "n") if plain else ("✓" if a else "✗")
     return f"{a}/{p}"
 
 
 def table_csv(table: Table) -> str:
-    """One row per name; each cell ``true``/``false`` (pods and groups) or ``allowed/pairs``
-    (namespaces)."""
+    """One row per name; each cell ``true``/``false`` (pods and groups; empty: no flow, the two
+    share no address family) or ``allowed/pairs`` (namespaces)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["from \\ to", *table.names])
@@ -53,7 +60,8 @@ def table_csv(table: Table) -> str:
         if table.by == "namespace":
             w.writerow([name, *(_cell(table, i, j, True) for j in range(len(table.names)))])
         else:
-            w.writerow([name, *("true" if a else "false" for a in table.allowed[i])])
+            w.writerow([name, *("" if table.flowless(i, j) else "true" if a else "false"
+                                for j, a in enumerate(table.allowed[i]))])
     return buf.getvalue()
 
 

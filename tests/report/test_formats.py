@@ -68,7 +68,7 @@ def test_matrix_csv_and_markdown_are_the_json_table() -> None:
     rows = list(csv.reader(io.StringIO(run("matrix", DEMO, "--port", "any", "--output", "csv").stdout)))
     assert rows[0][1:] == doc["pods"]
     assert [r[0] for r in rows[1:]] == doc["pods"]
-    assert [[c == "true" for c in r[1:]] for r in rows[1:]] == doc["matrix"]
+    assert [[None if c == "" else c == "true" for c in r[1:]] for r in rows[1:]] == doc["matrix"]
     md = run("matrix", DEMO, "--port", "any", "--output", "md").stdout.splitlines()
     table = [line for line in md if line.startswith("| ") and "from \\ to" not in line and "---" not in line]
     assert [[c.strip() == "✓" for c in line.strip("|").split("|")[1:]] for line in table] == doc["matrix"]
