@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use pyclassify_core::engine::oracle::Oracle;
 use pyclassify_core::engine::spec::{Delta, Spec};
 use pyclassify_core::engine::workload::{flow_header, random_flow, random_spec, Rng};
-use pyclassify_core::engine::{Decision, Defaults, FlowEnd, Judge, Model, PacketVerdict, Source, Verdict};
+use pyclassify_core::engine::{Compile, Decision, Defaults, FlowEnd, Judge, Model, PacketVerdict, Source, Verdict};
 
 const DEFAULTS: [Defaults; 2] = [Defaults { pod_allow: true, host_allow: false }, Defaults { pod_allow: false, host_allow: true }];
 
@@ -486,6 +486,235 @@ fn not_selector_only_peer_matches_what_it_does_not_exclude() {
             // The rendered Allow tuples cover exactly the sources the rule matches.
             let listed = listing[0].entries.iter().any(|(r, exact)| *exact && r.src.contains(a.bits) && r.dst.contains(target.bits));
             assert_eq!(listed, want, "listing: {src} (namespace {namespace:?})");
+        }
+    }
+}
+
+// ---- compiled programs against the rule walk -------------------------------------------------
+
+/// Ports around every boundary the random worlds' rules name (range ends, their successors).
+const EDGE_PORTS: [u16; 22] = [0, 1, 52, 53, 54, 79, 80, 81, 153, 154, 442, 443, 444, 999, 1000, 1001, 1100, 8080, 8180, 10053, 18080, 65535];
+
+/// A world as `random_spec` makes it, with (for half the seeds) its `services` and `domains`
+/// peers dropped: programs with them are walked, so without them most programs compile.
+fn compilable_world(seed: u64) -> World {
+    let mut spec = random_spec(seed);
+    if seed % 2 == 0 {
+        let strip = |rules: &mut Value| {
+            for rule in rules.as_array_mut().into_iter().flatten() {
+                for side in ["sources", "destinations"] {
+                    for e in rule[side].as_array_mut().into_iter().flatten() {
+                        e["service"] = Value::Null;
+                        e["has_domains"] = json!(false);
+                        e["domains"] = json!([]);
+                    }
+                }
+            }
+        };
+        for list in ["policies", "profiles"] {
+            for p in spec[list].as_array_mut().into_iter().flatten() {
+                strip(&mut p["ingress"]);
+                strip(&mut p["egress"]);
+            }
+        }
+    }
+    World::from(spec)
+}
+
+/// A random flow with ports at rule boundaries, ICMP types and codes no rule names, and
+/// protocols no rule names, some by endpoint.
+fn edge_flow(r: &mut Rng, endpoints: &[u32]) -> pyclassify_core::engine::Flow {
+    let mut f = random_flow(r);
+    if f.sport.is_some() {
+        if r.chance(60) {
+            f.dport = Some(*r.pick(&EDGE_PORTS));
+        }
+        if r.chance(40) {
+            f.sport = Some(*r.pick(&EDGE_PORTS));
+        }
+    } else if r.chance(50) {
+        f.icmp_type = Some(*r.pick(&[0u8, 3, 5, 8, 11]));
+        f.icmp_code = Some(*r.pick(&[0u8, 1, 2]));
+    }
+    if r.chance(5) {
+        f.protocol = *r.pick(&[99u8, 0, 255]);
+        f.icmp_type = None;
+        f.icmp_code = None;
+    }
+    if r.chance(20) && !endpoints.is_empty() {
+        f.dst = FlowEnd { endpoint: Some(*r.pick(endpoints)), ..f.dst };
+        if r.chance(30) {
+            f.dst.addr = None;
+        }
+    }
+    f
+}
+
+/// Compares every way the snapshot decides through its compiled programs with the rule walk on
+/// `flows` random flows: verdict, tier, policy or profile, rule, reason, the Log trail and
+/// whether it awaits an HTTP request; the batch records too. Returns the sides a compiled
+/// program decided.
+fn compiled_equals_walk(world: &World, model: &Model, seed: u64, flows: usize) -> usize {
+    let snap = model.snapshot();
+    if seed % 2 == 0 {
+        // Every program compiled now; otherwise each the first time a flow needs it.
+        snap.compile_all();
+    }
+    let eps = World::positions(&world.endpoints);
+    let mut r = Rng::new(seed);
+    for _ in 0..flows {
+        let flow = edge_flow(&mut r, &eps);
+        for d in DEFAULTS {
+            let walked = snap.evaluate_walked(&flow, d).expect("valid flow");
+            assert_eq!(snap.evaluate(&flow, d).expect("valid flow"), walked, "compiled vs walk, seed {seed}: {flow:?}");
+            if flow.src.endpoint.is_none() && flow.dst.endpoint.is_none() {
+                let h = flow_header(&flow);
+                let want = snap.header_verdict_walked(&h, d).map(|v| PacketVerdict::judged(&v));
+                let mut out = [PacketVerdict::default()];
+                snap.classify_compiled(std::slice::from_ref(&h), &mut out, d);
+                assert_eq!(Some(out[0]), want, "compiled batch record, seed {seed}: {flow:?}");
+                assert_eq!(Some(snap.packet_verdict(&h, d)), want, "memo over compiled, seed {seed}: {flow:?}");
+            }
+        }
+    }
+    snap.compile_stats().compiled
+}
+
+#[test]
+fn compiled_programs_equal_the_rule_walk() {
+    let mut compiled = 0;
+    for seed in 0..1500u64 {
+        let world = compilable_world(seed);
+        let mut model = Model::new();
+        model.apply(world.full_delta()).expect("model builds");
+        compiled += compiled_equals_walk(&world, &model, seed * 7919 + 3, 40);
+    }
+    assert!(compiled > 3000, "only {compiled} compiled programs: the comparison would say little");
+}
+
+fn compiled_sequence(seed: u64, steps: usize, flows: usize) -> usize {
+    let mut world = compilable_world(seed);
+    let mut model = Model::new();
+    model.apply(world.full_delta()).expect("model builds");
+    let mut r = Rng::new(seed ^ 0xc0de);
+    let mut compiled = 0;
+    for step in 0..steps {
+        let delta = mutate(&mut world, &mut r);
+        model.apply(delta).expect("delta applies");
+        compiled += compiled_equals_walk(&world, &model, seed.wrapping_mul(131).wrapping_add(step as u64), flows);
+    }
+    compiled
+}
+
+#[test]
+fn compiled_programs_equal_the_walk_after_changes() {
+    let compiled: usize = (0..300u64).map(|seed| compiled_sequence(seed, 12, 15)).sum();
+    assert!(compiled > 5000, "only {compiled} compiled programs");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn prop_compiled_equals_walk(seed in any::<u64>(), steps in 1usize..20) {
+        compiled_sequence(seed, steps, 20);
+    }
+}
+
+/// Programs compiled on first use (not when the model makes them) decide the same, and the
+/// snapshots that share a program keep the compiled form of their own rules.
+#[test]
+fn lazily_compiled_programs_equal_the_walk() {
+    for seed in 0..200u64 {
+        let mut world = compilable_world(seed);
+        let mut model = Model::new();
+        model.set_compile(Compile::OnFirstUse);
+        model.apply(world.full_delta()).expect("model builds");
+        let before = model.snapshot();
+        let mut r = Rng::new(seed);
+        let delta = mutate(&mut world, &mut r);
+        model.apply(delta).expect("delta applies");
+        let after = model.snapshot();
+        let mut f = Rng::new(seed + 1);
+        for _ in 0..30 {
+            let flow = random_flow(&mut f);
+            for snap in [&after, &before] {
+                assert_eq!(snap.evaluate(&flow, DEFAULTS[0]).unwrap(), snap.evaluate_walked(&flow, DEFAULTS[0]).unwrap(), "seed {seed}");
+            }
+        }
+    }
+}
+
+/// Bad input: a program whose compiled form would exceed the memory bound (12,000 rules, each
+/// its own CIDR and port range) is walked instead, counted as such, and decides as the walk
+/// and the oracle do; one rule of thousands of CIDRs crossed with thousands of port ranges
+/// compiles (its rows add up, they do not multiply).
+#[test]
+fn programs_past_the_memory_bound_are_walked() {
+    use pyclassify_core::engine::{Addr, Flow};
+
+    let entity = |nets: Vec<String>, ports: Vec<Value>| {
+        json!({
+            "nets": nets, "not_nets": [], "selector": null, "not_selector": null, "endpoint_kinds": null,
+            "namespace": null, "namespace_selector": null, "namespace_relation": null, "same_labels": [],
+            "not_same_labels": [], "service_account_names": null, "service_account_selector": null,
+            "service": null, "node_selector": null, "domains": [], "ports": ports, "not_ports": [],
+            "unresolvable": false
+        })
+    };
+    // Rules enough that the rows (a distinct address and port atom per rule, a bit per rule
+    // in each) pass the bound: about rules² / 4 bytes.
+    const RULES: usize = 12_000;
+    let net = |i: usize| format!("100.{}.{}.{}/32", 64 + i / 65536, (i / 256) % 256, i % 256);
+    let range = |i: usize| json!({"protocol": 6, "first": 1024 + 10 * (i % 6000), "last": 1033 + 10 * (i % 6000), "name": null});
+    let rule = |sources: Value, destinations: Value| {
+        json!({"action": "Allow", "ip_version": null, "protocols": [6], "not_protocols": [], "icmp": null,
+               "not_icmp": null, "sources": [sources], "destinations": [destinations]})
+    };
+    let many_rules: Vec<Value> = (0..RULES).map(|i| rule(entity(vec![net(i)], vec![]), entity(vec![], vec![range(i)]))).collect();
+    let one_rule = vec![rule(entity((0..2000).map(net).collect(), vec![]), entity(vec![], (0..2000).map(range).collect()))];
+    for (rules, walked) in [(many_rules, true), (one_rule, false)] {
+        let spec = json!({
+            "namespaces": {"a": {"kubernetes.io/metadata.name": "a"}},
+            "endpoints": [{"kind": "pod", "namespace": "a", "raw_labels": {"app": "t"}, "sa_labels": {},
+                           "service_account": null, "ips": ["10.0.0.9"], "ports": [], "host_network": false, "profiles": []}],
+            "network_sets": [], "nodes": [], "services": [],
+            "tiers": [{"name": "default", "default_action": "Deny"}],
+            "policies": [{
+                "tier": "default", "types": ["ingress"],
+                "subject": {"selector": "all()", "endpoint_kinds": ["pod"], "namespace": null,
+                            "namespace_selector": null, "service_account_selector": null},
+                "ingress": rules, "egress": [],
+            }],
+            "profiles": [],
+        });
+        let world = World::from(spec);
+        let oracle = Oracle::build(&world.spec()).expect("oracle builds");
+        let mut model = Model::new();
+        model.apply(world.full_delta()).expect("model builds");
+        let snap = model.snapshot();
+        let st = snap.compile_stats();
+        assert_eq!((st.walked_memory, st.walked_identities), if walked { (1, 1) } else { (0, 0) }, "{st:?}");
+        assert_eq!(snap.walked_for_memory().len(), walked as usize);
+        let mut r = Rng::new(9);
+        for _ in 0..400 {
+            let i = r.below(RULES);
+            let src = Addr::parse(net(if r.chance(80) { i } else { r.below(2 * RULES) }).trim_end_matches("/32")).expect("addr");
+            let port = (1024 + 10 * (i % 6000) + r.below(12)) as u16;
+            let flow = Flow {
+                src: FlowEnd { addr: Some(src), endpoint: None },
+                dst: FlowEnd { addr: Some(Addr::parse("10.0.0.9").expect("addr")), endpoint: None },
+                protocol: 6,
+                sport: Some(40000),
+                dport: Some(port),
+                icmp_type: None,
+                icmp_code: None,
+                ts_ns: None,
+            };
+            let want = oracle.evaluate(&flow, DEFAULTS[0]).expect("flow");
+            assert_eq!(snap.evaluate(&flow, DEFAULTS[0]).expect("flow"), want, "{flow:?}");
+            let h = flow_header(&flow);
+            assert_eq!(snap.packet_verdict(&h, DEFAULTS[0]), PacketVerdict::judged(&want), "{flow:?}");
         }
     }
 }

@@ -68,6 +68,11 @@ impl ClassLpm {
         self.count as usize
     }
 
+    /// Every class with its prefix, as (class, network).
+    pub fn classes(&self) -> impl Iterator<Item = (u32, Net)> + '_ {
+        self.tables.iter().flat_map(|(v6, len, t)| t.iter().map(move |(bits, &c)| (c, Net { bits: *bits, len: *len, v6: *v6 })))
+    }
+
     /// Every prefix of the set as (v6, length in the mapped space, masked bits).
     pub fn prefixes(&self) -> impl Iterator<Item = (bool, u8, u128)> + '_ {
         self.tables.iter().flat_map(|(v6, len, t)| t.keys().map(move |bits| (*v6, *len, *bits)))

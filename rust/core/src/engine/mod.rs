@@ -13,13 +13,18 @@
 //!   tier, profile, network set, node or service added, changed or removed), updates only what
 //!   they touch, and hands out immutable [`snapshot::Snapshot`]s that share every unchanged part
 //!   with the snapshots before them (copy-on-write chunks, [`cow`]).
-//! - [`snapshot::Snapshot`] answers flows and header batches, with connection tracking.
+//! - [`snapshot::Snapshot`] answers flows and header batches, with connection tracking: each
+//!   side by its program compiled into a first-match classifier ([`compiled`]), behind the
+//!   per-thread decision memo ([`classes`]); the rule walk decides only what cannot be compiled
+//!   exactly (Calico `services`, learned `domains`, a judged HTTP request) or past the compiled
+//!   form's memory bound.
 //! - `oracle::Oracle` is the previous whole-world interpreter, kept as a Rust-side oracle for
 //!   the property tests and the benchmarks (the Python reference evaluator is the project's
 //!   oracle). It and `workload` (random specs, the benchmark workload) are compiled only with the
 //!   crate's `bench` feature (on by default, off in the Python extension).
 
 pub mod classes;
+pub mod compiled;
 pub mod cow;
 pub mod forward;
 pub mod idset;
@@ -39,13 +44,14 @@ pub mod spec;
 pub mod workload;
 
 pub use listing::{PAlt, RuleMeta, StageListing};
-pub use model::{Model, ModelStats};
+pub use model::{Compile, Model, ModelStats};
 pub use net::{Addr, Net};
 pub use records::{
     PacketVerdict, SideVerdict, HTTP_AWAITS, HTTP_ERROR, HTTP_NONE, HTTP_OUT_OF_ORDER, HTTP_REQUEST, HTTP_TABLE_FULL, PACKET_ESTABLISHED,
     PACKET_DENIED_CONNECTION, PACKET_INVALID, PACKET_MALFORMED, PACKET_NOT_IP, PACKET_POLICY,
 };
 pub use judge::Judge;
+pub use compiled::{CompileStats, Walked};
 pub use snapshot::Snapshot;
 
 use crate::selector::SelectorError;

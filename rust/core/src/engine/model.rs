@@ -27,7 +27,7 @@ use super::identity::{self, IdentityKey};
 use super::classes::{ClassLpm, PortClasses};
 use super::idset::IdSet;
 use super::rules::{CEntity, CRule, CRules, IcmpMatch, LabelCond, NetList, PortMatch, ProtoSet};
-use super::snapshot::{AddrRec, EpRec, IdRec, NetsetLpm, Program, ServiceRec, Snapshot, Stage, NO_NAMESPACE};
+use super::snapshot::{AddrRec, EpRec, IdRec, NetsetLpm, ProfileList, Program, ServiceRec, Snapshot, Stage, NO_NAMESPACE};
 use super::spec::{
     Delta, EndpointSpec, EntitySpec, LabelMap, NetworkSetSpec, NodeSpec, PolicySpec, ProfileSpec, RuleSpec, ServiceSpec,
     TierSpec,
@@ -229,6 +229,19 @@ struct PendingEntity {
     not_selector: Option<Selector>,
 }
 
+/// When the programs a delta makes are compiled ([`Model::set_compile`]). A program not yet
+/// compiled is compiled by the first lookup that needs it (once: every snapshot holding it
+/// shares the result), so a change in force does not wait for the programs it makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compile {
+    /// The first build's programs before its snapshot is handed out; a later delta's on first use.
+    Built,
+    /// Every delta's before its snapshot is handed out.
+    Always,
+    /// Never before first use.
+    OnFirstUse,
+}
+
 pub struct Model {
     namespaces: HashMap<String, NsEntry>,
     ns_names: Vec<Option<String>>,
@@ -249,6 +262,13 @@ pub struct Model {
     relatives: FastMap<u32, RelEntry>,
     next_relative: u32,
     programs: HashMap<(Direction, Vec<u32>), Arc<Program>>,
+    /// Profile lists, interned as programs are (their compiled form is shared too).
+    profile_lists: HashMap<Vec<u32>, Arc<ProfileList>>,
+    /// Programs and profile lists made since the last snapshot, compiled before it is handed
+    /// out or left to first use (`compile`).
+    fresh_programs: Vec<Arc<Program>>,
+    fresh_profiles: Vec<Arc<ProfileList>>,
+    compile: Compile,
     policies: FastMap<u32, PolicyEntry>,
     profiles: FastMap<u32, ProfileEntry>,
     profile_ids: HashMap<String, u32>,
@@ -266,6 +286,8 @@ pub struct Model {
     prefix_refs: FastMap<Net, usize>,
     port_refs: FastMap<u16, usize>,
     classes_dirty: bool,
+    /// The network sets holding each class are to be worked out again.
+    class_netsets_dirty: bool,
     ports_dirty: bool,
     /// Label keys and values, shared by every endpoint that carries them.
     strings: std::collections::HashSet<Arc<str>>,
@@ -316,6 +338,10 @@ impl Model {
             relatives: FastMap::default(),
             next_relative: 0,
             programs: HashMap::new(),
+            profile_lists: HashMap::new(),
+            fresh_programs: Vec::new(),
+            fresh_profiles: Vec::new(),
+            compile: Compile::Built,
             policies: FastMap::default(),
             profiles: FastMap::default(),
             profile_ids: HashMap::new(),
@@ -330,6 +356,7 @@ impl Model {
             prefix_refs: FastMap::default(),
             port_refs: FastMap::default(),
             classes_dirty: false,
+            class_netsets_dirty: false,
             ports_dirty: false,
             strings: std::collections::HashSet::new(),
             strings_kept: 0,
@@ -511,10 +538,28 @@ impl Model {
         if self.classes_dirty {
             self.snap.classes = Arc::new(ClassLpm::build(self.prefix_refs.keys()));
             self.classes_dirty = false;
+            self.class_netsets_dirty = true;
             let addrs: Vec<Addr> = self.addr_owners.keys().copied().collect();
             for a in addrs {
                 self.refresh_owner(a);
             }
+        }
+        if self.class_netsets_dirty {
+            // Every network-set network is a class prefix: the class decides which sets hold
+            // an address.
+            let classes = &self.snap.classes;
+            let mut table: Vec<Box<[u32]>> = vec![Box::default(); classes.len() + 1];
+            if !self.snap.netsets.is_empty() {
+                for (c, net) in classes.classes() {
+                    let mut v = Vec::new();
+                    self.snap.netsets.holding(net, &mut v);
+                    v.sort_unstable();
+                    v.dedup();
+                    table[c as usize] = v.into_boxed_slice();
+                }
+            }
+            self.snap.class_netsets = Arc::new(table);
+            self.class_netsets_dirty = false;
         }
         // Forget strings no endpoint or identity uses any more (pods come and go).
         if self.strings.len() > 2 * self.strings_kept.max(1024) {
@@ -525,6 +570,36 @@ impl Model {
         if self.programs.len() > 64 {
             self.programs.retain(|_, p| Arc::strong_count(p) > 1);
         }
+        if self.profile_lists.len() > 64 {
+            self.profile_lists.retain(|_, p| Arc::strong_count(p) > 1);
+        }
+        // Compile what is new against the state the snapshot will hold (rules read from it).
+        let programs = std::mem::take(&mut self.fresh_programs);
+        let profiles = std::mem::take(&mut self.fresh_profiles);
+        let eager = match self.compile {
+            Compile::Always => true,
+            Compile::Built => self.deltas == 1,
+            Compile::OnFirstUse => false,
+        };
+        if eager {
+            for p in programs {
+                if Arc::strong_count(&p) > 1 {
+                    let _ = p.compiled(&self.snap);
+                }
+            }
+            for p in profiles {
+                if Arc::strong_count(&p) > 1 {
+                    for d in Direction::BOTH {
+                        let _ = p.compiled(&self.snap, d);
+                    }
+                }
+            }
+        }
+    }
+
+    /// When the programs a delta makes are compiled (`Compile`).
+    pub fn set_compile(&mut self, when: Compile) {
+        self.compile = when;
     }
 
     // ---- namespaces ---------------------------------------------------------------------------
@@ -588,7 +663,28 @@ impl Model {
                     MatchChange::Started => set.insert(ev.endpoint),
                     MatchChange::Stopped => set.remove(ev.endpoint),
                 };
+                let on = set.contains(ev.endpoint);
+                self.set_member_bit(ev.endpoint, ev.selector, on);
             }
+        }
+    }
+
+    /// Keeps an identity's set bitmap (`IdRec::members`) in step with the sets.
+    fn set_member_bit(&mut self, identity: u32, set: u32, on: bool) {
+        let Some(rec) = self.snap.identities.get(identity) else { return };
+        if super::snapshot::bit(&rec.members, set) == on {
+            return;
+        }
+        let rec = self.snap.identities.get_mut(identity).expect("identity");
+        let bits = Arc::make_mut(&mut rec.members);
+        let w = (set / 64) as usize;
+        if bits.len() <= w {
+            bits.resize(w + 1, 0);
+        }
+        if on {
+            bits[w] |= 1 << (set % 64);
+        } else {
+            bits[w] &= !(1 << (set % 64));
         }
     }
 
@@ -636,6 +732,9 @@ impl Model {
         // The new selector's own Started events are the set itself.
         let _ = self.index.take_events();
         let set = IdSet::from_iter(self.index.matching_endpoints(&id).into_iter().flatten().copied());
+        for member in set.iter().collect::<Vec<u32>>() {
+            self.set_member_bit(member, id, true);
+        }
         self.snap.sets.set(id, Some(Arc::new(set)));
         self.selectors.insert(selector.clone(), id);
         self.sel_entries.insert(id, SelEntry { selector, refs: 1, subject_of: Vec::new() });
@@ -652,6 +751,9 @@ impl Model {
         self.selectors.remove(&entry.selector);
         self.index.remove_selector(&id);
         let _ = self.index.take_events();
+        for member in self.set_members(id) {
+            self.set_member_bit(member, id, false);
+        }
         self.snap.sets.set(id, None);
         self.unreference_keys(&entry.selector);
         self.free_selectors.push(id);
@@ -791,7 +893,11 @@ impl Model {
             ns: ns.unwrap_or(NO_NAMESPACE),
             programs: [empty.clone(), self.intern_program(Direction::Egress, Vec::new())],
             ports: Arc::new(key.ports.clone()),
-            profiles: Arc::new(self.resolve_profiles(&key.profiles)),
+            profiles: {
+                let ids = self.resolve_profiles(&key.profiles);
+                self.intern_profiles(ids)
+            },
+            members: Arc::default(),
         };
         self.snap.identities.set(id, Some(rec));
         for (_, _, port) in &key.ports {
@@ -919,9 +1025,59 @@ impl Model {
                 }
             }
         }
-        let program = Arc::new(Program { stages });
+        let program = Arc::new(Program::new(d, stages));
         self.programs.insert((d, policies), program.clone());
+        self.fresh_programs.push(program.clone());
         program
+    }
+
+    /// The interned list of these profiles.
+    fn intern_profiles(&mut self, ids: Vec<u32>) -> Arc<ProfileList> {
+        if let Some(p) = self.profile_lists.get(&ids) {
+            return p.clone();
+        }
+        let list = Arc::new(ProfileList::new(ids.clone()));
+        self.profile_lists.insert(ids, list.clone());
+        if !list.is_empty() {
+            self.fresh_profiles.push(list.clone());
+        }
+        list
+    }
+
+    /// A policy's rules changed (not which identities it applies to, nor where): the programs
+    /// listing it are made anew, to be compiled against the new rules, and the identities
+    /// holding them take the new ones.
+    fn renew_programs_with(&mut self, policy: u32, subject: u32) {
+        let mut renewed: FastMap<usize, Arc<Program>> = FastMap::default();
+        let keys: Vec<(Direction, Vec<u32>)> = self.programs.iter().filter(|(_, p)| p.lists(policy)).map(|(k, _)| k.clone()).collect();
+        for k in keys {
+            let old = self.programs[&k].clone();
+            let fresh = Arc::new(old.renewed());
+            renewed.insert(Arc::as_ptr(&old) as usize, fresh.clone());
+            self.fresh_programs.push(fresh.clone());
+            self.programs.insert(k, fresh);
+        }
+        if renewed.is_empty() {
+            return;
+        }
+        for id in self.set_members(subject) {
+            let Some(rec) = self.snap.identities.get(id) else { continue };
+            let ptrs = rec.programs.clone().map(|p| Arc::as_ptr(&p) as usize);
+            if ptrs.iter().any(|p| renewed.contains_key(p)) {
+                let rec = self.snap.identities.get_mut(id).expect("identity");
+                for (d, ptr) in ptrs.iter().enumerate() {
+                    if let Some(fresh) = renewed.get(ptr) {
+                        rec.programs[d] = fresh.clone();
+                    }
+                }
+            }
+        }
+    }
+
+    /// A profile's rules changed or it went: the interned lists naming it are forgotten (the
+    /// identities naming it are recomputed and take new ones).
+    fn forget_profile_lists_with(&mut self, profile: u32) {
+        self.profile_lists.retain(|ids, _| !ids.contains(&profile));
     }
 
     /// Which policies apply to identity `id`, per direction, in evaluation order.
@@ -956,9 +1112,10 @@ impl Model {
                 self.derive_relative(rid, ns);
             }
         }
+        let profiles = self.intern_profiles(profiles);
         if let Some(rec) = self.snap.identities.get_mut(id) {
             rec.programs = [programs[0].clone(), programs[1].clone()];
-            rec.profiles = Arc::new(profiles);
+            rec.profiles = profiles;
         }
     }
 
@@ -1239,9 +1396,13 @@ impl Model {
             if program_change {
                 self.mark_matches_dirty(o.subject);
             }
-            if o.tier != tier {
-                // Interned programs group this policy under its old tier.
+            if program_change {
+                // Interned programs group this policy under its old tier and hold its old
+                // rules compiled: the identities marked above make new ones.
                 self.evict_programs_with(id);
+            } else {
+                // The same programs, the rules perhaps not: compiled anew.
+                self.renew_programs_with(id, o.subject);
             }
             if let Some(e) = self.sel_entries.get_mut(&o.subject) {
                 e.subject_of.retain(|&p| p != id);
@@ -1288,6 +1449,7 @@ impl Model {
         let id = spec.id;
         let (rules, acquired) = self.compile_rules(pending);
         self.snap.profiles.set(id, Some(Arc::new(rules)));
+        self.forget_profile_lists_with(id);
         let name = spec.name.clone();
         let old = self.profiles.insert(id, ProfileEntry { spec, acquired });
         let mut renamed = None;
@@ -1307,6 +1469,7 @@ impl Model {
 
     fn remove_profile(&mut self, id: u32) {
         let Some(old) = self.profiles.remove(&id) else { return };
+        self.forget_profile_lists_with(id);
         self.snap.profiles.set(id, None);
         if self.profile_ids.get(&old.spec.name) == Some(&id) {
             self.profile_ids.remove(&old.spec.name);
@@ -1469,6 +1632,7 @@ impl Model {
         }
         self.snap.netsets = Arc::new(lpm);
         self.netsets_dirty = false;
+        self.class_netsets_dirty = true;
     }
 
     fn service_member(spec: &ServiceSpec, ep: &EpEntry) -> bool {

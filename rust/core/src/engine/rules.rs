@@ -102,8 +102,19 @@ impl ProtoSet {
         self.0 == [0; 4]
     }
 
+    /// The protocols in the set, ascending.
     pub fn iter(&self) -> impl Iterator<Item = u8> + '_ {
-        (0..=255u8).filter(|&p| self.contains(p))
+        self.0.iter().enumerate().flat_map(|(w, &word)| {
+            let mut rest = word;
+            std::iter::from_fn(move || {
+                if rest == 0 {
+                    return None;
+                }
+                let b = rest.trailing_zeros();
+                rest &= rest - 1;
+                Some((w as u32 * 64 + b) as u8)
+            })
+        })
     }
 }
 
@@ -207,5 +218,17 @@ impl CRules {
             super::Direction::Ingress => &self.ingress,
             super::Direction::Egress => &self.egress,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProtoSet;
+
+    #[test]
+    fn proto_set_iterates_its_members_ascending() {
+        let s = ProtoSet::of(&[255, 0, 6, 64, 63, 17, 128]);
+        assert_eq!(s.iter().collect::<Vec<_>>(), vec![0, 6, 17, 63, 64, 128, 255]);
+        assert_eq!(ProtoSet::default().iter().count(), 0);
     }
 }

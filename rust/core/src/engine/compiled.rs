@@ -1,0 +1,1103 @@
+//! Decisions compiled, not walked: a program (the tiers, policies and rules that apply to an
+//! identity in one direction) or a profile list, compiled into a first-match classifier over the
+//! flow's fields whose first match is what the rule walk (`snapshot::Ctx::walk`) answers — the
+//! deciding tier, policy or profile and rule, the Log rules passed and whether an `http` rule
+//! awaits the connection's request.
+//!
+//! **Alternatives.** A rule matches when one of its source peers and one of its destination
+//! peers match (an empty list: anything). Each rule is expanded into alternatives, one per
+//! (source peer, destination peer) pair, in the order the walk tries them: the first matching
+//! alternative of a rule names the first matching source and destination peer, which is what
+//! the walk's fail-closed `Pass` reads. Each alternative is a conjunction over dimensions that
+//! do not depend on each other, so a lookup is the bit-vector scheme of Lakshman and Stiliadis
+//! ("High-speed policy-based packet forwarding using efficient multi-dimensional range
+//! matching", SIGCOMM 1998): every dimension maps the flow's value to an atom (a range of
+//! values no alternative tells apart), every atom has a precomputed row of bits, one per
+//! alternative; the rows are ANDed and the set bits, in evaluation order, are the candidates.
+//!
+//! Dimensions held in rows (computed once here, nothing of them read at lookup but the row):
+//!
+//! - the IP version (`ipVersion`);
+//! - the protocol (`protocols`, `notProtocols`, an `http` rule's TCP), one table per protocol
+//!   a rule names, one for every other;
+//! - ICMP type × code (`icmp`, `notIcmp`), for ICMP and ICMPv6;
+//! - each end's port (`ports`, `notPorts` with numbers): atoms between the range boundaries;
+//! - each end's address (`nets`, `notNets`, node addresses): the atom of an address is the
+//!   longest of the program's own prefixes that holds it (the prefixes holding an address form a
+//!   chain, so the longest decides every containment test).
+//!
+//! The identity dimension is exact match on a set (a peer's selector resolved to the identities
+//! it matches, Cilium's selector cache). Which sets hold an identity changes without the policy
+//! changing, so it is not compiled in: each identity carries the bitmap of the sets holding it
+//! (`IdRec::members`, the identity sets transposed, kept by the model per change), and a lookup
+//! builds the identity row from it — for each set the program's peers name, one bit test and,
+//! when it holds, an OR of the alternatives naming it (and the same for the network sets
+//! holding the address, and `notSelector` sets). A pod or namespace change recompiles nothing.
+//!
+//! Checked per candidate, in order, the rare rest: relative peers (resolved in the subject's
+//! namespace) and named ports (which port a name is depends on the endpoint).
+//!
+//! What cannot be compiled exactly is not: a Calico `services` match (it reads which endpoints
+//! back a Service) and `domains` (addresses learned from DNS answers while running). A program
+//! with one of them is walked rule by rule, for the identities it applies to only
+//! ([`Walked`]). So is a program whose rows would take more than [`MEMORY_BOUND`] bytes (many
+//! rules times many distinct prefixes or port ranges): it never exhausts memory or time.
+
+use super::cow::FastMap;
+use super::net::mask;
+use super::rules::{CEntity, CRule, IcmpMatch, LabelCond, PortMatch};
+use super::snapshot::Snapshot;
+use super::{Action, Addr, Direction, Net, Source, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, PROTO_UDPLITE};
+
+/// The bytes of rows above which a program is walked instead (per program and direction).
+pub const MEMORY_BOUND: usize = 16 << 20;
+/// Address prefixes of one end up to which an address's atom is found by a scan (longest
+/// first); past it, by one hash probe per prefix length.
+const SCAN_PREFIXES: usize = 24;
+
+/// Why a program is walked rule by rule instead of compiled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Walked {
+    /// A rule peer with a Calico `services` match.
+    Services,
+    /// A rule peer with `domains` (learned while running).
+    Domains,
+    /// Its rows would exceed [`MEMORY_BOUND`] (the bytes they would take).
+    Bound(usize),
+}
+
+impl Walked {
+    /// The label of the reason (metrics, `check`).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Walked::Services => "services",
+            Walked::Domains => "domains",
+            Walked::Bound(_) => "memory",
+        }
+    }
+}
+
+/// How a snapshot's programs are decided (`Snapshot::compile_stats`): programs and profile
+/// lists of local identities, per direction, counted once each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompileStats {
+    /// Local identities, and those with a side walked.
+    pub identities: usize,
+    pub walked_identities: usize,
+    pub programs: usize,
+    pub compiled: usize,
+    /// Left to first use, not used yet.
+    pub not_compiled: usize,
+    pub walked_services: usize,
+    pub walked_domains: usize,
+    pub walked_memory: usize,
+    /// Bytes the compiled ones hold, and their alternatives.
+    pub bytes: usize,
+    pub alternatives: usize,
+}
+
+/// What one alternative does when it is the first to match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AltKind {
+    Allow,
+    Deny,
+    /// Ends the tier (a profile: the profile).
+    Pass,
+    /// Recorded; evaluation goes on after the rule.
+    Log,
+    /// A `Pass` through a peer the engine could not resolve: denies (fail closed).
+    PassDenied,
+    /// An `http` rule: without the connection's request it matches nothing, and the decision
+    /// awaits the request; evaluation goes on after the rule.
+    Await,
+}
+
+#[derive(Clone, Debug)]
+struct Alt {
+    kind: AltKind,
+    /// The first alternative of the next rule (a Log or `http` rule is passed once).
+    next_rule: u32,
+    source: Source,
+    rule: u32,
+    /// Per end (source, destination): the index of its checks in `Compiled::checks`, or
+    /// `NO_CHECK`.
+    checks: [u32; 2],
+}
+
+const NO_CHECK: u32 = u32::MAX;
+
+/// What is checked of one peer of a candidate at lookup.
+#[derive(Clone, Debug)]
+struct Check {
+    /// A label condition relative to the subject's namespace (ANP `sameLabels`, `related`):
+    /// (relative id, with the network sets holding the address).
+    relative: Option<(u32, bool)>,
+    /// Ports with names among them: checked at lookup against the end's endpoint.
+    ports: Option<Box<(Vec<PortMatch>, Vec<PortMatch>)>>,
+}
+
+/// One identity set the peers at one end name, and the rows of the alternatives naming it.
+#[derive(Clone, Debug)]
+struct LabelSet {
+    set: u32,
+    /// Alternatives whose peer is in the set when the identity is (`NO_ROW`: none, the set is
+    /// only a `notSelector`'s).
+    hit: u32,
+    /// ... when a network set holding the address is (`NO_ROW`: none may).
+    via_netsets: u32,
+    /// Alternatives whose `notSelector` is the set (`NO_ROW`: none).
+    not: u32,
+}
+
+const NO_ROW: u32 = u32::MAX;
+
+/// The identity dimension at one end.
+#[derive(Clone, Debug, Default)]
+struct EndLabels {
+    /// Alternatives with no label condition at this end (or one checked per candidate).
+    always: u32,
+    sets: Vec<LabelSet>,
+    /// Whether any set is tested with the network sets holding the address.
+    netsets: bool,
+}
+
+/// One end's address atoms.
+#[derive(Clone, Debug, Default)]
+struct AddrAtoms {
+    /// IPv4 prefixes longest first as (mask, bits, atom) on the 32-bit address.
+    scan4: Vec<(u32, u32, u32)>,
+    /// IPv6 prefixes longest first as (mask, bits, atom).
+    scan6: Vec<(u128, u128, u32)>,
+    /// Past `SCAN_PREFIXES`: per (v6, length), longest first, masked bits -> atom.
+    tables: Vec<(bool, u8, FastMap<u128, u32>)>,
+    /// Row per atom (0: no prefix holds the address); empty when there is nothing to tell apart.
+    rows: Vec<u32>,
+}
+
+impl AddrAtoms {
+    #[inline]
+    fn atom(&self, a: Option<Addr>) -> usize {
+        let Some(a) = a else { return 0 };
+        if self.tables.is_empty() {
+            if !a.v6 {
+                let x = a.bits as u32;
+                for &(m, bits, atom) in &self.scan4 {
+                    if x & m == bits {
+                        return atom as usize;
+                    }
+                }
+            } else {
+                for &(m, bits, atom) in &self.scan6 {
+                    if a.bits & m == bits {
+                        return atom as usize;
+                    }
+                }
+            }
+            return 0;
+        }
+        for (v6, len, t) in &self.tables {
+            if *v6 == a.v6 {
+                if let Some(&atom) = t.get(&(a.bits & mask(*len))) {
+                    return atom as usize;
+                }
+            }
+        }
+        0
+    }
+}
+
+/// One end's port atoms (for one protocol): row 0 for no port, then one per interval between
+/// consecutive `bounds`.
+#[derive(Clone, Debug, Default)]
+struct PortAtoms {
+    rows: Vec<u32>,
+}
+
+#[derive(Clone, Debug)]
+struct IcmpAtoms {
+    types: Vec<u8>,
+    codes: Vec<u8>,
+    /// (types + 2) x (codes + 2): none, each value named, any other.
+    rows: Vec<u32>,
+}
+
+impl IcmpAtoms {
+    #[inline]
+    fn atom(values: &[u8], v: Option<u8>) -> usize {
+        match v {
+            None => 0,
+            Some(v) => values.iter().position(|&x| x == v).map_or(values.len() + 1, |i| i + 1),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct ProtoRows {
+    base: u32,
+    /// [source port, destination port]
+    ports: [PortAtoms; 2],
+    icmp: Option<IcmpAtoms>,
+}
+
+#[derive(Clone, Debug)]
+struct Span {
+    start: u32,
+    end: u32,
+    /// A tier (its index and default action), or None for a profile.
+    tier: Option<(u32, Action)>,
+}
+
+/// A program or profile list, compiled (see the module's text).
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    words: usize,
+    rows: Vec<u64>,
+    alts: Vec<Alt>,
+    spans: Vec<Span>,
+    /// Rows for IPv4, IPv6, no address.
+    version: [u32; 3],
+    proto_index: Box<[u8; 256]>,
+    protos: Vec<ProtoRows>,
+    /// [source end, destination end]
+    addrs: [AddrAtoms; 2],
+    /// Port boundaries per end (shared by every protocol's table).
+    bounds: [Vec<u16>; 2],
+    checks: Vec<Check>,
+    /// Per end: None when no peer at it has a label condition.
+    labels: [Option<EndLabels>; 2],
+}
+
+/// How a compiled lookup reads what changes without the policy changing (implemented by the
+/// snapshot's flow context). Ends: 0 the source, 1 the destination.
+pub(crate) trait Probe {
+    /// The set bitmap of the end's endpoint identity (empty: none).
+    fn identity_bits(&self, end: usize) -> &[u64];
+    /// Calls `f` with the set bitmap of each network set holding the end's address.
+    fn netset_bits(&self, end: usize, f: &mut dyn FnMut(&[u64]));
+    /// Whether the end is in a relative peer's set for the subject's namespace (its identity,
+    /// or with `netsets` a network set holding its address).
+    fn relative_in(&self, end: usize, rid: u32, netsets: bool) -> bool;
+    /// Whether end `end`'s port matches `ports` and none of `not_ports` (names resolved against
+    /// its endpoint).
+    fn ports_match(&self, end: usize, ports: &[PortMatch], not_ports: &[PortMatch]) -> bool;
+}
+
+#[inline]
+fn bit(bits: &[u64], i: u32) -> bool {
+    bits.get((i / 64) as usize).is_some_and(|w| w & (1 << (i % 64)) != 0)
+}
+
+/// The flow's fields a compiled lookup reads from rows.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Key {
+    pub version: Option<u8>,
+    pub protocol: u8,
+    pub ports: [Option<u16>; 2],
+    pub icmp_type: Option<u8>,
+    pub icmp_code: Option<u8>,
+    pub addrs: [Option<Addr>; 2],
+}
+
+/// Where the Log rules passed go.
+pub(crate) trait LogSink {
+    fn log(&mut self, tier: Option<u32>, source: Source, rule: u32);
+}
+
+/// How a compiled lookup ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// A rule decided (reason `Rule`, or `Profile` in a profile).
+    Rule { allow: bool, tier: Option<u32>, source: Source, rule: u32 },
+    /// A tier ended without a rule deciding: its default action.
+    EndOfTier { allow: bool, tier: u32 },
+    /// Every tier passed (or every profile ended) without a decision.
+    Through,
+}
+
+const PORT_PROTOS: [u8; 4] = [PROTO_TCP, PROTO_UDP, PROTO_SCTP, PROTO_UDPLITE];
+
+/// Bits of a row being built.
+struct RowSet {
+    words: usize,
+    rows: Vec<u64>,
+    interned: FastMap<Vec<u64>, u32>,
+}
+
+impl RowSet {
+    /// The row of these bits (an equal row is shared).
+    fn add(&mut self, bits: &[u64]) -> u32 {
+        if let Some(&r) = self.interned.get(bits) {
+            return r;
+        }
+        let r = (self.rows.len() / self.words) as u32;
+        self.rows.extend_from_slice(bits);
+        self.interned.insert(bits.to_vec(), r);
+        r
+    }
+
+    fn build(&mut self, n: usize, f: impl Fn(usize) -> bool) -> u32 {
+        let mut bits = vec![0u64; self.words];
+        for i in 0..n {
+            if f(i) {
+                bits[i / 64] |= 1 << (i % 64);
+            }
+        }
+        self.add(&bits)
+    }
+}
+
+/// One peer of an alternative at one end: an entity, or anything (the rule lists none).
+type Peer<'a> = Option<&'a CEntity>;
+
+/// A rule's peers at one end as alternatives: each entity, or anything when it lists none.
+fn peers(v: &[CEntity]) -> Vec<Peer<'_>> {
+    if v.is_empty() {
+        vec![None]
+    } else {
+        v.iter().map(Some).collect()
+    }
+}
+
+/// An alternative while compiling.
+struct Draft<'a> {
+    rule: &'a CRule,
+    peers: [Peer<'a>; 2],
+}
+
+fn has_named(e: &CEntity) -> bool {
+    e.ports.iter().chain(&e.not_ports).any(|p| matches!(p, PortMatch::Named { .. }))
+}
+
+/// The walk's `ports_match` for a peer without named ports, at each of `reps` (no port, then
+/// ascending ports): each range marks the run of representatives it covers, so a peer of
+/// thousands of ranges costs thousands of steps, not thousands per representative.
+fn port_marks(e: &CEntity, protocol: u8, reps: &[Option<u16>]) -> Vec<bool> {
+    let none: Option<&super::snapshot::IdRec> = None;
+    // Representatives 1.. are ports, ascending.
+    let ported = &reps[1..];
+    let marks = |list: &[PortMatch]| -> Vec<bool> {
+        let mut diff = vec![0i32; reps.len() + 1];
+        for m in list {
+            match m {
+                PortMatch::Range { first, last, .. } => {
+                    if first > last || !m.matches(protocol, Some(*first), none) {
+                        continue; // empty, another protocol, or one without ports
+                    }
+                    let lo = ported.partition_point(|&x| x < Some(*first));
+                    let hi = ported.partition_point(|&x| x <= Some(*last));
+                    diff[1 + lo] += 1;
+                    diff[1 + hi] -= 1;
+                }
+                _ => {
+                    for (i, &port) in reps.iter().enumerate() {
+                        if m.matches(protocol, port, none) {
+                            diff[i] += 1;
+                            diff[i + 1] -= 1;
+                        }
+                    }
+                }
+            }
+        }
+        let mut run = 0;
+        diff[..reps.len()].iter().map(|d| {
+            run += d;
+            run > 0
+        }).collect()
+    };
+    let pos = if e.ports.is_empty() { vec![true; reps.len()] } else { marks(&e.ports) };
+    let neg = marks(&e.not_ports);
+    pos.into_iter().zip(neg).map(|(p, n)| p && !n).collect()
+}
+
+/// Whether every address of an atom (the addresses whose longest program prefix is `p`; None:
+/// no prefix holds them) passes a peer's address conditions.
+fn addr_ok(e: &CEntity, p: Option<Net>) -> bool {
+    let holds = |n: &Net| p.is_some_and(|p| n.v6 == p.v6 && n.len <= p.len && p.bits & mask(n.len) == n.bits);
+    if !e.nets.is_empty() && !e.nets.0.iter().any(holds) {
+        return false;
+    }
+    if e.not_nets.0.iter().any(holds) {
+        return false;
+    }
+    if let Some(nodes) = &e.node_addrs {
+        match p {
+            Some(p) if p.len == 128 => {
+                if !nodes.contains(&Addr { bits: p.bits, v6: p.v6 }) {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+fn icmp_ok(m: &Option<IcmpMatch>, not: &Option<IcmpMatch>, protocol: u8, t: Option<u8>, c: Option<u8>) -> bool {
+    m.as_ref().is_none_or(|m| m.matches(protocol, t, c)) && !not.as_ref().is_some_and(|m| m.matches(protocol, t, c))
+}
+
+/// A stage to compile: a tier's policies (with its index and default) or one profile.
+pub(crate) enum StageRef<'a> {
+    Tier { tier: u32, default: Action, policies: &'a [u32] },
+    Profile(u32),
+}
+
+impl Compiled {
+    /// Compiles the stages of one direction against the rules the snapshot holds.
+    pub(crate) fn build(snap: &Snapshot, d: Direction, stages: &[StageRef<'_>]) -> Result<Compiled, Walked> {
+        // --- the alternatives, in evaluation order ---
+        let mut drafts: Vec<Draft<'_>> = Vec::new();
+        let mut alts: Vec<Alt> = Vec::new();
+        let mut spans: Vec<Span> = Vec::new();
+        let mut rule_lists: Vec<(Source, &[CRule])> = Vec::new();
+        for st in stages {
+            let start = alts.len() as u32;
+            rule_lists.clear();
+            let tier = match st {
+                StageRef::Tier { tier, default, policies } => {
+                    for &pid in policies.iter() {
+                        if let Some(r) = snap.policies.get(pid) {
+                            rule_lists.push((Source::Policy(pid), r.get(d)));
+                        }
+                    }
+                    Some((*tier, *default))
+                }
+                StageRef::Profile(pi) => {
+                    if let Some(r) = snap.profiles.get(*pi) {
+                        rule_lists.push((Source::Profile(*pi), r.get(d)));
+                    }
+                    None
+                }
+            };
+            for &(source, rules) in &rule_lists {
+                for (ri, rule) in rules.iter().enumerate() {
+                    for e in rule.sources.iter().chain(&rule.destinations) {
+                        if e.service.is_some() {
+                            return Err(Walked::Services);
+                        }
+                        if e.domains.is_some() {
+                            return Err(Walked::Domains);
+                        }
+                    }
+                    let first = alts.len();
+                    let never = |e: &CEntity| e.unresolvable && matches!(rule.action, Action::Allow | Action::Log);
+                    for s in peers(&rule.sources) {
+                        for t in peers(&rule.destinations) {
+                            if s.is_some_and(never) || t.is_some_and(never) {
+                                continue;
+                            }
+                            let unresolvable = s.is_some_and(|e| e.unresolvable) || t.is_some_and(|e| e.unresolvable);
+                            let kind = match rule.action {
+                                Action::Pass if unresolvable => AltKind::PassDenied,
+                                _ if rule.http.is_some() => AltKind::Await,
+                                Action::Allow => AltKind::Allow,
+                                Action::Deny => AltKind::Deny,
+                                Action::Pass => AltKind::Pass,
+                                Action::Log => AltKind::Log,
+                            };
+                            alts.push(Alt { kind, next_rule: 0, source, rule: ri as u32, checks: [NO_CHECK; 2] });
+                            drafts.push(Draft { rule, peers: [s, t] });
+                        }
+                    }
+                    let next = alts.len() as u32;
+                    for a in &mut alts[first..] {
+                        a.next_rule = next;
+                    }
+                }
+            }
+            spans.push(Span { start, end: alts.len() as u32, tier });
+        }
+        let n = alts.len();
+        // Row widths of 1, 2, 4 or 8 words have their own lookup (`Bits` arrays).
+        let words = match n.div_ceil(64).max(1) {
+            w @ (1 | 2) => w,
+            3 | 4 => 4,
+            5..=8 => 8,
+            w => w,
+        };
+
+        // --- the atoms of each dimension ---
+        let mut protos: Vec<u8> = vec![PROTO_ICMP, PROTO_ICMPV6];
+        protos.extend(PORT_PROTOS);
+        let mut types: Vec<u8> = Vec::new();
+        let mut codes: Vec<u8> = Vec::new();
+        let mut prefixes: [Vec<Net>; 2] = [Vec::new(), Vec::new()];
+        let mut bounds: [Vec<u16>; 2] = [Vec::new(), Vec::new()];
+        let mut label_sets: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
+        for dr in &drafts {
+            let r = dr.rule;
+            if let Some(ps) = &r.protocols {
+                protos.extend(ps.iter());
+            }
+            protos.extend(r.not_protocols.iter());
+            for m in [&r.icmp, &r.not_icmp].into_iter().flatten() {
+                types.extend(m.icmp_type);
+                codes.extend(m.code);
+            }
+            for (end, peer) in dr.peers.iter().enumerate() {
+                let Some(e) = peer else { continue };
+                for p in e.ports.iter().chain(&e.not_ports) {
+                    protos.extend(p.protocol());
+                    if let PortMatch::Range { first, last, .. } = p {
+                        bounds[end].push(*first);
+                        if let Some(b) = last.checked_add(1) {
+                            bounds[end].push(b);
+                        }
+                    }
+                }
+                if e.unresolvable {
+                    continue;
+                }
+                if let LabelCond::Set(id) = e.labels {
+                    label_sets[end].push(id);
+                }
+                label_sets[end].extend(e.not_labels);
+                prefixes[end].extend(e.nets.0.iter().chain(&e.not_nets.0).copied());
+                if let Some(nodes) = &e.node_addrs {
+                    prefixes[end].extend(nodes.iter().map(|a| Net { bits: a.bits, len: 128, v6: a.v6 }));
+                }
+            }
+        }
+        for v in [&mut protos, &mut types, &mut codes] {
+            v.sort_unstable();
+            v.dedup();
+        }
+        for b in &mut bounds {
+            b.sort_unstable();
+            b.dedup();
+        }
+        for l in &mut label_sets {
+            l.sort_unstable();
+            l.dedup();
+        }
+        for p in &mut prefixes {
+            p.sort_by(|a, b| b.len.cmp(&a.len).then(a.v6.cmp(&b.v6)).then(a.bits.cmp(&b.bits)));
+            p.dedup();
+        }
+        // Every protocol not named behaves alike: one table, read with one of them.
+        let other = (0..=255u8).find(|p| protos.binary_search(p).is_err());
+        let mut tables: Vec<u8> = protos.clone();
+        tables.extend(other);
+
+        // --- the memory bound, before any row is built ---
+        // A table has port rows at an end only where a port condition there can name its
+        // protocol (one of no protocol names them all); elsewhere they fold into its base row.
+        let mut port_protos: [Vec<Option<u8>>; 2] = [Vec::new(), Vec::new()];
+        for dr in &drafts {
+            for (end, peer) in dr.peers.iter().enumerate() {
+                if let Some(e) = peer {
+                    port_protos[end].extend(e.ports.iter().chain(&e.not_ports).map(|p| p.protocol()));
+                }
+            }
+        }
+        for v in &mut port_protos {
+            v.sort_unstable();
+            v.dedup();
+        }
+        let port_rows = |end: usize, p: u8| -> usize {
+            let named = port_protos[end].first() == Some(&None) || port_protos[end].binary_search(&Some(p)).is_ok();
+            if named { bounds[end].len() + 2 } else { 0 }
+        };
+        let icmp_rows = (types.len() + 2) * (codes.len() + 2);
+        let row_count = 3
+            + tables.iter().map(|&p| 1 + port_rows(0, p) + port_rows(1, p)).sum::<usize>()
+            + 2 * icmp_rows
+            + prefixes[0].len()
+            + prefixes[1].len()
+            + 3 * (label_sets[0].len() + label_sets[1].len())
+            + 4;
+        let bytes = row_count * words * 8;
+        if bytes > MEMORY_BOUND {
+            return Err(Walked::Bound(bytes));
+        }
+
+        // --- rows ---
+        let mut rs = RowSet { words, rows: Vec::new(), interned: FastMap::default() };
+        let ones = rs.build(n, |_| true);
+        let version = [Some(4u8), Some(6), None].map(|v| {
+            rs.build(n, |i| {
+                let want = drafts[i].rule.ip_version;
+                want.is_none() || v.is_none() || want == v
+            })
+        });
+        let mut proto_index = Box::new([0u8; 256]);
+        let mut named = [false; 256];
+        for &p in &protos {
+            named[p as usize] = true;
+        }
+        // Per end, the alternatives whose peer there has port conditions held in rows (named
+        // ports are checked per candidate); the others pass every port.
+        let port_conds: [Vec<(usize, &CEntity)>; 2] = [0, 1].map(|end| {
+            drafts
+                .iter()
+                .enumerate()
+                .filter_map(|(i, dr)| dr.peers[end].map(|e| (i, e)))
+                .filter(|(_, e)| !has_named(e) && !(e.ports.is_empty() && e.not_ports.is_empty()))
+                .collect()
+        });
+        let port_reps: [Vec<Option<u16>>; 2] = [0, 1].map(|end| {
+            std::iter::once(None).chain(std::iter::once(Some(0))).chain(bounds[end].iter().map(|&b| Some(b))).collect()
+        });
+        let icmp_alts: Vec<usize> =
+            (0..n).filter(|&i| drafts[i].rule.icmp.is_some() || drafts[i].rule.not_icmp.is_some()).collect();
+        let mut bits = vec![0u64; words];
+        let mut proto_rows = Vec::with_capacity(tables.len());
+        for (ti, &p) in tables.iter().enumerate() {
+            let icmp_proto = matches!(p, PROTO_ICMP | PROTO_ICMPV6);
+            let mut base_bits = vec![0u64; words];
+            for (i, dr) in drafts.iter().enumerate() {
+                let r = dr.rule;
+                let ok = r.protocols.as_ref().is_none_or(|s| s.contains(p))
+                    && !r.not_protocols.contains(p)
+                    && (icmp_proto || icmp_ok(&r.icmp, &r.not_icmp, p, None, None))
+                    && (alts[i].kind != AltKind::Await || p == PROTO_TCP);
+                if ok {
+                    base_bits[i / 64] |= 1 << (i % 64);
+                }
+            }
+            // Port rows: one per interval, and one for no port; a dimension whose rows are all
+            // alike is folded into the base row.
+            let mut ports: [PortAtoms; 2] = [PortAtoms::default(), PortAtoms::default()];
+            for end in 0..2 {
+                if port_conds[end].is_empty() {
+                    continue;
+                }
+                let reps = &port_reps[end];
+                let mut rows: Vec<Vec<u64>> = vec![rs.rows[ones as usize * words..(ones as usize + 1) * words].to_vec(); reps.len()];
+                for &(i, e) in &port_conds[end] {
+                    for (row, ok) in rows.iter_mut().zip(port_marks(e, p, reps)) {
+                        if !ok {
+                            row[i / 64] &= !(1 << (i % 64));
+                        }
+                    }
+                }
+                if rows.iter().all(|r| *r == rows[0]) {
+                    for (b, r) in base_bits.iter_mut().zip(&rows[0]) {
+                        *b &= r;
+                    }
+                } else {
+                    ports[end].rows = rows.iter().map(|r| rs.add(r)).collect();
+                }
+            }
+            let icmp = (icmp_proto && !icmp_alts.is_empty()).then(|| {
+                let type_reps: Vec<Option<u8>> = std::iter::once(None)
+                    .chain(types.iter().map(|&t| Some(t)))
+                    .chain(std::iter::once((0..=255u8).find(|t| types.binary_search(t).is_err())))
+                    .collect();
+                let code_reps: Vec<Option<u8>> = std::iter::once(None)
+                    .chain(codes.iter().map(|&c| Some(c)))
+                    .chain(std::iter::once((0..=255u8).find(|c| codes.binary_search(c).is_err())))
+                    .collect();
+                let mut rows = Vec::with_capacity(type_reps.len() * code_reps.len());
+                for &t in &type_reps {
+                    for &c in &code_reps {
+                        bits.copy_from_slice(&rs.rows[ones as usize * words..(ones as usize + 1) * words]);
+                        for &i in &icmp_alts {
+                            if !icmp_ok(&drafts[i].rule.icmp, &drafts[i].rule.not_icmp, p, t, c) {
+                                bits[i / 64] &= !(1 << (i % 64));
+                            }
+                        }
+                        rows.push(rs.add(&bits));
+                    }
+                }
+                IcmpAtoms { types: types.clone(), codes: codes.clone(), rows }
+            });
+            let base = rs.add(&base_bits);
+            if Some(p) == other {
+                for q in 0..256 {
+                    if !named[q] {
+                        proto_index[q] = ti as u8;
+                    }
+                }
+            } else {
+                proto_index[p as usize] = ti as u8;
+            }
+            proto_rows.push(ProtoRows { base, ports, icmp });
+        }
+        debug_assert!(tables.len() <= 256);
+
+        let mut addrs: [AddrAtoms; 2] = [AddrAtoms::default(), AddrAtoms::default()];
+        for end in 0..2 {
+            let atoms: Vec<Option<Net>> = std::iter::once(None).chain(prefixes[end].iter().map(|&p| Some(p))).collect();
+            let rows: Vec<u32> = atoms
+                .iter()
+                .map(|&p| {
+                    rs.build(n, |i| match drafts[i].peers[end] {
+                        None => true,
+                        Some(e) if e.unresolvable => true,
+                        Some(e) => addr_ok(e, p),
+                    })
+                })
+                .collect();
+            // Every atom passing everything: no address to look up at this end.
+            if rows.iter().any(|&r| r != ones) {
+                addrs[end].rows = rows;
+            }
+            if !addrs[end].rows.is_empty() {
+                if prefixes[end].len() <= SCAN_PREFIXES {
+                    for (i, p) in prefixes[end].iter().enumerate() {
+                        let atom = i as u32 + 1;
+                        if p.v6 {
+                            addrs[end].scan6.push((mask(p.len), p.bits, atom));
+                        } else {
+                            // A mapped IPv4 prefix: its length past the /96 on the 32-bit address.
+                            addrs[end].scan4.push((mask(p.len) as u32, p.bits as u32, atom));
+                        }
+                    }
+                } else {
+                    let mut tables: Vec<(bool, u8, FastMap<u128, u32>)> = Vec::new();
+                    for (i, p) in prefixes[end].iter().enumerate() {
+                        let t = match tables.iter().position(|(v6, len, _)| *v6 == p.v6 && *len == p.len) {
+                            Some(t) => t,
+                            None => {
+                                tables.push((p.v6, p.len, FastMap::default()));
+                                tables.len() - 1
+                            }
+                        };
+                        tables[t].2.entry(p.bits).or_insert(i as u32 + 1);
+                    }
+                    addrs[end].tables = tables;
+                }
+            }
+        }
+
+        // --- the identity dimension, and the checks made per candidate ---
+        let mut checks: Vec<Check> = Vec::new();
+        let mut labels: [Option<EndLabels>; 2] = [None, None];
+        for end in 0..2 {
+            // Per set: (hit, via network sets, not) alternatives.
+            let mut sets: Vec<(u32, Vec<usize>, Vec<usize>, Vec<usize>)> = Vec::new();
+            let slot = |sets: &mut Vec<(u32, Vec<usize>, Vec<usize>, Vec<usize>)>, id: u32| -> usize {
+                match sets.iter().position(|s| s.0 == id) {
+                    Some(i) => i,
+                    None => {
+                        sets.push((id, Vec::new(), Vec::new(), Vec::new()));
+                        sets.len() - 1
+                    }
+                }
+            };
+            let mut always = vec![true; n];
+            for (i, dr) in drafts.iter().enumerate() {
+                let Some(e) = dr.peers[end] else { continue };
+                if e.unresolvable {
+                    continue;
+                }
+                match e.labels {
+                    LabelCond::None | LabelCond::Relative(_) => {}
+                    LabelCond::Set(id) => {
+                        always[i] = false;
+                        let k = slot(&mut sets, id);
+                        sets[k].1.push(i);
+                        if e.netsets {
+                            sets[k].2.push(i);
+                        }
+                    }
+                }
+                if let Some(id) = e.not_labels {
+                    let k = slot(&mut sets, id);
+                    sets[k].3.push(i);
+                }
+            }
+            if !sets.is_empty() {
+                let mut row = |alts: &[usize]| if alts.is_empty() { NO_ROW } else { rs.build(n, |i| alts.contains(&i)) };
+                let sets: Vec<LabelSet> = sets
+                    .iter()
+                    .map(|(id, hit, via, not)| LabelSet { set: *id, hit: row(hit), via_netsets: row(via), not: row(not) })
+                    .collect();
+                let netsets = sets.iter().any(|s| s.via_netsets != NO_ROW || s.not != NO_ROW);
+                labels[end] = Some(EndLabels { always: rs.build(n, |i| always[i]), sets, netsets });
+            }
+        }
+        for (i, dr) in drafts.iter().enumerate() {
+            for end in 0..2 {
+                let Some(e) = dr.peers[end] else { continue };
+                let ports = has_named(e).then(|| Box::new((e.ports.clone(), e.not_ports.clone())));
+                let relative = match e.labels {
+                    LabelCond::Relative(rid) if !e.unresolvable => Some((rid, e.netsets)),
+                    _ => None,
+                };
+                if relative.is_none() && ports.is_none() {
+                    continue;
+                }
+                alts[i].checks[end] = checks.len() as u32;
+                checks.push(Check { relative, ports });
+            }
+        }
+        rs.rows.shrink_to_fit();
+        Ok(Compiled { words, rows: rs.rows, alts, spans, version, proto_index, protos: proto_rows, addrs, bounds, checks, labels })
+    }
+
+    /// Bytes held (rows, alternatives, checks, atoms).
+    pub fn memory_bytes(&self) -> usize {
+        self.rows.capacity() * 8
+            + self.alts.capacity() * std::mem::size_of::<Alt>()
+            + self.checks.capacity() * std::mem::size_of::<Check>()
+            + self.protos.capacity() * std::mem::size_of::<ProtoRows>()
+            + self.protos.iter().map(|p| (p.ports[0].rows.len() + p.ports[1].rows.len()) * 4 + p.icmp.as_ref().map_or(0, |i| i.rows.len() * 4)).sum::<usize>()
+            + self.addrs.iter().map(|a| a.scan4.capacity() * 12 + a.scan6.capacity() * 48 + a.rows.capacity() * 4 + a.tables.iter().map(|t| t.2.capacity() * 24).sum::<usize>()).sum::<usize>()
+            + 256
+            + std::mem::size_of::<Compiled>()
+    }
+
+    /// Alternatives (rules expanded by peer pairs).
+    pub fn alternatives(&self) -> usize {
+        self.alts.len()
+    }
+
+    #[inline]
+    fn row(&self, r: u32) -> &[u64] {
+        let w = self.words;
+        &self.rows[r as usize * w..(r as usize + 1) * w]
+    }
+
+    /// The candidates of a flow: the AND of one row per dimension.
+    #[inline(always)]
+    fn candidates<B: Bits>(&self, k: &Key, m: &mut B) {
+        let m = m.words_mut();
+        let t = &self.protos[self.proto_index[k.protocol as usize] as usize];
+        let v = self.version[match k.version {
+            Some(4) => 0,
+            Some(6) => 1,
+            _ => 2,
+        }];
+        let mut rows: [u32; 8] = [t.base, v, u32::MAX, u32::MAX, u32::MAX, u32::MAX, u32::MAX, u32::MAX];
+        let mut n = 2;
+        for end in 0..2 {
+            let pa = &t.ports[end];
+            if !pa.rows.is_empty() {
+                let atom = match k.ports[end] {
+                    None => 0,
+                    Some(p) => 1 + self.bounds[end].partition_point(|&b| b <= p),
+                };
+                rows[n] = pa.rows[atom];
+                n += 1;
+            }
+            let aa = &self.addrs[end];
+            if !aa.rows.is_empty() {
+                rows[n] = aa.rows[aa.atom(k.addrs[end])];
+                n += 1;
+            }
+        }
+        if let Some(ic) = &t.icmp {
+            let ta = IcmpAtoms::atom(&ic.types, k.icmp_type);
+            let ca = IcmpAtoms::atom(&ic.codes, k.icmp_code);
+            rows[n] = ic.rows[ta * (ic.codes.len() + 2) + ca];
+            n += 1;
+        }
+        m.copy_from_slice(self.row(rows[0]));
+        for &r in &rows[1..n] {
+            for (x, y) in m.iter_mut().zip(self.row(r)) {
+                *x &= y;
+            }
+        }
+    }
+
+    /// ANDs into `m` the identity dimension of one end: the alternatives whose label conditions
+    /// the end's identity (or a network set holding its address) meets.
+    #[inline(always)]
+    fn labels<B: Bits, P: Probe>(&self, end: usize, l: &EndLabels, probe: &P, m: &mut B) {
+        let mut ok_buf = B::zeroed(self.words);
+        let mut not_buf = B::zeroed(self.words);
+        let (ok, not) = (ok_buf.words_mut(), not_buf.words_mut());
+        let m = m.words_mut();
+        ok.copy_from_slice(self.row(l.always));
+        let or = |into: &mut [u64], r: u32| {
+            for (x, y) in into.iter_mut().zip(self.row(r)) {
+                *x |= y;
+            }
+        };
+        let ids = probe.identity_bits(end);
+        if !ids.is_empty() {
+            for s in &l.sets {
+                if bit(ids, s.set) {
+                    if s.hit != NO_ROW {
+                        or(ok, s.hit);
+                    }
+                    if s.not != NO_ROW {
+                        or(not, s.not);
+                    }
+                }
+            }
+        }
+        if l.netsets {
+            probe.netset_bits(end, &mut |bits: &[u64]| {
+                for s in &l.sets {
+                    if bit(bits, s.set) {
+                        if s.via_netsets != NO_ROW {
+                            or(ok, s.via_netsets);
+                        }
+                        if s.not != NO_ROW {
+                            or(not, s.not);
+                        }
+                    }
+                }
+            });
+        }
+        for ((x, o), n) in m.iter_mut().zip(ok.iter()).zip(not.iter()) {
+            *x &= o & !n;
+        }
+    }
+
+    /// The first match of a flow: the decision, the Log rules passed (into `logs`) and whether
+    /// an `http` rule was reached (`awaits`).
+    #[inline]
+    pub(crate) fn decide<P: Probe, L: LogSink>(&self, k: &Key, probe: &P, logs: &mut L, awaits: &mut bool) -> Outcome {
+        match self.words {
+            1 => self.decide_in::<[u64; 1], P, L>(k, probe, logs, awaits),
+            2 => self.decide_in::<[u64; 2], P, L>(k, probe, logs, awaits),
+            4 => self.decide_in::<[u64; 4], P, L>(k, probe, logs, awaits),
+            8 => self.decide_in::<[u64; 8], P, L>(k, probe, logs, awaits),
+            _ => self.decide_in::<Vec<u64>, P, L>(k, probe, logs, awaits),
+        }
+    }
+
+    #[inline(always)]
+    fn decide_in<B: Bits, P: Probe, L: LogSink>(&self, k: &Key, probe: &P, logs: &mut L, awaits: &mut bool) -> Outcome {
+        let mut buf = B::zeroed(self.words);
+        self.candidates(k, &mut buf);
+        for (end, l) in self.labels.iter().enumerate() {
+            if let Some(l) = l {
+                if buf.words().iter().any(|&w| w != 0) {
+                    self.labels(end, l, probe, &mut buf);
+                }
+            }
+        }
+        let m = buf.words();
+        for span in &self.spans {
+            let mut i = span.start as usize;
+            let mut passed = false;
+            while let Some(c) = next_bit(m, i, span.end as usize) {
+                let alt = &self.alts[c];
+                if (alt.checks[0] != NO_CHECK || alt.checks[1] != NO_CHECK) && !self.check(alt, probe) {
+                    i = c + 1;
+                    continue;
+                }
+                match alt.kind {
+                    AltKind::Log => {
+                        logs.log(span.tier.map(|t| t.0), alt.source, alt.rule);
+                        i = alt.next_rule as usize;
+                    }
+                    AltKind::Await => {
+                        *awaits = true;
+                        i = alt.next_rule as usize;
+                    }
+                    AltKind::Pass => {
+                        passed = true;
+                        break;
+                    }
+                    AltKind::Allow | AltKind::Deny | AltKind::PassDenied => {
+                        return Outcome::Rule {
+                            allow: alt.kind == AltKind::Allow,
+                            tier: span.tier.map(|t| t.0),
+                            source: alt.source,
+                            rule: alt.rule,
+                        };
+                    }
+                }
+            }
+            if let Some((tier, default)) = span.tier {
+                if !passed && default != Action::Pass {
+                    return Outcome::EndOfTier { allow: default == Action::Allow, tier };
+                }
+            }
+        }
+        Outcome::Through
+    }
+
+    #[inline]
+    fn check<P: Probe>(&self, alt: &Alt, probe: &P) -> bool {
+        for end in 0..2 {
+            let ci = alt.checks[end];
+            if ci == NO_CHECK {
+                continue;
+            }
+            let c = &self.checks[ci as usize];
+            if let Some((rid, netsets)) = c.relative {
+                if !probe.relative_in(end, rid, netsets) {
+                    return false;
+                }
+            }
+            if let Some(p) = &c.ports {
+                if !probe.ports_match(end, &p.0, &p.1) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
+/// A buffer of one row's width: an array when the width is one of the small ones (the loops
+/// over it unroll), a vector past them.
+trait Bits {
+    fn zeroed(words: usize) -> Self;
+    fn words(&self) -> &[u64];
+    fn words_mut(&mut self) -> &mut [u64];
+}
+
+impl<const W: usize> Bits for [u64; W] {
+    #[inline(always)]
+    fn zeroed(_: usize) -> Self {
+        [0; W]
+    }
+
+    #[inline(always)]
+    fn words(&self) -> &[u64] {
+        self
+    }
+
+    #[inline(always)]
+    fn words_mut(&mut self) -> &mut [u64] {
+        self
+    }
+}
+
+impl Bits for Vec<u64> {
+    fn zeroed(words: usize) -> Self {
+        vec![0; words]
+    }
+
+    fn words(&self) -> &[u64] {
+        self
+    }
+
+    fn words_mut(&mut self) -> &mut [u64] {
+        self
+    }
+}
+
+/// The first set bit of `m` in `[from, to)`.
+#[inline]
+fn next_bit(m: &[u64], from: usize, to: usize) -> Option<usize> {
+    if from >= to {
+        return None;
+    }
+    let mut w = from / 64;
+    let mut word = m[w] & (u64::MAX << (from % 64));
+    loop {
+        if word != 0 {
+            let i = w * 64 + word.trailing_zeros() as usize;
+            return (i < to).then_some(i);
+        }
+        w += 1;
+        if w * 64 >= to {
+            return None;
+        }
+        word = m[w];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_bit;
+
+    #[test]
+    fn next_bit_finds_bits_in_range() {
+        let m = [0b1010u64, 0, 1 << 5];
+        assert_eq!(next_bit(&m, 0, 192), Some(1));
+        assert_eq!(next_bit(&m, 2, 192), Some(3));
+        assert_eq!(next_bit(&m, 4, 192), Some(133));
+        assert_eq!(next_bit(&m, 4, 133), None);
+        assert_eq!(next_bit(&m, 3, 3), None);
+    }
+}
