@@ -611,6 +611,31 @@ class NativeEngine:
         """Figures of the engine state: identities, interned selectors, programs, deltas."""
         return dict(self.state.model.stats())
 
+    @property
+    def compile_stats(self) -> dict[str, int]:
+        """How the local identities' programs are decided: compiled (and the bytes they hold),
+        or walked rule by rule and why (``walked_services``, ``walked_domains``,
+        ``walked_memory``: past the compiled form's memory bound)."""
+        return dict(self._engine.compile_stats())
+
+    def walked_for_memory(self) -> list[dict[str, Any]]:
+        """The programs decided by walking their rules because their compiled form would exceed
+        the engine's memory bound: for each, its direction, the policies it lists (references),
+        the megabytes it would take and the endpoints it decides for (references)."""
+        walked = self._engine.walked_for_memory()
+        if not walked:
+            return []
+        by_identity: dict[int, list[str]] = {}
+        for e in self.inventory.endpoints:
+            identity = self._engine.identity_of(self._endpoint_id(e))
+            if identity is not None:
+                by_identity.setdefault(identity, []).append(e.ref)
+        return [{"direction": direction,
+                 "policies": [self._policies[p].ref for p in policies if p in self._policies],
+                 "megabytes": round(size / 1e6, 1),
+                 "endpoints": sorted(ref for i in identities for ref in by_identity.get(i, []))}
+                for direction, policies, size, identities in walked]
+
     def evaluate(self, flow: Flow, default_pod: str = "allow", default_host: str = "deny") -> Verdict:
         """One flow, with the same answer and explanation as the reference evaluator."""
         ends = []
@@ -633,11 +658,13 @@ class NativeEngine:
 
     def judge(self, headers: npt.NDArray[Any], quotes: npt.NDArray[Any] | None = None, tracker: Any = None,
               default_pod: str = "allow", default_host: str = "deny", interpret: bool = False,
-              payload: tuple[Any, npt.NDArray[Any]] | None = None) -> npt.NDArray[Any]:
+              payload: tuple[Any, npt.NDArray[Any]] | None = None, memo: bool = True) -> npt.NDArray[Any]:
         """Verdict records (``VERDICT_DTYPE``) for a header batch (``HEADER_DTYPE``), computed
-        without the GIL through the compiled classifier tables; with a ``Tracker``, connection
-        tracking decides established traffic. ``interpret=True`` (untracked batches only) answers
-        by the rule interpreter instead: the same verdicts, the benchmarks' baseline.
+        without the GIL by the decision memo and, behind it, each side's compiled program; with
+        a ``Tracker``, connection tracking decides established traffic. Untracked batches only:
+        ``memo=False`` asks the compiled programs for every packet (a cold memo),
+        ``interpret=True`` walks the rules for every packet instead — the same verdicts, the
+        benchmarks' baselines.
         ``payload`` (with a tracker): ``(data, segments)``, the bytes and each header's TCP
         payload in them (``httprules.segments``), for http rules; without it a connection whose
         verdict awaits its HTTP request is denied."""
@@ -651,7 +678,7 @@ class NativeEngine:
         if segments is not None:
             segments = np.ascontiguousarray(segments, dtype=np.int64).reshape(-1)
         self._engine.judge(headers, out, default_pod == "allow", default_host == "allow", tracker, quotes, interpret,
-                           data, segments)
+                           data, segments, memo)
         return out
 
     def judge_lanes(self, headers: npt.NDArray[Any], lanes: list[Lane], default_pod: str = "allow",

@@ -188,6 +188,36 @@ impl PyEngine {
         ]
     }
 
+    /// How the programs of the local identities are decided: `{"identities", "walked_identities",
+    /// "programs", "compiled", "not_compiled", "walked_services", "walked_domains",
+    /// "walked_memory", "bytes", "alternatives"}` (programs and profile lists per direction,
+    /// each counted once; walked: decided rule by rule, and why).
+    fn compile_stats(&self) -> Vec<(&'static str, u64)> {
+        let s = self.inner.compile_stats();
+        vec![
+            ("identities", s.identities as u64),
+            ("walked_identities", s.walked_identities as u64),
+            ("programs", s.programs as u64),
+            ("compiled", s.compiled as u64),
+            ("not_compiled", s.not_compiled as u64),
+            ("walked_services", s.walked_services as u64),
+            ("walked_domains", s.walked_domains as u64),
+            ("walked_memory", s.walked_memory as u64),
+            ("bytes", s.bytes as u64),
+            ("alternatives", s.alternatives as u64),
+        ]
+    }
+
+    /// The programs walked because their compiled form would take more than the memory bound:
+    /// `(direction, policy ids, bytes it would take, identity ids holding it)` each.
+    fn walked_for_memory(&self) -> Vec<(&'static str, Vec<u32>, u64, Vec<u32>)> {
+        self.inner
+            .walked_for_memory()
+            .into_iter()
+            .map(|(d, policies, bytes, ids)| (if d == Direction::Ingress { "ingress" } else { "egress" }, policies, bytes as u64, ids))
+            .collect()
+    }
+
     /// The endpoint id an address resolves to (None: an outside address).
     fn owner_of(&self, ip: &str) -> PyResult<Option<u32>> {
         Ok(self.inner.owner_of(Addr::parse(ip).map_err(engine_error)?))
@@ -311,13 +341,15 @@ impl PyEngine {
     /// connections it already allowed pass without policy, and allowed new connections start
     /// being tracked (time = each header's capture timestamp); `quotes` (`QUOTE_DTYPE`, parallel
     /// to `headers`) carries the flows ICMP errors quote. Runs without the GIL. Decisions go
-    /// through the per-thread decision memo; `interpret=True` walks the programs for every
-    /// packet instead (the same verdicts: the benchmarks' baseline). `data` and `segments` (an
+    /// through the per-thread decision memo and, behind it, each side's compiled program;
+    /// `memo=False` asks the compiled programs for every packet (a cold memo), and
+    /// `interpret=True` walks the rules for every packet (the same verdicts: the benchmarks'
+    /// baselines). `data` and `segments` (an
     /// (n, 3) int64 array of `[start, end)` in `data` and the TCP sequence number, parallel to
     /// `headers`: `_native.payload_spans`) give each packet's TCP payload to `http` rules, with a
     /// tracker: connections whose verdict awaits a request are admitted provisionally and their
     /// requests judged (`Judge::classify_tracked_http`); without them such connections are denied.
-    #[pyo3(signature = (headers, out, pod_allow, host_allow, tracker=None, quotes=None, interpret=false, data=None, segments=None))]
+    #[pyo3(signature = (headers, out, pod_allow, host_allow, tracker=None, quotes=None, interpret=false, data=None, segments=None, memo=true))]
     #[allow(clippy::too_many_arguments)]
     fn judge(
         &self,
@@ -331,9 +363,10 @@ impl PyEngine {
         interpret: bool,
         data: Option<&Bound<'_, PyAny>>,
         segments: Option<&Bound<'_, PyAny>>,
+        memo: bool,
     ) -> PyResult<()> {
-        if interpret && tracker.is_some() {
-            return Err(pyo3::exceptions::PyValueError::new_err("interpret=True is for untracked batches"));
+        if (interpret || !memo) && tracker.is_some() {
+            return Err(pyo3::exceptions::PyValueError::new_err("interpret=True and memo=False are for untracked batches"));
         }
         if segments.is_some() != data.is_some() || (segments.is_some() && tracker.is_none()) {
             return Err(pyo3::exceptions::PyValueError::new_err("data and segments go together, with a tracker"));
@@ -382,12 +415,13 @@ impl PyEngine {
                 }
                 None if interpret => {
                     for (h, o) in hs.iter().zip(vs.iter_mut()) {
-                        *o = match self.inner.header_verdict(h, defaults) {
+                        *o = match self.inner.header_verdict_walked(h, defaults) {
                             Some(v) => PacketVerdict::judged(&v),
                             None => PacketVerdict::undecodable(h),
                         };
                     }
                 }
+                None if !memo => self.inner.classify_compiled(hs, vs, defaults),
                 None => self.inner.classify_detailed(hs, vs, defaults),
             }
         });
