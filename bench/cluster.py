@@ -1572,6 +1572,24 @@ def _edit_policy(cluster: Cluster, rng: random.Random, policy: dict) -> None:
 _CHANGE_STORE = {"pod": "pods", "namespace": "namespaces", "networkpolicy": "network_policies"}
 
 
+def adversarial_policy(rules: int, cidrs: int, port_ranges: int, name: str = "adversarial") -> dict:
+    """A Calico GlobalNetworkPolicy (``all()``) built to stress the engine's compiled programs:
+    ``rules`` ingress rules, each allowing ``cidrs`` distinct source CIDRs to ``port_ranges``
+    distinct TCP port ranges (``rules=1``: thousands of CIDRs crossed with thousands of port
+    ranges in one rule; ``rules`` in the thousands with one of each: a distinct address and port
+    atom per rule). Deterministic; the CIDRs are /32s in 100.64.0.0/10, the ranges 10 ports
+    wide."""
+    spec_rules = []
+    for r in range(rules):
+        nets = [str(IPv4Address(int(IPv4Address("100.64.0.0")) + r * cidrs + i)) + "/32" for i in range(cidrs)]
+        ports = [f"{1024 + 10 * ((r * port_ranges + i) % 6000)}:{1024 + 10 * ((r * port_ranges + i) % 6000) + 9}"
+                 for i in range(port_ranges)]
+        spec_rules.append({"action": "Allow", "protocol": "TCP", "source": {"nets": nets},
+                           "destination": {"ports": ports}})
+    return {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
+            "metadata": {"name": name}, "spec": {"selector": "all()", "types": ["Ingress"], "ingress": spec_rules}}
+
+
 def apply_change(cluster: Cluster, change: Change) -> None:
     """Put ``change`` into ``cluster``: the object is added, replaced or removed."""
     store = getattr(cluster, _CHANGE_STORE[change.kind.split("-")[0]])

@@ -350,6 +350,7 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
     staged = project.policy_set.staged  # validated like their enforced kinds, never in force
     unenforceable = [{"policy": p.ref, "reasons": list(p.unenforceable)} for p in (*policies, *staged)
                      if p.unenforceable]
+    walked = _walked_decisions(project) if not problems.errors else []
     if as_json:
         _emit_json(
             {
@@ -362,6 +363,7 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
                 "errors": [_problem_json(p) for p in problems.errors],
                 "warnings": [_problem_json(p) for p in problems.warnings],
                 "unenforceable": unenforceable,
+                "walked": walked,
                 "admission_policies": admission,
                 "skipped": skipped_kinds,
             }
@@ -370,6 +372,11 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
         _print_problems(problems)
         for item in unenforceable:
             err.print(f"[yellow]not enforceable[/yellow]: {item['policy']}: {'; '.join(item['reasons'])}")
+        for item in walked:
+            shown = ", ".join(item["endpoints"][:3]) + (", ..." if len(item["endpoints"]) > 3 else "")
+            err.print(f"[yellow]not compiled[/yellow]: the {item['direction']} policies of {len(item['endpoints'])} "
+                      f"endpoint(s) ({escape(shown)}) would compile to {item['megabytes']} MB, past the engine's bound: "
+                      f"their decisions walk the rules, slower ({escape(', '.join(item['policies']))})")
         skipped = ", ".join(f"{k} x{v}" for k, v in skipped_kinds.items())
         summary = (
             f"{count(project.document_count, 'document')}: {count(len(policies), 'policy')}, "
@@ -385,6 +392,14 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
         out.print(f"{status}, {count(n_warn, 'warning')} {symbol('—', '-')} {summary}")
     if problems.errors or problems.empty_inputs:
         _fail(EXIT_INVALID)
+
+
+def _walked_decisions(project: Any) -> list[dict[str, Any]]:
+    """The decisions the engine walks rule by rule because their compiled form would exceed its
+    memory bound (``NativeEngine.walked_for_memory``)."""
+    from pyclassify.engine import NativeEngine
+
+    return NativeEngine(project.policy_set, project.inventory).walked_for_memory()
 
 
 def _protocol(text: str) -> int:

@@ -219,6 +219,9 @@ CASES = [
          "aliasloop.yaml"),
     case("check-billion-laughs", "check", "9 levels of 9 aliases (not expanded)", 0,
          "valid, 0 warnings", "laughs.yaml", stream="stdout"),
+    case("check-compiled-past-memory-bound", "check",
+         "a GlobalNetworkPolicy of 12,000 rules, each its own CIDR and port range (compiled form past the bound)", 0,
+         "not compiled: the ingress policies of 1 endpoint(s) (default/p) would compile to", "compileblowup.json"),
     # --- check: size ---------------------------------------------------------------------------
     case("check-huge-yaml-error-at-end", "check", f"{HUGE_DOCS:,} ConfigMaps (~55 MB), then a syntax error", 1,
          (f"hugebad.yaml:{HUGE_ERROR_LINE}: invalid YAML", f"{HUGE_DOCS} documents"), "hugebad.yaml", stream="any"),
@@ -316,6 +319,10 @@ CASES = [
     case("explain-finished-pod", "explain", "--from a pod whose phase is Succeeded", 2,
          "'app/job' is a pod that holds no address (phase Succeeded", "lifecycle.yaml", "--from", "app/job",
          "--to", "app/web"),
+    case("explain-compiled-past-memory-bound", "explain",
+         "a GlobalNetworkPolicy of 12,000 rules, each its own CIDR and port range (decided by walking its rules)", 0,
+         "allow", "compileblowup.json", "--from", "100.64.0.3", "--to", "default/p", "--proto", "TCP", "--port", "1054",
+         stream="stdout"),
     case("explain-huge-single-line", "explain", "one 60 MB JSON line", 1,
          f"hugeline.json:1: object of {HUGE_LINE_BYTES} bytes is larger than the limit", "hugeline.json",
          "--from", "10.0.0.1", "--to", "10.0.0.2"),
@@ -971,6 +978,15 @@ def _write_manifests(d: Path, rng: random.Random) -> None:
     }
     for name, content in text.items():
         (d / name).write_text(content)
+    # Policies whose compiled form would exceed the engine's memory bound: thousands of rules,
+    # each its own address and port atom (the identity's decisions walk its rules instead).
+    from bench.cluster import adversarial_policy
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "image": "i"}]},
+           "status": {"podIP": "10.1.0.5", "podIPs": [{"ip": "10.1.0.5"}]}}
+    blowup = {"apiVersion": "v1", "kind": "List", "items": [pod, adversarial_policy(12000, 1, 1)]}
+    (d / "compileblowup.json").write_text(json.dumps(blowup))
     laughs = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(9))
     (d / "laughs.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata:\n"

@@ -189,7 +189,7 @@ class Enforcer:
         self.metrics = Metrics(lambda: list(self.loops), config.fail_open, source=lambda: self.source,
                                lost_lines=lambda: self.log.lost, bridge=lambda: self.bridge,
                                dns=lambda: (self.dns_loop, self.domain_facts),
-                               http=lambda: (self.main_loops, self.http_loop))
+                               http=lambda: (self.main_loops, self.http_loop), engine=lambda: self.engine)
         self.rules: Rules | None = None
         #: The node's own traffic our chains let through ahead of the queue (``start()`` finds it).
         self.node = NodeTraffic()

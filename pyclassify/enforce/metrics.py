@@ -307,15 +307,47 @@ class _QuietHandler(WSGIRequestHandler):
         pass  # scrapes and probes every few seconds: not worth a line each
 
 
+class EngineCollector:
+    """How the engine in force decides: its programs compiled, or walked rule by rule and why
+    (``memory``: the compiled form would exceed its bound, so that identity's decisions walk)."""
+
+    def __init__(self, engine: Callable[[], Any]) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[Any]:
+        engine = self.engine()
+        stats = {} if engine is None else engine.compile_stats
+        programs = GaugeMetricFamily("pyclassify_engine_programs",
+                                     "Programs of local identities (per direction, profile lists included), by state",
+                                     labels=["state"])
+        walked = GaugeMetricFamily("pyclassify_engine_walked_programs",
+                                   "Programs decided by walking their rules instead of compiled, by reason",
+                                   labels=["reason"])
+        for state in ("compiled", "not_compiled"):
+            programs.add_metric([state], stats.get(state, 0))
+        programs.add_metric(["walked"], sum(stats.get(f"walked_{r}", 0) for r in ("services", "domains", "memory")))
+        for reason in ("services", "domains", "memory"):
+            walked.add_metric([reason], stats.get(f"walked_{reason}", 0))
+        yield programs
+        yield walked
+        yield GaugeMetricFamily("pyclassify_engine_walked_identities",
+                                "Local identities with a side decided by walking its rules", value=stats.get("walked_identities", 0))
+        yield GaugeMetricFamily("pyclassify_engine_compiled_bytes", "Bytes the compiled programs hold",
+                                value=stats.get("bytes", 0))
+
+
 class Metrics:
     """The daemon's registry (one per daemon, so tests can run several)."""
 
     def __init__(self, loops: Callable[[], list[Any]], fail_open: bool,
                  source: Callable[[], Any] | None = None, lost_lines: Callable[[], int] | None = None,
                  bridge: Callable[[], Any] | None = None, dns: Callable[[], tuple[Any, Any]] | None = None,
-                 http: Callable[[], tuple[list[Any], Any]] | None = None) -> None:
+                 http: Callable[[], tuple[list[Any], Any]] | None = None,
+                 engine: Callable[[], Any] | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(LoopCollector(loops, fail_open))
+        if engine is not None:
+            self.registry.register(EngineCollector(engine))
         if dns is not None:
             self.registry.register(DnsCollector(dns))
         if http is not None:
