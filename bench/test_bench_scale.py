@@ -9,9 +9,14 @@ beside a baseline measured in the same run:
 - a change in force (one pod added, a pod relabelled, a namespace relabelled, a NetworkPolicy
   changed, each normalized and applied as one delta: ``LiveProject.apply``), p50 and p99,
   against a full rebuild of the engine;
-- decisions/s with every packet judged by policy (``judge`` without a tracker), through the
-  decision memo and walking every packet (the same engine's cold path), and the reference
-  evaluator on a sample;
+- decisions/s with every packet judged by policy (``judge`` without a tracker), on the real
+  capture and on random pod pairs: through the decision memo (warmed by a pass, as on a live
+  node), by the compiled programs alone (a cold memo), and walking every packet's rules, and the
+  reference evaluator on a sample;
+- the adversarial policy sets (``bench.cluster.adversarial_policy``): one rule of thousands of
+  CIDRs crossed with thousands of port ranges (compiled: its rows add up, they do not multiply),
+  and thousands of rules of one CIDR and range each (past the compiled form's memory bound:
+  walked), their build and decisions;
 - replay with connection tracking through the API (``judge`` with a tracker) against reading
   and decoding alone, and ``pyclassify replay --json`` as a whole process.
 
@@ -34,15 +39,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.cluster import apply_change, generate, random_change, write_capture, write_json_compact, write_yaml
+from bench.cluster import (adversarial_policy, apply_change, generate, random_change, write_capture, write_json_compact,
+                           write_yaml)
 from pyclassify.bulk import collector_paused
 from pyclassify.capture import open_capture
+from pyclassify.batch import FLAG_HAS_PORTS, new_batch
 from pyclassify.engine import VERDICT_DTYPE, NativeEngine, Tracker
 from pyclassify.live import LiveProject
 from pyclassify.loader import iter_paths
 from pyclassify.project import build_project
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.source import Problems
+from pyclassify.source import Document, Problems
 
 SIZES = tuple(int(n) for n in os.environ.get("PYCLASSIFY_SCALE_SIZES", "1000,10000").split(","))
 CHANGES = int(os.environ.get("PYCLASSIFY_SCALE_CHANGES", "200"))
@@ -160,29 +167,107 @@ def headers(cluster):
     return batches
 
 
+def _rates(engine: NativeEngine, batches: list[np.ndarray]) -> tuple[float, float, float]:
+    """Seconds to judge ``batches`` through the memo (warmed by a pass first), by the compiled
+    programs alone, and walking every packet's rules: CPU time, best of 3 (the walk: 1)."""
+
+    def judge_all(**how: bool) -> None:
+        for h in batches:
+            out = np.zeros(len(h), dtype=VERDICT_DTYPE)
+            engine._engine.judge(h, out, True, False, None, None, how.get("interpret", False), None, None,
+                                 how.get("memo", True))
+
+    judge_all()  # the memo warms on the first pass, as on a live node
+    t_memo, _ = cpu(judge_all)
+    t_compiled, _ = cpu(lambda: judge_all(memo=False))
+    t_walk, _ = cpu(lambda: judge_all(interpret=True), rounds=1)
+    return t_memo, t_compiled, t_walk
+
+
+def _rate_text(n: int, t_memo: float, t_compiled: float, t_walk: float) -> str:
+    return (f"{n / t_memo / 1e6:.2f} M/s ({t_memo / n * 1e9:.0f} ns each) through the decision memo; "
+            f"{n / t_compiled / 1e6:.2f} M/s ({t_compiled / n * 1e9:.0f} ns) by the compiled programs alone (cold memo); "
+            f"{n / t_walk / 1e6:.2f} M/s ({t_walk / n * 1e9:.0f} ns) walking every packet's rules "
+            f"(compiled {t_walk / t_compiled:.1f}x the walk)")
+
+
 def test_decisions_every_packet(cluster, project, headers):
     pods = cluster["pods"]
     engine = NativeEngine(project.policy_set, project.inventory)
-    n = sum(len(h) for h, _ in headers)
-
-    def judge_all(walk: bool) -> None:
-        for h, _ in headers:
-            out = np.zeros(len(h), dtype=VERDICT_DTYPE)
-            engine._engine.judge(h, out, True, False, None, None, walk)
-
-    judge_all(False)  # the memo warms on the first pass, as on a live node
-    t_memo, _ = cpu(lambda: judge_all(False))
-    t_walk, _ = cpu(lambda: judge_all(True), rounds=1)
+    batches = [h for h, _ in headers]
+    n = sum(len(h) for h in batches)
+    t_memo, t_compiled, t_walk = _rates(engine, batches)
     # The reference evaluator, per packet, on a sample.
     sample = headers[0][0][:2000]
     flows = [Flow(FlowEnd(None, _ip(r["src_addr"], r["ip_version"])), FlowEnd(None, _ip(r["dst_addr"], r["ip_version"])),
                   int(r["protocol"]), int(r["sport"]), int(r["dport"])) for r in sample]
     t_ref, _ = cpu(lambda: [evaluate(project.policy_set, project.inventory, f) for f in flows], rounds=1)
     ref = len(flows) / t_ref
-    record("decisions, every packet judged by policy", pods,
-           f"{n / t_memo / 1e6:.2f} M/s ({t_memo / n * 1e9:.0f} ns each) through the decision memo; "
-           f"{n / t_walk / 1e6:.2f} M/s walking every packet ({t_walk / t_memo:.1f}x slower); "
-           f"reference evaluator {ref / 1e3:.1f} k/s ({n / t_memo / ref:.0f}x slower)")
+    record("decisions, every packet judged by policy (real capture)", pods,
+           f"{_rate_text(n, t_memo, t_compiled, t_walk)}; reference evaluator {ref / 1e3:.1f} k/s "
+           f"({n / t_memo / ref:.0f}x slower than the memo)")
+
+
+def random_pairs(inventory, n: int, seed: int = 7) -> list[np.ndarray]:
+    """Headers of random pod pairs (5 % outside addresses): TCP and UDP to ports the cluster's
+    policies name and to any port, ICMP echo — almost every packet a new combination for the
+    memo. Batches of 256 rows."""
+    rng = np.random.default_rng(seed)
+    ips = np.array([int(ip) for e in inventory.endpoints if not e.host_network for ip in e.ips if ip.version == 4],
+                   dtype=np.uint32)
+    outside = np.array([int(v) for v in (0x08080808, 0xC0A80701, 0x64400309, 0xAC100109)], dtype=np.uint32)
+    batch = new_batch(n)
+    for field in ("src_addr", "dst_addr"):
+        addr = ips[rng.integers(0, len(ips), n)]
+        out = rng.random(n) < 0.05
+        addr[out] = outside[rng.integers(0, len(outside), out.sum())]
+        raw = batch[field]
+        raw[:, 10] = raw[:, 11] = 0xFF
+        raw[:, 12:] = addr.astype(">u4").view(np.uint8).reshape(n, 4)
+    protocol = rng.choice(np.array([6, 6, 6, 6, 6, 6, 17, 17, 1], dtype=np.uint8), n)
+    named = np.array([53, 80, 443, 5432, 6379, 8080, 8443, 9090, 9100, 22], dtype=np.uint16)
+    dport = np.where(rng.random(n) < 0.5, named[rng.integers(0, len(named), n)], rng.integers(1, 65536, n)).astype(np.uint16)
+    batch["ip_version"] = 4
+    batch["protocol"] = protocol
+    ported = protocol != 1
+    batch["sport"] = np.where(ported, rng.integers(32768, 60768, n), 0)
+    batch["dport"] = np.where(ported, dport, 0)
+    batch["flags"] = np.where(ported, FLAG_HAS_PORTS, 0)
+    batch["icmp_type"] = np.where(ported, 0, 8)
+    return [batch[i:i + 256] for i in range(0, n, 256)]
+
+
+def test_decisions_random_pairs(cluster, project):
+    pods = cluster["pods"]
+    engine = NativeEngine(project.policy_set, project.inventory)
+    n = int(os.environ.get("PYCLASSIFY_SCALE_PACKETS", 1_000_000))
+    batches = random_pairs(project.inventory, n)
+    t_memo, t_compiled, t_walk = _rates(engine, batches)
+    stats = engine.compile_stats
+    record("decisions, every packet judged by policy (random pod pairs)", pods,
+           f"{_rate_text(n, t_memo, t_compiled, t_walk)}; {stats['compiled']} programs compiled "
+           f"({stats['bytes'] / 2**20:.1f} MiB), {stats['walked_identities']} identities walked")
+
+
+@pytest.mark.parametrize("shape", [(1, 2000, 2000), (12000, 1, 1)], ids=["cidrs-x-ports", "rules"])
+def test_adversarial_policy(cluster, project, shape):
+    """A policy set built to blow up a compiled form, added to the cluster: build time, how its
+    programs are decided, and decisions on random pairs (compiled alone against the walk)."""
+    pods = cluster["pods"]
+    if pods != SIZES[0]:
+        pytest.skip("measured at the first size only")
+    policy = adversarial_policy(*shape)
+    with collector_paused():
+        extra = build_project(cluster["docs"] + [Document(policy, "adversarial.yaml", 1)], Problems())
+        t_build, engine = cpu(lambda: NativeEngine(extra.policy_set, extra.inventory), rounds=1)
+    stats = engine.compile_stats
+    batches = random_pairs(extra.inventory, 20_000)
+    n = sum(len(b) for b in batches)
+    _, t_compiled, t_walk = _rates(engine, batches)
+    record(f"adversarial policy: {shape[0]} rule(s) x {shape[1]} CIDR(s) x {shape[2]} port range(s)", pods,
+           f"engine build {t_build:.2f} s CPU; {stats['compiled']} programs compiled ({stats['bytes'] / 2**20:.1f} MiB), "
+           f"{stats['walked_memory']} walked past the memory bound ({stats['walked_identities']} identities); "
+           f"random pairs {n / t_compiled / 1e6:.2f} M/s compiled path, {n / t_walk / 1e6:.2f} M/s walking")
 
 
 def _ip(raw, version):

@@ -1,6 +1,7 @@
 //! Cluster-scale engine benchmark (issue 11): the identity engine's build time, memory,
 //! decisions/s and change-in-force latency, each beside its baseline in the same run — the
-//! whole-world oracle interpreter for build and decisions, a full rebuild for changes.
+//! whole-world oracle interpreter for build and decisions, walking the rules for decisions,
+//! a full rebuild for changes.
 //!
 //! cargo bench --manifest-path rust/Cargo.toml -p pyclassify-core --bench engine
 //!
@@ -9,9 +10,16 @@
 //! `ENGINE_SPEC=path.json` names a whole-world spec written by `pyclassify.engine.engine_spec`.
 //! `ENGINE_PODS`, `ENGINE_NAMESPACES`, `ENGINE_POLICIES` resize the generated workload;
 //! `ENGINE_CHANGES` sets how many changes of each kind are timed (default 200).
-//! `ENGINE_HEADERS=path.bin` replays decoded headers of a real capture (64-byte records as
-//! `pyclassify.batch.HEADER_DTYPE` writes them, e.g. `bench/cluster.py`'s capture) instead of
-//! the generated workload's random pod pairs.
+//! `ENGINE_HEADERS=path.bin` adds decoded headers of a real capture (64-byte records as
+//! `pyclassify.batch.HEADER_DTYPE` writes them, e.g. `bench/cluster.py`'s capture) to the
+//! random pod pairs every run judges (`ENGINE_PACKETS` of them, default 1M). `ENGINE_ORACLE=0`
+//! leaves the whole-world interpreter out (at 100k pods it takes minutes to build);
+//! `ENGINE_COMPILE=eager` times the changes with the programs they make compiled before the
+//! change is in force (by default: on first use).
+//!
+//! Decisions are judged four ways on the same headers: through the decision memo with the
+//! compiled programs behind it (the engine's path), the compiled programs alone (a cold memo),
+//! walking each packet's rules, and the whole-world interpreter (on a sample).
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +27,7 @@ use pyclassify_core::batch::PacketHeader;
 use pyclassify_core::engine::oracle::Oracle;
 use pyclassify_core::engine::spec::{Delta, EndpointSpec, NamespaceSpec, PolicySpec, Spec};
 use pyclassify_core::engine::workload::{flow_header, policy_workload, workload_flows, workload_pod_ip, Rng, WorkloadShape};
-use pyclassify_core::engine::{Defaults, Judge, Model, PacketVerdict};
+use pyclassify_core::engine::{Addr, Compile, Defaults, Flow, FlowEnd, Judge, Model, PacketVerdict, Snapshot};
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -41,19 +49,90 @@ fn timed<T>(f: impl FnOnce() -> T) -> (Duration, T) {
     (t.elapsed(), v)
 }
 
-fn pps<J: Judge>(engine: &J, headers: &[PacketHeader]) -> (f64, Vec<PacketVerdict>) {
+/// Decisions/s of `judge` over `headers` in batches of 256, best of `rounds`, and the records.
+fn rate(headers: &[PacketHeader], rounds: usize, judge: impl Fn(&[PacketHeader], &mut [PacketVerdict])) -> (f64, Vec<PacketVerdict>) {
     let mut out = vec![PacketVerdict::default(); headers.len()];
-    let d = Defaults::default();
     let mut best = Duration::MAX;
-    for _ in 0..3 {
+    for _ in 0..rounds {
         let (t, ()) = timed(|| {
             for (h, o) in headers.chunks(256).zip(out.chunks_mut(256)) {
-                engine.classify_detailed(h, o, d);
+                judge(h, o);
             }
         });
         best = best.min(t);
     }
     (headers.len() as f64 / best.as_secs_f64(), out)
+}
+
+fn pps<J: Judge>(engine: &J, headers: &[PacketHeader]) -> (f64, Vec<PacketVerdict>) {
+    let d = Defaults::default();
+    rate(headers, 3, |h, o| engine.classify_detailed(h, o, d))
+}
+
+/// Random pod pairs of a spec (some outside addresses), TCP/UDP to ports its policies name
+/// and to any port, ICMP echo: almost every packet a new combination for the memo.
+fn random_pairs(spec: &Spec, n: usize, seed: u64) -> Vec<PacketHeader> {
+    let addrs: Vec<Addr> =
+        spec.endpoints.iter().filter(|e| e.kind == "pod").filter_map(|e| e.ips.first()).filter_map(|a| Addr::parse(a).ok()).collect();
+    let outside: Vec<Addr> = ["8.8.8.8", "192.168.7.1", "100.64.3.9", "172.16.1.9"].iter().map(|a| Addr::parse(a).expect("literal")).collect();
+    let r = &mut Rng::new(seed);
+    (0..n)
+        .map(|_| {
+            let pick = |r: &mut Rng| if r.chance(5) { *r.pick(&outside) } else { *r.pick(&addrs) };
+            let (s, d) = (pick(r), pick(r));
+            let protocol = *r.pick(&[6u8, 6, 6, 6, 6, 6, 17, 17, 1]);
+            let dport = if r.chance(50) { *r.pick(&[53u16, 80, 443, 5432, 6379, 8080, 8443, 9090, 9100, 22]) } else { 1 + r.below(65535) as u16 };
+            let icmp = protocol == 1;
+            flow_header(&Flow {
+                src: FlowEnd { addr: Some(s), endpoint: None },
+                dst: FlowEnd { addr: Some(d), endpoint: None },
+                protocol,
+                sport: (!icmp).then(|| 32_768 + r.below(28_000) as u16),
+                dport: (!icmp).then_some(dport),
+                icmp_type: icmp.then_some(8),
+                icmp_code: icmp.then_some(0),
+                ts_ns: None,
+            })
+        })
+        .collect()
+}
+
+/// One workload's decisions four ways, same headers, same run.
+fn decisions(what: &str, snap: &Snapshot, oracle: Option<&Oracle>, headers: &[PacketHeader]) {
+    let d = Defaults::default();
+    let n = headers.len();
+    let (h0, m0) = pyclassify_core::engine::classes::memo_counts();
+    let (memo, out_memo) = pps(snap, headers);
+    let (h1, m1) = pyclassify_core::engine::classes::memo_counts();
+    let (compiled, out_compiled) = rate(headers, 3, |h, o| snap.classify_compiled(h, o, d));
+    let (walk, out_walk) = rate(headers, 1, |h, o| {
+        for (h, o) in h.iter().zip(o.iter_mut()) {
+            *o = snap.header_verdict_walked(h, d).map_or_else(PacketVerdict::malformed, |v| PacketVerdict::judged(&v));
+        }
+    });
+    assert!(out_memo == out_walk && out_compiled == out_walk, "{what}: compiled and walked decisions differ");
+    let sample = &headers[..n.min(1 << 14)];
+    let slow = oracle.map_or(f64::NAN, |oracle| {
+        let (slow, out_slow) = pps(oracle, sample);
+        assert!(out_walk[..sample.len()] == out_slow[..], "{what}: identity engine and interpreter differ");
+        slow
+    });
+    let allowed = out_memo.iter().filter(|v| v.allow == 1).count();
+    let (hits, misses) = (h1 - h0, m1 - m0);
+    println!(
+        "decisions, {what} (batch 256, {n} packets, {:.0} % allowed): memo + compiled {:.3} M/s ({:.0} ns, memo hit rate {:.1} %); \
+         compiled alone {:.3} M/s ({:.0} ns); rule walk {:.3} M/s ({:.0} ns); interpreter {:.3} M/s; compiled alone {:.1}x the walk",
+        100.0 * allowed as f64 / n as f64,
+        memo / 1e6,
+        1e9 / memo,
+        100.0 * hits as f64 / (hits + misses).max(1) as f64,
+        compiled / 1e6,
+        1e9 / compiled,
+        walk / 1e6,
+        1e9 / walk,
+        slow / 1e6,
+        compiled / walk
+    );
 }
 
 fn percentile(v: &mut [Duration], p: f64) -> f64 {
@@ -98,9 +177,20 @@ fn main() {
 
     // --- build time and memory, beside the whole-world interpreter ---
     let rss0 = rss_kib("VmRSS:");
-    let (t_oracle, oracle) = timed(|| Oracle::build(&spec).expect("oracle builds"));
+    let with_oracle = env("ENGINE_ORACLE", 1) != 0;
+    let (t_oracle, oracle) = timed(|| with_oracle.then(|| Oracle::build(&spec).expect("oracle builds")));
     let rss_oracle = rss_kib("VmRSS:").saturating_sub(rss0);
     let delta = serde_json::from_str::<Spec>(&text).expect("spec").into_delta();
+    // Compiled on first use instead: the build alone, then every program compiled.
+    let (t_lazy, lazy) = timed(|| {
+        let mut m = Model::new();
+        m.set_compile(Compile::OnFirstUse);
+        m.apply(delta.clone()).expect("model builds");
+        m
+    });
+    let lazy_snap = lazy.snapshot();
+    let (t_compile, ()) = timed(|| lazy_snap.compile_all());
+    drop((lazy_snap, lazy));
     let rss1 = rss_kib("VmRSS:");
     let (t_build, mut model) = timed(|| {
         let mut m = Model::new();
@@ -108,12 +198,34 @@ fn main() {
         m
     });
     let rss_model = rss_kib("VmRSS:").saturating_sub(rss1);
+    // The changes below: the programs a change makes compiled on first use (the default), or
+    // before the change is in force (`ENGINE_COMPILE=eager`).
+    let eager_changes = std::env::var("ENGINE_COMPILE").is_ok_and(|v| v == "eager");
+    if eager_changes {
+        model.set_compile(Compile::Always);
+    }
     let s = model.stats();
+    let cs = model.snapshot().compile_stats();
     println!(
-        "build: identity engine {:.3} s, whole-world interpreter {:.3} s (ratio {:.1}x)",
+        "build: identity engine {:.3} s (programs compiled as made), whole-world interpreter {:.3} s (ratio {:.1}x); \
+         compiled on first use instead: build {:.3} s, then compiling every program {:.3} s",
         t_build.as_secs_f64(),
         t_oracle.as_secs_f64(),
-        t_oracle.as_secs_f64() / t_build.as_secs_f64()
+        t_oracle.as_secs_f64() / t_build.as_secs_f64(),
+        t_lazy.as_secs_f64(),
+        t_compile.as_secs_f64()
+    );
+    println!(
+        "compiled programs: {} of {} (profile lists included, per direction), {:.2} MiB, {} alternatives; walked: {} for services, {} for domains, {} past the memory bound; {} of {} local identities walk a side",
+        cs.compiled,
+        cs.programs,
+        cs.bytes as f64 / 1048576.0,
+        cs.alternatives,
+        cs.walked_services,
+        cs.walked_domains,
+        cs.walked_memory,
+        cs.walked_identities,
+        cs.identities
     );
     println!(
         "identities: {} for {} endpoints; {} interned selectors, {} programs, {:.2} MiB in identity sets",
@@ -131,47 +243,38 @@ fn main() {
     );
 
     // --- decisions/s, every packet judged by policy ---
-    let headers: Vec<PacketHeader> = match std::env::var("ENGINE_HEADERS") {
-        Ok(path) => {
-            let raw = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-            let size = std::mem::size_of::<PacketHeader>();
-            assert!(raw.len() % size == 0, "{path}: not a whole number of {size}-byte headers");
-            raw.chunks_exact(size)
-                // SAFETY: PacketHeader is a plain repr(C) record of integers; any bytes are a value.
-                .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const PacketHeader) })
-                .collect()
-        }
-        Err(_) => workload_flows(shape, env("ENGINE_PACKETS", 1 << 17), 7).iter().map(flow_header).collect(),
-    };
-    let n = headers.len();
     let snap = model.snapshot();
-    let (fast, out_fast) = pps(&*snap, &headers);
-    let (hits, misses) = pyclassify_core::engine::classes::memo_counts();
-    let sample = &headers[..headers.len().min(1 << 14)];
-    let (slow, out_slow) = pps(&oracle, sample);
-    assert!(out_fast[..sample.len()] == out_slow[..], "identity engine and interpreter differ");
-    let allowed = out_fast.iter().filter(|v| v.allow == 1).count();
-    println!(
-        "decisions (batch 256, {n} packets, {:.0} % allowed, memo hit rate {:.1} %): identity engine {:.3} M/s ({:.0} ns each), interpreter {:.3} M/s ({:.0} ns), ratio {:.1}x",
-        100.0 * allowed as f64 / n as f64,
-        100.0 * hits as f64 / (hits + misses).max(1) as f64,
-        fast / 1e6,
-        1e9 / fast,
-        slow / 1e6,
-        1e9 / slow,
-        fast / slow
-    );
+    if let Ok(path) = std::env::var("ENGINE_HEADERS") {
+        let raw = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let size = std::mem::size_of::<PacketHeader>();
+        assert!(raw.len() % size == 0, "{path}: not a whole number of {size}-byte headers");
+        let headers: Vec<PacketHeader> = raw
+            .chunks_exact(size)
+            // SAFETY: PacketHeader is a plain repr(C) record of integers; any bytes are a value.
+            .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const PacketHeader) })
+            .collect();
+        decisions("real capture", &snap, oracle.as_ref(), &headers);
+    }
+    let packets = env("ENGINE_PACKETS", 1 << 20);
+    let pairs = if std::env::var("ENGINE_SPEC").is_ok() {
+        random_pairs(&spec, packets, 7)
+    } else {
+        workload_flows(shape, packets, 7).iter().map(flow_header).collect()
+    };
+    decisions("random pod pairs", &snap, oracle.as_ref(), &pairs);
     drop(oracle);
+    drop(snap);
 
     // --- changes in force: apply one delta and take the snapshot, beside a full rebuild ---
     let changes = env("ENGINE_CHANGES", 200);
+    println!("changes in force, the programs they make compiled {}", if eager_changes { "before" } else { "on first use" });
     let (rebuild, _) = timed(|| {
         let mut m = Model::new();
         m.apply(delta.clone()).expect("rebuilds");
         m.snapshot()
     });
     let mut r = Rng::new(99);
-    let mut apply = |model: &mut Model, d: Delta| -> Duration {
+    let apply = |model: &mut Model, d: Delta| -> Duration {
         let (t, _) = timed(|| {
             model.apply(d).expect("delta applies");
             model.snapshot()
