@@ -17,6 +17,9 @@
 //! `ENGINE_COMPILE=eager` times the changes with the programs they make compiled before the
 //! change is in force (by default: on first use).
 //!
+//! `ENGINE_ONLY=memo|compiled|walk` judges the random pairs one way only, `ENGINE_ROUNDS` times
+//! (default 1), and stops: for instruction counts under callgrind (rounds 2 minus rounds 1).
+//!
 //! Decisions are judged four ways on the same headers: through the decision memo with the
 //! compiled programs behind it (the engine's path), the compiled programs alone (a cold memo),
 //! walking each packet's rules, and the whole-world interpreter (on a sample).
@@ -244,6 +247,37 @@ fn main() {
 
     // --- decisions/s, every packet judged by policy ---
     let snap = model.snapshot();
+    if let Ok(only) = std::env::var("ENGINE_ONLY") {
+        // One path only, `ENGINE_ROUNDS` passes over the pairs, nothing timed: run under
+        // callgrind at 1 and 2 rounds, the difference is one pass's instructions.
+        let packets = env("ENGINE_PACKETS", 1 << 20);
+        let pairs: Vec<PacketHeader> = if std::env::var("ENGINE_SPEC").is_ok() {
+            random_pairs(&spec, packets, 7)
+        } else {
+            workload_flows(shape, packets, 7).iter().map(flow_header).collect()
+        };
+        let d = Defaults::default();
+        let mut out = vec![PacketVerdict::default(); pairs.len()];
+        let mut allowed = 0;
+        for _ in 0..env("ENGINE_ROUNDS", 1) {
+            for (h, o) in pairs.chunks(256).zip(out.chunks_mut(256)) {
+                match only.as_str() {
+                    "memo" => snap.classify_detailed(h, o, d),
+                    "compiled" => snap.classify_compiled(h, o, d),
+                    "walk" => {
+                        for (h, o) in h.iter().zip(o.iter_mut()) {
+                            *o = snap.header_verdict_walked(h, d).map_or_else(PacketVerdict::malformed, |v| PacketVerdict::judged(&v));
+                        }
+                    }
+                    "none" => {}
+                    other => panic!("ENGINE_ONLY={other}: memo, compiled, walk or none"),
+                }
+            }
+            allowed += out.iter().filter(|v| v.allow == 1).count();
+        }
+        println!("{only}: {} packets, {allowed} allowed", pairs.len());
+        return;
+    }
     if let Ok(path) = std::env::var("ENGINE_HEADERS") {
         let raw = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         let size = std::mem::size_of::<PacketHeader>();
