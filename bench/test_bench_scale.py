@@ -267,7 +267,7 @@ def test_adversarial_policy(cluster, project, shape):
     record(f"adversarial policy: {shape[0]} rule(s) x {shape[1]} CIDR(s) x {shape[2]} port range(s)", pods,
            f"engine build {t_build:.2f} s CPU; {stats['compiled']} programs compiled ({stats['bytes'] / 2**20:.1f} MiB), "
            f"{stats['walked_memory']} walked past the memory bound ({stats['walked_identities']} identities); "
-           f"random pairs {n / t_compiled / 1e6:.2f} M/s compiled path, {n / t_walk / 1e6:.2f} M/s walking")
+           f"random pairs {n / t_compiled / 1e3:.1f} k/s compiled path, {n / t_walk / 1e3:.1f} k/s walking")
 
 
 def _ip(raw, version):
