@@ -81,3 +81,37 @@ def test_lost_log_lines_are_counted_at_scrape_time() -> None:
         assert "pyclassify_log_lines_lost_total 3.0" in get(address, "/metrics")[1]
     finally:
         metrics.close()
+
+
+def test_engine_gauges_count_programs_walked_past_the_memory_bound() -> None:
+    """A policy of 12,000 rules, each its own address and port atom, is past the compiled form's
+    bound: the gauges say its program is walked, for memory, and for which identities."""
+    from bench.cluster import adversarial_policy
+    from pyclassify.engine import NativeEngine
+    from pyclassify.project import build_project
+    from pyclassify.source import Document, Problems
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "image": "i"}]},
+           "status": {"podIP": "10.1.0.5", "podIPs": [{"ip": "10.1.0.5"}]}}
+    engines = {}
+    for name, rules in (("compiled", 40), ("walked", 12000)):
+        project = build_project([Document(pod, "pod.yaml", 1), Document(adversarial_policy(rules, 1, 1), "gnp.yaml", 1)],
+                                Problems())
+        assert not project.problems.errors
+        engines[name] = NativeEngine(project.policy_set, project.inventory)
+    for name, engine in engines.items():
+        metrics = Metrics(lambda: [], fail_open=False, engine=lambda engine=engine: engine)
+        address = metrics.serve("127.0.0.1:0")
+        try:
+            samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+                       for f in text_string_to_metric_families(get(address, "/metrics")[1]) for s in f.samples}
+        finally:
+            metrics.close()
+        walked = name == "walked"
+        assert samples[("pyclassify_engine_walked_programs", (("reason", "memory"),))] == walked
+        assert samples[("pyclassify_engine_walked_identities", ())] == walked
+        assert samples[("pyclassify_engine_programs", (("state", "walked"),))] == walked
+        if not walked:
+            assert samples[("pyclassify_engine_programs", (("state", "compiled"),))] >= 1
+            assert samples[("pyclassify_engine_compiled_bytes", ())] > 0
