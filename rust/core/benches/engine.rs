@@ -110,7 +110,7 @@ fn decisions(what: &str, snap: &Snapshot, oracle: Option<&Oracle>, headers: &[Pa
     let (compiled, out_compiled) = rate(headers, 3, |h, o| snap.classify_compiled(h, o, d));
     let (walk, out_walk) = rate(headers, 1, |h, o| {
         for (h, o) in h.iter().zip(o.iter_mut()) {
-            *o = snap.header_verdict_walked(h, d).map_or_else(PacketVerdict::malformed, |v| PacketVerdict::judged(&v));
+            *o = snap.header_verdict_walked(h, d).map_or_else(|| PacketVerdict::undecodable(h), |v| PacketVerdict::judged(&v));
         }
     });
     assert!(out_memo == out_walk && out_compiled == out_walk, "{what}: compiled and walked decisions differ");
@@ -266,7 +266,7 @@ fn main() {
                     "compiled" => snap.classify_compiled(h, o, d),
                     "walk" => {
                         for (h, o) in h.iter().zip(o.iter_mut()) {
-                            *o = snap.header_verdict_walked(h, d).map_or_else(PacketVerdict::malformed, |v| PacketVerdict::judged(&v));
+                            *o = snap.header_verdict_walked(h, d).map_or_else(|| PacketVerdict::undecodable(h), |v| PacketVerdict::judged(&v));
                         }
                     }
                     "none" => {}

@@ -399,7 +399,7 @@ impl Snapshot {
         for (h, o) in headers.iter().zip(out.iter_mut()) {
             *o = match flow_of_header(h) {
                 Some(flow) => self.flow_record(&flow, defaults),
-                None => PacketVerdict::malformed(),
+                None => PacketVerdict::undecodable(h),
             };
         }
     }
