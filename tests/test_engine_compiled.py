@@ -80,3 +80,19 @@ def test_compiled_equals_walk_on_a_cluster_taking_changes():
         _three_ways(engine, packet_batch(_pod_flows(engine, rng, 400)))
         stats = engine.compile_stats  # a change's programs are compiled on first use
         assert stats["compiled"] > 0 and stats["walked_identities"] == 0, stats
+
+
+def test_headers_without_a_flow_are_answered_alike_three_ways():
+    """A frame that is not IP passes (reason not-IP) and an undecodable one is denied as
+    malformed, whichever way the batch is judged."""
+    from pyclassify.batch import ERR_UNKNOWN_ETHERTYPE, FLAG_MALFORMED, new_batch
+
+    cluster = generate(100, seed=2)
+    project = build_project([Document(copy.deepcopy(o), "cluster.yaml", 1) for o in cluster.objects()], Problems())
+    engine = NativeEngine(project.policy_set, project.inventory)
+    batch = new_batch(2)
+    batch["flags"] = FLAG_MALFORMED
+    batch["error_kind"][0] = ERR_UNKNOWN_ETHERTYPE
+    _three_ways(engine, batch)
+    verdicts = engine.judge(batch, memo=False)
+    assert list(verdicts["allow"]) == [1, 0]
