@@ -149,6 +149,40 @@ _Static_assert(offsetof(pc_outer, depth) == 45, "pc_outer.depth offset");
 _Static_assert(offsetof(pc_outer, flags) == 46, "pc_outer.flags offset");
 _Static_assert(offsetof(pc_outer, reserved) == 47, "pc_outer.reserved offset");
 
+/* A flow record's counts, parallel to the header it is judged as (rust/core/src/records). */
+/* pyclassify_core::records::FlowCounts: 64 bytes, 8-aligned. */
+typedef struct FlowCounts {
+    uint64_t first_ns;       /*  0: First time the record covers, nanoseconds since the Unix epoch (0: unknown). */
+    uint64_t last_ns;        /*  8: Last time the record covers, nanoseconds since the Unix epoch (0: unknown). */
+    uint64_t packets;        /* 16: Packets the record counted, both directions (0: not counted). */
+    uint64_t bytes;          /* 24: Bytes the record counted, both directions (0: not counted). */
+    uint64_t flows;          /* 32: Connections the record stands for (1 for a single connection). */
+    uint64_t position;       /* 40: Where the record is in its input: line number (text, from 1) or byte offset (binary). */
+    uint32_t src_name;       /* 48: The source's name in the reader's name table (records that name endpoints rather than, or besides, addresses), or `NO_NAME`. */
+    uint32_t dst_name;       /* 52: The destination's name in the reader's name table, or `NO_NAME`. */
+    uint8_t reported;        /* 56: The verdict the record reports: 0 none, 1 allowed, 2 denied, 3 another (audit, pass, error). */
+    uint8_t orientation;     /* 57: 0 as recorded, 1 stated as the opening direction, 2 turned around (was the reply). */
+    uint8_t has_src;         /* 58: 1 when the header's source address is known (else only a name may place it). */
+    uint8_t has_dst;         /* 59: 1 when the header's destination address is known. */
+    uint8_t reserved[4];     /* 60: Explicit padding, always 0. */
+} FlowCounts;
+
+_Static_assert(sizeof(FlowCounts) == 64, "FlowCounts size");
+_Static_assert(_Alignof(FlowCounts) == 8, "FlowCounts alignment");
+_Static_assert(offsetof(FlowCounts, first_ns) == 0, "FlowCounts.first_ns offset");
+_Static_assert(offsetof(FlowCounts, last_ns) == 8, "FlowCounts.last_ns offset");
+_Static_assert(offsetof(FlowCounts, packets) == 16, "FlowCounts.packets offset");
+_Static_assert(offsetof(FlowCounts, bytes) == 24, "FlowCounts.bytes offset");
+_Static_assert(offsetof(FlowCounts, flows) == 32, "FlowCounts.flows offset");
+_Static_assert(offsetof(FlowCounts, position) == 40, "FlowCounts.position offset");
+_Static_assert(offsetof(FlowCounts, src_name) == 48, "FlowCounts.src_name offset");
+_Static_assert(offsetof(FlowCounts, dst_name) == 52, "FlowCounts.dst_name offset");
+_Static_assert(offsetof(FlowCounts, reported) == 56, "FlowCounts.reported offset");
+_Static_assert(offsetof(FlowCounts, orientation) == 57, "FlowCounts.orientation offset");
+_Static_assert(offsetof(FlowCounts, has_src) == 58, "FlowCounts.has_src offset");
+_Static_assert(offsetof(FlowCounts, has_dst) == 59, "FlowCounts.has_dst offset");
+_Static_assert(offsetof(FlowCounts, reserved) == 60, "FlowCounts.reserved offset");
+
 static const pc_field pc_fields_PacketHeader[] = {
     {"ts_ns", offsetof(PacketHeader, ts_ns), sizeof(((PacketHeader *)0)->ts_ns)},
     {"src_addr", offsetof(PacketHeader, src_addr), sizeof(((PacketHeader *)0)->src_addr)},
@@ -181,12 +215,28 @@ static const pc_field pc_fields_pc_outer[] = {
     {"flags", offsetof(pc_outer, flags), sizeof(((pc_outer *)0)->flags)},
     {"reserved", offsetof(pc_outer, reserved), sizeof(((pc_outer *)0)->reserved)},
 };
+static const pc_field pc_fields_FlowCounts[] = {
+    {"first_ns", offsetof(FlowCounts, first_ns), sizeof(((FlowCounts *)0)->first_ns)},
+    {"last_ns", offsetof(FlowCounts, last_ns), sizeof(((FlowCounts *)0)->last_ns)},
+    {"packets", offsetof(FlowCounts, packets), sizeof(((FlowCounts *)0)->packets)},
+    {"bytes", offsetof(FlowCounts, bytes), sizeof(((FlowCounts *)0)->bytes)},
+    {"flows", offsetof(FlowCounts, flows), sizeof(((FlowCounts *)0)->flows)},
+    {"position", offsetof(FlowCounts, position), sizeof(((FlowCounts *)0)->position)},
+    {"src_name", offsetof(FlowCounts, src_name), sizeof(((FlowCounts *)0)->src_name)},
+    {"dst_name", offsetof(FlowCounts, dst_name), sizeof(((FlowCounts *)0)->dst_name)},
+    {"reported", offsetof(FlowCounts, reported), sizeof(((FlowCounts *)0)->reported)},
+    {"orientation", offsetof(FlowCounts, orientation), sizeof(((FlowCounts *)0)->orientation)},
+    {"has_src", offsetof(FlowCounts, has_src), sizeof(((FlowCounts *)0)->has_src)},
+    {"has_dst", offsetof(FlowCounts, has_dst), sizeof(((FlowCounts *)0)->has_dst)},
+    {"reserved", offsetof(FlowCounts, reserved), sizeof(((FlowCounts *)0)->reserved)},
+};
 
 /* The layouts of this header's records as the C compiler sees them; *n receives the count. */
 static inline const pc_record_layout *pc_header_batch_layouts(size_t *n) {
     static const pc_record_layout records[] = {
         {"PacketHeader", sizeof(PacketHeader), sizeof(pc_fields_PacketHeader) / sizeof(pc_field), pc_fields_PacketHeader},
         {"pc_outer", sizeof(pc_outer), sizeof(pc_fields_pc_outer) / sizeof(pc_field), pc_fields_pc_outer},
+        {"FlowCounts", sizeof(FlowCounts), sizeof(pc_fields_FlowCounts) / sizeof(pc_field), pc_fields_FlowCounts},
     };
     *n = sizeof(records) / sizeof(records[0]);
     return records;

@@ -48,6 +48,21 @@ cdef extern from "header_batch.h" nogil:
         uint8_t flags
         uint8_t reserved
 
+    ctypedef struct FlowCounts:
+        uint64_t first_ns
+        uint64_t last_ns
+        uint64_t packets
+        uint64_t bytes
+        uint64_t flows
+        uint64_t position
+        uint32_t src_name
+        uint32_t dst_name
+        uint8_t reported
+        uint8_t orientation
+        uint8_t has_src
+        uint8_t has_dst
+        uint8_t reserved[4]
+
     ctypedef struct pc_field:
         const char *name
         size_t offset

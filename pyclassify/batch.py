@@ -32,6 +32,7 @@ __all__ = [
     "FLAG_ICMP_ERROR",
     "FLAG_MALFORMED",
     "FLAG_TRUNCATED",
+    "FLOW_COUNTS_DTYPE",
     "HEADER_DTYPE",
     "HEADER_SIZE",
     "OUTER_DTYPE",
@@ -173,6 +174,8 @@ assert HEADER_SIZE == _engine.HEADER_SIZE == 64
 #: The outer header of a packet found inside a tunnel, one per header in a parallel array
 #: (``OuterHeader``), meaningful where the header's ``encap`` is set.
 OUTER_DTYPE: Final[np.dtype[np.void]] = record_dtype("OuterHeader")
+#: What a flow record counted, parallel to the header it is judged as (``FlowCounts``).
+FLOW_COUNTS_DTYPE: Final[np.dtype[np.void]] = record_dtype("FlowCounts")
 #: The flow an ICMP error quotes, one per header in a parallel array (``QuotedTuple``).
 QUOTE_DTYPE: Final[np.dtype[np.void]] = record_dtype("QuotedTuple")
 #: One direction's decision in a verdict record (``SideVerdict``): source_kind 0 none, 1 policy,

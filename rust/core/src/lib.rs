@@ -17,6 +17,8 @@
 //! - [`schema`]: strict field validation's fast path: does an object have only known fields
 //!   of the right JSON types.
 //! - [`dns`]: domains from DNS: a bounded response decoder, domain patterns, the learned facts.
+//! - [`records`]: flow records (Hubble, Calico, VPC Flow Logs, conntrack, NetFlow/IPFIX) read
+//!   into the header batch, one record judged as its connection's opening packet, with counts.
 //! - [`http`]: HTTP rules without a proxy: bounded request-head reassembly, parsing, Calico's match.
 
 pub mod abi;
@@ -32,5 +34,6 @@ pub mod flows;
 pub mod http;
 pub mod labelindex;
 pub mod manifest;
+pub mod records;
 pub mod schema;
 pub mod selector;

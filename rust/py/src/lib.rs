@@ -16,6 +16,7 @@ mod errors;
 mod flows;
 mod labelindex;
 mod manifest;
+mod records;
 mod schema;
 mod selector;
 
@@ -35,5 +36,6 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     manifest::register(m)?;
     schema::register(m)?;
     dns::register(m)?;
+    records::register(m)?;
     Ok(())
 }

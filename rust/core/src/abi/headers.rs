@@ -9,11 +9,13 @@ use crate::batch::{OuterHeader, PacketHeader, ENCAP_KINDS, ERROR_KINDS, FLAGS, O
 use crate::capi::{RevokedFlow, API_FUNCTIONS, CAPI_NULL, CAPI_OK, CAPI_PANIC, ENGINE_ABI_VERSION, ENGINE_CAPSULE};
 use crate::conntrack::{QuotedTuple, QUOTED_VALID};
 use crate::engine::{PacketVerdict, SideVerdict};
+use crate::records::FlowCounts;
 
 /// Every shared record, in dependency order (a nested record before its user).
 pub const RECORDS: &[Record] = &[
     PacketHeader::RECORD,
     OuterHeader::RECORD,
+    FlowCounts::RECORD,
     QuotedTuple::RECORD,
     SideVerdict::RECORD,
     PacketVerdict::RECORD,
@@ -142,7 +144,11 @@ fn header_batch_h() -> String {
     c_struct(&mut o, outer);
     c_asserts(&mut o, r);
     c_asserts(&mut o, outer);
-    c_layout_table(&mut o, &[r, outer], "pc_header_batch_layouts");
+    o.push_str("/* A flow record's counts, parallel to the header it is judged as (rust/core/src/records). */\n");
+    let counts = &FlowCounts::RECORD;
+    c_struct(&mut o, counts);
+    c_asserts(&mut o, counts);
+    c_layout_table(&mut o, &[r, outer, counts], "pc_header_batch_layouts");
     o.push_str("/* Every field of PacketHeader in declaration order; *n receives the count. */\n");
     o.push_str("static inline const pc_field *pc_header_fields(size_t *n) {\n");
     o.push_str("    *n = sizeof(pc_fields_PacketHeader) / sizeof(pc_field);\n    return pc_fields_PacketHeader;\n}\n\n");
@@ -166,6 +172,7 @@ fn header_batch_pxd() -> String {
     o.push('\n');
     pxd_struct(&mut o, &PacketHeader::RECORD);
     pxd_struct(&mut o, &OuterHeader::RECORD);
+    pxd_struct(&mut o, &FlowCounts::RECORD);
     o.push_str(
         "    ctypedef struct pc_field:\n        const char *name\n        size_t offset\n        size_t size\n\n\
          \x20   ctypedef struct pc_record_layout:\n        const char *name\n        size_t size\n        size_t nfields\n        const pc_field *fields\n\n\

@@ -1,0 +1,331 @@
+"""Flow records as input: files of Hubble flows, Calico/Goldmane flow logs, VPC Flow Logs,
+conntrack output, NetFlow/IPFIX messages (``pyclassify replay --traffic``, ``diff --traffic``,
+``usage``).
+
+A file is read in chunks (gzip and zstd decompressed on the way, by their C libraries) and each
+chunk handed to the Rust reader of its format (``_engine.RecordStream``), which returns the
+records it completed as a header batch (``HEADER_DTYPE``: the record as the packet that opens
+its connection) and a parallel ``FLOW_COUNTS_DTYPE`` array (packets, bytes, flows, time range,
+the record's own verdict). Python sees arrays, never a record: memory stays flat whatever the
+file's size. Parquet (VPC Flow Logs) is read with pyarrow, column batches at a time.
+
+Records that name endpoints instead of addresses (Goldmane, aggregated Calico flow logs) are
+placed here, once per distinct name: a pod by namespace and name (a name ending in ``*``, as
+Calico aggregates a workload's pods, stands for the first pod by name with that prefix), a host
+endpoint or network set by name. What cannot be placed is counted, never judged silently.
+"""
+
+from __future__ import annotations
+
+import gzip
+import ipaddress
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import IO, Any, Iterator
+
+import numpy as np
+import numpy.typing as npt
+
+from pyclassify import _engine
+from pyclassify.batch import FLOW_COUNTS_DTYPE, HEADER_DTYPE
+from pyclassify.inventory import EndpointKind, Inventory
+
+#: Every format of ``--traffic``, as (name, what it is).
+FORMATS: dict[str, str] = dict(_engine.record_formats())
+#: The formats read as flow records (the rest: ``pcap``).
+RECORD_FORMATS = tuple(f for f in FORMATS if f != "pcap")
+CHUNK = 1 << 20  # bytes read at a time
+BATCH = 1 << 16  # records judged at a time (at most; a chunk may complete fewer)
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+NO_NAME = 0xFFFFFFFF
+REPORTED = {0: None, 1: "allow", 2: "deny", 3: "other"}
+ORIENTATION = {0: "as recorded", 1: "stated", 2: "turned around"}
+
+
+class RecordError(ValueError):
+    """An input that cannot be read as asked (its message names the file)."""
+
+
+def _zstd_reader(raw: IO[bytes], name: str) -> IO[bytes]:
+    try:
+        from compression import zstd  # type: ignore[import-not-found]  # Python >= 3.14
+
+        return zstd.ZstdFile(raw)  # type: ignore[no-any-return]
+    except ImportError:
+        pass
+    try:
+        import zstandard  # type: ignore[import-not-found]
+    except ImportError:
+        raise RecordError(f"{name}: zstd-compressed: reading it needs Python 3.14 or the zstandard package "
+                          "(pip install 'pyclassify[zstd]')") from None
+    return zstandard.ZstdDecompressor().stream_reader(raw)  # type: ignore[no-any-return]
+
+
+def open_input(path: str) -> tuple[IO[bytes], bytes, str | None]:
+    """The file (``-``: stdin) opened for reading, decompressed when it is gzip or zstd, with
+    its first bytes (already read: hand them on first) and the compression found."""
+    name = "<stdin>" if path == "-" else path
+    try:
+        raw: IO[bytes] = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except OSError as e:
+        raise RecordError(f"{name}: cannot open: {e.strerror or e}") from None
+    head = raw.read(4)
+    compression = None
+    stream: IO[bytes] = raw
+    if head.startswith(GZIP_MAGIC) or head == ZSTD_MAGIC:
+        compression = "gzip" if head.startswith(GZIP_MAGIC) else "zstd"
+        rest = _Prefixed(head, raw)
+        stream = gzip.GzipFile(fileobj=rest, mode="rb") if compression == "gzip" else _zstd_reader(rest, name)  # type: ignore[arg-type]
+        try:
+            head = stream.read(4096)
+        except (OSError, EOFError, ValueError) as e:
+            raise RecordError(f"{name}: {compression}-compressed but cannot be decompressed: {e}") from None
+    else:
+        head += raw.read(4092)
+    return stream, head, compression
+
+
+class _Prefixed:
+    """A binary stream with bytes already read put back in front."""
+
+    def __init__(self, head: bytes, raw: IO[bytes]) -> None:
+        self.head, self.raw = head, raw
+
+    def read(self, n: int = -1) -> bytes:
+        if self.head:
+            if n is None or n < 0:
+                data, self.head = self.head + self.raw.read(), b""
+                return data
+            data, self.head = self.head[:n], self.head[n:]
+            if len(data) < n:
+                data += self.raw.read(n - len(data))
+            return data
+        return self.raw.read(n)
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def detect(path: str) -> str | None:
+    """The format of ``path`` by its content (decompressed), or None when none fits."""
+    stream, head, _ = open_input(path)
+    try:
+        return _engine.detect_format(head)
+    finally:
+        if path != "-":
+            stream.close()
+
+
+@dataclass
+class RecordChunk:
+    """Records read together: parallel ``headers``/``counts``, and the file they came from."""
+
+    headers: npt.NDArray[Any]
+    counts: npt.NDArray[Any]
+    file: int  # index into ``RecordReader.files``
+
+
+@dataclass
+class FileReport:
+    """What one input file gave: its format, records, and problems by reason (the first few
+    with their line, or byte offset for binary formats)."""
+
+    name: str
+    format: str
+    compression: str | None = None
+    records: int = 0
+    problems: dict[str, int] = field(default_factory=dict)
+    first: list[tuple[str, int, str]] = field(default_factory=list)
+
+    @property
+    def unit(self) -> str:
+        return "byte" if self.format == "netflow" else "line"
+
+    def problem_lines(self) -> list[str]:
+        """Each problem kept, as ``file:line: reason: detail`` (``file: byte N: ...``)."""
+        where = (lambda p: f"{self.name}: byte {p}") if self.unit == "byte" else (lambda p: f"{self.name}:{p}")
+        return [f"{where(pos)}: {reason}: {detail}" for reason, pos, detail in self.first]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.name, "format": self.format, "compression": self.compression, "records": self.records,
+                "problems": dict(sorted(self.problems.items())),
+                "first": [{"reason": r, self.unit: p, "detail": d} for r, p, d in self.first]}
+
+
+class RecordReader:
+    """Reads flow record files in order, as batches of at most ``BATCH`` records.
+
+    ``format`` None: each file's format from its content; a file of another format than the one
+    asked is an error naming both. Names the records use are placed in ``inventory`` once each
+    (``placements``)."""
+
+    def __init__(self, paths: list[str], inventory: Inventory, format: str | None = None) -> None:
+        if format is not None and format not in FORMATS:
+            raise RecordError(f"--format {format}: not one of {', '.join(FORMATS)}")
+        self.paths = paths
+        self.format = format
+        self.placer = NamePlacer(inventory)
+        self.files: list[FileReport] = []
+
+    def __iter__(self) -> Iterator[RecordChunk]:
+        for path in self.paths:
+            yield from self._read(path)
+
+    def _read(self, path: str) -> Iterator[RecordChunk]:
+        name = "<stdin>" if path == "-" else path
+        stream, head, compression = open_input(path)
+        try:
+            found = _engine.detect_format(head)
+            fmt = self.format or found
+            if fmt is None:
+                raise RecordError(f"{name}: not a format --traffic reads (a pcap/pcapng capture, or flow records: "
+                                  f"{', '.join(RECORD_FORMATS)}); name it with --format if it is one")
+            if self.format is not None and found is not None and found != self.format:
+                raise RecordError(f"{name}: --format {self.format} asked, but the file is {FORMATS[found]}")
+            if fmt == "pcap":
+                raise RecordError(f"{name}: a pcap/pcapng capture: give captures with --pcap, or in a run of their own")
+            report = FileReport(name, fmt, compression)
+            self.files.append(report)
+            index = len(self.files) - 1
+            if fmt == "parquet":
+                from pyclassify import parquet
+
+                for headers, counts in parquet.read(stream, head, name, report.problems):
+                    report.records += len(headers)
+                    yield RecordChunk(headers, counts, index)
+                return
+            reader = _engine.RecordStream(fmt)
+            chunk = head
+            pending: list[tuple[bytes, bytes]] = []
+            pending_n = 0
+            named = 0
+            while True:
+                nxt = stream.read(CHUNK)
+                last = not nxt
+                h, c = reader.feed(chunk, last)
+                if h:
+                    pending.append((h, c))
+                    pending_n += len(h) // HEADER_DTYPE.itemsize
+                if reader.name_count > named:
+                    self.placer.add(reader.names_since(named))
+                    named = reader.name_count
+                if pending and (pending_n >= BATCH or last):
+                    yield self._chunk(pending, index)
+                    pending, pending_n = [], 0
+                if last:
+                    break
+                chunk = nxt
+            report.records = reader.records
+            counts, first = reader.problems()
+            report.problems = dict(counts)
+            report.first = [(r, int(p), d) for r, p, d in first]
+        except (OSError, EOFError) as e:
+            raise RecordError(f"{name}: cannot be read: {getattr(e, 'strerror', None) or e}") from None
+        finally:
+            if path != "-":
+                stream.close()
+
+    def _chunk(self, pending: list[tuple[bytes, bytes]], index: int) -> RecordChunk:
+        headers = np.frombuffer(b"".join(h for h, _ in pending), dtype=HEADER_DTYPE)
+        counts = np.frombuffer(b"".join(c for _, c in pending), dtype=FLOW_COUNTS_DTYPE)
+        if not (counts["has_src"].all() and counts["has_dst"].all()):
+            headers, counts = headers.copy(), counts.copy()
+            self.placer.place(headers, counts)
+        return RecordChunk(headers, counts, index)
+
+
+def addr16(ip: Any) -> bytes:
+    """An address as the header batch stores it: 16 bytes, IPv4 mapped into IPv6."""
+    if ip.version == 4:
+        return b"\x00" * 10 + b"\xff\xff" + ip.packed
+    return bytes(ip.packed)
+
+
+class NamePlacer:
+    """Endpoint names of records (``RecordStream.names_since``) to addresses of the inventory,
+    each name once: ``table`` (16 bytes an entry) and ``known`` (whether it was placed)."""
+
+    def __init__(self, inventory: Inventory) -> None:
+        self.inventory = inventory
+        self.names: list[tuple[str, str, str]] = []
+        self.table = np.zeros((0, 16), dtype=np.uint8)
+        self.known = np.zeros(0, dtype=bool)
+        self.versions = np.zeros(0, dtype=np.uint8)
+        self._pods: dict[str, list[Any]] | None = None
+
+    def add(self, names: list[tuple[str, str, str]]) -> None:
+        rows, known, versions = [], [], []
+        for kind, namespace, name in names:
+            ip = self._address(kind, namespace, name)
+            rows.append(np.frombuffer(addr16(ip), dtype=np.uint8) if ip is not None else np.zeros(16, np.uint8))
+            known.append(ip is not None)
+            versions.append(0 if ip is None else ip.version)
+        self.names.extend(names)
+        if rows:
+            self.table = np.vstack([self.table, np.array(rows, dtype=np.uint8)])
+            self.known = np.concatenate([self.known, np.array(known, dtype=bool)])
+            self.versions = np.concatenate([self.versions, np.array(versions, dtype=np.uint8)])
+
+    def _address(self, kind: str, namespace: str, name: str) -> Any:
+        inv = self.inventory
+        if kind in ("wep", ""):
+            if self._pods is None:
+                self._pods = {}
+                for e in sorted(inv.pods(), key=lambda e: (e.namespace or "", e.name)):
+                    if e.ips:
+                        self._pods.setdefault(e.namespace or "", []).append(e)
+            pods = self._pods.get(namespace, [])
+            prefix = name[:-1] if name.endswith("*") else None
+            for e in pods:
+                if e.name == name or (prefix is not None and e.name.startswith(prefix)):
+                    return e.ips[0]
+            return None
+        if kind == "hep":
+            for e in inv.endpoints:
+                if e.kind is EndpointKind.HOST and e.name == name and e.ips:
+                    return e.ips[0]
+            return None
+        if kind == "ns":
+            for s in inv.network_sets:
+                if s.name == name and (s.namespace or "") == namespace and s.nets:
+                    return next(iter(s.nets)).network_address
+            return None
+        return None  # "net": pub/pvt, a network no address stands for
+
+    def place(self, headers: npt.NDArray[Any], counts: npt.NDArray[Any]) -> None:
+        """Fills the addresses records lack from their names, where placed (in place)."""
+        for end, has, name in (("src_addr", "has_src", "src_name"), ("dst_addr", "has_dst", "dst_name")):
+            missing = np.flatnonzero(counts[has] == 0)
+            if len(missing) == 0:
+                continue
+            ids = counts[name][missing]
+            named = ids != NO_NAME
+            rows, ids = missing[named], ids[named].astype(np.int64)
+            ok = self.known[ids]
+            rows, ids = rows[ok], ids[ok]
+            headers[end][rows] = self.table[ids]
+            counts[has][rows] = 1
+            version = headers["ip_version"][rows]
+            headers["ip_version"][rows] = np.where(version == 0, self.versions[ids], version)
+
+    def describe(self, index: int) -> str:
+        kind, namespace, name = self.names[index]
+        return f"{kind or 'endpoint'} {namespace + '/' if namespace else ''}{name}"
+
+
+def address_text(raw: npt.NDArray[np.uint8]) -> str:
+    b = bytes(raw)
+    if b[:12] == b"\x00" * 10 + b"\xff\xff":
+        return str(ipaddress.IPv4Address(b[12:]))
+    return str(ipaddress.IPv6Address(b))
+
+
+def file_size(paths: list[str]) -> int | None:
+    if any(p == "-" for p in paths):
+        return None
+    return sum(os.stat(p).st_size for p in paths)
