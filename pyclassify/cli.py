@@ -104,6 +104,7 @@ class LazyGroup(click.Group):
         "monitor": "pyclassify.enforce.monitor:monitor_command",
         "render": "pyclassify.render:render_command",
         "report": "pyclassify.report.command:report_command",
+        "usage": "pyclassify.usage:usage_command",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -814,6 +815,7 @@ Examples:
   pyclassify diff examples/demo --apply examples/changes/db-behind-pgbouncer.yaml
   pyclassify diff cluster/ --against cluster-after/ --json
   pyclassify diff --kubeconfig ~/.kube/config --apply change.yaml
+  pyclassify diff examples/demo --apply examples/changes/db-behind-pgbouncer.yaml --traffic examples/traffic/hubble.jsonl
 \b
 --against NEW...: the whole new policy set (every path after it is NEW). NEW
 may hold policy only: it is then judged over OLD's inventory (pods,
@@ -825,11 +827,17 @@ Exit 0: nothing changes; 5: some flow changes verdict; 1: invalid input.
 @click.option("--apply", "apply_paths", metavar="PATH", multiple=True, type=click.Path(allow_dash=True),
               help="Policy objects to apply to OLD (as kubectl apply would: an object with the same kind, "
                    "namespace and name is replaced, a new one added); NEW is the result. Repeat for several.")
+@click.option("--traffic", "traffic", multiple=True, type=click.Path(allow_dash=True),
+              help="Flow records (as replay --traffic reads them): list the observed connections whose verdict "
+                   "the change flips, with their counts; exit 5 when one it closes was observed.")
+@click.option("--format", "traffic_format", default=None, metavar="FORMAT",
+              help="The format of every --traffic file (found from the content otherwise).")
 @default_option
 @json_option
 @output_options("identity")
 def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
-             apply_paths: tuple[str, ...], default: str | None, as_json: bool, output: str, by: str) -> None:
+             apply_paths: tuple[str, ...], traffic: tuple[str, ...], traffic_format: str | None,
+             default: str | None, as_json: bool, output: str, by: str) -> None:
     """Which connections a policy change opens or closes, before it is applied.
 
     Compares the policy sets OLD and NEW over one inventory: every pod group, host endpoint and
@@ -838,6 +846,25 @@ def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, ku
     before."""
     old_paths, new_paths = _split_against(args)
     old, new, new_paths = _diff_projects(old_paths, new_paths, apply_paths, (kubeconfig, kube_context, in_cluster))
+    if traffic:
+        from pyclassify.records import RecordError
+        from pyclassify.trafficdiff import print_diff, traffic_diff
+
+        try:
+            observed = traffic_diff(old.policy_set, new.policy_set, old.inventory, list(traffic), traffic_format, default)
+        except RecordError as e:
+            err.print(f"[red]error[/red]: {escape(str(e))}")
+            _fail(EXIT_INVALID)
+        if as_json:
+            _emit_json(observed.to_json())
+        else:
+            print_diff(observed, out, escape, ascii_only())
+        if observed.totals[0] == 0 and any(f.problems for f in observed.files):
+            err.print("[red]error[/red]: no record could be read")
+            _fail(EXIT_INVALID)
+        if any(c.closed for c in observed.changes):
+            _fail(EXIT_CHANGED)
+        return
     from pyclassify.diff import diff
 
     result = diff(old.policy_set, new.policy_set, old.inventory, default,
@@ -874,11 +901,18 @@ Examples:
   pyclassify replay examples/demo --pcap pcaps/demo.pcap
   pyclassify replay examples/demo --pcap pcaps/demo.pcapng --out verdicts.jsonl --denied denied.pcap
   pyclassify replay --kubeconfig ~/.kube/config --pcap node1.pcap
+  pyclassify replay examples/demo --traffic examples/traffic/hubble.jsonl
 """)
 @cluster_paths_argument
 @kube_options
-@click.option("--pcap", "pcaps", multiple=True, required=True, type=click.Path(allow_dash=True),
+@click.option("--pcap", "pcaps", multiple=True, type=click.Path(allow_dash=True),
               help="Capture to replay (pcap or pcapng; - for stdin). Repeat for several.")
+@click.option("--traffic", "traffic", multiple=True, type=click.Path(allow_dash=True),
+              help="Flow records to judge, one verdict per connection: Hubble, Calico/Goldmane, VPC Flow Logs "
+                   "(text, Parquet), conntrack -L/-E, NetFlow v5/v9/IPFIX; gzip/zstd read as they are. The format "
+                   "is found from the content (--format names it). Repeat for several.")
+@click.option("--format", "traffic_format", default=None, metavar="FORMAT",
+              help="The format of every --traffic file: hubble, calico, vpc, conntrack, netflow, parquet.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write one JSON line per packet (verdict and deciding rule per direction).")
 @click.option("--allowed", "allowed_path", type=click.Path(dir_okay=False, writable=True), default=None,
@@ -901,8 +935,9 @@ Examples:
 @default_option
 @json_option
 def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
-               pcaps: tuple[str, ...], out_path: str | None, allowed_path: str | None,
-               denied_path: str | None, per_flow: bool, follow_symlinks: bool, no_conntrack: bool, dns_grace: int,
+               pcaps: tuple[str, ...], traffic: tuple[str, ...], traffic_format: str | None, out_path: str | None,
+               allowed_path: str | None, denied_path: str | None, per_flow: bool, follow_symlinks: bool,
+               no_conntrack: bool, dns_grace: int,
                vxlan_ports: tuple[int, ...], geneve_ports: tuple[int, ...], no_decap: bool, default: str | None,
                as_json: bool) -> None:
     """Replay captures against the policy: a verdict for every packet, and a summary by rule.
@@ -915,6 +950,17 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     earlier file as it was); an output path that is a symbolic link is refused unless
     --follow-symlinks is given.
     """
+    if traffic:
+        from pyclassify.recordreplay import replay_command
+
+        if pcaps or allowed_path or denied_path or per_flow:
+            raise click.UsageError("--traffic judges flow records: give captures (--pcap, --allowed, --denied, "
+                                   "--flows) in a run of their own")
+        replay_command(paths, (kubeconfig, kube_context, in_cluster), traffic, traffic_format, out_path, default,
+                       as_json)
+        return
+    if not pcaps:
+        raise click.UsageError("give what to replay: --pcap FILE (captures) or --traffic FILE (flow records)")
     from pyclassify.capture import CaptureError
     from pyclassify.engine import NativeEngine
     from pyclassify.replay import Replay, ReplayError

@@ -1,0 +1,450 @@
+"""Judging flow records (``pyclassify replay --traffic``): one record, one connection (or an
+aggregate of them) judged once as the packet that opens it.
+
+Records come as header batches with counts beside them (``pyclassify.records``); the engine
+judges each batch in one native call (``NativeEngine.judge``, no connection tracking: a record
+is already a connection). Python sums the verdict arrays with numpy, weighted by each record's
+flows, packets and bytes, and formats per-record lines only for ``--out``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from pyclassify.engine import NativeEngine
+from pyclassify.inventory import Inventory
+from pyclassify.ir import Direction
+from pyclassify.kinds.common import protocol_name
+from pyclassify.records import (
+    NO_NAME,
+    ORIENTATION,
+    REPORTED,
+    FileReport,
+    RecordChunk,
+    RecordReader,
+    address_text,
+)
+
+#: The counts a record carries, in the order summaries list them.
+MEASURES = ("records", "flows", "packets", "bytes")
+_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)
+EXAMPLES = 5  # examples kept per kind of finding
+
+
+def weights(counts: npt.NDArray[Any]) -> dict[str, npt.NDArray[Any]]:
+    """Per record, what it weighs in each measure."""
+    return {"records": np.ones(len(counts), dtype=np.uint64), "flows": counts["flows"],
+            "packets": counts["packets"], "bytes": counts["bytes"]}
+
+
+def add_measures(into: list[int], w: dict[str, npt.NDArray[Any]], mask: npt.NDArray[np.bool_] | None = None) -> None:
+    for i, m in enumerate(MEASURES):
+        into[i] += int(w[m].sum() if mask is None else w[m][mask].sum())
+
+
+def measures_json(values: list[int]) -> dict[str, int]:
+    return dict(zip(MEASURES, values))
+
+
+def side_keys(side: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
+    """Per side record, a 64-bit key of its decision (``present`` to ``rule``, 16 bytes)."""
+    raw = np.ascontiguousarray(side).view(np.uint8).reshape(len(side), side.dtype.itemsize)
+    words = np.ascontiguousarray(raw[:, :16]).view(np.uint64).reshape(-1, 2)
+    with np.errstate(over="ignore"):
+        return words[:, 0] * _MIX[0] ^ words[:, 1] * _MIX[1]
+
+
+def decision_row(rec: Any) -> tuple[int, int, int, int, int, int]:
+    return (int(rec["tier"]), int(rec["source_kind"]), int(rec["source"]), int(rec["rule"]),
+            int(rec["reason"]), int(rec["allow"]))
+
+
+def count_by_rule(by_rule: dict[tuple, list[int]], verdicts: npt.NDArray[Any], w: dict[str, npt.NDArray[Any]]) -> None:
+    """Adds each side decision of ``verdicts``, weighted by ``w``, to ``by_rule``
+    ((direction, tier, source_kind, source, rule, reason, allow) -> measures)."""
+    for direction in ("egress", "ingress"):
+        side = verdicts[direction]
+        present = np.flatnonzero(side["present"] == 1)
+        if len(present) == 0:
+            continue
+        side = np.ascontiguousarray(side[present])
+        raw = side.view(np.uint8).reshape(len(side), side.dtype.itemsize)
+        words = np.ascontiguousarray(raw[:, :16]).view(np.uint64).reshape(-1, 2)
+        _, first, inverse = np.unique(side_keys(side), return_index=True, return_inverse=True)
+        if not np.array_equal(words, words[first][inverse]):  # two decisions with one key: exactly
+            _, first, inverse = np.unique(words, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        rows = [decision_row(side[i]) for i in first.tolist()]
+        sums = [np.bincount(inverse, weights=w[m][present].astype(np.float64), minlength=len(first)) for m in MEASURES]
+        for k, row in enumerate(rows):
+            acc = by_rule.setdefault((direction, *row), [0, 0, 0, 0])
+            for i in range(4):
+                acc[i] += int(sums[i][k])
+
+
+def by_rule_rows(engine: NativeEngine, counts: dict[tuple, list[int]]) -> list[dict[str, Any]]:
+    """``[{"direction", "tier", "policy", "rule", "verdict", "reason", "records", "flows",
+    "packets", "bytes"}...]``, most flows first."""
+    rows = []
+    for (direction, tier, kind, source, rule, reason, allow), values in counts.items():
+        side = np.zeros((), dtype=engine.side_dtype)
+        side["present"], side["allow"], side["reason"] = 1, allow, reason
+        side["source_kind"], side["tier"], side["source"], side["rule"] = kind, tier, source, rule
+        decision = engine.side_decision(side, Direction(direction))
+        assert decision is not None
+        rows.append({"direction": direction, "tier": decision.tier, "policy": decision.policy, "rule": decision.rule,
+                     "verdict": decision.verdict, "reason": decision.reason, **measures_json(values)})
+    rows.sort(key=lambda r: (-r["flows"], -r["records"], r["direction"], str(r["policy"]), str(r["rule"])))
+    return rows
+
+
+class KnownAddresses:
+    """The addresses of the inventory's endpoints, looked up a batch at a time (64-bit keys of
+    the 16-byte addresses)."""
+
+    def __init__(self, inventory: Inventory) -> None:
+        from pyclassify.records import addr16
+
+        raw = [addr16(ip) for e in inventory.endpoints for ip in e.ips]
+        arr = np.frombuffer(b"".join(raw), dtype=np.uint8).reshape(-1, 16) if raw else np.zeros((0, 16), np.uint8)
+        self.keys = np.unique(self.key(arr))
+
+    @staticmethod
+    def key(addrs: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
+        words = np.ascontiguousarray(addrs).view(np.uint64).reshape(-1, 2)
+        with np.errstate(over="ignore"):
+            return words[:, 0] * _MIX[1] ^ words[:, 1]
+
+    def known(self, addrs: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+        return np.isin(self.key(addrs), self.keys)
+
+
+@dataclass
+class RecordSummary:
+    totals: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    allowed: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    denied: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    #: records an end of which no address or name placed: not judged
+    unplaced: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    unplaced_examples: list[str] = field(default_factory=list)
+    #: judged records neither end of which is an endpoint of the inventory
+    outside: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    outside_examples: list[str] = field(default_factory=list)
+    no_policy: dict[str, list[int]] = field(default_factory=lambda: {"egress": [0, 0, 0, 0], "ingress": [0, 0, 0, 0]})
+    by_rule: dict[tuple, list[int]] = field(default_factory=dict)
+    #: (the record's own verdict, pyclassify's) -> records
+    reported: Counter = field(default_factory=Counter)
+    disagreement_examples: list[str] = field(default_factory=list)
+    first_ns: int = 0
+    last_ns: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+
+
+class RecordReplay:
+    """One run over flow record files with one engine."""
+
+    def __init__(self, engine: NativeEngine, default: str | None = None, out: IO[str] | None = None,
+                 format: str | None = None) -> None:
+        self.engine = engine
+        self.defaults = {} if default is None else {"default_pod": default, "default_host": default}
+        self.out = out
+        self.format = format
+        self.summary = RecordSummary()
+        self.files: list[FileReport] = []
+        self.known = KnownAddresses(engine.inventory)
+        self._names: dict[str, str | None] = {}
+        self._stop = False
+        self._index = 0
+
+    def judge(self, chunk: RecordChunk) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
+        """The chunk's verdicts, and which records were placed (only those are judged)."""
+        c = chunk.counts
+        placed = (c["has_src"] == 1) & (c["has_dst"] == 1)
+        headers = chunk.headers if placed.all() else chunk.headers[placed]
+        verdicts = self.engine.judge(headers, **self.defaults)
+        if not placed.all():
+            full = np.zeros(len(c), dtype=verdicts.dtype)
+            full[placed] = verdicts
+            verdicts = full
+        return verdicts, placed
+
+    def run(self, paths: list[str], progress: Callable[[int], None] | None = None) -> RecordSummary:
+        reader = RecordReader(paths, self.engine.inventory, self.format)
+        self.files = reader.files
+        self._reader = reader
+        started = time.perf_counter()
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGINT, self._interrupt)
+        try:
+            for chunk in reader:
+                verdicts, placed = self.judge(chunk)
+                self._account(chunk, verdicts, placed)
+                if self.out is not None:
+                    self._write_lines(chunk, verdicts, placed)
+                if progress is not None:
+                    progress(len(chunk.counts))
+                if self._stop:
+                    self.summary.interrupted = True
+                    break
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+            self.summary.seconds = time.perf_counter() - started
+        return self.summary
+
+    def _interrupt(self, signum: int, frame: Any) -> None:
+        self._stop = True
+
+    def _where(self, chunk: RecordChunk, i: int) -> str:
+        report = self.files[chunk.file]
+        pos = int(chunk.counts["position"][i])
+        return f"{report.name}: byte {pos}" if report.unit == "byte" else f"{report.name}:{pos}"
+
+    def _account(self, chunk: RecordChunk, verdicts: npt.NDArray[Any], placed: npt.NDArray[np.bool_]) -> None:
+        s = self.summary
+        c, w = chunk.counts, weights(chunk.counts)
+        add_measures(s.totals, w)
+        allow = (verdicts["allow"] == 1) & placed
+        add_measures(s.allowed, w, allow)
+        add_measures(s.denied, w, placed & ~allow)
+        if not placed.all():
+            add_measures(s.unplaced, w, ~placed)
+            for i in np.flatnonzero(~placed)[: EXAMPLES - len(s.unplaced_examples)].tolist():
+                ends = []
+                for has, name, end in (("has_src", "src_name", "source"), ("has_dst", "dst_name", "destination")):
+                    if not c[has][i]:
+                        n = int(c[name][i])
+                        ends.append(f"{end} {self._reader.placer.describe(n)}" if n != NO_NAME else f"{end} unknown")
+                s.unplaced_examples.append(f"{self._where(chunk, i)}: {' and '.join(ends)}: not in the inventory")
+        judged = np.flatnonzero(placed)
+        h = chunk.headers
+        outside = np.zeros(len(c), dtype=bool)
+        outside[judged] = ~self.known.known(h["src_addr"][judged]) & ~self.known.known(h["dst_addr"][judged])
+        if outside.any():
+            add_measures(s.outside, w, outside)
+            for i in np.flatnonzero(outside)[: EXAMPLES - len(s.outside_examples)].tolist():
+                s.outside_examples.append(f"{self._where(chunk, i)}: {address_text(h['src_addr'][i])} -> "
+                                          f"{address_text(h['dst_addr'][i])}: neither end is an endpoint of the inventory")
+        for direction in ("egress", "ingress"):
+            add_measures(s.no_policy[direction], w, placed & (verdicts[direction]["present"] != 1))
+        sel = {m: v[judged] for m, v in w.items()}
+        count_by_rule(s.by_rule, verdicts[judged], sel)
+        # the record's own verdict beside pyclassify's
+        rep = c["reported"][judged]
+        ours = verdicts["allow"][judged]
+        pairs, n = np.unique(rep.astype(np.uint16) * 2 + ours, return_counts=True)
+        for p, k in zip(pairs.tolist(), n.tolist()):
+            s.reported[(REPORTED[p // 2], "allow" if p % 2 else "deny")] += k
+        disagree = judged[((rep == 1) & (ours == 0)) | ((rep == 2) & (ours == 1))]
+        for i in disagree[: EXAMPLES - len(s.disagreement_examples)].tolist():
+            s.disagreement_examples.append(
+                f"{self._where(chunk, i)}: {self._tuple_text(h[i])}: the record says "
+                f"{REPORTED[int(c['reported'][i])]}, policy says {'allow' if verdicts['allow'][i] else 'deny'}")
+        first = c["first_ns"][c["first_ns"] > 0]
+        if len(first):
+            lo = int(first.min())
+            s.first_ns = lo if s.first_ns == 0 else min(s.first_ns, lo)
+        s.last_ns = max(s.last_ns, int(c["last_ns"].max()) if len(c) else 0)
+
+    def _tuple_text(self, h: Any) -> str:
+        proto = int(h["protocol"])
+        port = f"/{int(h['dport'])}" if h["flags"] & 32 else ""
+        return f"{address_text(h['src_addr'])} -> {address_text(h['dst_addr'])} {protocol_name(proto)}{port}"
+
+    def _owner(self, address: str) -> str | None:
+        if address not in self._names:
+            import ipaddress
+
+            owner = self.engine.inventory.owner_of(ipaddress.ip_address(address))
+            self._names[address] = None if owner is None else owner.ref
+        return self._names[address]
+
+    def _side_json(self, side: Any, direction: Direction) -> dict[str, Any] | None:
+        decision = self.engine.side_decision(side, direction)
+        if decision is None:
+            return None
+        doc = decision.to_json()
+        doc.pop("logs", None)
+        return doc
+
+    def _write_lines(self, chunk: RecordChunk, verdicts: npt.NDArray[Any], placed: npt.NDArray[np.bool_]) -> None:
+        assert self.out is not None
+        report = self.files[chunk.file]
+        for i, (h, c, v) in enumerate(zip(chunk.headers, chunk.counts, verdicts)):
+            proto = int(h["protocol"])
+            has_ports = bool(h["flags"] & 32)
+            ok = bool(placed[i])
+            line: dict[str, Any] = {
+                "index": self._index,
+                "file": report.name,
+                report.unit: int(c["position"]),
+                "first": int(c["first_ns"]) / 1e9 if c["first_ns"] else None,
+                "last": int(c["last_ns"]) / 1e9 if c["last_ns"] else None,
+                "src": address_text(h["src_addr"]) if c["has_src"] else None,
+                "dst": address_text(h["dst_addr"]) if c["has_dst"] else None,
+                "proto": protocol_name(proto),
+                "sport": int(h["sport"]) if has_ports else None,
+                "dport": int(h["dport"]) if has_ports else None,
+                "flows": int(c["flows"]),
+                "packets": int(c["packets"]),
+                "bytes": int(c["bytes"]),
+                "direction": ORIENTATION[int(c["orientation"])],
+                "verdict": ("allow" if v["allow"] else "deny") if ok else None,
+                "reason": "policy" if ok else "unplaced",
+                "reported": REPORTED[int(c["reported"])],
+                "egress": self._side_json(v["egress"], Direction.EGRESS) if ok else None,
+                "ingress": self._side_json(v["ingress"], Direction.INGRESS) if ok else None,
+            }
+            line["src_endpoint"] = self._owner(line["src"]) if line["src"] else None
+            line["dst_endpoint"] = self._owner(line["dst"]) if line["dst"] else None
+            if proto in (1, 58):
+                line["icmp_type"], line["icmp_code"] = int(h["icmp_type"]), int(h["icmp_code"])
+            self.out.write(json.dumps(line) + "\n")
+            self._index += 1
+
+    def summary_json(self) -> dict[str, Any]:
+        s = self.summary
+        agree = sum(n for (r, o), n in s.reported.items() if r in ("allow", "deny") and r == o)
+        disagree = sum(n for (r, o), n in s.reported.items() if r in ("allow", "deny") and r != o)
+        return {
+            "input": "flow records",
+            **measures_json(s.totals),
+            "allowed": measures_json(s.allowed),
+            "denied": measures_json(s.denied),
+            "unplaced": {**measures_json(s.unplaced), "examples": s.unplaced_examples},
+            "outside": {**measures_json(s.outside), "examples": s.outside_examples},
+            "no_policy": {d: measures_json(v) for d, v in s.no_policy.items()},
+            "by_rule": by_rule_rows(self.engine, s.by_rule),
+            "reported": {
+                "records": [{"reported": r, "verdict": o, "records": n} for (r, o), n in sorted(s.reported.items(), key=str)],
+                "agree": agree,
+                "disagree": disagree,
+                "examples": s.disagreement_examples,
+            },
+            "first": s.first_ns / 1e9 if s.first_ns else None,
+            "last": s.last_ns / 1e9 if s.last_ns else None,
+            "files": [f.to_json() for f in self.files],
+            "problems": sum(sum(f.problems.values()) for f in self.files),
+            "seconds": round(s.seconds, 6),
+            "records_per_second": round(s.totals[0] / s.seconds, 1) if s.seconds > 0 else 0.0,
+            "interrupted": s.interrupted,
+        }
+
+    @property
+    def unreadable(self) -> bool:
+        """Nothing could be read from any file (every record was a problem)."""
+        return self.summary.totals[0] == 0 and any(f.problems for f in self.files)
+
+
+def print_summary(doc: dict[str, Any], out: Any, err: Any, escape: Callable[[str], str], arrow: str, dash: str) -> None:
+    """``replay --traffic``'s human summary (``doc``: ``summary_json``)."""
+    def m(values: dict[str, int]) -> str:
+        return f"{values['records']:,} records, {values['flows']:,} flows, {values['packets']:,} packets, {values['bytes']:,} bytes"
+
+    out.print(f"{doc['records']:,} flow records ({doc['flows']:,} flows, {doc['packets']:,} packets, {doc['bytes']:,} bytes) "
+              f"from {len(doc['files'])} file{'s' if len(doc['files']) != 1 else ''} {dash} {doc['records_per_second']:,.0f} records/s")
+    out.print(f"  [green]allowed[/green]: {m(doc['allowed'])}")
+    out.print(f"  [red]denied[/red] : {m(doc['denied'])}")
+    if doc["unplaced"]["records"]:
+        out.print(f"  [yellow]not judged[/yellow]: {m(doc['unplaced'])}: an end the inventory cannot place")
+        for e in doc["unplaced"]["examples"]:
+            out.print(f"      {escape(e)}")
+    if doc["outside"]["records"]:
+        out.print(f"  [yellow]outside[/yellow]: {m(doc['outside'])}: judged, but neither end is an endpoint of the inventory")
+        for e in doc["outside"]["examples"]:
+            out.print(f"      {escape(e)}")
+    rep = doc["reported"]
+    if rep["agree"] or rep["disagree"]:
+        out.print(f"the records' own verdicts: {rep['agree']:,} agree with the policy, {rep['disagree']:,} do not")
+        for e in rep["examples"]:
+            out.print(f"  [yellow]differs[/yellow]: {escape(e)}")
+    if doc["by_rule"]:
+        out.print("flows by what decided each end (records / flows / packets / bytes):")
+    for direction in ("egress", "ingress"):
+        for row in (r for r in doc["by_rule"] if r["direction"] == direction):
+            colour = "green" if row["verdict"] == "allow" else "red"
+            out.print(f"  {row['records']:>8,} {row['flows']:>9,} {row['packets']:>11,} {row['bytes']:>13,}  {direction:<7} "
+                      f"[{colour}]{row['verdict']:<5}[/{colour}] {_by_what(row, escape)}")
+        none = doc["no_policy"][direction]
+        if none["records"]:
+            out.print(f"  {none['records']:>8,} {none['flows']:>9,} {none['packets']:>11,} {none['bytes']:>13,}  {direction:<7} "
+                      "no policy applies at this end")
+    for f in doc["files"]:
+        for reason, n in f["problems"].items():
+            out.print(f"[yellow]{escape(f['file'])}[/yellow]: {n:,} record{'s' if n != 1 else ''} {reason.replace('_', ' ')}")
+        unit = "byte" if f["format"] == "netflow" else "line"
+        for p in f["first"]:
+            where = f"{f['file']}: byte {p[unit]}" if unit == "byte" else f"{f['file']}:{p[unit]}"
+            out.print(f"    {escape(where)}: {p['reason']}: {escape(p['detail'])}")
+    if doc["interrupted"]:
+        out.print("[yellow]interrupted[/yellow]: summary of the records read so far")
+
+
+def _by_what(row: dict[str, Any], escape: Callable[[str], str]) -> str:
+    where = f" in tier {escape(row['tier'])}" if row["tier"] else ""
+    if row["reason"] == "rule":
+        return f"by {escape(str(row['policy']))} rule {escape(str(row['rule']))}{where}"
+    if row["reason"] == "end-of-tier":
+        return f"by end of tier {escape(row['tier'] or '')}"
+    if row["reason"] == "profile":
+        return f"by {escape(row['policy'] or 'profiles')}" + (f" rule {escape(str(row['rule']))}" if row["rule"] is not None else "")
+    return "by the default"
+
+
+def replay_command(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool], traffic: tuple[str, ...],
+                   format: str | None, out_path: str | None, default: str | None, as_json: bool) -> None:
+    """``pyclassify replay PATH... --traffic FILE...``: exit 0, 1 when nothing could be read (or
+    a file cannot be opened, or is of another format than asked), 130 interrupted."""
+    import sys
+
+    from rich.markup import escape
+
+    from pyclassify.cli import EXIT_INVALID, _emit_json, _load, ascii_only, err, out, symbol
+    from pyclassify.records import RecordError
+
+    project = _load(paths, kube)
+    engine = NativeEngine(project.policy_set, project.inventory)
+    try:
+        out_file = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115 - closed below
+    except OSError as e:
+        err.print(f"[red]error[/red]: --out {escape(out_path or '')}: cannot open for writing: {escape(e.strerror or str(e))}")
+        sys.exit(EXIT_INVALID)
+    replay = RecordReplay(engine, default=default, out=out_file, format=format)
+    failure = None
+    try:
+        replay.run(list(traffic))
+    except RecordError as e:
+        failure = str(e)
+    finally:
+        if out_file is not None:
+            try:
+                out_file.close()
+            except OSError as e:
+                failure = failure or f"--out {out_path}: cannot write: {e.strerror or e}"
+    if failure is not None:
+        err.print(f"[red]error[/red]: {escape(failure)}")
+        sys.exit(EXIT_INVALID)
+    doc = replay.summary_json()
+    if as_json:
+        _emit_json(doc)
+    else:
+        print_summary(doc, out, err, escape, symbol("→", "->") if not ascii_only() else "->", symbol("—", "-"))
+    if replay.summary.interrupted:
+        sys.exit(130)
+    if replay.unreadable:
+        err.print("[red]error[/red]: no record could be read")
+        sys.exit(EXIT_INVALID)
+
+
+__all__ = ["RecordReplay", "print_summary", "replay_command"]
