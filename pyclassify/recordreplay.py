@@ -32,6 +32,7 @@ from pyclassify.records import (
     RecordChunk,
     RecordReader,
     address_text,
+    where,
 )
 
 #: The counts a record carries, in the order summaries list them.
@@ -385,8 +386,8 @@ def print_summary(doc: dict[str, Any], out: Any, err: Any, escape: Callable[[str
             out.print(f"[yellow]{escape(f['file'])}[/yellow]: {n:,} record{'s' if n != 1 else ''} {reason.replace('_', ' ')}")
         unit = "byte" if f["format"] == "netflow" else "line"
         for p in f["first"]:
-            where = f"{f['file']}: byte {p[unit]}" if unit == "byte" else f"{f['file']}:{p[unit]}"
-            out.print(f"    {escape(where)}: {p['reason']}: {escape(p['detail'])}")
+            at = where(f["file"], unit, p["reason"], p[unit])
+            out.print(f"    {escape(at)}: {p['reason']}: {escape(p['detail'])}")
     if doc["interrupted"]:
         out.print("[yellow]interrupted[/yellow]: summary of the records read so far")
 

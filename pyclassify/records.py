@@ -78,13 +78,34 @@ def open_input(path: str) -> tuple[IO[bytes], bytes, str | None]:
         compression = "gzip" if head.startswith(GZIP_MAGIC) else "zstd"
         rest = _Prefixed(head, raw)
         stream = gzip.GzipFile(fileobj=rest, mode="rb") if compression == "gzip" else _zstd_reader(rest, name)  # type: ignore[arg-type]
-        try:
-            head = stream.read(4096)
-        except (OSError, EOFError, ValueError) as e:
-            raise RecordError(f"{name}: {compression}-compressed but cannot be decompressed: {e}") from None
+        head = b""
+        while len(head) < 4096:  # in small reads: a file cut short still gives what it holds
+            try:
+                piece = stream.read(256)
+            except Exception as e:  # noqa: BLE001 - zlib.error, zstandard.ZstdError, OSError, EOFError...
+                if not head:
+                    raise RecordError(f"{name}: {compression}-compressed but cannot be decompressed: {e}") from None
+                stream = _Failed(e, stream)  # type: ignore[assignment]
+                break
+            if not piece:
+                break
+            head += piece
     else:
         head += raw.read(4092)
     return stream, head, compression
+
+
+class _Failed:
+    """A stream whose next read raises what the one it stands for raised."""
+
+    def __init__(self, error: Exception, stream: IO[bytes]) -> None:
+        self.error, self.stream = error, stream
+
+    def read(self, n: int = -1) -> bytes:
+        raise OSError(str(self.error))
+
+    def close(self) -> None:
+        self.stream.close()
 
 
 class _Prefixed:
@@ -148,8 +169,7 @@ class FileReport:
 
     def problem_lines(self) -> list[str]:
         """Each problem kept, as ``file:line: reason: detail`` (``file: byte N: ...``)."""
-        where = (lambda p: f"{self.name}: byte {p}") if self.unit == "byte" else (lambda p: f"{self.name}:{p}")
-        return [f"{where(pos)}: {reason}: {detail}" for reason, pos, detail in self.first]
+        return [f"{where(self.name, self.unit, reason, pos)}: {reason}: {detail}" for reason, pos, detail in self.first]
 
     def to_json(self) -> dict[str, Any]:
         return {"file": self.name, "format": self.format, "compression": self.compression, "records": self.records,
@@ -204,8 +224,16 @@ class RecordReader:
             pending: list[tuple[bytes, bytes]] = []
             pending_n = 0
             named = 0
+            read = len(head)
+            broken = None
             while True:
-                nxt = stream.read(CHUNK)
+                try:
+                    nxt = stream.read(CHUNK)
+                except Exception as e:  # noqa: BLE001 - a decompressor's own error types
+                    if compression is None and not isinstance(e, OSError):
+                        raise
+                    nxt, broken = b"", f"{e}"
+                read += len(nxt)
                 last = not nxt
                 h, c = reader.feed(chunk, last)
                 if h:
@@ -224,6 +252,11 @@ class RecordReader:
             counts, first = reader.problems()
             report.problems = dict(counts)
             report.first = [(r, int(p), d) for r, p, d in first]
+            if broken is not None:
+                # what came before is judged; the position is in the decompressed bytes
+                report.problems["unreadable_rest"] = 1
+                report.first.append(("unreadable_rest", read, f"cannot read on ({compression or 'the file'}): {broken}; "
+                                     f"the {read:,} bytes before are read"))
         except (OSError, EOFError) as e:
             raise RecordError(f"{name}: cannot be read: {getattr(e, 'strerror', None) or e}") from None
         finally:
@@ -237,6 +270,14 @@ class RecordReader:
             headers, counts = headers.copy(), counts.copy()
             self.placer.place(headers, counts)
         return RecordChunk(headers, counts, index)
+
+
+def where(name: str, unit: str, reason: str, position: int) -> str:
+    """``file:line`` or ``file: byte N`` (binary formats, and the decompressed bytes read before
+    a file could not be read on)."""
+    if unit == "byte" or reason == "unreadable_rest":
+        return f"{name}: byte {position}"
+    return f"{name}:{position}"
 
 
 def addr16(ip: Any) -> bytes:

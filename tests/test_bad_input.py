@@ -27,6 +27,7 @@ first load of the policy), run in a fresh network namespace when this runs as ro
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -135,6 +136,11 @@ def webhook(id: str, input: str, code: int, fragment: str | tuple[str, ...], *ar
 def replay(id: str, input: str, code: int, fragment: str | tuple[str, ...], pcap: str, *args: str, **kw: Any) -> Any:
     kw.setdefault("stream", "any")
     return case(id, "replay", input, code, fragment, DEMO, "--pcap", pcap, *args, **kw)
+
+
+def traffic(id: str, input: str, code: int, fragment: str | tuple[str, ...], path: str, *args: str, **kw: Any) -> Any:
+    kw.setdefault("stream", "any")
+    return case(id, "replay", input, code, fragment, DEMO, "--traffic", path, *args, **kw)
 
 
 TRUNCATED = "capture ends inside a record"
@@ -860,6 +866,37 @@ CASES = [
     enforce("enforce-metrics-port-99999", "--metrics 127.0.0.1:99999", 2,
             "expected HOST:PORT with a port from 1 to 65535, got '127.0.0.1:99999'",
             DEMO, "--queue", "0", "--metrics", "127.0.0.1:99999"),
+    # flow records (replay --traffic): bad records counted per reason with file and line (or
+    # byte offset), the rest judged; exit 1 only when nothing could be read
+    traffic("traffic-hubble-truncated-record", "a Hubble line cut in the middle, after a good one", 0,
+            ("1 record truncated record", "r_hubble_cut.jsonl:2: truncated_record"), "r_hubble_cut.jsonl"),
+    traffic("traffic-hubble-not-json", "a line that is not JSON between Hubble flows", 0,
+            "r_hubble_notjson.jsonl:2: not_json", "r_hubble_notjson.jsonl"),
+    traffic("traffic-hubble-nothing-readable", "every line is not JSON (--format hubble)", 1,
+            "no record could be read", "r_garbage.txt", "--format", "hubble"),
+    traffic("traffic-hubble-out-of-order", "a Hubble flow earlier than the one before it", 0,
+            "r_hubble_order.jsonl:2: out_of_order", "r_hubble_order.jsonl"),
+    traffic("traffic-vpc-unknown-field-order", "a VPC header naming fields no version has", 1,
+            ("r_vpc_unknown.txt:1: unknown_field_order", "no record could be read"), "r_vpc_unknown.txt",
+            "--format", "vpc"),
+    traffic("traffic-vpc-short-record", "a VPC record with fewer fields than its header", 0,
+            "r_vpc_short.txt:3: truncated_record", "r_vpc_short.txt"),
+    traffic("traffic-netflow-v9-missing-template", "NetFlow v9 data flowset before any template", 1,
+            ("missing_template", "r_v9_notemplate.bin: byte 20"), "r_v9_notemplate.bin"),
+    traffic("traffic-ipfix-corrupt", "an IPFIX message whose set length runs past it, then a good one", 0,
+            ("corrupt_message", "r_ipfix_corrupt.bin: byte 16"), "r_ipfix_corrupt.bin"),
+    traffic("traffic-conntrack-truncated", "a conntrack line cut before its tuple", 0,
+            "r_conntrack_cut.txt:2: truncated_record", "r_conntrack_cut.txt"),
+    traffic("traffic-format-mismatch", "Hubble flows given as --format vpc", 1,
+            "r_hubble_cut.jsonl: --format vpc asked, but the file is Cilium Hubble flows", "r_hubble_cut.jsonl",
+            "--format", "vpc"),
+    traffic("traffic-unknown-format", "text of no flow record format", 1,
+            "r_garbage.txt: not a format --traffic reads", "r_garbage.txt"),
+    traffic("traffic-gzip-truncated", "gzip-compressed Hubble flows cut short (the flows before are judged)", 0,
+            ("r_hubble_cut.jsonl.gz: byte", "unreadable_rest"), "r_hubble_cut.jsonl.gz"),
+    traffic("traffic-gzip-corrupt", "a gzip header over garbage", 1,
+            "r_corrupt.gz: gzip-compressed but cannot be decompressed", "r_corrupt.gz"),
+
 ]
 
 #: The same table as plain tuples: (id, command, input, exit code, message fragment).
@@ -1127,6 +1164,39 @@ def _arp_record(ts: int, fraction: int) -> bytes:
     return struct.pack("<IIII", ts, fraction, len(frame), len(frame)) + frame
 
 
+def _write_records(d: Path) -> None:
+    """Flow record files with one thing wrong each (``traffic`` cases)."""
+    def hubble(t: str, sport: int) -> str:
+        return json.dumps({"flow": {"time": t, "verdict": "FORWARDED",
+                                    "IP": {"source": "10.0.1.10", "destination": "10.0.2.20"},
+                                    "l4": {"TCP": {"source_port": sport, "destination_port": 8080, "flags": {"SYN": True}}}}})
+    good = hubble("2024-05-01T10:00:00Z", 40000)
+    (d / "r_hubble_cut.jsonl").write_text(good + "\n" + good[:60] + "\n")
+    (d / "r_hubble_notjson.jsonl").write_text(good + "\nnot json at all\n" + hubble("2024-05-01T10:00:01Z", 40001) + "\n")
+    (d / "r_hubble_order.jsonl").write_text(hubble("2024-05-01T10:00:05Z", 40000) + "\n" + hubble("2024-05-01T10:00:01Z", 40001) + "\n")
+    (d / "r_garbage.txt").write_text("lorem ipsum dolor\nsit amet\n")
+    (d / "r_vpc_unknown.txt").write_text("version colour flavour\n2 red sweet\n")
+    header = "version account-id interface-id srcaddr dstaddr srcport dstport protocol packets bytes start end action log-status"
+    row = "2 123456789012 eni-1 10.0.1.10 10.0.2.20 40000 8080 6 3 180 1714557600 1714557660 ACCEPT OK"
+    (d / "r_vpc_short.txt").write_text(f"{header}\n{row}\n2 123456789012 eni-1 10.0.1.10\n")
+    # v9: header (20 bytes), then a data flowset of template 256 that was never sent
+    v9 = struct.pack(">HHIIII", 9, 1, 1000, 1714557600, 1, 0) + struct.pack(">HH", 256, 12) + bytes(8)
+    (d / "r_v9_notemplate.bin").write_bytes(v9)
+    template = struct.pack(">HH", 256, 2) + struct.pack(">HHHH", 8, 4, 12, 4)
+    tset = struct.pack(">HH", 2, 4 + len(template)) + template
+    dset = struct.pack(">HH", 256, 12) + bytes([10, 0, 1, 10, 10, 0, 2, 20])
+    good_msg = struct.pack(">HHIII", 10, 16 + len(tset) + len(dset), 1714557600, 0, 1) + tset + dset
+    bad_set = struct.pack(">HH", 256, 400) + bytes(8)  # says 400 bytes, has 12
+    bad_msg = struct.pack(">HHIII", 10, 16 + len(bad_set), 1714557600, 1, 1) + bad_set
+    (d / "r_ipfix_corrupt.bin").write_bytes(bad_msg + good_msg)
+    ct = ("tcp      6 431999 ESTABLISHED src=10.0.1.10 dst=10.0.2.20 sport=40000 dport=8080 src=10.0.2.20 "
+          "dst=10.0.1.10 sport=8080 dport=40000 [ASSURED] mark=0 use=1")
+    (d / "r_conntrack_cut.txt").write_text(ct + "\ntcp      6 431999 ESTABLISHED\n")
+    many = gzip.compress(("\n".join(hubble(f"2024-05-01T10:00:{i:02d}Z", 40000 + i) for i in range(40)) + "\n").encode())
+    (d / "r_hubble_cut.jsonl.gz").write_bytes(many[: len(many) * 2 // 3])
+    (d / "r_corrupt.gz").write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(256)) * 4)
+
+
 def _write_captures(d: Path, rng: random.Random) -> None:
     pcap, ng = PCAP.read_bytes(), PCAPNG.read_bytes()
     head = pcap[:24]
@@ -1232,6 +1302,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     _write_tls(d)
     _write_captures(d, rng)
     _tunnel_captures(d)
+    _write_records(d)
     yield d
     if os.environ.get("PYCLASSIFY_BAD_INPUT_TABLE"):
         write_table(os.environ["PYCLASSIFY_BAD_INPUT_TABLE"])

@@ -121,7 +121,7 @@ def test_round_trip_bytes_land_at_offsets() -> None:
 # `_native.record_layouts()`) and numpy's.
 
 RUST_RECORDS = dict(_engine.record_layouts())
-RECORD_NAMES = ["PacketHeader", "OuterHeader", "QuotedTuple", "SideVerdict", "PacketVerdict", "RevokedFlow"]
+RECORD_NAMES = ["PacketHeader", "OuterHeader", "FlowCounts", "QuotedTuple", "SideVerdict", "PacketVerdict", "RevokedFlow"]
 NUMPY_SCALARS = {"u8": ("u", 1), "u16": ("u", 2), "u32": ("u", 4), "u64": ("u", 8), "i32": ("i", 4)}
 
 
@@ -204,6 +204,7 @@ def test_the_modules_use_the_generated_dtypes() -> None:
     assert engine.SIDE_DTYPE is pybatch.record_dtype("SideVerdict")
     assert engine.VERDICT_DTYPE is pybatch.record_dtype("PacketVerdict")
     assert pybatch.REVOKED_DTYPE is pybatch.record_dtype("RevokedFlow")
+    assert pybatch.FLOW_COUNTS_DTYPE is pybatch.record_dtype("FlowCounts")
     assert engine.VERDICT_DTYPE.itemsize == _engine.VERDICT_SIZE
     assert capture.QUOTE_DTYPE.itemsize == _native.QUOTE_SIZE
     assert pybatch.OUTER_DTYPE is pybatch.record_dtype("OuterHeader")

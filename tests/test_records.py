@@ -232,3 +232,30 @@ def test_nothing_readable_is_exit_1_without_traceback(tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "no record could be read" in r.stderr
     assert f"{bad}:1" in r.stdout and f"{bad}:2" in r.stdout
+
+
+def test_parquet_vpc_flow_logs_judged_as_their_text(project, engine, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    text = (TRAFFIC / "vpc-flow-logs.txt").read_text().splitlines()
+    header, rows = text[0].split(), [r.split() for r in text[1:]]
+    ints = {"version", "srcport", "dstport", "protocol", "packets", "bytes", "start", "end", "tcp-flags"}
+    table = pa.table({h.replace("-", "_"): [int(r[i]) if h in ints else r[i] for r in rows] for i, h in enumerate(header)})
+    path = tmp_path / "flows.parquet"
+    pq.write_table(table, str(path))
+    from_text, s_text = replay_lines(engine, TRAFFIC / "vpc-flow-logs.txt")
+    from_parquet, s_parquet = replay_lines(engine, path)
+    assert s_parquet["files"][0]["format"] == "parquet"
+    keep = ("src", "dst", "sport", "dport", "proto", "verdict", "flows", "packets", "bytes", "reported", "direction")
+    assert [{k: x[k] for k in keep} for x in from_parquet] == [{k: x[k] for k in keep} for x in from_text]
+
+
+def test_zstd_records_read_as_they_are(engine, tmp_path):
+    zstandard = pytest.importorskip("zstandard")
+    raw = (TRAFFIC / "hubble.jsonl").read_bytes()
+    path = tmp_path / "hubble.jsonl.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(raw))
+    lines, summary = replay_lines(engine, path)
+    plain, _ = replay_lines(engine, TRAFFIC / "hubble.jsonl")
+    assert summary["files"][0]["compression"] == "zstd"
+    assert [x["verdict"] for x in lines] == [x["verdict"] for x in plain]

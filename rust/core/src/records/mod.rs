@@ -306,18 +306,29 @@ pub struct Stream {
     pub problems: Problems,
     pub records: u64,
     last_first_ns: u64,
+    /// Whether the format is a stream of events in time order (Hubble flows, conntrack
+    /// events), where a record earlier than the one before is a problem; aggregating exporters
+    /// (NetFlow, VPC, Calico) write records as they expire, in no order of their start.
+    ordered: bool,
 }
 
 impl Stream {
     pub fn new(format: Format) -> Option<Stream> {
-        Some(Stream { reader: reader(format)?, names: NameTable::default(), problems: Problems::default(), records: 0, last_first_ns: 0 })
+        Some(Stream {
+            reader: reader(format)?,
+            names: NameTable::default(),
+            problems: Problems::default(),
+            records: 0,
+            last_first_ns: 0,
+            ordered: matches!(format, Format::Hubble | Format::Conntrack),
+        })
     }
 
     /// Reads what `chunk` completes into `out` (appended).
     pub fn feed(&mut self, chunk: &[u8], last: bool, out: &mut RecordBatch) {
         let from = out.len();
         self.reader.feed(chunk, last, out, &mut self.names, &mut self.problems);
-        for c in &out.counts[from..] {
+        for c in out.counts[from..].iter().filter(|_| self.ordered) {
             if c.first_ns != 0 {
                 if c.first_ns < self.last_first_ns {
                     let (was, now) = (self.last_first_ns, c.first_ns);
