@@ -20,6 +20,7 @@ from typing import IO, Any, Callable
 import numpy as np
 import numpy.typing as npt
 
+from pyclassify._engine import RecordTally
 from pyclassify.engine import NativeEngine
 from pyclassify.inventory import Inventory
 from pyclassify.ir import Direction
@@ -126,7 +127,10 @@ class KnownAddresses:
             return words[:, 0] * _MIX[1] ^ words[:, 1]
 
     def known(self, addrs: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
-        return np.isin(self.key(addrs), self.keys)
+        if len(self.keys) == 0:
+            return np.zeros(len(addrs), bool)
+        k = self.key(addrs)
+        return self.keys[np.searchsorted(self.keys, k).clip(0, len(self.keys) - 1)] == k
 
 
 @dataclass
@@ -163,6 +167,7 @@ class RecordReplay:
         self.summary = RecordSummary()
         self.files: list[FileReport] = []
         self.known = KnownAddresses(engine.inventory)
+        self.tally = RecordTally()
         self._names: dict[str, str | None] = {}
         self._stop = False
         self._index = 0
@@ -201,6 +206,7 @@ class RecordReplay:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
+            self._collect()
             self.summary.seconds = time.perf_counter() - started
         return self.summary
 
@@ -213,14 +219,14 @@ class RecordReplay:
         return f"{report.name}: byte {pos}" if report.unit == "byte" else f"{report.name}:{pos}"
 
     def _account(self, chunk: RecordChunk, verdicts: npt.NDArray[Any], placed: npt.NDArray[np.bool_]) -> None:
+        """Sums the batch natively (``_engine.RecordTally``, weighted by each record's counts);
+        here only what is shown as examples, the records with no end in the inventory, and
+        the time range."""
         s = self.summary
-        c, w = chunk.counts, weights(chunk.counts)
-        add_measures(s.totals, w)
-        allow = (verdicts["allow"] == 1) & placed
-        add_measures(s.allowed, w, allow)
-        add_measures(s.denied, w, placed & ~allow)
-        if not placed.all():
-            add_measures(s.unplaced, w, ~placed)
+        c = chunk.counts
+        self.tally.add(verdicts, c)
+        every = bool(placed.all())
+        if not every:
             for i in np.flatnonzero(~placed)[: EXAMPLES - len(s.unplaced_examples)].tolist():
                 ends = []
                 for has, name, end in (("has_src", "src_name", "source"), ("has_dst", "dst_name", "destination")):
@@ -228,35 +234,44 @@ class RecordReplay:
                         n = int(c[name][i])
                         ends.append(f"{end} {self._reader.placer.describe(n)}" if n != NO_NAME else f"{end} unknown")
                 s.unplaced_examples.append(f"{self._where(chunk, i)}: {' and '.join(ends)}: not in the inventory")
-        judged = np.flatnonzero(placed)
         h = chunk.headers
-        outside = np.zeros(len(c), dtype=bool)
-        outside[judged] = ~self.known.known(h["src_addr"][judged]) & ~self.known.known(h["dst_addr"][judged])
+        outside = ~self.known.known(h["src_addr"]) & ~self.known.known(h["dst_addr"])
+        if not every:
+            outside &= placed
         if outside.any():
-            add_measures(s.outside, w, outside)
+            add_measures(s.outside, weights(c), outside)
             for i in np.flatnonzero(outside)[: EXAMPLES - len(s.outside_examples)].tolist():
                 s.outside_examples.append(f"{self._where(chunk, i)}: {address_text(h['src_addr'][i])} -> "
                                           f"{address_text(h['dst_addr'][i])}: neither end is an endpoint of the inventory")
-        for direction in ("egress", "ingress"):
-            add_measures(s.no_policy[direction], w, placed & (verdicts[direction]["present"] != 1))
-        sel = {m: v[judged] for m, v in w.items()}
-        count_by_rule(s.by_rule, verdicts[judged], sel)
-        # the record's own verdict beside pyclassify's
-        rep = c["reported"][judged]
-        ours = verdicts["allow"][judged]
-        pairs, n = np.unique(rep.astype(np.uint16) * 2 + ours, return_counts=True)
-        for p, k in zip(pairs.tolist(), n.tolist()):
-            s.reported[(REPORTED[p // 2], "allow" if p % 2 else "deny")] += k
-        disagree = judged[((rep == 1) & (ours == 0)) | ((rep == 2) & (ours == 1))]
-        for i in disagree[: EXAMPLES - len(s.disagreement_examples)].tolist():
-            s.disagreement_examples.append(
-                f"{self._where(chunk, i)}: {self._tuple_text(h[i])}: the record says "
-                f"{REPORTED[int(c['reported'][i])]}, policy says {'allow' if verdicts['allow'][i] else 'deny'}")
-        first = c["first_ns"][c["first_ns"] > 0]
-        if len(first):
-            lo = int(first.min())
+        if len(s.disagreement_examples) < EXAMPLES:
+            rep, ours = c["reported"], verdicts["allow"]
+            disagree = np.flatnonzero((((rep == 1) & (ours == 0)) | ((rep == 2) & (ours == 1))) & placed)
+            for i in disagree[: EXAMPLES - len(s.disagreement_examples)].tolist():
+                s.disagreement_examples.append(
+                    f"{self._where(chunk, i)}: {self._tuple_text(h[i])}: the record says "
+                    f"{REPORTED[int(c['reported'][i])]}, policy says {'allow' if verdicts['allow'][i] else 'deny'}")
+        first = c["first_ns"]
+        lo = int(first.min()) if len(first) else 0
+        if lo == 0 and len(first):
+            nz = first[first > 0]
+            lo = int(nz.min()) if len(nz) else 0
+        if lo:
             s.first_ns = lo if s.first_ns == 0 else min(s.first_ns, lo)
         s.last_ns = max(s.last_ns, int(c["last_ns"].max()) if len(c) else 0)
+
+    def _collect(self) -> None:
+        """The native tally into the summary."""
+        s = self.summary
+        totals, allowed, denied, unplaced, no_policy = self.tally.measures()
+        s.totals, s.allowed, s.denied, s.unplaced = list(totals), list(allowed), list(denied), list(unplaced)
+        s.no_policy = {"egress": list(no_policy[0]), "ingress": list(no_policy[1])}
+        s.by_rule = {(("egress", "ingress")[d], tier, kind, source, rule, reason, allow): list(m)
+                     for (d, tier, kind, source, rule, reason, allow), m in self.tally.by_rule()}
+        s.reported = Counter()
+        for r, row in enumerate(self.tally.reported()):
+            for ours, n in enumerate(row):
+                if n:
+                    s.reported[(REPORTED[r], "allow" if ours else "deny")] += n
 
     def _tuple_text(self, h: Any) -> str:
         proto = int(h["protocol"])

@@ -3,10 +3,14 @@
 //! bytes of `HEADER_DTYPE` and `FLOW_COUNTS_DTYPE` arrays.
 
 use pyclassify_core::batch::PacketHeader;
+use pyclassify_core::engine::PacketVerdict;
+use pyclassify_core::records::tally::{DecisionKey, Measures, Tally};
 use pyclassify_core::records::{detect, Format, FlowCounts, RecordBatch, Stream};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+
+use crate::conntrack::checked_buffer;
 
 fn as_bytes<T>(items: &[T]) -> &[u8] {
     // SAFETY: PacketHeader and FlowCounts are repr(C) records without padding (the ABI tests
@@ -69,6 +73,63 @@ impl PyRecordStream {
     }
 }
 
+/// Flow records' verdicts summed, weighted by records, flows, packets and bytes.
+#[pyclass(name = "RecordTally", module = "pyclassify._engine")]
+pub struct PyRecordTally {
+    inner: Tally,
+}
+
+#[pymethods]
+impl PyRecordTally {
+    #[new]
+    fn new() -> Self {
+        PyRecordTally { inner: Tally::default() }
+    }
+
+    /// Adds a batch: `verdicts` (`VERDICT_DTYPE`) and `counts` (`FLOW_COUNTS_DTYPE`), one each
+    /// per record (a verdict is ignored where its record was not placed).
+    fn add(&mut self, py: Python<'_>, verdicts: &Bound<'_, PyAny>, counts: &Bound<'_, PyAny>) -> PyResult<()> {
+        let c = checked_buffer(counts, "counts", std::mem::size_of::<FlowCounts>(), std::mem::align_of::<FlowCounts>(), None, false)?;
+        let n = c.item_count();
+        let v = checked_buffer(verdicts, "verdicts", std::mem::size_of::<PacketVerdict>(), std::mem::align_of::<PacketVerdict>(), Some(n), false)?;
+        let (v_ptr, c_ptr) = (v.buf_ptr() as usize, c.buf_ptr() as usize);
+        let inner = &mut self.inner;
+        py.detach(move || {
+            if n == 0 {
+                return;
+            }
+            // SAFETY: both buffers were checked (item size, count, alignment, contiguity) and
+            // stay acquired until this returns.
+            let (vs, cs) = unsafe {
+                (
+                    std::slice::from_raw_parts(v_ptr as *const PacketVerdict, n),
+                    std::slice::from_raw_parts(c_ptr as *const FlowCounts, n),
+                )
+            };
+            inner.add(vs, cs);
+        });
+        drop((v, c));
+        Ok(())
+    }
+
+    /// (totals, allowed, denied, unplaced, [no policy egress, ingress]), each
+    /// [records, flows, packets, bytes].
+    fn measures(&self) -> (Measures, Measures, Measures, Measures, [Measures; 2]) {
+        let t = &self.inner;
+        (t.totals, t.allowed, t.denied, t.unplaced, t.no_policy)
+    }
+
+    /// [((direction, tier, source_kind, source, rule, reason, allow), measures)].
+    fn by_rule(&self) -> Vec<(DecisionKey, Measures)> {
+        self.inner.by_rule.iter().map(|(k, m)| (*k, *m)).collect()
+    }
+
+    /// Judged records by [own verdict 0 none, 1 allow, 2 deny, 3 other][policy's 0 deny, 1 allow].
+    fn reported(&self) -> [[u64; 2]; 4] {
+        self.inner.reported
+    }
+}
+
 /// The format of an input whose first bytes are `head` (`"pcap"`, `"hubble"`, ...), or None.
 #[pyfunction]
 fn detect_format(head: &[u8]) -> Option<&'static str> {
@@ -83,6 +144,7 @@ fn record_formats() -> Vec<(&'static str, &'static str)> {
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRecordStream>()?;
+    m.add_class::<PyRecordTally>()?;
     m.add_function(wrap_pyfunction!(detect_format, m)?)?;
     m.add_function(wrap_pyfunction!(record_formats, m)?)?;
     Ok(())

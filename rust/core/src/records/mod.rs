@@ -12,11 +12,13 @@
 //! - [`conntrack`]: `conntrack -L` / `conntrack -E` output.
 //! - [`netflow`]: NetFlow v5, v9 and IPFIX messages, back to back (RFC 5655's file format).
 //! - [`detect`]: which of these a file's first bytes are.
+//! - [`tally`]: the verdicts of a batch summed, weighted by what each record counted.
 
 pub mod conntrack;
 pub mod detect;
 pub mod json;
 pub mod netflow;
+pub mod tally;
 pub mod text;
 pub mod time;
 pub mod vpc;
