@@ -76,16 +76,17 @@ def _addresses(col: Any, pc: Any) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np
     return out, ok, version
 
 
-def read(stream: IO[bytes], head: bytes, name: str, problems: dict[str, int] | None = None) -> Iterator[tuple[npt.NDArray[Any], npt.NDArray[Any]]]:
+def read(stream: IO[bytes], head: bytes, name: str, problems: dict[str, int] | None = None,
+         path: str | None = None) -> Iterator[tuple[npt.NDArray[Any], npt.NDArray[Any]]]:
     """(headers, counts) batches of a Parquet file of VPC Flow Logs; records lacking an
     address or protocol, or with a log status other than OK, are skipped and counted in
-    ``problems``."""
+    ``problems``. ``path``: the file itself, read a row group at a time; else (stdin, a
+    compressed file) ``stream`` is read whole, since Parquet's footer is at its end."""
     pa, pc, pq = _pyarrow()
     import io
 
-    data = head + stream.read()  # Parquet's footer is at the end: the file is read whole
     try:
-        f = pq.ParquetFile(io.BytesIO(data))
+        f = pq.ParquetFile(path) if path is not None else pq.ParquetFile(io.BytesIO(head + stream.read()))
     except Exception as e:  # noqa: BLE001 - pyarrow raises its own error types
         from pyclassify.records import RecordError
 

@@ -215,7 +215,8 @@ class RecordReader:
             if fmt == "parquet":
                 from pyclassify import parquet
 
-                for headers, counts in parquet.read(stream, head, name, report.problems):
+                plain = path if compression is None and path != "-" else None
+                for headers, counts in parquet.read(stream, head, name, report.problems, plain):
                     report.records += len(headers)
                     yield RecordChunk(headers, counts, index)
                 return
