@@ -332,7 +332,7 @@ mod tests {
         let sizes: Vec<_> = RECORDS.iter().map(|r| (r.rust_name, r.size)).collect();
         assert_eq!(
             sizes,
-            [("PacketHeader", 64), ("OuterHeader", 48), ("QuotedTuple", 40), ("SideVerdict", 20), ("PacketVerdict", 44), ("RevokedFlow", 40)]
+            [("PacketHeader", 64), ("OuterHeader", 48), ("FlowCounts", 64), ("QuotedTuple", 40), ("SideVerdict", 20), ("PacketVerdict", 44), ("RevokedFlow", 40)]
         );
     }
 }
