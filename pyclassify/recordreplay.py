@@ -1,10 +1,13 @@
 """Judging flow records (``pyclassify replay --traffic``): one record, one connection (or an
 aggregate of them) judged once as the packet that opens it.
 
-Records come as header batches with counts beside them (``pyclassify.records``); the engine
-judges each batch in one native call (``NativeEngine.judge``, no connection tracking: a record
-is already a connection). Python sums the verdict arrays with numpy, weighted by each record's
-flows, packets and bytes, and formats per-record lines only for ``--out``.
+Each chunk of a file is read and judged natively (``_engine.RecordJudge``; no connection
+tracking: a record is already a connection): a record is judged by what its verdict depends on
+(addresses, protocol, destination port, source port class, ICMP), each distinct such key once,
+and the records of a key add their flows, packets and bytes to it; the sums fold into the
+summary at the end. Python reads the summary, and formats per-record lines only for ``--out``.
+A record to a Service's virtual address is judged for every backend, as ``replay`` judges
+packets (``pyclassify.services``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from typing import IO, Any, Callable
 import numpy as np
 import numpy.typing as npt
 
-from pyclassify._engine import RecordTally
+from pyclassify._engine import RecordJudge
+from pyclassify.batch import FLOW_COUNTS_DTYPE, HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import NativeEngine
 from pyclassify.inventory import Inventory
 from pyclassify.ir import Direction
@@ -30,67 +34,32 @@ from pyclassify.records import (
     ORIENTATION,
     REPORTED,
     FileReport,
-    RecordChunk,
+    JudgedChunk,
     RecordReader,
     address_text,
     where,
 )
+from pyclassify.services import ServiceMap
 
 #: The counts a record carries, in the order summaries list them.
 MEASURES = ("records", "flows", "packets", "bytes")
-_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F], dtype=np.uint64)
 EXAMPLES = 5  # examples kept per kind of finding
 
 
-def weights(counts: npt.NDArray[Any]) -> dict[str, npt.NDArray[Any]]:
-    """Per record, what it weighs in each measure."""
-    return {"records": np.ones(len(counts), dtype=np.uint64), "flows": counts["flows"],
-            "packets": counts["packets"], "bytes": counts["bytes"]}
-
-
-def add_measures(into: list[int], w: dict[str, npt.NDArray[Any]], mask: npt.NDArray[np.bool_] | None = None) -> None:
-    for i, m in enumerate(MEASURES):
-        into[i] += int(w[m].sum() if mask is None else w[m][mask].sum())
+def new_judge(engines: list[NativeEngine], default: str | None, services: ServiceMap | None,
+              logs: bool = False) -> RecordJudge:
+    """A native judge of records under ``engines`` (one, or a diff's two), through the
+    Services of ``services``."""
+    pod_allow = (default or "allow") == "allow"
+    host_allow = default == "allow"
+    entries = None
+    if services:
+        entries = [(e.address, e.protocol, e.port, [(a, p) for a, p, _ in e.backends]) for e in services.entries]
+    return RecordJudge([e._engine for e in engines], pod_allow, host_allow, logs=logs, services=entries)
 
 
 def measures_json(values: list[int]) -> dict[str, int]:
     return dict(zip(MEASURES, values))
-
-
-def side_keys(side: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
-    """Per side record, a 64-bit key of its decision (``present`` to ``rule``, 16 bytes)."""
-    raw = np.ascontiguousarray(side).view(np.uint8).reshape(len(side), side.dtype.itemsize)
-    words = np.ascontiguousarray(raw[:, :16]).view(np.uint64).reshape(-1, 2)
-    with np.errstate(over="ignore"):
-        return words[:, 0] * _MIX[0] ^ words[:, 1] * _MIX[1]
-
-
-def decision_row(rec: Any) -> tuple[int, int, int, int, int, int]:
-    return (int(rec["tier"]), int(rec["source_kind"]), int(rec["source"]), int(rec["rule"]),
-            int(rec["reason"]), int(rec["allow"]))
-
-
-def count_by_rule(by_rule: dict[tuple, list[int]], verdicts: npt.NDArray[Any], w: dict[str, npt.NDArray[Any]]) -> None:
-    """Adds each side decision of ``verdicts``, weighted by ``w``, to ``by_rule``
-    ((direction, tier, source_kind, source, rule, reason, allow) -> measures)."""
-    for direction in ("egress", "ingress"):
-        side = verdicts[direction]
-        present = np.flatnonzero(side["present"] == 1)
-        if len(present) == 0:
-            continue
-        side = np.ascontiguousarray(side[present])
-        raw = side.view(np.uint8).reshape(len(side), side.dtype.itemsize)
-        words = np.ascontiguousarray(raw[:, :16]).view(np.uint64).reshape(-1, 2)
-        _, first, inverse = np.unique(side_keys(side), return_index=True, return_inverse=True)
-        if not np.array_equal(words, words[first][inverse]):  # two decisions with one key: exactly
-            _, first, inverse = np.unique(words, axis=0, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        rows = [decision_row(side[i]) for i in first.tolist()]
-        sums = [np.bincount(inverse, weights=w[m][present].astype(np.float64), minlength=len(first)) for m in MEASURES]
-        for k, row in enumerate(rows):
-            acc = by_rule.setdefault((direction, *row), [0, 0, 0, 0])
-            for i in range(4):
-                acc[i] += int(sums[i][k])
 
 
 def by_rule_rows(engine: NativeEngine, counts: dict[tuple, list[int]]) -> list[dict[str, Any]]:
@@ -109,28 +78,20 @@ def by_rule_rows(engine: NativeEngine, counts: dict[tuple, list[int]]) -> list[d
     return rows
 
 
-class KnownAddresses:
-    """The addresses of the inventory's endpoints, looked up a batch at a time (64-bit keys of
-    the 16-byte addresses)."""
-
-    def __init__(self, inventory: Inventory) -> None:
-        from pyclassify.records import addr16
-
-        raw = [addr16(ip) for e in inventory.endpoints for ip in e.ips]
-        arr = np.frombuffer(b"".join(raw), dtype=np.uint8).reshape(-1, 16) if raw else np.zeros((0, 16), np.uint8)
-        self.keys = np.unique(self.key(arr))
-
-    @staticmethod
-    def key(addrs: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
-        words = np.ascontiguousarray(addrs).view(np.uint64).reshape(-1, 2)
-        with np.errstate(over="ignore"):
-            return words[:, 0] * _MIX[1] ^ words[:, 1]
-
-    def known(self, addrs: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
-        if len(self.keys) == 0:
-            return np.zeros(len(addrs), bool)
-        k = self.key(addrs)
-        return self.keys[np.searchsorted(self.keys, k).clip(0, len(self.keys) - 1)] == k
+def logged_rows(engine: NativeEngine, counts: dict[tuple, list[int]]) -> list[dict[str, Any]]:
+    """``[{"direction", "tier", "policy", "rule", "records", "flows", "packets", "bytes"}...]``:
+    what each Log rule logged (passed on the way to a decision)."""
+    rows = []
+    for (direction, tier, kind, source, rule), values in counts.items():
+        side = np.zeros((), dtype=engine.side_dtype)
+        side["present"], side["allow"], side["reason"], side["source_kind"] = 1, 0, 0, kind
+        side["tier"], side["source"], side["rule"] = tier, source, rule
+        decision = engine.side_decision(side, Direction(direction))
+        assert decision is not None
+        rows.append({"direction": direction, "tier": decision.tier, "policy": decision.policy, "rule": decision.rule,
+                     **measures_json(values)})
+    rows.sort(key=lambda r: (-r["flows"], -r["records"], r["direction"], str(r["policy"]), str(r["rule"])))
+    return rows
 
 
 @dataclass
@@ -146,6 +107,10 @@ class RecordSummary:
     outside_examples: list[str] = field(default_factory=list)
     no_policy: dict[str, list[int]] = field(default_factory=lambda: {"egress": [0, 0, 0, 0], "ingress": [0, 0, 0, 0]})
     by_rule: dict[tuple, list[int]] = field(default_factory=dict)
+    #: (direction, tier, source_kind, source, rule) of a Log rule passed -> measures
+    logged: dict[tuple, list[int]] = field(default_factory=dict)
+    #: distinct decisions made (each record key once)
+    decisions: int = 0
     #: (the record's own verdict, pyclassify's) -> records
     reported: Counter = field(default_factory=Counter)
     disagreement_examples: list[str] = field(default_factory=list)
@@ -159,30 +124,19 @@ class RecordReplay:
     """One run over flow record files with one engine."""
 
     def __init__(self, engine: NativeEngine, default: str | None = None, out: IO[str] | None = None,
-                 format: str | None = None) -> None:
+                 format: str | None = None, logs: bool = False) -> None:
         self.engine = engine
         self.defaults = {} if default is None else {"default_pod": default, "default_host": default}
         self.out = out
         self.format = format
+        self.logs = logs
         self.summary = RecordSummary()
         self.files: list[FileReport] = []
-        self.known = KnownAddresses(engine.inventory)
-        self.tally = RecordTally()
+        self.services = ServiceMap(engine.inventory)
+        self.judge = new_judge([engine], default, self.services, logs=logs)
         self._names: dict[str, str | None] = {}
         self._stop = False
         self._index = 0
-
-    def judge(self, chunk: RecordChunk) -> tuple[npt.NDArray[Any], npt.NDArray[np.bool_]]:
-        """The chunk's verdicts, and which records were placed (only those are judged)."""
-        c = chunk.counts
-        placed = (c["has_src"] == 1) & (c["has_dst"] == 1)
-        headers = chunk.headers if placed.all() else chunk.headers[placed]
-        verdicts = self.engine.judge(headers, **self.defaults)
-        if not placed.all():
-            full = np.zeros(len(c), dtype=verdicts.dtype)
-            full[placed] = verdicts
-            verdicts = full
-        return verdicts, placed
 
     def run(self, paths: list[str], progress: Callable[[int], None] | None = None) -> RecordSummary:
         reader = RecordReader(paths, self.engine.inventory, self.format)
@@ -192,14 +146,15 @@ class RecordReplay:
         previous = None
         if threading.current_thread() is threading.main_thread():
             previous = signal.signal(signal.SIGINT, self._interrupt)
+        done = 0
         try:
-            for chunk in reader:
-                verdicts, placed = self.judge(chunk)
-                self._account(chunk, verdicts, placed)
-                if self.out is not None:
-                    self._write_lines(chunk, verdicts, placed)
+            for kept in reader.judged(self.judge, keep=self.out is not None):
+                if kept is not None:
+                    self._write_lines(kept)
                 if progress is not None:
-                    progress(len(chunk.counts))
+                    total = self.judge.measures()[0][0]
+                    progress(total - done)
+                    done = total
                 if self._stop:
                     self.summary.interrupted = True
                     break
@@ -213,65 +168,49 @@ class RecordReplay:
     def _interrupt(self, signum: int, frame: Any) -> None:
         self._stop = True
 
-    def _where(self, chunk: RecordChunk, i: int) -> str:
-        report = self.files[chunk.file]
-        pos = int(chunk.counts["position"][i])
-        return f"{report.name}: byte {pos}" if report.unit == "byte" else f"{report.name}:{pos}"
-
-    def _account(self, chunk: RecordChunk, verdicts: npt.NDArray[Any], placed: npt.NDArray[np.bool_]) -> None:
-        """Sums the batch natively (``_engine.RecordTally``, weighted by each record's counts);
-        here only what is shown as examples, the records with no end in the inventory, and
-        the time range."""
-        s = self.summary
-        c = chunk.counts
-        self.tally.add(verdicts, c)
-        every = bool(placed.all())
-        if not every:
-            for i in np.flatnonzero(~placed)[: EXAMPLES - len(s.unplaced_examples)].tolist():
-                ends = []
-                for has, name, end in (("has_src", "src_name", "source"), ("has_dst", "dst_name", "destination")):
-                    if not c[has][i]:
-                        n = int(c[name][i])
-                        ends.append(f"{end} {self._reader.placer.describe(n)}" if n != NO_NAME else f"{end} unknown")
-                s.unplaced_examples.append(f"{self._where(chunk, i)}: {' and '.join(ends)}: not in the inventory")
-        h = chunk.headers
-        outside = ~self.known.known(h["src_addr"]) & ~self.known.known(h["dst_addr"])
-        if not every:
-            outside &= placed
-        if outside.any():
-            add_measures(s.outside, weights(c), outside)
-            for i in np.flatnonzero(outside)[: EXAMPLES - len(s.outside_examples)].tolist():
-                s.outside_examples.append(f"{self._where(chunk, i)}: {address_text(h['src_addr'][i])} -> "
-                                          f"{address_text(h['dst_addr'][i])}: neither end is an endpoint of the inventory")
-        if len(s.disagreement_examples) < EXAMPLES:
-            rep, ours = c["reported"], verdicts["allow"]
-            disagree = np.flatnonzero((((rep == 1) & (ours == 0)) | ((rep == 2) & (ours == 1))) & placed)
-            for i in disagree[: EXAMPLES - len(s.disagreement_examples)].tolist():
-                s.disagreement_examples.append(
-                    f"{self._where(chunk, i)}: {self._tuple_text(h[i])}: the record says "
-                    f"{REPORTED[int(c['reported'][i])]}, policy says {'allow' if verdicts['allow'][i] else 'deny'}")
-        first = c["first_ns"]
-        lo = int(first.min()) if len(first) else 0
-        if lo == 0 and len(first):
-            nz = first[first > 0]
-            lo = int(nz.min()) if len(nz) else 0
-        if lo:
-            s.first_ns = lo if s.first_ns == 0 else min(s.first_ns, lo)
-        s.last_ns = max(s.last_ns, int(c["last_ns"].max()) if len(c) else 0)
+    def _where(self, file: int, position: int) -> str:
+        report = self.files[file]
+        return f"{report.name}: byte {position}" if report.unit == "byte" else f"{report.name}:{position}"
 
     def _collect(self) -> None:
-        """The native tally into the summary."""
+        """The native sums into the summary, and the records kept as examples as text."""
         s = self.summary
-        totals, allowed, denied, unplaced, no_policy = self.tally.measures()
+        self.judge.fold()
+        totals, allowed, denied, unplaced, no_policy, outside = self.judge.measures()
         s.totals, s.allowed, s.denied, s.unplaced = list(totals), list(allowed), list(denied), list(unplaced)
+        s.outside = list(outside)
         s.no_policy = {"egress": list(no_policy[0]), "ingress": list(no_policy[1])}
         s.by_rule = {(("egress", "ingress")[d], tier, kind, source, rule, reason, allow): list(m)
-                     for (d, tier, kind, source, rule, reason, allow), m in self.tally.by_rule()}
+                     for (d, tier, kind, source, rule, reason, allow), m in self.judge.by_rule()}
+        s.logged = {(("egress", "ingress")[d], tier, kind, source, rule): list(m)
+                    for (d, tier, kind, source, rule), m in self.judge.logged()}
         s.reported = Counter()
-        for r, row in enumerate(self.tally.reported()):
+        for r, row in enumerate(self.judge.reported()):
             for ours, n in enumerate(row):
                 if n:
                     s.reported[(REPORTED[r], "allow" if ours else "deny")] += n
+        s.first_ns, s.last_ns = self.judge.time_range()
+        s.decisions, _ = self.judge.stats()
+        s.unplaced_examples, s.outside_examples, s.disagreement_examples = [], [], []
+        for kind, file, hb, cb, vb in self.judge.examples():
+            h = np.frombuffer(hb, HEADER_DTYPE)[0]
+            c = np.frombuffer(cb, FLOW_COUNTS_DTYPE)[0]
+            v = np.frombuffer(vb, VERDICT_DTYPE)[0]
+            where = self._where(file, int(c["position"]))
+            if kind == 0:
+                ends = []
+                for has, name, end in (("has_src", "src_name", "source"), ("has_dst", "dst_name", "destination")):
+                    if not c[has]:
+                        n = int(c[name])
+                        ends.append(f"{end} {self._reader.describe(file, n)}" if n != NO_NAME else f"{end} unknown")
+                s.unplaced_examples.append(f"{where}: {' and '.join(ends)}: not in the inventory")
+            elif kind == 1:
+                s.outside_examples.append(f"{where}: {address_text(h['src_addr'])} -> {address_text(h['dst_addr'])}: "
+                                          "neither end is an endpoint of the inventory")
+            else:
+                s.disagreement_examples.append(
+                    f"{where}: {self._tuple_text(h)}: the record says {REPORTED[int(c['reported'])]}, "
+                    f"policy says {'allow' if v['allow'] else 'deny'}")
 
     def _tuple_text(self, h: Any) -> str:
         proto = int(h["protocol"])
@@ -294,13 +233,13 @@ class RecordReplay:
         doc.pop("logs", None)
         return doc
 
-    def _write_lines(self, chunk: RecordChunk, verdicts: npt.NDArray[Any], placed: npt.NDArray[np.bool_]) -> None:
+    def _write_lines(self, chunk: JudgedChunk) -> None:
         assert self.out is not None
         report = self.files[chunk.file]
-        for i, (h, c, v) in enumerate(zip(chunk.headers, chunk.counts, verdicts)):
+        for i, (h, c, v) in enumerate(zip(chunk.headers, chunk.counts, chunk.verdicts)):
             proto = int(h["protocol"])
             has_ports = bool(h["flags"] & 32)
-            ok = bool(placed[i])
+            ok = bool(c["has_src"] and c["has_dst"])
             line: dict[str, Any] = {
                 "index": self._index,
                 "file": report.name,
@@ -326,6 +265,8 @@ class RecordReplay:
             line["dst_endpoint"] = self._owner(line["dst"]) if line["dst"] else None
             if proto in (1, 58):
                 line["icmp_type"], line["icmp_code"] = int(h["icmp_type"]), int(h["icmp_code"])
+            if chunk.services[i] >= 0:
+                line["service"] = self.services.entries[int(chunk.services[i])].to_json()
             self.out.write(json.dumps(line) + "\n")
             self._index += 1
 
@@ -342,6 +283,7 @@ class RecordReplay:
             "outside": {**measures_json(s.outside), "examples": s.outside_examples},
             "no_policy": {d: measures_json(v) for d, v in s.no_policy.items()},
             "by_rule": by_rule_rows(self.engine, s.by_rule),
+            "logged": logged_rows(self.engine, s.logged) if self.logs else None,
             "reported": {
                 "records": [{"reported": r, "verdict": o, "records": n} for (r, o), n in sorted(s.reported.items(), key=str)],
                 "agree": agree,
@@ -354,6 +296,7 @@ class RecordReplay:
             "problems": sum(sum(f.problems.values()) for f in self.files),
             "seconds": round(s.seconds, 6),
             "records_per_second": round(s.totals[0] / s.seconds, 1) if s.seconds > 0 else 0.0,
+            "decisions": s.decisions,
             "interrupted": s.interrupted,
         }
 

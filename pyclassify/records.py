@@ -152,6 +152,27 @@ class RecordChunk:
 
 
 @dataclass
+class JudgedChunk:
+    """Records judged together, for per-record output: ``headers``, ``counts``, ``verdicts``
+    (``VERDICT_DTYPE``; zeroed where a record was not placed) and ``services`` (the Service
+    entry each was judged through, -1: none), parallel; and the file they came from."""
+
+    headers: npt.NDArray[Any]
+    counts: npt.NDArray[Any]
+    verdicts: npt.NDArray[Any]
+    services: npt.NDArray[np.int64]
+    file: int
+
+    @classmethod
+    def of(cls, kept: tuple[bytes, bytes, bytes, bytes], file: int) -> "JudgedChunk":
+        from pyclassify.batch import VERDICT_DTYPE
+
+        h, c, v, s = kept
+        return cls(np.frombuffer(h, HEADER_DTYPE), np.frombuffer(c, FLOW_COUNTS_DTYPE), np.frombuffer(v, VERDICT_DTYPE),
+                   np.frombuffer(s, np.int64), file)
+
+
+@dataclass
 class FileReport:
     """What one input file gave: its format, records, and problems by reason (the first few
     with their line, or byte offset for binary formats)."""
@@ -191,12 +212,23 @@ class RecordReader:
         self.format = format
         self.placer = NamePlacer(inventory)
         self.files: list[FileReport] = []
+        #: per file, the names its records used, by number
+        self.names: list[list[tuple[str, str, str]]] = []
+
+    def judged(self, judge: Any, keep: bool = False) -> Iterator[JudgedChunk | None]:
+        """Reads every file into ``judge`` (``_engine.RecordJudge``): one native call per chunk
+        reads it, another judges and sums what it completed; Python sees no record. Yields
+        once per chunk: with ``keep``, its records with their verdicts (per-record output),
+        else None."""
+        for path in self.paths:
+            yield from self._read(path, judge, keep)
 
     def __iter__(self) -> Iterator[RecordChunk]:
+        """The records as header batches, unjudged (``BATCH`` at most each)."""
         for path in self.paths:
-            yield from self._read(path)
+            yield from self._read(path, None, False)  # type: ignore[misc]
 
-    def _read(self, path: str) -> Iterator[RecordChunk]:
+    def _read(self, path: str, judge: Any, keep: bool) -> Iterator[Any]:
         name = "<stdin>" if path == "-" else path
         stream, head, compression = open_input(path)
         try:
@@ -211,6 +243,7 @@ class RecordReader:
                 raise RecordError(f"{name}: a pcap/pcapng capture: give captures with --pcap, or in a run of their own")
             report = FileReport(name, fmt, compression)
             self.files.append(report)
+            self.names.append([])
             index = len(self.files) - 1
             if fmt == "parquet":
                 from pyclassify import parquet
@@ -218,13 +251,16 @@ class RecordReader:
                 plain = path if compression is None and path != "-" else None
                 for headers, counts in parquet.read(stream, head, name, report.problems, plain):
                     report.records += len(headers)
-                    yield RecordChunk(headers, counts, index)
+                    if judge is None:
+                        yield RecordChunk(headers, counts, index)
+                        continue
+                    kept = judge.judge(headers, counts, index, keep)
+                    yield None if kept is None else JudgedChunk.of(kept, index)
                 return
             reader = _engine.RecordStream(fmt)
             chunk = head
             pending: list[tuple[bytes, bytes]] = []
             pending_n = 0
-            named = 0
             read = len(head)
             broken = None
             while True:
@@ -236,16 +272,20 @@ class RecordReader:
                     nxt, broken = b"", f"{e}"
                 read += len(nxt)
                 last = not nxt
-                h, c = reader.feed(chunk, last)
-                if h:
-                    pending.append((h, c))
-                    pending_n += len(h) // HEADER_DTYPE.itemsize
-                if reader.name_count > named:
-                    self.placer.add(reader.names_since(named))
-                    named = reader.name_count
-                if pending and (pending_n >= BATCH or last):
-                    yield self._chunk(pending, index)
-                    pending, pending_n = [], 0
+                if judge is not None:
+                    reader.read(chunk, last)
+                    self._place(reader, index)
+                    kept = judge.judge_stream(reader, index, keep)
+                    yield None if kept is None else JudgedChunk.of(kept, index)
+                else:
+                    h, c = reader.feed(chunk, last)
+                    if h:
+                        pending.append((h, c))
+                        pending_n += len(h) // HEADER_DTYPE.itemsize
+                    self._place(reader, index)
+                    if pending and (pending_n >= BATCH or last):
+                        yield self._chunk(pending, index)
+                        pending, pending_n = [], 0
                 if last:
                     break
                 chunk = nxt
@@ -263,6 +303,18 @@ class RecordReader:
         finally:
             if path != "-":
                 stream.close()
+
+    def _place(self, reader: Any, index: int) -> None:
+        """Places the names ``reader`` (of file ``index``) met since the last call, in the reader."""
+        if reader.name_count > reader.placed:
+            names = reader.names_since(reader.placed)
+            self.names[index].extend(names)
+            reader.place(self.placer.add(names))
+
+    def describe(self, file: int, name: int) -> str:
+        """Name number ``name`` of file ``file``, as a person reads it."""
+        kind, namespace, text = self.names[file][name]
+        return f"{kind or 'endpoint'} {namespace + '/' if namespace else ''}{text}"
 
     def _chunk(self, pending: list[tuple[bytes, bytes]], index: int) -> RecordChunk:
         headers = np.frombuffer(b"".join(h for h, _ in pending), dtype=HEADER_DTYPE)
@@ -300,10 +352,13 @@ class NamePlacer:
         self.versions = np.zeros(0, dtype=np.uint8)
         self._pods: dict[str, list[Any]] | None = None
 
-    def add(self, names: list[tuple[str, str, str]]) -> None:
+    def add(self, names: list[tuple[str, str, str]]) -> list[tuple[bytes, int] | None]:
+        """Places ``names`` (the next ones in order); returns each's (address, IP version) or None."""
         rows, known, versions = [], [], []
+        found: list[tuple[bytes, int] | None] = []
         for kind, namespace, name in names:
             ip = self._address(kind, namespace, name)
+            found.append(None if ip is None else (addr16(ip), ip.version))
             rows.append(np.frombuffer(addr16(ip), dtype=np.uint8) if ip is not None else np.zeros(16, np.uint8))
             known.append(ip is not None)
             versions.append(0 if ip is None else ip.version)
@@ -312,6 +367,7 @@ class NamePlacer:
             self.table = np.vstack([self.table, np.array(rows, dtype=np.uint8)])
             self.known = np.concatenate([self.known, np.array(known, dtype=bool)])
             self.versions = np.concatenate([self.versions, np.array(versions, dtype=np.uint8)])
+        return found
 
     def _address(self, kind: str, namespace: str, name: str) -> Any:
         inv = self.inventory

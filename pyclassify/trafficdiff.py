@@ -20,16 +20,17 @@ import numpy as np
 import numpy.typing as npt
 
 from pyclassify import reachability as reach
+from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.diff import Side, changed_policies, decision_text
 from pyclassify.engine import EngineState, NativeEngine
 from pyclassify.inventory import Inventory
 from pyclassify.ir import Direction, PolicySet
 from pyclassify.kinds.common import protocol_name
-from pyclassify.recordreplay import MEASURES, KnownAddresses, add_measures, measures_json, side_keys, weights
-from pyclassify.records import FileReport, RecordReader, address_text
+from pyclassify.recordreplay import measures_json, new_judge
+from pyclassify.records import FileReport, RecordReader, addr16, address_text
+from pyclassify.services import ServiceMap
 
 OUTSIDE = -1  # group index of an outside address no region holds (none: regions cover all)
-_MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 @dataclass
@@ -76,6 +77,7 @@ class TrafficDiff:
     unplaced: list[int]
     files: list[FileReport]
     seconds: float = 0.0
+    decisions: int = 0  # distinct record keys judged, each under both sets
 
     def change_text(self, c: ObservedChange) -> str:
         verb = ("denied", "allowed")
@@ -117,9 +119,20 @@ class TrafficDiff:
                 "observed": measures_json(self.totals),
                 "not_judged": measures_json(self.unplaced),
                 "seconds": round(self.seconds, 6),
+                "decisions": self.decisions,
             },
             "files": [f.to_json() for f in self.files],
         }
+
+
+_MIX = np.uint64(0xC2B2AE3D27D4EB4F)
+
+
+def _address_key(addrs: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
+    """64-bit keys of 16-byte addresses (IPv4 mapped: the low word alone tells them apart)."""
+    words = np.ascontiguousarray(addrs).view(np.uint64).reshape(-1, 2)
+    with np.errstate(over="ignore"):
+        return words[:, 0] * _MIX ^ words[:, 1]
 
 
 class _Grouper:
@@ -130,8 +143,6 @@ class _Grouper:
         inventory = engines[0].inventory
         self.groups = reach.endpoint_groups(engines, reach.table_endpoints(inventory))
         self.outside = reach.outside_groups(engines)
-        from pyclassify.records import addr16
-
         keys, ids = [], []
         for k, g in enumerate(self.groups):
             for _, ip in g.members:
@@ -139,7 +150,7 @@ class _Grouper:
                     keys.append(addr16(ip))
                     ids.append(k)
         arr = np.frombuffer(b"".join(keys), np.uint8).reshape(-1, 16) if keys else np.zeros((0, 16), np.uint8)
-        k64 = KnownAddresses.key(arr)
+        k64 = _address_key(arr)
         order = np.argsort(k64, kind="stable")
         self.keys, self.ids = k64[order], np.array(ids, dtype=np.int64)[order]
         self._sets = [(g, netaddr.IPSet(g.cidrs) - netaddr.IPSet(g.excluded)) for g in self.outside]
@@ -147,7 +158,7 @@ class _Grouper:
 
     def of(self, addrs: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         """Per address, its group's index: endpoint groups from 0, outside regions after them."""
-        k = KnownAddresses.key(addrs)
+        k = _address_key(addrs)
         at = np.searchsorted(self.keys, k).clip(0, max(len(self.keys) - 1, 0))
         found = (self.keys[at] == k) if len(self.keys) else np.zeros(len(k), bool)
         out = np.where(found, self.ids[at] if len(self.ids) else 0, OUTSIDE).astype(np.int64)
@@ -178,6 +189,11 @@ class _Grouper:
         return self.outside[index - len(self.groups)]
 
 
+def _decisions(verdict: Any) -> tuple[int, bytes, bytes]:
+    """A verdict record's decisions as a key: allowed, and each side from ``present`` to ``rule``."""
+    return int(verdict["allow"]), verdict["egress"].tobytes()[:16], verdict["ingress"].tobytes()[:16]
+
+
 def traffic_diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, paths: list[str],
                  format: str | None = None, default: str | None = None) -> TrafficDiff:
     """Every observed connection of ``paths`` whose verdict ``new_ps`` flips."""
@@ -187,10 +203,13 @@ def traffic_diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, pat
     state = EngineState()
     old = state.update(old_ps, inventory)
     new = state.update(new_ps, inventory)
-    defaults = {} if default is None else {"default_pod": default, "default_host": default}
     grouper = _Grouper((old, new))
     reader = RecordReader(paths, inventory, format)
-    totals, unplaced = [0, 0, 0, 0], [0, 0, 0, 0]
+    judge = new_judge([old, new], default, ServiceMap(inventory))
+    for _ in reader.judged(judge):
+        pass
+    judge.fold()
+    totals, _, _, unplaced, _, _ = judge.measures()
     found: dict[tuple, ObservedChange] = {}
     decisions: dict[tuple, Any] = {}
 
@@ -203,61 +222,41 @@ def traffic_diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, pat
             got.append(decisions[key])
         return Side(bool(rec["allow"]), got[0], got[1])
 
-    for chunk in reader:
-        c, w = chunk.counts, weights(chunk.counts)
-        add_measures(totals, w)
-        placed = (c["has_src"] == 1) & (c["has_dst"] == 1)
-        if not placed.all():
-            add_measures(unplaced, w, ~placed)
-        rows = np.flatnonzero(placed)
-        h = np.ascontiguousarray(chunk.headers[rows])
-        a = old.judge(h, **defaults)
-        b = new.judge(h, **defaults)
-        flip = np.flatnonzero(a["allow"] != b["allow"])
-        if len(flip) == 0:
-            continue
-        hf, af, bf = h[flip], a[flip], b[flip]
-        proto = hf["protocol"].astype(np.int64)
-        port = np.where(hf["flags"] & 32, hf["dport"].astype(np.int64),
-                        np.where(np.isin(proto, (1, 58)), hf["icmp_type"].astype(np.int64), -1))
-        with np.errstate(over="ignore"):
-            okey = side_keys(af["egress"]) * _MIX ^ side_keys(af["ingress"])
-            nkey = side_keys(bf["egress"]) * _MIX ^ side_keys(bf["ingress"])
-        table = np.stack([grouper.of(hf["src_addr"]).view(np.uint64), grouper.of(hf["dst_addr"]).view(np.uint64),
-                          proto.view(np.uint64), port.view(np.uint64), okey, nkey], axis=1)
-        uniq, first, inverse = np.unique(table, axis=0, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        sel = rows[flip]
-        sums = [np.bincount(inverse, weights=w[m][sel].astype(np.float64), minlength=len(uniq)) for m in MEASURES]
-        fs = c["first_ns"][sel].astype(np.int64)
-        lo = np.full(len(uniq), np.iinfo(np.int64).max)
-        np.minimum.at(lo, inverse, np.where(fs > 0, fs, np.iinfo(np.int64).max))
-        hi = np.zeros(len(uniq), np.int64)
-        np.maximum.at(hi, inverse, c["last_ns"][sel].astype(np.int64))
-        for j, i in enumerate(first.tolist()):
-            key = tuple(int(x) for x in uniq[j])
+    flipped = judge.flipped()
+    if flipped:
+        # one row per distinct flipped key (never per record): grouped with numpy
+        h = np.frombuffer(b"".join(f[0] for f in flipped), HEADER_DTYPE)
+        a = np.frombuffer(b"".join(f[1] for f in flipped), VERDICT_DTYPE)
+        b = np.frombuffer(b"".join(f[2] for f in flipped), VERDICT_DTYPE)
+        proto = h["protocol"].astype(np.int64)
+        port = np.where(h["flags"] & 32, h["dport"].astype(np.int64),
+                        np.where(np.isin(proto, (1, 58)), h["icmp_type"].astype(np.int64), -1))
+        src_g, dst_g = grouper.of(h["src_addr"]), grouper.of(h["dst_addr"])
+        for i, (_, _, _, measures, first_ns, last_ns, examples) in enumerate(flipped):
+            old_side, new_side = side(old, a[i]), side(new, b[i])
+            key = (int(src_g[i]), int(dst_g[i]), int(proto[i]), int(port[i]), _decisions(a[i]), _decisions(b[i]))
             change = found.get(key)
             if change is None:
-                sg, dg = int(np.int64(uniq[j][0].view(np.int64))), int(np.int64(uniq[j][1].view(np.int64)))
-                p = int(np.int64(uniq[j][3].view(np.int64)))
-                change = found[key] = ObservedChange(grouper.group(sg), grouper.group(dg), int(proto[i]),
-                                                     None if p < 0 else p, side(old, af[i]), side(new, bf[i]))
+                p = int(port[i])
+                change = found[key] = ObservedChange(grouper.group(int(src_g[i])), grouper.group(int(dst_g[i])),
+                                                     int(proto[i]), None if p < 0 else p, old_side, new_side)
             for m in range(4):
-                change.measures[m] += int(sums[m][j])
-            if lo[j] != np.iinfo(np.int64).max:
-                change.first_ns = int(lo[j]) if change.first_ns == 0 else min(change.first_ns, int(lo[j]))
-            change.last_ns = max(change.last_ns, int(hi[j]))
-            if len(change.examples) < 3:
-                report = reader.files[chunk.file]
-                pos = int(c["position"][sel[i]])
-                where = f"{report.name}: byte {pos}" if report.unit == "byte" else f"{report.name}:{pos}"
-                change.examples.append(f"{where}: {address_text(hf['src_addr'][i])} -> {address_text(hf['dst_addr'][i])}")
+                change.measures[m] += int(measures[m])
+            if first_ns:
+                change.first_ns = int(first_ns) if change.first_ns == 0 else min(change.first_ns, int(first_ns))
+            change.last_ns = max(change.last_ns, int(last_ns))
+            for file, pos in examples:
+                if len(change.examples) < 3:
+                    report = reader.files[file]
+                    where = f"{report.name}: byte {pos}" if report.unit == "byte" else f"{report.name}:{pos}"
+                    change.examples.append(f"{where}: {address_text(h['src_addr'][i])} -> {address_text(h['dst_addr'][i])}")
     changes = sorted(found.values(), key=lambda ch: (not ch.closed, -ch.measures[1], -ch.measures[0],
                                                       reach.group_text(ch.src, set()), reach.group_text(ch.dst, set()),
                                                       ch.protocol, ch.port or 0))
     olds, news = changed_policies(old_ps, new_ps)
     refs = sorted({p.ref for p in (*olds, *news) if p is not None})
-    result = TrafficDiff(changes, reach.selector_keys([old_ps, new_ps]), refs, totals, unplaced, reader.files)
+    result = TrafficDiff(changes, reach.selector_keys([old_ps, new_ps]), refs, list(totals), list(unplaced), reader.files)
+    result.decisions = judge.stats()[0]
     result.seconds = time.perf_counter() - started
     return result
 

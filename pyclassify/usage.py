@@ -187,12 +187,14 @@ def _deciders_instead(policy_set: PolicySet, p: Policy, inventory: Inventory, de
     return sorted(names)
 
 
-def rule_rows(policy_set: PolicySet, by_rule: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+def rule_rows(policy_set: PolicySet, by_rule: list[dict[str, Any]] | None,
+              logged: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Every rule of every policy in evaluation order, with what it decided in ``by_rule``
-    (``recordreplay.by_rule_rows``; None: no traffic given)."""
+    (``recordreplay.by_rule_rows``; None: no traffic given), and for Log rules what they
+    logged (``recordreplay.logged_rows``)."""
     counts: dict[tuple, dict[str, int]] = {}
-    for row in by_rule or ():
-        if row["reason"] != "rule":
+    for row in [*(by_rule or ()), *(logged or ())]:
+        if row.get("reason", "rule") != "rule":
             continue
         key = (row["direction"], row["policy"], str(row["rule"]))
         acc = counts.setdefault(key, {"records": 0, "flows": 0, "packets": 0, "bytes": 0})
@@ -207,7 +209,7 @@ def rule_rows(policy_set: PolicySet, by_rule: list[dict[str, Any]] | None) -> li
                 if by_rule is not None:
                     got = counts.get((direction.value, p.ref, str(r.label)))
                     row.update(got or {"records": 0, "flows": 0, "packets": 0, "bytes": 0})
-                    row["counted"] = r.action is not Action.LOG
+                    row["counted"] = r.action is not Action.LOG or logged is not None
                 rows.append(row)
     return rows
 
@@ -240,8 +242,8 @@ Examples:
   pyclassify usage examples/demo --json
 \b
 With --traffic, counts are records, flows, packets and bytes each rule
-decided (Log rules decide nothing and are not counted). Shadowed rules and
-redundant policies are found from the policy alone.
+decided (for a Log rule: logged on the way to a decision). Shadowed rules
+and redundant policies are found from the policy alone.
 """)
     @cluster_paths_argument
     @kube_options
@@ -267,7 +269,7 @@ redundant policies are found from the policy alone.
         summary = None
         if traffic:
             engine = NativeEngine(project.policy_set, project.inventory)
-            replay = RecordReplay(engine, default=default, format=traffic_format)
+            replay = RecordReplay(engine, default=default, format=traffic_format, logs=True)
             try:
                 replay.run(list(traffic))
             except RecordError as e:
@@ -275,7 +277,7 @@ redundant policies are found from the policy alone.
                 sys.exit(EXIT_INVALID)
             summary = replay.summary_json()
             by_rule = summary["by_rule"]
-        rows = rule_rows(project.policy_set, by_rule)
+        rows = rule_rows(project.policy_set, by_rule, summary["logged"] if summary is not None else None)
         shadowed = shadowed_rules(project.policy_set)
         redundant = [] if no_redundant else redundant_policies(project.policy_set, project.inventory, default)
         doc = {
@@ -315,8 +317,9 @@ def _print_usage(doc: dict[str, Any], out: Any, escape: Any) -> None:
             out.print(f"{what}  [dim](Log: records nothing decided)[/dim]")
         elif counted:
             colour = "yellow" if r["flows"] == 0 and r["records"] == 0 else "default"
+            nothing = "logged nothing" if r["action"] == "Log" else "decided nothing"
             out.print(f"{what}  [{colour}]{r['flows']:>9,} {r['packets']:>11,} {r['bytes']:>13,}[/{colour}]"
-                      + ("  [yellow]decided nothing[/yellow]" if colour == "yellow" else ""))
+                      + (f"  [yellow]{nothing}[/yellow]" if colour == "yellow" else ""))
         else:
             out.print(what)
     for r in doc["other_decisions"] or ():

@@ -259,3 +259,54 @@ def test_zstd_records_read_as_they_are(engine, tmp_path):
     plain, _ = replay_lines(engine, TRAFFIC / "hubble.jsonl")
     assert summary["files"][0]["compression"] == "zstd"
     assert [x["verdict"] for x in lines] == [x["verdict"] for x in plain]
+
+
+SERVICES = """apiVersion: v1
+kind: Service
+metadata: {name: api-only, namespace: backend}
+spec:
+  clusterIP: 10.96.0.41
+  ports: [{port: 80, targetPort: 8080, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: api-only-1, namespace: backend, labels: {kubernetes.io/service-name: api-only}}
+addressType: IPv4
+endpoints: [{addresses: [10.0.2.20]}]
+ports: [{port: 8080, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: mixed, namespace: backend}
+spec:
+  clusterIP: 10.96.0.40
+  ports: [{port: 80, targetPort: 8080, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: mixed-1, namespace: backend, labels: {kubernetes.io/service-name: mixed}}
+addressType: IPv4
+endpoints: [{addresses: [10.0.2.20]}, {addresses: [10.0.2.30]}]
+ports: [{port: 8080, protocol: TCP}]
+"""
+
+
+def test_records_to_a_cluster_ip_judged_as_delivered_to_its_backends(tmp_path):
+    """A record to a Service's ClusterIP is judged as kube-proxy delivers it, as replay judges
+    packets: its one backend's verdict; with several, allowed only if every backend allows."""
+    import shutil
+
+    shutil.copytree(DEMO, tmp_path / "demo")
+    (tmp_path / "demo" / "95-services.yaml").write_text(SERVICES)
+    project = load_project([tmp_path / "demo"])
+    engine = NativeEngine(project.policy_set, project.inventory)
+    rows = [("10.0.1.10", "10.96.0.41", 41000, 80), ("10.0.1.10", "10.96.0.40", 41001, 80),
+            ("10.0.1.10", "10.0.2.20", 41002, 8080), ("10.0.1.10", "10.0.2.30", 41003, 8080)]
+    path = _write(tmp_path / "svc.jsonl", "\n".join(hubble_line(*r) for r in rows) + "\n")
+    lines, summary = replay_lines(engine, path)
+    to_api, to_mixed, api, db = lines
+    assert (api["verdict"], db["verdict"]) == ("allow", "deny")
+    assert to_api["verdict"] == "allow" and to_api["service"]["name"] == "backend/api-only"
+    assert to_api["ingress"] == api["ingress"]
+    assert to_mixed["verdict"] == "deny" and to_mixed["ingress"] == db["ingress"]
+    assert summary["allowed"]["records"] == 2 and summary["denied"]["records"] == 2

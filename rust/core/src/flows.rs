@@ -71,6 +71,15 @@ impl ServiceIndex {
         self.entries.is_empty()
     }
 
+    /// The entry of a virtual address, protocol and port, if one.
+    #[inline]
+    pub fn entry_of(&self, addr: &[u8; 16], protocol: u8, port: u16) -> Option<usize> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        self.entries.get(&(*addr, protocol, port)).map(|&i| i as usize)
+    }
+
     /// Per header: the entry its destination is (a request: `forward` true) or else its source
     /// is (a reply), -1 if neither. Only headers with ports and not malformed are looked up.
     /// Writes `min(headers, entry, forward)` rows.

@@ -42,7 +42,7 @@ const QUOTE_SIZE: usize = std::mem::size_of::<QuotedTuple>();
 /// An immutable engine snapshot of a policy set and its inventory.
 #[pyclass(name = "Engine", module = "pyclassify._engine", frozen)]
 pub struct PyEngine {
-    inner: Arc<Engine>,
+    pub(crate) inner: Arc<Engine>,
 }
 
 /// The engine's mutable state: deltas in, snapshots out (`pyclassify_core::engine::Model`).

@@ -2,15 +2,20 @@
 //! Chunks are read without the GIL; each call hands back the batch it completed as the raw
 //! bytes of `HEADER_DTYPE` and `FLOW_COUNTS_DTYPE` arrays.
 
+use std::sync::Arc;
+
 use pyclassify_core::batch::PacketHeader;
-use pyclassify_core::engine::PacketVerdict;
-use pyclassify_core::records::tally::{DecisionKey, Measures, Tally};
+use pyclassify_core::engine::{Defaults, PacketVerdict};
+use pyclassify_core::flows::ServiceIndex;
+use pyclassify_core::records::judge::{LogKey, RecordJudge, Services};
+use pyclassify_core::records::tally::{DecisionKey, Measures};
 use pyclassify_core::records::{detect, Format, FlowCounts, RecordBatch, Stream};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::conntrack::checked_buffer;
+use crate::conntrack::{checked_buffer, header_buffer};
+use crate::engine::PyEngine;
 
 fn as_bytes<T>(items: &[T]) -> &[u8] {
     // SAFETY: PacketHeader and FlowCounts are repr(C) records without padding (the ABI tests
@@ -46,6 +51,34 @@ impl PyRecordStream {
         (PyBytes::new(py, as_bytes::<PacketHeader>(&batch.headers)), PyBytes::new(py, as_bytes::<FlowCounts>(&batch.counts)))
     }
 
+    /// Reads what `chunk` completes (`last`: nothing follows) and keeps the records for
+    /// `RecordJudge.judge_stream`; returns how many.
+    fn read(&mut self, py: Python<'_>, chunk: &[u8], last: bool) -> usize {
+        let (inner, batch) = (&mut self.inner, &mut self.batch);
+        batch.clear();
+        py.detach(|| inner.feed(chunk, last, batch));
+        batch.len()
+    }
+
+    /// How many names have been placed (`place`).
+    #[getter]
+    fn placed(&self) -> usize {
+        self.inner.placed()
+    }
+
+    /// Places the next names, in order from `placed`: each (16-byte address, IP version) or None.
+    fn place(&mut self, found: Vec<Option<(Vec<u8>, u8)>>) -> PyResult<()> {
+        let mut out = Vec::with_capacity(found.len());
+        for f in found {
+            out.push(match f {
+                None => None,
+                Some((a, v)) => Some((address16(a)?, v)),
+            });
+        }
+        self.inner.place(out);
+        Ok(())
+    }
+
     /// The names records used from number `start` on, as (kind, namespace, name).
     fn names_since(&self, start: usize) -> Vec<(String, String, String)> {
         self.inner.names.since(start).iter().map(|n| (n.kind.clone(), n.namespace.clone(), n.name.clone())).collect()
@@ -73,60 +106,197 @@ impl PyRecordStream {
     }
 }
 
-/// Flow records' verdicts summed, weighted by records, flows, packets and bytes.
-#[pyclass(name = "RecordTally", module = "pyclassify._engine")]
-pub struct PyRecordTally {
-    inner: Tally,
+fn address16(a: Vec<u8>) -> PyResult<[u8; 16]> {
+    a.try_into().map_err(|a: Vec<u8>| PyValueError::new_err(format!("an address must be 16 bytes, got {}", a.len())))
+}
+
+type ServiceArg = (Vec<u8>, u8, u16, Vec<(Vec<u8>, u16)>);
+type Kept<'py> = Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)>;
+
+/// Flow records judged under one engine (replay, usage) or two (a diff's old and new), each
+/// distinct decision once (`pyclassify_core::records::judge`), summed as they go.
+#[pyclass(name = "RecordJudge", module = "pyclassify._engine")]
+pub struct PyRecordJudge {
+    inner: RecordJudge,
+    ids: Vec<u32>,
+}
+
+impl PyRecordJudge {
+    /// The records' verdicts and Service entries (`ids` of the batch judged last), with the
+    /// headers and counts, as bytes.
+    fn kept<'py>(&self, py: Python<'py>, headers: &[PacketHeader], counts: &[FlowCounts]) -> Kept<'py> {
+        let mut verdicts = Vec::with_capacity(self.ids.len());
+        let mut services: Vec<i64> = Vec::with_capacity(self.ids.len());
+        for &i in &self.ids {
+            match self.inner.entries.get(i as usize) {
+                Some(e) => {
+                    verdicts.push(e.verdicts[0]);
+                    services.push(e.service);
+                }
+                None => {
+                    verdicts.push(PacketVerdict::default());
+                    services.push(-1);
+                }
+            }
+        }
+        Some((
+            PyBytes::new(py, as_bytes(headers)),
+            PyBytes::new(py, as_bytes(counts)),
+            PyBytes::new(py, as_bytes(&verdicts)),
+            PyBytes::new(py, as_bytes(&services)),
+        ))
+    }
 }
 
 #[pymethods]
-impl PyRecordTally {
+impl PyRecordJudge {
+    /// `engines`: one or two; `logs`: find the Log rules the first one's decisions passed;
+    /// `services`: [(virtual address, protocol, port, [(backend address, port)...])], each
+    /// address 16 bytes (IPv4 mapped), the first entry of equal keys winning.
     #[new]
-    fn new() -> Self {
-        PyRecordTally { inner: Tally::default() }
-    }
-
-    /// Adds a batch: `verdicts` (`VERDICT_DTYPE`) and `counts` (`FLOW_COUNTS_DTYPE`), one each
-    /// per record (a verdict is ignored where its record was not placed).
-    fn add(&mut self, py: Python<'_>, verdicts: &Bound<'_, PyAny>, counts: &Bound<'_, PyAny>) -> PyResult<()> {
-        let c = checked_buffer(counts, "counts", std::mem::size_of::<FlowCounts>(), std::mem::align_of::<FlowCounts>(), None, false)?;
-        let n = c.item_count();
-        let v = checked_buffer(verdicts, "verdicts", std::mem::size_of::<PacketVerdict>(), std::mem::align_of::<PacketVerdict>(), Some(n), false)?;
-        let (v_ptr, c_ptr) = (v.buf_ptr() as usize, c.buf_ptr() as usize);
-        let inner = &mut self.inner;
-        py.detach(move || {
-            if n == 0 {
-                return;
+    #[pyo3(signature = (engines, pod_allow, host_allow, logs=false, services=None))]
+    fn new(engines: Vec<PyRef<'_, PyEngine>>, pod_allow: bool, host_allow: bool, logs: bool,
+           services: Option<Vec<ServiceArg>>) -> PyResult<Self> {
+        if engines.is_empty() || engines.len() > 2 {
+            return Err(PyValueError::new_err("one or two engines"));
+        }
+        let services = match services {
+            None => None,
+            Some(list) if list.is_empty() => None,
+            Some(list) => {
+                let mut keys = Vec::with_capacity(list.len());
+                let mut backends = Vec::with_capacity(list.len());
+                for (addr, protocol, port, to) in list {
+                    keys.push((address16(addr)?, protocol, port));
+                    backends.push(to.into_iter().map(|(a, p)| Ok((address16(a)?, p))).collect::<PyResult<Vec<_>>>()?);
+                }
+                Some(Arc::new(Services { index: ServiceIndex::new(keys), backends }))
             }
-            // SAFETY: both buffers were checked (item size, count, alignment, contiguity) and
-            // stay acquired until this returns.
-            let (vs, cs) = unsafe {
-                (
-                    std::slice::from_raw_parts(v_ptr as *const PacketVerdict, n),
-                    std::slice::from_raw_parts(c_ptr as *const FlowCounts, n),
-                )
-            };
-            inner.add(vs, cs);
-        });
-        drop((v, c));
-        Ok(())
+        };
+        let snapshots = engines.iter().map(|e| e.inner.clone()).collect();
+        Ok(PyRecordJudge {
+            inner: RecordJudge::new(snapshots, Defaults { pod_allow, host_allow }, services, logs),
+            ids: Vec::new(),
+        })
     }
 
-    /// (totals, allowed, denied, unplaced, [no policy egress, ingress]), each
+    /// Judges the records `stream.read` kept (names it has placed filling in addresses), of
+    /// input number `file`. `keep`: returns (headers, counts, verdicts, service entries) as
+    /// bytes of `HEADER_DTYPE`, `FLOW_COUNTS_DTYPE`, `VERDICT_DTYPE` and int64 arrays (a record
+    /// not placed has a zeroed verdict), for per-record output; else None.
+    #[pyo3(signature = (stream, file, keep=false))]
+    fn judge_stream<'py>(&mut self, py: Python<'py>, mut stream: PyRefMut<'_, PyRecordStream>, file: u32, keep: bool) -> Kept<'py> {
+        let s = &mut *stream;
+        let (inner, batch) = (&s.inner, &mut s.batch);
+        let (judge, ids) = (&mut self.inner, &mut self.ids);
+        py.detach(|| {
+            inner.fill_addresses(batch);
+            judge.add(file, &batch.headers, &batch.counts, keep.then_some(ids));
+        });
+        if keep { self.kept(py, &s.batch.headers, &s.batch.counts) } else { None }
+    }
+
+    /// Judges a batch given as arrays: `headers` (`HEADER_DTYPE`) and `counts`
+    /// (`FLOW_COUNTS_DTYPE`) of input number `file`; `keep` as `judge_stream`.
+    #[pyo3(signature = (headers, counts, file, keep=false))]
+    fn judge<'py>(&mut self, py: Python<'py>, headers: &Bound<'py, PyAny>, counts: &Bound<'py, PyAny>, file: u32, keep: bool) -> PyResult<Kept<'py>> {
+        let h = header_buffer(headers, "headers")?;
+        let n = h.item_count();
+        let c = checked_buffer(counts, "counts", std::mem::size_of::<FlowCounts>(), std::mem::align_of::<FlowCounts>(), Some(n), false)?;
+        let (h_ptr, c_ptr) = (h.buf_ptr() as usize, c.buf_ptr() as usize);
+        let (judge, ids) = (&mut self.inner, &mut self.ids);
+        // SAFETY: both buffers were checked (item size, count, alignment, contiguity) and stay
+        // acquired until this returns.
+        let (hs, cs) = unsafe {
+            if n == 0 {
+                (&[][..], &[][..])
+            } else {
+                (std::slice::from_raw_parts(h_ptr as *const PacketHeader, n), std::slice::from_raw_parts(c_ptr as *const FlowCounts, n))
+            }
+        };
+        py.detach(|| judge.add(file, hs, cs, keep.then_some(ids)));
+        let out = if keep { self.kept(py, hs, cs) } else { None };
+        drop((h, c));
+        Ok(out)
+    }
+
+    /// Folds what the distinct decisions summed into the totals (call before reading them).
+    fn fold(&mut self, py: Python<'_>) {
+        let judge = &mut self.inner;
+        py.detach(|| judge.fold());
+    }
+
+    /// (totals, allowed, denied, unplaced, [no policy egress, ingress], outside), each
     /// [records, flows, packets, bytes].
-    fn measures(&self) -> (Measures, Measures, Measures, Measures, [Measures; 2]) {
-        let t = &self.inner;
-        (t.totals, t.allowed, t.denied, t.unplaced, t.no_policy)
+    fn measures(&self) -> (Measures, Measures, Measures, Measures, [Measures; 2], Measures) {
+        let t = &self.inner.tally;
+        (t.totals, t.allowed, t.denied, t.unplaced, t.no_policy, self.inner.outside)
     }
 
     /// [((direction, tier, source_kind, source, rule, reason, allow), measures)].
     fn by_rule(&self) -> Vec<(DecisionKey, Measures)> {
-        self.inner.by_rule.iter().map(|(k, m)| (*k, *m)).collect()
+        self.inner.tally.by_rule.iter().map(|(k, m)| (*k, *m)).collect()
+    }
+
+    /// [((direction, tier, source_kind, source, rule), measures)]: the Log rules the first
+    /// engine's decisions passed (with `logs`).
+    fn logged(&self) -> Vec<(LogKey, Measures)> {
+        self.inner.logged.iter().map(|(k, m)| (*k, *m)).collect()
     }
 
     /// Judged records by [own verdict 0 none, 1 allow, 2 deny, 3 other][policy's 0 deny, 1 allow].
     fn reported(&self) -> [[u64; 2]; 4] {
-        self.inner.reported
+        self.inner.tally.reported
+    }
+
+    /// The records kept as examples: [(kind 0 not placed / 1 outside / 2 the record's own verdict
+    /// differs, file, header bytes, counts bytes, verdict bytes)], the first few of each kind.
+    fn examples<'py>(&self, py: Python<'py>) -> Vec<(u8, u32, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        self.inner
+            .examples
+            .iter()
+            .map(|e| {
+                (
+                    e.kind,
+                    e.file,
+                    PyBytes::new(py, as_bytes(std::slice::from_ref(&e.header))),
+                    PyBytes::new(py, as_bytes(std::slice::from_ref(&e.counts))),
+                    PyBytes::new(py, as_bytes(std::slice::from_ref(&e.verdict))),
+                )
+            })
+            .collect()
+    }
+
+    /// (first, last) time the records cover, ns since the epoch (0: none known).
+    fn time_range(&self) -> (u64, u64) {
+        (self.inner.first_ns, self.inner.last_ns)
+    }
+
+    /// (distinct decisions made, each under every engine; records judged).
+    fn stats(&self) -> (u64, u64) {
+        (self.inner.decisions, self.inner.judged)
+    }
+
+    /// With two engines, after `fold`: the distinct records whose verdicts differ, as
+    /// (header bytes, old verdict bytes, new verdict bytes, measures, first ns, last ns,
+    /// [(file, position)] of the first records).
+    #[allow(clippy::type_complexity)]
+    fn flipped<'py>(&self, py: Python<'py>) -> Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Measures, u64, u64, Vec<(u32, u64)>)> {
+        self.inner
+            .flipped
+            .iter()
+            .map(|e| {
+                (
+                    PyBytes::new(py, as_bytes(std::slice::from_ref(&e.header))),
+                    PyBytes::new(py, as_bytes(&e.verdicts[..1])),
+                    PyBytes::new(py, as_bytes(&e.verdicts[1..])),
+                    e.sums,
+                    e.first_ns,
+                    e.last_ns,
+                    e.examples.clone(),
+                )
+            })
+            .collect()
     }
 }
 
@@ -144,7 +314,7 @@ fn record_formats() -> Vec<(&'static str, &'static str)> {
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRecordStream>()?;
-    m.add_class::<PyRecordTally>()?;
+    m.add_class::<PyRecordJudge>()?;
     m.add_function(wrap_pyfunction!(detect_format, m)?)?;
     m.add_function(wrap_pyfunction!(record_formats, m)?)?;
     Ok(())

@@ -12,11 +12,13 @@
 //! - [`conntrack`]: `conntrack -L` / `conntrack -E` output.
 //! - [`netflow`]: NetFlow v5, v9 and IPFIX messages, back to back (RFC 5655's file format).
 //! - [`detect`]: which of these a file's first bytes are.
-//! - [`tally`]: the verdicts of a batch summed, weighted by what each record counted.
+//! - [`judge`]: records judged with each distinct decision made once, summed as they go.
+//! - [`tally`]: the verdicts summed, weighted by what each record counted.
 
 pub mod conntrack;
 pub mod detect;
 pub mod json;
+pub mod judge;
 pub mod netflow;
 pub mod tally;
 pub mod text;
@@ -307,6 +309,8 @@ pub struct Stream {
     pub names: NameTable,
     pub problems: Problems,
     pub records: u64,
+    /// Where each name of `names` is, as the caller placed it: (address, IP version), or None.
+    placed: Vec<Option<([u8; 16], u8)>>,
     last_first_ns: u64,
     /// Whether the format is a stream of events in time order (Hubble flows, conntrack
     /// events), where a record earlier than the one before is a problem; aggregating exporters
@@ -321,6 +325,7 @@ impl Stream {
             names: NameTable::default(),
             problems: Problems::default(),
             records: 0,
+            placed: Vec::new(),
             last_first_ns: 0,
             ordered: matches!(format, Format::Hubble | Format::Conntrack),
         })
@@ -342,6 +347,42 @@ impl Stream {
             }
         }
         self.records += (out.len() - from) as u64;
+    }
+
+    /// How many names have been placed (`place`); names from there on are new.
+    pub fn placed(&self) -> usize {
+        self.placed.len()
+    }
+
+    /// Places the next names (in order from `placed()`): each an (address, IP version) or None.
+    pub fn place(&mut self, found: impl IntoIterator<Item = Option<([u8; 16], u8)>>) {
+        self.placed.extend(found);
+    }
+
+    /// Gives the records of `batch` that lack an address the one their name was placed at.
+    pub fn fill_addresses(&self, batch: &mut RecordBatch) {
+        for (h, c) in batch.headers.iter_mut().zip(batch.counts.iter_mut()) {
+            if c.has_src != 0 && c.has_dst != 0 {
+                continue;
+            }
+            for src in [true, false] {
+                let (has, name) = if src { (&mut c.has_src, c.src_name) } else { (&mut c.has_dst, c.dst_name) };
+                if *has != 0 || name == NO_NAME {
+                    continue;
+                }
+                if let Some(Some((addr, version))) = self.placed.get(name as usize) {
+                    *has = 1;
+                    if src {
+                        h.src_addr = *addr;
+                    } else {
+                        h.dst_addr = *addr;
+                    }
+                    if h.ip_version == 0 {
+                        h.ip_version = *version;
+                    }
+                }
+            }
+        }
     }
 }
 

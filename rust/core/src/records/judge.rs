@@ -1,0 +1,403 @@
+//! Flow records judged with each distinct decision made once, and summed as they go.
+//!
+//! A record's verdict under a snapshot depends on its addresses, protocol, ICMP type and code,
+//! destination port and the class of its source port (the snapshot's port boundaries: ports
+//! between two boundaries are judged alike, the decision memo's own rule), and on nothing else
+//! while the snapshot has no DNS-learned addresses (those depend on the time). Records are
+//! keyed by exactly that; a key seen for the first time is judged under every snapshot (the
+//! old and new policy sets of a `diff`), and the records of a key add their counts to it. So
+//! ten million records of fifty thousand connections cost fifty thousand decisions per policy
+//! set, each exact: a key's records would each have been given its verdict.
+//!
+//! A record to a Service's virtual address and port is judged as kube-proxy delivers it: once
+//! per backend, allowed only when every backend allows it (the first that denies speaks for
+//! it), denied when the Service has no backend; replay's rule for packets
+//! (`pyclassify.services`).
+//!
+//! Memory is bounded: past [`CACHE_CAP`] keys, what the keys summed is folded into the totals
+//! (and, for two snapshots, the keys whose verdict differs are kept aside) and the keys start
+//! over.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::tally::{DecisionKey, Measures, Tally};
+use super::{FlowCounts, REPORTED_ALLOW, REPORTED_DENY};
+use crate::batch::{PacketHeader, FLAG_HAS_PORTS};
+use crate::engine::cow::FastMap;
+use crate::engine::judge::flow_of_header;
+use crate::engine::{Addr, Defaults, Judge, PacketVerdict, Snapshot, Source, SideVerdict};
+use crate::flows::ServiceIndex;
+
+/// Keys kept before what they summed is folded and they start over.
+pub const CACHE_CAP: usize = 1 << 20;
+/// Examples kept per kind (records shown in summaries) and per key (a diff's changes).
+pub const EXAMPLES: usize = 5;
+pub const KEY_EXAMPLES: usize = 3;
+
+/// What a record is judged by (see the module doc).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Key {
+    src: [u8; 16],
+    dst: [u8; 16],
+    sport_class: u32,
+    dport: u16,
+    icmp: u16,
+    version: u8,
+    protocol: u8,
+    flags: u8,
+}
+
+impl std::hash::Hash for Key {
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // three words: the addresses' low halves hold IPv4 whole, then ports, protocol, flags
+        state.write_u64(u64::from_be_bytes(self.src[8..].try_into().expect("8")) ^ u64::from_be_bytes(self.src[..8].try_into().expect("8")).rotate_left(17));
+        state.write_u64(u64::from_be_bytes(self.dst[8..].try_into().expect("8")) ^ u64::from_be_bytes(self.dst[..8].try_into().expect("8")).rotate_left(17));
+        state.write_u64(
+            (self.sport_class as u64) << 32 | (self.dport as u64) << 16 | self.icmp as u64 ^ ((self.protocol as u64) << 56 | (self.flags as u64) << 48 | (self.version as u64) << 40),
+        );
+    }
+}
+
+/// A Log rule one side passed: (direction 0 egress / 1 ingress, tier, source kind, source, rule).
+pub type LogKey = (u8, i32, u8, i32, i32);
+
+/// One key: its verdict under each snapshot and what its records counted.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// The first record's header (as recorded: a Service's address stays).
+    pub header: PacketHeader,
+    pub verdicts: [PacketVerdict; 2],
+    /// Neither end is an endpoint of the first snapshot's inventory.
+    pub outside: bool,
+    /// The Service entry the record was judged through, or -1.
+    pub service: i64,
+    /// The Log rules the first snapshot's sides passed before deciding.
+    pub logs: Vec<LogKey>,
+    pub sums: Measures,
+    /// Records per own verdict (0 none, 1 allow, 2 deny, 3 other).
+    pub reported: [u64; 4],
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// (file, position) of the first records.
+    pub examples: Vec<(u32, u64)>,
+}
+
+/// Why a record is shown as an example.
+pub const EXAMPLE_UNPLACED: u8 = 0;
+pub const EXAMPLE_OUTSIDE: u8 = 1;
+pub const EXAMPLE_DISAGREES: u8 = 2;
+
+/// A record kept as an example: why, its file, header, counts and verdict.
+#[derive(Clone, Debug)]
+pub struct Example {
+    pub kind: u8,
+    pub file: u32,
+    pub header: PacketHeader,
+    pub counts: FlowCounts,
+    pub verdict: PacketVerdict,
+}
+
+/// The backends of Service entries (`ServiceIndex` order): (address, port) each; none: the
+/// Service delivers nothing.
+pub struct Services {
+    pub index: ServiceIndex,
+    pub backends: Vec<Vec<([u8; 16], u16)>>,
+}
+
+pub struct RecordJudge {
+    snapshots: Vec<Arc<Snapshot>>,
+    defaults: Defaults,
+    services: Option<Arc<Services>>,
+    /// The port boundaries of every snapshot, merged: a class of these is one of each's.
+    bounds: Vec<u16>,
+    /// Keys are kept (no snapshot reads a time).
+    keyed: bool,
+    /// Find the Log rules of the first snapshot's decisions.
+    want_logs: bool,
+    cache: FastMap<Key, u32>,
+    pub entries: Vec<Entry>,
+    pub tally: Tally,
+    /// Measures of records judged whose both ends are outside the inventory.
+    pub outside: Measures,
+    /// Measures per Log rule passed (first snapshot).
+    pub logged: HashMap<LogKey, Measures>,
+    /// Keys whose verdicts differ between the first two snapshots, folded aside.
+    pub flipped: Vec<Entry>,
+    pub examples: Vec<Example>,
+    example_counts: [usize; 3],
+    pub first_ns: u64,
+    pub last_ns: u64,
+    /// Distinct keys judged (each once per snapshot) and records judged.
+    pub decisions: u64,
+    pub judged: u64,
+}
+
+fn add(m: &mut Measures, c: &FlowCounts) {
+    m[0] += 1;
+    m[1] += c.flows;
+    m[2] += c.packets;
+    m[3] += c.bytes;
+}
+
+fn add_all(m: &mut Measures, by: &Measures) {
+    for i in 0..4 {
+        m[i] += by[i];
+    }
+}
+
+fn side_key(direction: u8, s: &SideVerdict) -> DecisionKey {
+    (direction, s.tier, s.source_kind, s.source, s.rule, s.reason, s.allow)
+}
+
+impl RecordJudge {
+    /// A judge of records under one snapshot (replay, usage) or two (a diff's old and new);
+    /// `want_logs`: find the Log rules the first one's decisions passed.
+    pub fn new(snapshots: Vec<Arc<Snapshot>>, defaults: Defaults, services: Option<Arc<Services>>, want_logs: bool) -> Self {
+        assert!(!snapshots.is_empty() && snapshots.len() <= 2, "one or two snapshots");
+        // Addresses learned from DNS are valid for a time: a snapshot that holds some judges
+        // each record alone, at its own time.
+        let time_dependent = snapshots.iter().any(|s| s.domain_facts.as_ref().is_some_and(|f| !f.is_empty()));
+        let mut bounds: Vec<u16> = snapshots.iter().flat_map(|s| s.port_bounds().iter().copied()).collect();
+        bounds.sort_unstable();
+        bounds.dedup();
+        RecordJudge {
+            snapshots,
+            defaults,
+            services,
+            bounds,
+            keyed: !time_dependent,
+            want_logs,
+            cache: FastMap::default(),
+            entries: Vec::new(),
+            tally: Tally::default(),
+            outside: Measures::default(),
+            logged: HashMap::new(),
+            flipped: Vec::new(),
+            examples: Vec::new(),
+            example_counts: [0; 3],
+            first_ns: 0,
+            last_ns: 0,
+            decisions: 0,
+            judged: 0,
+        }
+    }
+
+    fn key(&self, h: &PacketHeader) -> Key {
+        let ported = h.flags & FLAG_HAS_PORTS != 0;
+        let sport_class = if ported { self.bounds.partition_point(|&b| b <= h.sport) as u32 } else { u32::MAX };
+        Key {
+            src: h.src_addr,
+            dst: h.dst_addr,
+            sport_class,
+            dport: if ported { h.dport } else { 0 },
+            icmp: if matches!(h.protocol, 1 | 58) { (h.icmp_type as u16) << 8 | h.icmp_code as u16 } else { 0 },
+            version: h.ip_version,
+            protocol: h.protocol,
+            flags: h.flags,
+        }
+    }
+
+    /// One snapshot's verdict of `h`, through its Service's backends if it is to one; the
+    /// header the verdict was reached for (a backend's) and the Service entry (-1: none).
+    fn verdict(&self, snap: &Snapshot, h: &PacketHeader) -> (PacketVerdict, PacketHeader, i64) {
+        let defaults = self.defaults;
+        if let Some(services) = self.services.as_deref() {
+            if h.flags & FLAG_HAS_PORTS != 0 {
+                if let Some(entry) = services.index.entry_of(&h.dst_addr, h.protocol, h.dport) {
+                    let backends = &services.backends[entry];
+                    let Some(&(addr, port)) = backends.first() else {
+                        // kube-proxy delivers nothing: denied, by no policy
+                        return (PacketVerdict { allow: 0, ..Default::default() }, *h, entry as i64);
+                    };
+                    let at = |addr: [u8; 16], port: u16| PacketHeader { dst_addr: addr, dport: port, ..*h };
+                    let first = at(addr, port);
+                    let mut out = (snap.packet_verdict(&first, defaults), first);
+                    for &(addr, port) in &backends[1..] {
+                        if out.0.allow == 0 {
+                            break;
+                        }
+                        let b = at(addr, port);
+                        let v = snap.packet_verdict(&b, defaults);
+                        if v.allow == 0 {
+                            out = (v, b);
+                        }
+                    }
+                    return (out.0, out.1, entry as i64);
+                }
+            }
+        }
+        (snap.packet_verdict(h, defaults), *h, -1)
+    }
+
+    /// The Log rules the sides of `judged` (judged as `h` under `snap`) passed.
+    fn logs_of(&self, snap: &Snapshot, h: &PacketHeader, judged: &PacketVerdict) -> Vec<LogKey> {
+        if judged.egress.logs == 0 && judged.ingress.logs == 0 {
+            return Vec::new();
+        }
+        let Some(flow) = flow_of_header(h) else { return Vec::new() };
+        let Ok(v) = snap.evaluate(&flow, self.defaults) else { return Vec::new() };
+        let mut out = Vec::new();
+        for (d, decision) in [(0u8, &v.egress), (1u8, &v.ingress)] {
+            for log in decision.iter().flat_map(|d| d.logs.iter()) {
+                let (kind, source) = match log.source {
+                    Source::Policy(i) => (1u8, i as i32),
+                    Source::Profile(i) => (2u8, i as i32),
+                };
+                out.push((d, log.tier.map_or(-1, |t| t as i32), kind, source, log.rule as i32));
+            }
+        }
+        out
+    }
+
+    fn new_entry(&mut self, h: &PacketHeader) -> Entry {
+        self.decisions += 1;
+        let mut verdicts = [PacketVerdict::default(); 2];
+        let mut logs = Vec::new();
+        let mut service = -1;
+        for (i, snap) in self.snapshots.iter().enumerate() {
+            let (v, judged_as, entry) = self.verdict(snap, h);
+            if i == 0 {
+                service = entry;
+                if self.want_logs {
+                    logs = self.logs_of(snap, &judged_as, &v);
+                }
+            }
+            verdicts[i] = v;
+        }
+        let s = &self.snapshots[0];
+        let outside = s.owner_of(Addr::from_header(&h.src_addr, h.ip_version)).is_none()
+            && s.owner_of(Addr::from_header(&h.dst_addr, h.ip_version)).is_none();
+        Entry {
+            header: *h,
+            verdicts,
+            outside,
+            service,
+            logs,
+            sums: Measures::default(),
+            reported: [0; 4],
+            first_ns: 0,
+            last_ns: 0,
+            examples: Vec::new(),
+        }
+    }
+
+    fn example(&mut self, kind: u8, file: u32, h: &PacketHeader, c: &FlowCounts, v: &PacketVerdict) {
+        if self.example_counts[kind as usize] < EXAMPLES {
+            self.example_counts[kind as usize] += 1;
+            self.examples.push(Example { kind, file, header: *h, counts: *c, verdict: *v });
+        }
+    }
+
+    /// The index of `h`'s entry (judged now if its key is new).
+    #[inline]
+    fn entry_of(&mut self, h: &PacketHeader) -> usize {
+        if !self.keyed {
+            let e = self.new_entry(h);
+            self.entries.push(e);
+            return self.entries.len() - 1;
+        }
+        let key = self.key(h);
+        if let Some(&i) = self.cache.get(&key) {
+            return i as usize;
+        }
+        if self.entries.len() >= CACHE_CAP {
+            self.fold();
+        }
+        let e = self.new_entry(h);
+        self.entries.push(e);
+        let i = self.entries.len() - 1;
+        self.cache.insert(key, i as u32);
+        i
+    }
+
+    /// Judges and sums a batch of records of file `file` (`counts[i]` beside `headers[i]`);
+    /// `ids` (if given) receives each record's entry index (`u32::MAX`: not placed, not
+    /// judged), valid until the next call.
+    pub fn add(&mut self, file: u32, headers: &[PacketHeader], counts: &[FlowCounts], mut ids: Option<&mut Vec<u32>>) {
+        if let Some(ids) = ids.as_deref_mut() {
+            ids.clear();
+        }
+        // Entries folded within this batch would leave `ids` pointing nowhere: fold first.
+        if self.entries.len() + headers.len() > CACHE_CAP && ids.is_some() {
+            self.fold();
+        }
+        for (h, c) in headers.iter().zip(counts) {
+            add(&mut self.tally.totals, c);
+            if c.last_ns > self.last_ns {
+                self.last_ns = c.last_ns;
+            }
+            if c.first_ns != 0 && (self.first_ns == 0 || c.first_ns < self.first_ns) {
+                self.first_ns = c.first_ns;
+            }
+            if c.has_src == 0 || c.has_dst == 0 {
+                add(&mut self.tally.unplaced, c);
+                self.example(EXAMPLE_UNPLACED, file, h, c, &PacketVerdict::default());
+                if let Some(ids) = ids.as_deref_mut() {
+                    ids.push(u32::MAX);
+                }
+                continue;
+            }
+            self.judged += 1;
+            let i = self.entry_of(h);
+            let e = &mut self.entries[i];
+            add(&mut e.sums, c);
+            e.reported[(c.reported as usize).min(3)] += 1;
+            if c.first_ns != 0 && (e.first_ns == 0 || c.first_ns < e.first_ns) {
+                e.first_ns = c.first_ns;
+            }
+            e.last_ns = e.last_ns.max(c.last_ns);
+            if e.examples.len() < KEY_EXAMPLES {
+                e.examples.push((file, c.position));
+            }
+            let (outside, v) = (e.outside, e.verdicts[0]);
+            if outside {
+                self.example(EXAMPLE_OUTSIDE, file, h, c, &v);
+            }
+            if (c.reported == REPORTED_ALLOW && v.allow == 0) || (c.reported == REPORTED_DENY && v.allow != 0) {
+                self.example(EXAMPLE_DISAGREES, file, h, c, &v);
+            }
+            if let Some(ids) = ids.as_deref_mut() {
+                ids.push(i as u32);
+            }
+        }
+        if !self.keyed {
+            self.fold();
+        }
+    }
+
+    /// Folds what every key summed into the totals (and keys whose verdicts differ between
+    /// two snapshots aside), and starts the keys over.
+    pub fn fold(&mut self) {
+        let two = self.snapshots.len() == 2;
+        for e in self.entries.drain(..) {
+            if e.sums[0] == 0 {
+                continue;
+            }
+            let v = &e.verdicts[0];
+            let t = &mut self.tally;
+            add_all(if v.allow != 0 { &mut t.allowed } else { &mut t.denied }, &e.sums);
+            for r in 0..4 {
+                t.reported[r][(v.allow != 0) as usize] += e.reported[r];
+            }
+            for (d, side) in [&v.egress, &v.ingress].into_iter().enumerate() {
+                if side.present != 1 {
+                    add_all(&mut t.no_policy[d], &e.sums);
+                } else {
+                    add_all(t.by_rule.entry(side_key(d as u8, side)).or_default(), &e.sums);
+                }
+            }
+            if e.outside {
+                add_all(&mut self.outside, &e.sums);
+            }
+            for log in &e.logs {
+                add_all(self.logged.entry(*log).or_default(), &e.sums);
+            }
+            if two && e.verdicts[0].allow != e.verdicts[1].allow {
+                self.flipped.push(e);
+            }
+        }
+        self.cache.clear();
+    }
+}
