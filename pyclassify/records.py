@@ -249,7 +249,7 @@ class RecordReader:
                 from pyclassify import parquet
 
                 plain = path if compression is None and path != "-" else None
-                for headers, counts in parquet.read(stream, head, name, report.problems, plain):
+                for headers, counts in parquet.read(stream, head, name, report.problems, plain, report.first):
                     report.records += len(headers)
                     if judge is None:
                         yield RecordChunk(headers, counts, index)

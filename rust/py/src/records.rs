@@ -300,6 +300,72 @@ impl PyRecordJudge {
     }
 }
 
+type TextArg<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>, usize);
+type ProblemsOut = (Vec<(String, u64)>, Vec<(String, u64, String)>);
+
+/// VPC Flow Logs' Parquet columns to records: `rows` rows, the first of them row `first_row`
+/// (from 1); `text`: {name: (offsets, data, validity or None, offset)} of Arrow `large_string`
+/// arrays' buffers (`srcaddr`, `dstaddr`, `pkt_srcaddr`, `pkt_dstaddr`, `action`, `log_status`);
+/// `ints`: {name: int64 array} (`srcport`, `dstport`, `protocol`, `packets`, `bytes`, `start`,
+/// `end`, `tcp_flags`). Returns (headers, counts) bytes as `RecordStream.feed`, and the
+/// problems (count per reason, the first few with their row).
+#[pyfunction]
+fn vpc_columns<'py>(py: Python<'py>, rows: usize, first_row: u64, text: std::collections::HashMap<String, TextArg<'py>>,
+                    ints: std::collections::HashMap<String, Bound<'py, PyAny>>) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, ProblemsOut)> {
+    use pyclassify_core::records::vpc::{ColumnBatch, TextColumn};
+    let mut held = Vec::new();
+    let mut text_bufs = std::collections::HashMap::new();
+    for (name, (offsets, data, valid, offset)) in &text {
+        let o = checked_buffer(offsets, "offsets", 1, 1, None, false)?;
+        let d = checked_buffer(data, "data", 1, 1, None, false)?;
+        let v = valid.as_ref().map(|v| checked_buffer(v, "validity", 1, 1, None, false)).transpose()?;
+        // SAFETY: checked byte buffers, held (acquired) until this function returns.
+        let slice = |b: &pyo3::buffer::PyUntypedBuffer| unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.item_count()) };
+        let col = (slice(&o), slice(&d), v.as_ref().map(slice), *offset);
+        text_bufs.insert(name.clone(), col);
+        held.push((o, d, v));
+    }
+    let mut int_bufs = std::collections::HashMap::new();
+    let mut held_ints = Vec::new();
+    for (name, arr) in &ints {
+        let b = checked_buffer(arr, name, 8, 8, Some(rows), false)?;
+        // SAFETY: a checked int64 buffer of `rows` items, held until this function returns.
+        let s = unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const i64, rows) };
+        int_bufs.insert(name.clone(), s);
+        held_ints.push(b);
+    }
+    let t = |n: &str| text_bufs.get(n).map(|&(offsets, data, valid, offset)| TextColumn { offsets, data, valid, offset });
+    let i = |n: &str| int_bufs.get(n).copied();
+    let batch = ColumnBatch {
+        srcaddr: t("srcaddr"),
+        dstaddr: t("dstaddr"),
+        pkt_srcaddr: t("pkt_srcaddr"),
+        pkt_dstaddr: t("pkt_dstaddr"),
+        action: t("action"),
+        log_status: t("log_status"),
+        srcport: i("srcport"),
+        dstport: i("dstport"),
+        protocol: i("protocol"),
+        packets: i("packets"),
+        bytes: i("bytes"),
+        start: i("start"),
+        end: i("end"),
+        tcp_flags: i("tcp_flags"),
+    };
+    let mut out = RecordBatch::default();
+    let mut problems = pyclassify_core::records::Problems::default();
+    py.detach(|| batch.read(rows, first_row, &mut out, &mut problems));
+    drop((held, held_ints));
+    Ok((
+        PyBytes::new(py, as_bytes(&out.headers)),
+        PyBytes::new(py, as_bytes(&out.counts)),
+        (
+            problems.counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            problems.first.iter().map(|(k, p, d)| (k.to_string(), *p, d.clone())).collect(),
+        ),
+    ))
+}
+
 /// The format of an input whose first bytes are `head` (`"pcap"`, `"hubble"`, ...), or None.
 #[pyfunction]
 fn detect_format(head: &[u8]) -> Option<&'static str> {
@@ -316,6 +382,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRecordStream>()?;
     m.add_class::<PyRecordJudge>()?;
     m.add_function(wrap_pyfunction!(detect_format, m)?)?;
+    m.add_function(wrap_pyfunction!(vpc_columns, m)?)?;
     m.add_function(wrap_pyfunction!(record_formats, m)?)?;
     Ok(())
 }

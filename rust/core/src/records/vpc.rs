@@ -34,6 +34,9 @@ pub const KNOWN_FIELDS: &[&str] = &[
     "resource-id", "encryption-status",
 ];
 
+/// The most fields a line is read for.
+const MAX_FIELDS: usize = 64;
+
 #[derive(Clone, Copy, Default)]
 struct Columns {
     srcaddr: Option<usize>,
@@ -92,11 +95,20 @@ impl LineParser for Vpc {
             problems.add("bad_field", number, || format!("not UTF-8: {}", excerpt(line)));
             return;
         };
-        let tokens: Vec<&str> = text.split_ascii_whitespace().collect();
+        // on the stack: no version has more fields than this (a longer line is not a record)
+        let mut held = [""; MAX_FIELDS];
+        let mut total = 0usize;
+        for t in text.split_ascii_whitespace() {
+            if total < MAX_FIELDS {
+                held[total] = t;
+            }
+            total += 1;
+        }
+        let tokens = &held[..total.min(MAX_FIELDS)];
         if self.columns.is_none() {
-            let header = tokens.iter().all(|t| KNOWN_FIELDS.contains(&t.replace('_', "-").as_str()));
+            let header = total <= MAX_FIELDS && tokens.iter().all(|t| KNOWN_FIELDS.contains(&t.replace('_', "-").as_str()));
             if header {
-                let cols = Columns::of(&tokens);
+                let cols = Columns::of(tokens);
                 if cols.srcaddr.is_none() && cols.pkt_srcaddr.is_none() || cols.dstaddr.is_none() && cols.pkt_dstaddr.is_none() || cols.protocol.is_none() {
                     problems.add("unknown_field_order", number, || {
                         format!("the header names no source or destination address or no protocol: {}", excerpt(line))
@@ -119,11 +131,11 @@ impl LineParser for Vpc {
             problems.add("unknown_field_order", number, || "the field order is not known: skipped".into());
             return;
         }
-        if tokens.len() != c.count {
-            problems.add("truncated_record", number, || format!("{} fields, the header names {}: {}", tokens.len(), c.count, excerpt(line)));
+        if total != c.count {
+            problems.add("truncated_record", number, || format!("{} fields, the header names {}: {}", total, c.count, excerpt(line)));
             return;
         }
-        if let Some(status) = field(&tokens, c.log_status) {
+        if let Some(status) = field(tokens, c.log_status) {
             if status != "OK" {
                 // NODATA / SKIPDATA: a capture window without records, or with records lost.
                 problems.add(if status == "SKIPDATA" { "skipdata" } else { "nodata" }, number, || format!("log-status {status}"));
@@ -131,50 +143,89 @@ impl LineParser for Vpc {
             }
         }
         let addr = |pkt: Option<usize>, plain: Option<usize>| -> Option<IpAddr> {
-            field(&tokens, pkt).or(field(&tokens, plain)).and_then(|t| t.parse().ok())
+            field(tokens, pkt).or(field(tokens, plain)).and_then(|t| t.parse().ok())
         };
         let (Some(src), Some(dst)) = (addr(c.pkt_srcaddr, c.srcaddr), addr(c.pkt_dstaddr, c.dstaddr)) else {
             problems.add("bad_address", number, || format!("no source or destination address: {}", excerpt(line)));
             return;
         };
-        let num = |at: Option<usize>| field(&tokens, at).and_then(|t| t.parse::<u64>().ok());
+        let num = |at: Option<usize>| field(tokens, at).and_then(|t| t.parse::<u64>().ok());
         let Some(protocol) = num(c.protocol).filter(|&p| p < 256) else {
             problems.add("bad_field", number, || format!("protocol is not a protocol number: {}", excerpt(line)));
             return;
         };
-        let sec = 1_000_000_000u64;
         let (start, end) = (num(c.start).unwrap_or(0), num(c.end).unwrap_or(0));
-        let flags = num(c.tcp_flags);
-        let mut r = Record {
-            src: Some(src),
-            dst: Some(dst),
+        if end < start {
+            problems.add("end_before_start", number, || format!("end {end} is before start {start}"));
+        }
+        let fields = Fields {
+            src,
+            dst,
             protocol: protocol as u8,
             sport: num(c.srcport).unwrap_or(0) as u16,
             dport: num(c.dstport).unwrap_or(0) as u16,
+            packets: num(c.packets).unwrap_or(0),
+            bytes: num(c.bytes).unwrap_or(0),
+            start,
+            end,
+            action: match field(tokens, c.action) {
+                Some("ACCEPT") => REPORTED_ALLOW,
+                Some("REJECT") => REPORTED_DENY,
+                _ => REPORTED_NONE,
+            },
+            tcp_flags: num(c.tcp_flags),
+            position: number,
+        };
+        fields.record().push(out);
+    }
+}
+
+/// What judging reads of one VPC record, from text or from Parquet columns.
+pub struct Fields {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub protocol: u8,
+    pub sport: u16,
+    pub dport: u16,
+    pub packets: u64,
+    pub bytes: u64,
+    /// seconds since the epoch
+    pub start: u64,
+    pub end: u64,
+    /// `REPORTED_*` of the record's action
+    pub action: u8,
+    pub tcp_flags: Option<u64>,
+    /// line, or row from 1
+    pub position: u64,
+}
+
+impl Fields {
+    /// The record, turned to its opening direction (see the module doc).
+    pub fn record(self) -> Record {
+        let sec = 1_000_000_000u64;
+        let mut r = Record {
+            src: Some(self.src),
+            dst: Some(self.dst),
+            protocol: self.protocol,
+            sport: self.sport,
+            dport: self.dport,
             counts: FlowCounts {
-                first_ns: start.saturating_mul(sec),
-                last_ns: end.saturating_mul(sec),
-                packets: num(c.packets).unwrap_or(0),
-                bytes: num(c.bytes).unwrap_or(0),
+                first_ns: self.start.saturating_mul(sec),
+                last_ns: self.end.saturating_mul(sec),
+                packets: self.packets,
+                bytes: self.bytes,
                 flows: 1,
-                position: number,
+                position: self.position,
                 src_name: NO_NAME,
                 dst_name: NO_NAME,
-                reported: match field(&tokens, c.action) {
-                    Some("ACCEPT") => REPORTED_ALLOW,
-                    Some("REJECT") => REPORTED_DENY,
-                    _ => REPORTED_NONE,
-                },
+                reported: self.action,
                 ..Default::default()
             },
             ..Default::default()
         };
-        if end < start {
-            problems.add("end_before_start", number, || format!("end {end} is before start {start}"));
-        }
         // tcp-flags are OR'ed over the capture window: SYN without ACK is only ever the opening
         // side's (both sides' windows hold SYN and ACK once the handshake is through).
-        let syn_only = r.protocol == 6 && flags.is_some_and(|f| f & 0x12 == 0x02);
+        let syn_only = r.protocol == 6 && self.tcp_flags.is_some_and(|f| f & 0x12 == 0x02);
         if syn_only {
             r.counts.orientation = ORIENT_STATED;
         } else if looks_like_reply(r.sport, r.dport) {
@@ -185,6 +236,111 @@ impl LineParser for Vpc {
             // VPC records carry no ICMP type: judged as an echo request.
             r.icmp_type = if r.protocol == 1 { 8 } else { 128 };
         }
-        r.push(out);
+        r
+    }
+}
+
+
+/// A column of text as Arrow holds it (`large_string`): 64-bit little-endian offsets into
+/// `data`, an optional validity bitmap, and the array's offset into both.
+pub struct TextColumn<'a> {
+    pub offsets: &'a [u8],
+    pub data: &'a [u8],
+    pub valid: Option<&'a [u8]>,
+    pub offset: usize,
+}
+
+impl TextColumn<'_> {
+    /// Row `i`'s text; None when null, out of bounds, `-` or empty.
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<&'_ str> {
+        let k = self.offset + i;
+        if let Some(v) = self.valid {
+            if v.get(k / 8).is_none_or(|b| b >> (k % 8) & 1 == 0) {
+                return None;
+            }
+        }
+        let at = |j: usize| -> Option<usize> {
+            let b = self.offsets.get(8 * j..8 * j + 8)?;
+            usize::try_from(i64::from_le_bytes(b.try_into().ok()?)).ok()
+        };
+        let (start, end) = (at(k)?, at(k + 1)?);
+        let t = std::str::from_utf8(self.data.get(start..end)?).ok()?;
+        (!t.is_empty() && t != "-").then_some(t)
+    }
+}
+
+/// VPC Flow Logs as Parquet columns (VPC's field names, `_` for `-`), a batch of `rows` rows
+/// of which the first is row `first_row` (from 1): the same records and problems the text
+/// reader makes of the same fields. Integer columns are int64, nulls as 0.
+#[derive(Default)]
+pub struct ColumnBatch<'a> {
+    pub srcaddr: Option<TextColumn<'a>>,
+    pub dstaddr: Option<TextColumn<'a>>,
+    pub pkt_srcaddr: Option<TextColumn<'a>>,
+    pub pkt_dstaddr: Option<TextColumn<'a>>,
+    pub action: Option<TextColumn<'a>>,
+    pub log_status: Option<TextColumn<'a>>,
+    pub srcport: Option<&'a [i64]>,
+    pub dstport: Option<&'a [i64]>,
+    pub protocol: Option<&'a [i64]>,
+    pub packets: Option<&'a [i64]>,
+    pub bytes: Option<&'a [i64]>,
+    pub start: Option<&'a [i64]>,
+    pub end: Option<&'a [i64]>,
+    pub tcp_flags: Option<&'a [i64]>,
+}
+
+fn text<'c>(c: &'c Option<TextColumn<'_>>, i: usize) -> Option<&'c str> {
+    c.as_ref().and_then(|c| c.get(i))
+}
+
+impl ColumnBatch<'_> {
+    pub fn read(&self, rows: usize, first_row: u64, out: &mut RecordBatch, problems: &mut Problems) {
+        let int = |c: Option<&[i64]>, i: usize| c.and_then(|c| c.get(i)).map(|&v| v.max(0) as u64);
+        for i in 0..rows {
+            let number = first_row + i as u64;
+            if let Some(status) = text(&self.log_status, i) {
+                if status != "OK" {
+                    problems.add(if status == "SKIPDATA" { "skipdata" } else { "nodata" }, number, || format!("log-status {status}"));
+                    continue;
+                }
+            }
+            let addr = |pkt: &Option<TextColumn<'_>>, plain: &Option<TextColumn<'_>>| -> Option<IpAddr> {
+                text(pkt, i).and_then(|t| t.parse().ok()).or_else(|| text(plain, i).and_then(|t| t.parse().ok()))
+            };
+            let (Some(src), Some(dst)) = (addr(&self.pkt_srcaddr, &self.srcaddr), addr(&self.pkt_dstaddr, &self.dstaddr)) else {
+                problems.add("bad_address", number, || "no source or destination address".into());
+                continue;
+            };
+            let Some(protocol) = self.protocol.and_then(|c| c.get(i)).copied().filter(|p| (0..256).contains(p)) else {
+                problems.add("bad_field", number, || "protocol is not a protocol number".into());
+                continue;
+            };
+            let (start, end) = (int(self.start, i).unwrap_or(0), int(self.end, i).unwrap_or(0));
+            if end < start {
+                problems.add("end_before_start", number, || format!("end {end} is before start {start}"));
+            }
+            Fields {
+                src,
+                dst,
+                protocol: protocol as u8,
+                sport: int(self.srcport, i).unwrap_or(0) as u16,
+                dport: int(self.dstport, i).unwrap_or(0) as u16,
+                packets: int(self.packets, i).unwrap_or(0),
+                bytes: int(self.bytes, i).unwrap_or(0),
+                start,
+                end,
+                action: match text(&self.action, i) {
+                    Some("ACCEPT") => REPORTED_ALLOW,
+                    Some("REJECT") => REPORTED_DENY,
+                    _ => REPORTED_NONE,
+                },
+                tcp_flags: self.tcp_flags.is_some().then(|| int(self.tcp_flags, i)).flatten(),
+                position: number,
+            }
+            .record()
+            .push(out);
+        }
     }
 }
