@@ -114,6 +114,8 @@ pub struct RecordJudge {
     bounds: Vec<u16>,
     /// Keys are kept (no snapshot reads a time).
     keyed: bool,
+    /// Keys kept before folding ([`CACHE_CAP`] unless set).
+    cap: usize,
     /// Find the Log rules of the first snapshot's decisions.
     want_logs: bool,
     cache: FastMap<Key, u32>,
@@ -168,6 +170,7 @@ impl RecordJudge {
             services,
             bounds,
             keyed: !time_dependent,
+            cap: CACHE_CAP,
             want_logs,
             cache: FastMap::default(),
             entries: Vec::new(),
@@ -182,6 +185,12 @@ impl RecordJudge {
             decisions: 0,
             judged: 0,
         }
+    }
+
+    /// The same judge folding every `cap` keys (at least one).
+    pub fn with_cap(mut self, cap: usize) -> Self {
+        self.cap = cap.max(1);
+        self
     }
 
     fn key(&self, h: &PacketHeader) -> Key {
@@ -290,9 +299,10 @@ impl RecordJudge {
         }
     }
 
-    /// The index of `h`'s entry (judged now if its key is new).
+    /// The index of `h`'s entry (judged now if its key is new); `may_fold`: the keys may be
+    /// folded first when there are `cap` of them.
     #[inline]
-    fn entry_of(&mut self, h: &PacketHeader) -> usize {
+    fn entry_of(&mut self, h: &PacketHeader, may_fold: bool) -> usize {
         if !self.keyed {
             let e = self.new_entry(h);
             self.entries.push(e);
@@ -302,7 +312,7 @@ impl RecordJudge {
         if let Some(&i) = self.cache.get(&key) {
             return i as usize;
         }
-        if self.entries.len() >= CACHE_CAP {
+        if may_fold && self.entries.len() >= self.cap {
             self.fold();
         }
         let e = self.new_entry(h);
@@ -319,8 +329,10 @@ impl RecordJudge {
         if let Some(ids) = ids.as_deref_mut() {
             ids.clear();
         }
-        // Entries folded within this batch would leave `ids` pointing nowhere: fold first.
-        if self.entries.len() + headers.len() > CACHE_CAP && ids.is_some() {
+        // Entries folded within this batch would leave `ids` pointing nowhere: fold before it
+        // and not within it (the keys then exceed `cap` by at most the batch).
+        let may_fold = ids.is_none();
+        if !may_fold && self.entries.len() + headers.len() > self.cap {
             self.fold();
         }
         for (h, c) in headers.iter().zip(counts) {
@@ -340,7 +352,7 @@ impl RecordJudge {
                 continue;
             }
             self.judged += 1;
-            let i = self.entry_of(h);
+            let i = self.entry_of(h, may_fold);
             let e = &mut self.entries[i];
             add(&mut e.sums, c);
             e.reported[(c.reported as usize).min(3)] += 1;
