@@ -75,13 +75,29 @@ pub struct Entry {
     pub service: i64,
     /// The Log rules the first snapshot's sides passed before deciding.
     pub logs: Vec<LogKey>,
+    /// What its records counted, and their time range (filled when folded).
     pub sums: Measures,
-    /// Records per own verdict (0 none, 1 allow, 2 deny, 3 other).
-    pub reported: [u64; 4],
     pub first_ns: u64,
     pub last_ns: u64,
     /// (file, position) of the first records.
     pub examples: Vec<(u32, u64)>,
+}
+
+/// What each record of a key touches, kept beside the key in the table (records of many keys
+/// come in no order: the table's bucket is the one line most of them reach); the rest of the
+/// key's entry is read only when it is judged, for its first few records and when folded.
+#[derive(Clone, Copy, Default)]
+struct Hot {
+    sums: Measures,
+    first_ns: u64,
+    last_ns: u64,
+    /// Its entry's index.
+    entry: u32,
+    /// The first snapshot's verdict, and neither end in its inventory.
+    allow: u8,
+    outside: u8,
+    /// Examples the entry holds.
+    examples: u8,
 }
 
 /// Why a record is shown as an example.
@@ -118,8 +134,10 @@ pub struct RecordJudge {
     cap: usize,
     /// Find the Log rules of the first snapshot's decisions.
     want_logs: bool,
-    cache: FastMap<Key, u32>,
+    cache: FastMap<Key, Hot>,
     pub entries: Vec<Entry>,
+    /// Records' sums when keys are not kept, one per entry.
+    loose: Vec<Hot>,
     pub tally: Tally,
     /// Measures of records judged whose both ends are outside the inventory.
     pub outside: Measures,
@@ -149,6 +167,20 @@ fn add_all(m: &mut Measures, by: &Measures) {
     }
 }
 
+/// Adds a record's counts to its key's sums: (its entry, the verdict allowed, neither end in
+/// the inventory, the record is one of the key's first few).
+#[inline]
+fn touch(hot: &mut Hot, c: &FlowCounts) -> (usize, u8, bool, bool) {
+    add(&mut hot.sums, c);
+    if c.first_ns != 0 && (hot.first_ns == 0 || c.first_ns < hot.first_ns) {
+        hot.first_ns = c.first_ns;
+    }
+    hot.last_ns = hot.last_ns.max(c.last_ns);
+    let example = (hot.examples as usize) < KEY_EXAMPLES;
+    hot.examples += example as u8;
+    (hot.entry as usize, hot.allow, hot.outside != 0, example)
+}
+
 fn side_key(direction: u8, s: &SideVerdict) -> DecisionKey {
     (direction, s.tier, s.source_kind, s.source, s.rule, s.reason, s.allow)
 }
@@ -174,6 +206,7 @@ impl RecordJudge {
             want_logs,
             cache: FastMap::default(),
             entries: Vec::new(),
+            loose: Vec::new(),
             tally: Tally::default(),
             outside: Measures::default(),
             logged: HashMap::new(),
@@ -285,7 +318,6 @@ impl RecordJudge {
             service,
             logs,
             sums: Measures::default(),
-            reported: [0; 4],
             first_ns: 0,
             last_ns: 0,
             examples: Vec::new(),
@@ -299,27 +331,12 @@ impl RecordJudge {
         }
     }
 
-    /// The index of `h`'s entry (judged now if its key is new); `may_fold`: the keys may be
-    /// folded first when there are `cap` of them.
-    #[inline]
-    fn entry_of(&mut self, h: &PacketHeader, may_fold: bool) -> usize {
-        if !self.keyed {
-            let e = self.new_entry(h);
-            self.entries.push(e);
-            return self.entries.len() - 1;
-        }
-        let key = self.key(h);
-        if let Some(&i) = self.cache.get(&key) {
-            return i as usize;
-        }
-        if may_fold && self.entries.len() >= self.cap {
-            self.fold();
-        }
+    /// A new key's entry, judged now; its sums, pointing to it.
+    fn push(&mut self, h: &PacketHeader) -> Hot {
         let e = self.new_entry(h);
+        let hot = Hot { entry: self.entries.len() as u32, allow: e.verdicts[0].allow, outside: e.outside as u8, ..Default::default() };
         self.entries.push(e);
-        let i = self.entries.len() - 1;
-        self.cache.insert(key, i as u32);
-        i
+        hot
     }
 
     /// Judges and sums a batch of records of file `file` (`counts[i]` beside `headers[i]`);
@@ -352,22 +369,36 @@ impl RecordJudge {
                 continue;
             }
             self.judged += 1;
-            let i = self.entry_of(h, may_fold);
-            let e = &mut self.entries[i];
-            add(&mut e.sums, c);
-            e.reported[(c.reported as usize).min(3)] += 1;
-            if c.first_ns != 0 && (e.first_ns == 0 || c.first_ns < e.first_ns) {
-                e.first_ns = c.first_ns;
+            let (i, allow, outside, example) = if !self.keyed {
+                let mut hot = self.push(h);
+                let got = touch(&mut hot, c);
+                self.loose.push(hot);
+                got
+            } else {
+                if may_fold && self.entries.len() >= self.cap {
+                    self.fold();
+                }
+                let key = self.key(h);
+                if let Some(hot) = self.cache.get_mut(&key) {
+                    touch(hot, c)
+                } else {
+                    let mut hot = self.push(h);
+                    let got = touch(&mut hot, c);
+                    self.cache.insert(key, hot);
+                    got
+                }
+            };
+            if example {
+                self.entries[i].examples.push((file, c.position));
             }
-            e.last_ns = e.last_ns.max(c.last_ns);
-            if e.examples.len() < KEY_EXAMPLES {
-                e.examples.push((file, c.position));
-            }
-            let (outside, v) = (e.outside, e.verdicts[0]);
-            if outside {
+            self.tally.reported[(c.reported as usize).min(3)][(allow != 0) as usize] += 1;
+            if outside && self.example_counts[EXAMPLE_OUTSIDE as usize] < EXAMPLES {
+                let v = self.entries[i].verdicts[0];
                 self.example(EXAMPLE_OUTSIDE, file, h, c, &v);
             }
-            if (c.reported == REPORTED_ALLOW && v.allow == 0) || (c.reported == REPORTED_DENY && v.allow != 0) {
+            let disagrees = (c.reported == REPORTED_ALLOW && allow == 0) || (c.reported == REPORTED_DENY && allow != 0);
+            if disagrees && self.example_counts[EXAMPLE_DISAGREES as usize] < EXAMPLES {
+                let v = self.entries[i].verdicts[0];
                 self.example(EXAMPLE_DISAGREES, file, h, c, &v);
             }
             if let Some(ids) = ids.as_deref_mut() {
@@ -383,6 +414,11 @@ impl RecordJudge {
     /// two snapshots aside), and starts the keys over.
     pub fn fold(&mut self) {
         let two = self.snapshots.len() == 2;
+        for hot in self.cache.values().chain(self.loose.iter()) {
+            let e = &mut self.entries[hot.entry as usize];
+            (e.sums, e.first_ns, e.last_ns) = (hot.sums, hot.first_ns, hot.last_ns);
+        }
+        self.loose.clear();
         for e in self.entries.drain(..) {
             if e.sums[0] == 0 {
                 continue;
@@ -390,9 +426,6 @@ impl RecordJudge {
             let v = &e.verdicts[0];
             let t = &mut self.tally;
             add_all(if v.allow != 0 { &mut t.allowed } else { &mut t.denied }, &e.sums);
-            for r in 0..4 {
-                t.reported[r][(v.allow != 0) as usize] += e.reported[r];
-            }
             for (d, side) in [&v.egress, &v.ingress].into_iter().enumerate() {
                 if side.present != 1 {
                     add_all(&mut t.no_policy[d], &e.sums);
