@@ -18,7 +18,6 @@ endpoint or network set by name. What cannot be placed is counted, never judged 
 from __future__ import annotations
 
 import gzip
-import ipaddress
 import os
 import sys
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from typing import IO, Any, Iterator
 import numpy as np
 import numpy.typing as npt
 
-from pyclassify import _engine
+from pyclassify import _engine, batch
 from pyclassify.batch import FLOW_COUNTS_DTYPE, HEADER_DTYPE
 from pyclassify.inventory import EndpointKind, Inventory
 
@@ -417,10 +416,8 @@ class NamePlacer:
 
 
 def address_text(raw: npt.NDArray[np.uint8]) -> str:
-    b = bytes(raw)
-    if b[:12] == b"\x00" * 10 + b"\xff\xff":
-        return str(ipaddress.IPv4Address(b[12:]))
-    return str(ipaddress.IPv6Address(b))
+    """A 16-byte address as text, its IP version told by the IPv4-mapped prefix."""
+    return batch.address_text(raw, 4 if bytes(raw[:12]) == b"\x00" * 10 + b"\xff\xff" else 6)
 
 
 def file_size(paths: list[str]) -> int | None:
