@@ -110,11 +110,13 @@ def test_records_judged_per_second_beside_plain_parse(cluster_files, fmt):
     large = write(cluster, out / f"records-{fmt}-4x", fmt, 4 * RECORDS)
     plain = _plain(fmt, small)
     rate, rss, summary = _judged(cluster_json, small)
-    _, rss4, summary4 = _judged(cluster_json, large)
+    rate4, rss4, summary4 = _judged(cluster_json, large)
     assert summary["records"] == RECORDS and summary4["records"] == 4 * RECORDS
     extra = f"; orjson {_orjson(small):,.0f}/s" if fmt == "hubble" else ""
-    print(f"\n{fmt}: judged {rate:,.0f} records/s; plain parse {plain:,.0f}/s{extra}; ratio {rate / plain:.2f}; "
-          f"peak RSS {rss} MB at {RECORDS:,} records, {rss4} MB at {4 * RECORDS:,}; file {small.stat().st_size / 1e6:.0f} MB")
+    print(f"\n{fmt}: judged {rate:,.0f} records/s ({summary['decisions']:,} distinct decisions), "
+          f"{rate4:,.0f}/s at {4 * RECORDS:,} ({summary4['decisions']:,}); plain parse {plain:,.0f}/s{extra}; "
+          f"ratio {rate / plain:.2f}, {rate4 / plain:.2f}; peak RSS {rss} MB at {RECORDS:,} records, "
+          f"{rss4} MB at {4 * RECORDS:,}; file {small.stat().st_size / 1e6:.0f} MB")
 
 
 def test_traffic_diff_beside_judging_every_record_twice(cluster_files):
