@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scapy.contrib.geneve import GENEVE
 from scapy.layers.inet import ICMP, IP, TCP, UDP, fragment
@@ -26,6 +26,7 @@ from pyclassify import _native
 from pyclassify import batch as B
 from pyclassify.batch import OUTER_DTYPE, new_batch
 from pyclassify.capture import QUOTE_DTYPE, QUOTE_HAS_PORTS, QUOTE_VALID, open_capture
+from pyclassify.engine import PACKET_NOT_IP
 from pyclassify.tunnels import DEFAULT_TUNNELS, ENCAP_NAMES, TunnelPorts, outer_json
 
 from tests.native.conftest import check, mapped, scapy_expect
@@ -325,8 +326,14 @@ def tunnel_frames(draw: st.DrawFn) -> tuple[bytes, int]:
     return bytes(frame[:cut]), max(wire, cut)
 
 
+ETH_GRETAP_V6_NOT_IP = bytes.fromhex(
+    "020000000002020000000001" "86dd" "60000000" "003a" "2f40" "fd000077000000000000000000000001"
+    "fd000077000000000000000000000002" "10006558" "02000000" "aa0202000000aa0108004500" "0028")
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(tunnel_frames(), min_size=1, max_size=16))
+@example([(ETH_GRETAP_V6_NOT_IP, 112)])  # GRE-tap over IPv6 carrying a frame of ethertype 0x0028
 def test_mutated_tunnel_frames_never_pass_unjudged(frames: list[tuple[bytes, int]]) -> None:
     global ENGINE
     if ENGINE is None:
@@ -342,6 +349,12 @@ def test_mutated_tunnel_frames_never_pass_unjudged(frames: list[tuple[bytes, int
             assert int(row["protocol"]) not in (4, 41, 47)
             assert not (int(row["protocol"]) == 17 and row["flags"] & B.FLAG_HAS_PORTS
                         and int(row["dport"]) in TUNNEL_PORTS)
+        not_ip = int(row["error_kind"]) == B.ERR_UNKNOWN_ETHERTYPE
+        if v["allow"] and not_ip:
+            # a tunnel carrying ARP or another frame that is not IP passes, as such a frame
+            # outside a tunnel does; it is never described as judged
+            assert int(v["reason"]) == PACKET_NOT_IP
+            continue
         if v["allow"]:
             assert not malformed, "allowed without being decoded"
             assert int(row["error_kind"]) in (B.ERR_NONE, B.ERR_FRAGMENT_UNMATCHED)
