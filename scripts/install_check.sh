@@ -18,6 +18,7 @@ BUILD_VERSION=1.6.1  # the `build` frontend, pinned like every other dependency
 # modules and both extensions, and read only examples/ and pcaps/ (copied beside them).
 TESTS=(
     tests/conftest.py
+    tests/shared_data.py
     tests/test_cli.py
     tests/test_stubs.py
     tests/test_batch_abi.py
