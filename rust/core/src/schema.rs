@@ -16,28 +16,12 @@
 //! integer beyond 64 bits) is a "no" too, for that walk to judge.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
+use fnv::FnvBuildHasher;
 use serde_json::Value as Json;
 
-/// FNV-1a: field names are short, and looked up once per field of every object.
-#[derive(Default)]
-struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
-        for &b in bytes {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-}
-
-type Fields = HashMap<Box<str>, u32, BuildHasherDefault<Fnv>>;
+// FNV-1a: field names are short, and looked up once per field of every object.
+type Fields = HashMap<Box<str>, u32, FnvBuildHasher>;
 
 const STRING: u8 = 1;
 const INTEGER: u8 = 2;
@@ -93,7 +77,7 @@ pub trait Value: Sized {
 pub struct Schemas {
     nodes: Vec<Node>,
     /// apiVersion -> kind -> the kind's roots: an object conforms when it conforms to one.
-    kinds: HashMap<Box<str>, HashMap<Box<str>, Vec<u32>, BuildHasherDefault<Fnv>>, BuildHasherDefault<Fnv>>,
+    kinds: HashMap<Box<str>, HashMap<Box<str>, Vec<u32>, FnvBuildHasher>, FnvBuildHasher>,
 }
 
 impl Schemas {

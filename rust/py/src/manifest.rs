@@ -2,7 +2,7 @@
 //! (dict/list/str/int/float/bool/None) directly, with mapping keys shared across objects.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use fnv::FnvBuildHasher;
 
 use pyclassify_core::manifest::{
     decode, unit_lines, BuildError, Builder, ManifestStream, PathPart, Record, Scalar, Span, Syntax,
@@ -17,28 +17,12 @@ const SHARED_KEY_MAX_LEN: usize = 64;
 /// At most this many distinct keys are shared (a file of unique keys stays bounded).
 const SHARED_KEYS_MAX: usize = 1 << 16;
 
-/// FNV-1a: the shared-key table hashes many short strings.
-#[derive(Default)]
-struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
-        for &b in bytes {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-}
-
 /// Builds Python objects. Its methods run only inside `ManifestReader.__next__`, which Python
 /// calls attached to the interpreter.
 #[derive(Default)]
 struct PyBuilder {
-    keys: HashMap<Box<str>, Py<PyString>, BuildHasherDefault<Fnv>>,
+    /// FNV-1a: the shared-key table hashes many short strings.
+    keys: HashMap<Box<str>, Py<PyString>, FnvBuildHasher>,
 }
 
 fn py() -> Python<'static> {
