@@ -191,7 +191,36 @@ def _service_spec(s: Service, id_: int) -> dict[str, Any]:
     }
 
 
-def _policy_spec(p: Policy, id_: int) -> dict[str, Any]:
+class _RuleLists:
+    """The rule lists of one delta (``rule_lists``, rust/core/src/engine/spec.rs ``RuleSpecs``):
+    each distinct tuple of rules sent once and named by its position. Distinct by identity:
+    the IR holds equal rules once (``pyclassify.sharing``), so policies pasted per namespace
+    send their rules once and the engine compiles them once. Their subjects likewise: one spec
+    per subject object, however many policies share it."""
+
+    def __init__(self) -> None:
+        self._positions: dict[int, int] = {}
+        self._held: list[Any] = []  # each id() stays its object's while the delta is built
+        self.specs: list[list[dict[str, Any]]] = []
+        self._subjects: dict[int, dict[str, Any]] = {}
+
+    def subject(self, s: Subject) -> dict[str, Any]:
+        spec = self._subjects.get(id(s))
+        if spec is None:
+            spec = self._subjects[id(s)] = _subject(s)
+            self._held.append(s)
+        return spec
+
+    def position(self, rules: tuple[Rule, ...]) -> int:
+        at = self._positions.get(id(rules))
+        if at is None:
+            at = self._positions[id(rules)] = len(self.specs)
+            self._held.append(rules)
+            self.specs.append([_rule(r) for r in rules])
+        return at
+
+
+def _policy_spec(p: Policy, id_: int, lists: _RuleLists | None = None) -> dict[str, Any]:
     return {
         "id": id_,
         "order": p.order,
@@ -200,14 +229,19 @@ def _policy_spec(p: Policy, id_: int) -> dict[str, Any]:
         "name": p.name,
         "tier": p.tier,
         "types": sorted(d.value for d in p.types),
-        "subject": _subject(p.subject),
-        "ingress": [_rule(r) for r in p.ingress],
-        "egress": [_rule(r) for r in p.egress],
+        "subject": _subject(p.subject) if lists is None else lists.subject(p.subject),
+        **_rules_spec(p, lists),
     }
 
 
-def _profile_spec(p: Profile, id_: int) -> dict[str, Any]:
-    return {"id": id_, "name": p.name, "ingress": [_rule(r) for r in p.ingress], "egress": [_rule(r) for r in p.egress]}
+def _rules_spec(p: Policy | Profile, lists: _RuleLists | None) -> dict[str, Any]:
+    if lists is None:
+        return {"ingress": [_rule(r) for r in p.ingress], "egress": [_rule(r) for r in p.egress]}
+    return {"ingress": lists.position(p.ingress), "egress": lists.position(p.egress)}
+
+
+def _profile_spec(p: Profile, id_: int, lists: _RuleLists | None = None) -> dict[str, Any]:
+    return {"id": id_, "name": p.name, **_rules_spec(p, lists)}
 
 
 def _tier_spec(t: Tier, id_: int) -> dict[str, Any]:
@@ -333,8 +367,10 @@ class EngineState:
         self._network_sets = _Table("network_sets", _network_set_spec)
         self._nodes = _Table("nodes", _node_spec)
         self._services = _Table("services", _service_spec)
-        self._policies = _Table("policies", _policy_spec)
-        self._profiles = _Table("profiles", _profile_spec)
+        #: The rule lists of the delta being built (sent once each, however many policies name them).
+        self._lists = _RuleLists()
+        self._policies = _Table("policies", lambda v, i: _policy_spec(v, i, self._lists))
+        self._profiles = _Table("profiles", lambda v, i: _profile_spec(v, i, self._lists))
         self._tiers = _Table("tiers", _tier_spec)
         self._pending: dict[str, Any] = {}
         self._undo: list[tuple] = []
@@ -441,9 +477,12 @@ class EngineState:
         delta, self._pending = self._pending, {}
         undo, self._undo = self._undo, []
         freed, self._freed = self._freed, []
+        lists, self._lists = self._lists, _RuleLists()
         if delta.pop("tiers", False):
             delta["tiers"] = [_tier_spec(t, self._tiers.ids.of[name]) for name, t in self._tiers.values.items()]
         size = sum(len(v) for v in delta.values())
+        if lists.specs:
+            delta["rule_lists"] = lists.specs
         if delta:
             try:
                 with collector_paused():

@@ -29,8 +29,8 @@ use super::idset::IdSet;
 use super::rules::{CEntity, CRule, CRules, IcmpMatch, LabelCond, NetList, PortMatch, ProtoSet};
 use super::snapshot::{AddrRec, EpRec, IdRec, NetsetLpm, ProfileList, Program, ServiceRec, Snapshot, Stage, NO_NAMESPACE};
 use super::spec::{
-    Delta, EndpointSpec, EntitySpec, LabelMap, NetworkSetSpec, NodeSpec, PolicySpec, ProfileSpec, RuleSpec, ServiceSpec,
-    TierSpec,
+    Delta, EndpointSpec, EntitySpec, LabelMap, NetworkSetSpec, NodeSpec, PolicySpec, ProfileSpec, RuleSpec, RuleSpecs,
+    ServiceSpec, TierSpec,
 };
 use super::{Action, Addr, Direction, EngineError, Kind, Net};
 use crate::labelindex::{LabelIndex, MatchChange};
@@ -169,12 +169,33 @@ struct PolicyEntry {
     tier: u32,
     subject: u32,
     directions: [bool; 2],
-    acquired: Acquired,
+    compiled: Compiled,
 }
 
 struct ProfileEntry {
     spec: ProfileSpec,
-    acquired: Acquired,
+    compiled: Compiled,
+}
+
+/// Rules (ingress, egress) as specified: the key of compiled rules shared by equal policies.
+type RulesKey = (Arc<[RuleSpec]>, Arc<[RuleSpec]>);
+
+/// A policy's or profile's compiled rules and what compiling them acquired; `shared`: the key
+/// under which they are shared with the other policies and profiles of equal rules.
+struct Compiled {
+    rules: Arc<CRules>,
+    acquired: Arc<Acquired>,
+    shared: Option<RulesKey>,
+}
+
+/// Compiled rules shared by every policy and profile whose rules are equal (one allow-list
+/// pasted into a policy per namespace is compiled and held once); `users`: how many use them.
+/// Only rules whose compiled form depends on nothing but themselves are shared: none with a
+/// relative peer (per subject namespace) or a node selector (the nodes' addresses).
+struct SharedRules {
+    rules: Arc<CRules>,
+    acquired: Arc<Acquired>,
+    users: usize,
 }
 
 struct TierEntry {
@@ -212,12 +233,21 @@ pub struct ModelStats {
 }
 
 /// A compiled-but-not-yet-applied rule list with the selectors it will need.
+#[derive(Default)]
 struct PendingRules {
+    /// The rules as specified (ingress, egress), and each one's peers checked.
+    specs: [Arc<[RuleSpec]>; 2],
     rules: [Vec<PendingRule>; 2],
 }
 
+impl PendingRules {
+    /// Whether the compiled form depends on the rules alone (see `SharedRules`).
+    fn shareable(&self) -> bool {
+        self.rules.iter().flatten().all(|r| r.sources.iter().chain(&r.destinations).all(|e| !e.relative && !e.node_selector))
+    }
+}
+
 struct PendingRule {
-    spec: RuleSpec,
     sources: Vec<PendingEntity>,
     destinations: Vec<PendingEntity>,
 }
@@ -225,6 +255,7 @@ struct PendingRule {
 struct PendingEntity {
     selector: Option<Selector>,
     relative: bool,
+    node_selector: bool,
     /// The `notSelector`'s own selector (`identity::not_selector`).
     not_selector: Option<Selector>,
 }
@@ -269,6 +300,7 @@ pub struct Model {
     fresh_programs: Vec<Arc<Program>>,
     fresh_profiles: Vec<Arc<ProfileList>>,
     compile: Compile,
+    shared_rules: HashMap<RulesKey, SharedRules>,
     policies: FastMap<u32, PolicyEntry>,
     profiles: FastMap<u32, ProfileEntry>,
     profile_ids: HashMap<String, u32>,
@@ -342,6 +374,7 @@ impl Model {
             fresh_programs: Vec::new(),
             fresh_profiles: Vec::new(),
             compile: Compile::Built,
+            shared_rules: HashMap::new(),
             policies: FastMap::default(),
             profiles: FastMap::default(),
             profile_ids: HashMap::new(),
@@ -449,13 +482,12 @@ impl Model {
         // Selectors before the identities they match, so new label keys project first.
         let mut pending_profiles = checked.profiles.into_iter();
         for p in &delta.profiles {
-            let pending = pending_profiles.next().expect("checked profile");
+            let pending = pending_profiles.next().flatten();
             self.upsert_profile(p.clone(), pending);
         }
         let mut pending_policies = checked.policies.into_iter();
-        for p in &delta.policies {
-            let (subject, pending) = pending_policies.next().expect("checked policy");
-            self.upsert_policy(p.clone(), subject, pending);
+        for (p, (subject, pending)) in delta.policies.iter().zip(pending_policies.by_ref()) {
+            self.upsert_policy(p.clone(), checked.subjects[subject].clone(), pending);
         }
         for n in &delta.network_sets {
             self.upsert_network_set(n);
@@ -483,6 +515,24 @@ impl Model {
     /// changing anything.
     fn check(&self, delta: &Delta) -> Result<Checked, EngineError> {
         let mut out = Checked::default();
+        if let Some(why) = delta.unresolved() {
+            return Err(EngineError::Spec(why));
+        }
+        // Rules compiled once per distinct (ingress, egress): later policies naming the same
+        // lists, and lists compiled before (equal, so checked then), share them.
+        let mut checked: HashSet<(*const RuleSpec, *const RuleSpec)> = HashSet::new();
+        let mut subjects: HashMap<&super::spec::SubjectSpec, usize> = HashMap::new();
+        let mut pending = |ingress: &RuleSpecs, egress: &RuleSpecs, context: &str| {
+            let pair = (ingress.as_ptr(), egress.as_ptr());
+            if checked.contains(&pair) || rules_key(ingress, egress).is_some_and(|k| self.shared_rules.contains_key(&k)) {
+                return Ok(None);
+            }
+            let p = pending_rules(ingress, egress, context)?;
+            if p.shareable() {
+                checked.insert(pair);
+            }
+            Ok::<_, EngineError>(Some(p))
+        };
         if let Some(tiers) = &delta.tiers {
             for t in tiers {
                 Action::parse(&t.default_action)?;
@@ -500,12 +550,20 @@ impl Model {
             for t in &p.types {
                 Direction::parse(t)?;
             }
-            let subject = identity::subject_selector(&p.subject, &context)?;
-            out.policies.push((subject, pending_rules(&p.ingress, &p.egress, &context)?));
+            // One parse per distinct subject (policies of one subject hold its selector once).
+            let subject = match subjects.get(&p.subject) {
+                Some(&i) => i,
+                None => {
+                    out.subjects.push(identity::subject_selector(&p.subject, &context)?);
+                    subjects.insert(&p.subject, out.subjects.len() - 1);
+                    out.subjects.len() - 1
+                }
+            };
+            out.policies.push((subject, pending(&p.ingress, &p.egress, &context)?));
         }
         for p in &delta.profiles {
             let context = format!("profile {}", p.name);
-            out.profiles.push(pending_rules(&p.ingress, &p.egress, &context)?);
+            out.profiles.push(pending(&p.ingress, &p.egress, &context)?);
         }
         for e in &delta.endpoints {
             kind_of(&e.kind)?;
@@ -1105,8 +1163,8 @@ impl Model {
             programs.push(self.intern_program(d, list));
         }
         let profiles = self.resolve_profiles(&self.identities[&id].key.profiles);
-        let mut rels: Vec<u32> = applying.iter().flat_map(|p| self.policies[p].acquired.relatives.clone()).collect();
-        rels.extend(profiles.iter().flat_map(|p| self.profiles[p].acquired.relatives.clone()));
+        let mut rels: Vec<u32> = applying.iter().flat_map(|p| self.policies[p].compiled.acquired.relatives.clone()).collect();
+        rels.extend(profiles.iter().flat_map(|p| self.profiles[p].compiled.acquired.relatives.clone()));
         for rid in rels {
             if !self.relatives[&rid].per_ns.contains_key(&ns) {
                 self.derive_relative(rid, ns);
@@ -1307,9 +1365,9 @@ impl Model {
         let mut acq = Acquired::default();
         let mut out = CRules::default();
         let [ingress, egress] = pending.rules;
-        for (d, list) in [(Direction::Ingress, ingress), (Direction::Egress, egress)] {
-            for pr in list {
-                let r = &pr.spec;
+        let [ingress_specs, egress_specs] = pending.specs;
+        for (d, list, specs) in [(Direction::Ingress, ingress, ingress_specs), (Direction::Egress, egress, egress_specs)] {
+            for (pr, r) in list.into_iter().zip(specs.iter()) {
                 let sources = r.sources.iter().zip(pr.sources).map(|(e, p)| self.compile_entity(e, p, &mut acq)).collect();
                 let destinations =
                     r.destinations.iter().zip(pr.destinations).map(|(e, p)| self.compile_entity(e, p, &mut acq)).collect();
@@ -1333,49 +1391,107 @@ impl Model {
         (out, acq)
     }
 
-    fn release_acquired(&mut self, acq: Acquired) {
+    fn release_acquired(&mut self, acq: &Acquired) {
         for n in &acq.prefixes {
             self.drop_prefix(*n);
         }
         for pair in acq.ports.chunks(2) {
             self.drop_port_bounds(pair[0], pair[1]);
         }
-        for sel in acq.selectors {
+        for &sel in &acq.selectors {
             self.release_selector(sel);
         }
-        for rid in acq.relatives {
+        for &rid in &acq.relatives {
             self.release_relative(rid);
+        }
+    }
+
+    /// What compiled rules shared with another policy acquired, acquired again for one more
+    /// user (relatives and node selectors are never shared).
+    fn reacquire(&mut self, acq: &Acquired) {
+        for n in &acq.prefixes {
+            self.add_prefix(*n);
+        }
+        for pair in acq.ports.chunks(2) {
+            self.add_port_bounds(pair[0], pair[1]);
+        }
+        for sel in &acq.selectors {
+            self.sel_entries.get_mut(sel).expect("a shared rule's selector is held by its other users").refs += 1;
+        }
+    }
+
+    /// The compiled rules of `ingress` and `egress`: those of a policy or profile with equal
+    /// rules, shared (each user acquires their selectors, prefixes and ports), or compiled now
+    /// from `pending` (None: the rules were checked equal to shared ones in this delta).
+    fn compile_shared(&mut self, ingress: &RuleSpecs, egress: &RuleSpecs, pending: Option<PendingRules>) -> Compiled {
+        let key = rules_key(ingress, egress);
+        if let Some(entry) = key.as_ref().and_then(|k| self.shared_rules.get_mut(k)) {
+            entry.users += 1;
+            let (rules, acquired) = (entry.rules.clone(), entry.acquired.clone());
+            self.reacquire(&acquired);
+            let shared = key.and_then(|k| self.shared_rules.get_key_value(&k).map(|(k, _)| k.clone()));
+            return Compiled { rules, acquired, shared };
+        }
+        // Rules equal to shared ones whose last user went earlier in this delta: they were
+        // checked when first compiled, so checking them again finds nothing.
+        let pending = pending.or_else(|| pending_rules(ingress, egress, "shared rules").ok()).unwrap_or_default();
+        let shareable = pending.shareable();
+        let (rules, acquired) = self.compile_rules(pending);
+        let (rules, acquired) = (Arc::new(rules), Arc::new(acquired));
+        let shared = key.filter(|_| shareable);
+        if let Some(k) = &shared {
+            self.shared_rules.insert(k.clone(), SharedRules { rules: rules.clone(), acquired: acquired.clone(), users: 1 });
+        }
+        Compiled { rules, acquired, shared }
+    }
+
+    fn release_compiled(&mut self, compiled: Compiled) {
+        self.release_acquired(&compiled.acquired);
+        if let Some(k) = compiled.shared {
+            if let Some(entry) = self.shared_rules.get_mut(&k) {
+                entry.users -= 1;
+                if entry.users == 0 {
+                    self.shared_rules.remove(&k);
+                }
+            }
         }
     }
 
     /// Node labels or addresses changed: rules with node selectors are compiled again (their
     /// selectors are unchanged, so no set moves).
     fn recompile_node_selectors(&mut self) {
-        let ids: Vec<u32> = self.policies.iter().filter(|(_, p)| p.acquired.has_node_selector).map(|(&i, _)| i).collect();
+        let ids: Vec<u32> =
+            self.policies.iter().filter(|(_, p)| p.compiled.acquired.has_node_selector).map(|(&i, _)| i).collect();
         for id in ids {
             let spec = self.policies[&id].spec.clone();
             if let Ok(subject) = identity::subject_selector(&spec.subject, "policy") {
                 if let Ok(pending) = pending_rules(&spec.ingress, &spec.egress, "policy") {
-                    self.upsert_policy(spec, subject, pending);
+                    self.upsert_policy(spec, subject, Some(pending));
                 }
             }
         }
-        let ids: Vec<u32> = self.profiles.iter().filter(|(_, p)| p.acquired.has_node_selector).map(|(&i, _)| i).collect();
+        let ids: Vec<u32> =
+            self.profiles.iter().filter(|(_, p)| p.compiled.acquired.has_node_selector).map(|(&i, _)| i).collect();
         for id in ids {
             let spec = self.profiles[&id].spec.clone();
             if let Ok(pending) = pending_rules(&spec.ingress, &spec.egress, "profile") {
-                self.upsert_profile(spec, pending);
+                self.upsert_profile(spec, Some(pending));
             }
         }
     }
 
     // ---- policies and profiles ----------------------------------------------------------------
 
-    fn upsert_policy(&mut self, spec: PolicySpec, subject_sel: Selector, pending: PendingRules) {
+    fn upsert_policy(&mut self, mut spec: PolicySpec, subject_sel: Selector, pending: Option<PendingRules>) {
         let id = spec.id;
+        spec.subject.selector = self.intern(&spec.subject.selector);
         let tier = self.tier_ids[&spec.tier];
         let subject = self.acquire_selector(subject_sel);
-        let (rules, acquired) = self.compile_rules(pending);
+        let compiled = self.compile_shared(&spec.ingress, &spec.egress, pending);
+        if let Some((ingress, egress)) = &compiled.shared {
+            // the lists held once, whichever delta brought this copy
+            (spec.ingress, spec.egress) = (RuleSpecs::Rules(ingress.clone()), RuleSpecs::Rules(egress.clone()));
+        }
         let mut directions = [false; 2];
         for t in &spec.types {
             if let Ok(d) = Direction::parse(t) {
@@ -1412,14 +1528,14 @@ impl Model {
         if program_change {
             self.mark_matches_dirty(subject);
         }
-        let has_relatives = !acquired.relatives.is_empty();
-        self.snap.policies.set(id, Some(Arc::new(rules)));
-        self.policies.insert(id, PolicyEntry { spec, tier, subject, directions, acquired });
+        let has_relatives = !compiled.acquired.relatives.is_empty();
+        self.snap.policies.set(id, Some(compiled.rules.clone()));
+        self.policies.insert(id, PolicyEntry { spec, tier, subject, directions, compiled });
         if has_relatives && !program_change {
             // Same programs, new relative peers: derive them for the subject's namespaces.
             let nss: HashSet<Option<u32>> =
                 self.set_members(subject).iter().filter_map(|i| self.identities.get(i)).map(|e| e.ns).collect();
-            let rels = self.policies[&id].acquired.relatives.clone();
+            let rels = self.policies[&id].compiled.acquired.relatives.clone();
             for rid in rels {
                 for &ns in &nss {
                     self.derive_relative(rid, ns);
@@ -1427,7 +1543,7 @@ impl Model {
             }
         }
         if let Some(o) = old {
-            self.release_acquired(o.acquired);
+            self.release_compiled(o.compiled);
             self.release_selector(o.subject);
         }
     }
@@ -1441,24 +1557,27 @@ impl Model {
             e.subject_of.retain(|&p| p != id);
         }
         self.snap.policies.set(id, None);
-        self.release_acquired(old.acquired);
+        self.release_compiled(old.compiled);
         self.release_selector(old.subject);
     }
 
-    fn upsert_profile(&mut self, spec: ProfileSpec, pending: PendingRules) {
+    fn upsert_profile(&mut self, mut spec: ProfileSpec, pending: Option<PendingRules>) {
         let id = spec.id;
-        let (rules, acquired) = self.compile_rules(pending);
-        self.snap.profiles.set(id, Some(Arc::new(rules)));
+        let compiled = self.compile_shared(&spec.ingress, &spec.egress, pending);
+        if let Some((ingress, egress)) = &compiled.shared {
+            (spec.ingress, spec.egress) = (RuleSpecs::Rules(ingress.clone()), RuleSpecs::Rules(egress.clone()));
+        }
+        self.snap.profiles.set(id, Some(compiled.rules.clone()));
         self.forget_profile_lists_with(id);
         let name = spec.name.clone();
-        let old = self.profiles.insert(id, ProfileEntry { spec, acquired });
+        let old = self.profiles.insert(id, ProfileEntry { spec, compiled });
         let mut renamed = None;
         if let Some(o) = old {
             if o.spec.name != name {
                 self.profile_ids.remove(&o.spec.name);
                 renamed = Some(o.spec.name.clone());
             }
-            self.release_acquired(o.acquired);
+            self.release_compiled(o.compiled);
         }
         self.profile_ids.insert(name.clone(), id);
         self.refresh_profiles(&name);
@@ -1475,7 +1594,7 @@ impl Model {
             self.profile_ids.remove(&old.spec.name);
         }
         self.refresh_profiles(&old.spec.name);
-        self.release_acquired(old.acquired);
+        self.release_compiled(old.compiled);
     }
 
     // ---- endpoints and addresses ----------------------------------------------------------------
@@ -1726,15 +1845,26 @@ impl Model {
 
 }
 
+/// What `check` found: per policy its subject (a position in `subjects`, each distinct one
+/// parsed once) and its rules checked (None: equal to rules checked before, whose compiled
+/// form is shared).
 #[derive(Default)]
 struct Checked {
-    policies: Vec<(Selector, PendingRules)>,
-    profiles: Vec<PendingRules>,
+    subjects: Vec<Selector>,
+    policies: Vec<(usize, Option<PendingRules>)>,
+    profiles: Vec<Option<PendingRules>>,
 }
 
-fn pending_rules(ingress: &[RuleSpec], egress: &[RuleSpec], context: &str) -> Result<PendingRules, EngineError> {
-    let mut out = PendingRules { rules: [Vec::new(), Vec::new()] };
-    for (d, list) in [(0, ingress), (1, egress)] {
+/// The key of `ingress` and `egress` among shared compiled rules (None while unresolved).
+fn rules_key(ingress: &RuleSpecs, egress: &RuleSpecs) -> Option<RulesKey> {
+    Some((ingress.shared()?.clone(), egress.shared()?.clone()))
+}
+
+fn pending_rules(ingress: &RuleSpecs, egress: &RuleSpecs, context: &str) -> Result<PendingRules, EngineError> {
+    let specs = rules_key(ingress, egress)
+        .ok_or_else(|| EngineError::Spec(format!("{context}: its rules name a rule list that is not in the delta")))?;
+    let mut out = PendingRules { specs: [specs.0, specs.1], rules: [Vec::new(), Vec::new()] };
+    for (d, list) in [(0, &**ingress), (1, &**egress)] {
         for (i, r) in list.iter().enumerate() {
             let context = format!("{context} rule {i}");
             Action::parse(&r.action)?;
@@ -1759,11 +1889,16 @@ fn pending_rules(ingress: &[RuleSpec], egress: &[RuleSpec], context: &str) -> Re
                     identity::relative_selector(&Selector::all(), e, None, &LabelMap::new())?;
                 }
                 let not_selector = identity::not_selector(e, &context)?;
-                Ok(PendingEntity { selector, relative: identity::is_relative(e), not_selector })
+                Ok(PendingEntity {
+                    selector,
+                    relative: identity::is_relative(e),
+                    node_selector: e.node_selector.is_some(),
+                    not_selector,
+                })
             };
             let sources = r.sources.iter().map(entity).collect::<Result<_, _>>()?;
             let destinations = r.destinations.iter().map(entity).collect::<Result<_, _>>()?;
-            out.rules[d].push(PendingRule { spec: r.clone(), sources, destinations });
+            out.rules[d].push(PendingRule { sources, destinations });
         }
     }
     Ok(out)

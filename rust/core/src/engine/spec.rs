@@ -6,8 +6,10 @@
 //! position: what the oracle builds from, and what [`Spec::into_delta`] turns into a delta).
 
 use std::collections::BTreeMap;
+use std::ops::Deref;
+use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 pub type LabelMap = BTreeMap<String, String>;
 
@@ -141,9 +143,10 @@ pub struct TierSpec {
     pub default_action: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
 pub struct SubjectSpec {
-    pub selector: String,
+    /// Shared by the policies of one subject (the model holds it once, `Model::intern`).
+    pub selector: Arc<str>,
     pub endpoint_kinds: Vec<String>,
     pub namespace: Option<String>,
     pub namespace_selector: Option<String>,
@@ -167,8 +170,8 @@ pub struct PolicySpec {
     pub tier: String,
     pub types: Vec<String>,
     pub subject: SubjectSpec,
-    pub ingress: Vec<RuleSpec>,
-    pub egress: Vec<RuleSpec>,
+    pub ingress: RuleSpecs,
+    pub egress: RuleSpecs,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -176,18 +179,96 @@ pub struct ProfileSpec {
     #[serde(default)]
     pub id: u32,
     pub name: String,
-    pub ingress: Vec<RuleSpec>,
-    pub egress: Vec<RuleSpec>,
+    pub ingress: RuleSpecs,
+    pub egress: RuleSpecs,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// The rules of one direction of a policy or profile. On the wire, the rules themselves or the
+/// position of a list in the delta's `rule_lists`: policies with equal rules (one allow-list
+/// pasted into a policy per namespace) send them once. [`Delta::from_json`] resolves every
+/// position, so the policies naming one list hold one copy (`Listed` never reaches the model:
+/// [`Delta::unresolved`] finds one, and the model refuses such a delta).
+#[derive(Debug, Clone)]
+pub enum RuleSpecs {
+    Rules(Arc<[RuleSpec]>),
+    Listed(u32),
+}
+
+impl Default for RuleSpecs {
+    fn default() -> Self {
+        RuleSpecs::Rules(Arc::from(Vec::new()))
+    }
+}
+
+impl From<Vec<RuleSpec>> for RuleSpecs {
+    fn from(rules: Vec<RuleSpec>) -> Self {
+        RuleSpecs::Rules(Arc::from(rules))
+    }
+}
+
+impl Deref for RuleSpecs {
+    type Target = [RuleSpec];
+
+    /// The rules (none for an unresolved position, which the model refuses before reading).
+    fn deref(&self) -> &[RuleSpec] {
+        match self {
+            RuleSpecs::Rules(r) => r,
+            RuleSpecs::Listed(_) => &[],
+        }
+    }
+}
+
+impl RuleSpecs {
+    /// The shared list, when resolved.
+    pub fn shared(&self) -> Option<&Arc<[RuleSpec]>> {
+        match self {
+            RuleSpecs::Rules(r) => Some(r),
+            RuleSpecs::Listed(_) => None,
+        }
+    }
+
+    fn resolve(&mut self, lists: &[Arc<[RuleSpec]>]) -> Result<(), super::EngineError> {
+        if let RuleSpecs::Listed(i) = *self {
+            let list = lists.get(i as usize).ok_or_else(|| {
+                super::EngineError::Spec(format!("rule list {i} named, but the delta has {} rule lists", lists.len()))
+            })?;
+            *self = RuleSpecs::Rules(list.clone());
+        }
+        Ok(())
+    }
+}
+
+impl<'de> Deserialize<'de> for RuleSpecs {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Wire;
+        impl<'de> serde::de::Visitor<'de> for Wire {
+            type Value = RuleSpecs;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of rules or the position of one of the delta's rule_lists")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<RuleSpecs, A::Error> {
+                let rules = Vec::<RuleSpec>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+                Ok(rules.into())
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RuleSpecs, E> {
+                u32::try_from(v).map(RuleSpecs::Listed).map_err(|_| E::custom(format!("rule list {v} out of range")))
+            }
+        }
+        deserializer.deserialize_any(Wire)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
 pub struct IcmpSpec {
     #[serde(rename = "type")]
     pub icmp_type: Option<u8>,
     pub code: Option<u8>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
 pub struct RuleSpec {
     pub action: String,
     pub ip_version: Option<u8>,
@@ -203,13 +284,13 @@ pub struct RuleSpec {
 }
 
 /// `HttpMatch` of `pyclassify/ir.py`: methods, and paths as `["exact"|"prefix", path]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
 pub struct HttpSpec {
     pub methods: Vec<String>,
     pub paths: Vec<(String, String)>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
 pub struct PortSpec {
     pub protocol: Option<u8>,
     pub first: Option<u16>,
@@ -217,7 +298,7 @@ pub struct PortSpec {
     pub name: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
 pub struct EntitySpec {
     pub nets: Vec<String>,
     pub not_nets: Vec<String>,
@@ -268,11 +349,40 @@ pub struct Delta {
     pub remove_policies: Vec<u32>,
     pub profiles: Vec<ProfileSpec>,
     pub remove_profiles: Vec<u32>,
+    /// Rule lists the policies and profiles of this delta name by position (`RuleSpecs`).
+    pub rule_lists: Vec<Vec<RuleSpec>>,
 }
 
 impl Delta {
+    /// A delta from its JSON, every rule list position resolved (an unknown one is an error).
     pub fn from_json(text: &[u8]) -> Result<Delta, super::EngineError> {
-        serde_json::from_slice(text).map_err(|e| super::EngineError::Spec(e.to_string()))
+        let mut delta: Delta = serde_json::from_slice(text).map_err(|e| super::EngineError::Spec(e.to_string()))?;
+        let lists: Vec<Arc<[RuleSpec]>> = std::mem::take(&mut delta.rule_lists).into_iter().map(Arc::from).collect();
+        for p in &mut delta.policies {
+            p.ingress.resolve(&lists)?;
+            p.egress.resolve(&lists)?;
+        }
+        for p in &mut delta.profiles {
+            p.ingress.resolve(&lists)?;
+            p.egress.resolve(&lists)?;
+        }
+        Ok(delta)
+    }
+
+    /// A policy or profile whose rules are still a list position (only a delta built by hand,
+    /// not read by `from_json`, can have one).
+    pub fn unresolved(&self) -> Option<String> {
+        let listed = |r: &RuleSpecs| matches!(r, RuleSpecs::Listed(_));
+        self.policies
+            .iter()
+            .find(|p| listed(&p.ingress) || listed(&p.egress))
+            .map(|p| format!("policy {} ({}) names a rule list that is not in the delta", p.id, p.name))
+            .or_else(|| {
+                self.profiles
+                    .iter()
+                    .find(|p| listed(&p.ingress) || listed(&p.egress))
+                    .map(|p| format!("profile {} names a rule list that is not in the delta", p.name))
+            })
     }
 
     pub fn is_empty(&self) -> bool {
