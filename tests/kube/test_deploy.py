@@ -97,9 +97,9 @@ def test_the_daemonset_runs_enforce_as_the_node() -> None:
     caps = container["securityContext"]["capabilities"]["add"]
     assert set(caps) == {"NET_ADMIN", "NET_RAW"} and container["securityContext"].get("privileged") is False
     metrics = next(a for a in args if a.startswith("--metrics="))
-    port = int(metrics.rpartition(":")[2])
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
+    host, _, port = metrics.partition("=")[2].rpartition(":")
+    assert container["readinessProbe"]["httpGet"] == {"host": host, "path": "/readyz", "port": int(port)}
+    assert container["livenessProbe"]["httpGet"] == {"host": host, "path": "/healthz", "port": int(port)}
     # Every option the manifest gives is one the command knows.
     from click.testing import CliRunner
 
@@ -150,3 +150,27 @@ def test_the_service_account_can_read_every_kind_and_nothing_more(kube_cluster, 
     finally:
         for obj in reversed(rbac):
             delete(admin, path_of(obj))
+
+
+def test_the_daemonset_is_hardened() -> None:
+    """Exactly the capabilities it needs, no way to gain more, the runtime's seccomp profile, a
+    read-only root filesystem with its writable paths named, and its HTTP endpoints on the
+    node's loopback only (with the host network, 0.0.0.0 is every address of the node, which
+    every pod reaches)."""
+    ds = of_kind("DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN", "NET_RAW"]}
+    assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert sc["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert set(mounts) == {"/run/xtables.lock", "/tmp"}
+    assert volumes[mounts["/run/xtables.lock"]]["hostPath"] == {"path": "/run/xtables.lock", "type": "FileOrCreate"}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    metrics = next(a for a in container["args"] if a.startswith("--metrics="))
+    assert metrics.partition("=")[2].rpartition(":")[0] == "127.0.0.1"
+    assert all(p.get("hostIP", "127.0.0.1") == "127.0.0.1" for p in container.get("ports", []))
+    assert container["resources"]["limits"]["memory"]  # the memory budget is derived from it
