@@ -28,12 +28,14 @@ import dataclasses
 from typing import Any
 
 from pyclassify import kinds
+from pyclassify.budget import OverBudget
 from pyclassify.engine import EngineState, NativeEngine, endpoint_key, policy_key
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import STAGED_KINDS, EndpointKind, Hook, Policy, PolicySet
 from pyclassify.kinds import schema
 from pyclassify.kinds.inventory import InventoryBuilder, selected_pod_ips
-from pyclassify.project import Project
+from pyclassify.project import Project, source_size
+from pyclassify.sharing import Shared
 from pyclassify.flow import namespace_labels, service_account_labels
 from pyclassify.source import Document, InvalidInput, Problems
 
@@ -43,7 +45,12 @@ class UnsupportedChange(ValueError):
 
 
 class LiveProject:
-    def __init__(self, project: Project) -> None:
+    def __init__(self, project: Project, budget: int | None = None) -> None:
+        """``budget``: the bytes the policy set may take (``pyclassify.budget``); a policy
+        change that would pass it raises ``OverBudget`` and changes nothing."""
+        self.budget = budget
+        #: The policies' parts, held once, and what they cost (``pyclassify.sharing``).
+        self.shared: Shared = project.shared
         self.engine = NativeEngine(project.policy_set, project.inventory)
         self.state: EngineState = self.engine.state
         self._index(project)
@@ -59,6 +66,7 @@ class LiveProject:
         """The whole project again (kinds ``apply`` refuses), reached by one delta from the
         current state (``EngineState.update``): only what changed reaches the engine."""
         self.engine = self.state.update(project.policy_set, project.inventory)
+        self.shared = project.shared
         self._index(project)
         self._policy_set = project.policy_set
         return self.engine
@@ -105,6 +113,23 @@ class LiveProject:
             if schema.check(doc, problems):  # strict field validation, as the API server's
                 raise InvalidInput(problems.errors)
         kind = kinds.kind_key(doc)
+        # what keeping the object costs, counted before the budget is judged (``_policy``)
+        kept = [(source_size(after), 1)] if after is not None else []
+        kept += [(source_size(before), -1)] if before is not None else []
+        for size, sign in kept:
+            self.shared.count_source(size, sign)
+        try:
+            self._dispatch(kind, doc, before, after)
+        except BaseException:
+            for size, sign in kept:
+                self.shared.count_source(size, -sign)
+            raise
+        snapshot = self.state.commit()
+        self._stale = True
+        return snapshot
+
+    def _dispatch(self, kind: tuple[str, str], doc: Document, before: dict[str, Any] | None,
+                  after: dict[str, Any] | None) -> None:
         if kind == ("", "Pod"):
             self._pod(before, after)
         elif kind == ("", "Namespace"):
@@ -122,9 +147,6 @@ class LiveProject:
             self._endpoint_slice(after, doc)
         else:
             raise UnsupportedChange(f"{doc.kind} changes are not applied one at a time: reload the project")
-        snapshot = self.state.commit()
-        self._stale = True
-        return snapshot
 
     def snapshot(self) -> NativeEngine:
         """The current state as a ``NativeEngine`` facade (names for the engine's answers). Every
@@ -167,6 +189,8 @@ class LiveProject:
             key = endpoint_key(new)
             old = self._endpoints.get(key)
             self._endpoints[key] = new
+            if old is None:
+                self.shared.count("endpoint", 1)
             if new.kind is EndpointKind.POD and new.namespace:
                 self._pods.setdefault(new.namespace, {})[key] = new
                 if new.namespace not in self.state._namespaces:  # implied, as update() would
@@ -175,6 +199,8 @@ class LiveProject:
                                     enforced=self.inventory.enforces(new))
         elif old is not None:
             key = endpoint_key(old)
+            if key in self._endpoints:
+                self.shared.count("endpoint", -1)
             old = self._endpoints.pop(key, old)
             self._pods.get(old.namespace or "", {}).pop(key, None)
             self.state.delete_endpoint(key)
@@ -340,6 +366,24 @@ class LiveProject:
             raise UnsupportedChange("doNotTrack and preDNAT policy changes are not applied one at a time: "
                                     "reload the project")
         new_keys = {policy_key(p) for p in new}
+        # The parts held once (``shared``); the budget judged before the engine sees anything.
+        before_bytes = self.shared.footprint
+        new = [self.shared.add(p) for p in new]
+        self.shared.done()
+        replaced = [q for q in (self.policies.get(policy_key(p)) for p in old + new) if q is not None]
+        replaced = list({id(q): q for q in replaced}.values())
+        for q in replaced:
+            self.shared.remove(q)
+        if self.budget is not None and self.shared.footprint > max(self.budget, before_bytes):
+            estimate = self.shared.footprint
+            for p in new:
+                self.shared.remove(p)
+            for q in replaced:
+                self.shared.add(q)
+            self.shared.done()
+            doc = self._doc(after if after is not None else before)  # type: ignore[arg-type]
+            raise OverBudget(estimate, self.budget, [(estimate - before_bytes, p.ref) for p in new[:1]],
+                             f"the policy set with {doc.kind} {doc.name!r}")
         for p in old:
             key = policy_key(p)
             if key not in new_keys:

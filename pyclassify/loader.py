@@ -98,6 +98,26 @@ def _too_large(name: str, size: int, limit: int, more_than: bool = False) -> Pro
                                 f"(set {MAX_MANIFEST_ENV} to raise it); not read")
 
 
+#: What a path that is not a regular file is, as a message says it.
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+            (stat.S_ISBLK, "a block device"))
+
+
+def special_file(mode: int) -> str | None:
+    """What a file of this mode is when it is not a regular file or a directory (a FIFO, a
+    socket, a device), else None. Such a file is never opened for reading: a FIFO nobody writes
+    blocks its reader for ever, a device may never end."""
+    for test, what in _SPECIAL:
+        if test(mode):
+            return what
+    return None
+
+
+def _skipped(name: str, what: str) -> Problem:
+    return Problem(name, 0, "", f"{what}, not a regular file: skipped, never read (manifests are regular files; "
+                                "give - to read standard input)", "warning")
+
+
 def read_bounded(f: Any, size: int, chunk: int = 1 << 20) -> Any:
     """At most ``size`` bytes (or characters) of ``f``, read in chunks: no buffer of ``size``
     is allocated up front for what is usually a small input."""
@@ -172,6 +192,11 @@ class ParseCache:
         again gets an empty one)."""
         hit = self._files.get(name)
         return hit[3] if hit is not None else {}
+
+    def forget(self, names: Iterable[str]) -> None:
+        """Read these files again next time (what was read from them was not taken)."""
+        for name in names:
+            self._files.pop(name, None)
 
     def end(self) -> None:
         """Forget the files the pass since ``begin`` did not see (deleted, moved away)."""
@@ -314,31 +339,52 @@ def manifest_files(root: Path, problems: Problems | None = None) -> list[Path]:
                 warn(full, f"dangling link (to {os.readlink(full)}): skipped")
                 continue
             if name.lower().endswith(MANIFEST_SUFFIXES):
+                try:
+                    what = special_file(os.stat(full).st_mode)
+                except OSError:
+                    what = None  # gone since it was listed: reading it says so
+                if what is not None:
+                    if problems is not None:
+                        problems.add(_skipped(full, what))
+                    continue
                 found.append(Path(full))
     return sorted(found, key=lambda f: f.relative_to(root).parts)
 
 
 def iter_file(path: Path, problems: Problems) -> Iterator[Document]:
+    """The documents of one regular file. Anything else (a FIFO, a socket, a device) is
+    skipped with a warning: it is opened without blocking (a FIFO nobody writes would block an
+    ordinary open for ever) only to find what it is, and never read."""
     name = str(path)
     limit = max_manifest_bytes()
     try:
-        st = path.stat()
-        if st.st_size > limit:
-            problems.add(_too_large(name, st.st_size, limit))
+        what = special_file(os.stat(path).st_mode)  # a socket cannot even be opened to ask
+        if what is not None:
+            problems.add(_skipped(name, what))
             return
-        if stat.S_ISREG(st.st_mode):
-            data = path.read_bytes()
-        else:
-            # A device or a pipe (/dev/zero, <(...)) has no size to check first and may never
-            # end: read at most one byte past the limit.
-            with path.open("rb") as f:
-                data = read_bounded(f, limit + 1)
-            if len(data) > limit:
-                problems.add(_too_large(name, len(data), limit, more_than=True))
-                return
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         problems.add(Problem(name, 0, "", f"cannot read: {exc.strerror or exc}"))
         return
+    try:
+        st = os.fstat(fd)
+        what = special_file(st.st_mode)
+        if what is not None or not stat.S_ISREG(st.st_mode):
+            problems.add(_skipped(name, what or "not a file"))
+            return
+        if st.st_size > limit:
+            problems.add(_too_large(name, st.st_size, limit))
+            return
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = read_bounded(f, limit + 1)
+        if len(data) > limit:  # grew while read
+            problems.add(_too_large(name, len(data), limit, more_than=True))
+            return
+    except OSError as exc:
+        problems.add(Problem(name, 0, "", f"cannot read: {exc.strerror or exc}"))
+        return
+    finally:
+        os.close(fd)
     yield from iter_bytes(data, name, problems)
 
 

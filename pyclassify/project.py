@@ -14,7 +14,9 @@ import dataclasses
 import ipaddress
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
+
+import orjson
 
 from pyclassify import failsafe, kinds
 from pyclassify.admission.policy import is_admission_policy
@@ -25,6 +27,8 @@ from pyclassify.kinds import schema
 from pyclassify.kinds.inventory import InventoryBuilder
 from pyclassify.kinds.versions import kind_problem
 from pyclassify.loader import iter_paths
+from pyclassify.budget import OverBudget
+from pyclassify.sharing import Shared
 from pyclassify.source import Document, Problems
 
 
@@ -65,6 +69,9 @@ class Project:
     #: Pods that hold no address (finished, or not given one yet), so are no endpoint:
     #: ``ns/name`` -> why (``kinds.inventory.pod_without_address``)
     released: dict[str, str] = field(default_factory=dict)
+    #: The table its policies' parts are held in once (``pyclassify.sharing``), with their
+    #: estimated memory (``Shared.footprint``).
+    shared: Shared = field(default_factory=Shared)
 
     def has_inventory(self) -> bool:
         """Whether the manifests hold any inventory object (endpoints, namespaces, nodes,
@@ -151,9 +158,15 @@ def load_project(paths: list[str], problems: Problems | None = None) -> Project:
     return project
 
 
-def build_project(documents: Iterable[Document], problems: Problems) -> Project:
+def build_project(documents: Iterable[Document], problems: Problems, shared: Shared | None = None,
+                  budget: int | None = None) -> Project:
     """A project from documents, read one at a time (a stream from the loader, or documents
-    tests and the watch source build directly)."""
+    tests and the watch source build directly). Equal parts of its policies are held once
+    (``pyclassify.sharing``; ``shared``: the table to hold them in, ``Shared(parent=...)`` to
+    share what did not change with the set this project replaces). With ``budget`` (bytes), a
+    set whose estimated memory passes it raises ``pyclassify.budget.OverBudget`` as soon as
+    it does, before the engine builds anything."""
+    shared = shared if shared is not None else Shared()
     document_count = 0
     admission_documents: list[Document] = []
     builder = InventoryBuilder(problems)
@@ -187,17 +200,24 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
                 failsafe_config = failsafe.read_config(doc, problems, failsafe_config)
         elif refused:  # its other errors are reported; what its kind's code made of it is dropped
             built = len(policies), len(tiers), len(profiles)
-            _normalize(doc, key[:2], builder, policies, tiers, profiles, skipped, problems)
+            _normalize(doc, key[:2], builder, policies, tiers, profiles, skipped, problems, shared)
             del policies[built[0]:], tiers[built[1]:], profiles[built[2]:]
         else:
-            _normalize(doc, key[:2], builder, policies, tiers, profiles, skipped, problems)
+            _normalize(doc, key[:2], builder, policies, tiers, profiles, skipped, problems, shared)
+        shared.count_source(source_size(doc.obj))
+        if budget is not None and shared.footprint > budget:
+            raise OverBudget(shared.footprint, budget, shared.costliest())
         if len(problems.items) > errors_before:
             found = next((p for p in problems.items[errors_before:] if p.severity == "error"), None)
             if found is not None:
                 invalid[key] = str(found)
+    shared.done()
     inventory = builder.build()
     if builder.released:
         skipped[RELEASED_PODS] += len(builder.released)
+    shared.count("endpoint", len(inventory.endpoints))
+    if budget is not None and shared.footprint > budget:
+        raise OverBudget(shared.footprint, budget, shared.costliest())
     # Host endpoints keep their failsafe ports open whatever the policy (as Calico does).
     if any(e.kind is EndpointKind.HOST for e in inventory.endpoints):
         failsafe_policies, failsafe_tiers = failsafe.failsafe_ir(failsafe_config)
@@ -212,11 +232,24 @@ def build_project(documents: Iterable[Document], problems: Problems) -> Project:
         invalid=invalid,
         failsafe_config=failsafe_config,
         released={e.ref: why for e, why in builder.released},
+        shared=shared,
     )
 
 
+def source_size(obj: Any) -> tuple[int, int]:
+    """The size of an object as read: the bytes of its compact JSON and its number of values
+    (what keeping the document costs goes with both: many small mappings cost more than their
+    bytes say)."""
+    try:
+        data = orjson.dumps(obj)
+    except TypeError:  # a value JSON has no form for (a YAML set, binary): about its text
+        data = repr(obj).encode()
+    return len(data), data.count(b",") + data.count(b"{") + data.count(b"[") + 1
+
+
 def _normalize(doc: Document, kind: tuple[str, str], builder: InventoryBuilder, policies: list[Policy],
-               tiers: list[Tier], profiles: list[Profile], skipped: Counter[str], problems: Problems) -> None:
+               tiers: list[Tier], profiles: list[Profile], skipped: Counter[str], problems: Problems,
+               shared: Shared) -> None:
     """One document into the inventory and the IR."""
     mistake = kind_problem(doc.api_version, doc.kind)
     if mistake is not None:  # an unknown version of a known kind, a misspelt kind
@@ -236,11 +269,11 @@ def _normalize(doc: Document, kind: tuple[str, str], builder: InventoryBuilder, 
         return
     for item in normalize(doc, problems):
         if isinstance(item, Policy):
-            policies.append(item)
+            policies.append(shared.add(item))
         elif isinstance(item, Tier):
             tiers.append(item)
         elif isinstance(item, Profile):
-            profiles.append(item)
+            profiles.append(shared.add_profile(item))
         else:
             raise TypeError(f"normalizer for {doc.kind} returned {type(item).__name__}")
 

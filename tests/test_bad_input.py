@@ -235,9 +235,12 @@ CASES = [
          f"hugeline.json:1: object of {HUGE_LINE_BYTES} bytes is larger than the limit of 3145728 bytes", "hugeline.json"),
     case("check-file-over-limit", "check", "300 MiB (sparse) file", 1,
          "sparse.yaml: manifest of 314572800 bytes is larger than the limit of 268435456 bytes", "sparse.yaml"),
-    case("check-dev-zero", "check", "/dev/zero (no size, no end) as PATH", 1,
-         "/dev/zero: manifest of more than 1048576 bytes is larger than the limit", "/dev/zero",
-         env=(("PYCLASSIFY_MAX_MANIFEST_BYTES", "1048576"),)),
+    case("check-dev-zero", "check", "/dev/zero (a device: no size, no end) as PATH", 1,
+         "/dev/zero: a character device, not a regular file: skipped, never read", "/dev/zero"),
+    case("check-fifo-in-a-directory", "check", "a FIFO nobody writes, named like a manifest, beside a good one", 0,
+         ("fifodir/policy.yaml: a FIFO, not a regular file: skipped, never read", "valid"), "fifodir", stream="any"),
+    case("check-fifo-as-path", "check", "a FIFO nobody writes as PATH", 1,
+         "fifodir/policy.yaml: a FIFO, not a regular file: skipped, never read", "fifodir/policy.yaml"),
     case("check-stdin-over-limit", "check", "stdin larger than PYCLASSIFY_MAX_MANIFEST_BYTES", 1,
          "<stdin>: manifest of more than 100 bytes is larger than the limit of 100 bytes", "-",
          stdin="labelnum.yaml", env=(("PYCLASSIFY_MAX_MANIFEST_BYTES", "100"),)),
@@ -1069,6 +1072,9 @@ def _write_manifests(d: Path, rng: random.Random) -> None:
         "- {apiVersion: v1, kind: Pod, metadata: {name: v6, namespace: app}, status: {phase: Running, podIP: 'fd00::6'}}\n")
     (d / "victim.txt").write_text("another file\n")
     (d / "outlink.jsonl").symlink_to("victim.txt")
+    (d / "fifodir").mkdir()
+    os.mkfifo(d / "fifodir" / "policy.yaml")
+    shutil.copy(Path(DEMO) / "00-namespaces.yaml", d / "fifodir" / "good.yaml")
     for sub, name in (("nonutf8dir", b"bad\xff.yaml"), ("nldir", b"a\nb.yaml")):
         (d / sub).mkdir()
         (d / sub / os.fsdecode(name)).write_text((d / "syn.yaml").read_text())

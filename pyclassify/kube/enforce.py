@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from pyclassify.budget import OverBudget
 from pyclassify.enforce.source import Loaded, SourceError
 from pyclassify.kube.client import load_client
 from pyclassify.kube.source import KubeSource
@@ -20,10 +21,11 @@ from pyclassify.source import Problems
 
 class KubePolicySource:
     def __init__(self, kubeconfig: str | None, context: str | None, in_cluster: bool | None = None,
-                 node: str | None = None, mark: int = 0) -> None:
+                 node: str | None = None, mark: int = 0, budget: int | None = None) -> None:
         self.kubeconfig, self.context, self.in_cluster = kubeconfig, context, in_cluster
         self.node = node
         self.mark = mark  # of the sockets to the API server (the daemon's rules let them through)
+        self.budget = budget  # the bytes the policy set may take once built (None: no bound)
         self.domains: Any = None  # what DNS taught domain rules (the daemon's store)
         self.kube: KubeSource | None = None
         self._callback: Callable[[float | None], Any] | None = None
@@ -34,8 +36,11 @@ class KubePolicySource:
         if self.kube is None:
             try:
                 self.kube = KubeSource(load_client(self.kubeconfig, self.context, self.in_cluster, self.mark),
-                                       on_change=self._changed, node=self.node, domains=self.domains)
+                                       on_change=self._changed, node=self.node, domains=self.domains,
+                                       budget=self.budget)
                 self.kube.start()
+            except OverBudget as e:  # nothing in force yet to keep: refuse to start
+                raise SourceError([str(e)]) from e
             except Exception as e:  # noqa: BLE001 - no cluster, no policy: refuse to start
                 raise SourceError([f"cannot read the cluster: {e}"]) from e
         kube = self.kube
@@ -69,6 +74,16 @@ class KubePolicySource:
         """What is wrong with following the cluster (None: nothing): a watch thread has died."""
         dead = self.kube.stopped_threads() if self.kube is not None else []
         return f"watch stopped: {', '.join(dead)}" if dead else None
+
+    @property
+    def over_budget(self) -> int:
+        """Objects rejected because the policy set with them would pass the memory budget."""
+        return self.kube.metrics.get("over_budget", 0) if self.kube is not None else 0
+
+    def footprint(self) -> int:
+        """The estimated bytes of the policy set in force (``Shared.footprint``)."""
+        live = self.kube.live if self.kube is not None else None
+        return live.shared.footprint if live is not None else 0
 
     def metrics(self) -> dict[str, int]:
         """Watch events by kind, relists, reconnects, rejected objects."""

@@ -36,8 +36,10 @@ from pyclassify import kinds
 from pyclassify.engine import NativeEngine
 from pyclassify.kube.client import ApiException, Gone, KubeClient
 from pyclassify.kube.resources import RESOURCES, Resource
+from pyclassify.budget import OverBudget
 from pyclassify.live import LiveProject, UnsupportedChange
 from pyclassify.project import ObjectKey, Project, build_project, object_key
+from pyclassify.sharing import Shared
 from pyclassify.source import Document, InvalidInput, Problems
 
 log = logging.getLogger("pyclassify.kube")
@@ -87,8 +89,11 @@ class KubeSource:
     def __init__(self, client: KubeClient, resources: tuple[Resource, ...] = RESOURCES,
                  backoff_cap: float = 5.0, watch_timeout: int = 300,
                  on_change: Callable[["KubeSource"], None] | None = None, node: str | None = None,
-                 crd_retry: float = 30.0, domains: Any = None) -> None:
+                 crd_retry: float = 30.0, domains: Any = None, budget: int | None = None) -> None:
         self.client = client
+        #: The bytes the policy set may take once built (``pyclassify.budget``; None: no bound):
+        #: a change that would pass it is rejected (its object's last good version stays).
+        self.budget = budget
         #: Enforce for this node's pods and host endpoints only (``Inventory.enforcing_node``).
         self.node = node
         #: What DNS taught domain rules (``Inventory.domains``), the same store across rebuilds.
@@ -131,7 +136,7 @@ class KubeSource:
         stored: dict[ObjectKey, bytes] = {}
         rvs: dict[ObjectKey, str] = {}
         with self._lock:
-            project = build_project(self._listed(stored, rvs), Problems())
+            project = build_project(self._listed(stored, rvs), Problems(), budget=self.budget)
             for key, error in project.invalid.items():
                 self._reject(key, error)
             if project.invalid:
@@ -141,7 +146,7 @@ class KubeSource:
                 project = self._build({key: orjson.loads(data) for key, data in stored.items()})
             project.inventory.enforcing_node = self.node
             project.inventory.domains = self.domains
-            self.live = LiveProject(project)
+            self.live = LiveProject(project, self.budget)
             self.live.index_slices(document(orjson.loads(data)) for key, data in stored.items() if key[:2] == _SLICES)
             self.objects, self._rvs = stored, rvs
             self.metrics["lists"] += 1
@@ -211,7 +216,8 @@ class KubeSource:
         return None if data is None else orjson.loads(data)
 
     def _build(self, objects: dict[ObjectKey, dict[str, Any]]) -> Project:
-        project = build_project((document(o) for o in objects.values()), Problems())
+        shared = Shared(parent=self.live.shared if self.live is not None else None)
+        project = build_project((document(o) for o in objects.values()), Problems(), shared, self.budget)
         project.inventory.enforcing_node = self.node
         project.inventory.domains = self.domains
         return project
@@ -330,6 +336,10 @@ class KubeSource:
             self.live.apply(before, after)
         except UnsupportedChange:
             per_object = False
+        except OverBudget as exc:
+            self.metrics["over_budget"] += 1
+            self._reject(key, f"{doc.file}: {exc}")
+            return
         except InvalidInput as exc:
             self._reject(key, str(exc.problems[0]) if exc.problems else str(exc))
             return
@@ -343,7 +353,12 @@ class KubeSource:
             objects = {k: orjson.loads(v) for k, v in self.objects.items() if k != key}
             if after is not None:
                 objects[key] = after
-            project = self._build(objects)
+            try:
+                project = self._build(objects)
+            except OverBudget as exc:
+                self.metrics["over_budget"] += 1
+                self._reject(key, f"{doc.file}: {exc}")
+                return
             if after is not None and key in project.invalid:
                 self._reject(key, project.invalid[key])
                 return
