@@ -28,14 +28,28 @@ Examples:
 
 
 def _metrics_address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """``--metrics`` is HOST:PORT (``:PORT``: every address; ``[::1]:PORT``), checked before
-    anything loads."""
+    """``--metrics`` is HOST:PORT (``:PORT`` or ``PORT``: the loopback; ``[::1]:PORT``;
+    ``0.0.0.0:PORT`` every address), checked before anything loads."""
     if value is None:
         return None
+    if value.isdigit():
+        value = f":{value}"
     _, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise click.BadParameter(f"expected HOST:PORT with a port from 1 to 65535, got {value[:80]!r}")
     return value
+
+
+def _memory_budget(ctx: click.Context, param: click.Parameter, value: str) -> int | str | None:
+    """``--memory-budget``: ``auto``, ``none`` or a size (``512Mi``, ``1G``, bytes)."""
+    if value == "auto":
+        return value
+    from pyclassify.budget import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
 
 
 def _interface_prefix(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -52,7 +66,8 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
                 log_flows: bool = True, bridge: str | None = None,
                 kube: tuple[str | None, str | None, bool | None] | None = None, node: str | None = None,
                 resync: float = 10.0, conntrack_max: int = 262144, deny_action: str = "drop",
-                workload_interface_prefix: str = "cali", on_stop: str = "keep") -> int:
+                workload_interface_prefix: str = "cali", on_stop: str = "keep",
+                memory_budget: int | str | None = "auto", metrics_rule_labels: bool = True) -> int:
     """Run the daemon until SIGINT/SIGTERM (or ``duration`` seconds); returns the exit code."""
     from pyclassify.enforce.daemon import EXIT_PREREQUISITE, EnforceConfig, EnforceError, Enforcer, parse_queues
 
@@ -66,7 +81,8 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
         copy_range=copy_range, maxlen=maxlen, batch_verdicts=not no_batch_verdicts,
         hooks=tuple(h.strip() for h in hooks.split(",") if h.strip()), ipv6=ipv6, bridge=bridge, kube=kube,
         node=node, resync=resync, conntrack_entries=conntrack_max, reject=deny_action == "reject",
-        workload_interface_prefix=workload_interface_prefix, on_stop=on_stop,
+        workload_interface_prefix=workload_interface_prefix, on_stop=on_stop, memory_budget=memory_budget,
+        metrics_rule_labels=metrics_rule_labels,
     )
     enforcer = Enforcer(config)
 
@@ -128,7 +144,13 @@ def run_uninstall(ipv6: bool = True, log_stream: Any = None) -> int:
 @click.option("--default", "default", type=click.Choice(["allow", "deny"]), default=None,
               help="Verdict when no policy decides (default: allow for pods, deny for host endpoints).")
 @click.option("--metrics", "metrics", default=None, metavar="HOST:PORT", callback=_metrics_address,
-              help="Serve Prometheus metrics here.")
+              help="Serve Prometheus metrics, /readyz and /healthz here. PORT alone (or :PORT): on the loopback; "
+                   "give an address (0.0.0.0:PORT, the node's IP) for a scraper elsewhere. At most 64 connections, "
+                   "2 worker threads, 5 s per request.")
+@click.option("--metrics-rule-labels/--no-metrics-rule-labels", "metrics_rule_labels", default=True,
+              show_default=True,
+              help="Label verdict counters with tier, policy and rule (off: direction and action only, so a "
+                   "scraper reads no policy names).")
 @click.option("--hooks", "hooks", default="forward,input,output", show_default=True,
               help="Built-in chains to hook: forward (routed pod traffic), input/output (host endpoints).")
 @click.option("--batch", "batch", type=click.IntRange(1, 1024), default=64, show_default=True,
@@ -164,13 +186,19 @@ def run_uninstall(ipv6: bool = True, log_stream: Any = None) -> int:
 @click.option("--uninstall", is_flag=True,
               help="Remove every PYCLASSIFY-* chain and jump (iptables, and ip6tables unless --no-ipv6), then exit; "
                    "a daemon still running leaves them out (a preStop or pre-delete hook).")
+@click.option("--memory-budget", "memory_budget", default="auto", show_default=True, metavar="SIZE",
+              callback=_memory_budget,
+              help="Memory a policy set may take once built (512Mi, 1G, bytes, or none). A set (or, from the cluster, "
+                   "an object) that would pass it is rejected before it is built, and the policy in force stays. auto: "
+                   "half of what the container's memory limit (or the machine's memory) leaves after 96 MiB.")
 @click.option("--duration", type=float, default=None, help="Stop after this many seconds (tests, benchmarks).")
 def enforce_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context: str | None, in_cluster: bool,
                     node: str | None, queue: int | None, queues: str | None, fail: str, default: str | None,
                     metrics: str | None, hooks: str, batch: int, copy_range: int, maxlen: int,
                     no_batch_verdicts: bool, log_allowed: bool, no_log: bool, no_ipv6: bool, bridge: str | None,
                     resync: float, conntrack_max: int, deny_action: str, workload_interface_prefix: str,
-                    on_stop: str, uninstall: bool, duration: float | None) -> None:
+                    on_stop: str, uninstall: bool, memory_budget: int | str | None, metrics_rule_labels: bool,
+                    duration: float | None) -> None:
     """Enforce the policy on this node's packets, live (NFQUEUE, or --bridge IF1,IF2).
 
     Needs root (or CAP_NET_ADMIN; CAP_NET_RAW too for --bridge). With --queue/--queues it
@@ -210,5 +238,6 @@ def enforce_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context
                        no_batch_verdicts, log_allowed, not no_ipv6, duration,
                        log_flows=not no_log, bridge=bridge, kube=kube, node=node or None, resync=resync,
                        conntrack_max=conntrack_max, deny_action=deny_action,
-                       workload_interface_prefix=workload_interface_prefix, on_stop=on_stop)
+                       workload_interface_prefix=workload_interface_prefix, on_stop=on_stop,
+                       memory_budget=memory_budget, metrics_rule_labels=metrics_rule_labels)
     sys.exit(code)

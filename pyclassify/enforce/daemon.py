@@ -66,6 +66,7 @@ from pyclassify.enforce.log import PROTOS, FlowLog, address
 from pyclassify.enforce.metrics import Metrics
 from pyclassify.enforce.node import LocalAddresses, NodeTraffic, dns_servers, in_cluster_api_server, resolve
 from pyclassify.enforce.reload import Watcher
+from pyclassify.budget import OverBudget, default_budget
 from pyclassify.enforce.source import Loaded, PolicySource, SourceError
 from pyclassify.flow import Flow, FlowEnd, Verdict
 from pyclassify.ir import Action, Direction, Hook
@@ -168,6 +169,11 @@ class EnforceConfig:
     #: Interfaces whose names begin so are workloads' (Felix's InterfacePrefix): an all-interfaces
     #: host endpoint's forward hook judges routed traffic by every other interface.
     workload_interface_prefix: str = "cali"
+    #: The bytes a policy set may take once built (``pyclassify.budget``): "auto" derives it
+    #: from the cgroup's memory limit, None sets no bound.
+    memory_budget: int | str | None = "auto"
+    #: Verdict counters labelled by tier, policy and rule (False: by direction and action only).
+    metrics_rule_labels: bool = True
 
 
 @dataclass
@@ -189,7 +195,8 @@ class Enforcer:
         self.metrics = Metrics(lambda: list(self.loops), config.fail_open, source=lambda: self.source,
                                lost_lines=lambda: self.log.lost, bridge=lambda: self.bridge,
                                dns=lambda: (self.dns_loop, self.domain_facts),
-                               http=lambda: (self.main_loops, self.http_loop), engine=lambda: self.engine)
+                               http=lambda: (self.main_loops, self.http_loop), engine=lambda: self.engine,
+                               rule_labels=config.metrics_rule_labels)
         self.rules: Rules | None = None
         #: The node's own traffic our chains let through ahead of the queue (``start()`` finds it).
         self.node = NodeTraffic()
@@ -215,7 +222,9 @@ class Enforcer:
         self._resyncer: threading.Thread | None = None
         self._ready = False
         self.metrics_address: tuple[str, int] | None = None
-        self.source: Any = PolicySource(list(config.paths), config.node)
+        self.memory_budget: int | None = default_budget() if config.memory_budget == "auto" else \
+            config.memory_budget  # type: ignore[assignment]
+        self.source: Any = PolicySource(list(config.paths), config.node, budget=self.memory_budget)
         # What DNS answers taught domain rules (fed by the DNS loop; kept across reloads).
         self.domain_facts = domains.new_facts()
         self.dns_loop: Any = None
@@ -228,7 +237,7 @@ class Enforcer:
             from pyclassify.kube.enforce import KubePolicySource
 
             # its connections to the API server carry our mark: let through whether or not we run
-            self.source = KubePolicySource(*config.kube, node=config.node,
+            self.source = KubePolicySource(*config.kube, node=config.node, budget=self.memory_budget,
                                            mark=OWN_MARK if config.install_rules and config.bridge is None else 0)
         self.source.domains = self.domain_facts  # both sources put it on the inventories they build
         self.reloads = 0
@@ -491,7 +500,8 @@ class Enforcer:
     def not_healthy(self) -> str | None:
         """Why this daemon is broken (None: it is not), for ``/healthz``: a thread of its own
         has died (a packet loop, the event drainer, the rules' resync), a part with a
-        ``health()`` (the policy source, the watcher) says what is wrong with it, or the check of
+        ``not_healthy()`` (the policy source: a path gone, a watch thread dead; the watcher: its
+        thread dead, a root replaced and not seen) says what is wrong with it, or the check of
         our iptables rules keeps failing."""
         if not self._ready or self._stop.is_set():
             return None
@@ -501,7 +511,7 @@ class Enforcer:
             problems.append(f"packet loop stopped: {', '.join(loops)}")
         problems += [f"{t.name} stopped" for t in (self._drainer, self._resyncer) if t is not None and not t.is_alive()]
         for part in (self.source, self.watcher):
-            check = getattr(part, "health", None)
+            check = getattr(part, "not_healthy", None)
             problem = check() if callable(check) else None
             if problem:
                 problems.append(problem)
@@ -597,11 +607,15 @@ class Enforcer:
                 loaded = self._load_source()
             except EnforceError as e:
                 return self._reject(str(e).splitlines())
+            except OverBudget as e:  # before the engine built anything: the policy in force stays
+                return self._reject([str(e)])
             except Exception as e:  # noqa: BLE001 - compile errors reject the update, never the daemon
                 return self._reject([f"{type(e).__name__}: {e}"])
             t_loaded = time.monotonic()
             project, engine = loaded.project, loaded.engine
-            errors = [*loaded.rejected.values(), *(f"{f}: kept its last good objects" for f in loaded.broken_files)]
+            errors = [*loaded.rejected.values(),
+                      *(f"{f}: {loaded.kept.get(f, 'cannot be read or parsed')}: its last good objects stay in force"
+                        for f in loaded.broken_files)]
             if errors:
                 self.rejected += 1
                 self.metrics.reloads.labels("partial" if loaded.changed else "failure").inc()
@@ -875,8 +889,7 @@ class Enforcer:
                 if d is None:
                     continue
                 decisions[(name, tuple(int(x) for x in key))] = d
-                self.metrics.verdicts.labels(name, d.tier or "", d.policy or "", "" if d.rule is None else str(d.rule),
-                                             d.verdict).inc(int(c))
+                self.metrics.count_verdicts(name, d.tier, d.policy, d.rule, d.verdict, int(c))
         staged = None
         if self.staged is not None and hook is None:
             # The same new connections with the staged policies enforced (each judged alone: the

@@ -2,7 +2,12 @@
 
 The listener serves ``/metrics`` (any other path too, as prometheus_client does), ``/readyz``
 (200 once the initial policy is in force and the loops run, 503 before, after a stop, or when a
-loop has died) and ``/healthz`` (200 while no loop has died): what a DaemonSet's probes ask.
+loop has died) and ``/healthz`` (200 while no loop has died): what a DaemonSet's probes ask. It
+listens on the loopback unless given another address (with the host network, every pod of the
+node reaches the node's other addresses), and is bounded (``pyclassify.httpserver``): two
+worker threads, at most ``MAX_CONNECTIONS`` connections (the idle ones closed first when more
+come), a deadline on every request. ``rule_labels=False`` counts verdicts by direction and
+action only, leaving every policy's name out of what a scraper reads.
 
 Counters that the native loops keep (packets, verdicts, malformed, errors, batches, batch time)
 are read at scrape time by a collector, so the packet path never touches Python. Verdicts by
@@ -13,16 +18,25 @@ from the loops in bulk. Kernel figures: queue depth and drops from
 
 from __future__ import annotations
 
-import socket
-import threading
+import gzip
 from collections.abc import Callable, Iterator
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
+from urllib.parse import parse_qs
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+
+from pyclassify.httpserver import BoundedServer, Request, Response
+
+#: The metrics listener's bounds: connections open at once, worker threads, the seconds a
+#: request may take from its first byte, and an idle connection may stay.
+MAX_CONNECTIONS = 64
+WORKERS = 2
+REQUEST_TIMEOUT = 5.0
+IDLE_TIMEOUT = 30.0
+DEFAULT_HOST = "127.0.0.1"
 
 NFQ_PROC = "/proc/net/netfilter/nfnetlink_queue"
 CT_COUNT = "/proc/sys/net/netfilter/nf_conntrack_count"
@@ -224,6 +238,35 @@ class SourceCollector(Collector):
             yield family
 
 
+class BudgetCollector(Collector):
+    """The policy set's estimated memory once built (``pyclassify.sharing``), the budget it is
+    held to (``pyclassify.budget``), and the updates rejected for passing it."""
+
+    def __init__(self, source: Callable[[], Any]) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Any]:
+        source = self.source()
+        footprint = getattr(source, "footprint", None)
+        if not callable(footprint):
+            return
+        family = GaugeMetricFamily("pyclassify_policy_memory_estimate_bytes",
+                                   "Estimated memory of the policy set in force, once built")
+        family.add_metric([], footprint())
+        yield family
+        budget = getattr(source, "budget", None)
+        if budget is not None:
+            family = GaugeMetricFamily("pyclassify_policy_memory_budget_bytes",
+                                       "Memory a policy set may take once built (--memory-budget)")
+            family.add_metric([], budget)
+            yield family
+        family = CounterMetricFamily("pyclassify_policy_over_budget",
+                                     "Policy updates (or, from the cluster, objects) rejected because the policy set "
+                                     "would pass the memory budget once built")
+        family.add_metric([], getattr(source, "over_budget", 0))
+        yield family
+
+
 class DnsCollector(Collector):
     """What the DNS loop learned for domain rules: answers read, facts taught, malformed
     answers by reason; the store's size and evictions (its cap holds under a flood)."""
@@ -302,11 +345,6 @@ class _LostLines(Collector):
         yield family
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        pass  # scrapes and probes every few seconds: not worth a line each
-
-
 class EngineCollector:
     """How the engine in force decides: its programs compiled, or walked rule by rule and why
     (``memory``: the compiled form would exceed its bound, so that identity's decisions walk)."""
@@ -343,8 +381,9 @@ class Metrics:
                  source: Callable[[], Any] | None = None, lost_lines: Callable[[], int] | None = None,
                  bridge: Callable[[], Any] | None = None, dns: Callable[[], tuple[Any, Any]] | None = None,
                  http: Callable[[], tuple[list[Any], Any]] | None = None,
-                 engine: Callable[[], Any] | None = None) -> None:
+                 engine: Callable[[], Any] | None = None, rule_labels: bool = True) -> None:
         self.registry = CollectorRegistry()
+        self.rule_labels = rule_labels
         self.registry.register(LoopCollector(loops, fail_open))
         if engine is not None:
             self.registry.register(EngineCollector(engine))
@@ -356,10 +395,14 @@ class Metrics:
             self.registry.register(BridgeCollector(bridge))
         if source is not None:
             self.registry.register(SourceCollector(source))
+            self.registry.register(BudgetCollector(source))
         if lost_lines is not None:
             self.registry.register(_LostLines(lost_lines))
-        self.verdicts = Counter("pyclassify_verdicts", "Policy verdicts by direction, tier, policy, rule and action",
-                                ["direction", "tier", "policy", "rule", "action"], registry=self.registry)
+        self.verdicts = Counter(
+            "pyclassify_verdicts", "Policy verdicts by direction, tier, policy, rule and action" if rule_labels
+            else "Policy verdicts by direction and action (rule labels off)",
+            ["direction", "tier", "policy", "rule", "action"] if rule_labels else ["direction", "action"],
+            registry=self.registry)
         self.staged_verdicts = Counter(
             "pyclassify_staged_verdicts", "New connections judged with the staged policies enforced, by whether "
             "that verdict differs from the real one", ["differs"], registry=self.registry)
@@ -396,34 +439,47 @@ class Metrics:
             registry=self.registry)
         self.server: Any = None
 
+    def count_verdicts(self, direction: str, tier: str | None, policy: str | None, rule: Any, action: str,
+                       n: int) -> None:
+        """``n`` verdicts of one rule (by direction and action only when rule labels are off)."""
+        if self.rule_labels:
+            self.verdicts.labels(direction, tier or "", policy or "", "" if rule is None else str(rule), action).inc(n)
+        else:
+            self.verdicts.labels(direction, action).inc(n)
+
     def serve(self, addr: str, ready: Callable[[], str | None] = lambda: None,
               healthy: Callable[[], str | None] = lambda: None) -> tuple[str, int]:
-        """Serve /metrics, /readyz and /healthz on ``host:port`` (``:port`` = all addresses);
-        returns the bound address. ``ready`` and ``healthy`` return None when all is well, else
-        why not (the 503's body)."""
+        """Serve /metrics, /readyz and /healthz on ``host:port`` (``:port`` or ``port``: the
+        loopback); returns the bound address. ``ready`` and ``healthy`` return None when all is
+        well, else why not (the 503's body)."""
         host, _, port = addr.rpartition(":")
         if not port.isdigit():
             raise ValueError(f"--metrics expects HOST:PORT, got {addr!r}")
-        host = host.strip("[]") or "0.0.0.0"
-        metrics_app = make_wsgi_app(self.registry)
+        host = host.strip("[]") or DEFAULT_HOST
 
-        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
-            path = environ.get("PATH_INFO", "")
-            if path in ("/readyz", "/healthz"):
-                problem = (ready if path == "/readyz" else healthy)()
-                status = "200 OK" if problem is None else "503 Service Unavailable"
-                start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
-                return [b"ok\n" if problem is None else f"{problem}\n".encode()]
-            return metrics_app(environ, start_response)
+        def app(request: Request) -> Response:
+            if request.path in ("/readyz", "/healthz"):
+                problem = (ready if request.path == "/readyz" else healthy)()
+                return Response(200, b"ok\n") if problem is None else Response(503, f"{problem}\n".encode())
+            encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+            registry: Any = self.registry
+            names = parse_qs(request.query).get("name[]")
+            if names:
+                registry = registry.restricted_registry(names)
+            body = encoder(registry)
+            headers = []
+            if gzip_accepted(request.headers.get("accept-encoding", "")):
+                body = gzip.compress(body)
+                headers.append(("Content-Encoding", "gzip"))
+            return Response(200, body, content_type, headers)
 
-        family = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0][0]
-        server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
-        self.server = make_server(host, int(port), app, server_class, handler_class=_QuietHandler)
-        threading.Thread(target=self.server.serve_forever, name="pyclassify-metrics", daemon=True).start()
+        self.server = BoundedServer((host, int(port)), app, workers=WORKERS, max_connections=MAX_CONNECTIONS,
+                                    request_timeout=REQUEST_TIMEOUT, idle_timeout=IDLE_TIMEOUT, max_body=0,
+                                    name="pyclassify-metrics")
+        self.server.start()
         return self.server.server_address[0], self.server.server_address[1]
 
     def close(self) -> None:
         if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+            self.server.stop()
             self.server = None

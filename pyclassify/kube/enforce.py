@@ -70,7 +70,7 @@ class KubePolicySource:
         if self.kube is not None:
             self.kube.stop()
 
-    def health(self) -> str | None:
+    def not_healthy(self) -> str | None:
         """What is wrong with following the cluster (None: nothing): a watch thread has died."""
         dead = self.kube.stopped_threads() if self.kube is not None else []
         return f"watch stopped: {', '.join(dead)}" if dead else None

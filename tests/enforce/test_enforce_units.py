@@ -308,7 +308,7 @@ def test_native_mark_updates_are_the_per_flow_messages() -> None:
 
 def test_health_names_a_dead_thread_and_failing_checks(tmp_path) -> None:
     """/healthz's answer: ok while every thread of the daemon runs; a dead drainer or resync,
-    a part whose health() complains, or three failed checks of the rules in a row, each said."""
+    a part whose not_healthy() complains, or three failed checks of the rules in a row, each said."""
     enforcer = Enforcer(EnforceConfig(paths=[str(tmp_path)]))
     enforcer._ready = True
     assert enforcer.not_healthy() is None
@@ -320,7 +320,7 @@ def test_health_names_a_dead_thread_and_failing_checks(tmp_path) -> None:
     enforcer._resyncer = None
 
     class Watch:
-        def health(self) -> str:
+        def not_healthy(self) -> str:
             return "watch stopped: watch Pod"
 
     enforcer.source = Watch()
