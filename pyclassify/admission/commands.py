@@ -230,5 +230,3 @@ def admission_webhook_command(paths: tuple[str, ...], kubeconfig: str | None, ku
         webhook.serve_forever()
     except KeyboardInterrupt:
         pass
-    finally:
-        webhook.server.server_close()

@@ -1,9 +1,14 @@
 """A Kubernetes validating admission webhook for ContainerAdmissionPolicy (AdmissionReview
 ``admission.k8s.io/v1`` over HTTPS).
 
-Built on the standard library (``http.server.ThreadingHTTPServer`` + ``ssl``): one thread per
-connection, the TLS handshake done in that thread (a slow client cannot stall the accept loop),
-a socket timeout on every connection, HTTP/1.1 keep-alive as the API server uses it.
+Served by ``pyclassify.httpserver.BoundedServer``: one event-loop thread holds the connections
+(HTTP/1.1 keep-alive as the API server uses it; an idle one costs no thread), ``workers`` threads
+decide; a request's head and body must arrive within ``request_timeout`` seconds of its first
+byte (the API server's own webhook timeout is 10 s, 30 s at most), a body over ``max_body`` is
+refused from its Content-Length before any of it is kept, at most ``max_connections``
+connections are open. The certificate and key are read again when their files change (a
+rotated Secret), for the connections made from then on; a pair that does not load is logged
+and counted, and the last good one stays in use.
 
 Endpoints:
 
@@ -17,9 +22,11 @@ Bad requests never crash the server and always get an AdmissionReview error body
 ``max_body`` bytes (default 3 MiB, the API server's own request limit) gets HTTP 413, a request
 without Content-Length 411, malformed JSON or a review that is not ``admission.k8s.io/v1``
 ``AdmissionReview`` with a ``request.uid`` 400; in all of them ``response.allowed`` is false (the
-API server then applies its webhook ``failurePolicy``). An internal error while deciding (a bug)
-follows ``failure_policy``: ``Fail`` answers ``allowed: false`` with code 500, ``Ignore`` answers
-``allowed: true`` with a warning.
+API server then applies its webhook ``failurePolicy``). The body is decoded as the API server
+decodes it (Go's ``encoding/json``): invalid UTF-8 and lone surrogate escapes become U+FFFD,
+so an image name is judged as the name the cluster will pull, never as something the rules
+cannot read. An internal error while deciding (a bug) follows ``failure_policy``: ``Fail``
+answers ``allowed: false`` with code 500, ``Ignore`` answers ``allowed: true`` with a warning.
 
 Hot reload: a thread polls the modification time, size and inode of every manifest file under the
 policy paths (and of the scan-results files) every ``reload_interval`` seconds (bounded to
@@ -35,21 +42,23 @@ import itertools
 import json
 import logging
 import os
-import socket
+import re
 import ssl
 import threading
 import time
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from pyclassify.admission.evaluate import ResourceError, evaluate, is_pod_creating, resource_from_object
 from pyclassify.admission.policy import AdmissionSet, build_admission
 from pyclassify.admission.scans import ScanResults, load_scans
+from pyclassify.httpserver import BoundedServer, Request, Response
 from pyclassify.loader import iter_paths, manifest_files
 from pyclassify.source import Document, InvalidInput, Problems
 
@@ -58,12 +67,19 @@ log = logging.getLogger("pyclassify.admission.webhook")
 REVIEW_API_VERSION = "admission.k8s.io/v1"
 REVIEW_KIND = "AdmissionReview"
 DEFAULT_MAX_BODY = 3 * 1024 * 1024  # the API server's own request body limit
-DRAIN_LIMIT = 64 * 1024 * 1024  # an oversized body is read (and dropped) up to this, then the connection closes
 MIN_RELOAD_INTERVAL = 0.05
 MAX_RELOAD_INTERVAL = 60.0
 FAILURE_POLICIES = ("Fail", "Ignore")
-CONNECTION_TIMEOUT = 30.0
-LINGER_SECONDS = 1.0
+#: Worker threads, connections open at once, the seconds a request may take from its first byte
+#: (the API server waits 10 s by default, 30 s at most), and an idle connection may stay.
+DEFAULT_WORKERS = 8
+DEFAULT_MAX_CONNECTIONS = 256
+REQUEST_TIMEOUT = 30.0
+IDLE_TIMEOUT = 90.0
+#: Bodies held at once, across connections (each is at most max_body).
+MAX_BUFFERED = 64 * 1024 * 1024
+#: A lone UTF-16 surrogate (a ``\udcff`` escape decodes to one; a pair decodes to one character).
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # Subresources whose requests carry a pod spec worth judging; others (status, scale, ...) are admitted.
 JUDGED_SUBRESOURCES = ("", "ephemeralcontainers")
 
@@ -102,6 +118,53 @@ def _fingerprint(paths: Iterable[str]) -> tuple[tuple[str, int, int, int], ...]:
     return tuple(out)
 
 
+def decode_review(body: bytes) -> Any:
+    """The JSON of a request body as the API server reads it (Go's ``encoding/json``): invalid
+    UTF-8 and lone surrogate escapes become U+FFFD, the replacement character. Raises
+    ValueError (or RecursionError) for what is not JSON."""
+    value = json.loads(body.decode("utf-8", errors="replace"))
+    return _replace_surrogates(value)
+
+
+def _replace_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value) if _SURROGATE.search(value) else value
+    if isinstance(value, dict):
+        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_surrogates(v) for v in value]
+    return value
+
+
+class _ServerCollector(Collector):
+    """The HTTPS server's own counters at scrape time (``BoundedServer.stats``)."""
+
+    def __init__(self, webhook: "AdmissionWebhook") -> None:
+        self.webhook = webhook
+
+    def collect(self) -> Iterator[Any]:
+        server = getattr(self.webhook, "server", None)
+        stats = server.stats if server is not None else {}
+        tls = CounterMetricFamily("pyclassify_admission_tls_handshake_errors", "Failed TLS handshakes")
+        tls.add_metric([], stats.get("tls_errors", 0))
+        yield tls
+        refused = CounterMetricFamily(
+            "pyclassify_admission_connections_cut",
+            "Connections cut: refused at the cap, idle ones closed to make room, requests past their deadline, "
+            "bodies over the limit, bodies refused while too many were being received", labels=["reason"])
+        for reason in ("refused", "evicted", "timeouts", "too_large", "busy", "bad_requests"):
+            refused.add_metric([reason], stats.get(reason, 0))
+        yield refused
+        open_ = GaugeMetricFamily("pyclassify_admission_connections_open", "Connections open")
+        open_.add_metric([], stats.get("open", 0))
+        yield open_
+        reloads = CounterMetricFamily("pyclassify_admission_certificate_reloads",
+                                      "TLS certificate and key reloaded from disk, by result", labels=["result"])
+        for result, n in self.webhook.certificate_reloads.items():
+            reloads.add_metric([result], n)
+        yield reloads
+
+
 class _Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = Counter("pyclassify_admission_requests", "AdmissionReview requests by result",
@@ -117,8 +180,6 @@ class _Metrics:
                               registry=registry)
         self.generation = Gauge("pyclassify_admission_policy_generation",
                                 "Generation of the policy snapshot in force (1 = as started)", registry=registry)
-        self.tls_errors = Counter("pyclassify_admission_tls_handshake_errors", "Failed TLS handshakes",
-                                  registry=registry)
 
 
 class AdmissionWebhook:
@@ -138,6 +199,9 @@ class AdmissionWebhook:
         trust_annotations: bool = False,
         clock: Callable[[], dt.datetime] | None = None,
         cluster: Any = None,
+        workers: int = DEFAULT_WORKERS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        request_timeout: float = REQUEST_TIMEOUT,
     ) -> None:
         """``cluster``: a cluster's admission input (``pyclassify.kube.admission``
         ``ClusterAdmissionInput``: ``fetch() -> (fingerprint, documents)``), polled like the files."""
@@ -155,6 +219,8 @@ class AdmissionWebhook:
         self.evaluator = evaluate  # the decision function (replaceable, e.g. to test the failure policy)
         self.registry = CollectorRegistry()
         self.metrics = _Metrics(self.registry)
+        self.certificate_reloads: dict[str, int] = {"success": 0, "failure": 0}
+        self.registry.register(_ServerCollector(self))
         self.cluster = cluster
         self._cluster_down = False
         marks, documents = cluster.fetch() if cluster is not None else ((), [])
@@ -162,19 +228,15 @@ class AdmissionWebhook:
         self._fingerprint: tuple[Any, ...] = (_fingerprint(self.paths + self.scan_paths), marks)
         self._failed_fingerprint: tuple[Any, ...] | None = None
         self._publish(self._snapshot)
-        self.ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.ssl_context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.tls_cert, self.tls_key = tls_cert, tls_key
+        self._tls_fingerprint = _fingerprint([tls_cert, tls_key])
+        self.ssl_context = load_tls(tls_cert, tls_key)  # raises WebhookSetupError
         try:
-            # An encrypted key would make OpenSSL ask for its passphrase on the terminal and wait:
-            # no passphrase is given, so it is an error at once.
-            self.ssl_context.load_cert_chain(tls_cert, tls_key, password=_no_passphrase)
-        except _EncryptedKey:
-            raise WebhookSetupError(f"--tls-key {tls_key}: an encrypted private key (it needs a passphrase); "
-                                    "give the key unencrypted") from None
-        except OSError as e:  # ssl.SSLError is one: "[SSL] PEM lib (_ssl.c:3905)" names neither file
-            raise WebhookSetupError(tls_problem(tls_cert, tls_key, e)) from e
-        try:
-            self.server = _Server(listen, self)
+            self.server = BoundedServer(listen, self._answer, tls=lambda: self.ssl_context, workers=workers,
+                                        max_connections=max_connections, request_timeout=request_timeout,
+                                        idle_timeout=IDLE_TIMEOUT, max_body=max_body,
+                                        max_buffered=max(MAX_BUFFERED, max_body), error=_error_response,
+                                        name="admission-https", server_header="pyclassify-admission")
         except (OSError, OverflowError) as e:  # a busy port, an address not here, a name not resolved
             why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             raise WebhookSetupError(f"cannot listen on {_address_text(listen)}: {why}") from e
@@ -237,9 +299,29 @@ class AdmissionWebhook:
         log.info("policies reloaded: generation %d, %d policies", snap.generation, len(snap.admission.policies))
         return True
 
+    def reload_certificate_if_changed(self) -> bool | None:
+        """Loads the certificate and key again when either file changed: True reloaded (the
+        connections made from now on get it), False they do not load (the last good pair stays
+        in use), None nothing changed."""
+        fingerprint = _fingerprint([self.tls_cert, self.tls_key])
+        if fingerprint == self._tls_fingerprint:
+            return None
+        self._tls_fingerprint = fingerprint  # a pair half written is tried again once complete
+        try:
+            context = load_tls(self.tls_cert, self.tls_key)
+        except WebhookSetupError as e:
+            self.certificate_reloads["failure"] += 1
+            log.warning("TLS certificate reload failed, the last good certificate stays in use: %s", e)
+            return False
+        self.ssl_context = context
+        self.certificate_reloads["success"] += 1
+        log.info("TLS certificate reloaded from %s", self.tls_cert)
+        return True
+
     def _watch(self) -> None:
         while not self._stop.wait(self.reload_interval):
             try:
+                self.reload_certificate_if_changed()
                 self.reload_if_changed()
             except Exception:  # pragma: no cover - the watcher never dies
                 log.exception("policy watcher error")
@@ -248,25 +330,23 @@ class AdmissionWebhook:
 
     def start(self) -> None:
         """Serves and watches in background threads (returns at once)."""
-        for target, name in ((self.server.serve_forever, "admission-https"), (self._watch, "admission-reload")):
-            t = threading.Thread(target=target, name=name, daemon=True)
-            t.start()
-            self._threads.append(t)
-
-    def serve_forever(self) -> None:
-        """Serves in this thread until stop() (or KeyboardInterrupt); watches in another."""
+        self.server.start()
         t = threading.Thread(target=self._watch, name="admission-reload", daemon=True)
         t.start()
         self._threads.append(t)
+
+    def serve_forever(self) -> None:
+        """Serves until stop() (or KeyboardInterrupt) in background threads; this one waits."""
+        self.start()
         try:
-            self.server.serve_forever()
+            while not self._stop.wait(1.0):
+                pass
         finally:
-            self._stop.set()
+            self.stop()
 
     def stop(self) -> None:
         self._stop.set()
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.stop()
         for t in self._threads:
             t.join(timeout=5)
 
@@ -282,7 +362,7 @@ class AdmissionWebhook:
     def review(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """The HTTP status and AdmissionReview answer for one request body."""
         try:
-            review = json.loads(body)
+            review = decode_review(body)
         except (ValueError, RecursionError) as e:
             self.metrics.requests.labels("invalid").inc()
             return 400, error_review("", 400, f"malformed AdmissionReview: invalid JSON: {e}")
@@ -332,6 +412,25 @@ class AdmissionWebhook:
         return _answer(decision.allowed, code, decision.message(), list(decision.warnings))
 
 
+    # --- HTTP ---
+
+    def _answer(self, request: Request) -> Response:
+        """One request, on a worker thread of the server."""
+        if request.method == "GET":
+            if request.path in ("/healthz", "/readyz", "/livez"):
+                return Response(200, b"ok\n")
+            if request.path == "/metrics":
+                return Response(200, generate_latest(self.registry), CONTENT_TYPE_LATEST)
+            return Response(404, b"not found\n")
+        if request.method != "POST":
+            return Response(405, b"method not allowed\n", headers=[("Allow", "GET, POST")])
+        if request.path not in ("/", "/validate"):
+            return Response(404, b"not found\n", close=True)
+        started = time.perf_counter()
+        status, answer = self.review(request.body)
+        self.metrics.latency.observe(time.perf_counter() - started)
+        return Response(status, json.dumps(answer).encode(), "application/json")
+
 def _review_problem(review: Any) -> str | None:
     if not isinstance(review, dict):
         return "malformed AdmissionReview: the body must be a JSON object"
@@ -369,141 +468,26 @@ def error_review(uid: str, code: int, message: str) -> dict[str, Any]:
     return answer
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "pyclassify-admission"
-    sys_version = ""
-    timeout = CONNECTION_TIMEOUT
-    server: "_Server"
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
-        log.debug("%s - %s", self.address_string(), format % args)
-
-    def _send(self, status: int, body: bytes, content_type: str, close: bool = False) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        if close:
-            self.send_header("Connection", "close")
-            self.close_connection = True
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _send_json(self, status: int, obj: dict[str, Any], close: bool = False) -> None:
-        self._send(status, json.dumps(obj).encode(), "application/json", close)
-
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-        webhook = self.server.webhook
-        path = self.path.split("?", 1)[0]
-        if path in ("/healthz", "/readyz", "/livez"):
-            self._send(200, b"ok\n", "text/plain; charset=utf-8")
-        elif path == "/metrics":
-            self._send(200, generate_latest(webhook.registry), CONTENT_TYPE_LATEST)
-        else:
-            self._send(404, b"not found\n", "text/plain; charset=utf-8")
-
-    def do_POST(self) -> None:  # noqa: N802
-        webhook = self.server.webhook
-        started = time.perf_counter()
-        path = self.path.split("?", 1)[0]
-        if path not in ("/", "/validate"):
-            self._drain_and_close(self._length() or 0)
-            self._send(404, b"not found\n", "text/plain; charset=utf-8", close=True)
-            return
-        length = self._length()
-        if length is None:
-            webhook.metrics.requests.labels("invalid").inc()
-            self._send_json(411, error_review("", 411, "a request body with Content-Length is required"), close=True)
-            self._linger()
-            return
-        if length > webhook.max_body:
-            webhook.metrics.requests.labels("invalid").inc()
-            self._drain_and_close(length)
-            self._send_json(413, error_review("", 413, f"request body of {length} bytes is over the limit of "
-                                                       f"{webhook.max_body} bytes"), close=True)
-            return
-        body = self.rfile.read(length)
-        if len(body) < length:  # the client went away mid-body
-            self.close_connection = True
-            return
-        status, answer = webhook.review(body)
-        self._send_json(status, answer)
-        webhook.metrics.latency.observe(time.perf_counter() - started)
-
-    def _length(self) -> int | None:
-        raw = self.headers.get("Content-Length")
-        if raw is None or self.headers.get("Transfer-Encoding"):
-            return None
-        try:
-            n = int(raw)
-        except ValueError:
-            return None
-        return n if n >= 0 else None
-
-    def _linger(self) -> None:
-        """After an answer that closes the connection while the client may still be sending (a
-        body of unknown length): read and drop what arrives for a moment, so closing with unread
-        data does not reset the connection before the client has read the answer."""
-        try:
-            self.wfile.flush()
-            self.connection.settimeout(LINGER_SECONDS)
-            left = DRAIN_LIMIT
-            while left > 0:
-                chunk = self.rfile.read1(1 << 16)
-                if not chunk:
-                    break
-                left -= len(chunk)
-        except OSError:
-            pass
-
-    def _drain_and_close(self, length: int) -> None:
-        """Reads (and drops) up to DRAIN_LIMIT bytes of an unwanted body, so the client reads our
-        answer instead of a reset connection; the connection closes after the answer."""
-        self.close_connection = True
-        left = min(length, DRAIN_LIMIT)
-        try:
-            while left > 0:
-                chunk = self.rfile.read(min(left, 1 << 16))
-                if not chunk:
-                    break
-                left -= len(chunk)
-        except OSError:
-            pass
+def _error_response(status: int, message: str) -> Response:
+    """The server's own refusals (411, 413, 431, 503, 400) as AdmissionReview errors."""
+    return Response(status, json.dumps(error_review("", status, message)).encode(), "application/json")
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
-
-    def __init__(self, listen: tuple[str, int], webhook: AdmissionWebhook) -> None:
-        self.webhook = webhook
-        host = listen[0]
-        if ":" in host:
-            self.address_family = socket.AF_INET6
-        super().__init__(listen, _Handler)
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        # The TLS handshake runs here, in the connection's own thread, under a timeout.
-        request.settimeout(CONNECTION_TIMEOUT)
-        try:
-            conn = self.webhook.ssl_context.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError) as e:
-            self.webhook.metrics.tls_errors.inc()
-            log.debug("TLS handshake with %s failed: %s", client_address, e)
-            return
-        try:
-            self.RequestHandlerClass(conn, client_address, self)
-        except (OSError, ssl.SSLError) as e:  # a client that vanished mid-request
-            log.debug("connection from %s ended: %s", client_address, e)
-        finally:
-            try:
-                conn.close()
-            except OSError:
-                pass
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.exception("error serving %s", client_address)
+def load_tls(cert: str, key: str) -> ssl.SSLContext:
+    """A server context with the certificate chain and key; WebhookSetupError naming the file
+    that does not load, and why."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        # An encrypted key would make OpenSSL ask for its passphrase on the terminal and wait:
+        # no passphrase is given, so it is an error at once.
+        context.load_cert_chain(cert, key, password=_no_passphrase)
+    except _EncryptedKey:
+        raise WebhookSetupError(f"--tls-key {key}: an encrypted private key (it needs a passphrase); "
+                                "give the key unencrypted") from None
+    except OSError as e:  # ssl.SSLError is one: "[SSL] PEM lib (_ssl.c:3905)" names neither file
+        raise WebhookSetupError(tls_problem(cert, key, e)) from e
+    return context
 
 
 class WebhookSetupError(OSError):

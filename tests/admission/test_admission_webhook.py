@@ -341,4 +341,4 @@ def test_review_fuzz_never_raises(fuzz_hook: AdmissionWebhook, body: bytes) -> N
 def fuzz_hook(tls: tuple[str, str]) -> Iterator[AdmissionWebhook]:
     hook = AdmissionWebhook([str(EXAMPLES / "policies")], tls_cert=tls[0], tls_key=tls[1], listen=("127.0.0.1", 0))
     yield hook
-    hook.server.server_close()
+    hook.server.stop()
