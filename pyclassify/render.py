@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -79,13 +80,20 @@ class Table:
 def render_tables(project: Project, endpoint: Endpoint, engine: NativeEngine | None = None) -> list[Table]:
     """The compiled tables of ``endpoint``: egress then ingress, IPv4 then IPv6 (the families of
     its addresses), stages in evaluation order."""
+    return list(iter_tables(project, endpoint, engine))
+
+
+def iter_tables(project: Project, endpoint: Endpoint, engine: NativeEngine | None = None) -> Iterator[Table]:
+    """``render_tables`` one table at a time: a caller that lets each go holds one direction's
+    listing at most (a table's rows are every network times every port of its rules)."""
     engine = engine or NativeEngine(project.policy_set, project.inventory)
     tiers = [t.name for t in project.policy_set.tiers]
     families = sorted({ip.version for ip in endpoint.ips})
-    out: list[Table] = []
     for direction in (Direction.EGRESS, Direction.INGRESS):
         for family in families:
-            for tier, profile, default, rules, entries in engine.compiled_listing(endpoint, direction, family):
+            stages = engine.compiled_listing(endpoint, direction, family)
+            while stages:
+                tier, profile, default, rules, entries = stages.pop(0)
                 table = Table(direction.value, family, None if tier is None else tiers[tier],
                               None if profile is None else project.policy_set.profiles[profile].name, default)
                 for src, sport, dst, dport, proto, itype, icode, pos, exact in entries:
@@ -93,32 +101,46 @@ def render_tables(project: Project, endpoint: Endpoint, engine: NativeEngine | N
                     ref, label = engine._source(source, rule, direction)
                     table.tuples.append(Tuple6(src, tuple(sport), dst, tuple(dport), proto, itype, icode,
                                                action, ref or "", label, exact))
-                out.append(table)
-    return out
+                del entries
+                yield table
 
 
 def run_render(paths: tuple[str, ...], endpoint_ref: str, as_json: bool, project: Project | None = None) -> str:
     """The tables of ``endpoint_ref`` in ``project`` (default: the manifests under ``paths``)."""
+    return ("" if as_json else "\n").join(render_lines(paths, endpoint_ref, as_json, project))
+
+
+def render_lines(paths: tuple[str, ...], endpoint_ref: str, as_json: bool,
+                 project: Project | None = None) -> Iterator[str]:
+    """``run_render``'s text a line at a time (with ``as_json``: pieces of the document, a table
+    each, to join with nothing between them): printed as it comes, never held whole."""
     project = project if project is not None else load_project(list(paths))
     endpoint = project.find_endpoint(endpoint_ref)
     if endpoint is None:
         raise click.BadParameter(f"no endpoint {shown(endpoint_ref)} in the manifests", param_hint="--endpoint")
-    tables = render_tables(project, endpoint)
+    tables = iter_tables(project, endpoint)
     if as_json:
-        return json.dumps({"endpoint": endpoint.ref, "tables": [t.to_json() for t in tables]}, indent=2)
-    lines = [f"endpoint {endpoint.ref} ({', '.join(str(ip) for ip in endpoint.ips) or 'no IP'})"]
+        # as json.dumps(..., indent=2) prints the whole document, a table at a time (the pieces
+        # join with nothing between them)
+        yield f'{{\n  "endpoint": {json.dumps(endpoint.ref)},\n  "tables": ['
+        count = 0
+        for t in tables:
+            yield (",\n    " if count else "\n    ") + json.dumps(t.to_json(), indent=2).replace("\n", "\n    ")
+            count += 1
+        yield "\n  ]\n}" if count else "]\n}"
+        return
+    yield f"endpoint {endpoint.ref} ({', '.join(str(ip) for ip in endpoint.ips) or 'no IP'})"
     if not endpoint.ips:
-        lines.append("  no address: nothing is compiled (flows by endpoint are interpreted)")
+        yield "  no address: nothing is compiled (flows by endpoint are interpreted)"
     for t in tables:
         stage = f"tier {t.tier} (default {t.default})" if t.tier is not None else f"profile {t.profile}"
-        lines.append(f"{t.direction} IPv{t.family} {stage}:")
+        yield f"{t.direction} IPv{t.family} {stage}:"
         for x in t.tuples:
             mark = "" if x.exact else "  [inexact: confirmed against the rule]"
-            lines.append(f"  ({x.src}, {x.ports_text(x.sport)}, {x.dst}, {x.ports_text(x.dport)}, "
-                         f"{x.protocol_text()}, {x.action})  # {x.policy} rule {x.rule}{mark}")
+            yield (f"  ({x.src}, {x.ports_text(x.sport)}, {x.dst}, {x.ports_text(x.dport)}, "
+                   f"{x.protocol_text()}, {x.action})  # {x.policy} rule {x.rule}{mark}")
         if not t.tuples:
-            lines.append("  (no rule applies to this family)")
-    return "\n".join(lines)
+            yield "  (no rule applies to this family)"
 
 
 @click.command("render", epilog="""\b
@@ -140,4 +162,10 @@ def render_command(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: b
     PATH (files, directories, - for stdin) and/or a cluster (--kubeconfig, --in-cluster) are
     the input; invalid manifests print every error and exit 1."""
     project = _load(paths, (kubeconfig, kube_context, in_cluster))
-    click.echo(run_render(paths, endpoint, as_json, project))
+    lines = render_lines(paths, endpoint, as_json, project)
+    first = next(lines)  # a missing endpoint is said before anything is printed
+    click.echo(first, nl=False)
+    for line in lines:
+        click.echo("" if as_json else "\n", nl=False)
+        click.echo(line, nl=False)
+    click.echo()
