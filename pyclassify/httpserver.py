@@ -6,8 +6,9 @@ and a few kilobytes, never a thread); requests are answered by a fixed pool of w
 What a client can take is bounded whatever it sends, or does not send:
 
 - connections: at most ``max_connections`` open at once; past it the connection idle the
-  longest is closed to make room (so a crowd of idle connections cannot keep a probe out), and
-  with none idle the new one is closed at once (``stats["evicted"]``, ``stats["refused"]``);
+  longest (waiting for a request, or for its TLS handshake) is closed to make room (so a crowd
+  of idle connections cannot keep a probe out), and with none idle the new one is closed at
+  once (``stats["evicted"]``, ``stats["refused"]``);
 - time: a request's head and body must arrive within ``request_timeout`` seconds of its first
   byte (a client trickling one byte at a time is cut at the deadline), a TLS handshake within
   the same, an answer must be taken within it, and a connection idle between requests is closed
@@ -163,10 +164,20 @@ class BoundedServer:
         client = writer.get_extra_info("peername")
         try:
             if self.tls is not None:
+                # waiting for a handshake is as idle as waiting for a request: closed first for room
+                self._idle[writer] = None
+                plain = writer.transport
                 try:
                     await writer.start_tls(self.tls(), ssl_handshake_timeout=self.request_timeout)
                 except (ssl.SSLError, OSError, asyncio.TimeoutError, ConnectionError):
                     self.stats["tls_errors"] += 1
+                    return
+                finally:
+                    self._idle.pop(writer, None)
+                if writer.transport is None:
+                    # closed mid-handshake (to make room): asyncio hands back no transport; the
+                    # writer keeps the closed one, so that closing it again is harmless
+                    writer._transport = plain  # type: ignore[attr-defined]
                     return
             while True:
                 self._idle[writer] = None

@@ -334,6 +334,29 @@ class HttpCollector(Collector):
         yield resets
 
 
+class _ListenerCollector(Collector):
+    """The metrics listener's own bounds at work (``BoundedServer.stats``)."""
+
+    def __init__(self, metrics: "Metrics") -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        server = self.metrics.server
+        if server is None:
+            return
+        stats = server.stats
+        cut = CounterMetricFamily(
+            "pyclassify_metrics_connections_cut",
+            "Connections to the metrics listener cut: refused at the cap, idle ones closed to make room, requests past "
+            "their deadline", labels=["reason"])
+        for reason in ("refused", "evicted", "timeouts", "bad_requests"):
+            cut.add_metric([reason], stats[reason])
+        yield cut
+        open_ = GaugeMetricFamily("pyclassify_metrics_connections_open", "Connections open to the metrics listener")
+        open_.add_metric([], stats["open"])
+        yield open_
+
+
 class _LostLines(Collector):
     def __init__(self, lost: Callable[[], int]) -> None:
         self.lost = lost
@@ -398,6 +421,7 @@ class Metrics:
             self.registry.register(BudgetCollector(source))
         if lost_lines is not None:
             self.registry.register(_LostLines(lost_lines))
+        self.registry.register(_ListenerCollector(self))
         self.verdicts = Counter(
             "pyclassify_verdicts", "Policy verdicts by direction, tier, policy, rule and action" if rule_labels
             else "Policy verdicts by direction and action (rule labels off)",
