@@ -9,12 +9,17 @@ seeded and deterministic, and written as ``kubectl get -o yaml`` prints it (mult
 - ``ipblocks``: NetworkPolicies with ``blocks`` ipBlock peers each (every one with an
   ``except``), on ports.
 
+Each shape comes distinct (every policy its own networks and selectors) or ``--repeated``: one
+allow-list, one long selector, one set of rules pasted into every policy, as a policy copied
+per namespace or per team is; only what a copy would change differs (its name, its subject,
+a port).
+
 Every set comes with a small inventory (namespaces and pods the selectors match), so
 ``explain``, ``render`` and ``enforce`` have endpoints to judge.
 
     python -m bench.heavy_policies wide --policies 700 --out /tmp/wide
-    python -m bench.heavy_policies selectors --policies 2000 --terms 300 --out /tmp/sel
-    python -m bench.heavy_policies ipblocks --policies 500 --blocks 200 --out /tmp/ipb
+    python -m bench.heavy_policies selectors --policies 2000 --terms 300 --repeated --out /tmp/sel
+    python -m bench.heavy_policies ipblocks --policies 500 --blocks 200 --repeated --out /tmp/ipb
 """
 
 from __future__ import annotations
@@ -66,11 +71,15 @@ def _ports(rng: random.Random, n: int) -> list[Any]:
     return out
 
 
-def wide(policies: int, rules: int = 24, nets: int = 12, seed: int = 1) -> list[dict[str, Any]]:
-    """GlobalNetworkPolicies of ~26 KB each at the defaults."""
+def wide(policies: int, rules: int = 24, nets: int = 12, seed: int = 1, repeated: bool = False) -> list[dict[str, Any]]:
+    """GlobalNetworkPolicies of ~26 KB each at the defaults (``repeated``: the same rules in
+    every one)."""
     rng = random.Random(seed)
     out = _inventory(rng)
+    state = rng.getstate()
     for i in range(policies):
+        if repeated:
+            rng.setstate(state)
         def rule(direction: str) -> dict[str, Any]:
             peer: dict[str, Any] = {"nets": [_net(rng, rng.choice((16, 20, 24, 28, 32))) for _ in range(nets)]}
             if rng.random() < 0.5:
@@ -93,12 +102,15 @@ def wide(policies: int, rules: int = 24, nets: int = 12, seed: int = 1) -> list[
     return out
 
 
-def selectors(policies: int, terms: int = 300, seed: int = 1) -> list[dict[str, Any]]:
-    """GlobalNetworkPolicies whose selectors have ``terms`` terms each."""
+def selectors(policies: int, terms: int = 300, seed: int = 1, repeated: bool = False) -> list[dict[str, Any]]:
+    """GlobalNetworkPolicies whose selectors have ``terms`` terms each (``repeated``: one
+    selector, as subject and as peer, in every policy; the port differs)."""
     rng = random.Random(seed)
     out = _inventory(rng)
 
     def long_selector(i: int) -> str:
+        if repeated:
+            return " || ".join(f"app == 'a-{j}'" for j in range(terms))
         return " || ".join(f"app == 'a-{(i + j) % (APPS * 10)}'" for j in range(terms))
 
     for i in range(policies):
@@ -107,28 +119,36 @@ def selectors(policies: int, terms: int = 300, seed: int = 1) -> list[dict[str, 
                     "spec": {"order": i, "selector": long_selector(i), "types": ["Ingress"],
                              "ingress": [{"action": "Allow", "protocol": "TCP",
                                           "source": {"selector": long_selector(i + 7)},
-                                          "destination": {"ports": [8080 + i % 50]}}]}})
+                                          "destination": {"ports": [(80 if repeated else 8080) + i % 50]}}]}})
     return out
 
 
-def ipblocks(policies: int, blocks: int = 200, seed: int = 1) -> list[dict[str, Any]]:
-    """NetworkPolicies with ``blocks`` ipBlock peers each, every one with an ``except``."""
+def ipblocks(policies: int, blocks: int = 200, seed: int = 1, repeated: bool = False) -> list[dict[str, Any]]:
+    """NetworkPolicies with ``blocks`` ipBlock peers each, every one with an ``except``
+    (``repeated``: the same peers, on port 443, in every policy)."""
     rng = random.Random(seed)
     out = _inventory(rng)
-    for i in range(policies):
-        peers = []
+
+    def peers() -> list[dict[str, Any]]:
+        made = []
         for _ in range(blocks):
             cidr = _net(rng, 16)
             base = cidr.split("/")[0].rsplit(".", 2)[0]
-            peers.append({"ipBlock": {"cidr": cidr, "except": [f"{base}.{rng.randrange(256)}.0/24"]}})
+            made.append({"ipBlock": {"cidr": cidr, "except": [f"{base}.{rng.randrange(256)}.0/24"]}})
+        return made
+
+    shared = peers() if repeated else []
+    for i in range(policies):
         ns = NAMESPACES[i % len(NAMESPACES)]
+        if repeated:
+            ingress = [{"from": shared, "ports": [{"protocol": "TCP", "port": 443}]}]
+        else:
+            ingress = [{"from": peers(), "ports": [{"protocol": "TCP", "port": p} for p in _ports(rng, 3)
+                                                   if isinstance(p, int)] or [{"protocol": "TCP", "port": 443}]}]
         out.append({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
                     "metadata": {"name": f"ipb-{i:05d}", "namespace": ns},
                     "spec": {"podSelector": {"matchLabels": {"app": f"a-{i % APPS}"}},
-                             "policyTypes": ["Ingress"],
-                             "ingress": [{"from": peers,
-                                          "ports": [{"protocol": "TCP", "port": p} for p in _ports(rng, 3)
-                                                    if isinstance(p, int)] or [{"protocol": "TCP", "port": 443}]}]}})
+                             "policyTypes": ["Ingress"], "ingress": ingress}})
     return out
 
 
@@ -150,14 +170,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--terms", type=int, default=300, help="selectors: terms per selector")
     ap.add_argument("--blocks", type=int, default=200, help="ipblocks: ipBlock peers per policy")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeated", action="store_true", help="the same rules, selectors and networks in every policy")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     if args.shape == "wide":
-        objects = wide(args.policies, seed=args.seed)
+        objects = wide(args.policies, seed=args.seed, repeated=args.repeated)
     elif args.shape == "selectors":
-        objects = selectors(args.policies, args.terms, seed=args.seed)
+        objects = selectors(args.policies, args.terms, seed=args.seed, repeated=args.repeated)
     else:
-        objects = ipblocks(args.policies, args.blocks, seed=args.seed)
+        objects = ipblocks(args.policies, args.blocks, seed=args.seed, repeated=args.repeated)
     path = write(objects, args.out)
     print(f"{path}: {path.stat().st_size:,} bytes, {len(objects):,} objects")
     return 0

@@ -87,6 +87,30 @@ FAULTS = [
      "the daemon keeps running; bridges and judges again once up"),
     ("random and malformed frames on the bridge", "tests/enforce_bridge/test_bridge.py::test_random_frames_keep_the_bridge_up_and_every_frame_is_accounted_for",
      "bridge stays up; every frame accounted for"),
+    ("a policy set over the memory limit (300 distinct 26 KB GlobalNetworkPolicies, a 384 MiB cgroup)",
+     "tests/enforce/test_memory_netns.py::test_a_set_over_the_memory_budget_is_rejected_and_the_daemon_lives",
+     "rejected whole before it is built, named in the log and counted; the daemon lives and enforces the set in force; "
+     "300 copies of one of them fit"),
+    ("the policy directory removed, made again, swapped in by rename; a file emptied; a FIFO dropped in",
+     "tests/enforce/test_policy_input_netns.py::test_the_policy_directory_removed_made_again_swapped_emptied_and_a_fifo",
+     "the policy in force stays while the directory is gone (/healthz says so); the watch follows the new directory; "
+     "an emptied file keeps its policies; a FIFO is never opened"),
+    ("2,000 idle connections to the metrics listener, in a pids limit",
+     "tests/enforce/test_surfaces_netns.py::test_two_thousand_idle_connections_in_a_pids_limit",
+     "no thread per connection; the probes answer; the resync thread repairs; enforcement holds"),
+    ("the metrics port read from a pod", "tests/enforce/test_surfaces_netns.py::test_metrics_are_on_the_loopback_unless_an_address_is_given",
+     "refused: on the node's loopback unless an address is given; no policy names with --no-metrics-rule-labels"),
+    ("admission webhook: 2,000 idle connections", "tests/admission/test_admission_webhook_bounds.py::test_two_thousand_idle_connections_hold_no_threads",
+     "no thread per connection; /healthz and reviews answer"),
+    ("admission webhook: 200 stalled 3 MiB bodies", "tests/admission/test_admission_webhook_bounds.py::test_stalled_bodies_are_bounded_and_cut_at_the_deadline",
+     "bodies held within the buffer bound, the rest refused (503) or cut at the request deadline"),
+    ("admission webhook: 100 one-byte trickles", "tests/admission/test_admission_webhook_bounds.py::test_one_byte_trickles_are_cut_at_the_request_deadline",
+     "every one cut at the request deadline"),
+    ("admission webhook: certificate rotated on disk", "tests/admission/test_admission_webhook_bounds.py::test_a_rotated_certificate_serves_new_connections",
+     "new connections get the new certificate; a broken pair is refused and the last good one stays"),
+    ("admission webhook: a lone surrogate, failure policy Ignore",
+     "tests/admission/test_admission_webhook_bounds.py::test_a_lone_surrogate_is_judged_as_the_api_server_reads_it[Ignore]",
+     "judged as the API server reads it (U+FFFD): rejected by the rule, never admitted by the failure policy"),
 ]
 
 
@@ -186,6 +210,78 @@ def _flood_rows(runs: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _mib(v: Any) -> str:
+    return "—" if v is None else f"{v / 2**20:,.1f}"
+
+
+def _memory_rows(r: dict[str, Any] | None) -> list[str]:
+    if r is None:
+        return ["## Memory: a policy set over the budget", "", "(not recorded)", ""]
+    return [
+        "## Memory: a policy set over the budget",
+        "",
+        "`tests/enforce/test_memory_netns.py`: the daemon in a memory cgroup of its own, as the DaemonSet's limit",
+        "puts it; its budget derived from the limit (`--memory-budget auto`: half of what the limit leaves after",
+        "96 MiB). A policy set is estimated as it is read and normalized (each distinct part at its measured",
+        "cost, `pyclassify/sharing.py`), and rejected whole before the engine builds it once the estimate passes.",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| cgroup memory limit / budget, MiB | {_mib(r['limit_bytes'])} / {_mib(r['budget_bytes'])} |",
+        f"| set in force (the test's manifests): estimate, MiB | {_mib(r['estimate_in_force_bytes'])} |",
+        f"| set written | {r['rejected_set']} |",
+        f"| **rejected**, after (s) | **yes**, {r['rejected_after_s']} |",
+        f"| the cgroup's peak memory up to the rejection, MiB | {_mib(r['peak_bytes_at_rejection'])} |",
+        f"| the set then written | {r['accepted_set']} |",
+        f"| accepted: its estimate, MiB; the cgroup's peak since the start, MiB | {_mib(r['estimate_accepted_bytes'])}; "
+        f"{_mib(r['peak_bytes_after_accepting'])} |",
+        f"| OOM kills | {r['oom_kills']} |",
+        "",
+        f"The rejection as logged: `{r['rejection']}`",
+        "",
+    ]
+
+
+def _surface_rows(results: Path) -> list[str]:
+    lines = ["## Surfaces under 2,000 idle connections", ""]
+    d = _load(results, "surfaces-idle-connections")
+    if d:
+        lines += [
+            "`tests/enforce/test_surfaces_netns.py`: 2,000 connections held open and idle against the daemon's",
+            "metrics listener (`--metrics 127.0.0.1:9464`), the daemon in a pids cgroup limited to its own threads",
+            f"and processes plus 24 (pids.max {d['pids_max']}); meanwhile /healthz and /readyz asked five times each,",
+            "connections tried through the daemon, and its iptables chains flushed for the resync thread to repair.",
+            "",
+            "| figure | value |", "|---|---|",
+            f"| daemon threads before → while held | {d['threads_before']} → {d['threads_during']} |",
+            f"| daemon RSS before → while held, MiB | {_mib(d['rss_before_bytes'])} → {_mib(d['rss_during_bytes'])} |",
+            f"| idle connections closed to make room (cap 64) / refused | {_n(int(d['evicted']))} / {_n(int(d['refused']))} |",
+            f"| probes while held: max ms (all ten) | {d['probe_ms_max']} ({', '.join(map(str, d['probe_ms']))}) |",
+            f"| rules flushed while held: repaired | {'yes' if d['repaired_during'] else 'NO'} |",
+            "",
+        ]
+    hooks = {k: _load(results, k) for k in ("webhook-idle-connections", "webhook-stalled-bodies", "webhook-trickles")}
+    if any(hooks.values()):
+        lines += ["`tests/admission/test_admission_webhook_bounds.py`: the admission webhook (8 workers, 256",
+                  "connections, a request deadline of 2 s in the test, 30 s by default; bodies held at most 64 MiB at",
+                  "once).", "", "| load | outcome |", "|---|---|"]
+        if (w := hooks["webhook-idle-connections"]):
+            lines.append(f"| {w['connections']:,} idle connections (no TLS handshake begun) | {w['threads_added']} threads added, "
+                         f"{w['open']} open, {w['evicted']:,} idle ones closed to make room, /healthz in "
+                         f"{w['healthz_ms']} ms |")
+        if (w := hooks["webhook-stalled-bodies"]):
+            lines.append(f"| {w['connections']} connections announcing {_mib(w['body_bytes'])} MiB bodies, sending "
+                         f"{_mib(w['sent_bytes'])} MiB and stalling | RSS +{w['rss_growth_mb']} MiB; {w['busy']} "
+                         f"refused at the buffer bound (503), {w['timeouts']} cut at the {w['deadline_s']} s deadline |")
+        if (w := hooks["webhook-trickles"]):
+            lines.append(f"| {w['connections']} connections trickling one byte every 0.25 s | all cut after "
+                         f"{w['all_cut_after_s']} s (deadline {w['deadline_s']} s) |")
+        lines.append("")
+    if len(lines) == 2:
+        lines += ["(not recorded)", ""]
+    return lines
+
+
 def _restart_section(results: Path) -> list[str]:
     """The restarts under a hammering client: each mode's gaps and what the client got."""
     runs = [r for key in ("sigterm-closed", "kill-closed", "kill-open") if (r := _load(results, f"restart-{key}"))]
@@ -250,10 +346,15 @@ def splice(text: str, heading: str, section: list[str], before: str) -> str:
 
 
 def render_faults(results: Path, text: str) -> str:
-    """``text`` (an earlier RELIABILITY.md) with its restart and fault sections from ``results``."""
+    """``text`` (an earlier RELIABILITY.md) with its restart, memory, surface and fault sections
+    from ``results``."""
     outcomes = _outcomes(results)
-    text = splice(text, "## Restarts: the window in which a denied connection can open", _restart_section(results),
-                  "## Faults survived")
+    for heading, section in (
+        ("## Restarts: the window in which a denied connection can open", _restart_section(results)),
+        ("## Memory: a policy set over the budget", _memory_rows(_load(results, "memory-budget"))),
+        ("## Surfaces under 2,000 idle connections", _surface_rows(results)),
+    ):
+        text = splice(text, heading, section, "## Faults survived")
     return splice(text, "## Faults survived", _faults_section(outcomes), "## Inputs tried")
 
 
@@ -323,6 +424,8 @@ def render(results: Path) -> str:
         "",
     ]
     lines += _restart_section(results)
+    lines += _memory_rows(_load(results, "memory-budget"))
+    lines += _surface_rows(results)
     lines += _faults_section(outcomes)
     lines += [
         "## Inputs tried",

@@ -116,8 +116,13 @@ class Namespaces:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[str]] = []
 
-    def spawn(self, ns: str, argv: list[str], stdin: bool = False, stderr: Any = subprocess.DEVNULL) -> subprocess.Popen[str]:
-        p = subprocess.Popen(["ip", "netns", "exec", ns, *argv], stdout=subprocess.PIPE, stderr=stderr,
+    def spawn(self, ns: str, argv: list[str], stdin: bool = False, stderr: Any = subprocess.DEVNULL,
+              outer: list[str] | None = None) -> subprocess.Popen[str]:
+        """``outer``: a command to run through first (to join a cgroup); then the process enters
+        the network namespace alone (nsenter), keeping the host's /sys with its cgroup mounts,
+        as a pod sees its own (``ip netns exec`` mounts a /sys without them)."""
+        enter = ["nsenter", f"--net=/var/run/netns/{ns}"] if outer else ["ip", "netns", "exec", ns]
+        p = subprocess.Popen([*(outer or []), *enter, *argv], stdout=subprocess.PIPE, stderr=stderr,
                              stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, text=True, cwd=REPO)
         self.procs.append(p)
         return p
@@ -247,12 +252,13 @@ class Daemon:
     """``pyclassify enforce`` in the node namespace; its JSON lines are collected."""
 
     def __init__(self, topo: Topology, paths: list[str], queue_num: int | None, fail: str = "closed",
-                 extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+                 extra: tuple[str, ...] = (), env: dict[str, str] | None = None, prefix: list[str] | None = None) -> None:
+        """``prefix``: a command the daemon's runs through (a cgroup to join, ``tests/enforce/cgroup.py``)."""
         mode = ["--queue", str(queue_num)] if queue_num is not None else []  # None: ``extra`` says (--bridge)
         argv = [PY, "-m", "pyclassify", "enforce", *paths, *mode, "--fail", fail, "--no-ipv6", *extra]
         if env:
             argv = ["env", *(f"{k}={v}" for k, v in env.items()), *argv]
-        self.proc = topo.spawn(topo.node, argv, stderr=subprocess.PIPE)
+        self.proc = topo.spawn(topo.node, argv, stderr=subprocess.PIPE, outer=prefix)
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
         self.seen: list[dict[str, Any]] = []
         threading.Thread(target=self._read, daemon=True).start()
