@@ -173,14 +173,23 @@ Examples:
 @click.option("--max-body", type=click.IntRange(min=1024), default=3 * 1024 * 1024, show_default=True,
               help="Largest AdmissionReview body accepted, in bytes.")
 @click.option("--reload-interval", type=click.FloatRange(min=0.05, max=60.0), default=2.0, show_default=True,
-              help="Seconds between checks of the policy files for changes (mtime polling).")
+              help="Seconds between checks of the policy files and the certificate and key for changes (mtime "
+                   "polling); a new certificate serves the connections made after it.")
+@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
+              help="Threads deciding reviews (connections wait in one event loop, not in threads).")
+@click.option("--max-connections", type=click.IntRange(1, 65536), default=256, show_default=True,
+              help="Connections open at once; past it the longest idle is closed to make room.")
+@click.option("--request-timeout", type=click.FloatRange(min=0.5, max=300.0), default=30.0, show_default=True,
+              help="Seconds a request may take from its first byte to its answer (the API server waits 10 s by "
+                   "default, 30 s at most); a TLS handshake, the same.")
 @click.option("--trust-scan-annotations", "trust_annotations", is_flag=True,
               help="Also read scan results from the resource's admission.pyclassify.io/image-scans annotation.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
 def admission_webhook_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context: str | None,
                               in_cluster: bool, listen: str, tls_cert: str, tls_key: str,
                               scan_paths: tuple[str, ...], failure_policy: str, max_body: int,
-                              reload_interval: float, trust_annotations: bool, log_level: str) -> None:
+                              reload_interval: float, workers: int, max_connections: int, request_timeout: float,
+                              trust_annotations: bool, log_level: str) -> None:
     """Serve a Kubernetes validating admission webhook (AdmissionReview v1 over HTTPS) that
     decides pod-creating resources with the ContainerAdmissionPolicies in PATH....
 
@@ -211,7 +220,8 @@ def admission_webhook_command(paths: tuple[str, ...], kubeconfig: str | None, ku
     try:
         webhook = AdmissionWebhook(paths, tls_cert=tls_cert, tls_key=tls_key, listen=address, scan_paths=scan_paths,
                                    failure_policy=failure_policy, max_body=max_body, reload_interval=reload_interval,
-                                   trust_annotations=trust_annotations, cluster=cluster)
+                                   trust_annotations=trust_annotations, cluster=cluster, workers=workers,
+                                   max_connections=max_connections, request_timeout=request_timeout)
     except InvalidInput as e:
         _print_problems(e.problems)
         _exit(EXIT_INVALID)
