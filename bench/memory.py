@@ -55,18 +55,33 @@ def commands(python: str, path: str) -> dict[str, list[str]]:
     }
 
 
+#: Runs argv[2:] and writes its peak RSS (KiB) and exit code to the file argv[1]. A process's
+#: ru_maxrss starts from that of the process it was forked from (Linux keeps the high-water
+#: mark across exec): forked from this one, which holds a heavy set's objects, every command
+#: would seem to take at least as much. Forked from a bare interpreter, the floor is ~10 MiB.
+LAUNCH = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(f"{usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}")
+"""
+
+
 def peak(argv: list[str]) -> tuple[int, float, str]:
     """Runs ``argv``; its peak RSS in bytes, its seconds, its standard output."""
     t = time.monotonic()
-    with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+    with tempfile.TemporaryFile() as out, tempfile.NamedTemporaryFile("r") as figures:
+        subprocess.run([sys.executable, "-S", "-c", LAUNCH, figures.name, *argv], stdout=out,
+                       stderr=subprocess.DEVNULL, check=True)
+        maxrss_kib, code = map(int, figures.read().split())
         out.seek(0)
         text = out.read().decode(errors="replace")
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[:5])}... exited {proc.returncode}")
-    return usage.ru_maxrss * 1024, time.monotonic() - t, text
+    if code != 0:
+        raise RuntimeError(f"{' '.join(argv[:5])}... exited {code}")
+    return maxrss_kib * 1024, time.monotonic() - t, text
 
 
 def write_shape(name: str, directory: Path) -> tuple[Path, int]:
