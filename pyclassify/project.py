@@ -239,12 +239,53 @@ def build_project(documents: Iterable[Document], problems: Problems, shared: Sha
 def source_size(obj: Any) -> tuple[int, int]:
     """The size of an object as read: the bytes of its compact JSON and its number of values
     (what keeping the document costs goes with both: many small mappings cost more than their
-    bytes say)."""
+    bytes say). A node YAML aliases is held once, so counted once (written out, nine levels of
+    nine aliases would be billions of values)."""
+    if _shares_nodes(obj):
+        return _held_size(obj)
     try:
         data = orjson.dumps(obj)
     except TypeError:  # a value JSON has no form for (a YAML set, binary): about its text
         data = repr(obj).encode()
     return len(data), data.count(b",") + data.count(b"{") + data.count(b"[") + 1
+
+
+def _shares_nodes(obj: Any) -> bool:
+    """Whether a mapping or list of ``obj`` is reached twice (an aliased node)."""
+    seen: set[int] = set()
+    stack = [obj]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            return True
+        seen.add(id(node))
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend(c for c in children if isinstance(c, (dict, list)))
+    return False
+
+
+def _held_size(obj: Any) -> tuple[int, int]:
+    """``source_size`` of an object whose aliased nodes are counted once: about the bytes of
+    each distinct node's compact JSON, and the number of values."""
+    seen: set[int] = set()
+    size, values = 0, 0
+    stack = [obj]
+    while stack:
+        node = stack.pop()
+        values += 1
+        if isinstance(node, (dict, list)):
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            size += 2 + max(len(node) - 1, 0)  # brackets and commas
+            if isinstance(node, dict):
+                size += sum(len(str(k)) + 3 for k in node)  # "key":
+                stack.extend(node.values())
+            else:
+                stack.extend(node)
+        else:
+            size += len(str(node)) + (2 if isinstance(node, str) else 0)
+    return size, values
 
 
 def _normalize(doc: Document, kind: tuple[str, str], builder: InventoryBuilder, policies: list[Policy],
