@@ -86,6 +86,7 @@ class BoundedServer:
         self.stats = {"connections": 0, "open": 0, "refused": 0, "evicted": 0, "timeouts": 0, "too_large": 0,
                       "busy": 0, "bad_requests": 0, "tls_errors": 0, "requests": 0}
         self._buffered = 0
+        self._workers = workers
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-worker")
         self._loop = asyncio.new_event_loop()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -121,6 +122,12 @@ class BoundedServer:
         self._thread = threading.Thread(target=run, name=self.name, daemon=True)
         self._thread.start()
         ready.wait()
+        # Every worker started now (the pool starts them one busy moment at a time): the
+        # server's threads are as many from the start as ever after.
+        started = threading.Barrier(self._workers + 1)
+        for _ in range(self._workers):
+            self._pool.submit(started.wait)
+        started.wait()
 
     def stop(self) -> None:
         """Stops listening, cuts every connection and waits for the loop's thread."""
