@@ -372,7 +372,9 @@ def render(results: Path) -> str:
         "`tests/enforce/test_soak.py` (the long one: `bench/test_bench_soak.py`): four pods; 4 new TCP and 4 new UDP",
         "connections a second on each probed pair; a policy version written every 200 ms flips two pairs; a late",
         "change denies a pair whose connections were held open since the start. Through NFQUEUE, pods routed",
-        "by a node namespace; through the AF_PACKET bridge, two pods on each side (pairs across it only).",
+        "by a node namespace; through the AF_PACKET bridge, two pods on each side (pairs across it only). A",
+        "version is in force from the end of the reload that loaded it, told by the policy count that reload",
+        "reports (each version also holds a few policies selecting no pod), until the next could have swapped.",
         "",
     ]
     soaks = {name: r for name, key in (("NFQUEUE", "soak-nfqueue"), ("bridge", "soak-bridge"),

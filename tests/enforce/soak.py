@@ -5,10 +5,14 @@ Shared by the bounded soak of the suite (tests/enforce/test_soak.py) and the lon
 bench/test_bench_soak.py. What it checks and measures:
 
 - every probe whose first packet was sent while one policy version was in force gets that
-  version's verdict. A version is in force from the end of the first reload after its file was
-  written (the daemon's ``reload`` event, stamped after the swap and the revocations) until the
-  next file is written; probes sent during a switch-over are counted apart, never judged. A probe allowed at its start
-  and cut by the next version before it finished is the revocation working, not a mismatch;
+  version's verdict. A version is in force from the end of the reload that loaded it (the
+  daemon's ``reload`` event, stamped on arrival after the swap and the revocations) until the
+  next reload's swap could have happened. Which version a reload loaded is read from the policy
+  count it reports (``MARKS``), never guessed from the times: a reload that read the files just
+  before a write ends after it, and is not the write's. The next swap could have happened once
+  the files it loaded were written; probes sent in between are counted apart, never judged. A
+  probe allowed at its start and cut by a later version before it finished is the revocation
+  working, not a mismatch;
 - connections established while allowed are cut when a change denies them: one opened before
   the flipping starts (cut by the first flip; its UDP twin passes again once the next flip
   allows the pair again) and one held for most of the run, older than any idle timeout of a
@@ -22,17 +26,20 @@ in the node namespace) or bridged (``BridgedPods``: a and c on one side of an AF
 b and d on the other; only pairs across it are probed). Versions:
 even: b takes TCP/UDP from a only, c from d only; odd: b from a and c, c from nobody. So c -> b
 and d -> c flip; a -> b (allow), a -> c, d -> b (deny) and c -> a (allow: no policy) hold;
-a -> d is allowed until the late change denies d's ingress from a.
+a -> d is allowed until the late change denies d's ingress from a. Version k also holds k mod
+``MARKS`` policies that select no pod, the late change ``MARKS`` - 1 of them beside its own.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,11 +88,36 @@ spec:
 """
 
 
+#: Policies selecting no pod: version k holds k % MARKS of them, the late change MARKS - 1, so
+#: that the policy count a reload reports says which change it loaded (the flip version modulo
+#: MARKS, and whether the late change is in). Even, so the count's residue keeps the parity the
+#: verdicts depend on.
+MARKS = 8
+
+
+def _marker(name: str) -> str:
+    return f"""---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{name: {name}, namespace: a}}
+spec:
+  podSelector:
+    matchLabels: {{app: no-such-pod}}
+  policyTypes: [Ingress]
+"""
+
+
 def version(k: int) -> str:
-    return _ingress_policy("b", ["a"] if k % 2 == 0 else ["a", "c"]) + _ingress_policy("c", ["d"] if k % 2 == 0 else [])
+    return (_ingress_policy("b", ["a"] if k % 2 == 0 else ["a", "c"]) + _ingress_policy("c", ["d"] if k % 2 == 0 else [])
+            + "".join(_marker(f"mark-{i}") for i in range(k % MARKS)))
 
 
-LATE = _ingress_policy("d", ["b", "c"])  # a -> d denied from here on
+LATE = _ingress_policy("d", ["b", "c"]) + "".join(_marker(f"late-mark-{i}") for i in range(MARKS - 1))  # a -> d denied
+
+
+def _policies(text: str) -> int:
+    return text.count("kind: NetworkPolicy")
+
 
 #: (src, dst) pairs probed, by the pod they are probed from.
 PAIRS = [("a", "b"), ("a", "c"), ("a", "d"), ("c", "b"), ("c", "a"), ("d", "b"), ("d", "c")]
@@ -225,6 +257,92 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(values[min(len(values) - 1, int(q * len(values)))], 3)
 
 
+def _decode(at_start: int) -> Callable[[int], tuple[int, bool]]:
+    """What a reload reporting n policies loaded: (the flip version modulo ``MARKS``, whether
+    the late change is in). Counted from the policies the daemon reported at its start
+    (``at_start``, version 1 then), whatever it holds besides the files'."""
+    offset = at_start - _policies(version(1))
+    counts = {offset + _policies(version(r)) + late * _policies(LATE): (r, late) for r in range(MARKS) for late in (False, True)}
+    assert len(counts) == 2 * MARKS
+
+    def loaded(n: int) -> tuple[int, bool]:
+        assert n in counts, f"a reload reports {n} policies: no version holds that many"
+        return counts[n]
+    return loaded
+
+
+def _read_last(events: list[dict[str, Any]], loaded: Callable[[int], tuple[int, bool]], last_write: float, k: int,
+               late: bool) -> bool:
+    """Whether a reload has loaded the last change (version ``k``, the late change or not),
+    or one has been rejected since it was written."""
+    return any(e["_arrived"] >= last_write and (e.get("event") == "reload-rejected" or (
+        e.get("event") == "reload" and loaded(e["policies"]) == (k % MARKS, late))) for e in events)
+
+
+@dataclass
+class Timeline:
+    """Which state of the policy (flip version, late change made) is in force when.
+
+    ``changes``: (written at, the state it makes) per change, in time order; ``loads``: per
+    reload, in arrival order, its arrival (after its swap) and the newest change it loaded.
+    A reload read its files after that change was written, so its swap came after that write and
+    before its arrival; the state it loaded is in force from its arrival until the next reload
+    that loads another state could have swapped."""
+
+    changes: list[tuple[float, tuple[int, bool]]]
+    loads: list[tuple[float, int]]
+    initial: tuple[int, bool]
+    _in_force: list[float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._in_force = [a + SLACK for a, _ in self.loads]
+
+    @classmethod
+    def build(cls, changes: list[tuple[float, tuple[int, bool]]], reloads: list[tuple[float, tuple[int, bool]]],
+              initial: tuple[int, bool]) -> Timeline:
+        """``reloads``: (arrival, (flip version modulo ``MARKS``, late)) as reported. Each is
+        the newest change written before its arrival that makes that state (one ``MARKS``
+        changes older would need a reload lasting ``MARKS`` - 1 periods; the parity, all a
+        verdict depends on, is the same either way)."""
+        loads = []
+        newest: dict[tuple[int, bool], int] = {}  # per reported state, the newest change making it
+        i = 0
+        for arrived, reported in sorted(reloads):
+            while i < len(changes) and changes[i][0] < arrived:
+                v, late = changes[i][1]
+                newest[(v % MARKS, late)] = i
+                i += 1
+            assert reported in newest, f"a reload loaded a state (version mod {MARKS}, late) {reported} not written before it"
+            loads.append((arrived, newest[reported]))
+        return cls(changes, loads, initial)
+
+    def _state(self, j: int) -> tuple[int, bool]:
+        return self.initial if j < 0 else self.changes[self.loads[j][1]][1]
+
+    def state_at(self, t: float) -> tuple[tuple[int, bool], bool]:
+        """The state in force at ``t``, and whether a reload to a state judging otherwise may
+        have swapped by then without having arrived (a switch-over: not judged)."""
+        j = bisect.bisect_right(self._in_force, t) - 1
+        state = self._state(j)
+        for n in range(j + 1, len(self.loads)):
+            written = self.changes[self.loads[n][1]][0]
+            if written > t:
+                break
+            other = self._state(n)
+            if (other[0] % 2, other[1]) != (state[0] % 2, state[1]):
+                return state, True
+        return state, False
+
+    def first_loading(self, c: int) -> float | None:
+        """The arrival of the first reload that loaded change ``c`` or a later one."""
+        return next((a for a, loaded in self.loads if loaded >= c), None)
+
+    def swaps_within(self, t0: float, t1: float) -> list[tuple[int, bool]]:
+        """The states of the reloads that may have swapped after ``t0`` and by ``t1``."""
+        return [self.changes[c][1] for a, c in self.loads if a > t0 and self.changes[c][0] < t1]
+
+
+
 def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2, rate: float = 4.0,
              warmup_fraction: float = 0.4, metrics_port: int = 9477) -> SoakResult:
     """Run the soak on ``topo`` (four pods, up: a routed ``Topology(npods=4)`` enforced through
@@ -250,7 +368,7 @@ def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2,
     result = SoakResult(seconds=seconds, period=period, warmup=warmup_fraction * seconds)
     mode = ("--bridge", BridgedPods.BRIDGE) if bridged else ()
     daemon = Daemon(topo, [str(policy)], None if bridged else 0, extra=(*mode, "--metrics", f"127.0.0.1:{metrics_port}"))
-    daemon.wait_event("start")
+    loaded = _decode(daemon.wait_event("start")["policies"])
     first_cut = [Held(topo, "c", "b", "TCP"), Held(topo, "c", "b", "UDP")]
     old = [Held(topo, "a", "d", "TCP"), Held(topo, "a", "d", "UDP")]
     assert all(h.ping() for h in first_cut + old)
@@ -337,46 +455,33 @@ def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2,
             result.scrape_ms.append(ms)
         else:
             result.scrape_failures += 1
-    # The last change is read (a reload after it) before the daemon stops: on a busy machine that
-    # takes longer than the run's last second.
+    # The last change is read (a reload that loaded it) before the daemon stops: on a busy
+    # machine that takes longer than the run's last second.
     last_write = max(writes + ([late_written] if late_written is not None else []))
     deadline = time.monotonic() + 20.0
-    while time.monotonic() < deadline and not any(
-            e.get("event") in ("reload", "reload-rejected") and e["_arrived"] >= last_write for e in daemon.events()):
+    while time.monotonic() < deadline and not _read_last(daemon.events(), loaded, last_write, len(writes) - 1,
+                                                                  late_written is not None):
         time.sleep(0.1)
     events = daemon.events()
     assert daemon.terminate() == 0
 
-    # A change is in force once the first reload after it has ended: its event is written after
-    # the swap and the revocations, and stamped on arrival here on the monotonic clock the writes
-    # use (the daemon's wall-clock "ts" may be slewed by tens of ms over a run). A reload reads
-    # the newest files, so two writes close together may be one reload, and the earlier version
-    # is then never in force alone.
     reloads = [e for e in events if e.get("event") == "reload"]
     result.reloads = len(reloads)
     result.rejected = sum(e.get("event") == "reload-rejected" for e in events)
     changes = sorted([(t, "flip", i) for i, t in enumerate(writes)] + ([(late_written, "late", -1)] if late_written else []))
-    done = sorted(e["_arrived"] for e in reloads)  # read by us after the daemon wrote it: after the swap
-    in_force: list[tuple[float, float]] = []  # (written, in force) per change, in time order
-    for t, _, _ in changes:
-        after = [d for d in done if d >= t]
-        assert after, f"no reload after the change written at {t - t_start:.3f} s"
-        result.switch_over_ms.append((after[0] - t) * 1000)
-        in_force.append((t, after[0] + SLACK))
-
-    def state_at(t: float) -> tuple[int, bool, bool]:
-        """(flip version, late made, in a switch-over) at time ``t``."""
-        ver, late, switching = 0, False, False
-        for (written, ready), (_, kind, i) in zip(in_force, changes):
-            if t < written:
-                break
-            if t < ready:
-                switching = True
-            if kind == "flip":
-                ver = i
-            else:
-                late = True
-        return ver, late, switching
+    states: list[tuple[float, tuple[int, bool]]] = []  # (written, the state it makes) per change
+    ver, late = 1, False
+    for t, kind, i in changes:
+        if kind == "flip":
+            ver = i
+        else:
+            late = True
+        states.append((t, (ver, late)))
+    timeline = Timeline.build(states, [(e["_arrived"], loaded(e["policies"])) for e in reloads], initial=(1, False))
+    for c, (t, _) in enumerate(states):
+        arrived = timeline.first_loading(c)
+        assert arrived is not None, f"no reload loaded the change written at {t - t_start:.3f} s"
+        result.switch_over_ms.append((arrived - t) * 1000)
 
     result.probes = len(probes)
     for name, proto, t0, t1, ok in probes:
@@ -384,7 +489,7 @@ def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2,
             # before the first flip (version 1 of the setup) or after the last: not judged
             continue
         src, dst = name.split("->")
-        ver, late, switching = state_at(t0)
+        (ver, late), switching = timeline.state_at(t0)
         if switching:
             result.in_switch_over += 1
             continue
@@ -392,11 +497,11 @@ def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2,
         want = expected(src, dst, ver, late)
         if ok == want:
             continue
-        # Allowed when it began and failed: a version that denies the pair came into force
-        # within REPLY_GRACE of its start, and revoked it before its reply passed -- as it
+        # Allowed when it began and failed: a version that denies the pair may have come into
+        # force within REPLY_GRACE of its start, and revoked it before its reply passed -- as it
         # should. (Not any later version: a pair denied by mistake must not be excused.)
-        later = [state_at(written + 1e-6) for written, ready in in_force if t0 < ready <= t0 + REPLY_GRACE]
-        if want and not ok and any(not expected(src, dst, v, lt) for v, lt, _ in later):
+        later = timeline.swaps_within(t0, t0 + REPLY_GRACE)
+        if want and not ok and any(not expected(src, dst, v, lt) for v, lt in later):
             result.cut_by_next += 1
             continue
         result.mismatches.append({"probe": name, "proto": proto, "t0": round(t0 - t_start, 3),

@@ -15,7 +15,7 @@ import pytest
 
 from tests.enforce.netns import Topology, root_reason
 from tests.enforce.report import record
-from tests.enforce.soak import RSS_GROWTH, BridgedPods, run_soak
+from tests.enforce.soak import MARKS, RSS_GROWTH, SLACK, BridgedPods, Timeline, _decode, _policies, run_soak, version
 
 pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
 
@@ -53,3 +53,32 @@ def test_soak_verdicts_revocation_memory_and_probes(topo: Topology, tmp_path: Pa
     assert memory["threads_floor_end"] <= memory["threads_floor_warm"], summary
     assert memory["fds_max"] <= memory["fds_warm"] + 2 and memory["threads_max"] <= memory["threads_warm"] + 2, summary
     assert result.scrape_failures == 0 and len(result.scrape_ms) >= 2 * (SECONDS - 2), summary
+
+
+def test_a_reload_is_credited_with_what_it_loaded_not_with_the_write_before_its_end() -> None:
+    """A reload that read the files before a write and ended after it put the older version in
+    force: probes until the next reload could have swapped are not judged by the newer one
+    (crediting each write with the first reload ending after it judged those probes by a version
+    the daemon did not hold yet, and reported the allowed ones as disagreeing)."""
+    # flips 0, 1, 2 written at 0.0, 0.2, 0.4; the first reload read version 0 at once and
+    # arrived at 0.25, after version 1 was written; the second loaded version 1, arrived at 0.30
+    changes = [(0.0, (0, False)), (0.2, (1, False)), (0.4, (2, False))]
+    timeline = Timeline.build(changes, [(0.25, (0, False)), (0.30, (1 % MARKS, False))], initial=(1, False))
+    assert timeline.state_at(0.1) == ((1, False), True)  # the first reload may have swapped
+    assert timeline.state_at(0.22) == ((1, False), True)
+    assert timeline.state_at(0.25 + SLACK + 0.001) == ((0, False), True)  # version 0 in force; the next may swap
+    assert timeline.state_at(0.30 + SLACK + 0.001) == ((1, False), False)
+    assert timeline.state_at(0.41) == ((1, False), False)  # version 2 written, no reload of it yet
+    assert (timeline.first_loading(0), timeline.first_loading(1), timeline.first_loading(2)) == (0.25, 0.30, None)
+    assert timeline.swaps_within(0.26, 0.36) == [(1, False)]
+
+
+def test_a_reload_is_the_newest_write_of_the_state_it_reports() -> None:
+    changes = [(0.2 * k, (k, False)) for k in range(MARKS + 2)] + [(0.2 * (MARKS + 2) + 0.1, (MARKS + 1, True))]
+    timeline = Timeline.build(changes, [(0.2 * MARKS + 0.01, (0, False)), (9.0, (1, True))], initial=(1, False))
+    assert [c for _, c in timeline.loads] == [MARKS, MARKS + 2]
+    # the policy count the daemon reports tells each (version mod MARKS, late) apart
+    loaded = _decode(at_start=_policies(version(1)) + 3)
+    assert loaded(3 + _policies(version(5))) == (5, False)
+    with pytest.raises(AssertionError):
+        loaded(1)
