@@ -27,6 +27,7 @@ from pyclassify.inventory import Inventory
 from pyclassify.ir import Action, Direction, EntityMatch, NamedPort, Policy, PolicySet, PortMatch, PortRange, Rule
 
 ENDING = (Action.ALLOW, Action.DENY, Action.PASS)
+USAGE_OUTPUTS = ("text", "json", "csv", "md", "html")
 
 
 def _port_covers(a: PortMatch, b: PortMatch) -> bool:
@@ -218,6 +219,36 @@ def end_of_tier_rows(by_rule: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in by_rule if r["reason"] != "rule"]
 
 
+def usage_doc(project: Any, traffic: list[str], traffic_format: str | None = None, default: str | None = None,
+              redundant: bool = True) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``usage --json``'s document of ``project`` over the flow records of ``traffic`` (none:
+    nothing counted), and the replay summary the counts came from (None without traffic).
+    Raises ``RecordError`` when a file cannot be read at all."""
+    from pyclassify.engine import NativeEngine
+    from pyclassify.recordreplay import RecordReplay
+
+    by_rule = None
+    summary = None
+    if traffic:
+        engine = NativeEngine(project.policy_set, project.inventory)
+        replay = RecordReplay(engine, default=default, format=traffic_format, logs=True)
+        replay.run(list(traffic))
+        summary = replay.summary_json()
+        by_rule = summary["by_rule"]
+    rows = rule_rows(project.policy_set, by_rule, summary["logged"] if summary is not None else None)
+    shadowed = shadowed_rules(project.policy_set)
+    found = redundant_policies(project.policy_set, project.inventory, default) if redundant else None
+    doc = {
+        "rules": rows,
+        "other_decisions": end_of_tier_rows(by_rule) if by_rule is not None else None,
+        "unused": [r for r in rows if by_rule is not None and r["counted"] and r["flows"] == 0 and r["records"] == 0],
+        "shadowed": [s.to_json() for s in shadowed],
+        "redundant": None if found is None else [r.to_json() for r in found],
+        "traffic": None if summary is None else {k: summary[k] for k in ("records", "flows", "packets", "bytes", "files")},
+    }
+    return doc, summary
+
+
 def _usage_command() -> Any:
     import sys
 
@@ -240,6 +271,7 @@ def _usage_command() -> Any:
 Examples:
   pyclassify usage examples/demo --traffic examples/traffic/hubble.jsonl
   pyclassify usage examples/demo --json
+  pyclassify usage examples/demo --traffic examples/traffic/hubble.jsonl --output csv
 \b
 With --traffic, counts are records, flows, packets and bytes each rule
 decided (for a Log rule: logged on the way to a decision). Shadowed rules
@@ -255,43 +287,30 @@ and redundant policies are found from the policy alone.
                   help="Skip the search for redundant policies (one exact diff per policy).")
     @default_option
     @json_option
+    @click.option("--output", "output", type=click.Choice(USAGE_OUTPUTS), default="text", show_default=True,
+                  help="text, json, csv or md (Markdown): one row per rule with its counts, never-hit and "
+                       "shadowed-by; html: the report's rule usage page.")
     def usage_command(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
                       traffic: tuple[str, ...], traffic_format: str | None, no_redundant: bool, default: str | None,
-                      as_json: bool) -> None:
+                      as_json: bool, output: str) -> None:
         """Rule usage: what each policy rule decided in observed traffic, which rules never did,
         which can never match (shadowed by an earlier rule) and which policies change no verdict."""
-        from pyclassify.engine import NativeEngine
-        from pyclassify.recordreplay import RecordReplay
         from pyclassify.records import RecordError
 
         project = _load(paths, (kubeconfig, kube_context, in_cluster))
-        by_rule = None
-        summary = None
-        if traffic:
-            engine = NativeEngine(project.policy_set, project.inventory)
-            replay = RecordReplay(engine, default=default, format=traffic_format, logs=True)
-            try:
-                replay.run(list(traffic))
-            except RecordError as e:
-                err.print(f"[red]error[/red]: {escape(str(e))}")
-                sys.exit(EXIT_INVALID)
-            summary = replay.summary_json()
-            by_rule = summary["by_rule"]
-        rows = rule_rows(project.policy_set, by_rule, summary["logged"] if summary is not None else None)
-        shadowed = shadowed_rules(project.policy_set)
-        redundant = [] if no_redundant else redundant_policies(project.policy_set, project.inventory, default)
-        doc = {
-            "rules": rows,
-            "other_decisions": end_of_tier_rows(by_rule) if by_rule is not None else None,
-            "unused": [r for r in rows if by_rule is not None and r["counted"] and r["flows"] == 0 and r["records"] == 0],
-            "shadowed": [s.to_json() for s in shadowed],
-            "redundant": None if no_redundant else [r.to_json() for r in redundant],
-            "traffic": None if summary is None else {k: summary[k] for k in ("records", "flows", "packets", "bytes", "files")},
-        }
-        if as_json:
+        try:
+            doc, summary = usage_doc(project, list(traffic), traffic_format, default, not no_redundant)
+        except RecordError as e:
+            err.print(f"[red]error[/red]: {escape(str(e))}")
+            sys.exit(EXIT_INVALID)
+        if as_json or output == "json":
             _emit_json(doc)
-        else:
+        elif output == "text":
             _print_usage(doc, out, escape)
+        else:
+            from pyclassify.report.command import usage_output
+
+            usage_output(doc, output, paths or [f"cluster {kubeconfig or 'in-cluster'}"])
         if summary is not None and summary["records"] == 0 and summary["problems"]:
             err.print("[red]error[/red]: no record could be read")
             sys.exit(EXIT_INVALID)

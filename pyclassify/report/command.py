@@ -155,13 +155,52 @@ def diff_output(result: Any, old: Any, new: Any, output: str, by: str, default: 
 
 
 def _diff_html(result: Any, old: Any, new: Any, default: str | None, protocol: int, port: Any,
-               namespaces: tuple[str, ...], selector: Any, paths: Sequence[str] = ()) -> str:
+               namespaces: tuple[str, ...], selector: Any, paths: Sequence[str] = (),
+               usage: dict[str, Any] | None = None, observed: Any = None) -> str:
     from pyclassify.report.page import render
 
     grid = _matrix_grid(old, protocol, port, default, namespaces, selector, against=new)
     changes = [{"opened": c.opened, "text": result.change_text(c)} for c in result.changes]
     return render(grid, f"What the change does: {_flow_text(protocol, port)}", paths or result.old_paths,
-                  changes, result.policies_changed)
+                  changes, result.policies_changed, usage,
+                  None if observed is None else observed_data(observed, grid))
+
+
+def usage_output(doc: dict[str, Any], output: str, paths: Sequence[str]) -> None:
+    """``usage --output FORMAT`` beyond text and json."""
+    if output == "csv":
+        _write(formats.usage_csv(doc))
+    elif output == "md":
+        _write(formats.usage_md(doc))
+    else:
+        from pyclassify.report.page import render_usage
+
+        _write(render_usage(doc, "Rule usage", paths))
+
+
+def observed_data(observed: Any, grid: Grid) -> dict[str, Any]:
+    """``diff --traffic``'s rows as the page draws them: each with the grid cells (group pairs)
+    and namespace pairs its two ends fall in (none for an end outside the grid: an outside
+    address, a host endpoint, a pod left out by --namespace/--selector)."""
+    doc = observed.to_json()
+    where: dict[str, list[int]] = {}
+    for k, g in enumerate(grid.groups):
+        for e in g.endpoints:
+            where.setdefault(e.ref, []).append(k)
+    n = len(grid.groups)
+    ns_of = np.zeros(n, np.int64)
+    for k in range(len(grid.namespaces)):
+        ns_of[grid.ns_start[k]:grid.ns_start[k + 1]] = k
+    rows = []
+    for c, row in zip(observed.changes, doc["changes"]):
+        ends = [sorted({k for e in ([] if g.outside else g.endpoints) for k in where.get(e.ref, ())})
+                for g in (c.src, c.dst)]
+        cells = sorted(int(a) * n + int(b) for a in ends[0] for b in ends[1])
+        rows.append({"closed": c.closed, "text": row["text"], "protocol": row["protocol"], "port": row["port"],
+                     **{m: row[m] for m in ("records", "flows", "packets", "bytes")},
+                     "first": row["first"], "last": row["last"], "cells": cells,
+                     "ns": sorted({int(ns_of[x // n]) * len(grid.namespaces) + int(ns_of[x % n]) for x in cells})})
+    return {"changes": rows, "summary": doc["summary"]}
 
 
 @click.command("report", context_settings={"ignore_unknown_options": True}, epilog="""\b
@@ -169,11 +208,15 @@ Examples:
   pyclassify report examples/demo --port 80 -o report.html
   pyclassify report examples/demo --port any --apply examples/changes/db-behind-pgbouncer.yaml -o change.html
   pyclassify report cluster/ --against cluster-after/ --proto TCP --port 5432 -o change.html
+  pyclassify report examples/demo --port any --apply examples/changes/db-behind-pgbouncer.yaml \\
+      --traffic examples/traffic/hubble.jsonl -o change.html
 \b
 One HTML file, opened offline: the namespace heatmap opens into identity
 groups and pods; a click on a cell explains its verdict (tier, policy, rule
 of each direction). With --against/--apply: what the change opens and closes,
-on the same grid, and every change diff finds.
+on the same grid, and every change diff finds. With --traffic: each rule's
+usage in those flow records (usage), and of a change the observed flows it
+closes or opens (diff --traffic), marked on the grid.
 """)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="PATH... [--against NEW... | --apply FILE]")
 @cli.kube_options
@@ -185,29 +228,56 @@ on the same grid, and every change diff finds.
 @click.option("--namespace", "namespaces", metavar="NS", multiple=True, help="Only the pods of this namespace.")
 @click.option("--selector", "selector", metavar="EXPR", callback=cli._selector_option, default=None,
               help="Only the pods whose labels match this Calico selector.")
+@click.option("--traffic", "traffic", multiple=True, type=click.Path(allow_dash=True),
+              help="Flow records (as replay --traffic reads them): show each rule's usage and, of a change, "
+                   "the observed connections it flips. Repeat for several.")
+@click.option("--format", "traffic_format", default=None, metavar="FORMAT",
+              help="The format of every --traffic file (found from the content otherwise).")
+@click.option("--no-redundant", is_flag=True,
+              help="With --traffic, skip the search for redundant policies (one exact diff per policy).")
 @cli.default_option
 @click.option("-o", "--out", "out_path", type=click.Path(dir_okay=False, writable=True, allow_dash=True),
               default="-", show_default=True, help="The HTML file to write (- for stdout).")
 def report_command(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
                    apply_paths: tuple[str, ...], proto: str, port: Any, namespaces: tuple[str, ...], selector: Any,
-                   default: str | None, out_path: str) -> None:
+                   traffic: tuple[str, ...], traffic_format: str | None, no_redundant: bool, default: str | None,
+                   out_path: str) -> None:
     """One self-contained HTML report of reachability among pods, or of a change to it."""
     protocol = cli._protocol(proto)
     paths, new_paths = cli._split_against(args)
     kube = (kubeconfig, kube_context, in_cluster)
     shown = paths or [f"--kubeconfig {kubeconfig}" if kubeconfig else "--in-cluster"]
-    if new_paths or apply_paths:
-        old, new, new_paths = cli._diff_projects(paths, new_paths, apply_paths, kube)
-        from pyclassify.diff import diff
+    from pyclassify.records import RecordError
 
-        result = diff(old.policy_set, new.policy_set, old.inventory, default, shown, new_paths)
-        page = _diff_html(result, old, new, default, protocol, port, namespaces, selector, shown)
-    else:
-        project = cli._load(tuple(paths), kube)
-        grid = _matrix_grid(project, protocol, port, default, namespaces, selector)
-        from pyclassify.report.page import render
+    try:
+        if new_paths or apply_paths:
+            old, new, new_paths = cli._diff_projects(paths, new_paths, apply_paths, kube)
+            from pyclassify.diff import diff
 
-        page = render(grid, f"Reachability: {_flow_text(protocol, port)}", shown)
+            result = diff(old.policy_set, new.policy_set, old.inventory, default, shown, new_paths)
+            usage, observed = None, None
+            if traffic:
+                from pyclassify.trafficdiff import traffic_diff
+                from pyclassify.usage import usage_doc
+
+                usage = usage_doc(old, list(traffic), traffic_format, default, not no_redundant)[0]
+                observed = traffic_diff(old.policy_set, new.policy_set, old.inventory, list(traffic), traffic_format,
+                                        default)
+            page = _diff_html(result, old, new, default, protocol, port, namespaces, selector, shown, usage, observed)
+        else:
+            project = cli._load(tuple(paths), kube)
+            grid = _matrix_grid(project, protocol, port, default, namespaces, selector)
+            from pyclassify.report.page import render
+
+            usage = None
+            if traffic:
+                from pyclassify.usage import usage_doc
+
+                usage = usage_doc(project, list(traffic), traffic_format, default, not no_redundant)[0]
+            page = render(grid, f"Reachability: {_flow_text(protocol, port)}", shown, usage=usage)
+    except RecordError as e:
+        cli.err.print(f"[red]error[/red]: {cli.escape(str(e))}")
+        cli._fail(cli.EXIT_INVALID)
     _write(page, out_path)
     if out_path != "-":
         cli.err.print(f"wrote {out_path} ({len(page.encode('utf-8')):,} bytes)", highlight=False)

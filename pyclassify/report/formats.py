@@ -15,7 +15,7 @@ import io
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -177,3 +177,59 @@ def svg(dot: str) -> str:
     if done.returncode != 0:
         raise GraphvizMissing(f"Graphviz's dot failed: {done.stderr.decode('utf-8', 'replace').strip()}")
     return done.stdout.decode("utf-8")
+
+
+USAGE_COLUMNS = ("tier", "policy", "direction", "rule", "action", "records", "flows", "packets", "bytes", "never_hit",
+                 "shadowed_by", "policy_redundant")
+
+
+def usage_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """``usage --json``'s document as one row per rule: its counts (None without traffic, and
+    for a Log rule when what it logged was not counted), whether it decided nothing, the
+    earlier rule that covers it, and whether its policy changes no verdict (None: not looked
+    for)."""
+    counted = doc["traffic"] is not None
+    covered = {(s["policy"], s["direction"], str(s["rule"])): s["covered_by"] for s in doc["shadowed"]}
+    redundant = None if doc["redundant"] is None else {r["policy"] for r in doc["redundant"]}
+    rows = []
+    for r in doc["rules"]:
+        live = counted and r["counted"]
+        rows.append({
+            "tier": r["tier"], "policy": r["policy"], "direction": r["direction"], "rule": r["rule"],
+            "action": r["action"],
+            **{m: r[m] if live else None for m in ("records", "flows", "packets", "bytes")},
+            "never_hit": (r["records"] == 0 and r["flows"] == 0) if live else None,
+            "shadowed_by": covered.get((r["policy"], r["direction"], str(r["rule"]))),
+            "policy_redundant": None if redundant is None else r["policy"] in redundant,
+        })
+    return rows
+
+
+def _plain(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def usage_csv(doc: dict[str, Any]) -> str:
+    """One row per rule; empty cells: not counted (no traffic) or nothing covers the rule."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(USAGE_COLUMNS)
+    for row in usage_rows(doc):
+        w.writerow([_plain(row[c]) for c in USAGE_COLUMNS])
+    return buf.getvalue()
+
+
+def usage_md(doc: dict[str, Any]) -> str:
+    t = doc["traffic"]
+    head = ("Rule usage (no traffic: nothing counted)" if t is None else
+            f"Rule usage over {t['records']:,} records ({t['flows']:,} flows, {t['packets']:,} packets, "
+            f"{t['bytes']:,} bytes)")
+    lines = [head, "", "| " + " | ".join(c.replace("_", " ") for c in USAGE_COLUMNS) + " |",
+             "|" + " --- |" * 5 + " --: |" * 4 + " :-: | --- | :-: |"]
+    for row in usage_rows(doc):
+        lines.append("| " + " | ".join(_md(_plain(row[c])) for c in USAGE_COLUMNS) + " |")
+    return "\n".join(lines) + "\n"

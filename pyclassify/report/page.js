@@ -2,7 +2,7 @@
 // The report's page: everything it shows is in the two script elements above (no request is
 // made). Cells are deflated typed arrays, one verdict and two decision indices per group pair.
 const R = JSON.parse(document.getElementById("report-data").textContent);
-const G = R.groups.length;
+const G = R.groups ? R.groups.length : 0;
 const VERDICT = ["deny", "allow", "none"];
 const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s).replace(/[&<>"]/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
@@ -18,6 +18,23 @@ async function cells() {
     sides[a.side][a.name] = new types[a.type](buf, a.offset, G * G);
   }
   return sides;
+}
+
+// Observed flows a change closes (diff --traffic), summed per grid cell and namespace pair.
+const OBSERVED_CLOSED = {cells: new Map(), ns: new Map()};
+for (const c of (R.observed ? R.observed.changes : [])) {
+  if (!c.closed) continue;
+  for (const [key, list] of [["cells", c.cells], ["ns", c.ns]]) {
+    for (const x of list) OBSERVED_CLOSED[key].set(x, (OBSERVED_CLOSED[key].get(x) || 0) + c.flows);
+  }
+}
+
+function markObserved(td, key, x) {
+  const flows = OBSERVED_CLOSED[key].get(x);
+  if (flows === undefined) return "";
+  td.classList.add("observed-closed");
+  td.dataset.observedClosed = flows;
+  return `; observed flows it closes: ${flows}`;
 }
 
 function nsOf(g) {
@@ -86,6 +103,7 @@ function heatmap(S) {
         td.dataset.closed = closed;
         changeClass(td, opened, closed);
         title += ` (was ${R.ns_allowed[0][a * N + b]}; ${opened} opened, ${closed} closed)`;
+        title += markObserved(td, "ns", a * N + b);
       }
       td.title = title;
       td.addEventListener("click", () => openPair(S, a, b, td));
@@ -96,7 +114,9 @@ function heatmap(S) {
 
 function groupName(g) {
   const labels = Object.entries(R.groups[g].labels).map(([k, v]) => `${k}=${v}`).join(",");
-  return {short: `${labels || "(no label a policy selects)"} ×${R.groups[g].pods.length}`, title: R.groups[g].text};
+  const family = R.dual && R.groups[g].family ? ` IPv${R.groups[g].family}` : "";
+  return {short: `${labels || "(no label a policy selects)"} ×${R.groups[g].pods.length}${family}`,
+          title: R.groups[g].text};
 }
 
 function podRef(g, p) {
@@ -114,18 +134,48 @@ function openPair(S, a, b, td) {
   drawPair(S);
 }
 
+function podsOf(ns) {
+  // Each pod of namespace ns once, with its group and place in it per family (4, 6; 0: judged
+  // by name): a dual-stack pod is in one group per family.
+  const byName = new Map();
+  for (let g = R.ns_start[ns]; g < R.ns_start[ns + 1]; g++) {
+    const f = R.groups[g].family || 0;
+    R.groups[g].pods.forEach((name, p) => {
+      if (!byName.has(name)) byName.set(name, {name, at: {}});
+      const pod = byName.get(name);
+      if (pod.at[f] === undefined) pod.at[f] = [g, p];
+    });
+  }
+  return [...byName.values()].map((pod) => {
+    const [g, p] = pod.at[4] || pod.at[6] || pod.at[0];
+    const families = [4, 6].filter((f) => pod.at[f]).map((f) => `IPv${f}`).join(", ") || "no address";
+    return {g, p, at: pod.at, short: pod.name, title: `${podRef(g, p)} (${families})`};
+  });
+}
+
+function podEnds(row, col) {
+  // The group pairs a pod pair is judged by, as matrix judges it: each family either pod has
+  // an address of (a pod judged by name takes part in the other's), by name when neither has
+  // one; none when they share no family (no flow).
+  const ends = [];
+  for (const f of [4, 6]) {
+    const a = row.at[f] || row.at[0], b = col.at[f] || col.at[0];
+    if (a && b && (row.at[f] || col.at[f])) ends.push([a, b]);
+  }
+  if (!ends.length && row.at[0] && col.at[0]) ends.push([row.at[0], col.at[0]]);
+  return ends;
+}
+
 function drawPair(S) {
   const [a, b] = current;
   const byPod = $("by-pod").checked;
   const rows = [], cols = [];
   for (const [list, ns] of [[rows, a], [cols, b]]) {
-    for (let g = R.ns_start[ns]; g < R.ns_start[ns + 1]; g++) {
-      if (byPod) {
-        R.groups[g].pods.forEach((name, p) => list.push({g, p, short: name, title: `${podRef(g, p)} (${R.groups[g].text})`}));
-      } else {
-        list.push({g, p: null, ...groupName(g)});
-      }
+    if (byPod) {
+      list.push(...podsOf(ns));
+      continue;
     }
+    for (let g = R.ns_start[ns]; g < R.ns_start[ns + 1]; g++) list.push({g, p: null, ...groupName(g)});
   }
   const [table, body] = header(rows, cols, byPod ? "pods" : "identity groups");
   table.id = byPod ? "pod-table" : "group-table";
@@ -137,23 +187,34 @@ function drawPair(S) {
     th.title = row.title;
     tr.appendChild(th);
     for (const col of cols) {
-      const cell = row.g * G + col.g;
+      // A pod pair: allowed when every family it is judged in allows; its first family (of a
+      // change: its first whose cell changed) speaks for it.
+      const ends = byPod ? podEnds(row, col) : [[[row.g, row.p], [col.g, col.p]]];
+      const list = ends.map(([x, y]) => x[0] * G + y[0]);
       const td = tr.insertCell();
-      td.dataset.verdict = VERDICT[S[last].verdict[cell]];
-      td.dataset.groupFrom = row.g;
-      td.dataset.groupTo = col.g;
+      const verdictOf = (s) => !list.length ? 2 : list.length === 1 ? S[s].verdict[list[0]]
+        : list.every((c) => S[s].verdict[c] === 1) ? 1 : 0;
+      td.dataset.verdict = VERDICT[verdictOf(last)];
+      let k = 0;
+      if (S.length === 2) {
+        k = Math.max(0, list.findIndex((c) => S[1].change[c]));
+        td.dataset.was = VERDICT[verdictOf(0)];
+        const change = list.reduce((x, c) => x | S[1].change[c], 0);
+        td.dataset.change = ["", "opened", "closed", "opened closed"][change];
+        changeClass(td, change & 1, change & 2);
+        const observed = list.find((c) => OBSERVED_CLOSED.cells.has(c));
+        td.title = observed === undefined ? "" : markObserved(td, "cells", observed).replace(/^; /, "");
+      }
       if (byPod) {
         td.dataset.from = podRef(row.g, row.p);
         td.dataset.to = podRef(col.g, col.p);
       }
-      if (S.length === 2) {
-        td.dataset.was = VERDICT[S[0].verdict[cell]];
-        const change = S[1].change[cell];
-        td.dataset.change = ["", "opened", "closed", "opened closed"][change];
-        changeClass(td, change & 1, change & 2);
-      }
-      if (S[last].verdict[cell] !== 2) {
-        td.addEventListener("click", () => explain(S, row, col, td));
+      if (!list.length) continue;
+      const [[rg, rp], [cg, cp]] = ends[k];
+      td.dataset.groupFrom = rg;
+      td.dataset.groupTo = cg;
+      if (S[last].verdict[list[k]] !== 2) {
+        td.addEventListener("click", () => explain(S, {g: rg, p: rp}, {g: cg, p: cp}, td));
       }
     }
   }
@@ -216,6 +277,9 @@ function summary() {
   if (R.sides.length === 2) {
     legend += sw("#fff", "opened", "outline:3px solid #1e6fd9") + sw("#fff", "closed", "outline:3px solid #111");
   }
+  if (R.observed) {
+    legend += `<span class="swatch" style="color:#ffd400;text-shadow:0 0 2px #000">●</span>observed flows it closes`;
+  }
   $("legend").innerHTML = legend;
   if (R.changes) {
     $("changes").hidden = false;
@@ -229,8 +293,93 @@ function summary() {
   }
 }
 
-cells().then((S) => {
+function count(n) {
+  return n === null || n === undefined ? "" : Number(n).toLocaleString("en");
+}
+
+function usagePanel() {
+  const U = R.usage;
+  $("usage").hidden = false;
+  const t = U.traffic;
+  $("usage-summary").textContent = t
+    ? `What each rule decided in ${count(t.records)} records (${count(t.flows)} flows, ${count(t.packets)} packets, ` +
+      `${count(t.bytes)} bytes) of ${t.files.map((f) => f.name || f).join(", ")}, as pyclassify usage counts them.`
+    : "No traffic given: nothing counted. Shadowed rules and redundant policies are found from the policy alone.";
+  const body = $("usage-table").tBodies[0];
+  for (const r of U.rules) {
+    const tr = body.insertRow();
+    for (const k of ["policy", "direction", "rule", "action", "records", "flows", "packets", "bytes", "shadowed_by"]) {
+      tr.setAttribute(`data-${k.replace("_", "-")}`, r[k] === null ? "" : String(r[k]));
+    }
+    tr.dataset.neverHit = r.never_hit === null ? "" : String(r.never_hit);
+    tr.dataset.redundant = r.policy_redundant === null ? "" : String(r.policy_redundant);
+    if (r.never_hit) tr.classList.add("never-hit");
+    if (r.shadowed_by !== null) tr.classList.add("shadowed");
+    const notes = [];
+    if (r.never_hit) notes.push(r.action === "Log" ? "logged nothing" : "decided nothing");
+    if (r.shadowed_by !== null) notes.push(`never matches: rule ${r.shadowed_by} before it covers it`);
+    if (r.policy_redundant) notes.push("its policy changes no verdict");
+    for (const [k, n] of [["tier", r.tier], ["policy", r.policy], ["direction", r.direction], ["rule", r.rule],
+                          ["action", r.action], ["records", r.records], ["flows", r.flows], ["packets", r.packets],
+                          ["bytes", r.bytes], ["note", notes.join("; ")]]) {
+      const td = tr.insertCell();
+      td.textContent = ["records", "flows", "packets", "bytes"].includes(k) ? count(n) : (n ?? "");
+      if (["records", "flows", "packets", "bytes"].includes(k)) td.className = "n";
+    }
+  }
+  const other = $("other-decisions");
+  for (const r of U.other_decisions || []) {
+    const li = document.createElement("li");
+    const where = r.reason === "end-of-tier" ? `end of tier ${r.tier}` : (r.policy || r.reason);
+    li.dataset.direction = r.direction;
+    li.dataset.flows = r.flows;
+    li.textContent = `${r.direction} ${where} ${r.verdict}: ${count(r.flows)} flows, ${count(r.packets)} packets, ` +
+                     `${count(r.bytes)} bytes`;
+    other.appendChild(li);
+  }
+  if (!U.other_decisions) other.innerHTML = "<li>(no traffic given)</li>";
+  const red = $("redundant-list");
+  for (const r of U.redundant || []) {
+    const li = document.createElement("li");
+    li.dataset.policy = r.policy;
+    li.textContent = `${r.policy}: removing it changes no verdict` +
+                     (r.decided_instead_by.length ? `; decided instead by ${r.decided_instead_by.join(", ")}` : "");
+    red.appendChild(li);
+  }
+  if (U.redundant === null) red.innerHTML = "<li>(not looked for: --no-redundant)</li>";
+  else if (!U.redundant.length) red.innerHTML = "<li>none</li>";
+}
+
+function observedPanel() {
+  $("observed").hidden = false;
+  const ul = $("observed-list");
+  for (const c of R.observed.changes) {
+    const li = document.createElement("li");
+    li.className = c.closed ? "closed" : "opened";
+    for (const k of ["records", "flows", "packets", "bytes"]) li.dataset[k] = c[k];
+    li.dataset.closed = String(c.closed);
+    li.textContent = c.text;
+    ul.appendChild(li);
+  }
+  const s = R.observed.summary;
+  const p = document.createElement("p");
+  p.className = "hint";
+  p.textContent = `${s.closed} closing ${count(s.closed_flows)} observed flows, ${s.opened} opening ` +
+                  `${count(s.opened_flows)}, over ${count(s.observed.records)} records` +
+                  (s.not_judged.records ? `; ${count(s.not_judged.records)} records not judged (an end the inventory cannot place)` : "");
+  ul.after(p);
+}
+
+if (!R.groups) {
+  // The rule usage page alone (usage --output html).
+  $("namespaces").hidden = true;
+  $("summary").textContent = `Rule usage of ${R.paths}`;
+  usagePanel();
+  document.body.dataset.ready = String(performance.now());
+} else cells().then((S) => {
   summary();
+  if (R.usage) usagePanel();
+  if (R.observed) observedPanel();
   heatmap(S);
   $("by-pod").addEventListener("change", () => current && drawPair(S));
   document.body.dataset.ready = String(performance.now());

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from pyclassify import reachability as reach
 from pyclassify.kinds.common import protocol_name
 from pyclassify.report.grid import ALLOW, CLOSED, OPENED, Grid
 
@@ -65,9 +66,32 @@ def _cells(grid: Grid) -> tuple[str, list[dict[str, Any]]]:
     return base64.b64encode(packed).decode("ascii"), layout
 
 
+def _page(title: str, data: dict[str, Any], cells: str = "") -> str:
+    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    return _asset("page.html").format(title=html.escape(title), style=_asset("page.css"), data=payload,
+                                      cells=cells, script=_asset("page.js"))
+
+
+def usage_data(doc: dict[str, Any]) -> dict[str, Any]:
+    """``usage --json``'s document as the page shows it: a row per rule (``formats.usage_rows``),
+    the decisions no rule made, the redundant policies and the traffic counted."""
+    from pyclassify.report.formats import usage_rows
+
+    return {"rules": usage_rows(doc), "other_decisions": doc["other_decisions"], "redundant": doc["redundant"],
+            "traffic": doc["traffic"]}
+
+
+def render_usage(doc: dict[str, Any], title: str, paths: Sequence[str]) -> str:
+    """The report's rule usage panel alone (``usage --output html``)."""
+    return _page(title, {"paths": " ".join(paths), "usage": usage_data(doc)})
+
+
 def render(grid: Grid, title: str, paths: Sequence[str], changes: list[dict[str, Any]] | None = None,
-           policies_changed: Sequence[str] = ()) -> str:
-    """The report's HTML."""
+           policies_changed: Sequence[str] = (), usage: dict[str, Any] | None = None,
+           observed: dict[str, Any] | None = None) -> str:
+    """The report's HTML; with traffic, its rule usage (``usage --json``'s document) and, of a
+    change, the observed connections it flips (``observed``: ``trafficdiff`` rows placed on
+    the grid by ``command``)."""
     cells, layout = _cells(grid)
     port = "" if grid.port is None else " on some port" if grid.port == "any" else f" {grid.port}"
     data: dict[str, Any] = {
@@ -77,19 +101,19 @@ def render(grid: Grid, title: str, paths: Sequence[str], changes: list[dict[str,
         "ns_start": grid.ns_start,
         "ns_pods": grid.namespace_pods().tolist(),
         "ns_allowed": [grid.namespace_counts(side.verdict == ALLOW).ravel().tolist() for side in grid.sides],
-        "groups": [{"text": t, "labels": labels, "pods": [e.name for e in g.endpoints]}
+        "groups": [{"text": t, "labels": labels, "pods": [e.name for e in g.endpoints], "family": g.family}
                    for g, t, labels in zip(grid.groups, grid.group_text, grid.group_labels)],
+        "dual": reach.dual_stack(grid.groups),
         "decisions": grid.decisions,
         "classes": _flow_classes(grid.classes),
         "sides": ["old", "new"] if len(grid.sides) == 2 else ["policy"],
         "layout": layout,
         "changes": changes,
         "policies_changed": list(policies_changed),
+        "usage": None if usage is None else usage_data(usage),
+        "observed": observed,
     }
     if grid.change is not None:
         data["ns_opened"] = grid.namespace_counts((grid.change & OPENED) != 0).ravel().tolist()
         data["ns_closed"] = grid.namespace_counts((grid.change & CLOSED) != 0).ravel().tolist()
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
-    return _asset("page.html").format(title=html.escape(title), style=_asset("page.css"), data=payload,
-                                      cells=cells, script=_asset("page.js"))
-
+    return _page(title, data, cells)

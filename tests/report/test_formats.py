@@ -131,3 +131,53 @@ def test_output_html_is_the_report_on_stdout() -> None:
     assert r.returncode == 0 and r.stdout.startswith("<!DOCTYPE html>") and 'id="report-data"' in r.stdout
     r = run("diff", DEMO, "--apply", CHANGE, "--output", "html")
     assert r.returncode == 5 and '"ns_opened"' in r.stdout and "allow-api-to-db" in r.stdout
+
+
+TRAFFIC = "examples/traffic/hubble.jsonl"
+
+
+def _usage_want(doc: dict) -> list[dict]:
+    """``usage --json`` per rule: its counts, whether it decided nothing, what covers it."""
+    covered = {(s["policy"], s["direction"], str(s["rule"])): str(s["covered_by"]) for s in doc["shadowed"]}
+    unused = {(r["policy"], r["direction"], str(r["rule"])) for r in doc["unused"]}
+    redundant = {r["policy"] for r in doc["redundant"]}
+    want = []
+    for r in doc["rules"]:
+        key = (r["policy"], r["direction"], str(r["rule"]))
+        counted = r.get("counted", False)
+        want.append({"policy": r["policy"], "direction": r["direction"], "rule": str(r["rule"]),
+                     **{m: str(r[m]) if counted else "" for m in ("records", "flows", "packets", "bytes")},
+                     "never_hit": ("true" if key in unused else "false") if counted else "",
+                     "shadowed_by": covered.get(key, ""),
+                     "policy_redundant": "true" if r["policy"] in redundant else "false"})
+    return want
+
+
+@pytest.mark.parametrize("traffic", [(), ("--traffic", TRAFFIC)])
+def test_usage_csv_is_the_json_per_rule(traffic: tuple[str, ...]) -> None:
+    doc = run_json("usage", DEMO, *traffic, "--json")
+    r = run("usage", DEMO, *traffic, "--output", "csv")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    keys = ("policy", "direction", "rule", "records", "flows", "packets", "bytes", "never_hit", "shadowed_by",
+            "policy_redundant")
+    assert [{k: row[k] for k in keys} for row in rows] == _usage_want(doc)
+    assert any(row["shadowed_by"] for row in rows) or not doc["shadowed"]
+    if traffic:
+        assert any(row["never_hit"] == "true" for row in rows) and any(row["never_hit"] == "false" for row in rows)
+
+
+def test_usage_markdown_has_a_row_per_rule_and_json_is_its_short_form() -> None:
+    doc = run_json("usage", DEMO, "--traffic", TRAFFIC, "--json")
+    assert run_json("usage", DEMO, "--traffic", TRAFFIC, "--output", "json") == doc
+    r = run("usage", DEMO, "--traffic", TRAFFIC, "--output", "md")
+    assert r.returncode == 0, r.stderr
+    table = [line for line in r.stdout.splitlines() if line.startswith("| ")]
+    assert len(table) == 2 + len(doc["rules"])  # the header, its rule, a row per rule
+    assert f"{doc['traffic']['records']:,} records" in r.stdout
+
+
+def test_usage_output_html_is_the_usage_page() -> None:
+    r = run("usage", DEMO, "--traffic", TRAFFIC, "--output", "html", "--no-redundant")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("<!DOCTYPE html>") and 'id="usage-table"' in r.stdout and '"usage":' in r.stdout
