@@ -1,6 +1,10 @@
 """The report's grid: pods in identity groups ordered by namespace, each group pair's verdict
 for one protocol and port, and the decisions that made it, under one policy set or two.
 
+Groups are ``matrix --by identity``'s: each address family a pod has addresses of is a group of
+its own (a dual-stack pod is in one IPv4 and one IPv6 group), and groups sharing no family have
+no flow between them; the page judges a pod pair in every family either has, as ``matrix`` does.
+
 One representative flow per (group, group, flow class) is judged natively, as ``matrix --by
 identity`` does (``reachability.judge_pairs``), keeping the verdict records: each side's
 decision (tier, policy, rule, reason) is deduplicated into a small table, and a cell holds
@@ -83,8 +87,8 @@ class Grid:
 def build(engines: Sequence[NativeEngine], pods: Sequence[Endpoint], protocol: int, port: int | None | str,
           defaults: dict[str, str], policy_sets: Sequence[PolicySet]) -> Grid:
     """The grid of ``pods`` under each engine (one: a matrix; two: old and new of a change)."""
-    groups = reach.endpoint_groups(engines, pods, first_address_only=True)
-    groups.sort(key=lambda g: (g.endpoints[0].namespace or "", g.endpoints[0].ref))
+    groups = reach.endpoint_groups(engines, pods)  # every address a pod owns: a group per family
+    groups.sort(key=lambda g: (g.endpoints[0].namespace or "", g.endpoints[0].ref, g.family or 0))
     namespaces: list[str] = []
     ns_start: list[int] = []
     for k, g in enumerate(groups):
@@ -95,7 +99,8 @@ def build(engines: Sequence[NativeEngine], pods: Sequence[Endpoint], protocol: i
     ns_start.append(len(groups))
     keys = reach.selector_keys(policy_sets)
     space = reach.FlowSpace.build(engines, [protocol], dport=port)
-    grid = Grid(namespaces, ns_start, groups, [reach.group_text(g, keys) for g in groups],
+    dual = reach.dual_stack(groups)
+    grid = Grid(namespaces, ns_start, groups, [reach.group_text(g, keys, dual) for g in groups],
                 [reach.group_labels(g, keys) for g in groups], protocol, port, [], space.classes[4])
     _judge(grid, engines, space, defaults)
     return grid

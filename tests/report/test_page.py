@@ -169,3 +169,34 @@ def test_generated_cluster_report(browser: Any, tmp_path: Path) -> None:
     assert browser.find_element("id", "explanation").text
     shot(browser, tmp_path, "report-cluster.png")
     assert console_errors(browser) == []
+
+
+def test_dual_stack_pods_judged_in_each_family_as_matrix_does(browser: Any, tmp_path: Path) -> None:
+    """A dual-stack pod is judged in each family it has (client -> db: allowed over IPv4, denied
+    over IPv6, so denied), and pods sharing no family have no flow, as ``matrix --json`` says."""
+    from tests.test_analysis import NETPOL, NO_V6, PODS
+
+    cluster = tmp_path / "dual"
+    cluster.mkdir()
+    for name, text in (("pods.yaml", PODS), ("netpol.yaml", NETPOL), ("calico.yaml", NO_V6)):
+        (cluster / name).write_text(text)
+    page = report(tmp_path, "dual.html", str(cluster), "--port", "80")
+    open_report(browser, page)
+    assert console_errors(browser) == []
+    pods = run_json("matrix", str(cluster), "--port", "80", "--json")
+    verdict = {True: "allow", False: "deny", None: "none"}
+    want = {(a, b): verdict[pods["matrix"][i][j]] for i, a in enumerate(pods["pods"]) for j, b in enumerate(pods["pods"])}
+    open_namespaces(browser, "app", "app", by_pod=True)
+    listed = cells(browser, "#pod-table td", "data-from", "data-to", "data-verdict")
+    assert len(listed) == len(want)  # each pod once, whatever its families
+    assert {(src, dst): v for src, dst, v in listed} == want
+    assert "none" in want.values()
+    assert want[("app/client", "app/db")] == "deny"
+    by_ns = run_json("matrix", str(cluster), "--port", "80", "--by", "namespace", "--json")
+    heat = cells(browser, "#heatmap td", "data-allowed")
+    assert [int(n) for (n,) in heat] == [by_ns["matrix"][0][0]]
+    # client -> db explained: its IPv4 flow speaks for it (the first family), allowed.
+    open_namespaces(browser, "app", "app", by_pod=False)
+    texts = browser.execute_script("return [...document.querySelectorAll('#group-table tbody th')].map(t => t.title)")
+    assert any(t.endswith("IPv6") for t in texts) and any(t.endswith("IPv4") for t in texts)
+    assert console_errors(browser) == []
