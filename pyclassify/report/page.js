@@ -305,28 +305,25 @@ function usagePanel() {
     ? `What each rule decided in ${count(t.records)} records (${count(t.flows)} flows, ${count(t.packets)} packets, ` +
       `${count(t.bytes)} bytes) of ${t.files.map((f) => f.name || f).join(", ")}, as pyclassify usage counts them.`
     : "No traffic given: nothing counted. Shadowed rules and redundant policies are found from the policy alone.";
-  const body = $("usage-table").tBodies[0];
+  // One string for every row: thousands of rules at cluster size, drawn in one go.
+  const attr = (v) => esc(v === null || v === undefined ? "" : String(v));
+  const html = [];
   for (const r of U.rules) {
-    const tr = body.insertRow();
-    for (const k of ["policy", "direction", "rule", "action", "records", "flows", "packets", "bytes", "shadowed_by"]) {
-      tr.setAttribute(`data-${k.replace("_", "-")}`, r[k] === null ? "" : String(r[k]));
-    }
-    tr.dataset.neverHit = r.never_hit === null ? "" : String(r.never_hit);
-    tr.dataset.redundant = r.policy_redundant === null ? "" : String(r.policy_redundant);
-    if (r.never_hit) tr.classList.add("never-hit");
-    if (r.shadowed_by !== null) tr.classList.add("shadowed");
     const notes = [];
     if (r.never_hit) notes.push(r.action === "Log" ? "logged nothing" : "decided nothing");
     if (r.shadowed_by !== null) notes.push(`never matches: rule ${r.shadowed_by} before it covers it`);
     if (r.policy_redundant) notes.push("its policy changes no verdict");
-    for (const [k, n] of [["tier", r.tier], ["policy", r.policy], ["direction", r.direction], ["rule", r.rule],
-                          ["action", r.action], ["records", r.records], ["flows", r.flows], ["packets", r.packets],
-                          ["bytes", r.bytes], ["note", notes.join("; ")]]) {
-      const td = tr.insertCell();
-      td.textContent = ["records", "flows", "packets", "bytes"].includes(k) ? count(n) : (n ?? "");
-      if (["records", "flows", "packets", "bytes"].includes(k)) td.className = "n";
-    }
+    const cls = [r.never_hit ? "never-hit" : "", r.shadowed_by !== null ? "shadowed" : ""].join(" ").trim();
+    html.push(`<tr class="${cls}" data-policy="${attr(r.policy)}" data-direction="${attr(r.direction)}" ` +
+      `data-rule="${attr(r.rule)}" data-action="${attr(r.action)}" data-records="${attr(r.records)}" ` +
+      `data-flows="${attr(r.flows)}" data-packets="${attr(r.packets)}" data-bytes="${attr(r.bytes)}" ` +
+      `data-shadowed-by="${attr(r.shadowed_by)}" data-never-hit="${attr(r.never_hit)}" ` +
+      `data-redundant="${attr(r.policy_redundant)}"><td>${attr(r.tier)}</td><td>${attr(r.policy)}</td>` +
+      `<td>${attr(r.direction)}</td><td>${attr(r.rule)}</td><td>${attr(r.action)}</td>` +
+      ["records", "flows", "packets", "bytes"].map((k) => `<td class="n">${count(r[k])}</td>`).join("") +
+      `<td>${esc(notes.join("; "))}</td></tr>`);
   }
+  $("usage-table").tBodies[0].innerHTML = html.join("");
   const other = $("other-decisions");
   for (const r of U.other_decisions || []) {
     const li = document.createElement("li");
