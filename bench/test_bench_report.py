@@ -12,8 +12,16 @@ navigation start to the namespace heatmap drawn with its handlers set (``data-re
 cells are inflated), best and median of fresh loads; then the time to open the busiest namespace
 pair into its identity groups, and into its pods (one click each, drawn synchronously).
 
+With flow records (``test_report_with_traffic``): ``bench.flowrecords`` writes the cluster's
+traffic as Hubble JSON lines (``PYCLASSIFY_REPORT_BENCH_RECORDS``, 1 M by default, of 50k
+distinct connections), and each round runs the same ``matrix`` baseline then ``report
+cluster.json --proto TCP --port 8080 --traffic flows.jsonl --no-redundant -o report.html``: the
+report with every rule's usage (the redundant-policy search, one exact diff per policy, left
+out); its size and load as above.
+
     .venv/bin/python -m pytest bench/test_bench_report.py -s
     PYCLASSIFY_REPORT_BENCH_PODS=1000 .venv/bin/python -m pytest bench/test_bench_report.py -s
+    .venv/bin/python -m pytest bench/test_bench_report.py -s -k traffic
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from bench.cluster import generate, write_json_compact
 
 PODS = int(os.environ.get("PYCLASSIFY_REPORT_BENCH_PODS", "10000"))
 ROUNDS = int(os.environ.get("PYCLASSIFY_REPORT_BENCH_ROUNDS", "3"))
+RECORDS = int(os.environ.get("PYCLASSIFY_REPORT_BENCH_RECORDS", "1000000"))
 ROOT = Path(__file__).resolve().parents[1]
 FLOW = ("--proto", "TCP", "--port", "8080")
 
@@ -45,19 +54,19 @@ def _timed(*args: str) -> float:
     return took
 
 
-def test_report_generation_size_and_load(tmp_path: Path) -> None:
-    cluster = write_json_compact(generate(PODS, seed=1), tmp_path / "cluster.json")
-    page = tmp_path / "report.html"
+def _generation(cluster: Path, page: Path, *extra: str, label: str = "") -> None:
     matrix_s, report_s = [], []
     for _ in range(ROUNDS):
         matrix_s.append(_timed("matrix", str(cluster), "--by", "identity", *FLOW, "--json"))
-        report_s.append(_timed("report", str(cluster), *FLOW, "-o", str(page)))
+        report_s.append(_timed("report", str(cluster), *FLOW, *extra, "-o", str(page)))
     ratio = statistics.median(report_s) / statistics.median(matrix_s)
     size = page.stat().st_size
-    print(f"\n{PODS} pods: matrix --by identity best {min(matrix_s):.2f} s median {statistics.median(matrix_s):.2f} s; "
-          f"report best {min(report_s):.2f} s median {statistics.median(report_s):.2f} s; "
-          f"report/matrix {ratio:.2f}x (medians); report {size / 1e6:.2f} MB")
+    print(f"\n{PODS} pods{label}: matrix --by identity best {min(matrix_s):.2f} s "
+          f"median {statistics.median(matrix_s):.2f} s; report best {min(report_s):.2f} s median "
+          f"{statistics.median(report_s):.2f} s; report/matrix {ratio:.2f}x (medians); report {size / 1e6:.2f} MB")
 
+
+def _load(page: Path) -> None:
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_exe = shutil.which("chromedriver")
     if binary is None or driver_exe is None:
@@ -99,3 +108,22 @@ def test_report_generation_size_and_load(tmp_path: Path) -> None:
     print(f"load to interactive (navigation start to heatmap drawn) best {min(loads):.0f} ms median "
           f"{statistics.median(loads):.0f} ms; busiest namespace pair opened into groups median "
           f"{statistics.median(groups_ms):.0f} ms, into pods {statistics.median(pods_ms):.0f} ms")
+
+
+def test_report_generation_size_and_load(tmp_path: Path) -> None:
+    cluster = write_json_compact(generate(PODS, seed=1), tmp_path / "cluster.json")
+    page = tmp_path / "report.html"
+    _generation(cluster, page)
+    _load(page)
+
+
+def test_report_with_traffic(tmp_path: Path) -> None:
+    from bench import flowrecords
+
+    generated = generate(PODS, seed=1)
+    cluster = write_json_compact(generated, tmp_path / "cluster.json")
+    flows = flowrecords.write(generated, tmp_path / "flows.jsonl", "hubble", RECORDS)
+    page = tmp_path / "report.html"
+    _generation(cluster, page, "--traffic", str(flows), "--no-redundant",
+                label=f", report --traffic ({RECORDS:,} Hubble records) --no-redundant")
+    _load(page)
