@@ -203,6 +203,24 @@ def observed_data(observed: Any, grid: Grid) -> dict[str, Any]:
     return {"changes": rows, "summary": doc["summary"]}
 
 
+def _usage(project: Any, traffic: Sequence[str], traffic_format: str | None, default: str | None,
+           no_redundant: bool) -> dict[str, Any]:
+    """``usage``'s document for the page; as ``usage``, nothing readable in the traffic fails
+    (exit 1, no page) rather than drawing every rule unused."""
+    from pyclassify.usage import usage_doc
+
+    doc, summary = usage_doc(project, list(traffic), traffic_format, default, not no_redundant)
+    if summary is not None and summary["records"] == 0 and summary["problems"]:
+        for f in summary["files"]:
+            for first in f["first"]:
+                where = next(v for k, v in first.items() if k not in ("reason", "detail"))
+                cli.err.print(f"{cli.escape(f['file'])}:{where}: {first['reason']}: {cli.escape(str(first['detail']))}",
+                              highlight=False)
+        cli.err.print("[red]error[/red]: no record could be read")
+        cli._fail(cli.EXIT_INVALID)
+    return doc
+
+
 @click.command("report", context_settings={"ignore_unknown_options": True}, epilog="""\b
 Examples:
   pyclassify report examples/demo --port 80 -o report.html
@@ -258,9 +276,8 @@ def report_command(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bo
             usage, observed = None, None
             if traffic:
                 from pyclassify.trafficdiff import traffic_diff
-                from pyclassify.usage import usage_doc
 
-                usage = usage_doc(old, list(traffic), traffic_format, default, not no_redundant)[0]
+                usage = _usage(old, traffic, traffic_format, default, no_redundant)
                 observed = traffic_diff(old.policy_set, new.policy_set, old.inventory, list(traffic), traffic_format,
                                         default)
             page = _diff_html(result, old, new, default, protocol, port, namespaces, selector, shown, usage, observed)
@@ -271,9 +288,7 @@ def report_command(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bo
 
             usage = None
             if traffic:
-                from pyclassify.usage import usage_doc
-
-                usage = usage_doc(project, list(traffic), traffic_format, default, not no_redundant)[0]
+                usage = _usage(project, traffic, traffic_format, default, no_redundant)
             page = render(grid, f"Reachability: {_flow_text(protocol, port)}", shown, usage=usage)
     except RecordError as e:
         cli.err.print(f"[red]error[/red]: {cli.escape(str(e))}")
