@@ -303,7 +303,8 @@ function usagePanel() {
   const t = U.traffic;
   $("usage-summary").textContent = t
     ? `What each rule decided in ${count(t.records)} records (${count(t.flows)} flows, ${count(t.packets)} packets, ` +
-      `${count(t.bytes)} bytes) of ${t.files.map((f) => f.file).join(", ")}, as pyclassify usage counts them.`
+      `${count(t.bytes)} bytes) of ${t.files.map((f) => f.file).join(", ")}, as pyclassify usage counts them` +
+      (R.sides && R.sides.length === 2 ? " (under the policy before the change: the one the traffic met)." : ".")
     : "No traffic given: nothing counted. Shadowed rules and redundant policies are found from the policy alone.";
   // One string for every row: thousands of rules at cluster size, drawn in one go.
   const attr = (v) => esc(v === null || v === undefined ? "" : String(v));
