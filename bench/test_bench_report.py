@@ -22,6 +22,9 @@ out); its size and load as above.
     .venv/bin/python -m pytest bench/test_bench_report.py -s
     PYCLASSIFY_REPORT_BENCH_PODS=1000 .venv/bin/python -m pytest bench/test_bench_report.py -s
     .venv/bin/python -m pytest bench/test_bench_report.py -s -k traffic
+
+``test_change_report_with_traffic``: the same with a NetworkPolicy changed (``--apply``), the
+page adding what the change opens and closes and the observed flows it flips.
 """
 
 from __future__ import annotations
@@ -126,4 +129,30 @@ def test_report_with_traffic(tmp_path: Path) -> None:
     page = tmp_path / "report.html"
     _generation(cluster, page, "--traffic", str(flows), "--no-redundant",
                 label=f", report --traffic ({RECORDS:,} Hubble records) --no-redundant")
+    _load(page)
+
+
+def test_change_report_with_traffic(tmp_path: Path) -> None:
+    """A NetworkPolicy changed (``bench.cluster.random_change``, as ``diff``'s benchmark), its
+    report with the traffic: what the change opens and closes, the observed flows it flips."""
+    import json
+    import random
+
+    from bench import flowrecords
+    from bench.cluster import random_change
+
+    generated = generate(PODS, seed=1)
+    cluster = write_json_compact(generated, tmp_path / "cluster.json")
+    flows = flowrecords.write(generated, tmp_path / "flows.jsonl", "hubble", RECORDS)
+    change = tmp_path / "change.json"
+    change.write_text(json.dumps(random_change(generated, random.Random(16), "networkpolicy-changed").after))
+    page = tmp_path / "report.html"
+    _generation(cluster, page, "--apply", str(change), "--traffic", str(flows), "--no-redundant",
+                label=f", report --apply (a NetworkPolicy changed) --traffic ({RECORDS:,} Hubble records) --no-redundant")
+    text = page.read_text("utf-8")
+    start = text.index('<script id="report-data" type="application/json">') + 49
+    data = json.loads(text[start:text.index("</script>", start)])
+    s = data["observed"]["summary"]
+    print(f"the page: {len(data['changes'])} changes; observed: {s['closed']} rows closing {s['closed_flows']:,} flows, "
+          f"{s['opened']} opening {s['opened_flows']:,}; {len(data['usage']['rules']):,} rules")
     _load(page)
