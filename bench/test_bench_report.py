@@ -23,7 +23,7 @@ out); its size and load as above.
     PYCLASSIFY_REPORT_BENCH_PODS=1000 .venv/bin/python -m pytest bench/test_bench_report.py -s
     .venv/bin/python -m pytest bench/test_bench_report.py -s -k traffic
 
-``test_change_report_with_traffic``: the same with a NetworkPolicy changed (``--apply``), the
+``test_change_report_with_traffic``: the same with a NetworkPolicy added (``--apply``), the
 page adding what the change opens and closes and the observed flows it flips.
 """
 
@@ -133,7 +133,8 @@ def test_report_with_traffic(tmp_path: Path) -> None:
 
 
 def test_change_report_with_traffic(tmp_path: Path) -> None:
-    """A NetworkPolicy changed (``bench.cluster.random_change``, as ``diff``'s benchmark), its
+    """A NetworkPolicy added (``bench.cluster.random_change``, as ``diff``'s benchmark; seed 16 opens
+    some flows at 10k pods, where its changed NetworkPolicy changes no verdict), its
     report with the traffic: what the change opens and closes, the observed flows it flips."""
     import json
     import random
@@ -145,10 +146,10 @@ def test_change_report_with_traffic(tmp_path: Path) -> None:
     cluster = write_json_compact(generated, tmp_path / "cluster.json")
     flows = flowrecords.write(generated, tmp_path / "flows.jsonl", "hubble", RECORDS)
     change = tmp_path / "change.json"
-    change.write_text(json.dumps(random_change(generated, random.Random(16), "networkpolicy-changed").after))
+    change.write_text(json.dumps(random_change(generated, random.Random(16), "networkpolicy-added").after))
     page = tmp_path / "report.html"
     _generation(cluster, page, "--apply", str(change), "--traffic", str(flows), "--no-redundant",
-                label=f", report --apply (a NetworkPolicy changed) --traffic ({RECORDS:,} Hubble records) --no-redundant")
+                label=f", report --apply (a NetworkPolicy added) --traffic ({RECORDS:,} Hubble records) --no-redundant")
     text = page.read_text("utf-8")
     start = text.index('<script id="report-data" type="application/json">') + 49
     data = json.loads(text[start:text.index("</script>", start)])
