@@ -58,6 +58,16 @@ def new_judge(engines: list[NativeEngine], default: str | None, services: Servic
     return RecordJudge([e._engine for e in engines], pod_allow, host_allow, logs=logs, services=entries)
 
 
+def rule_counts(judge: RecordJudge, engine: NativeEngine, logs: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """What a folded judge counted per rule of its first engine: ``by_rule_rows`` and (with
+    ``logs``) ``logged_rows``, as ``RecordReplay.summary_json`` gives them."""
+    by_rule = {(("egress", "ingress")[d], tier, kind, source, rule, reason, allow): list(m)
+               for (d, tier, kind, source, rule, reason, allow), m in judge.by_rule()}
+    logged = {(("egress", "ingress")[d], tier, kind, source, rule): list(m)
+              for (d, tier, kind, source, rule), m in judge.logged()}
+    return by_rule_rows(engine, by_rule), logged_rows(engine, logged) if logs else None
+
+
 def measures_json(values: list[int]) -> dict[str, int]:
     return dict(zip(MEASURES, values))
 

@@ -26,7 +26,7 @@ from pyclassify.engine import EngineState, NativeEngine
 from pyclassify.inventory import Inventory
 from pyclassify.ir import Direction, PolicySet
 from pyclassify.kinds.common import protocol_name
-from pyclassify.recordreplay import measures_json, new_judge
+from pyclassify.recordreplay import measures_json, new_judge, rule_counts
 from pyclassify.records import FileReport, RecordReader, addr16, address_text
 from pyclassify.services import ServiceMap
 
@@ -78,6 +78,9 @@ class TrafficDiff:
     files: list[FileReport]
     seconds: float = 0.0
     decisions: int = 0  # distinct record keys judged, each under both sets
+    #: with ``rule_usage``: what each rule of the old set decided in the same records, as
+    #: ``RecordReplay.summary_json`` gives it (``by_rule``, ``logged``, totals, files, problems)
+    usage: dict[str, Any] | None = None
 
     def change_text(self, c: ObservedChange) -> str:
         verb = ("denied", "allowed")
@@ -195,8 +198,10 @@ def _decisions(verdict: Any) -> tuple[int, bytes, bytes]:
 
 
 def traffic_diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, paths: list[str],
-                 format: str | None = None, default: str | None = None) -> TrafficDiff:
-    """Every observed connection of ``paths`` whose verdict ``new_ps`` flips."""
+                 format: str | None = None, default: str | None = None, rule_usage: bool = False) -> TrafficDiff:
+    """Every observed connection of ``paths`` whose verdict ``new_ps`` flips; with
+    ``rule_usage``, also what each rule of ``old_ps`` decided (the judge counts by the first
+    set's decisions): one read of the records for both."""
     import time
 
     started = time.perf_counter()
@@ -205,7 +210,7 @@ def traffic_diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, pat
     new = state.update(new_ps, inventory)
     grouper = _Grouper((old, new))
     reader = RecordReader(paths, inventory, format)
-    judge = new_judge([old, new], default, ServiceMap(inventory))
+    judge = new_judge([old, new], default, ServiceMap(inventory), logs=rule_usage)
     for _ in reader.judged(judge):
         pass
     judge.fold()
@@ -257,6 +262,11 @@ def traffic_diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, pat
     refs = sorted({p.ref for p in (*olds, *news) if p is not None})
     result = TrafficDiff(changes, reach.selector_keys([old_ps, new_ps]), refs, list(totals), list(unplaced), reader.files)
     result.decisions = judge.stats()[0]
+    if rule_usage:
+        by_rule, logged = rule_counts(judge, old, True)
+        result.usage = {**measures_json(list(totals)), "by_rule": by_rule, "logged": logged,
+                        "files": [f.to_json() for f in reader.files],
+                        "problems": sum(sum(f.problems.values()) for f in reader.files)}
     result.seconds = time.perf_counter() - started
     return result
 

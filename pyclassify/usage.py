@@ -224,20 +224,31 @@ def usage_doc(project: Any, traffic: list[str], traffic_format: str | None = Non
     """``usage --json``'s document of ``project`` over the flow records of ``traffic`` (none:
     nothing counted), and the replay summary the counts came from (None without traffic).
     Raises ``RecordError`` when a file cannot be read at all."""
+    summary = traffic_counts(project, traffic, traffic_format, default) if traffic else None
+    return usage_document(project.policy_set, project.inventory, summary, default, redundant), summary
+
+
+def traffic_counts(project: Any, traffic: list[str], traffic_format: str | None = None,
+                   default: str | None = None) -> dict[str, Any]:
+    """The flow records judged under ``project``'s policy, with what each rule decided and
+    logged: the replay summary (``RecordReplay.summary_json``)."""
     from pyclassify.engine import NativeEngine
     from pyclassify.recordreplay import RecordReplay
 
-    by_rule = None
-    summary = None
-    if traffic:
-        engine = NativeEngine(project.policy_set, project.inventory)
-        replay = RecordReplay(engine, default=default, format=traffic_format, logs=True)
-        replay.run(list(traffic))
-        summary = replay.summary_json()
-        by_rule = summary["by_rule"]
-    rows = rule_rows(project.policy_set, by_rule, summary["logged"] if summary is not None else None)
-    shadowed = shadowed_rules(project.policy_set)
-    found = redundant_policies(project.policy_set, project.inventory, default) if redundant else None
+    engine = NativeEngine(project.policy_set, project.inventory)
+    replay = RecordReplay(engine, default=default, format=traffic_format, logs=True)
+    replay.run(list(traffic))
+    return replay.summary_json()
+
+
+def usage_document(policy_set: PolicySet, inventory: Inventory, summary: dict[str, Any] | None,
+                   default: str | None = None, redundant: bool = True) -> dict[str, Any]:
+    """``usage --json``'s document from what the records' judge counted (``summary``: the
+    replay summary's ``by_rule``, ``logged``, totals and files; None: no traffic)."""
+    by_rule = None if summary is None else summary["by_rule"]
+    rows = rule_rows(policy_set, by_rule, summary["logged"] if summary is not None else None)
+    shadowed = shadowed_rules(policy_set)
+    found = redundant_policies(policy_set, inventory, default) if redundant else None
     doc = {
         "rules": rows,
         "other_decisions": end_of_tier_rows(by_rule) if by_rule is not None else None,
@@ -246,7 +257,7 @@ def usage_doc(project: Any, traffic: list[str], traffic_format: str | None = Non
         "redundant": None if found is None else [r.to_json() for r in found],
         "traffic": None if summary is None else {k: summary[k] for k in ("records", "flows", "packets", "bytes", "files")},
     }
-    return doc, summary
+    return doc
 
 
 def _usage_command() -> Any:

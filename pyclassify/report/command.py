@@ -203,14 +203,13 @@ def observed_data(observed: Any, grid: Grid) -> dict[str, Any]:
     return {"changes": rows, "summary": doc["summary"]}
 
 
-def _usage(project: Any, traffic: Sequence[str], traffic_format: str | None, default: str | None,
-           no_redundant: bool) -> dict[str, Any]:
-    """``usage``'s document for the page; as ``usage``, nothing readable in the traffic fails
-    (exit 1, no page) rather than drawing every rule unused."""
-    from pyclassify.usage import usage_doc
+def _usage(project: Any, summary: dict[str, Any], default: str | None, no_redundant: bool) -> dict[str, Any]:
+    """``usage``'s document for the page from what the records' judge counted; as ``usage``,
+    nothing readable in the traffic fails (exit 1, no page) rather than drawing every rule
+    unused."""
+    from pyclassify.usage import usage_document
 
-    doc, summary = usage_doc(project, list(traffic), traffic_format, default, not no_redundant)
-    if summary is not None and summary["records"] == 0 and summary["problems"]:
+    if summary["records"] == 0 and summary["problems"]:
         for f in summary["files"]:
             for first in f["first"]:
                 where = next(v for k, v in first.items() if k not in ("reason", "detail"))
@@ -218,7 +217,7 @@ def _usage(project: Any, traffic: Sequence[str], traffic_format: str | None, def
                               highlight=False)
         cli.err.print("[red]error[/red]: no record could be read")
         cli._fail(cli.EXIT_INVALID)
-    return doc
+    return usage_document(project.policy_set, project.inventory, summary, default, not no_redundant)
 
 
 @click.command("report", context_settings={"ignore_unknown_options": True}, epilog="""\b
@@ -277,9 +276,11 @@ def report_command(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bo
             if traffic:
                 from pyclassify.trafficdiff import traffic_diff
 
-                usage = _usage(old, traffic, traffic_format, default, no_redundant)
+                # One read of the records: judged under both sets, counted per rule of the old one.
                 observed = traffic_diff(old.policy_set, new.policy_set, old.inventory, list(traffic), traffic_format,
-                                        default)
+                                        default, rule_usage=True)
+                assert observed.usage is not None
+                usage = _usage(old, observed.usage, default, no_redundant)
             page = _diff_html(result, old, new, default, protocol, port, namespaces, selector, shown, usage, observed)
         else:
             project = cli._load(tuple(paths), kube)
@@ -288,7 +289,10 @@ def report_command(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bo
 
             usage = None
             if traffic:
-                usage = _usage(project, traffic, traffic_format, default, no_redundant)
+                from pyclassify.usage import traffic_counts
+
+                usage = _usage(project, traffic_counts(project, list(traffic), traffic_format, default), default,
+                               no_redundant)
             page = render(grid, f"Reachability: {_flow_text(protocol, port)}", shown, usage=usage)
     except RecordError as e:
         cli.err.print(f"[red]error[/red]: {cli.escape(str(e))}")
