@@ -236,6 +236,13 @@ class SourceCollector(Collector):
             family = CounterMetricFamily(f"pyclassify_watch_{key}", help_text)
             family.add_metric([], values.get(key, 0))
             yield family
+        reported = CounterMetricFamily("pyclassify_rejection_events",
+                                       "Warning Events about rejected objects, by outcome: created, patched (a repeat "
+                                       "counted on the Event already posted), failed (logged), dropped (queue full), "
+                                       "limited (the object's rate spent)", labels=["outcome"])
+        for outcome in ("created", "patched", "failed", "dropped", "limited"):
+            reported.add_metric([outcome], values.get(f"rejection_events_{outcome}", 0))
+        yield reported
 
 
 class BudgetCollector(Collector):

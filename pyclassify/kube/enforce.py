@@ -4,7 +4,8 @@
 (``load() -> Loaded``): the first load lists the cluster (``KubeSource.start``; the engine is
 in force when it returns); later loads hand over what the watch has applied since, as one engine
 snapshot reached by deltas (never a rebuild). ``watch(callback)`` calls back after each event
-the watch applied, from the watch's thread; the daemon reloads (swaps the snapshot in).
+the watch applied, from the watch's thread; the daemon reloads (swaps the snapshot in). An
+object the watch rejects gets a Warning Event (``pyclassify.kube.events``), posted off that path.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Callable
 from pyclassify.budget import OverBudget
 from pyclassify.enforce.source import Loaded, SourceError
 from pyclassify.kube.client import load_client
+from pyclassify.kube.events import EventRecorder
 from pyclassify.kube.source import KubeSource
 from pyclassify.project import ObjectKey, Project
 from pyclassify.source import Problems
@@ -28,6 +30,7 @@ class KubePolicySource:
         self.budget = budget  # the bytes the policy set may take once built (None: no bound)
         self.domains: Any = None  # what DNS taught domain rules (the daemon's store)
         self.kube: KubeSource | None = None
+        self.events: EventRecorder | None = None
         self._callback: Callable[[float | None], Any] | None = None
         self._deltas = 0
         self._rejected: dict[ObjectKey, str] = {}
@@ -35,9 +38,10 @@ class KubePolicySource:
     def load(self) -> Loaded:
         if self.kube is None:
             try:
-                self.kube = KubeSource(load_client(self.kubeconfig, self.context, self.in_cluster, self.mark),
-                                       on_change=self._changed, node=self.node, domains=self.domains,
-                                       budget=self.budget)
+                client = load_client(self.kubeconfig, self.context, self.in_cluster, self.mark)
+                self.events = EventRecorder(client, host=self.node)
+                self.kube = KubeSource(client, on_change=self._changed, node=self.node, domains=self.domains,
+                                       budget=self.budget, on_reject=self.events.warn)
                 self.kube.start()
             except OverBudget as e:  # nothing in force yet to keep: refuse to start
                 raise SourceError([str(e)]) from e
@@ -69,6 +73,8 @@ class KubePolicySource:
         self._callback = None
         if self.kube is not None:
             self.kube.stop()
+        if self.events is not None:
+            self.events.stop()
 
     def not_healthy(self) -> str | None:
         """What is wrong with following the cluster (None: nothing): a watch thread has died."""
@@ -91,4 +97,6 @@ class KubePolicySource:
             return {}
         out = {f"events_{k}": v for k, v in self.kube.events_by_kind.items()}
         out.update(self.kube.metrics)
+        if self.events is not None:
+            out.update({f"rejection_events_{k}": v for k, v in self.events.counters.items()})
         return out

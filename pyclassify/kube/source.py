@@ -45,6 +45,9 @@ from pyclassify.source import Document, InvalidInput, Problems
 log = logging.getLogger("pyclassify.kube")
 
 _SLICES = ("discovery.k8s.io", "EndpointSlice")
+#: The reasons a rejection is reported under (an Event's ``reason``).
+REJECTED = "PolicyRejected"
+OVER_BUDGET = "PolicyOverBudget"
 
 
 def locator(obj: dict[str, Any]) -> str:
@@ -89,8 +92,12 @@ class KubeSource:
     def __init__(self, client: KubeClient, resources: tuple[Resource, ...] = RESOURCES,
                  backoff_cap: float = 5.0, watch_timeout: int = 300,
                  on_change: Callable[["KubeSource"], None] | None = None, node: str | None = None,
-                 crd_retry: float = 30.0, domains: Any = None, budget: int | None = None) -> None:
+                 crd_retry: float = 30.0, domains: Any = None, budget: int | None = None,
+                 on_reject: Callable[[dict[str, Any], str, str], None] | None = None) -> None:
         self.client = client
+        #: Told of each rejected object (it, a reason, the error): ``pyclassify.kube.events``
+        #: posts it on the object. Called on the applying thread, so it must not block.
+        self.on_reject = on_reject
         #: The bytes the policy set may take once built (``pyclassify.budget``; None: no bound):
         #: a change that would pass it is rejected (its object's last good version stays).
         self.budget = budget
@@ -138,7 +145,7 @@ class KubeSource:
         with self._lock:
             project = build_project(self._listed(stored, rvs), Problems(), budget=self.budget)
             for key, error in project.invalid.items():
-                self._reject(key, error)
+                self._reject(key, error, orjson.loads(stored[key]) if key in stored else None)
             if project.invalid:
                 for key in project.invalid:
                     stored.pop(key, None)
@@ -338,15 +345,15 @@ class KubeSource:
             per_object = False
         except OverBudget as exc:
             self.metrics["over_budget"] += 1
-            self._reject(key, f"{doc.file}: {exc}")
+            self._reject(key, f"{doc.file}: {exc}", obj, OVER_BUDGET)
             return
         except InvalidInput as exc:
-            self._reject(key, str(exc.problems[0]) if exc.problems else str(exc))
+            self._reject(key, str(exc.problems[0]) if exc.problems else str(exc), obj)
             return
         except Exception as exc:  # noqa: BLE001 - the engine refused the delta: nothing changed
             if type(exc).__name__ != "EngineError":
                 raise
-            self._reject(key, f"{doc.file}: {exc}")
+            self._reject(key, f"{doc.file}: {exc}", obj)
             return
         if not per_object:
             self.metrics["reloads"] += 1
@@ -357,10 +364,10 @@ class KubeSource:
                 project = self._build(objects)
             except OverBudget as exc:
                 self.metrics["over_budget"] += 1
-                self._reject(key, f"{doc.file}: {exc}")
+                self._reject(key, f"{doc.file}: {exc}", obj, OVER_BUDGET)
                 return
             if after is not None and key in project.invalid:
-                self._reject(key, project.invalid[key])
+                self._reject(key, project.invalid[key], obj)
                 return
             self.live.reload(project)
         if after is None:
@@ -371,10 +378,15 @@ class KubeSource:
             self._rvs[key] = _rv(after)
         self.rejected.pop(key, None)
 
-    def _reject(self, key: ObjectKey, error: str) -> None:
+    def _reject(self, key: ObjectKey, error: str, obj: dict[str, Any] | None = None, reason: str = REJECTED) -> None:
         self.rejected[key] = error
         self.metrics["rejected"] += 1
         log.warning("rejected (its last good version stays): %s", error)
+        if self.on_reject is not None and obj is not None:
+            try:
+                self.on_reject(obj, reason, error)
+            except Exception as exc:  # noqa: BLE001 - reporting never fails the change
+                log.warning("could not report the rejection of %s: %s", locator(obj), exc)
 
     # --- stopping, and holding the watches (a partition, for tests and restarts) ---
 

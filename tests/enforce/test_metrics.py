@@ -25,7 +25,7 @@ class CountingSource:
 
     def __init__(self) -> None:
         self.figures = {"events_Pod": 3, "events_NetworkPolicy": 1, "lists": 1, "relists": 2, "reconnects": 4,
-                        "rejected": 1}
+                        "rejected": 1, "rejection_events_created": 1, "rejection_events_failed": 2}
 
     def metrics(self) -> dict[str, int]:
         return dict(self.figures)
@@ -54,6 +54,9 @@ def test_probes_follow_the_daemon_and_metrics_carry_the_source() -> None:
         assert samples[("pyclassify_watch_rejected_total", ())] == 1
         assert samples[("pyclassify_watch_bookmarks_total", ())] == 0
         assert samples[("pyclassify_watch_reloads_total", ())] == 0
+        assert samples[("pyclassify_rejection_events_total", (("outcome", "created"),))] == 1
+        assert samples[("pyclassify_rejection_events_total", (("outcome", "failed"),))] == 2
+        assert samples[("pyclassify_rejection_events_total", (("outcome", "dropped"),))] == 0
         source.figures["events_Pod"] = 5  # read at scrape time
         assert "pyclassify_watch_events_total{kind=\"Pod\"} 5.0" in get(address, "/metrics")[1]
     finally:

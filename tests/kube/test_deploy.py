@@ -1,7 +1,7 @@
 """deploy/ against the real API server: every manifest passes server-side validation (a dry-run
 create with strict field validation, so an unknown or misplaced field fails), the ClusterRole
-grants exactly get/list/watch on the kinds pyclassify follows, and the ServiceAccount, bound to
-it, can list every one of them and do nothing else."""
+grants exactly get/list/watch on the kinds pyclassify follows and create/patch on Events, and the
+ServiceAccount, bound to it, can list every one of them, post an Event, and do nothing else."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import yaml
 
 from pyclassify.kube import load_client
 from pyclassify.kube.client import ApiException, KubeClient, object_path
+from pyclassify.kube.events import EventRecorder
 from pyclassify.kube.resources import RESOURCES
 from tests.kube.test_source import delete
 
@@ -110,13 +111,18 @@ def test_the_daemonset_runs_enforce_as_the_node() -> None:
         assert arg.split("=")[0] in help_text, arg
 
 
-def test_the_cluster_role_grants_exactly_what_the_source_reads() -> None:
+def test_the_cluster_role_grants_exactly_what_the_source_reads_and_reports() -> None:
     rules = of_kind("ClusterRole")["rules"]
-    granted = set()
+    read, written = set(), set()
     for rule in rules:
-        assert sorted(rule["verbs"]) == ["get", "list", "watch"], rule
-        granted |= {(g, r) for g in rule["apiGroups"] for r in rule["resources"]}
-    assert granted == {(r.group, r.plural) for r in RESOURCES}
+        pairs = {(g, r) for g in rule["apiGroups"] for r in rule["resources"]}
+        if sorted(rule["verbs"]) == ["get", "list", "watch"]:
+            read |= pairs
+        else:
+            assert sorted(rule["verbs"]) == ["create", "patch"], rule
+            written |= pairs
+    assert read == {(r.group, r.plural) for r in RESOURCES}
+    assert written == {("", "events")}  # the Warning on a rejected object (pyclassify.kube.events)
 
 
 def test_the_service_account_can_read_every_kind_and_nothing_more(kube_cluster, namespace, tmp_path: Path) -> None:
@@ -142,7 +148,15 @@ def test_the_service_account_can_read_every_kind_and_nothing_more(kube_cluster, 
         for res in RESOURCES:
             items, _ = kc.list(res.path)  # allowed (every CRD is installed in the test server)
             assert isinstance(items, list)
+        # the Warning on a rejected object, as the daemon posts it
+        recorder = EventRecorder(kc, host="node-1")
+        recorder.warn({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}},
+                      "PolicyRejected", "spec: a test of the role")
+        recorder.flush()
+        recorder.stop()
+        assert recorder.counters["created"] == 1, recorder.counters
         for method, path in (("GET", "/api/v1/secrets"), ("POST", "/api/v1/namespaces/default/pods"),
+                             ("GET", "/api/v1/namespaces/default/events"),
                              ("DELETE", "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies/x")):
             with pytest.raises(ApiException) as exc:
                 kc.request(method, path, body={} if method == "POST" else None)
@@ -174,3 +188,4 @@ def test_the_daemonset_is_hardened() -> None:
     assert metrics.partition("=")[2].rpartition(":")[0] == "127.0.0.1"
     assert all(p.get("hostIP", "127.0.0.1") == "127.0.0.1" for p in container.get("ports", []))
     assert container["resources"]["limits"]["memory"]  # the memory budget is derived from it
+
