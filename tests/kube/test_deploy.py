@@ -1,7 +1,9 @@
 """deploy/ against the real API server: every manifest passes server-side validation (a dry-run
 create with strict field validation, so an unknown or misplaced field fails), the ClusterRole
 grants exactly get/list/watch on the kinds pyclassify follows and create/patch on Events, and the
-ServiceAccount, bound to it, can list every one of them, post an Event, and do nothing else."""
+ServiceAccount, bound to it, can list every one of them, post an Event, and do nothing else.
+deploy/uninstall/ passes the same validation, and the command it runs on each node is one the
+CLI takes and removes every rule a daemon left behind."""
 
 from __future__ import annotations
 
@@ -31,11 +33,11 @@ PATHS = {
 }
 
 
-def manifests() -> list[dict[str, Any]]:
-    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+def manifests(directory: Path = DEPLOY) -> list[dict[str, Any]]:
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
     out = []
     for name in kustomization["resources"]:
-        out += [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
+        out += [d for d in yaml.safe_load_all((directory / name).read_text()) if d]
     return out
 
 
@@ -189,3 +191,67 @@ def test_the_daemonset_is_hardened() -> None:
     assert all(p.get("hostIP", "127.0.0.1") == "127.0.0.1" for p in container.get("ports", []))
     assert container["resources"]["limits"]["memory"]  # the memory budget is derived from it
 
+
+UNINSTALL = DEPLOY / "uninstall"
+
+
+def test_the_uninstall_manifests_pass_server_side_validation(kube_cluster, namespace) -> None:
+    kc = load_client(str(kube_cluster.kubeconfig), "test")
+    (ds,) = manifests(UNINSTALL)
+    assert ds["kind"] == "DaemonSet" and ds["metadata"]["namespace"] == namespace["metadata"]["name"]
+    answer = create(kc, ds, dry_run=True)
+    assert answer["metadata"]["name"] == "pyclassify-uninstall"
+
+
+def test_the_uninstall_runs_on_each_node_as_the_daemon_does() -> None:
+    """The same image, host network, capabilities and iptables lock as the enforcing pods: it
+    reaches the rules they left, and no more; it needs no access to the API."""
+    (ds,) = manifests(UNINSTALL)
+    pod = ds["spec"]["template"]["spec"]
+    enforcing = of_kind("DaemonSet")["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    (daemon,) = enforcing["containers"]
+    assert pod["hostNetwork"] is True and pod["tolerations"] == enforcing["tolerations"]
+    assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
+    assert init["image"] == daemon["image"] and init["securityContext"] == daemon["securityContext"]
+    assert init["volumeMounts"] == [m for m in daemon["volumeMounts"] if m["mountPath"] == "/run/xtables.lock"]
+    assert "command" not in init  # the image's entrypoint, pyclassify
+    assert "ENTRYPOINT [\"pyclassify\"]" in (DEPLOY / "Containerfile").read_text()
+    assert init["args"] == ["enforce", "--uninstall"]
+    (idle,) = pod["containers"]
+    assert idle["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_the_uninstall_command_removes_every_rule_a_daemon_left(tmp_path: Path) -> None:
+    """The init container's arguments, given to the CLI on a node of network namespaces where a
+    daemon was killed and left its rules (the test daemon runs --no-ipv6: the uninstall goes
+    through ip6tables too, as on a node, and finds nothing of ours there)."""
+    import json
+    import subprocess
+
+    from tests.enforce import manifests as policies
+    from tests.enforce.netns import PY, REPO, Daemon, Topology, iptables_rules, root_reason
+
+    if root_reason() is not None:
+        pytest.skip(root_reason() or "")
+    (ds,) = manifests(UNINSTALL)
+    (init,) = ds["spec"]["template"]["spec"]["initContainers"]
+    policies.write(tmp_path)
+    topo = Topology()
+    try:
+        topo.up()
+        daemon = Daemon(topo, [str(tmp_path)], 0)
+        daemon.wait_event("start")
+        daemon.kill()
+        assert "PYCLASSIFY-" in iptables_rules(topo.node)
+        out = subprocess.run(["ip", "netns", "exec", topo.node, PY, "-m", "pyclassify", *init["args"]],
+                             capture_output=True, text=True, cwd=REPO, timeout=60)
+        assert out.returncode == 0, out.stderr
+        gone = json.loads(out.stdout.splitlines()[-1])
+        assert gone["event"] == "uninstall" and gone["removed"] and not gone["daemon_running"], gone
+        assert "PYCLASSIFY-" not in iptables_rules(topo.node)
+        ip6 = subprocess.run(["ip", "netns", "exec", topo.node, "ip6tables-save"], capture_output=True, text=True)
+        assert "PYCLASSIFY-" not in ip6.stdout
+        assert topo.reach(2, 1)  # no rules left: nothing filters
+    finally:
+        topo.down()
