@@ -29,13 +29,16 @@ class OverBudget(InvalidInput):
     """A policy set (or one change to it) whose estimated memory passes the budget."""
 
     def __init__(self, estimate: int, budget: int, costliest: list[tuple[int, str]], what: str = "policy set") -> None:
-        self.estimate, self.budget, self.costliest = estimate, budget, costliest
-        named = ", ".join(f"{ref} (~{mib(cost)})" for cost, ref in costliest)
-        self.message = (f"{what} would take ~{mib(estimate)} once built, over the memory budget of {mib(budget)} "
-                        f"(--memory-budget): rejected whole, the policy in force stays"
-                        + (f"; costliest objects: {named}" if named else ""))
+        self.estimate, self.budget, self.costliest, self.what = estimate, budget, costliest, what
+        self.message = self.describe("rejected whole, the policy in force stays")
         super().__init__([])
         self.args = (self.message,)
+
+    def describe(self, outcome: str) -> str:
+        """The estimate, the budget, what became of the set (``outcome``), the costliest objects."""
+        named = ", ".join(f"{ref} (~{mib(cost)})" for cost, ref in self.costliest)
+        return (f"{self.what} would take ~{mib(self.estimate)} once built, over the memory budget of "
+                f"{mib(self.budget)} (--memory-budget): {outcome}" + (f"; costliest objects: {named}" if named else ""))
 
     def __str__(self) -> str:
         return self.message

@@ -133,8 +133,29 @@ class LazyGroup(click.Group):
         return getattr(importlib.import_module(module), attr)
 
 
+def _one_shot_budget(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """``--memory-budget`` of the commands that read manifests: a size, or none."""
+    if value is None:
+        return None
+    from pyclassify.budget import parse_size
+
+    try:
+        budget = parse_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    ctx.meta[_BUDGET] = budget
+    return budget
+
+
+_BUDGET = "pyclassify.memory_budget"
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="pyclassify", prog_name="pyclassify")
+@click.option("--memory-budget", metavar="SIZE", default=None, expose_value=False, callback=_one_shot_budget,
+              help="Memory the manifests' policy set may take once built (512Mi, 1G, bytes): a set that would pass it "
+                   "is refused before it is built, naming its costliest objects (exit 1), instead of the command "
+                   "being killed for memory. Default: none. (enforce has its own.)")
 def main() -> None:
     """pyclassify: packet classification for network policy.
 
@@ -294,9 +315,15 @@ def _read(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool] | No
     if kubeconfig is None and context is None and not in_cluster:
         if not paths:
             raise click.UsageError("Missing argument 'PATHS...' (or --kubeconfig / --in-cluster).")
+        from pyclassify.budget import OverBudget
         from pyclassify.project import load_project
 
-        return load_project(list(paths))
+        ctx = click.get_current_context(silent=True)
+        try:
+            return load_project(list(paths), budget=ctx.meta.get(_BUDGET) if ctx is not None else None)
+        except OverBudget as e:
+            err.print(f"[red]error[/red]: {escape(e.describe('not built'))}")
+            _fail(EXIT_INVALID)
     from pyclassify.kube.snapshot import load_cluster_project
 
     try:
@@ -853,7 +880,7 @@ def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, ku
         try:
             observed = traffic_diff(old.policy_set, new.policy_set, old.inventory, list(traffic), traffic_format, default)
         except RecordError as e:
-            err.print(f"[red]error[/red]: {escape(str(e))}")
+            err.print(f"[red]error[/red]: {escape(e.describe('not built'))}")
             _fail(EXIT_INVALID)
         if as_json:
             _emit_json(observed.to_json())

@@ -143,13 +143,15 @@ class Project:
         return None
 
 
-def load_project(paths: list[str], problems: Problems | None = None) -> Project:
+def load_project(paths: list[str], problems: Problems | None = None, budget: int | None = None) -> Project:
+    """The manifests under ``paths``; with ``budget`` (bytes), a set whose estimated memory passes
+    it raises ``OverBudget`` before it is built (``build_project``)."""
     problems = problems if problems is not None else Problems()
     # Problems keep the order of a load-then-normalize run: every loading problem first.
     loading = Problems()
     before = len(problems.items)
     with collector_paused():
-        project = build_project(iter_paths(paths, loading), problems)
+        project = build_project(iter_paths(paths, loading), problems, budget=budget)
     problems.items[before:before] = loading.items
     problems.empty_inputs.extend(loading.empty_inputs)
     if loading.not_objects:

@@ -171,3 +171,16 @@ def test_one_object_at_a_time_a_change_over_the_budget_changes_nothing() -> None
     # removing is always possible
     live.apply(gnp("small", NETS), None)
     assert [p.name for p in live.policy_set().policies] == ["small-copy"]
+
+
+def test_a_one_shot_command_refuses_a_set_over_its_budget(demo: Path) -> None:
+    from click.testing import CliRunner
+
+    from pyclassify.cli import main
+
+    runner = CliRunner()
+    refused = runner.invoke(main, ["--memory-budget", "16k", "check", str(demo)])
+    assert refused.exit_code == 1, refused.output
+    assert "over the memory budget of 0.0 MiB (--memory-budget): not built" in refused.output
+    assert runner.invoke(main, ["--memory-budget", "64Mi", "check", str(demo)]).exit_code == 0
+    assert runner.invoke(main, ["--memory-budget", "12 parsecs", "check", str(demo)]).exit_code == 2
