@@ -1,7 +1,7 @@
 """``pyclassify enforce --kubeconfig``: the daemon in a node network namespace follows a real API
 server, and real TCP connections between pod namespaces follow the policies created, changed and
 deleted through the API; each change reaches the running engine as a delta (one build, at the
-start); an invalid object is rejected alone, named.
+start); an invalid object is rejected alone, named, and gets a Warning Event.
 
 The API server listens on the root namespace's loopback; the node namespace reaches it through a
 relay over a Unix socket (the filesystem is shared across network namespaces), on its own
@@ -137,6 +137,12 @@ def test_enforce_follows_the_cluster(kube_cluster, topo: Topology, tmp_path: Pat
             rejected = daemon.wait_event("reload-rejected")
             assert any(e.startswith(f"GlobalNetworkPolicy {ns}-bad: spec.selector: ") for e in rejected["errors"]), rejected
             assert not topo.reach(0, 1) and topo.reach(2, 1)
+            # ... and reported on the object, from the node (pyclassify.kube.events)
+            query = [("fieldSelector", f"involvedObject.name={ns}-bad,reason=PolicyRejected")]
+            until(lambda: kc.request("GET", "/api/v1/namespaces/default/events", query=query)["items"],
+                  "a Warning Event on the rejected object")
+            (event,) = kc.request("GET", "/api/v1/namespaces/default/events", query=query)["items"]
+            assert "spec.selector: " in event["message"] and event["source"]["host"] == "node-1", event
         finally:
             delete(kc, f"{GNP}/{ns}-bad")
 
@@ -161,6 +167,7 @@ def test_enforce_follows_the_cluster(kube_cluster, topo: Topology, tmp_path: Pat
         assert samples[("pyclassify_watch_events_total", (("kind", "Pod"),))] >= 2
         assert samples[("pyclassify_watch_lists_total", ())] == 1
         assert samples[("pyclassify_watch_rejected_total", ())] >= 1
+        assert samples[("pyclassify_rejection_events_total", (("outcome", "created"),))] >= 1
         assert samples[("pyclassify_policy_apply_seconds_count", ())] >= 4
         assert daemon.terminate() == 0
     finally:
