@@ -201,7 +201,9 @@ class _RuleLists:
     def __init__(self) -> None:
         self._positions: dict[int, int] = {}
         self._held: list[Any] = []  # each id() stays its object's while the delta is built
-        self.specs: list[list[dict[str, Any]]] = []
+        #: Each list encoded as it is added (``orjson.Fragment``): a set of 100,000 distinct
+        #: ipBlocks held its rule dicts at three times their JSON until the delta was sent.
+        self.specs: list[orjson.Fragment] = []
         self._subjects: dict[int, dict[str, Any]] = {}
 
     def subject(self, s: Subject) -> dict[str, Any]:
@@ -216,7 +218,7 @@ class _RuleLists:
         if at is None:
             at = self._positions[id(rules)] = len(self.specs)
             self._held.append(rules)
-            self.specs.append([_rule(r) for r in rules])
+            self.specs.append(orjson.Fragment(orjson.dumps([_rule(r) for r in rules])))
         return at
 
 
