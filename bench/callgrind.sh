@@ -62,8 +62,11 @@ if pkg-config --exists libdpdk 2>/dev/null; then
     gcc -O3 -march=native -o "$tmp/rte_acl_bench" bench/peers/rte_acl_bench.c $(pkg-config --cflags --libs libdpdk)
     for set in "${sets[@]}"; do
         zcat "../shared/classbench/$set.rules.gz" > "$tmp/rules"
-        zcat "../shared/classbench/$set.trace.gz" | head -n "$headers" > "$tmp/trace"
+        # head stops reading at $headers lines: zcat is fed through a process substitution, so
+        # the SIGPIPE it then gets is no pipeline's status (pipefail would end the script with 141)
+        head -n "$headers" < <(zcat "../shared/classbench/$set.trace.gz") > "$tmp/trace"
         n=$(wc -l < "$tmp/trace")
+        [ "$n" -gt 0 ] || { echo "no headers in ../shared/classbench/$set.trace.gz" >&2; exit 2; }
         valgrind --tool=callgrind --callgrind-out-file="$tmp/acl.out" --toggle-collect='rte_acl_classify' \
             "$tmp/rte_acl_bench" "$tmp/rules" "$tmp/trace" "$tmp/ids" 1 64 > "$tmp/acl.stdout" 2> "$tmp/acl.log" \
             || { cat "$tmp/acl.log" >&2; exit 2; }
