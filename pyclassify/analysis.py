@@ -12,8 +12,8 @@ from typing import Any
 from pyclassify.flow import Flow, FlowEnd, HttpRequest, Verdict
 from pyclassify.hostpath import HookSets, HostPath, host_path
 from pyclassify.inventory import Endpoint, Service, ServicePort
-from pyclassify.ir import PROTO_ICMP, PROTO_ICMPV6, Direction, EndpointKind
-from pyclassify.kinds.common import PROTOCOL_NUMBERS, protocol_name
+from pyclassify.ir import Direction, EndpointKind
+from pyclassify.kinds.common import ICMP_PROTOCOLS, PROTOCOL_NUMBERS, protocol_name
 from pyclassify.project import Project
 from pyclassify.reference import evaluate
 from pyclassify.services import backend_port, node_addresses
@@ -252,7 +252,7 @@ def flow_json(flow: Flow) -> dict[str, Any]:
         "sport": flow.sport,
         "dport": flow.dport,
     }
-    if flow.protocol in (PROTO_ICMP, PROTO_ICMPV6):
+    if flow.protocol in ICMP_PROTOCOLS:
         doc["icmp_type"] = flow.icmp_type
         doc["icmp_code"] = flow.icmp_code
     if flow.request is not None:

@@ -632,10 +632,6 @@ def _print_sides(src_name: str, dst_name: str, verdict: Any, indent: str = "") -
             out.print(f"{indent}         logged by {escape(policy)} rule {escape(str(rule))}" + (f" in tier {tier}" if tier else ""))
 
 
-PORT_PROTOCOLS = {6: "TCP", 17: "UDP", 132: "SCTP"}
-ICMP_PROTOCOLS = {1: "ICMP", 58: "ICMPv6"}
-
-
 def _proto_text(protocol: int) -> str:
     from pyclassify.kinds.common import protocol_name
 
@@ -645,10 +641,12 @@ def _proto_text(protocol: int) -> str:
 def _check_flow_options(protocol: int, port: int | None, sport: int | None, icmp_type: int | None,
                         icmp_code: int | None) -> None:
     """Options that the protocol has no field for are usage errors, not silently ignored."""
+    from pyclassify.kinds.common import ICMP_PROTOCOLS, PORT_PROTOCOLS
+
     if protocol not in PORT_PROTOCOLS:
         for name, value in (("--port", port), ("--sport", sport)):
             if value is not None:
-                raise click.UsageError(f"{name} needs a protocol with ports (TCP, UDP or SCTP), not {_proto_text(protocol)}")
+                raise click.UsageError(f"{name} needs a protocol with ports (TCP, UDP, SCTP or UDPLite), not {_proto_text(protocol)}")
     if protocol not in ICMP_PROTOCOLS:
         for name, value in (("--icmp-type", icmp_type), ("--icmp-code", icmp_code)):
             if value is not None:

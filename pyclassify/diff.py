@@ -30,7 +30,7 @@ from pyclassify.engine import EngineState, NativeEngine, policy_key
 from pyclassify.flow import Decision
 from pyclassify.inventory import Inventory
 from pyclassify.ir import Direction, Policy, PolicySet
-from pyclassify.kinds.common import protocol_name
+from pyclassify.kinds.common import ICMP_PROTOCOLS, protocol_name
 from pyclassify.reference import policy_applies
 
 
@@ -127,12 +127,12 @@ class Change:
             sports = [c.sport for c in classes if c.sport is not None and c.sport != (reach.EPHEMERAL,) * 2]
             if sports:
                 doc["sports"] = [list(r) for r in _merge(sports)]
-            if proto in (1, 58):
+            if proto in ICMP_PROTOCOLS:
                 doc["icmp"] = [{"type": c.icmp_type, "code": c.icmp_code} for c in classes]
             out.append(doc)
         return out
 
-    def flow_text(self, icmp_named: frozenset[int] = frozenset({1, 58})) -> str:
+    def flow_text(self, icmp_named: frozenset[int] = ICMP_PROTOCOLS) -> str:
         """The flows in words. ``icmp_named``: the ICMP protocols (1, 58) some rule names a type
         of; for the others the only class is every type, said as the protocol alone."""
         parts = []
@@ -205,9 +205,9 @@ class Diff:
     def icmp_named(self) -> frozenset[int]:
         """The ICMP protocols (1, 58) of which some rule of either set names a type."""
         if self.space is None:
-            return frozenset({1, 58})
+            return ICMP_PROTOCOLS
         return frozenset(c.protocol for classes in self.space.classes.values() for c in classes
-                         if c.protocol in (1, 58) and c.icmp_type is not None)
+                         if c.protocol in ICMP_PROTOCOLS and c.icmp_type is not None)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -27,15 +27,14 @@ import numpy.typing as npt
 from pyclassify.batch import FLAG_HAS_PORTS, HEADER_DTYPE, SIDE_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import HTTP_AWAITS, NativeEngine
 from pyclassify.inventory import Endpoint, Inventory, IPAddress
-from pyclassify.ir import (PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, PROTO_UDPLITE,
+from pyclassify.ir import (PROTO_ICMP, PROTO_ICMPV6,
                            EndpointKind, EntityMatch, PolicySet, Rule)
-from pyclassify.kinds.common import protocol_name
+from pyclassify.kinds.common import ICMP_PROTOCOLS, K8S_PROTOCOL_NUMBERS, PORT_PROTOCOLS, protocol_name
 from pyclassify.reference import service_member
 from pyclassify.services import address_bytes
 
-PORT_PROTOCOLS = (PROTO_TCP, PROTO_UDP, PROTO_SCTP)
-#: Protocols whose flows carry ports (the engine compares ports only for these).
-WITH_PORTS = frozenset((PROTO_TCP, PROTO_UDP, PROTO_SCTP, PROTO_UDPLITE))
+#: The protocols every table shows (those a Kubernetes port names), beside ICMP and the ones rules name.
+SHOWN_PROTOCOLS = tuple(K8S_PROTOCOL_NUMBERS.values())
 #: A source port for flows when no rule distinguishes source ports (any port would do).
 EPHEMERAL = 49152
 #: Flows judged per native call: bounds the header and verdict arrays (~110 MB at most).
@@ -262,18 +261,18 @@ class FlowSpace:
         for family in (4, 6):
             icmp_proto = PROTO_ICMP if family == 4 else PROTO_ICMPV6
             if protocols is None:
-                chosen = sorted({*PORT_PROTOCOLS, icmp_proto, *(n for n in named if n not in (PROTO_ICMP, PROTO_ICMPV6))})
+                chosen = sorted({*SHOWN_PROTOCOLS, icmp_proto, *(n for n in named if n not in ICMP_PROTOCOLS)})
                 chosen.append(-1)
             else:
                 chosen = list(protocols)
             classes: list[FlowClass] = []
             for proto in chosen:
-                if proto in WITH_PORTS:
+                if proto in PORT_PROTOCOLS:
                     dranges = ranges if dport == "any" else [(dport, dport)] if dport is not None else [None]
                     for d in dranges:
                         for s in (sports if d is not None else [None]):
                             classes.append(FlowClass(proto, d, s))
-                elif proto in (PROTO_ICMP, PROTO_ICMPV6):
+                elif proto in ICMP_PROTOCOLS:
                     other_type = next(t for t in range(256) if t not in icmp)
                     if dport != "any":
                         # One cell for "ICMP, no type given": a type no rule names is judged so.
@@ -287,7 +286,7 @@ class FlowSpace:
                         classes.append(FlowClass(proto, icmp_type=t, icmp_rep=(t, other_code)))
                     classes.append(FlowClass(proto, icmp_rep=(other_type, 0)))
                 elif proto == -1:
-                    taken = {*named, *WITH_PORTS, PROTO_ICMP, PROTO_ICMPV6}
+                    taken = {*named, *PORT_PROTOCOLS, *ICMP_PROTOCOLS}
                     rep = next(n for n in (47, *range(2, 256)) if n not in taken)  # GRE unless named
                     classes.append(FlowClass(-1, other_protocol=rep))
                 else:

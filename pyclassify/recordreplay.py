@@ -28,7 +28,7 @@ from pyclassify.batch import FLOW_COUNTS_DTYPE, HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import NativeEngine
 from pyclassify.inventory import Inventory
 from pyclassify.ir import Direction
-from pyclassify.kinds.common import protocol_name
+from pyclassify.kinds.common import ICMP_PROTOCOLS, protocol_name
 from pyclassify.records import (
     NO_NAME,
     ORIENTATION,
@@ -273,7 +273,7 @@ class RecordReplay:
             }
             line["src_endpoint"] = self._owner(line["src"]) if line["src"] else None
             line["dst_endpoint"] = self._owner(line["dst"]) if line["dst"] else None
-            if proto in (1, 58):
+            if proto in ICMP_PROTOCOLS:
                 line["icmp_type"], line["icmp_code"] = int(h["icmp_type"]), int(h["icmp_code"])
             if chunk.services[i] >= 0:
                 line["service"] = self.services.entries[int(chunk.services[i])].to_json()

@@ -32,12 +32,7 @@ from pyclassify.flow import (
 )
 from pyclassify.inventory import Endpoint, Inventory, IPAddress, Service
 from pyclassify.ir import (
-    PROTO_ICMP,
-    PROTO_ICMPV6,
-    PROTO_SCTP,
     PROTO_TCP,
-    PROTO_UDP,
-    PROTO_UDPLITE,
     Action,
     Direction,
     EndpointKind,
@@ -52,9 +47,7 @@ from pyclassify.ir import (
     Rule,
     Subject,
 )
-
-PORT_PROTOCOLS = frozenset({PROTO_TCP, PROTO_UDP, PROTO_SCTP, PROTO_UDPLITE})
-ICMP_PROTOCOLS = frozenset({PROTO_ICMP, PROTO_ICMPV6})
+from pyclassify.kinds.common import ICMP_PROTOCOLS, PORT_PROTOCOLS
 
 
 def evaluate(policy_set: PolicySet, inventory: Inventory, flow: Flow,

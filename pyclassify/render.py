@@ -21,12 +21,10 @@ import click
 from pyclassify.engine import NativeEngine
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import Direction
+from pyclassify.kinds.common import protocol_name
 from pyclassify.cli import _load, cluster_paths_argument, kube_options, utf8_text
 from pyclassify.project import Project, load_project
 from pyclassify.source import shown
-
-PROTOCOL_NAMES = {1: "ICMP", 6: "TCP", 17: "UDP", 58: "ICMPv6", 132: "SCTP", 136: "UDPLite"}
-
 
 @dataclass
 class Tuple6:
@@ -48,7 +46,7 @@ class Tuple6:
     def protocol_text(self) -> str:
         if self.protocol is None:
             return "ANY"
-        text = PROTOCOL_NAMES.get(self.protocol, str(self.protocol))
+        text = protocol_name(self.protocol)
         if self.icmp_type is not None:
             text += f" type {self.icmp_type}"
         if self.icmp_code is not None:

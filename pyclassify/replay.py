@@ -50,7 +50,7 @@ from pyclassify.engine import (
 )
 from pyclassify.flow import Verdict
 from pyclassify.ir import Direction
-from pyclassify.kinds.common import protocol_name
+from pyclassify.kinds.common import ICMP_PROTOCOLS, PORT_PROTOCOLS, protocol_name
 from pyclassify.output import OutputFile, SymlinkRefused
 from pyclassify.services import ServiceMap
 from pyclassify.tunnels import DEFAULT_TUNNELS, ENCAP_NAMES, TunnelPorts, outer_json
@@ -69,7 +69,6 @@ PICKUP_OPENER = {CT_NEW_PICKUP: "src", CT_NEW_PICKUP_REPLY: "dst"}
 #: The reason of a packet inside a tunnel that could not be read: the engine denies it as
 #: malformed; the output says it was not judged, and why (``"error"``).
 NOT_JUDGED = "not-judged"
-PORT_PROTOCOLS = (6, 17, 132, 136)
 
 
 def _opener_ends(v: Any, src: str | None, dst: str | None) -> tuple[str | None, str | None]:
@@ -86,7 +85,6 @@ NO_INTERFACE = 0xFFFFFFFF
 class ReplayError(ValueError):
     """A replay that cannot go on as asked (its message says why)."""
 
-ICMP_PROTOCOLS = (1, 58)
 
 
 @dataclass

@@ -25,7 +25,7 @@ from pyclassify.diff import Side, changed_policies, decision_text
 from pyclassify.engine import EngineState, NativeEngine
 from pyclassify.inventory import Inventory
 from pyclassify.ir import Direction, PolicySet
-from pyclassify.kinds.common import protocol_name
+from pyclassify.kinds.common import ICMP_PROTOCOLS, protocol_name
 from pyclassify.recordreplay import measures_json, new_judge, rule_counts
 from pyclassify.records import FileReport, RecordReader, addr16, address_text
 from pyclassify.services import ServiceMap
@@ -57,7 +57,7 @@ class ObservedChange:
         name = protocol_name(self.protocol)
         if self.port is None:
             return name
-        return f"{name} type {self.port}" if self.protocol in (1, 58) else f"{name} {self.port}"
+        return f"{name} type {self.port}" if self.protocol in ICMP_PROTOCOLS else f"{name} {self.port}"
 
 
 def _time(ns: int) -> str | None:
@@ -103,8 +103,8 @@ class TrafficDiff:
                 "from": reach.group_json(c.src, self.keys),
                 "to": reach.group_json(c.dst, self.keys),
                 "protocol": protocol_name(c.protocol),
-                "port": c.port if c.protocol not in (1, 58) else None,
-                "icmp_type": c.port if c.protocol in (1, 58) else None,
+                "port": c.port if c.protocol not in ICMP_PROTOCOLS else None,
+                "icmp_type": c.port if c.protocol in ICMP_PROTOCOLS else None,
                 **measures_json(c.measures),
                 "first": _time(c.first_ns),
                 "last": _time(c.last_ns),
@@ -235,7 +235,7 @@ def traffic_diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, pat
         b = np.frombuffer(b"".join(f[2] for f in flipped), VERDICT_DTYPE)
         proto = h["protocol"].astype(np.int64)
         port = np.where(h["flags"] & 32, h["dport"].astype(np.int64),
-                        np.where(np.isin(proto, (1, 58)), h["icmp_type"].astype(np.int64), -1))
+                        np.where(np.isin(proto, sorted(ICMP_PROTOCOLS)), h["icmp_type"].astype(np.int64), -1))
         src_g, dst_g = grouper.of(h["src_addr"]), grouper.of(h["dst_addr"])
         for i, (_, _, _, measures, first_ns, last_ns, examples) in enumerate(flipped):
             old_side, new_side = side(old, a[i]), side(new, b[i])

@@ -405,7 +405,7 @@ CASES = [
     case("explain-port-70000", "explain", "--port 70000", 2, "70000 is not in the range 0<=x<=65535",
          DEMO, "--from", "frontend/web", "--to", "backend/api", "--port", "70000"),
     case("explain-port-with-icmp", "explain", "--proto ICMP --port 80", 2,
-         "--port needs a protocol with ports (TCP, UDP or SCTP), not ICMP",
+         "--port needs a protocol with ports (TCP, UDP, SCTP or UDPLite), not ICMP",
          DEMO, "--from", "frontend/web", "--to", "backend/api", "--proto", "ICMP", "--port", "80"),
     # --- matrix ----------------------------------------------------------------------------------
     case("matrix-json-syntax-error", "matrix", "JSON syntax error", 1, "syn.json:1: invalid JSON", "syn.json"),

@@ -70,6 +70,7 @@ from pyclassify.budget import OverBudget, default_budget
 from pyclassify.enforce.source import Loaded, PolicySource, SourceError
 from pyclassify.flow import Flow, FlowEnd, Verdict
 from pyclassify.ir import Action, Direction, Hook
+from pyclassify.kinds.common import ICMP_PROTOCOLS
 from pyclassify.nfqueue import engine_capsule, kernel_conntrack, kernel_revalidate, open_queue
 from pyclassify.project import Project
 
@@ -980,7 +981,7 @@ class Enforcer:
         if self.project is None:
             return []
         ends = [FlowEnd(None, ipaddress.ip_address(ip)) for ip in (src, dst)]
-        icmp = proto in (1, 58)
+        icmp = proto in ICMP_PROTOCOLS
         flow = Flow(ends[0], ends[1], proto, sport, dport, int(h["icmp_type"]) if icmp else None,
                     int(h["icmp_code"]) if icmp else None)
         try:

@@ -26,7 +26,7 @@ import time
 from collections import OrderedDict
 from typing import IO, Any
 
-PROTOS = {1: "ICMP", 6: "TCP", 17: "UDP", 58: "ICMPv6", 132: "SCTP"}
+from pyclassify.kinds.common import PROTOCOL_NAMES as PROTOS  # the flow log names protocols as output does
 
 
 def address(raw: bytes, version: int) -> str:

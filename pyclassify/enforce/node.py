@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 
 from pyclassify.failsafe import DEFAULT_INBOUND, DEFAULT_OUTBOUND, FailsafeConfig, FailsafePort
+from pyclassify.ir import PROTO_TCP as TCP, PROTO_UDP as UDP
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 RESOLV_CONF = "/etc/resolv.conf"
 DNS_PORT = 53
-TCP, UDP = 6, 17
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,7 @@ from pyclassify.ir import (
     KUBE_BASELINE_ORDER,
     PROTO_ICMP,
     PROTO_ICMPV6,
-    PROTO_SCTP,
     PROTO_TCP,
-    PROTO_UDP,
     TIER_DEFAULT,
     TIER_KUBE_ADMIN,
     TIER_KUBE_BASELINE,
@@ -59,6 +57,9 @@ from pyclassify.ir import (
     Tier,
 )
 from pyclassify.kinds.common import (
+    ICMP_PROTOCOLS,
+    K8S_PROTOCOL_NUMBERS,
+    PROTOCOL_NAMES,
     PROTOCOL_NUMBERS,
     calico_selector,
     check_keys,
@@ -109,10 +110,11 @@ _SERVICES = {"name", "namespace"}
 _ACTIONS = {a.value: a for a in (Action.ALLOW, Action.DENY, Action.LOG, Action.PASS)}
 _TYPES = {"Ingress": Direction.INGRESS, "Egress": Direction.EGRESS}
 _PERFORMANCE_HINTS = {"AssumeNeededOnEveryNode"}
-# Calico's v3 validator spells protocol names exactly so (^(TCP|UDP|ICMP|ICMPv6|SCTP|UDPLite)$).
-_PROTOCOL_SPELLINGS = ("TCP", "UDP", "ICMP", "ICMPv6", "SCTP", "UDPLite")
-# numorstring.Protocol.SupportsPorts: only these carry ports in Calico rules.
-_PORT_PROTOCOLS = frozenset({PROTO_TCP, PROTO_UDP, PROTO_SCTP})
+# Calico's v3 validator spells protocol names exactly as the table does.
+_PROTOCOL_SPELLINGS = tuple(PROTOCOL_NAMES.values())
+# numorstring.Protocol.SupportsPorts: only these carry ports in Calico rules (Kubernetes' three,
+# not UDPLite, although its packets carry ports).
+_PORT_PROTOCOLS = frozenset(K8S_PROTOCOL_NUMBERS.values())
 
 _PORT_RANGE = re.compile(r"(\d+):(\d+)")
 _DNS_LABEL = re.compile(DNS1123_LABEL, re.IGNORECASE)
@@ -437,7 +439,7 @@ class _Rule:
         not_icmp = self._icmp("notICMP", raw.get("notICMP"))
 
         bad_protocol = raw.get("protocol") is not None and protocol is None
-        if icmp is not None and protocol not in (PROTO_ICMP, PROTO_ICMPV6) and not bad_protocol:
+        if icmp is not None and protocol not in ICMP_PROTOCOLS and not bad_protocol:
             self.error(path + ("icmp",), "rules that specify ICMP fields must set protocol to ICMP")
         if ip_version is not None:
             if PROTO_ICMP in (protocol, not_protocol) and ip_version != 4:

@@ -16,9 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 from pyclassify.ir import (
-    PROTO_SCTP,
-    PROTO_TCP,
-    PROTO_UDP,
     TIER_KUBE_ADMIN,
     TIER_KUBE_BASELINE,
     Action,
@@ -38,7 +35,8 @@ MAX_RULES = 25
 MAX_PEERS = 25
 MAX_PROTOCOLS = 25
 TIERS = {"Admin": TIER_KUBE_ADMIN, "Baseline": TIER_KUBE_BASELINE}
-_PROTOCOL_KEYS = {"tcp": PROTO_TCP, "udp": PROTO_UDP, "sctp": PROTO_SCTP}
+# The protocols field's keys are the Kubernetes protocols, lower-case.
+_PROTOCOL_KEYS = {name.lower(): number for name, number in common.K8S_PROTOCOL_NUMBERS.items()}
 
 
 def normalize_cnp(doc: Document, problems: Problems) -> list[Policy]:

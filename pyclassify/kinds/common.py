@@ -27,27 +27,26 @@ from pyclassify.names import port_name_error, selector_label_key_error, selector
 from pyclassify.selector import Selector, SelectorError, excerpt, unencodable
 from pyclassify.source import Document, FieldPath, Problems
 
-# Protocol names as Calico spells them (case-insensitive there); Kubernetes kinds accept only
-# the upper-case TCP/UDP/SCTP.
-PROTOCOL_NUMBERS = {
-    "TCP": PROTO_TCP,
-    "UDP": PROTO_UDP,
-    "SCTP": PROTO_SCTP,
-    "ICMP": PROTO_ICMP,
-    "ICMPV6": PROTO_ICMPV6,
-    "UDPLITE": PROTO_UDPLITE,
-}
+# The protocol table, the one every module reads (names to numbers and back). The names are
+# Calico's spellings, in the order of its v3 validator (^(TCP|UDP|ICMP|ICMPv6|SCTP|UDPLite)$), and
+# what output shows; Kubernetes kinds accept only the upper-case TCP/UDP/SCTP.
 PROTOCOL_NAMES = {
     PROTO_TCP: "TCP",
     PROTO_UDP: "UDP",
-    PROTO_SCTP: "SCTP",
     PROTO_ICMP: "ICMP",
     PROTO_ICMPV6: "ICMPv6",
+    PROTO_SCTP: "SCTP",
     PROTO_UDPLITE: "UDPLite",
 }
+#: By the name upper-cased (names are read case-insensitively: ``udplite`` is 136).
+PROTOCOL_NUMBERS = {name.upper(): number for number, name in PROTOCOL_NAMES.items()}
 K8S_PROTOCOLS = ("TCP", "UDP", "SCTP")
 #: The protocols a Kubernetes (and Felix failsafe) port names, by their spelling there.
 K8S_PROTOCOL_NUMBERS = {name: PROTOCOL_NUMBERS[name] for name in K8S_PROTOCOLS}
+#: Protocols whose packets carry ports: the decoder reads them, port rules compare them.
+PORT_PROTOCOLS = frozenset((PROTO_TCP, PROTO_UDP, PROTO_SCTP, PROTO_UDPLITE))
+#: Protocols whose packets carry an ICMP type and code.
+ICMP_PROTOCOLS = frozenset((PROTO_ICMP, PROTO_ICMPV6))
 
 def protocol_name(number: int) -> str:
     return PROTOCOL_NAMES.get(number, str(number))
