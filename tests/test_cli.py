@@ -119,6 +119,16 @@ def test_explain_json_names_tier_policy_and_rule():
     assert doc["egress"]["verdict"] == "allow"
 
 
+def test_explain_takes_ports_with_every_protocol_that_carries_them():
+    # UDPLite packets carry ports (the decoder reads them, port rules compare them): explain takes
+    # --port with it as with TCP, and refuses it with ICMP.
+    r = run("explain", DEMO, "--from", "frontend/web", "--to", "backend/api", "--proto", "UDPLite", "--port", "8080", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["verdict"] in ("allow", "deny")
+    r = run("explain", DEMO, "--from", "frontend/web", "--to", "backend/api", "--proto", "ICMP", "--port", "8080")
+    assert r.returncode == 2 and "(TCP, UDP, SCTP or UDPLite)" in r.stderr
+
+
 def test_explain_table_and_log_rules():
     r = run("explain", DEMO, "--from", "203.0.113.7", "--to", "frontend/web", "--port", "80")
     assert r.returncode == 0, r.stderr
