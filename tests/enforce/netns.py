@@ -223,13 +223,13 @@ for line in sys.stdin:
 
 class Held:
     """A connection held open from pod ``src`` to pod ``dst`` (``POD`` names them), pinged on
-    demand."""
+    demand; a ping fails when no answer comes within ``timeout`` seconds."""
 
-    def __init__(self, topo: Topology, src: str, dst: str, proto: str) -> None:
+    def __init__(self, topo: Topology, src: str, dst: str, proto: str, timeout: float = 0.3) -> None:
         port = Topology.TCP_PORT if proto == "TCP" else Topology.UDP_PORT
         self.name = f"{src}->{dst}/{proto}"
         self.proc = topo.spawn(topo.pods[POD[src]], [PY, "-c", HOLD_FROM, topo.ips[POD[src]], topo.ips[POD[dst]],
-                                                     str(port), proto, "0.3"], stdin=True)
+                                                     str(port), proto, str(timeout)], stdin=True)
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "connected", self.name
 
     def ping(self) -> bool:

@@ -41,7 +41,7 @@ def test_soak_verdicts_revocation_memory_and_probes(topo: Topology, tmp_path: Pa
     assert result.versions + 1 >= result.reloads > 0.9 * result.versions and result.rejected == 0, summary
     assert result.judged > 20 * result.seconds and result.judged > 0.5 * result.probes, summary
     # every probe decided while one version was in force got that version's verdict
-    assert not result.mismatches, result.mismatches[:20]
+    assert not result.mismatches, json.dumps(result.mismatches[:20])
     # established connections that became denied were cut; the old ones stayed up until then
     assert all(v is not None and v < 1.0 for v in result.held_cut_s.values()), result.held_cut_s
     assert result.held_kept and all(result.held_kept.values()), result.held_kept
