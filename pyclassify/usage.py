@@ -27,7 +27,7 @@ from pyclassify.inventory import Inventory
 from pyclassify.ir import Action, Direction, EntityMatch, NamedPort, Policy, PolicySet, PortMatch, PortRange, Rule
 
 ENDING = (Action.ALLOW, Action.DENY, Action.PASS)
-USAGE_OUTPUTS = ("text", "json", "csv", "md", "html")
+USAGE_OUTPUTS = ("text", "json", "csv", "md", "dot", "svg", "html")
 
 
 def _port_covers(a: PortMatch, b: PortMatch) -> bool:
@@ -300,7 +300,9 @@ and redundant policies are found from the policy alone.
     @json_option
     @click.option("--output", "output", type=click.Choice(USAGE_OUTPUTS), default="text", show_default=True,
                   help="text, json, csv or md (Markdown): one row per rule with its counts, never-hit and "
-                       "shadowed-by; html: the report's rule usage page.")
+                       "shadowed-by; dot or svg (Graphviz): the rules by tier and policy, each with what it "
+                       "decided, an edge from each rule to the rules it shadows; html: the report's rule "
+                       "usage page.")
     def usage_command(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
                       traffic: tuple[str, ...], traffic_format: str | None, no_redundant: bool, default: str | None,
                       as_json: bool, output: str) -> None:

@@ -172,6 +172,9 @@ def usage_output(doc: dict[str, Any], output: str, paths: Sequence[str]) -> None
         _write(formats.usage_csv(doc))
     elif output == "md":
         _write(formats.usage_md(doc))
+    elif output in ("dot", "svg"):
+        dot = formats.usage_dot(doc)
+        _write(dot if output == "dot" else _svg(dot))
     else:
         from pyclassify.report.page import render_usage
 

@@ -5,7 +5,9 @@ A matrix is a square table over names (namespaces, identity groups or pods), eac
 pairs the row may reach the column (``allowed``) of all of them (``pairs``); its graph draws an
 edge where some are allowed, labelled by the flow, green where all are, amber where some. A
 diff's graph draws each change as an edge, blue where it opens, black where it closes,
-labelled by its flows.
+labelled by its flows. Rule usage's graph draws the rules in evaluation order, a box per
+policy inside a box per tier, each rule with what it decided; a shadowed rule hangs from the
+rule that covers it.
 """
 
 from __future__ import annotations
@@ -233,3 +235,60 @@ def usage_md(doc: dict[str, Any]) -> str:
     for row in usage_rows(doc):
         lines.append("| " + " | ".join(_md(_plain(row[c])) for c in USAGE_COLUMNS) + " |")
     return "\n".join(lines) + "\n"
+
+
+ACTION_COLOURS = {"Allow": ALLOW_COLOUR, "Deny": "#c0392b"}
+UNUSED_COLOUR = "#8a8a8a"
+
+
+def usage_dot(doc: dict[str, Any]) -> str:
+    """``usage``'s rules as a graph: a node per rule, in a cluster per policy in a cluster per
+    tier, top to bottom in evaluation order, labelled with what it decided (or "never hit",
+    dashed; without traffic, nothing counted), coloured by its action; a grey edge from each
+    covering rule to the rule it shadows; a redundant policy's box says so."""
+    rows = usage_rows(doc)
+    redundant = {r["policy"] for r in doc["redundant"] or ()}
+    node: dict[tuple[str, str, str], int] = {}
+    tiers: dict[str, dict[str, list[int]]] = {}
+    for k, row in enumerate(rows):
+        node[(row["policy"], row["direction"], str(row["rule"]))] = k
+        tiers.setdefault(row["tier"], {}).setdefault(row["policy"], []).append(k)
+    t = doc["traffic"]
+    title = ("Rule usage (no traffic: nothing counted)" if t is None else
+             f"Rule usage over {t['records']:,} records ({t['flows']:,} flows)")
+    out = ["digraph usage {", f"  label={_dot_id(title)}; labelloc=t; rankdir=TB;",
+           "  node [shape=box, style=rounded, fontname=Helvetica]; edge [fontname=Helvetica, fontsize=10];"]
+    c = 0
+    for tier, policies in tiers.items():
+        out.append(f"  subgraph cluster_{c} {{ label={_dot_id('tier ' + tier)}; style=dashed;")
+        c += 1
+        for policy, members in policies.items():
+            label = policy + (" (redundant: changes no verdict)" if policy in redundant else "")
+            out.append(f"    subgraph cluster_{c} {{ label={_dot_id(label)}; style=solid;")
+            c += 1
+            for k in members:
+                row = rows[k]
+                if row["flows"] is None:
+                    counted = ""
+                elif row["never_hit"]:
+                    counted = "\nnever hit"
+                else:
+                    counted = f"\n{row['flows']:,} flows, {row['packets']:,} packets"
+                colour = UNUSED_COLOUR if row["never_hit"] or row["shadowed_by"] is not None else \
+                    ACTION_COLOURS.get(row["action"], CLOSED_COLOUR)
+                style = "rounded,dashed" if row["never_hit"] or row["shadowed_by"] is not None else "rounded"
+                text = _dot_id(f"{row['direction']} rule {row['rule']}: {row['action']}{counted}")
+                out.append(f"      r{k} [label={text}, color={_dot_id(colour)}, fontcolor={_dot_id(colour)}, "
+                           f"style={_dot_id(style)}];")
+            out.append("    }")
+        out.append("  }")
+    # top to bottom in evaluation order: Graphviz orders unconnected boxes as it likes
+    out.extend(f"  r{k} -> r{k + 1} [style=invis];" for k in range(len(rows) - 1))
+    for k, row in enumerate(rows):
+        if row["shadowed_by"] is not None:
+            by = node.get((row["policy"], row["direction"], str(row["shadowed_by"])))
+            if by is not None:
+                out.append(f"  r{by} -> r{k} [label=\"covers\", color={_dot_id(UNUSED_COLOUR)}, "
+                           f"fontcolor={_dot_id(UNUSED_COLOUR)}, style=dashed, constraint=false];")
+    out.append("}")
+    return "\n".join(out) + "\n"

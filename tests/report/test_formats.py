@@ -19,7 +19,7 @@ CHANGE = "examples/changes/db-behind-pgbouncer.yaml"
 
 def rendered(graphviz: str, dot: str) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
     """Graphviz's layout of ``dot`` (``-Tplain``): node name -> label, and (tail, head, colour)
-    per edge."""
+    per edge drawn (not the invisible ones that only order the layout)."""
     r = subprocess.run([graphviz, "-Tplain"], input=dot, capture_output=True, text=True, check=True)
     nodes: dict[str, str] = {}
     edges = []
@@ -27,7 +27,7 @@ def rendered(graphviz: str, dot: str) -> tuple[dict[str, str], list[tuple[str, s
         parts = shlex.split(line)
         if parts[0] == "node":
             nodes[parts[1]] = parts[6]
-        elif parts[0] == "edge":
+        elif parts[0] == "edge" and parts[-2] != "invis":
             edges.append((parts[1], parts[2], parts[-1]))
     return nodes, edges
 
@@ -181,3 +181,35 @@ def test_usage_output_html_is_the_usage_page() -> None:
     r = run("usage", DEMO, "--traffic", TRAFFIC, "--output", "html", "--no-redundant")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("<!DOCTYPE html>") and 'id="usage-table"' in r.stdout and '"usage":' in r.stdout
+
+
+def test_usage_dot_draws_each_rule_with_what_it_decided_and_what_shadows_it(graphviz: str, tmp_path) -> None:
+    from tests.test_usage import NAMESPACE, POLICIES
+
+    (tmp_path / "inv.yaml").write_text(NAMESPACE)
+    (tmp_path / "pol.yaml").write_text(POLICIES)
+    for paths in ([DEMO, "--traffic", TRAFFIC], [str(tmp_path)]):
+        doc = run_json("usage", *paths, "--json")
+        r = run("usage", *paths, "--output", "dot")
+        assert r.returncode == 0, r.stderr
+        nodes, edges = rendered(graphviz, r.stdout)
+        assert len(nodes) == len(doc["rules"])
+        for k, rule in enumerate(doc["rules"]):
+            label = nodes[f"r{k}"]
+            assert label.startswith(f"{rule['direction']} rule {rule['rule']}: {rule['action']}"), label
+            if doc["traffic"] is None:
+                assert "\\n" not in label
+            elif rule["flows"] == 0 and rule["records"] == 0:
+                assert label.endswith("never hit"), label
+            else:
+                assert label.endswith(f"{rule['flows']:,} flows, {rule['packets']:,} packets"), label
+        index = {(r["policy"], r["direction"], str(r["rule"])): k for k, r in enumerate(doc["rules"])}
+        shadows = {(index[(s["policy"], s["direction"], str(s["covered_by"]))], index[(s["policy"], s["direction"],
+                                                                                   str(s["rule"]))])
+                   for s in doc["shadowed"]}
+        assert {(int(t[1:]), int(h[1:])) for t, h, _ in edges} == shadows
+    assert shadows  # the second set has a shadowed rule: drawn as an edge from the rule covering it
+    r = run("usage", str(tmp_path), "--output", "svg")
+    assert r.returncode == 0, r.stderr
+    svg = ET.fromstring(r.stdout)
+    assert len(svg.findall(".//{http://www.w3.org/2000/svg}g[@class='node']")) == len(doc["rules"])
