@@ -397,6 +397,19 @@ def vpc_columns(rows: int, first_row: int, text: dict[str, tuple[Any, Any, Any |
 def record_formats() -> list[tuple[str, str]]:
     """Every input format as (name, what it is)."""
 
+class RecordLines:
+    """``replay --traffic --out``'s lines, written natively a chunk at a time; the texts they
+    name (side decisions, endpoints, Services, protocols) given once each as JSON."""
+    def __init__(self, protocols: list[str], orientations: list[str], reported: list[str], services: list[str]) -> None: ...
+    def missing(self, headers: bytes, counts: bytes, verdicts: bytes) -> tuple[list[tuple[int, bytes]], list[bytes]]:
+        """What these records' lines need not learned yet: ([(direction, side bytes)], [address])."""
+    def learn_side(self, direction: int, side: bytes, json: str) -> None: ...
+    def learn_owner(self, address: bytes, json: str) -> None: ...
+    def write(self, headers: bytes, counts: bytes, verdicts: bytes, services: bytes, file: str, unit: str) -> bytes:
+        """The records' lines as UTF-8 (``file``: the input's name as JSON; ``unit``: line or byte)."""
+    @property
+    def index(self) -> int: ...
+
 class RecordJudge:
     """Flow records judged under one engine (replay, usage) or two (a diff's old and new), each
     distinct decision once (addresses, protocol, destination port, source port class, ICMP),

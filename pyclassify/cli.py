@@ -939,7 +939,8 @@ Examples:
 @click.option("--format", "traffic_format", default=None, metavar="FORMAT",
               help="The format of every --traffic file: hubble, calico, vpc, conntrack, netflow, parquet.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write one JSON line per packet (verdict and deciding rule per direction).")
+              help="Write one JSON line per packet, or per record with --traffic (verdict and deciding rule per "
+                   "direction).")
 @click.option("--allowed", "allowed_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the allowed packets, unchanged, to this capture.")
 @click.option("--denied", "denied_path", type=click.Path(dir_okay=False, writable=True), default=None,
@@ -981,8 +982,16 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
         if pcaps or allowed_path or denied_path or per_flow:
             raise click.UsageError("--traffic judges flow records: give captures (--pcap, --allowed, --denied, "
                                    "--flows) in a run of their own")
+        if out_path is not None:
+            _refuse_overwriting_inputs(paths, traffic, {"--out": out_path}, input_option="--traffic")
+            from pyclassify.output import SymlinkRefused, check_target
+
+            try:
+                check_target("--out", out_path, follow_symlinks)
+            except SymlinkRefused as e:
+                raise click.UsageError(str(e)) from None
         replay_command(paths, (kubeconfig, kube_context, in_cluster), traffic, traffic_format, out_path, default,
-                       as_json)
+                       as_json, follow_symlinks=follow_symlinks)
         return
     if not pcaps:
         raise click.UsageError("give what to replay: --pcap FILE (captures) or --traffic FILE (flow records)")
@@ -1086,16 +1095,18 @@ def _file_id(path: str) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
-def _refuse_overwriting_inputs(paths: tuple[str, ...], pcaps: tuple[str, ...], outputs: dict[str, str]) -> None:
+def _refuse_overwriting_inputs(paths: tuple[str, ...], pcaps: tuple[str, ...], outputs: dict[str, str],
+                               input_option: str = "--pcap") -> None:
     """A usage error, before anything is opened for writing, when an output is an input (the
-    same file by device and inode, through any link or spelling) or two outputs are one file."""
+    same file by device and inode, through any link or spelling) or two outputs are one file;
+    ``pcaps``: the inputs given with ``input_option``."""
     if not outputs:
         return  # nothing written: nothing to compare, no directory to walk
     from pathlib import Path
 
     from pyclassify.loader import manifest_files
 
-    inputs: list[tuple[str, str]] = [(f"--pcap {p}", p) for p in pcaps if p != "-"]
+    inputs: list[tuple[str, str]] = [(f"{input_option} {p}", p) for p in pcaps if p != "-"]
     for p in paths:
         if p == "-":
             continue

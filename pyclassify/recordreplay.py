@@ -5,13 +5,15 @@ Each chunk of a file is read and judged natively (``_engine.RecordJudge``; no co
 tracking: a record is already a connection): a record is judged by what its verdict depends on
 (addresses, protocol, destination port, source port class, ICMP), each distinct such key once,
 and the records of a key add their flows, packets and bytes to it; the sums fold into the
-summary at the end. Python reads the summary, and formats per-record lines only for ``--out``.
+summary at the end. Python reads the summary; ``--out``'s per-record lines are written natively
+too (``_engine.RecordLines``), Python spelling each distinct decision and endpoint they name once.
 A record to a Service's virtual address is judged for every backend, as ``replay`` judges
 packets (``pyclassify.services``).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import signal
 import threading
@@ -23,17 +25,18 @@ from typing import IO, Any, Callable
 import numpy as np
 import numpy.typing as npt
 
-from pyclassify._engine import RecordJudge
+from pyclassify._engine import RecordJudge, RecordLines
 from pyclassify.batch import FLOW_COUNTS_DTYPE, HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import NativeEngine
 from pyclassify.inventory import Inventory
 from pyclassify.ir import Direction
-from pyclassify.kinds.common import ICMP_PROTOCOLS, protocol_name
+from pyclassify.kinds.common import protocol_name
 from pyclassify.records import (
     NO_NAME,
     ORIENTATION,
     REPORTED,
     FileReport,
+    RecordError,
     JudgedChunk,
     RecordReader,
     address_text,
@@ -133,9 +136,10 @@ class RecordSummary:
 class RecordReplay:
     """One run over flow record files with one engine."""
 
-    def __init__(self, engine: NativeEngine, default: str | None = None, out: IO[str] | None = None,
-                 format: str | None = None, logs: bool = False) -> None:
+    def __init__(self, engine: NativeEngine, default: str | None = None, out: IO[bytes] | None = None,
+                 format: str | None = None, logs: bool = False, out_name: str | None = None) -> None:
         self.engine = engine
+        self.out_name = out_name  # named in an error writing ``out``
         self.defaults = {} if default is None else {"default_pod": default, "default_host": default}
         self.out = out
         self.format = format
@@ -144,9 +148,8 @@ class RecordReplay:
         self.files: list[FileReport] = []
         self.services = ServiceMap(engine.inventory)
         self.judge = new_judge([engine], default, self.services, logs=logs)
-        self._names: dict[str, str | None] = {}
+        self._lines: RecordLines | None = None  # --out's line writer, made with the first chunk
         self._stop = False
-        self._index = 0
 
     def run(self, paths: list[str], progress: Callable[[int], None] | None = None) -> RecordSummary:
         reader = RecordReader(paths, self.engine.inventory, self.format)
@@ -227,16 +230,13 @@ class RecordReplay:
         port = f"/{int(h['dport'])}" if h["flags"] & 32 else ""
         return f"{address_text(h['src_addr'])} -> {address_text(h['dst_addr'])} {protocol_name(proto)}{port}"
 
-    def _owner(self, address: str) -> str | None:
-        if address not in self._names:
-            import ipaddress
+    def _owner(self, address: bytes) -> str | None:
+        owner = self.engine.inventory.owner_of(ipaddress.ip_address(address_text(np.frombuffer(address, np.uint8))))
+        return None if owner is None else owner.ref
 
-            owner = self.engine.inventory.owner_of(ipaddress.ip_address(address))
-            self._names[address] = None if owner is None else owner.ref
-        return self._names[address]
-
-    def _side_json(self, side: Any, direction: Direction) -> dict[str, Any] | None:
-        decision = self.engine.side_decision(side, direction)
+    def _side_json(self, side: bytes, direction: int) -> dict[str, Any] | None:
+        record = np.frombuffer(side, dtype=self.engine.side_dtype)[0]
+        decision = self.engine.side_decision(record, (Direction.EGRESS, Direction.INGRESS)[direction])
         if decision is None:
             return None
         doc = decision.to_json()
@@ -244,41 +244,27 @@ class RecordReplay:
         return doc
 
     def _write_lines(self, chunk: JudgedChunk) -> None:
+        """A chunk's ``--out`` lines, written natively; Python only spells what they name
+        (each side's decision, each address's endpoint), once per distinct one."""
         assert self.out is not None
+        if self._lines is None:
+            self._lines = RecordLines([json.dumps(protocol_name(p)) for p in range(256)],
+                                      [json.dumps(ORIENTATION[i]) for i in range(len(ORIENTATION))],
+                                      [json.dumps(REPORTED[i]) for i in range(len(REPORTED))],
+                                      [json.dumps(e.to_json()) for e in self.services.entries])
         report = self.files[chunk.file]
-        for i, (h, c, v) in enumerate(zip(chunk.headers, chunk.counts, chunk.verdicts)):
-            proto = int(h["protocol"])
-            has_ports = bool(h["flags"] & 32)
-            ok = bool(c["has_src"] and c["has_dst"])
-            line: dict[str, Any] = {
-                "index": self._index,
-                "file": report.name,
-                report.unit: int(c["position"]),
-                "first": int(c["first_ns"]) / 1e9 if c["first_ns"] else None,
-                "last": int(c["last_ns"]) / 1e9 if c["last_ns"] else None,
-                "src": address_text(h["src_addr"]) if c["has_src"] else None,
-                "dst": address_text(h["dst_addr"]) if c["has_dst"] else None,
-                "proto": protocol_name(proto),
-                "sport": int(h["sport"]) if has_ports else None,
-                "dport": int(h["dport"]) if has_ports else None,
-                "flows": int(c["flows"]),
-                "packets": int(c["packets"]),
-                "bytes": int(c["bytes"]),
-                "direction": ORIENTATION[int(c["orientation"])],
-                "verdict": ("allow" if v["allow"] else "deny") if ok else None,
-                "reason": "policy" if ok else "unplaced",
-                "reported": REPORTED[int(c["reported"])],
-                "egress": self._side_json(v["egress"], Direction.EGRESS) if ok else None,
-                "ingress": self._side_json(v["ingress"], Direction.INGRESS) if ok else None,
-            }
-            line["src_endpoint"] = self._owner(line["src"]) if line["src"] else None
-            line["dst_endpoint"] = self._owner(line["dst"]) if line["dst"] else None
-            if proto in ICMP_PROTOCOLS:
-                line["icmp_type"], line["icmp_code"] = int(h["icmp_type"]), int(h["icmp_code"])
-            if chunk.services[i] >= 0:
-                line["service"] = self.services.entries[int(chunk.services[i])].to_json()
-            self.out.write(json.dumps(line) + "\n")
-            self._index += 1
+        h, c, v, s = chunk.raw
+        sides, addresses = self._lines.missing(h, c, v)
+        for direction, side in sides:
+            self._lines.learn_side(direction, side, json.dumps(self._side_json(side, direction)))
+        for address in addresses:
+            self._lines.learn_owner(address, json.dumps(self._owner(address)))
+        data = self._lines.write(h, c, v, s, json.dumps(report.name), report.unit)
+        try:
+            self.out.write(data)
+        except OSError as e:
+            raise RecordError(f"--out {self.out_name or getattr(self.out, 'name', '')}: cannot write: "
+                              f"{e.strerror or e}") from None
 
     def summary_json(self) -> dict[str, Any]:
         s = self.summary
@@ -372,24 +358,28 @@ def _by_what(row: dict[str, Any], escape: Callable[[str], str]) -> str:
 
 
 def replay_command(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool], traffic: tuple[str, ...],
-                   format: str | None, out_path: str | None, default: str | None, as_json: bool) -> None:
+                   format: str | None, out_path: str | None, default: str | None, as_json: bool,
+                   follow_symlinks: bool = False) -> None:
     """``pyclassify replay PATH... --traffic FILE...``: exit 0, 1 when nothing could be read (or
-    a file cannot be opened, or is of another format than asked), 130 interrupted."""
+    a file cannot be opened, or is of another format than asked), 130 interrupted. ``--out`` is
+    written as replay writes it for captures (``pyclassify.output``): beside its name, put in
+    place when the run succeeds, an earlier file left as it was when it fails."""
     import sys
 
     from rich.markup import escape
 
     from pyclassify.cli import EXIT_INVALID, _emit_json, _load, ascii_only, err, out, symbol
-    from pyclassify.records import RecordError
+    from pyclassify.output import OutputFile
 
     project = _load(paths, kube)
     engine = NativeEngine(project.policy_set, project.inventory)
     try:
-        out_file = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115 - closed below
+        out_file = OutputFile("--out", out_path, binary=True, follow_symlinks=follow_symlinks) if out_path else None
     except OSError as e:
         err.print(f"[red]error[/red]: --out {escape(out_path or '')}: cannot open for writing: {escape(e.strerror or str(e))}")
         sys.exit(EXIT_INVALID)
-    replay = RecordReplay(engine, default=default, out=out_file, format=format)
+    replay = RecordReplay(engine, default=default, out=None if out_file is None else out_file.file, format=format,
+                          out_name=out_path)
     failure = None
     try:
         replay.run(list(traffic))
@@ -397,10 +387,13 @@ def replay_command(paths: tuple[str, ...], kube: tuple[str | None, str | None, b
         failure = str(e)
     finally:
         if out_file is not None:
-            try:
-                out_file.close()
-            except OSError as e:
-                failure = failure or f"--out {out_path}: cannot write: {e.strerror or e}"
+            if failure is not None or replay.unreadable:
+                out_file.discard()  # an earlier file of that name stays as it was
+            else:
+                try:
+                    out_file.commit()  # the last lines are written here: a full disk shows now
+                except OSError as e:
+                    failure = failure or f"--out {out_path}: cannot write: {e.strerror or e}"
     if failure is not None:
         err.print(f"[red]error[/red]: {escape(failure)}")
         sys.exit(EXIT_INVALID)

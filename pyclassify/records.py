@@ -161,6 +161,8 @@ class JudgedChunk:
     verdicts: npt.NDArray[Any]
     services: npt.NDArray[np.int64]
     file: int
+    #: the four arrays' bytes, as the judge returned them (``_engine.RecordLines`` reads these)
+    raw: tuple[bytes, bytes, bytes, bytes]
 
     @classmethod
     def of(cls, kept: tuple[bytes, bytes, bytes, bytes], file: int) -> "JudgedChunk":
@@ -168,7 +170,7 @@ class JudgedChunk:
 
         h, c, v, s = kept
         return cls(np.frombuffer(h, HEADER_DTYPE), np.frombuffer(c, FLOW_COUNTS_DTYPE), np.frombuffer(v, VERDICT_DTYPE),
-                   np.frombuffer(s, np.int64), file)
+                   np.frombuffer(s, np.int64), file, kept)
 
 
 @dataclass

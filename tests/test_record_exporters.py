@@ -118,13 +118,13 @@ def test_softflowd_records_give_the_capture_s_connection_verdicts(tmp_path, vers
     for line in flows.getvalue().splitlines():
         f = json.loads(line)
         by_packets[connection_key(f["src"], f["dst"], f["proto"], f["sport"], f["dport"])] = f["verdict"]
-    lines = io.StringIO()
+    lines = io.BytesIO()
     replay = RecordReplay(engine, out=lines)
     replay.run([str(exported)])
     doc = replay.summary_json()
     assert doc["files"][0]["format"] == "netflow" and doc["problems"] == 0, doc["files"]
     by_records: dict[tuple, set[str]] = {}
-    for line in lines.getvalue().splitlines():
+    for line in lines.getvalue().decode().splitlines():
         r = json.loads(line)
         by_records.setdefault(connection_key(r["src"], r["dst"], r["proto"], r["sport"], r["dport"]), set()).add(r["verdict"])
     assert set(by_records) == set(by_packets)
@@ -199,12 +199,12 @@ def test_conntrack_list_after_real_connections(tmp_path):
     engine = NativeEngine(project.policy_set, project.inventory)
     import json
 
-    out = io.StringIO()
+    out = io.BytesIO()
     replay = RecordReplay(engine, out=out)
     replay.run([str(path)])
     doc = replay.summary_json()
     assert doc["files"][0]["format"] == "conntrack" and doc["problems"] == 0
-    lines = [json.loads(x) for x in out.getvalue().splitlines() if "10.244." in x]
+    lines = [json.loads(x) for x in out.getvalue().decode().splitlines() if "10.244." in x]
     seen = {(x["src"], x["dst"], x["proto"], x["dport"]) for x in lines}
     assert ("10.244.1.2", "10.244.2.2", "TCP", 8080) in seen and ("10.244.3.2", "10.244.2.2", "TCP", 8080) in seen
     assert ("10.244.1.2", "10.244.2.2", "UDP", 5353) in seen

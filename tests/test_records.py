@@ -41,10 +41,10 @@ def engine(project):
 def replay_lines(engine, path: Path, fmt: str | None = None) -> tuple[list[dict], dict]:
     import io
 
-    buf = io.StringIO()
+    buf = io.BytesIO()
     r = RecordReplay(engine, out=buf, format=fmt)
     r.run([str(path)])
-    return [json.loads(line) for line in buf.getvalue().splitlines()], r.summary_json()
+    return [json.loads(line) for line in buf.getvalue().decode().splitlines()], r.summary_json()
 
 
 def oracle(project, line: dict) -> str:

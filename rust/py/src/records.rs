@@ -8,6 +8,7 @@ use pyclassify_core::batch::PacketHeader;
 use pyclassify_core::engine::{Defaults, PacketVerdict};
 use pyclassify_core::flows::ServiceIndex;
 use pyclassify_core::records::judge::{LogKey, RecordJudge, Services};
+use pyclassify_core::records::lines::{LineTables, Lines};
 use pyclassify_core::records::tally::{DecisionKey, Measures};
 use pyclassify_core::records::{detect, Format, FlowCounts, RecordBatch, Stream};
 use pyo3::exceptions::PyValueError;
@@ -303,6 +304,85 @@ impl PyRecordJudge {
 type TextArg<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>, usize);
 type ProblemsOut = (Vec<(String, u64)>, Vec<(String, u64, String)>);
 
+/// Records of `T` (a repr(C) record without padding) copied out of `data`.
+fn records_of<T: Copy>(data: &[u8], what: &str) -> PyResult<Vec<T>> {
+    let size = std::mem::size_of::<T>();
+    if data.len() % size != 0 {
+        return Err(PyValueError::new_err(format!("{what}: {} bytes is not a whole number of {size}-byte records", data.len())));
+    }
+    // SAFETY: `T` is plain data (every bit pattern a value); the reads are unaligned.
+    Ok(data.chunks_exact(size).map(|r| unsafe { std::ptr::read_unaligned(r.as_ptr() as *const T) }).collect())
+}
+
+/// `replay --traffic --out`'s lines (`pyclassify_core::records::lines`), written a chunk at a
+/// time from what `RecordJudge.judge(..., keep=True)` returns; the texts a line names (side
+/// decisions, endpoints) learned once each, as JSON.
+#[pyclass(name = "RecordLines", module = "pyclassify._engine")]
+pub struct PyRecordLines {
+    inner: Lines,
+}
+
+#[pymethods]
+impl PyRecordLines {
+    /// `protocols`: 256 protocol names, `orientations` and `reported` by their number,
+    /// `services` one per Service entry: each as JSON text.
+    #[new]
+    fn new(protocols: Vec<String>, orientations: Vec<String>, reported: Vec<String>, services: Vec<String>) -> PyResult<Self> {
+        if protocols.len() != 256 {
+            return Err(PyValueError::new_err("a name for each of the 256 protocol numbers"));
+        }
+        Ok(PyRecordLines { inner: Lines::new(LineTables { protocols, orientations, reported, services }) })
+    }
+
+    /// What the lines of these records (bytes of `HEADER_DTYPE`, `FLOW_COUNTS_DTYPE`,
+    /// `VERDICT_DTYPE`) need that was not learned: ([(direction, side bytes)], [address]).
+    fn missing<'py>(&self, py: Python<'py>, headers: &[u8], counts: &[u8], verdicts: &[u8]) -> PyResult<(Vec<(u8, Bound<'py, PyBytes>)>, Vec<Bound<'py, PyBytes>>)> {
+        let (h, c, v) = (records_of::<PacketHeader>(headers, "headers")?, records_of::<FlowCounts>(counts, "counts")?,
+                         records_of::<PacketVerdict>(verdicts, "verdicts")?);
+        let m = py.detach(|| self.inner.missing(&h, &c, &v));
+        Ok((
+            m.sides.iter().map(|(d, s)| (*d, PyBytes::new(py, as_bytes(std::slice::from_ref(s))))).collect(),
+            m.addresses.iter().map(|a| PyBytes::new(py, &a[..])).collect(),
+        ))
+    }
+
+    /// Learns the decision text of a side (`direction` 0 egress / 1 ingress).
+    fn learn_side(&mut self, direction: u8, side: &[u8], json: String) -> PyResult<()> {
+        let s = records_of::<pyclassify_core::engine::SideVerdict>(side, "side")?;
+        let [s] = s.as_slice() else { return Err(PyValueError::new_err("one side record")) };
+        self.inner.learn_side(direction, s, json);
+        Ok(())
+    }
+
+    /// Learns the endpoint text of an address (16 bytes).
+    fn learn_owner(&mut self, address: Vec<u8>, json: String) -> PyResult<()> {
+        self.inner.learn_owner(address16(address)?, json);
+        Ok(())
+    }
+
+    /// The lines of these records, as UTF-8 bytes: `file` the input's name as JSON, `unit`
+    /// `"line"` or `"byte"`; `services` bytes of an int64 array.
+    fn write<'py>(&mut self, py: Python<'py>, headers: &[u8], counts: &[u8], verdicts: &[u8], services: &[u8], file: &str,
+                  unit: &str) -> PyResult<Bound<'py, PyBytes>> {
+        let (h, c, v) = (records_of::<PacketHeader>(headers, "headers")?, records_of::<FlowCounts>(counts, "counts")?,
+                         records_of::<PacketVerdict>(verdicts, "verdicts")?);
+        let s = records_of::<i64>(services, "services")?;
+        if c.len() != h.len() || v.len() != h.len() || s.len() != h.len() {
+            return Err(PyValueError::new_err("headers, counts, verdicts and services must be parallel"));
+        }
+        let mut out = String::with_capacity(h.len() * 400);
+        let inner = &mut self.inner;
+        py.detach(|| inner.write(&h, &c, &v, &s, file, unit, &mut out));
+        Ok(PyBytes::new(py, out.as_bytes()))
+    }
+
+    /// The next line's index (lines written so far).
+    #[getter]
+    fn index(&self) -> u64 {
+        self.inner.index
+    }
+}
+
 /// VPC Flow Logs' Parquet columns to records: `rows` rows, the first of them row `first_row`
 /// (from 1); `text`: {name: (offsets, data, validity or None, offset)} of Arrow `large_string`
 /// arrays' buffers (`srcaddr`, `dstaddr`, `pkt_srcaddr`, `pkt_dstaddr`, `action`, `log_status`);
@@ -381,6 +461,7 @@ fn record_formats() -> Vec<(&'static str, &'static str)> {
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRecordStream>()?;
     m.add_class::<PyRecordJudge>()?;
+    m.add_class::<PyRecordLines>()?;
     m.add_function(wrap_pyfunction!(detect_format, m)?)?;
     m.add_function(wrap_pyfunction!(vpc_columns, m)?)?;
     m.add_function(wrap_pyfunction!(record_formats, m)?)?;

@@ -19,6 +19,7 @@ pub mod conntrack;
 pub mod detect;
 pub mod json;
 pub mod judge;
+pub mod lines;
 pub mod netflow;
 pub mod tally;
 pub mod text;
