@@ -389,7 +389,7 @@ class RecordStream:
 def detect_format(head: bytes) -> str | None:
     """The format of an input whose first bytes are ``head``, or None."""
 
-def vpc_columns(rows: int, first_row: int, text: dict[str, tuple[Any, Any, Any | None, int]],
+def vpc_columns(rows: int, first_row: int, text: dict[str, tuple[Any, Any, Any | None, int, int]],
                 ints: dict[str, Any]) -> tuple[bytes, bytes, tuple[list[tuple[str, int]], list[tuple[str, int, str]]]]:
     """VPC Flow Logs' Parquet columns (Arrow ``large_string`` buffers, int64 arrays) to
     (headers, counts) bytes and problems, by the text reader's rules."""

@@ -1,5 +1,6 @@
 """AWS VPC Flow Logs in Parquet (as delivered to S3 with ``FileFormat=parquet``), read with
-pyarrow a row group's batch at a time; the batch's Arrow buffers go straight to Rust
+pyarrow a row group's batch at a time; the batch's Arrow buffers (strings as they are, with
+32- or 64-bit offsets) go straight to Rust
 (``_engine.vpc_columns``), which makes the header batch and counts (``records``) with the text
 reader's rules: no Python per record. pyarrow is the optional extra ``pyclassify[parquet]``.
 
@@ -68,9 +69,12 @@ def read(stream: IO[bytes], head: bytes, name: str, problems: dict[str, int] | N
                 continue
             col = batch.column(batch.schema.get_field_index(names[c]))
             if c in TEXT_COLUMNS:
-                col = col.cast(pa.large_string())
+                # Arrow strings as they are (32- or 64-bit offsets): no copy; other types cast
+                if col.type not in (pa.string(), pa.large_string()):
+                    col = col.cast(pa.large_string())
                 valid, offsets, data = col.buffers()
-                text[c] = (offsets, data if data is not None else b"", valid, col.offset)
+                text[c] = (offsets, data if data is not None else b"", valid, col.offset,
+                           4 if col.type == pa.string() else 8)
             else:
                 ints[c] = np.ascontiguousarray(np.asarray(pc.fill_null(col.cast(pa.int64()), 0)), dtype=np.int64)
         h, c, (counts, first) = _engine.vpc_columns(n, position + 1, text, ints)

@@ -301,7 +301,7 @@ impl PyRecordJudge {
     }
 }
 
-type TextArg<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>, usize);
+type TextArg<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>, usize, usize);
 type ProblemsOut = (Vec<(String, u64)>, Vec<(String, u64, String)>);
 
 /// Records of `T` (a repr(C) record without padding) copied out of `data`.
@@ -384,8 +384,8 @@ impl PyRecordLines {
 }
 
 /// VPC Flow Logs' Parquet columns to records: `rows` rows, the first of them row `first_row`
-/// (from 1); `text`: {name: (offsets, data, validity or None, offset)} of Arrow `large_string`
-/// arrays' buffers (`srcaddr`, `dstaddr`, `pkt_srcaddr`, `pkt_dstaddr`, `action`, `log_status`);
+/// (from 1); `text`: {name: (offsets, data, validity or None, offset, offset width 4 or 8)} of
+/// Arrow `string` or `large_string` arrays' buffers (`srcaddr`, `dstaddr`, `pkt_srcaddr`, `pkt_dstaddr`, `action`, `log_status`);
 /// `ints`: {name: int64 array} (`srcport`, `dstport`, `protocol`, `packets`, `bytes`, `start`,
 /// `end`, `tcp_flags`). Returns (headers, counts) bytes as `RecordStream.feed`, and the
 /// problems (count per reason, the first few with their row).
@@ -395,13 +395,16 @@ fn vpc_columns<'py>(py: Python<'py>, rows: usize, first_row: u64, text: std::col
     use pyclassify_core::records::vpc::{ColumnBatch, TextColumn};
     let mut held = Vec::new();
     let mut text_bufs = std::collections::HashMap::new();
-    for (name, (offsets, data, valid, offset)) in &text {
+    for (name, (offsets, data, valid, offset, width)) in &text {
+        if *width != 4 && *width != 8 {
+            return Err(PyValueError::new_err(format!("{name}: an offset is 4 or 8 bytes, not {width}")));
+        }
         let o = checked_buffer(offsets, "offsets", 1, 1, None, false)?;
         let d = checked_buffer(data, "data", 1, 1, None, false)?;
         let v = valid.as_ref().map(|v| checked_buffer(v, "validity", 1, 1, None, false)).transpose()?;
         // SAFETY: checked byte buffers, held (acquired) until this function returns.
         let slice = |b: &pyo3::buffer::PyUntypedBuffer| unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.item_count()) };
-        let col = (slice(&o), slice(&d), v.as_ref().map(slice), *offset);
+        let col = (slice(&o), slice(&d), v.as_ref().map(slice), *offset, *width);
         text_bufs.insert(name.clone(), col);
         held.push((o, d, v));
     }
@@ -414,7 +417,7 @@ fn vpc_columns<'py>(py: Python<'py>, rows: usize, first_row: u64, text: std::col
         int_bufs.insert(name.clone(), s);
         held_ints.push(b);
     }
-    let t = |n: &str| text_bufs.get(n).map(|&(offsets, data, valid, offset)| TextColumn { offsets, data, valid, offset });
+    let t = |n: &str| text_bufs.get(n).map(|&(offsets, data, valid, offset, width)| TextColumn { offsets, data, valid, offset, width });
     let i = |n: &str| int_bufs.get(n).copied();
     let batch = ColumnBatch {
         srcaddr: t("srcaddr"),

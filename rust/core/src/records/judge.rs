@@ -21,10 +21,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::keytable::{prefetch_ref, KeyTable, TableKey};
 use super::tally::{DecisionKey, Measures, Tally};
 use super::{FlowCounts, REPORTED_ALLOW, REPORTED_DENY};
 use crate::batch::{PacketHeader, FLAG_HAS_PORTS};
-use crate::engine::cow::FastMap;
 use crate::engine::judge::flow_of_header;
 use crate::engine::{Addr, Defaults, Judge, PacketVerdict, Snapshot, Source, SideVerdict};
 use crate::flows::ServiceIndex;
@@ -48,15 +48,18 @@ struct Key {
     flags: u8,
 }
 
-impl std::hash::Hash for Key {
+impl TableKey for Key {
     #[inline]
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        // three words: the addresses' low halves hold IPv4 whole, then ports, protocol, flags
-        state.write_u64(u64::from_be_bytes(self.src[8..].try_into().expect("8")) ^ u64::from_be_bytes(self.src[..8].try_into().expect("8")).rotate_left(17));
-        state.write_u64(u64::from_be_bytes(self.dst[8..].try_into().expect("8")) ^ u64::from_be_bytes(self.dst[..8].try_into().expect("8")).rotate_left(17));
-        state.write_u64(
-            (self.sport_class as u64) << 32 | (self.dport as u64) << 16 | self.icmp as u64 ^ ((self.protocol as u64) << 56 | (self.flags as u64) << 48 | (self.version as u64) << 40),
-        );
+    fn hash64(&self) -> u64 {
+        // three words (the addresses' low halves hold IPv4 whole, then ports, protocol,
+        // flags), multiplied and folded so that every bit reaches both halves of the hash
+        let word = |a: &[u8; 16]| u64::from_be_bytes(a[8..].try_into().expect("8")) ^ u64::from_be_bytes(a[..8].try_into().expect("8")).rotate_left(17);
+        let ports = (self.sport_class as u64) << 32 | (self.dport as u64) << 16 | self.icmp as u64
+            ^ ((self.protocol as u64) << 56 | (self.flags as u64) << 48 | (self.version as u64) << 40);
+        let mut h = word(&self.src).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h = (h ^ h >> 29 ^ word(&self.dst)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h = (h ^ h >> 31 ^ ports).wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^ h >> 32
     }
 }
 
@@ -134,7 +137,15 @@ pub struct RecordJudge {
     cap: usize,
     /// Find the Log rules of the first snapshot's decisions.
     want_logs: bool,
-    cache: FastMap<Key, Hot>,
+    /// The keys, numbered as their entries (in order of arrival).
+    keys: KeyTable<Key>,
+    /// Each key's sums, by its number.
+    hot: Vec<Hot>,
+    /// A batch's keys and their hashes, computed before it is summed (to look ahead).
+    batch_keys: Vec<(Key, u64)>,
+    /// (entry, file, position) of each key's first records, in order, put in their entries
+    /// when folded (written in order here, not to each entry as they come: no cache miss).
+    key_examples: Vec<(u32, u32, u64)>,
     pub entries: Vec<Entry>,
     /// Records' sums when keys are not kept, one per entry.
     loose: Vec<Hot>,
@@ -204,7 +215,10 @@ impl RecordJudge {
             keyed: !time_dependent,
             cap: CACHE_CAP,
             want_logs,
-            cache: FastMap::default(),
+            keys: KeyTable::default(),
+            hot: Vec::new(),
+            batch_keys: Vec::new(),
+            key_examples: Vec::new(),
             entries: Vec::new(),
             loose: Vec::new(),
             tally: Tally::default(),
@@ -352,7 +366,27 @@ impl RecordJudge {
         if !may_fold && self.entries.len() + headers.len() > self.cap {
             self.fold();
         }
-        for (h, c) in headers.iter().zip(counts) {
+        // Looking a key up waits for memory (keys come in no order): the keys of the records
+        // a few places ahead are asked for first, their slot, then their sums.
+        const SLOT_AHEAD: usize = 24;
+        const SUMS_AHEAD: usize = 12;
+        let mut batch_keys = std::mem::take(&mut self.batch_keys);
+        batch_keys.clear();
+        if self.keyed {
+            batch_keys.extend(headers.iter().map(|h| {
+                let k = self.key(h);
+                (k, k.hash64())
+            }));
+        }
+        for (n, (h, c)) in headers.iter().zip(counts).enumerate() {
+            if let Some(&(_, ahead)) = batch_keys.get(n + SLOT_AHEAD) {
+                self.keys.prefetch_slot(ahead);
+            }
+            if let Some(&(_, ahead)) = batch_keys.get(n + SUMS_AHEAD) {
+                if let Some(i) = self.keys.peek(ahead) {
+                    prefetch_ref(&self.hot[i]);
+                }
+            }
             add(&mut self.tally.totals, c);
             if c.last_ns > self.last_ns {
                 self.last_ns = c.last_ns;
@@ -378,18 +412,16 @@ impl RecordJudge {
                 if may_fold && self.entries.len() >= self.cap {
                     self.fold();
                 }
-                let key = self.key(h);
-                if let Some(hot) = self.cache.get_mut(&key) {
-                    touch(hot, c)
-                } else {
-                    let mut hot = self.push(h);
-                    let got = touch(&mut hot, c);
-                    self.cache.insert(key, hot);
-                    got
+                let (key, hash) = batch_keys[n];
+                let (i, new) = self.keys.find_or_insert(&key, hash);
+                if new {
+                    let hot = self.push(h);
+                    self.hot.push(hot);
                 }
+                touch(&mut self.hot[i], c)
             };
             if example {
-                self.entries[i].examples.push((file, c.position));
+                self.key_examples.push((i as u32, file, c.position));
             }
             self.tally.reported[(c.reported as usize).min(3)][(allow != 0) as usize] += 1;
             if outside && self.example_counts[EXAMPLE_OUTSIDE as usize] < EXAMPLES {
@@ -405,6 +437,7 @@ impl RecordJudge {
                 ids.push(i as u32);
             }
         }
+        self.batch_keys = batch_keys;
         if !self.keyed {
             self.fold();
         }
@@ -414,11 +447,15 @@ impl RecordJudge {
     /// two snapshots aside), and starts the keys over.
     pub fn fold(&mut self) {
         let two = self.snapshots.len() == 2;
-        for hot in self.cache.values().chain(self.loose.iter()) {
+        for hot in self.hot.iter().chain(self.loose.iter()) {
             let e = &mut self.entries[hot.entry as usize];
             (e.sums, e.first_ns, e.last_ns) = (hot.sums, hot.first_ns, hot.last_ns);
         }
         self.loose.clear();
+        for &(i, file, position) in &self.key_examples {
+            self.entries[i as usize].examples.push((file, position));
+        }
+        self.key_examples.clear();
         for e in self.entries.drain(..) {
             if e.sums[0] == 0 {
                 continue;
@@ -443,6 +480,7 @@ impl RecordJudge {
                 self.flipped.push(e);
             }
         }
-        self.cache.clear();
+        self.keys.clear();
+        self.hot.clear();
     }
 }

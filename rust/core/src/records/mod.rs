@@ -19,6 +19,7 @@ pub mod conntrack;
 pub mod detect;
 pub mod json;
 pub mod judge;
+pub mod keytable;
 pub mod lines;
 pub mod netflow;
 pub mod tally;

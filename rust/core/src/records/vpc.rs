@@ -248,6 +248,8 @@ pub struct TextColumn<'a> {
     pub data: &'a [u8],
     pub valid: Option<&'a [u8]>,
     pub offset: usize,
+    /// Bytes an offset takes: 4 (Arrow `string`) or 8 (`large_string`).
+    pub width: usize,
 }
 
 impl TextColumn<'_> {
@@ -261,6 +263,10 @@ impl TextColumn<'_> {
             }
         }
         let at = |j: usize| -> Option<usize> {
+            if self.width == 4 {
+                let b = self.offsets.get(4 * j..4 * j + 4)?;
+                return usize::try_from(i32::from_le_bytes(b.try_into().ok()?)).ok();
+            }
             let b = self.offsets.get(8 * j..8 * j + 8)?;
             usize::try_from(i64::from_le_bytes(b.try_into().ok()?)).ok()
         };
