@@ -206,6 +206,40 @@ fn json_error(e: &serde_json::Error) -> &'static str {
     }
 }
 
+/// A line of an export that may wrap each record in `flow` (`hubble observe -o json`, the
+/// Hubble exporter, Calico's and Goldmane's flow APIs): the record, or a problem counted.
+trait Wrapped: Sized {
+    fn unwrap_flow(self) -> Self;
+}
+
+fn parse_line<'a, T: Wrapped + Deserialize<'a>>(line: &'a [u8], number: u64, problems: &mut Problems) -> Option<T> {
+    match serde_json::from_slice::<T>(line) {
+        Ok(parsed) => Some(parsed.unwrap_flow()),
+        Err(e) => {
+            problems.add(json_error(&e), number, || format!("{e}: {}", excerpt(line)));
+            None
+        }
+    }
+}
+
+impl Wrapped for HubbleFlow<'_> {
+    fn unwrap_flow(self) -> Self {
+        match self.flow {
+            Some(inner) => *inner,
+            None => self,
+        }
+    }
+}
+
+impl Wrapped for CalicoFlow<'_> {
+    fn unwrap_flow(self) -> Self {
+        match self.flow {
+            Some(inner) => *inner,
+            None => self,
+        }
+    }
+}
+
 fn hubble_verdict(v: Option<&str>) -> u8 {
     match v {
         None => REPORTED_NONE,
@@ -227,17 +261,7 @@ fn endpoint_name(names: &mut NameTable, ep: &Option<HubbleEndpoint<'_>>) -> u32 
 
 impl LineParser for Hubble {
     fn line(&mut self, line: &[u8], number: u64, out: &mut RecordBatch, names: &mut NameTable, problems: &mut Problems) {
-        let parsed: HubbleFlow<'_> = match serde_json::from_slice(line) {
-            Ok(f) => f,
-            Err(e) => {
-                problems.add(json_error(&e), number, || format!("{e}: {}", excerpt(line)));
-                return;
-            }
-        };
-        let flow = match parsed.flow {
-            Some(inner) => *inner,
-            None => parsed,
-        };
+        let Some(flow) = parse_line::<HubbleFlow<'_>>(line, number, problems) else { return };
         let Some(ip_pair) = &flow.ip else {
             // Hubble also reports events that are not IP flows (L7 without IP, agent events).
             problems.add("not_ip_flow", number, || "no IP addresses (not an IP flow)".into());
@@ -384,17 +408,7 @@ fn calico_action(a: Option<&str>) -> u8 {
 
 impl LineParser for Calico {
     fn line(&mut self, line: &[u8], number: u64, out: &mut RecordBatch, names: &mut NameTable, problems: &mut Problems) {
-        let parsed: CalicoFlow<'_> = match serde_json::from_slice(line) {
-            Ok(f) => f,
-            Err(e) => {
-                problems.add(json_error(&e), number, || format!("{e}: {}", excerpt(line)));
-                return;
-            }
-        };
-        let flow = match parsed.flow {
-            Some(inner) => *inner,
-            None => parsed,
-        };
+        let Some(flow) = parse_line::<CalicoFlow<'_>>(line, number, problems) else { return };
         // Goldmane keeps the identifying fields in `Key`, the statistics beside it.
         let (stats, key) = match &flow.key {
             Some(k) => (&flow, &**k),
