@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from pyclassify.engine import NativeEngine
 from pyclassify.ir import Direction
-from pyclassify.kinds.common import protocol_name
+from pyclassify.kinds.common import ICMP_PROTOCOLS, protocol_name
 from pyclassify.project import load_project
 from pyclassify.recordreplay import RecordReplay, new_judge
 from pyclassify.records import ORIENTATION, REPORTED, RecordReader, address_text
@@ -94,7 +94,7 @@ def python_lines(engine: NativeEngine, paths: list[str]) -> bytes:
             }
             line["src_endpoint"] = owner(line["src"]) if line["src"] else None
             line["dst_endpoint"] = owner(line["dst"]) if line["dst"] else None
-            if proto in (1, 58):
+            if proto in ICMP_PROTOCOLS:
                 line["icmp_type"], line["icmp_code"] = int(h["icmp_type"]), int(h["icmp_code"])
             if chunk.services[i] >= 0:
                 line["service"] = services.entries[int(chunk.services[i])].to_json()
