@@ -17,7 +17,7 @@ from tests.report.conftest import REPO, console_errors, open_report, run, run_js
 
 DEMO = "examples/demo"
 CHANGE = "examples/changes/db-behind-pgbouncer.yaml"
-PODS = int(os.environ.get("PYCLASSIFY_REPORT_PODS", "1000"))
+PODS = int(os.environ.get("PYCLASSIFY_REPORT_PODS", "10000"))
 DOCS_IMAGE = REPO / "docs" / "report-demo.png"
 
 
@@ -49,6 +49,15 @@ def shot(driver: Any, tmp_path: Path, name: str) -> Path:
     return path
 
 
+
+def matrix_index(browser: Any, groups: dict[str, Any]) -> list[int]:
+    """Each of the page's groups' index in ``matrix --by identity --json``: the page orders
+    groups by namespace, matrix by pod reference ("a-b/x" before "a/y"); the same groups, told
+    apart by their first pod and family."""
+    first = browser.execute_script("return R.groups.map((g, k) => [podRef(k, 0), g.family || 0]);")
+    at = {(g["endpoints"][0], g["family"] or 0): k for k, g in enumerate(groups["groups"])}
+    return [at[(ref, family)] for ref, family in first]
+
 def test_demo_report_carries_matrix_verdicts_and_explains_them(browser: Any, tmp_path: Path) -> None:
     page = report(tmp_path, "demo.html", DEMO, "--port", "80")
     open_report(browser, page)
@@ -62,12 +71,13 @@ def test_demo_report_carries_matrix_verdicts_and_explains_them(browser: Any, tmp
     pods = run_json("matrix", DEMO, "--port", "80", "--json")
     want = {(a, b): pods["matrix"][i][j] for i, a in enumerate(pods["pods"]) for j, b in enumerate(pods["pods"])}
     groups = run_json("matrix", DEMO, "--port", "80", "--by", "identity", "--json")
+    index = matrix_index(browser, groups)
     seen: dict[tuple[str, str], bool] = {}
     for a in names:
         for b in names:
             open_namespaces(browser, a, b, by_pod=False)
             for g, h, verdict in cells(browser, "#group-table td", "data-group-from", "data-group-to", "data-verdict"):
-                assert (verdict == "allow") == groups["matrix"][int(g)][int(h)]
+                assert (verdict == "allow") == groups["matrix"][index[int(g)]][index[int(h)]]
             open_namespaces(browser, a, b, by_pod=True)
             for src, dst, verdict in cells(browser, "#pod-table td", "data-from", "data-to", "data-verdict"):
                 seen[(src, dst)] = verdict == "allow"
@@ -164,7 +174,8 @@ def test_generated_cluster_report(browser: Any, tmp_path: Path) -> None:
     busiest = max(heat, key=lambda k: (0 < heat[k] < by_ns["pods"][names.index(k[0])] * by_ns["pods"][names.index(k[1])], heat[k]))
     open_namespaces(browser, *busiest, by_pod=False)
     got = cells(browser, "#group-table td", "data-group-from", "data-group-to", "data-verdict")
-    assert got and all((v == "allow") == groups["matrix"][int(g)][int(h)] for g, h, v in got)
+    index = matrix_index(browser, groups)
+    assert got and all((v == "allow") == groups["matrix"][index[int(g)]][index[int(h)]] for g, h, v in got)
     browser.find_elements("css selector", "#group-table td")[0].click()
     assert browser.find_element("id", "explanation").text
     shot(browser, tmp_path, "report-cluster.png")
