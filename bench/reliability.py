@@ -193,6 +193,8 @@ def _soak_rows(runs: dict[str, dict[str, Any]]) -> list[str]:
         lambda r: f"{_n(r['probes'])} / {_n(r['judged'])} / {_n(r['in_switch_over'])}")
     row("**probes with another verdict than the version in force**", lambda r: f"**{_n(r['mismatches'])}**")
     row("allowed at their start, cut by the next version", lambda r: _n(r["cut_by_next_version"]))
+    row("denied at their start, first packet judged under the next version (which allows them)",
+        lambda r: _n(r.get("opened_by_next_version", 0)))
     row("switch-over (written → in force, revocations done) p50 / p99 / max, ms",
         lambda r: " / ".join(_n(r["switch_over_ms"][k]) for k in ("p50", "p99", "max")))
     row("held connections denied by a change: first failed ping after the write, s (includes the ping's 0.3 s timeout)",
