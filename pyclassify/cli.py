@@ -1058,13 +1058,8 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
             failure = str(e)
     finally:
         if out_file is not None:
-            if failure is not None or replay is None or replay.summary.unreadable:
-                out_file.discard()  # an earlier file of that name stays as it was
-            else:
-                try:
-                    out_file.commit()  # the last lines are written here: a full disk shows now
-                except OSError as e:
-                    failure = failure or f"--out {out_path}: cannot write: {e.strerror or e}"
+            failure = out_file.finish(failure is None and replay is not None and not replay.summary.unreadable) \
+                or failure
     if failure is not None:
         err.print(f"[red]error[/red]: {escape(failure)}")
         _fail(EXIT_INVALID)

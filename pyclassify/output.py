@@ -87,6 +87,19 @@ class OutputFile:
         finally:
             self.discard()
 
+    def finish(self, keep: bool) -> str | None:
+        """``commit()`` when ``keep`` (the run went through), else ``discard()`` (an earlier
+        file of the name stays as it was); the error of a commit that failed, as the command
+        reports it (the last bytes are written here: a full disk shows now)."""
+        if not keep:
+            self.discard()
+            return None
+        try:
+            self.commit()
+        except OSError as e:
+            return f"{self.option} {self.path}: cannot write: {e.strerror or e}"
+        return None
+
     def discard(self) -> None:
         """Drops what was written; the target stays as it was (a stream keeps what it got)."""
         try:

@@ -387,13 +387,7 @@ def replay_command(paths: tuple[str, ...], kube: tuple[str | None, str | None, b
         failure = str(e)
     finally:
         if out_file is not None:
-            if failure is not None or replay.unreadable:
-                out_file.discard()  # an earlier file of that name stays as it was
-            else:
-                try:
-                    out_file.commit()  # the last lines are written here: a full disk shows now
-                except OSError as e:
-                    failure = failure or f"--out {out_path}: cannot write: {e.strerror or e}"
+            failure = out_file.finish(failure is None and not replay.unreadable) or failure
     if failure is not None:
         err.print(f"[red]error[/red]: {escape(failure)}")
         sys.exit(EXIT_INVALID)
