@@ -15,22 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from pyclassify.analysis import explain
-from pyclassify.enforce.reload import Watcher
 from pyclassify.enforce.source import PolicySource
-from pyclassify.ir import PROTO_TCP
-
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
-
+from tests.enforce.policy_files import DEMO, copy_demo, verdict, watching
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    shutil.copytree(DEMO, tmp_path / "policy")
-    return tmp_path / "policy"
-
-
-def verdict(loaded, src: str, dst: str, port: int) -> str:
-    return explain(loaded.project, src, dst, PROTO_TCP, port, engine="native").verdict.verdict
+    return copy_demo(tmp_path, "policy")
 
 
 def policies(loaded) -> set[str]:
@@ -117,22 +107,8 @@ def test_a_fifo_among_the_files_is_skipped_with_a_warning(tmp_path: Path) -> Non
     assert "zz-fifo.yaml: a FIFO, not a regular file: skipped, never read" in out[0].output
 
 
-def _watching(root: Path) -> tuple[Watcher, threading.Event, list[float]]:
-    fired: list[float] = []
-    seen = threading.Event()
-
-    def on_change(t: float) -> None:
-        fired.append(t)
-        seen.set()
-
-    watcher = Watcher([str(root)], on_change, debounce=0.05)
-    watcher.start()
-    time.sleep(0.2)
-    return watcher, seen, fired
-
-
 def test_the_watch_follows_a_root_made_again(root: Path) -> None:
-    watcher, seen, _ = _watching(root)
+    watcher, seen, _ = watching(root)
     try:
         shutil.rmtree(root)
         assert seen.wait(5), "the removal was not seen"
@@ -150,7 +126,7 @@ def test_the_watch_follows_a_root_made_again(root: Path) -> None:
 
 
 def test_the_watch_follows_a_root_swapped_in_by_rename(root: Path) -> None:
-    watcher, seen, _ = _watching(root)
+    watcher, seen, _ = watching(root)
     try:
         new = root.with_name("policy.new")
         shutil.copytree(DEMO, new)

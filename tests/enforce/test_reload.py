@@ -8,17 +8,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
 from pathlib import Path
 
-from pyclassify.analysis import explain
 from pyclassify.enforce.reload import Watcher
 from pyclassify.enforce.source import PolicySource
-from pyclassify.ir import PROTO_TCP
-
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
-
+from tests.enforce.policy_files import DEMO, verdict, watching
 
 def mount(root: Path, version: str, files: dict[str, str], swap_in: bool = True) -> None:
     """Writes ``files`` as the kubelet updates a ConfigMap volume: a new hidden directory, a new
@@ -40,10 +35,6 @@ def swap(root: Path, version: str) -> None:
     os.replace(tmp, root / "..data")
 
 
-def verdict(loaded, src: str, dst: str, port: int) -> str:
-    return explain(loaded.project, src, dst, PROTO_TCP, port, engine="native").verdict.verdict
-
-
 def test_a_configmap_update_is_one_reload_of_the_new_files(tmp_path: Path) -> None:
     root = tmp_path / "policy"
     root.mkdir()
@@ -53,17 +44,8 @@ def test_a_configmap_update_is_one_reload_of_the_new_files(tmp_path: Path) -> No
     first = source.load()
     assert not first.rejected and not first.broken_files
     assert verdict(first, "frontend/web", "backend/api", 8080) == "allow"
-    fired: list[float] = []
-    changed = threading.Event()
-
-    def on_change(t: float) -> None:
-        fired.append(t)
-        changed.set()
-
-    watcher = Watcher([str(root)], on_change, debounce=0.05)
-    watcher.start()
+    watcher, changed, fired = watching(root)
     try:
-        time.sleep(0.2)
         files["10-pods.yaml"] = files["10-pods.yaml"].replace("      app: web\n", "      app: webx\n", 1)
         # The new version written, not yet swapped in: nothing to reload (it is not in force).
         mount(root, "2026_11_24_02", files, swap_in=False)

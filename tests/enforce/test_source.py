@@ -4,26 +4,16 @@ file that does not parse keeps its objects."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from pyclassify.analysis import explain
 from pyclassify.enforce.source import PolicySource, SourceError
-from pyclassify.ir import PROTO_TCP
-
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
-
+from tests.enforce.policy_files import copy_demo, verdict
 
 @pytest.fixture
 def demo(tmp_path: Path) -> Path:
-    shutil.copytree(DEMO, tmp_path / "demo")
-    return tmp_path / "demo"
-
-
-def verdict(loaded, src: str, dst: str, port: int) -> str:
-    return explain(loaded.project, src, dst, PROTO_TCP, port, engine="native").verdict.verdict
+    return copy_demo(tmp_path, "demo")
 
 
 def test_one_pod_change_is_a_delta_not_a_rebuild(demo: Path) -> None:
