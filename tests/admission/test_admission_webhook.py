@@ -17,10 +17,6 @@ from typing import Any, Iterator
 
 import pytest
 from click.testing import CliRunner
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +24,7 @@ from pyclassify.admission.commands import admission_webhook_command
 from pyclassify.admission.webhook import AdmissionWebhook, parse_listen
 from pyclassify.loader import load_paths
 from pyclassify.source import InvalidInput, Problems
+from tests.admission.certs import self_signed
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "admission"
 NOW = dt.datetime(2025, 6, 1, tzinfo=dt.timezone.utc)
@@ -35,23 +32,7 @@ NOW = dt.datetime(2025, 6, 1, tzinfo=dt.timezone.utc)
 
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pyclassify-admission.test")])
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]),
-                       critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    d = tmp_path_factory.mktemp("tls")
-    (d / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (d / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                  serialization.NoEncryption()))
-    return str(d / "tls.crt"), str(d / "tls.key")
+    return self_signed(tmp_path_factory.mktemp("tls"), "pyclassify-admission.test")
 
 
 @pytest.fixture

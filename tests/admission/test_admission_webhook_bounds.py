@@ -18,40 +18,18 @@ from typing import Iterator
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from pyclassify.admission.webhook import AdmissionWebhook
+from tests.admission.certs import self_signed
 from tests.enforce.report import record
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "admission"
 NOW = dt.datetime(2025, 6, 1, tzinfo=dt.timezone.utc)
 
 
-def make_pair(directory: Path, name: str) -> tuple[str, str]:
-    """A self-signed certificate for 127.0.0.1 with common name ``name``, and its key."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (
-        x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]),
-                       critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "tls.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (directory / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                          serialization.NoEncryption()))
-    return str(directory / "tls.crt"), str(directory / "tls.key")
-
-
 @pytest.fixture
 def tls(tmp_path: Path) -> tuple[str, str]:
-    return make_pair(tmp_path / "tls", "first.test")
+    return self_signed(tmp_path / "tls", "first.test")
 
 
 def hook_with(tls: tuple[str, str], tmp_path: Path, **options: object) -> AdmissionWebhook:
@@ -247,7 +225,7 @@ def test_a_rotated_certificate_serves_new_connections(hook: AdmissionWebhook, tl
         return x509.load_der_x509_certificate(der).subject.rfc4514_string()
 
     assert common_name() == "CN=first.test"
-    new_cert, new_key = make_pair(tmp_path / "rotated", "second.test")
+    new_cert, new_key = self_signed(tmp_path / "rotated", "second.test")
     # as a Secret volume updates: the new pair renamed over the old files
     shutil.copy(new_key, tls[1] + ".new")
     shutil.copy(new_cert, tls[0] + ".new")
@@ -259,7 +237,7 @@ def test_a_rotated_certificate_serves_new_connections(hook: AdmissionWebhook, tl
         time.sleep(0.1)
     assert hook.certificate_reloads["success"] >= 1
     # A broken pair (a key that is not the certificate's) is refused; the last good one stays.
-    shutil.copy(make_pair(tmp_path / "other", "third.test")[1], tls[1])
+    shutil.copy(self_signed(tmp_path / "other", "third.test")[1], tls[1])
     deadline = time.monotonic() + 10
     while hook.certificate_reloads["failure"] == 0:
         assert time.monotonic() < deadline
