@@ -368,10 +368,10 @@ def replay_command(paths: tuple[str, ...], kube: tuple[str | None, str | None, b
 
     from rich.markup import escape
 
-    from pyclassify.cli import EXIT_INVALID, _emit_json, _load, ascii_only, err, out, symbol
+    from pyclassify.cli.common import EXIT_INVALID, ascii_only, emit_json, err, load_manifests, out, symbol
     from pyclassify.output import OutputFile
 
-    project = _load(paths, kube)
+    project = load_manifests(paths, kube)
     engine = NativeEngine(project.policy_set, project.inventory)
     try:
         out_file = OutputFile("--out", out_path, binary=True, follow_symlinks=follow_symlinks) if out_path else None
@@ -393,7 +393,7 @@ def replay_command(paths: tuple[str, ...], kube: tuple[str | None, str | None, b
         sys.exit(EXIT_INVALID)
     doc = replay.summary_json()
     if as_json:
-        _emit_json(doc)
+        emit_json(doc)
     else:
         print_summary(doc, out, err, escape, symbol("→", "->") if not ascii_only() else "->", symbol("—", "-"))
     if replay.summary.interrupted:

@@ -22,7 +22,7 @@ from pyclassify.engine import NativeEngine
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import Direction
 from pyclassify.kinds.common import protocol_name
-from pyclassify.cli import _load, cluster_paths_argument, kube_options, utf8_text
+from pyclassify.cli.common import cluster_paths_argument, kube_options, load_manifests, utf8_text
 from pyclassify.project import Project, load_project
 from pyclassify.source import shown
 
@@ -159,7 +159,7 @@ def render_command(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: b
 
     PATH (files, directories, - for stdin) and/or a cluster (--kubeconfig, --in-cluster) are
     the input; invalid manifests print every error and exit 1."""
-    project = _load(paths, (kubeconfig, kube_context, in_cluster))
+    project = load_manifests(paths, (kubeconfig, kube_context, in_cluster))
     lines = render_lines(paths, endpoint, as_json, project)
     first = next(lines)  # a missing endpoint is said before anything is printed
     click.echo(first, nl=False)

@@ -266,15 +266,15 @@ def _usage_command() -> Any:
     import click
     from rich.markup import escape
 
-    from pyclassify.cli import (
+    from pyclassify.cli.common import (
         EXIT_INVALID,
-        _emit_json,
-        _load,
         cluster_paths_argument,
         default_option,
+        emit_json,
         err,
         json_option,
         kube_options,
+        load_manifests,
         out,
     )
 
@@ -310,14 +310,14 @@ and redundant policies are found from the policy alone.
         which can never match (shadowed by an earlier rule) and which policies change no verdict."""
         from pyclassify.records import RecordError
 
-        project = _load(paths, (kubeconfig, kube_context, in_cluster))
+        project = load_manifests(paths, (kubeconfig, kube_context, in_cluster))
         try:
             doc, summary = usage_doc(project, list(traffic), traffic_format, default, not no_redundant)
         except RecordError as e:
             err.print(f"[red]error[/red]: {escape(str(e))}")
             sys.exit(EXIT_INVALID)
         if as_json or output == "json":
-            _emit_json(doc)
+            emit_json(doc)
         elif output == "text":
             _print_usage(doc, out, escape)
         else:

@@ -1,4 +1,5 @@
-"""The ``pyclassify`` command line.
+"""The ``pyclassify`` command line: ``main`` and its commands, one module each, loaded when
+used; what they share (exit codes, consoles, options, loading) is ``pyclassify.cli.common``.
 
 Exit codes (``main``'s help lists them all): 0 success (or a match), 1 invalid input, 2 usage
 error, 3 no match (``selector``), 4 rejected (``admit``), 5 changes (``diff``), 6 and 7
@@ -7,91 +8,48 @@ error, 3 no match (``selector``), 4 rejected (``admit``), 5 changes (``diff``), 
 
 from __future__ import annotations
 
-import errno
-import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 from rich.markup import escape
 
+from pyclassify.cli.common import (
+    EXIT_CHANGED,
+    EXIT_INVALID,
+    EXIT_NO_MATCH,
+    WRITE_ERRNOS,
+    ascii_only,
+    cluster_paths_argument,
+    default_option,
+    emit_json,
+    engine_option,
+    err,
+    fail,
+    json_option,
+    kube_options,
+    load_manifests,
+    one_shot_budget,
+    out,
+    output_options,
+    port_or_any,
+    print_problems,
+    problem_json,
+    protocol_number,
+    read_manifests,
+    selector_option,
+    silence_stdout,
+    symbol,
+    tolerate_narrow_encodings,
+    utf8_text,
+)
 from pyclassify.counted import count
-from pyclassify.selector import Selector, SelectorError, excerpt, parse_labels, unencodable
+from pyclassify.selector import Selector, SelectorError, excerpt, parse_labels
 from pyclassify.source import printable
 
 if TYPE_CHECKING:
     from pyclassify.project import Project
-
-EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_USAGE = 2
-EXIT_NO_MATCH = 3
-EXIT_CHANGED = 5  # diff: reachability changes (for CI gates)
-
-out = Console(soft_wrap=True, highlight=False)
-err = Console(stderr=True, soft_wrap=True, highlight=False)
-
-
-def ascii_only(stream: Any = None) -> bool:
-    """Whether ``stream`` (stdout by default) cannot show the symbols the output uses (an
-    ASCII or Latin-1 locale, ``PYTHONIOENCODING=ascii``): the output falls back to ASCII."""
-    stream = sys.stdout if stream is None else stream
-    encoding = getattr(stream, "encoding", None) or "ascii"
-    try:
-        "✓✗—…→".encode(encoding)
-    except (UnicodeEncodeError, LookupError):
-        return True
-    return False
-
-
-def symbol(fancy: str, plain: str) -> str:
-    """``fancy`` where stdout can show it, ``plain`` (ASCII) where it cannot."""
-    return plain if ascii_only() else fancy
-
-
-def _tolerate_narrow_encodings() -> None:
-    """What still cannot be encoded (a non-ASCII name in a message) is escaped, not a traceback."""
-    for stream in (sys.stdout, sys.stderr):
-        if ascii_only(stream) and hasattr(stream, "reconfigure"):
-            try:
-                stream.reconfigure(errors="backslashreplace")
-            except (ValueError, OSError):  # pragma: no cover - a detached or closed stream
-                pass
-
-
-def utf8_text(ctx: click.Context | None, param: click.Parameter | None, value: Any) -> Any:
-    """A click callback: a text argument (a selector, labels, an endpoint) must be UTF-8 —
-    bytes that are not arrive as lone surrogates, which the engine cannot take."""
-    for item in value if isinstance(value, tuple) else (value,):
-        if isinstance(item, str):
-            why = unencodable(item)
-            if why is not None:
-                raise click.BadParameter(why, ctx=ctx, param=param)
-    return value
-
-
-_WRITE_ERRNOS = {errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG}
-
-
-def _silence_stdout() -> None:
-    """Points stdout at /dev/null, so that the interpreter's last flush of what could not be
-    written does not fail a second time, with its own traceback, at exit."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):  # pragma: no cover - no file descriptor
-        pass
-
-
-def _emit_json(obj: Any) -> None:
-    click.echo(json.dumps(obj, indent=2, sort_keys=False))
-
-
-def _fail(code: int) -> NoReturn:
-    sys.exit(code)
 
 
 class LazyGroup(click.Group):
@@ -117,9 +75,9 @@ class LazyGroup(click.Group):
             # An output stream that cannot be written (stdout on a full disk or /dev/full): one
             # line, exit 1, not a traceback. Named outputs (--out ...) say their own name first;
             # a closed pipe (EPIPE) is click's to handle.
-            if e.errno not in _WRITE_ERRNOS or e.filename is not None:
+            if e.errno not in WRITE_ERRNOS or e.filename is not None:
                 raise
-            _silence_stdout()
+            silence_stdout()
             click.echo(f"error: cannot write the output (stdout): {e.strerror or e}", err=True)
             ctx.exit(EXIT_INVALID)
 
@@ -133,26 +91,10 @@ class LazyGroup(click.Group):
         return getattr(importlib.import_module(module), attr)
 
 
-def _one_shot_budget(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    """``--memory-budget`` of the commands that read manifests: a size, or none."""
-    if value is None:
-        return None
-    from pyclassify.budget import parse_size
-
-    try:
-        budget = parse_size(value)
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from None
-    ctx.meta[_BUDGET] = budget
-    return budget
-
-
-_BUDGET = "pyclassify.memory_budget"
-
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="pyclassify", prog_name="pyclassify")
-@click.option("--memory-budget", metavar="SIZE", default=None, expose_value=False, callback=_one_shot_budget,
+@click.option("--memory-budget", metavar="SIZE", default=None, expose_value=False, callback=one_shot_budget,
               help="Memory the manifests' policy set may take once built (512Mi, 1G, bytes): a set that would pass it "
                    "is refused before it is built, naming its costliest objects (exit 1), instead of the command "
                    "being killed for memory. Default: none. (enforce has its own.)")
@@ -179,7 +121,7 @@ def main() -> None:
            --metrics address in use, a --bridge interface that does not exist)
       130  interrupted (Ctrl-C)
     """
-    _tolerate_narrow_encodings()
+    tolerate_narrow_encodings()
 
 
 def _restrictions_json(sel: Selector) -> dict[str, Any]:
@@ -218,7 +160,7 @@ def selector_cmd(expr: str, labels_text: str | None, as_json: bool) -> None:
         sel = Selector.parse(expr)
     except SelectorError as e:
         if as_json:
-            _emit_json({"selector": expr, "valid": False, "error": e.message, "position": e.position})
+            emit_json({"selector": expr, "valid": False, "error": e.message, "position": e.position})
         else:
             err.print(f"[red]error[/red]: selector: {escape(e.message)} (at position {e.position})"
                       if e.position is not None else f"[red]error[/red]: selector: {escape(str(e))}")
@@ -234,7 +176,7 @@ def selector_cmd(expr: str, labels_text: str | None, as_json: bool) -> None:
                 shown, caret = before + after, len(before)
                 err.print(f"  {escape(shown)}", markup=True)
                 err.print("  " + " " * (caret or 0) + "^")
-        _fail(EXIT_INVALID)
+        fail(EXIT_INVALID)
     matched = sel.matches(labels) if labels is not None else None
     if as_json:
         result: dict[str, Any] = {"selector": expr, "valid": True, "canonical": sel.canonical}
@@ -242,110 +184,15 @@ def selector_cmd(expr: str, labels_text: str | None, as_json: bool) -> None:
             result["labels"] = labels
             result["matches"] = matched
         result["restrictions"] = _restrictions_json(sel)
-        _emit_json(result)
+        emit_json(result)
     else:
         out.print(escape(sel.canonical))
         if labels is not None:
             verdict = "[green]match[/green]" if matched else "[yellow]no match[/yellow]"
             out.print(f"{verdict}: {escape(labels_text or '')}")
     if matched is False:
-        _fail(EXIT_NO_MATCH)
+        fail(EXIT_NO_MATCH)
 
-
-# --- manifests: check, explain, matrix -----------------------------------------------------
-
-paths_argument = click.argument("paths", nargs=-1, required=True, type=click.Path(allow_dash=True))
-json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-
-
-def output_options(by_default: str) -> Any:
-    """``--output`` (``--json`` is its short form for json) and ``--by``, of matrix and diff:
-    the formats and levels of ``pyclassify.report``."""
-    return lambda f: click.option("--output", "output", type=click.Choice(OUTPUTS), default="text", show_default=True,
-                     help="text, json, csv, md (Markdown), dot or svg (Graphviz: the graph of who may reach "
-                          "whom), html (the report: pyclassify report).")(
-        click.option("--by", "by", type=click.Choice(["namespace", "identity", "pod"]), default=by_default,
-                     show_default=True, help="Rows, columns or graph nodes: each namespace, each group of pods "
-                     "policy cannot tell apart (with counts), or each pod.")(f))
-
-
-OUTPUTS = ("text", "json", "csv", "md", "dot", "svg", "html")
-# Commands that can read a cluster: PATH may be left out when --kubeconfig or --in-cluster is given.
-cluster_paths_argument = click.argument("paths", nargs=-1, type=click.Path(allow_dash=True))
-
-
-def kube_options(f: Any) -> Any:
-    f = click.option("--context", "kube_context", metavar="NAME", default=None,
-                     help="Context of --kubeconfig (default: its current context).")(f)
-    f = click.option("--in-cluster", is_flag=True,
-                     help="The cluster this runs in (its service account token and CA) as input.")(f)
-    return click.option("--kubeconfig", metavar="FILE", type=click.Path(dir_okay=False), default=None,
-                        help="A cluster's live objects as input, beside or instead of PATH.")(f)
-engine_option = click.option(
-    "--engine",
-    type=click.Choice(["native", "reference"]),
-    default="native",
-    show_default=True,
-    help="Compiled Rust engine, or the pure-Python reference evaluator it is tested against.",
-)
-default_option = click.option(
-    "--default",
-    "default",
-    type=click.Choice(["allow", "deny"]),
-    default=None,
-    help="Verdict when no policy decides (default: allow for pods, deny for host endpoints).",
-)
-
-
-def _problem_json(p: Any) -> dict[str, Any]:
-    return {"file": p.file, "line": p.line, "path": p.path, "message": p.message}
-
-
-def _print_problems(problems: Any) -> None:
-    by_place = lambda p: (p.file, p.line)  # noqa: E731 - stable: same line keeps found order
-    for p in sorted(problems.errors, key=by_place):
-        err.print(escape(str(p)), highlight=False)
-    for p in sorted(problems.warnings, key=by_place):
-        err.print(f"[yellow]warning[/yellow]: {escape(str(p))}", highlight=False)
-
-
-def _read(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool] | None = None) -> "Project":
-    """The manifests under PATH, and the cluster ``kube`` (kubeconfig, context, in-cluster) names."""
-    kubeconfig, context, in_cluster = kube or (None, None, False)
-    if kubeconfig is None and context is None and not in_cluster:
-        if not paths:
-            raise click.UsageError("Missing argument 'PATHS...' (or --kubeconfig / --in-cluster).")
-        from pyclassify.budget import OverBudget
-        from pyclassify.project import load_project
-
-        ctx = click.get_current_context(silent=True)
-        try:
-            return load_project(list(paths), budget=ctx.meta.get(_BUDGET) if ctx is not None else None)
-        except OverBudget as e:
-            err.print(f"[red]error[/red]: {escape(e.describe('not built'))}")
-            _fail(EXIT_INVALID)
-    from pyclassify.kube.snapshot import load_cluster_project
-
-    try:
-        return load_cluster_project(list(paths), kubeconfig, context, in_cluster or None)
-    except Exception as e:  # noqa: BLE001 - unreachable cluster, bad kubeconfig: say so, exit 2
-        if isinstance(e, click.ClickException):
-            raise
-        raise click.UsageError(f"cannot read the cluster: {e}") from e
-
-
-def _load(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool] | None = None) -> "Project":
-    """Loads and validates manifests; invalid input prints every error and exits 1."""
-    project = _read(paths, kube)
-    if project.problems.errors:
-        _print_problems(project.problems)
-        n = len(project.problems.errors)
-        err.print(f"[red]{count(n, 'error')}[/red]: fix the manifests (see `pyclassify check`)")
-        _fail(EXIT_INVALID)
-    if project.problems.empty_inputs:
-        _print_problems(project.problems)
-        _fail(EXIT_INVALID)
-    return project
 
 
 @main.command("check", epilog="""\b
@@ -365,7 +212,7 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
     """
     from pyclassify.admission.policy import check_admission_documents
 
-    project = _read(paths, (kubeconfig, kube_context, in_cluster))
+    project = read_manifests(paths, (kubeconfig, kube_context, in_cluster))
     problems = project.problems
     # ContainerAdmissionPolicy decides on resources, not packets: validated beside the IR.
     check_admission_documents(project.admission_documents, project.problems)
@@ -380,7 +227,7 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
                      if p.unenforceable]
     walked = _walked_decisions(project) if not problems.errors else []
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "valid": not problems.errors and not problems.empty_inputs,
                 "empty_inputs": problems.empty_inputs,
@@ -388,8 +235,8 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
                 "policies": len(policies),
                 "staged_policies": len(staged),
                 "endpoints": len(project.inventory.endpoints),
-                "errors": [_problem_json(p) for p in problems.errors],
-                "warnings": [_problem_json(p) for p in problems.warnings],
+                "errors": [problem_json(p) for p in problems.errors],
+                "warnings": [problem_json(p) for p in problems.warnings],
                 "unenforceable": unenforceable,
                 "walked": walked,
                 "admission_policies": admission,
@@ -397,7 +244,7 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
             }
         )
     else:
-        _print_problems(problems)
+        print_problems(problems)
         for item in unenforceable:
             err.print(f"[yellow]not enforceable[/yellow]: {item['policy']}: {'; '.join(item['reasons'])}")
         for item in walked:
@@ -419,7 +266,7 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
             status = f"[red]nothing to check in {escape(', '.join(problems.empty_inputs))}[/red]"
         out.print(f"{status}, {count(n_warn, 'warning')} {symbol('—', '-')} {summary}")
     if problems.errors or problems.empty_inputs:
-        _fail(EXIT_INVALID)
+        fail(EXIT_INVALID)
 
 
 def _walked_decisions(project: Any) -> list[dict[str, Any]]:
@@ -429,14 +276,6 @@ def _walked_decisions(project: Any) -> list[dict[str, Any]]:
 
     return NativeEngine(project.policy_set, project.inventory).walked_for_memory()
 
-
-def _protocol(text: str) -> int:
-    from pyclassify.analysis import parse_protocol
-
-    try:
-        return parse_protocol(text)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--proto") from e
 
 
 def _describe(d: Any) -> str:
@@ -519,7 +358,7 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
     from pyclassify.analysis import UnknownEnd, explain
     from pyclassify.flow import HttpRequest
 
-    protocol = _protocol(proto)
+    protocol = protocol_number(proto)
     _check_flow_options(protocol, port, sport, icmp_type, icmp_code)
     http_request = None
     if request is not None:
@@ -529,7 +368,7 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
             http_request = HttpRequest.parse(request)
         except ValueError as e:
             raise click.BadParameter(str(e), param_hint="--request") from e
-    project = _load(paths, (kubeconfig, kube_context, in_cluster))
+    project = load_manifests(paths, (kubeconfig, kube_context, in_cluster))
     if resolve is not None:
         from pyclassify import domains
 
@@ -549,7 +388,7 @@ def explain_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool
     except UnknownEnd as e:
         raise click.BadParameter(str(e), param_hint=e.option) from e
     if as_json:
-        _emit_json(result.to_json())
+        emit_json(result.to_json())
         return
     if not result.families:
         _print_explanation(result, protocol, icmp_type, icmp_code)
@@ -655,28 +494,6 @@ def _check_flow_options(protocol: int, port: int | None, sport: int | None, icmp
         raise click.UsageError("--icmp-code needs --icmp-type")
 
 
-def _port_or_any(ctx: Any, param: Any, value: str | None) -> int | str | None:
-    if value is None or value == "any":
-        return value
-    try:
-        port = int(value)
-    except ValueError:
-        raise click.BadParameter(f"{printable(value)!r} is neither a port (0-65535) nor 'any'") from None
-    if not 0 <= port <= 65535:
-        raise click.BadParameter(f"{port} is not in the range 0-65535")
-    return port
-
-
-def _selector_option(ctx: Any, param: Any, value: str | None) -> Any:
-    if value is None:
-        return None
-    from pyclassify.selector import Selector
-
-    try:
-        return Selector.parse(value)
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from None
-
 
 @main.command("matrix", epilog="""\b
 Examples:
@@ -688,11 +505,11 @@ Examples:
 @cluster_paths_argument
 @kube_options
 @click.option("--proto", "proto", default="TCP", show_default=True, help="Protocol name or number.")
-@click.option("--port", "port", metavar="N|any", callback=_port_or_any, default=None,
+@click.option("--port", "port", metavar="N|any", callback=port_or_any, default=None,
               help="Destination port, or 'any': allowed on some port (the union over every port class).")
 @click.option("--namespace", "namespaces", metavar="NS", multiple=True,
               help="Only the pods of this namespace (repeat for several), as rows and columns.")
-@click.option("--selector", "selector", metavar="EXPR", callback=_selector_option, default=None,
+@click.option("--selector", "selector", metavar="EXPR", callback=selector_option, default=None,
               help="Only the pods whose labels match this Calico selector, as rows and columns.")
 @default_option
 @engine_option
@@ -707,10 +524,10 @@ def matrix_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     judged once per port class, natively; --by identity prints that table itself."""
     from pyclassify.analysis import matrix
 
-    protocol = _protocol(proto)
+    protocol = protocol_number(proto)
     if engine == "reference" and (port == "any" or by != "pod" or output not in ("text", "json")):
         raise click.UsageError("--engine reference judges one port between pods: drop --port any / --by / --output")
-    project = _load(paths, (kubeconfig, kube_context, in_cluster))
+    project = load_manifests(paths, (kubeconfig, kube_context, in_cluster))
     if output not in ("text", "json") or by == "namespace":
         from pyclassify.report.command import matrix_output
 
@@ -719,7 +536,7 @@ def matrix_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
         return
     result = matrix(project, protocol, port, default, engine, namespaces, selector, by)
     if as_json or output == "json":
-        _emit_json(result.to_json())
+        emit_json(result.to_json())
         return
     from rich.table import Table
 
@@ -777,7 +594,7 @@ def _inventory_difference(a: Any, b: Any) -> str | None:
     return None
 
 
-def _split_against(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
+def split_against(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
     old: list[str] = []
     new: list[str] = []
     target = old
@@ -802,25 +619,25 @@ def _split_against(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
     return old, new
 
 
-def _diff_projects(old_paths: list[str], new_paths: list[str], apply_paths: tuple[str, ...],
+def diff_projects(old_paths: list[str], new_paths: list[str], apply_paths: tuple[str, ...],
                    kube: tuple[str | None, str | None, bool]) -> tuple["Project", "Project", list[str]]:
     """OLD and NEW of a change over one inventory (``diff``, ``report --against/--apply``), and
     the paths NEW is named by."""
     if bool(new_paths) == bool(apply_paths):
         raise click.UsageError("give the new policy: --against NEW... (a whole policy set) or --apply FILE "
                                "(objects applied to OLD), one of them")
-    old = _load(tuple(old_paths), kube)
+    old = load_manifests(tuple(old_paths), kube)
     if apply_paths:
-        change = _load(apply_paths)
+        change = load_manifests(apply_paths)
         if change.has_inventory():
             err.print("[red]error[/red]: --apply takes policy objects (NetworkPolicy, AdminNetworkPolicy, "
                       "Calico policies, tiers, profiles); the files hold pods, namespaces or other "
                       "inventory: use --against with the whole new state")
-            _fail(EXIT_INVALID)
+            fail(EXIT_INVALID)
         new = old.applied(change)
         new_paths = [f"{', '.join(old_paths) or 'the cluster'} with {', '.join(apply_paths)} applied"]
     else:
-        new = _load(tuple(new_paths))
+        new = load_manifests(tuple(new_paths))
     if not new.has_inventory():
         new = new.over(old.inventory)
     elif not old.has_inventory():
@@ -830,7 +647,7 @@ def _diff_projects(old_paths: list[str], new_paths: list[str], apply_paths: tupl
         if problem is not None:
             err.print(f"[red]error[/red]: OLD and NEW have different inventories: {escape(problem)}. "
                       "diff compares policy over one inventory: give it on one side only, or the same on both.")
-            _fail(EXIT_INVALID)
+            fail(EXIT_INVALID)
         new = new.over(old.inventory)
     return old, new, new_paths
 
@@ -869,8 +686,8 @@ def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, ku
     outside address class as policy sees them, every protocol and port class some rule
     distinguishes. Prints each change of verdict with the rule responsible, and what decided
     before."""
-    old_paths, new_paths = _split_against(args)
-    old, new, new_paths = _diff_projects(old_paths, new_paths, apply_paths, (kubeconfig, kube_context, in_cluster))
+    old_paths, new_paths = split_against(args)
+    old, new, new_paths = diff_projects(old_paths, new_paths, apply_paths, (kubeconfig, kube_context, in_cluster))
     if traffic:
         from pyclassify.records import RecordError
         from pyclassify.trafficdiff import print_diff, traffic_diff
@@ -879,16 +696,16 @@ def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, ku
             observed = traffic_diff(old.policy_set, new.policy_set, old.inventory, list(traffic), traffic_format, default)
         except RecordError as e:
             err.print(f"[red]error[/red]: {escape(e.describe('not built'))}")
-            _fail(EXIT_INVALID)
+            fail(EXIT_INVALID)
         if as_json:
-            _emit_json(observed.to_json())
+            emit_json(observed.to_json())
         else:
             print_diff(observed, out, escape, ascii_only())
         if observed.totals[0] == 0 and any(f.problems for f in observed.files):
             err.print("[red]error[/red]: no record could be read")
-            _fail(EXIT_INVALID)
+            fail(EXIT_INVALID)
         if any(c.closed for c in observed.changes):
-            _fail(EXIT_CHANGED)
+            fail(EXIT_CHANGED)
         return
     from pyclassify.diff import diff
 
@@ -899,7 +716,7 @@ def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, ku
 
         diff_output(result, old, new, output, by, default)
     elif as_json or output == "json":
-        _emit_json(result.to_json())
+        emit_json(result.to_json())
     else:
         summary = result.to_json()["summary"]
         changed = ", ".join(result.policies_changed[:5]) + (
@@ -918,7 +735,7 @@ def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, ku
                   f"({summary['opened']} opened, {summary['closed']} closed) over {count(summary['groups'], 'group')} "
                   f"and {count(summary['flow_classes'], 'flow class')}", highlight=False)
     if result.changes:
-        _fail(EXIT_CHANGED)
+        fail(EXIT_CHANGED)
 
 
 @main.command("replay", epilog="""\b
@@ -1020,7 +837,7 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
                 check_target(option, path, follow_symlinks)
             except SymlinkRefused as e:
                 raise click.UsageError(str(e)) from None
-    project = _load(paths, (kubeconfig, kube_context, in_cluster))
+    project = load_manifests(paths, (kubeconfig, kube_context, in_cluster))
     from pyclassify import domains, httprules
 
     dns = None
@@ -1036,7 +853,7 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     except OSError as e:
         err.print(f"[red]error[/red]: --out {escape(out_path or '')}: cannot open for writing: "
                   f"{escape(e.strerror or str(e))}")
-        _fail(EXIT_INVALID)
+        fail(EXIT_INVALID)
     failure: str | None = None
     replay = None
     try:
@@ -1062,11 +879,11 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
                 or failure
     if failure is not None:
         err.print(f"[red]error[/red]: {escape(failure)}")
-        _fail(EXIT_INVALID)
+        fail(EXIT_INVALID)
     assert replay is not None
     summary = replay.summary_json()
     if as_json:
-        _emit_json(summary)
+        emit_json(summary)
     else:
         _print_replay(summary)
     for path in summary["unreadable"]:
@@ -1076,9 +893,9 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
             err.print(f"[red]error[/red]: {escape(path)}: truncated or changed while it was read: the summary "
                       "covers the packets read before")
     if replay.summary.interrupted:
-        _fail(130)
+        fail(130)
     if replay.summary.unreadable or replay.summary.cut_short:
-        _fail(EXIT_INVALID)
+        fail(EXIT_INVALID)
 
 
 def _file_id(path: str) -> tuple[int, int] | None:
@@ -1221,8 +1038,3 @@ def _print_replay(summary: dict[str, Any]) -> None:
         out.print(f"[yellow]capture[/yellow]: {escape(problem)}")
     if s["interrupted"]:
         out.print("[yellow]interrupted[/yellow]: summary of the packets replayed so far")
-
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -1,0 +1,236 @@
+"""What every command of the ``pyclassify`` command line shares: exit codes, the output
+consoles, JSON emission, the common options and the loading of manifests (or a cluster) into a
+checked project."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from pyclassify.counted import count
+from pyclassify.selector import unencodable
+from pyclassify.source import printable
+
+if TYPE_CHECKING:
+    from pyclassify.project import Project
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_NO_MATCH = 3
+EXIT_CHANGED = 5  # diff: reachability changes (for CI gates)
+
+out = Console(soft_wrap=True, highlight=False)
+err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def ascii_only(stream: Any = None) -> bool:
+    """Whether ``stream`` (stdout by default) cannot show the symbols the output uses (an
+    ASCII or Latin-1 locale, ``PYTHONIOENCODING=ascii``): the output falls back to ASCII."""
+    stream = sys.stdout if stream is None else stream
+    encoding = getattr(stream, "encoding", None) or "ascii"
+    try:
+        "✓✗—…→".encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return True
+    return False
+
+
+def symbol(fancy: str, plain: str) -> str:
+    """``fancy`` where stdout can show it, ``plain`` (ASCII) where it cannot."""
+    return plain if ascii_only() else fancy
+
+
+def tolerate_narrow_encodings() -> None:
+    """What still cannot be encoded (a non-ASCII name in a message) is escaped, not a traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        if ascii_only(stream) and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # pragma: no cover - a detached or closed stream
+                pass
+
+
+def utf8_text(ctx: click.Context | None, param: click.Parameter | None, value: Any) -> Any:
+    """A click callback: a text argument (a selector, labels, an endpoint) must be UTF-8 —
+    bytes that are not arrive as lone surrogates, which the engine cannot take."""
+    for item in value if isinstance(value, tuple) else (value,):
+        if isinstance(item, str):
+            why = unencodable(item)
+            if why is not None:
+                raise click.BadParameter(why, ctx=ctx, param=param)
+    return value
+
+
+WRITE_ERRNOS = {errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG}
+
+
+def silence_stdout() -> None:
+    """Points stdout at /dev/null, so that the interpreter's last flush of what could not be
+    written does not fail a second time, with its own traceback, at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - no file descriptor
+        pass
+
+
+def emit_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=False))
+
+
+def fail(code: int) -> NoReturn:
+    sys.exit(code)
+
+
+def one_shot_budget(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """``--memory-budget`` of the commands that read manifests: a size, or none."""
+    if value is None:
+        return None
+    from pyclassify.budget import parse_size
+
+    try:
+        budget = parse_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    ctx.meta[MEMORY_BUDGET] = budget
+    return budget
+
+
+# Where --memory-budget keeps its value for the loading of manifests (click.Context.meta).
+MEMORY_BUDGET = "pyclassify.memory_budget"
+
+# --- options ---------------------------------------------------------------------------------
+
+paths_argument = click.argument("paths", nargs=-1, required=True, type=click.Path(allow_dash=True))
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def output_options(by_default: str) -> Any:
+    """``--output`` (``--json`` is its short form for json) and ``--by``, of matrix and diff:
+    the formats and levels of ``pyclassify.report``."""
+    return lambda f: click.option("--output", "output", type=click.Choice(OUTPUTS), default="text", show_default=True,
+                     help="text, json, csv, md (Markdown), dot or svg (Graphviz: the graph of who may reach "
+                          "whom), html (the report: pyclassify report).")(
+        click.option("--by", "by", type=click.Choice(["namespace", "identity", "pod"]), default=by_default,
+                     show_default=True, help="Rows, columns or graph nodes: each namespace, each group of pods "
+                     "policy cannot tell apart (with counts), or each pod.")(f))
+
+
+OUTPUTS = ("text", "json", "csv", "md", "dot", "svg", "html")
+# Commands that can read a cluster: PATH may be left out when --kubeconfig or --in-cluster is given.
+cluster_paths_argument = click.argument("paths", nargs=-1, type=click.Path(allow_dash=True))
+
+
+def kube_options(f: Any) -> Any:
+    f = click.option("--context", "kube_context", metavar="NAME", default=None,
+                     help="Context of --kubeconfig (default: its current context).")(f)
+    f = click.option("--in-cluster", is_flag=True,
+                     help="The cluster this runs in (its service account token and CA) as input.")(f)
+    return click.option("--kubeconfig", metavar="FILE", type=click.Path(dir_okay=False), default=None,
+                        help="A cluster's live objects as input, beside or instead of PATH.")(f)
+engine_option = click.option(
+    "--engine",
+    type=click.Choice(["native", "reference"]),
+    default="native",
+    show_default=True,
+    help="Compiled Rust engine, or the pure-Python reference evaluator it is tested against.",
+)
+default_option = click.option(
+    "--default",
+    "default",
+    type=click.Choice(["allow", "deny"]),
+    default=None,
+    help="Verdict when no policy decides (default: allow for pods, deny for host endpoints).",
+)
+
+
+def problem_json(p: Any) -> dict[str, Any]:
+    return {"file": p.file, "line": p.line, "path": p.path, "message": p.message}
+
+
+def print_problems(problems: Any) -> None:
+    by_place = lambda p: (p.file, p.line)  # noqa: E731 - stable: same line keeps found order
+    for p in sorted(problems.errors, key=by_place):
+        err.print(escape(str(p)), highlight=False)
+    for p in sorted(problems.warnings, key=by_place):
+        err.print(f"[yellow]warning[/yellow]: {escape(str(p))}", highlight=False)
+
+
+def read_manifests(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool] | None = None) -> "Project":
+    """The manifests under PATH, and the cluster ``kube`` (kubeconfig, context, in-cluster) names."""
+    kubeconfig, context, in_cluster = kube or (None, None, False)
+    if kubeconfig is None and context is None and not in_cluster:
+        if not paths:
+            raise click.UsageError("Missing argument 'PATHS...' (or --kubeconfig / --in-cluster).")
+        from pyclassify.budget import OverBudget
+        from pyclassify.project import load_project
+
+        ctx = click.get_current_context(silent=True)
+        try:
+            return load_project(list(paths), budget=ctx.meta.get(MEMORY_BUDGET) if ctx is not None else None)
+        except OverBudget as e:
+            err.print(f"[red]error[/red]: {escape(e.describe('not built'))}")
+            fail(EXIT_INVALID)
+    from pyclassify.kube.snapshot import load_cluster_project
+
+    try:
+        return load_cluster_project(list(paths), kubeconfig, context, in_cluster or None)
+    except Exception as e:  # noqa: BLE001 - unreachable cluster, bad kubeconfig: say so, exit 2
+        if isinstance(e, click.ClickException):
+            raise
+        raise click.UsageError(f"cannot read the cluster: {e}") from e
+
+
+def load_manifests(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool] | None = None) -> "Project":
+    """Loads and validates manifests; invalid input prints every error and exits 1."""
+    project = read_manifests(paths, kube)
+    if project.problems.errors:
+        print_problems(project.problems)
+        n = len(project.problems.errors)
+        err.print(f"[red]{count(n, 'error')}[/red]: fix the manifests (see `pyclassify check`)")
+        fail(EXIT_INVALID)
+    if project.problems.empty_inputs:
+        print_problems(project.problems)
+        fail(EXIT_INVALID)
+    return project
+
+
+def protocol_number(text: str) -> int:
+    from pyclassify.analysis import parse_protocol
+
+    try:
+        return parse_protocol(text)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--proto") from e
+
+
+def port_or_any(ctx: Any, param: Any, value: str | None) -> int | str | None:
+    if value is None or value == "any":
+        return value
+    try:
+        port = int(value)
+    except ValueError:
+        raise click.BadParameter(f"{printable(value)!r} is neither a port (0-65535) nor 'any'") from None
+    if not 0 <= port <= 65535:
+        raise click.BadParameter(f"{port} is not in the range 0-65535")
+    return port
+
+
+def selector_option(ctx: Any, param: Any, value: str | None) -> Any:
+    if value is None:
+        return None
+    from pyclassify.selector import Selector
+
+    try:
+        return Selector.parse(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
