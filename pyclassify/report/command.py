@@ -7,9 +7,22 @@ from typing import Any, Sequence
 
 import click
 import numpy as np
+from rich.markup import escape
 
-from pyclassify import cli
 from pyclassify import reachability as reach
+from pyclassify.cli import diff_projects, split_against
+from pyclassify.cli.common import (
+    EXIT_INVALID,
+    default_option,
+    emit_json,
+    err,
+    fail,
+    kube_options,
+    load_manifests,
+    port_or_any,
+    protocol_number,
+    selector_option,
+)
 from pyclassify.kinds.common import protocol_name
 from pyclassify.report import formats
 from pyclassify.report.grid import Grid, build
@@ -86,7 +99,7 @@ def matrix_output(project: Any, paths: Sequence[str], protocol: int, port: Any, 
     table = _matrix_table(project, protocol, port, default, engine, namespaces, selector, by)
     if output == "json":
         pods = [int(table.pairs[k, k] ** 0.5) for k in range(len(table.names))]
-        cli.emit_json({"namespaces": table.names, "pods": pods, "protocol": protocol_name(protocol), "port": port,
+        emit_json({"namespaces": table.names, "pods": pods, "protocol": protocol_name(protocol), "port": port,
                         "matrix": table.allowed.tolist()})
     elif output == "text":
         for i, name in enumerate(table.names):
@@ -111,8 +124,8 @@ def _svg(dot: str) -> str:
     try:
         return formats.svg(dot)
     except formats.GraphvizMissing as e:
-        cli.err.print(f"[red]error[/red]: {cli.escape(str(e))}")
-        cli.fail(cli.EXIT_INVALID)
+        err.print(f"[red]error[/red]: {escape(str(e))}")
+        fail(EXIT_INVALID)
 
 
 def _end(group: reach.Group, keys: set[str], by: str) -> list[tuple[str, str | None]]:
@@ -216,10 +229,10 @@ def _usage(project: Any, summary: dict[str, Any], default: str | None, no_redund
         for f in summary["files"]:
             for first in f["first"]:
                 where = next(v for k, v in first.items() if k not in ("reason", "detail"))
-                cli.err.print(f"{cli.escape(f['file'])}:{where}: {first['reason']}: {cli.escape(str(first['detail']))}",
+                err.print(f"{escape(f['file'])}:{where}: {first['reason']}: {escape(str(first['detail']))}",
                               highlight=False)
-        cli.err.print("[red]error[/red]: no record could be read")
-        cli.fail(cli.EXIT_INVALID)
+        err.print("[red]error[/red]: no record could be read")
+        fail(EXIT_INVALID)
     return usage_document(project.policy_set, project.inventory, summary, default, not no_redundant)
 
 
@@ -239,14 +252,14 @@ usage in those flow records (usage), and of a change the observed flows it
 closes or opens (diff --traffic), marked on the grid.
 """)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="PATH... [--against NEW... | --apply FILE]")
-@cli.kube_options
+@kube_options
 @click.option("--apply", "apply_paths", metavar="PATH", multiple=True, type=click.Path(allow_dash=True),
               help="Policy objects applied to PATH (as diff --apply): draw the change.")
 @click.option("--proto", "proto", default="TCP", show_default=True, help="Protocol name or number.")
-@click.option("--port", "port", metavar="N|any", callback=cli.port_or_any, default=None,
+@click.option("--port", "port", metavar="N|any", callback=port_or_any, default=None,
               help="Destination port, or 'any': allowed on some port class.")
 @click.option("--namespace", "namespaces", metavar="NS", multiple=True, help="Only the pods of this namespace.")
-@click.option("--selector", "selector", metavar="EXPR", callback=cli.selector_option, default=None,
+@click.option("--selector", "selector", metavar="EXPR", callback=selector_option, default=None,
               help="Only the pods whose labels match this Calico selector.")
 @click.option("--traffic", "traffic", multiple=True, type=click.Path(allow_dash=True),
               help="Flow records (as replay --traffic reads them): show each rule's usage and, of a change, "
@@ -255,7 +268,7 @@ closes or opens (diff --traffic), marked on the grid.
               help="The format of every --traffic file (found from the content otherwise).")
 @click.option("--no-redundant", is_flag=True,
               help="With --traffic, skip the search for redundant policies (one exact diff per policy).")
-@cli.default_option
+@default_option
 @click.option("-o", "--out", "out_path", type=click.Path(dir_okay=False, writable=True, allow_dash=True),
               default="-", show_default=True, help="The HTML file to write (- for stdout).")
 def report_command(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
@@ -263,15 +276,15 @@ def report_command(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bo
                    traffic: tuple[str, ...], traffic_format: str | None, no_redundant: bool, default: str | None,
                    out_path: str) -> None:
     """One self-contained HTML report of reachability among pods, or of a change to it."""
-    protocol = cli.protocol_number(proto)
-    paths, new_paths = cli.split_against(args)
+    protocol = protocol_number(proto)
+    paths, new_paths = split_against(args)
     kube = (kubeconfig, kube_context, in_cluster)
     shown = paths or [f"--kubeconfig {kubeconfig}" if kubeconfig else "--in-cluster"]
     from pyclassify.records import RecordError
 
     try:
         if new_paths or apply_paths:
-            old, new, new_paths = cli.diff_projects(paths, new_paths, apply_paths, kube)
+            old, new, new_paths = diff_projects(paths, new_paths, apply_paths, kube)
             from pyclassify.diff import diff
 
             result = diff(old.policy_set, new.policy_set, old.inventory, default, shown, new_paths)
@@ -286,7 +299,7 @@ def report_command(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bo
                 usage = _usage(old, observed.usage, default, no_redundant)
             page = _diff_html(result, old, new, default, protocol, port, namespaces, selector, shown, usage, observed)
         else:
-            project = cli.load_manifests(tuple(paths), kube)
+            project = load_manifests(tuple(paths), kube)
             grid = _matrix_grid(project, protocol, port, default, namespaces, selector)
             from pyclassify.report.page import render
 
@@ -298,8 +311,8 @@ def report_command(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bo
                                no_redundant)
             page = render(grid, f"Reachability: {_flow_text(protocol, port)}", shown, usage=usage)
     except RecordError as e:
-        cli.err.print(f"[red]error[/red]: {cli.escape(str(e))}")
-        cli.fail(cli.EXIT_INVALID)
+        err.print(f"[red]error[/red]: {escape(str(e))}")
+        fail(EXIT_INVALID)
     _write(page, out_path)
     if out_path != "-":
-        cli.err.print(f"wrote {out_path} ({len(page.encode('utf-8')):,} bytes)", highlight=False)
+        err.print(f"wrote {out_path} ({len(page.encode('utf-8')):,} bytes)", highlight=False)
