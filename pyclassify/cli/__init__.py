@@ -18,7 +18,6 @@ from rich.markup import escape
 from pyclassify.cli.common import (
     EXIT_CHANGED,
     EXIT_INVALID,
-    EXIT_NO_MATCH,
     WRITE_ERRNOS,
     ascii_only,
     cluster_paths_argument,
@@ -45,7 +44,6 @@ from pyclassify.cli.common import (
     utf8_text,
 )
 from pyclassify.counted import count
-from pyclassify.selector import Selector, SelectorError, excerpt, parse_labels
 from pyclassify.source import printable
 
 if TYPE_CHECKING:
@@ -56,6 +54,7 @@ class LazyGroup(click.Group):
     """Commands whose modules load only when used, so `pyclassify --version` stays quick."""
 
     lazy: dict[str, str] = {
+        "selector": "pyclassify.cli.selector:selector_cmd",
         "admit": "pyclassify.admission.commands:admit_command",
         "admission-webhook": "pyclassify.admission.commands:admission_webhook_command",
         "enforce": "pyclassify.enforce.commands:enforce_command",
@@ -91,7 +90,6 @@ class LazyGroup(click.Group):
         return getattr(importlib.import_module(module), attr)
 
 
-
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="pyclassify", prog_name="pyclassify")
 @click.option("--memory-budget", metavar="SIZE", default=None, expose_value=False, callback=one_shot_budget,
@@ -122,77 +120,6 @@ def main() -> None:
       130  interrupted (Ctrl-C)
     """
     tolerate_narrow_encodings()
-
-
-def _restrictions_json(sel: Selector) -> dict[str, Any]:
-    return {
-        key: {
-            "must_be_present": r.must_be_present,
-            "must_be_absent": r.must_be_absent,
-            "must_have_one_of_values": r.must_have_one_of_values,
-        }
-        for key, r in sorted(sel.restrictions().items())
-    }
-
-
-@main.command("selector", epilog="""\b
-Examples:
-  pyclassify selector "app == 'web' && has(tier)"
-  pyclassify selector "app in {'web', 'api'}" --labels app=web,tier=front
-""")
-@click.argument("expr", callback=utf8_text)
-@click.option("--labels", "labels_text", metavar="K=V,...", callback=utf8_text,
-              help="Evaluate against these labels (each key once).")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def selector_cmd(expr: str, labels_text: str | None, as_json: bool) -> None:
-    """Parse a Calico selector EXPR and print its canonical form.
-
-    With --labels, evaluate it: exit 0 on a match, 3 on no match. A parse error exits 1 and
-    points at the position of the problem.
-    """
-    labels: dict[str, str] | None = None
-    if labels_text is not None:
-        try:
-            labels = parse_labels(labels_text)
-        except ValueError as e:
-            raise click.BadParameter(str(e), param_hint="--labels") from e
-    try:
-        sel = Selector.parse(expr)
-    except SelectorError as e:
-        if as_json:
-            emit_json({"selector": expr, "valid": False, "error": e.message, "position": e.position})
-        else:
-            err.print(f"[red]error[/red]: selector: {escape(e.message)} (at position {e.position})"
-                      if e.position is not None else f"[red]error[/red]: selector: {escape(str(e))}")
-            if e.position is not None:
-                # Show at most ~80 characters around the problem, not a whole hostile input.
-                shown, caret = excerpt(expr, e.position)
-                if ascii_only(sys.stderr):
-                    shown = shown.replace("…", "...")
-                    caret = (caret or 0) + (2 if shown.startswith("...") else 0)
-                # Control bytes (an ESC sequence, a bidi override) are shown escaped, never
-                # sent to the terminal; the caret moves with what is shown before it.
-                before, after = printable(shown[: caret or 0]), printable(shown[caret or 0:])
-                shown, caret = before + after, len(before)
-                err.print(f"  {escape(shown)}", markup=True)
-                err.print("  " + " " * (caret or 0) + "^")
-        fail(EXIT_INVALID)
-    matched = sel.matches(labels) if labels is not None else None
-    if as_json:
-        result: dict[str, Any] = {"selector": expr, "valid": True, "canonical": sel.canonical}
-        if labels is not None:
-            result["labels"] = labels
-            result["matches"] = matched
-        result["restrictions"] = _restrictions_json(sel)
-        emit_json(result)
-    else:
-        out.print(escape(sel.canonical))
-        if labels is not None:
-            verdict = "[green]match[/green]" if matched else "[yellow]no match[/yellow]"
-            out.print(f"{verdict}: {escape(labels_text or '')}")
-    if matched is False:
-        fail(EXIT_NO_MATCH)
-
 
 
 @main.command("check", epilog="""\b
@@ -275,7 +202,6 @@ def _walked_decisions(project: Any) -> list[dict[str, Any]]:
     from pyclassify.engine import NativeEngine
 
     return NativeEngine(project.policy_set, project.inventory).walked_for_memory()
-
 
 
 def _describe(d: Any) -> str:
@@ -492,7 +418,6 @@ def _check_flow_options(protocol: int, port: int | None, sport: int | None, icmp
                 raise click.UsageError(f"{name} needs --proto ICMP or ICMPv6, not {_proto_text(protocol)}")
     if icmp_code is not None and icmp_type is None:
         raise click.UsageError("--icmp-code needs --icmp-type")
-
 
 
 @main.command("matrix", epilog="""\b
