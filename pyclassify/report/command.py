@@ -10,7 +10,6 @@ import numpy as np
 from rich.markup import escape
 
 from pyclassify import reachability as reach
-from pyclassify.cli import diff_projects, split_against
 from pyclassify.cli.common import (
     EXIT_INVALID,
     default_option,
@@ -23,6 +22,7 @@ from pyclassify.cli.common import (
     protocol_number,
     selector_option,
 )
+from pyclassify.cli.diff import diff_projects, split_against
 from pyclassify.kinds.common import protocol_name
 from pyclassify.report import formats
 from pyclassify.report.grid import Grid, build

@@ -1,0 +1,192 @@
+"""The ``diff`` command: what a policy change opens or closes, between two sets of manifests (or a
+set and a change applied to it), and over recorded traffic."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.markup import escape
+
+from pyclassify.cli.common import (
+    EXIT_CHANGED,
+    EXIT_INVALID,
+    ascii_only,
+    default_option,
+    emit_json,
+    err,
+    fail,
+    json_option,
+    kube_options,
+    load_manifests,
+    out,
+    output_options,
+)
+from pyclassify.counted import count
+from pyclassify.source import printable
+
+if TYPE_CHECKING:
+    from pyclassify.project import Project
+
+
+def _inventory_difference(a: Any, b: Any) -> str | None:
+    """Where two inventories differ (the first difference found), or None."""
+    def eps(inv: Any) -> dict[str, Any]:
+        return {f"{e.kind.value} {e.ref}": e for e in inv.endpoints}
+    ea, eb = eps(a), eps(b)
+    for ref in sorted(set(ea) ^ set(eb)):
+        return f"{ref} is only in {'OLD' if ref in ea else 'NEW'}"
+    for ref in sorted(ea):
+        if ea[ref] != eb[ref]:
+            return f"{ref} differs (labels, addresses or ports)"
+    for name, x, y in (("namespaces", a.namespaces, b.namespaces), ("services", a.services, b.services),
+                       ("nodes", a.nodes, b.nodes), ("service accounts", a.service_accounts, b.service_accounts)):
+        if x != y:
+            return f"their {name} differ"
+    if sorted(map(repr, a.network_sets)) != sorted(map(repr, b.network_sets)):
+        return "their network sets differ"
+    return None
+
+
+def split_against(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    old: list[str] = []
+    new: list[str] = []
+    target = old
+    seen = False
+    for arg in args:
+        if arg == "--against":
+            if seen:
+                raise click.UsageError("--against is given twice: put every NEW path after one --against")
+            target, seen = new, True
+        elif arg.startswith("--against="):
+            if seen:
+                raise click.UsageError("--against is given twice: put every NEW path after one --against")
+            seen = True
+            new.append(arg.split("=", 1)[1])
+            target = new
+        elif arg.startswith("-") and arg != "-":
+            raise click.UsageError(f"no such option: {printable(arg)}")
+        else:
+            target.append(arg)
+    if seen and not new:
+        raise click.UsageError("--against needs the new policy set: OLD... --against NEW...")
+    return old, new
+
+
+def diff_projects(old_paths: list[str], new_paths: list[str], apply_paths: tuple[str, ...],
+                   kube: tuple[str | None, str | None, bool]) -> tuple["Project", "Project", list[str]]:
+    """OLD and NEW of a change over one inventory (``diff``, ``report --against/--apply``), and
+    the paths NEW is named by."""
+    if bool(new_paths) == bool(apply_paths):
+        raise click.UsageError("give the new policy: --against NEW... (a whole policy set) or --apply FILE "
+                               "(objects applied to OLD), one of them")
+    old = load_manifests(tuple(old_paths), kube)
+    if apply_paths:
+        change = load_manifests(apply_paths)
+        if change.has_inventory():
+            err.print("[red]error[/red]: --apply takes policy objects (NetworkPolicy, AdminNetworkPolicy, "
+                      "Calico policies, tiers, profiles); the files hold pods, namespaces or other "
+                      "inventory: use --against with the whole new state")
+            fail(EXIT_INVALID)
+        new = old.applied(change)
+        new_paths = [f"{', '.join(old_paths) or 'the cluster'} with {', '.join(apply_paths)} applied"]
+    else:
+        new = load_manifests(tuple(new_paths))
+    if not new.has_inventory():
+        new = new.over(old.inventory)
+    elif not old.has_inventory():
+        old = old.over(new.inventory)
+    else:
+        problem = _inventory_difference(old.inventory, new.inventory)
+        if problem is not None:
+            err.print(f"[red]error[/red]: OLD and NEW have different inventories: {escape(problem)}. "
+                      "diff compares policy over one inventory: give it on one side only, or the same on both.")
+            fail(EXIT_INVALID)
+        new = new.over(old.inventory)
+    return old, new, new_paths
+
+
+@click.command("diff", context_settings={"ignore_unknown_options": True}, epilog="""\b
+Examples:
+  pyclassify diff examples/demo --apply examples/changes/db-behind-pgbouncer.yaml
+  pyclassify diff cluster/ --against cluster-after/ --json
+  pyclassify diff --kubeconfig ~/.kube/config --apply change.yaml
+  pyclassify diff examples/demo --apply examples/changes/db-behind-pgbouncer.yaml --traffic examples/traffic/hubble.jsonl
+\b
+--against NEW...: the whole new policy set (every path after it is NEW). NEW
+may hold policy only: it is then judged over OLD's inventory (pods,
+namespaces, services...). When both hold an inventory, it must be the same.
+Exit 0: nothing changes; 5: some flow changes verdict; 1: invalid input.
+""")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="OLD... (--against NEW... | --apply FILE)")
+@kube_options
+@click.option("--apply", "apply_paths", metavar="PATH", multiple=True, type=click.Path(allow_dash=True),
+              help="Policy objects to apply to OLD (as kubectl apply would: an object with the same kind, "
+                   "namespace and name is replaced, a new one added); NEW is the result. Repeat for several.")
+@click.option("--traffic", "traffic", multiple=True, type=click.Path(allow_dash=True),
+              help="Flow records (as replay --traffic reads them): list the observed connections whose verdict "
+                   "the change flips, with their counts; exit 5 when one it closes was observed.")
+@click.option("--format", "traffic_format", default=None, metavar="FORMAT",
+              help="The format of every --traffic file (found from the content otherwise).")
+@default_option
+@json_option
+@output_options("identity")
+def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
+             apply_paths: tuple[str, ...], traffic: tuple[str, ...], traffic_format: str | None,
+             default: str | None, as_json: bool, output: str, by: str) -> None:
+    """Which connections a policy change opens or closes, before it is applied.
+
+    Compares the policy sets OLD and NEW over one inventory: every pod group, host endpoint and
+    outside address class as policy sees them, every protocol and port class some rule
+    distinguishes. Prints each change of verdict with the rule responsible, and what decided
+    before."""
+    old_paths, new_paths = split_against(args)
+    old, new, new_paths = diff_projects(old_paths, new_paths, apply_paths, (kubeconfig, kube_context, in_cluster))
+    if traffic:
+        from pyclassify.records import RecordError
+        from pyclassify.trafficdiff import print_diff, traffic_diff
+
+        try:
+            observed = traffic_diff(old.policy_set, new.policy_set, old.inventory, list(traffic), traffic_format, default)
+        except RecordError as e:
+            err.print(f"[red]error[/red]: {escape(e.describe('not built'))}")
+            fail(EXIT_INVALID)
+        if as_json:
+            emit_json(observed.to_json())
+        else:
+            print_diff(observed, out, escape, ascii_only())
+        if observed.totals[0] == 0 and any(f.problems for f in observed.files):
+            err.print("[red]error[/red]: no record could be read")
+            fail(EXIT_INVALID)
+        if any(c.closed for c in observed.changes):
+            fail(EXIT_CHANGED)
+        return
+    from pyclassify.diff import diff
+
+    result = diff(old.policy_set, new.policy_set, old.inventory, default,
+                  old_paths or [f"cluster {kubeconfig or 'in-cluster'}"], new_paths)
+    if output not in ("text", "json"):
+        from pyclassify.report.command import diff_output
+
+        diff_output(result, old, new, output, by, default)
+    elif as_json or output == "json":
+        emit_json(result.to_json())
+    else:
+        summary = result.to_json()["summary"]
+        changed = ", ".join(result.policies_changed[:5]) + (
+            f" and {len(result.policies_changed) - 5} more" if len(result.policies_changed) > 5 else "")
+        out.print(f"policies changed: {escape(changed) if changed else 'none'}", highlight=False)
+        for c in result.changes:
+            colour = "green" if c.opened else "red"
+            text = result.change_text(c)
+            if ascii_only():
+                text = text.replace("→", "->").replace("…", "...")
+            out.print(f"[{colour}]{'+' if c.opened else '-'}[/{colour}] {escape(text)}",
+                      highlight=False, soft_wrap=True)
+        for note in result.notes:
+            out.print(f"note: {escape(note)}", highlight=False)
+        out.print(f"{count(summary['changes'], 'change')} in reachability "
+                  f"({summary['opened']} opened, {summary['closed']} closed) over {count(summary['groups'], 'group')} "
+                  f"and {count(summary['flow_classes'], 'flow class')}", highlight=False)
+    if result.changes:
+        fail(EXIT_CHANGED)
