@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from pyclassify.cli.common import (
     EXIT_INVALID,
+    ascii_only,
     cluster_paths_argument,
     default_option,
     emit_json,
@@ -82,8 +83,6 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     --follow-symlinks is given.
     """
     if traffic:
-        from pyclassify.recordreplay import replay_command
-
         if pcaps or allowed_path or denied_path or per_flow:
             raise click.UsageError("--traffic judges flow records: give captures (--pcap, --allowed, --denied, "
                                    "--flows) in a run of their own")
@@ -95,8 +94,8 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
                 check_target("--out", out_path, follow_symlinks)
             except SymlinkRefused as e:
                 raise click.UsageError(str(e)) from None
-        replay_command(paths, (kubeconfig, kube_context, in_cluster), traffic, traffic_format, out_path, default,
-                       as_json, follow_symlinks=follow_symlinks)
+        _replay_records(paths, (kubeconfig, kube_context, in_cluster), traffic, traffic_format, out_path, default,
+                        as_json, follow_symlinks=follow_symlinks)
         return
     if not pcaps:
         raise click.UsageError("give what to replay: --pcap FILE (captures) or --traffic FILE (flow records)")
@@ -326,3 +325,47 @@ def _print_replay(summary: dict[str, Any]) -> None:
         out.print(f"[yellow]capture[/yellow]: {escape(problem)}")
     if s["interrupted"]:
         out.print("[yellow]interrupted[/yellow]: summary of the packets replayed so far")
+
+
+def _replay_records(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool], traffic: tuple[str, ...],
+                    format: str | None, out_path: str | None, default: str | None, as_json: bool,
+                    follow_symlinks: bool = False) -> None:
+    """``pyclassify replay PATH... --traffic FILE...``: exit 0, 1 when nothing could be read (or
+    a file cannot be opened, or is of another format than asked), 130 interrupted. ``--out`` is
+    written as replay writes it for captures (``pyclassify.output``): beside its name, put in
+    place when the run succeeds, an earlier file left as it was when it fails."""
+    from pyclassify.engine import NativeEngine
+    from pyclassify.output import OutputFile
+    from pyclassify.recordreplay import RecordReplay, print_summary
+    from pyclassify.records import RecordError
+
+    project = load_manifests(paths, kube)
+    engine = NativeEngine(project.policy_set, project.inventory)
+    try:
+        out_file = OutputFile("--out", out_path, binary=True, follow_symlinks=follow_symlinks) if out_path else None
+    except OSError as e:
+        err.print(f"[red]error[/red]: --out {escape(out_path or '')}: cannot open for writing: {escape(e.strerror or str(e))}")
+        sys.exit(EXIT_INVALID)
+    replay = RecordReplay(engine, default=default, out=None if out_file is None else out_file.file, format=format,
+                          out_name=out_path)
+    failure = None
+    try:
+        replay.run(list(traffic))
+    except RecordError as e:
+        failure = str(e)
+    finally:
+        if out_file is not None:
+            failure = out_file.finish(failure is None and not replay.unreadable) or failure
+    if failure is not None:
+        err.print(f"[red]error[/red]: {escape(failure)}")
+        sys.exit(EXIT_INVALID)
+    doc = replay.summary_json()
+    if as_json:
+        emit_json(doc)
+    else:
+        print_summary(doc, out, err, escape, symbol("→", "->") if not ascii_only() else "->", symbol("—", "-"))
+    if replay.summary.interrupted:
+        sys.exit(130)
+    if replay.unreadable:
+        err.print("[red]error[/red]: no record could be read")
+        sys.exit(EXIT_INVALID)
