@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from pyclassify.cli.render import render_command
 from pyclassify.engine import NativeEngine
 from pyclassify.project import load_project
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.render import Table, render_command, render_tables
+from pyclassify.render import Table, render_tables
 
 DEMO = str(Path(__file__).resolve().parent.parent / "examples" / "demo")
 OUTSIDE = ["203.0.113.7", "8.8.8.8", "192.168.1.10", "10.0.0.1"]

@@ -33,7 +33,7 @@ class LazyGroup(click.Group):
         "explain": "pyclassify.cli.explain:explain_cmd",
         "matrix": "pyclassify.cli.matrix:matrix_cmd",
         "monitor": "pyclassify.enforce.monitor:monitor_command",
-        "render": "pyclassify.render:render_command",
+        "render": "pyclassify.cli.render:render_command",
         "replay": "pyclassify.cli.replay:replay_cmd",
         "report": "pyclassify.report.command:report_command",
         "selector": "pyclassify.cli.selector:selector_cmd",
