@@ -37,7 +37,7 @@ class LazyGroup(click.Group):
         "replay": "pyclassify.cli.replay:replay_cmd",
         "report": "pyclassify.report.command:report_command",
         "selector": "pyclassify.cli.selector:selector_cmd",
-        "usage": "pyclassify.usage:usage_command",
+        "usage": "pyclassify.cli.usage:usage_command",
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
