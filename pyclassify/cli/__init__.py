@@ -35,7 +35,7 @@ class LazyGroup(click.Group):
         "monitor": "pyclassify.enforce.monitor:monitor_command",
         "render": "pyclassify.cli.render:render_command",
         "replay": "pyclassify.cli.replay:replay_cmd",
-        "report": "pyclassify.report.command:report_command",
+        "report": "pyclassify.cli.report:report_command",
         "selector": "pyclassify.cli.selector:selector_cmd",
         "usage": "pyclassify.cli.usage:usage_command",
     }

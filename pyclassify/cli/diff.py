@@ -166,7 +166,7 @@ def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, ku
     result = diff(old.policy_set, new.policy_set, old.inventory, default,
                   old_paths or [f"cluster {kubeconfig or 'in-cluster'}"], new_paths)
     if output not in ("text", "json"):
-        from pyclassify.report.command import diff_output
+        from pyclassify.cli.report import diff_output
 
         diff_output(result, old, new, output, by, default)
     elif as_json or output == "json":

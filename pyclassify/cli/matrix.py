@@ -60,7 +60,7 @@ def matrix_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
         raise click.UsageError("--engine reference judges one port between pods: drop --port any / --by / --output")
     project = load_manifests(paths, (kubeconfig, kube_context, in_cluster))
     if output not in ("text", "json") or by == "namespace":
-        from pyclassify.report.command import matrix_output
+        from pyclassify.cli.report import matrix_output
 
         matrix_output(project, paths, protocol, port, default, engine, namespaces, selector, by,
                       "json" if as_json else output)

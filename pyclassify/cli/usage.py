@@ -66,7 +66,7 @@ def usage_command(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bo
     elif output == "text":
         _print_usage(doc, out, escape)
     else:
-        from pyclassify.report.command import usage_output
+        from pyclassify.cli.report import usage_output
 
         usage_output(doc, output, paths or [f"cluster {kubeconfig or 'in-cluster'}"])
     if summary is not None and summary["records"] == 0 and summary["problems"]:

@@ -1,4 +1,5 @@
-"""``pyclassify report`` and the ``--output`` formats of ``matrix`` and ``diff``."""
+"""The ``report`` command (an HTML page from ``pyclassify.report``) and the ``--output`` formats
+of ``matrix``, ``diff`` and ``usage``."""
 
 from __future__ import annotations
 
