@@ -29,7 +29,7 @@ class LazyGroup(click.Group):
         "admit": "pyclassify.admission.commands:admit_command",
         "check": "pyclassify.cli.check:check_cmd",
         "diff": "pyclassify.cli.diff:diff_cmd",
-        "enforce": "pyclassify.enforce.commands:enforce_command",
+        "enforce": "pyclassify.cli.enforce:enforce_command",
         "explain": "pyclassify.cli.explain:explain_cmd",
         "matrix": "pyclassify.cli.matrix:matrix_cmd",
         "monitor": "pyclassify.enforce.monitor:monitor_command",

@@ -1,4 +1,5 @@
-"""``pyclassify enforce``: the click command (wired into pyclassify.cli by the lead)."""
+"""The ``enforce`` command: the daemon (``pyclassify.enforce``) started from its options, and
+``--uninstall``."""
 
 from __future__ import annotations
 
