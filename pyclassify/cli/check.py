@@ -20,9 +20,9 @@ from pyclassify.cli.common import (
     print_problems,
     problem_json,
     read_manifests,
-    symbol,
 )
 from pyclassify.counted import count
+from pyclassify.terminal import symbol
 
 
 @click.command("check", epilog="""\b

@@ -17,6 +17,7 @@ from rich.markup import escape
 from pyclassify.counted import count
 from pyclassify.selector import unencodable
 from pyclassify.source import printable
+from pyclassify.terminal import ascii_only
 
 if TYPE_CHECKING:
     from pyclassify.project import Project
@@ -29,23 +30,6 @@ EXIT_CHANGED = 5  # diff: reachability changes (for CI gates)
 
 out = Console(soft_wrap=True, highlight=False)
 err = Console(stderr=True, soft_wrap=True, highlight=False)
-
-
-def ascii_only(stream: Any = None) -> bool:
-    """Whether ``stream`` (stdout by default) cannot show the symbols the output uses (an
-    ASCII or Latin-1 locale, ``PYTHONIOENCODING=ascii``): the output falls back to ASCII."""
-    stream = sys.stdout if stream is None else stream
-    encoding = getattr(stream, "encoding", None) or "ascii"
-    try:
-        "✓✗—…→".encode(encoding)
-    except (UnicodeEncodeError, LookupError):
-        return True
-    return False
-
-
-def symbol(fancy: str, plain: str) -> str:
-    """``fancy`` where stdout can show it, ``plain`` (ASCII) where it cannot."""
-    return plain if ascii_only() else fancy
 
 
 def tolerate_narrow_encodings() -> None:

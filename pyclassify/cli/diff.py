@@ -11,7 +11,6 @@ from rich.markup import escape
 from pyclassify.cli.common import (
     EXIT_CHANGED,
     EXIT_INVALID,
-    ascii_only,
     default_option,
     emit_json,
     err,
@@ -24,6 +23,7 @@ from pyclassify.cli.common import (
 )
 from pyclassify.counted import count
 from pyclassify.source import printable
+from pyclassify.terminal import ascii_only
 
 if TYPE_CHECKING:
     from pyclassify.project import Project

@@ -21,9 +21,9 @@ from pyclassify.cli.common import (
     port_or_any,
     protocol_number,
     selector_option,
-    symbol,
 )
 from pyclassify.counted import count
+from pyclassify.terminal import symbol
 
 
 @click.command("matrix", epilog="""\b

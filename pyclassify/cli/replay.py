@@ -12,7 +12,6 @@ from rich.markup import escape
 
 from pyclassify.cli.common import (
     EXIT_INVALID,
-    ascii_only,
     cluster_paths_argument,
     default_option,
     emit_json,
@@ -22,9 +21,9 @@ from pyclassify.cli.common import (
     kube_options,
     load_manifests,
     out,
-    symbol,
 )
 from pyclassify.counted import count
+from pyclassify.terminal import ascii_only, symbol
 
 
 @click.command("replay", epilog="""\b

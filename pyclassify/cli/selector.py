@@ -8,9 +8,10 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from pyclassify.cli.common import EXIT_INVALID, EXIT_NO_MATCH, ascii_only, emit_json, err, fail, out, utf8_text
+from pyclassify.cli.common import EXIT_INVALID, EXIT_NO_MATCH, emit_json, err, fail, out, utf8_text
 from pyclassify.selector import Selector, SelectorError, excerpt, parse_labels
 from pyclassify.source import printable
+from pyclassify.terminal import ascii_only
 
 
 def _restrictions_json(sel: Selector) -> dict[str, Any]:

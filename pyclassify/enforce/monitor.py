@@ -54,7 +54,7 @@ def printable(text: str) -> str:
 
 
 def _arrow() -> str:
-    from pyclassify.cli.common import symbol
+    from pyclassify.terminal import symbol
 
     return symbol("→", "->")
 
