@@ -32,7 +32,7 @@ class LazyGroup(click.Group):
         "enforce": "pyclassify.cli.enforce:enforce_command",
         "explain": "pyclassify.cli.explain:explain_cmd",
         "matrix": "pyclassify.cli.matrix:matrix_cmd",
-        "monitor": "pyclassify.enforce.monitor:monitor_command",
+        "monitor": "pyclassify.cli.monitor:monitor_command",
         "render": "pyclassify.cli.render:render_command",
         "replay": "pyclassify.cli.replay:replay_cmd",
         "report": "pyclassify.cli.report:report_command",

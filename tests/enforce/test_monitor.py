@@ -14,9 +14,10 @@ from click.testing import CliRunner
 
 from pyclassify.batch import FLAG_HAS_PORTS, new_batch
 from pyclassify.cli import main
+from pyclassify.cli.monitor import monitor_command
 from pyclassify.enforce.daemon import EnforceConfig, Enforcer
 from pyclassify.enforce.log import FlowLog
-from pyclassify.enforce.monitor import follow_lines, monitor_command, parse_only, render, run_monitor
+from pyclassify.enforce.monitor import follow_lines, parse_only, render, run_monitor
 
 from . import manifests
 
