@@ -7,7 +7,8 @@ the same selector language, ordered policies, ordered first-match rules and expl
 - ``scans``: the scan-results file (image or digest -> status and last-scan time).
 - ``evaluate``: ``evaluate.evaluate()``, the decision for a resource and, per container, the policy and rule behind it.
 - ``webhook``: a Kubernetes validating admission webhook (AdmissionReview v1 over HTTPS).
-- ``commands``: the ``admit`` and ``admission-webhook`` CLI commands.
+
+The ``admit`` and ``admission-webhook`` commands are ``pyclassify.cli.admission``.
 
 Semantics (see ``evaluate`` for the details):
 

@@ -25,8 +25,8 @@ class LazyGroup(click.Group):
     """Commands whose modules load only when used, so `pyclassify --version` stays quick."""
 
     lazy: dict[str, str] = {
-        "admission-webhook": "pyclassify.admission.commands:admission_webhook_command",
-        "admit": "pyclassify.admission.commands:admit_command",
+        "admission-webhook": "pyclassify.cli.admission:admission_webhook_command",
+        "admit": "pyclassify.cli.admission:admit_command",
         "check": "pyclassify.cli.check:check_cmd",
         "diff": "pyclassify.cli.diff:diff_cmd",
         "enforce": "pyclassify.cli.enforce:enforce_command",

@@ -26,6 +26,7 @@ EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_NO_MATCH = 3
+EXIT_REJECTED = 4  # admit: a resource rejected
 EXIT_CHANGED = 5  # diff: reachability changes (for CI gates)
 
 out = Console(soft_wrap=True, highlight=False)

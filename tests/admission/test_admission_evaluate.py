@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from pyclassify.admission import evaluate as ev
-from pyclassify.admission.commands import admit_command
 from pyclassify.admission.evaluate import ResourceError, evaluate, resource_from_object
 from pyclassify.admission.policy import build_admission, load_admission
 from pyclassify.admission.scans import ScanResult, ScanResults, load_scans, normalize_image, scans_from_annotations
+from pyclassify.cli.admission import admit_command
 from pyclassify.loader import documents_of
 from pyclassify.source import Problems
 

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyclassify.admission.commands import admission_webhook_command
 from pyclassify.admission.webhook import AdmissionWebhook, parse_listen
+from pyclassify.cli.admission import admission_webhook_command
 from pyclassify.loader import load_paths
 from pyclassify.source import InvalidInput, Problems
 from tests.admission.certs import self_signed

@@ -147,7 +147,7 @@ def test_an_unreachable_cluster_keeps_the_last_good_policy(kube_cluster, tls, tm
 def test_the_command_needs_a_path_or_a_cluster(tls) -> None:  # noqa: F811
     from click.testing import CliRunner
 
-    from pyclassify.admission.commands import admission_webhook_command
+    from pyclassify.cli.admission import admission_webhook_command
 
     r = CliRunner().invoke(admission_webhook_command, ["--tls-cert", tls[0], "--tls-key", tls[1]])
     assert r.exit_code == 2 and "--kubeconfig" in r.output

@@ -1,4 +1,4 @@
-"""The ``admit`` and ``admission-webhook`` commands (added to the CLI by ``pyclassify.cli``).
+"""The ``admit`` and ``admission-webhook`` commands (``pyclassify.admission``).
 
 ``pyclassify admit PATH... --resource FILE``: exit 0 when every resource in FILE is admitted,
 4 when one is rejected, 1 on invalid input (policies, resources or scans; ``file:line: path:
@@ -10,34 +10,25 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import sys
-from typing import Any, NoReturn
+from typing import Any
 
 import click
-from rich.console import Console
 from rich.markup import escape
 
 from pyclassify.admission.evaluate import REASON_NO_POLICY, REASON_RULE, ResourceDecision, evaluate, resource_from_document
 from pyclassify.admission.policy import KIND, format_time, load_admission, parse_time
 from pyclassify.admission.scans import ScanResults, load_scans
+from pyclassify.cli.common import EXIT_INVALID, EXIT_OK, EXIT_REJECTED, err, fail, out
 from pyclassify.counted import count
 from pyclassify.kinds import schema
 from pyclassify.loader import load_paths
 from pyclassify.source import Problem, Problems
 
-EXIT_ADMITTED = 0
-EXIT_INVALID = 1
-EXIT_USAGE = 2
-EXIT_REJECTED = 4
-
-_out = Console(soft_wrap=True, highlight=False)
-_err = Console(stderr=True, soft_wrap=True, highlight=False)
-
 
 def _print_problems(problems: list[Problem]) -> None:
     for p in problems:
         color = "red" if p.severity == "error" else "yellow"
-        _err.print(f"[{color}]{p.severity}[/{color}]: {escape(str(p))}")
+        err.print(f"[{color}]{p.severity}[/{color}]: {escape(str(p))}")
 
 
 def _parse_now(value: str | None) -> dt.datetime | None:
@@ -83,29 +74,25 @@ def run_admit(
 def _print_decision(d: ResourceDecision) -> None:
     r = d.resource
     verdict = "[green]ADMITTED[/green]" if d.allowed else "[red]REJECTED[/red]"
-    _out.print(f"{escape(r.kind)} {escape(r.namespace)}/{escape(r.name)}: {verdict}")
+    out.print(f"{escape(r.kind)} {escape(r.namespace)}/{escape(r.name)}: {verdict}")
     if d.selected:
-        _out.print(f"  selected by: {escape(', '.join(d.selected))}")
+        out.print(f"  selected by: {escape(', '.join(d.selected))}")
     else:
-        _out.print(f"  no {KIND} selects this resource: every image is admitted")
+        out.print(f"  no {KIND} selects this resource: every image is admitted")
     for c in d.containers:
         mark = "[green]admit [/green]" if c.allowed else "[red]reject[/red]"
         cont = c.container
         head = f"  {mark} {cont.type} {escape(cont.name)} ({escape(cont.image)})"
         if c.reason == REASON_RULE:
-            _out.print(f"{head}: {escape(c.policy or '')} rule {c.rule}: {escape(c.rule_text or '')}")
+            out.print(f"{head}: {escape(c.policy or '')} rule {c.rule}: {escape(c.rule_text or '')}")
             scan = c.scan_status + (f", last scan {format_time(c.last_scan)}" if c.last_scan else "")
-            _out.print(f"         because {escape(c.why)} (scan: {escape(scan)})")
+            out.print(f"         because {escape(c.why)} (scan: {escape(scan)})")
         elif c.reason == REASON_NO_POLICY:
-            _out.print(f"{head}: no policy selects the resource")
+            out.print(f"{head}: no policy selects the resource")
         else:
-            _out.print(f"{head}: no rule of the selecting policies matches (admitted)")
+            out.print(f"{head}: no rule of the selecting policies matches (admitted)")
     for w in d.warnings:
-        _out.print(f"  [yellow]warning[/yellow]: {escape(w)}")
-
-
-def _exit(code: int) -> NoReturn:
-    sys.exit(code)
+        out.print(f"  [yellow]warning[/yellow]: {escape(w)}")
 
 
 @click.command("admit", epilog="""\b
@@ -136,7 +123,7 @@ def admit_command(paths: tuple[str, ...], resource_path: str, scan_paths: tuple[
             click.echo(json.dumps({"valid": False, "errors": [str(p) for p in problems.errors],
                                    "warnings": [str(p) for p in problems.warnings]}, indent=2))
         _print_problems(list(problems))
-        _exit(EXIT_INVALID)
+        fail(EXIT_INVALID)
     if as_json:
         allowed = all(d.allowed for d in decisions)
         result: dict[str, Any] = {
@@ -150,7 +137,7 @@ def admit_command(paths: tuple[str, ...], resource_path: str, scan_paths: tuple[
         _print_problems(problems.warnings)
         for d in decisions:
             _print_decision(d)
-    _exit(EXIT_ADMITTED if all(d.allowed for d in decisions) else EXIT_REJECTED)
+    fail(EXIT_OK if all(d.allowed for d in decisions) else EXIT_REJECTED)
 
 
 @click.command("admission-webhook", epilog="""\b
@@ -224,17 +211,17 @@ def admission_webhook_command(paths: tuple[str, ...], kubeconfig: str | None, ku
                                    max_connections=max_connections, request_timeout=request_timeout)
     except InvalidInput as e:
         _print_problems(e.problems)
-        _exit(EXIT_INVALID)
+        fail(EXIT_INVALID)
     except (OSError, ValueError) as e:  # ssl.SSLError is an OSError: a bad certificate or key, a busy port
-        _err.print(f"[red]error[/red]: {escape(str(e))}")
-        _exit(EXIT_INVALID)
+        err.print(f"[red]error[/red]: {escape(str(e))}")
+        fail(EXIT_INVALID)
     except Exception as e:  # noqa: BLE001 - the cluster cannot be read at the start: nothing to decide with
         if cluster is None:
             raise
-        _err.print(f"[red]error[/red]: cannot read the cluster: {escape(str(e))}")
-        _exit(EXIT_INVALID)
+        err.print(f"[red]error[/red]: cannot read the cluster: {escape(str(e))}")
+        fail(EXIT_INVALID)
     host, port = webhook.address
-    _err.print(f"admission webhook on https://{host}:{port}/validate: "
+    err.print(f"admission webhook on https://{host}:{port}/validate: "
                f"{count(len(webhook.snapshot.admission.policies), 'policy')}, failure policy {failure_policy}")
     try:
         webhook.serve_forever()
