@@ -10,8 +10,8 @@ import logging
 from typing import Any
 
 from pyclassify.kube.client import ApiException, KubeClient
-from pyclassify.kube.resources import RESOURCES, Resource
-from pyclassify.kube.source import _clean, document
+from pyclassify.kube.resources import RESOURCES, Resource, listed_object
+from pyclassify.kube.source import document
 from pyclassify.source import Document
 
 log = logging.getLogger("pyclassify.kube")
@@ -46,7 +46,7 @@ class ClusterAdmissionInput:
                     continue
                 raise
             for obj in items:
-                obj = _clean(obj, res)
+                obj = listed_object(obj, res)
                 md = obj.get("metadata") or {}
                 marks.append((res.kind, str(md.get("uid") or ""), str(md.get("resourceVersion") or "")))
                 docs.append(document(obj))

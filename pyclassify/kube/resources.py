@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -58,3 +59,14 @@ RESOURCES: tuple[Resource, ...] = (
     Resource(_CALICO, "v1", "networksets", "NetworkSet", True),
     Resource(_CALICO, "v1", "hostendpoints", "HostEndpoint", False),
 )
+
+
+def listed_object(obj: dict[str, Any], res: Resource) -> dict[str, Any]:
+    """An item of a list of ``res`` as a whole object: list items come without apiVersion and
+    kind; managedFields are of no use here."""
+    obj["apiVersion"] = res.api_version
+    obj["kind"] = res.kind
+    md = obj.get("metadata")
+    if isinstance(md, dict):
+        md.pop("managedFields", None)
+    return obj

@@ -9,8 +9,8 @@ import logging
 from typing import Iterator
 
 from pyclassify.kube.client import ApiException, KubeClient, load_client
-from pyclassify.kube.resources import RESOURCES, Resource
-from pyclassify.kube.source import _clean, document
+from pyclassify.kube.resources import RESOURCES, Resource, listed_object
+from pyclassify.kube.source import document
 from pyclassify.loader import iter_paths
 from pyclassify.project import Project, build_project
 from pyclassify.source import Document, Problems
@@ -33,7 +33,7 @@ def cluster_documents(client: KubeClient, resources: tuple[Resource, ...] = RESO
                 continue
             raise
         for obj in items:
-            yield document(_clean(obj, res))
+            yield document(listed_object(obj, res))
 
 
 def load_cluster_project(paths: list[str], kubeconfig: str | None, context: str | None,

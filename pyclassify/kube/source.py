@@ -35,7 +35,7 @@ import orjson
 from pyclassify import kinds
 from pyclassify.engine import NativeEngine
 from pyclassify.kube.client import ApiException, Gone, KubeClient
-from pyclassify.kube.resources import RESOURCES, Resource
+from pyclassify.kube.resources import RESOURCES, Resource, listed_object
 from pyclassify.budget import OverBudget
 from pyclassify.live import LiveProject, UnsupportedChange
 from pyclassify.project import ObjectKey, Project, build_project, object_key
@@ -59,16 +59,6 @@ def locator(obj: dict[str, Any]) -> str:
 
 def document(obj: dict[str, Any]) -> Document:
     return Document(obj, locator(obj), 0)
-
-
-def _clean(obj: dict[str, Any], res: Resource) -> dict[str, Any]:
-    """List items come without apiVersion and kind; managedFields are of no use here."""
-    obj["apiVersion"] = res.api_version
-    obj["kind"] = res.kind
-    md = obj.get("metadata")
-    if isinstance(md, dict):
-        md.pop("managedFields", None)
-    return obj
 
 
 def _rv(obj: dict[str, Any]) -> str:
@@ -184,7 +174,7 @@ class KubeSource:
                 continue
             with self._lock:
                 for obj in items:
-                    self._apply(_clean(obj, res), deleted=False)
+                    self._apply(listed_object(obj, res), deleted=False)
                 self._versions[res] = version
                 self._served.append(res)
                 self.skipped.remove(f"{res.api_version} {res.kind}")
@@ -204,7 +194,7 @@ class KubeSource:
                         self._served.append(res)
                     self._versions[res] = version
                     for obj in items:
-                        obj = _clean(obj, res)
+                        obj = listed_object(obj, res)
                         doc = document(obj)
                         key = object_key(doc)
                         stored[key] = orjson.dumps(obj)
@@ -294,7 +284,7 @@ class KubeSource:
         if type_ not in ("ADDED", "MODIFIED", "DELETED"):
             return
         t0 = time.monotonic()
-        obj = _clean(obj, res)
+        obj = listed_object(obj, res)
         with self._lock:
             self.events_by_kind[res.kind] += 1
             self._apply(obj, deleted=type_ == "DELETED")
@@ -312,7 +302,7 @@ class KubeSource:
             self.metrics["relists"] += 1
             listed: set[ObjectKey] = set()
             for obj in items:
-                obj = _clean(obj, res)
+                obj = listed_object(obj, res)
                 key = object_key(document(obj))
                 listed.add(key)
                 if key not in self.objects or self._rvs.get(key) != _rv(obj):
