@@ -104,7 +104,7 @@ def matrix_output(project: Any, paths: Sequence[str], protocol: int, port: Any, 
                         "matrix": table.allowed.tolist()})
     elif output == "text":
         for i, name in enumerate(table.names):
-            cells = "  ".join(f"{table.names[j]} {formats._cell(table, i, j, True)}" for j in range(len(table.names)))
+            cells = "  ".join(f"{table.names[j]} {formats.cell_text(table, i, j, True)}" for j in range(len(table.names)))
             click.echo(f"{name} -> {cells}")
         click.echo(f"{int(table.allowed.sum())} of {int(table.pairs.sum())} pod pairs allowed ({table.flow})")
     else:

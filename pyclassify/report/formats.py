@@ -43,7 +43,7 @@ class Table:
         return self.no_flow is not None and bool(self.no_flow[i, j])
 
 
-def _cell(table: Table, i: int, j: int, plain: bool) -> str:
+def cell_text(table: Table, i: int, j: int, plain: bool) -> str:
     a, p = int(table.allowed[i, j]), int(table.pairs[i, j])
     if table.by != "namespace":
         if table.flowless(i, j):
@@ -60,7 +60,7 @@ def table_csv(table: Table) -> str:
     w.writerow(["from \\ to", *table.names])
     for i, name in enumerate(table.names):
         if table.by == "namespace":
-            w.writerow([name, *(_cell(table, i, j, True) for j in range(len(table.names)))])
+            w.writerow([name, *(cell_text(table, i, j, True) for j in range(len(table.names)))])
         else:
             w.writerow([name, *("" if table.flowless(i, j) else "true" if a else "false"
                                 for j, a in enumerate(table.allowed[i]))])
@@ -76,7 +76,7 @@ def table_md(table: Table) -> str:
     lines = [head, "", "| from \\ to | " + " | ".join(_md(n) for n in table.names) + " |",
              "| --- |" + " :-: |" * len(table.names)]
     for i, name in enumerate(table.names):
-        lines.append(f"| {_md(name)} | " + " | ".join(_cell(table, i, j, False) for j in range(len(table.names))) + " |")
+        lines.append(f"| {_md(name)} | " + " | ".join(cell_text(table, i, j, False) for j in range(len(table.names))) + " |")
     return "\n".join(lines) + "\n"
 
 
