@@ -85,7 +85,7 @@ def normalize_anp(doc: Document, problems: Problems) -> list[Policy]:
         problems.error(doc, ("spec", "priority"), "Required value")
     elif not common.is_int(priority) or not 0 <= priority <= MAX_PRIORITY:
         problems.error(doc, ("spec", "priority"), f"Invalid value: {priority!r}: must be an integer between 0 and {MAX_PRIORITY}")
-    return _build(doc, problems, spec, ANP, TIER_KUBE_ADMIN, priority, before)
+    return build_policies(doc, problems, spec, ANP, TIER_KUBE_ADMIN, priority, before)
 
 
 def normalize_banp(doc: Document, problems: Problems) -> list[Policy]:
@@ -96,7 +96,7 @@ def normalize_banp(doc: Document, problems: Problems) -> list[Policy]:
     if spec is None:
         return []
     common.check_keys(doc, problems, ("spec",), spec, {"subject", "ingress", "egress"})
-    return _build(doc, problems, spec, BANP, TIER_KUBE_BASELINE, None, before)
+    return build_policies(doc, problems, spec, BANP, TIER_KUBE_BASELINE, None, before)
 
 
 def _spec(doc: Document, problems: Problems) -> dict | None:
@@ -108,8 +108,10 @@ def _spec(doc: Document, problems: Problems) -> dict | None:
     return common.expect_dict(doc, problems, ("spec",), doc.obj["spec"])
 
 
-def _build(doc: Document, problems: Problems, spec: dict, flavor: Flavor, tier: str,
-           order: Any, before: int) -> list[Policy]:
+def build_policies(doc: Document, problems: Problems, spec: dict, flavor: Flavor, tier: str,
+                   order: Any, before: int) -> list[Policy]:
+    """The policies of one admin policy of ``flavor`` (AdminNetworkPolicy, its baseline, or a
+    ClusterNetworkPolicy) in ``tier``, or none when its spec has errors."""
     subject = read_subject(doc, problems, ("spec", "subject"), spec.get("subject"))
     ingress = read_rules(doc, problems, spec, Direction.INGRESS, flavor)
     egress = read_rules(doc, problems, spec, Direction.EGRESS, flavor)
@@ -275,14 +277,14 @@ def read_peer(doc: Document, problems: Problems, path: FieldPath, raw: Any, dire
     return EntityMatch(domains=tuple(items))  # the addresses DNS answers taught for them
 
 
-def _is_namespace_set(value: Any) -> bool:
+def is_namespace_set(value: Any) -> bool:
     """The KEP shape ({namespaceSelector|related|sameLabels|notSameLabels}) rather than a
     LabelSelector."""
     return isinstance(value, dict) and bool(set(value) & _NAMESPACE_SET_KEYS)
 
 
 def _namespaces_peer(doc: Document, problems: Problems, path: FieldPath, value: Any) -> EntityMatch | None:
-    if _is_namespace_set(value):
+    if is_namespace_set(value):
         return _namespace_set(doc, problems, path, value, EntityMatch(endpoint_kinds=PODS))
     sel = common.label_selector(doc, problems, path, value)
     return None if sel is None else EntityMatch(endpoint_kinds=PODS, namespace_selector=sel)
@@ -297,7 +299,7 @@ def _pods_peer(doc: Document, problems: Problems, path: FieldPath, value: Any) -
         pod = _required_selector(doc, problems, path, value, "podSelector")
         ns = value["namespaces"]
         base = EntityMatch(selector=pod, endpoint_kinds=PODS)
-        if _is_namespace_set(ns):
+        if is_namespace_set(ns):
             peer = _namespace_set(doc, problems, path + ("namespaces",), ns, base)
         else:
             sel = common.label_selector(doc, problems, path + ("namespaces",), ns)

@@ -63,7 +63,7 @@ def normalize_cnp(doc: Document, problems: Problems) -> list[Policy]:
         problems.error(doc, ("spec", "priority"), f"Invalid value: {priority!r}: must be an integer between 0 and {anp.MAX_PRIORITY}")
     if tier is None:
         tier = TIER_KUBE_ADMIN  # only to go on collecting errors; the policy is dropped
-    return anp._build(doc, problems, spec, CNP, tier, priority, before)
+    return anp.build_policies(doc, problems, spec, CNP, tier, priority, before)
 
 
 def read_protocols(doc: Document, problems: Problems, path: FieldPath, raw: Any) -> tuple[PortMatch, ...] | None:
@@ -142,7 +142,7 @@ def read_cnp_peer(doc: Document, problems: Problems, path: FieldPath, raw: Any, 
     if isinstance(raw, dict) and raw and not (set(raw) & known):
         problems.warning(doc, path, f"unknown peer type {sorted(raw)}: fails closed (Accept matches nothing, Deny/Pass deny)")
         return EntityMatch(unresolvable=f"unknown peer type {', '.join(sorted(raw))}")
-    if isinstance(raw, dict) and "namespaces" in raw and anp._is_namespace_set(raw["namespaces"]):
+    if isinstance(raw, dict) and "namespaces" in raw and anp.is_namespace_set(raw["namespaces"]):
         problems.error(doc, path + ("namespaces",), "must be a label selector (matchLabels / matchExpressions)")
         return None
     if isinstance(raw, dict) and isinstance(raw.get("pods"), dict) and "namespaces" in raw["pods"]:
