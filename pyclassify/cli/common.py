@@ -219,3 +219,83 @@ def selector_option(ctx: Any, param: Any, value: str | None) -> Any:
         return Selector.parse(value)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
+
+
+# --- two sets of manifests over one inventory: diff and report --------------------------------
+
+def _inventory_difference(a: Any, b: Any) -> str | None:
+    """Where two inventories differ (the first difference found), or None."""
+    def eps(inv: Any) -> dict[str, Any]:
+        return {f"{e.kind.value} {e.ref}": e for e in inv.endpoints}
+    ea, eb = eps(a), eps(b)
+    for ref in sorted(set(ea) ^ set(eb)):
+        return f"{ref} is only in {'OLD' if ref in ea else 'NEW'}"
+    for ref in sorted(ea):
+        if ea[ref] != eb[ref]:
+            return f"{ref} differs (labels, addresses or ports)"
+    for name, x, y in (("namespaces", a.namespaces, b.namespaces), ("services", a.services, b.services),
+                       ("nodes", a.nodes, b.nodes), ("service accounts", a.service_accounts, b.service_accounts)):
+        if x != y:
+            return f"their {name} differ"
+    if sorted(map(repr, a.network_sets)) != sorted(map(repr, b.network_sets)):
+        return "their network sets differ"
+    return None
+
+
+def split_against(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """The OLD and NEW paths of ``OLD... --against NEW...`` (``diff``, ``report``)."""
+    old: list[str] = []
+    new: list[str] = []
+    target = old
+    seen = False
+    for arg in args:
+        if arg == "--against":
+            if seen:
+                raise click.UsageError("--against is given twice: put every NEW path after one --against")
+            target, seen = new, True
+        elif arg.startswith("--against="):
+            if seen:
+                raise click.UsageError("--against is given twice: put every NEW path after one --against")
+            seen = True
+            new.append(arg.split("=", 1)[1])
+            target = new
+        elif arg.startswith("-") and arg != "-":
+            raise click.UsageError(f"no such option: {printable(arg)}")
+        else:
+            target.append(arg)
+    if seen and not new:
+        raise click.UsageError("--against needs the new policy set: OLD... --against NEW...")
+    return old, new
+
+
+def diff_projects(old_paths: list[str], new_paths: list[str], apply_paths: tuple[str, ...],
+                   kube: tuple[str | None, str | None, bool]) -> tuple["Project", "Project", list[str]]:
+    """OLD and NEW of a change over one inventory (``diff``, ``report --against/--apply``), and
+    the paths NEW is named by."""
+    if bool(new_paths) == bool(apply_paths):
+        raise click.UsageError("give the new policy: --against NEW... (a whole policy set) or --apply FILE "
+                               "(objects applied to OLD), one of them")
+    old = load_manifests(tuple(old_paths), kube)
+    if apply_paths:
+        change = load_manifests(apply_paths)
+        if change.has_inventory():
+            err.print("[red]error[/red]: --apply takes policy objects (NetworkPolicy, AdminNetworkPolicy, "
+                      "Calico policies, tiers, profiles); the files hold pods, namespaces or other "
+                      "inventory: use --against with the whole new state")
+            fail(EXIT_INVALID)
+        new = old.applied(change)
+        new_paths = [f"{', '.join(old_paths) or 'the cluster'} with {', '.join(apply_paths)} applied"]
+    else:
+        new = load_manifests(tuple(new_paths))
+    if not new.has_inventory():
+        new = new.over(old.inventory)
+    elif not old.has_inventory():
+        old = old.over(new.inventory)
+    else:
+        problem = _inventory_difference(old.inventory, new.inventory)
+        if problem is not None:
+            err.print(f"[red]error[/red]: OLD and NEW have different inventories: {escape(problem)}. "
+                      "diff compares policy over one inventory: give it on one side only, or the same on both.")
+            fail(EXIT_INVALID)
+        new = new.over(old.inventory)
+    return old, new, new_paths

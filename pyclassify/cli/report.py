@@ -14,6 +14,7 @@ from pyclassify import reachability as reach
 from pyclassify.cli.common import (
     EXIT_INVALID,
     default_option,
+    diff_projects,
     emit_json,
     err,
     fail,
@@ -22,8 +23,8 @@ from pyclassify.cli.common import (
     port_or_any,
     protocol_number,
     selector_option,
+    split_against,
 )
-from pyclassify.cli.diff import diff_projects, split_against
 from pyclassify.kinds.common import protocol_name
 from pyclassify.report import formats
 from pyclassify.report.grid import Grid, build
