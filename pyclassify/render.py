@@ -16,14 +16,17 @@ from dataclasses import dataclass, field
 from collections.abc import Iterator
 from typing import Any
 
-import click
-
 from pyclassify.engine import NativeEngine
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import Direction
 from pyclassify.kinds.common import protocol_name
 from pyclassify.project import Project, load_project
 from pyclassify.source import shown
+
+
+class NoSuchEndpoint(LookupError):
+    """The endpoint to render is not in the project."""
+
 
 @dataclass
 class Tuple6:
@@ -114,7 +117,7 @@ def render_lines(paths: tuple[str, ...], endpoint_ref: str, as_json: bool,
     project = project if project is not None else load_project(list(paths))
     endpoint = project.find_endpoint(endpoint_ref)
     if endpoint is None:
-        raise click.BadParameter(f"no endpoint {shown(endpoint_ref)} in the manifests", param_hint="--endpoint")
+        raise NoSuchEndpoint(f"no endpoint {shown(endpoint_ref)} in the manifests")
     tables = iter_tables(project, endpoint)
     if as_json:
         # as json.dumps(..., indent=2) prints the whole document, a table at a time (the pieces

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from pyclassify.cli.common import cluster_paths_argument, kube_options, load_manifests, utf8_text
-from pyclassify.render import render_lines
+from pyclassify.render import NoSuchEndpoint, render_lines
 
 
 @click.command("render", epilog="""\b
@@ -28,7 +28,10 @@ def render_command(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: b
     the input; invalid manifests print every error and exit 1."""
     project = load_manifests(paths, (kubeconfig, kube_context, in_cluster))
     lines = render_lines(paths, endpoint, as_json, project)
-    first = next(lines)  # a missing endpoint is said before anything is printed
+    try:
+        first = next(lines)  # a missing endpoint is said before anything is printed
+    except NoSuchEndpoint as e:
+        raise click.BadParameter(str(e), param_hint="--endpoint") from None
     click.echo(first, nl=False)
     for line in lines:
         click.echo("" if as_json else "\n", nl=False)
