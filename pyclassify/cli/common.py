@@ -95,7 +95,6 @@ MEMORY_BUDGET = "pyclassify.memory_budget"
 
 # --- options ---------------------------------------------------------------------------------
 
-paths_argument = click.argument("paths", nargs=-1, required=True, type=click.Path(allow_dash=True))
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
