@@ -12,6 +12,9 @@ everything outside the entry are not counted.
   pairs of the seeded 1,000-pod, 100-policy workload, in ``gate_decisions``;
 - ``manifest``: the manifest reader over the bundled ``examples/demo/*.yaml``, 20 times over, in
   ``gate_manifest``;
+- ``replay``: replay's inner loop (``judge_lanes`` with one lane and its connection tracker, as
+  ``replay`` calls it per batch) over 4,000 of that workload's flows as TCP connections, 28,000
+  packets, in ``gate_replay``;
 - ``decode``: the capture reader and packet decoder (Cython, ``Reader._parse``) over the bundled
   ``pcaps/*.pcap`` and a generated capture of 4,096 TCP packets, plain and inside VXLAN.
 
@@ -60,6 +63,7 @@ WORKLOADS = {
         Workload("classifier", "instruction_workloads::gate_classifier", True),
         Workload("decisions", "instruction_workloads::gate_decisions", True),
         Workload("manifest", "instruction_workloads::gate_manifest", True),
+        Workload("replay", "instruction_workloads::gate_replay", True),
         Workload("decode", "*Reader__parse", False),
     )
 }
