@@ -26,7 +26,6 @@ the same field by that code (``Problems.refuse``).
 from __future__ import annotations
 
 import datetime
-import difflib
 import json
 from functools import lru_cache
 from importlib import resources
@@ -34,6 +33,7 @@ from typing import Any, Iterable
 
 from pyclassify._engine import SchemaChecker
 from pyclassify.source import Document, FieldPath, Problems, document_key, format_path, shown
+from pyclassify.spelling import suggestion
 
 SCHEMA_FILES = ("kubernetes.json", "network-policy-api.json", "calico.json", "containersecurity.json")
 
@@ -130,25 +130,6 @@ class Schemas:
 def schemas() -> Schemas:
     folder = resources.files("pyclassify") / "schemas"
     return Schemas(json.loads((folder / name).read_bytes()) for name in SCHEMA_FILES)
-
-
-def suggestion(key: Any, known: Iterable[str]) -> str | None:
-    """The known field ``key`` is most likely a mistake for: the same but for case, one edit
-    away, or close by ``difflib``'s measure; None when nothing is close."""
-    if not isinstance(key, str):
-        return None
-    from pyclassify.kinds.versions import one_edit
-
-    known = sorted(known)
-    lower = key.lower()
-    for name in known:
-        if name.lower() == lower:
-            return name
-    for name in known:
-        if len(name) >= 3 and one_edit(key, name):
-            return name
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
-    return close[0] if close else None
 
 
 def _unknown(key: Any, node: Node) -> str:

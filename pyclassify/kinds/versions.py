@@ -11,6 +11,7 @@ from functools import lru_cache
 
 from pyclassify.kinds import INVENTORY_KINDS, POLICY_KINDS, api_group
 from pyclassify.kinds.schema import schema_versions
+from pyclassify.spelling import one_edit
 
 _ADMISSION = ("containersecurity.tigera.io", "ContainerAdmissionPolicy")
 
@@ -19,20 +20,6 @@ _ADMISSION = ("containersecurity.tigera.io", "ContainerAdmissionPolicy")
 def _known() -> tuple[frozenset[tuple[str, str]], frozenset[str]]:
     pairs = frozenset(POLICY_KINDS) | INVENTORY_KINDS | {_ADMISSION}
     return pairs, frozenset(kind for _, kind in pairs)
-
-
-def one_edit(a: str, b: str) -> bool:
-    """Whether ``a`` becomes ``b`` by one insertion, deletion, substitution or swap of two
-    neighbouring characters."""
-    if a == b or abs(len(a) - len(b)) > 1:
-        return False
-    if len(a) == len(b):
-        diff = [i for i in range(len(a)) if a[i] != b[i]]
-        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
-                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
-    short, long = (a, b) if len(a) < len(b) else (b, a)
-    i = next((i for i in range(len(short)) if short[i] != long[i]), len(short))
-    return short[i:] == long[i + 1:]
 
 
 def near_kind(kind: str) -> str | None:
