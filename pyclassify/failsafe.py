@@ -1,4 +1,4 @@
-"""Failsafe ports of host endpoints, as Calico keeps them (docs/design.md §3: ``deny`` for Calico
+"""Failsafe ports of host endpoints, as Calico keeps them (docs/architecture.md §3: ``deny`` for Calico
 HostEndpoints "apart from their failsafe ports").
 
 Calico keeps a few ports of every host endpoint open whatever the policy says, so that a wrong

@@ -1,4 +1,4 @@
-"""The tiered rule IR (docs/design.md §3): every policy kind normalizes into these types.
+"""The tiered rule IR (docs/architecture.md §3): every policy kind normalizes into these types.
 
 The IR is plain, frozen, typed data. Normalizers (one per kind, in ``pyclassify.kinds``) build
 it; the reference evaluator (``pyclassify.reference``) interprets it per flow; the native
@@ -25,7 +25,7 @@ PROTO_ICMPV6 = 58
 PROTO_SCTP = 132
 PROTO_UDPLITE = 136
 
-# Tier orders from docs/design.md §3.
+# Tier orders from docs/architecture.md §3.
 TIER_KUBE_ADMIN = "kube-admin"
 TIER_DEFAULT = "default"
 TIER_KUBE_BASELINE = "kube-baseline"

@@ -1,4 +1,4 @@
-"""The reference evaluator: is one flow allowed by a PolicySet, and why (docs/design.md §3).
+"""The reference evaluator: is one flow allowed by a PolicySet, and why (docs/architecture.md §3).
 
 Pure Python over the IR and the inventory, one flow at a time, no compilation: it is the
 oracle the native engine is tested against, so every step is written out plainly.

@@ -15,7 +15,8 @@ python="${PYTHON:-python3}"
 BUILD_VERSION=1.6.1  # the `build` frontend, pinned like every other dependency
 
 # The test modules run against the installed package: they use the command, the package's public
-# modules and both extensions, and read only examples/, pcaps/ and the README (copied beside them).
+# modules and both extensions, and read only examples/, pcaps/, the README and docs/commands.md
+# (copied beside them).
 TESTS=(
     tests/conftest.py
     tests/shared_data.py
@@ -127,7 +128,7 @@ bash "$repo/scripts/demo.sh" --installed
 
 echo "== pytest against the installed package: ${TESTS[*]} (copied to $work/suite)"
 mkdir "$work/suite"
-(cd "$repo" && cp -r --parents "${TESTS[@]}" examples pcaps README.md "$work/suite/")
+(cd "$repo" && cp -r --parents "${TESTS[@]}" examples pcaps README.md docs/commands.md "$work/suite/")
 cat >"$work/suite/conftest.py" <<EOF
 """Fails the run if any pyclassify module comes from anywhere but the fresh virtualenv."""
 import sys

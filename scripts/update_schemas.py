@@ -153,7 +153,7 @@ CALICO_KINDS: dict[str, str] = {  # kind -> CRD plural
 CALICO_VERSIONS = ("projectcalico.org/v3", "crd.projectcalico.org/v1")
 _PROFILE_SPEC_SOURCE = "pkg/openapi/openapi_generated.go"
 
-# Written from Calico Cloud's ContainerAdmissionPolicy reference (shared/seeds/002): no CRD or
+# Written from Calico Cloud's ContainerAdmissionPolicy reference documentation: no CRD or
 # OpenAPI document of this kind is published.
 _STRING_MATCH = {"type": "object", "properties": {"operator": {"type": "string"},
                                                   "values": {"type": "array", "items": {"type": "string"}}}}

@@ -222,9 +222,9 @@ def test_explain_reports_the_staged_verdict_without_changing_the_real_one():
 # --- messages ------------------------------------------------------------------------------------
 
 def test_help_lists_every_exit_code():
-    """Every exit code the README's table lists is in ``pyclassify --help``."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    table = readme.split("### Exit codes", 1)[1].split("\n\n", 2)[1]
+    """Every exit code the command guide's table lists is in ``pyclassify --help``."""
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "commands.md").read_text()
+    table = guide.split("## Exit codes", 1)[1].split("\n\n", 2)[1]
     codes = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert {"0", "1", "2", "5", "6", "7", "130"} <= set(codes)
     r = run("--help")

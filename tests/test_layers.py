@@ -64,14 +64,15 @@ def test_name_patterns_have_one_home() -> None:
     assert holders == ["names.py"], holders
 
 
-README = PACKAGE.parent / "README.md"
+GUIDE = PACKAGE.parent / "docs" / "contributing.md"
 
 
-@pytest.mark.skipif(not README.is_file(), reason="README.md is not beside the package (installed copy)")
-def test_the_readme_layout_table_names_the_tree() -> None:
+@pytest.mark.skipif(not GUIDE.is_file(), reason="docs/ is not beside the package (installed copy)")
+def test_the_layout_table_names_the_tree() -> None:
     """Every module of the package, every source of native/, every subpackage and every top-level
-    directory is named in the README's layout table, and everything the table names exists."""
-    text = README.read_text()
+    directory is named in the layout table of docs/contributing.md, and everything the table names
+    exists."""
+    text = GUIDE.read_text()
     layout = text[text.index("## Layout") : text.index("## Iterating")]
     root = PACKAGE.parent
     wanted = [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
@@ -83,11 +84,11 @@ def test_the_readme_layout_table_names_the_tree() -> None:
         tops = {line.split("/", 1)[0] for line in tracked.stdout.splitlines() if "/" in line}
         wanted += [f"{d}/" for d in sorted(tops) if d not in (".ci",)] + [".ci/run"]
     missing = [w for w in wanted if w not in layout]
-    assert not missing, f"the README's layout table does not name {missing}"
+    assert not missing, f"the layout table of docs/contributing.md does not name {missing}"
     if tracked.returncode == 0:
         files = tracked.stdout.splitlines()
         for name in re.findall(r"`([\w./-]+\.(?:py|pyi|pyx|pxi|rs))`", layout):
             base = name.rsplit("/", 1)[-1]
             assert any(f == base or f.endswith("/" + base) for f in files), (
-                f"the README's layout table names {name}, which is not in the tree"
+                f"the layout table of docs/contributing.md names {name}, which is not in the tree"
             )

@@ -83,7 +83,7 @@ def test_find_endpoint(demo):
     ],
 )
 def test_demo_flows(demo, src, dst, port, verdict, deciding):
-    """The stories the README tells about the demo hold (ingress side decides each of them)."""
+    """The stories the docs tell about the demo hold (ingress side decides each of them)."""
     from pyclassify.reference import Flow, FlowEnd, evaluate
 
     def end(ref: str) -> FlowEnd:

@@ -81,7 +81,7 @@ HTTP_CONNECTIONS = 65536
 #: which ``/healthz`` fails: the liveness probe's restart is safe (the rules are adopted).
 RESYNC_FAILURES_UNHEALTHY = 3
 
-#: Exit codes of ``enforce`` beyond 1 (invalid input) and 2 (usage), as the README lists them.
+#: Exit codes of ``enforce`` beyond 1 (invalid input) and 2 (usage), as docs/commands.md lists them.
 EXIT_PREREQUISITE = 6  # not root / no CAP_NET_ADMIN, iptables missing, no kernel support
 EXIT_IN_USE = 7  # a queue, an address or an interface in use by another, or absent
 

@@ -370,7 +370,7 @@ def test_missing_prerequisites_and_busy_resources_are_one_line_and_an_exit_code(
     """Issue 14, item 4: no iptables, not root, a queue another process listens on, another
     daemon enforcing in the same network namespace, a metrics address in use, an interface that
     does not exist — each one `error:` line and its exit code (6: a missing prerequisite, 7:
-    something in use or absent; README), never a traceback, and nothing changed."""
+    something in use or absent; docs/commands.md), never a traceback, and nothing changed."""
     venv_only = ["env", f"PATH={Path(PY).parent}"]  # no /usr/sbin: no iptables
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     queue_holder = topo.spawn(topo.node, [PY, "-c", QUEUE_HOLDER, "6"])  # not a daemon of ours: no rules

@@ -1,7 +1,7 @@
 """The HTML report in a real browser (Debian's headless Chromium): it loads from its file with
 no console error, its cells carry the verdicts ``matrix --json`` gives at every level, a click
 explains a cell as ``explain --json`` does, a change is drawn where ``diff --json`` puts it,
-and screenshots are written for review (the README's with ``PYCLASSIFY_WRITE_DOCS=1``)."""
+and screenshots are written for review (the command guide's with ``PYCLASSIFY_WRITE_DOCS=1``)."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def test_demo_report_carries_matrix_verdicts_and_explains_them(browser: Any, tmp
                         k2: want_d[k2] for k2 in ("verdict", "tier", "policy", "rule", "reason")}, (src, dst, d)
                 clicked += 1
     assert clicked == len(want)
-    # For review (and the README): frontend into backend, a cell a policy rule decides, explained.
+    # For review (and docs/commands.md): frontend into backend, a cell a policy rule decides, explained.
     open_namespaces(browser, "frontend", "backend", by_pod=False)
     for td in browser.find_elements("css selector", "#group-table td"):
         td.click()

@@ -1,8 +1,8 @@
 //! Connection tracking: the engine's own flow table.
 //!
 //! Policy judges the first packet of a connection; every later packet of an allowed connection,
-//! in either direction, is allowed by the table without being classified again ("replies of an
-//! allowed flow are allowed", docs/design.md §3). When policy changes, [`ConnTrack::revalidate`]
+//! in either direction, is allowed by the table without being classified again (docs/architecture.md §3,
+//! "Connections"). When policy changes, [`ConnTrack::revalidate`]
 //! re-judges every tracked connection and removes the ones the new policy denies.
 //!
 //! # Use, per packet

@@ -114,7 +114,7 @@ pub fn parse(text: &str, context: &str) -> Result<Selector, EngineError> {
     Selector::parse(text).map_err(|error| EngineError::Selector { context: context.to_string(), error })
 }
 
-/// The composite selector of a policy subject (docs/design.md §3: which endpoints a policy applies
+/// The composite selector of a policy subject (docs/architecture.md §3: which endpoints a policy applies
 /// to). Host-network pods and network sets are never subjects.
 pub fn subject_selector(s: &SubjectSpec, context: &str) -> Result<Selector, EngineError> {
     let mut terms = vec![parse(&s.selector, context)?.into_node()];

@@ -1,8 +1,8 @@
 //! The decision engine: whether policy allows a flow or a packet, and which tier, policy and
 //! rule decided — with exactly the semantics of the pure-Python reference evaluator
-//! (`pyclassify/reference.py`, docs/design.md §3), which the differential tests hold it to.
+//! (`pyclassify/reference.py`, docs/architecture.md §3), which the differential tests hold it to.
 //!
-//! The engine is built around **identities** (docs/design.md §2): endpoints whose
+//! The engine is built around **identities** (docs/architecture.md §2): endpoints whose
 //! policy-relevant attributes are equal — the values of the label keys some selector mentions,
 //! their namespace, service account and its labels, named ports, kind, profiles — share one
 //! numeric identity. Every selector (policy subjects and rule peers, as one composite selector
@@ -144,7 +144,7 @@ pub(crate) fn kinds_mask(kinds: &[String]) -> Result<u8, EngineError> {
     kinds.iter().try_fold(0u8, |m, k| Ok(m | Kind::parse(k)?.bit()))
 }
 
-/// Why a direction was decided as it was (docs/design.md §4 `reason`).
+/// Why a direction was decided as it was (docs/architecture.md §4 `reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
     Rule = 0,
@@ -190,7 +190,7 @@ pub struct Verdict {
     pub awaits_request: bool,
 }
 
-/// Defaults when no policy decides (docs/design.md §3 "After all tiers").
+/// Defaults when no policy decides (docs/architecture.md §3 "After all tiers").
 #[derive(Debug, Clone, Copy)]
 pub struct Defaults {
     pub pod_allow: bool,

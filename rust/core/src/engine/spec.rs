@@ -157,7 +157,7 @@ pub struct SubjectSpec {
 pub struct PolicySpec {
     #[serde(default)]
     pub id: u32,
-    /// The sort key within the tier (docs/design.md §3, felix's policy_sorter): order (None last),
+    /// The sort key within the tier (docs/architecture.md §3, felix's policy_sorter): order (None last),
     /// then kind, namespace, name.
     #[serde(default)]
     pub order: Option<f64>,
