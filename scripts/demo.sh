@@ -52,6 +52,12 @@ if [ "$rc" -ne 5 ]; then echo "expected exit 5 from diff (the change closes and 
 # Replay bundled captures of the demo pods: a verdict for every packet, a summary by policy/rule.
 run pyclassify replay "$ex/demo" --pcap "$pcaps/demo.pcap"
 run pyclassify replay "$ex/demo" --pcap "$pcaps/demo.pcapng" --out "$out"
+# Flow records of the same pods: which observed connections would the change break (exit 5),
+# and which rules did the traffic use, never use, or can never reach?
+rc=0
+run pyclassify diff "$ex/demo" --apply "$ex/changes/db-behind-pgbouncer.yaml" --traffic "$ex/traffic/hubble.jsonl" || rc=$?
+if [ "$rc" -ne 5 ]; then echo "expected exit 5 from diff --traffic (an observed connection closes), got $rc" >&2; exit 1; fi
+run pyclassify usage "$ex/demo" --traffic "$ex/traffic/hubble.jsonl"
 # Calico http rules without a proxy: each connection admitted up to its request, each request judged.
 run pyclassify replay "$ex/demo" "$ex/http" --pcap "$pcaps/http.pcap"
 run pyclassify explain "$ex/demo" "$ex/http" --from frontend/web --to backend/api --port 8080 --request "POST /public/a"
