@@ -1,5 +1,5 @@
 # A minimal inotify binding, for the policy watcher of `pyclassify enforce`
-# (pyclassify/enforce/reload.py, through pyclassify.nfqueue).
+# (pyclassify/enforce/watch.py, through pyclassify.nfqueue).
 #
 # Included by _native.pyx after nfqueue.pxi, whose declarations of poll(), close(), errno and
 # `_os` it uses.

@@ -65,7 +65,7 @@ from pyclassify.enforce.iptables import (
 from pyclassify.enforce.log import PROTOS, FlowLog, address
 from pyclassify.enforce.metrics import Metrics
 from pyclassify.enforce.node import LocalAddresses, NodeTraffic, dns_servers, in_cluster_api_server, resolve
-from pyclassify.enforce.reload import Watcher
+from pyclassify.enforce.watch import Watcher
 from pyclassify.budget import OverBudget, default_budget
 from pyclassify.enforce.source import Loaded, PolicySource, SourceError
 from pyclassify.flow import Flow, FlowEnd, Verdict

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from pyclassify.analysis import explain
-from pyclassify.enforce.reload import Watcher
+from pyclassify.enforce.watch import Watcher
 from pyclassify.ir import PROTO_TCP
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"

@@ -1,4 +1,4 @@
-"""The policy path's watcher (pyclassify.enforce.reload.Watcher) with real inotify: a Kubernetes
+"""The policy path's watcher (pyclassify.enforce.watch.Watcher) with real inotify: a Kubernetes
 ConfigMap mount — files that are links through ``..data`` into a hidden timestamped directory,
 updated by an atomic rename of ``..data`` — is reloaded when ``..data`` is swapped, not when the
 new version's hidden directory is being written (it is not in force yet), and read once (the
@@ -11,7 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
-from pyclassify.enforce.reload import Watcher
+from pyclassify.enforce.watch import Watcher
 from pyclassify.enforce.source import PolicySource
 from tests.enforce.policy_files import DEMO, verdict, watching
 
