@@ -70,7 +70,8 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
                 workload_interface_prefix: str = "cali", on_stop: str = "keep",
                 memory_budget: int | str | None = "auto", metrics_rule_labels: bool = True) -> int:
     """Run the daemon until SIGINT/SIGTERM (or ``duration`` seconds); returns the exit code."""
-    from pyclassify.enforce.daemon import EXIT_PREREQUISITE, EnforceConfig, EnforceError, Enforcer, parse_queues
+    from pyclassify.enforce.daemon import EnforceConfig, Enforcer, parse_queues
+    from pyclassify.enforce.errors import EXIT_PREREQUISITE, EnforceError
 
     try:
         first, last = parse_queues(queues) if bridge is None else (0, 0)
@@ -113,7 +114,7 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
 
 def run_uninstall(ipv6: bool = True, log_stream: Any = None) -> int:
     """``enforce --uninstall``: every rule of ours removed; returns the exit code."""
-    from pyclassify.enforce.daemon import EXIT_PREREQUISITE
+    from pyclassify.enforce.errors import EXIT_PREREQUISITE
     from pyclassify.enforce.iptables import IptablesError, uninstall
     from pyclassify.enforce.log import FlowLog
 

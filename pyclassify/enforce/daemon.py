@@ -1,5 +1,9 @@
-"""The enforcement daemon: NFQUEUE worker threads judging packets natively, hot reload with
-revalidation, metrics and the flow log.
+"""The enforcement daemon's orchestrator (``Enforcer``): it starts and stops its parts, each of
+which owns its state: the packet loops and their threads (``enforce.loops``), the reload
+(``enforce.reload``), the revocation of established connections (``enforce.revoke``), the
+accounting of verdicts into the metrics and the flow log (``enforce.accounting``), the resync of
+our iptables rules (``enforce.resync``), the file watcher (``enforce.watch``), the metrics
+endpoint (``enforce.metrics``) and the host endpoints' hooks (``enforce.hooks``).
 
 Life cycle (``Enforcer``):
 
@@ -34,77 +38,29 @@ ahead of it); failing open, they pass, and the next daemon judges them when it s
 from __future__ import annotations
 
 import errno
-import ipaddress
-import os
 import threading
-import time
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import IO, Any
 
-import numpy as np
-
-from pyclassify import domains, httprules
-from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
-from pyclassify.engine import PACKET_POLICY, NativeEngine
+from pyclassify import domains
+from pyclassify.budget import default_budget
+from pyclassify.engine import NativeEngine
+from pyclassify.enforce.accounting import EventAccounting
+from pyclassify.enforce.errors import EXIT_IN_USE, EXIT_PREREQUISITE, EnforceError
 from pyclassify.enforce.hooks import ForwardQueues, HostHooks, forward_json
-from pyclassify.enforce.iptables import (
-    DNS_MARK,
-    HTTP_DENY_MARK,
-    HTTP_MARK,
-    JUDGED_CTMARK,
-    REJECT_MARK,
-    REVOKED_CTMARK,
-    IptablesError,
-    Rules,
-    installed_queues,
-    listened_queues,
-    open_stale,
-    uninstall,
-)
-from pyclassify.enforce.log import PROTOS, FlowLog, address
+from pyclassify.enforce.iptables import REJECT_MARK, IptablesError, Rules, installed_queues, listened_queues, open_stale, uninstall
+from pyclassify.enforce.log import FlowLog
+from pyclassify.enforce.loops import HTTP_CONNECTIONS, QueueLoops
 from pyclassify.enforce.metrics import Metrics
-from pyclassify.enforce.node import LocalAddresses, NodeTraffic, dns_servers, in_cluster_api_server, resolve
-from pyclassify.enforce.watch import Watcher
-from pyclassify.budget import OverBudget, default_budget
+from pyclassify.enforce.node import NodeTraffic, dns_servers, in_cluster_api_server, resolve
+from pyclassify.enforce.reload import PolicyReload, ReloadResult
+from pyclassify.enforce.resync import RulesResync
+from pyclassify.enforce.revoke import Revocation
 from pyclassify.enforce.source import Loaded, PolicySource, SourceError
-from pyclassify.flow import Flow, FlowEnd, Verdict
-from pyclassify.ir import Action, Direction, Hook
-from pyclassify.kinds.common import ICMP_PROTOCOLS
-from pyclassify.nfqueue import engine_capsule, kernel_conntrack, kernel_revalidate, open_queue
+from pyclassify.enforce.watch import Watcher
+from pyclassify.ir import Hook
+from pyclassify.nfqueue import engine_capsule
 from pyclassify.project import Project
-
-#: Connections the HTTP loop follows at once (each holds at most one request head, 8 KiB).
-HTTP_CONNECTIONS = 65536
-
-#: Failed checks of our iptables rules in a row (a spawn that fails: no binary, a pids limit) after
-#: which ``/healthz`` fails: the liveness probe's restart is safe (the rules are adopted).
-RESYNC_FAILURES_UNHEALTHY = 3
-
-#: Exit codes of ``enforce`` beyond 1 (invalid input) and 2 (usage), as docs/commands.md lists them.
-EXIT_PREREQUISITE = 6  # not root / no CAP_NET_ADMIN, iptables missing, no kernel support
-EXIT_IN_USE = 7  # a queue, an address or an interface in use by another, or absent
-
-
-class EnforceError(RuntimeError):
-    """The daemon cannot start (invalid manifests, queue busy, no permission, ...); ``code`` is
-    the exit code that says which."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _queue_error(queue: int, e: OSError) -> EnforceError:
-    if e.errno == errno.EPERM and os.geteuid() == 0:
-        # As root, the kernel answers EPERM when another process has the queue bound.
-        return EnforceError(f"cannot bind NFQUEUE {queue}: another process listens on it (one listener per "
-                            "queue): stop it or pick another --queue", EXIT_IN_USE)
-    if e.errno in (errno.EPERM, errno.EACCES):
-        return EnforceError(f"cannot bind NFQUEUE {queue}: {e.strerror or e}: enforce needs root "
-                            "(or CAP_NET_ADMIN)", EXIT_PREREQUISITE)
-    return EnforceError(f"cannot bind NFQUEUE {queue}: {e.strerror or e}: does this kernel have "
-                        "nfnetlink_queue (modprobe nfnetlink_queue)?", EXIT_PREREQUISITE)
 
 
 def parse_queues(text: str) -> tuple[int, int]:
@@ -121,14 +77,6 @@ def parse_queues(text: str) -> tuple[int, int]:
 
 def problems_text(project: Project) -> list[str]:
     return [str(p) for p in sorted(project.problems.errors, key=lambda p: (p.file, p.line))]
-
-
-def has_log_rules(project: Project) -> bool:
-    for policy in project.policy_set.policies:
-        for direction in (Direction.INGRESS, Direction.EGRESS):
-            if any(r.action == Action.LOG for r in policy.rules(direction)):
-                return True
-    return False
 
 
 @dataclass
@@ -177,50 +125,40 @@ class EnforceConfig:
     metrics_rule_labels: bool = True
 
 
-@dataclass
-class ReloadResult:
-    ok: bool
-    errors: list[str] = field(default_factory=list)
-    revoked: int = 0
-    deleted: int = 0
-    seconds: float = 0.0
-
-
 class Enforcer:
+    """The daemon's life: ``start()``, ``reload()``, ``stop()``; readiness and health."""
+
     def __init__(self, config: EnforceConfig) -> None:
         self.config = config
+        d = config.default
+        self.pod_allow = d != "deny"
+        self.host_allow = d == "allow"
         self.log = FlowLog(config.log_stream, log_allowed=config.log_allowed)
-        self.loops: list[Any] = []
-        self.threads: list[threading.Thread] = []
+        self.queues = QueueLoops(config, self.pod_allow, self.host_allow)
         self.bridge: Any = None
-        self.metrics = Metrics(lambda: list(self.loops), config.fail_open, source=lambda: self.source,
+        self.metrics = Metrics(lambda: list(self.queues.loops), config.fail_open, source=lambda: self.source,
                                lost_lines=lambda: self.log.lost, bridge=lambda: self.bridge,
-                               dns=lambda: (self.dns_loop, self.domain_facts),
-                               http=lambda: (self.main_loops, self.http_loop), engine=lambda: self.engine,
-                               rule_labels=config.metrics_rule_labels)
+                               dns=lambda: (self.queues.dns_loop, self.domain_facts),
+                               http=lambda: (self.queues.main_loops, self.queues.http_loop),
+                               engine=lambda: self.engine, rule_labels=config.metrics_rule_labels)
         self.rules: Rules | None = None
         #: The node's own traffic our chains let through ahead of the queue (``start()`` finds it).
         self.node = NodeTraffic()
         #: Set once ``pyclassify enforce --uninstall`` removed our rules while we ran: they stay out.
         self.uninstalled = False
-        self._resync_failures = 0
-        self._resync_error = ""
         self.watcher: Watcher | None = None
-        self.ctnl: Any = None
         self.project: Project | None = None
         self.engine: NativeEngine | None = None
-        #: The staged policies enforced (``Project.staged``): judges each new connection beside
-        #: the real verdict, for the log; never decides a packet. None when nothing is staged.
-        self.staged: NativeEngine | None = None
         #: The host endpoints' own hooks (doNotTrack, preDNAT, applyOnForward): their engines
         #: and the queues judged by them.
-        self.hooks = HostHooks(self._open_hook_loop)
-        self._has_log = False
-        self._reload_lock = threading.Lock()
-        self._drain_lock = threading.Lock()
+        self.hooks = HostHooks(self.queues.open_hook)
+        self.accounting = EventAccounting(config, self.log, self.metrics, self.queues, self.hooks,
+                                          lambda: self.project, lambda: self.engine, self.pod_allow, self.host_allow)
+        self.revocation = Revocation(config, self.log, self.metrics, self.pod_allow, self.host_allow,
+                                     lambda: self.rules, self.hook_checks)
+        self.reloader = PolicyReload(self)
+        self.resync = RulesResync(config.resync, self.log, self.metrics, self.reloader.lock, self._leave_uninstalled)
         self._stop = threading.Event()
-        self._drainer: threading.Thread | None = None
-        self._resyncer: threading.Thread | None = None
         self._ready = False
         self.metrics_address: tuple[str, int] | None = None
         self.memory_budget: int | None = default_budget() if config.memory_budget == "auto" else \
@@ -228,11 +166,6 @@ class Enforcer:
         self.source: Any = PolicySource(list(config.paths), config.node, budget=self.memory_budget)
         # What DNS answers taught domain rules (fed by the DNS loop; kept across reloads).
         self.domain_facts = domains.new_facts()
-        self.dns_loop: Any = None
-        #: The loop of http rules (connections admitted up to their request), and the loops
-        #: that admit them.
-        self.http_loop: Any = None
-        self.main_loops: list[Any] = []
         if config.kube is not None:
             from pyclassify.enforce.iptables import OWN_MARK
             from pyclassify.kube.enforce import KubePolicySource
@@ -241,22 +174,18 @@ class Enforcer:
             self.source = KubePolicySource(*config.kube, node=config.node, budget=self.memory_budget,
                                            mark=OWN_MARK if config.install_rules and config.bridge is None else 0)
         self.source.domains = self.domain_facts  # both sources put it on the inventories they build
-        self.reloads = 0
-        self.rejected = 0
-        d = config.default
-        self.pod_allow = d != "deny"
-        self.host_allow = d == "allow"
 
     # --- start / stop ---
 
-    def _load_source(self) -> Loaded:
+    def load_source(self) -> Loaded:
+        """The policy source read and validated (``EnforceError`` naming every problem)."""
         try:
             return self.source.load()
         except SourceError as e:
             raise EnforceError("\n".join(e.errors)) from e
 
-    def _load(self) -> tuple[Project, NativeEngine]:
-        loaded = self._load_source()
+    def load(self) -> tuple[Project, NativeEngine]:
+        loaded = self.load_source()
         return loaded.project, loaded.engine
 
     def start(self) -> None:
@@ -266,34 +195,23 @@ class Enforcer:
             raise EnforceError("rejecting denied packets needs NFQUEUE with pyclassify's own iptables rules")
         if cfg.bridge is None and cfg.install_rules:
             self._prepare_node()
-        self.project, self.engine = self._load()
+        self.project, self.engine = self.load()
         self._serve_metrics()
-        self._has_log = has_log_rules(self.project)
-        self._update_staged(self.project)
+        self.accounting.follow(self.project)
+        self.accounting.update_staged(self.project)
         if cfg.bridge is not None:
             self._start_bridge()
             return
+        queues = self.queues
         try:
-            for q in range(cfg.queues[0], cfg.queues[1] + 1):
-                try:
-                    loop = open_queue(self.engine, q, pod_allow=self.pod_allow, host_allow=self.host_allow, fail_open=cfg.fail_open,
-                                      copy_range=cfg.copy_range, maxlen=cfg.maxlen, batch=cfg.batch,
-                                      batch_verdicts=cfg.batch_verdicts,
-                                      reject_mark=REJECT_MARK if cfg.reject else 0)
-                except OSError as e:
-                    raise _queue_error(q, e) from e
-                self.loops.append(loop)
-            self.main_loops = list(self.loops)
-            assert self.project is not None
+            queues.open_main(self.engine)
             early_queues = self.hooks.open_early(self.project, cfg.queues[1] + 1)
-            dns_queue = self._open_dns_loop(cfg.queues[1] + 1 + len(early_queues))
-            http_queue = self._open_http_loop(cfg.queues[1] + 1 + len(early_queues) + (dns_queue is not None))
-            forward_queues = self._open_forward_hooks(max(loop.queue for loop in self.loops) + 1)
-            self.ctnl = kernel_conntrack()
-            for loop in self.loops:
-                t = threading.Thread(target=loop.run, name=f"pyclassify-nfq{loop.queue}", daemon=True)
-                t.start()
-                self.threads.append(t)
+            dns_queue = queues.open_dns(self.project, self.engine, cfg.queues[1] + 1 + len(early_queues))
+            http_queue = queues.open_http(self.project, self.engine,
+                                          cfg.queues[1] + 1 + len(early_queues) + (dns_queue is not None))
+            forward_queues = self.open_forward_hooks(queues.next_queue())
+            self.revocation.open()
+            queues.run()
             if cfg.install_rules:
                 try:
                     self.rules = Rules(cfg.queues[0], cfg.queues[1], cfg.fail_open, tuple(cfg.hooks), cfg.ipv6,
@@ -304,21 +222,19 @@ class Enforcer:
                                        node=self.node.with_failsafe(self.project.failsafe_config))
                     self.rules.install()  # in place of what another daemon left: adopted
                     if http_queue is not None:
-                        self._admit_http()
+                        queues.admit_http()
                 except IptablesError as e:
                     self.rules = None
                     raise EnforceError(f"cannot install the iptables rules: {e}", EXIT_PREREQUISITE) from e
-            self._drainer = threading.Thread(target=self._drain_loop, name="pyclassify-events", daemon=True)
-            self._drainer.start()
+            self.accounting.start(self._stop)
             if self.rules is not None:
-                self._resyncer = threading.Thread(target=self._resync_loop, name="pyclassify-resync", daemon=True)
-                self._resyncer.start()
-            self._start_watch_and_metrics()
+                self.resync.start(lambda: self.rules, self._stop)
+            self._start_watch()
             # Every connection our chains would have queued is judged by this policy: those an
             # earlier daemon judged (killed, maybe in the middle of a revocation) and those no
             # daemon did (opened while none ran, or before our rules were there: they carry no
             # mark of ours). What it denies is cut now, not left established.
-            revoked, deleted = self._revoke(engine_capsule(self.engine), every=self.rules is not None)
+            revoked, deleted = self.revocation.revoke(engine_capsule(self.engine), every=self.rules is not None)
         except BaseException:
             self.stop()
             raise
@@ -329,7 +245,7 @@ class Enforcer:
                       **({"dns_queue": dns_queue} if dns_queue is not None else {}),
                       **({"http_queue": http_queue} if http_queue is not None else {}),
                       **({"forward_queues": forward_json(forward_queues)} if forward_queues else {}))
-        self._log_revoked(revoked)
+        self.revocation.log_revoked(revoked, self.project)
 
     def _prepare_node(self) -> None:
         """Before the policy is read: refuse to run beside another daemon (chains of ours that
@@ -366,62 +282,7 @@ class Enforcer:
 
         return api_server(*self.config.kube)
 
-    def _open_dns_loop(self, queue: int) -> int | None:
-        """With domain rules: a loop on ``queue`` that learns the addresses of the DNS answers
-        our rules send it (those of queries policy allowed) before it lets them through."""
-        cfg = self.config
-        assert self.project is not None and self.engine is not None
-        if self.project.inventory.domains is None or not domains.has_domain_rules(self.project.policy_set):
-            return None
-        try:
-            loop = open_queue(self.engine, queue, pod_allow=self.pod_allow, host_allow=self.host_allow,
-                              fail_open=True, copy_range=65535, maxlen=cfg.maxlen, batch=cfg.batch,
-                              batch_verdicts=cfg.batch_verdicts, accept_mark=DNS_MARK, dns=True)
-        except OSError as e:
-            raise _queue_error(queue, e) from e
-        self.loops.append(loop)
-        self.dns_loop = loop
-        return queue
-
-    def _open_http_loop(self, queue: int) -> int | None:
-        """With http rules (and our own iptables rules to mark connections): a loop on ``queue``
-        that judges the requests of the connections the main loops admit up to their request
-        (from then on they hand such connections back with ``HTTP_MARK``). Without it, a
-        connection whose verdict awaits its request is denied."""
-        cfg = self.config
-        assert self.project is not None and self.engine is not None
-        if not cfg.install_rules or not httprules.has_http_rules(self.project.policy_set):
-            return None
-        try:
-            loop = open_queue(self.engine, queue, pod_allow=self.pod_allow, host_allow=self.host_allow,
-                              fail_open=cfg.fail_open, copy_range=65535, maxlen=cfg.maxlen, batch=cfg.batch,
-                              batch_verdicts=cfg.batch_verdicts, http_deny_mark=HTTP_DENY_MARK,
-                              http_connections=HTTP_CONNECTIONS)
-        except OSError as e:
-            raise _queue_error(queue, e) from e
-        self.loops.append(loop)
-        self.http_loop = loop
-        return queue
-
-    def _admit_http(self) -> None:
-        """The main loops admit connections up to their request from now on (our rules that
-        take their mark must be in place)."""
-        for main in self.main_loops:
-            main.admit_http(self.http_loop, HTTP_MARK)
-
-    def _open_hook_loop(self, engine: NativeEngine, queue: int, **options: Any) -> Any:
-        """A loop of a host endpoint hook (``HostHooks``) on ``queue``, with this daemon's queue
-        settings."""
-        cfg = self.config
-        try:
-            loop = open_queue(engine, queue, fail_open=cfg.fail_open, copy_range=cfg.copy_range, maxlen=cfg.maxlen,
-                              batch=cfg.batch, batch_verdicts=cfg.batch_verdicts, **options)
-        except OSError as e:
-            raise _queue_error(queue, e) from e
-        self.loops.append(loop)
-        return loop
-
-    def _open_forward_hooks(self, queue: int) -> ForwardQueues:
+    def open_forward_hooks(self, queue: int) -> ForwardQueues:
         """The forward hook's loops of the interfaces not judged yet (only our rules queue to
         them, and only on the FORWARD hook)."""
         cfg = self.config
@@ -430,12 +291,12 @@ class Enforcer:
         assert self.project is not None
         return self.hooks.open_forward(self.project, queue, reject_mark=REJECT_MARK if cfg.reject else 0)
 
-    def _start_watch_and_metrics(self) -> None:
+    def _start_watch(self) -> None:
         cfg = self.config
         if cfg.kube is not None:
             self.source.watch(self.reload)
         elif cfg.watch:
-            self.watcher = Watcher(cfg.paths, self._on_change, cfg.debounce)
+            self.watcher = Watcher(cfg.paths, self.reloader.on_change, cfg.debounce)
             self.watcher.start()
 
     def _serve_metrics(self) -> None:
@@ -467,7 +328,7 @@ class Enforcer:
                 else EXIT_PREREQUISITE
             raise EnforceError(f"cannot start the bridge {cfg.bridge}: {e}", code) from e
         try:
-            self._start_watch_and_metrics()
+            self._start_watch()
         except BaseException:
             self.stop()
             raise
@@ -507,18 +368,11 @@ class Enforcer:
         if not self._ready or self._stop.is_set():
             return None
         problems = []
-        loops = [t.name for t in self.threads if not t.is_alive()]
-        if loops:
-            problems.append(f"packet loop stopped: {', '.join(loops)}")
-        problems += [f"{t.name} stopped" for t in (self._drainer, self._resyncer) if t is not None and not t.is_alive()]
-        for part in (self.source, self.watcher):
+        for part in (self.queues, self.accounting, self.resync, self.source, self.watcher):
             check = getattr(part, "not_healthy", None)
             problem = check() if callable(check) else None
             if problem:
                 problems.append(problem)
-        if self._resync_failures >= RESYNC_FAILURES_UNHEALTHY:
-            problems.append(f"the iptables rules could not be checked {self._resync_failures} times in a row: "
-                            f"{self._resync_error}")
         return "; ".join(problems) or None
 
     def stop(self) -> None:
@@ -537,36 +391,22 @@ class Enforcer:
         if self.watcher is not None:
             self.watcher.stop()
             self.watcher = None
-        for loop in self.loops:
-            loop.stop()
-        for t in self.threads:
-            t.join(timeout=5)
-        if self._resyncer is not None:
-            self._resyncer.join(timeout=30)  # a repair under way ends before the rules go
-            self._resyncer = None
+        self.queues.stop()
+        self.resync.join()
         kept = self.rules is not None and self.config.on_stop == "keep" and not self.uninstalled
         if self.rules is not None and not kept:
             self._remove_rules()
         elif self.uninstalled:
             self._remove_rules()  # what --uninstall left for us to see
         self.rules = None
-        for loop in self.loops:
-            try:
-                loop.close()
-            except RuntimeError:
-                pass
-        if self._drainer is not None:
-            self._drainer.join(timeout=5)
-            self._drainer = None
-        self.drain()
+        self.queues.close()
+        self.accounting.join()
+        self.accounting.drain()
         self.metrics.close()
-        if self.ctnl is not None:
-            self.ctnl.close()
-            self.ctnl = None
-        if self.loops:
-            self.log.emit("stop", stats=self.stats(), rules="kept" if kept else "removed")
-        self.loops = []
-        self.threads = []
+        self.revocation.close()
+        if self.queues.loops:
+            self.log.emit("stop", stats=self.queues.stats(), rules="kept" if kept else "removed")
+        self.queues.clear()
 
     def _remove_rules(self) -> None:
         try:
@@ -581,415 +421,29 @@ class Enforcer:
         self._stop.set()
 
     def stats(self) -> dict[str, int]:
-        total: dict[str, int] = {}
-        for loop in self.loops:
-            for k, v in loop.stats.items():
-                total[k] = total.get(k, 0) + v
-        return total
+        """Every loop's counters, summed."""
+        return self.queues.stats()
 
-    # --- reload ---
-
-    def _on_change(self, first_event: float) -> None:
-        try:
-            self.reload(first_event)
-        except Exception as e:  # noqa: BLE001 - a bug in a reload is said, and the daemon goes on
-            self.metrics.reloads.labels("failure").inc()
-            self.log.emit("reload-failed", error=f"{type(e).__name__}: {e}",
-                          where=traceback.format_exc(limit=-3).splitlines()[-6:])
+    # --- reload, and what it asks of the daemon ---
 
     def reload(self, since: float | None = None) -> ReloadResult:
-        """Validate, apply the change to the running engine as a delta (a new snapshot beside the
-        old one) and swap; revoke what the new policy denies. An invalid object is rejected
-        alone (its last good version stays); a change that does not compile is rejected whole."""
-        with self._reload_lock:
-            t0 = time.monotonic() if since is None else since
-            t_load = time.monotonic()
-            try:
-                loaded = self._load_source()
-            except EnforceError as e:
-                return self._reject(str(e).splitlines())
-            except OverBudget as e:  # before the engine built anything: the policy in force stays
-                return self._reject([str(e)])
-            except Exception as e:  # noqa: BLE001 - compile errors reject the update, never the daemon
-                return self._reject([f"{type(e).__name__}: {e}"])
-            t_loaded = time.monotonic()
-            project, engine = loaded.project, loaded.engine
-            errors = [*loaded.rejected.values(),
-                      *(f"{f}: {loaded.kept.get(f, 'cannot be read or parsed')}: its last good objects stay in force"
-                        for f in loaded.broken_files)]
-            if errors:
-                self.rejected += 1
-                self.metrics.reloads.labels("partial" if loaded.changed else "failure").inc()
-                self.log.emit("reload-rejected", partial=loaded.changed > 0, errors=errors)
-            old = self.project.policy_set if self.project is not None else None
-            if loaded.changed == 0:
-                # Nothing the main engine holds changed (or every change was rejected); what is
-                # staged, or a doNotTrack/preDNAT policy (the early hooks' engines), may have.
-                if old is not None and (project.policy_set.staged != old.staged or project.policy_set.early != old.early):
-                    with self._drain_lock:
-                        self._drain_events()
-                        self.project = project
-                        self._update_staged(project)
-                        missing = self._swap_early(project)
-                        self.log.forget()
-                    # what a changed pre-DNAT policy now denies is cut (the workload's verdicts stand);
-                    # a staged change alone judges nothing again
-                    revoked: list[Any] = []
-                    if self.engine is not None and project.policy_set.early != old.early:
-                        revoked, _ = self._revoke(engine_capsule(self.engine))
-                    self.metrics.revoked.inc(len(revoked))
-                    self.log.emit("reload", policies=len(project.policy_set.policies), revoked=len(revoked),
-                                  staged_policies=len(project.policy_set.staged), changed_objects=0,
-                                  **({"hooks_need_restart": missing} if missing else {}))
-                    self._log_revoked(revoked)
-                return ReloadResult(not errors, errors, 0, 0, time.monotonic() - t0)
-            capsule = engine_capsule(engine)
-            t_swap = time.monotonic()
-            count = 0
-            # Events judged by the old engine are named with the old tables: drained first, and
-            # none drained between the loops' swap and the new engine's naming them.
-            with self._drain_lock:
-                self._drain_events()
-                for loop in self.loops:
-                    if loop.queue not in self.hooks.hook_of_queue:
-                        loop.swap(capsule, False)  # no engine-side tracker on this path: the kernel's is revalidated
-                if self.bridge is not None:
-                    count += self.bridge.swap(capsule)  # revokes in the bridge's own conntrack
-                self.project, self.engine = project, engine
-            missing = self._swap_early(project)
-            self._follow_node(project)
-            self._has_log = has_log_rules(project)
-            with self._drain_lock:
-                self._update_staged(project)
-            applied = time.monotonic()
-            revoked, deleted = self._revoke(capsule)
-            count += len(revoked)
-            done = time.monotonic()
-            self.metrics.reloads.labels("success").inc()
-            self.metrics.revalidations.inc()
-            self.metrics.revoked.inc(count)
-            for k, v in deleted.items():
-                self.metrics.ct_deleted.labels(k).inc(v)
-            self.metrics.revalidation_seconds.observe(done - t_swap)
-            self.metrics.apply_seconds.observe(applied - t0)
-            # parse: the load's time less its build and keep (so the parts add up to the whole)
-            stages = {"wait": t_load - t0, "parse": t_loaded - t_load - loaded.build_s - loaded.keep_s,
-                      "build": loaded.build_s, "keep": loaded.keep_s, "swap": applied - t_loaded}
-            for stage, seconds in stages.items():
-                self.metrics.apply_stage_seconds.labels(stage).observe(seconds)
-            self.reloads += 1
-            self.log.forget()
-            self.log.emit("reload", policies=len(project.policy_set.policies), revoked=count,
-                          staged_policies=len(project.policy_set.staged),
-                          conntrack_deleted=deleted["deleted"], apply_ms=round((applied - t0) * 1000, 3),
-                          revalidate_ms=round((done - t_swap) * 1000, 3), changed_objects=loaded.changed,
-                          stages_ms={k: round(v * 1000, 3) for k, v in stages.items()},
-                          engine_builds=engine.state.full_builds, engine_deltas=engine.state.deltas,
-                          # a hook first needed now that could not be added: said, not silently unenforced
-                          **({"hooks_need_restart": missing} if missing else {}))
-            self._log_revoked(revoked)
-            return ReloadResult(True, [], count, deleted["deleted"], done - t0)
+        """``PolicyReload.reload``: the cluster source's callback, and the tests'."""
+        return self.reloader.reload(since)
 
-    def _revoke(self, capsule: Any, every: bool = False) -> tuple[list[Any], dict[str, int]]:
-        """Judge every connection of the kernel's table that our rules queued (however old: the
-        kernel keeps them, the engine saw only their first packet) by the engine of ``capsule``:
-        mark the newly denied ones revoked (the first rule of our chains drops their packets,
-        both ways) and unmark the revoked ones it allows again (as it would allow a new
-        connection on the same ports). Returns the revoked ones and the kernel's answers.
-
-        ``every`` (at start): the connections without our mark too. Which ones: every entry of
-        the kernel's table but those our chains never queue (``NodeTraffic.unqueued``: over the
-        loopback, on a hook we do not install, the node's own traffic). An entry without the
-        mark was opened while no daemon ran and no rule of ours marked it (before our rules
-        were there, after an uninstall, while a remove-then-install left a gap), so nobody
-        judged it; judging only the marked ones left such connections open for good. Those
-        this policy allows get the mark, so every later change judges them as well."""
-        deleted = {"deleted": 0, "missing": 0, "errors": 0}
-        if self.ctnl is None:
-            return [], deleted
-        unmarked = None
-        if every and self.rules is not None:
-            node, local, hooks = self.rules.node, LocalAddresses.read(), tuple(self.config.hooks)
-            unmarked = lambda judged, original: node.unqueued(judged, original, local, hooks)  # noqa: E731
-        try:
-            _, revoked, restored, adopted = kernel_revalidate(
-                self.ctnl, capsule, mark=JUDGED_CTMARK, revoked_mark=REVOKED_CTMARK, pod_allow=self.pod_allow,
-                host_allow=self.host_allow, ipv6=self.config.ipv6, unmarked=unmarked, **self._hook_checks())
-        except OSError as e:
-            # The socket may hold the rest of a broken dump: a fresh one for the next time.
-            self.log.emit("revalidation-failed", error=str(e))
-            self.ctnl.close()
-            self.ctnl = kernel_conntrack()
-            return [], deleted
-        both = REVOKED_CTMARK | JUDGED_CTMARK
-        if revoked:
-            deleted = self.ctnl.delete(revoked, both, both)
-        if restored:
-            self.ctnl.delete(restored, 0, REVOKED_CTMARK)
-            self.metrics.restored.inc(len(restored))
-        if len(adopted):  # allowed, and judged by every later change from now on
-            self.ctnl.mark_rows(adopted.view(np.uint8), JUDGED_CTMARK, JUDGED_CTMARK)
-        return revoked, deleted
-
-    def _hook_checks(self) -> dict[str, Any]:
+    def hook_checks(self) -> dict[str, Any]:
         """What revalidation asks of the host endpoints' hooks (with our rules: their marks)."""
         if self.rules is None or self.project is None:
             return {}
         return {"pre_dnat": self.hooks.pre_dnat_check(),
                 "forward": self.hooks.forward_checks(self.project, self.rules.forward_queues)}
 
-    def _log_revoked(self, revoked: list[Any]) -> None:
-        for src, dst, sport, dport, proto, ver in revoked:
-            a, b = address(src, ver), address(dst, ver)
-            self.log.emit("revoke", src=a, dst=b, proto=PROTOS.get(proto, proto),
-                          sport=sport, dport=dport, **self._endpoint_refs(a, b))
-
-    def _reject(self, errors: list[str]) -> ReloadResult:
-        self.metrics.reloads.labels("failure").inc()
-        self.rejected += 1
-        self.log.emit("reload-rejected", errors=errors)
-        return ReloadResult(False, errors)
-
-    def _swap_early(self, project: Project) -> list[str]:
-        """The early hooks' engines follow the project (a delta each) into their loops. A hook
-        (or the DNS queue) the project needs for the first time gets its loop and chains now;
-        returns the ones that could not be added (the bridge, or no rules of ours)."""
-        self.hooks.follow(project, self.loops)
-        new, wants_forward = self.hooks.wants(project)
-        wants_forward = wants_forward and "forward" in self.config.hooks
-        wants_dns = self.dns_loop is None and domains.has_domain_rules(project.policy_set)
-        wants_http = self.http_loop is None and httprules.has_http_rules(project.policy_set)
-        if not new and not wants_dns and not wants_http and not wants_forward:
-            return []
-        if self.bridge is not None or self.rules is None:
-            return ([h.value for h in new] + (["dns"] if wants_dns else []) + (["http"] if wants_http else [])
-                    + (["forward"] if wants_forward else []))
-        self.project = project  # the loops open on this project's policy
-        taken = (loop.queue for loop in (self.dns_loop, self.http_loop) if loop is not None)
-        first = max([self.config.queues[1], *self.hooks.hook_of_queue, *taken]) + 1
-        opened = len(self.loops)
-        early = self.hooks.open_early(project, first, only=new)
-        dns_queue = self._open_dns_loop(first + len(early)) if wants_dns else None
-        http_queue = self._open_http_loop(first + len(early) + (dns_queue is not None)) if wants_http else None
-        forward = self._open_forward_hooks(max(loop.queue for loop in self.loops) + 1)
-        for loop in self.loops[opened:]:
-            t = threading.Thread(target=loop.run, name=f"pyclassify-nfq{loop.queue}", daemon=True)
-            t.start()
-            self.threads.append(t)
-        self.rules.extend(early.get(Hook.UNTRACKED), early.get(Hook.PRE_DNAT), dns_queue, http_queue, forward)
-        if http_queue is not None:
-            self._admit_http()
-        self.log.emit("hooks-added", hook_queues={h.value: q for h, q in early.items()},
-                      **({"dns_queue": dns_queue} if dns_queue is not None else {}),
-                      **({"http_queue": http_queue} if http_queue is not None else {}),
-                      **({"forward_queues": forward_json(forward)} if forward else {}))
-        return []
-
-    def _follow_node(self, project: Project) -> None:
-        """The failsafe ports follow the manifests' FelixConfiguration into our rules."""
-        if self.rules is None:
-            return
-        try:
-            if self.rules.follow_node(self.node.with_failsafe(project.failsafe_config)):
-                self.log.emit("rules-updated", reason="failsafe ports")
-        except IptablesError as e:
-            self.log.emit("rules-update-failed", error=str(e))
-
-    def _update_staged(self, project: Project) -> None:
-        """The staged preview follows the project: built, or brought up to date by a delta."""
-        view = project.staged()
-        if view is None:
-            self.staged = None
-        elif self.staged is None:
-            self.staged = NativeEngine(view.policy_set, view.inventory)
-        else:
-            self.staged = self.staged.update(view.policy_set, view.inventory)
-
-    # --- events: verdict metrics and the flow log ---
-
-    def _resync_loop(self) -> None:
-        """Someone else's iptables change (a flush, a reorder, a rule replaced, another
-        daemon's chains in place of ours) is found and undone within ``resync`` seconds, as
-        Felix resyncs its rules; ``pyclassify enforce --uninstall`` is obeyed instead."""
-        while not self._stop.wait(self.config.resync):
-            rules = self.rules
-            if rules is None:
-                return
-            try:
-                with self._reload_lock:  # not beside a reload's own transaction
-                    if rules.uninstalled():
-                        self._leave_uninstalled()
-                        return
-                    found = rules.repair()
-            except Exception as e:  # noqa: BLE001 - iptables failing, or not started at all (no binary, a pids limit)
-                self._resync_failures += 1
-                self._resync_error = f"{type(e).__name__}: {e}"
-                self.log.emit("rules-repair-failed", error=self._resync_error, failures=self._resync_failures)
-                continue
-            self._resync_failures = 0
-            if found:
-                self.metrics.rules_repaired.inc()
-                self.log.emit("rules-repaired", found=found)
-
     def _leave_uninstalled(self) -> None:
-        """Our rules were removed by an explicit uninstall while we run: they stay out (what a
-        repair racing with the uninstall put back is removed again), we say so, and are not
-        ready; the loops keep their queues until the stop, which removes the mark the uninstall
-        left."""
+        """Our rules were removed by an explicit uninstall while we run (the resync found it, with
+        the reload lock held): they stay out (what a repair racing with the uninstall put back is
+        removed again), we say so, and are not ready; the loops keep their queues until the stop,
+        which removes the mark the uninstall left."""
         assert self.rules is not None
         self.uninstalled = True
         self.rules.remove(keep_mark=True)
         self.rules = None
-        self._resyncer = None  # ended on purpose: not a dead thread
         self.log.emit("rules-uninstalled")
-
-    def _drain_loop(self) -> None:
-        while not self._stop.wait(0.2):
-            self.drain()
-
-    def drain(self) -> None:
-        with self._drain_lock:
-            self._drain_events()
-
-    def _drain_events(self) -> None:
-        """``drain()`` with ``_drain_lock`` held."""
-        engine = self.engine
-        if engine is None:
-            return
-        for loop in self.loops:
-            hb, vb, n = loop.drain_events()
-            if n:
-                hook = self.hooks.hook_of_queue.get(loop.queue)
-                self._account(loop.queue, self.hooks.engine_of(loop.queue) or engine,
-                              np.frombuffer(hb, HEADER_DTYPE), np.frombuffer(vb, VERDICT_DTYPE), hook)
-
-    def _name(self, engine: NativeEngine, side: Any, direction: Direction, subject: str | None = None) -> Any:
-        """``engine.side_decision`` (``subject``: the address of the end whose isolating policies
-        a tier's end names), or None for a verdict whose tables are not ``engine``'s: a batch
-        judged while a reload swapped engines, whose event came after the swap (its policy or
-        rule index may be past the new engine's lists). Counted."""
-        try:
-            return engine.side_decision(side, direction, subject)
-        except IndexError:
-            self.metrics.events_unnamed.inc()
-            return None
-
-    def _account(self, queue: int, engine: NativeEngine, h: Any, v: Any, hook: Hook | None = None) -> None:
-        decisions: dict[tuple[str, tuple[int, ...]], Any] = {}
-        for direction, name in ((Direction.EGRESS, "egress"), (Direction.INGRESS, "ingress")):
-            side = v[name]
-            present = side["present"] != 0
-            if not present.any():
-                continue
-            keys = np.stack([side["tier"], side["source_kind"].astype(np.int32), side["source"], side["rule"],
-                             side["allow"].astype(np.int32), side["reason"].astype(np.int32)], axis=1)[present]
-            uniq, first, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
-            idx = np.flatnonzero(present)
-            for key, f, c in zip(uniq, first, counts):
-                d = self._name(engine, side[idx[f]], direction)
-                if d is None:
-                    continue
-                decisions[(name, tuple(int(x) for x in key))] = d
-                self.metrics.count_verdicts(name, d.tier, d.policy, d.rule, d.verdict, int(c))
-        staged = None
-        if self.staged is not None and hook is None:
-            # The same new connections with the staged policies enforced (each judged alone: the
-            # verdict records are policy-judged packets only).
-            staged = self.staged.judge(h, None, None, "allow" if self.pod_allow else "deny",
-                                       "allow" if self.host_allow else "deny")
-            differs = staged["allow"] != v["allow"]
-            for name, changed in (("true", differs), ("false", ~differs)):
-                n = int(np.count_nonzero(changed))
-                if n:
-                    self.metrics.staged_verdicts.labels(name).inc(n)
-        if not self.config.log_flows:
-            return
-        for i in range(len(h)):
-            allowed = bool(v[i]["allow"])
-            staged_differs = staged is not None and bool(staged[i]["allow"]) != allowed
-            if allowed and (hook is not None or not (self._has_log or self.log.log_allowed or staged_differs)):
-                continue
-            ver = int(h[i]["ip_version"])
-            if ver not in (4, 6):
-                continue
-            proto = int(h[i]["protocol"])
-            src = address(h[i]["src_addr"].tobytes(), ver)
-            dst = address(h[i]["dst_addr"].tobytes(), ver)
-            ports = int(h[i]["flags"]) & 32
-            sport = int(h[i]["sport"]) if ports else None
-            dport = int(h[i]["dport"]) if ports else None
-            if self.log.seen((proto, src, dst, dport, allowed, hook)):
-                continue
-            sides = {}
-            for name, direction, end in (("egress", Direction.EGRESS, src), ("ingress", Direction.INGRESS, dst)):
-                # the end's endpoint names the policies that isolated it; on the forward hook the
-                # subject is the host endpoint of the interface, not an end of the packet
-                d = self._name(engine, v[i][name], direction, end if hook is not Hook.FORWARD else None)
-                sides[name] = d.to_json() if d else None
-            fields = dict(queue=queue, src=src, dst=dst, proto=PROTOS.get(proto, proto), sport=sport, dport=dport,
-                          **sides)
-            fields.update(self._endpoint_refs(src, dst))
-            if hook is not None:
-                fields["hook"] = hook.value
-            if hook is Hook.FORWARD:
-                fields["via"] = self.hooks.interface_of(queue)  # the host endpoint interface
-            http = httprules.outcome_name(int(v[i]["http"]))
-            if http is not None:
-                fields["http"] = http
-            if staged is not None:
-                fields["staged"] = self._staged_json(staged[i])
-            if not allowed:
-                self.log.emit("deny", **fields)
-                continue
-            # The record counts the Log rules each side passed: explain only flows that passed one.
-            rec = v[i]
-            passed_log = rec["reason"] != PACKET_POLICY or rec["egress"]["logs"] or rec["ingress"]["logs"]
-            logs = self._logs(engine, src, dst, proto, sport, dport, h[i]) if self._has_log and passed_log else []
-            if logs:
-                self.log.emit("log", logs=logs, **fields)
-            elif self.log.log_allowed or staged_differs:
-                self.log.emit("allow", **fields)
-
-    def _staged_json(self, record: Any) -> dict[str, Any]:
-        """A connection's staged verdict for the log: as ``explain --json`` prints one, plus
-        ``summary`` ("would deny by StagedNetworkPolicy/ns/name rule 2 (ingress)")."""
-        assert self.staged is not None
-        sides = {name: self.staged.side_decision(record[name], d)
-                 for name, d in (("egress", Direction.EGRESS), ("ingress", Direction.INGRESS))}
-        verdict = Verdict("allow" if record["allow"] else "deny", sides["egress"], sides["ingress"])
-        return {**verdict.to_json(), "summary": verdict.would()}
-
-    def _endpoint_refs(self, src: str, dst: str) -> dict[str, str]:
-        """``src_endpoint``/``dst_endpoint`` (``ns/name`` or host endpoint name) where the
-        inventory knows the address; absent otherwise."""
-        project = self.project
-        out: dict[str, str] = {}
-        if project is None:
-            return out
-        for key, ip in (("src_endpoint", src), ("dst_endpoint", dst)):
-            owner = project.inventory.owner_of(ipaddress.ip_address(ip))
-            if owner is not None:
-                out[key] = owner.ref
-        return out
-
-    def _logs(self, engine: NativeEngine, src: str, dst: str, proto: int, sport: int | None, dport: int | None,
-              h: Any) -> list[dict[str, Any]]:
-        """The Log rules a flow passed: the verdict records count them (``logs`` per side) but do
-        not name them, so the native engine explains the flow (``NativeEngine.evaluate``, the
-        same rule tables; once per new flow that passed a Log rule, deduplicated). Both ends are given as addresses: the engine resolves them to their
-        owners by the inventory's rule (``Inventory.owner_of``)."""
-        if self.project is None:
-            return []
-        ends = [FlowEnd(None, ipaddress.ip_address(ip)) for ip in (src, dst)]
-        icmp = proto in ICMP_PROTOCOLS
-        flow = Flow(ends[0], ends[1], proto, sport, dport, int(h["icmp_type"]) if icmp else None,
-                    int(h["icmp_code"]) if icmp else None)
-        try:
-            verdict = engine.evaluate(flow, "allow" if self.pod_allow else "deny", "allow" if self.host_allow else "deny")
-        except ValueError:
-            return []
-        out = []
-        for d in (verdict.egress, verdict.ingress):
-            for tier, policy, rule in d.logs if d else []:
-                out.append({"tier": tier, "policy": policy, "rule": rule})
-        return out

@@ -24,13 +24,29 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pyclassify.kinds.common import PROTOCOL_NAMES as PROTOS  # the flow log names protocols as output does
+
+if TYPE_CHECKING:
+    from pyclassify.project import Project
 
 
 def address(raw: bytes, version: int) -> str:
     return str(ipaddress.ip_address(raw[12:16] if version == 4 else raw))
+
+
+def endpoint_refs(project: Project | None, src: str, dst: str) -> dict[str, str]:
+    """``src_endpoint``/``dst_endpoint`` (``ns/name`` or host endpoint name) where the
+    inventory knows the address; absent otherwise."""
+    out: dict[str, str] = {}
+    if project is None:
+        return out
+    for key, ip in (("src_endpoint", src), ("dst_endpoint", dst)):
+        owner = project.inventory.owner_of(ipaddress.ip_address(ip))
+        if owner is not None:
+            out[key] = owner.ref
+    return out
 
 
 class FlowLog:

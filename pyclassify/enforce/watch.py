@@ -7,7 +7,7 @@ one are seen too. Each root is watched through its parent directory as well: a r
 created again, or a new root renamed over the old one, is watched anew and reloaded (the watch
 of a directory ends with it). Events are debounced: the callback runs once the paths have been
 quiet for ``debounce`` seconds, with the monotonic time of the first event of the burst (for the
-apply-latency metric). The callback validates, compiles and swaps (``Enforcer.reload``).
+apply-latency metric). The callback validates, compiles and swaps (``PolicyReload.reload``).
 ``not_healthy`` says when the watch has stopped, or a root is there but not watched.
 """
 

@@ -56,17 +56,17 @@ def stream(tmp_path) -> list[str]:
     (tmp_path / "40-log.yaml").write_text(LOG_GNP)
     out = io.StringIO()
     enforcer = Enforcer(EnforceConfig([str(tmp_path)], log_stream=out, log_allowed=True))
-    enforcer.project, engine = enforcer._load()
+    enforcer.project, engine = enforcer.load()
     enforcer.engine = engine
-    enforcer._has_log = True
+    enforcer.accounting.has_log = True
     enforcer.log.emit("start", queues=[0], fail="closed", policies=len(enforcer.project.policy_set.policies))
     h = new_batch(len(FLOWS))
     for row, (src, dst, proto, sport, dport) in zip(h, FLOWS):
         row["src_addr"], row["dst_addr"] = _mapped(src), _mapped(dst)
         row["ip_version"], row["protocol"] = 4, proto
         row["sport"], row["dport"], row["flags"] = sport, dport, FLAG_HAS_PORTS
-    enforcer._account(0, engine, h, engine.judge(h))
-    enforcer._reject(["10-netpol.yaml:12: spec.ingress[0].ports[0].port: out of range"])
+    enforcer.accounting.account(0, engine, h, engine.judge(h))
+    enforcer.reloader.reject(["10-netpol.yaml:12: spec.ingress[0].ports[0].port: out of range"])
     enforcer.log.emit("stop", stats={"packets": len(FLOWS)})
     return out.getvalue().splitlines()
 
