@@ -1,4 +1,6 @@
-"""Replaying captures for verdicts (``pyclassify replay``).
+"""Replaying captures for verdicts (``pyclassify replay``). One concept, in one module although
+it is long: one pass over the packets (``Replay``), whose steps — reading, judging by lanes,
+counting, the per-packet lines and capture writers, the summary — share that pass's state.
 
 Captures are read and decoded in Cython (``pyclassify.capture``), judged in Rust with
 connection tracking (``NativeEngine.judge``), batch by batch: no Python object per packet on

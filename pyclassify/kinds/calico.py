@@ -1,4 +1,6 @@
-"""Calico policy kinds: GlobalNetworkPolicy, NetworkPolicy, Tier and Profile into the IR.
+"""Calico policy kinds: GlobalNetworkPolicy, NetworkPolicy, Tier and Profile into the IR. One
+concept, in one module although it is long: libcalico-go's v3 validation of these kinds, whose
+rules and entity rules (``_Rule``, ``_Entity``) are validated in the context of their policy.
 
 Both ``projectcalico.org/v3`` (as calicoctl prints them) and the stored CRDs
 ``crd.projectcalico.org/v1`` (as kubectl prints them) arrive here; their specs are the same.

@@ -1,5 +1,7 @@
 """The inventory kinds: Namespace, Pod and the workload controllers, Node, Service,
-EndpointSlice, ServiceAccount, and Calico HostEndpoint, GlobalNetworkSet and NetworkSet.
+EndpointSlice, ServiceAccount, and Calico HostEndpoint, GlobalNetworkSet and NetworkSet. One
+concept, in one module although it is long: the cluster's objects validated and built into the
+``Inventory`` (``InventoryBuilder``, with the checks they share in ``_Checker``).
 
 Each object is validated as the API server would validate it and every error is reported with
 its field path, so ``check`` fails. The object still enters the inventory with its valid parts
