@@ -31,7 +31,7 @@ import pytest
 from bench.cluster import generate, write_json_compact, write_json_list, write_yaml
 from pyclassify import loader_ruamel
 from pyclassify.loader import iter_file
-from pyclassify.source import Problems
+from pyclassify.documents import Problems
 
 yaml = pytest.importorskip("yaml")
 
@@ -129,7 +129,7 @@ RSS_SCRIPT = """
 import re, sys
 from pathlib import Path
 from pyclassify.loader import iter_file
-from pyclassify.source import Problems
+from pyclassify.documents import Problems
 mode, path = sys.argv[1], Path(sys.argv[2])
 if mode == "stream":
     n = sum(1 for _ in iter_file(path, Problems()))

@@ -51,7 +51,7 @@ def _whole_reload_seconds(policy: Path) -> float:
     from pyclassify.engine import NativeEngine
     from pyclassify.loader import iter_paths
     from pyclassify.project import build_project
-    from pyclassify.source import Problems
+    from pyclassify.documents import Problems
 
     project = build_project(list(iter_paths([str(policy)], Problems())), Problems())
     engine = NativeEngine(project.policy_set, project.inventory)

@@ -49,7 +49,7 @@ from pyclassify.live import LiveProject
 from pyclassify.loader import iter_paths
 from pyclassify.project import build_project
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 
 SIZES = tuple(int(n) for n in os.environ.get("PYCLASSIFY_SCALE_SIZES", "1000,10000").split(","))
 CHANGES = int(os.environ.get("PYCLASSIFY_SCALE_CHANGES", "200"))

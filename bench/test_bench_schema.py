@@ -32,7 +32,7 @@ from pyclassify.bulk import collector_paused
 from pyclassify.kinds import schema
 from pyclassify.loader import iter_paths
 from pyclassify.project import build_project
-from pyclassify.source import Problems
+from pyclassify.documents import Problems
 
 PODS = int(os.environ.get("PYCLASSIFY_SCHEMA_PODS", "10000"))
 ROUNDS = int(os.environ.get("PYCLASSIFY_SCHEMA_ROUNDS", "9"))

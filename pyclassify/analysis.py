@@ -17,7 +17,7 @@ from pyclassify.kinds.common import ICMP_PROTOCOLS, PROTOCOL_NUMBERS, protocol_n
 from pyclassify.project import Project
 from pyclassify.reference import evaluate
 from pyclassify.services import backend_port, node_addresses
-from pyclassify.source import shown
+from pyclassify.documents import shown
 
 
 class UnknownEnd(ValueError):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 
-from pyclassify.source import InvalidInput
+from pyclassify.documents import InvalidInput
 
 #: What the daemon's runtime takes besides its policy (interpreter, libraries, loops, buffers).
 RESERVE = 96 * 1024 * 1024

@@ -42,7 +42,7 @@ from pyclassify.ir import (
     Tier,
 )
 from pyclassify.kinds.common import K8S_PROTOCOL_NUMBERS
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 
 TIER = "failsafe"
 #: Before every tier a manifest can name (tier orders are not negative in practice).

@@ -37,7 +37,7 @@ from pyclassify.kinds.inventory import InventoryBuilder, selected_pod_ips
 from pyclassify.project import Project, source_size
 from pyclassify.sharing import Shared
 from pyclassify.flow import namespace_labels, service_account_labels
-from pyclassify.source import Document, InvalidInput, Problems
+from pyclassify.documents import Document, InvalidInput, Problems
 
 
 class UnsupportedChange(ValueError):

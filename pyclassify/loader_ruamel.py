@@ -17,7 +17,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.constructor import RoundTripConstructor
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
-from pyclassify.source import FieldPath
+from pyclassify.documents import FieldPath
 
 # A bound on the size of one document's plain data, far beyond any real manifest.
 MAX_NODES_PER_DOCUMENT = 5_000_000

@@ -29,7 +29,7 @@ from pyclassify.kinds.versions import kind_problem
 from pyclassify.loader import iter_paths
 from pyclassify.budget import OverBudget
 from pyclassify.sharing import Shared
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 
 
 ObjectKey = tuple[str, str, "str | None", str]  # (API group, kind, namespace, name)

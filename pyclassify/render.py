@@ -21,7 +21,7 @@ from pyclassify.inventory import Endpoint
 from pyclassify.ir import Direction
 from pyclassify.kinds.common import protocol_name
 from pyclassify.project import Project, load_project
-from pyclassify.source import shown
+from pyclassify.documents import shown
 
 
 class NoSuchEndpoint(LookupError):

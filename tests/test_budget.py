@@ -19,7 +19,7 @@ from pyclassify.enforce.source import PolicySource, SourceError
 from pyclassify.ir import PROTO_TCP
 from pyclassify.live import LiveProject
 from pyclassify.project import build_project, load_project
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 from tests.test_sharing import NETS, gnp
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"

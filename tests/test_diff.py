@@ -33,7 +33,7 @@ from pyclassify.ir import PortRange
 from pyclassify.project import Project, build_project
 from pyclassify.reference import evaluate
 from pyclassify.services import address_bytes
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 
 PROTOCOLS = (6, 17, 132)
 

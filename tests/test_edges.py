@@ -86,7 +86,7 @@ def test_selector_with_a_lone_surrogate_is_a_file_line_error():
     # and AdmissionReview bodies are read with json.loads, which keeps the lone surrogate.
     from pyclassify.admission.policy import check_admission_documents
     from pyclassify.project import build_project
-    from pyclassify.source import Document, Problems
+    from pyclassify.documents import Document, Problems
 
     gnp = json.loads(_gnp('app == "w\udcffb"'))
     cap = json.loads(json.dumps({

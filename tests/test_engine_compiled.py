@@ -20,7 +20,7 @@ from pyclassify.engine import NativeEngine
 from pyclassify.live import LiveProject
 from pyclassify.project import build_project
 from pyclassify.reference import Flow, FlowEnd
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 from tests.evaluators import packet_batch
 from tests.test_engine_differential import flow_st, world_st
 

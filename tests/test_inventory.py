@@ -19,7 +19,7 @@ from pyclassify.kinds.inventory import (
     port_name_error,
 )
 from pyclassify.loader import load_text
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 
 ip = ipaddress.ip_address
 net = ipaddress.ip_network

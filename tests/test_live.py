@@ -14,7 +14,7 @@ from pyclassify.engine import NativeEngine
 from pyclassify.live import LiveProject, UnsupportedChange
 from pyclassify.project import build_project
 from pyclassify.reference import Flow, FlowEnd
-from pyclassify.source import Document, InvalidInput, Problems
+from pyclassify.documents import Document, InvalidInput, Problems
 
 KINDS = CHANGE_KINDS  # pods added, deleted, relabelled; namespaces relabelled; NetworkPolicies added, changed, deleted
 

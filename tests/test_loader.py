@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from pyclassify.loader import load_paths, load_text, manifest_files
-from pyclassify.source import Problems
+from pyclassify.documents import Problems
 
 
 def load(text: str, file: str = "m.yaml"):

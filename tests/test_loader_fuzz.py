@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from pyclassify import loader_ruamel
 from pyclassify.loader import iter_bytes, load_text
-from pyclassify.source import Problems
+from pyclassify.documents import Problems
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -11,7 +11,7 @@ import pytest
 
 from pyclassify import loader_ruamel
 from pyclassify.loader import iter_bytes, iter_text, load_text
-from pyclassify.source import Problems
+from pyclassify.documents import Problems
 
 
 def load(text: str, file: str = "m.yaml"):

@@ -10,7 +10,7 @@ import pytest
 from pyclassify import kinds
 from pyclassify.ir import PROTO_TCP, EndpointKind
 from pyclassify.project import load_project
-from pyclassify.source import Problems
+from pyclassify.documents import Problems
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 DEMO = EXAMPLES / "demo"

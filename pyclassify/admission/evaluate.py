@@ -32,7 +32,7 @@ from pyclassify.admission.policy import (
 from pyclassify.admission.scans import ScanResult, ScanResults, scans_from_annotations
 from pyclassify._engine import MAX_IMAGE_LEN
 from pyclassify.kinds import api_group
-from pyclassify.source import Document, FieldPath, Problems
+from pyclassify.documents import Document, FieldPath, Problems
 
 DEFAULT_NAMESPACE = "default"
 
@@ -68,7 +68,7 @@ class ResourceError(ValueError):
 
 
 def _path(path: FieldPath) -> str:
-    from pyclassify.source import format_path
+    from pyclassify.documents import format_path
 
     return format_path(path)
 

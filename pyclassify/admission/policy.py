@@ -21,7 +21,7 @@ from pyclassify.kinds.common import calico_selector, check_keys
 from pyclassify.kinds.inventory import InventoryBuilder
 from pyclassify.loader import iter_paths
 from pyclassify.selector import Selector
-from pyclassify.source import Document, FieldPath, Problems
+from pyclassify.documents import Document, FieldPath, Problems
 
 GROUP = "containersecurity.tigera.io"
 KIND = "ContainerAdmissionPolicy"

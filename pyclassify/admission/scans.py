@@ -34,7 +34,7 @@ from typing import Any, Iterable, Mapping
 
 from pyclassify.admission.policy import SCAN_STATUSES, parse_time
 from pyclassify.loader import load_paths
-from pyclassify.source import Document, FieldPath, Problems
+from pyclassify.documents import Document, FieldPath, Problems
 
 SCANS_API_VERSION = "admission.pyclassify.io/v1"
 SCANS_KIND = "ImageScanResults"

@@ -60,7 +60,7 @@ from pyclassify.admission.policy import AdmissionSet, build_admission
 from pyclassify.admission.scans import ScanResults, load_scans
 from pyclassify.httpserver import BoundedServer, Request, Response
 from pyclassify.loader import iter_paths, manifest_files
-from pyclassify.source import Document, InvalidInput, Problems
+from pyclassify.documents import Document, InvalidInput, Problems
 
 log = logging.getLogger("pyclassify.admission.webhook")
 

@@ -22,7 +22,7 @@ from pyclassify.cli.common import EXIT_INVALID, EXIT_OK, EXIT_REJECTED, err, fai
 from pyclassify.counted import count
 from pyclassify.kinds import schema
 from pyclassify.loader import load_paths
-from pyclassify.source import Problem, Problems
+from pyclassify.documents import Problem, Problems
 
 
 def _print_problems(problems: list[Problem]) -> None:
@@ -186,7 +186,7 @@ def admission_webhook_command(paths: tuple[str, ...], kubeconfig: str | None, ku
     are polled too, at the same interval; an unreachable API server keeps the last good policy.
     """
     from pyclassify.admission.webhook import AdmissionWebhook, parse_listen
-    from pyclassify.source import InvalidInput
+    from pyclassify.documents import InvalidInput
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from pyclassify.counted import count
 from pyclassify.selector import unencodable
-from pyclassify.source import printable
+from pyclassify.documents import printable
 from pyclassify.terminal import ascii_only
 
 if TYPE_CHECKING:

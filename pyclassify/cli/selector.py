@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from pyclassify.cli.common import EXIT_INVALID, EXIT_NO_MATCH, emit_json, err, fail, out, utf8_text
 from pyclassify.selector import Selector, SelectorError, excerpt, parse_labels
-from pyclassify.source import printable
+from pyclassify.documents import printable
 from pyclassify.terminal import ascii_only
 
 

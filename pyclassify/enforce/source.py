@@ -40,7 +40,7 @@ from pyclassify.live import LiveProject, UnsupportedChange
 from pyclassify.loader import ParseCache, iter_paths, special_file
 from pyclassify.project import ObjectKey, Project, build_project, object_key
 from pyclassify.sharing import Shared
-from pyclassify.source import Document, InvalidInput, Problems
+from pyclassify.documents import Document, InvalidInput, Problems
 
 
 class SourceError(RuntimeError):

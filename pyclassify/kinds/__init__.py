@@ -14,7 +14,7 @@ import importlib
 from typing import Callable, Union
 
 from pyclassify.ir import Policy, Profile, Tier
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 
 Normalized = Union[Policy, Tier, Profile]
 Normalizer = Callable[[Document, Problems], "list[Normalized]"]

@@ -43,7 +43,7 @@ from pyclassify.ir import (
 from pyclassify.kinds import common
 from pyclassify.names import WILDCARD_DOMAIN_NAME
 from pyclassify.selector import Selector
-from pyclassify.source import Document, FieldPath, Problems, format_path
+from pyclassify.documents import Document, FieldPath, Problems, format_path
 
 PODS = frozenset({EndpointKind.POD})
 MAX_PRIORITY = 1000

@@ -72,7 +72,7 @@ from pyclassify.kinds.common import (
 )
 from pyclassify.names import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from pyclassify.selector import Selector
-from pyclassify.source import Document, FieldPath, Problems, format_path
+from pyclassify.documents import Document, FieldPath, Problems, format_path
 
 # --- names ------------------------------------------------------------------------------------
 

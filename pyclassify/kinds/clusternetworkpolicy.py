@@ -28,7 +28,7 @@ from pyclassify.ir import (
 )
 from pyclassify.kinds import adminnetworkpolicy as anp
 from pyclassify.kinds import common
-from pyclassify.source import Document, FieldPath, Problems
+from pyclassify.documents import Document, FieldPath, Problems
 
 KIND = "ClusterNetworkPolicy"
 MAX_RULES = 25

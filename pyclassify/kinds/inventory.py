@@ -48,7 +48,7 @@ from pyclassify.names import (
     port_name_error,
 )
 from pyclassify.selector import Selector, SelectorError
-from pyclassify.source import Document, FieldPath, Problems
+from pyclassify.documents import Document, FieldPath, Problems
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # EndpointSlice -> its Service

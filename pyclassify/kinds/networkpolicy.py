@@ -27,7 +27,7 @@ from pyclassify.ir import (
     Subject,
 )
 from pyclassify.kinds import common
-from pyclassify.source import Document, FieldPath, Problems, format_path
+from pyclassify.documents import Document, FieldPath, Problems, format_path
 
 KIND = "NetworkPolicy"
 PODS = frozenset({EndpointKind.POD})

@@ -32,7 +32,7 @@ from importlib import resources
 from typing import Any, Iterable
 
 from pyclassify._engine import SchemaChecker
-from pyclassify.source import Document, FieldPath, Problems, document_key, format_path, shown
+from pyclassify.documents import Document, FieldPath, Problems, document_key, format_path, shown
 from pyclassify.spelling import suggestion
 
 SCHEMA_FILES = ("kubernetes.json", "network-policy-api.json", "calico.json", "containersecurity.json")

@@ -17,7 +17,7 @@ from pyclassify.ir import STAGED_ACTIONS, STAGED_DELETE, TIER_DEFAULT, Policy, S
 from pyclassify.kinds.calico import normalize_calico_np, normalize_gnp
 from pyclassify.kinds.common import expect_dict
 from pyclassify.kinds.networkpolicy import normalize_networkpolicy
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 
 _ACTION = "stagedAction"
 

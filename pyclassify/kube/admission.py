@@ -12,7 +12,7 @@ from typing import Any
 from pyclassify.kube.client import ApiException, KubeClient
 from pyclassify.kube.resources import RESOURCES, Resource, listed_object
 from pyclassify.kube.source import document
-from pyclassify.source import Document
+from pyclassify.documents import Document
 
 log = logging.getLogger("pyclassify.kube")
 

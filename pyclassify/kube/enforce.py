@@ -18,7 +18,7 @@ from pyclassify.kube.client import load_client
 from pyclassify.kube.events import EventRecorder
 from pyclassify.kube.source import KubeSource
 from pyclassify.project import ObjectKey, Project
-from pyclassify.source import Problems
+from pyclassify.documents import Problems
 
 
 class KubePolicySource:

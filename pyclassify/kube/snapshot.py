@@ -13,7 +13,7 @@ from pyclassify.kube.resources import RESOURCES, Resource, listed_object
 from pyclassify.kube.source import document
 from pyclassify.loader import iter_paths
 from pyclassify.project import Project, build_project
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 
 log = logging.getLogger("pyclassify.kube")
 

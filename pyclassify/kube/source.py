@@ -40,7 +40,7 @@ from pyclassify.budget import OverBudget
 from pyclassify.live import LiveProject, UnsupportedChange
 from pyclassify.project import ObjectKey, Project, build_project, object_key
 from pyclassify.sharing import Shared
-from pyclassify.source import Document, InvalidInput, Problems
+from pyclassify.documents import Document, InvalidInput, Problems
 
 log = logging.getLogger("pyclassify.kube")
 

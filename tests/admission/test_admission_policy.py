@@ -24,7 +24,7 @@ from pyclassify.admission.policy import (
     parse_time,
 )
 from pyclassify.loader import documents_of, load_text
-from pyclassify.source import Problems
+from pyclassify.documents import Problems
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "admission"
 UTC = dt.timezone.utc

@@ -23,7 +23,7 @@ from pyclassify.kinds.common import PROTOCOL_NUMBERS
 from pyclassify.loader import documents_of
 from pyclassify.project import build_project, load_project
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.source import Problems
+from pyclassify.documents import Problems
 
 REPO = Path(__file__).resolve().parents[2]
 PODS = 80

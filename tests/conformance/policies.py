@@ -8,7 +8,7 @@ from pyclassify.ir import PolicySet
 from pyclassify.kinds.adminnetworkpolicy import normalize_anp, normalize_banp
 from pyclassify.kinds.clusternetworkpolicy import normalize_cnp
 from pyclassify.kinds.networkpolicy import normalize_networkpolicy
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 
 NORMALIZERS = {
     "NetworkPolicy": normalize_networkpolicy,

@@ -23,7 +23,7 @@ from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, NamedPort, PortRange
 from pyclassify.loader import documents_of
 from pyclassify.project import Project, build_project
 from pyclassify.reference import Flow, FlowEnd
-from pyclassify.source import Problems
+from pyclassify.documents import Problems
 from tests.conftest import CASES
 from tests.shared_data import skip_mark
 

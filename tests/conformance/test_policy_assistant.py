@@ -17,7 +17,7 @@ from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace
 from pyclassify.ir import EndpointKind
 from pyclassify.kinds.common import PROTOCOL_NUMBERS, ip_block
 from pyclassify.reference import Flow, FlowEnd
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 from tests.conftest import CASES, load_cases
 from tests.shared_data import skip_mark
 from tests.conformance.policies import policy_set

@@ -92,7 +92,7 @@ def test_engine_gauges_count_programs_walked_past_the_memory_bound() -> None:
     from bench.cluster import adversarial_policy
     from pyclassify.engine import NativeEngine
     from pyclassify.project import build_project
-    from pyclassify.source import Document, Problems
+    from pyclassify.documents import Document, Problems
 
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
            "spec": {"containers": [{"name": "c", "image": "i"}]},

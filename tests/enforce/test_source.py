@@ -162,7 +162,7 @@ def test_a_settled_file_is_not_read_again(tmp_path: Path, demo: Path) -> None:
     import time
 
     from pyclassify.loader import ParseCache, iter_paths
-    from pyclassify.source import Problems
+    from pyclassify.documents import Problems
 
     cache = ParseCache(settle=0.5)
     old = time.time_ns() - 10**10

@@ -13,7 +13,7 @@ from pyclassify.kinds import schema
 from pyclassify.kinds.adminnetworkpolicy import normalize_anp, normalize_banp
 from pyclassify.kinds.networkpolicy import normalize_networkpolicy
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 
 IP = ipaddress.ip_address
 

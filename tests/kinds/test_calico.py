@@ -37,7 +37,7 @@ from pyclassify.kinds import policy_normalizer, schema
 from pyclassify.loader import load_text
 from pyclassify.flow import HttpRequest
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.source import Problems
+from pyclassify.documents import Problems
 from tests.evaluators import EVALUATORS
 from tests.shared_data import SHARED, shared_path
 

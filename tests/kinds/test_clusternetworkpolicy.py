@@ -11,7 +11,7 @@ from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace
 from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, Action, EndpointKind, NamedPort, PolicySet, PortMatch, PortRange
 from pyclassify.kinds.clusternetworkpolicy import normalize_cnp
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 
 IP = ipaddress.ip_address
 NS_ALL = {"namespaces": {}}

@@ -12,7 +12,7 @@ from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, Action, Direction, E
 from pyclassify.kinds import schema
 from pyclassify.kinds.networkpolicy import isolation_policies, normalize_networkpolicy
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 
 IP = ipaddress.ip_address
 

@@ -23,7 +23,7 @@ from pyclassify.kinds.versions import kind_problem
 from pyclassify.live import LiveProject
 from pyclassify.loader import documents_of
 from pyclassify.project import build_project, load_project
-from pyclassify.source import Document, InvalidInput, Problems
+from pyclassify.documents import Document, InvalidInput, Problems
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "pyclassify" / "schemas"

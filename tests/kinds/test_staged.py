@@ -11,7 +11,7 @@ from pyclassify.ir import PROTO_TCP, EndpointKind, PolicySet
 from pyclassify.loader import load_text
 from pyclassify.project import build_project
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.source import Problems
+from pyclassify.documents import Problems
 from tests.kinds.test_calico import normalize as normalize_text
 
 ENFORCED = """\

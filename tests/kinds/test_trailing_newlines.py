@@ -10,7 +10,7 @@ import pytest
 
 from pyclassify.loader import load_text
 from pyclassify.project import build_project
-from pyclassify.source import Problems
+from pyclassify.documents import Problems
 
 CASES = [
     ({"apiVersion": "projectcalico.org/v3", "kind": "Tier", "metadata": {"name": "sec\n"}, "spec": {"order": 1}},

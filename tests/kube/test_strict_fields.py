@@ -17,7 +17,7 @@ import pytest
 from pyclassify.kube import KubeSource, load_client
 from pyclassify.kube.client import ApiException, KubeClient
 from pyclassify.project import build_project
-from pyclassify.source import Document, Problems
+from pyclassify.documents import Document, Problems
 from tests.kube.test_source import delete, wait_until
 
 NS = "strict"
