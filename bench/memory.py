@@ -36,7 +36,7 @@ SHAPES: dict[str, tuple[str, dict[str, int], bool]] = {
 #: The daemon's load of a policy directory, and the estimate it holds the set to.
 LOAD = """
 import json, sys
-from pyclassify.enforce.source import PolicySource
+from pyclassify.enforce.file_source import PolicySource
 source = PolicySource([sys.argv[1]])
 loaded = source.load()
 print(json.dumps({"policies": len(loaded.project.policy_set.policies),

@@ -121,7 +121,7 @@ def test_explain_cli_on_the_demo_ssh_to_the_node():
 
 def test_enforce_policy_source_holds_failsafe_ports_across_reloads(tmp_path):
     # What `enforce` runs: its policy source builds the engine the NFQUEUE and bridge loops judge with.
-    from pyclassify.enforce.source import PolicySource
+    from pyclassify.enforce.file_source import PolicySource
     from pyclassify.reference import Flow, FlowEnd
 
     (tmp_path / "m.yaml").write_text(HOST)

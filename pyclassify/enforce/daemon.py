@@ -56,7 +56,7 @@ from pyclassify.enforce.node import NodeTraffic, dns_servers, in_cluster_api_ser
 from pyclassify.enforce.reload import PolicyReload, ReloadResult
 from pyclassify.enforce.resync import RulesResync
 from pyclassify.enforce.revoke import Revocation
-from pyclassify.enforce.source import Loaded, PolicySource, SourceError
+from pyclassify.enforce.file_source import Loaded, PolicySource, SourceError
 from pyclassify.enforce.watch import Watcher
 from pyclassify.ir import Hook
 from pyclassify.nfqueue import engine_capsule

@@ -1,6 +1,6 @@
 """``pyclassify enforce --kubeconfig``: the daemon's policy source is the cluster.
 
-``KubePolicySource`` has the interface of ``pyclassify.enforce.source.PolicySource``
+``KubePolicySource`` has the interface of ``pyclassify.enforce.file_source.PolicySource``
 (``load() -> Loaded``): the first load lists the cluster (``KubeSource.start``; the engine is
 in force when it returns); later loads hand over what the watch has applied since, as one engine
 snapshot reached by deltas (never a rebuild). ``watch(callback)`` calls back after each event
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from pyclassify.budget import OverBudget
-from pyclassify.enforce.source import Loaded, SourceError
+from pyclassify.enforce.file_source import Loaded, SourceError
 from pyclassify.kube.client import load_client
 from pyclassify.kube.events import EventRecorder
 from pyclassify.kube.source import KubeSource

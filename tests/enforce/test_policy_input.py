@@ -1,4 +1,4 @@
-"""The policy paths as the API server would treat them (pyclassify.enforce.source, .reload,
+"""The policy paths as the API server would treat them (pyclassify.enforce.file_source, .watch,
 pyclassify.loader): a root that vanishes, is emptied or cannot be read keeps its last good
 objects and says so; a deletion is a file removed from a directory that is still there, or an
 object removed from a file that still holds others; the watch follows a root removed and made
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pyclassify.enforce.source import PolicySource
+from pyclassify.enforce.file_source import PolicySource
 from tests.enforce.policy_files import DEMO, copy_demo, verdict, watching
 
 @pytest.fixture

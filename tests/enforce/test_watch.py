@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from pyclassify.enforce.watch import Watcher
-from pyclassify.enforce.source import PolicySource
+from pyclassify.enforce.file_source import PolicySource
 from tests.enforce.policy_files import DEMO, verdict, watching
 
 def mount(root: Path, version: str, files: dict[str, str], swap_in: bool = True) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pyclassify.enforce.source import PolicySource, SourceError
+from pyclassify.enforce.file_source import PolicySource, SourceError
 from tests.enforce.policy_files import copy_demo, verdict
 
 @pytest.fixture
