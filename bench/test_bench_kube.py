@@ -35,7 +35,7 @@ from pyclassify.bulk import collector_paused
 from pyclassify.engine import NativeEngine
 from pyclassify.kube import load_client
 from pyclassify.kube.enforce import KubePolicySource
-from pyclassify.kube.source import KubeSource
+from pyclassify.kube.listwatch import KubeSource
 from pyclassify.project import load_project
 
 PODS = int(os.environ.get("PYCLASSIFY_KUBE_PODS", "10000"))

@@ -11,7 +11,7 @@ from typing import Any
 
 from pyclassify.kube.client import ApiException, KubeClient
 from pyclassify.kube.resources import RESOURCES, Resource, listed_object
-from pyclassify.kube.source import document
+from pyclassify.kube.listwatch import document
 from pyclassify.documents import Document
 
 log = logging.getLogger("pyclassify.kube")

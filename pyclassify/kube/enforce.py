@@ -16,7 +16,7 @@ from pyclassify.budget import OverBudget
 from pyclassify.enforce.file_source import Loaded, SourceError
 from pyclassify.kube.client import load_client
 from pyclassify.kube.events import EventRecorder
-from pyclassify.kube.source import KubeSource
+from pyclassify.kube.listwatch import KubeSource
 from pyclassify.project import ObjectKey, Project
 from pyclassify.documents import Problems
 

@@ -10,7 +10,7 @@ from typing import Iterator
 
 from pyclassify.kube.client import ApiException, KubeClient, load_client
 from pyclassify.kube.resources import RESOURCES, Resource, listed_object
-from pyclassify.kube.source import document
+from pyclassify.kube.listwatch import document
 from pyclassify.loader import iter_paths
 from pyclassify.project import Project, build_project
 from pyclassify.documents import Document, Problems

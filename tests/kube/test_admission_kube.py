@@ -20,7 +20,7 @@ from pyclassify.kube import load_client
 from pyclassify.kube.admission import CONTAINER_ADMISSION_POLICIES, ClusterAdmissionInput
 from pyclassify.kube.client import object_path
 from tests.admission.test_admission_webhook import EXAMPLES, NOW, post, resource, review_of, tls  # noqa: F401
-from tests.kube.test_source import delete, wait_until
+from tests.kube.test_listwatch import delete, wait_until
 
 POLICIES = CONTAINER_ADMISSION_POLICIES.path
 

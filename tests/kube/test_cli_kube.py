@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from pyclassify.kube import load_client
-from tests.kube.test_source import GNP, create_namespace, create_pod, delete, network_policy
+from tests.kube.test_listwatch import GNP, create_namespace, create_pod, delete, network_policy
 
 PYCLASSIFY = [sys.executable, "-m", "pyclassify"]
 

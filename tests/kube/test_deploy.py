@@ -18,7 +18,7 @@ from pyclassify.kube import load_client
 from pyclassify.kube.client import ApiException, KubeClient, object_path
 from pyclassify.kube.events import EventRecorder
 from pyclassify.kube.resources import RESOURCES
-from tests.kube.test_source import delete
+from tests.kube.test_listwatch import delete
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NAMESPACE = "pyclassify-system"

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pyclassify.kube import load_client
 from tests.enforce.netns import PY, Daemon, Topology, root_reason
-from tests.kube.test_source import GNP, create_namespace, create_pod, delete, network_policy
+from tests.kube.test_listwatch import GNP, create_namespace, create_pod, delete, network_policy
 
 pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
 

@@ -21,7 +21,7 @@ from pyclassify.kube.resources import RESOURCES
 from pyclassify.project import build_project
 from pyclassify.reference import Flow, FlowEnd
 from pyclassify.documents import Document, Problems
-from tests.kube.test_source import MERGE, delete, wait_until
+from tests.kube.test_listwatch import MERGE, delete, wait_until
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
 

@@ -18,7 +18,7 @@ from pyclassify.kube import KubeSource, load_client
 from pyclassify.kube.client import ApiException, KubeClient
 from pyclassify.project import build_project
 from pyclassify.documents import Document, Problems
-from tests.kube.test_source import delete, wait_until
+from tests.kube.test_listwatch import delete, wait_until
 
 NS = "strict"
 

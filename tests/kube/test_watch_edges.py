@@ -22,7 +22,7 @@ import yaml
 from pyclassify.kube import KubeSource, load_client
 from pyclassify.kube.resources import RESOURCES
 from tests.kube.apiserver import KubeCluster, free_port
-from tests.kube.test_source import (
+from tests.kube.test_listwatch import (
     create_namespace,
     create_pod,
     delete,
