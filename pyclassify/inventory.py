@@ -2,7 +2,7 @@
 
 Built from Namespace, Pod (and workload controllers' pod templates), Node, Service,
 EndpointSlice, ServiceAccount, HostEndpoint, GlobalNetworkSet and NetworkSet objects
-(see ``pyclassify.kinds.inventory``). Plain typed data: the reference evaluator and the
+(see ``pyclassify.kinds.inventory_kinds``). Plain typed data: the reference evaluator and the
 native compiler both read it.
 """
 

@@ -33,7 +33,7 @@ from pyclassify.engine import EngineState, NativeEngine, endpoint_key, policy_ke
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import STAGED_KINDS, EndpointKind, Hook, Policy, PolicySet
 from pyclassify.kinds import schema
-from pyclassify.kinds.inventory import InventoryBuilder, selected_pod_ips
+from pyclassify.kinds.inventory_kinds import InventoryBuilder, selected_pod_ips
 from pyclassify.project import Project, source_size
 from pyclassify.sharing import Shared
 from pyclassify.flow import namespace_labels, service_account_labels
@@ -165,7 +165,7 @@ class LiveProject:
 
     def _normalize_pod(self, obj: dict[str, Any]) -> tuple[Endpoint, bool]:
         """The pod's endpoint, and whether it is one (a pod that holds no address, finished
-        or pending, is not: ``kinds.inventory.pod_without_address``)."""
+        or pending, is not: ``kinds.inventory_kinds.pod_without_address``)."""
         problems = Problems()
         builder = InventoryBuilder(problems)
         builder.nodes = self.inventory.nodes  # host-network pods take their node's addresses (read only)

@@ -3,7 +3,7 @@
 
 Every manifest kind checks names and labels through this module: the patterns are written once
 here, and each check is one function. Label keys and values have two message styles, because two
-readers need them: the inventory kinds (``pyclassify.kinds.inventory``: Pods, Namespaces,
+readers need them: the inventory kinds (``pyclassify.kinds.inventory_kinds``: Pods, Namespaces,
 Services, ...) say which part of a key is wrong, step by step, while the label selectors of
 policies (``pyclassify.kinds.common``) answer with apimachinery's one-sentence messages. Both
 styles judge the same keys and values valid.

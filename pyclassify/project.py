@@ -24,7 +24,7 @@ from pyclassify.bulk import collector_paused
 from pyclassify.inventory import Endpoint, Inventory
 from pyclassify.ir import BUILTIN_TIERS, Action, EndpointKind, Policy, PolicySet, Profile, Tier
 from pyclassify.kinds import schema
-from pyclassify.kinds.inventory import InventoryBuilder
+from pyclassify.kinds.inventory_kinds import InventoryBuilder
 from pyclassify.kinds.versions import kind_problem
 from pyclassify.loader import iter_paths
 from pyclassify.budget import OverBudget
@@ -67,7 +67,7 @@ class Project:
     #: Felix's failsafe ports as the manifests configure them (defaults otherwise).
     failsafe_config: failsafe.FailsafeConfig = field(default_factory=failsafe.FailsafeConfig)
     #: Pods that hold no address (finished, or not given one yet), so are no endpoint:
-    #: ``ns/name`` -> why (``kinds.inventory.pod_without_address``)
+    #: ``ns/name`` -> why (``kinds.inventory_kinds.pod_without_address``)
     released: dict[str, str] = field(default_factory=dict)
     #: The table its policies' parts are held in once (``pyclassify.sharing``), with their
     #: estimated memory (``Shared.footprint``).

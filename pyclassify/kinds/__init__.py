@@ -46,7 +46,7 @@ POLICY_KINDS: dict[tuple[str, str], str] = {
     (_CALICO, "StagedKubernetesNetworkPolicy"): "pyclassify.kinds.staged:normalize_staged_knp",
 }
 
-# Kinds that describe endpoints and addresses (built by pyclassify.kinds.inventory).
+# Kinds that describe endpoints and addresses (built by pyclassify.kinds.inventory_kinds).
 INVENTORY_KINDS: frozenset[tuple[str, str]] = frozenset(
     {
         ("", "Namespace"),

@@ -18,7 +18,7 @@ import json
 import pytest
 
 from pyclassify.inventory import Endpoint
-from pyclassify.kinds.inventory import InventoryBuilder
+from pyclassify.kinds.inventory_kinds import InventoryBuilder
 from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, NamedPort, PortRange
 from pyclassify.loader import documents_of
 from pyclassify.project import Project, build_project

@@ -1,4 +1,4 @@
-"""The inventory kinds and their validation (pyclassify.kinds.inventory)."""
+"""The inventory kinds and their validation (pyclassify.kinds.inventory_kinds)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pyclassify.inventory import ContainerPort, Endpoint, ServicePort
 from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, EndpointKind
-from pyclassify.kinds.inventory import (
+from pyclassify.kinds.inventory_kinds import (
     build_inventory,
     label_key_error,
     label_value_error,
@@ -685,7 +685,7 @@ def test_workloads_are_named_as_np_guard_names_them():
     without namespace in ``default``) is an endpoint of the inventory built from the same manifests
     — but those whose pods have all finished: np-guard reports a Job's Succeeded pods, which have
     released their address; Calico and Cilium make no endpoint of them, nor does pyclassify."""
-    from pyclassify.kinds.inventory import InventoryBuilder
+    from pyclassify.kinds.inventory_kinds import InventoryBuilder
     from pyclassify.loader import documents_of
     from tests.shared_data import shared_path
 
@@ -733,7 +733,7 @@ _ODD_VALUES = [None, "", 3, True, "Not_Valid!", "10.0.0.300", "fd00::1", [], {},
 def test_fast_pod_path_equals_the_checked_one(index, edits):
     import copy
 
-    from pyclassify.kinds.inventory import checked_pod, valid_pod
+    from pyclassify.kinds.inventory_kinds import checked_pod, valid_pod
 
     pods = _pod_variants_cached()
     obj = copy.deepcopy(pods[index % len(pods)])
@@ -771,7 +771,7 @@ def test_bulk_constructors_build_the_same_objects():
     import dataclasses
 
     from pyclassify.inventory import Endpoint, container_port, endpoint
-    from pyclassify.kinds.inventory import parse_ip
+    from pyclassify.kinds.inventory_kinds import parse_ip
 
     fields = dict(kind=EndpointKind.POD, name="web-1", namespace="prod", labels={"app": "web"},
                   ips=(ip("10.0.0.1"),), ports=(ContainerPort(80, PROTO_TCP, "http"),), service_account="sa",
