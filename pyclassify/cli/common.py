@@ -164,7 +164,7 @@ def read_manifests(paths: tuple[str, ...], kube: tuple[str | None, str | None, b
         except OverBudget as e:
             err.print(f"[red]error[/red]: {escape(e.describe('not built'))}")
             fail(EXIT_INVALID)
-    from pyclassify.kube.snapshot import load_cluster_project
+    from pyclassify.kube.cluster_project import load_cluster_project
 
     try:
         return load_cluster_project(list(paths), kubeconfig, context, in_cluster or None)
