@@ -34,7 +34,7 @@ from bench.kube_cluster import populate
 from pyclassify.bulk import collector_paused
 from pyclassify.engine import NativeEngine
 from pyclassify.kube import load_client
-from pyclassify.kube.enforce import KubePolicySource
+from pyclassify.enforce.cluster_source import KubePolicySource
 from pyclassify.kube.listwatch import KubeSource
 from pyclassify.project import load_project
 

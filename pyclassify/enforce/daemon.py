@@ -168,7 +168,7 @@ class Enforcer:
         self.domain_facts = domains.new_facts()
         if config.kube is not None:
             from pyclassify.enforce.iptables import OWN_MARK
-            from pyclassify.kube.enforce import KubePolicySource
+            from pyclassify.enforce.cluster_source import KubePolicySource
 
             # its connections to the API server carry our mark: let through whether or not we run
             self.source = KubePolicySource(*config.kube, node=config.node, budget=self.memory_budget,

@@ -15,7 +15,7 @@ import yaml
 
 from pyclassify.kube import load_client
 from pyclassify.kube.client import KubeClient
-from pyclassify.kube.enforce import KubePolicySource
+from pyclassify.enforce.cluster_source import KubePolicySource
 from pyclassify.kube.events import EventRecorder
 from tests.kube.test_listwatch import GNP, delete, kc, wait_until  # noqa: F401 - kc is a fixture
 from tests.test_sharing import gnp as calico_gnp
