@@ -70,7 +70,8 @@ def run_enforce(paths: list[str], queues: str, fail: str = "closed", default: st
                 workload_interface_prefix: str = "cali", on_stop: str = "keep",
                 memory_budget: int | str | None = "auto", metrics_rule_labels: bool = True) -> int:
     """Run the daemon until SIGINT/SIGTERM (or ``duration`` seconds); returns the exit code."""
-    from pyclassify.enforce.daemon import EnforceConfig, Enforcer, parse_queues
+    from pyclassify.enforce.config import EnforceConfig
+    from pyclassify.enforce.daemon import Enforcer, parse_queues
     from pyclassify.enforce.errors import EXIT_PREREQUISITE, EnforceError
 
     try:

@@ -25,7 +25,7 @@ from pyclassify.kinds.common import ICMP_PROTOCOLS
 from pyclassify.project import Project
 
 if TYPE_CHECKING:
-    from pyclassify.enforce.daemon import EnforceConfig
+    from pyclassify.enforce.config import EnforceConfig
 
 
 def has_log_rules(project: Project) -> bool:

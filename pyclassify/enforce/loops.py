@@ -15,7 +15,7 @@ from pyclassify.nfqueue import open_queue
 from pyclassify.project import Project
 
 if TYPE_CHECKING:
-    from pyclassify.enforce.daemon import EnforceConfig
+    from pyclassify.enforce.config import EnforceConfig
 
 #: Connections the HTTP loop follows at once (each holds at most one request head, 8 KiB).
 HTTP_CONNECTIONS = 65536

@@ -10,7 +10,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyclassify import domains, httprules
 from pyclassify.budget import OverBudget
@@ -22,7 +22,39 @@ from pyclassify.nfqueue import engine_capsule
 from pyclassify.project import Project
 
 if TYPE_CHECKING:
-    from pyclassify.enforce.daemon import Enforcer
+    from pyclassify.engine import NativeEngine
+    from pyclassify.enforce.accounting import EventAccounting
+    from pyclassify.enforce.config import EnforceConfig
+    from pyclassify.enforce.file_source import Loaded
+    from pyclassify.enforce.hooks import ForwardQueues, HostHooks
+    from pyclassify.enforce.iptables import Rules
+    from pyclassify.enforce.log import FlowLog
+    from pyclassify.enforce.loops import QueueLoops
+    from pyclassify.enforce.metrics import Metrics
+    from pyclassify.enforce.node import NodeTraffic
+    from pyclassify.enforce.revoke import Revocation
+
+
+class ReloadedDaemon(Protocol):
+    """What a reload reads and replaces of the daemon (``Enforcer``): declared here, so the
+    reload depends on the parts it works on and not on the daemon that holds them."""
+
+    config: EnforceConfig
+    project: Project | None
+    engine: NativeEngine | None
+    rules: Rules | None
+    bridge: Any
+    queues: QueueLoops
+    hooks: HostHooks
+    node: NodeTraffic
+    log: FlowLog
+    metrics: Metrics
+    accounting: EventAccounting
+    revocation: Revocation
+
+    def load_source(self) -> Loaded: ...
+
+    def open_forward_hooks(self, queue: int) -> ForwardQueues: ...
 
 
 @dataclass
@@ -38,7 +70,7 @@ class PolicyReload:
     """Owns the reload lock (one reload at a time, and no check of our rules beside one) and the
     counts of reloads applied and rejected; works on the parts of ``daemon``."""
 
-    def __init__(self, daemon: Enforcer) -> None:
+    def __init__(self, daemon: ReloadedDaemon) -> None:
         self.daemon = daemon
         self.lock = threading.Lock()
         self.reloads = 0

@@ -18,7 +18,7 @@ from pyclassify.nfqueue import kernel_conntrack, kernel_revalidate
 from pyclassify.project import Project
 
 if TYPE_CHECKING:
-    from pyclassify.enforce.daemon import EnforceConfig
+    from pyclassify.enforce.config import EnforceConfig
 
 
 class Revocation:

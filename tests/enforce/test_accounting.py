@@ -10,7 +10,8 @@ import json
 import numpy as np
 
 from pyclassify.batch import FLAG_HAS_PORTS, new_batch
-from pyclassify.enforce.daemon import EnforceConfig, Enforcer
+from pyclassify.enforce.config import EnforceConfig
+from pyclassify.enforce.daemon import Enforcer
 from tests.enforce import manifests
 
 

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from pyclassify import _native
 from pyclassify.batch import HEADER_DTYPE
 from pyclassify.cli.enforce import enforce_command
-from pyclassify.enforce.daemon import EnforceConfig, Enforcer, parse_queues
+from pyclassify.enforce.config import EnforceConfig
+from pyclassify.enforce.daemon import Enforcer, parse_queues
 from pyclassify.enforce.iptables import OWN_MARK, Rules, forward_ctmark, queue_target, queues_named, transaction
 from pyclassify.enforce.node import LocalAddresses, NodeTraffic, dns_servers
 from pyclassify.failsafe import FailsafePort

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from pyclassify.batch import FLAG_HAS_PORTS, new_batch
 from pyclassify.cli import main
 from pyclassify.cli.monitor import monitor_command
-from pyclassify.enforce.daemon import EnforceConfig, Enforcer
+from pyclassify.enforce.config import EnforceConfig
+from pyclassify.enforce.daemon import Enforcer
 from pyclassify.enforce.log import FlowLog
 from pyclassify.enforce.monitor import follow_lines, parse_only, render, run_monitor
 
