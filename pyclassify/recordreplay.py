@@ -62,53 +62,94 @@ def new_judge(engines: list[NativeEngine], default: str | None, services: Servic
 
 
 def rule_counts(judge: RecordJudge, engine: NativeEngine, logs: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
-    """What a folded judge counted per rule of its first engine: ``by_rule_rows`` and (with
-    ``logs``) ``logged_rows``, as ``RecordReplay.summary_json`` gives them."""
-    by_rule = {(("egress", "ingress")[d], tier, kind, source, rule, reason, allow): list(m)
-               for (d, tier, kind, source, rule, reason, allow), m in judge.by_rule()}
-    logged = {(("egress", "ingress")[d], tier, kind, source, rule): list(m)
-              for (d, tier, kind, source, rule), m in judge.logged()}
-    return by_rule_rows(engine, by_rule), logged_rows(engine, logged) if logs else None
+    """What a folded judge counted per rule of its first engine: ``rule_rows`` and (with
+    ``logs``) ``logged_rule_rows``, as ``RecordReplay.summary_json`` gives them."""
+    by_rule, logged = named_counts(judge, engine)
+    return rule_rows(by_rule), logged_rule_rows(logged) if logs else None
+
+
+#: What decided one end, by name: (direction, tier, policy, rule, verdict, reason).
+RuleKey = tuple[str, Any, Any, Any, str, str]
+#: A Log rule passed, by name: (direction, tier, policy, rule).
+LogKey = tuple[str, Any, Any, Any]
+
+
+def named_counts(judge: RecordJudge, engine: NativeEngine) -> tuple[dict[RuleKey, list[int]], dict[LogKey, list[int]]]:
+    """A folded judge's sums per deciding rule and per Log rule, keyed by the rules' names
+    (``engine`` names them): keys any engine built from the same policy set names alike, so
+    sums made on different machines add up."""
+    by_rule: dict[RuleKey, list[int]] = {}
+    for (d, tier, kind, source, rule, reason, allow), m in judge.by_rule():
+        decision = _side(engine, d, kind, tier, source, rule, reason, allow)
+        key = (("egress", "ingress")[d], decision.tier, decision.policy, decision.rule, decision.verdict, decision.reason)
+        _add(by_rule.setdefault(key, [0, 0, 0, 0]), m)
+    logged: dict[LogKey, list[int]] = {}
+    for (d, tier, kind, source, rule), m in judge.logged():
+        decision = _side(engine, d, kind, tier, source, rule, 0, 0)
+        _add(logged.setdefault((("egress", "ingress")[d], decision.tier, decision.policy, decision.rule), [0, 0, 0, 0]), m)
+    return by_rule, logged
+
+
+def _side(engine: NativeEngine, direction: int, kind: int, tier: int, source: int, rule: int, reason: int, allow: int) -> Any:
+    side = np.zeros((), dtype=engine.side_dtype)
+    side["present"], side["allow"], side["reason"] = 1, allow, reason
+    side["source_kind"], side["tier"], side["source"], side["rule"] = kind, tier, source, rule
+    decision = engine.side_decision(side, (Direction.EGRESS, Direction.INGRESS)[direction])
+    assert decision is not None
+    return decision
+
+
+def _add(into: list[int], values: Any) -> None:
+    for i, v in enumerate(values):
+        into[i] += int(v)
 
 
 def measures_json(values: list[int]) -> dict[str, int]:
     return dict(zip(MEASURES, values))
 
 
-def by_rule_rows(engine: NativeEngine, counts: dict[tuple, list[int]]) -> list[dict[str, Any]]:
+def _row_order(row: dict[str, Any]) -> tuple:
+    # every field of the key: rows tied on counts come in one order however they were summed
+    return (-row["flows"], -row["records"], row["direction"], str(row["policy"]), str(row["rule"]), str(row["tier"]),
+            str(row.get("verdict")), str(row.get("reason")))
+
+
+def rule_rows(counts: dict[RuleKey, list[int]]) -> list[dict[str, Any]]:
     """``[{"direction", "tier", "policy", "rule", "verdict", "reason", "records", "flows",
     "packets", "bytes"}...]``, most flows first."""
-    rows = []
-    for (direction, tier, kind, source, rule, reason, allow), values in counts.items():
-        side = np.zeros((), dtype=engine.side_dtype)
-        side["present"], side["allow"], side["reason"] = 1, allow, reason
-        side["source_kind"], side["tier"], side["source"], side["rule"] = kind, tier, source, rule
-        decision = engine.side_decision(side, Direction(direction))
-        assert decision is not None
-        rows.append({"direction": direction, "tier": decision.tier, "policy": decision.policy, "rule": decision.rule,
-                     "verdict": decision.verdict, "reason": decision.reason, **measures_json(values)})
-    rows.sort(key=lambda r: (-r["flows"], -r["records"], r["direction"], str(r["policy"]), str(r["rule"])))
+    rows = [{"direction": direction, "tier": tier, "policy": policy, "rule": rule, "verdict": verdict, "reason": reason,
+             **measures_json(values)} for (direction, tier, policy, rule, verdict, reason), values in counts.items()]
+    rows.sort(key=_row_order)
     return rows
 
 
-def logged_rows(engine: NativeEngine, counts: dict[tuple, list[int]]) -> list[dict[str, Any]]:
+def logged_rule_rows(counts: dict[LogKey, list[int]]) -> list[dict[str, Any]]:
     """``[{"direction", "tier", "policy", "rule", "records", "flows", "packets", "bytes"}...]``:
     what each Log rule logged (passed on the way to a decision)."""
-    rows = []
-    for (direction, tier, kind, source, rule), values in counts.items():
-        side = np.zeros((), dtype=engine.side_dtype)
-        side["present"], side["allow"], side["reason"], side["source_kind"] = 1, 0, 0, kind
-        side["tier"], side["source"], side["rule"] = tier, source, rule
-        decision = engine.side_decision(side, Direction(direction))
-        assert decision is not None
-        rows.append({"direction": direction, "tier": decision.tier, "policy": decision.policy, "rule": decision.rule,
-                     **measures_json(values)})
-    rows.sort(key=lambda r: (-r["flows"], -r["records"], r["direction"], str(r["policy"]), str(r["rule"])))
+    rows = [{"direction": direction, "tier": tier, "policy": policy, "rule": rule, **measures_json(values)}
+            for (direction, tier, policy, rule), values in counts.items()]
+    rows.sort(key=_row_order)
     return rows
+
+
+def _sum(a: list[int], b: list[int]) -> list[int]:
+    return [x + y for x, y in zip(a, b)]
+
+
+def _sum_keyed(a: dict, b: dict) -> dict:
+    out = {k: list(v) for k, v in a.items()}
+    for k, v in b.items():
+        out[k] = _sum(out[k], v) if k in out else list(v)
+    return out
 
 
 @dataclass
 class RecordSummary:
+    """What a run over flow record files found. Mergeable: ``a.merge(b)``, ``a`` the summary
+    of some files and ``b`` of the files after them, is the summary of one run over all of
+    them (sums add, examples keep the first ones in file order, time ranges widen), so files
+    judged apart, on other processes or machines, give one run's answer."""
+
     totals: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
     allowed: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
     denied: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
@@ -119,25 +160,51 @@ class RecordSummary:
     outside: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
     outside_examples: list[str] = field(default_factory=list)
     no_policy: dict[str, list[int]] = field(default_factory=lambda: {"egress": [0, 0, 0, 0], "ingress": [0, 0, 0, 0]})
-    by_rule: dict[tuple, list[int]] = field(default_factory=dict)
-    #: (direction, tier, source_kind, source, rule) of a Log rule passed -> measures
-    logged: dict[tuple, list[int]] = field(default_factory=dict)
-    #: distinct decisions made (each record key once)
+    by_rule: dict[RuleKey, list[int]] = field(default_factory=dict)
+    #: Log rules passed -> measures
+    logged: dict[LogKey, list[int]] = field(default_factory=dict)
+    #: decisions made (each record key once per run over a part of the input)
     decisions: int = 0
     #: (the record's own verdict, pyclassify's) -> records
     reported: Counter = field(default_factory=Counter)
     disagreement_examples: list[str] = field(default_factory=list)
     first_ns: int = 0
     last_ns: int = 0
+    #: each input file, in the order given
+    files: list[FileReport] = field(default_factory=list)
     seconds: float = 0.0
     interrupted: bool = False
+
+    def merge(self, later: "RecordSummary") -> "RecordSummary":
+        """This summary and that of the files after these, as one (neither is changed)."""
+        a, b = self, later
+        firsts = [t for t in (a.first_ns, b.first_ns) if t]
+        return RecordSummary(
+            totals=_sum(a.totals, b.totals), allowed=_sum(a.allowed, b.allowed), denied=_sum(a.denied, b.denied),
+            unplaced=_sum(a.unplaced, b.unplaced), unplaced_examples=(a.unplaced_examples + b.unplaced_examples)[:EXAMPLES],
+            outside=_sum(a.outside, b.outside), outside_examples=(a.outside_examples + b.outside_examples)[:EXAMPLES],
+            no_policy={d: _sum(a.no_policy[d], b.no_policy[d]) for d in ("egress", "ingress")},
+            by_rule=_sum_keyed(a.by_rule, b.by_rule), logged=_sum_keyed(a.logged, b.logged),
+            decisions=a.decisions + b.decisions, reported=a.reported + b.reported,
+            disagreement_examples=(a.disagreement_examples + b.disagreement_examples)[:EXAMPLES],
+            first_ns=min(firsts) if firsts else 0, last_ns=max(a.last_ns, b.last_ns),
+            files=[*a.files, *b.files], seconds=max(a.seconds, b.seconds), interrupted=a.interrupted or b.interrupted)
+
+
+def merge_summaries(*parts: RecordSummary) -> RecordSummary:
+    """The summaries of consecutive parts of the input, in order, as one."""
+    merged = RecordSummary()
+    for part in parts:
+        merged = merged.merge(part)
+    return merged
 
 
 class RecordReplay:
     """One run over flow record files with one engine."""
 
     def __init__(self, engine: NativeEngine, default: str | None = None, out: IO[bytes] | None = None,
-                 format: str | None = None, logs: bool = False, out_name: str | None = None) -> None:
+                 format: str | None = None, logs: bool = False, out_name: str | None = None,
+                 services: ServiceMap | None = None) -> None:
         self.engine = engine
         self.out_name = out_name  # named in an error writing ``out``
         self.defaults = {} if default is None else {"default_pod": default, "default_host": default}
@@ -146,13 +213,15 @@ class RecordReplay:
         self.logs = logs
         self.summary = RecordSummary()
         self.files: list[FileReport] = []
-        self.services = ServiceMap(engine.inventory)
+        self.services = services if services is not None else ServiceMap(engine.inventory)
         self.judge = new_judge([engine], default, self.services, logs=logs)
         self._lines: RecordLines | None = None  # --out's line writer, made with the first chunk
         self._stop = False
 
-    def run(self, paths: list[str], progress: Callable[[int], None] | None = None) -> RecordSummary:
-        reader = RecordReader(paths, self.engine.inventory, self.format)
+    def run(self, paths: list[str], progress: Callable[[int], None] | None = None,
+            names: list[str] | None = None) -> RecordSummary:
+        """Judges ``paths`` in order (``names``: what reports call them, when not their paths)."""
+        reader = RecordReader(paths, self.engine.inventory, self.format, names)
         self.files = reader.files
         self._reader = reader
         started = time.perf_counter()
@@ -193,10 +262,8 @@ class RecordReplay:
         s.totals, s.allowed, s.denied, s.unplaced = list(totals), list(allowed), list(denied), list(unplaced)
         s.outside = list(outside)
         s.no_policy = {"egress": list(no_policy[0]), "ingress": list(no_policy[1])}
-        s.by_rule = {(("egress", "ingress")[d], tier, kind, source, rule, reason, allow): list(m)
-                     for (d, tier, kind, source, rule, reason, allow), m in self.judge.by_rule()}
-        s.logged = {(("egress", "ingress")[d], tier, kind, source, rule): list(m)
-                    for (d, tier, kind, source, rule), m in self.judge.logged()}
+        s.by_rule, s.logged = named_counts(self.judge, self.engine)
+        s.files = self.files
         s.reported = Counter()
         for r, row in enumerate(self.judge.reported()):
             for ours, n in enumerate(row):
@@ -267,39 +334,43 @@ class RecordReplay:
                               f"{e.strerror or e}") from None
 
     def summary_json(self) -> dict[str, Any]:
-        s = self.summary
-        agree = sum(n for (r, o), n in s.reported.items() if r in ("allow", "deny") and r == o)
-        disagree = sum(n for (r, o), n in s.reported.items() if r in ("allow", "deny") and r != o)
-        return {
-            "input": "flow records",
-            **measures_json(s.totals),
-            "allowed": measures_json(s.allowed),
-            "denied": measures_json(s.denied),
-            "unplaced": {**measures_json(s.unplaced), "examples": s.unplaced_examples},
-            "outside": {**measures_json(s.outside), "examples": s.outside_examples},
-            "no_policy": {d: measures_json(v) for d, v in s.no_policy.items()},
-            "by_rule": by_rule_rows(self.engine, s.by_rule),
-            "logged": logged_rows(self.engine, s.logged) if self.logs else None,
-            "reported": {
-                "records": [{"reported": r, "verdict": o, "records": n} for (r, o), n in sorted(s.reported.items(), key=str)],
-                "agree": agree,
-                "disagree": disagree,
-                "examples": s.disagreement_examples,
-            },
-            "first": s.first_ns / 1e9 if s.first_ns else None,
-            "last": s.last_ns / 1e9 if s.last_ns else None,
-            "files": [f.to_json() for f in self.files],
-            "problems": sum(sum(f.problems.values()) for f in self.files),
-            "seconds": round(s.seconds, 6),
-            "records_per_second": round(s.totals[0] / s.seconds, 1) if s.seconds > 0 else 0.0,
-            "decisions": s.decisions,
-            "interrupted": s.interrupted,
-        }
+        return summary_json(self.summary, self.logs)
 
     @property
     def unreadable(self) -> bool:
         """Nothing could be read from any file (every record was a problem)."""
-        return self.summary.totals[0] == 0 and any(f.problems for f in self.files)
+        return self.summary.totals[0] == 0 and any(f.problems for f in self.summary.files)
+
+
+def summary_json(s: RecordSummary, logs: bool) -> dict[str, Any]:
+    """The summary as ``replay --traffic --json`` prints it."""
+    agree = sum(n for (r, o), n in s.reported.items() if r in ("allow", "deny") and r == o)
+    disagree = sum(n for (r, o), n in s.reported.items() if r in ("allow", "deny") and r != o)
+    return {
+        "input": "flow records",
+        **measures_json(s.totals),
+        "allowed": measures_json(s.allowed),
+        "denied": measures_json(s.denied),
+        "unplaced": {**measures_json(s.unplaced), "examples": s.unplaced_examples},
+        "outside": {**measures_json(s.outside), "examples": s.outside_examples},
+        "no_policy": {d: measures_json(v) for d, v in s.no_policy.items()},
+        "by_rule": rule_rows(s.by_rule),
+        "logged": logged_rule_rows(s.logged) if logs else None,
+        "reported": {
+            "records": [{"reported": r, "verdict": o, "records": n} for (r, o), n in sorted(s.reported.items(), key=str)],
+            "agree": agree,
+            "disagree": disagree,
+            "examples": s.disagreement_examples,
+        },
+        "first": s.first_ns / 1e9 if s.first_ns else None,
+        "last": s.last_ns / 1e9 if s.last_ns else None,
+        "files": [f.to_json() for f in s.files],
+        "problems": sum(sum(f.problems.values()) for f in s.files),
+        "seconds": round(s.seconds, 6),
+        "records_per_second": round(s.totals[0] / s.seconds, 1) if s.seconds > 0 else 0.0,
+        "decisions": s.decisions,
+        "interrupted": s.interrupted,
+    }
 
 
 def print_summary(doc: dict[str, Any], out: Any, err: Any, escape: Callable[[str], str], arrow: str, dash: str) -> None:
@@ -357,4 +428,4 @@ def _by_what(row: dict[str, Any], escape: Callable[[str], str]) -> str:
     return "by the default"
 
 
-__all__ = ["RecordReplay", "print_summary"]
+__all__ = ["RecordReplay", "RecordSummary", "merge_summaries", "print_summary", "summary_json"]

@@ -204,12 +204,15 @@ class RecordReader:
 
     ``format`` None: each file's format from its content; a file of another format than the one
     asked is an error naming both. Names the records use are placed in ``inventory`` once each
-    (``placements``)."""
+    (``placements``). ``names``: what to call each file in reports, when not its path (a
+    file read on another machine by another path)."""
 
-    def __init__(self, paths: list[str], inventory: Inventory, format: str | None = None) -> None:
+    def __init__(self, paths: list[str], inventory: Inventory, format: str | None = None,
+                 names: list[str] | None = None) -> None:
         if format is not None and format not in FORMATS:
             raise RecordError(f"--format {format}: not one of {', '.join(FORMATS)}")
         self.paths = paths
+        self.display = names if names is not None else ["<stdin>" if p == "-" else p for p in paths]
         self.format = format
         self.placer = NamePlacer(inventory)
         self.files: list[FileReport] = []
@@ -221,16 +224,15 @@ class RecordReader:
         reads it, another judges and sums what it completed; Python sees no record. Yields
         once per chunk: with ``keep``, its records with their verdicts (per-record output),
         else None."""
-        for path in self.paths:
-            yield from self._read(path, judge, keep)
+        for path, name in zip(self.paths, self.display):
+            yield from self._read(path, name, judge, keep)
 
     def __iter__(self) -> Iterator[RecordChunk]:
         """The records as header batches, unjudged (``BATCH`` at most each)."""
-        for path in self.paths:
-            yield from self._read(path, None, False)  # type: ignore[misc]
+        for path, name in zip(self.paths, self.display):
+            yield from self._read(path, name, None, False)  # type: ignore[misc]
 
-    def _read(self, path: str, judge: Any, keep: bool) -> Iterator[Any]:
-        name = "<stdin>" if path == "-" else path
+    def _read(self, path: str, name: str, judge: Any, keep: bool) -> Iterator[Any]:
         stream, head, compression = open_input(path)
         try:
             found = _engine.detect_format(head)

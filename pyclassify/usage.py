@@ -191,8 +191,8 @@ def _deciders_instead(policy_set: PolicySet, p: Policy, inventory: Inventory, de
 def rule_rows(policy_set: PolicySet, by_rule: list[dict[str, Any]] | None,
               logged: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Every rule of every policy in evaluation order, with what it decided in ``by_rule``
-    (``recordreplay.by_rule_rows``; None: no traffic given), and for Log rules what they
-    logged (``recordreplay.logged_rows``)."""
+    (``recordreplay.rule_rows``; None: no traffic given), and for Log rules what they
+    logged (``recordreplay.logged_rule_rows``)."""
     counts: dict[tuple, dict[str, int]] = {}
     for row in [*(by_rule or ()), *(logged or ())]:
         if row.get("reason", "rule") != "rule":

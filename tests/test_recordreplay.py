@@ -225,3 +225,91 @@ def test_out_that_cannot_be_written_is_named(tmp_path):
     r = _cli("replay", str(DEMO), "--traffic", str(TRAFFIC / "hubble.jsonl"), "--out", "/dev/full")
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "--out /dev/full: cannot write" in r.stderr
+
+
+# -- merging summaries: files judged apart give one run's answer --------------------------------
+
+#: Where the summaries of one run and of merged parts may differ: how long each took, and the
+#: decisions made (each part decides the keys it meets once; a measure of work, not an answer).
+NOT_ANSWERS = ("seconds", "records_per_second", "decisions", "cluster")
+
+ARCHIVE_ADDRESSES = ["10.0.1.10", "10.0.2.20", "10.0.2.30", "10.0.3.40", "203.0.113.7", "198.51.100.1"]
+archive_row = st.tuples(st.sampled_from(ARCHIVE_ADDRESSES), st.sampled_from(ARCHIVE_ADDRESSES),
+                        st.integers(32768, 65535), st.sampled_from([22, 53, 80, 5432, 8080, 6432]),
+                        st.sampled_from(["TCP", "UDP", "ICMP"]), st.sampled_from(["ACCEPT", "REJECT"]),
+                        st.integers(0, 3600))
+# a file's first line is a record: its format is found from it
+archive_file = st.tuples(st.sampled_from(["hubble", "vpc", "conntrack", "goldmane"]),
+                         st.builds(lambda first, rest: [first, *rest], archive_row,
+                                   st.lists(st.one_of(archive_row, st.just("junk")), max_size=25)))
+#: Files of flow records: every format, records the inventory places and some it cannot,
+#: outside addresses, records whose own verdict policy contradicts, lines that are no record.
+archives = st.lists(archive_file, min_size=1, max_size=7)
+
+
+def archive_line(fmt: str, row: Any) -> str:
+    if row == "junk":
+        return {"hubble": '{"flow": {"IP": 7}}', "vpc": "2 123 eni-1 not-an-address", "conntrack": "tcp 6 garbage",
+                "goldmane": '{"Key": 3}'}[fmt]
+    src, dst, sport, dport, proto, action, t = row
+    if fmt == "vpc":
+        number = {"TCP": 6, "UDP": 17, "ICMP": 1}[proto]
+        return f"2 123456789012 eni-1 {src} {dst} {sport} {dport} {number} 3 180 {1714557600 + t} {1714557660 + t} {action} OK"
+    if fmt == "hubble":
+        return hubble_line(src, dst, sport, dport, "TCP" if proto == "ICMP" else proto)
+    if fmt == "conntrack":
+        return conntrack_line(src, dst, sport, dport, proto)
+    name = {"10.0.1.10": "web", "10.0.2.20": "api", "10.0.2.30": "api*"}.get(src, "nobody")
+    return json.dumps({"Key": {"source_name": name, "source_namespace": "frontend", "source_type": "WorkloadEndpoint",
+                               "dest_name": "api", "dest_namespace": "backend", "dest_type": "WorkloadEndpoint",
+                               "dest_port": str(dport), "proto": "TCP" if proto == "ICMP" else proto,
+                               "action": "Allow" if action == "ACCEPT" else "Deny"},
+                       "start_time": str(1700000000 + t), "end_time": str(1700000015 + t), "packets_in": "2",
+                       "bytes_out": "70", "num_connections_started": "1"})
+
+
+def write_archive(directory: Path, files: list[tuple[str, list[Any]]]) -> list[str]:
+    """The files of ``files`` (format, rows) written under ``directory``; their paths."""
+    paths = []
+    for i, (fmt, rows) in enumerate(files):
+        path = directory / f"part-{i:03d}.{fmt}"
+        path.write_text("".join(archive_line(fmt, r) + "\n" for r in rows))
+        paths.append(str(path))
+    return paths
+
+
+def answer(doc: dict[str, Any]) -> dict[str, Any]:
+    """A summary without what may differ between equal answers (``NOT_ANSWERS``)."""
+    return {k: v for k, v in doc.items() if k not in NOT_ANSWERS}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=archives, cuts=st.lists(st.integers(0, 7), max_size=3))
+def test_summaries_of_parts_merge_into_the_whole_runs(tmp_path_factory, engine, files, cuts):
+    from pyclassify.recordreplay import merge_summaries, summary_json
+
+    paths = write_archive(tmp_path_factory.mktemp("archive"), files)
+    whole = RecordReplay(engine)
+    whole.run(paths)
+    parts = [RecordReplay(engine).run([p]) for p in paths]
+    # merged one file at a time, and in groups (the tree a cluster merges in)
+    merged = merge_summaries(*parts)
+    bounds = sorted({0, len(parts), *(c for c in cuts if c <= len(parts))})
+    grouped = merge_summaries(*(merge_summaries(*parts[a:b]) for a, b in zip(bounds, bounds[1:])))
+    expected = answer(whole.summary_json())
+    assert answer(summary_json(merged, False)) == expected
+    assert answer(summary_json(grouped, False)) == expected
+    # the parts of a merged summary are left as they were
+    assert answer(summary_json(merge_summaries(*parts), False)) == expected
+
+
+def test_merged_examples_are_the_first_in_file_order(tmp_path, engine):
+    from pyclassify.recordreplay import EXAMPLES, merge_summaries
+
+    outside = ("203.0.113.7", "198.51.100.1", 40000, 80, "TCP", "ACCEPT", 0)
+    paths = write_archive(tmp_path, [("vpc", [outside] * 4), ("vpc", [outside] * 4)])
+    whole = RecordReplay(engine).run(paths)
+    merged = merge_summaries(*(RecordReplay(engine).run([p]) for p in paths))
+    assert len(whole.outside_examples) == EXAMPLES
+    assert merged.outside_examples == whole.outside_examples
+    assert [e.split(":")[0] for e in merged.outside_examples] == [paths[0]] * 4 + [paths[1]]
