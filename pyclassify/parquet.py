@@ -23,6 +23,7 @@ COLUMNS = ("srcaddr", "dstaddr", "pkt_srcaddr", "pkt_dstaddr", "srcport", "dstpo
            "start", "end", "action", "log_status", "tcp_flags")
 TEXT_COLUMNS = ("srcaddr", "dstaddr", "pkt_srcaddr", "pkt_dstaddr", "action", "log_status")
 BATCH = 1 << 16
+KEPT = 3  # problems kept with their row, per reason and file (as the text readers keep them)
 
 
 def _pyarrow() -> tuple[Any, Any, Any]:
@@ -39,11 +40,13 @@ def _pyarrow() -> tuple[Any, Any, Any]:
 
 def read(stream: IO[bytes], head: bytes, name: str, problems: dict[str, int] | None = None,
          path: str | None = None, first_problems: list[tuple[str, int, str]] | None = None,
-         ) -> Iterator[tuple[npt.NDArray[Any], npt.NDArray[Any]]]:
+         row_groups: tuple[int, int, int] | None = None) -> Iterator[tuple[npt.NDArray[Any], npt.NDArray[Any]]]:
     """(headers, counts) batches of a Parquet file of VPC Flow Logs; records lacking an
     address or protocol, or with a log status other than OK, are skipped and counted in
-    ``problems``. ``path``: the file itself, read a row group at a time; else (stdin, a
-    compressed file) ``stream`` is read whole, since Parquet's footer is at its end."""
+    ``problems`` (the first ``KEPT`` of each reason in ``first_problems``). ``path``: the file
+    itself, read a row group at a time; else (stdin, a compressed file) ``stream`` is read
+    whole, since Parquet's footer is at its end. ``row_groups``: (first, end, the first one's
+    first row): only those row groups, rows numbered as in the whole file."""
     pa, pc, pq = _pyarrow()
     import io
 
@@ -60,8 +63,9 @@ def read(stream: IO[bytes], head: bytes, name: str, problems: dict[str, int] | N
         raise RecordError(f"{name}: the Parquet columns name no source or destination address or no protocol "
                           f"(unknown field order): {', '.join(f.schema_arrow.names)}")
     problems = problems if problems is not None else {}
-    position = 0
-    for batch in f.iter_batches(batch_size=BATCH, columns=[names[c] for c in COLUMNS if c in names]):
+    position = 0 if row_groups is None else row_groups[2]
+    groups = None if row_groups is None else list(range(row_groups[0], row_groups[1]))
+    for batch in f.iter_batches(batch_size=BATCH, row_groups=groups, columns=[names[c] for c in COLUMNS if c in names]):
         n = batch.num_rows
         text, ints = {}, {}
         for c in COLUMNS:
@@ -78,9 +82,13 @@ def read(stream: IO[bytes], head: bytes, name: str, problems: dict[str, int] | N
             else:
                 ints[c] = np.ascontiguousarray(np.asarray(pc.fill_null(col.cast(pa.int64()), 0)), dtype=np.int64)
         h, c, (counts, first) = _engine.vpc_columns(n, position + 1, text, ints)
+        before = dict(problems)
         for reason, k in counts:
             problems[reason] = problems.get(reason, 0) + k
         if first_problems is not None:
-            first_problems.extend((r, int(p), d) for r, p, d in first)
+            for r, p, d in first:
+                if before.get(r, 0) < KEPT:
+                    first_problems.append((r, int(p), d))
+                    before[r] = before.get(r, 0) + 1
         position += n
         yield np.frombuffer(h, HEADER_DTYPE), np.frombuffer(c, FLOW_COUNTS_DTYPE)

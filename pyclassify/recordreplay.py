@@ -61,13 +61,6 @@ def new_judge(engines: list[NativeEngine], default: str | None, services: Servic
     return RecordJudge([e._engine for e in engines], pod_allow, host_allow, logs=logs, services=entries)
 
 
-def rule_counts(judge: RecordJudge, engine: NativeEngine, logs: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
-    """What a folded judge counted per rule of its first engine: ``rule_rows`` and (with
-    ``logs``) ``logged_rule_rows``, as ``RecordReplay.summary_json`` gives them."""
-    by_rule, logged = named_counts(judge, engine)
-    return rule_rows(by_rule), logged_rule_rows(logged) if logs else None
-
-
 #: What decided one end, by name: (direction, tier, policy, rule, verdict, reason).
 RuleKey = tuple[str, Any, Any, Any, str, str]
 #: A Log rule passed, by name: (direction, tier, policy, rule).
@@ -188,7 +181,15 @@ class RecordSummary:
             decisions=a.decisions + b.decisions, reported=a.reported + b.reported,
             disagreement_examples=(a.disagreement_examples + b.disagreement_examples)[:EXAMPLES],
             first_ns=min(firsts) if firsts else 0, last_ns=max(a.last_ns, b.last_ns),
-            files=[*a.files, *b.files], seconds=max(a.seconds, b.seconds), interrupted=a.interrupted or b.interrupted)
+            files=_joined_files(a.files, b.files), seconds=max(a.seconds, b.seconds), interrupted=a.interrupted or b.interrupted)
+
+
+def _joined_files(a: list[FileReport], b: list[FileReport]) -> list[FileReport]:
+    """The reports of ``a``'s files then ``b``'s, a file read in parts (Parquet row groups)
+    reported once."""
+    if a and b and a[-1].continued_by(b[0]):
+        return [*a[:-1], a[-1].joined(b[0]), *b[1:]]
+    return [*a, *b]
 
 
 def merge_summaries(*parts: RecordSummary) -> RecordSummary:
@@ -219,9 +220,10 @@ class RecordReplay:
         self._stop = False
 
     def run(self, paths: list[str], progress: Callable[[int], None] | None = None,
-            names: list[str] | None = None) -> RecordSummary:
-        """Judges ``paths`` in order (``names``: what reports call them, when not their paths)."""
-        reader = RecordReader(paths, self.engine.inventory, self.format, names)
+            names: list[str] | None = None, parts: list[tuple[int, int, int] | None] | None = None) -> RecordSummary:
+        """Judges ``paths`` in order (``names``: what reports call them, when not their paths;
+        ``parts``: per path, only these row groups of a Parquet file)."""
+        reader = RecordReader(paths, self.engine.inventory, self.format, names, parts)
         self.files = reader.files
         self._reader = reader
         started = time.perf_counter()

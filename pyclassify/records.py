@@ -184,6 +184,32 @@ class FileReport:
     records: int = 0
     problems: dict[str, int] = field(default_factory=dict)
     first: list[tuple[str, int, str]] = field(default_factory=list)
+    #: a part of the file read alone: (first row group, end row group, first row) of a Parquet file
+    part: tuple[int, int, int] | None = None
+
+    KEPT = 3  # problems kept with their position, per reason (as the readers keep them)
+
+    def continued_by(self, later: "FileReport") -> bool:
+        """Whether ``later`` reports the part of the same file right after this one's."""
+        return (self.part is not None and later.part is not None and self.name == later.name
+                and self.part[1] == later.part[0])
+
+    def joined(self, later: "FileReport") -> "FileReport":
+        """This part's report and the next part's (``continued_by``), as one."""
+        assert self.part is not None and later.part is not None
+        problems = dict(self.problems)
+        for reason, n in later.problems.items():
+            problems[reason] = problems.get(reason, 0) + n
+        first = list(self.first)
+        kept: dict[str, int] = {}
+        for reason, _, _ in first:
+            kept[reason] = kept.get(reason, 0) + 1
+        for reason, position, detail in later.first:
+            if kept.get(reason, 0) < self.KEPT:
+                first.append((reason, position, detail))
+                kept[reason] = kept.get(reason, 0) + 1
+        return FileReport(self.name, self.format, self.compression, self.records + later.records, problems, first,
+                          (self.part[0], later.part[1], self.part[2]))
 
     @property
     def unit(self) -> str:
@@ -208,11 +234,13 @@ class RecordReader:
     file read on another machine by another path)."""
 
     def __init__(self, paths: list[str], inventory: Inventory, format: str | None = None,
-                 names: list[str] | None = None) -> None:
+                 names: list[str] | None = None, parts: list[tuple[int, int, int] | None] | None = None) -> None:
         if format is not None and format not in FORMATS:
             raise RecordError(f"--format {format}: not one of {', '.join(FORMATS)}")
         self.paths = paths
         self.display = names if names is not None else ["<stdin>" if p == "-" else p for p in paths]
+        #: per path, the row groups of a Parquet file to read alone (None: all of it)
+        self.parts = parts if parts is not None else [None] * len(paths)
         self.format = format
         self.placer = NamePlacer(inventory)
         self.files: list[FileReport] = []
@@ -224,15 +252,15 @@ class RecordReader:
         reads it, another judges and sums what it completed; Python sees no record. Yields
         once per chunk: with ``keep``, its records with their verdicts (per-record output),
         else None."""
-        for path, name in zip(self.paths, self.display):
-            yield from self._read(path, name, judge, keep)
+        for path, name, part in zip(self.paths, self.display, self.parts):
+            yield from self._read(path, name, judge, keep, part)
 
     def __iter__(self) -> Iterator[RecordChunk]:
         """The records as header batches, unjudged (``BATCH`` at most each)."""
         for path, name in zip(self.paths, self.display):
             yield from self._read(path, name, None, False)  # type: ignore[misc]
 
-    def _read(self, path: str, name: str, judge: Any, keep: bool) -> Iterator[Any]:
+    def _read(self, path: str, name: str, judge: Any, keep: bool, part: tuple[int, int, int] | None = None) -> Iterator[Any]:
         stream, head, compression = open_input(path)
         try:
             found = _engine.detect_format(head)
@@ -244,7 +272,9 @@ class RecordReader:
                 raise RecordError(f"{name}: --format {self.format} asked, but the file is {FORMATS[found]}")
             if fmt == "pcap":
                 raise RecordError(f"{name}: a pcap/pcapng capture: give captures with --pcap, or in a run of their own")
-            report = FileReport(name, fmt, compression)
+            if part is not None and fmt != "parquet":
+                raise RecordError(f"{name}: only a Parquet file is read by row groups, not {FORMATS[fmt]}")
+            report = FileReport(name, fmt, compression, part=part)
             self.files.append(report)
             self.names.append([])
             index = len(self.files) - 1
@@ -252,7 +282,7 @@ class RecordReader:
                 from pyclassify import parquet
 
                 plain = path if compression is None and path != "-" else None
-                for headers, counts in parquet.read(stream, head, name, report.problems, plain, report.first):
+                for headers, counts in parquet.read(stream, head, name, report.problems, plain, report.first, part):
                     report.records += len(headers)
                     if judge is None:
                         yield RecordChunk(headers, counts, index)

@@ -8,10 +8,13 @@ time range. Groups are ``diff``'s: endpoints policy cannot tell apart under eith
 (``reachability.endpoint_groups``), outside addresses by the region both sets class alike.
 Exact by construction: each record's own two verdicts decide whether and where it is counted
 (``tests/test_trafficdiff.py`` holds it to judging every record alone, under both sets).
+Changes equal as shown are one, with their first records in file order, so the diffs of files
+judged apart merge into one run's (``TrafficDiff.merge``; ``pyclassify.dask_replay``).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -26,11 +29,19 @@ from pyclassify.engine import EngineState, NativeEngine
 from pyclassify.inventory import Inventory
 from pyclassify.ir import Direction, PolicySet
 from pyclassify.kinds.common import ICMP_PROTOCOLS, protocol_name
-from pyclassify.recordreplay import measures_json, new_judge, rule_counts
+from pyclassify.recordreplay import (
+    RecordSummary,
+    logged_rule_rows,
+    measures_json,
+    named_counts,
+    new_judge,
+    rule_rows,
+)
 from pyclassify.records import FileReport, RecordReader, addr16, address_text
 from pyclassify.services import ServiceMap
 
 OUTSIDE = -1  # group index of an outside address no region holds (none: regions cover all)
+CHANGE_EXAMPLES = 3  # records shown per change: its first ones, in file order
 
 
 @dataclass
@@ -48,6 +59,27 @@ class ObservedChange:
     first_ns: int = 0
     last_ns: int = 0
     examples: list[str] = field(default_factory=list)
+    #: the change's first records as (file, position, text), file the index among the run's
+    #: files: ``examples`` are their texts
+    found: list[tuple[int, int, str]] = field(default_factory=list)
+
+    def key(self, keys: set[str]) -> tuple:
+        """What the change is, as it is shown: changes equal in this are one (however their
+        groups and decisions were numbered by the engines that found them)."""
+        return (json.dumps(reach.group_json(self.src, keys), sort_keys=True, default=str),
+                json.dumps(reach.group_json(self.dst, keys), sort_keys=True, default=str), self.protocol,
+                -1 if self.port is None else self.port, json.dumps(self.old.to_json(), sort_keys=True),
+                json.dumps(self.new.to_json(), sort_keys=True))
+
+    def add(self, other: "ObservedChange", file_offset: int = 0) -> None:
+        """``other``'s records (found in files numbered from ``file_offset``) counted in this one."""
+        for m in range(4):
+            self.measures[m] += other.measures[m]
+        if other.first_ns:
+            self.first_ns = other.first_ns if self.first_ns == 0 else min(self.first_ns, other.first_ns)
+        self.last_ns = max(self.last_ns, other.last_ns)
+        self.found = sorted([*self.found, *((f + file_offset, p, t) for f, p, t in other.found)])[:CHANGE_EXAMPLES]
+        self.examples = [t for _, _, t in self.found]
 
     @property
     def closed(self) -> bool:
@@ -81,6 +113,32 @@ class TrafficDiff:
     #: with ``rule_usage``: what each rule of the old set decided in the same records, as
     #: ``RecordReplay.summary_json`` gives it (``by_rule``, ``logged``, totals, files, problems)
     usage: dict[str, Any] | None = None
+    #: ``usage``'s sums, in the form that merges (``RecordSummary``: totals, rules, files)
+    usage_summary: RecordSummary | None = None
+
+    def merge(self, later: "TrafficDiff") -> "TrafficDiff":
+        """This diff and that of the files after these, as one (neither is changed): changes
+        equal as shown add up, each keeping its first records in file order; rule usage sums."""
+        changes: dict[tuple, ObservedChange] = {}
+        for part, offset in ((self, 0), (later, len(self.files))):
+            for c in part.changes:
+                k = c.key(self.keys)
+                if k not in changes:
+                    changes[k] = ObservedChange(c.src, c.dst, c.protocol, c.port, c.old, c.new)
+                changes[k].add(c, offset)
+        merged = TrafficDiff(list(changes.values()), self.keys | later.keys, self.policies_changed,
+                             [a + b for a, b in zip(self.totals, later.totals)],
+                             [a + b for a, b in zip(self.unplaced, later.unplaced)], [*self.files, *later.files],
+                             max(self.seconds, later.seconds), self.decisions + later.decisions)
+        if self.usage_summary is not None and later.usage_summary is not None:
+            merged.usage_summary = self.usage_summary.merge(later.usage_summary)
+            merged.usage = usage_json(merged.usage_summary)
+        merged.order()
+        return merged
+
+    def order(self) -> None:
+        """Closing changes first, then by flows and records; ties by what the change is."""
+        self.changes.sort(key=lambda ch: (not ch.closed, -ch.measures[1], -ch.measures[0], ch.key(self.keys)))
 
     def change_text(self, c: ObservedChange) -> str:
         verb = ("denied", "allowed")
@@ -197,20 +255,48 @@ def _decisions(verdict: Any) -> tuple[int, bytes, bytes]:
     return int(verdict["allow"]), verdict["egress"].tobytes()[:16], verdict["ingress"].tobytes()[:16]
 
 
+def usage_json(s: RecordSummary) -> dict[str, Any]:
+    """What each rule of the old set decided, as ``RecordReplay.summary_json`` gives it
+    (``by_rule``, ``logged``, totals, files, problems)."""
+    return {**measures_json(s.totals), "by_rule": rule_rows(s.by_rule), "logged": logged_rule_rows(s.logged),
+            "files": [f.to_json() for f in s.files], "problems": sum(sum(f.problems.values()) for f in s.files)}
+
+
+def merge_diffs(*parts: TrafficDiff) -> TrafficDiff:
+    """The diffs of consecutive parts of the input, in order, as one."""
+    merged = parts[0]
+    for part in parts[1:]:
+        merged = merged.merge(part)
+    return merged
+
+
+class DiffEngines:
+    """The two engines of a diff and its groups: built once, used for any number of files."""
+
+    def __init__(self, old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory) -> None:
+        state = EngineState()
+        self.old_ps, self.new_ps, self.inventory = old_ps, new_ps, inventory
+        self.old = state.update(old_ps, inventory)
+        self.new = state.update(new_ps, inventory)
+        self.grouper = _Grouper((self.old, self.new))
+        self.services = ServiceMap(inventory)
+
+
 def traffic_diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, paths: list[str],
-                 format: str | None = None, default: str | None = None, rule_usage: bool = False) -> TrafficDiff:
+                 format: str | None = None, default: str | None = None, rule_usage: bool = False,
+                 engines: DiffEngines | None = None, names: list[str] | None = None) -> TrafficDiff:
     """Every observed connection of ``paths`` whose verdict ``new_ps`` flips; with
     ``rule_usage``, also what each rule of ``old_ps`` decided (the judge counts by the first
-    set's decisions): one read of the records for both."""
+    set's decisions): one read of the records for both. ``engines``: those of the two sets,
+    built before; ``names``: what reports call the files, when not their paths."""
     import time
 
     started = time.perf_counter()
-    state = EngineState()
-    old = state.update(old_ps, inventory)
-    new = state.update(new_ps, inventory)
-    grouper = _Grouper((old, new))
-    reader = RecordReader(paths, inventory, format)
-    judge = new_judge([old, new], default, ServiceMap(inventory), logs=rule_usage)
+    if engines is None:
+        engines = DiffEngines(old_ps, new_ps, inventory)
+    old, new, grouper = engines.old, engines.new, engines.grouper
+    reader = RecordReader(paths, inventory, format, names)
+    judge = new_judge([old, new], default, engines.services, logs=rule_usage)
     for _ in reader.judged(judge):
         pass
     judge.fold()
@@ -251,27 +337,34 @@ def traffic_diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, pat
                 change.first_ns = int(first_ns) if change.first_ns == 0 else min(change.first_ns, int(first_ns))
             change.last_ns = max(change.last_ns, int(last_ns))
             for file, pos in examples:
-                if len(change.examples) < 3:
-                    report = reader.files[file]
-                    where = f"{report.name}: byte {pos}" if report.unit == "byte" else f"{report.name}:{pos}"
-                    change.examples.append(f"{where}: {address_text(h['src_addr'][i])} -> {address_text(h['dst_addr'][i])}")
-    changes = sorted(found.values(), key=lambda ch: (not ch.closed, -ch.measures[1], -ch.measures[0],
-                                                      reach.group_text(ch.src, set()), reach.group_text(ch.dst, set()),
-                                                      ch.protocol, ch.port or 0))
+                report = reader.files[file]
+                where = f"{report.name}: byte {pos}" if report.unit == "byte" else f"{report.name}:{pos}"
+                change.found.append((file, int(pos), f"{where}: {address_text(h['src_addr'][i])} -> "
+                                                      f"{address_text(h['dst_addr'][i])}"))
+    keys = reach.selector_keys([old_ps, new_ps])
+    # changes equal as shown are one, each with its first records in file order: as the
+    # changes of files judged apart merge (``TrafficDiff.merge``)
+    shown: dict[tuple, ObservedChange] = {}
+    for c in found.values():
+        k = c.key(keys)
+        if k not in shown:
+            shown[k] = ObservedChange(c.src, c.dst, c.protocol, c.port, c.old, c.new)
+        shown[k].add(c)
     olds, news = changed_policies(old_ps, new_ps)
     refs = sorted({p.ref for p in (*olds, *news) if p is not None})
-    result = TrafficDiff(changes, reach.selector_keys([old_ps, new_ps]), refs, list(totals), list(unplaced), reader.files)
+    result = TrafficDiff(list(shown.values()), keys, refs, list(totals), list(unplaced), reader.files)
+    result.order()
     result.decisions = judge.stats()[0]
     if rule_usage:
-        by_rule, logged = rule_counts(judge, old, True)
-        result.usage = {**measures_json(list(totals)), "by_rule": by_rule, "logged": logged,
-                        "files": [f.to_json() for f in reader.files],
-                        "problems": sum(sum(f.problems.values()) for f in reader.files)}
+        by_rule, logged = named_counts(judge, old)
+        result.usage_summary = RecordSummary(totals=[int(v) for v in totals], by_rule=by_rule, logged=logged,
+                                             files=list(reader.files))
+        result.usage = usage_json(result.usage_summary)
     result.seconds = time.perf_counter() - started
     return result
 
 
-__all__ = ["ObservedChange", "TrafficDiff", "traffic_diff"]
+__all__ = ["DiffEngines", "ObservedChange", "TrafficDiff", "merge_diffs", "traffic_diff"]
 
 
 def print_diff(result: TrafficDiff, out: Any, escape: Any, ascii_only: bool) -> None:

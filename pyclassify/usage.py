@@ -220,22 +220,32 @@ def end_of_tier_rows(by_rule: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def usage_doc(project: Any, traffic: list[str], traffic_format: str | None = None, default: str | None = None,
-              redundant: bool = True) -> tuple[dict[str, Any], dict[str, Any] | None]:
+              redundant: bool = True, scheduler: str | None = None,
+              workers: int | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """``usage --json``'s document of ``project`` over the flow records of ``traffic`` (none:
     nothing counted), and the replay summary the counts came from (None without traffic).
-    Raises ``RecordError`` when a file cannot be read at all."""
-    summary = traffic_counts(project, traffic, traffic_format, default) if traffic else None
+    Raises ``RecordError`` when a file cannot be read at all, ``dask_replay.ClusterError``
+    when the cluster asked for cannot be used."""
+    summary = traffic_counts(project, traffic, traffic_format, default, scheduler, workers) if traffic else None
     return usage_document(project.policy_set, project.inventory, summary, default, redundant), summary
 
 
 def traffic_counts(project: Any, traffic: list[str], traffic_format: str | None = None,
-                   default: str | None = None) -> dict[str, Any]:
+                   default: str | None = None, scheduler: str | None = None,
+                   workers: int | None = None) -> dict[str, Any]:
     """The flow records judged under ``project``'s policy, with what each rule decided and
-    logged: the replay summary (``RecordReplay.summary_json``)."""
+    logged: the replay summary (``RecordReplay.summary_json``); on the Dask cluster of
+    ``scheduler`` (or a local one of ``workers`` processes) when given."""
     from pyclassify.engine import NativeEngine
-    from pyclassify.recordreplay import RecordReplay
+    from pyclassify.recordreplay import RecordReplay, summary_json
 
     engine = NativeEngine(project.policy_set, project.inventory)
+    if scheduler is not None or workers is not None:
+        from pyclassify import dask_replay
+
+        summary, _ = dask_replay.run(engine, list(traffic), scheduler=scheduler, workers=workers, format=traffic_format,
+                                     default=default, logs=True)
+        return summary_json(summary, True)
     replay = RecordReplay(engine, default=default, format=traffic_format, logs=True)
     replay.run(list(traffic))
     return replay.summary_json()

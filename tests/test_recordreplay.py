@@ -313,3 +313,36 @@ def test_merged_examples_are_the_first_in_file_order(tmp_path, engine):
     assert len(whole.outside_examples) == EXAMPLES
     assert merged.outside_examples == whole.outside_examples
     assert [e.split(":")[0] for e in merged.outside_examples] == [paths[0]] * 4 + [paths[1]]
+
+
+def write_parquet(path: Path, rows: list[Any], row_group_size: int) -> list[tuple[int, int, int]]:
+    """VPC Flow Logs rows (``archive_row``s, ``"junk"``: a record whose log status is not OK)
+    as Parquet in row groups of ``row_group_size``; each row group as a part (first, end, first row)."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    cols: dict[str, list[Any]] = {c: [] for c in ("version", "srcaddr", "dstaddr", "srcport", "dstport", "protocol",
+                                                  "packets", "bytes", "start", "end", "action", "log_status")}
+    for r in rows:
+        src, dst, sport, dport, proto, action, t = ("10.0.1.10", "10.0.2.20", 1, 2, "TCP", "ACCEPT", 0) if r == "junk" else r
+        for c, v in zip(cols, (2, src, dst, sport, dport, {"TCP": 6, "UDP": 17, "ICMP": 1}[proto], 3, 180,
+                               1714557600 + t, 1714557660 + t, action, "NODATA" if r == "junk" else "OK")):
+            cols[c].append(v)
+    pq.write_table(pa.table(cols), str(path), row_group_size=row_group_size)
+    n = pq.ParquetFile(str(path)).metadata.num_row_groups
+    return [(g, g + 1, g * row_group_size) for g in range(n)]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.one_of(archive_row, st.just("junk")), min_size=1, max_size=60), size=st.integers(1, 9),
+       cuts=st.lists(st.integers(0, 60), max_size=3))
+def test_a_parquet_file_read_by_row_groups_merges_into_the_whole_runs(tmp_path_factory, engine, rows, size, cuts):
+    from pyclassify.recordreplay import merge_summaries, summary_json
+
+    path = tmp_path_factory.mktemp("pq") / "flows.parquet"
+    groups = write_parquet(path, rows, size)
+    whole = RecordReplay(engine)
+    whole.run([str(path)])
+    bounds = sorted({0, len(groups), *(c for c in cuts if c <= len(groups))})
+    parts = [(groups[a][0], groups[b - 1][1], groups[a][2]) for a, b in zip(bounds, bounds[1:])]
+    merged = merge_summaries(*(RecordReplay(engine).run([str(path)], parts=[p]) for p in parts))
+    assert answer(summary_json(merged, False)) == answer(whole.summary_json())

@@ -88,3 +88,34 @@ def test_cli_exit_5_when_observed_traffic_closes():
     assert (first["protocol"], first["port"], first["flows"]) == ("TCP", 5432, 2)
     assert first["from"]["endpoints"] == ["backend/api"] and first["to"]["endpoints"] == ["backend/db"]
     assert first["first"] == "2024-05-01T10:00:01Z" and first["last"] == "2024-05-01T10:00:02Z"
+
+
+def diff_answer(doc: dict) -> dict:
+    """A diff's document without how long it took and the decisions made (work, not answers)."""
+    return {**doc, "summary": {k: v for k, v in doc["summary"].items() if k not in ("seconds", "decisions")}}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(files=st.lists(st.lists(record, min_size=1, max_size=20), min_size=1, max_size=6),
+       cuts=st.lists(st.integers(0, 6), max_size=2))
+def test_diffs_of_files_apart_merge_into_the_whole_runs(tmp_path_factory, sets, files, cuts):
+    from pyclassify.trafficdiff import DiffEngines, merge_diffs
+
+    old, new = sets
+    d = tmp_path_factory.mktemp("t")
+    paths = []
+    for i, rows in enumerate(files):
+        path = d / f"part-{i}.txt"
+        path.write_text("".join(conntrack_line(*r) + "\n" for r in rows))
+        paths.append(str(path))
+    engines = DiffEngines(old.policy_set, new.policy_set, old.inventory)
+    whole = traffic_diff(old.policy_set, new.policy_set, old.inventory, paths, rule_usage=True, engines=engines)
+    parts = [traffic_diff(old.policy_set, new.policy_set, old.inventory, [p], rule_usage=True, engines=engines)
+             for p in paths]
+    bounds = sorted({0, len(parts), *(c for c in cuts if c <= len(parts))})
+    grouped = merge_diffs(*(merge_diffs(*parts[a:b]) for a, b in zip(bounds, bounds[1:])))
+    expected = diff_answer(whole.to_json())
+    assert diff_answer(merge_diffs(*parts).to_json()) == expected
+    assert diff_answer(grouped.to_json()) == expected
+    assert whole.usage is not None  # no rule may decide a record outside every policy: by_rule may be empty
+    assert merge_diffs(*parts).usage == grouped.usage == whole.usage

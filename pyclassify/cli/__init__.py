@@ -3,7 +3,8 @@ used; what they share (exit codes, consoles, options, loading) is ``pyclassify.c
 
 Exit codes (``main``'s help lists them all): 0 success (or a match), 1 invalid input, 2 usage
 error, 3 no match (``selector``), 4 rejected (``admit``), 5 changes (``diff``), 6 and 7
-(``enforce``: a missing prerequisite, something in use or absent), 130 interrupted.
+(``enforce``: a missing prerequisite, something in use or absent), 8 the Dask cluster cannot be
+used (``replay --scheduler``), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ def main() -> None:
            support)
       7    enforce: something it needs is in use or absent (an NFQUEUE taken, a
            --metrics address in use, a --bridge interface that does not exist)
+      8    replay --scheduler: the Dask cluster cannot be used (the scheduler
+           unreachable, workers of another pyclassify version)
       130  interrupted (Ctrl-C)
     """
     tolerate_narrow_encodings()

@@ -28,6 +28,7 @@ EXIT_USAGE = 2
 EXIT_NO_MATCH = 3
 EXIT_REJECTED = 4  # admit: a resource rejected
 EXIT_CHANGED = 5  # diff: reachability changes (for CI gates)
+EXIT_CLUSTER = 8  # replay --scheduler: the Dask cluster cannot be used (unreachable, other versions)
 
 out = Console(soft_wrap=True, highlight=False)
 err = Console(stderr=True, soft_wrap=True, highlight=False)
@@ -128,6 +129,28 @@ engine_option = click.option(
     show_default=True,
     help="Compiled Rust engine, or the pure-Python reference evaluator it is tested against.",
 )
+
+
+def from_environment(parameter: str) -> bool:
+    """Whether the current command's ``parameter`` came from an environment variable (a
+    setting of the shell, not asked for by this command line)."""
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and ctx.get_parameter_source(parameter) == click.core.ParameterSource.ENVIRONMENT
+
+
+def cluster_options(f: Any) -> Any:
+    """``--scheduler ADDR`` and ``--workers N``: flow records judged on a Dask cluster
+    (``pyclassify.dask_replay``)."""
+    f = click.option("--workers", "workers", type=click.IntRange(1, 4096), default=None, metavar="N",
+                     help="With --traffic: start a local Dask cluster of N worker processes for this run.")(f)
+    return click.option(
+        "--scheduler", "scheduler", default=None, metavar="ADDR", envvar=["PYCLASSIFY_SCHEDULER", "DASK_SCHEDULER_ADDRESS"],
+        help="With --traffic: judge the files on the Dask cluster of this scheduler (tcp://host:8786), one task a "
+             "file, the engine built once per worker; the answer is the in-process one. The workers read the "
+             "files at the same paths. Default: $PYCLASSIFY_SCHEDULER, $DASK_SCHEDULER_ADDRESS, else in-process. "
+             "Needs pip install 'pyclassify[dask]'.")(f)
+
+
 default_option = click.option(
     "--default",
     "default",

@@ -8,7 +8,9 @@ from rich.markup import escape
 
 from pyclassify.cli.common import (
     EXIT_CHANGED,
+    EXIT_CLUSTER,
     EXIT_INVALID,
+    cluster_options,
     default_option,
     diff_projects,
     emit_json,
@@ -30,6 +32,7 @@ Examples:
   pyclassify diff cluster/ --against cluster-after/ --json
   pyclassify diff --kubeconfig ~/.kube/config --apply change.yaml
   pyclassify diff examples/demo --apply examples/changes/db-behind-pgbouncer.yaml --traffic examples/traffic/hubble.jsonl
+  pyclassify diff policies/ --apply change.yaml --traffic archive/*.jsonl.gz --scheduler tcp://dask-scheduler:8786
 \b
 --against NEW...: the whole new policy set (every path after it is NEW). NEW
 may hold policy only: it is then judged over OLD's inventory (pods,
@@ -46,12 +49,14 @@ Exit 0: nothing changes; 5: some flow changes verdict; 1: invalid input.
                    "the change flips, with their counts; exit 5 when one it closes was observed.")
 @click.option("--format", "traffic_format", default=None, metavar="FORMAT",
               help="The format of every --traffic file (found from the content otherwise).")
+@cluster_options
 @default_option
 @json_option
 @output_options("identity")
 def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
              apply_paths: tuple[str, ...], traffic: tuple[str, ...], traffic_format: str | None,
-             default: str | None, as_json: bool, output: str, by: str) -> None:
+             scheduler: str | None, workers: int | None, default: str | None, as_json: bool, output: str,
+             by: str) -> None:
     """Which connections a policy change opens or closes, before it is applied.
 
     Compares the policy sets OLD and NEW over one inventory: every pod group, host endpoint and
@@ -64,10 +69,23 @@ def diff_cmd(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, ku
         from pyclassify.records import RecordError
         from pyclassify.trafficdiff import print_diff, traffic_diff
 
+        if scheduler and workers:
+            raise click.UsageError("--scheduler names a running cluster, --workers starts one: give one of them")
         try:
-            observed = traffic_diff(old.policy_set, new.policy_set, old.inventory, list(traffic), traffic_format, default)
+            if scheduler or workers:
+                from pyclassify.dask_replay import ClusterError, run_diff
+
+                try:
+                    observed, _ = run_diff(old.policy_set, new.policy_set, old.inventory, list(traffic),
+                                           scheduler=scheduler, workers=workers, format=traffic_format, default=default)
+                except ClusterError as e:
+                    err.print(f"[red]error[/red]: {escape(str(e))}")
+                    fail(EXIT_CLUSTER)
+            else:
+                observed = traffic_diff(old.policy_set, new.policy_set, old.inventory, list(traffic), traffic_format,
+                                        default)
         except RecordError as e:
-            err.print(f"[red]error[/red]: {escape(e.describe('not built'))}")
+            err.print(f"[red]error[/red]: {escape(str(e))}")
             fail(EXIT_INVALID)
         if as_json:
             emit_json(observed.to_json())

@@ -11,12 +11,15 @@ import click
 from rich.markup import escape
 
 from pyclassify.cli.common import (
+    EXIT_CLUSTER,
     EXIT_INVALID,
+    cluster_options,
     cluster_paths_argument,
     default_option,
     emit_json,
     err,
     fail,
+    from_environment,
     json_option,
     kube_options,
     load_manifests,
@@ -32,6 +35,7 @@ Examples:
   pyclassify replay examples/demo --pcap pcaps/demo.pcapng --out verdicts.jsonl --denied denied.pcap
   pyclassify replay --kubeconfig ~/.kube/config --pcap node1.pcap
   pyclassify replay examples/demo --traffic examples/traffic/hubble.jsonl
+  pyclassify replay examples/demo --traffic archive/*.jsonl.gz --scheduler tcp://dask-scheduler:8786
 """)
 @cluster_paths_argument
 @kube_options
@@ -46,6 +50,10 @@ Examples:
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write one JSON line per packet, or per record with --traffic (verdict and deciding rule per "
                    "direction).")
+@cluster_options
+@click.option("--out-dir", "out_dir", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="With --scheduler/--workers: one file of --out's lines per input file, written by the workers "
+                   "into DIR (made if missing; the workers must reach it at this path), and DIR/index.json.")
 @click.option("--allowed", "allowed_path", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the allowed packets, unchanged, to this capture.")
 @click.option("--denied", "denied_path", type=click.Path(dir_okay=False, writable=True), default=None,
@@ -67,7 +75,8 @@ Examples:
 @json_option
 def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
                pcaps: tuple[str, ...], traffic: tuple[str, ...], traffic_format: str | None, out_path: str | None,
-               allowed_path: str | None, denied_path: str | None, per_flow: bool, follow_symlinks: bool,
+               scheduler: str | None, workers: int | None, out_dir: str | None, allowed_path: str | None,
+               denied_path: str | None, per_flow: bool, follow_symlinks: bool,
                no_conntrack: bool, dns_grace: int,
                vxlan_ports: tuple[int, ...], geneve_ports: tuple[int, ...], no_decap: bool, default: str | None,
                as_json: bool) -> None:
@@ -93,9 +102,19 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
                 check_target("--out", out_path, follow_symlinks)
             except SymlinkRefused as e:
                 raise click.UsageError(str(e)) from None
+        if (scheduler or workers) and out_path is not None:
+            raise click.UsageError("--out writes one file in-process: on a cluster, --out-dir DIR has each worker "
+                                   "write the lines of the files it judged")
+        if out_dir is not None and not (scheduler or workers):
+            raise click.UsageError("--out-dir is written by a cluster's workers: give --scheduler or --workers "
+                                   "(in-process, --out FILE)")
+        if scheduler and workers:
+            raise click.UsageError("--scheduler names a running cluster, --workers starts one: give one of them")
         _replay_records(paths, (kubeconfig, kube_context, in_cluster), traffic, traffic_format, out_path, default,
-                        as_json, follow_symlinks=follow_symlinks)
+                        as_json, follow_symlinks=follow_symlinks, scheduler=scheduler, workers=workers, out_dir=out_dir)
         return
+    if workers or out_dir or (scheduler and not from_environment("scheduler")):
+        raise click.UsageError("--scheduler and --workers judge flow records (--traffic); captures are replayed in-process")
     if not pcaps:
         raise click.UsageError("give what to replay: --pcap FILE (captures) or --traffic FILE (flow records)")
     from pyclassify.capture import CaptureError
@@ -328,7 +347,8 @@ def _print_replay(summary: dict[str, Any]) -> None:
 
 def _replay_records(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool], traffic: tuple[str, ...],
                     format: str | None, out_path: str | None, default: str | None, as_json: bool,
-                    follow_symlinks: bool = False) -> None:
+                    follow_symlinks: bool = False, scheduler: str | None = None, workers: int | None = None,
+                    out_dir: str | None = None) -> None:
     """``pyclassify replay PATH... --traffic FILE...``: exit 0, 1 when nothing could be read (or
     a file cannot be opened, or is of another format than asked), 130 interrupted. ``--out`` is
     written as replay writes it for captures (``pyclassify.output``): beside its name, put in
@@ -340,6 +360,9 @@ def _replay_records(paths: tuple[str, ...], kube: tuple[str | None, str | None, 
 
     project = load_manifests(paths, kube)
     engine = NativeEngine(project.policy_set, project.inventory)
+    if scheduler is not None or workers is not None:
+        _replay_on_cluster(engine, traffic, format, default, as_json, scheduler, workers, out_dir)
+        return
     try:
         out_file = OutputFile("--out", out_path, binary=True, follow_symlinks=follow_symlinks) if out_path else None
     except OSError as e:
@@ -366,5 +389,44 @@ def _replay_records(paths: tuple[str, ...], kube: tuple[str | None, str | None, 
     if replay.summary.interrupted:
         sys.exit(130)
     if replay.unreadable:
+        err.print("[red]error[/red]: no record could be read")
+        sys.exit(EXIT_INVALID)
+
+
+def _replay_on_cluster(engine: Any, traffic: tuple[str, ...], format: str | None, default: str | None, as_json: bool,
+                       scheduler: str | None, workers: int | None, out_dir: str | None = None) -> None:
+    """``replay --traffic`` on a Dask cluster: exit as in-process (130 interrupted: the summary
+    of the files judged whole), and 8 when the cluster cannot be used (the scheduler
+    unreachable, workers of another version)."""
+    from pyclassify import dask_replay
+    from pyclassify.recordreplay import print_summary, summary_json
+    from pyclassify.records import RecordError
+
+    def progress(done: int, total: int) -> None:
+        if not as_json and err.is_terminal:
+            err.print(f"tasks {done}/{total}", end="\r")
+
+    try:
+        summary, info = dask_replay.run(engine, list(traffic), scheduler=scheduler, workers=workers, format=format,
+                                        default=default, progress=progress, out=out_dir)
+    except dask_replay.ClusterError as e:
+        err.print(f"[red]error[/red]: {escape(str(e))}")
+        sys.exit(EXIT_CLUSTER)
+    except RecordError as e:
+        err.print(f"[red]error[/red]: {escape(str(e))}")
+        sys.exit(EXIT_INVALID)
+    doc = summary_json(summary, False)
+    builds = info["engine_seconds"]
+    doc["cluster"] = {"scheduler": info["scheduler"], "workers": info["workers"], "tasks": info["tasks"],
+                      "engine_seconds": max(builds.values()) if builds else 0.0, "index": info.get("index")}
+    if as_json:
+        emit_json(doc)
+    else:
+        print_summary(doc, out, err, escape, symbol("→", "->") if not ascii_only() else "->", symbol("—", "-"))
+        out.print(f"on {info['workers']} Dask worker{'s' if info['workers'] != 1 else ''} of {escape(info['scheduler'])}: "
+                  f"{info['tasks']} task{'s' if info['tasks'] != 1 else ''}")
+    if summary.interrupted:
+        sys.exit(130)
+    if summary.totals[0] == 0 and any(f.problems for f in summary.files):
         err.print("[red]error[/red]: no record could be read")
         sys.exit(EXIT_INVALID)

@@ -12,7 +12,9 @@ from rich.markup import escape
 
 from pyclassify import reachability as reach
 from pyclassify.cli.common import (
+    EXIT_CLUSTER,
     EXIT_INVALID,
+    cluster_options,
     default_option,
     diff_projects,
     emit_json,
@@ -270,13 +272,14 @@ closes or opens (diff --traffic), marked on the grid.
               help="The format of every --traffic file (found from the content otherwise).")
 @click.option("--no-redundant", is_flag=True,
               help="With --traffic, skip the search for redundant policies (one exact diff per policy).")
+@cluster_options
 @default_option
 @click.option("-o", "--out", "out_path", type=click.Path(dir_okay=False, writable=True, allow_dash=True),
               default="-", show_default=True, help="The HTML file to write (- for stdout).")
 def report_command(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
                    apply_paths: tuple[str, ...], proto: str, port: Any, namespaces: tuple[str, ...], selector: Any,
-                   traffic: tuple[str, ...], traffic_format: str | None, no_redundant: bool, default: str | None,
-                   out_path: str) -> None:
+                   traffic: tuple[str, ...], traffic_format: str | None, no_redundant: bool, scheduler: str | None,
+                   workers: int | None, default: str | None, out_path: str) -> None:
     """One self-contained HTML report of reachability among pods, or of a change to it."""
     protocol = protocol_number(proto)
     paths, new_paths = split_against(args)
@@ -295,8 +298,15 @@ def report_command(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bo
                 from pyclassify.trafficdiff import traffic_diff
 
                 # One read of the records: judged under both sets, counted per rule of the old one.
-                observed = traffic_diff(old.policy_set, new.policy_set, old.inventory, list(traffic), traffic_format,
-                                        default, rule_usage=True)
+                if scheduler or workers:
+                    from pyclassify.dask_replay import run_diff
+
+                    observed, _ = run_diff(old.policy_set, new.policy_set, old.inventory, list(traffic),
+                                           scheduler=scheduler, workers=workers, format=traffic_format,
+                                           default=default, rule_usage=True)
+                else:
+                    observed = traffic_diff(old.policy_set, new.policy_set, old.inventory, list(traffic),
+                                            traffic_format, default, rule_usage=True)
                 assert observed.usage is not None
                 usage = _usage(old, observed.usage, default, no_redundant)
             page = _diff_html(result, old, new, default, protocol, port, namespaces, selector, shown, usage, observed)
@@ -309,12 +319,19 @@ def report_command(args: tuple[str, ...], kubeconfig: str | None, in_cluster: bo
             if traffic:
                 from pyclassify.usage import traffic_counts
 
-                usage = _usage(project, traffic_counts(project, list(traffic), traffic_format, default), default,
-                               no_redundant)
+                usage = _usage(project, traffic_counts(project, list(traffic), traffic_format, default, scheduler,
+                                                       workers), default, no_redundant)
             page = render(grid, f"Reachability: {_flow_text(protocol, port)}", shown, usage=usage)
     except RecordError as e:
         err.print(f"[red]error[/red]: {escape(str(e))}")
         fail(EXIT_INVALID)
+    except Exception as e:
+        from pyclassify.dask_replay import ClusterError
+
+        if not isinstance(e, ClusterError):
+            raise
+        err.print(f"[red]error[/red]: {escape(str(e))}")
+        fail(EXIT_CLUSTER)
     _write(page, out_path)
     if out_path != "-":
         err.print(f"wrote {out_path} ({len(page.encode('utf-8')):,} bytes)", highlight=False)

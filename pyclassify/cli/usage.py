@@ -10,7 +10,9 @@ import click
 from rich.markup import escape
 
 from pyclassify.cli.common import (
+    EXIT_CLUSTER,
     EXIT_INVALID,
+    cluster_options,
     cluster_paths_argument,
     default_option,
     emit_json,
@@ -28,6 +30,7 @@ Examples:
   pyclassify usage examples/demo --traffic examples/traffic/hubble.jsonl
   pyclassify usage examples/demo --json
   pyclassify usage examples/demo --traffic examples/traffic/hubble.jsonl --output csv
+  pyclassify usage policies/ --traffic archive/*.jsonl.gz --scheduler tcp://dask-scheduler:8786
 \b
 With --traffic, counts are records, flows, packets and bytes each rule
 decided (for a Log rule: logged on the way to a decision). Shadowed rules
@@ -41,6 +44,7 @@ and redundant policies are found from the policy alone.
               help="The format of every --traffic file (found from the content otherwise).")
 @click.option("--no-redundant", is_flag=True,
               help="Skip the search for redundant policies (one exact diff per policy).")
+@cluster_options
 @default_option
 @json_option
 @click.option("--output", "output", type=click.Choice(USAGE_OUTPUTS), default="text", show_default=True,
@@ -49,18 +53,27 @@ and redundant policies are found from the policy alone.
                    "decided, an edge from each rule to the rules it shadows; html: the report's rule "
                    "usage page.")
 def usage_command(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
-                  traffic: tuple[str, ...], traffic_format: str | None, no_redundant: bool, default: str | None,
-                  as_json: bool, output: str) -> None:
+                  traffic: tuple[str, ...], traffic_format: str | None, no_redundant: bool,
+                  scheduler: str | None, workers: int | None, default: str | None, as_json: bool, output: str) -> None:
     """Rule usage: what each policy rule decided in observed traffic, which rules never did,
     which can never match (shadowed by an earlier rule) and which policies change no verdict."""
     from pyclassify.records import RecordError
 
+    if scheduler and workers:
+        raise click.UsageError("--scheduler names a running cluster, --workers starts one: give one of them")
     project = load_manifests(paths, (kubeconfig, kube_context, in_cluster))
     try:
-        doc, summary = usage_doc(project, list(traffic), traffic_format, default, not no_redundant)
+        doc, summary = usage_doc(project, list(traffic), traffic_format, default, not no_redundant, scheduler, workers)
     except RecordError as e:
         err.print(f"[red]error[/red]: {escape(str(e))}")
         sys.exit(EXIT_INVALID)
+    except Exception as e:
+        from pyclassify.dask_replay import ClusterError
+
+        if not isinstance(e, ClusterError):
+            raise
+        err.print(f"[red]error[/red]: {escape(str(e))}")
+        sys.exit(EXIT_CLUSTER)
     if as_json or output == "json":
         emit_json(doc)
     elif output == "text":

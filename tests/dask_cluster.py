@@ -1,0 +1,106 @@
+"""A real Dask cluster on localhost for the tests: a ``dask scheduler`` process and ``dask
+worker`` processes (no nanny: killing a worker's process is losing that worker), each one
+thread, found through a scheduler file; stopped and reaped when the test is done."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+STARTUP = 60.0  # seconds for the scheduler and workers to come up on a loaded machine
+
+
+def dask_command() -> list[str]:
+    """The ``dask`` command of this interpreter's environment (skips when the extra is absent)."""
+    pytest.importorskip("distributed", reason="the dask extra is not installed (pip install -e '.[test]' installs it)")
+    exe = Path(sys.executable).parent / "dask"
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("dask")
+    if found is None:
+        pytest.skip("distributed is importable but its `dask` command is not on PATH")
+    return [found]
+
+
+class LocalDask:
+    """A scheduler and workers started as processes, as an operator starts them."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.scheduler_file = directory / "scheduler.json"
+        self.scheduler: subprocess.Popen | None = None
+        self.workers: list[subprocess.Popen] = []
+        self.address = ""
+
+    def _spawn(self, args: list[str], log: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        with open(self.directory / log, "wb") as out:  # the process holds its own copy
+            return subprocess.Popen([*dask_command(), *args], stdout=out, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **(env or {})}, cwd=self.directory, start_new_session=True)
+
+    def start_scheduler(self) -> str:
+        self.scheduler = self._spawn(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                                      "--scheduler-file", str(self.scheduler_file)], "scheduler.log")
+        deadline = time.monotonic() + STARTUP
+        while time.monotonic() < deadline:
+            if self.scheduler.poll() is not None:
+                raise RuntimeError(f"dask scheduler exited: {(self.directory / 'scheduler.log').read_text()}")
+            if self.scheduler_file.exists():
+                try:
+                    self.address = json.loads(self.scheduler_file.read_text())["address"]
+                    return self.address
+                except (ValueError, KeyError):
+                    pass  # written as we read it
+            time.sleep(0.1)
+        raise RuntimeError("dask scheduler did not write its scheduler file")
+
+    def start_worker(self, env: dict[str, str] | None = None) -> subprocess.Popen:
+        n = len(self.workers)
+        worker = self._spawn(["worker", self.address, "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
+                              "--no-dashboard", "--name", f"w{n}", "--local-directory", str(self.directory / f"w{n}")],
+                             f"worker{n}.log", env)
+        self.workers.append(worker)
+        return worker
+
+    def wait_for_workers(self, n: int) -> None:
+        from distributed import Client
+
+        with Client(self.address, timeout=STARTUP) as client:
+            client.wait_for_workers(n, timeout=STARTUP)
+
+    def stop(self) -> None:
+        for p in [*self.workers, self.scheduler]:
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in [*self.workers, self.scheduler]:
+            if p is None:
+                continue
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def logs(self) -> str:
+        return "\n".join(f"== {f.name}\n{f.read_text(errors='replace')}" for f in sorted(self.directory.glob("*.log")))
+
+
+def start(directory: Path, workers: int) -> LocalDask:
+    cluster = LocalDask(directory)
+    try:
+        cluster.start_scheduler()
+        for _ in range(workers):
+            cluster.start_worker()
+        cluster.wait_for_workers(workers)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
