@@ -75,3 +75,30 @@ def test_the_image_installs_the_wheel_and_runs_no_fetched_script() -> None:
     assert copied == {"dist"}
     assert any("apt-get install" in line and "iptables" in line for line in lines)
     assert any("pip install" in line and "/wheels/pyclassify-" in line for line in lines)
+
+def test_the_dask_worker_image_and_group_run_this_wheel_with_the_dask_extra() -> None:
+    """deploy/dask/Containerfile installs the wheel built beforehand with the dask extra and
+    nothing fetched by hand; the worker group runs that image, one thread a worker, with the
+    archive mounted read-only; both name the version pyproject.toml gives."""
+    import tomllib
+
+    import yaml
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    text = (REPO / "deploy" / "dask" / "Containerfile").read_text()
+    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert {p.rstrip("/") for line in lines if line.split()[:1] == ["COPY"] for p in line.split()[1:-1]} == {"dist"}
+    assert not any(w in line.split() for line in lines for w in ("curl", "wget"))
+    assert any("pip install" in line and "[dask" in line and "/wheels/pyclassify-" in line for line in lines)
+    assert 'ENTRYPOINT ["dask", "worker"]' in lines
+    assert f"pyclassify-dask-worker:{version}" in text
+    group = yaml.safe_load((REPO / "deploy" / "dask" / "daskworkergroup.yaml").read_text())
+    assert (group["apiVersion"], group["kind"]) == ("kubernetes.dask.org/v1", "DaskWorkerGroup")
+    pod = group["spec"]["worker"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"] == f"ghcr.io/pyclassify/pyclassify-dask-worker:{version}"
+    args = container["args"]
+    assert args[args.index("--nthreads") + 1] == "1"
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["archive"]["readOnly"] is True
+    assert {v["name"] for v in pod["volumes"]} >= set(mounts)
