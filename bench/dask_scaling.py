@@ -1,0 +1,187 @@
+"""``replay --traffic`` on Dask against in-process, in one run: the same archive judged in-process
+(the baseline), on a cluster of one worker process and of two; the engine's build time on a
+worker, the cost of a task that judges nothing, and a summary's merge; and the model those
+measured costs give for 1 billion records on 10, 100 and 1,000 workers.
+
+    .venv/bin/python -m bench.dask_scaling [--records 10000000] [--files 40] [--pods 10000]
+
+The archive is VPC Flow Logs text of the generated cluster's traffic (``bench.flowrecords``):
+one file written and linked ``--files`` times (each path one partition), so the disk holds one.
+Worker processes are started by ``distributed.LocalCluster`` (one thread each) before the
+clock starts; each run is timed from the call to the merged summary in the client's hands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.cluster import generate, write_json_compact
+from bench.flowrecords import write
+from pyclassify import dask_replay
+from pyclassify.engine import NativeEngine
+from pyclassify.project import load_project
+from pyclassify.recordreplay import RecordReplay, merge_summaries
+
+BILLION = 1_000_000_000
+
+
+def _archive(directory: Path, pods: int, records: int, files: int) -> tuple[Path, list[str]]:
+    cluster = generate(pods, seed=1)
+    cluster_json = write_json_compact(cluster, directory / "cluster.json")
+    one = write(cluster, directory / "part-000.vpc", "vpc", records // files)
+    paths = [str(one)]
+    for i in range(1, files):
+        linked = directory / f"part-{i:03d}.vpc"
+        os.link(one, linked)
+        paths.append(str(linked))
+    return cluster_json, paths
+
+
+def _in_process(engine: NativeEngine, paths: list[str]) -> tuple[float, int]:
+    started = time.perf_counter()
+    summary = RecordReplay(engine).run(paths)
+    return time.perf_counter() - started, summary.totals[0]
+
+
+def _on_dask(engine: NativeEngine, paths: list[str], workers: int, repeat: int) -> tuple[list[float], dict, int]:
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        times, info, total = [], {}, 0
+        for _ in range(repeat):
+            started = time.perf_counter()
+            summary, info = dask_replay.run(engine, paths, client=client)
+            times.append(time.perf_counter() - started)
+            total = summary.totals[0]
+        return times, info, total
+
+
+def _empty_tasks(engine: NativeEngine, directory: Path, tasks: int, workers: int) -> tuple[float, float]:
+    """A run's fixed cost (versions checked, the engine's plugin registered and removed) and
+    the wall time of each further task, from runs of 1 and of ``tasks`` files with no record
+    on ``workers`` workers: what a partition costs beyond its records (scheduling, the task's
+    round trips, its summary's transfer and merge)."""
+    from distributed import Client, LocalCluster
+
+    empty = directory / "empty.vpc"
+    empty.write_bytes(b"")
+    paths = []
+    for i in range(tasks):
+        p = directory / f"empty-{i:04d}.vpc"
+        if not p.exists():
+            os.link(empty, p)
+        paths.append(str(p))
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        dask_replay.run(engine, paths[:workers], client=client, format="vpc")  # warm: imports, connections
+        ones, manys = [], []
+        for _ in range(3):
+            started = time.perf_counter()
+            dask_replay.run(engine, paths[:1], client=client, format="vpc")
+            ones.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            dask_replay.run(engine, paths, client=client, format="vpc")
+            manys.append(time.perf_counter() - started)
+    one, many = statistics.median(ones), statistics.median(manys)
+    return one, (many - one) / (tasks - 1)
+
+
+def _merge_seconds(engine: NativeEngine, path: str, n: int = 200) -> float:
+    part = RecordReplay(engine).run([path])
+    started = time.perf_counter()
+    merge_summaries(*([part] * n))
+    return (time.perf_counter() - started) / n
+
+
+def model(rate: float, per_task: float, scheduler_per_task: float, merge: float, build: float, fixed: float,
+          partition: int, workers: int) -> tuple[float, float, str]:
+    """Seconds for 1e9 records on ``workers`` workers, the efficiency (ideal: each worker
+    judging its share at ``rate`` and nothing else), and what limits it. Tasks: 1e9 /
+    ``partition``, each costing a worker ``per_task`` beyond its records; the scheduler spends
+    ``scheduler_per_task`` on each, one after the other; summaries merge on the workers in a
+    tree of fan-in 8 whose levels follow one another; each worker builds the engine once; the
+    run's ``fixed`` cost once."""
+    tasks = -(-BILLION // partition)
+    work = -(-tasks // workers) * (partition / rate + per_task)  # the busiest worker's tasks
+    scheduling = tasks * scheduler_per_task
+    levels, width = 0, tasks
+    while width > 1:
+        width = -(-width // 8)
+        levels += 1
+    tail = levels * 8 * merge
+    total = max(work, scheduling) + build + tail + fixed
+    ideal = BILLION / rate / workers
+    if scheduling > work:
+        limit = "the scheduler"
+    elif tasks < workers or -(-tasks // workers) * partition / rate > 1.1 * ideal:
+        limit = "too few tasks for the workers"
+    elif tail > 0.1 * total:
+        limit = "the merge"
+    else:
+        limit = "the workers"
+    return total, ideal / total, limit
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=10_000_000)
+    ap.add_argument("--files", type=int, default=40)
+    ap.add_argument("--pods", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--empty-tasks", type=int, default=200)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="dask-scaling-") as tmp:
+        directory = Path(tmp)
+        cluster_json, paths = _archive(directory, args.pods, args.records, args.files)
+        project = load_project([str(cluster_json)])
+        started = time.perf_counter()
+        engine = NativeEngine(project.policy_set, project.inventory)
+        build_here = time.perf_counter() - started
+        here = [_in_process(engine, paths) for _ in range(args.repeat)]
+        base = statistics.median(t for t, _ in here)
+        records = here[0][1]
+        print(f"archive: {records:,} records in {len(paths)} files of {records // len(paths):,} "
+              f"({os.path.getsize(paths[0]) * len(paths) / 1e6:,.0f} MB), {args.pods:,} pods")
+        print(f"in-process: {base:.2f} s, {records / base / 1e6:.2f} M records/s (median of {args.repeat}); "
+              f"engine built in {build_here:.3f} s")
+        runs = {}
+        for workers in (1, 2):
+            times, info, total = _on_dask(engine, paths, workers, args.repeat)
+            assert total == records, (total, records)
+            runs[workers] = statistics.median(times)
+            builds = info["engine_seconds"].values()
+            print(f"dask, {workers} worker{'s' if workers > 1 else ''}: {runs[workers]:.2f} s "
+                  f"({', '.join(f'{t:.2f}' for t in times)}), {records / runs[workers] / 1e6:.2f} M records/s; "
+                  f"engine on a worker {max(builds):.3f} s")
+        print(f"dask 1 worker / in-process: {runs[1] / base:.3f}x the time (overhead {100 * (runs[1] / base - 1):+.1f} %)")
+        print(f"dask 2 workers vs 1: {runs[1] / runs[2]:.2f}x (scaling efficiency {100 * runs[1] / runs[2] / 2:.0f} %)")
+        fixed, per_task = _empty_tasks(engine, directory, args.empty_tasks, 1)
+        fixed2, scheduler_per_task = _empty_tasks(engine, directory, args.empty_tasks, 2)
+        print(f"a run's fixed cost (versions, the engine's plugin): {fixed:.3f} s on 1 worker, {fixed2:.3f} s on 2")
+        print(f"a task of no record: {per_task * 1e3:.2f} ms of wall time each on 1 worker (what a partition costs "
+              f"beyond its records), {scheduler_per_task * 1e3:.2f} ms each on 2 workers "
+              f"({1 / scheduler_per_task:,.0f} tasks/s through the scheduler: a lower bound of what it hands out)")
+        merge = _merge_seconds(engine, paths[0])
+        print(f"merging two summaries of this archive: {merge * 1e6:.0f} µs")
+        rate = records / base  # one process judging
+        build = max(info["engine_seconds"].values())
+        print(f"model: 1e9 records, {rate / 1e6:.2f} M records/s per worker, {per_task * 1e3:.2f} ms per task on a "
+              f"worker, {scheduler_per_task * 1e3:.2f} ms per task on the scheduler, engine {build:.2f} s:")
+        for part in (records // len(paths), 1_000_000, 4_000_000, 16_000_000):
+            for workers in (10, 100, 1000):
+                total, eff, limit = model(rate, per_task, scheduler_per_task, merge, build, max(fixed, fixed2), part,
+                                          workers)
+                print(f"  {part:>11,} records a task, {workers:>5} workers: {total:8.1f} s, efficiency {100 * eff:5.1f} %, "
+                      f"limited by {limit}")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
