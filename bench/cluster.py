@@ -37,11 +37,12 @@ import struct
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from ipaddress import IPv4Address
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -66,7 +67,7 @@ PARTNER_NETS = ["192.0.2.0/24", "100.64.10.0/24"]  # partners (GlobalNetworkSet)
 INTERNET_CLIENTS = "203.0.113.0/26"  # outside addresses that are neither blocked nor partners
 INTERNET_SERVERS = ["93.184.215.14", "151.101.1.69", "140.82.112.3", "104.16.132.229"]
 
-CREATED = int(datetime(2025, 3, 3, 9, 0, 0, tzinfo=timezone.utc).timestamp())
+CREATED = int(datetime(2025, 3, 3, 9, 0, 0, tzinfo=UTC).timestamp())
 FIRST_RESOURCE_VERSION = 4_000_000
 # Kubernetes' rand.SafeEncodeString alphabet: pod name suffixes and pod-template-hash values.
 SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -204,7 +205,7 @@ class Cluster:
     edges: list[Edge] = field(default_factory=list)
     node_slots: list[NodeSlot] = field(default_factory=list)
     team_namespaces: list[str] = field(default_factory=list)
-    clock: "_Clock | None" = None
+    clock: _Clock | None = None
 
     KINDS = ("nodes", "namespaces", "service_accounts", "services", "pods", "network_policies",
              "admin_network_policies", "baseline_admin_network_policies", "tiers",
@@ -300,7 +301,7 @@ class _Clock:
 
 
 def _timestamp(seconds: int) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _safe(rng: random.Random, n: int) -> str:

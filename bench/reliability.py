@@ -476,7 +476,7 @@ def render(results: Path) -> str:
             by_command.setdefault(r["command"], []).append(r)
         lines += ["`tests/test_bad_input.py`: each case runs the real command with a time bound and checks its exit",
                   "code, its message, and that no traceback, panic, hang or signal occurs. Every case:",
-                  f"[bench/BAD_INPUT.md](BAD_INPUT.md).", "",
+                  "[bench/BAD_INPUT.md](BAD_INPUT.md).", "",
                   "| command | cases | as expected | exit codes |", "|---|---|---|---|"]
         for command, rs in sorted(by_command.items()):
             ok = sum(outcomes.get(f"tests/test_bad_input.py::test_bad_input[{r['id']}]") == "passed" for r in rs)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import threading
 import time
 
 import pytest

@@ -132,7 +132,7 @@ def test_watch_event_to_in_force(cluster):
                 client.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
                                body={"metadata": {"labels": {"bench-step": str(i)}}},
                                content_type="application/merge-patch+json")
-                assert seen.wait_for(lambda: len(in_force) > before, timeout=30), "the event never came"
+                assert seen.wait_for(lambda before=before: len(in_force) > before, timeout=30), "the event never came"
             round_trips.append(time.monotonic() - t)
         assert source.kube is not None and source.kube.full_builds == 1
         project = loaded.project

@@ -39,11 +39,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.cluster import (adversarial_policy, apply_change, generate, random_change, write_capture, write_json_compact,
-                           write_yaml)
+from bench.cluster import (
+    adversarial_policy,
+    apply_change,
+    generate,
+    random_change,
+    write_capture,
+    write_json_compact,
+    write_yaml,
+)
+from pyclassify.batch import FLAG_HAS_PORTS, new_batch
 from pyclassify.bulk import collector_paused
 from pyclassify.capture import open_capture
-from pyclassify.batch import FLAG_HAS_PORTS, new_batch
 from pyclassify.engine import VERDICT_DTYPE, NativeEngine, Tracker
 from pyclassify.live import LiveProject
 from pyclassify.loader import iter_paths
@@ -294,8 +301,8 @@ def test_replay_with_conntrack(cluster, project, headers):
 
     t_api, _ = cpu(replay)
     t_floor, _ = cpu(read_decode)
-    wall, rss = min((_whole_process([PYCLASSIFY, "replay", str(cluster["dir"] / "json"), "--pcap",
-                                     str(cluster["dir"] / "cluster.pcap"), "--json"]) for _ in range(2)))
+    wall, rss = min(_whole_process([PYCLASSIFY, "replay", str(cluster["dir"] / "json"), "--pcap",
+                                     str(cluster["dir"] / "cluster.pcap"), "--json"]) for _ in range(2))
     record("replay with connection tracking", pods,
            f"{n / t_api / 1e6:.2f} M packets/s through the API (judge + conntrack; read+decode alone "
            f"{n / t_floor / 1e6:.2f} M/s); `pyclassify replay --json` whole process {wall:.2f} s for {n} packets "

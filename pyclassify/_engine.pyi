@@ -1,6 +1,7 @@
 """Decision engine of pyclassify (Rust, pyo3). Keep in step with rust/py/src/; tests/test_stubs.py checks."""
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 __version__: Final[str]
 
@@ -26,8 +27,6 @@ def record_layouts() -> list[tuple[str, tuple[str, int, int, list[tuple[str, int
     [(name, (c_name, size, align, [(field, offset, size, type), ...])), ...]."""
 
 # selector language (rust/py/src/selector.rs, errors in rust/py/src/errors.rs)
-from collections.abc import Mapping
-from typing import Any
 
 MAX_SELECTOR_LEN: Final[int]
 MAX_DEPTH: Final[int]

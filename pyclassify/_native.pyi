@@ -1,6 +1,6 @@
 """Packet I/O shim of pyclassify (Cython). Keep in step with native/_native.pyx; tests/test_stubs.py checks."""
 
-from typing import Final
+from typing import Any, Final
 
 HEADER_SIZE: Final[int]
 
@@ -15,8 +15,6 @@ def header_flags() -> list[tuple[str, int]]:
     """The flags bits of PacketHeader as [(name, value), ...]."""
 
 # --- packet path: decoder and pcap/pcapng reader (native/decode.pxi, native/pcap.pxi) ---
-
-from typing import Any
 
 QUOTE_SIZE: Final[int]
 OUTER_SIZE: Final[int]

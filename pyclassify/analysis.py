@@ -167,7 +167,7 @@ class Explanation:
     family: int | None = None
     #: two dual-stack endpoints: the explanation of each family, IPv4 first (this one is the
     #: first that denies, else the first; its verdict allows only when every family does)
-    families: list["Explanation"] = field(default_factory=list)
+    families: list[Explanation] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         doc = self._json()
@@ -287,7 +287,7 @@ class _Judge:
             return self.native.evaluate(flow, **self.defaults)
         return evaluate(self.project.policy_set, self.project.inventory, flow, **self.defaults)
 
-    def over(self, project: Project) -> "_Judge":
+    def over(self, project: Project) -> _Judge:
         """A judge of ``project`` (the same inventory, another policy set), from this one's engine."""
         return _Judge(project, self.engine, self.default, self.native)
 

@@ -45,8 +45,9 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from pyclassify._native import AfPacketBridge
 
@@ -128,7 +129,7 @@ class Bridge:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_spec(cls, spec: str, engine_capsule: Any, **options: Any) -> "Bridge":
+    def from_spec(cls, spec: str, engine_capsule: Any, **options: Any) -> Bridge:
         """A bridge from ``--bridge IF1,IF2``."""
         if1, if2 = parse_bridge_spec(spec)
         return cls(if1, if2, engine_capsule, **options)
@@ -145,7 +146,7 @@ class Bridge:
         finally:
             self._native.close()
 
-    def start(self) -> "Bridge":
+    def start(self) -> Bridge:
         """Run the loop in a daemon thread; returns self."""
         with self._lock:
             if self._thread is not None:
@@ -182,7 +183,7 @@ class Bridge:
     def error(self) -> BaseException | None:
         return self._error
 
-    def __enter__(self) -> "Bridge":
+    def __enter__(self) -> Bridge:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

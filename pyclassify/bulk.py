@@ -5,8 +5,8 @@ all of them again and again while they are being made (half of the build time at
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 @contextmanager

@@ -19,8 +19,9 @@ Exact at cluster size without judging every pod pair:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt

@@ -7,10 +7,11 @@ Every error a person sees names ``file:line: field.path: message``. Loaders prod
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Union
+from typing import Any
 
-PathPart = Union[str, int]
+PathPart = str | int
 FieldPath = tuple[PathPart, ...]
 
 
@@ -113,14 +114,14 @@ class Document:
         ns = self.metadata.get("namespace")
         return str(ns) if ns else None
 
-    def locator(self) -> "Document":
+    def locator(self) -> Document:
         """This document without its object: where it came from, its lines still recovered only
         when asked (keeping one per object costs little; keeping the objects would not)."""
         if self._lines is not None:
             return Document({}, self.file, self.line, self._lines, self.base)
         return Document({}, self.file, self.line, None, self.base, self._positions)
 
-    def with_object(self, obj: dict[str, Any]) -> "Document":
+    def with_object(self, obj: dict[str, Any]) -> Document:
         """Another object at this document's place (its lines shared): a normalizer that
         reads a kind through another kind's rules (a staged policy through its enforced kind)."""
         if self._lines is not None:

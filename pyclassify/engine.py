@@ -22,6 +22,13 @@ import orjson
 from pyclassify import _engine
 from pyclassify.batch import HEADER_DTYPE, SIDE_DTYPE, VERDICT_DTYPE
 from pyclassify.bulk import collector_paused
+from pyclassify.flow import (
+    Decision,
+    Flow,
+    Verdict,
+    namespace_labels,
+    service_account_labels,
+)
 from pyclassify.inventory import Endpoint, Inventory, NetworkSet, Node, Service
 from pyclassify.ir import (
     Direction,
@@ -36,13 +43,6 @@ from pyclassify.ir import (
     Rule,
     Subject,
     Tier,
-)
-from pyclassify.flow import (
-    Decision,
-    Flow,
-    Verdict,
-    namespace_labels,
-    service_account_labels,
 )
 
 #: The engine refused a change (the model and the state keep their last good snapshot).
@@ -314,7 +314,7 @@ class _Ids:
         self.free: list[int] = []
         self.next = 0
 
-    def copy(self) -> "_Ids":
+    def copy(self) -> _Ids:
         c = _Ids()
         c.of, c.free, c.next = dict(self.of), list(self.free), self.next
         return c
@@ -520,7 +520,7 @@ class EngineState:
     # --- per project ---
 
     def update(self, policy_set: PolicySet, inventory: Inventory,
-               extra_endpoints: tuple[Endpoint, ...] = ()) -> "NativeEngine":
+               extra_endpoints: tuple[Endpoint, ...] = ()) -> NativeEngine:
         """A snapshot of ``policy_set`` over ``inventory``, reached by a delta from the last one."""
         with collector_paused():
             extra_endpoints = tuple(extra_endpoints)
@@ -592,7 +592,7 @@ class NativeEngine:
 
     @classmethod
     def _snapshot(cls, state: EngineState, snapshot: Any, policy_set: PolicySet, inventory: Inventory,
-                  extra_endpoints: tuple[Endpoint, ...], keys: list[tuple], policy_keys: list[tuple]) -> "NativeEngine":
+                  extra_endpoints: tuple[Endpoint, ...], keys: list[tuple], policy_keys: list[tuple]) -> NativeEngine:
         self = cls.__new__(cls)
         self.state = state
         self.policy_set = policy_set
@@ -610,7 +610,7 @@ class NativeEngine:
         return self
 
     @classmethod
-    def _facade(cls, state: EngineState, snapshot: Any, policy_set: PolicySet, inventory: Inventory) -> "NativeEngine":
+    def _facade(cls, state: EngineState, snapshot: Any, policy_set: PolicySet, inventory: Inventory) -> NativeEngine:
         """The facade of a snapshot whose changes the caller sent object by object
         (``LiveProject``), without the project-wide diff of ``update``: what names the engine's
         ids for answers is worked out on first use, from the ids as they are now (later deltas
@@ -639,7 +639,7 @@ class NativeEngine:
         return {pids[k]: p for k, p in zip(_policy_keys(self.policy_set.policies), self.policy_set.policies)}
 
     def update(self, policy_set: PolicySet, inventory: Inventory,
-               extra_endpoints: tuple[Endpoint, ...] = ()) -> "NativeEngine":
+               extra_endpoints: tuple[Endpoint, ...] = ()) -> NativeEngine:
         """The next snapshot, by a delta from the engine state's latest one."""
         return self.state.update(policy_set, inventory, extra_endpoints)
 

@@ -63,7 +63,7 @@ class HttpRequest:
     host: str | None = None
 
     @classmethod
-    def parse(cls, text: str) -> "HttpRequest":
+    def parse(cls, text: str) -> HttpRequest:
         """``"GET /path"`` (optionally ``" host"`` after it), as ``explain --request`` takes it."""
         parts = text.split()
         if len(parts) not in (2, 3) or not parts[1].startswith("/"):

@@ -21,8 +21,9 @@ native engine per hook: ``HookSets``), so the two agree hook by hook as they do 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from pyclassify.flow import Decision, Flow, Verdict
 from pyclassify.inventory import Inventory

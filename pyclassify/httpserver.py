@@ -176,7 +176,7 @@ class BoundedServer:
                 plain = writer.transport
                 try:
                     await writer.start_tls(self.tls(), ssl_handshake_timeout=self.request_timeout)
-                except (ssl.SSLError, OSError, asyncio.TimeoutError, ConnectionError):
+                except (TimeoutError, ssl.SSLError, OSError, ConnectionError):
                     self.stats["tls_errors"] += 1
                     return
                 finally:
@@ -190,7 +190,7 @@ class BoundedServer:
                 self._idle[writer] = None
                 try:
                     first = await asyncio.wait_for(reader.read(1), self.idle_timeout)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     return  # idle between requests
                 finally:
                     self._idle.pop(writer, None)
@@ -198,7 +198,7 @@ class BoundedServer:
                     return
                 try:
                     close = await asyncio.wait_for(self._request(first, reader, writer, client), self.request_timeout)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     self.stats["timeouts"] += 1
                     return
                 if close:
@@ -274,7 +274,7 @@ class BoundedServer:
         while reader is not None and left > 0:
             try:
                 chunk = await asyncio.wait_for(reader.read(min(left, 1 << 16)), LINGER_SECONDS)
-            except (asyncio.TimeoutError, OSError, ConnectionError):
+            except (TimeoutError, OSError, ConnectionError):
                 return
             if not chunk:
                 return

@@ -9,8 +9,9 @@ native compiler both read it.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from pyclassify.ir import EndpointKind, IPNetwork
 
@@ -61,7 +62,7 @@ class Endpoint:
 # the very same objects (equal, hashed alike) for the loaders' bulk paths.
 _ENDPOINT_DEFAULTS = {f.name: f.default for f in fields(Endpoint) if f.default is not MISSING}
 _ENDPOINT_REQUIRED = frozenset(f.name for f in fields(Endpoint) if f.default is MISSING)
-_PORTS: dict[tuple[int, int, "str | None"], ContainerPort] = {}
+_PORTS: dict[tuple[int, int, str | None], ContainerPort] = {}
 
 
 def endpoint(**values) -> Endpoint:

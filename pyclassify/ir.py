@@ -12,11 +12,10 @@ from __future__ import annotations
 import enum
 import ipaddress
 from dataclasses import dataclass, field, replace
-from typing import Union
 
 from pyclassify.selector import Selector
 
-IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 PROTO_ICMP = 1
 PROTO_TCP = 6
@@ -284,7 +283,7 @@ class PolicySet:
         """Every policy, enforced and staged: what a rebuild of this set starts from."""
         return self.policies + self.early + self.staged
 
-    def for_hook(self, hook: Hook) -> "PolicySet":
+    def for_hook(self, hook: Hook) -> PolicySet:
         """The policies judged at ``hook``, in the same tiers; profiles only at NORMAL (felix
         applies host profiles in the filter INPUT/OUTPUT chains only)."""
         if hook is Hook.NORMAL:
@@ -295,7 +294,7 @@ class PolicySet:
         tiers = tuple(replace(t, default_action=Action.PASS) for t in self.tiers)
         return PolicySet(tiers, tuple(p for p in self.early if p.hook is hook))
 
-    def staged_view(self) -> "PolicySet | None":
+    def staged_view(self) -> PolicySet | None:
         """The set as it would be with every staged policy enforced, as Calico's staged policies
         preview it: a staged policy takes the place of the enforced policy of the same kind,
         namespace and name (or joins the set), ``stagedAction: Delete`` removes that policy.
@@ -308,7 +307,7 @@ class PolicySet:
         return PolicySet.build(kept + added, list(self.tiers), list(self.profiles))
 
     @staticmethod
-    def build(policies: list[Policy], tiers: list[Tier] = (), profiles: list[Profile] = ()) -> "PolicySet":
+    def build(policies: list[Policy], tiers: list[Tier] = (), profiles: list[Profile] = ()) -> PolicySet:
         by_name = {t.name: t for t in BUILTIN_TIERS}
         for t in tiers:
             if t.name in (TIER_KUBE_ADMIN, TIER_KUBE_BASELINE):

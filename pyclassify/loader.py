@@ -25,8 +25,9 @@ import re
 import stat
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from pyclassify import loader_ruamel
 from pyclassify._engine import ManifestError, ManifestReader, manifest_lines

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import collections.abc
 import datetime
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq

@@ -11,7 +11,8 @@ talking to an ephemeral one (32768 and up) is the reply, turned around."""
 
 from __future__ import annotations
 
-from typing import IO, Any, Iterator
+from collections.abc import Iterator
+from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt

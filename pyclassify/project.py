@@ -13,13 +13,15 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import orjson
 
 from pyclassify import failsafe, kinds
 from pyclassify.admission.policy import is_admission_policy
+from pyclassify.budget import OverBudget
 from pyclassify.bulk import collector_paused
 from pyclassify.inventory import Endpoint, Inventory
 from pyclassify.ir import BUILTIN_TIERS, Action, EndpointKind, Policy, PolicySet, Profile, Tier
@@ -27,10 +29,8 @@ from pyclassify.kinds import schema
 from pyclassify.kinds.inventory_kinds import InventoryBuilder
 from pyclassify.kinds.versions import kind_problem
 from pyclassify.loader import iter_paths
-from pyclassify.budget import OverBudget
 from pyclassify.sharing import Shared
 from pyclassify.documents import Document, Problems
-
 
 ObjectKey = tuple[str, str, "str | None", str]  # (API group, kind, namespace, name)
 #: What ``skipped`` counts the documents that are no Kubernetes object under (a values file).
@@ -80,7 +80,7 @@ class Project:
         return bool(inv.endpoints or inv.namespaces or inv.nodes or inv.services or inv.network_sets
                     or inv.service_accounts)
 
-    def applied(self, change: "Project") -> "Project":
+    def applied(self, change: Project) -> Project:
         """This project with ``change``'s policy objects applied as ``kubectl apply`` would: each
         replaces the policy, tier or profile of the same kind, namespace and name, or is added."""
         ps, cs = self.policy_set, change.policy_set
@@ -96,7 +96,7 @@ class Project:
         profiles = [given_profiles.pop(p.name, p) for p in ps.profiles] + list(given_profiles.values())
         return dataclasses.replace(self, policy_set=PolicySet.build(policies, tiers, profiles))
 
-    def over(self, inventory: Inventory) -> "Project":
+    def over(self, inventory: Inventory) -> Project:
         """This project's policy over another inventory (a policy-only project judged against a
         cluster's): the failsafe policies follow the host endpoints of ``inventory``."""
         ps = self.policy_set
@@ -108,7 +108,7 @@ class Project:
         return dataclasses.replace(self, policy_set=PolicySet.build(policies, tiers, list(ps.profiles)),
                                    inventory=inventory)
 
-    def staged(self) -> "Project | None":
+    def staged(self) -> Project | None:
         """This project as it would be with its staged policies enforced
         (``PolicySet.staged_view``); None when nothing is staged."""
         view = self.policy_set.staged_view()

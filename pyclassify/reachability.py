@@ -17,8 +17,9 @@ representative speaks for the group under each engine.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import netaddr
 import numpy as np
@@ -27,8 +28,7 @@ import numpy.typing as npt
 from pyclassify.batch import FLAG_HAS_PORTS, HEADER_DTYPE, SIDE_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import HTTP_AWAITS, NativeEngine
 from pyclassify.inventory import Endpoint, Inventory, IPAddress
-from pyclassify.ir import (PROTO_ICMP, PROTO_ICMPV6,
-                           EndpointKind, EntityMatch, PolicySet, Rule)
+from pyclassify.ir import PROTO_ICMP, PROTO_ICMPV6, EndpointKind, EntityMatch, PolicySet, Rule
 from pyclassify.kinds.common import ICMP_PROTOCOLS, K8S_PROTOCOL_NUMBERS, PORT_PROTOCOLS, protocol_name
 from pyclassify.reference import service_member
 from pyclassify.services import address_bytes
@@ -236,7 +236,7 @@ class FlowSpace:
 
     @staticmethod
     def build(engines: Sequence[NativeEngine], protocols: Iterable[int] | None = None,
-              dport: int | None | str = "any") -> "FlowSpace":
+              dport: int | None | str = "any") -> FlowSpace:
         """``protocols`` None: every protocol some rule names, the port protocols, ICMP, and one
         class for the rest. ``dport`` ``"any"``: every port class; an int: that port alone."""
         policy_sets = [e.policy_set for e in engines]

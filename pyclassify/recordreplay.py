@@ -19,16 +19,15 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from pyclassify._engine import RecordJudge, RecordLines
 from pyclassify.batch import FLOW_COUNTS_DTYPE, HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.engine import NativeEngine
-from pyclassify.inventory import Inventory
 from pyclassify.ir import Direction
 from pyclassify.kinds.common import protocol_name
 from pyclassify.records import (
@@ -36,8 +35,8 @@ from pyclassify.records import (
     ORIENTATION,
     REPORTED,
     FileReport,
-    RecordError,
     JudgedChunk,
+    RecordError,
     RecordReader,
     address_text,
     where,

@@ -20,8 +20,9 @@ from __future__ import annotations
 import gzip
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -165,7 +166,7 @@ class JudgedChunk:
     raw: tuple[bytes, bytes, bytes, bytes]
 
     @classmethod
-    def of(cls, kept: tuple[bytes, bytes, bytes, bytes], file: int) -> "JudgedChunk":
+    def of(cls, kept: tuple[bytes, bytes, bytes, bytes], file: int) -> JudgedChunk:
         from pyclassify.batch import VERDICT_DTYPE
 
         h, c, v, s = kept

@@ -17,8 +17,8 @@ for the callers that import them from this module.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from pyclassify.flow import (
     VERDICTS,
@@ -291,7 +291,7 @@ class _Context:
             return False
         return True
 
-    def candidates(self, m: EntityMatch, end: FlowEnd, network_sets: bool) -> list["_Labelled"]:
+    def candidates(self, m: EntityMatch, end: FlowEnd, network_sets: bool) -> list[_Labelled]:
         """What label-based fields can see at this end: the endpoint itself, and (when
         ``network_sets``) the network sets containing the address, of any namespace; both only
         if ``m.endpoint_kinds`` admits their kind.
@@ -313,7 +313,7 @@ class _Context:
                     out.append(_Labelled(ns.namespace, dict(ns.labels), None))
         return out
 
-    def labelled_matches(self, m: EntityMatch, c: "_Labelled", subject: Endpoint) -> bool:
+    def labelled_matches(self, m: EntityMatch, c: _Labelled, subject: Endpoint) -> bool:
         if m.selector is not None and not m.selector.matches(c.labels):
             return False
         if m.namespace is not None and c.namespace != m.namespace:

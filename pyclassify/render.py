@@ -12,8 +12,8 @@ Tuples marked inexact are supersets that the engine confirms against the rule it
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyclassify.engine import NativeEngine

@@ -23,9 +23,10 @@ import stat
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -38,12 +39,12 @@ from pyclassify.counted import count
 from pyclassify.engine import (
     CT_NEW_PICKUP,
     CT_NEW_PICKUP_REPLY,
+    HTTP_ERROR_NAMES,
     PACKET_DENIED_CONNECTION,
     PACKET_ESTABLISHED,
     PACKET_INVALID,
     PACKET_MALFORMED,
     PACKET_NOT_IP,
-    HTTP_ERROR_NAMES,
     PACKET_POLICY,
     VERDICT_DTYPE,
     Lane,
@@ -180,10 +181,10 @@ def _count_by_rule(by_rule: Counter, judged: npt.NDArray[Any]) -> None:
         side = np.ascontiguousarray(side[side["present"] == 1])
         if len(side) == 0:
             continue
-        for rec, count in _distinct_records(side):
+        for rec, n in _distinct_records(side):
             row = (int(rec["tier"]), int(rec["source_kind"]), int(rec["source"]), int(rec["rule"]),
                    int(rec["reason"]), int(rec["allow"]))
-            by_rule[(direction, *row)] += count
+            by_rule[(direction, *row)] += n
 
 
 # The decision fields of a side record, ``present`` to ``rule``: what the summary counts by.

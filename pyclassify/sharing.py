@@ -72,7 +72,7 @@ class _Held:
 
 
 class Shared:
-    def __init__(self, parent: "Shared | None" = None) -> None:
+    def __init__(self, parent: Shared | None = None) -> None:
         #: leaf value -> held (a leaf is its own key: equal leaves, one entry)
         self._leaves: dict[Any, _Leaf] = {}
         #: content hash -> the rule lists and subjects with it (equal by value among them)

@@ -5,7 +5,8 @@ suite against its C and pure-Python implementations)."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pyclassify.engine import NativeEngine
 from pyclassify.inventory import Inventory
@@ -14,7 +15,7 @@ from pyclassify.reference import Flow, Verdict, evaluate
 
 Evaluator = Callable[..., Verdict]
 
-_ENGINES: "OrderedDict[tuple, NativeEngine]" = OrderedDict()
+_ENGINES: OrderedDict[tuple, NativeEngine] = OrderedDict()
 
 
 def native_evaluate(policy_set: PolicySet, inventory: Inventory, flow: Flow, **defaults: Any) -> Verdict:

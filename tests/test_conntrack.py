@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyclassify._engine import ConnTrack, ConnTrackError
-from pyclassify.capture import QUOTE_DTYPE
 from pyclassify.batch import FLAG_HAS_PORTS, FLAG_ICMP_ERROR, HEADER_DTYPE, new_batch
+from pyclassify.capture import QUOTE_DTYPE
 
 SYN, ACK, FIN, RST = 0x02, 0x10, 0x01, 0x04
 S = 1_000_000_000

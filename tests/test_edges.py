@@ -284,8 +284,6 @@ def test_a_path_without_manifests_warns_and_exits_1(tmp_path):
     (tmp_path / "README.txt").write_text("not a manifest")
     comments = tmp_path / "c.yaml"
     comments.write_text("# nothing here\n")
-    for path in (tmp_path / "README.txt", comments):
-        pass
     empty = tmp_path / "empty"
     empty.mkdir()
     for target in (empty, comments):
@@ -480,6 +478,6 @@ def test_an_object_larger_than_any_cluster_takes_is_rejected_before_the_slow_rea
                       '{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}, "data": {"k": "%s"}}'
                       % ("a" * 2000)])
     lst = tmp_path / "list.json"
-    lst.write_text('{"apiVersion": "v1", "kind": "List", "items": [%s]}' % items)
+    lst.write_text(f'{{"apiVersion": "v1", "kind": "List", "items": [{items}]}}')
     doc = json.loads(run("check", str(lst), "--json", env={"PYCLASSIFY_MAX_OBJECT_BYTES": "1000"}).stdout)
     assert doc["documents"] == 1 and len(doc["errors"]) == 1 and "larger than the limit" in doc["errors"][0]["message"]

@@ -5,7 +5,6 @@ and inventories that use every field of the IR, for random flows among them."""
 from __future__ import annotations
 
 import dataclasses
-
 import ipaddress
 
 import numpy as np
@@ -14,7 +13,17 @@ from hypothesis import strategies as st
 
 from pyclassify.batch import FLAG_HAS_PORTS, new_batch
 from pyclassify.engine import NativeEngine
-from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace, NetworkSet, Node, Service, ServiceAccount, ServicePort
+from pyclassify.inventory import (
+    ContainerPort,
+    Endpoint,
+    Inventory,
+    Namespace,
+    NetworkSet,
+    Node,
+    Service,
+    ServiceAccount,
+    ServicePort,
+)
 from pyclassify.ir import (
     Action,
     Direction,

@@ -12,7 +12,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyclassify.engine import NativeEngine
-from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace, NetworkSet, Node, Service, ServiceAccount
+from pyclassify.inventory import (
+    ContainerPort,
+    Endpoint,
+    Inventory,
+    Namespace,
+    NetworkSet,
+    Node,
+    ServiceAccount,
+)
 from pyclassify.ir import Action, Direction, EndpointKind, PolicySet, Profile, Tier
 from pyclassify.reference import Flow, FlowEnd, evaluate
 from tests.evaluators import packet_batch

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pyclassify import _engine
-from pyclassify.engine import EngineState, NativeEngine
+from pyclassify.engine import NativeEngine
 from pyclassify.project import load_project
 from pyclassify.reference import Flow, FlowEnd, evaluate, service_account_labels
 

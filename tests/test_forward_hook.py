@@ -15,9 +15,8 @@ from hypothesis import strategies as st
 from pyclassify.engine import NativeEngine
 from pyclassify.hostpath import forward_step
 from pyclassify.inventory import Endpoint, Inventory
-from pyclassify.ir import Direction, EndpointKind, Hook, PolicySet
+from pyclassify.ir import Direction, EndpointKind, Hook, Policy, PolicySet, Subject
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.ir import Policy, Subject
 from pyclassify.selector import Selector
 from tests.evaluators import packet_batch
 from tests.test_engine_differential import flow_st, rules_st, world_st

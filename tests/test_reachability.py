@@ -162,8 +162,8 @@ def test_anp_conformance_probes_through_identity_groups() -> None:
     pods are their node's traffic, outside the table), out of one identity table per subtest
     and protocol/port."""
     from tests.conformance import test_anp_conformance as anp
-    from tests.conftest import load_cases
     from tests.conformance.policies import policy_set
+    from tests.conftest import load_cases
 
     data = load_cases("anp_conformance.json")
     inv = anp.build_inventory(data["model"])

@@ -6,7 +6,17 @@ import ipaddress
 
 import pytest
 
-from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace, NetworkSet, Node, Service, ServiceAccount, ServicePort
+from pyclassify.inventory import (
+    ContainerPort,
+    Endpoint,
+    Inventory,
+    Namespace,
+    NetworkSet,
+    Node,
+    Service,
+    ServiceAccount,
+    ServicePort,
+)
 from pyclassify.ir import (
     PROTO_ICMP,
     PROTO_TCP,

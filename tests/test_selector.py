@@ -8,8 +8,8 @@ that canonical text survives print -> parse -> print unchanged.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import pytest
 from hypothesis import given, settings

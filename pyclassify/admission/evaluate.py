@@ -16,9 +16,11 @@ image is.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
+from pyclassify._engine import MAX_IMAGE_LEN
 from pyclassify.admission.policy import (
     ALLOW,
     KIND,
@@ -30,7 +32,6 @@ from pyclassify.admission.policy import (
     format_time,
 )
 from pyclassify.admission.scans import ScanResult, ScanResults, scans_from_annotations
-from pyclassify._engine import MAX_IMAGE_LEN
 from pyclassify.kinds import api_group
 from pyclassify.documents import Document, FieldPath, Problems
 
@@ -322,9 +323,9 @@ def evaluate(
     now: dt.datetime | None = None,
     trust_annotations: bool = False,
 ) -> ResourceDecision:
-    now = now if now is not None else dt.datetime.now(dt.timezone.utc)
+    now = now if now is not None else dt.datetime.now(dt.UTC)
     if now.tzinfo is None:
-        now = now.replace(tzinfo=dt.timezone.utc)
+        now = now.replace(tzinfo=dt.UTC)
     facts = scans if scans is not None else ScanResults()
     warnings: list[str] = []
     if trust_annotations:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from pyclassify._engine import MAX_IMAGE_PATTERNS, ImagePatternError, ImagePatternSet
 from pyclassify.kinds import api_group, schema
@@ -65,7 +66,7 @@ def parse_time(text: str) -> dt.datetime | None:
     year, month, day, hour, minute, second = (int(g) for g in m.group(1, 2, 3, 4, 5, 6))
     micro = int((m.group(7) or "0").ljust(9, "0")[:6])
     if m.group(8):
-        tz = dt.timezone.utc
+        tz = dt.UTC
     else:
         oh, om = int(m.group(10)), int(m.group(11))
         if oh > 23 or om > 59:
@@ -73,13 +74,13 @@ def parse_time(text: str) -> dt.datetime | None:
         offset = dt.timedelta(hours=oh, minutes=om)
         tz = dt.timezone(-offset if m.group(9) == "-" else offset)
     try:
-        return dt.datetime(year, month, day, hour, minute, second, micro, tzinfo=tz).astimezone(dt.timezone.utc)
+        return dt.datetime(year, month, day, hour, minute, second, micro, tzinfo=tz).astimezone(dt.UTC)
     except (ValueError, OverflowError):
         return None
 
 
 def format_time(t: dt.datetime) -> str:
-    return t.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return t.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def go_add_date(t: dt.datetime, years: int, months: int, days: int) -> dt.datetime:
@@ -94,8 +95,8 @@ def go_add_date(t: dt.datetime, years: int, months: int, days: int) -> dt.dateti
         first = t.replace(year=year, month=month, day=1)
         return first + dt.timedelta(days=t.day - 1 + days)
     except (ValueError, OverflowError):
-        low = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
-        high = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
+        low = dt.datetime.min.replace(tzinfo=dt.UTC)
+        high = dt.datetime.max.replace(tzinfo=dt.UTC)
         return low if (years, months, days) < (0, 0, 0) else high
 
 

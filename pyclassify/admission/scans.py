@@ -28,9 +28,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from pyclassify.admission.policy import SCAN_STATUSES, parse_time
 from pyclassify.loader import load_paths
@@ -108,7 +109,7 @@ class ScanResults:
         digest = image_digest(image)
         return self.by_digest.get(digest) if digest else None
 
-    def merged_over(self, other: "ScanResults") -> "ScanResults":
+    def merged_over(self, other: ScanResults) -> ScanResults:
         """These results, falling back to ``other`` for images these do not describe."""
         return ScanResults({**other.by_image, **self.by_image}, {**other.by_digest, **self.by_digest})
 

@@ -46,10 +46,11 @@ import re
 import ssl
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -139,7 +140,7 @@ def _replace_surrogates(value: Any) -> Any:
 class _ServerCollector(Collector):
     """The HTTPS server's own counters at scrape time (``BoundedServer.stats``)."""
 
-    def __init__(self, webhook: "AdmissionWebhook") -> None:
+    def __init__(self, webhook: AdmissionWebhook) -> None:
         self.webhook = webhook
 
     def collect(self) -> Iterator[Any]:
@@ -215,7 +216,7 @@ class AdmissionWebhook:
         self.max_body = max_body
         self.reload_interval = min(max(reload_interval, MIN_RELOAD_INTERVAL), MAX_RELOAD_INTERVAL)
         self.trust_annotations = trust_annotations
-        self.clock = clock or (lambda: dt.datetime.now(dt.timezone.utc))
+        self.clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self.evaluator = evaluate  # the decision function (replaceable, e.g. to test the failure policy)
         self.registry = CollectorRegistry()
         self.metrics = _Metrics(self.registry)
@@ -350,7 +351,7 @@ class AdmissionWebhook:
         for t in self._threads:
             t.join(timeout=5)
 
-    def __enter__(self) -> "AdmissionWebhook":
+    def __enter__(self) -> AdmissionWebhook:
         self.start()
         return self
 

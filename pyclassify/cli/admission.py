@@ -15,7 +15,13 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from pyclassify.admission.evaluate import REASON_NO_POLICY, REASON_RULE, ResourceDecision, evaluate, resource_from_document
+from pyclassify.admission.evaluate import (
+    REASON_NO_POLICY,
+    REASON_RULE,
+    ResourceDecision,
+    evaluate,
+    resource_from_document,
+)
 from pyclassify.admission.policy import KIND, format_time, load_admission, parse_time
 from pyclassify.admission.scans import ScanResults, load_scans
 from pyclassify.cli.common import EXIT_INVALID, EXIT_OK, EXIT_REJECTED, err, fail, out
@@ -67,7 +73,7 @@ def run_admit(
         # A path that held nothing at all (an empty policy directory, an empty --resource):
         # invalid input, exit 1, as for every other command — not "admitted by no policy".
         return [], problems
-    when = now or dt.datetime.now(dt.timezone.utc)
+    when = now or dt.datetime.now(dt.UTC)
     return [evaluate(admission, r, scans, when, trust_annotations) for r in resources], problems
 
 

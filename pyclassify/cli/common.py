@@ -172,7 +172,7 @@ def print_problems(problems: Any) -> None:
         err.print(f"[yellow]warning[/yellow]: {escape(str(p))}", highlight=False)
 
 
-def read_manifests(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool] | None = None) -> "Project":
+def read_manifests(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool] | None = None) -> Project:
     """The manifests under PATH, and the cluster ``kube`` (kubeconfig, context, in-cluster) names."""
     kubeconfig, context, in_cluster = kube or (None, None, False)
     if kubeconfig is None and context is None and not in_cluster:
@@ -197,7 +197,7 @@ def read_manifests(paths: tuple[str, ...], kube: tuple[str | None, str | None, b
         raise click.UsageError(f"cannot read the cluster: {e}") from e
 
 
-def load_manifests(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool] | None = None) -> "Project":
+def load_manifests(paths: tuple[str, ...], kube: tuple[str | None, str | None, bool] | None = None) -> Project:
     """Loads and validates manifests; invalid input prints every error and exits 1."""
     project = read_manifests(paths, kube)
     if project.problems.errors:
@@ -291,7 +291,7 @@ def split_against(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
 
 
 def diff_projects(old_paths: list[str], new_paths: list[str], apply_paths: tuple[str, ...],
-                   kube: tuple[str | None, str | None, bool]) -> tuple["Project", "Project", list[str]]:
+                   kube: tuple[str | None, str | None, bool]) -> tuple[Project, Project, list[str]]:
     """OLD and NEW of a change over one inventory (``diff``, ``report --against/--apply``), and
     the paths NEW is named by."""
     if bool(new_paths) == bool(apply_paths):

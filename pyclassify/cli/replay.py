@@ -120,7 +120,6 @@ def replay_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     from pyclassify.capture import CaptureError
     from pyclassify.engine import NativeEngine
     from pyclassify.replay import Replay, ReplayError
-
     from pyclassify.tunnels import DEFAULT_TUNNELS, TunnelPorts
 
     if no_decap and (vxlan_ports or geneve_ports):

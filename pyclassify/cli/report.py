@@ -4,7 +4,8 @@ of ``matrix``, ``diff`` and ``usage``."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import click
 import numpy as np

@@ -10,7 +10,8 @@ object the watch rejects gets a Warning Event (``pyclassify.kube.events``), post
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pyclassify.budget import OverBudget
 from pyclassify.enforce.file_source import Loaded, SourceError

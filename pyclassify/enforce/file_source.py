@@ -24,12 +24,11 @@ The first load has no last good versions: any error refuses to start.
 
 from __future__ import annotations
 
-from typing import Any
-
 import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 

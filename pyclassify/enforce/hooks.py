@@ -9,9 +9,9 @@ to date on a reload, and says what a revalidation asks of them.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from pyclassify.engine import NativeEngine
 from pyclassify.enforce.iptables import (
     FORWARD_IN_MARK,
     FORWARD_OUT_MARK,
@@ -21,6 +21,7 @@ from pyclassify.enforce.iptables import (
     UNTRACKED_MARK,
     forward_ctmark,
 )
+from pyclassify.engine import NativeEngine
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import Direction, EndpointKind, Hook
 from pyclassify.nfqueue import ForwardCheck, PreDnatCheck, engine_capsule

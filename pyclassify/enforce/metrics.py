@@ -24,8 +24,8 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector
 
 from pyclassify.httpserver import BoundedServer, Request, Response
@@ -344,7 +344,7 @@ class HttpCollector(Collector):
 class _ListenerCollector(Collector):
     """The metrics listener's own bounds at work (``BoundedServer.stats``)."""
 
-    def __init__(self, metrics: "Metrics") -> None:
+    def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
 
     def collect(self) -> Iterator[Any]:

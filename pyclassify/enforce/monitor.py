@@ -22,7 +22,6 @@ from typing import IO, Any
 
 from pyclassify.counted import count
 
-
 EVENTS = ("deny", "log", "allow", "reload", "reload-rejected", "revoke", "start", "stop")
 FLOW_EVENTS = ("deny", "log", "allow", "revoke")
 KIND_WIDTH = max(len(e) for e in EVENTS)

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from pyclassify.failsafe import DEFAULT_INBOUND, DEFAULT_OUTBOUND, FailsafeConfig, FailsafePort
-from pyclassify.ir import PROTO_TCP as TCP, PROTO_UDP as UDP
+from pyclassify.ir import PROTO_TCP as TCP
+from pyclassify.ir import PROTO_UDP as UDP
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 RESOLV_CONF = "/etc/resolv.conf"
@@ -46,14 +47,14 @@ class NodeTraffic:
     api_servers: tuple[tuple[IPAddress, int], ...] = ()
     dns_servers: tuple[IPAddress, ...] = ()
 
-    def with_failsafe(self, config: FailsafeConfig) -> "NodeTraffic":
+    def with_failsafe(self, config: FailsafeConfig) -> NodeTraffic:
         return NodeTraffic(config.inbound, config.outbound, self.api_servers, self.dns_servers)
 
-    def with_api_servers(self, servers: tuple[tuple[IPAddress, int], ...]) -> "NodeTraffic":
+    def with_api_servers(self, servers: tuple[tuple[IPAddress, int], ...]) -> NodeTraffic:
         merged = tuple(dict.fromkeys((*self.api_servers, *servers)))
         return NodeTraffic(self.inbound, self.outbound, merged, self.dns_servers)
 
-    def unqueued(self, judged: Any, original: Any, local: "LocalAddresses", hooks: tuple[str, ...]) -> Any:
+    def unqueued(self, judged: Any, original: Any, local: LocalAddresses, hooks: tuple[str, ...]) -> Any:
         """Which kernel conntrack entries (header rows, ``CtNetlink.dump``'s two buffers) our
         chains never queue: a connection over the loopback (both ends local), one on a hook we do
         not install (``hooks``), and this node traffic. A boolean array, row by row."""
@@ -107,7 +108,7 @@ class LocalAddresses:
     addresses: tuple[bytes, ...]  # 16 bytes each, IPv4 mapped
 
     @classmethod
-    def read(cls, fib_trie: str = "/proc/net/fib_trie", if_inet6: str = "/proc/net/if_inet6") -> "LocalAddresses":
+    def read(cls, fib_trie: str = "/proc/net/fib_trie", if_inet6: str = "/proc/net/if_inet6") -> LocalAddresses:
         found: list[bytes] = []
         try:
             with open(fib_trie) as f:

@@ -11,12 +11,12 @@ Namespace is inventory, and its v1beta1 isolation annotation a policy).
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Union
+from collections.abc import Callable
 
 from pyclassify.ir import Policy, Profile, Tier
 from pyclassify.documents import Document, Problems
 
-Normalized = Union[Policy, Tier, Profile]
+Normalized = Policy | Tier | Profile
 Normalizer = Callable[[Document, Problems], "list[Normalized]"]
 
 # calicoctl prints projectcalico.org/v3; the CRDs behind it (as kubectl prints them) live in

@@ -22,8 +22,9 @@ The peer/port readers here are shared with ClusterNetworkPolicy (v1alpha2).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 from pyclassify.ir import (
     TIER_KUBE_ADMIN,
@@ -217,7 +218,7 @@ def _rule(doc: Document, problems: Problems, path: FieldPath, raw: Any, directio
     if not ok:
         return None
     if any(isinstance(p.port, NamedPort) for p in ports):
-        for i, peer in enumerate(peers):
+        for peer in peers:
             if peer.nets or peer.node_selector is not None or peer.domains or peer.unresolvable:
                 problems.error(doc, path + (flavor.ports_key,), "Invalid value: networks/nodes/domainNames peer cannot be set with named ports since there are no named ports for networks/nodes/domainNames")
                 return None

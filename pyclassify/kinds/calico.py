@@ -584,7 +584,7 @@ class _Rule:
     # -- entities
 
     def _entity(self, key: str, value: Any, protocol: int | None, action: Action | None,
-                bad_protocol: bool) -> "_Entity | None":
+                bad_protocol: bool) -> _Entity | None:
         if value is None:
             return None
         path = self.path + (key,)
@@ -595,7 +595,7 @@ class _Rule:
         entity.parse(value, action)
         return entity
 
-    def _check_families(self, ip_version: int | None, *entities: "_Entity | None") -> int | None:
+    def _check_families(self, ip_version: int | None, *entities: _Entity | None) -> int | None:
         """Every nets/notNets list of the rule must be of one family, and of ipVersion's."""
         seen: set[int] = set()
         for entity in entities:

@@ -17,14 +17,15 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any
 
 from pyclassify.inventory import (
     ContainerPort,
     Endpoint,
-    IPAddress,
     Inventory,
+    IPAddress,
     Namespace,
     NetworkSet,
     Node,

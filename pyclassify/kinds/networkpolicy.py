@@ -9,8 +9,9 @@ turned into one default-deny ingress policy for the pods of that namespace.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any, Iterable
+from typing import Any
 
 from pyclassify.ir import (
     TIER_DEFAULT,

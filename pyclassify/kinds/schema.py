@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import datetime
 import json
-from functools import lru_cache
+from collections.abc import Iterable
+from functools import cache, lru_cache
 from importlib import resources
-from typing import Any, Iterable
+from typing import Any
 
 from pyclassify._engine import SchemaChecker
 from pyclassify.documents import Document, FieldPath, Problems, document_key, format_path, shown
@@ -232,7 +233,7 @@ def knows(doc: Document, path: FieldPath) -> bool:
     return False
 
 
-@lru_cache(maxsize=None)
+@cache
 def schema_versions(group: str, kind: str) -> tuple[str, ...]:
     """The apiVersions of API group ``group`` (as written: ``crd.projectcalico.org``) that have
     a bundled schema of ``kind``, sorted."""

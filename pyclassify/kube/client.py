@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import orjson
@@ -55,7 +56,7 @@ def _configuration(kubeconfig: str | None, context: str | None, in_cluster: bool
 
 
 def load_client(kubeconfig: str | None = None, context: str | None = None,
-                in_cluster: bool | None = None, mark: int = 0) -> "KubeClient":
+                in_cluster: bool | None = None, mark: int = 0) -> KubeClient:
     """A client for ``kubeconfig`` (and ``context``); ``in_cluster``: the service account of the
     pod this runs in (its token and CA, as client libraries read them); neither: in-cluster when
     running in a pod, else the default kubeconfig (``$KUBECONFIG``, ~/.kube/config) as kubectl
@@ -106,8 +107,9 @@ class KubeClient:
         """Every object at ``path`` (pages of ``limit``), and the list's resourceVersion."""
         items: list[dict[str, Any]] = []
         version = ""
-        for page, version in self.pages(path, limit):
+        for page, page_version in self.pages(path, limit):
             items.extend(page)
+            version = page_version
         return items, version
 
     def pages(self, path: str, limit: int = 500) -> Iterator[tuple[list[dict[str, Any]], str]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Iterator
+from collections.abc import Iterator
 
 from pyclassify.kube.client import ApiException, KubeClient, load_client
 from pyclassify.kube.resources import RESOURCES, Resource, listed_object

@@ -35,7 +35,7 @@ MERGE = "application/merge-patch+json"
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def reference(obj: dict[str, Any]) -> dict[str, Any]:

@@ -28,15 +28,16 @@ import random
 import threading
 import time
 from collections import Counter, deque
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import orjson
 
 from pyclassify import kinds
+from pyclassify.budget import OverBudget
 from pyclassify.engine import NativeEngine
 from pyclassify.kube.client import ApiException, Gone, KubeClient
 from pyclassify.kube.resources import RESOURCES, Resource, listed_object
-from pyclassify.budget import OverBudget
 from pyclassify.live import LiveProject, UnsupportedChange
 from pyclassify.project import ObjectKey, Project, build_project, object_key
 from pyclassify.sharing import Shared
@@ -81,7 +82,7 @@ class KubeSource:
 
     def __init__(self, client: KubeClient, resources: tuple[Resource, ...] = RESOURCES,
                  backoff_cap: float = 5.0, watch_timeout: int = 300,
-                 on_change: Callable[["KubeSource"], None] | None = None, node: str | None = None,
+                 on_change: Callable[[KubeSource], None] | None = None, node: str | None = None,
                  crd_retry: float = 30.0, domains: Any = None, budget: int | None = None,
                  on_reject: Callable[[dict[str, Any], str, str], None] | None = None) -> None:
         self.client = client

@@ -15,8 +15,9 @@ explain that flow); else its first allowed class, or its first.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -134,7 +135,8 @@ def _judge(grid: Grid, engines: Sequence[NativeEngine], space: reach.FlowSpace, 
             si = si + top
             whole = len(cells) == block.size  # every cell of the rows: written as one slice
 
-            def put(target: npt.NDArray[Any], values: npt.NDArray[Any]) -> None:
+            def put(target: npt.NDArray[Any], values: npt.NDArray[Any], whole: bool = whole, top: int = top,
+                    block: npt.NDArray[Any] = block, si: npt.NDArray[Any] = si, di: npt.NDArray[Any] = di) -> None:
                 if whole:
                     target[top:top + len(block)] = values.reshape(block.shape)
                 else:

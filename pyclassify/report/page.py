@@ -12,8 +12,9 @@ import base64
 import html
 import json
 import zlib
+from collections.abc import Sequence
 from importlib import resources
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

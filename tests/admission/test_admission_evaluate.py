@@ -23,8 +23,8 @@ from pyclassify.documents import Problems
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "admission"
 POLICIES = EXAMPLES / "policies"
 SCANS = EXAMPLES / "scans.yaml"
-NOW = dt.datetime(2025, 6, 1, tzinfo=dt.timezone.utc)
-UTC = dt.timezone.utc
+NOW = dt.datetime(2025, 6, 1, tzinfo=dt.UTC)
+UTC = dt.UTC
 
 
 def policy(name: str, rules: list[dict], order: float | None = None, selector: str | None = None,

@@ -27,7 +27,7 @@ from pyclassify.loader import documents_of, load_text
 from pyclassify.documents import Problems
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "admission"
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 def load(text: str) -> tuple[AdmissionSet, Problems]:

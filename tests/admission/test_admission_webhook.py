@@ -12,8 +12,9 @@ import shutil
 import socket
 import ssl
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -27,7 +28,7 @@ from pyclassify.documents import InvalidInput, Problems
 from tests.admission.certs import self_signed
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "admission"
-NOW = dt.datetime(2025, 6, 1, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2025, 6, 1, tzinfo=dt.UTC)
 
 
 @pytest.fixture(scope="module")

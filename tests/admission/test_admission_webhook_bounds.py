@@ -13,8 +13,8 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from cryptography import x509
@@ -24,7 +24,7 @@ from tests.admission.certs import self_signed
 from tests.enforce.report import record
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "admission"
-NOW = dt.datetime(2025, 6, 1, tzinfo=dt.timezone.utc)
+NOW = dt.datetime(2025, 6, 1, tzinfo=dt.UTC)
 
 
 @pytest.fixture
@@ -173,7 +173,7 @@ def test_stalled_bodies_are_bounded_and_cut_at_the_deadline(hook: AdmissionWebho
             data = s.recv(65536)
             while data and b"HTTP/1.1 503" not in data:
                 data = s.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             pytest.fail("a stalled connection is still open on the server's side")
         except (OSError, ssl.SSLError):
             pass  # reset: cut

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from pyclassify.ir import PolicySet
 from pyclassify.kinds.adminnetworkpolicy import normalize_anp, normalize_banp

@@ -18,9 +18,9 @@ from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace, 
 from pyclassify.ir import EndpointKind
 from pyclassify.kinds.common import PROTOCOL_NUMBERS
 from pyclassify.reference import Flow, FlowEnd
+from tests.conformance.policies import policy_set
 from tests.conftest import CASES, load_cases
 from tests.shared_data import skip_mark
-from tests.conformance.policies import policy_set
 
 
 def _container_ports(entries: list[dict]) -> tuple[ContainerPort, ...]:
@@ -34,7 +34,7 @@ def build_inventory(model: dict) -> Inventory:
     regular = _container_ports(model["container_ports_regular_pods"])
     forrest = _container_ports(model["container_ports_forbidden_forrest"])
     node_index = 0
-    for i, (key, pod) in enumerate(sorted(model["pods"].items())):
+    for i, (_key, pod) in enumerate(sorted(model["pods"].items())):
         if pod["hostNetwork"]:
             node_index += 1
             node = Node(f"node-{node_index}", {"kubernetes.io/os": "linux"},

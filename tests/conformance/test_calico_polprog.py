@@ -17,6 +17,7 @@ import json
 
 import pytest
 
+from pyclassify.hostpath import HookSets, host_path
 from pyclassify.inventory import ContainerPort, Endpoint, Inventory
 from pyclassify.ir import (
     PROTO_ICMP,
@@ -39,7 +40,6 @@ from pyclassify.ir import (
     Subject,
     Tier,
 )
-from pyclassify.hostpath import HookSets, host_path
 from pyclassify.reference import Flow, FlowEnd
 from pyclassify.selector import Selector
 from tests.shared_data import SHARED, shared_path

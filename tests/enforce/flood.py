@@ -97,7 +97,7 @@ class Pinger:
         while not self._stop.wait(self.every):
             self.results.append(self.held.ping())
 
-    def __enter__(self) -> "Pinger":
+    def __enter__(self) -> Pinger:
         self._thread.start()
         return self
 

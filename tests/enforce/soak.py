@@ -36,7 +36,6 @@ from __future__ import annotations
 import bisect
 import json
 import os
-import subprocess
 import threading
 import time
 import uuid
@@ -453,7 +452,7 @@ def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2,
     stop.set()
     sampler.join(timeout=10)
     out, _ = scraper.communicate(timeout=60)
-    for path, ms, status in json.loads(out):
+    for _path, ms, status in json.loads(out):
         if status == 200:
             result.scrape_ms.append(ms)
         else:

@@ -48,7 +48,7 @@ def test_nfq_parse_reads_packets() -> None:
 @settings(max_examples=2000, deadline=None)
 @given(st.binary(max_size=512))
 def test_nfq_parse_never_crashes_on_garbage(data: bytes) -> None:
-    for pid, _hw, payload, wirelen, _dev in _native.nfq_parse(data):
+    for _pid, _hw, payload, wirelen, _dev in _native.nfq_parse(data):
         assert payload is None or len(payload) <= len(data)
         assert wirelen >= (len(payload) if payload else 0)
 

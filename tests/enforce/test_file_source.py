@@ -11,6 +11,7 @@ import pytest
 from pyclassify.enforce.file_source import PolicySource, SourceError
 from tests.enforce.policy_files import copy_demo, verdict
 
+
 @pytest.fixture
 def demo(tmp_path: Path) -> Path:
     return copy_demo(tmp_path, "demo")

@@ -9,6 +9,7 @@ from pyclassify.enforce.hooks import early_hooks, forward_endpoints, forward_jso
 from pyclassify.ir import Hook
 from pyclassify.project import load_project
 
+
 def hep(name: str, node: str, spec: str) -> str:
     return (f"apiVersion: projectcalico.org/v3\nkind: HostEndpoint\n"
             f"metadata: {{name: {name}, labels: {{edge: 'true'}}}}\nspec: {{node: {node}, {spec}}}\n")

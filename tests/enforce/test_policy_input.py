@@ -18,6 +18,7 @@ import pytest
 from pyclassify.enforce.file_source import PolicySource
 from tests.enforce.policy_files import DEMO, copy_demo, verdict, watching
 
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     return copy_demo(tmp_path, "policy")

@@ -15,6 +15,7 @@ from pyclassify.enforce.watch import Watcher
 from pyclassify.enforce.file_source import PolicySource
 from tests.enforce.policy_files import DEMO, verdict, watching
 
+
 def mount(root: Path, version: str, files: dict[str, str], swap_in: bool = True) -> None:
     """Writes ``files`` as the kubelet updates a ConfigMap volume: a new hidden directory, a new
     ``..data`` link renamed over the old one (``swap_in``), one link per key."""

@@ -9,10 +9,10 @@ import os
 import socket
 import subprocess
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from pyclassify.bridge import in_netns
 
@@ -191,7 +191,7 @@ def icmp_echo(ns: str, addr: str, timeout: float = 2.0, ident: int = 0x4242) -> 
             ihl = (data[0] & 0x0F) * 4
             if src[0] == addr and data[ihl] == 0 and struct.unpack("!H", data[ihl + 4: ihl + 6])[0] == ident:
                 return True
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         return False
     finally:
         s.close()

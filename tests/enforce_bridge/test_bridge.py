@@ -3,11 +3,10 @@ path between a0 and b0 is pyclassify's bridge on brA/brB in the middle namespace
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
-
-import json
 
 import pytest
 
@@ -206,7 +205,7 @@ def test_other_ethertypes_and_malformed_frames_are_dropped(engines):
             while time.monotonic() < deadline and not any(b"ARP-marker-4" in s for s in seen):
                 try:
                     seen.append(rx.recv(2048))
-                except (socket.timeout, TimeoutError):
+                except TimeoutError:
                     pass
             counters = bridge.counters
         tx.close()
@@ -226,7 +225,7 @@ def test_other_ethertypes_and_malformed_frames_are_dropped(engines):
             while time.monotonic() < deadline and not any(b"LLDP-marker-1" in s for s in seen):
                 try:
                     seen.append(rx.recv(2048))
-                except (socket.timeout, TimeoutError):
+                except TimeoutError:
                     pass
             assert bridge.counters["other_forwarded"] >= 1
         tx.close()
@@ -290,7 +289,7 @@ def test_random_frames_keep_the_bridge_up_and_every_frame_is_accounted_for(engin
             while time.monotonic() < deadline and not done:
                 try:
                     done = b"FUZZ-END" in rx.recv(4096)
-                except (socket.timeout, TimeoutError):
+                except TimeoutError:
                     pass
             time.sleep(0.1)
             c = bridge.counters

@@ -8,7 +8,18 @@ import ipaddress
 import pytest
 
 from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace
-from pyclassify.ir import PROTO_TCP, PROTO_UDP, Action, Direction, NamedPort, PolicySet, PortMatch, PortRange, Relation, EndpointKind
+from pyclassify.ir import (
+    PROTO_TCP,
+    PROTO_UDP,
+    Action,
+    Direction,
+    EndpointKind,
+    NamedPort,
+    PolicySet,
+    PortMatch,
+    PortRange,
+    Relation,
+)
 from pyclassify.kinds import schema
 from pyclassify.kinds.adminnetworkpolicy import normalize_anp, normalize_banp
 from pyclassify.kinds.networkpolicy import normalize_networkpolicy

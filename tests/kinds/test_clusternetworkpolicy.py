@@ -8,7 +8,17 @@ import ipaddress
 import pytest
 
 from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace
-from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, Action, EndpointKind, NamedPort, PolicySet, PortMatch, PortRange
+from pyclassify.ir import (
+    PROTO_SCTP,
+    PROTO_TCP,
+    PROTO_UDP,
+    Action,
+    EndpointKind,
+    NamedPort,
+    PolicySet,
+    PortMatch,
+    PortRange,
+)
 from pyclassify.kinds.clusternetworkpolicy import normalize_cnp
 from pyclassify.reference import Flow, FlowEnd, evaluate
 from pyclassify.documents import Document, Problems

@@ -8,7 +8,18 @@ import ipaddress
 import pytest
 
 from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace
-from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, Action, Direction, EndpointKind, NamedPort, PolicySet, PortMatch, PortRange
+from pyclassify.ir import (
+    PROTO_SCTP,
+    PROTO_TCP,
+    PROTO_UDP,
+    Action,
+    Direction,
+    EndpointKind,
+    NamedPort,
+    PolicySet,
+    PortMatch,
+    PortRange,
+)
 from pyclassify.kinds import schema
 from pyclassify.kinds.networkpolicy import isolation_policies, normalize_networkpolicy
 from pyclassify.reference import Flow, FlowEnd, evaluate

@@ -84,7 +84,7 @@ def _pem_key(key: Any) -> bytes:
 
 def make_pki(d: Path) -> None:
     """ca.crt, server.crt/server.key (127.0.0.1, localhost), sa.key/sa.pub, tokens.csv."""
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pyclassify-test-ca")])
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
@@ -132,7 +132,7 @@ class KubeCluster:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
 
-    def start(self) -> "KubeCluster":
+    def start(self) -> KubeCluster:
         make_pki(self.dir)
         self.etcd = self._spawn("etcd", [
             str(self.bindir / "etcd"), "--name", "default", "--data-dir", str(self.dir / "etcd"),

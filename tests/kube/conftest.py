@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from pyclassify.kube import load_client
+from pyclassify.kube.client import KubeClient
 from tests.kube.apiserver import REPO, KubeCluster
 
 
@@ -37,3 +39,9 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory):
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def kc(kube_cluster: KubeCluster) -> KubeClient:
+    """A client of the test cluster, as its kubeconfig names it."""
+    return load_client(str(kube_cluster.kubeconfig), "test")

@@ -102,8 +102,8 @@ def test_the_webhook_decides_with_the_clusters_policies(kube_cluster, tls) -> No
 def test_an_unreachable_cluster_keeps_the_last_good_policy(kube_cluster, tls, tmp_path: Path) -> None:  # noqa: F811
     """The webhook reaches the API server through a relay (two processes: a TCP port, a Unix
     socket); the relay stopped, the API server is away for real."""
-    from tests.kube.test_enforce_kube import RELAY
     from tests.kube.apiserver import free_port
+    from tests.kube.test_enforce_kube import RELAY
 
     admin = load_client(str(kube_cluster.kubeconfig), "test")
     main = copy.deepcopy(next(o for o in example_objects() if o["kind"] == "ContainerAdmissionPolicy"

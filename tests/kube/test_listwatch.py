@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -108,11 +109,6 @@ def global_network_policy(name: str, selector: str, port: int) -> dict[str, Any]
 
 GNP = "/apis/crd.projectcalico.org/v1/globalnetworkpolicies"
 ANP = "/apis/policy.networking.k8s.io/v1alpha1/adminnetworkpolicies"
-
-
-@pytest.fixture
-def kc(kube_cluster) -> KubeClient:
-    return load_client(str(kube_cluster.kubeconfig), "test")
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from scapy.contrib.geneve import GENEVE
+from scapy.contrib.geneve import GENEVE  # noqa: F401  # binds Geneve to UDP 6081 for the packets built here
 from scapy.layers.inet import ICMP, IP, TCP, UDP, fragment
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, GRE, Dot1Q, Ether
@@ -28,7 +28,6 @@ from pyclassify.batch import OUTER_DTYPE, new_batch
 from pyclassify.capture import QUOTE_DTYPE, QUOTE_HAS_PORTS, QUOTE_VALID, open_capture
 from pyclassify.engine import PACKET_NOT_IP
 from pyclassify.tunnels import DEFAULT_TUNNELS, ENCAP_NAMES, TunnelPorts, outer_json
-
 from tests.native.conftest import check, mapped, scapy_expect
 
 ETH = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")

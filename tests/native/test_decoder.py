@@ -4,8 +4,8 @@ error quotes, each named error kind, and a property test over random layer stack
 from __future__ import annotations
 
 import struct
-
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scapy.layers.inet import ICMP, IP, TCP, UDP, IPOption_RR, fragment
 from scapy.layers.inet6 import (
-
     ICMPv6DestUnreach,
     ICMPv6EchoRequest,
     ICMPv6TimeExceeded,
@@ -23,8 +22,8 @@ from scapy.layers.inet6 import (
     IPv6ExtHdrHopByHop,
     IPv6ExtHdrRouting,
 )
-from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
 from scapy.layers.ipsec import AH
+from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
 from scapy.layers.sctp import SCTP
 from scapy.packet import Packet
 
@@ -32,7 +31,6 @@ from pyclassify import _native
 from pyclassify import batch as B
 from pyclassify.batch import HEADER_DTYPE, new_batch
 from pyclassify.capture import QUOTE_DTYPE, QUOTE_HAS_PORTS, QUOTE_VALID
-
 from tests.native.conftest import mapped
 
 Expect = Callable[[Packet], dict[str, Any]]
@@ -237,7 +235,6 @@ def test_random_packets_round_trip(pkts: list[Packet]) -> None:
     from scapy.utils import RawPcapWriter
 
     from pyclassify.capture import read_all
-
     from tests.native.conftest import check, scapy_expect
 
     # Raw IP packets and Ethernet frames cannot share a pcap: give each link its own file.

@@ -10,7 +10,7 @@ import pytest
 
 from pyclassify._native import EngineClient
 from pyclassify.capture import read_all
-from pyclassify.engine import NativeEngine, Tracker, VERDICT_DTYPE
+from pyclassify.engine import VERDICT_DTYPE, NativeEngine, Tracker
 from pyclassify.inventory import Inventory
 from pyclassify.ir import Direction, Policy, PolicySet, Subject
 from pyclassify.project import load_project

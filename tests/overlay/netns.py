@@ -21,10 +21,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 WEB_IP, DB_IP = "10.244.1.10", "10.244.2.20"
 NODE_A, NODE_B = "192.168.77.1", "192.168.77.2"

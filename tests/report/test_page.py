@@ -11,8 +11,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.report.conftest import REPO, console_errors, open_report, run, run_json
 
 DEMO = "examples/demo"
