@@ -119,3 +119,11 @@ def test_diffs_of_files_apart_merge_into_the_whole_runs(tmp_path_factory, sets, 
     assert diff_answer(grouped.to_json()) == expected
     assert whole.usage is not None  # no rule may decide a record outside every policy: by_rule may be empty
     assert merge_diffs(*parts).usage == grouped.usage == whole.usage
+
+
+def test_cli_unreadable_traffic_is_an_error_naming_the_file(tmp_path):
+    missing = tmp_path / "nowhere.jsonl"
+    r = subprocess.run([sys.executable, "-m", "pyclassify.cli", "diff", str(DEMO), "--apply", str(CHANGE), "--traffic",
+                        str(missing)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 1, r.stderr
+    assert f"{missing}: cannot open" in r.stderr and "Traceback" not in r.stderr
