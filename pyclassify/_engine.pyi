@@ -309,7 +309,7 @@ class ManifestReader:
 
 def manifest_lines(
     data: bytes, syntax: str, start: int, end: int, line: int, col: int, item: int | None = None
-) -> dict[tuple[str | int | float | bool | None, ...], int]:
+) -> dict[tuple[str | int, ...], int]:
     """The line of every key and item of the document or List item at ``data[start:end]``
     (``end`` 0: to the end), which starts at ``line``/``col``; with ``item``, the span is a
     List's document and the lines are those of ``items[item]``, relative to it."""

@@ -95,8 +95,8 @@ def _flow_families(project: Project, src: FlowEnd, dst: FlowEnd, src_text: str,
         return [(family, src, dst)]  # no address at all: judged by name
     ip = family_addresses(project, named.endpoint).get(family)
     if ip is None:
-        have = ", ".join(str(a) for a in named.endpoint.ips)
-        raise UnknownEnd(f"{shown(named.endpoint.ref)} has no IPv{family} address of its own (it has {have}), and "
+        addresses = ", ".join(str(a) for a in named.endpoint.ips)
+        raise UnknownEnd(f"{shown(named.endpoint.ref)} has no IPv{family} address of its own (it has {addresses}), and "
                          f"{shown(str(given.ip))} is IPv{family}: a flow keeps one address family", option)
     placed = FlowEnd(named.endpoint, ip)
     return [(family, src, placed) if named is dst else (family, placed, dst)]
@@ -294,14 +294,15 @@ class _Judge:
     def evaluator(self) -> Any:
         """``reference.evaluate``'s signature: the reference, or a native engine per policy set
         (this one's for its own set, deltas from it for the others: the host's hooks)."""
-        if self.native is None:
+        base = self.native
+        if base is None:
             return evaluate
-        engines: dict[int, Any] = {id(self.project.policy_set): self.native}
+        engines: dict[int, Any] = {id(self.project.policy_set): base}
 
         def native(policy_set: Any, inventory: Any, flow: Flow, **defaults: str) -> Verdict:
             e = engines.get(id(policy_set))
             if e is None:
-                e = engines[id(policy_set)] = self.native.update(policy_set, inventory)
+                e = engines[id(policy_set)] = base.update(policy_set, inventory)
             return e.evaluate(flow, **defaults)
 
         return native
@@ -430,9 +431,9 @@ def _explain_flow(project: Project, flow: Flow, judge: _Judge, service_backend: 
         flows = [f for f in flows if (chosen.ip is not None and f.dst.ip == chosen.ip)
                  or (chosen.ip is None and f.dst.endpoint == chosen.endpoint)]
         if not flows:
-            backends = ", ".join(str(ip) for ip in target.service.endpoint_ips) or "none"
+            addresses = ", ".join(str(ip) for ip in target.service.endpoint_ips) or "none"
             raise UnknownEnd(f"--service-backend: {service_backend} is not a backend of Service "
-                             f"{target.service.namespace}/{target.service.name} (backends: {backends})")
+                             f"{target.service.namespace}/{target.service.name} (backends: {addresses})")
     backends = [Backend(f, judge(f)) for f in flows]
     if not backends:
         return Explanation(flow, Verdict("deny", None, None), target, [], note)

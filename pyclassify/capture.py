@@ -217,9 +217,9 @@ class Capture:
             self.close()
             raise CaptureError(f"{self.name}: {e}") from None
         if self._reader.format == "pcap":
-            why = _pcap_header_problem(bytes(memoryview(self._reader.window)[:24]))  # type: ignore[arg-type]
+            why = _pcap_header_problem(bytes(memoryview(self._reader.window)[:24]))
         else:
-            why = _pcapng_header_problem(bytes(memoryview(self._reader.window)[:16]))  # type: ignore[arg-type]
+            why = _pcapng_header_problem(bytes(memoryview(self._reader.window)[:16]))
         if why is not None:
             self.close()
             raise CaptureError(f"{self.name}: {why}")

@@ -140,9 +140,9 @@ class Change:
         for doc in self.flows():
             name = "other protocols" if doc["protocol"] == "other" else doc["protocol"]
             if doc["ports"] is not None:
-                text = f"{name} {_ranges_text([tuple(r) for r in doc['ports']])}"  # type: ignore[misc]
+                text = f"{name} {_ranges_text([tuple(r) for r in doc['ports']])}"
                 if doc["sports"] is not None:
-                    text += f" from ports {_ranges_text([tuple(r) for r in doc['sports']])}"  # type: ignore[misc]
+                    text += f" from ports {_ranges_text([tuple(r) for r in doc['sports']])}"
             elif doc["icmp"] is not None:
                 icmp = doc["icmp"]
                 number = 1 if doc["protocol"] == "ICMP" else 58

@@ -78,7 +78,7 @@ HTTP_ERROR_NAMES: tuple[str, ...] = tuple(_engine.HTTP_ERROR_NAMES)
 assert VERDICT_DTYPE.itemsize == _engine.VERDICT_SIZE
 
 
-def Tracker(**config: Any) -> Any:  # noqa: N802 - a factory named like the thing it makes
+def Tracker(**config: Any) -> _engine.ConnTrack:  # noqa: N802 - a factory named like the thing it makes
     """A connection tracker for ``NativeEngine.judge`` (``pyclassify._engine.ConnTrack``)."""
     return _engine.ConnTrack(**config)
 
@@ -585,6 +585,16 @@ class NativeEngine:
     inventory)`` gives the next snapshot by a delta on the same engine state (see
     ``EngineState``), leaving this one as it was.
     """
+
+    # Set by _snapshot and _facade, which build every instance.
+    state: EngineState
+    policy_set: PolicySet
+    inventory: Inventory
+    extra_endpoints: tuple[Endpoint, ...]
+    _engine: _engine.Engine
+    _ids_then: tuple[dict[Any, int], dict[Any, int]]
+    _tier_names: dict[int, str]
+    _profiles: dict[int, Profile]
 
     def __init__(self, policy_set: PolicySet, inventory: Inventory, extra_endpoints: tuple[Endpoint, ...] = ()) -> None:
         built = EngineState().update(policy_set, inventory, extra_endpoints)

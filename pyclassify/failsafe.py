@@ -96,7 +96,7 @@ def read_config(doc: Document, problems: Problems, config: FailsafeConfig) -> Fa
     if not isinstance(spec, dict):
         problems.error(doc, ("spec",), "must be an object")
         return config
-    found = {}
+    found: dict[str, tuple[FailsafePort, ...]] = {}
     for field_name, direction in (("failsafeInboundHostPorts", "inbound"), ("failsafeOutboundHostPorts", "outbound")):
         if field_name not in spec:
             continue

@@ -146,7 +146,7 @@ class Verdict:
         return self.verdict == "allow"
 
     def to_json(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "verdict": self.verdict,
             "egress": self.egress.to_json() if self.egress else None,
             "ingress": self.ingress.to_json() if self.ingress else None,

@@ -184,7 +184,7 @@ class BoundedServer:
                 if writer.transport is None:
                     # closed mid-handshake (to make room): asyncio hands back no transport; the
                     # writer keeps the closed one, so that closing it again is harmless
-                    writer._transport = plain  # type: ignore[attr-defined]
+                    writer._transport = plain
                     return
             while True:
                 self._idle[writer] = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from pyclassify.selector import Selector
@@ -307,7 +308,7 @@ class PolicySet:
         return PolicySet.build(kept + added, list(self.tiers), list(self.profiles))
 
     @staticmethod
-    def build(policies: list[Policy], tiers: list[Tier] = (), profiles: list[Profile] = ()) -> PolicySet:
+    def build(policies: list[Policy], tiers: Iterable[Tier] = (), profiles: Iterable[Profile] = ()) -> PolicySet:
         by_name = {t.name: t for t in BUILTIN_TIERS}
         for t in tiers:
             if t.name in (TIER_KUBE_ADMIN, TIER_KUBE_BASELINE):

@@ -205,7 +205,8 @@ class LiveProject:
             self._pods.get(old.namespace or "", {}).pop(key, None)
             self.state.delete_endpoint(key)
         self._dirty = True
-        namespace = (new or old).namespace if (new or old) is not None else None
+        changed = new or old
+        namespace = changed.namespace if changed is not None else None
         self._services_of(namespace)
 
     def _services_of(self, namespace: str | None) -> None:

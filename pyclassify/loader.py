@@ -224,7 +224,7 @@ class ParseCache:
         for p in own:
             problems.add(p)
         settled = sig is not None and time.time_ns() - sig[3] >= self.settle_ns
-        if settled and not own.errors:
+        if settled and sig is not None and not own.errors:
             self._files[name] = (sig, docs, list(own), {})
         else:
             self._files.pop(name, None)

@@ -54,8 +54,8 @@ class OutputFile:
         self.target = os.path.realpath(path) if follow_symlinks else path
         self.temp: str | None = None
         if self.stream:
-            self.file: IO[Any] = open(path, "wb" if binary else "w",  # noqa: SIM115 - commit closes it
-                                      **({} if binary else {"encoding": "utf-8"}))
+            # commit closes it
+            self.file: IO[Any] = open(path, "wb") if binary else open(path, "w", encoding="utf-8")  # noqa: SIM115
             return
         directory, name = os.path.split(os.path.abspath(self.target))
         # O_EXCL: a name nobody else holds; mode 0666 less the umask, as a plain open would make it
@@ -74,7 +74,7 @@ class OutputFile:
             os.chmod(temp, stat.S_IMODE(existing.st_mode))  # replacing a file keeps its permissions
         except OSError:
             pass
-        self.file = os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"}))
+        self.file = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")
 
     def commit(self) -> None:
         """Closes the file (its last bytes written now: a full disk shows here) and renames it

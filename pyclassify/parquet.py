@@ -82,7 +82,7 @@ def read(stream: IO[bytes], head: bytes, name: str, problems: dict[str, int] | N
                            4 if col.type == pa.string() else 8)
             else:
                 ints[c] = np.ascontiguousarray(np.asarray(pc.fill_null(col.cast(pa.int64()), 0)), dtype=np.int64)
-        h, c, (counts, first) = _engine.vpc_columns(n, position + 1, text, ints)
+        h, flow_counts, (counts, first) = _engine.vpc_columns(n, position + 1, text, ints)
         before = dict(problems)
         for reason, k in counts:
             problems[reason] = problems.get(reason, 0) + k
@@ -92,4 +92,4 @@ def read(stream: IO[bytes], head: bytes, name: str, problems: dict[str, int] | N
                     first_problems.append((r, int(p), d))
                     before[r] = before.get(r, 0) + 1
         position += n
-        yield np.frombuffer(h, HEADER_DTYPE), np.frombuffer(c, FLOW_COUNTS_DTYPE)
+        yield np.frombuffer(h, HEADER_DTYPE), np.frombuffer(flow_counts, FLOW_COUNTS_DTYPE)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,7 +130,7 @@ def endpoint_groups(engines: Sequence[NativeEngine], endpoints: Iterable[Endpoin
     groups: dict[tuple, Group] = {}
     for ep in endpoints:
         ids = [e._endpoint_id(ep) for e, _ in natives]
-        owned = [ip for ip in ep.ips if inventory.owner_of(ip) is ep]
+        owned: list[IPAddress | None] = [ip for ip in ep.ips if inventory.owner_of(ip) is ep]
         if first_address_only:
             owned = owned[:1] if ep.ips and owned and owned[0] == ep.ips[0] else []
         for ip in owned or [None]:
@@ -182,7 +183,7 @@ def outside_groups(engines: Sequence[NativeEngine], families: Iterable[int] = (4
     return list(groups.values())
 
 
-def _outside_address(region: netaddr.IPSet, owned: set[tuple[int, int]]) -> netaddr.IPAddress | None:
+def _outside_address(region: netaddr.IPSet, owned: AbstractSet[tuple[int, int]]) -> netaddr.IPAddress | None:
     """An address of the region no endpoint owns (None: there is none), preferring one that is
     not a network's first (0.0.0.0 reads as "no address" to a person). At most one more
     candidate than there are owned addresses is tried in each block of the region."""
@@ -253,9 +254,9 @@ class FlowSpace:
             for m in (rule.icmp, rule.not_icmp):
                 if m is not None and m.type is not None:
                     icmp.setdefault(m.type, set()).add(m.code)
-            for m, source in _entities(rule):
-                named.update(p.protocol for p in (*m.ports, *m.not_ports) if p.protocol is not None)
-                source_ports = source_ports or (source and bool(m.ports or m.not_ports))
+            for entity, source in _entities(rule):
+                named.update(p.protocol for p in (*entity.ports, *entity.not_ports) if p.protocol is not None)
+                source_ports = source_ports or (source and bool(entity.ports or entity.not_ports))
         sports = ranges if source_ports else [(EPHEMERAL, EPHEMERAL)]
         out: dict[int, list[FlowClass]] = {}
         for family in (4, 6):
@@ -268,7 +269,7 @@ class FlowSpace:
             classes: list[FlowClass] = []
             for proto in chosen:
                 if proto in PORT_PROTOCOLS:
-                    dranges = ranges if dport == "any" else [(dport, dport)] if dport is not None else [None]
+                    dranges = ranges if dport == "any" else [(dport, dport)] if isinstance(dport, int) else [None]
                     for d in dranges:
                         for s in (sports if d is not None else [None]):
                             classes.append(FlowClass(proto, d, s))
@@ -407,8 +408,8 @@ def judge_pairs(engine: NativeEngine, src: Sequence[Group], dst: Sequence[Group]
         h = _headers(s_raw[si[part]], d_raw[di[part]], family, classes)  # type: ignore[arg-type]
         verdicts = np.zeros(len(h), VERDICT_DTYPE)
         engine._engine.judge(h, verdicts, pod_allow, host_allow, None, None, False)
-        verdicts = verdicts.reshape(-1, len(classes))
-        out[part] = verdicts if records else verdicts["allow"].astype(bool)
+        per_pair = verdicts.reshape(-1, len(classes))
+        out[part] = per_pair if records else per_pair["allow"].astype(bool)
     for k in np.flatnonzero(~addressed) if family is not None else range(n):
         for c, fc in enumerate(classes):
             rec = _judge_named(engine, src[si[k]], dst[di[k]], fc, pod_allow, host_allow)

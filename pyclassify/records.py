@@ -52,15 +52,15 @@ def _zstd_reader(raw: IO[bytes], name: str) -> IO[bytes]:
     try:
         from compression import zstd  # type: ignore[import-not-found]  # Python >= 3.14
 
-        return zstd.ZstdFile(raw)  # type: ignore[no-any-return]
+        return zstd.ZstdFile(raw)
     except ImportError:
         pass
     try:
-        import zstandard  # type: ignore[import-not-found]
+        import zstandard
     except ImportError:
         raise RecordError(f"{name}: zstd-compressed: reading it needs Python 3.14 or the zstandard package "
                           "(pip install 'pyclassify[zstd]')") from None
-    return zstandard.ZstdDecompressor().stream_reader(raw)  # type: ignore[no-any-return]
+    return zstandard.ZstdDecompressor().stream_reader(raw)
 
 
 def open_input(path: str) -> tuple[IO[bytes], bytes, str | None]:
@@ -77,7 +77,11 @@ def open_input(path: str) -> tuple[IO[bytes], bytes, str | None]:
     if head.startswith(GZIP_MAGIC) or head == ZSTD_MAGIC:
         compression = "gzip" if head.startswith(GZIP_MAGIC) else "zstd"
         rest = _Prefixed(head, raw)
-        stream = gzip.GzipFile(fileobj=rest, mode="rb") if compression == "gzip" else _zstd_reader(rest, name)  # type: ignore[arg-type]
+        if compression == "gzip":
+            # both decompressors only read() it; typeshed asks a whole file object (seek, ...)
+            stream = gzip.GzipFile(fileobj=rest, mode="rb")  # type: ignore[call-overload]
+        else:
+            stream = _zstd_reader(rest, name)  # type: ignore[arg-type]
         head = b""
         while len(head) < 4096:  # in small reads: a file cut short still gives what it holds
             try:
@@ -259,7 +263,7 @@ class RecordReader:
     def __iter__(self) -> Iterator[RecordChunk]:
         """The records as header batches, unjudged (``BATCH`` at most each)."""
         for path, name in zip(self.paths, self.display):
-            yield from self._read(path, name, None, False)  # type: ignore[misc]
+            yield from self._read(path, name, None, False)
 
     def _read(self, path: str, name: str, judge: Any, keep: bool, part: tuple[int, int, int] | None = None) -> Iterator[Any]:
         stream, head, compression = open_input(path)
@@ -324,8 +328,8 @@ class RecordReader:
                     break
                 chunk = nxt
             report.records = reader.records
-            counts, first = reader.problems()
-            report.problems = dict(counts)
+            problem_counts, first = reader.problems()
+            report.problems = dict(problem_counts)
             report.first = [(r, int(p), d) for r, p, d in first]
             if broken is not None:
                 # what came before is judged; the position is in the decompressed bytes

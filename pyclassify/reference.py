@@ -356,6 +356,7 @@ class _Context:
         """A Calico ``services`` match: an address of the service (cluster IP or backend), and
         as destination without explicit ports, one of its target ports."""
         ref = m.service
+        assert ref is not None  # called for a match with a service only
         svc = self.inventory.services.get((ref.namespace, ref.name))
         if svc is None:
             return False

@@ -26,13 +26,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from pyclassify import httprules
-from pyclassify._engine import FlowSet
+from pyclassify._engine import ConnTrack, FlowSet
 from pyclassify.batch import ERROR_NAMES, SIDE_DTYPE, address_text
 from pyclassify.capture import Batch, CaptureWriter, open_capture
 from pyclassify.counted import count
@@ -227,7 +227,7 @@ class Replay:
         # The staged policies enforced (``Project.staged``): the same packets judged again, with
         # connections of their own, beside the real verdicts; they change none of them.
         self.staged = staged
-        self._staged_trackers: dict[int | None, Tracker] | None = None
+        self._staged_trackers: dict[int | None, ConnTrack] | None = None
         if staged is not None:
             self._staged_trackers = {None: Tracker()} if conntrack else {}
         self._staged_verdicts: npt.NDArray[Any] | None = None  # of the batch being written
@@ -251,7 +251,7 @@ class Replay:
         # Service virtual addresses, judged as kube-proxy delivers them (pyclassify.services);
         # one connection tracker per backend choice, apart from the main one.
         self.services = ServiceMap(engine.inventory)
-        self._service_trackers: dict[int | None, Tracker] = {None: self.tracker} if conntrack else {}
+        self._service_trackers: dict[int | None, ConnTrack] = {None: self.tracker} if self.tracker is not None else {}
         self._service_entries: npt.NDArray[np.int64] | None = None  # of the batch being written
 
     def _judge(self, batch: Batch) -> npt.NDArray[Any]:
@@ -284,7 +284,7 @@ class Replay:
             self._staged_verdicts = self._combine(staged, entry)
         return self._combine(main, entry)
 
-    def _lanes(self, engine: NativeEngine, trackers: dict[int | None, Tracker], headers: npt.NDArray[Any],
+    def _lanes(self, engine: NativeEngine, trackers: dict[int | None, ConnTrack], headers: npt.NDArray[Any],
                quotes: npt.NDArray[Any] | None, segments: npt.NDArray[Any] | None, entry: npt.NDArray[Any],
                forward: npt.NDArray[Any]) -> list[Lane]:
         """``engine``'s lanes for a batch: the packets as captured (connections tracked in
@@ -294,7 +294,7 @@ class Replay:
         judged in the same lanes, whatever else its batch holds."""
         tracked = self.tracker is not None
 
-        def tracker(key: int | None) -> Tracker | None:
+        def tracker(key: int | None) -> ConnTrack | None:
             if not tracked:
                 return None
             found = trackers.get(key)
@@ -441,7 +441,7 @@ class Replay:
             except SymlinkRefused as e:
                 raise ReplayError(str(e)) from None
             self._outputs.append(output)
-            writer = CaptureWriter.like(cap, output.file)
+            writer = CaptureWriter.like(cap, cast(BinaryIO, output.file))  # opened binary above
             self._writers.append(writer)
             self._writer_by_kind[which] = (writer, signature)
             return writer
@@ -609,7 +609,7 @@ class Replay:
         src = address_text(h["src_addr"], version) if decodable else None
         dst = address_text(h["dst_addr"], version) if decodable else None
         client, server = _opener_ends(v, src, dst)
-        line = {
+        line: dict[str, Any] = {
             "index": self._index,
             "ts": int(h["ts_ns"]) / 1e9,
             "src": src,

@@ -205,7 +205,7 @@ def rule_rows(policy_set: PolicySet, by_rule: list[dict[str, Any]] | None,
     for p in policy_set.policies:
         for direction in (Direction.EGRESS, Direction.INGRESS):
             for r in p.rules(direction):
-                row: dict[str, Any] = {"tier": p.tier, "policy": p.ref, "direction": direction.value, "rule": r.label,
+                row = {"tier": p.tier, "policy": p.ref, "direction": direction.value, "rule": r.label,
                                        "action": r.action.value}
                 if by_rule is not None:
                     got = counts.get((direction.value, p.ref, str(r.label)))

@@ -230,7 +230,7 @@ def _refuse_overwriting_inputs(paths: tuple[str, ...], pcaps: tuple[str, ...], o
             inputs.extend((f"manifest {f}", str(f)) for f in manifest_files(Path(p)))
         else:
             inputs.append((f"manifest {p}", p))
-    ids = {}
+    ids: dict[tuple[int, int], str] = {}
     for what, p in inputs:
         fid = _file_id(p)
         if fid is not None:

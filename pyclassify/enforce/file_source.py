@@ -241,12 +241,12 @@ class PolicySource:
         rejected: dict[ObjectKey, str] = {}
         changed = 0
         applied: list[tuple[ObjectKey, _Good | None, Document | None]] = []
-        for key, good, d, data in changes:
-            where = d if d is not None else good
+        for key, good, new, new_data in changes:
+            where = new if new is not None else good
             assert where is not None
             self.live.where = (where.file, where.line)
             try:
-                self.live.apply(None if good is None else orjson.loads(good.data), None if d is None else d.obj)
+                self.live.apply(None if good is None else orjson.loads(good.data), None if new is None else new.obj)
             except UnsupportedChange:
                 self._undo(applied)  # the whole project decides, from the state before the update
                 return None
@@ -260,12 +260,12 @@ class PolicySource:
                 rejected[key] = f"{where.file}: {e}"
                 continue
             changed += self.live.state.last_delta_size
-            applied.append((key, good, d))
-            if d is None:
+            applied.append((key, good, new))
+            if new is None:
                 del self._good[key]
             else:
-                assert data is not None
-                self._good[key] = _Good(data, d.file, d.line)
+                assert new_data is not None
+                self._good[key] = _Good(new_data, new.file, new.line)
         # every key rejected before and still present was a change above, judged again just now
         self._rejected = set(rejected)
         self.engine = engine = self.live.snapshot()

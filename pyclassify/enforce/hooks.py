@@ -52,10 +52,11 @@ def forward_endpoints(project: Project) -> dict[str, Endpoint]:
     if not project.policy_set.for_hook(Hook.FORWARD).policies:
         return {}
     inventory = project.inventory
-    hosts = [e for e in inventory.endpoints if e.kind is EndpointKind.HOST and e.interface and inventory.enforces(e)]
+    hosts = [(e.interface, e) for e in inventory.endpoints
+             if e.kind is EndpointKind.HOST and e.interface and inventory.enforces(e)]
     out: dict[str, Endpoint] = {}
-    for e in sorted(hosts, key=lambda e: e.name):
-        out.setdefault(e.interface, e)
+    for interface, e in sorted(hosts, key=lambda h: h[1].name):
+        out.setdefault(interface, e)
     return dict(sorted(out.items()))
 
 

@@ -470,16 +470,16 @@ class Rules:
             # named interfaces first: an all-interfaces host endpoint takes what they leave
             ordered = sorted(enumerate(self.forward_queues), key=lambda q: q[1][0] == "*")
             for _, (iface, in_queue, out_queue) in ordered:
-                for flag, mark, queue in (("-i", FORWARD_IN_MARK, in_queue), ("-o", FORWARD_OUT_MARK, out_queue)):
+                for flag, hook_mark, queue in (("-i", FORWARD_IN_MARK, in_queue), ("-o", FORWARD_OUT_MARK, out_queue)):
                     # (mark & mask) == 0: neither this hook nor a pre-DNAT rule let it on yet
-                    unseen = ["-m", "mark", "--mark", f"0x0/{mark | PRE_DNAT_MARK:#x}"]
+                    unseen = ["-m", "mark", "--mark", f"0x0/{hook_mark | PRE_DNAT_MARK:#x}"]
                     out.append([*self._interface(flag, iface), *unseen, *queue_target(queue, queue, self.fail_open)])
             for index, (iface, _, _) in ordered:
-                for flag, mark, ingress in (("-i", FORWARD_IN_MARK, True), ("-o", FORWARD_OUT_MARK, False)):
+                for flag, hook_mark, ingress in (("-i", FORWARD_IN_MARK, True), ("-o", FORWARD_OUT_MARK, False)):
                     slot = forward_ctmark(index, ingress)
                     if slot is not None:  # once: the first that matches (a named interface before ``*``)
                         unmarked = ["-m", "connmark", "--mark", f"0x0/{slot[1]:#x}"]
-                        out.append([*self._interface(flag, iface), *_mark(mark), *unmarked, "-j", "CONNMARK",
+                        out.append([*self._interface(flag, iface), *_mark(hook_mark), *unmarked, "-j", "CONNMARK",
                                     "--or-mark", hex(slot[0])])
         out.append(["-j", "CONNMARK", "--or-mark", hex(JUDGED_CTMARK)])
         out.append(queue_target(self.first, self.last, self.fail_open))

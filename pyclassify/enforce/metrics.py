@@ -267,11 +267,11 @@ class BudgetCollector(Collector):
                                        "Memory a policy set may take once built (--memory-budget)")
             family.add_metric([], budget)
             yield family
-        family = CounterMetricFamily("pyclassify_policy_over_budget",
-                                     "Policy updates (or, from the cluster, objects) rejected because the policy set "
-                                     "would pass the memory budget once built")
-        family.add_metric([], getattr(source, "over_budget", 0))
-        yield family
+        over_budget = CounterMetricFamily("pyclassify_policy_over_budget",
+                                          "Policy updates (or, from the cluster, objects) rejected because the policy "
+                                          "set would pass the memory budget once built")
+        over_budget.add_metric([], getattr(source, "over_budget", 0))
+        yield over_budget
 
 
 class DnsCollector(Collector):

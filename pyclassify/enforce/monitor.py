@@ -103,7 +103,7 @@ def decision_text(direction: str, d: Any) -> str:
 
 def deciding(rec: dict[str, Any]) -> list[str]:
     """The sides that decided: on a deny the side(s) that denied, otherwise both present sides."""
-    sides = [(n, rec.get(n)) for n in ("egress", "ingress") if isinstance(rec.get(n), dict)]
+    sides: list[tuple[str, dict[str, Any]]] = [(n, d) for n in ("egress", "ingress") if isinstance(d := rec.get(n), dict)]
     if rec.get("event") == "deny":
         denying = [(n, d) for n, d in sides if d.get("verdict") == "deny"]
         sides = denying or sides

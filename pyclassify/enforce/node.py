@@ -74,8 +74,8 @@ class NodeTraffic:
             out |= hit if port.net is None else hit & _in_net(judged["dst_addr"], port.net)
         # the API server and DNS by their destination before DNAT, as the rules match them
         oproto, odport = original["protocol"], original["dport"]
-        for address, port in self.api_servers:
-            out |= outbound & (oproto == TCP) & (odport == port) & _is(original["dst_addr"], address)
+        for address, api_port in self.api_servers:
+            out |= outbound & (oproto == TCP) & (odport == api_port) & _is(original["dst_addr"], address)
         dns = outbound & ((oproto == TCP) | (oproto == UDP)) & (odport == DNS_PORT)
         for address in self.dns_servers:
             out |= dns & _is(original["dst_addr"], address)
@@ -175,4 +175,4 @@ def resolve(host: str, port: int, lookup: bool = True) -> tuple[tuple[IPAddress,
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError:
         return ()
-    return tuple(dict.fromkeys((ipaddress.ip_address(info[4][0].split("%")[0]), port) for info in infos))
+    return tuple(dict.fromkeys((ipaddress.ip_address(str(info[4][0]).split("%")[0]), port) for info in infos))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from pyclassify.ir import (
     TIER_KUBE_ADMIN,
@@ -215,7 +215,7 @@ def _rule(doc: Document, problems: Problems, path: FieldPath, raw: Any, directio
     ports = flavor.read_ports(doc, problems, path + (flavor.ports_key,), raw.get(flavor.ports_key))
     if ports is None:
         ok = False
-    if not ok:
+    if not ok or ports is None or action is None:  # (action None has made ok False)
         return None
     if any(isinstance(p.port, NamedPort) for p in ports):
         for peer in peers:
@@ -223,13 +223,14 @@ def _rule(doc: Document, problems: Problems, path: FieldPath, raw: Any, directio
                 problems.error(doc, path + (flavor.ports_key,), "Invalid value: networks/nodes/domainNames peer cannot be set with named ports since there are no named ports for networks/nodes/domainNames")
                 return None
     # Ports are the destination's: for ingress the subject's, for egress each peer's.
+    destinations: tuple[EntityMatch, ...]
     if direction is Direction.INGRESS:
         sources = tuple(peers)
         destinations = (EntityMatch(ports=ports),) if ports else ()
     else:
         sources = ()
         destinations = tuple(replace(p, ports=ports) for p in peers)
-    return Rule(action=action, index=path[-1], name=name, sources=sources, destinations=destinations,
+    return Rule(action=action, index=cast(int, path[-1]), name=name, sources=sources, destinations=destinations,
                 path=format_path(path))
 
 
@@ -261,9 +262,10 @@ def read_peer(doc: Document, problems: Problems, path: FieldPath, raw: Any, dire
             problems.error(doc, where, f"Invalid value: must have between 1 and {MAX_NETWORKS} items")
             return None
         nets = [common.cidr(doc, problems, where + (i,), text) for i, text in enumerate(items)]
-        if any(n is None for n in nets):
+        valid = [n for n in nets if n is not None]
+        if len(valid) < len(nets):
             return None
-        return EntityMatch(nets=tuple(nets))
+        return EntityMatch(nets=tuple(valid))
     items = common.expect_list(doc, problems, where, value)
     if not 1 <= len(items) <= MAX_DOMAINS:
         problems.error(doc, where, f"Invalid value: must have between 1 and {MAX_DOMAINS} items")

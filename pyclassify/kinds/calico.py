@@ -264,7 +264,8 @@ def _policy_name(doc: Document, problems: Problems, is_global: bool) -> None:
         return
     # Calico before 3.30 required `<tier>.` names for policies of other tiers; current Calico
     # accepts any name. A prefix naming another tier is still almost surely a mistake.
-    spec = doc.obj.get("spec") if isinstance(doc.obj.get("spec"), dict) else {}
+    raw_spec = doc.obj.get("spec")
+    spec = raw_spec if isinstance(raw_spec, dict) else {}
     tier = spec.get("tier") or TIER_DEFAULT
     prefix, dot, _ = name.partition(".")
     if dot and isinstance(tier, str) and prefix != tier and prefix not in ("knp", "ossg"):
@@ -338,7 +339,7 @@ def _types(doc: Document, problems: Problems, spec: dict, has_ingress: bool,
 
 def _subject(doc: Document, problems: Problems, spec: dict, namespace: str | None) -> Subject | None:
     ok = True
-    selector = Selector.all()
+    selector: Selector | None = Selector.all()
     if spec.get("selector") not in (None, ""):
         selector = _subject_selector(doc, problems, ("spec", "selector"), spec["selector"])
         ok = selector is not None
@@ -348,7 +349,7 @@ def _subject(doc: Document, problems: Problems, spec: dict, namespace: str | Non
                                         spec["serviceAccountSelector"])
         ok = ok and sa_selector is not None
     if namespace is not None:
-        if ok:
+        if ok and selector is not None:  # (selector None has made ok False)
             return Subject(selector, frozenset({EndpointKind.POD}), namespace, None, sa_selector)
         return None
     kinds = frozenset({EndpointKind.POD, EndpointKind.HOST})
@@ -361,7 +362,7 @@ def _subject(doc: Document, problems: Problems, spec: dict, namespace: str | Non
             # Calico turns a namespaceSelector all() into has(projectcalico.org/namespace):
             # every namespaced endpoint, so no host endpoint.
             kinds = frozenset({EndpointKind.POD})
-    if not ok:
+    if not ok or selector is None:
         return None
     return Subject(selector, kinds, None, ns_selector, sa_selector)
 

@@ -50,7 +50,8 @@ def normalize_cnp(doc: Document, problems: Problems) -> list[Policy]:
     if spec is None:
         return []
     common.check_keys(doc, problems, ("spec",), spec, {"tier", "priority", "subject", "ingress", "egress"})
-    tier = TIERS.get(spec.get("tier"))
+    tier_name = spec.get("tier")
+    tier = TIERS.get(tier_name) if tier_name is not None else None
     if tier is None:
         if spec.get("tier") is None:
             problems.error(doc, ("spec", "tier"), "Required value")

@@ -153,12 +153,12 @@ def ip_block(doc: Document, problems: Problems, path: FieldPath, block: Any) -> 
         if ex is None:
             ok = False
             continue
-        if net is not None and (ex.version != net.version or not ex.subnet_of(net) or ex.prefixlen <= net.prefixlen):
+        if net is not None and (ex.version != net.version or not ex.subnet_of(net) or ex.prefixlen <= net.prefixlen):  # type: ignore[arg-type]  # versions checked first
             problems.error(doc, path + ("except", i), f"Invalid value: {text!r}: must be a strict subset of `cidr`")
             ok = False
             continue
         out.append(ex)
-    return (net, tuple(out)) if ok else None
+    return (net, tuple(out)) if ok and net is not None else None
 
 
 def _field_path(field: str | None) -> FieldPath:

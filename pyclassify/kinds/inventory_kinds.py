@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -86,7 +86,7 @@ def _ipv4(packed: bytes) -> ipaddress.IPv4Address:
     """``IPv4Address(packed)`` without its constructor's checks, which ``inet_pton`` has made
     (a third of the cost of reading a pod's address)."""
     address = _new_ipv4(ipaddress.IPv4Address)
-    address._ip = int.from_bytes(packed, "big")
+    address._ip = int.from_bytes(packed, "big")  # type: ignore[attr-defined]  # the field the constructor sets; typeshed leaves it out
     return address
 
 
@@ -328,7 +328,7 @@ class InventoryBuilder:
         return ep
 
     def _finish_service(self, svc: Service, endpoints: list[Endpoint]) -> Service:
-        ips = self.slice_ips.get((svc.namespace, svc.name))
+        ips: Sequence[IPAddress] | None = self.slice_ips.get((svc.namespace, svc.name))
         from_slices = ips is not None
         if ips is None and svc.selector:
             # No EndpointSlice given: the endpoints are the selected pods, as the controller would make.
@@ -434,7 +434,7 @@ class InventoryBuilder:
         selector = c.labels(("spec", "selector")) if doc.get(("spec", "selector")) is not None else None
         cluster_ips: list[IPAddress] = []
         single = c.string(("spec", "clusterIP"))
-        candidates = [(("spec", "clusterIP"), single)] if single else []
+        candidates: list[tuple[FieldPath, Any]] = [(("spec", "clusterIP"), single)] if single else []
         candidates += [(("spec", "clusterIPs", i), v) for i, v in enumerate(c.sequence(("spec", "clusterIPs")))]
         for path, value in candidates:
             if value == "None":

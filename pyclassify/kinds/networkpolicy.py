@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from pyclassify.ir import (
     TIER_DEFAULT,
@@ -126,6 +126,7 @@ def _rule(doc: Document, problems: Problems, path: FieldPath, raw: Any, directio
     )
     # Ports are always the destination's: for ingress the subject's own ports, for egress the
     # ports of each peer. Named ports resolve against that destination endpoint.
+    destinations: tuple[EntityMatch, ...]
     if direction is Direction.INGRESS:
         sources = peers
         destinations = (EntityMatch(ports=ports),) if ports else ()
@@ -135,7 +136,7 @@ def _rule(doc: Document, problems: Problems, path: FieldPath, raw: Any, directio
             destinations = tuple(_with_ports(p, ports) for p in peers)
         else:
             destinations = (EntityMatch(ports=ports),) if ports else ()
-    return Rule(action=Action.ALLOW, index=path[-1], sources=sources, destinations=destinations,
+    return Rule(action=Action.ALLOW, index=cast(int, path[-1]), sources=sources, destinations=destinations,
                 path=format_path(path))
 
 

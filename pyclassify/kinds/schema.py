@@ -218,7 +218,8 @@ def _checker() -> SchemaChecker:
 def knows(doc: Document, path: FieldPath) -> bool:
     """Whether the schema of ``doc``'s kind has a field at ``path``: a field the API server
     takes, where a kind's code finds one it does not implement."""
-    for node in schemas().roots(doc.api_version, doc.kind):
+    for root in schemas().roots(doc.api_version, doc.kind):
+        node: Node | None = root
         for part in path:
             if node is None:
                 break

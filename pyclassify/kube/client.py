@@ -5,6 +5,7 @@ JSON (orjson), not decoded into the client's models, which would cost most of a 
 
 from __future__ import annotations
 
+import builtins  # the client has a method named list: signatures after it name the type so
 import os
 import socket
 from collections.abc import Callable, Iterator
@@ -112,7 +113,7 @@ class KubeClient:
             version = page_version
         return items, version
 
-    def pages(self, path: str, limit: int = 500) -> Iterator[tuple[list[dict[str, Any]], str]]:
+    def pages(self, path: str, limit: int = 500) -> Iterator[tuple[builtins.list[dict[str, Any]], str]]:
         """The list at ``path`` a page of ``limit`` objects at a time, each with the list's
         resourceVersion: a caller that lets each page go holds one page, not the whole list."""
         token = None
@@ -133,7 +134,7 @@ class KubeClient:
                 return
 
     def watch(self, path: str, resource_version: str, timeout_seconds: int = 300,
-              holder: list[Any] | None = None, cancelled: Callable[[], bool] | None = None) -> Iterator[dict[str, Any]]:
+              holder: builtins.list[Any] | None = None, cancelled: Callable[[], bool] | None = None) -> Iterator[dict[str, Any]]:
         """Watch events at ``path`` from ``resource_version``, with bookmarks, as dicts
         (``type``, ``object``). ``holder`` receives the open response, so another thread can
         close it (after setting what ``cancelled`` reads: a watch cancelled while it connected
