@@ -116,7 +116,7 @@ def read_config(doc: Document, problems: Problems, config: FailsafeConfig) -> Fa
     return FailsafeConfig(found.get("inbound", config.inbound), found.get("outbound", config.outbound))
 
 
-def _entry(doc: Document, problems: Problems, path: tuple, item: Any) -> FailsafePort | None:
+def _entry(doc: Document, problems: Problems, path: tuple[Any, ...], item: Any) -> FailsafePort | None:
     if not isinstance(item, dict):
         problems.error(doc, path, "must be an object {protocol, port, net}")
         return None

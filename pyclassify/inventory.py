@@ -65,7 +65,7 @@ _ENDPOINT_REQUIRED = frozenset(f.name for f in fields(Endpoint) if f.default is 
 _PORTS: dict[tuple[int, int, str | None], ContainerPort] = {}
 
 
-def endpoint(**values) -> Endpoint:
+def endpoint(**values: Any) -> Endpoint:
     """``Endpoint(**values)`` without the per-field cost; every field without a default given."""
     if not _ENDPOINT_REQUIRED <= values.keys() or not values.keys() <= _ENDPOINT_DEFAULTS.keys() | _ENDPOINT_REQUIRED:
         raise TypeError(f"endpoint() fields: {sorted(values)}")

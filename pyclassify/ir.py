@@ -232,7 +232,7 @@ class Policy:
     def rules(self, direction: Direction) -> tuple[Rule, ...]:
         return self.ingress if direction is Direction.INGRESS else self.egress
 
-    def sort_key(self, tier_order: float) -> tuple:
+    def sort_key(self, tier_order: float) -> tuple[object, ...]:
         """Total, deterministic order (as felix's policy_sorter): tier, order (unset last),
         then kind, namespace and name."""
         unset = self.order is None
@@ -317,7 +317,7 @@ class PolicySet:
         for p in policies:
             by_name.setdefault(p.tier, Tier(p.tier, None, Action.DENY))
 
-        def tier_key(t: Tier) -> tuple:
+        def tier_key(t: Tier) -> tuple[bool, float, str]:
             return (t.order is None, t.order or 0.0, t.name)
 
         ordered_tiers = tuple(sorted(by_name.values(), key=tier_key))

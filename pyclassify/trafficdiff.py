@@ -301,8 +301,8 @@ def traffic_diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, pat
         pass
     judge.fold()
     totals, _, _, unplaced, _, _ = judge.measures()
-    found: dict[tuple, ObservedChange] = {}
-    decisions: dict[tuple, Any] = {}
+    found: dict[tuple[Any, ...], ObservedChange] = {}
+    decisions: dict[tuple[Any, ...], Any] = {}
 
     def side(engine: NativeEngine, rec: Any) -> Side:
         got = []

@@ -193,7 +193,7 @@ def rule_rows(policy_set: PolicySet, by_rule: list[dict[str, Any]] | None,
     """Every rule of every policy in evaluation order, with what it decided in ``by_rule``
     (``recordreplay.rule_rows``; None: no traffic given), and for Log rules what they
     logged (``recordreplay.logged_rule_rows``)."""
-    counts: dict[tuple, dict[str, int]] = {}
+    counts: dict[tuple[Any, ...], dict[str, int]] = {}
     for row in [*(by_rule or ()), *(logged or ())]:
         if row.get("reason", "rule") != "rule":
             continue

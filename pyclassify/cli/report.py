@@ -152,7 +152,7 @@ def diff_output(result: Any, old: Any, new: Any, output: str, by: str, default: 
         _write(_diff_html(result, old, new, default, 6, "any", (), None))
         return
     edges: list[formats.Edge] = []
-    seen: set[tuple] = set()
+    seen: set[tuple[Any, ...]] = set()
     for c in result.changes:
         flows = c.flow_text()
         for src, src_ns in _end(c.src, result.keys, by):

@@ -76,6 +76,7 @@ from dataclasses import dataclass, field
 
 from pyclassify.enforce.node import DNS_PORT, NodeTraffic
 from pyclassify.failsafe import NAMES as PROTOCOL_NAMES
+from pyclassify.failsafe import FailsafePort
 
 PREFIX = "PYCLASSIFY-"
 #: Left by ``uninstall()`` while a daemon still listens on our queues (see the module's docstring).
@@ -319,7 +320,7 @@ def node_rules(node: NodeTraffic, hook: str, family: int) -> list[list[str]]:
     tracking says what a reply is: the replies of the node's own connections are named too."""
     out: list[list[str]] = []
 
-    def ports(entries: tuple, peer: str, side: str) -> None:
+    def ports(entries: tuple[FailsafePort, ...], peer: str, side: str) -> None:
         for entry in entries:
             if entry.net is not None and entry.net.version != family:
                 continue

@@ -77,7 +77,7 @@ def normalize_networkpolicy(doc: Document, problems: Problems) -> list[Policy]:
     )]
 
 
-def _policy_types(doc: Document, problems: Problems, spec: dict) -> frozenset[Direction] | None:
+def _policy_types(doc: Document, problems: Problems, spec: dict[str, Any]) -> frozenset[Direction] | None:
     raw = spec.get("policyTypes")
     if raw is None or raw == []:
         # API server defaulting: Ingress always, Egress when egress rules are given.
