@@ -5,7 +5,8 @@ close by ``difflib``'s measure."""
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 def one_edit(a: str, b: str) -> bool:
