@@ -32,9 +32,9 @@ import pytest
 from bench.cluster import generate, write_yaml
 from bench.kube_cluster import populate
 from pyclassify.bulk import collector_paused
+from pyclassify.enforce.cluster_source import KubePolicySource
 from pyclassify.engine import NativeEngine
 from pyclassify.kube import load_client
-from pyclassify.enforce.cluster_source import KubePolicySource
 from pyclassify.kube.listwatch import KubeSource
 from pyclassify.project import load_project
 

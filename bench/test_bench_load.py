@@ -30,8 +30,8 @@ import pytest
 
 from bench.cluster import generate, write_json_compact, write_json_list, write_yaml
 from pyclassify import loader_ruamel
-from pyclassify.loader import iter_file
 from pyclassify.documents import Problems
+from pyclassify.loader import iter_file
 
 yaml = pytest.importorskip("yaml")
 

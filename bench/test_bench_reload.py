@@ -48,10 +48,10 @@ spec:
 def _whole_reload_seconds(policy: Path) -> float:
     """The old way, once: every file read and the whole project built, the engine handed the
     difference from a running state."""
+    from pyclassify.documents import Problems
     from pyclassify.engine import NativeEngine
     from pyclassify.loader import iter_paths
     from pyclassify.project import build_project
-    from pyclassify.documents import Problems
 
     project = build_project(list(iter_paths([str(policy)], Problems())), Problems())
     engine = NativeEngine(project.policy_set, project.inventory)

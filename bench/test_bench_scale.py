@@ -51,12 +51,12 @@ from bench.cluster import (
 from pyclassify.batch import FLAG_HAS_PORTS, new_batch
 from pyclassify.bulk import collector_paused
 from pyclassify.capture import open_capture
+from pyclassify.documents import Document, Problems
 from pyclassify.engine import VERDICT_DTYPE, NativeEngine, Tracker
 from pyclassify.live import LiveProject
 from pyclassify.loader import iter_paths
 from pyclassify.project import build_project
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.documents import Document, Problems
 
 SIZES = tuple(int(n) for n in os.environ.get("PYCLASSIFY_SCALE_SIZES", "1000,10000").split(","))
 CHANGES = int(os.environ.get("PYCLASSIFY_SCALE_CHANGES", "200"))

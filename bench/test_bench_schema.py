@@ -30,10 +30,10 @@ import pytest
 
 from bench.cluster import generate, write_yaml
 from pyclassify.bulk import collector_paused
+from pyclassify.documents import Problems
 from pyclassify.kinds import schema
 from pyclassify.loader import iter_paths
 from pyclassify.project import build_project
-from pyclassify.documents import Problems
 
 PODS = int(os.environ.get("PYCLASSIFY_SCHEMA_PODS", "10000"))
 ROUNDS = int(os.environ.get("PYCLASSIFY_SCHEMA_ROUNDS", "9"))

@@ -9,6 +9,7 @@ import ipaddress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pyclassify.documents import shown
 from pyclassify.flow import Flow, FlowEnd, HttpRequest, Verdict
 from pyclassify.hostpath import HookSets, HostPath, host_path
 from pyclassify.inventory import Endpoint, Service, ServicePort
@@ -17,7 +18,6 @@ from pyclassify.kinds.common import ICMP_PROTOCOLS, PROTOCOL_NUMBERS, protocol_n
 from pyclassify.project import Project
 from pyclassify.reference import evaluate
 from pyclassify.services import backend_port, node_addresses
-from pyclassify.documents import shown
 
 
 class UnknownEnd(ValueError):

@@ -26,7 +26,8 @@ import hashlib
 import os
 import pickle
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from pyclassify.recordreplay import RecordReplay, RecordSummary, merge_summaries
 from pyclassify.records import RecordError
@@ -34,7 +35,7 @@ from pyclassify.records import RecordError
 try:
     from distributed import WorkerPlugin
 except ImportError:  # the dask extra is not installed: ``run`` says so
-    WorkerPlugin = object
+    WorkerPlugin = object  # type: ignore[misc,assignment]  # a plain base, so that the module imports without dask
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -82,7 +83,7 @@ def policy_blob(*sets: Any) -> tuple[str, bytes]:
     return digest, blob
 
 
-class EnginePlugin(WorkerPlugin):  # type: ignore[misc,valid-type]
+class EnginePlugin(WorkerPlugin):
     """The engine of one policy set (or a diff's two engines), built once on each worker (and
     on any that joins later) when the plugin is set up there."""
 
@@ -166,7 +167,7 @@ def _plugin(plugin_name: str, client_version: str) -> tuple[Any, EnginePlugin]:
     if mine != client_version:
         raise ClusterError(f"worker {worker.address} runs pyclassify {mine}, the client {client_version}: "
                            "install the same version on both")
-    plugin = worker.plugins.get(plugin_name)
+    plugin = cast("EnginePlugin | None", worker.plugins.get(plugin_name))  # the plugin registered under that name
     if plugin is None or plugin.engine is None:
         raise ClusterError(f"worker {worker.address}: the engine of this policy set was not built")
     plugin.tasks += 1

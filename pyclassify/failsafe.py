@@ -28,6 +28,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
+from pyclassify.documents import Document, Problems
 from pyclassify.ir import (
     Action,
     Direction,
@@ -42,7 +43,6 @@ from pyclassify.ir import (
     Tier,
 )
 from pyclassify.kinds.common import K8S_PROTOCOL_NUMBERS
-from pyclassify.documents import Document, Problems
 
 TIER = "failsafe"
 #: Before every tier a manifest can name (tier orders are not negative in practice).

@@ -29,15 +29,15 @@ from typing import Any
 
 from pyclassify import kinds
 from pyclassify.budget import OverBudget
+from pyclassify.documents import Document, InvalidInput, Problems
 from pyclassify.engine import EngineState, NativeEngine, endpoint_key, policy_key
+from pyclassify.flow import namespace_labels, service_account_labels
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import STAGED_KINDS, EndpointKind, Hook, Policy, PolicySet
 from pyclassify.kinds import schema
 from pyclassify.kinds.inventory_kinds import InventoryBuilder, selected_pod_ips
 from pyclassify.project import Project, source_size
 from pyclassify.sharing import Shared
-from pyclassify.flow import namespace_labels, service_account_labels
-from pyclassify.documents import Document, InvalidInput, Problems
 
 
 class UnsupportedChange(ValueError):

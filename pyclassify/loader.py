@@ -31,8 +31,8 @@ from typing import Any
 
 from pyclassify import loader_ruamel
 from pyclassify._engine import ManifestError, ManifestReader, manifest_lines
-from pyclassify.kinds import schema
 from pyclassify.documents import Document, FieldPath, Problem, Problems, format_path
+from pyclassify.kinds import schema
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 MAX_NODES_PER_DOCUMENT = loader_ruamel.MAX_NODES_PER_DOCUMENT

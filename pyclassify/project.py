@@ -23,6 +23,7 @@ from pyclassify import failsafe, kinds
 from pyclassify.admission.policy import is_admission_policy
 from pyclassify.budget import OverBudget
 from pyclassify.bulk import collector_paused
+from pyclassify.documents import Document, Problems
 from pyclassify.inventory import Endpoint, Inventory
 from pyclassify.ir import BUILTIN_TIERS, Action, EndpointKind, Policy, PolicySet, Profile, Tier
 from pyclassify.kinds import schema
@@ -30,7 +31,6 @@ from pyclassify.kinds.inventory_kinds import InventoryBuilder
 from pyclassify.kinds.versions import kind_problem
 from pyclassify.loader import iter_paths
 from pyclassify.sharing import Shared
-from pyclassify.documents import Document, Problems
 
 ObjectKey = tuple[str, str, "str | None", str]  # (API group, kind, namespace, name)
 #: What ``skipped`` counts the documents that are no Kubernetes object under (a values file).

@@ -167,7 +167,7 @@ class RecordSummary:
     seconds: float = 0.0
     interrupted: bool = False
 
-    def merge(self, later: "RecordSummary") -> "RecordSummary":
+    def merge(self, later: RecordSummary) -> RecordSummary:
         """This summary and that of the files after these, as one (neither is changed)."""
         a, b = self, later
         firsts = [t for t in (a.first_ns, b.first_ns) if t]

@@ -194,12 +194,12 @@ class FileReport:
 
     KEPT = 3  # problems kept with their position, per reason (as the readers keep them)
 
-    def continued_by(self, later: "FileReport") -> bool:
+    def continued_by(self, later: FileReport) -> bool:
         """Whether ``later`` reports the part of the same file right after this one's."""
         return (self.part is not None and later.part is not None and self.name == later.name
                 and self.part[1] == later.part[0])
 
-    def joined(self, later: "FileReport") -> "FileReport":
+    def joined(self, later: FileReport) -> FileReport:
         """This part's report and the next part's (``continued_by``), as one."""
         assert self.part is not None and later.part is not None
         problems = dict(self.problems)

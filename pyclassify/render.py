@@ -16,12 +16,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyclassify.documents import shown
 from pyclassify.engine import NativeEngine
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import Direction
 from pyclassify.kinds.common import protocol_name
 from pyclassify.project import Project, load_project
-from pyclassify.documents import shown
 
 
 class NoSuchEndpoint(LookupError):

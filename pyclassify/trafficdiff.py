@@ -15,8 +15,9 @@ judged apart merge into one run's (``TrafficDiff.merge``; ``pyclassify.dask_repl
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import netaddr
 import numpy as np
@@ -71,7 +72,7 @@ class ObservedChange:
                 -1 if self.port is None else self.port, json.dumps(self.old.to_json(), sort_keys=True),
                 json.dumps(self.new.to_json(), sort_keys=True))
 
-    def add(self, other: "ObservedChange", file_offset: int = 0) -> None:
+    def add(self, other: ObservedChange, file_offset: int = 0) -> None:
         """``other``'s records (found in files numbered from ``file_offset``) counted in this one."""
         for m in range(4):
             self.measures[m] += other.measures[m]
@@ -97,7 +98,7 @@ def _time(ns: int) -> str | None:
         return None
     import datetime
 
-    return datetime.datetime.fromtimestamp(ns / 1e9, datetime.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return datetime.datetime.fromtimestamp(ns / 1e9, datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -116,7 +117,7 @@ class TrafficDiff:
     #: ``usage``'s sums, in the form that merges (``RecordSummary``: totals, rules, files)
     usage_summary: RecordSummary | None = None
 
-    def merge(self, later: "TrafficDiff") -> "TrafficDiff":
+    def merge(self, later: TrafficDiff) -> TrafficDiff:
         """This diff and that of the files after these, as one (neither is changed): changes
         equal as shown add up, each keeping its first records in file order; rule usage sums."""
         changes: dict[tuple, ObservedChange] = {}

@@ -15,11 +15,11 @@ import pytest
 from pyclassify import budget
 from pyclassify.analysis import explain
 from pyclassify.budget import OverBudget, cgroup_memory_limit, default_budget, parse_size
+from pyclassify.documents import Document, Problems
 from pyclassify.enforce.file_source import PolicySource, SourceError
 from pyclassify.ir import PROTO_TCP
 from pyclassify.live import LiveProject
 from pyclassify.project import build_project, load_project
-from pyclassify.documents import Document, Problems
 from tests.test_sharing import NETS, gnp
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"

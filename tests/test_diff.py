@@ -27,13 +27,13 @@ from pyclassify import reachability as reach
 from pyclassify.batch import FLAG_HAS_PORTS, HEADER_DTYPE
 from pyclassify.cli import main
 from pyclassify.diff import diff
+from pyclassify.documents import Document, Problems
 from pyclassify.engine import NativeEngine
 from pyclassify.flow import Flow, FlowEnd
 from pyclassify.ir import PortRange
 from pyclassify.project import Project, build_project
 from pyclassify.reference import evaluate
 from pyclassify.services import address_bytes
-from pyclassify.documents import Document, Problems
 
 PROTOCOLS = (6, 17, 132)
 

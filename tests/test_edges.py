@@ -85,8 +85,8 @@ def test_selector_with_a_lone_surrogate_is_a_file_line_error():
     # The manifest reader turns a \udcff escape into U+FFFD, but objects from the Kubernetes API
     # and AdmissionReview bodies are read with json.loads, which keeps the lone surrogate.
     from pyclassify.admission.policy import check_admission_documents
-    from pyclassify.project import build_project
     from pyclassify.documents import Document, Problems
+    from pyclassify.project import build_project
 
     gnp = json.loads(_gnp('app == "w\udcffb"'))
     cap = json.loads(json.dumps({

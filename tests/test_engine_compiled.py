@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.cluster import CHANGE_KINDS, apply_change, generate, random_change
+from pyclassify.documents import Document, Problems
 from pyclassify.engine import NativeEngine
 from pyclassify.live import LiveProject
 from pyclassify.project import build_project
 from pyclassify.reference import Flow, FlowEnd
-from pyclassify.documents import Document, Problems
 from tests.evaluators import packet_batch
 from tests.test_engine_differential import flow_st, world_st
 

@@ -10,11 +10,11 @@ import random
 import pytest
 
 from bench.cluster import CHANGE_KINDS, apply_change, generate, random_change
+from pyclassify.documents import Document, InvalidInput, Problems
 from pyclassify.engine import NativeEngine
 from pyclassify.live import LiveProject, UnsupportedChange
 from pyclassify.project import build_project
 from pyclassify.reference import Flow, FlowEnd
-from pyclassify.documents import Document, InvalidInput, Problems
 
 KINDS = CHANGE_KINDS  # pods added, deleted, relabelled; namespaces relabelled; NetworkPolicies added, changed, deleted
 

@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from pyclassify.loader import load_paths, load_text, manifest_files
 from pyclassify.documents import Problems
+from pyclassify.loader import load_paths, load_text, manifest_files
 
 
 def load(text: str, file: str = "m.yaml"):

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyclassify import loader_ruamel
-from pyclassify.loader import iter_bytes, load_text
 from pyclassify.documents import Problems
+from pyclassify.loader import iter_bytes, load_text
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

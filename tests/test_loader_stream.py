@@ -10,8 +10,8 @@ import textwrap
 import pytest
 
 from pyclassify import loader_ruamel
-from pyclassify.loader import iter_bytes, iter_text, load_text
 from pyclassify.documents import Problems
+from pyclassify.loader import iter_bytes, iter_text, load_text
 
 
 def load(text: str, file: str = "m.yaml"):

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from pyclassify import kinds
+from pyclassify.documents import Problems
 from pyclassify.ir import PROTO_TCP, EndpointKind
 from pyclassify.project import load_project
-from pyclassify.documents import Problems
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 DEMO = EXAMPLES / "demo"

@@ -10,11 +10,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyclassify.documents import Document, Problems
 from pyclassify.ir import Policy
 from pyclassify.kinds import policy_normalizer
 from pyclassify.project import build_project
 from pyclassify.sharing import BYTES, Shared
-from pyclassify.documents import Document, Problems
 
 
 def gnp(name: str, nets: list[str], selector: str = "app == 'a' || app == 'b'", port: int = 443) -> dict[str, Any]:

@@ -32,8 +32,8 @@ from pyclassify.admission.policy import (
     format_time,
 )
 from pyclassify.admission.scans import ScanResult, ScanResults, scans_from_annotations
-from pyclassify.kinds import api_group
 from pyclassify.documents import Document, FieldPath, Problems
+from pyclassify.kinds import api_group
 
 DEFAULT_NAMESPACE = "default"
 

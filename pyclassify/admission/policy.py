@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyclassify._engine import MAX_IMAGE_PATTERNS, ImagePatternError, ImagePatternSet
+from pyclassify.documents import Document, FieldPath, Problems
 from pyclassify.kinds import api_group, schema
 from pyclassify.kinds.common import calico_selector, check_keys
 from pyclassify.kinds.inventory_kinds import InventoryBuilder
 from pyclassify.loader import iter_paths
 from pyclassify.selector import Selector
-from pyclassify.documents import Document, FieldPath, Problems
 
 GROUP = "containersecurity.tigera.io"
 KIND = "ContainerAdmissionPolicy"

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from pyclassify.admission.policy import SCAN_STATUSES, parse_time
-from pyclassify.loader import load_paths
 from pyclassify.documents import Document, FieldPath, Problems
+from pyclassify.loader import load_paths
 
 SCANS_API_VERSION = "admission.pyclassify.io/v1"
 SCANS_KIND = "ImageScanResults"

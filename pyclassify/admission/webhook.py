@@ -59,9 +59,9 @@ from prometheus_client.registry import Collector
 from pyclassify.admission.evaluate import ResourceError, evaluate, is_pod_creating, resource_from_object
 from pyclassify.admission.policy import AdmissionSet, build_admission
 from pyclassify.admission.scans import ScanResults, load_scans
+from pyclassify.documents import Document, InvalidInput, Problems
 from pyclassify.httpserver import BoundedServer, Request, Response
 from pyclassify.loader import iter_paths, manifest_files
-from pyclassify.documents import Document, InvalidInput, Problems
 
 log = logging.getLogger("pyclassify.admission.webhook")
 

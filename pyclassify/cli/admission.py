@@ -26,9 +26,9 @@ from pyclassify.admission.policy import KIND, format_time, load_admission, parse
 from pyclassify.admission.scans import ScanResults, load_scans
 from pyclassify.cli.common import EXIT_INVALID, EXIT_OK, EXIT_REJECTED, err, fail, out
 from pyclassify.counted import count
+from pyclassify.documents import Problem, Problems
 from pyclassify.kinds import schema
 from pyclassify.loader import load_paths
-from pyclassify.documents import Problem, Problems
 
 
 def _print_problems(problems: list[Problem]) -> None:

@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from pyclassify.counted import count
-from pyclassify.selector import unencodable
 from pyclassify.documents import printable
+from pyclassify.selector import unencodable
 from pyclassify.terminal import ascii_only
 
 if TYPE_CHECKING:

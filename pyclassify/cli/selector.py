@@ -9,8 +9,8 @@ import click
 from rich.markup import escape
 
 from pyclassify.cli.common import EXIT_INVALID, EXIT_NO_MATCH, emit_json, err, fail, out, utf8_text
-from pyclassify.selector import Selector, SelectorError, excerpt, parse_labels
 from pyclassify.documents import printable
+from pyclassify.selector import Selector, SelectorError, excerpt, parse_labels
 from pyclassify.terminal import ascii_only
 
 

@@ -14,14 +14,15 @@ import numpy as np
 
 from pyclassify import httprules
 from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
-from pyclassify.engine import PACKET_POLICY, NativeEngine
 from pyclassify.enforce.hooks import HostHooks
-from pyclassify.enforce.log import PROTOS, FlowLog, address, endpoint_refs
+from pyclassify.enforce.log import FlowLog, address, endpoint_refs
 from pyclassify.enforce.loops import QueueLoops
 from pyclassify.enforce.metrics import Metrics
+from pyclassify.engine import PACKET_POLICY, NativeEngine
 from pyclassify.flow import Flow, FlowEnd, Verdict
 from pyclassify.ir import Action, Direction, Hook
 from pyclassify.kinds.common import ICMP_PROTOCOLS
+from pyclassify.kinds.common import PROTOCOL_NAMES as PROTOS  # the flow log names protocols as output does
 from pyclassify.project import Project
 
 if TYPE_CHECKING:

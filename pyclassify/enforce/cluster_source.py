@@ -14,12 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 from pyclassify.budget import OverBudget
+from pyclassify.documents import Problems
 from pyclassify.enforce.file_source import Loaded, SourceError
 from pyclassify.kube.client import load_client
 from pyclassify.kube.events import EventRecorder
 from pyclassify.kube.listwatch import KubeSource
 from pyclassify.project import ObjectKey, Project
-from pyclassify.documents import Problems
 
 
 class KubePolicySource:

@@ -43,12 +43,20 @@ from typing import Any
 
 from pyclassify import domains
 from pyclassify.budget import default_budget
-from pyclassify.engine import NativeEngine
 from pyclassify.enforce.accounting import EventAccounting
 from pyclassify.enforce.config import EnforceConfig
 from pyclassify.enforce.errors import EXIT_IN_USE, EXIT_PREREQUISITE, EnforceError
+from pyclassify.enforce.file_source import Loaded, PolicySource, SourceError
 from pyclassify.enforce.hooks import ForwardQueues, HostHooks, forward_json
-from pyclassify.enforce.iptables import REJECT_MARK, IptablesError, Rules, installed_queues, listened_queues, open_stale, uninstall
+from pyclassify.enforce.iptables import (
+    REJECT_MARK,
+    IptablesError,
+    Rules,
+    installed_queues,
+    listened_queues,
+    open_stale,
+    uninstall,
+)
 from pyclassify.enforce.log import FlowLog
 from pyclassify.enforce.loops import HTTP_CONNECTIONS, QueueLoops
 from pyclassify.enforce.metrics import Metrics
@@ -56,8 +64,8 @@ from pyclassify.enforce.node import NodeTraffic, dns_servers, in_cluster_api_ser
 from pyclassify.enforce.reload import PolicyReload, ReloadResult
 from pyclassify.enforce.resync import RulesResync
 from pyclassify.enforce.revoke import Revocation
-from pyclassify.enforce.file_source import Loaded, PolicySource, SourceError
 from pyclassify.enforce.watch import Watcher
+from pyclassify.engine import NativeEngine
 from pyclassify.ir import Hook
 from pyclassify.nfqueue import engine_capsule
 from pyclassify.project import Project
@@ -117,8 +125,8 @@ class Enforcer:
         # What DNS answers taught domain rules (fed by the DNS loop; kept across reloads).
         self.domain_facts = domains.new_facts()
         if config.kube is not None:
-            from pyclassify.enforce.iptables import OWN_MARK
             from pyclassify.enforce.cluster_source import KubePolicySource
+            from pyclassify.enforce.iptables import OWN_MARK
 
             # its connections to the API server carry our mark: let through whether or not we run
             self.source = KubePolicySource(*config.kube, node=config.node, budget=self.memory_budget,

@@ -34,12 +34,12 @@ import orjson
 
 from pyclassify.budget import OverBudget
 from pyclassify.bulk import collector_paused
+from pyclassify.documents import Document, InvalidInput, Problems
 from pyclassify.engine import EngineError, NativeEngine
 from pyclassify.live import LiveProject, UnsupportedChange
 from pyclassify.loader import ParseCache, iter_paths, special_file
 from pyclassify.project import ObjectKey, Project, build_project, object_key
 from pyclassify.sharing import Shared
-from pyclassify.documents import Document, InvalidInput, Problems
 
 
 class SourceError(RuntimeError):

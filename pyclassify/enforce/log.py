@@ -26,8 +26,6 @@ import time
 from collections import OrderedDict
 from typing import IO, TYPE_CHECKING, Any
 
-from pyclassify.kinds.common import PROTOCOL_NAMES as PROTOS  # the flow log names protocols as output does
-
 if TYPE_CHECKING:
     from pyclassify.project import Project
 

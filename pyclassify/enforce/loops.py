@@ -8,9 +8,9 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from pyclassify import domains, httprules
-from pyclassify.engine import NativeEngine
 from pyclassify.enforce.errors import queue_error
 from pyclassify.enforce.iptables import DNS_MARK, HTTP_DENY_MARK, HTTP_MARK, REJECT_MARK
+from pyclassify.engine import NativeEngine
 from pyclassify.nfqueue import open_queue
 from pyclassify.project import Project
 

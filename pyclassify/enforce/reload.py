@@ -22,7 +22,6 @@ from pyclassify.nfqueue import engine_capsule
 from pyclassify.project import Project
 
 if TYPE_CHECKING:
-    from pyclassify.engine import NativeEngine
     from pyclassify.enforce.accounting import EventAccounting
     from pyclassify.enforce.config import EnforceConfig
     from pyclassify.enforce.file_source import Loaded
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
     from pyclassify.enforce.metrics import Metrics
     from pyclassify.enforce.node import NodeTraffic
     from pyclassify.enforce.revoke import Revocation
+    from pyclassify.engine import NativeEngine
 
 
 class ReloadedDaemon(Protocol):

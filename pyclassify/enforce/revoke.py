@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pyclassify.enforce.iptables import JUDGED_CTMARK, REVOKED_CTMARK, Rules
-from pyclassify.enforce.log import PROTOS, FlowLog, address, endpoint_refs
+from pyclassify.enforce.log import FlowLog, address, endpoint_refs
 from pyclassify.enforce.metrics import Metrics
 from pyclassify.enforce.node import LocalAddresses
+from pyclassify.kinds.common import PROTOCOL_NAMES as PROTOS  # the flow log names protocols as output does
 from pyclassify.nfqueue import kernel_conntrack, kernel_revalidate
 from pyclassify.project import Project
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from pyclassify.ir import Policy, Profile, Tier
 from pyclassify.documents import Document, Problems
+from pyclassify.ir import Policy, Profile, Tier
 
 Normalized = Policy | Tier | Profile
 Normalizer = Callable[[Document, Problems], "list[Normalized]"]

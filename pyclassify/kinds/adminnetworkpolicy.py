@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
+from pyclassify.documents import Document, FieldPath, Problems, format_path
 from pyclassify.ir import (
     TIER_KUBE_ADMIN,
     TIER_KUBE_BASELINE,
@@ -44,7 +45,6 @@ from pyclassify.ir import (
 from pyclassify.kinds import common
 from pyclassify.names import WILDCARD_DOMAIN_NAME
 from pyclassify.selector import Selector
-from pyclassify.documents import Document, FieldPath, Problems, format_path
 
 PODS = frozenset({EndpointKind.POD})
 MAX_PRIORITY = 1000

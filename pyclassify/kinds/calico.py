@@ -30,6 +30,7 @@ import ipaddress
 import re
 from typing import Any
 
+from pyclassify.documents import Document, FieldPath, Problems, format_path
 from pyclassify.ir import (
     DEFAULT_TIER_ORDER,
     KUBE_ADMIN_ORDER,
@@ -72,7 +73,6 @@ from pyclassify.kinds.common import (
 )
 from pyclassify.names import DNS1123_LABEL, DNS1123_SUBDOMAIN
 from pyclassify.selector import Selector
-from pyclassify.documents import Document, FieldPath, Problems, format_path
 
 # --- names ------------------------------------------------------------------------------------
 

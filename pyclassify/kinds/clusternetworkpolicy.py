@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyclassify.documents import Document, FieldPath, Problems
 from pyclassify.ir import (
     TIER_KUBE_ADMIN,
     TIER_KUBE_BASELINE,
@@ -28,7 +29,6 @@ from pyclassify.ir import (
 )
 from pyclassify.kinds import adminnetworkpolicy as anp
 from pyclassify.kinds import common
-from pyclassify.documents import Document, FieldPath, Problems
 
 KIND = "ClusterNetworkPolicy"
 MAX_RULES = 25

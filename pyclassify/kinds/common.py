@@ -11,6 +11,7 @@ import ipaddress
 import re
 from typing import Any
 
+from pyclassify.documents import Document, FieldPath, Problems
 from pyclassify.ir import (
     PROTO_ICMP,
     PROTO_ICMPV6,
@@ -25,7 +26,6 @@ from pyclassify.ir import (
 from pyclassify.kinds import schema
 from pyclassify.names import port_name_error, selector_label_key_error, selector_label_value_error
 from pyclassify.selector import Selector, SelectorError, excerpt, unencodable
-from pyclassify.documents import Document, FieldPath, Problems
 
 # The protocol table, the one every module reads (names to numbers and back). The names are
 # Calico's spellings, in the order of its v3 validator (^(TCP|UDP|ICMP|ICMPv6|SCTP|UDPLite)$), and

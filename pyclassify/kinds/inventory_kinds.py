@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pyclassify.documents import Document, FieldPath, Problems
 from pyclassify.inventory import (
     ContainerPort,
     Endpoint,
@@ -49,7 +50,6 @@ from pyclassify.names import (
     port_name_error,
 )
 from pyclassify.selector import Selector, SelectorError
-from pyclassify.documents import Document, FieldPath, Problems
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # EndpointSlice -> its Service

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any, cast
 
+from pyclassify.documents import Document, FieldPath, Problems, format_path
 from pyclassify.ir import (
     TIER_DEFAULT,
     Action,
@@ -28,7 +29,6 @@ from pyclassify.ir import (
     Subject,
 )
 from pyclassify.kinds import common
-from pyclassify.documents import Document, FieldPath, Problems, format_path
 
 KIND = "NetworkPolicy"
 PODS = frozenset({EndpointKind.POD})

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from pyclassify.documents import Document, Problems
 from pyclassify.ir import STAGED_ACTIONS, STAGED_DELETE, TIER_DEFAULT, Policy, SourceRef, Subject
 from pyclassify.kinds.calico import normalize_calico_np, normalize_gnp
 from pyclassify.kinds.common import expect_dict
 from pyclassify.kinds.networkpolicy import normalize_networkpolicy
-from pyclassify.documents import Document, Problems
 
 _ACTION = "stagedAction"
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pyclassify.kube.client import ApiException, KubeClient
-from pyclassify.kube.resources import RESOURCES, Resource, listed_object
-from pyclassify.kube.listwatch import document
 from pyclassify.documents import Document
+from pyclassify.kube.client import ApiException, KubeClient
+from pyclassify.kube.listwatch import document
+from pyclassify.kube.resources import RESOURCES, Resource, listed_object
 
 log = logging.getLogger("pyclassify.kube")
 

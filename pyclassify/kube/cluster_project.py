@@ -8,12 +8,12 @@ import itertools
 import logging
 from collections.abc import Iterator
 
+from pyclassify.documents import Document, Problems
 from pyclassify.kube.client import ApiException, KubeClient, load_client
-from pyclassify.kube.resources import RESOURCES, Resource, listed_object
 from pyclassify.kube.listwatch import document
+from pyclassify.kube.resources import RESOURCES, Resource, listed_object
 from pyclassify.loader import iter_paths
 from pyclassify.project import Project, build_project
-from pyclassify.documents import Document, Problems
 
 log = logging.getLogger("pyclassify.kube")
 

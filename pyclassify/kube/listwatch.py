@@ -35,13 +35,13 @@ import orjson
 
 from pyclassify import kinds
 from pyclassify.budget import OverBudget
+from pyclassify.documents import Document, InvalidInput, Problems
 from pyclassify.engine import NativeEngine
 from pyclassify.kube.client import ApiException, Gone, KubeClient
 from pyclassify.kube.resources import RESOURCES, Resource, listed_object
 from pyclassify.live import LiveProject, UnsupportedChange
 from pyclassify.project import ObjectKey, Project, build_project, object_key
 from pyclassify.sharing import Shared
-from pyclassify.documents import Document, InvalidInput, Problems
 
 log = logging.getLogger("pyclassify.kube")
 

@@ -17,8 +17,8 @@ from pyclassify.admission.evaluate import ResourceError, evaluate, resource_from
 from pyclassify.admission.policy import build_admission, load_admission
 from pyclassify.admission.scans import ScanResult, ScanResults, load_scans, normalize_image, scans_from_annotations
 from pyclassify.cli.admission import admit_command
-from pyclassify.loader import documents_of
 from pyclassify.documents import Problems
+from pyclassify.loader import documents_of
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "admission"
 POLICIES = EXAMPLES / "policies"

@@ -23,8 +23,8 @@ from pyclassify.admission.policy import (
     normalize_admission_policy,
     parse_time,
 )
-from pyclassify.loader import documents_of, load_text
 from pyclassify.documents import Problems
+from pyclassify.loader import documents_of, load_text
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "admission"
 UTC = dt.UTC

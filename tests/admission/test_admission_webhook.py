@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from pyclassify.admission.webhook import AdmissionWebhook, parse_listen
 from pyclassify.cli.admission import admission_webhook_command
-from pyclassify.loader import load_paths
 from pyclassify.documents import InvalidInput, Problems
+from pyclassify.loader import load_paths
 from tests.admission.certs import self_signed
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "admission"

@@ -19,11 +19,11 @@ import yaml
 
 from bench import cluster as gen
 from pyclassify.capture import read_all
+from pyclassify.documents import Problems
 from pyclassify.kinds.common import PROTOCOL_NUMBERS
 from pyclassify.loader import documents_of
 from pyclassify.project import build_project, load_project
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.documents import Problems
 
 REPO = Path(__file__).resolve().parents[2]
 PODS = 80

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from pyclassify.documents import Document, Problems
 from pyclassify.ir import PolicySet
 from pyclassify.kinds.adminnetworkpolicy import normalize_anp, normalize_banp
 from pyclassify.kinds.clusternetworkpolicy import normalize_cnp
 from pyclassify.kinds.networkpolicy import normalize_networkpolicy
-from pyclassify.documents import Document, Problems
 
 NORMALIZERS = {
     "NetworkPolicy": normalize_networkpolicy,

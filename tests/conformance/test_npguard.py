@@ -17,13 +17,13 @@ import json
 
 import pytest
 
+from pyclassify.documents import Problems
 from pyclassify.inventory import Endpoint
+from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, PortRange
 from pyclassify.kinds.inventory_kinds import InventoryBuilder
-from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, NamedPort, PortRange
 from pyclassify.loader import documents_of
 from pyclassify.project import Project, build_project
 from pyclassify.reference import Flow, FlowEnd
-from pyclassify.documents import Problems
 from tests.conftest import CASES
 from tests.shared_data import skip_mark
 

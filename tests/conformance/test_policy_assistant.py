@@ -13,14 +13,14 @@ import json
 
 import pytest
 
+from pyclassify.documents import Document, Problems
 from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace
 from pyclassify.ir import EndpointKind
 from pyclassify.kinds.common import PROTOCOL_NUMBERS, ip_block
 from pyclassify.reference import Flow, FlowEnd
-from pyclassify.documents import Document, Problems
-from tests.conftest import CASES, load_cases
-from tests.shared_data import skip_mark
 from tests.conformance.policies import policy_set
+from tests.conftest import CASES
+from tests.shared_data import skip_mark
 
 FILE = "policy_assistant.json"
 

@@ -162,8 +162,8 @@ def test_a_settled_file_is_not_read_again(tmp_path: Path, demo: Path) -> None:
     import os
     import time
 
-    from pyclassify.loader import ParseCache, iter_paths
     from pyclassify.documents import Problems
+    from pyclassify.loader import ParseCache, iter_paths
 
     cache = ParseCache(settle=0.5)
     old = time.time_ns() - 10**10

@@ -90,9 +90,9 @@ def test_engine_gauges_count_programs_walked_past_the_memory_bound() -> None:
     """A policy of 12,000 rules, each its own address and port atom, is past the compiled form's
     bound: the gauges say its program is walked, for memory, and for which identities."""
     from bench.cluster import adversarial_policy
+    from pyclassify.documents import Document, Problems
     from pyclassify.engine import NativeEngine
     from pyclassify.project import build_project
-    from pyclassify.documents import Document, Problems
 
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
            "spec": {"containers": [{"name": "c", "image": "i"}]},

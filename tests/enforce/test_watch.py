@@ -11,8 +11,8 @@ import shutil
 import time
 from pathlib import Path
 
-from pyclassify.enforce.watch import Watcher
 from pyclassify.enforce.file_source import PolicySource
+from pyclassify.enforce.watch import Watcher
 from tests.enforce.policy_files import DEMO, verdict, watching
 
 

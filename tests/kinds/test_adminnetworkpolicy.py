@@ -7,6 +7,7 @@ import ipaddress
 
 import pytest
 
+from pyclassify.documents import Document, Problems
 from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace
 from pyclassify.ir import (
     PROTO_TCP,
@@ -24,7 +25,6 @@ from pyclassify.kinds import schema
 from pyclassify.kinds.adminnetworkpolicy import normalize_anp, normalize_banp
 from pyclassify.kinds.networkpolicy import normalize_networkpolicy
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.documents import Document, Problems
 
 IP = ipaddress.ip_address
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from pyclassify.documents import Problems
 from pyclassify.flow import HttpRequest
 from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace, NetworkSet, Service, ServiceAccount
 from pyclassify.ir import (
@@ -37,7 +38,6 @@ from pyclassify.ir import (
 from pyclassify.kinds import policy_normalizer, schema
 from pyclassify.loader import load_text
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.documents import Problems
 from tests.evaluators import EVALUATORS
 from tests.shared_data import SHARED, shared_path
 

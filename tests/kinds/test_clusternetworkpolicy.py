@@ -7,6 +7,7 @@ import ipaddress
 
 import pytest
 
+from pyclassify.documents import Document, Problems
 from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace
 from pyclassify.ir import (
     PROTO_SCTP,
@@ -21,7 +22,6 @@ from pyclassify.ir import (
 )
 from pyclassify.kinds.clusternetworkpolicy import normalize_cnp
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.documents import Document, Problems
 
 IP = ipaddress.ip_address
 NS_ALL = {"namespaces": {}}

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyclassify.documents import Document, Problems
 from pyclassify.inventory import ContainerPort, Endpoint, ServicePort
 from pyclassify.ir import PROTO_SCTP, PROTO_TCP, PROTO_UDP, EndpointKind
 from pyclassify.kinds.inventory_kinds import (
@@ -19,7 +20,6 @@ from pyclassify.kinds.inventory_kinds import (
     port_name_error,
 )
 from pyclassify.loader import load_text
-from pyclassify.documents import Document, Problems
 
 ip = ipaddress.ip_address
 net = ipaddress.ip_network

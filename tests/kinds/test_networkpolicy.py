@@ -7,6 +7,7 @@ import ipaddress
 
 import pytest
 
+from pyclassify.documents import Document, Problems
 from pyclassify.inventory import ContainerPort, Endpoint, Inventory, Namespace
 from pyclassify.ir import (
     PROTO_SCTP,
@@ -23,7 +24,6 @@ from pyclassify.ir import (
 from pyclassify.kinds import schema
 from pyclassify.kinds.networkpolicy import isolation_policies, normalize_networkpolicy
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.documents import Document, Problems
 
 IP = ipaddress.ip_address
 

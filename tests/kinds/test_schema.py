@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyclassify import kinds
+from pyclassify.documents import Document, InvalidInput, Problems
 from pyclassify.failsafe import CONFIG_KIND
 from pyclassify.kinds import schema
 from pyclassify.kinds.versions import kind_problem
 from pyclassify.live import LiveProject
 from pyclassify.loader import documents_of
 from pyclassify.project import build_project, load_project
-from pyclassify.documents import Document, InvalidInput, Problems
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMAS = REPO / "pyclassify" / "schemas"

@@ -6,12 +6,12 @@ from __future__ import annotations
 import ipaddress
 import textwrap
 
+from pyclassify.documents import Problems
 from pyclassify.inventory import Endpoint, Inventory
 from pyclassify.ir import PROTO_TCP, EndpointKind, PolicySet
 from pyclassify.loader import load_text
 from pyclassify.project import build_project
 from pyclassify.reference import Flow, FlowEnd, evaluate
-from pyclassify.documents import Problems
 from tests.kinds.test_calico import normalize as normalize_text
 
 ENFORCED = """\

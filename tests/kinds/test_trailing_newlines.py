@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from pyclassify.documents import Problems
 from pyclassify.loader import load_text
 from pyclassify.project import build_project
-from pyclassify.documents import Problems
 
 CASES = [
     ({"apiVersion": "projectcalico.org/v3", "kind": "Tier", "metadata": {"name": "sec\n"}, "spec": {"order": 1}},

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
+from pyclassify.enforce.cluster_source import KubePolicySource
 from pyclassify.kube import load_client
 from pyclassify.kube.client import KubeClient
-from pyclassify.enforce.cluster_source import KubePolicySource
 from pyclassify.kube.events import EventRecorder
-from tests.kube.test_listwatch import GNP, delete, kc, wait_until  # noqa: F401 - kc is a fixture
+from tests.kube.test_listwatch import GNP, delete, wait_until
 from tests.test_sharing import gnp as calico_gnp
 
 PROFILES = "/apis/crd.projectcalico.org/v1/profiles"

@@ -14,13 +14,13 @@ from typing import Any
 
 import yaml
 
+from pyclassify.documents import Document, Problems
 from pyclassify.engine import NativeEngine
 from pyclassify.kube import KubeSource, load_client
 from pyclassify.kube.client import KubeClient, object_path
 from pyclassify.kube.resources import RESOURCES
 from pyclassify.project import build_project
 from pyclassify.reference import Flow, FlowEnd
-from pyclassify.documents import Document, Problems
 from tests.kube.test_listwatch import MERGE, delete, wait_until
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from pyclassify.documents import Document, Problems
 from pyclassify.kube import KubeSource, load_client
 from pyclassify.kube.client import ApiException, KubeClient
 from pyclassify.project import build_project
-from pyclassify.documents import Document, Problems
 from tests.kube.test_listwatch import delete, wait_until
 
 NS = "strict"
