@@ -3,7 +3,9 @@
 //! Policy judges the first packet of a connection; every later packet of an allowed connection,
 //! in either direction, is allowed by the table without being classified again (docs/architecture.md §3,
 //! "Connections"). When policy changes, [`ConnTrack::revalidate`]
-//! re-judges every tracked connection and removes the ones the new policy denies.
+//! re-judges every tracked connection and removes the ones the new policy denies. One concept in
+//! one file: the table, its 64-byte entry and the timers of the entries' states change together
+//! (the TCP state machine is in `tcp`, the flow key in `key`).
 //!
 //! # Use, per packet
 //!

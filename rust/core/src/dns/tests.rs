@@ -1,4 +1,5 @@
-//! Tests of the DNS decoder, the domain patterns and the facts store, on hand-built messages.
+//! Tests of the DNS decoder, the domain patterns and the facts store, on hand-built messages: one
+//! file for the module's parts, which share the message builder below.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

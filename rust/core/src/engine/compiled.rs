@@ -2,7 +2,8 @@
 //! identity in one direction) or a profile list, compiled into a first-match classifier over the
 //! flow's fields whose first match is what the rule walk (`snapshot::Ctx::walk`) answers — the
 //! deciding tier, policy or profile and rule, the Log rules passed and whether an `http` rule
-//! awaits the connection's request.
+//! awaits the connection's request. One concept in one file: the compiled layout, the compiler
+//! that writes it and the lookup that reads it change together.
 //!
 //! **Alternatives.** A rule matches when one of its source peers and one of its destination
 //! peers match (an empty list: anything). Each rule is expanded into alternatives, one per

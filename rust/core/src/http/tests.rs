@@ -1,4 +1,5 @@
-//! Tests of the request-head parser, the stream reassembly and Calico's HTTP match.
+//! Tests of the request-head parser, the stream reassembly and Calico's HTTP match: one file for
+//! the module's parts, which share the request builders below.
 
 use proptest::prelude::*;
 
