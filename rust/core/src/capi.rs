@@ -546,16 +546,17 @@ unsafe extern "C" fn ct_expire(ct: *mut ConnTrack, now_ns: u64, budget: usize) -
 
 /// The header of a packet of `key` in its original direction (what policy judges).
 pub fn header_of(key: &FlowKey) -> PacketHeader {
-    let mut h = PacketHeader::default();
-    h.src_addr = key.src.to_be_bytes();
-    h.dst_addr = key.dst.to_be_bytes();
-    h.ip_version = if key.src >> 32 == 0xffff { 4 } else { 6 };
-    h.protocol = key.proto;
+    let mut h = PacketHeader {
+        src_addr: key.src.to_be_bytes(),
+        dst_addr: key.dst.to_be_bytes(),
+        ip_version: if key.src >> 32 == 0xffff { 4 } else { 6 },
+        protocol: key.proto,
+        sport: key.sport,
+        ..PacketHeader::default()
+    };
     if matches!(key.proto, 1 | 58) {
         h.icmp_type = (key.dport >> 8) as u8;
-        h.sport = key.sport;
     } else {
-        h.sport = key.sport;
         h.dport = key.dport;
         if matches!(key.proto, 6 | 17 | 132 | 136) {
             h.flags |= crate::batch::FLAG_HAS_PORTS;

@@ -77,8 +77,11 @@ pub trait Value: Sized {
 pub struct Schemas {
     nodes: Vec<Node>,
     /// apiVersion -> kind -> the kind's roots: an object conforms when it conforms to one.
-    kinds: HashMap<Box<str>, HashMap<Box<str>, Vec<u32>, FnvBuildHasher>, FnvBuildHasher>,
+    kinds: HashMap<Box<str>, KindRoots, FnvBuildHasher>,
 }
+
+/// Of one apiVersion: kind -> the kind's roots.
+type KindRoots = HashMap<Box<str>, Vec<u32>, FnvBuildHasher>;
 
 impl Schemas {
     /// Compiles the schema files (their JSON text). Every `$ref` must name a definition of one

@@ -211,7 +211,7 @@ fn fresh_model_equals_oracle_on_random_worlds() {
 
 /// One random change of any kind, as the model sees it.
 fn mutate(world: &mut World, r: &mut Rng) -> Delta {
-    let donor = random_spec(r.next());
+    let donor = random_spec(r.next_u64());
     let pick = |v: &Value, r: &mut Rng| -> Option<Value> {
         let a = v.as_array()?;
         (!a.is_empty()).then(|| a[r.below(a.len())].clone())

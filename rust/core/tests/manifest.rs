@@ -202,11 +202,11 @@ fn decoding_skips_the_bom_and_names_the_line_of_bad_bytes() {
 #[test]
 fn the_node_budget_is_per_document_and_per_streamed_list_item() {
     let item = "{\"kind\": \"Pod\", \"a\": [1, 2, 3], \"b\": {\"c\": 4}}";
-    let list = format!("{{\"kind\": \"List\", \"items\": [{}]}}", vec![item; 5].join(", "));
+    let list = format!("{{\"kind\": \"List\", \"items\": [{}]}}", [item; 5].join(", "));
     let mut stream = ManifestStream::new(&list, 0, ValueBuilder).with_node_budget(20);
     let got: Vec<_> = std::iter::from_fn(|| stream.next_record()).collect();
     assert_eq!(got.iter().filter(|r| matches!(r, Record::ListItem { .. })).count(), 5, "{got:?}");
-    let whole = format!("{{\"kind\": \"Thing\", \"items\": [{}]}}", vec![item; 5].join(", "));
+    let whole = format!("{{\"kind\": \"Thing\", \"items\": [{}]}}", [item; 5].join(", "));
     let mut stream = ManifestStream::new(&whole, 0, ValueBuilder).with_node_budget(20);
     let got: Vec<_> = std::iter::from_fn(|| stream.next_record()).collect();
     assert!(matches!(&got[..], [Record::Problem { message, .. }] if message.starts_with("document too large")), "{got:?}");

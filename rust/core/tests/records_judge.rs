@@ -161,8 +161,8 @@ proptest! {
             prop_assert_ne!(e.verdicts[0].allow, e.verdicts[1].allow);
             prop_assert_eq!(e.verdicts[0], old.packet_verdict(&e.header, DEFAULTS));
             prop_assert_eq!(e.verdicts[1], new.packet_verdict(&e.header, DEFAULTS));
-            for i in 0..4 {
-                got[i] += e.sums[i];
+            for (g, x) in got.iter_mut().zip(e.sums) {
+                *g += x;
             }
         }
         prop_assert_eq!(got, flipped);

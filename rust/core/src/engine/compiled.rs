@@ -633,7 +633,7 @@ impl Compiled {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, dr)| dr.peers[end].map(|e| (i, e)))
-                .filter(|(_, e)| !has_named(e) && !(e.ports.is_empty() && e.not_ports.is_empty()))
+                .filter(|(_, e)| !has_named(e) && (!e.ports.is_empty() || !e.not_ports.is_empty()))
                 .collect()
         });
         let port_reps: [Vec<Option<u16>>; 2] = [0, 1].map(|end| {
@@ -765,10 +765,11 @@ impl Compiled {
         // --- the identity dimension, and the checks made per candidate ---
         let mut checks: Vec<Check> = Vec::new();
         let mut labels: [Option<EndLabels>; 2] = [None, None];
-        for end in 0..2 {
-            // Per set: (hit, via network sets, not) alternatives.
-            let mut sets: Vec<(u32, Vec<usize>, Vec<usize>, Vec<usize>)> = Vec::new();
-            let slot = |sets: &mut Vec<(u32, Vec<usize>, Vec<usize>, Vec<usize>)>, id: u32| -> usize {
+        for (end, end_labels) in labels.iter_mut().enumerate() {
+            // Per set: (set, hit, via network sets, not) alternatives.
+            type SetAlts = (u32, Vec<usize>, Vec<usize>, Vec<usize>);
+            let mut sets: Vec<SetAlts> = Vec::new();
+            let slot = |sets: &mut Vec<SetAlts>, id: u32| -> usize {
                 match sets.iter().position(|s| s.0 == id) {
                     Some(i) => i,
                     None => {
@@ -806,7 +807,7 @@ impl Compiled {
                     .map(|(id, hit, via, not)| LabelSet { set: *id, hit: row(hit), via_netsets: row(via), not: row(not) })
                     .collect();
                 let netsets = sets.iter().any(|s| s.via_netsets != NO_ROW || s.not != NO_ROW);
-                labels[end] = Some(EndLabels { always: rs.build(n, |i| always[i]), sets, netsets });
+                *end_labels = Some(EndLabels { always: rs.build(n, |i| always[i]), sets, netsets });
             }
         }
         for (i, dr) in drafts.iter().enumerate() {

@@ -20,8 +20,8 @@ impl Default for IdSet {
     }
 }
 
-impl IdSet {
-    pub fn from_iter(ids: impl IntoIterator<Item = u32>) -> IdSet {
+impl FromIterator<u32> for IdSet {
+    fn from_iter<I: IntoIterator<Item = u32>>(ids: I) -> IdSet {
         let mut v: Vec<u32> = ids.into_iter().collect();
         v.sort_unstable();
         v.dedup();
@@ -29,6 +29,9 @@ impl IdSet {
         s.rebalance();
         s
     }
+}
+
+impl IdSet {
 
     #[inline]
     pub fn contains(&self, id: u32) -> bool {

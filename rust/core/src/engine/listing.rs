@@ -465,7 +465,7 @@ impl<'s> Lister<'s> {
         }
         // With named ports in not_ports, the base entry would wrongly cover endpoints whose
         // named ports it excludes: keep it as a superset to be confirmed.
-        let base_exact = exact && ex && !(has_neg && !per_endpoint.is_empty());
+        let base_exact = exact && ex && (!has_neg || per_endpoint.is_empty());
         if !base.is_empty() {
             alts.push(Alt { prefixes: p, palts: base, exact: base_exact });
         }

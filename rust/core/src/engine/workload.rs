@@ -16,7 +16,7 @@ impl Rng {
         Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -25,11 +25,11 @@ impl Rng {
     }
 
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 
     pub fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
+        self.next_u64() % 100 < percent
     }
 
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
@@ -92,7 +92,7 @@ fn random_ports(r: &mut Rng) -> Value {
         let proto = *r.pick(&[None, Some(6u8), Some(17), Some(132)]);
         v.push(match r.below(3) {
             0 => json!({"protocol": proto, "first": null, "last": null, "name": null}),
-            1 => named_port(proto, *r.pick(&PORT_NAMES)),
+            1 => named_port(proto, r.pick::<&str>(&PORT_NAMES)),
             _ => {
                 let first = *r.pick(&[53u16, 80, 443, 1000, 8080]);
                 port_range(proto, first, first.saturating_add(*r.pick(&[0u16, 1, 100, 10000])))
@@ -146,7 +146,7 @@ fn random_icmp(r: &mut Rng) -> Value {
 }
 
 fn random_rule(r: &mut Rng) -> Value {
-    let mut x = rule(*r.pick(&["Allow", "Deny", "Pass", "Log"]));
+    let mut x = rule(r.pick::<&str>(&["Allow", "Deny", "Pass", "Log"]));
     x["ip_version"] = json!(r.pick(&[None, None, Some(4u8), Some(6)]));
     if r.chance(40) {
         let mut ps: Vec<u8> = (0..1 + r.below(2)).map(|_| *r.pick(&PROTOCOLS)).collect();
@@ -262,7 +262,7 @@ pub fn random_flow(r: &mut Rng) -> Flow {
     let pool: Vec<&str> = ADDRS.iter().chain(ADDRS.iter()).chain(OUTSIDE.iter()).copied().collect();
     let v6 = r.chance(25);
     let pick = |r: &mut Rng| loop {
-        let a = Addr::parse(*r.pick(&pool)).expect("pool addresses parse");
+        let a = Addr::parse(r.pick::<&str>(&pool)).expect("pool addresses parse");
         if a.v6 == v6 {
             return a;
         }
@@ -344,7 +344,7 @@ pub fn policy_workload(shape: WorkloadShape) -> Value {
     let mut baseline = Vec::new();
     for k in 0..n_anp {
         let mut rules_in = Vec::new();
-        let mut a = rule(*r.pick(&["Allow", "Deny", "Pass"]));
+        let mut a = rule(r.pick::<&str>(&["Allow", "Deny", "Pass"]));
         let mut src = entity();
         src["namespace_selector"] = json!(format!("team == 'team{}'", r.below(10)));
         src["selector"] = json!("all()");
@@ -487,7 +487,7 @@ pub fn workload_flows(shape: WorkloadShape, n: usize, seed: u64) -> Vec<Flow> {
     let r = &mut Rng::new(seed);
     let addr = |r: &mut Rng| -> Addr {
         if r.chance(10) {
-            Addr::parse(*r.pick(&["172.16.1.9", "172.16.5.9", "8.8.8.8", "10.2.3.4"])).expect("literal")
+            Addr::parse(r.pick::<&str>(&["172.16.1.9", "172.16.5.9", "8.8.8.8", "10.2.3.4"])).expect("literal")
         } else {
             Addr::parse(&workload_pod_ip(r.below(shape.pods.max(1)))).expect("pod address")
         }

@@ -54,6 +54,9 @@ pub enum Record<V> {
     Problem { line: u32, message: String },
 }
 
+// One reader per manifest on the stack: its size costs nothing, and boxing the larger variant
+// would put an indirection in front of every event.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Reader<'t> {
     Json(JsonEvents<'t>),
     Yaml(YamlEvents<'t>),

@@ -295,10 +295,10 @@ pub trait Reader {
 /// A new reader for `format` (None for formats read elsewhere: pcap, Parquet).
 pub fn reader(format: Format) -> Option<Box<dyn Reader + Send + Sync>> {
     Some(match format {
-        Format::Hubble => Box::new(text::Lines::new(json::Hubble::default())),
-        Format::Calico => Box::new(text::Lines::new(json::Calico::default())),
+        Format::Hubble => Box::new(text::Lines::new(json::Hubble)),
+        Format::Calico => Box::new(text::Lines::new(json::Calico)),
         Format::Vpc => Box::new(text::Lines::new(vpc::Vpc::default())),
-        Format::Conntrack => Box::new(text::Lines::new(conntrack::Conntrack::default())),
+        Format::Conntrack => Box::new(text::Lines::new(conntrack::Conntrack)),
         Format::Netflow => Box::new(netflow::Netflow::default()),
         Format::Pcap | Format::Parquet => return None,
     })

@@ -281,9 +281,11 @@ impl Netflow {
     }
 
     /// Decodes a data set's records; returns how many it held (None: no template).
-    fn data_set(&self, version: u16, exporter: u32, id: u16, set: &[u8], boot_ms: Option<u64>, position: u64,
+    /// `template`: (version, exporter, set id), the key its template was filed under.
+    fn data_set(&self, template: (u16, u32, u16), set: &[u8], boot_ms: Option<u64>, position: u64,
                 out: &mut RecordBatch, problems: &mut Problems) -> Option<usize> {
-        let t = self.templates.get(&(version, exporter, id))?;
+        let t = self.templates.get(&template)?;
+        let (_, _, id) = template;
         let mut i = 0;
         let mut n = 0;
         let min = t.fixed.unwrap_or(t.fields.len());
@@ -392,7 +394,8 @@ impl Netflow {
                     match id {
                         2 | 3 => self.template_set(10, domain, set, id == 3, position + i as u64, problems),
                         256.. => {
-                            if self.data_set(10, domain, id, set, None, position + i as u64, out, problems).is_none() {
+                            let decoded = self.data_set((10, domain, id), set, None, position + i as u64, out, problems);
+                            if decoded.is_none() {
                                 problems.add("missing_template", position + i as u64, || format!("data set {id} of observation domain {domain} before its template"));
                             }
                         }
@@ -440,7 +443,7 @@ impl Netflow {
                             self.template_set(9, source, set, id == 1, position + i as u64, problems);
                             records += (self.templates.len() - before).max(1);
                         }
-                        _ => match self.data_set(9, source, id, set, boot_ms, position + i as u64, out, problems) {
+                        _ => match self.data_set((9, source, id), set, boot_ms, position + i as u64, out, problems) {
                             Some(n) => records += n,
                             None => problems.add("missing_template", position + i as u64, || format!("data flowset {id} of source id {source} before its template")),
                         },

@@ -101,7 +101,10 @@ fn conntrack_list_and_events() {
     assert_eq!(s.problems.counts.get("truncated_record"), Some(&1));
 }
 
-fn v5_message(records: &[([u8; 4], [u8; 4], u16, u16, u8, u8)]) -> Vec<u8> {
+/// A NetFlow v5 record: source, destination, source port, destination port, protocol, TCP flags.
+type V5Record = ([u8; 4], [u8; 4], u16, u16, u8, u8);
+
+fn v5_message(records: &[V5Record]) -> Vec<u8> {
     let mut m = Vec::new();
     m.extend_from_slice(&5u16.to_be_bytes());
     m.extend_from_slice(&(records.len() as u16).to_be_bytes());
