@@ -16,6 +16,15 @@
 //! evaluation order) is interned, so identities with the same policies share one. The snapshot
 //! parts live in copy-on-write tables ([`super::cow`]): [`Model::snapshot`] clones their outer
 //! tables only, and a later delta copies just the chunks it changes.
+//!
+//! The parts that keep state of their own hold it: `tiers` (tier order and defaults), `ids`
+//! (identity and selector numbers), `interner` (label strings), `boundaries` (the prefixes and
+//! ports the decision memo's classes are built from), `program_cache` (interned programs and
+//! profile lists, compiled when [`Compile`] says) and `check` (a delta compiled before anything
+//! changes). The modules named for what they keep (`namespaces`, `selectors`, `identities`,
+//! `programs`, `rule_compile`, `policies`, `endpoints`, `services`) hold the `Model` methods for
+//! it, which reach across the model's tables: one change (a new identity, a policy's new peer)
+//! updates several of them together.
 
 use crate::dns::{DomainFacts, DomainPattern};
 use std::collections::{BTreeMap, HashMap, HashSet};
