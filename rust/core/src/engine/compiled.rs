@@ -1,6 +1,6 @@
 //! Decisions compiled, not walked: a program (the tiers, policies and rules that apply to an
 //! identity in one direction) or a profile list, compiled into a first-match classifier over the
-//! flow's fields whose first match is what the rule walk (`snapshot::Ctx::walk`) answers — the
+//! flow's fields whose first match is what the rule walk (`snapshot::walk`) answers — the
 //! deciding tier, policy or profile and rule, the Log rules passed and whether an `http` rule
 //! awaits the connection's request. One concept in one file: the compiled layout, the compiler
 //! that writes it and the lookup that reads it change together.
