@@ -388,10 +388,14 @@ class RecordStream:
 def detect_format(head: bytes) -> str | None:
     """The format of an input whose first bytes are ``head``, or None."""
 
-def vpc_columns(rows: int, first_row: int, text: dict[str, tuple[Any, Any, Any | None, int, int]],
-                ints: dict[str, Any]) -> tuple[bytes, bytes, tuple[list[tuple[str, int]], list[tuple[str, int, str]]]]:
-    """VPC Flow Logs' Parquet columns (Arrow ``large_string`` buffers, int64 arrays) to
-    (headers, counts) bytes and problems, by the text reader's rules."""
+def vpc_columns(rows: int, first_row: int,
+                text: dict[str, tuple[Any, Any, Any | None, int, int, tuple[Any, Any | None, int] | None]],
+                ints: dict[str, tuple[Any, Any | None, int, int]],
+                ) -> tuple[bytes, bytes, tuple[list[tuple[str, int]], list[tuple[str, int, str]]]]:
+    """VPC Flow Logs' Parquet columns to (headers, counts) bytes and problems, by the text
+    reader's rules. ``text``: Arrow strings' (offsets, data, validity, offset, offset width
+    4 or 8, indices), ``indices`` (int32 buffer, validity, offset) when the strings are a
+    dictionary; ``ints``: Arrow int32/int64 arrays' (values, validity, offset, width 4 or 8)."""
 
 def record_formats() -> list[tuple[str, str]]:
     """Every input format as (name, what it is)."""

@@ -287,13 +287,16 @@ class RecordReader:
                 from pyclassify import parquet
 
                 plain = path if compression is None and path != "-" else None
-                for headers, counts in parquet.read(stream, head, name, report.problems, plain, report.first, part):
-                    report.records += len(headers)
-                    if judge is None:
-                        yield RecordChunk(headers, counts, index)
-                        continue
-                    kept = judge.judge(headers, counts, index, keep)
-                    yield None if kept is None else JudgedChunk.of(kept, index)
+                try:
+                    for headers, counts in parquet.read(stream, head, name, report.problems, plain, report.first, part):
+                        report.records += len(headers)
+                        if judge is None:
+                            yield RecordChunk(headers, counts, index)
+                            continue
+                        kept = judge.judge(headers, counts, index, keep)
+                        yield None if kept is None else JudgedChunk.of(kept, index)
+                except parquet.ParquetError as e:
+                    raise RecordError(str(e)) from None
                 return
             reader = _engine.RecordStream(fmt)
             chunk = head

@@ -887,6 +887,8 @@ CASES = [
             "--format", "vpc"),
     traffic("traffic-vpc-short-record", "a VPC record with fewer fields than its header", 0,
             "r_vpc_short.txt:3: truncated_record", "r_vpc_short.txt"),
+    traffic("traffic-parquet-not-an-integer", "a VPC Parquet file whose srcport column holds 1.5", 1,
+            "r_vpc_float.parquet: row 2: srcport: 1.5 is not an integer", "r_vpc_float.parquet"),
     traffic("traffic-netflow-v9-missing-template", "NetFlow v9 data flowset before any template", 1,
             ("missing_template", "r_v9_notemplate.bin: byte 20"), "r_v9_notemplate.bin"),
     traffic("traffic-ipfix-corrupt", "an IPFIX message whose set length runs past it, then a good one", 0,
@@ -1188,6 +1190,11 @@ def _write_records(d: Path) -> None:
     header = "version account-id interface-id srcaddr dstaddr srcport dstport protocol packets bytes start end action log-status"
     row = "2 123456789012 eni-1 10.0.1.10 10.0.2.20 40000 8080 6 3 180 1714557600 1714557660 ACCEPT OK"
     (d / "r_vpc_short.txt").write_text(f"{header}\n{row}\n2 123456789012 eni-1 10.0.1.10\n")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"srcaddr": ["10.0.1.10"] * 2, "dstaddr": ["10.0.2.20"] * 2, "protocol": [6, 6],
+                             "srcport": [40000.0, 1.5], "dstport": [8080, 8080]}), str(d / "r_vpc_float.parquet"))
     # v9: header (20 bytes), then a data flowset of template 256 that was never sent
     v9 = struct.pack(">HHIIII", 9, 1, 1000, 1714557600, 1, 0) + struct.pack(">HH", 256, 12) + bytes(8)
     (d / "r_v9_notemplate.bin").write_bytes(v9)

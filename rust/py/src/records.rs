@@ -301,7 +301,12 @@ impl PyRecordJudge {
     }
 }
 
-type TextArg<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>, usize, usize);
+/// Arrow buffers of one array: (buffer, validity or None, offset).
+type ArrayArg<'py> = (Bound<'py, PyAny>, Option<Bound<'py, PyAny>>, usize);
+/// (offsets, data, validity or None, offset, offset width 4 or 8, dictionary indices or None).
+type TextArg<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>, usize, usize, Option<ArrayArg<'py>>);
+/// (values, validity or None, offset, value width 4 or 8).
+type IntArg<'py> = (Bound<'py, PyAny>, Option<Bound<'py, PyAny>>, usize, usize);
 type ProblemsOut = (Vec<(String, u64)>, Vec<(String, u64, String)>);
 
 /// Records of `T` (a repr(C) record without padding) copied out of `data`.
@@ -383,42 +388,67 @@ impl PyRecordLines {
     }
 }
 
+/// A byte buffer (an Arrow buffer), acquired.
+fn byte_buffer(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<pyo3::buffer::PyUntypedBuffer> {
+    checked_buffer(obj, what, 1, 1, None, false)
+}
+
+fn bytes_of(b: &pyo3::buffer::PyUntypedBuffer) -> &[u8] {
+    // SAFETY: a checked, C-contiguous byte buffer, held (acquired) as long as the slice is used.
+    unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.item_count()) }
+}
+
 /// VPC Flow Logs' Parquet columns to records: `rows` rows, the first of them row `first_row`
-/// (from 1); `text`: {name: (offsets, data, validity or None, offset, offset width 4 or 8)} of
-/// Arrow `string` or `large_string` arrays' buffers (`srcaddr`, `dstaddr`, `pkt_srcaddr`, `pkt_dstaddr`, `action`, `log_status`);
-/// `ints`: {name: int64 array} (`srcport`, `dstport`, `protocol`, `packets`, `bytes`, `start`,
-/// `end`, `tcp_flags`). Returns (headers, counts) bytes as `RecordStream.feed`, and the
-/// problems (count per reason, the first few with their row).
+/// (from 1); `text`: {name: (offsets, data, validity or None, offset, offset width 4 or 8,
+/// indices)} of Arrow `string` or `large_string` arrays' buffers (`srcaddr`, `dstaddr`,
+/// `pkt_srcaddr`, `pkt_dstaddr`, `action`, `log_status`); with `indices` (int32 buffer,
+/// validity or None, offset) the strings are a dictionary and each row an index into it;
+/// `ints`: {name: (values, validity or None, offset, width 4 or 8)} of Arrow int32 or int64
+/// arrays' buffers (`srcport`, `dstport`, `protocol`, `packets`, `bytes`, `start`, `end`,
+/// `tcp_flags`). Returns (headers, counts) bytes as `RecordStream.feed`, and the problems
+/// (count per reason, the first few with their row).
 #[pyfunction]
 fn vpc_columns<'py>(py: Python<'py>, rows: usize, first_row: u64, text: std::collections::HashMap<String, TextArg<'py>>,
-                    ints: std::collections::HashMap<String, Bound<'py, PyAny>>) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, ProblemsOut)> {
-    use pyclassify_core::records::vpc::{ColumnBatch, TextColumn};
-    let mut held = Vec::new();
-    let mut text_bufs = std::collections::HashMap::new();
-    for (name, (offsets, data, valid, offset, width)) in &text {
-        if *width != 4 && *width != 8 {
-            return Err(PyValueError::new_err(format!("{name}: an offset is 4 or 8 bytes, not {width}")));
+                    ints: std::collections::HashMap<String, IntArg<'py>>) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, ProblemsOut)> {
+    use pyclassify_core::records::vpc::{ColumnBatch, IntColumn, Strings, TextColumn};
+    let width_of = |name: &str, width: usize| {
+        if width == 4 || width == 8 {
+            Ok(width)
+        } else {
+            Err(PyValueError::new_err(format!("{name}: a value or offset is 4 or 8 bytes, not {width}")))
         }
-        let o = checked_buffer(offsets, "offsets", 1, 1, None, false)?;
-        let d = checked_buffer(data, "data", 1, 1, None, false)?;
-        let v = valid.as_ref().map(|v| checked_buffer(v, "validity", 1, 1, None, false)).transpose()?;
-        // SAFETY: checked byte buffers, held (acquired) until this function returns.
-        let slice = |b: &pyo3::buffer::PyUntypedBuffer| unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.item_count()) };
-        let col = (slice(&o), slice(&d), v.as_ref().map(slice), *offset, *width);
-        text_bufs.insert(name.clone(), col);
-        held.push((o, d, v));
+    };
+    type Held = (pyo3::buffer::PyUntypedBuffer, pyo3::buffer::PyUntypedBuffer, Option<pyo3::buffer::PyUntypedBuffer>,
+                 usize, usize, Option<(pyo3::buffer::PyUntypedBuffer, Option<pyo3::buffer::PyUntypedBuffer>, usize)>);
+    let mut held_text: std::collections::HashMap<&str, Held> = std::collections::HashMap::new();
+    for (name, (offsets, data, valid, offset, width, indices)) in &text {
+        let width = width_of(name, *width)?;
+        let indices = match indices {
+            None => None,
+            Some((b, v, o)) => Some((byte_buffer(b, "indices")?, v.as_ref().map(|v| byte_buffer(v, "validity")).transpose()?, *o)),
+        };
+        let valid = valid.as_ref().map(|v| byte_buffer(v, "validity")).transpose()?;
+        held_text.insert(name, (byte_buffer(offsets, "offsets")?, byte_buffer(data, "data")?, valid, *offset, width, indices));
     }
-    let mut int_bufs = std::collections::HashMap::new();
-    let mut held_ints = Vec::new();
-    for (name, arr) in &ints {
-        let b = checked_buffer(arr, name, 8, 8, Some(rows), false)?;
-        // SAFETY: a checked int64 buffer of `rows` items, held until this function returns.
-        let s = unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const i64, rows) };
-        int_bufs.insert(name.clone(), s);
-        held_ints.push(b);
+    let mut held_ints: std::collections::HashMap<&str, (pyo3::buffer::PyUntypedBuffer, Option<pyo3::buffer::PyUntypedBuffer>, usize, usize)> =
+        std::collections::HashMap::new();
+    for (name, (data, valid, offset, width)) in &ints {
+        let width = width_of(name, *width)?;
+        let valid = valid.as_ref().map(|v| byte_buffer(v, "validity")).transpose()?;
+        held_ints.insert(name, (byte_buffer(data, name)?, valid, *offset, width));
     }
-    let t = |n: &str| text_bufs.get(n).map(|&(offsets, data, valid, offset, width)| TextColumn { offsets, data, valid, offset, width });
-    let i = |n: &str| int_bufs.get(n).copied();
+    let t = |n: &str| {
+        held_text.get(n).map(|(o, d, v, offset, width, indices)| {
+            let strings = Strings { offsets: bytes_of(o), data: bytes_of(d), valid: v.as_ref().map(bytes_of), offset: *offset, width: *width };
+            match indices {
+                None => TextColumn::Plain(strings),
+                Some((b, v, o)) => TextColumn::Dictionary { values: strings, indices: bytes_of(b), valid: v.as_ref().map(bytes_of), offset: *o },
+            }
+        })
+    };
+    let i = |n: &str| {
+        held_ints.get(n).map(|(d, v, offset, width)| IntColumn { data: bytes_of(d), valid: v.as_ref().map(bytes_of), offset: *offset, width: *width })
+    };
     let batch = ColumnBatch {
         srcaddr: t("srcaddr"),
         dstaddr: t("dstaddr"),
@@ -438,7 +468,8 @@ fn vpc_columns<'py>(py: Python<'py>, rows: usize, first_row: u64, text: std::col
     let mut out = RecordBatch::default();
     let mut problems = pyclassify_core::records::Problems::default();
     py.detach(|| batch.read(rows, first_row, &mut out, &mut problems));
-    drop((held, held_ints));
+    drop(batch);
+    drop((held_text, held_ints));
     Ok((
         PyBytes::new(py, as_bytes(&out.headers)),
         PyBytes::new(py, as_bytes(&out.counts)),
