@@ -3,7 +3,8 @@ of packet headers, and kept up to date by deltas.
 
 ``EngineState`` owns the Rust ``Model``: each ``update(policy_set, inventory)`` sends it the
 objects (endpoints, namespaces, policies, ...) that were added, changed or removed since the last
-one, as plain JSON, and takes a new immutable snapshot. ``NativeEngine`` is such a snapshot, with
+one, as JSON of the shapes ``pyclassify.engine_spec`` declares (generated from the Rust types;
+the engine refuses any other key), and takes a new immutable snapshot. ``NativeEngine`` is such a snapshot, with
 the tables that turn the engine's numeric answers (tier, policy and profile ids) back into names.
 Its verdicts must equal ``pyclassify.reference.evaluate`` on every flow:
 tests/test_engine_differential.py holds them to it.
@@ -22,12 +23,21 @@ import orjson
 from pyclassify import _engine
 from pyclassify.batch import HEADER_DTYPE, SIDE_DTYPE, VERDICT_DTYPE
 from pyclassify.bulk import collector_paused
-from pyclassify.flow import (
-    Decision,
-    Flow,
-    Verdict,
-    namespace_labels,
-    service_account_labels,
+from pyclassify.engine_spec import (
+    EndpointSpec,
+    EntitySpec,
+    IcmpSpec,
+    NetworkSetSpec,
+    NodeSpec,
+    PolicySpec,
+    PortSpec,
+    ProfileSpec,
+    RuleSpec,
+    RuleSpecs,
+    ServiceSpec,
+    Spec,
+    SubjectSpec,
+    TierSpec,
 )
 from pyclassify.inventory import Endpoint, Inventory, NetworkSet, Node, Service
 from pyclassify.ir import (
@@ -43,6 +53,13 @@ from pyclassify.ir import (
     Rule,
     Subject,
     Tier,
+)
+from pyclassify.flow import (
+    Decision,
+    Flow,
+    Verdict,
+    namespace_labels,
+    service_account_labels,
 )
 
 #: The engine refused a change (the model and the state keep their last good snapshot).
@@ -78,7 +95,7 @@ HTTP_ERROR_NAMES: tuple[str, ...] = tuple(_engine.HTTP_ERROR_NAMES)
 assert VERDICT_DTYPE.itemsize == _engine.VERDICT_SIZE
 
 
-def Tracker(**config: Any) -> _engine.ConnTrack:  # noqa: N802 - a factory named like the thing it makes
+def Tracker(**config: Any) -> Any:  # noqa: N802 - a factory named like the thing it makes
     """A connection tracker for ``NativeEngine.judge`` (``pyclassify._engine.ConnTrack``)."""
     return _engine.ConnTrack(**config)
 
@@ -87,8 +104,8 @@ def _selector(sel: Any) -> str | None:
     return None if sel is None else sel.canonical
 
 
-def _port(p: PortMatch) -> dict[str, Any]:
-    out: dict[str, Any] = {"protocol": p.protocol}
+def _port(p: PortMatch) -> PortSpec:
+    out: PortSpec = {"protocol": p.protocol}
     if isinstance(p.port, PortRange):
         out["first"], out["last"] = p.port.first, p.port.last
     elif isinstance(p.port, NamedPort):
@@ -96,11 +113,11 @@ def _port(p: PortMatch) -> dict[str, Any]:
     return out
 
 
-def _icmp(m: IcmpMatch | None) -> dict[str, Any] | None:
+def _icmp(m: IcmpMatch | None) -> IcmpSpec | None:
     return None if m is None else {"type": m.type, "code": m.code}
 
 
-def _entity(m: EntityMatch) -> dict[str, Any]:
+def _entity(m: EntityMatch) -> EntitySpec:
     return {
         "nets": [str(n) for n in m.nets],
         "not_nets": [str(n) for n in m.not_nets],
@@ -114,7 +131,7 @@ def _entity(m: EntityMatch) -> dict[str, Any]:
         "not_same_labels": list(m.not_same_labels),
         "service_account_names": None if m.service_account_names is None else sorted(m.service_account_names),
         "service_account_selector": _selector(m.service_account_selector),
-        "service": None if m.service is None else [m.service.namespace, m.service.name],
+        "service": None if m.service is None else (m.service.namespace, m.service.name),
         "node_selector": _selector(m.node_selector),
         "domains": list(m.domains),
         "ports": [_port(p) for p in m.ports],
@@ -123,7 +140,7 @@ def _entity(m: EntityMatch) -> dict[str, Any]:
     }
 
 
-def _rule(r: Rule) -> dict[str, Any]:
+def _rule(r: Rule) -> RuleSpec:
     return {
         "action": r.action.value,
         "ip_version": r.ip_version,
@@ -133,11 +150,11 @@ def _rule(r: Rule) -> dict[str, Any]:
         "not_icmp": _icmp(r.not_icmp),
         "sources": [_entity(e) for e in r.sources],
         "destinations": [_entity(e) for e in r.destinations],
-        "http": None if r.http is None else {"methods": list(r.http.methods), "paths": [list(p) for p in r.http.paths]},
+        "http": None if r.http is None else {"methods": list(r.http.methods), "paths": list(r.http.paths)},
     }
 
 
-def _subject(s: Subject) -> dict[str, Any]:
+def _subject(s: Subject) -> SubjectSpec:
     return {
         "selector": s.selector.canonical,
         "endpoint_kinds": sorted(k.value for k in s.endpoint_kinds),
@@ -147,12 +164,12 @@ def _subject(s: Subject) -> dict[str, Any]:
     }
 
 
-def _endpoint_spec(inventory: Inventory, e: Endpoint, id_: int, addressable: bool) -> dict[str, Any]:
+def _endpoint_spec(inventory: Inventory, e: Endpoint, id_: int, addressable: bool) -> EndpointSpec:
     return _endpoint_spec_with(e, service_account_labels(inventory, e), id_, addressable, inventory.enforces(e))
 
 
 def _endpoint_spec_with(e: Endpoint, sa_labels: dict[str, str], id_: int, addressable: bool,
-                        enforced: bool) -> dict[str, Any]:
+                        enforced: bool) -> EndpointSpec:
     # The labels policy sees (``flow.endpoint_labels``) are derived by the engine from the
     # written ones, so each endpoint crosses once.
     return {
@@ -172,15 +189,15 @@ def _endpoint_spec_with(e: Endpoint, sa_labels: dict[str, str], id_: int, addres
     }
 
 
-def _network_set_spec(n: NetworkSet, id_: int) -> dict[str, Any]:
+def _network_set_spec(n: NetworkSet, id_: int) -> NetworkSetSpec:
     return {"id": id_, "namespace": n.namespace, "labels": dict(n.labels), "nets": [str(x) for x in n.nets]}
 
 
-def _node_spec(n: Node, id_: int) -> dict[str, Any]:
+def _node_spec(n: Node, id_: int) -> NodeSpec:
     return {"id": id_, "labels": dict(n.labels), "addresses": [str(a) for a in n.addresses]}
 
 
-def _service_spec(s: Service, id_: int) -> dict[str, Any]:
+def _service_spec(s: Service, id_: int) -> ServiceSpec:
     return {
         "id": id_,
         "namespace": s.namespace,
@@ -204,9 +221,9 @@ class _RuleLists:
         #: Each list encoded as it is added (``orjson.Fragment``): a set of 100,000 distinct
         #: ipBlocks held its rule dicts at three times their JSON until the delta was sent.
         self.specs: list[orjson.Fragment] = []
-        self._subjects: dict[int, dict[str, Any]] = {}
+        self._subjects: dict[int, SubjectSpec] = {}
 
-    def subject(self, s: Subject) -> dict[str, Any]:
+    def subject(self, s: Subject) -> SubjectSpec:
         spec = self._subjects.get(id(s))
         if spec is None:
             spec = self._subjects[id(s)] = _subject(s)
@@ -222,7 +239,8 @@ class _RuleLists:
         return at
 
 
-def _policy_spec(p: Policy, id_: int, lists: _RuleLists | None = None) -> dict[str, Any]:
+def _policy_spec(p: Policy, id_: int, lists: _RuleLists | None = None) -> PolicySpec:
+    ingress, egress = _rules_spec(p, lists)
     return {
         "id": id_,
         "order": p.order,
@@ -232,21 +250,24 @@ def _policy_spec(p: Policy, id_: int, lists: _RuleLists | None = None) -> dict[s
         "tier": p.tier,
         "types": sorted(d.value for d in p.types),
         "subject": _subject(p.subject) if lists is None else lists.subject(p.subject),
-        **_rules_spec(p, lists),
+        "ingress": ingress,
+        "egress": egress,
     }
 
 
-def _rules_spec(p: Policy | Profile, lists: _RuleLists | None) -> dict[str, Any]:
+def _rules_spec(p: Policy | Profile, lists: _RuleLists | None) -> tuple[RuleSpecs, RuleSpecs]:
+    """Ingress and egress rules: in place, or positions in the delta's rule lists."""
     if lists is None:
-        return {"ingress": [_rule(r) for r in p.ingress], "egress": [_rule(r) for r in p.egress]}
-    return {"ingress": lists.position(p.ingress), "egress": lists.position(p.egress)}
+        return [_rule(r) for r in p.ingress], [_rule(r) for r in p.egress]
+    return lists.position(p.ingress), lists.position(p.egress)
 
 
-def _profile_spec(p: Profile, id_: int, lists: _RuleLists | None = None) -> dict[str, Any]:
-    return {"id": id_, "name": p.name, **_rules_spec(p, lists)}
+def _profile_spec(p: Profile, id_: int, lists: _RuleLists | None = None) -> ProfileSpec:
+    ingress, egress = _rules_spec(p, lists)
+    return {"id": id_, "name": p.name, "ingress": ingress, "egress": egress}
 
 
-def _tier_spec(t: Tier, id_: int) -> dict[str, Any]:
+def _tier_spec(t: Tier, id_: int) -> TierSpec:
     return {"id": id_, "name": t.name, "order": t.order, "default_action": t.default_action.value}
 
 
@@ -284,9 +305,9 @@ def _policy_keys(policies: Any) -> list[tuple]:
     return _unique_keys(policy_key(p) for p in policies)
 
 
-def engine_spec(policy_set: PolicySet, inventory: Inventory, extra_endpoints: tuple[Endpoint, ...] = ()) -> dict[str, Any]:
+def engine_spec(policy_set: PolicySet, inventory: Inventory, extra_endpoints: tuple[Endpoint, ...] = ()) -> Spec:
     """The whole world as one JSON-able spec (rust/core/src/engine/spec.rs ``Spec``): what the
-    Rust benchmarks read (``ENGINE_SPEC``) and the engine's oracle builds from. Ids are positions.
+    Rust benchmarks read (``ENGINE_SPEC``). Ids are positions.
     ``extra_endpoints`` are endpoints a caller names in flows without their being part of the
     inventory: policy applies to them, but their addresses do not resolve to them."""
     endpoints = [(e, True) for e in inventory.endpoints] + [(e, False) for e in extra_endpoints]
@@ -314,7 +335,7 @@ class _Ids:
         self.free: list[int] = []
         self.next = 0
 
-    def copy(self) -> _Ids:
+    def copy(self) -> "_Ids":
         c = _Ids()
         c.of, c.free, c.next = dict(self.of), list(self.free), self.next
         return c
@@ -522,6 +543,12 @@ class EngineState:
     def update(self, policy_set: PolicySet, inventory: Inventory,
                extra_endpoints: tuple[Endpoint, ...] = ()) -> NativeEngine:
         """A snapshot of ``policy_set`` over ``inventory``, reached by a delta from the last one."""
+        return NativeEngine(policy_set, inventory, committed=self.commit_project(policy_set, inventory, extra_endpoints))
+
+    def commit_project(self, policy_set: PolicySet, inventory: Inventory,
+                       extra_endpoints: tuple[Endpoint, ...] = ()) -> Committed:
+        """Sends what changed since the last commit as one delta (``update``), and returns the
+        snapshot with the keys that name its ids."""
         with collector_paused():
             extra_endpoints = tuple(extra_endpoints)
             all_endpoints = (*inventory.endpoints, *extra_endpoints)
@@ -546,8 +573,7 @@ class EngineState:
             if inventory.domains is not self._domains:  # shared, not copied: learning goes on in it
                 self.model.set_domain_facts(inventory.domains)
                 self._domains = inventory.domains
-        snapshot = self.commit()
-        return NativeEngine._snapshot(self, snapshot, policy_set, inventory, extra_endpoints, keys, policy_keys)
+        return Committed(self, self.commit(), extra_endpoints, keys, policy_keys)
 
     def _sync(self, table: _Table, items: dict[Any, Any]) -> None:
         for key in [k for k in table.values if k not in items]:
@@ -556,9 +582,22 @@ class EngineState:
             self._set(table, key, value)
 
 
-def _endpoint_spec_of(value: tuple, id_: int) -> dict[str, Any]:
+def _endpoint_spec_of(value: tuple, id_: int) -> EndpointSpec:
     endpoint, sa_labels, addressable, enforced = value
     return _endpoint_spec_with(endpoint, sa_labels, id_, addressable, enforced)
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A snapshot the engine state committed, and what names its ids: the keys of the
+    project-wide diff (``EngineState.update``), or none when the caller sent its changes object
+    by object (worked out on first use)."""
+
+    state: EngineState
+    snapshot: Any  # pyclassify._engine.Engine
+    extra_endpoints: tuple[Endpoint, ...] = ()
+    endpoint_keys: list[tuple] | None = None
+    policy_keys: list[tuple] | None = None
 
 
 @dataclass
@@ -586,70 +625,48 @@ class NativeEngine:
     ``EngineState``), leaving this one as it was.
     """
 
-    # Set by _snapshot and _facade, which build every instance.
-    state: EngineState
-    policy_set: PolicySet
-    inventory: Inventory
-    extra_endpoints: tuple[Endpoint, ...]
-    _engine: _engine.Engine
-    _ids_then: tuple[dict[Any, int], dict[Any, int]]
-    _tier_names: dict[int, str]
-    _profiles: dict[int, Profile]
-
-    def __init__(self, policy_set: PolicySet, inventory: Inventory, extra_endpoints: tuple[Endpoint, ...] = ()) -> None:
-        built = EngineState().update(policy_set, inventory, extra_endpoints)
-        self.__dict__.update(built.__dict__)
-
-    @classmethod
-    def _snapshot(cls, state: EngineState, snapshot: Any, policy_set: PolicySet, inventory: Inventory,
-                  extra_endpoints: tuple[Endpoint, ...], keys: list[tuple], policy_keys: list[tuple]) -> NativeEngine:
-        self = cls.__new__(cls)
+    def __init__(self, policy_set: PolicySet, inventory: Inventory, extra_endpoints: tuple[Endpoint, ...] = (),
+                 *, committed: Committed | None = None) -> None:
+        if committed is None:
+            committed = EngineState().commit_project(policy_set, inventory, extra_endpoints)
+        state = committed.state
         self.state = state
         self.policy_set = policy_set
         self.inventory = inventory
-        self.extra_endpoints = extra_endpoints
-        self._engine = snapshot
-        ids = state._endpoints.ids.of
-        all_endpoints = (*inventory.endpoints, *extra_endpoints)
-        self._endpoint_ids = {id(e): ids[k] for e, k in zip(all_endpoints, keys)}
+        self.extra_endpoints = committed.extra_endpoints
+        self._engine = committed.snapshot
         self._tier_names = {state._tiers.ids.of[t.name]: t.name for t in policy_set.tiers}
-        pids = state._policies.ids.of
-        self._policies = {pids[k]: p for k, p in zip(policy_keys, policy_set.policies)}
         prids = state._profiles.ids.of
         self._profiles = {prids[p.name]: p for p in policy_set.profiles}
-        return self
+        self._keys_then = (committed.endpoint_keys, committed.policy_keys)
+        if committed.endpoint_keys is None:
+            # Named on first use, from the ids as they are now (later deltas reuse ids).
+            self._ids_then = (dict(state._endpoints.ids.of), dict(state._policies.ids.of))
+        else:
+            # Named now, by the keys the project-wide diff already worked out.
+            self._ids_then = (state._endpoints.ids.of, state._policies.ids.of)
+            _ = (self._endpoint_ids, self._policies)
 
     @classmethod
-    def _facade(cls, state: EngineState, snapshot: Any, policy_set: PolicySet, inventory: Inventory) -> NativeEngine:
+    def _facade(cls, state: EngineState, snapshot: Any, policy_set: PolicySet, inventory: Inventory) -> "NativeEngine":
         """The facade of a snapshot whose changes the caller sent object by object
-        (``LiveProject``), without the project-wide diff of ``update``: what names the engine's
-        ids for answers is worked out on first use, from the ids as they are now (later deltas
-        reuse ids)."""
-        self = cls.__new__(cls)
-        self.state = state
-        self.policy_set = policy_set
-        self.inventory = inventory
-        self.extra_endpoints = ()
-        self._engine = snapshot
-        self._ids_then = (dict(state._endpoints.ids.of), dict(state._policies.ids.of))
-        self._tier_names = {state._tiers.ids.of[t.name]: t.name for t in policy_set.tiers}
-        prids = state._profiles.ids.of
-        self._profiles = {prids[p.name]: p for p in policy_set.profiles}
-        return self
+        (``LiveProject``), without the project-wide diff of ``update``."""
+        return cls(policy_set, inventory, committed=Committed(state, snapshot))
 
     @functools.cached_property
     def _endpoint_ids(self) -> dict[int, int]:
-        ids = self._ids_then[0]  # only a facade gets here: the others set this at once
+        ids, keys = self._ids_then[0], self._keys_then[0]
         all_endpoints = (*self.inventory.endpoints, *self.extra_endpoints)
-        return {id(e): ids[k] for e, k in zip(all_endpoints, _endpoint_keys(all_endpoints))}
+        return {id(e): ids[k] for e, k in zip(all_endpoints, _endpoint_keys(all_endpoints) if keys is None else keys)}
 
     @functools.cached_property
     def _policies(self) -> dict[int, Policy]:
-        pids = self._ids_then[1]
-        return {pids[k]: p for k, p in zip(_policy_keys(self.policy_set.policies), self.policy_set.policies)}
+        pids, keys = self._ids_then[1], self._keys_then[1]
+        policies = self.policy_set.policies
+        return {pids[k]: p for k, p in zip(_policy_keys(policies) if keys is None else keys, policies)}
 
     def update(self, policy_set: PolicySet, inventory: Inventory,
-               extra_endpoints: tuple[Endpoint, ...] = ()) -> NativeEngine:
+               extra_endpoints: tuple[Endpoint, ...] = ()) -> "NativeEngine":
         """The next snapshot, by a delta from the engine state's latest one."""
         return self.state.update(policy_set, inventory, extra_endpoints)
 

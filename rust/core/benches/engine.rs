@@ -1,7 +1,6 @@
 //! Cluster-scale engine benchmark (issue 11): the identity engine's build time, memory,
-//! decisions/s and change-in-force latency, each beside its baseline in the same run — the
-//! whole-world oracle interpreter for build and decisions, walking the rules for decisions,
-//! a full rebuild for changes.
+//! decisions/s and change-in-force latency, each beside its baseline in the same run — walking
+//! the rules for decisions, a full rebuild for changes.
 //!
 //! cargo bench --manifest-path rust/Cargo.toml -p pyclassify-core --bench engine
 //!
@@ -12,22 +11,20 @@
 //! `ENGINE_CHANGES` sets how many changes of each kind are timed (default 200).
 //! `ENGINE_HEADERS=path.bin` adds decoded headers of a real capture (64-byte records as
 //! `pyclassify.batch.HEADER_DTYPE` writes them, e.g. `bench/cluster.py`'s capture) to the
-//! random pod pairs every run judges (`ENGINE_PACKETS` of them, default 1M). `ENGINE_ORACLE=0`
-//! leaves the whole-world interpreter out (at 100k pods it takes minutes to build);
+//! random pod pairs every run judges (`ENGINE_PACKETS` of them, default 1M).
 //! `ENGINE_COMPILE=eager` times the changes with the programs they make compiled before the
 //! change is in force (by default: on first use).
 //!
 //! `ENGINE_ONLY=memo|compiled|walk` judges the random pairs one way only, `ENGINE_ROUNDS` times
 //! (default 1), and stops: for instruction counts under callgrind (rounds 2 minus rounds 1).
 //!
-//! Decisions are judged four ways on the same headers: through the decision memo with the
+//! Decisions are judged three ways on the same headers: through the decision memo with the
 //! compiled programs behind it (the engine's path), the compiled programs alone (a cold memo),
-//! walking each packet's rules, and the whole-world interpreter (on a sample).
+//! and walking each packet's rules.
 
 use std::time::{Duration, Instant};
 
 use pyclassify_core::batch::PacketHeader;
-use pyclassify_core::engine::oracle::Oracle;
 use pyclassify_core::engine::spec::{Delta, EndpointSpec, NamespaceSpec, PolicySpec, Spec};
 use pyclassify_core::engine::workload::{flow_header, policy_workload, workload_flows, workload_pod_ip, Rng, WorkloadShape};
 use pyclassify_core::engine::{Addr, Compile, Defaults, Flow, FlowEnd, Judge, Model, PacketVerdict, Snapshot};
@@ -101,7 +98,7 @@ fn random_pairs(spec: &Spec, n: usize, seed: u64) -> Vec<PacketHeader> {
 }
 
 /// One workload's decisions four ways, same headers, same run.
-fn decisions(what: &str, snap: &Snapshot, oracle: Option<&Oracle>, headers: &[PacketHeader]) {
+fn decisions(what: &str, snap: &Snapshot, headers: &[PacketHeader]) {
     let d = Defaults::default();
     let n = headers.len();
     let (h0, m0) = pyclassify_core::engine::classes::memo_counts();
@@ -114,17 +111,11 @@ fn decisions(what: &str, snap: &Snapshot, oracle: Option<&Oracle>, headers: &[Pa
         }
     });
     assert!(out_memo == out_walk && out_compiled == out_walk, "{what}: compiled and walked decisions differ");
-    let sample = &headers[..n.min(1 << 14)];
-    let slow = oracle.map_or(f64::NAN, |oracle| {
-        let (slow, out_slow) = pps(oracle, sample);
-        assert!(out_walk[..sample.len()] == out_slow[..], "{what}: identity engine and interpreter differ");
-        slow
-    });
     let allowed = out_memo.iter().filter(|v| v.allow == 1).count();
     let (hits, misses) = (h1 - h0, m1 - m0);
     println!(
         "decisions, {what} (batch 256, {n} packets, {:.0} % allowed): memo + compiled {:.3} M/s ({:.0} ns, memo hit rate {:.1} %); \
-         compiled alone {:.3} M/s ({:.0} ns); rule walk {:.3} M/s ({:.0} ns); interpreter {:.3} M/s; compiled alone {:.1}x the walk",
+         compiled alone {:.3} M/s ({:.0} ns); rule walk {:.3} M/s ({:.0} ns); compiled alone {:.1}x the walk",
         100.0 * allowed as f64 / n as f64,
         memo / 1e6,
         1e9 / memo,
@@ -133,7 +124,6 @@ fn decisions(what: &str, snap: &Snapshot, oracle: Option<&Oracle>, headers: &[Pa
         1e9 / compiled,
         walk / 1e6,
         1e9 / walk,
-        slow / 1e6,
         compiled / walk
     );
 }
@@ -178,11 +168,7 @@ fn main() {
         spec.policies.iter().map(|p| p.ingress.len() + p.egress.len()).sum::<usize>()
     );
 
-    // --- build time and memory, beside the whole-world interpreter ---
-    let rss0 = rss_kib("VmRSS:");
-    let with_oracle = env("ENGINE_ORACLE", 1) != 0;
-    let (t_oracle, oracle) = timed(|| with_oracle.then(|| Oracle::build(&spec).expect("oracle builds")));
-    let rss_oracle = rss_kib("VmRSS:").saturating_sub(rss0);
+    // --- build time and memory ---
     let delta = serde_json::from_str::<Spec>(&text).expect("spec").into_delta();
     // Compiled on first use instead: the build alone, then every program compiled.
     let (t_lazy, lazy) = timed(|| {
@@ -210,11 +196,9 @@ fn main() {
     let s = model.stats();
     let cs = model.snapshot().compile_stats();
     println!(
-        "build: identity engine {:.3} s (programs compiled as made), whole-world interpreter {:.3} s (ratio {:.1}x); \
+        "build: identity engine {:.3} s (programs compiled as made); \
          compiled on first use instead: build {:.3} s, then compiling every program {:.3} s",
         t_build.as_secs_f64(),
-        t_oracle.as_secs_f64(),
-        t_oracle.as_secs_f64() / t_build.as_secs_f64(),
         t_lazy.as_secs_f64(),
         t_compile.as_secs_f64()
     );
@@ -239,9 +223,8 @@ fn main() {
         s.set_bytes as f64 / 1048576.0
     );
     println!(
-        "memory (RSS delta): identity engine {:.1} MiB, interpreter {:.1} MiB; peak RSS {:.1} MiB",
+        "memory (RSS delta): identity engine {:.1} MiB; peak RSS {:.1} MiB",
         rss_model as f64 / 1024.0,
-        rss_oracle as f64 / 1024.0,
         rss_kib("VmHWM:") as f64 / 1024.0
     );
 
@@ -287,7 +270,7 @@ fn main() {
             // SAFETY: PacketHeader is a plain repr(C) record of integers; any bytes are a value.
             .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const PacketHeader) })
             .collect();
-        decisions("real capture", &snap, oracle.as_ref(), &headers);
+        decisions("real capture", &snap, &headers);
     }
     let packets = env("ENGINE_PACKETS", 1 << 20);
     let pairs = if std::env::var("ENGINE_SPEC").is_ok() {
@@ -295,8 +278,7 @@ fn main() {
     } else {
         workload_flows(shape, packets, 7).iter().map(flow_header).collect()
     };
-    decisions("random pod pairs", &snap, oracle.as_ref(), &pairs);
-    drop(oracle);
+    decisions("random pod pairs", &snap, &pairs);
     drop(snap);
 
     // --- changes in force: apply one delta and take the snapshot, beside a full rebuild ---

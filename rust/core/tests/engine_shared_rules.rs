@@ -1,19 +1,21 @@
 //! Rules sent once and compiled once: a delta's `rule_lists`, named by position by every policy
 //! with those rules, and the model's sharing of compiled rules among policies whose rules are
-//! equal, held to the whole-world oracle on random worlds where every policy has a copy (its
-//! rules, another policy's subject), and through removals of either copy.
+//! equal, held to the rule walk of a model built from the same world with every rule sent in
+//! place (`Spec::into_delta`), on random worlds where every policy has a copy (its rules,
+//! another policy's subject), and through removals of either copy.
+
+use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use pyclassify_core::engine::oracle::Oracle;
 use pyclassify_core::engine::spec::{Delta, RuleSpecs, Spec};
 use pyclassify_core::engine::workload::{random_flow, random_spec, Rng};
-use pyclassify_core::engine::{Compile, Decision, Defaults, FlowEnd, Model, Source, Verdict};
+use pyclassify_core::engine::{Compile, Decision, Defaults, FlowEnd, Model, Snapshot, Source, Verdict};
 
 const DEFAULTS: [Defaults; 2] = [Defaults { pod_allow: true, host_allow: false }, Defaults { pod_allow: false, host_allow: true }];
 
 /// A random world where each policy is followed by a copy of its rules under another policy's
-/// subject (same tier, so the oracle's order holds).
+/// subject (same tier, so the whole-world order holds).
 fn world_with_copies(seed: u64) -> Value {
     let mut spec = random_spec(seed);
     let policies = spec["policies"].as_array().expect("policies").clone();
@@ -107,7 +109,15 @@ fn context_free(policy: &Value) -> bool {
     })
 }
 
-/// Model decisions name policies by id; `first` is the id of the oracle's policy 0.
+/// The whole world built with its rules in place, ids by position: what the shared model is
+/// held to, by its rule walk.
+fn in_place(spec: &Value) -> Arc<Snapshot> {
+    let mut model = Model::new();
+    model.apply(serde_json::from_value::<Spec>(spec.clone()).expect("spec").into_delta()).expect("model builds");
+    model.snapshot()
+}
+
+/// Model decisions name policies by id; `first` is the id of the whole world's policy 0.
 fn shift(v: Verdict, first: u32) -> Verdict {
     let map = |d: Option<Decision>| {
         d.map(|mut d| {
@@ -126,7 +136,7 @@ fn shift(v: Verdict, first: u32) -> Verdict {
 }
 
 fn compare(spec: &Value, model: &Model, first: u32, seed: u64) -> usize {
-    let oracle = Oracle::build(&serde_json::from_value::<Spec>(spec.clone()).expect("spec")).expect("oracle");
+    let reference = in_place(spec);
     let snap = model.snapshot();
     let endpoints = spec["endpoints"].as_array().expect("endpoints").len();
     let mut r = Rng::new(seed);
@@ -137,7 +147,7 @@ fn compare(spec: &Value, model: &Model, first: u32, seed: u64) -> usize {
             flow.src = FlowEnd { endpoint: Some(r.below(endpoints) as u32), ..flow.src };
         }
         for d in DEFAULTS {
-            let want = oracle.evaluate(&flow, d).expect("valid flow");
+            let want = reference.evaluate_walked(&flow, d).expect("valid flow");
             let got = shift(snap.evaluate(&flow, d).expect("valid flow"), first);
             assert_eq!(got, want, "seed {seed}: {flow:?}");
             decided += [&got.egress, &got.ingress].iter().filter(|x| x.as_ref().is_some_and(|d| d.rule.is_some())).count();
@@ -147,7 +157,7 @@ fn compare(spec: &Value, model: &Model, first: u32, seed: u64) -> usize {
 }
 
 #[test]
-fn copies_share_their_compiled_rules_and_judge_as_the_oracle() {
+fn copies_share_their_compiled_rules_and_judge_as_rules_in_place() {
     let (mut shared, mut decided) = (0, 0);
     for seed in 0..600u64 {
         let spec = world_with_copies(seed);
@@ -181,14 +191,14 @@ fn shared_rules_outlive_each_of_their_users() {
             .expect("removal");
         let mut copies = spec.clone();
         copies["policies"] = Value::Array(spec["policies"].as_array().expect("p").iter().skip(1).step_by(2).cloned().collect());
-        // The model names copy k (oracle position k) by its id 2k + 1.
-        let oracle = Oracle::build(&serde_json::from_value::<Spec>(copies.clone()).expect("spec")).expect("oracle");
+        // The model names copy k (whole-world position k) by its id 2k + 1.
+        let reference = in_place(&copies);
         let snap = model.snapshot();
         let mut r = Rng::new(seed);
         for _ in 0..40 {
             let flow = random_flow(&mut r);
             for d in DEFAULTS {
-                let want = oracle.evaluate(&flow, d).expect("flow");
+                let want = reference.evaluate_walked(&flow, d).expect("flow");
                 let got = snap.evaluate(&flow, d).expect("flow");
                 let unmap = |v: Verdict| {
                     let f = |d: Option<Decision>| d.map(|mut d| {
@@ -221,7 +231,7 @@ fn shared_rules_outlive_each_of_their_users() {
 /// its copy keeps the old ones. The programs listing a changed policy are compiled against its
 /// new rules, those listing only its copy keep theirs, and a snapshot taken before the change
 /// still decides by the rules it holds: the compiled programs of both snapshots decide as the
-/// rule walk, the new one as the oracle. Programs compiled with the snapshot and on first use.
+/// rule walk, the new one as the same world built with its rules in place. Programs compiled with the snapshot and on first use.
 #[test]
 fn compiled_programs_follow_each_user_of_shared_rules() {
     let mut moved = 0;

@@ -18,10 +18,9 @@
 //!   per-thread decision memo ([`classes`]); the rule walk decides only what cannot be compiled
 //!   exactly (Calico `services`, learned `domains`, a judged HTTP request) or past the compiled
 //!   form's memory bound.
-//! - `oracle::Oracle` is the previous whole-world interpreter, kept as a Rust-side oracle for
-//!   the property tests and the benchmarks (the Python reference evaluator is the project's
-//!   oracle). It and `workload` (random specs, the benchmark workload) are compiled only with the
-//!   crate's `bench` feature (on by default, off in the Python extension).
+//! - [`spec`] is the input; `spec_py` generates its Python side (`pyclassify/engine_spec.py`).
+//!   It and `workload` (random specs, the benchmark workload) are compiled only with the crate's
+//!   `bench` feature (on by default, off in the Python extension).
 
 pub mod classes;
 pub mod compiled;
@@ -34,12 +33,12 @@ pub mod lanes;
 mod listing;
 pub mod model;
 mod net;
-#[cfg(feature = "bench")]
-pub mod oracle;
 mod records;
 mod rules;
 pub mod snapshot;
 pub mod spec;
+#[cfg(feature = "bench")]
+pub mod spec_py;
 #[cfg(feature = "bench")]
 pub mod workload;
 
@@ -132,16 +131,6 @@ impl Kind {
             other => Err(EngineError::Spec(format!("unknown endpoint kind {other:?}"))),
         }
     }
-
-    #[cfg(feature = "bench")] // the oracle's
-    pub(crate) fn bit(self) -> u8 {
-        1 << (self as u8)
-    }
-}
-
-#[cfg(feature = "bench")] // the oracle's
-pub(crate) fn kinds_mask(kinds: &[String]) -> Result<u8, EngineError> {
-    kinds.iter().try_fold(0u8, |m, k| Ok(m | Kind::parse(k)?.bit()))
 }
 
 /// Why a direction was decided as it was (docs/architecture.md §4 `reason`).

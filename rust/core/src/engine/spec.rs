@@ -3,7 +3,11 @@
 //!
 //! Two shapes: a [`Delta`] (objects added or changed, by id, and ids removed: what
 //! [`super::Model::apply`] takes), and the whole-world [`Spec`] (every object once, ids by
-//! position: what the oracle builds from, and what [`Spec::into_delta`] turns into a delta).
+//! position: what the benchmarks read, and what [`Spec::into_delta`] turns into a delta).
+//!
+//! Every struct refuses a field it does not declare, and an error names the path of the field
+//! it is about. The Python side, `pyclassify/engine_spec.py`, is generated from these types
+//! ([`super::spec_py`]).
 
 use std::collections::BTreeMap;
 use std::ops::Deref;
@@ -14,6 +18,8 @@ use serde::{Deserialize, Deserializer};
 pub type LabelMap = BTreeMap<String, String>;
 
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct Spec {
     pub namespaces: BTreeMap<String, LabelMap>,
     pub endpoints: Vec<EndpointSpec>,
@@ -26,6 +32,8 @@ pub struct Spec {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct EndpointSpec {
     /// Stable id given by the caller (position in a whole-world spec).
     #[serde(default)]
@@ -84,6 +92,8 @@ impl EndpointSpec {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct ContainerPortSpec {
     pub name: Option<String>,
     pub protocol: u8,
@@ -91,6 +101,8 @@ pub struct ContainerPortSpec {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct NetworkSetSpec {
     #[serde(default)]
     pub id: u32,
@@ -100,6 +112,8 @@ pub struct NetworkSetSpec {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct NodeSpec {
     #[serde(default)]
     pub id: u32,
@@ -108,6 +122,8 @@ pub struct NodeSpec {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct ServiceSpec {
     #[serde(default)]
     pub id: u32,
@@ -119,6 +135,7 @@ pub struct ServiceSpec {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum TargetPort {
     Number(u16),
@@ -126,6 +143,8 @@ pub enum TargetPort {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct ServicePortSpec {
     pub port: u16,
     pub protocol: u8,
@@ -133,6 +152,8 @@ pub struct ServicePortSpec {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct TierSpec {
     #[serde(default)]
     pub id: u32,
@@ -144,6 +165,8 @@ pub struct TierSpec {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct SubjectSpec {
     /// Shared by the policies of one subject (the model holds it once, `Model::intern`).
     pub selector: Arc<str>,
@@ -154,6 +177,8 @@ pub struct SubjectSpec {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct PolicySpec {
     #[serde(default)]
     pub id: u32,
@@ -175,6 +200,8 @@ pub struct PolicySpec {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct ProfileSpec {
     #[serde(default)]
     pub id: u32,
@@ -238,6 +265,19 @@ impl RuleSpecs {
     }
 }
 
+/// On the wire: the rules, or the position of one of the delta's `rule_lists`.
+#[cfg(feature = "bench")]
+impl schemars::JsonSchema for RuleSpecs {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RuleSpecs".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let rules = generator.subschema_for::<Vec<RuleSpec>>();
+        schemars::json_schema!({ "anyOf": [rules, { "type": "integer", "format": "uint32", "minimum": 0 }] })
+    }
+}
+
 impl<'de> Deserialize<'de> for RuleSpecs {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Wire;
@@ -262,6 +302,8 @@ impl<'de> Deserialize<'de> for RuleSpecs {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct IcmpSpec {
     #[serde(rename = "type")]
     pub icmp_type: Option<u8>,
@@ -269,6 +311,8 @@ pub struct IcmpSpec {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct RuleSpec {
     pub action: String,
     pub ip_version: Option<u8>,
@@ -285,12 +329,16 @@ pub struct RuleSpec {
 
 /// `HttpMatch` of `pyclassify/ir.py`: methods, and paths as `["exact"|"prefix", path]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct HttpSpec {
     pub methods: Vec<String>,
     pub paths: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct PortSpec {
     pub protocol: Option<u8>,
     pub first: Option<u16>,
@@ -299,6 +347,8 @@ pub struct PortSpec {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct EntitySpec {
     pub nets: Vec<String>,
     pub not_nets: Vec<String>,
@@ -324,6 +374,8 @@ pub struct EntitySpec {
 
 /// A namespace and its labels (as policy sees them: `pyclassify.reference.namespace_labels`).
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
 pub struct NamespaceSpec {
     pub name: String,
     pub labels: LabelMap,
@@ -332,7 +384,8 @@ pub struct NamespaceSpec {
 /// One atomic change: objects added or replaced (by id) and ids removed. `tiers`, when given,
 /// replaces the whole tier list (tiers are few and their order is global).
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default)]
+#[cfg_attr(feature = "bench", derive(schemars::JsonSchema))]
+#[serde(default, deny_unknown_fields)]
 pub struct Delta {
     pub namespaces: Vec<NamespaceSpec>,
     pub remove_namespaces: Vec<String>,
@@ -353,10 +406,24 @@ pub struct Delta {
     pub rule_lists: Vec<Vec<RuleSpec>>,
 }
 
+/// Reads a spec or delta; an error names the path of the field it is about (`endpoints[3].namspace:
+/// unknown field ...`), so a misspelt or unknown key is refused rather than taking its default.
+fn parse<'de, T: Deserialize<'de>, R: serde_json::de::Read<'de>>(
+    de: &mut serde_json::Deserializer<R>,
+) -> Result<T, super::EngineError> {
+    let value = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        super::EngineError::Spec(if path == "." { inner.to_string() } else { format!("{path}: {inner}") })
+    })?;
+    de.end().map_err(|e| super::EngineError::Spec(e.to_string()))?;
+    Ok(value)
+}
+
 impl Delta {
     /// A delta from its JSON, every rule list position resolved (an unknown one is an error).
     pub fn from_json(text: &[u8]) -> Result<Delta, super::EngineError> {
-        let mut delta: Delta = serde_json::from_slice(text).map_err(|e| super::EngineError::Spec(e.to_string()))?;
+        let mut delta: Delta = parse(&mut serde_json::Deserializer::from_slice(text))?;
         let lists: Vec<Arc<[RuleSpec]>> = std::mem::take(&mut delta.rule_lists).into_iter().map(Arc::from).collect();
         for p in &mut delta.policies {
             p.ingress.resolve(&lists)?;
@@ -406,7 +473,7 @@ impl Delta {
 
 impl Spec {
     pub fn from_json(text: &str) -> Result<Spec, super::EngineError> {
-        serde_json::from_str(text).map_err(|e| super::EngineError::Spec(e.to_string()))
+        parse(&mut serde_json::Deserializer::from_str(text))
     }
 
     /// The whole world as one delta onto an empty model: ids are positions, tiers ordered as
