@@ -124,7 +124,7 @@ class PolicySpec(TypedDict):
     kind: NotRequired[str]
     name: NotRequired[str]
     namespace: NotRequired[str | None]
-    #: The sort key within the tier (docs/design.md §3, felix's policy_sorter): order (None last),
+    #: The sort key within the tier (docs/architecture.md §3, felix's policy_sorter): order (None last),
     #: then kind, namespace, name.
     order: NotRequired[float | None]
     subject: SubjectSpec
