@@ -4,8 +4,6 @@
 fails while this file differs from what the generator writes. The engine refuses a key that is
 not declared here."""
 
-from __future__ import annotations
-
 from typing import NotRequired, TypeAlias, TypedDict
 
 
@@ -19,12 +17,12 @@ class Delta(TypedDict):
     """One atomic change: objects added or replaced (by id) and ids removed. `tiers`, when given,
     replaces the whole tier list (tiers are few and their order is global)."""
 
-    endpoints: NotRequired[list[EndpointSpec]]
-    namespaces: NotRequired[list[NamespaceSpec]]
-    network_sets: NotRequired[list[NetworkSetSpec]]
-    nodes: NotRequired[list[NodeSpec]]
-    policies: NotRequired[list[PolicySpec]]
-    profiles: NotRequired[list[ProfileSpec]]
+    endpoints: NotRequired["list[EndpointSpec]"]
+    namespaces: NotRequired["list[NamespaceSpec]"]
+    network_sets: NotRequired["list[NetworkSetSpec]"]
+    nodes: NotRequired["list[NodeSpec]"]
+    policies: NotRequired["list[PolicySpec]"]
+    profiles: NotRequired["list[ProfileSpec]"]
     remove_endpoints: NotRequired[list[int]]
     remove_namespaces: NotRequired[list[str]]
     remove_network_sets: NotRequired[list[int]]
@@ -33,9 +31,9 @@ class Delta(TypedDict):
     remove_profiles: NotRequired[list[int]]
     remove_services: NotRequired[list[int]]
     #: Rule lists the policies and profiles of this delta name by position (`RuleSpecs`).
-    rule_lists: NotRequired[list[list[RuleSpec]]]
-    services: NotRequired[list[ServiceSpec]]
-    tiers: NotRequired[list[TierSpec] | None]
+    rule_lists: NotRequired["list[list[RuleSpec]]"]
+    services: NotRequired["list[ServiceSpec]"]
+    tiers: NotRequired["list[TierSpec] | None"]
 
 
 class EndpointSpec(TypedDict):
@@ -55,7 +53,7 @@ class EndpointSpec(TypedDict):
     #: Its name (with the namespace, the order among endpoints sharing an address).
     name: NotRequired[str]
     namespace: NotRequired[str | None]
-    ports: list[ContainerPortSpec]
+    ports: "list[ContainerPortSpec]"
     profiles: list[str]
     #: As written (Service selectors match these).
     raw_labels: dict[str, str]
@@ -73,10 +71,10 @@ class EntitySpec(TypedDict):
     nets: list[str]
     node_selector: NotRequired[str | None]
     not_nets: list[str]
-    not_ports: list[PortSpec]
+    not_ports: "list[PortSpec]"
     not_same_labels: list[str]
     not_selector: NotRequired[str | None]
-    ports: list[PortSpec]
+    ports: "list[PortSpec]"
     same_labels: list[str]
     selector: NotRequired[str | None]
     service: NotRequired[tuple[str, str] | None]
@@ -118,16 +116,16 @@ class NodeSpec(TypedDict):
 
 
 class PolicySpec(TypedDict):
-    egress: RuleSpecs
+    egress: "RuleSpecs"
     id: NotRequired[int]
-    ingress: RuleSpecs
+    ingress: "RuleSpecs"
     kind: NotRequired[str]
     name: NotRequired[str]
     namespace: NotRequired[str | None]
     #: The sort key within the tier (docs/architecture.md §3, felix's policy_sorter): order (None last),
     #: then kind, namespace, name.
     order: NotRequired[float | None]
-    subject: SubjectSpec
+    subject: "SubjectSpec"
     tier: str
     types: list[str]
 
@@ -140,23 +138,23 @@ class PortSpec(TypedDict):
 
 
 class ProfileSpec(TypedDict):
-    egress: RuleSpecs
+    egress: "RuleSpecs"
     id: NotRequired[int]
-    ingress: RuleSpecs
+    ingress: "RuleSpecs"
     name: str
 
 
 class RuleSpec(TypedDict):
     action: str
-    destinations: list[EntitySpec]
+    destinations: "list[EntitySpec]"
     #: Calico's `http` match (`Rule.http`): the connection's request must match.
-    http: NotRequired[HttpSpec | None]
-    icmp: NotRequired[IcmpSpec | None]
+    http: NotRequired["HttpSpec | None"]
+    icmp: NotRequired["IcmpSpec | None"]
     ip_version: NotRequired[int | None]
-    not_icmp: NotRequired[IcmpSpec | None]
+    not_icmp: NotRequired["IcmpSpec | None"]
     not_protocols: list[int]
     protocols: NotRequired[list[int] | None]
-    sources: list[EntitySpec]
+    sources: "list[EntitySpec]"
 
 
 RuleSpecs: TypeAlias = list[RuleSpec] | int
@@ -165,7 +163,7 @@ RuleSpecs: TypeAlias = list[RuleSpec] | int
 class ServicePortSpec(TypedDict):
     port: int
     protocol: int
-    target_port: NotRequired[TargetPort | None]
+    target_port: NotRequired["TargetPort | None"]
 
 
 class ServiceSpec(TypedDict):
@@ -173,19 +171,19 @@ class ServiceSpec(TypedDict):
     ips: list[str]
     name: str
     namespace: str
-    ports: list[ServicePortSpec]
+    ports: "list[ServicePortSpec]"
     selector: NotRequired[dict[str, str] | None]
 
 
 class Spec(TypedDict):
-    endpoints: list[EndpointSpec]
+    endpoints: "list[EndpointSpec]"
     namespaces: dict[str, dict[str, str]]
-    network_sets: list[NetworkSetSpec]
-    nodes: list[NodeSpec]
-    policies: list[PolicySpec]
-    profiles: list[ProfileSpec]
-    services: list[ServiceSpec]
-    tiers: list[TierSpec]
+    network_sets: "list[NetworkSetSpec]"
+    nodes: "list[NodeSpec]"
+    policies: "list[PolicySpec]"
+    profiles: "list[ProfileSpec]"
+    services: "list[ServiceSpec]"
+    tiers: "list[TierSpec]"
 
 
 class SubjectSpec(TypedDict):

@@ -22,8 +22,6 @@ const HEADER: &str = "\"\"\"The engine spec's JSON as `pyclassify.engine` writes
 fails while this file differs from what the generator writes. The engine refuses a key that is
 not declared here.\"\"\"
 
-from __future__ import annotations
-
 from typing import NotRequired, TypeAlias, TypedDict
 ";
 
@@ -76,7 +74,10 @@ fn declaration(name: &str, def: &Value) -> String {
                 out.push_str(&format!("    #: {line}\n").replace("#: \n", "#:\n"));
             }
         }
+        // A type naming another definition is quoted: definitions are in name order, and a
+        // string annotation keeps `NotRequired` visible to `TypedDict` (`__required_keys__`).
         let ty = python_type(schema);
+        let ty = if mentions_definition(&ty) { format!("\"{ty}\"") } else { ty };
         if required.contains(&field.as_str()) {
             out.push_str(&format!("    {field}: {ty}\n"));
         } else {
@@ -84,6 +85,11 @@ fn declaration(name: &str, def: &Value) -> String {
         }
     }
     out
+}
+
+fn mentions_definition(ty: &str) -> bool {
+    ty.split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+        .any(|w| w != "None" && w.starts_with(|c: char| c.is_ascii_uppercase()))
 }
 
 fn description(schema: &Value) -> Option<String> {
