@@ -70,8 +70,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         n = BATCH if args.single else N
         i = np.arange(n, dtype=np.uint32)
-        path = write_tcp_capture(Path(tmp) / "million.pcap", n, 1024 + i % 60000, src_low_bytes=i % 250,
-                                 vxlan=args.vxlan)
+        path = write_tcp_capture(
+            Path(tmp) / "million.pcap", n, 1024 + i % 60000, src_low_bytes=i % 250, vxlan=args.vxlan
+        )
         if args.single:
             rate(builds["baseline" if args.single == "baseline" else "this checkout"], path, n)
             return
@@ -81,11 +82,15 @@ def main() -> None:
                 rates[name].append(rate(native, path))
     for name, rs in rates.items():
         rs.sort()
-        print(f"{name}: best {rs[-1] / 1e6:.2f} M packets/s, median {rs[len(rs) // 2] / 1e6:.2f} "
-              f"({args.rounds} rounds, in turns)")
+        print(
+            f"{name}: best {rs[-1] / 1e6:.2f} M packets/s, median {rs[len(rs) // 2] / 1e6:.2f} "
+            f"({args.rounds} rounds, in turns)"
+        )
     base, ours = sorted(rates["baseline"]), sorted(rates["this checkout"])
-    print(f"this checkout / baseline: {ours[len(ours) // 2] / base[len(base) // 2]:.3f} (medians), "
-          f"{ours[-1] / base[-1]:.3f} (best)")
+    print(
+        f"this checkout / baseline: {ours[len(ours) // 2] / base[len(base) // 2]:.3f} (medians), "
+        f"{ours[-1] / base[-1]:.3f} (best)"
+    )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 FRAME = 74  # Ethernet + IPv4 + TCP (ACK) + 20 bytes of payload
-ETHERNET = bytes.fromhex("020000000002" "020000000001" "0800")  # IPv4, between two made-up MACs
+ETHERNET = bytes.fromhex("0200000000020200000000010800")  # IPv4, between two made-up MACs
 PCAP_HEADER = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 262144, 1)  # µs timestamps, Ethernet
 EPOCH = 1767225600  # the captures' first second
 
@@ -41,8 +41,9 @@ def pcap_record(t_us: int, frame: bytes) -> bytes:
     return struct.pack("<IIII", EPOCH + t_us // 1_000_000, t_us % 1_000_000, len(frame), len(frame)) + frame
 
 
-def write_tcp_capture(path: Path, n: int, sports: np.ndarray, src_low_bytes: np.ndarray | None = None,
-                      vxlan: bool = False) -> Path:
+def write_tcp_capture(
+    path: Path, n: int, sports: np.ndarray, src_low_bytes: np.ndarray | None = None, vxlan: bool = False
+) -> Path:
     """A pcap of ``n`` frames 10.0.1.10 -> 10.0.2.20:8080 (``examples/demo``'s web -> api) with the
     given source ports (and, optionally, varying low bytes of the source address), read once so it
     is in the page cache. ``vxlan``: each frame inside VXLAN between two nodes (``vxlan_frame``)."""
@@ -60,7 +61,7 @@ def write_tcp_capture(path: Path, n: int, sports: np.ndarray, src_low_bytes: np.
     recs["usec"] = (i % 100000) * 10
     recs["caplen"] = recs["len"] = len(frame)
     recs["frame"] = template
-    recs["frame"][:, at + 34:at + 36] = sports.astype(">u2").view(np.uint8).reshape(n, 2)
+    recs["frame"][:, at + 34 : at + 36] = sports.astype(">u2").view(np.uint8).reshape(n, 2)
     if src_low_bytes is not None:
         recs["frame"][:, at + 29] = src_low_bytes.astype(np.uint8)
     with open(path, "wb") as f:
@@ -85,11 +86,13 @@ def write_http_capture(path: Path, connections: int) -> Path:
     for k in range(connections):
         sport, c, s = 10000 + k % 50000, 1000, 5000
         request = f"GET /public/item/{k:06d} HTTP/1.1\r\nHost: api.backend\r\n\r\n".encode()
-        for f in (frame(web, api, sport, 8080, c, 0, 0x02, b""),
-                  frame(api, web, 8080, sport, s, c + 1, 0x12, b""),
-                  frame(web, api, sport, 8080, c + 1, s + 1, 0x18, request),
-                  frame(api, web, 8080, sport, s + 1, c + 1 + len(request), 0x18, answer),
-                  frame(web, api, sport, 8080, c + 1 + len(request), s + 1 + len(answer), 0x10, b"")):
+        for f in (
+            frame(web, api, sport, 8080, c, 0, 0x02, b""),
+            frame(api, web, 8080, sport, s, c + 1, 0x12, b""),
+            frame(web, api, sport, 8080, c + 1, s + 1, 0x18, request),
+            frame(api, web, 8080, sport, s + 1, c + 1 + len(request), 0x18, answer),
+            frame(web, api, sport, 8080, c + 1 + len(request), s + 1 + len(answer), 0x10, b""),
+        ):
             t += 10
             out.append(pcap_record(t, f))
     path.write_bytes(b"".join(out))
@@ -124,12 +127,17 @@ def dns_message(qid: int, name: str, answer: tuple[bytes, int] | None = None) ->
     if answer is None:
         return struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + question
     address, ttl = answer  # the record's name: a pointer to the question's (offset 12)
-    return (struct.pack(">HHHHHH", qid, 0x8180, 1, 1, 0, 0) + question
-            + struct.pack(">HHHIH", 0xC00C, 1, 1, ttl, len(address)) + address)
+    return (
+        struct.pack(">HHHHHH", qid, 0x8180, 1, 1, 0, 0)
+        + question
+        + struct.pack(">HHHIH", 0xC00C, 1, 1, ttl, len(address))
+        + address
+    )
 
 
-def write_dns_capture(paths: list[Path], rounds: int, server: str = "10.0.9.53",
-                      seed: int = 1) -> tuple[list[tuple[int, str, int, int]], list[tuple[int, int]]]:
+def write_dns_capture(
+    paths: list[Path], rounds: int, server: str = "10.0.9.53", seed: int = 1
+) -> tuple[list[tuple[int, str, int, int]], list[tuple[int, int]]]:
     """Captures (``rounds`` spread over ``paths``, in order) of web (10.0.1.10, ``examples/demo``)
     asking ``server`` for a name every half second and then opening a TCP connection to port 443
     of one of 32 outside addresses (198.18.0.x) a quarter of a second later: a query, its answer
@@ -157,12 +165,13 @@ def write_dns_capture(paths: list[Path], rounds: int, server: str = "10.0.9.53",
         frames.append((t + 251_000, ip(dst, web, 6, tcp(443, syn_port, 5000, 1001, 0x12))))
     per = -(-len(frames) // len(paths))
     for i, path in enumerate(paths):
-        path.write_bytes(PCAP_HEADER + b"".join(pcap_record(t, f) for t, f in frames[i * per:(i + 1) * per]))
+        path.write_bytes(PCAP_HEADER + b"".join(pcap_record(t, f) for t, f in frames[i * per : (i + 1) * per]))
     return answers, syns
 
 
-def syns_allowed(answers: list[tuple[int, str, int, int]], syns: list[tuple[int, int]],
-                 names: tuple[str, ...]) -> list[bool]:
+def syns_allowed(
+    answers: list[tuple[int, str, int, int]], syns: list[tuple[int, int]], names: tuple[str, ...]
+) -> list[bool]:
     """Per SYN of ``write_dns_capture``: whether an earlier answer for one of ``names`` taught its
     address, within the answer's TTL (no SYN falls on an expiry: those are whole half seconds)."""
     windows: dict[int, list[tuple[int, int]]] = {}

@@ -72,9 +72,28 @@ FIRST_RESOURCE_VERSION = 4_000_000
 # Kubernetes' rand.SafeEncodeString alphabet: pod name suffixes and pod-template-hash values.
 SAFE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
-TEAMS = ("payments", "checkout", "catalog", "search", "identity", "growth", "ads", "messaging",
-         "media", "billing", "logistics", "support", "analytics", "risk", "platform", "mobile",
-         "partners", "reviews", "loyalty", "pricing")
+TEAMS = (
+    "payments",
+    "checkout",
+    "catalog",
+    "search",
+    "identity",
+    "growth",
+    "ads",
+    "messaging",
+    "media",
+    "billing",
+    "logistics",
+    "support",
+    "analytics",
+    "risk",
+    "platform",
+    "mobile",
+    "partners",
+    "reviews",
+    "loyalty",
+    "pricing",
+)
 ENVS = ("prod", "staging", "dev")
 ENV_WEIGHTS = (5, 3, 2)
 ZONES = ("eu-west-1a", "eu-west-1b", "eu-west-1c")
@@ -96,37 +115,108 @@ class Archetype:
 
 ARCHETYPES = (
     Archetype("web", "frontend", "Deployment", "nginx:1.27.3", (("http", 8080, TCP), ("metrics", 9113, TCP)), (2, 12)),
-    Archetype("storefront", "frontend", "Deployment", "registry.example.com/shop/storefront:4.12.0",
-              (("http", 3000, TCP), ("metrics", 9090, TCP)), (2, 16)),
-    Archetype("gateway", "frontend", "Deployment", "envoyproxy/envoy:v1.32.2",
-              (("https", 8443, TCP), ("http", 8080, TCP), ("admin", 9901, TCP)), (2, 10)),
-    Archetype("api", "backend", "Deployment", "registry.example.com/svc/api:2.31.4",
-              (("http", 8080, TCP), ("grpc", 9000, TCP), ("metrics", 9090, TCP)), (2, 20)),
-    Archetype("orders", "backend", "Deployment", "registry.example.com/svc/orders:1.9.0",
-              (("grpc", 50051, TCP), ("metrics", 9090, TCP)), (2, 12)),
-    Archetype("payments", "backend", "Deployment", "registry.example.com/svc/payments:3.2.7",
-              (("grpc", 50051, TCP), ("metrics", 9090, TCP)), (2, 8)),
-    Archetype("catalog", "backend", "Deployment", "registry.example.com/svc/catalog:0.44.1",
-              (("http", 8000, TCP), ("metrics", 9090, TCP)), (1, 10)),
-    Archetype("auth", "backend", "Deployment", "registry.example.com/svc/auth:5.0.3",
-              (("http", 8080, TCP), ("grpc", 9000, TCP)), (2, 6)),
-    Archetype("notifier", "backend", "Deployment", "registry.example.com/svc/notifier:1.1.12",
-              (("http", 8080, TCP), ("metrics", 9090, TCP)), (1, 4)),
-    Archetype("worker", "worker", "Deployment", "registry.example.com/svc/worker:2.31.4",
-              (("metrics", 9090, TCP),), (1, 24)),
-    Archetype("scheduler", "worker", "Deployment", "registry.example.com/svc/scheduler:2.31.4",
-              (("metrics", 9090, TCP),), (1, 2)),
-    Archetype("statsd", "worker", "Deployment", "prom/statsd-exporter:v0.28.0",
-              (("statsd", 9125, UDP), ("metrics", 9102, TCP)), (1, 2)),
+    Archetype(
+        "storefront",
+        "frontend",
+        "Deployment",
+        "registry.example.com/shop/storefront:4.12.0",
+        (("http", 3000, TCP), ("metrics", 9090, TCP)),
+        (2, 16),
+    ),
+    Archetype(
+        "gateway",
+        "frontend",
+        "Deployment",
+        "envoyproxy/envoy:v1.32.2",
+        (("https", 8443, TCP), ("http", 8080, TCP), ("admin", 9901, TCP)),
+        (2, 10),
+    ),
+    Archetype(
+        "api",
+        "backend",
+        "Deployment",
+        "registry.example.com/svc/api:2.31.4",
+        (("http", 8080, TCP), ("grpc", 9000, TCP), ("metrics", 9090, TCP)),
+        (2, 20),
+    ),
+    Archetype(
+        "orders",
+        "backend",
+        "Deployment",
+        "registry.example.com/svc/orders:1.9.0",
+        (("grpc", 50051, TCP), ("metrics", 9090, TCP)),
+        (2, 12),
+    ),
+    Archetype(
+        "payments",
+        "backend",
+        "Deployment",
+        "registry.example.com/svc/payments:3.2.7",
+        (("grpc", 50051, TCP), ("metrics", 9090, TCP)),
+        (2, 8),
+    ),
+    Archetype(
+        "catalog",
+        "backend",
+        "Deployment",
+        "registry.example.com/svc/catalog:0.44.1",
+        (("http", 8000, TCP), ("metrics", 9090, TCP)),
+        (1, 10),
+    ),
+    Archetype(
+        "auth",
+        "backend",
+        "Deployment",
+        "registry.example.com/svc/auth:5.0.3",
+        (("http", 8080, TCP), ("grpc", 9000, TCP)),
+        (2, 6),
+    ),
+    Archetype(
+        "notifier",
+        "backend",
+        "Deployment",
+        "registry.example.com/svc/notifier:1.1.12",
+        (("http", 8080, TCP), ("metrics", 9090, TCP)),
+        (1, 4),
+    ),
+    Archetype(
+        "worker", "worker", "Deployment", "registry.example.com/svc/worker:2.31.4", (("metrics", 9090, TCP),), (1, 24)
+    ),
+    Archetype(
+        "scheduler",
+        "worker",
+        "Deployment",
+        "registry.example.com/svc/scheduler:2.31.4",
+        (("metrics", 9090, TCP),),
+        (1, 2),
+    ),
+    Archetype(
+        "statsd",
+        "worker",
+        "Deployment",
+        "prom/statsd-exporter:v0.28.0",
+        (("statsd", 9125, UDP), ("metrics", 9102, TCP)),
+        (1, 2),
+    ),
     Archetype("redis", "cache", "StatefulSet", "redis:7.4.1", (("redis", 6379, TCP), ("metrics", 9121, TCP)), (1, 6)),
     Archetype("memcached", "cache", "Deployment", "memcached:1.6.32", (("memcache", 11211, TCP),), (1, 4)),
-    Archetype("postgres", "db", "StatefulSet", "postgres:17.2", (("postgres", 5432, TCP), ("metrics", 9187, TCP)), (1, 3)),
-    Archetype("elasticsearch", "db", "StatefulSet", "elasticsearch:8.16.1",
-              (("http", 9200, TCP), ("transport", 9300, TCP)), (1, 5)),
-    Archetype("kafka", "queue", "StatefulSet", "apache/kafka:3.9.0",
-              (("kafka", 9092, TCP), ("controller", 9093, TCP)), (1, 5)),
-    Archetype("rabbitmq", "queue", "StatefulSet", "rabbitmq:4.0.4",
-              (("amqp", 5672, TCP), ("management", 15672, TCP)), (1, 3)),
+    Archetype(
+        "postgres", "db", "StatefulSet", "postgres:17.2", (("postgres", 5432, TCP), ("metrics", 9187, TCP)), (1, 3)
+    ),
+    Archetype(
+        "elasticsearch",
+        "db",
+        "StatefulSet",
+        "elasticsearch:8.16.1",
+        (("http", 9200, TCP), ("transport", 9300, TCP)),
+        (1, 5),
+    ),
+    Archetype(
+        "kafka", "queue", "StatefulSet", "apache/kafka:3.9.0", (("kafka", 9092, TCP), ("controller", 9093, TCP)), (1, 5)
+    ),
+    Archetype(
+        "rabbitmq", "queue", "StatefulSet", "rabbitmq:4.0.4", (("amqp", 5672, TCP), ("management", 15672, TCP)), (1, 3)
+    ),
 )
 # Who calls whom inside a namespace: callee tier -> caller tiers.
 CALLERS = {
@@ -207,9 +297,19 @@ class Cluster:
     team_namespaces: list[str] = field(default_factory=list)
     clock: _Clock | None = None
 
-    KINDS = ("nodes", "namespaces", "service_accounts", "services", "pods", "network_policies",
-             "admin_network_policies", "baseline_admin_network_policies", "tiers",
-             "global_network_sets", "global_network_policies")
+    KINDS = (
+        "nodes",
+        "namespaces",
+        "service_accounts",
+        "services",
+        "pods",
+        "network_policies",
+        "admin_network_policies",
+        "baseline_admin_network_policies",
+        "tiers",
+        "global_network_sets",
+        "global_network_policies",
+    )
 
     def objects(self, detail: str = "full") -> list[dict]:
         """Every object, cluster-wide kinds and inventory first, in a fixed order. ``detail``
@@ -394,8 +494,12 @@ def _nodes(cluster: Cluster, rng: random.Random, workers: int) -> None:
             "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
             "status": {
                 "addresses": [{"address": ip, "type": "InternalIP"}, {"address": name, "type": "Hostname"}],
-                "nodeInfo": {"architecture": "amd64", "containerRuntimeVersion": "containerd://1.7.24",
-                             "kubeletVersion": "v1.31.4", "operatingSystem": "linux"},
+                "nodeInfo": {
+                    "architecture": "amd64",
+                    "containerRuntimeVersion": "containerd://1.7.24",
+                    "kubeletVersion": "v1.31.4",
+                    "operatingSystem": "linux",
+                },
             },
         }
         if not control_plane:
@@ -435,16 +539,34 @@ def _namespaces(cluster: Cluster, rng: random.Random, teams: int) -> None:
         cluster.team_namespaces.append(name)
 
 
-def _new_app(cluster: Cluster, rng: random.Random, namespace: str, name: str, archetype: Archetype,
-             pods: int, own_account: bool, controller: str | None = None, **kw: Any) -> App:
+def _new_app(
+    cluster: Cluster,
+    rng: random.Random,
+    namespace: str,
+    name: str,
+    archetype: Archetype,
+    pods: int,
+    own_account: bool,
+    controller: str | None = None,
+    **kw: Any,
+) -> App:
     controller = controller or archetype.controller
     major, minor = rng.randint(1, 6), rng.randint(0, 40)
     versions = [f"v{major}.{minor}.{rng.randint(0, 9)}"]
     if controller == "Deployment" and pods >= 4 and rng.random() < 0.15:
         versions.append(f"v{major}.{minor + 1}.0")  # a rollout under way: two ReplicaSets
     revisions = [(v, _safe(rng, rng.choice((9, 10))), cluster.clock.uid()) for v in versions]
-    app = App(namespace, name, archetype, name if own_account else "default", revisions, controller,
-              ports=archetype.ports, planned=pods, **kw)
+    app = App(
+        namespace,
+        name,
+        archetype,
+        name if own_account else "default",
+        revisions,
+        controller,
+        ports=archetype.ports,
+        planned=pods,
+        **kw,
+    )
     cluster.apps[(namespace, name)] = app
     cluster.apps_by_namespace.setdefault(namespace, []).append(app)
     return app
@@ -454,25 +576,61 @@ def _system_apps(cluster: Cluster, rng: random.Random) -> int:
     """kube-dns and metrics-server in kube-system; Prometheus, kube-state-metrics and a
     host-network node-exporter (on every tenth node) in monitoring. Returns their pod count."""
     pods = cluster.pods_requested
-    dns = Archetype("coredns", "dns", "Deployment", "registry.k8s.io/coredns/coredns:v1.11.3",
-                    (("dns", 53, UDP), ("dns-tcp", 53, TCP), ("metrics", 9153, TCP)), (2, 2))
-    app = _new_app(cluster, rng, "kube-system", "coredns", dns, max(2, pods // 2500), True,
-                   extra_labels={"k8s-app": "kube-dns"})
+    dns = Archetype(
+        "coredns",
+        "dns",
+        "Deployment",
+        "registry.k8s.io/coredns/coredns:v1.11.3",
+        (("dns", 53, UDP), ("dns-tcp", 53, TCP), ("metrics", 9153, TCP)),
+        (2, 2),
+    )
+    app = _new_app(
+        cluster, rng, "kube-system", "coredns", dns, max(2, pods // 2500), True, extra_labels={"k8s-app": "kube-dns"}
+    )
     app.revisions = app.revisions[:1]
-    metrics = Archetype("metrics-server", "monitoring", "Deployment", "registry.k8s.io/metrics-server/metrics-server:v0.7.2",
-                        (("https", 10250, TCP),), (1, 1))
-    _new_app(cluster, rng, "kube-system", "metrics-server", metrics, 1, True,
-             extra_labels={"k8s-app": "metrics-server"})
-    prometheus = Archetype("prometheus", "monitoring", "StatefulSet", "quay.io/prometheus/prometheus:v3.0.1",
-                           (("web", 9090, TCP),), (2, 2))
+    metrics = Archetype(
+        "metrics-server",
+        "monitoring",
+        "Deployment",
+        "registry.k8s.io/metrics-server/metrics-server:v0.7.2",
+        (("https", 10250, TCP),),
+        (1, 1),
+    )
+    _new_app(
+        cluster, rng, "kube-system", "metrics-server", metrics, 1, True, extra_labels={"k8s-app": "metrics-server"}
+    )
+    prometheus = Archetype(
+        "prometheus", "monitoring", "StatefulSet", "quay.io/prometheus/prometheus:v3.0.1", (("web", 9090, TCP),), (2, 2)
+    )
     _new_app(cluster, rng, "monitoring", "prometheus", prometheus, 2, True)
-    ksm = Archetype("kube-state-metrics", "monitoring", "Deployment", "registry.k8s.io/kube-state-metrics/kube-state-metrics:v2.14.0",
-                    (("http-metrics", 8080, TCP), ("telemetry", 8081, TCP)), (1, 1))
+    ksm = Archetype(
+        "kube-state-metrics",
+        "monitoring",
+        "Deployment",
+        "registry.k8s.io/kube-state-metrics/kube-state-metrics:v2.14.0",
+        (("http-metrics", 8080, TCP), ("telemetry", 8081, TCP)),
+        (1, 1),
+    )
     _new_app(cluster, rng, "monitoring", "kube-state-metrics", ksm, 1, True)
-    exporter = Archetype("node-exporter", "monitoring", "DaemonSet", "quay.io/prometheus/node-exporter:v1.8.2",
-                         (("metrics", 9100, TCP),), (1, 1))
-    app = _new_app(cluster, rng, "monitoring", "node-exporter", exporter, math.ceil(len(cluster.node_slots) / 10),
-                   True, controller="DaemonSet", host_network=True)
+    exporter = Archetype(
+        "node-exporter",
+        "monitoring",
+        "DaemonSet",
+        "quay.io/prometheus/node-exporter:v1.8.2",
+        (("metrics", 9100, TCP),),
+        (1, 1),
+    )
+    app = _new_app(
+        cluster,
+        rng,
+        "monitoring",
+        "node-exporter",
+        exporter,
+        math.ceil(len(cluster.node_slots) / 10),
+        True,
+        controller="DaemonSet",
+        host_network=True,
+    )
     app.revisions = app.revisions[:1]
     return sum(a.planned for a in cluster.apps.values())
 
@@ -560,8 +718,13 @@ def _exposed_apps(cluster: Cluster) -> list[App]:
         entry = app.tier == "frontend" and app.namespace not in entry_points
         if entry:
             entry_points.add(app.namespace)
-        if app.namespace in SYSTEM_NAMESPACES and not app.host_network and app.name != "kube-state-metrics" \
-                or entry or key in called:
+        if (
+            app.namespace in SYSTEM_NAMESPACES
+            and not app.host_network
+            and app.name != "kube-state-metrics"
+            or entry
+            or key in called
+        ):
             out.append(app)
     return out
 
@@ -666,19 +829,23 @@ def _add_pod(cluster: Cluster, rng: random.Random, app: App, revision: int | Non
         slot.next_host += 1
     meta = clock.metadata(name, app.namespace, step=3)
     meta["labels"] = labels
-    meta["ownerReferences"] = [{
-        "apiVersion": "apps/v1",
-        "controller": True,
-        "kind": owner_kind,
-        "name": owner,
-        "uid": owner_uid,
-    }]
+    meta["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "controller": True,
+            "kind": owner_kind,
+            "name": owner,
+            "uid": owner_uid,
+        }
+    ]
     if any(p[0] == "metrics" for p in app.ports) and rng.random() < 0.1:
         port = next(p[1] for p in app.ports if p[0] == "metrics")
         meta["annotations"] = {"prometheus.io/port": str(port), "prometheus.io/scrape": "true"}
     container = {
         # The teams' own images are tagged with the app's version.
-        "image": f"{arch.image.rsplit(':', 1)[0]}:{version[1:]}" if arch.image.startswith("registry.example.com/") else arch.image,
+        "image": f"{arch.image.rsplit(':', 1)[0]}:{version[1:]}"
+        if arch.image.startswith("registry.example.com/")
+        else arch.image,
         "name": arch.name,
         "ports": [{"containerPort": n, "name": p, "protocol": proto} for p, n, proto in app.ports],
     }
@@ -731,8 +898,9 @@ def _policy_weights(cluster: Cluster, rng: random.Random) -> list[float]:
     return weights
 
 
-def _namespace_policies(cluster: Cluster, rng: random.Random, namespace: str, count: int,
-                        edges: list[Edge], featured: str) -> list[dict]:
+def _namespace_policies(
+    cluster: Cluster, rng: random.Random, namespace: str, count: int, edges: list[Edge], featured: str
+) -> list[dict]:
     """``count`` NetworkPolicies of a namespace: a default deny first in most namespaces, then
     the intended edges and the other usual shapes, shuffled, cut at ``count``."""
     env = cluster.namespace_labels(namespace)["env"]
@@ -741,9 +909,16 @@ def _namespace_policies(cluster: Cluster, rng: random.Random, namespace: str, co
     if rng.random() < deny_odds:
         if rng.random() < 0.15 and count >= 2:
             specs.append(("default-deny-all", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}))
-            specs.append(("allow-dns-egress", {"podSelector": {}, "policyTypes": ["Egress"],
-                                               "egress": [{"ports": DNS_PORTS, "to": [_dns_peer()]},
-                                                          {"to": [{"podSelector": {}}]}]}))
+            specs.append(
+                (
+                    "allow-dns-egress",
+                    {
+                        "podSelector": {},
+                        "policyTypes": ["Egress"],
+                        "egress": [{"ports": DNS_PORTS, "to": [_dns_peer()]}, {"to": [{"podSelector": {}}]}],
+                    },
+                )
+            )
         else:
             specs.append(("default-deny-ingress", {"podSelector": {}, "policyTypes": ["Ingress"]}))
     candidates = list(_edge_policies(cluster, rng, namespace, edges))
@@ -765,8 +940,9 @@ def _namespace_policies(cluster: Cluster, rng: random.Random, namespace: str, co
     return [_netpol(cluster, namespace, name, spec) for name, spec in specs[:count]]
 
 
-def _edge_policies(cluster: Cluster, rng: random.Random, namespace: str,
-                   edges_into: list[Edge]) -> Iterator[tuple[str, dict]]:
+def _edge_policies(
+    cluster: Cluster, rng: random.Random, namespace: str, edges_into: list[Edge]
+) -> Iterator[tuple[str, dict]]:
     """Ingress allows for the edges into this namespace: one policy per server listing its
     clients (some teams write one policy per client instead)."""
     by_server: dict[str, list[Edge]] = {}
@@ -790,11 +966,14 @@ def _edge_policies(cluster: Cluster, rng: random.Random, namespace: str,
             name = f"allow-{group[0].client_app}-to-{server}" if per_client else f"{server}-ingress"
             if per_client and group[0].client_namespace != namespace:
                 name = f"allow-{group[0].client_namespace}-{group[0].client_app}-to-{server}"[:63].rstrip("-")
-            yield name, {
-                "ingress": [{"from": peers, "ports": [{"port": p, "protocol": proto} for p, proto in ports]}],
-                "podSelector": {"matchLabels": {"app": server}},
-                "policyTypes": ["Ingress"],
-            }
+            yield (
+                name,
+                {
+                    "ingress": [{"from": peers, "ports": [{"port": p, "protocol": proto} for p, proto in ports]}],
+                    "podSelector": {"matchLabels": {"app": server}},
+                    "policyTypes": ["Ingress"],
+                },
+            )
 
 
 def _port_protocol(cluster: Cluster, edge: Edge) -> str:
@@ -802,21 +981,38 @@ def _port_protocol(cluster: Cluster, edge: Edge) -> str:
     return next(proto for name, _, proto in app.ports if name == edge.port_name)
 
 
-POLICY_SHAPES = ("monitoring", "egress-internet", "datastore", "quarantine", "same-namespace",
-                 "node-ports", "tier-ingress", "partner-cidr")
+POLICY_SHAPES = (
+    "monitoring",
+    "egress-internet",
+    "datastore",
+    "quarantine",
+    "same-namespace",
+    "node-ports",
+    "tier-ingress",
+    "partner-cidr",
+)
 
 
-def _policy_shape(cluster: Cluster, rng: random.Random, namespace: str, shape: str,
-                  variant: int = 0) -> tuple[str, dict | None]:
+def _policy_shape(
+    cluster: Cluster, rng: random.Random, namespace: str, shape: str, variant: int = 0
+) -> tuple[str, dict | None]:
     """One of the usual NetworkPolicy shapes for this namespace (None if it has no app for it)."""
     apps = _apps_of(cluster, namespace)
     suffix = f"-{variant}" if variant else ""
     by_tier = lambda *tiers: [a for a in apps if a.tier in tiers]  # noqa: E731
     if shape == "monitoring":
         return f"allow-prometheus-scrape{suffix}", {
-            "ingress": [{"from": [{"namespaceSelector": _ns_name("monitoring"),
-                                   "podSelector": {"matchLabels": {"app": "prometheus"}}}],
-                         "ports": [{"port": "metrics", "protocol": TCP}]}],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "namespaceSelector": _ns_name("monitoring"),
+                            "podSelector": {"matchLabels": {"app": "prometheus"}},
+                        }
+                    ],
+                    "ports": [{"port": "metrics", "protocol": TCP}],
+                }
+            ],
             "podSelector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]},
             "policyTypes": ["Ingress"],
         }
@@ -827,8 +1023,10 @@ def _policy_shape(cluster: Cluster, rng: random.Random, namespace: str, shape: s
         app = rng.choice(candidates)
         return f"{app.name}-egress{suffix}", {
             "egress": [
-                {"ports": [{"port": 443, "protocol": TCP}],
-                 "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": PRIVATE_NETS + [METADATA_NET]}}]},
+                {
+                    "ports": [{"port": 443, "protocol": TCP}],
+                    "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": PRIVATE_NETS + [METADATA_NET]}}],
+                },
                 {"ports": DNS_PORTS, "to": [_dns_peer()]},
                 {"to": [{"podSelector": {}}]},
             ],
@@ -841,13 +1039,26 @@ def _policy_shape(cluster: Cluster, rng: random.Random, namespace: str, shape: s
             return "", None
         store = rng.choice(stores)
         return f"{store.name}-lockdown{suffix}", {
-            "egress": [{"to": [{"podSelector": {"matchLabels": {"app": store.name}}}]},
-                       {"ports": DNS_PORTS, "to": [_dns_peer()]}],
-            "ingress": [{"from": [{"podSelector": {"matchExpressions": [
-                            {"key": "tier", "operator": "In", "values": ["backend", "worker"]},
-                            {"key": "quarantine", "operator": "DoesNotExist"}]}}],
-                         "ports": [{"port": store.ports[0][0], "protocol": TCP}]},
-                        {"from": [{"podSelector": {"matchLabels": {"app": store.name}}}]}],
+            "egress": [
+                {"to": [{"podSelector": {"matchLabels": {"app": store.name}}}]},
+                {"ports": DNS_PORTS, "to": [_dns_peer()]},
+            ],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "podSelector": {
+                                "matchExpressions": [
+                                    {"key": "tier", "operator": "In", "values": ["backend", "worker"]},
+                                    {"key": "quarantine", "operator": "DoesNotExist"},
+                                ]
+                            }
+                        }
+                    ],
+                    "ports": [{"port": store.ports[0][0], "protocol": TCP}],
+                },
+                {"from": [{"podSelector": {"matchLabels": {"app": store.name}}}]},
+            ],
             "podSelector": {"matchLabels": {"app": store.name}},
             "policyTypes": ["Ingress", "Egress"],
         }
@@ -868,10 +1079,18 @@ def _policy_shape(cluster: Cluster, rng: random.Random, namespace: str, shape: s
             return "", None
         app = rng.choice(fronts)
         return f"{app.name}-from-load-balancers{suffix}", {
-            "ingress": [{"from": [{"ipBlock": {"cidr": "192.168.0.0/16", "except": ["192.168.255.0/24"]}},
-                                  {"ipBlock": {"cidr": INTERNET_CLIENTS}}],
-                         "ports": [{"endPort": 8099, "port": 8000, "protocol": TCP},
-                                   {"port": app.ports[0][0], "protocol": TCP}]}],
+            "ingress": [
+                {
+                    "from": [
+                        {"ipBlock": {"cidr": "192.168.0.0/16", "except": ["192.168.255.0/24"]}},
+                        {"ipBlock": {"cidr": INTERNET_CLIENTS}},
+                    ],
+                    "ports": [
+                        {"endPort": 8099, "port": 8000, "protocol": TCP},
+                        {"port": app.ports[0][0], "protocol": TCP},
+                    ],
+                }
+            ],
             "podSelector": {"matchLabels": {"app": app.name}},
             "policyTypes": ["Ingress"],
         }
@@ -881,10 +1100,21 @@ def _policy_shape(cluster: Cluster, rng: random.Random, namespace: str, shape: s
             return "", None
         app = rng.choice(backs)
         return f"{app.name}-from-tiers{suffix}", {
-            "ingress": [{"from": [{"podSelector": {"matchExpressions": [
-                            {"key": "tier", "operator": "In", "values": ["frontend", "backend"]},
-                            {"key": "app", "operator": "NotIn", "values": [app.name]}]}}],
-                         "ports": [{"port": p, "protocol": proto} for p, _, proto in app.ports[:2]]}],
+            "ingress": [
+                {
+                    "from": [
+                        {
+                            "podSelector": {
+                                "matchExpressions": [
+                                    {"key": "tier", "operator": "In", "values": ["frontend", "backend"]},
+                                    {"key": "app", "operator": "NotIn", "values": [app.name]},
+                                ]
+                            }
+                        }
+                    ],
+                    "ports": [{"port": p, "protocol": proto} for p, _, proto in app.ports[:2]],
+                }
+            ],
             "podSelector": {"matchLabels": {"app": app.name, "tier": "backend"}},
             "policyTypes": ["Ingress"],
         }
@@ -893,8 +1123,12 @@ def _policy_shape(cluster: Cluster, rng: random.Random, namespace: str, shape: s
     app = rng.choice(fronts)
     third = (variant * 7 + rng.randrange(256)) % 256
     return f"allow-partner-{third}{suffix}", {
-        "ingress": [{"from": [{"ipBlock": {"cidr": f"100.64.{third}.0/24", "except": [f"100.64.{third}.128/28"]}}],
-                     "ports": [{"endPort": 8443, "port": 8440, "protocol": TCP}]}],
+        "ingress": [
+            {
+                "from": [{"ipBlock": {"cidr": f"100.64.{third}.0/24", "except": [f"100.64.{third}.128/28"]}}],
+                "ports": [{"endPort": 8443, "port": 8440, "protocol": TCP}],
+            }
+        ],
         "podSelector": {"matchLabels": {"app": app.name}},
         "policyTypes": ["Ingress"],
     }
@@ -914,53 +1148,132 @@ def _admin_policies(cluster: Cluster) -> None:
             "spec": {"priority": priority, **spec},
         }
 
-    anp("allow-cluster-dns", 10, {
-        "egress": [{"action": "Allow", "name": "allow-dns",
-                    "ports": [{"portNumber": {"port": 53, "protocol": UDP}},
-                              {"portNumber": {"port": 53, "protocol": TCP}}],
-                    "to": [{"pods": {"namespaceSelector": _ns_name("kube-system"),
-                                     "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}}]}],
-        "subject": {"namespaces": {}},
-    })
-    anp("allow-monitoring-scrape", 20, {
-        "ingress": [{"action": "Allow", "from": [{"namespaces": _ns_name("monitoring")}], "name": "scrape",
-                     "ports": [{"namedPort": "metrics"},
-                               {"portRange": {"end": 9199, "protocol": TCP, "start": 9100}}]}],
-        "subject": {"namespaces": {"matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]}},
-    })
-    anp("isolate-prod-from-dev", 30, {
-        "egress": [{"action": "Deny", "name": "deny-to-dev", "to": [{"namespaces": {"matchLabels": {"env": "dev"}}}]}],
-        "ingress": [{"action": "Deny", "from": [{"namespaces": {"matchLabels": {"env": "dev"}}}], "name": "deny-from-dev"}],
-        "subject": {"namespaces": {"matchLabels": {"env": "prod"}}},
-    })
-    anp("staging-delegation", 40, {
-        "ingress": [
-            {"action": "Pass", "from": [{"namespaces": {"matchLabels": {"env": "staging"}}}], "name": "pass-from-staging"},
-            {"action": "Deny", "from": [{"namespaces": {"matchExpressions": [
-                {"key": "env", "operator": "In", "values": ["prod", "dev"]}]}}], "name": "deny-datastore-ports",
-             "ports": [{"portRange": {"end": 6999, "protocol": TCP, "start": 5000}}, {"namedPort": "postgres"}]},
-        ],
-        "subject": {"namespaces": {"matchLabels": {"env": "staging"}}},
-    })
-    anp("protect-datastores", 50, {
-        "egress": [
-            {"action": "Deny", "name": "deny-cloud-metadata", "to": [{"networks": [METADATA_NET]}]},
-            {"action": "Deny", "name": "deny-control-plane",
-             "to": [{"nodes": {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}}]},
-        ],
-        "ingress": [
-            {"action": "Pass", "from": [{"pods": {"namespaceSelector": {},
-                                                  "podSelector": {"matchLabels": {"tier": "backend"}}}}],
-             "name": "pass-backends"},
-            {"action": "Deny", "from": [{"pods": {"namespaceSelector": {},
-                                                  "podSelector": {"matchLabels": {"tier": "frontend"}}}}],
-             "name": "deny-frontends", "ports": [{"portRange": {"end": 32767, "protocol": TCP, "start": 1024}}]},
-        ],
-        "subject": {"pods": {"namespaceSelector": {"matchExpressions": [{"key": "env", "operator": "Exists"}]},
-                             "podSelector": {"matchExpressions": [
-                                 {"key": "tier", "operator": "In", "values": ["db", "cache"]}]}}},
-    })
+    anp(
+        "allow-cluster-dns",
+        10,
+        {
+            "egress": [
+                {
+                    "action": "Allow",
+                    "name": "allow-dns",
+                    "ports": [
+                        {"portNumber": {"port": 53, "protocol": UDP}},
+                        {"portNumber": {"port": 53, "protocol": TCP}},
+                    ],
+                    "to": [
+                        {
+                            "pods": {
+                                "namespaceSelector": _ns_name("kube-system"),
+                                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                            }
+                        }
+                    ],
+                }
+            ],
+            "subject": {"namespaces": {}},
+        },
+    )
+    anp(
+        "allow-monitoring-scrape",
+        20,
+        {
+            "ingress": [
+                {
+                    "action": "Allow",
+                    "from": [{"namespaces": _ns_name("monitoring")}],
+                    "name": "scrape",
+                    "ports": [{"namedPort": "metrics"}, {"portRange": {"end": 9199, "protocol": TCP, "start": 9100}}],
+                }
+            ],
+            "subject": {
+                "namespaces": {
+                    "matchExpressions": [
+                        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
+                    ]
+                }
+            },
+        },
+    )
+    anp(
+        "isolate-prod-from-dev",
+        30,
+        {
+            "egress": [
+                {"action": "Deny", "name": "deny-to-dev", "to": [{"namespaces": {"matchLabels": {"env": "dev"}}}]}
+            ],
+            "ingress": [
+                {"action": "Deny", "from": [{"namespaces": {"matchLabels": {"env": "dev"}}}], "name": "deny-from-dev"}
+            ],
+            "subject": {"namespaces": {"matchLabels": {"env": "prod"}}},
+        },
+    )
+    anp(
+        "staging-delegation",
+        40,
+        {
+            "ingress": [
+                {
+                    "action": "Pass",
+                    "from": [{"namespaces": {"matchLabels": {"env": "staging"}}}],
+                    "name": "pass-from-staging",
+                },
+                {
+                    "action": "Deny",
+                    "from": [
+                        {
+                            "namespaces": {
+                                "matchExpressions": [{"key": "env", "operator": "In", "values": ["prod", "dev"]}]
+                            }
+                        }
+                    ],
+                    "name": "deny-datastore-ports",
+                    "ports": [{"portRange": {"end": 6999, "protocol": TCP, "start": 5000}}, {"namedPort": "postgres"}],
+                },
+            ],
+            "subject": {"namespaces": {"matchLabels": {"env": "staging"}}},
+        },
+    )
+    anp(
+        "protect-datastores",
+        50,
+        {
+            "egress": [
+                {"action": "Deny", "name": "deny-cloud-metadata", "to": [{"networks": [METADATA_NET]}]},
+                {
+                    "action": "Deny",
+                    "name": "deny-control-plane",
+                    "to": [
+                        {
+                            "nodes": {
+                                "matchExpressions": [
+                                    {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}
+                                ]
+                            }
+                        }
+                    ],
+                },
+            ],
+            "ingress": [
+                {
+                    "action": "Pass",
+                    "from": [{"pods": {"namespaceSelector": {}, "podSelector": {"matchLabels": {"tier": "backend"}}}}],
+                    "name": "pass-backends",
+                },
+                {
+                    "action": "Deny",
+                    "from": [{"pods": {"namespaceSelector": {}, "podSelector": {"matchLabels": {"tier": "frontend"}}}}],
+                    "name": "deny-frontends",
+                    "ports": [{"portRange": {"end": 32767, "protocol": TCP, "start": 1024}}],
+                },
+            ],
+            "subject": {
+                "pods": {
+                    "namespaceSelector": {"matchExpressions": [{"key": "env", "operator": "Exists"}]},
+                    "podSelector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["db", "cache"]}]},
+                }
+            },
+        },
+    )
     meta = cluster.clock.metadata("default")
     meta["generation"] = 1
     cluster.baseline_admin_network_policies[("", "default")] = {
@@ -971,12 +1284,24 @@ def _admin_policies(cluster: Cluster) -> None:
             "egress": [{"action": "Deny", "name": "deny-cloud-metadata", "to": [{"networks": [METADATA_NET]}]}],
             "ingress": [
                 {"action": "Allow", "from": [{"namespaces": _ns_name("monitoring")}], "name": "allow-monitoring"},
-                {"action": "Deny", "from": [{"namespaces": {"matchExpressions": [
-                    {"key": "env", "operator": "NotIn", "values": ["prod", "staging"]},
-                    {"key": "team", "operator": "Exists"}]}}], "name": "deny-from-dev"},
+                {
+                    "action": "Deny",
+                    "from": [
+                        {
+                            "namespaces": {
+                                "matchExpressions": [
+                                    {"key": "env", "operator": "NotIn", "values": ["prod", "staging"]},
+                                    {"key": "team", "operator": "Exists"},
+                                ]
+                            }
+                        }
+                    ],
+                    "name": "deny-from-dev",
+                },
             ],
-            "subject": {"namespaces": {"matchExpressions": [
-                {"key": "env", "operator": "In", "values": ["prod", "staging"]}]}},
+            "subject": {
+                "namespaces": {"matchExpressions": [{"key": "env", "operator": "In", "values": ["prod", "staging"]}]}
+            },
         },
     }
 
@@ -984,70 +1309,179 @@ def _admin_policies(cluster: Cluster) -> None:
 def _calico(cluster: Cluster) -> None:
     clock = cluster.clock
     cluster.tiers[("", "security")] = {
-        "apiVersion": "projectcalico.org/v3", "kind": "Tier",
-        "metadata": clock.metadata("security"), "spec": {"order": 100},
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "Tier",
+        "metadata": clock.metadata("security"),
+        "spec": {"order": 100},
     }
-    for name, labels, nets in (("threat-feed-blocked", {"threat-feed": "blocked"}, BLOCKED_NETS),
-                               ("partners", {"role": "partner"}, PARTNER_NETS)):
+    for name, labels, nets in (
+        ("threat-feed-blocked", {"threat-feed": "blocked"}, BLOCKED_NETS),
+        ("partners", {"role": "partner"}, PARTNER_NETS),
+    ):
         meta = clock.metadata(name)
         meta["labels"] = labels
         cluster.global_network_sets[("", name)] = {
-            "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkSet", "metadata": meta, "spec": {"nets": nets},
+            "apiVersion": "projectcalico.org/v3",
+            "kind": "GlobalNetworkSet",
+            "metadata": meta,
+            "spec": {"nets": nets},
         }
     blocked = "threat-feed == 'blocked'"
     dns_dst = {"namespaceSelector": "kubernetes.io/metadata.name == 'kube-system'", "selector": "k8s-app == 'kube-dns'"}
     policies = [
-        ("block-known-bad", 10, {"selector": "all()", "types": ["Ingress", "Egress"],
-                                 "ingress": [{"action": "Log", "source": {"selector": blocked}},
-                                             {"action": "Deny", "source": {"selector": blocked}}],
-                                 "egress": [{"action": "Deny", "destination": {"selector": blocked}}]}),
-        ("quarantine", 20, {"selector": "has(quarantine)", "types": ["Ingress", "Egress"],
-                            "ingress": [{"action": "Log"}, {"action": "Deny"}],
-                            "egress": [{"action": "Deny"}]}),
-        ("allow-cluster-dns", 30, {"selector": "all()", "types": ["Egress"],
-                                   "egress": [{"action": "Allow", "destination": {**dns_dst, "ports": [53]}, "protocol": UDP},
-                                              {"action": "Allow", "destination": {**dns_dst, "ports": ["dns-tcp"]},
-                                               "protocol": TCP}]}),
-        ("deny-cloud-metadata", 40, {"selector": "all()", "types": ["Egress"],
-                                     "egress": [{"action": "Log", "destination": {"nets": [METADATA_NET]}},
-                                                {"action": "Deny", "destination": {"nets": [METADATA_NET]}}]}),
-        ("icmp", 50, {"selector": "all()", "types": ["Ingress"],
-                      "ingress": [{"action": "Allow", "icmp": {"code": 0, "type": 8}, "protocol": "ICMP",
-                                   "source": {"nets": ["10.0.0.0/8", "192.168.0.0/16"]}},
-                                  {"action": "Allow", "icmp": {"type": 3}, "protocol": "ICMP"},
-                                  {"action": "Deny", "protocol": "ICMP"}]}),
-        ("dev-egress", 60, {"namespaceSelector": "env == 'dev'", "selector": "all()", "types": ["Egress"],
-                            "egress": [{"action": "Log", "destination": {"notNets": PRIVATE_NETS, "notPorts": [80, 443]},
-                                        "protocol": TCP},
-                                       {"action": "Deny", "destination": {"notNets": PRIVATE_NETS, "notPorts": [80, 443]},
-                                        "protocol": TCP},
-                                       {"action": "Deny", "destination": {"ports": [22, 25, "5900:5910"]}, "protocol": TCP}]}),
-        ("prod-datastores", 70, {"namespaceSelector": "env == 'prod'", "selector": "tier in {'db', 'cache'} && !has(quarantine)",
-                                 "types": ["Ingress"],
-                                 "ingress": [{"action": "Allow", "protocol": TCP,
-                                              "source": {"namespaceSelector": "env == 'prod'",
-                                                         "selector": "tier == 'backend' || tier == 'worker'"},
-                                              "destination": {"ports": ["postgres", "redis", 5432, 6379]}},
-                                             {"action": "Log", "source": {"namespaceSelector": "env != 'prod'"}},
-                                             {"action": "Deny", "source": {"namespaceSelector": "env != 'prod'"}},
-                                             {"action": "Pass"}]}),
-        ("partner-ingress", 80, {"selector": "app == 'gateway'", "types": ["Ingress"],
-                                 "ingress": [{"action": "Allow", "protocol": TCP,
-                                              "source": {"selector": "role == 'partner'"},
-                                              "destination": {"ports": [8443, "https"]}}]}),
-        ("prod-ingress-audit", 90, {"namespaceSelector": "env == 'prod'", "selector": "!has(quarantine)",
-                                    "types": ["Ingress"],
-                                    "ingress": [{"action": "Log", "source": {"namespaceSelector": "env in {'dev', 'staging'}"}},
-                                                {"action": "Deny", "protocol": UDP,
-                                                 "source": {"notNets": ["10.0.0.0/8", "192.168.0.0/16"]}}]}),
-        ("pass-to-namespaces", 1000, {"selector": "all()", "types": ["Ingress", "Egress"],
-                                      "ingress": [{"action": "Pass"}], "egress": [{"action": "Pass"}]}),
+        (
+            "block-known-bad",
+            10,
+            {
+                "selector": "all()",
+                "types": ["Ingress", "Egress"],
+                "ingress": [
+                    {"action": "Log", "source": {"selector": blocked}},
+                    {"action": "Deny", "source": {"selector": blocked}},
+                ],
+                "egress": [{"action": "Deny", "destination": {"selector": blocked}}],
+            },
+        ),
+        (
+            "quarantine",
+            20,
+            {
+                "selector": "has(quarantine)",
+                "types": ["Ingress", "Egress"],
+                "ingress": [{"action": "Log"}, {"action": "Deny"}],
+                "egress": [{"action": "Deny"}],
+            },
+        ),
+        (
+            "allow-cluster-dns",
+            30,
+            {
+                "selector": "all()",
+                "types": ["Egress"],
+                "egress": [
+                    {"action": "Allow", "destination": {**dns_dst, "ports": [53]}, "protocol": UDP},
+                    {"action": "Allow", "destination": {**dns_dst, "ports": ["dns-tcp"]}, "protocol": TCP},
+                ],
+            },
+        ),
+        (
+            "deny-cloud-metadata",
+            40,
+            {
+                "selector": "all()",
+                "types": ["Egress"],
+                "egress": [
+                    {"action": "Log", "destination": {"nets": [METADATA_NET]}},
+                    {"action": "Deny", "destination": {"nets": [METADATA_NET]}},
+                ],
+            },
+        ),
+        (
+            "icmp",
+            50,
+            {
+                "selector": "all()",
+                "types": ["Ingress"],
+                "ingress": [
+                    {
+                        "action": "Allow",
+                        "icmp": {"code": 0, "type": 8},
+                        "protocol": "ICMP",
+                        "source": {"nets": ["10.0.0.0/8", "192.168.0.0/16"]},
+                    },
+                    {"action": "Allow", "icmp": {"type": 3}, "protocol": "ICMP"},
+                    {"action": "Deny", "protocol": "ICMP"},
+                ],
+            },
+        ),
+        (
+            "dev-egress",
+            60,
+            {
+                "namespaceSelector": "env == 'dev'",
+                "selector": "all()",
+                "types": ["Egress"],
+                "egress": [
+                    {"action": "Log", "destination": {"notNets": PRIVATE_NETS, "notPorts": [80, 443]}, "protocol": TCP},
+                    {
+                        "action": "Deny",
+                        "destination": {"notNets": PRIVATE_NETS, "notPorts": [80, 443]},
+                        "protocol": TCP,
+                    },
+                    {"action": "Deny", "destination": {"ports": [22, 25, "5900:5910"]}, "protocol": TCP},
+                ],
+            },
+        ),
+        (
+            "prod-datastores",
+            70,
+            {
+                "namespaceSelector": "env == 'prod'",
+                "selector": "tier in {'db', 'cache'} && !has(quarantine)",
+                "types": ["Ingress"],
+                "ingress": [
+                    {
+                        "action": "Allow",
+                        "protocol": TCP,
+                        "source": {
+                            "namespaceSelector": "env == 'prod'",
+                            "selector": "tier == 'backend' || tier == 'worker'",
+                        },
+                        "destination": {"ports": ["postgres", "redis", 5432, 6379]},
+                    },
+                    {"action": "Log", "source": {"namespaceSelector": "env != 'prod'"}},
+                    {"action": "Deny", "source": {"namespaceSelector": "env != 'prod'"}},
+                    {"action": "Pass"},
+                ],
+            },
+        ),
+        (
+            "partner-ingress",
+            80,
+            {
+                "selector": "app == 'gateway'",
+                "types": ["Ingress"],
+                "ingress": [
+                    {
+                        "action": "Allow",
+                        "protocol": TCP,
+                        "source": {"selector": "role == 'partner'"},
+                        "destination": {"ports": [8443, "https"]},
+                    }
+                ],
+            },
+        ),
+        (
+            "prod-ingress-audit",
+            90,
+            {
+                "namespaceSelector": "env == 'prod'",
+                "selector": "!has(quarantine)",
+                "types": ["Ingress"],
+                "ingress": [
+                    {"action": "Log", "source": {"namespaceSelector": "env in {'dev', 'staging'}"}},
+                    {"action": "Deny", "protocol": UDP, "source": {"notNets": ["10.0.0.0/8", "192.168.0.0/16"]}},
+                ],
+            },
+        ),
+        (
+            "pass-to-namespaces",
+            1000,
+            {
+                "selector": "all()",
+                "types": ["Ingress", "Egress"],
+                "ingress": [{"action": "Pass"}],
+                "egress": [{"action": "Pass"}],
+            },
+        ),
     ]
     for short, order, spec in policies:
         name = f"security.{short}"
         cluster.global_network_policies[("", name)] = {
-            "apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
-            "metadata": clock.metadata(name), "spec": {"order": order, "tier": "security", **spec},
+            "apiVersion": "projectcalico.org/v3",
+            "kind": "GlobalNetworkPolicy",
+            "metadata": clock.metadata(name),
+            "spec": {"order": order, "tier": "security", **spec},
         }
 
 
@@ -1056,7 +1490,9 @@ def _calico(cluster: Cluster) -> None:
 # Plain scalars that need no analysis: no indicator first, no ': ' or ' #', no trailing ':'.
 _PLAIN = re.compile(r"[A-Za-z0-9_/][A-Za-z0-9_./:@+-]*\Z")
 _YAML_SPECIAL_WORDS = {"y", "Y", "n", "N"}  # booleans to YAML 1.1 (and go-yaml), not to PyYAML
-_ADDRESS_OR_UID = re.compile(r"\d{1,3}(\.\d{1,3}){3}(/\d{1,2})?\Z|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+_ADDRESS_OR_UID = re.compile(
+    r"\d{1,3}(\.\d{1,3}){3}(/\d{1,2})?\Z|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z"
+)
 _scalar_cache: dict[str, str] = {}
 
 
@@ -1146,11 +1582,11 @@ def _yaml_sequence(seq: list, indent: str, out: list[str]) -> None:
         if type(item) is dict and item:
             start = len(out)
             _yaml_mapping(item, inner, out)
-            out[start] = f"{indent}- {out[start][len(inner):]}"
+            out[start] = f"{indent}- {out[start][len(inner) :]}"
         elif type(item) is list and item:
             start = len(out)
             _yaml_sequence(item, inner, out)
-            out[start] = f"{indent}- {out[start][len(inner):]}"
+            out[start] = f"{indent}- {out[start][len(inner) :]}"
         else:
             out.append(f"{indent}- {_yaml_scalar(item)}\n")
 
@@ -1217,8 +1653,12 @@ def write_json_compact(cluster: Cluster, path: str | Path, detail: str = "full")
     return path
 
 
-WRITERS = {"yaml": (write_yaml, "cluster.yaml"), "json": (write_json_list, "cluster.json"),
-           "json-compact": (write_json_compact, "cluster.json"), "yaml-list": (write_yaml_list, "cluster.yaml")}
+WRITERS = {
+    "yaml": (write_yaml, "cluster.yaml"),
+    "json": (write_json_list, "cluster.json"),
+    "json-compact": (write_json_compact, "cluster.json"),
+    "yaml-list": (write_yaml_list, "cluster.yaml"),
+}
 DEFAULT_FORMATS = ("yaml", "json", "json-compact")
 
 
@@ -1239,14 +1679,38 @@ class CaptureFlow(NamedTuple):
 _PCAP_RECORD_HEADER = 16
 DEFAULT_SNAPLEN = 262144  # tcpdump's default: whole frames
 _ETH, _IP, _TCP, _UDP = 14, 20, 20, 8
-_HEADER_DTYPE = np.dtype([
-    ("sec", "<u4"), ("usec", "<u4"), ("caplen", "<u4"), ("len", "<u4"),
-    ("dst_mac_hi", ">u2"), ("dst_mac_lo", ">u4"), ("src_mac_hi", ">u2"), ("src_mac_lo", ">u4"), ("ethertype", ">u2"),
-    ("ver_ihl", "u1"), ("tos", "u1"), ("total_len", ">u2"), ("ident", ">u2"), ("frag", ">u2"), ("ttl", "u1"),
-    ("proto", "u1"), ("checksum", ">u2"), ("src", ">u4"), ("dst", ">u4"),
-    ("sport", ">u2"), ("dport", ">u2"), ("seq", ">u4"), ("ack", ">u4"), ("data_offset", "u1"), ("flags", "u1"),
-    ("window", ">u2"), ("tcp_checksum", ">u2"), ("urgent", ">u2"),
-])
+_HEADER_DTYPE = np.dtype(
+    [
+        ("sec", "<u4"),
+        ("usec", "<u4"),
+        ("caplen", "<u4"),
+        ("len", "<u4"),
+        ("dst_mac_hi", ">u2"),
+        ("dst_mac_lo", ">u4"),
+        ("src_mac_hi", ">u2"),
+        ("src_mac_lo", ">u4"),
+        ("ethertype", ">u2"),
+        ("ver_ihl", "u1"),
+        ("tos", "u1"),
+        ("total_len", ">u2"),
+        ("ident", ">u2"),
+        ("frag", ">u2"),
+        ("ttl", "u1"),
+        ("proto", "u1"),
+        ("checksum", ">u2"),
+        ("src", ">u4"),
+        ("dst", ">u4"),
+        ("sport", ">u2"),
+        ("dport", ">u2"),
+        ("seq", ">u4"),
+        ("ack", ">u4"),
+        ("data_offset", "u1"),
+        ("flags", "u1"),
+        ("window", ">u2"),
+        ("tcp_checksum", ">u2"),
+        ("urgent", ">u2"),
+    ]
+)
 assert _HEADER_DTYPE.itemsize == _PCAP_RECORD_HEADER + _ETH + _IP + _TCP
 
 
@@ -1266,8 +1730,11 @@ def capture_flows(cluster: Cluster, flows: int, seed: int = 1) -> list[CaptureFl
         pod_list.append(pod)
     dns = pods_by_app.get(("kube-system", "kube-dns"), [])
     fronts = [p for p in pod_list if p["metadata"]["labels"].get("tier") == "frontend"]
-    edges = [e for e in cluster.edges if (e.client_namespace, e.client_app) in pods_by_app
-             and (e.server_namespace, e.server_app) in pods_by_app]
+    edges = [
+        e
+        for e in cluster.edges
+        if (e.client_namespace, e.client_app) in pods_by_app and (e.server_namespace, e.server_app) in pods_by_app
+    ]
     blocked_hosts = [f"198.51.100.{i}" for i in range(1, 255)]
     partner_hosts = [f"192.0.2.{i}" for i in range(1, 255)]
     client_hosts = [f"203.0.113.{i}" for i in range(1, 63)]
@@ -1299,15 +1766,26 @@ def capture_flows(cluster: Cluster, flows: int, seed: int = 1) -> list[CaptureFl
             dst = rng.choice(fronts)
             dport, proto = port_of(dst)
             r = rng.random()
-            hosts, kind = (client_hosts, "inbound") if r < 0.7 else (partner_hosts, "partner") if r < 0.85 else (blocked_hosts, "blocked")
+            hosts, kind = (
+                (client_hosts, "inbound")
+                if r < 0.7
+                else (partner_hosts, "partner")
+                if r < 0.85
+                else (blocked_hosts, "blocked")
+            )
             flow = (rng.choice(hosts), dst["status"]["podIP"], proto, dport, kind)
         else:
             src = rng.choice(pod_list)
             if rng.random() < 0.85:
                 flow = (src["status"]["podIP"], rng.choice(INTERNET_SERVERS), TCP, 443, "outbound")
             else:
-                flow = (src["status"]["podIP"], rng.choice(blocked_hosts + ["169.254.169.254"]), TCP,
-                        rng.choice((443, 80, 22)), "blocked")
+                flow = (
+                    src["status"]["podIP"],
+                    rng.choice(blocked_hosts + ["169.254.169.254"]),
+                    TCP,
+                    rng.choice((443, 80, 22)),
+                    "blocked",
+                )
         sport = rng.randint(32768, 60999)
         key = (flow[0], flow[1], sport, flow[3])
         if key in used:
@@ -1317,8 +1795,9 @@ def capture_flows(cluster: Cluster, flows: int, seed: int = 1) -> list[CaptureFl
     return out
 
 
-def write_capture(cluster: Cluster, path: str | Path, packets: int, flows: int,
-                  seed: int = 1, snaplen: int = DEFAULT_SNAPLEN) -> list[CaptureFlow]:
+def write_capture(
+    cluster: Cluster, path: str | Path, packets: int, flows: int, seed: int = 1, snaplen: int = DEFAULT_SNAPLEN
+) -> list[CaptureFlow]:
     """A pcap (Ethernet/IPv4, link type 1) of ``packets`` packets in ``flows`` connections,
     interleaved in time. A TCP connection is SYN, SYN-ACK, then data and ACKs both ways with
     consistent sequence numbers; a UDP flow is request/response pairs. Built with numpy: one
@@ -1350,8 +1829,11 @@ def write_capture(cluster: Cluster, path: str | Path, packets: int, flows: int,
     # Direction: TCP k=0 client SYN, k=1 server SYN-ACK, then alternating; UDP alternates from 0.
     udp = is_udp[flow_of]
     reply = np.where(udp, k % 2 == 1, (k == 1) | ((k >= 2) & (k % 2 == 1)))
-    payload = np.where(udp, np.where(reply, 96, 40),
-                       np.where(k < 2, 0, np.where(reply, g.integers(0, 900, packets), g.integers(20, 400, packets))))
+    payload = np.where(
+        udp,
+        np.where(reply, 96, 40),
+        np.where(k < 2, 0, np.where(reply, g.integers(0, 900, packets), g.integers(20, 400, packets))),
+    )
     payload = payload.astype(np.int64)
     # TCP: the client's first data packet comes with the handshake's ACK; pure ACKs (payload 0)
     # happen on the server side now and then.
@@ -1394,7 +1876,8 @@ def write_capture(cluster: Cluster, path: str | Path, packets: int, flows: int,
     l4 = np.where(udp, _UDP, _TCP)
     wire_len = (_ETH + _IP + l4 + payload).astype(np.int64)
     (src_ip, dst_ip, src_port, dst_port, udp, payload, wire_len, seq, ack, flags, ts) = (
-        a[order] for a in (src_ip, dst_ip, src_port, dst_port, udp, payload, wire_len, seq, ack, flags, ts))
+        a[order] for a in (src_ip, dst_ip, src_port, dst_port, udp, payload, wire_len, seq, ack, flags, ts)
+    )
 
     # Every record starts with the same 70 bytes (pcap record header, Ethernet, IPv4, TCP):
     # fill them field by field, then copy them to their offsets; payloads stay zero. A UDP
@@ -1424,8 +1907,13 @@ def write_capture(cluster: Cluster, path: str | Path, packets: int, flows: int,
     hdr["src"] = src_ip
     hdr["dst"] = dst_ip
     # Header checksum: one's complement of the sum of the 16-bit words.
-    words = ((0x4500 + total_len + ident + 0x4000 + (ttl << 8) + proto)
-             + (src_ip >> 16) + (src_ip & 0xFFFF) + (dst_ip >> 16) + (dst_ip & 0xFFFF)).astype(np.uint64)
+    words = (
+        (0x4500 + total_len + ident + 0x4000 + (ttl << 8) + proto)
+        + (src_ip >> 16)
+        + (src_ip & 0xFFFF)
+        + (dst_ip >> 16)
+        + (dst_ip & 0xFFFF)
+    ).astype(np.uint64)
     words = (words & 0xFFFF) + (words >> 16)
     words = (words & 0xFFFF) + (words >> 16)
     hdr["checksum"] = (~words) & 0xFFFF
@@ -1464,8 +1952,15 @@ def write_flows(flows: list[CaptureFlow], path: str | Path) -> Path:
 
 # --- mutations ------------------------------------------------------------------------------------
 
-CHANGE_KINDS = ("pod-added", "pod-deleted", "pod-relabelled", "namespace-relabelled",
-                "networkpolicy-added", "networkpolicy-changed", "networkpolicy-deleted")
+CHANGE_KINDS = (
+    "pod-added",
+    "pod-deleted",
+    "pod-relabelled",
+    "namespace-relabelled",
+    "networkpolicy-added",
+    "networkpolicy-changed",
+    "networkpolicy-deleted",
+)
 
 
 class Change(NamedTuple):
@@ -1504,7 +1999,9 @@ def random_change(cluster: Cluster, rng: random.Random, kind: str | None = None)
         elif choice < 0.35:
             labels["quarantine"] = "true"  # security.quarantine and the quarantine NetworkPolicies
         elif choice < 0.7 and "tier" in labels:
-            labels["tier"] = rng.choice(sorted({"frontend", "backend", "worker", "cache", "db", "queue"} - {labels["tier"]}))
+            labels["tier"] = rng.choice(
+                sorted({"frontend", "backend", "worker", "cache", "db", "queue"} - {labels["tier"]})
+            )
         elif others and "app" in labels:
             labels["app"] = rng.choice(others)
         else:
@@ -1583,12 +2080,19 @@ def adversarial_policy(rules: int, cidrs: int, port_ranges: int, name: str = "ad
     spec_rules = []
     for r in range(rules):
         nets = [str(IPv4Address(int(IPv4Address("100.64.0.0")) + r * cidrs + i)) + "/32" for i in range(cidrs)]
-        ports = [f"{1024 + 10 * ((r * port_ranges + i) % 6000)}:{1024 + 10 * ((r * port_ranges + i) % 6000) + 9}"
-                 for i in range(port_ranges)]
-        spec_rules.append({"action": "Allow", "protocol": "TCP", "source": {"nets": nets},
-                           "destination": {"ports": ports}})
-    return {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
-            "metadata": {"name": name}, "spec": {"selector": "all()", "types": ["Ingress"], "ingress": spec_rules}}
+        ports = [
+            f"{1024 + 10 * ((r * port_ranges + i) % 6000)}:{1024 + 10 * ((r * port_ranges + i) % 6000) + 9}"
+            for i in range(port_ranges)
+        ]
+        spec_rules.append(
+            {"action": "Allow", "protocol": "TCP", "source": {"nets": nets}, "destination": {"ports": ports}}
+        )
+    return {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "GlobalNetworkPolicy",
+        "metadata": {"name": name},
+        "spec": {"selector": "all()", "types": ["Ingress"], "ingress": spec_rules},
+    }
 
 
 def apply_change(cluster: Cluster, change: Change) -> None:
@@ -1614,12 +2118,16 @@ def apply_change(cluster: Cluster, change: Change) -> None:
 
 def _app_by_k8s_app(cluster: Cluster, meta: dict) -> str:
     value = meta["labels"].get("k8s-app")
-    return next(a.name for (ns, _), a in cluster.apps.items()
-                if ns == meta["namespace"] and a.extra_labels.get("k8s-app") == value)
+    return next(
+        a.name
+        for (ns, _), a in cluster.apps.items()
+        if ns == meta["namespace"] and a.extra_labels.get("k8s-app") == value
+    )
 
 
-def mutations(cluster: Cluster, rng: random.Random, count: int,
-              kinds: tuple[str, ...] = CHANGE_KINDS) -> Iterator[Change]:
+def mutations(
+    cluster: Cluster, rng: random.Random, count: int, kinds: tuple[str, ...] = CHANGE_KINDS
+) -> Iterator[Change]:
     """``count`` changes, each applied to ``cluster`` before it is yielded, so a sequence stays
     consistent (a deleted pod is not relabelled later). Kinds are drawn from ``kinds``."""
     for _ in range(count):
@@ -1646,14 +2154,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, required=True)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True, help="directory: one subdirectory per format")
-    parser.add_argument("--formats", default=",".join(DEFAULT_FORMATS),
-                        help="comma-separated, each into a directory of its own: " + ",".join(WRITERS))
-    parser.add_argument("--detail", choices=DETAILS, default="full",
-                        help="full: as the API server prints objects; policy: only what policy reads")
+    parser.add_argument(
+        "--formats",
+        default=",".join(DEFAULT_FORMATS),
+        help="comma-separated, each into a directory of its own: " + ",".join(WRITERS),
+    )
+    parser.add_argument(
+        "--detail",
+        choices=DETAILS,
+        default="full",
+        help="full: as the API server prints objects; policy: only what policy reads",
+    )
     parser.add_argument("--packets", type=int, default=0, help="also write capture/cluster.pcap")
     parser.add_argument("--flows", type=int, default=0, help="connections in the capture (default packets/50)")
-    parser.add_argument("--snaplen", type=int, default=DEFAULT_SNAPLEN,
-                        help="bytes kept of each frame, as tcpdump -s (e.g. 96: headers only, a smaller file)")
+    parser.add_argument(
+        "--snaplen",
+        type=int,
+        default=DEFAULT_SNAPLEN,
+        help="bytes kept of each frame, as tcpdump -s (e.g. 96: headers only, a smaller file)",
+    )
     args = parser.parse_args(argv)
     formats = [f for f in args.formats.split(",") if f]
     unknown = [f for f in formats if f not in WRITERS]
@@ -1663,8 +2182,10 @@ def main(argv: list[str] | None = None) -> int:
         args.flows = max(1, args.packets // 50)
     t0 = time.perf_counter()
     cluster = generate(args.pods, args.seed)
-    print(f"generated {args.pods} pods in {time.perf_counter() - t0:.2f} s: "
-          + ", ".join(f"{n} {k}" for k, n in cluster.counts().items()))
+    print(
+        f"generated {args.pods} pods in {time.perf_counter() - t0:.2f} s: "
+        + ", ".join(f"{n} {k}" for k, n in cluster.counts().items())
+    )
     for fmt in formats:
         writer, filename = WRITERS[fmt]
         target = args.out / fmt
@@ -1679,8 +2200,10 @@ def main(argv: list[str] | None = None) -> int:
         flows = write_capture(cluster, target / "cluster.pcap", args.packets, args.flows, args.seed, args.snaplen)
         write_flows(flows, target / "flows.tsv")
         size = (target / "cluster.pcap").stat().st_size
-        print(f"capture: {target / 'cluster.pcap'} {args.packets} packets in {len(flows)} flows, "
-              f"{size / 1e6:.2f} MB in {time.perf_counter() - t0:.2f} s")
+        print(
+            f"capture: {target / 'cluster.pcap'} {args.packets} packets in {len(flows)} flows, "
+            f"{size / 1e6:.2f} MB in {time.perf_counter() - t0:.2f} s"
+        )
     return 0
 
 

@@ -52,8 +52,10 @@ def _in_process(engine: NativeEngine, paths: list[str]) -> tuple[float, int]:
 def _on_dask(engine: NativeEngine, paths: list[str], workers: int, repeat: int) -> tuple[list[float], dict, int]:
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         times, info, total = [], {}, 0
         for _ in range(repeat):
             started = time.perf_counter()
@@ -78,8 +80,10 @@ def _empty_tasks(engine: NativeEngine, directory: Path, tasks: int, workers: int
         if not p.exists():
             os.link(empty, p)
         paths.append(str(p))
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         dask_replay.run(engine, paths[:workers], client=client, format="vpc")  # warm: imports, connections
         ones, manys = [], []
         for _ in range(3):
@@ -100,8 +104,16 @@ def _merge_seconds(engine: NativeEngine, path: str, n: int = 200) -> float:
     return (time.perf_counter() - started) / n
 
 
-def model(rate: float, per_task: float, scheduler_per_task: float, merge: float, build: float, fixed: float,
-          partition: int, workers: int) -> tuple[float, float, str]:
+def model(
+    rate: float,
+    per_task: float,
+    scheduler_per_task: float,
+    merge: float,
+    build: float,
+    fixed: float,
+    partition: int,
+    workers: int,
+) -> tuple[float, float, str]:
     """Seconds for 1e9 records on ``workers`` workers, the efficiency (ideal: each worker
     judging its share at ``rate`` and nothing else), and what limits it. Tasks: 1e9 /
     ``partition``, each costing a worker ``per_task`` beyond its records; the scheduler spends
@@ -147,39 +159,54 @@ def main() -> None:
         here = [_in_process(engine, paths) for _ in range(args.repeat)]
         base = statistics.median(t for t, _ in here)
         records = here[0][1]
-        print(f"archive: {records:,} records in {len(paths)} files of {records // len(paths):,} "
-              f"({os.path.getsize(paths[0]) * len(paths) / 1e6:,.0f} MB), {args.pods:,} pods")
-        print(f"in-process: {base:.2f} s, {records / base / 1e6:.2f} M records/s (median of {args.repeat}); "
-              f"engine built in {build_here:.3f} s")
+        print(
+            f"archive: {records:,} records in {len(paths)} files of {records // len(paths):,} "
+            f"({os.path.getsize(paths[0]) * len(paths) / 1e6:,.0f} MB), {args.pods:,} pods"
+        )
+        print(
+            f"in-process: {base:.2f} s, {records / base / 1e6:.2f} M records/s (median of {args.repeat}); "
+            f"engine built in {build_here:.3f} s"
+        )
         runs = {}
         for workers in (1, 2):
             times, info, total = _on_dask(engine, paths, workers, args.repeat)
             assert total == records, (total, records)
             runs[workers] = statistics.median(times)
             builds = info["engine_seconds"].values()
-            print(f"dask, {workers} worker{'s' if workers > 1 else ''}: {runs[workers]:.2f} s "
-                  f"({', '.join(f'{t:.2f}' for t in times)}), {records / runs[workers] / 1e6:.2f} M records/s; "
-                  f"engine on a worker {max(builds):.3f} s")
-        print(f"dask 1 worker / in-process: {runs[1] / base:.3f}x the time (overhead {100 * (runs[1] / base - 1):+.1f} %)")
+            print(
+                f"dask, {workers} worker{'s' if workers > 1 else ''}: {runs[workers]:.2f} s "
+                f"({', '.join(f'{t:.2f}' for t in times)}), {records / runs[workers] / 1e6:.2f} M records/s; "
+                f"engine on a worker {max(builds):.3f} s"
+            )
+        print(
+            f"dask 1 worker / in-process: {runs[1] / base:.3f}x the time (overhead {100 * (runs[1] / base - 1):+.1f} %)"
+        )
         print(f"dask 2 workers vs 1: {runs[1] / runs[2]:.2f}x (scaling efficiency {100 * runs[1] / runs[2] / 2:.0f} %)")
         fixed, per_task = _empty_tasks(engine, directory, args.empty_tasks, 1)
         fixed2, scheduler_per_task = _empty_tasks(engine, directory, args.empty_tasks, 2)
         print(f"a run's fixed cost (versions, the engine's plugin): {fixed:.3f} s on 1 worker, {fixed2:.3f} s on 2")
-        print(f"a task of no record: {per_task * 1e3:.2f} ms of wall time each on 1 worker (what a partition costs "
-              f"beyond its records), {scheduler_per_task * 1e3:.2f} ms each on 2 workers "
-              f"({1 / scheduler_per_task:,.0f} tasks/s through the scheduler: a lower bound of what it hands out)")
+        print(
+            f"a task of no record: {per_task * 1e3:.2f} ms of wall time each on 1 worker (what a partition costs "
+            f"beyond its records), {scheduler_per_task * 1e3:.2f} ms each on 2 workers "
+            f"({1 / scheduler_per_task:,.0f} tasks/s through the scheduler: a lower bound of what it hands out)"
+        )
         merge = _merge_seconds(engine, paths[0])
         print(f"merging two summaries of this archive: {merge * 1e6:.0f} µs")
         rate = records / base  # one process judging
         build = max(info["engine_seconds"].values())
-        print(f"model: 1e9 records, {rate / 1e6:.2f} M records/s per worker, {per_task * 1e3:.2f} ms per task on a "
-              f"worker, {scheduler_per_task * 1e3:.2f} ms per task on the scheduler, engine {build:.2f} s:")
+        print(
+            f"model: 1e9 records, {rate / 1e6:.2f} M records/s per worker, {per_task * 1e3:.2f} ms per task on a "
+            f"worker, {scheduler_per_task * 1e3:.2f} ms per task on the scheduler, engine {build:.2f} s:"
+        )
         for part in (records // len(paths), 1_000_000, 4_000_000, 16_000_000):
             for workers in (10, 100, 1000):
-                total, eff, limit = model(rate, per_task, scheduler_per_task, merge, build, max(fixed, fixed2), part,
-                                          workers)
-                print(f"  {part:>11,} records a task, {workers:>5} workers: {total:8.1f} s, efficiency {100 * eff:5.1f} %, "
-                      f"limited by {limit}")
+                total, eff, limit = model(
+                    rate, per_task, scheduler_per_task, merge, build, max(fixed, fixed2), part, workers
+                )
+                print(
+                    f"  {part:>11,} records a task, {workers:>5} workers: {total:8.1f} s, efficiency {100 * eff:5.1f} %, "
+                    f"limited by {limit}"
+                )
         sys.stdout.flush()
 
 

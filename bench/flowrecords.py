@@ -53,7 +53,9 @@ def write(cluster: Cluster, path: Path, fmt: str, records: int, distinct: int = 
         return _parquet(base, path, records, g)
     with open(path, "wb") as f:
         if fmt == "vpc":
-            f.write(b"version account-id interface-id srcaddr dstaddr srcport dstport protocol packets bytes start end action log-status\n")
+            f.write(
+                b"version account-id interface-id srcaddr dstaddr srcport dstport protocol packets bytes start end action log-status\n"
+            )
         for at in range(0, records, CHUNK):
             n = min(CHUNK, records - at)
             r = _pick(base, at, n, g)
@@ -65,8 +67,16 @@ def _render(fmt: str, r: dict[str, np.ndarray]) -> bytes:
     if fmt == "ipfix":
         return _ipfix(r)
     src, dst = _ip(r["src"]), _ip(r["dst"])
-    rows = zip(src, dst, r["proto"].tolist(), r["sport"].tolist(), r["dport"].tolist(), r["packets"].tolist(),
-               r["bytes"].tolist(), r["t"].tolist())
+    rows = zip(
+        src,
+        dst,
+        r["proto"].tolist(),
+        r["sport"].tolist(),
+        r["dport"].tolist(),
+        r["packets"].tolist(),
+        r["bytes"].tolist(),
+        r["t"].tolist(),
+    )
     if fmt == "hubble":
         lines = []
         for s, d, p, sp, dp, _pk, _by, t in rows:
@@ -79,23 +89,45 @@ def _render(fmt: str, r: dict[str, np.ndarray]) -> bytes:
                 f'"source":{{"ID":1234,"identity":5678,"namespace":"ns","labels":["k8s:app=a"],"pod_name":"a-1"}},'
                 f'"destination":{{"ID":4321,"identity":8765,"namespace":"ns","labels":["k8s:app=b"],"pod_name":"b-1"}},'
                 f'"Type":"L3_L4","node_name":"node-1","event_type":{{"type":4}},"traffic_direction":"EGRESS","is_reply":false,'
-                f'"trace_observation_point":"TO_ENDPOINT","Summary":"TCP Flags: SYN"}},"node_name":"node-1","time":"2026-01-01T00:00:00Z"}}')
+                f'"trace_observation_point":"TO_ENDPOINT","Summary":"TCP Flags: SYN"}},"node_name":"node-1","time":"2026-01-01T00:00:00Z"}}'
+            )
         return ("\n".join(lines) + "\n").encode()
     if fmt == "vpc":
-        return ("\n".join(f"2 123456789012 eni-0123456789abcdef0 {s} {d} {sp} {dp} {p} {pk} {by} {t} {t + 60} ACCEPT OK"
-                          for s, d, p, sp, dp, pk, by, t in rows) + "\n").encode()
+        return (
+            "\n".join(
+                f"2 123456789012 eni-0123456789abcdef0 {s} {d} {sp} {dp} {p} {pk} {by} {t} {t + 60} ACCEPT OK"
+                for s, d, p, sp, dp, pk, by, t in rows
+            )
+            + "\n"
+        ).encode()
     if fmt == "conntrack":
-        return ("\n".join(f"{'tcp' if p == 6 else 'udp'}      {p} 431999 {'ESTABLISHED ' if p == 6 else ''}src={s} dst={d} "
-                          f"sport={sp} dport={dp} packets={pk} bytes={by} src={d} dst={s} sport={dp} dport={sp} "
-                          f"packets=1 bytes=60 [ASSURED] mark=0 use=1"
-                          for s, d, p, sp, dp, pk, by, t in rows) + "\n").encode()
+        return (
+            "\n".join(
+                f"{'tcp' if p == 6 else 'udp'}      {p} 431999 {'ESTABLISHED ' if p == 6 else ''}src={s} dst={d} "
+                f"sport={sp} dport={dp} packets={pk} bytes={by} src={d} dst={s} sport={dp} dport={sp} "
+                f"packets=1 bytes=60 [ASSURED] mark=0 use=1"
+                for s, d, p, sp, dp, pk, by, t in rows
+            )
+            + "\n"
+        ).encode()
     raise ValueError(fmt)
 
 
 # IPFIX template 256: src, dst, sport, dport, protocol, packets (8), octets (8), start ms, end ms
 _FIELDS = [(8, 4), (12, 4), (7, 2), (11, 2), (4, 1), (2, 8), (1, 8), (152, 8), (153, 8)]
-_REC = np.dtype([("src", ">u4"), ("dst", ">u4"), ("sport", ">u2"), ("dport", ">u2"), ("proto", "u1"),
-                 ("packets", ">u8"), ("bytes", ">u8"), ("start", ">u8"), ("end", ">u8")])
+_REC = np.dtype(
+    [
+        ("src", ">u4"),
+        ("dst", ">u4"),
+        ("sport", ">u2"),
+        ("dport", ">u2"),
+        ("proto", "u1"),
+        ("packets", ">u8"),
+        ("bytes", ">u8"),
+        ("start", ">u8"),
+        ("end", ">u8"),
+    ]
+)
 _PER_MESSAGE = 1400 // _REC.itemsize
 
 
@@ -110,7 +142,7 @@ def _ipfix(r: dict[str, np.ndarray]) -> bytes:
     template_set = struct.pack(">HH", 2, 4 + len(template)) + template
     out = []
     for k, at in enumerate(range(0, n, _PER_MESSAGE)):
-        body = rec[at:at + _PER_MESSAGE].tobytes()
+        body = rec[at : at + _PER_MESSAGE].tobytes()
         sets = (template_set if k == 0 else b"") + struct.pack(">HH", 256, 4 + len(body)) + body
         out.append(struct.pack(">HHIII", 10, 16 + len(sets), START, k, 1) + sets)
     return b"".join(out)
@@ -124,15 +156,24 @@ def _parquet(base: dict[str, np.ndarray], path: Path, records: int, g: np.random
     for at in range(0, records, CHUNK * 5):
         n = min(CHUNK * 5, records - at)
         r = _pick(base, at, n, g)
-        table = pa.table({
-            "version": pa.array(np.full(n, 2, np.int32)), "account_id": pa.array(["123456789012"] * n),
-            "interface_id": pa.array(["eni-0123456789abcdef0"] * n), "srcaddr": pa.array(_ip(r["src"])),
-            "dstaddr": pa.array(_ip(r["dst"])), "srcport": pa.array(r["sport"].astype(np.int32)),
-            "dstport": pa.array(r["dport"].astype(np.int32)), "protocol": pa.array(r["proto"].astype(np.int32)),
-            "packets": pa.array(r["packets"].astype(np.int64)), "bytes": pa.array(r["bytes"].astype(np.int64)),
-            "start": pa.array(r["t"].astype(np.int64)), "end": pa.array((r["t"] + 60).astype(np.int64)),
-            "action": pa.array(["ACCEPT"] * n), "log_status": pa.array(["OK"] * n),
-        })
+        table = pa.table(
+            {
+                "version": pa.array(np.full(n, 2, np.int32)),
+                "account_id": pa.array(["123456789012"] * n),
+                "interface_id": pa.array(["eni-0123456789abcdef0"] * n),
+                "srcaddr": pa.array(_ip(r["src"])),
+                "dstaddr": pa.array(_ip(r["dst"])),
+                "srcport": pa.array(r["sport"].astype(np.int32)),
+                "dstport": pa.array(r["dport"].astype(np.int32)),
+                "protocol": pa.array(r["proto"].astype(np.int32)),
+                "packets": pa.array(r["packets"].astype(np.int64)),
+                "bytes": pa.array(r["bytes"].astype(np.int64)),
+                "start": pa.array(r["t"].astype(np.int64)),
+                "end": pa.array((r["t"] + 60).astype(np.int64)),
+                "action": pa.array(["ACCEPT"] * n),
+                "log_status": pa.array(["OK"] * n),
+            }
+        )
         if writer is None:
             writer = pq.ParquetWriter(str(path), table.schema)
         writer.write_table(table)

@@ -39,18 +39,37 @@ PODS = 80
 def _inventory(rng: random.Random) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for ns in NAMESPACES:
-        out.append({"apiVersion": "v1", "kind": "Namespace",
-                    "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns, "team": ns}}})
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns, "team": ns}},
+            }
+        )
     for i in range(PODS):
         ns = NAMESPACES[i % len(NAMESPACES)]
         app = f"a-{i % APPS}"
-        out.append({"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": f"pod-{i}", "namespace": ns, "labels": {"app": app, "tier": f"t{i % 3}"}},
-                    "spec": {"nodeName": "node1", "containers": [
-                        {"name": "main", "image": "example/app:1", "ports": [
-                            {"name": "http", "containerPort": 8080, "protocol": "TCP"}]}]},
-                    "status": {"podIP": f"10.0.{i // 250}.{i % 250 + 1}",
-                               "podIPs": [{"ip": f"10.0.{i // 250}.{i % 250 + 1}"}]}})
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"pod-{i}", "namespace": ns, "labels": {"app": app, "tier": f"t{i % 3}"}},
+                "spec": {
+                    "nodeName": "node1",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "example/app:1",
+                            "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+                        }
+                    ],
+                },
+                "status": {
+                    "podIP": f"10.0.{i // 250}.{i % 250 + 1}",
+                    "podIPs": [{"ip": f"10.0.{i // 250}.{i % 250 + 1}"}],
+                },
+            }
+        )
     return out
 
 
@@ -80,6 +99,7 @@ def wide(policies: int, rules: int = 24, nets: int = 12, seed: int = 1, repeated
     for i in range(policies):
         if repeated:
             rng.setstate(state)
+
         def rule(direction: str) -> dict[str, Any]:
             peer: dict[str, Any] = {"nets": [_net(rng, rng.choice((16, 20, 24, 28, 32))) for _ in range(nets)]}
             if rng.random() < 0.5:
@@ -93,12 +113,20 @@ def wide(policies: int, rules: int = 24, nets: int = 12, seed: int = 1, repeated
                 r["destination"] = {**peer, **ports}
             return r
 
-        out.append({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
-                    "metadata": {"name": f"wide-{i:05d}"},
-                    "spec": {"order": i, "selector": f"app == 'a-{i % APPS}' || tier == 't{i % 3}'",
-                             "types": ["Ingress", "Egress"],
-                             "ingress": [rule("ingress") for _ in range(rules)],
-                             "egress": [rule("egress") for _ in range(rules)]}})
+        out.append(
+            {
+                "apiVersion": "projectcalico.org/v3",
+                "kind": "GlobalNetworkPolicy",
+                "metadata": {"name": f"wide-{i:05d}"},
+                "spec": {
+                    "order": i,
+                    "selector": f"app == 'a-{i % APPS}' || tier == 't{i % 3}'",
+                    "types": ["Ingress", "Egress"],
+                    "ingress": [rule("ingress") for _ in range(rules)],
+                    "egress": [rule("egress") for _ in range(rules)],
+                },
+            }
+        )
     return out
 
 
@@ -114,12 +142,26 @@ def selectors(policies: int, terms: int = 300, seed: int = 1, repeated: bool = F
         return " || ".join(f"app == 'a-{(i + j) % (APPS * 10)}'" for j in range(terms))
 
     for i in range(policies):
-        out.append({"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
-                    "metadata": {"name": f"sel-{i:05d}"},
-                    "spec": {"order": i, "selector": long_selector(i), "types": ["Ingress"],
-                             "ingress": [{"action": "Allow", "protocol": "TCP",
-                                          "source": {"selector": long_selector(i + 7)},
-                                          "destination": {"ports": [(80 if repeated else 8080) + i % 50]}}]}})
+        out.append(
+            {
+                "apiVersion": "projectcalico.org/v3",
+                "kind": "GlobalNetworkPolicy",
+                "metadata": {"name": f"sel-{i:05d}"},
+                "spec": {
+                    "order": i,
+                    "selector": long_selector(i),
+                    "types": ["Ingress"],
+                    "ingress": [
+                        {
+                            "action": "Allow",
+                            "protocol": "TCP",
+                            "source": {"selector": long_selector(i + 7)},
+                            "destination": {"ports": [(80 if repeated else 8080) + i % 50]},
+                        }
+                    ],
+                },
+            }
+        )
     return out
 
 
@@ -143,12 +185,25 @@ def ipblocks(policies: int, blocks: int = 200, seed: int = 1, repeated: bool = F
         if repeated:
             ingress = [{"from": shared, "ports": [{"protocol": "TCP", "port": 443}]}]
         else:
-            ingress = [{"from": peers(), "ports": [{"protocol": "TCP", "port": p} for p in _ports(rng, 3)
-                                                   if isinstance(p, int)] or [{"protocol": "TCP", "port": 443}]}]
-        out.append({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                    "metadata": {"name": f"ipb-{i:05d}", "namespace": ns},
-                    "spec": {"podSelector": {"matchLabels": {"app": f"a-{i % APPS}"}},
-                             "policyTypes": ["Ingress"], "ingress": ingress}})
+            ingress = [
+                {
+                    "from": peers(),
+                    "ports": [{"protocol": "TCP", "port": p} for p in _ports(rng, 3) if isinstance(p, int)]
+                    or [{"protocol": "TCP", "port": 443}],
+                }
+            ]
+        out.append(
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": {"name": f"ipb-{i:05d}", "namespace": ns},
+                "spec": {
+                    "podSelector": {"matchLabels": {"app": f"a-{i % APPS}"}},
+                    "policyTypes": ["Ingress"],
+                    "ingress": ingress,
+                },
+            }
+        )
     return out
 
 

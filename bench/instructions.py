@@ -77,8 +77,18 @@ class Count:
 
 def build_rust() -> None:
     subprocess.run(
-        ["cargo", "build", "-q", "--release", "--manifest-path", str(ROOT / "rust" / "Cargo.toml"),
-         "-p", "pyclassify-core", "--example", "instruction_workloads"],
+        [
+            "cargo",
+            "build",
+            "-q",
+            "--release",
+            "--manifest-path",
+            str(ROOT / "rust" / "Cargo.toml"),
+            "-p",
+            "pyclassify-core",
+            "--example",
+            "instruction_workloads",
+        ],
         check=True,
     )
 
@@ -117,7 +127,10 @@ def callgrind(w: Workload, out: Path, captures: list[Path]) -> None:
     env = dict(os.environ, PYTHONHASHSEED="0")
     proc = subprocess.run(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", f"--toggle-collect={w.entry}", *cmd],
-        cwd=ROOT, env=env, capture_output=True, text=True,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     if proc.returncode != 0:
         sys.exit(f"{w.name}: {' '.join(cmd)} failed under callgrind (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -129,7 +142,9 @@ LINE = re.compile(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(.*)$")
 def annotate(out: Path, inclusive: bool) -> dict[str, int]:
     text = subprocess.run(
         ["callgrind_annotate", f"--inclusive={'yes' if inclusive else 'no'}", "--threshold=100", "--auto=no", str(out)],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     counts: dict[str, int] = {}
     for line in text.splitlines():
@@ -165,18 +180,20 @@ def count(w: Workload, tmp: Path, captures: list[Path]) -> Count:
 def grown_most(now: Count, base: dict) -> str:
     """The function whose own instructions grew most, with its inclusive count before and after."""
     before = base.get("functions", {})
-    growth = [
-        (f["self"] - before.get(name, {}).get("self", 0), name) for name, f in now.functions.items()
-    ]
+    growth = [(f["self"] - before.get(name, {}).get("self", 0), name) for name, f in now.functions.items()]
     delta, name = max(growth, default=(0, "?"))
     if delta <= 0:
         return "no single function grew"
     old = before.get(name)
     if old is None:
-        return f"{name} (not among the baseline's functions; now {now.functions[name]['self']:,} instructions of its own)"
+        return (
+            f"{name} (not among the baseline's functions; now {now.functions[name]['self']:,} instructions of its own)"
+        )
     new = now.functions[name]
-    return (f"{name}: own instructions {old['self']:,} -> {new['self']:,} "
-            f"({100 * delta / max(old['self'], 1):+.1f} %), inclusive {old['inclusive']:,} -> {new['inclusive']:,}")
+    return (
+        f"{name}: own instructions {old['self']:,} -> {new['self']:,} "
+        f"({100 * delta / max(old['self'], 1):+.1f} %), inclusive {old['inclusive']:,} -> {new['inclusive']:,}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,16 +238,19 @@ def main(argv: list[str] | None = None) -> int:
                 line += f"  {pct:+.2f} % vs baseline {base['instructions']:,}"
                 if pct > threshold:
                     failed.append(name)
-                    line += (f"\n  REGRESSION: {name} executes {pct:+.2f} % instructions (threshold {threshold} %); "
-                             f"grew most: {grown_most(max(runs, key=lambda c: c.total), base)}")
+                    line += (
+                        f"\n  REGRESSION: {name} executes {pct:+.2f} % instructions (threshold {threshold} %); "
+                        f"grew most: {grown_most(max(runs, key=lambda c: c.total), base)}"
+                    )
             elif not args.update:
                 line += "  (no baseline)"
             print(line, flush=True)
     if args.update:
         kept = baseline.get("workloads", {}) if args.workloads else {}
         kept.update({n: {"instructions": c.total, "functions": c.functions} for n, c in counts.items()})
-        args.baseline.write_text(json.dumps(
-            {"threshold_percent": threshold, "workloads": dict(sorted(kept.items()))}, indent=1) + "\n")
+        args.baseline.write_text(
+            json.dumps({"threshold_percent": threshold, "workloads": dict(sorted(kept.items()))}, indent=1) + "\n"
+        )
         print(f"wrote {args.baseline.relative_to(ROOT) if args.baseline.is_relative_to(ROOT) else args.baseline}")
     if failed:
         print(f"instruction-count gate: {', '.join(failed)} rose more than {threshold} %", file=sys.stderr)

@@ -57,8 +57,12 @@ def create(client: KubeClient, obj: dict[str, Any]) -> None:
         else:
             raise
     if res.kind in ("Pod", "Node") and obj.get("status"):
-        client.request("PATCH", object_path(res.prefix, res.plural, ns, md["name"]) + "/status",
-                       body={"status": obj["status"]}, content_type="application/merge-patch+json")
+        client.request(
+            "PATCH",
+            object_path(res.prefix, res.plural, ns, md["name"]) + "/status",
+            body={"status": obj["status"]},
+            content_type="application/merge-patch+json",
+        )
 
 
 def populate(client: KubeClient, cluster: Cluster, threads: int = 16) -> dict[str, int]:

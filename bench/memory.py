@@ -73,8 +73,9 @@ def peak(argv: list[str]) -> tuple[int, float, str]:
     """Runs ``argv``; its peak RSS in bytes, its seconds, its standard output."""
     t = time.monotonic()
     with tempfile.TemporaryFile() as out, tempfile.NamedTemporaryFile("r") as figures:
-        subprocess.run([sys.executable, "-S", "-c", LAUNCH, figures.name, *argv], stdout=out,
-                       stderr=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            [sys.executable, "-S", "-c", LAUNCH, figures.name, *argv], stdout=out, stderr=subprocess.DEVNULL, check=True
+        )
         maxrss_kib, code = map(int, figures.read().split())
         out.seek(0)
         text = out.read().decode(errors="replace")
@@ -97,8 +98,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
     results: list[dict[str, Any]] = []
-    baseline, _, _ = peak([args.python, "-m", "pyclassify", "explain", str(Path(__file__).parents[1] / "examples" / "demo"),
-                           "--from", "frontend/web", "--to", "backend/api", "--port", "8080"])
+    baseline, _, _ = peak(
+        [
+            args.python,
+            "-m",
+            "pyclassify",
+            "explain",
+            str(Path(__file__).parents[1] / "examples" / "demo"),
+            "--from",
+            "frontend/web",
+            "--to",
+            "backend/api",
+            "--port",
+            "8080",
+        ]
+    )
     print(f"explain on examples/demo (the interpreter and its libraries): {baseline / 2**20:,.0f} MiB", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.shapes.split(","):
@@ -109,12 +123,15 @@ def main(argv: list[str] | None = None) -> int:
                 row[what] = {"peak_bytes": rss, "seconds": round(seconds, 1)}
                 if what == "enforce load":
                     row[what].update(json.loads(out.strip().splitlines()[-1]))
-                print(f"{name:20s} {size / 2**20:6.1f} MB  {what:13s} {rss / 2**20:8,.0f} MiB  {seconds:6.1f} s",
-                      flush=True)
+                print(
+                    f"{name:20s} {size / 2**20:6.1f} MB  {what:13s} {rss / 2**20:8,.0f} MiB  {seconds:6.1f} s",
+                    flush=True,
+                )
             results.append(row)
     if args.json is not None:
-        args.json.write_text(json.dumps({"python": args.python, "baseline_bytes": baseline, "shapes": results},
-                                        indent=1))
+        args.json.write_text(
+            json.dumps({"python": args.python, "baseline_bytes": baseline, "shapes": results}, indent=1)
+        )
     return 0
 
 

@@ -31,104 +31,189 @@ BAD_INPUT_MD = REPO / "bench" / "BAD_INPUT.md"
 
 #: (fault, pytest node id, what it shows)
 FAULTS = [
-    ("daemon killed (-9), failing closed", "tests/enforce/test_enforce_netns.py::test_killed_daemon_fails_as_configured[closed]",
-     "new connections dropped while it is down, established ones flow; the next start adopts the chains and enforces"),
-    ("daemon killed (-9), failing open", "tests/enforce/test_enforce_netns.py::test_killed_daemon_fails_as_configured[open]",
-     "everything passes while it is down (queue bypass); the next start enforces"),
-    ("killed during a reload", "tests/enforce/test_enforce_netns.py::test_killed_during_a_reload_the_next_start_repairs",
-     "the next start finds the chains, keeps one jump, enforces the new files"),
-    ("killed before a revocation was applied", "tests/enforce/test_enforce_netns.py::test_killed_before_a_revocation_the_next_start_revokes",
-     "the next start judges every connection an earlier daemon queued and cuts the denied one"),
-    ("our iptables chains flushed, deleted or reordered by someone else",
-     "tests/enforce/test_enforce_netns.py::test_rules_changed_by_someone_else_are_put_back",
-     "found and put back within --resync-interval (rules-repaired, pyclassify_iptables_repairs)"),
-    ("SIGTERM (a rollout, a liveness restart) with a client hammering a denied port",
-     "tests/enforce/test_lifecycle_netns.py::test_restarts_with_a_client_hammering_a_denied_port[sigterm-closed]",
-     "the rules stay and the next daemon adopts them: no denied connection opens (see Restarts)"),
-    ("kill -9, then restart, with a client hammering a denied port",
-     "tests/enforce/test_lifecycle_netns.py::test_restarts_with_a_client_hammering_a_denied_port[kill-closed]",
-     "no denied connection opens; failing open, those opened while none ran are cut at the next start"),
-    ("kill -9 failing open, then restart, with a client hammering a denied port",
-     "tests/enforce/test_lifecycle_netns.py::test_restarts_with_a_client_hammering_a_denied_port[kill-open]",
-     "what opened while no daemon ran (queue bypass) is judged and cut at the next start"),
-    ("connections opened before any rule of ours (no mark)",
-     "tests/enforce/test_lifecycle_netns.py::test_a_connection_no_daemon_judged_is_judged_at_start",
-     "judged at start: the denied one cut, the allowed one marked and cut by a later change"),
-    ("daemon killed (-9): SSH to the node, its DNS",
-     "tests/enforce/test_lifecycle_netns.py::test_a_dead_daemon_leaves_the_node_reachable",
-     "failsafe SSH and the node's DNS (dnsmasq, UDP and TCP) answer while no daemon runs"),
-    ("`--kubeconfig` daemon killed (-9), then restarted (API server routed, not on the loopback)",
-     "tests/kube/test_enforce_restart.py::test_a_killed_cluster_daemon_never_locks_the_node_out",
-     "the node reaches its API server and SSH meanwhile; the next daemon lists the cluster and starts"),
-    ("`--uninstall` (after a kill, and as a preStop while a daemon runs); `--on-stop remove`",
-     "tests/enforce/test_lifecycle_netns.py::test_on_stop_remove_and_uninstall_remove_every_rule",
-     "every rule removed; a running daemon leaves them out and is not ready; nothing left after its stop"),
-    ("a second daemon on another queue; chains replaced by another process; a rule replaced in place",
-     "tests/enforce/test_lifecycle_netns.py::test_a_second_daemon_and_replaced_rules_are_noticed",
-     "the second refuses (exit 7); the rules' content is compared, each change found and put back"),
-    ("iptables binaries gone under a running daemon (a spawn that fails, as under a pids limit)",
-     "tests/enforce/test_lifecycle_netns.py::test_healthz_fails_while_the_rules_cannot_be_checked",
-     "the resync keeps trying; /healthz fails after three failed checks, ok again once they pass"),
-    ("flow-log destination full (stdout on /dev/full)",
-     "tests/enforce/test_enforce_netns.py::test_a_full_log_destination_loses_lines_not_enforcement[full]",
-     "lines lost and counted (pyclassify_log_lines_lost); enforcement unchanged"),
-    ("flow-log destination gone (a pipe whose reader exited)",
-     "tests/enforce/test_enforce_netns.py::test_a_full_log_destination_loses_lines_not_enforcement[gone]",
-     "lines lost and counted; enforcement unchanged; a clean stop"),
-    ("missing prerequisite or busy resource (no iptables, not root, queue in use, another daemon, metrics port in use, "
-     "absent interface)",
-     "tests/enforce/test_enforce_netns.py::test_missing_prerequisites_and_busy_resources_are_one_line_and_an_exit_code",
-     "one line and exit code 6 or 7; nothing installed"),
-    ("ConfigMap volume update (`..data` symlink swap)", "tests/enforce/test_watch.py::test_a_configmap_update_is_one_reload_of_the_new_files",
-     "one reload, of the new files, at the swap"),
-    ("policy file written in parts when inotify fires", "tests/enforce/test_watch.py::test_a_file_is_read_once_its_writer_closes_it",
-     "read once its writer closes it; never half"),
-    ("bridged interface down, then up (each side)", "tests/enforce_bridge/test_bridge.py::test_bridge_interface_down_and_up",
-     "the daemon keeps running; bridges and judges again once up"),
-    ("random and malformed frames on the bridge", "tests/enforce_bridge/test_bridge.py::test_random_frames_keep_the_bridge_up_and_every_frame_is_accounted_for",
-     "bridge stays up; every frame accounted for"),
-    ("a policy set over the memory limit (300 distinct 26 KB GlobalNetworkPolicies, a 384 MiB cgroup)",
-     "tests/enforce/test_memory_netns.py::test_a_set_over_the_memory_budget_is_rejected_and_the_daemon_lives",
-     "rejected whole before it is built, named in the log and counted; the daemon lives and enforces the set in force; "
-     "300 copies of one of them fit"),
-    ("explain on 2,000 GlobalNetworkPolicies with 300-term selectors (once 3.6 GB), in a 512 MiB cgroup",
-     "tests/test_cli_memory.py::test_a_heavy_set_compiles_within_512_mib[selectors-explain]",
-     "completes; no OOM kill (see Compile amplification)"),
-    ("render of 500 NetworkPolicies with 200 ipBlocks each (once 2.7 GB), in a 512 MiB cgroup",
-     "tests/test_cli_memory.py::test_a_heavy_set_compiles_within_512_mib[ipblocks-render]",
-     "completes; no OOM kill (see Compile amplification)"),
-    ("check of that ipBlock set under `--memory-budget 64Mi`, in a 160 MiB cgroup that kills it without",
-     "tests/test_cli_memory.py::test_a_set_over_the_budget_is_refused_before_the_limit_kills[ipblocks]",
-     "refused before it is built, exit 1, its costliest objects named; no OOM kill"),
-    ("an object from the cluster rejected (a field its kind's schema refuses)",
-     "tests/kube/test_events.py::test_a_rejected_update_is_reported_on_the_object_once",
-     "a Warning Event (PolicyRejected) on the object naming the field; the same rejection again counts on it"),
-    ("an object from the cluster that brings the set over the memory budget",
-     "tests/kube/test_events.py::test_a_set_over_the_budget_is_reported_on_the_object_that_brings_it_over",
-     "rejected, a Warning Event (PolicyOverBudget) on it naming the budget and the costliest objects"),
-    ("pyclassify removed from a node a killed daemon left its rules on",
-     "tests/kube/test_deploy.py::test_the_uninstall_command_removes_every_rule_a_daemon_left",
-     "deploy/uninstall/'s command removes every rule"),
-    ("the policy directory removed, made again, swapped in by rename; a file emptied; a FIFO dropped in",
-     "tests/enforce/test_policy_input_netns.py::test_the_policy_directory_removed_made_again_swapped_emptied_and_a_fifo",
-     "the policy in force stays while the directory is gone (/healthz says so); the watch follows the new directory; "
-     "an emptied file keeps its policies; a FIFO is never opened"),
-    ("2,000 idle connections to the metrics listener, in a pids limit",
-     "tests/enforce/test_surfaces_netns.py::test_two_thousand_idle_connections_in_a_pids_limit",
-     "no thread per connection; the probes answer; the resync thread repairs; enforcement holds"),
-    ("the metrics port read from a pod", "tests/enforce/test_surfaces_netns.py::test_metrics_are_on_the_loopback_unless_an_address_is_given",
-     "refused: on the node's loopback unless an address is given; no policy names with --no-metrics-rule-labels"),
-    ("admission webhook: 2,000 idle connections", "tests/admission/test_admission_webhook_bounds.py::test_two_thousand_idle_connections_hold_no_threads",
-     "no thread per connection; /healthz and reviews answer"),
-    ("admission webhook: 200 stalled 3 MiB bodies", "tests/admission/test_admission_webhook_bounds.py::test_stalled_bodies_are_bounded_and_cut_at_the_deadline",
-     "bodies held within the buffer bound, the rest refused (503) or cut at the request deadline"),
-    ("admission webhook: 100 one-byte trickles", "tests/admission/test_admission_webhook_bounds.py::test_one_byte_trickles_are_cut_at_the_request_deadline",
-     "every one cut at the request deadline"),
-    ("admission webhook: certificate rotated on disk", "tests/admission/test_admission_webhook_bounds.py::test_a_rotated_certificate_serves_new_connections",
-     "new connections get the new certificate; a broken pair is refused and the last good one stays"),
-    ("admission webhook: a lone surrogate, failure policy Ignore",
-     "tests/admission/test_admission_webhook_bounds.py::test_a_lone_surrogate_is_judged_as_the_api_server_reads_it[Ignore]",
-     "judged as the API server reads it (U+FFFD): rejected by the rule, never admitted by the failure policy"),
+    (
+        "daemon killed (-9), failing closed",
+        "tests/enforce/test_enforce_netns.py::test_killed_daemon_fails_as_configured[closed]",
+        "new connections dropped while it is down, established ones flow; the next start adopts the chains and enforces",
+    ),
+    (
+        "daemon killed (-9), failing open",
+        "tests/enforce/test_enforce_netns.py::test_killed_daemon_fails_as_configured[open]",
+        "everything passes while it is down (queue bypass); the next start enforces",
+    ),
+    (
+        "killed during a reload",
+        "tests/enforce/test_enforce_netns.py::test_killed_during_a_reload_the_next_start_repairs",
+        "the next start finds the chains, keeps one jump, enforces the new files",
+    ),
+    (
+        "killed before a revocation was applied",
+        "tests/enforce/test_enforce_netns.py::test_killed_before_a_revocation_the_next_start_revokes",
+        "the next start judges every connection an earlier daemon queued and cuts the denied one",
+    ),
+    (
+        "our iptables chains flushed, deleted or reordered by someone else",
+        "tests/enforce/test_enforce_netns.py::test_rules_changed_by_someone_else_are_put_back",
+        "found and put back within --resync-interval (rules-repaired, pyclassify_iptables_repairs)",
+    ),
+    (
+        "SIGTERM (a rollout, a liveness restart) with a client hammering a denied port",
+        "tests/enforce/test_lifecycle_netns.py::test_restarts_with_a_client_hammering_a_denied_port[sigterm-closed]",
+        "the rules stay and the next daemon adopts them: no denied connection opens (see Restarts)",
+    ),
+    (
+        "kill -9, then restart, with a client hammering a denied port",
+        "tests/enforce/test_lifecycle_netns.py::test_restarts_with_a_client_hammering_a_denied_port[kill-closed]",
+        "no denied connection opens; failing open, those opened while none ran are cut at the next start",
+    ),
+    (
+        "kill -9 failing open, then restart, with a client hammering a denied port",
+        "tests/enforce/test_lifecycle_netns.py::test_restarts_with_a_client_hammering_a_denied_port[kill-open]",
+        "what opened while no daemon ran (queue bypass) is judged and cut at the next start",
+    ),
+    (
+        "connections opened before any rule of ours (no mark)",
+        "tests/enforce/test_lifecycle_netns.py::test_a_connection_no_daemon_judged_is_judged_at_start",
+        "judged at start: the denied one cut, the allowed one marked and cut by a later change",
+    ),
+    (
+        "daemon killed (-9): SSH to the node, its DNS",
+        "tests/enforce/test_lifecycle_netns.py::test_a_dead_daemon_leaves_the_node_reachable",
+        "failsafe SSH and the node's DNS (dnsmasq, UDP and TCP) answer while no daemon runs",
+    ),
+    (
+        "`--kubeconfig` daemon killed (-9), then restarted (API server routed, not on the loopback)",
+        "tests/kube/test_enforce_restart.py::test_a_killed_cluster_daemon_never_locks_the_node_out",
+        "the node reaches its API server and SSH meanwhile; the next daemon lists the cluster and starts",
+    ),
+    (
+        "`--uninstall` (after a kill, and as a preStop while a daemon runs); `--on-stop remove`",
+        "tests/enforce/test_lifecycle_netns.py::test_on_stop_remove_and_uninstall_remove_every_rule",
+        "every rule removed; a running daemon leaves them out and is not ready; nothing left after its stop",
+    ),
+    (
+        "a second daemon on another queue; chains replaced by another process; a rule replaced in place",
+        "tests/enforce/test_lifecycle_netns.py::test_a_second_daemon_and_replaced_rules_are_noticed",
+        "the second refuses (exit 7); the rules' content is compared, each change found and put back",
+    ),
+    (
+        "iptables binaries gone under a running daemon (a spawn that fails, as under a pids limit)",
+        "tests/enforce/test_lifecycle_netns.py::test_healthz_fails_while_the_rules_cannot_be_checked",
+        "the resync keeps trying; /healthz fails after three failed checks, ok again once they pass",
+    ),
+    (
+        "flow-log destination full (stdout on /dev/full)",
+        "tests/enforce/test_enforce_netns.py::test_a_full_log_destination_loses_lines_not_enforcement[full]",
+        "lines lost and counted (pyclassify_log_lines_lost); enforcement unchanged",
+    ),
+    (
+        "flow-log destination gone (a pipe whose reader exited)",
+        "tests/enforce/test_enforce_netns.py::test_a_full_log_destination_loses_lines_not_enforcement[gone]",
+        "lines lost and counted; enforcement unchanged; a clean stop",
+    ),
+    (
+        "missing prerequisite or busy resource (no iptables, not root, queue in use, another daemon, metrics port in use, "
+        "absent interface)",
+        "tests/enforce/test_enforce_netns.py::test_missing_prerequisites_and_busy_resources_are_one_line_and_an_exit_code",
+        "one line and exit code 6 or 7; nothing installed",
+    ),
+    (
+        "ConfigMap volume update (`..data` symlink swap)",
+        "tests/enforce/test_watch.py::test_a_configmap_update_is_one_reload_of_the_new_files",
+        "one reload, of the new files, at the swap",
+    ),
+    (
+        "policy file written in parts when inotify fires",
+        "tests/enforce/test_watch.py::test_a_file_is_read_once_its_writer_closes_it",
+        "read once its writer closes it; never half",
+    ),
+    (
+        "bridged interface down, then up (each side)",
+        "tests/enforce_bridge/test_bridge.py::test_bridge_interface_down_and_up",
+        "the daemon keeps running; bridges and judges again once up",
+    ),
+    (
+        "random and malformed frames on the bridge",
+        "tests/enforce_bridge/test_bridge.py::test_random_frames_keep_the_bridge_up_and_every_frame_is_accounted_for",
+        "bridge stays up; every frame accounted for",
+    ),
+    (
+        "a policy set over the memory limit (300 distinct 26 KB GlobalNetworkPolicies, a 384 MiB cgroup)",
+        "tests/enforce/test_memory_netns.py::test_a_set_over_the_memory_budget_is_rejected_and_the_daemon_lives",
+        "rejected whole before it is built, named in the log and counted; the daemon lives and enforces the set in force; "
+        "300 copies of one of them fit",
+    ),
+    (
+        "explain on 2,000 GlobalNetworkPolicies with 300-term selectors (once 3.6 GB), in a 512 MiB cgroup",
+        "tests/test_cli_memory.py::test_a_heavy_set_compiles_within_512_mib[selectors-explain]",
+        "completes; no OOM kill (see Compile amplification)",
+    ),
+    (
+        "render of 500 NetworkPolicies with 200 ipBlocks each (once 2.7 GB), in a 512 MiB cgroup",
+        "tests/test_cli_memory.py::test_a_heavy_set_compiles_within_512_mib[ipblocks-render]",
+        "completes; no OOM kill (see Compile amplification)",
+    ),
+    (
+        "check of that ipBlock set under `--memory-budget 64Mi`, in a 160 MiB cgroup that kills it without",
+        "tests/test_cli_memory.py::test_a_set_over_the_budget_is_refused_before_the_limit_kills[ipblocks]",
+        "refused before it is built, exit 1, its costliest objects named; no OOM kill",
+    ),
+    (
+        "an object from the cluster rejected (a field its kind's schema refuses)",
+        "tests/kube/test_events.py::test_a_rejected_update_is_reported_on_the_object_once",
+        "a Warning Event (PolicyRejected) on the object naming the field; the same rejection again counts on it",
+    ),
+    (
+        "an object from the cluster that brings the set over the memory budget",
+        "tests/kube/test_events.py::test_a_set_over_the_budget_is_reported_on_the_object_that_brings_it_over",
+        "rejected, a Warning Event (PolicyOverBudget) on it naming the budget and the costliest objects",
+    ),
+    (
+        "pyclassify removed from a node a killed daemon left its rules on",
+        "tests/kube/test_deploy.py::test_the_uninstall_command_removes_every_rule_a_daemon_left",
+        "deploy/uninstall/'s command removes every rule",
+    ),
+    (
+        "the policy directory removed, made again, swapped in by rename; a file emptied; a FIFO dropped in",
+        "tests/enforce/test_policy_input_netns.py::test_the_policy_directory_removed_made_again_swapped_emptied_and_a_fifo",
+        "the policy in force stays while the directory is gone (/healthz says so); the watch follows the new directory; "
+        "an emptied file keeps its policies; a FIFO is never opened",
+    ),
+    (
+        "2,000 idle connections to the metrics listener, in a pids limit",
+        "tests/enforce/test_surfaces_netns.py::test_two_thousand_idle_connections_in_a_pids_limit",
+        "no thread per connection; the probes answer; the resync thread repairs; enforcement holds",
+    ),
+    (
+        "the metrics port read from a pod",
+        "tests/enforce/test_surfaces_netns.py::test_metrics_are_on_the_loopback_unless_an_address_is_given",
+        "refused: on the node's loopback unless an address is given; no policy names with --no-metrics-rule-labels",
+    ),
+    (
+        "admission webhook: 2,000 idle connections",
+        "tests/admission/test_admission_webhook_bounds.py::test_two_thousand_idle_connections_hold_no_threads",
+        "no thread per connection; /healthz and reviews answer",
+    ),
+    (
+        "admission webhook: 200 stalled 3 MiB bodies",
+        "tests/admission/test_admission_webhook_bounds.py::test_stalled_bodies_are_bounded_and_cut_at_the_deadline",
+        "bodies held within the buffer bound, the rest refused (503) or cut at the request deadline",
+    ),
+    (
+        "admission webhook: 100 one-byte trickles",
+        "tests/admission/test_admission_webhook_bounds.py::test_one_byte_trickles_are_cut_at_the_request_deadline",
+        "every one cut at the request deadline",
+    ),
+    (
+        "admission webhook: certificate rotated on disk",
+        "tests/admission/test_admission_webhook_bounds.py::test_a_rotated_certificate_serves_new_connections",
+        "new connections get the new certificate; a broken pair is refused and the last good one stays",
+    ),
+    (
+        "admission webhook: a lone surrogate, failure policy Ignore",
+        "tests/admission/test_admission_webhook_bounds.py::test_a_lone_surrogate_is_judged_as_the_api_server_reads_it[Ignore]",
+        "judged as the API server reads it (U+FFFD): rejected by the rule, never admitted by the failure policy",
+    ),
 ]
 
 
@@ -141,11 +226,19 @@ def _pytest(args: list[str], env: dict[str, str], junit: Path | None = None) -> 
 
 
 def run(results: Path, soak_seconds: float, long_soak: float | None, restarts: int, only: str | None = None) -> None:
-    env = {**os.environ, "PYCLASSIFY_RELIABILITY_DIR": str(results), "PYCLASSIFY_SOAK_SECONDS": str(soak_seconds),
-           "PYCLASSIFY_BAD_INPUT_TABLE": str(results / "bad_input.json"), "PYCLASSIFY_RESTARTS": str(restarts)}
+    env = {
+        **os.environ,
+        "PYCLASSIFY_RELIABILITY_DIR": str(results),
+        "PYCLASSIFY_SOAK_SECONDS": str(soak_seconds),
+        "PYCLASSIFY_BAD_INPUT_TABLE": str(results / "bad_input.json"),
+        "PYCLASSIFY_RESTARTS": str(restarts),
+    }
     if only is None:
-        _pytest(["tests/enforce/test_soak.py", "tests/enforce/test_flood.py", "bench/test_bench_flood.py"], env,
-                results / "load.xml")
+        _pytest(
+            ["tests/enforce/test_soak.py", "tests/enforce/test_flood.py", "bench/test_bench_flood.py"],
+            env,
+            results / "load.xml",
+        )
     _pytest(sorted({node.split("::")[0] for _, node, _ in FAULTS}), env, results / "faults.xml")
     if only is None:
         _pytest(["tests/test_bad_input.py"], env, results / "bad_input.xml")
@@ -187,28 +280,51 @@ def _soak_rows(runs: dict[str, dict[str, Any]]) -> list[str]:
     def row(label: str, f: Any) -> None:
         lines.append(f"| {label} | " + " | ".join(f(r) for r in runs.values()) + " |")
 
-    row("length, s / policy versions / reloads / rejected",
-        lambda r: f"{_n(r['seconds'])} / {_n(r['policy_versions'])} / {_n(r['reloads'])} / {_n(r['reloads_rejected'])}")
-    row("probes / judged (one version in force) / in a switch-over",
-        lambda r: f"{_n(r['probes'])} / {_n(r['judged'])} / {_n(r['in_switch_over'])}")
+    row(
+        "length, s / policy versions / reloads / rejected",
+        lambda r: f"{_n(r['seconds'])} / {_n(r['policy_versions'])} / {_n(r['reloads'])} / {_n(r['reloads_rejected'])}",
+    )
+    row(
+        "probes / judged (one version in force) / in a switch-over",
+        lambda r: f"{_n(r['probes'])} / {_n(r['judged'])} / {_n(r['in_switch_over'])}",
+    )
     row("**probes with another verdict than the version in force**", lambda r: f"**{_n(r['mismatches'])}**")
     row("allowed at their start, cut by the next version", lambda r: _n(r["cut_by_next_version"]))
-    row("denied at their start, first packet judged under the next version (which allows them)",
-        lambda r: _n(r.get("opened_by_next_version", 0)))
-    row("switch-over (written → in force, revocations done) p50 / p99 / max, ms",
-        lambda r: " / ".join(_n(r["switch_over_ms"][k]) for k in ("p50", "p99", "max")))
-    row("held connections denied by a change: first failed ping after the write, s (includes the ping's 0.3 s timeout)",
-        lambda r: ", ".join(f"{k} {_n(v)}" for k, v in r["held_cut_s"].items()))
-    row("old connections kept while allowed", lambda r: ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in r["held_kept"].items()))
-    row("a revoked connection passes again once a change allows it", lambda r: ", ".join(
-        f"{k} {'yes' if v else 'NO'}" for k, v in r.get("held_restored", {}).items()) or "—")
-    row("RSS end of warm-up → max after, MB (growth)",
-        lambda r: f"{_n(r['rss_warm_mb'])} → {_n(r['rss_max_mb'])} ({r['rss_growth'] * 100:+.1f} %)")
-    row("descriptors / threads: fewest in warm-up → fewest in the last quarter (most after warm-up)",
-        lambda r: f"{r.get('fds_floor_warm', '?')} → {r.get('fds_floor_end', '?')} ({r['fds_max']}) / "
-                  f"{r.get('threads_floor_warm', '?')} → {r.get('threads_floor_end', '?')} ({r['threads_max']})")
-    row("/readyz + /metrics each second: p50 / p99 / max ms, failures",
-        lambda r: " / ".join(_n(r["scrape_ms"][k]) for k in ("p50", "p99", "max")) + f", {r['scrape_ms']['failures']}")
+    row(
+        "denied at their start, first packet judged under the next version (which allows them)",
+        lambda r: _n(r.get("opened_by_next_version", 0)),
+    )
+    row(
+        "switch-over (written → in force, revocations done) p50 / p99 / max, ms",
+        lambda r: " / ".join(_n(r["switch_over_ms"][k]) for k in ("p50", "p99", "max")),
+    )
+    row(
+        "held connections denied by a change: first failed ping after the write, s (includes the ping's 0.3 s timeout)",
+        lambda r: ", ".join(f"{k} {_n(v)}" for k, v in r["held_cut_s"].items()),
+    )
+    row(
+        "old connections kept while allowed",
+        lambda r: ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in r["held_kept"].items()),
+    )
+    row(
+        "a revoked connection passes again once a change allows it",
+        lambda r: ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in r.get("held_restored", {}).items()) or "—",
+    )
+    row(
+        "RSS end of warm-up → max after, MB (growth)",
+        lambda r: f"{_n(r['rss_warm_mb'])} → {_n(r['rss_max_mb'])} ({r['rss_growth'] * 100:+.1f} %)",
+    )
+    row(
+        "descriptors / threads: fewest in warm-up → fewest in the last quarter (most after warm-up)",
+        lambda r: (
+            f"{r.get('fds_floor_warm', '?')} → {r.get('fds_floor_end', '?')} ({r['fds_max']}) / "
+            f"{r.get('threads_floor_warm', '?')} → {r.get('threads_floor_end', '?')} ({r['threads_max']})"
+        ),
+    )
+    row(
+        "/readyz + /metrics each second: p50 / p99 / max ms, failures",
+        lambda r: " / ".join(_n(r["scrape_ms"][k]) for k in ("p50", "p99", "max")) + f", {r['scrape_ms']['failures']}",
+    )
     return lines
 
 
@@ -222,11 +338,16 @@ def _flood_rows(runs: dict[str, dict[str, Any]]) -> list[str]:
     row("sent: SYN + UDP", lambda r: f"{_n(r['sent']['syn'])} + {_n(r['sent']['udp'])}")
     row("reached the NFQUEUE rule", lambda r: _n(r["reached_queue_rule"]))
     row("judged by the daemon", lambda r: _n(int(r["judged"])))
-    row("kernel: queue full / socket full drops", lambda r: f"{_n(r['kernel']['queue_dropped'])} / {_n(r['kernel']['user_dropped'])}")
+    row(
+        "kernel: queue full / socket full drops",
+        lambda r: f"{_n(r['kernel']['queue_dropped'])} / {_n(r['kernel']['user_dropped'])}",
+    )
     row("**denied packets delivered unjudged**", lambda r: f"**{_n(r['unjudged_delivered'])}**")
     row("established connection: pings failed", lambda r: f"{r['hold_failures']} of {r['hold_pings']}")
-    row("/readyz + /metrics during the flood: p50 / max ms, failures",
-        lambda r: f"{_n(r['scrape_ms_p50'])} / {_n(r['scrape_ms_max'])}, {r['scrape_failures']}")
+    row(
+        "/readyz + /metrics during the flood: p50 / max ms, failures",
+        lambda r: f"{_n(r['scrape_ms_p50'])} / {_n(r['scrape_ms_max'])}, {r['scrape_failures']}",
+    )
     return lines
 
 
@@ -272,7 +393,8 @@ def _surface_rows(results: Path) -> list[str]:
             f"and processes plus 24 (pids.max {d['pids_max']}); meanwhile /healthz and /readyz asked five times each,",
             "connections tried through the daemon, and its iptables chains flushed for the resync thread to repair.",
             "",
-            "| figure | value |", "|---|---|",
+            "| figure | value |",
+            "|---|---|",
             f"| daemon threads before → while held | {d['threads_before']} → {d['threads_during']} |",
             f"| daemon RSS before → while held, MiB | {_mib(d['rss_before_bytes'])} → {_mib(d['rss_during_bytes'])} |",
             f"| idle connections closed to make room (cap 64) / refused | {_n(int(d['evicted']))} / {_n(int(d['refused']))} |",
@@ -282,20 +404,31 @@ def _surface_rows(results: Path) -> list[str]:
         ]
     hooks = {k: _load(results, k) for k in ("webhook-idle-connections", "webhook-stalled-bodies", "webhook-trickles")}
     if any(hooks.values()):
-        lines += ["`tests/admission/test_admission_webhook_bounds.py`: the admission webhook (8 workers, 256",
-                  "connections, a request deadline of 2 s in the test, 30 s by default; bodies held at most 64 MiB at",
-                  "once).", "", "| load | outcome |", "|---|---|"]
-        if (w := hooks["webhook-idle-connections"]):
-            lines.append(f"| {w['connections']:,} idle connections (no TLS handshake begun) | {w['threads_added']} threads added, "
-                         f"{w['open']} open, {w['evicted']:,} idle ones closed to make room, /healthz in "
-                         f"{w['healthz_ms']} ms |")
-        if (w := hooks["webhook-stalled-bodies"]):
-            lines.append(f"| {w['connections']} connections announcing {_mib(w['body_bytes'])} MiB bodies, sending "
-                         f"{_mib(w['sent_bytes'])} MiB and stalling | RSS +{w['rss_growth_mb']} MiB; {w['busy']} "
-                         f"refused at the buffer bound (503), {w['timeouts']} cut at the {w['deadline_s']} s deadline |")
-        if (w := hooks["webhook-trickles"]):
-            lines.append(f"| {w['connections']} connections trickling one byte every 0.25 s | all cut after "
-                         f"{w['all_cut_after_s']} s (deadline {w['deadline_s']} s) |")
+        lines += [
+            "`tests/admission/test_admission_webhook_bounds.py`: the admission webhook (8 workers, 256",
+            "connections, a request deadline of 2 s in the test, 30 s by default; bodies held at most 64 MiB at",
+            "once).",
+            "",
+            "| load | outcome |",
+            "|---|---|",
+        ]
+        if w := hooks["webhook-idle-connections"]:
+            lines.append(
+                f"| {w['connections']:,} idle connections (no TLS handshake begun) | {w['threads_added']} threads added, "
+                f"{w['open']} open, {w['evicted']:,} idle ones closed to make room, /healthz in "
+                f"{w['healthz_ms']} ms |"
+            )
+        if w := hooks["webhook-stalled-bodies"]:
+            lines.append(
+                f"| {w['connections']} connections announcing {_mib(w['body_bytes'])} MiB bodies, sending "
+                f"{_mib(w['sent_bytes'])} MiB and stalling | RSS +{w['rss_growth_mb']} MiB; {w['busy']} "
+                f"refused at the buffer bound (503), {w['timeouts']} cut at the {w['deadline_s']} s deadline |"
+            )
+        if w := hooks["webhook-trickles"]:
+            lines.append(
+                f"| {w['connections']} connections trickling one byte every 0.25 s | all cut after "
+                f"{w['all_cut_after_s']} s (deadline {w['deadline_s']} s) |"
+            )
         lines.append("")
     if len(lines) == 2:
         lines += ["(not recorded)", ""]
@@ -318,15 +451,23 @@ def _restart_section(results: Path) -> list[str]:
     ]
     if not runs:
         return lines + ["(no restart recorded)", ""]
-    lines[-1:-1] = ["", f"Measured on {dt.date.today().isoformat()} by `.venv/bin/python -m bench.reliability --only faults "
-                    f"--restarts {runs[0]['restarts']}` (root; the same test runs in CI with 3 restarts a mode)."]
-    lines += ["| stop, fail mode | restarts | gap p50 / max, s | connections tried | **denied connections opened** "
-              "| still open after the next start | revoked at start |", "|---|---|---|---|---|---|---|"]
+    lines[-1:-1] = [
+        "",
+        f"Measured on {dt.date.today().isoformat()} by `.venv/bin/python -m bench.reliability --only faults "
+        f"--restarts {runs[0]['restarts']}` (root; the same test runs in CI with 3 restarts a mode).",
+    ]
+    lines += [
+        "| stop, fail mode | restarts | gap p50 / max, s | connections tried | **denied connections opened** "
+        "| still open after the next start | revoked at start |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in runs:
         gaps = sorted(r["gaps_s"])
-        lines.append(f"| {r['how']}, --fail {r['fail']} | {r['restarts']} | {_n(gaps[len(gaps) // 2])} / "
-                     f"{_n(gaps[-1])} | {_n(r['attempts'])} | **{_n(r['opened'])}** | {_n(r['still_open'])} | "
-                     f"{_n(r['revoked_at_start'])} |")
+        lines.append(
+            f"| {r['how']}, --fail {r['fail']} | {r['restarts']} | {_n(gaps[len(gaps) // 2])} / "
+            f"{_n(gaps[-1])} | {_n(r['attempts'])} | **{_n(r['opened'])}** | {_n(r['still_open'])} | "
+            f"{_n(r['revoked_at_start'])} |"
+        )
     lines += [
         "",
         "Failing closed the window is zero: between two daemons the kernel drops what the kept rules",
@@ -411,8 +552,15 @@ def render(results: Path) -> str:
         "reports (each version also holds a few policies selecting no pod), until the next could have swapped.",
         "",
     ]
-    soaks = {name: r for name, key in (("NFQUEUE", "soak-nfqueue"), ("bridge", "soak-bridge"),
-                                        ("NFQUEUE, long", "soak-long-nfqueue")) if (r := _load(results, key))}
+    soaks = {
+        name: r
+        for name, key in (
+            ("NFQUEUE", "soak-nfqueue"),
+            ("bridge", "soak-bridge"),
+            ("NFQUEUE, long", "soak-long-nfqueue"),
+        )
+        if (r := _load(results, key))
+    }
     lines += _soak_rows(soaks) if soaks else ["(no soak recorded)"]
     lines += [
         "",
@@ -438,19 +586,33 @@ def render(results: Path) -> str:
     ]
     sat = _load(results, "saturation")
     if sat:
-        lines += ["### Verdicts per second at saturation", "",
-                  f"`bench/test_bench_flood.py`: one consumer at a time on queue 0 (length {sat['queue_maxlen']}), the same",
-                  f"UDP flood for {_n(sat['seconds'])} s; the C consumer is libnetfilter_queue's documented loop, one",
-                  "NF_ACCEPT per packet and no judging (`tests/enforce/c/nfq_accept.c`).", "",
-                  "| consumer | sent | reached the rule | verdicts | queue-full drops | verdicts/s | ratio to C |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "### Verdicts per second at saturation",
+            "",
+            f"`bench/test_bench_flood.py`: one consumer at a time on queue 0 (length {sat['queue_maxlen']}), the same",
+            f"UDP flood for {_n(sat['seconds'])} s; the C consumer is libnetfilter_queue's documented loop, one",
+            "NF_ACCEPT per packet and no judging (`tests/enforce/c/nfq_accept.c`).",
+            "",
+            "| consumer | sent | reached the rule | verdicts | queue-full drops | verdicts/s | ratio to C |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for name, r in sat.items():
             if isinstance(r, dict):
-                bound = " (no drop: it kept up with the sender, so this is a lower bound)" if not r.get("queue_dropped") else ""
-                lines.append(f"| {name} | {_n(r['sent'])} | {_n(r['queued'])} | {_n(int(r['verdicts']))} | "
-                             f"{_n(r.get('queue_dropped'))} | {_n(r['verdicts_per_s'])}{bound} | {_n(r['ratio_to_c'])} |")
-        lines += ["", "Both consumers share the machine's two cores with the sender, the kernel's forwarding and",
-                  "each other's namespaces; pyclassify batches its verdicts, the C loop gives one per packet.", ""]
+                bound = (
+                    " (no drop: it kept up with the sender, so this is a lower bound)"
+                    if not r.get("queue_dropped")
+                    else ""
+                )
+                lines.append(
+                    f"| {name} | {_n(r['sent'])} | {_n(r['queued'])} | {_n(int(r['verdicts']))} | "
+                    f"{_n(r.get('queue_dropped'))} | {_n(r['verdicts_per_s'])}{bound} | {_n(r['ratio_to_c'])} |"
+                )
+        lines += [
+            "",
+            "Both consumers share the machine's two cores with the sender, the kernel's forwarding and",
+            "each other's namespaces; pyclassify batches its verdicts, the C loop gives one per packet.",
+            "",
+        ]
     lines += [
         "The kernel's connection-table cap (`nf_conntrack_max`) is read-only inside a network namespace on",
         "this kernel, so a full kernel table is not exercised here; its size, cap and early drops are",
@@ -474,20 +636,37 @@ def render(results: Path) -> str:
         by_command: dict[str, list[dict[str, Any]]] = {}
         for r in rows:
             by_command.setdefault(r["command"], []).append(r)
-        lines += ["`tests/test_bad_input.py`: each case runs the real command with a time bound and checks its exit",
-                  "code, its message, and that no traceback, panic, hang or signal occurs. Every case:",
-                  "[bench/BAD_INPUT.md](BAD_INPUT.md).", "",
-                  "| command | cases | as expected | exit codes |", "|---|---|---|---|"]
+        lines += [
+            "`tests/test_bad_input.py`: each case runs the real command with a time bound and checks its exit",
+            "code, its message, and that no traceback, panic, hang or signal occurs. Every case:",
+            "[bench/BAD_INPUT.md](BAD_INPUT.md).",
+            "",
+            "| command | cases | as expected | exit codes |",
+            "|---|---|---|---|",
+        ]
         for command, rs in sorted(by_command.items()):
             ok = sum(outcomes.get(f"tests/test_bad_input.py::test_bad_input[{r['id']}]") == "passed" for r in rs)
             codes = sorted({r["code"] for r in rs})
             lines.append(f"| {command} | {len(rs)} | {ok} | {', '.join(map(str, codes))} |")
         cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-        BAD_INPUT_MD.write_text("\n".join(
-            ["# Bad-input sweep: every case", "", "Written by `bench/reliability.py` from `tests/test_bad_input.py`.", "",
-             "| id | command | input | exit | message fragment | observed |", "|---|---|---|---|---|---|"]
-            + [f"| {cell(r['id'])} | {cell(r['command'])} | {cell(r['input'])} | {r['code']} | {cell(r['fragment'])} | "
-               f"{cell(r['observed'])} |" for r in rows]) + "\n")
+        BAD_INPUT_MD.write_text(
+            "\n".join(
+                [
+                    "# Bad-input sweep: every case",
+                    "",
+                    "Written by `bench/reliability.py` from `tests/test_bad_input.py`.",
+                    "",
+                    "| id | command | input | exit | message fragment | observed |",
+                    "|---|---|---|---|---|---|",
+                ]
+                + [
+                    f"| {cell(r['id'])} | {cell(r['command'])} | {cell(r['input'])} | {r['code']} | {cell(r['fragment'])} | "
+                    f"{cell(r['observed'])} |"
+                    for r in rows
+                ]
+            )
+            + "\n"
+        )
     else:
         lines.append("(no bad-input table recorded)")
     return "\n".join(lines) + "\n"
@@ -498,8 +677,12 @@ def main() -> None:
     ap.add_argument("--soak-seconds", type=float, default=120)
     ap.add_argument("--long-soak", type=float, default=None, metavar="SECONDS")
     ap.add_argument("--restarts", type=int, default=20, help="restarts under the hammering client, per mode")
-    ap.add_argument("--only", choices=["faults"], default=None,
-                    help="run the faults (and restarts) alone; their sections of RELIABILITY.md are rewritten")
+    ap.add_argument(
+        "--only",
+        choices=["faults"],
+        default=None,
+        help="run the faults (and restarts) alone; their sections of RELIABILITY.md are rewritten",
+    )
     ap.add_argument("--render-only", type=Path, default=None, metavar="DIR")
     args = ap.parse_args()
     results = args.render_only or Path(tempfile.mkdtemp(prefix="pyclassify-reliability-"))

@@ -39,8 +39,9 @@ def udp_frames(dst_mac: str, src_mac: str) -> list[bytes]:
     out = []
     for i in range(FLOWS):
         udp = struct.pack("!HHHH", 20000 + i, 5000, 8 + len(payload), 0) + payload
-        iph = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0,
-                          socket.inet_aton(A_IP), socket.inet_aton(B_IP))
+        iph = struct.pack(
+            "!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0, 64, 17, 0, socket.inet_aton(A_IP), socket.inet_aton(B_IP)
+        )
         s = sum(struct.unpack("!10H", iph))
         s = (s >> 16) + (s & 0xFFFF)
         s += s >> 16
@@ -75,8 +76,16 @@ def run_mode(engine, judge: bool, http_connections: int = 0) -> dict[str, float]
         with in_netns(t.b):
             sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sink.bind((B_IP, 5000))  # the frames end in a socket, not in ICMP port unreachable
-        bridge = Bridge("brA", "brB", engine._engine.capsule(), netns=t.br, judge=judge,
-                        block_size=1 << 20, block_nr=16, http_connections=http_connections).start()
+        bridge = Bridge(
+            "brA",
+            "brB",
+            engine._engine.capsule(),
+            netns=t.br,
+            judge=judge,
+            block_size=1 << 20,
+            block_nr=16,
+            http_connections=http_connections,
+        ).start()
         try:
             time.sleep(0.1)
             t0 = time.monotonic()
@@ -116,27 +125,37 @@ def test_bridge_throughput(benchmark, engine, mode):
     TCP payload located and handed to the engine; none of these frames is TCP)."""
     runs: list[dict[str, float]] = []
     http = 65536 if mode == "judged+http" else 0
-    benchmark.pedantic(lambda: runs.append(run_mode(engine, mode != "copy-through", http)), rounds=ROUNDS,
-                       iterations=1, warmup_rounds=0)
+    benchmark.pedantic(
+        lambda: runs.append(run_mode(engine, mode != "copy-through", http)),
+        rounds=ROUNDS,
+        iterations=1,
+        warmup_rounds=0,
+    )
     res = min(runs, key=lambda r: r["cpu_ns_per_frame"])  # the least disturbed round
     RESULTS[mode] = res
     benchmark.extra_info.update(res)
     assert res["forwarded"] > 0 and res["denied"] == 0
-    print(f"\n{mode}: {res['fps'] / 1e3:.0f} k frames/s forwarded ({res['forwarded']:,} of {res['sent']:,} sent, "
-          f"{res['ring_drops']:,} ring drops), bridge CPU {res['cpu_ns_per_frame']:.0f} ns/frame "
-          f"(user {res['user_ns_per_frame']:.0f}, kernel {res['sys_ns_per_frame']:.0f}), "
-          f"engine {res['judge_ns_per_frame']:.0f} ns/frame, {res['frames_per_block']:.0f} frames/block")
+    print(
+        f"\n{mode}: {res['fps'] / 1e3:.0f} k frames/s forwarded ({res['forwarded']:,} of {res['sent']:,} sent, "
+        f"{res['ring_drops']:,} ring drops), bridge CPU {res['cpu_ns_per_frame']:.0f} ns/frame "
+        f"(user {res['user_ns_per_frame']:.0f}, kernel {res['sys_ns_per_frame']:.0f}), "
+        f"engine {res['judge_ns_per_frame']:.0f} ns/frame, {res['frames_per_block']:.0f} frames/block"
+    )
 
 
 def test_ratio():
     if len(RESULTS) < 3:
         pytest.skip("run with the throughput benchmarks")
     copy, judged = RESULTS["copy-through"], RESULTS["judged"]
-    print(f"\njudged/copy-through: throughput {judged['fps'] / copy['fps']:.2f}x, "
-          f"CPU per frame {judged['cpu_ns_per_frame'] / copy['cpu_ns_per_frame']:.2f}x "
-          f"(+{judged['cpu_ns_per_frame'] - copy['cpu_ns_per_frame']:.0f} ns/frame), user-space CPU per frame "
-          f"{judged['user_ns_per_frame'] / max(copy['user_ns_per_frame'], 1):.2f}x "
-          f"(+{judged['user_ns_per_frame'] - copy['user_ns_per_frame']:.0f} ns/frame for decode + judge + conntrack)")
+    print(
+        f"\njudged/copy-through: throughput {judged['fps'] / copy['fps']:.2f}x, "
+        f"CPU per frame {judged['cpu_ns_per_frame'] / copy['cpu_ns_per_frame']:.2f}x "
+        f"(+{judged['cpu_ns_per_frame'] - copy['cpu_ns_per_frame']:.0f} ns/frame), user-space CPU per frame "
+        f"{judged['user_ns_per_frame'] / max(copy['user_ns_per_frame'], 1):.2f}x "
+        f"(+{judged['user_ns_per_frame'] - copy['user_ns_per_frame']:.0f} ns/frame for decode + judge + conntrack)"
+    )
     http = RESULTS["judged+http"]
-    print(f"judged+http/judged: engine ns per frame {http['judge_ns_per_frame'] / judged['judge_ns_per_frame']:.2f}x, "
-          f"CPU per frame {http['cpu_ns_per_frame'] / judged['cpu_ns_per_frame']:.2f}x")
+    print(
+        f"judged+http/judged: engine ns per frame {http['judge_ns_per_frame'] / judged['judge_ns_per_frame']:.2f}x, "
+        f"CPU per frame {http['cpu_ns_per_frame'] / judged['cpu_ns_per_frame']:.2f}x"
+    )

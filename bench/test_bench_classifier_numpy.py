@@ -60,9 +60,11 @@ def test_numpy_api_throughput(benchmark, name):
     small = np.empty(16, np.int64)
     t = time.perf_counter()
     for i in range(0, 16 * 2000, 16):
-        fast.classify(headers[i: i + 16], small)
+        fast.classify(headers[i : i + 16], small)
     rate16 = 16 * 2000 / (time.perf_counter() - t)
     RESULTS[name] = rate
-    print(f"\n{name}: {rate / 1e6:.2f} Mpps from numpy (whole trace per call, {len(headers)} headers); "
-          f"{rate16 / 1e6:.2f} Mpps in batches of 16; linear scan {linear_rate / 1e6:.3f} Mpps "
-          f"({rate / linear_rate:.0f}x)")
+    print(
+        f"\n{name}: {rate / 1e6:.2f} Mpps from numpy (whole trace per call, {len(headers)} headers); "
+        f"{rate16 / 1e6:.2f} Mpps in batches of 16; linear scan {linear_rate / 1e6:.3f} Mpps "
+        f"({rate / linear_rate:.0f}x)"
+    )

@@ -106,8 +106,13 @@ def test_read_decode(benchmark: object, capture: Path, name: str, fn: Callable[[
 
 
 def test_read_decode_vxlan(benchmark: object, vxlan_capture: Path) -> None:
-    n = benchmark.pedantic(pyclassify_decode, args=(vxlan_capture,), rounds=5, iterations=1,  # type: ignore[attr-defined]
-                           warmup_rounds=0)
+    n = benchmark.pedantic(
+        pyclassify_decode,
+        args=(vxlan_capture,),
+        rounds=5,
+        iterations=1,  # type: ignore[attr-defined]
+        warmup_rounds=0,
+    )
     assert n == N
     report("pyclassify, inside VXLAN", benchmark, n)
 
@@ -118,8 +123,12 @@ def test_ratios() -> None:
     ours = RESULTS["pyclassify"]
     for base in ("struct", "dpkt"):
         if base in RESULTS:
-            print(f"\npyclassify read+decode is {ours / RESULTS[base]:.0f}x {base} "
-                  f"({ours / 1e6:.2f} vs {RESULTS[base] / 1e6:.3f} M packets/s)")
+            print(
+                f"\npyclassify read+decode is {ours / RESULTS[base]:.0f}x {base} "
+                f"({ours / 1e6:.2f} vs {RESULTS[base] / 1e6:.3f} M packets/s)"
+            )
     if "pyclassify, inside VXLAN" in RESULTS:
-        print(f"\ninside VXLAN, read+decode runs at {RESULTS['pyclassify, inside VXLAN'] / ours:.2f}x the plain capture's rate")
+        print(
+            f"\ninside VXLAN, read+decode runs at {RESULTS['pyclassify, inside VXLAN'] / ours:.2f}x the plain capture's rate"
+        )
     print(f"(measured {time.strftime('%Y-%m-%d')}, same capture, same run)")

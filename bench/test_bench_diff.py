@@ -61,8 +61,12 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]
 def _run(cluster: Path, change: Path) -> tuple[float, dict, int]:
     """Wall seconds, the JSON printed, and the process's peak RSS (KiB)."""
     t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "pyclassify", "diff", str(cluster), "--apply", str(change), "--json"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pyclassify", "diff", str(cluster), "--apply", str(change), "--json"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     out = proc.stdout.read()  # type: ignore[union-attr]
     err = proc.stderr.read()  # type: ignore[union-attr]
     _, status, usage = os.wait4(proc.pid, 0)
@@ -83,8 +87,9 @@ def _pairwise(cluster: Path, change: Path, doc: dict, rng: random.Random) -> tup
     pods = [p for p in reach.table_endpoints(old.inventory) if p.ips and old.inventory.owner_of(p.ips[0]) is p]
     singles = [reach.Group(4, p.ips[0], p, [(p, p.ips[0])]) for p in pods]
     index = {p.ref: k for k, p in enumerate(pods)}
-    touched = [index[r] for c in doc["changes"] for side in ("from", "to") for r in c[side].get("endpoints", [])
-               if r in index]
+    touched = [
+        index[r] for c in doc["changes"] for side in ("from", "to") for r in c[side].get("endpoints", []) if r in index
+    ]
     pairs = []
     for _ in range(SAMPLE_PAIRS):
         s, d = rng.randrange(len(pods)), rng.randrange(len(pods))
@@ -145,23 +150,36 @@ def test_diff_one_policy_change(workload: tuple[Path, list[Path]]) -> None:
         per_pair, sampled, changed_flows = _pairwise(cluster, change, doc, rng)
         pods = doc["summary"]["groups"]  # groups, for the record
         total_pairs = PODS * PODS
-        row = {"change": change.name, "best": times[0], "median": statistics.median(times),
-               "rss_mb": max(r[2] for r in runs) / 1024, "changes": doc["summary"]["changes"],
-               "groups": pods, "classes": doc["summary"]["flow_classes"], "judged": doc["summary"]["flows_judged"],
-               "pairwise_s": per_pair * total_pairs, "sampled": sampled, "sample_changed": changed_flows}
+        row = {
+            "change": change.name,
+            "best": times[0],
+            "median": statistics.median(times),
+            "rss_mb": max(r[2] for r in runs) / 1024,
+            "changes": doc["summary"]["changes"],
+            "groups": pods,
+            "classes": doc["summary"]["flow_classes"],
+            "judged": doc["summary"]["flows_judged"],
+            "pairwise_s": per_pair * total_pairs,
+            "sampled": sampled,
+            "sample_changed": changed_flows,
+        }
         row["ratio"] = row["pairwise_s"] / row["median"]
         RESULTS.append(row)
-        print(f"\n{change.name}: diff whole process best {row['best']:.2f} s, median {row['median']:.2f} s, "
-              f"peak RSS {row['rss_mb']:.0f} MB; {row['changes']} changes; {row['groups']} groups x "
-              f"{row['classes']} flow classes, {row['judged']:,} flows judged; pairwise brute force "
-              f"{per_pair * 1e6:.1f} µs a pod pair -> {row['pairwise_s']:.0f} s for {total_pairs:,} pairs "
-              f"({row['ratio']:.0f}x the diff); sample {sampled} pairs, {changed_flows} changed flows, all printed")
+        print(
+            f"\n{change.name}: diff whole process best {row['best']:.2f} s, median {row['median']:.2f} s, "
+            f"peak RSS {row['rss_mb']:.0f} MB; {row['changes']} changes; {row['groups']} groups x "
+            f"{row['classes']} flow classes, {row['judged']:,} flows judged; pairwise brute force "
+            f"{per_pair * 1e6:.1f} µs a pod pair -> {row['pairwise_s']:.0f} s for {total_pairs:,} pairs "
+            f"({row['ratio']:.0f}x the diff); sample {sampled} pairs, {changed_flows} changed flows, all printed"
+        )
 
 
 def test_summary() -> None:
     if not RESULTS:
         pytest.skip("no result")
     med = statistics.median(r["median"] for r in RESULTS)
-    print(f"\ndiff, {PODS} pods, {len(RESULTS)} one-policy changes: median of medians {med:.2f} s; "
-          f"pairwise brute force median {statistics.median(r['pairwise_s'] for r in RESULTS):.0f} s "
-          f"({statistics.median(r['ratio'] for r in RESULTS):.0f}x)")
+    print(
+        f"\ndiff, {PODS} pods, {len(RESULTS)} one-policy changes: median of medians {med:.2f} s; "
+        f"pairwise brute force median {statistics.median(r['pairwise_s'] for r in RESULTS):.0f} s "
+        f"({statistics.median(r['ratio'] for r in RESULTS):.0f}x)"
+    )

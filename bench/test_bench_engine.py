@@ -37,24 +37,52 @@ RESULTS: dict[str, float] = {}
 
 
 def _entity(**kw):
-    e = {"nets": [], "not_nets": [], "selector": None, "not_selector": None, "endpoint_kinds": None,
-         "namespace": None, "namespace_selector": None, "namespace_relation": None, "same_labels": [],
-         "not_same_labels": [], "service_account_names": None, "service_account_selector": None,
-         "service": None, "node_selector": None, "has_domains": False, "ports": [], "not_ports": [],
-         "unresolvable": False}
+    e = {
+        "nets": [],
+        "not_nets": [],
+        "selector": None,
+        "not_selector": None,
+        "endpoint_kinds": None,
+        "namespace": None,
+        "namespace_selector": None,
+        "namespace_relation": None,
+        "same_labels": [],
+        "not_same_labels": [],
+        "service_account_names": None,
+        "service_account_selector": None,
+        "service": None,
+        "node_selector": None,
+        "has_domains": False,
+        "ports": [],
+        "not_ports": [],
+        "unresolvable": False,
+    }
     e.update(kw)
     return e
 
 
 def _rule(action, **kw):
-    r = {"action": action, "ip_version": None, "protocols": None, "not_protocols": [], "icmp": None,
-         "not_icmp": None, "sources": [], "destinations": []}
+    r = {
+        "action": action,
+        "ip_version": None,
+        "protocols": None,
+        "not_protocols": [],
+        "icmp": None,
+        "not_icmp": None,
+        "sources": [],
+        "destinations": [],
+    }
     r.update(kw)
     return r
 
 
 def _ports(proto, first, last=None, name=None):
-    return {"protocol": proto, "first": None if name else first, "last": None if name else (last or first), "name": name}
+    return {
+        "protocol": proto,
+        "first": None if name else first,
+        "last": None if name else (last or first),
+        "name": name,
+    }
 
 
 def pod_ip(i: int) -> str:
@@ -62,67 +90,154 @@ def pod_ip(i: int) -> str:
 
 
 def subject(selector, namespace=None, ns_selector=None):
-    return {"selector": selector, "endpoint_kinds": ["pod"], "namespace": namespace,
-            "namespace_selector": ns_selector, "service_account_selector": None}
+    return {
+        "selector": selector,
+        "endpoint_kinds": ["pod"],
+        "namespace": namespace,
+        "namespace_selector": ns_selector,
+        "service_account_selector": None,
+    }
 
 
 def workload(seed: int = 1) -> dict:
     rnd = random.Random(seed)
     nss = [f"ns{i}" for i in range(NAMESPACES)]
-    namespaces = {n: {"kubernetes.io/metadata.name": n, "projectcalico.org/name": n, "team": f"team{i % 10}",
-                      "env": "prod" if i % 3 == 0 else "dev"} for i, n in enumerate(nss)}
+    namespaces = {
+        n: {
+            "kubernetes.io/metadata.name": n,
+            "projectcalico.org/name": n,
+            "team": f"team{i % 10}",
+            "env": "prod" if i % 3 == 0 else "dev",
+        }
+        for i, n in enumerate(nss)
+    }
     endpoints = []
     for i in range(PODS):
         ns, app, tier = nss[i % len(nss)], f"app{rnd.randrange(10)}", rnd.choice(["web", "api", "db"])
-        endpoints.append({
-            "kind": "pod", "namespace": ns,
-            "labels": {"app": app, "tier": tier, "projectcalico.org/namespace": ns, "projectcalico.org/orchestrator": "k8s"},
-            "raw_labels": {"app": app, "tier": tier}, "sa_labels": {}, "service_account": "default",
-            "ips": [pod_ip(i)],
-            "ports": [{"name": "http", "protocol": 6, "port": 8080}, {"name": "metrics", "protocol": 6, "port": 9090}],
-            "host_network": False, "profiles": [], "addressable": True})
+        endpoints.append(
+            {
+                "kind": "pod",
+                "namespace": ns,
+                "labels": {
+                    "app": app,
+                    "tier": tier,
+                    "projectcalico.org/namespace": ns,
+                    "projectcalico.org/orchestrator": "k8s",
+                },
+                "raw_labels": {"app": app, "tier": tier},
+                "sa_labels": {},
+                "service_account": "default",
+                "ips": [pod_ip(i)],
+                "ports": [
+                    {"name": "http", "protocol": 6, "port": 8080},
+                    {"name": "metrics", "protocol": 6, "port": 9090},
+                ],
+                "host_network": False,
+                "profiles": [],
+                "addressable": True,
+            }
+        )
     n_k8s, n_calico = POLICIES * 60 // 100, POLICIES * 25 // 100
     admin, baseline, security, k8s = [], [], [], []
     for k in range(POLICIES - n_k8s - n_calico):
-        rule = _rule(rnd.choice(["Allow", "Deny", "Pass"]), protocols=[6],
-                     sources=[_entity(selector="all()", namespace_selector=f"team == 'team{rnd.randrange(10)}'")],
-                     destinations=[_entity(ports=[_ports(6, rnd.choice([22, 3306, 5432]))])])
-        p = {"tier": "kube-baseline" if k % 3 == 2 else "kube-admin", "types": ["ingress"],
-             "subject": subject(f"app == 'app{rnd.randrange(10)}'", ns_selector=f"env == '{rnd.choice(['prod', 'dev'])}'"),
-             "ingress": [rule], "egress": []}
+        rule = _rule(
+            rnd.choice(["Allow", "Deny", "Pass"]),
+            protocols=[6],
+            sources=[_entity(selector="all()", namespace_selector=f"team == 'team{rnd.randrange(10)}'")],
+            destinations=[_entity(ports=[_ports(6, rnd.choice([22, 3306, 5432]))])],
+        )
+        p = {
+            "tier": "kube-baseline" if k % 3 == 2 else "kube-admin",
+            "types": ["ingress"],
+            "subject": subject(
+                f"app == 'app{rnd.randrange(10)}'", ns_selector=f"env == '{rnd.choice(['prod', 'dev'])}'"
+            ),
+            "ingress": [rule],
+            "egress": [],
+        }
         (baseline if k % 3 == 2 else admin).append(p)
     for _ in range(n_calico):
         ingress = []
         if rnd.random() < 0.3:
             ingress.append(_rule("Log", protocols=[6], destinations=[_entity(not_ports=[_ports(6, 8080)])]))
-        ingress += [_rule("Deny", sources=[_entity(nets=[f"10.{1 + rnd.randrange(2)}.{rnd.randrange(40)}.0/24"])]),
-                    _rule("Allow", protocols=[1], icmp={"type": 8, "code": None}), _rule("Pass")]
-        egress = [_rule("Deny", protocols=[6], destinations=[_entity(nets=["0.0.0.0/0"], not_nets=["10.0.0.0/8"],
-                                                                     ports=[_ports(6, 25)])]), _rule("Pass")]
-        security.append({"tier": "security", "types": ["egress", "ingress"],
-                         "subject": subject(f"app == 'app{rnd.randrange(10)}' && tier == '{rnd.choice(['web', 'api', 'db'])}'"),
-                         "ingress": ingress, "egress": egress})
+        ingress += [
+            _rule("Deny", sources=[_entity(nets=[f"10.{1 + rnd.randrange(2)}.{rnd.randrange(40)}.0/24"])]),
+            _rule("Allow", protocols=[1], icmp={"type": 8, "code": None}),
+            _rule("Pass"),
+        ]
+        egress = [
+            _rule(
+                "Deny",
+                protocols=[6],
+                destinations=[_entity(nets=["0.0.0.0/0"], not_nets=["10.0.0.0/8"], ports=[_ports(6, 25)])],
+            ),
+            _rule("Pass"),
+        ]
+        security.append(
+            {
+                "tier": "security",
+                "types": ["egress", "ingress"],
+                "subject": subject(f"app == 'app{rnd.randrange(10)}' && tier == '{rnd.choice(['web', 'api', 'db'])}'"),
+                "ingress": ingress,
+                "egress": egress,
+            }
+        )
     for _ in range(n_k8s):
         ns = rnd.choice(nss)
         ingress = [
-            _rule("Allow", sources=[_entity(selector=f"app == 'app{rnd.randrange(10)}'", namespace=ns, endpoint_kinds=["pod"])],
-                  destinations=[_entity(ports=[_ports(6, None, name="http")])]),
-            _rule("Allow", sources=[_entity(selector="all()", namespace_selector=f"team == 'team{rnd.randrange(10)}'",
-                                            endpoint_kinds=["pod"])],
-                  destinations=[_entity(ports=[_ports(6, 9090)])]),
+            _rule(
+                "Allow",
+                sources=[_entity(selector=f"app == 'app{rnd.randrange(10)}'", namespace=ns, endpoint_kinds=["pod"])],
+                destinations=[_entity(ports=[_ports(6, None, name="http")])],
+            ),
+            _rule(
+                "Allow",
+                sources=[
+                    _entity(
+                        selector="all()",
+                        namespace_selector=f"team == 'team{rnd.randrange(10)}'",
+                        endpoint_kinds=["pod"],
+                    )
+                ],
+                destinations=[_entity(ports=[_ports(6, 9090)])],
+            ),
         ]
         if rnd.random() < 0.3:
             ingress.append(_rule("Allow", sources=[_entity(nets=["172.16.0.0/12"], not_nets=["172.16.5.0/24"])]))
-        egress = [_rule("Allow", destinations=[_entity(ports=[_ports(17, 53)])]),
-                  _rule("Allow", destinations=[_entity(selector=f"tier == '{rnd.choice(['web', 'api', 'db'])}'",
-                                                       namespace=ns, endpoint_kinds=["pod"])])]
-        k8s.append({"tier": "default", "types": ["egress", "ingress"], "subject": subject(f"app == 'app{rnd.randrange(10)}'", ns),
-                    "ingress": ingress, "egress": egress})
+        egress = [
+            _rule("Allow", destinations=[_entity(ports=[_ports(17, 53)])]),
+            _rule(
+                "Allow",
+                destinations=[
+                    _entity(
+                        selector=f"tier == '{rnd.choice(['web', 'api', 'db'])}'", namespace=ns, endpoint_kinds=["pod"]
+                    )
+                ],
+            ),
+        ]
+        k8s.append(
+            {
+                "tier": "default",
+                "types": ["egress", "ingress"],
+                "subject": subject(f"app == 'app{rnd.randrange(10)}'", ns),
+                "ingress": ingress,
+                "egress": egress,
+            }
+        )
     return {
-        "namespaces": namespaces, "endpoints": endpoints, "network_sets": [], "nodes": [], "services": [],
-        "tiers": [{"name": "kube-admin", "default_action": "Pass"}, {"name": "security", "default_action": "Pass"},
-                  {"name": "default", "default_action": "Deny"}, {"name": "kube-baseline", "default_action": "Pass"}],
-        "policies": admin + security + k8s + baseline, "profiles": [],
+        "namespaces": namespaces,
+        "endpoints": endpoints,
+        "network_sets": [],
+        "nodes": [],
+        "services": [],
+        "tiers": [
+            {"name": "kube-admin", "default_action": "Pass"},
+            {"name": "security", "default_action": "Pass"},
+            {"name": "default", "default_action": "Deny"},
+            {"name": "kube-baseline", "default_action": "Pass"},
+        ],
+        "policies": admin + security + k8s + baseline,
+        "profiles": [],
     }
 
 
@@ -177,15 +292,17 @@ def batch():
 def _judge_all(engine, batch, interpret: bool) -> np.ndarray:
     out = np.zeros(len(batch), dtype=VERDICT_DTYPE)
     for i in range(0, len(batch), BATCH):
-        engine.judge(batch[i:i + BATCH], out[i:i + BATCH], True, False, None, None, interpret)
+        engine.judge(batch[i : i + BATCH], out[i : i + BATCH], True, False, None, None, interpret)
     return out
 
 
 def test_compile(benchmark, spec_json, engine):
     stats = dict(engine.stats())
     benchmark.pedantic(lambda: _engine.Engine(spec_json), rounds=1, iterations=1)
-    print(f"\nbuild {PODS} pods / {POLICIES} policies: {RESULTS['compile_s']:.2f} s, RSS +{RESULTS['rss_mib']:.0f} MiB "
-          f"(peak {RESULTS['peak_mib']:.0f} MiB); {stats['identities']} identities, {stats['sets']} selector sets")
+    print(
+        f"\nbuild {PODS} pods / {POLICIES} policies: {RESULTS['compile_s']:.2f} s, RSS +{RESULTS['rss_mib']:.0f} MiB "
+        f"(peak {RESULTS['peak_mib']:.0f} MiB); {stats['identities']} identities, {stats['sets']} selector sets"
+    )
 
 
 def test_judge_interpreter(benchmark, engine, batch):
@@ -201,5 +318,7 @@ def test_judge_compiled(benchmark, engine, batch):
     assert np.array_equal(out, reference), "memoized and walked verdicts differ"
     base = RESULTS.get("interp_pps")
     ratio = f", ratio {pps / base:.2f}x vs walking every packet {base / 1e6:.3f} Mpps" if base else ""
-    print(f"\njudge (batch {BATCH}): decision memo {pps / 1e6:.3f} Mpps ({1e9 / pps:.0f} ns/pkt){ratio}; "
-          f"{int(out['allow'].sum())} of {PACKETS} allowed")
+    print(
+        f"\njudge (batch {BATCH}): decision memo {pps / 1e6:.3f} Mpps ({1e9 / pps:.0f} ns/pkt){ratio}; "
+        f"{int(out['allow'].sum())} of {PACKETS} allowed"
+    )

@@ -40,21 +40,29 @@ else:
 
 
 def _consumer_pyclassify(topo: Topology, policy: Path, flooder: Path) -> dict[str, float]:
-    daemon = Daemon(topo, [str(policy)], 0, extra=("--metrics", "127.0.0.1:9479", "--queue-maxlen", str(MAXLEN),
-                                                  "--no-log", "--hooks", "forward"))
+    daemon = Daemon(
+        topo,
+        [str(policy)],
+        0,
+        extra=("--metrics", "127.0.0.1:9479", "--queue-maxlen", str(MAXLEN), "--no-log", "--hooks", "forward"),
+    )
     daemon.wait_event("start")
     sent = flood(topo, flooder, 0, 1, "udp", 9999, SECONDS)
     status, text = topo.get("http://127.0.0.1:9479/metrics")
     assert status == 200
-    verdicts = sum(metric(text, "pyclassify_nfqueue_packets_total", queue="0", outcome=o)
-                   for o in ("accepted", "dropped", "malformed"))
+    verdicts = sum(
+        metric(text, "pyclassify_nfqueue_packets_total", queue="0", outcome=o)
+        for o in ("accepted", "dropped", "malformed")
+    )
     out = {"sent": sent, "queued": queued_by_rules(topo), **kernel_queue(topo), "verdicts": verdicts}
     assert daemon.terminate() == 0
     return out
 
 
 def _consumer_c(topo: Topology, flooder: Path, nfq_accept: Path) -> dict[str, float]:
-    subprocess.run(["ip", "netns", "exec", topo.node, PY, "-c", RULES, "install"], check=True, cwd=Path(__file__).parents[1])
+    subprocess.run(
+        ["ip", "netns", "exec", topo.node, PY, "-c", RULES, "install"], check=True, cwd=Path(__file__).parents[1]
+    )
     proc = topo.spawn(topo.node, [str(nfq_accept), "0", str(MAXLEN)])
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     try:
@@ -63,8 +71,9 @@ def _consumer_c(topo: Topology, flooder: Path, nfq_accept: Path) -> dict[str, fl
     finally:
         proc.terminate()
         verdicts = int(proc.stdout.readline().split()[-1])
-        subprocess.run(["ip", "netns", "exec", topo.node, PY, "-c", RULES, "remove"], check=True,
-                       cwd=Path(__file__).parents[1])
+        subprocess.run(
+            ["ip", "netns", "exec", topo.node, PY, "-c", RULES, "remove"], check=True, cwd=Path(__file__).parents[1]
+        )
     return {**out, "verdicts": verdicts}
 
 
@@ -78,8 +87,11 @@ def test_verdicts_per_second_at_saturation(tmp_path: Path) -> None:
         topo = Topology()
         try:
             topo.up()
-            results[name] = (_consumer_c(topo, flooder, nfq_accept) if name.startswith("nfq")
-                             else _consumer_pyclassify(topo, tmp_path / "policy", flooder))
+            results[name] = (
+                _consumer_c(topo, flooder, nfq_accept)
+                if name.startswith("nfq")
+                else _consumer_pyclassify(topo, tmp_path / "policy", flooder)
+            )
         finally:
             topo.down()
         results[name]["verdicts_per_s"] = round(results[name]["verdicts"] / SECONDS)

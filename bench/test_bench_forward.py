@@ -83,8 +83,10 @@ def test_forward_hook_cost(case: str, tmp_path: Path, benchmark) -> None:
     # every datagram meets the workload's queue; with the hook, two loops before it as well
     hops = 3 if case == "forward hook" else 1
     assert m["received"] >= hops * N * 0.95, m
-    print(f"\n{case}: {m['received']} packets queued ({hops} queue(s) per new connection), "
-          f"{m['cpu'] / N * 1e6:.2f} us CPU per new connection")
+    print(
+        f"\n{case}: {m['received']} packets queued ({hops} queue(s) per new connection), "
+        f"{m['cpu'] / N * 1e6:.2f} us CPU per new connection"
+    )
     if len(RESULTS) == 2:
         base, hook = RESULTS["workload only"]["cpu"], RESULTS["forward hook"]["cpu"]
         print(f"forward hook / workload only: {hook / base:.2f}x the CPU per new connection")

@@ -70,7 +70,9 @@ def test_replay_http_rules(benchmark, capture: Path, plain: str, case: str) -> N
     if case == "http":
         assert summary["http"]["requests_allowed"] == CONNECTIONS and summary["http"]["provisional"] == CONNECTIONS
     RESULTS[case] = benchmark.stats.stats.median
-    print(f"\n{case}: {packets / RESULTS[case] / 1e6:.3f} M packets/s (median {RESULTS[case] * 1e3:.1f} ms "
-          f"for {packets} packets, {CONNECTIONS} connections)")
+    print(
+        f"\n{case}: {packets / RESULTS[case] / 1e6:.3f} M packets/s (median {RESULTS[case] * 1e3:.1f} ms "
+        f"for {packets} packets, {CONNECTIONS} connections)"
+    )
     if len(RESULTS) == 2:
         print(f"http rules / baseline (same policy, no http clauses): {RESULTS['http'] / RESULTS['plain']:.2f}x time")

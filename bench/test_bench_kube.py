@@ -63,8 +63,11 @@ def cluster(tmp_path_factory):
         client = load_client(str(server.kubeconfig), "test")
         t = time.perf_counter()
         counts = populate(client, generated)
-        record("cluster created through the API", f"{sum(counts.values())} objects in {time.perf_counter() - t:.1f} s "
-                                                  f"({counts['pods']} pods, {counts['network_policies']} NetworkPolicies)")
+        record(
+            "cluster created through the API",
+            f"{sum(counts.values())} objects in {time.perf_counter() - t:.1f} s "
+            f"({counts['pods']} pods, {counts['network_policies']} NetworkPolicies)",
+        )
         files = workdir / "files"
         files.mkdir()
         write_yaml(generated, files / "cluster.yaml")
@@ -95,9 +98,11 @@ def test_initial_list_to_in_force(cluster):
     assert endpoints >= PODS
     wall, cpu = min(a[0] for a in api), min(a[1] for a in api)
     fwall, fcpu = min(f[0] for f in files), min(f[1] for f in files)
-    record("initial list to in force (KubeSource.start)",
-           f"{wall:.2f} s wall, {cpu:.2f} s CPU (best of 3); from a YAML file: {fwall:.2f} s wall, {fcpu:.2f} s CPU; "
-           f"ratio {wall / fwall:.2f}x wall, {cpu / fcpu:.2f}x CPU; {endpoints} endpoints")
+    record(
+        "initial list to in force (KubeSource.start)",
+        f"{wall:.2f} s wall, {cpu:.2f} s CPU (best of 3); from a YAML file: {fwall:.2f} s wall, {fcpu:.2f} s CPU; "
+        f"ratio {wall / fwall:.2f}x wall, {cpu / fcpu:.2f}x CPU; {endpoints} endpoints",
+    )
 
 
 def _timed(f):
@@ -129,9 +134,12 @@ def test_watch_event_to_in_force(cluster):
             t = time.monotonic()
             with seen:
                 before = len(in_force)
-                client.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
-                               body={"metadata": {"labels": {"bench-step": str(i)}}},
-                               content_type="application/merge-patch+json")
+                client.request(
+                    "PATCH",
+                    f"/api/v1/namespaces/{ns}/pods/{name}",
+                    body={"metadata": {"labels": {"bench-step": str(i)}}},
+                    content_type="application/merge-patch+json",
+                )
                 assert seen.wait_for(lambda before=before: len(in_force) > before, timeout=30), "the event never came"
             round_trips.append(time.monotonic() - t)
         assert source.kube is not None and source.kube.full_builds == 1
@@ -141,9 +149,11 @@ def test_watch_event_to_in_force(cluster):
         source.stop()
     p50, p99 = _quantiles(in_force)
     rt50, _ = _quantiles(round_trips)
-    record("watch event to in force (a pod relabelled)",
-           f"p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms over {len(in_force)} events; full rebuild {rebuild * 1e3:.0f} ms "
-           f"(p50 {rebuild / p50:.0f}x faster); PATCH to in force incl. the API server p50 {rt50 * 1e3:.1f} ms")
+    record(
+        "watch event to in force (a pod relabelled)",
+        f"p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms over {len(in_force)} events; full rebuild {rebuild * 1e3:.0f} ms "
+        f"(p50 {rebuild / p50:.0f}x faster); PATCH to in force incl. the API server p50 {rt50 * 1e3:.1f} ms",
+    )
 
 
 def _quantiles(values: list[float]) -> tuple[float, float]:
@@ -166,12 +176,16 @@ def test_enforce_resident_memory(cluster, tmp_path):
     try:
         subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
         sock = str(tmp_path / "apiserver.sock")
-        outside = subprocess.Popen([PY, "-c", RELAY, "unix-to-tcp", sock, str(server.port)], stdout=subprocess.PIPE,
-                                   text=True)
+        outside = subprocess.Popen(
+            [PY, "-c", RELAY, "unix-to-tcp", sock, str(server.port)], stdout=subprocess.PIPE, text=True
+        )
         procs.append(outside)
         assert outside.stdout is not None and outside.stdout.readline().strip() == "ready"
-        inside = subprocess.Popen(["ip", "netns", "exec", netns, PY, "-c", RELAY, "tcp-to-unix", str(server.port), sock],
-                                  stdout=subprocess.PIPE, text=True)
+        inside = subprocess.Popen(
+            ["ip", "netns", "exec", netns, PY, "-c", RELAY, "tcp-to-unix", str(server.port), sock],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         procs.append(inside)
         assert inside.stdout is not None and inside.stdout.readline().strip() == "ready"
         api = _daemon_rss(netns, ["--kubeconfig", str(server.kubeconfig), "--context", "test"], procs)
@@ -182,18 +196,34 @@ def test_enforce_resident_memory(cluster, tmp_path):
                 p.kill()
                 p.wait()
         subprocess.run(["ip", "netns", "del", netns], check=False)
-    record("enforce resident memory once in force",
-           f"--kubeconfig {api[0]:.0f} MB (start {api[1]:.1f} s); the same objects from files {files[0]:.0f} MB "
-           f"(start {files[1]:.1f} s); ratio {api[0] / files[0]:.2f}x")
+    record(
+        "enforce resident memory once in force",
+        f"--kubeconfig {api[0]:.0f} MB (start {api[1]:.1f} s); the same objects from files {files[0]:.0f} MB "
+        f"(start {files[1]:.1f} s); ratio {api[0] / files[0]:.2f}x",
+    )
 
 
 def _daemon_rss(netns: str, args: list[str], procs: list[subprocess.Popen]) -> tuple[float, float]:
     """(VmRSS MB once the daemon said "start", seconds to that line) of ``pyclassify enforce``."""
-    argv = ["ip", "netns", "exec", netns, PY, "-m", "pyclassify", "enforce", *args, "--queue", "0", "--no-ipv6",
-            "--no-log"]
+    argv = [
+        "ip",
+        "netns",
+        "exec",
+        netns,
+        PY,
+        "-m",
+        "pyclassify",
+        "enforce",
+        *args,
+        "--queue",
+        "0",
+        "--no-ipv6",
+        "--no-log",
+    ]
     t = time.monotonic()
-    daemon = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              cwd=Path(__file__).resolve().parents[1])
+    daemon = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1]
+    )
     procs.append(daemon)
     assert daemon.stdout is not None
     for line in daemon.stdout:

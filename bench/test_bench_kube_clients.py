@@ -40,8 +40,10 @@ def best(f, rounds: int = 3) -> tuple[float, int]:
 
 def import_rss(module: str) -> float:
     """MB of resident memory importing ``module`` adds to a fresh interpreter."""
-    code = ("def rss():\n return int(open('/proc/self/status').read().split('VmRSS:')[1].split()[0])\n"
-            f"a = rss()\nimport {module}\nprint((rss() - a) / 1024)")
+    code = (
+        "def rss():\n return int(open('/proc/self/status').read().split('VmRSS:')[1].split()[0])\n"
+        f"a = rss()\nimport {module}\nprint((rss() - a) / 1024)"
+    )
     return float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
 
 
@@ -84,12 +86,16 @@ def test_list_and_decode_every_pod_by_client(cluster):  # noqa: F811 - the fixtu
     base, n = best(raw)
     assert n >= PODS
     rows = [("kubernetes, raw JSON (pyclassify)", base, import_rss("kubernetes.client"))]
-    for name, f, module in (("kubernetes, its models", typed, "kubernetes.client"),
-                            ("lightkube 1.0.1, models", with_lightkube, "lightkube.resources.core_v1"),
-                            ("kr8s 0.20.15", with_kr8s, "kr8s")):
+    for name, f, module in (
+        ("kubernetes, its models", typed, "kubernetes.client"),
+        ("lightkube 1.0.1, models", with_lightkube, "lightkube.resources.core_v1"),
+        ("kr8s 0.20.15", with_kr8s, "kr8s"),
+    ):
         seconds, count = best(f)
         assert count == n, (name, count, n)
         rows.append((name, seconds, import_rss(module)))
     for name, seconds, rss in rows:
-        record(f"list + decode {n} pods: {name}", f"{seconds:.2f} s (best of 3), {seconds / base:.2f}x the raw path; "
-                                                  f"import +{rss:.0f} MB")
+        record(
+            f"list + decode {n} pods: {name}",
+            f"{seconds:.2f} s (best of 3), {seconds / base:.2f}x the raw path; import +{rss:.0f} MB",
+        )

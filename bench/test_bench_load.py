@@ -82,7 +82,9 @@ def report(key: tuple[str, int, str], benchmark: object, path: Path) -> None:
     mb = path.stat().st_size / 1e6
     RESULTS[key] = mb / stats.min
     form, pods, loader = key
-    print(f"\n{loader} {form} {pods} pods ({mb:.1f} MB): {RESULTS[key]:.1f} MB/s, {stats.min:.3f} s (best of {stats.rounds})")
+    print(
+        f"\n{loader} {form} {pods} pods ({mb:.1f} MB): {RESULTS[key]:.1f} MB/s, {stats.min:.3f} s (best of {stats.rounds})"
+    )
 
 
 @pytest.mark.parametrize("pods", SIZES)
@@ -147,8 +149,17 @@ print(n, peak_kb // 1024)
 
 def test_peak_rss(cluster_files: dict) -> None:
     path = cluster_files["yaml", 10000]
-    for mode, what in [("none", "interpreter + imports"), ("stream", "streamed, each document dropped"),
-                       ("keep", "every document kept (load_paths)"), ("pyyaml", "PyYAML C loader, whole file")]:
-        out = subprocess.run([sys.executable, "-c", RSS_SCRIPT, mode, str(path)], capture_output=True, text=True,
-                             check=True, cwd=Path(__file__).resolve().parents[1]).stdout.split()
+    for mode, what in [
+        ("none", "interpreter + imports"),
+        ("stream", "streamed, each document dropped"),
+        ("keep", "every document kept (load_paths)"),
+        ("pyyaml", "PyYAML C loader, whole file"),
+    ]:
+        out = subprocess.run(
+            [sys.executable, "-c", RSS_SCRIPT, mode, str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parents[1],
+        ).stdout.split()
         print(f"\npeak RSS loading {path.stat().st_size / 1e6:.1f} MB of YAML (10k pods), {what}: {out[1]} MB")

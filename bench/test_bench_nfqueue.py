@@ -102,8 +102,14 @@ def batch_histogram(topo: Topology) -> list[tuple[float, float]]:
     assert p.returncode == 0, text
     for fam in text_string_to_metric_families(text):
         if fam.name == "pyclassify_batch_seconds":
-            return sorted(((float(s.labels["le"]), s.value) for s in fam.samples
-                           if s.name.endswith("_bucket") and s.labels.get("queue") == "0"), key=lambda b: b[0])
+            return sorted(
+                (
+                    (float(s.labels["le"]), s.value)
+                    for s in fam.samples
+                    if s.name.endswith("_bucket") and s.labels.get("queue") == "0"
+                ),
+                key=lambda b: b[0],
+            )
     raise AssertionError("no pyclassify_batch_seconds in the metrics")
 
 
@@ -157,15 +163,21 @@ def revocation(topo: Topology, policy: Path, d: Daemon) -> dict[str, float]:
     seen = time.monotonic()
     manifests.replace(policy / "10-netpol.yaml", manifests.NETPOL)
     d.wait_event("reload")
-    return {"apply_ms": ev["apply_ms"], "revalidate_ms": ev["revalidate_ms"], "revoked": ev["revoked"],
-            "write_to_event_ms": (seen - t) * 1000, "stages_ms": ev["stages_ms"]}
+    return {
+        "apply_ms": ev["apply_ms"],
+        "revalidate_ms": ev["revalidate_ms"],
+        "revoked": ev["revoked"],
+        "write_to_event_ms": (seen - t) * 1000,
+        "stages_ms": ev["stages_ms"],
+    }
 
 
 @pytest.mark.parametrize("mode", ["batched", "per-packet"])
 def test_pyclassify_enforce(env, mode: str, benchmark) -> None:
     topo, policy = env
     extra = ("--hooks", "forward", "--queue-maxlen", "65536", "--no-log", "--metrics", METRICS_ADDR) + (
-        ("--no-batch-verdicts",) if mode == "per-packet" else ())
+        ("--no-batch-verdicts",) if mode == "per-packet" else ()
+    )
 
     def run() -> dict[str, float]:
         d = Daemon(topo, [str(policy)], 0, extra=extra)
@@ -188,15 +200,21 @@ def test_pyclassify_enforce(env, mode: str, benchmark) -> None:
 
     m = benchmark.pedantic(run, rounds=1, iterations=1)
     RESULTS[f"pyclassify ({mode})"] = m
-    print(f"\npyclassify enforce ({mode}): {m['received']} packets in {m['batches']} batches, "
-          f"{m['cpu'] / max(m['received'], 1) * 1e6:.2f} us CPU/packet")
-    print(f"per-batch processing (decode, judge, verdict; pyclassify_batch_seconds over {m['hist_batches']:.0f} "
-          f"batches, {m['received'] / max(m['batches'], 1):.1f} packets/batch): p50 {m['batch_p50_us']:.1f} us, "
-          f"p99 {m['batch_p99_us']:.1f} us")
+    print(
+        f"\npyclassify enforce ({mode}): {m['received']} packets in {m['batches']} batches, "
+        f"{m['cpu'] / max(m['received'], 1) * 1e6:.2f} us CPU/packet"
+    )
+    print(
+        f"per-batch processing (decode, judge, verdict; pyclassify_batch_seconds over {m['hist_batches']:.0f} "
+        f"batches, {m['received'] / max(m['batches'], 1):.1f} packets/batch): p50 {m['batch_p50_us']:.1f} us, "
+        f"p99 {m['batch_p99_us']:.1f} us"
+    )
     if "apply_ms" in m:
-        print(f"policy apply {m['apply_ms']:.1f} ms, revalidate+conntrack delete {m['revalidate_ms']:.2f} ms, "
-              f"file write -> reload event {m['write_to_event_ms']:.1f} ms, revoked {m['revoked']}; apply split: "
-              + ", ".join(f"{k} {v:.2f} ms" for k, v in m["stages_ms"].items()))
+        print(
+            f"policy apply {m['apply_ms']:.1f} ms, revalidate+conntrack delete {m['revalidate_ms']:.2f} ms, "
+            f"file write -> reload event {m['write_to_event_ms']:.1f} ms, revoked {m['revoked']}; apply split: "
+            + ", ".join(f"{k} {v:.2f} ms" for k, v in m["stages_ms"].items())
+        )
 
 
 def test_baseline_python_consumer(env, benchmark) -> None:
@@ -215,8 +233,10 @@ def test_baseline_python_consumer(env, benchmark) -> None:
 
     m = benchmark.pedantic(run, rounds=1, iterations=1)
     RESULTS["python per-packet consumer"] = m
-    print(f"\nbaseline (Python, per packet): {m['received']} packets, "
-          f"{m['cpu'] / max(m['received'], 1) * 1e6:.2f} us CPU/packet")
+    print(
+        f"\nbaseline (Python, per packet): {m['received']} packets, "
+        f"{m['cpu'] / max(m['received'], 1) * 1e6:.2f} us CPU/packet"
+    )
 
 
 def test_report() -> None:
@@ -227,6 +247,11 @@ def test_report() -> None:
     print()
     for name, m in RESULTS.items():
         us = m["cpu"] / max(m["received"], 1) * 1e6
-        batch = (f", per-batch p50 {m['batch_p50_us']:.1f} us / p99 {m['batch_p99_us']:.1f} us"
-                 if "batch_p50_us" in m else "")
-        print(f"{name}: {us:.2f} us CPU/packet, {bus / us if us else float('inf'):.2f}x the baseline's CPU/packet{batch}")
+        batch = (
+            f", per-batch p50 {m['batch_p50_us']:.1f} us / p99 {m['batch_p99_us']:.1f} us"
+            if "batch_p50_us" in m
+            else ""
+        )
+        print(
+            f"{name}: {us:.2f} us CPU/packet, {bus / us if us else float('inf'):.2f}x the baseline's CPU/packet{batch}"
+        )

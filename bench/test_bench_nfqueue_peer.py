@@ -163,8 +163,9 @@ def compile_all(out: Path) -> dict[str, Path]:
 
 
 def receiver(topo: Topology, exe: Path, capacity: int) -> subprocess.Popen[str]:
-    p = topo.spawn(topo.pods[1], [str(exe), "recv", topo.ips[1], str(DPORT), str(NPORTS), str(capacity)],
-                   stderr=subprocess.PIPE)
+    p = topo.spawn(
+        topo.pods[1], [str(exe), "recv", topo.ips[1], str(DPORT), str(NPORTS), str(capacity)], stderr=subprocess.PIPE
+    )
     assert p.stdout is not None and p.stdout.readline().strip() == "ready", p.stderr.read() if p.stderr else ""
     return p
 
@@ -178,8 +179,18 @@ def stop_receiver(p: subprocess.Popen[str]) -> dict[str, Any]:
 
 
 def send_argv(topo: Topology, exe: Path, count: int, rate: int, seconds: float) -> list[str]:
-    return [str(exe), "send", topo.ips[1], topo.ips[0], str(DPORT), str(NPORTS), str(count), str(BURST),
-            str(rate), str(seconds)]
+    return [
+        str(exe),
+        "send",
+        topo.ips[1],
+        topo.ips[0],
+        str(DPORT),
+        str(NPORTS),
+        str(count),
+        str(BURST),
+        str(rate),
+        str(seconds),
+    ]
 
 
 def drain(sampler: Sampler | None, timeout: float = 20.0) -> None:
@@ -201,9 +212,13 @@ def burst_phase(topo: Topology, exe: Path, pid: int | None, sampler: Sampler | N
     m: dict[str, Any] = {"sent": sent["sent"], "send_failed": sent["failed"], "send_pps": sent["pps"]}
     if sampler is not None and s0 is not None:
         s1 = sampler.sample()
-        m.update(queued=queued_by_rules(topo) - q0, verdicts=verdicts(s1) - verdicts(s0),
-                 queue_dropped=s1["queue_dropped"] - s0["queue_dropped"],
-                 user_dropped=s1["user_dropped"] - s0["user_dropped"], cpu=c1 - c0)
+        m.update(
+            queued=queued_by_rules(topo) - q0,
+            verdicts=verdicts(s1) - verdicts(s0),
+            queue_dropped=s1["queue_dropped"] - s0["queue_dropped"],
+            user_dropped=s1["user_dropped"] - s0["user_dropped"],
+            cpu=c1 - c0,
+        )
     m["recv"] = stop_receiver(recv)
     return m
 
@@ -218,16 +233,23 @@ def saturation_phase(topo: Topology, exe: Path, pid: int | None, sampler: Sample
         time.sleep(max(SAT_SECONDS - 0.8, 0.2))
         b, cb = sampler.sample(), cpu_seconds(pid)
         dv = verdicts(b) - verdicts(a)
-        m.update(window_s=b["t"] - a["t"], window_verdicts=dv, verdicts_per_s=dv / (b["t"] - a["t"]),
-                 cpu_us_per_verdict=(cb - ca) / max(dv, 1) * 1e6, depth=(a["depth"], b["depth"]),
-                 queue_dropped=b["queue_dropped"] - a["queue_dropped"], user_dropped=b["user_dropped"] - a["user_dropped"])
+        m.update(
+            window_s=b["t"] - a["t"],
+            window_verdicts=dv,
+            verdicts_per_s=dv / (b["t"] - a["t"]),
+            cpu_us_per_verdict=(cb - ca) / max(dv, 1) * 1e6,
+            depth=(a["depth"], b["depth"]),
+            queue_dropped=b["queue_dropped"] - a["queue_dropped"],
+            user_dropped=b["user_dropped"] - a["user_dropped"],
+        )
     assert sender.stdout is not None
     sent = json.loads(sender.stdout.readline())
     sender.wait(timeout=10)
     drain(sampler)
     r = stop_receiver(recv)
-    m.update(sent=sent["sent"], send_pps=sent["pps"], received=r["received"],
-             delivered_per_s=r["received"] / sent["seconds"])
+    m.update(
+        sent=sent["sent"], send_pps=sent["pps"], received=r["received"], delivered_per_s=r["received"] / sent["seconds"]
+    )
     return m
 
 
@@ -241,13 +263,18 @@ def run_consumer(name: str, exes: dict[str, Path], policy: Path) -> dict[str, An
         proc: subprocess.Popen[str] | None = None
         if name in (C_NAME, C_BATCH_NAME):
             subprocess.run(["ip", "netns", "exec", topo.node, PY, "-c", RULES, "install"], check=True, cwd=REPO)
-            proc = topo.spawn(topo.node, [str(exes["nfq_accept"]), "0", str(MAXLEN),
-                                          *(["batch"] if name == C_BATCH_NAME else [])])
+            proc = topo.spawn(
+                topo.node, [str(exes["nfq_accept"]), "0", str(MAXLEN), *(["batch"] if name == C_BATCH_NAME else [])]
+            )
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
             pid = proc.pid
         elif name == PY_NAME:
-            daemon = Daemon(topo, [str(policy)], 0, extra=("--no-log", "--hooks", "forward", "--queue-maxlen",
-                                                           str(MAXLEN), "--metrics", METRICS_ADDR))
+            daemon = Daemon(
+                topo,
+                [str(policy)],
+                0,
+                extra=("--no-log", "--hooks", "forward", "--queue-maxlen", str(MAXLEN), "--metrics", METRICS_ADDR),
+            )
             daemon.wait_event("start")
             pid = daemon.proc.pid
         if pid is not None:
@@ -267,8 +294,10 @@ def run_consumer(name: str, exes: dict[str, Path], policy: Path) -> dict[str, An
         if daemon is not None:
             status, text = topo.get(f"http://{METRICS_ADDR}/metrics")
             assert status == 200
-            out = {o: metric(text, "pyclassify_nfqueue_packets_total", queue="0", outcome=o)
-                   for o in ("accepted", "dropped", "malformed", "lost")}
+            out = {
+                o: metric(text, "pyclassify_nfqueue_packets_total", queue="0", outcome=o)
+                for o in ("accepted", "dropped", "malformed", "lost")
+            }
             m["own_verdicts_total"] = int(out["accepted"] + out["dropped"] + out["malformed"])
             m["own_outcomes"] = out
             assert daemon.terminate() == 0
@@ -290,23 +319,27 @@ def fmt(x: float | None, spec: str = ",.0f") -> str:
 
 
 def table(results: dict[str, dict[str, Any]]) -> str:
-    rows = [f"burst phase: {COUNT:,} datagrams in bursts of {BURST} at {RATE:,}/s; saturation: {SAT_SECONDS:g} s "
-            f"unpaced; queue length {MAXLEN}",
-            "",
-            "| consumer | sent | sender pps | queued | verdicts | received | lost | CPU µs/queued packet "
-            "| latency p50 µs | p99 µs | max µs | saturation verdicts/s | consumer saturated | sat. CPU µs/verdict "
-            "| sat. sender pps | sat. delivered/s |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        f"burst phase: {COUNT:,} datagrams in bursts of {BURST} at {RATE:,}/s; saturation: {SAT_SECONDS:g} s "
+        f"unpaced; queue length {MAXLEN}",
+        "",
+        "| consumer | sent | sender pps | queued | verdicts | received | lost | CPU µs/queued packet "
+        "| latency p50 µs | p99 µs | max µs | saturation verdicts/s | consumer saturated | sat. CPU µs/verdict "
+        "| sat. sender pps | sat. delivered/s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for name, m in results.items():
         b, s, r = m["burst"], m["saturation"], m["burst"]["recv"]
         cpu_pp = b["cpu"] / max(b["queued"], 1) * 1e6 if "cpu" in b else None
         sat = saturated(s)
         vps = "—" if sat is None else ("" if sat else "≥ ") + fmt(s["verdicts_per_s"])
-        rows.append(f"| {name} | {b['sent']:,} | {b['send_pps']:,.0f} | {fmt(b.get('queued'))} | "
-                    f"{fmt(b.get('verdicts'))} | {r['distinct']:,} | {b['sent'] - r['distinct']:,} | "
-                    f"{fmt(cpu_pp, '.2f')} | {r['k_p50_us']:,.1f} | {r['k_p99_us']:,.1f} | {r['k_max_us']:,.1f} | "
-                    f"{vps} | {'—' if sat is None else 'yes' if sat else 'no (sender-bound)'} | "
-                    f"{fmt(s.get('cpu_us_per_verdict'), '.2f')} | {s['send_pps']:,.0f} | {s['delivered_per_s']:,.0f} |")
+        rows.append(
+            f"| {name} | {b['sent']:,} | {b['send_pps']:,.0f} | {fmt(b.get('queued'))} | "
+            f"{fmt(b.get('verdicts'))} | {r['distinct']:,} | {b['sent'] - r['distinct']:,} | "
+            f"{fmt(cpu_pp, '.2f')} | {r['k_p50_us']:,.1f} | {r['k_p99_us']:,.1f} | {r['k_max_us']:,.1f} | "
+            f"{vps} | {'—' if sat is None else 'yes' if sat else 'no (sender-bound)'} | "
+            f"{fmt(s.get('cpu_us_per_verdict'), '.2f')} | {s['send_pps']:,.0f} | {s['delivered_per_s']:,.0f} |"
+        )
     p = results.get(PY_NAME)
     for c_name in (C_NAME, C_BATCH_NAME):
         c = results.get(c_name)
@@ -315,17 +348,26 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 
         def ratio(x: float, y: float) -> str:
             return f"{x / y:.2f}×" if y else "—"
+
         cb, pb = c["burst"], p["burst"]
         sp, sc = saturated(p["saturation"]), saturated(c["saturation"])
         bound = "≥ " if not sp and sc else "≤ " if sp and not sc else ""
-        note = "" if sp and sc else " (neither consumer saturated: both sender-bound)" if not (sp or sc) \
+        note = (
+            ""
+            if sp and sc
+            else " (neither consumer saturated: both sender-bound)"
+            if not (sp or sc)
             else " (one consumer sender-bound: a bound)"
-        rows += ["", f"pyclassify / {c_name}: "
-                 f"CPU per queued packet {ratio(pb['cpu'] / max(pb['queued'], 1), cb['cpu'] / max(cb['queued'], 1))}, "
-                 f"saturation verdicts/s {bound}{ratio(p['saturation']['verdicts_per_s'], c['saturation']['verdicts_per_s'])}"
-                 f"{note}, "
-                 f"p99 latency {ratio(pb['recv']['k_p99_us'], cb['recv']['k_p99_us'])} "
-                 f"(p50 {ratio(pb['recv']['k_p50_us'], cb['recv']['k_p50_us'])})"]
+        )
+        rows += [
+            "",
+            f"pyclassify / {c_name}: "
+            f"CPU per queued packet {ratio(pb['cpu'] / max(pb['queued'], 1), cb['cpu'] / max(cb['queued'], 1))}, "
+            f"saturation verdicts/s {bound}{ratio(p['saturation']['verdicts_per_s'], c['saturation']['verdicts_per_s'])}"
+            f"{note}, "
+            f"p99 latency {ratio(pb['recv']['k_p99_us'], cb['recv']['k_p99_us'])} "
+            f"(p50 {ratio(pb['recv']['k_p50_us'], cb['recv']['k_p50_us'])})",
+        ]
     return "\n".join(rows)
 
 

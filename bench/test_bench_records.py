@@ -38,8 +38,10 @@ PODS = int(os.environ.get("PYCLASSIFY_RECORD_PODS", "10000"))
 RECORDS = int(os.environ.get("PYCLASSIFY_RECORDS", "1000000"))
 DIFF_RECORDS = int(os.environ.get("PYCLASSIFY_DIFF_RECORDS", "10000000"))
 FORMATS = ("hubble", "vpc", "conntrack", "ipfix", "parquet")
-RSS = "import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); " \
-      "sys.stdout.write(p.stdout); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+RSS = (
+    "import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+    "sys.stdout.write(p.stdout); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +52,19 @@ def cluster_files(tmp_path_factory):
 
 
 def _judged(cluster_json: Path, path: Path) -> tuple[float, int, dict]:
-    cmd = [sys.executable, "-c", RSS, sys.executable, "-m", "pyclassify.cli", "replay", str(cluster_json), "--traffic",
-           str(path), "--json"]
+    cmd = [
+        sys.executable,
+        "-c",
+        RSS,
+        sys.executable,
+        "-m",
+        "pyclassify.cli",
+        "replay",
+        str(cluster_json),
+        "--traffic",
+        str(path),
+        "--json",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     *doc, rss = proc.stdout.strip().rsplit("\n", 1)
     summary = json.loads(doc[0])
@@ -113,10 +126,12 @@ def test_records_judged_per_second_beside_plain_parse(cluster_files, fmt):
     rate4, rss4, summary4 = _judged(cluster_json, large)
     assert summary["records"] == RECORDS and summary4["records"] == 4 * RECORDS
     extra = f"; orjson {_orjson(small):,.0f}/s" if fmt == "hubble" else ""
-    print(f"\n{fmt}: judged {rate:,.0f} records/s ({summary['decisions']:,} distinct decisions), "
-          f"{rate4:,.0f}/s at {4 * RECORDS:,} ({summary4['decisions']:,}); plain parse {plain:,.0f}/s{extra}; "
-          f"ratio {rate / plain:.2f}, {rate4 / plain:.2f}; peak RSS {rss} MB at {RECORDS:,} records, "
-          f"{rss4} MB at {4 * RECORDS:,}; file {small.stat().st_size / 1e6:.0f} MB")
+    print(
+        f"\n{fmt}: judged {rate:,.0f} records/s ({summary['decisions']:,} distinct decisions), "
+        f"{rate4:,.0f}/s at {4 * RECORDS:,} ({summary4['decisions']:,}); plain parse {plain:,.0f}/s{extra}; "
+        f"ratio {rate / plain:.2f}, {rate4 / plain:.2f}; peak RSS {rss} MB at {RECORDS:,} records, "
+        f"{rss4} MB at {4 * RECORDS:,}; file {small.stat().st_size / 1e6:.0f} MB"
+    )
 
 
 def test_traffic_diff_beside_judging_every_record_twice(cluster_files):
@@ -147,7 +162,9 @@ def test_traffic_diff_beside_judging_every_record_twice(cluster_files):
     twice = time.perf_counter() - t
     doc = result.to_json()["summary"]
     assert doc["observed"]["records"] == n == DIFF_RECORDS
-    print(f"\ndiff --traffic over {DIFF_RECORDS:,} IPFIX records at {PODS:,} pods: {seconds:.1f} s "
-          f"({DIFF_RECORDS / seconds:,.0f} records/s; loading both sets {loaded:.1f} s apart); judging every record "
-          f"twice, no aggregation: {twice:.1f} s; ratio {seconds / twice:.2f}; {doc['changes']} changes, "
-          f"{doc['closed_flows'] + doc['opened_flows']:,} flows flipped")
+    print(
+        f"\ndiff --traffic over {DIFF_RECORDS:,} IPFIX records at {PODS:,} pods: {seconds:.1f} s "
+        f"({DIFF_RECORDS / seconds:,.0f} records/s; loading both sets {loaded:.1f} s apart); judging every record "
+        f"twice, no aggregation: {twice:.1f} s; ratio {seconds / twice:.2f}; {doc['changes']} changes, "
+        f"{doc['closed_flows'] + doc['opened_flows']:,} flows flipped"
+    )

@@ -32,8 +32,9 @@ PODS = int(os.environ.get("PYCLASSIFY_RELOAD_PODS", "10000"))
 ROUNDS = int(os.environ.get("PYCLASSIFY_RELOAD_ROUNDS", "10"))
 REPO = Path(__file__).resolve().parents[1]
 #: Why the issue's peer for this row has no column here.
-PEER_MISSING = ("kube-network-policies needs a Kubernetes cluster and nftables' queue statement, which this "
-                "kernel does not have")
+PEER_MISSING = (
+    "kube-network-policies needs a Kubernetes cluster and nftables' queue statement, which this kernel does not have"
+)
 
 CHANGE = """apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
@@ -63,8 +64,12 @@ def _whole_reload_seconds(policy: Path) -> float:
 
 
 def test_policy_change_in_force_at_cluster_size(tmp_path: Path, benchmark) -> None:
-    subprocess.run([sys.executable, "-m", "bench.cluster", "--pods", str(PODS), "--seed", "1", "--out",
-                    str(tmp_path / "gen")], cwd=REPO, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "bench.cluster", "--pods", str(PODS), "--seed", "1", "--out", str(tmp_path / "gen")],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
     policy = tmp_path / "policy"
     policy.mkdir()
     (tmp_path / "gen" / "yaml" / "cluster.yaml").rename(policy / "cluster.yaml")
@@ -95,9 +100,10 @@ def test_policy_change_in_force_at_cluster_size(tmp_path: Path, benchmark) -> No
     apply = [e["apply_ms"] for e in events]
     stages = {k: statistics.median(e["stages_ms"][k] for e in events) for k in events[0]["stages_ms"]}
     assert all(e["engine_builds"] == 1 for e in events), "a change rebuilt the engine"
-    print(f"\n{PODS} pods, {ROUNDS} changes of one NetworkPolicy file: in force in median "
-          f"{statistics.median(apply):.1f} ms (min {min(apply):.1f}, max {max(apply):.1f}); split (medians): "
-          + ", ".join(f"{k} {v:.2f} ms" for k, v in stages.items())
-          + f"\nbaseline, the whole project read and built again (same run, in process): {whole * 1e3:.0f} ms; "
-          f"{whole * 1e3 / statistics.median(apply):.0f}x the median"
-          + f"\npeer not measured: {PEER_MISSING}")
+    print(
+        f"\n{PODS} pods, {ROUNDS} changes of one NetworkPolicy file: in force in median "
+        f"{statistics.median(apply):.1f} ms (min {min(apply):.1f}, max {max(apply):.1f}); split (medians): "
+        + ", ".join(f"{k} {v:.2f} ms" for k, v in stages.items())
+        + f"\nbaseline, the whole project read and built again (same run, in process): {whole * 1e3:.0f} ms; "
+        f"{whole * 1e3 / statistics.median(apply):.0f}x the median" + f"\npeer not measured: {PEER_MISSING}"
+    )

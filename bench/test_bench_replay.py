@@ -92,8 +92,12 @@ def test_replay_every_packet_by_policy(benchmark, capture, project):
 
 def test_replay_cli_end_to_end(benchmark, capture):
     def run() -> dict:
-        r = subprocess.run([sys.executable, "-m", "pyclassify", "replay", DEMO, "--pcap", str(capture), "--json"],
-                           capture_output=True, text=True, check=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "pyclassify", "replay", DEMO, "--pcap", str(capture), "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return json.loads(r.stdout)
 
     doc = benchmark.pedantic(run, rounds=2, iterations=1)
@@ -123,8 +127,12 @@ def test_replay_cli_startup(benchmark, tmp_path):
     one = write_tcp_capture(tmp_path / "one.pcap", 1, np.array([20000], dtype=np.uint32))
 
     def run() -> dict:
-        r = subprocess.run([sys.executable, "-m", "pyclassify", "replay", DEMO, "--pcap", str(one), "--json"],
-                           capture_output=True, text=True, check=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "pyclassify", "replay", DEMO, "--pcap", str(one), "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return json.loads(r.stdout)
 
     assert benchmark.pedantic(run, rounds=3, iterations=1)["packets"] == 1
@@ -134,8 +142,16 @@ def test_replay_cli_startup(benchmark, tmp_path):
 
 def test_reference_evaluator_baseline(benchmark, project):
     web, api = project.find_endpoint("frontend/web"), project.find_endpoint("backend/api")
-    flows = [Flow(FlowEnd(None, ipaddress.ip_address("10.0.1.10")), FlowEnd(None, ipaddress.ip_address("10.0.2.20")),
-                  6, 20000 + k % 2000, 8080) for k in range(5000)]
+    flows = [
+        Flow(
+            FlowEnd(None, ipaddress.ip_address("10.0.1.10")),
+            FlowEnd(None, ipaddress.ip_address("10.0.2.20")),
+            6,
+            20000 + k % 2000,
+            8080,
+        )
+        for k in range(5000)
+    ]
     assert web and api
 
     def run() -> int:
@@ -155,8 +171,12 @@ def test_ratios():
     pcap = RESULTS.get("libpcap pcap_next_ex loop (C, whole process)")
     cli = RESULTS.get("pyclassify replay (CLI, whole process)")
     if cli and STARTUP:
-        print(f"\npyclassify replay (CLI) without its startup ({STARTUP[-1] * 1e3:.0f} ms): "
-              f"{N / (N / cli - STARTUP[-1]) / 1e6:.2f} M packets/s")
+        print(
+            f"\npyclassify replay (CLI) without its startup ({STARTUP[-1] * 1e3:.0f} ms): "
+            f"{N / (N / cli - STARTUP[-1]) / 1e6:.2f} M packets/s"
+        )
     if pcap and cli:
-        print(f"\npyclassify replay (whole process) / libpcap read loop (whole process): {cli / pcap:.2f}x "
-              f"(goal: at least 0.5x and 5 M packets/s)")
+        print(
+            f"\npyclassify replay (whole process) / libpcap read loop (whole process): {cli / pcap:.2f}x "
+            f"(goal: at least 0.5x and 5 M packets/s)"
+        )

@@ -59,8 +59,11 @@ def replay(paths: list[str], capture: Path) -> tuple[Replay, float]:
 def test_replay_with_dns_learning(benchmark, captures, case):
     server = "10.96.0.10" if case == "domains+kube-dns" else "10.0.9.53"
     capture, allowed = captures[server]
-    paths = {"baseline": [DEMO], "domains": [DEMO, DOMAINS],
-             "domains+kube-dns": [DEMO, DOMAINS, str(capture.parent / "kube-dns.yaml")]}[case]
+    paths = {
+        "baseline": [DEMO],
+        "domains": [DEMO, DOMAINS],
+        "domains+kube-dns": [DEMO, DOMAINS, str(capture.parent / "kube-dns.yaml")],
+    }[case]
     seconds: list[float] = []
 
     def run() -> Replay:
@@ -78,5 +81,7 @@ def test_replay_with_dns_learning(benchmark, captures, case):
     MEDIANS[case] = seconds[len(seconds) // 2]  # the replay alone (manifest loading apart)
     base = MEDIANS.get("baseline")
     ratio = f", {MEDIANS[case] / base:.2f}x the baseline" if base else ""
-    print(f"\n{case}: replay {MEDIANS[case] * 1e3:.1f} ms median for {4 * ROUNDS:,} packets, "
-          f"{MEDIANS[case] / ROUNDS * 1e6:.2f} us per round{ratio}")
+    print(
+        f"\n{case}: replay {MEDIANS[case] * 1e3:.1f} ms median for {4 * ROUNDS:,} packets, "
+        f"{MEDIANS[case] / ROUNDS * 1e6:.2f} us per round{ratio}"
+    )

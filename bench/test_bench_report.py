@@ -50,8 +50,9 @@ FLOW = ("--proto", "TCP", "--port", "8080")
 
 def _timed(*args: str) -> float:
     start = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "pyclassify", *args], cwd=ROOT, capture_output=True, text=True,
-                       timeout=3600)
+    r = subprocess.run(
+        [sys.executable, "-m", "pyclassify", *args], cwd=ROOT, capture_output=True, text=True, timeout=3600
+    )
     took = time.perf_counter() - start
     assert r.returncode == 0, r.stderr[-2000:]
     return took
@@ -64,23 +65,33 @@ def _generation(cluster: Path, page: Path, *extra: str, label: str = "") -> None
         report_s.append(_timed("report", str(cluster), *FLOW, *extra, "-o", str(page)))
     ratio = statistics.median(report_s) / statistics.median(matrix_s)
     size = page.stat().st_size
-    print(f"\n{PODS} pods{label}: matrix --by identity best {min(matrix_s):.2f} s "
-          f"median {statistics.median(matrix_s):.2f} s; report best {min(report_s):.2f} s median "
-          f"{statistics.median(report_s):.2f} s; report/matrix {ratio:.2f}x (medians); report {size / 1e6:.2f} MB")
+    print(
+        f"\n{PODS} pods{label}: matrix --by identity best {min(matrix_s):.2f} s "
+        f"median {statistics.median(matrix_s):.2f} s; report best {min(report_s):.2f} s median "
+        f"{statistics.median(report_s):.2f} s; report/matrix {ratio:.2f}x (medians); report {size / 1e6:.2f} MB"
+    )
 
 
 def _load(page: Path) -> None:
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_exe = shutil.which("chromedriver")
     if binary is None or driver_exe is None:
-        pytest.skip("Chromium and its driver are not installed (apt-get install chromium chromium-driver): "
-                    "generation and size measured, load time not")
+        pytest.skip(
+            "Chromium and its driver are not installed (apt-get install chromium chromium-driver): "
+            "generation and size measured, load time not"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
     options.binary_location = binary
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
         options.add_argument(arg)
     loads, groups_ms, pods_ms = [], [], []
     for _ in range(ROUNDS):
@@ -96,21 +107,26 @@ def _load(page: Path) -> None:
             loads.append(float(ready))
             busiest = driver.execute_script(
                 "const cells = [...document.querySelectorAll('#heatmap td')];"
-                "cells.sort((a, b) => b.dataset.pairs - a.dataset.pairs); return [cells[0].dataset.from, cells[0].dataset.to]")
+                "cells.sort((a, b) => b.dataset.pairs - a.dataset.pairs); return [cells[0].dataset.from, cells[0].dataset.to]"
+            )
             took = driver.execute_script(
                 "const td = [...document.querySelectorAll('#heatmap td')].find(t => t.dataset.from === arguments[0] "
                 "&& t.dataset.to === arguments[1]);"
                 "let t = performance.now(); td.click(); const groups = performance.now() - t;"
                 "t = performance.now(); document.getElementById('by-pod').click(); const pods = performance.now() - t;"
-                "return [groups, pods]", *busiest)
+                "return [groups, pods]",
+                *busiest,
+            )
             groups_ms.append(took[0])
             pods_ms.append(took[1])
             assert [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"] == []
         finally:
             driver.quit()
-    print(f"load to interactive (navigation start to heatmap drawn) best {min(loads):.0f} ms median "
-          f"{statistics.median(loads):.0f} ms; busiest namespace pair opened into groups median "
-          f"{statistics.median(groups_ms):.0f} ms, into pods {statistics.median(pods_ms):.0f} ms")
+    print(
+        f"load to interactive (navigation start to heatmap drawn) best {min(loads):.0f} ms median "
+        f"{statistics.median(loads):.0f} ms; busiest namespace pair opened into groups median "
+        f"{statistics.median(groups_ms):.0f} ms, into pods {statistics.median(pods_ms):.0f} ms"
+    )
 
 
 def test_report_generation_size_and_load(tmp_path: Path) -> None:
@@ -127,8 +143,14 @@ def test_report_with_traffic(tmp_path: Path) -> None:
     cluster = write_json_compact(generated, tmp_path / "cluster.json")
     flows = flowrecords.write(generated, tmp_path / "flows.jsonl", "hubble", RECORDS)
     page = tmp_path / "report.html"
-    _generation(cluster, page, "--traffic", str(flows), "--no-redundant",
-                label=f", report --traffic ({RECORDS:,} Hubble records) --no-redundant")
+    _generation(
+        cluster,
+        page,
+        "--traffic",
+        str(flows),
+        "--no-redundant",
+        label=f", report --traffic ({RECORDS:,} Hubble records) --no-redundant",
+    )
     _load(page)
 
 
@@ -148,12 +170,22 @@ def test_change_report_with_traffic(tmp_path: Path) -> None:
     change = tmp_path / "change.json"
     change.write_text(json.dumps(random_change(generated, random.Random(16), "networkpolicy-added").after))
     page = tmp_path / "report.html"
-    _generation(cluster, page, "--apply", str(change), "--traffic", str(flows), "--no-redundant",
-                label=f", report --apply (a NetworkPolicy added) --traffic ({RECORDS:,} Hubble records) --no-redundant")
+    _generation(
+        cluster,
+        page,
+        "--apply",
+        str(change),
+        "--traffic",
+        str(flows),
+        "--no-redundant",
+        label=f", report --apply (a NetworkPolicy added) --traffic ({RECORDS:,} Hubble records) --no-redundant",
+    )
     text = page.read_text("utf-8")
     start = text.index('<script id="report-data" type="application/json">') + 49
-    data = json.loads(text[start:text.index("</script>", start)])
+    data = json.loads(text[start : text.index("</script>", start)])
     s = data["observed"]["summary"]
-    print(f"the page: {len(data['changes'])} changes; observed: {s['closed']} rows closing {s['closed_flows']:,} flows, "
-          f"{s['opened']} opening {s['opened_flows']:,}; {len(data['usage']['rules']):,} rules")
+    print(
+        f"the page: {len(data['changes'])} changes; observed: {s['closed']} rows closing {s['closed_flows']:,} flows, "
+        f"{s['opened']} opening {s['opened_flows']:,}; {len(data['usage']['rules']):,} rules"
+    )
     _load(page)

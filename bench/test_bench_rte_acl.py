@@ -60,8 +60,13 @@ def _pyclassify(rules: Path, headers: np.ndarray) -> tuple[dict[str, float], np.
         t = time.perf_counter()
         fast.classify(headers, ids)
         secs.append(time.perf_counter() - t)
-    return {"rules": len(fast), "build_s": build, "bytes": fast.memory_bytes(),
-            "median_s": statistics.median(secs), "best_s": min(secs)}, ids
+    return {
+        "rules": len(fast),
+        "build_s": build,
+        "bytes": fast.memory_bytes(),
+        "median_s": statistics.median(secs),
+        "best_s": min(secs),
+    }, ids
 
 
 @pytest.mark.parametrize("name", SETS)
@@ -75,8 +80,10 @@ def test_beside_rte_acl(name: str, peer: Path, tmp_path: Path) -> None:
     for src, dst in ((rules, tmp_path / "rules"), (trace, tmp_path / "trace")):
         with gzip.open(src, "rb") as f, open(dst, "wb") as out:
             shutil.copyfileobj(f, out)
-    theirs = run_json([str(peer), str(tmp_path / "rules"), str(tmp_path / "trace"), str(tmp_path / "ids"),
-                       str(ROUNDS), "64"], timeout=1800)
+    theirs = run_json(
+        [str(peer), str(tmp_path / "rules"), str(tmp_path / "trace"), str(tmp_path / "ids"), str(ROUNDS), "64"],
+        timeout=1800,
+    )
     alg = re.search(r"alg=(\d+)", theirs["_stdout"])
     theirs["alg"] = ALGS.get(int(alg.group(1)), alg.group(1)) if alg else "?"
     acl_ids = np.fromfile(tmp_path / "ids", dtype=np.int32).astype(np.int64)
@@ -91,28 +98,42 @@ def test_beside_rte_acl(name: str, peer: Path, tmp_path: Path) -> None:
     assert differ == 0, f"pyclassify and rte_acl differ on {differ} headers"
 
     n = len(headers)
-    row = {"headers": n, "ours_mpps": n / ours["median_s"] / 1e6, "ours_best_mpps": n / ours["best_s"] / 1e6,
-           "acl_mpps": n / theirs["median_s"] / 1e6, "acl_best_mpps": n / theirs["best_s"] / 1e6,
-           "ours_build_s": ours["build_s"], "acl_build_s": theirs["build_s"],
-           "ours_mb": ours["bytes"] / 1e6, "acl_mb": theirs["heap_bytes"] / 1e6,
-           "acl_peak_rss_mb": theirs["max_rss_kb"] / 1e3, "acl_alg": theirs["alg"]}
+    row = {
+        "headers": n,
+        "ours_mpps": n / ours["median_s"] / 1e6,
+        "ours_best_mpps": n / ours["best_s"] / 1e6,
+        "acl_mpps": n / theirs["median_s"] / 1e6,
+        "acl_best_mpps": n / theirs["best_s"] / 1e6,
+        "ours_build_s": ours["build_s"],
+        "acl_build_s": theirs["build_s"],
+        "ours_mb": ours["bytes"] / 1e6,
+        "acl_mb": theirs["heap_bytes"] / 1e6,
+        "acl_peak_rss_mb": theirs["max_rss_kb"] / 1e3,
+        "acl_alg": theirs["alg"],
+    }
     row["ratio"] = row["ours_mpps"] / row["acl_mpps"]
     RESULTS[name] = row
-    print(f"\n{name} ({ours['rules']} rules, {n} headers): pyclassify {row['ours_mpps']:.2f} Mpps "
-          f"(best {row['ours_best_mpps']:.2f}), build {ours['build_s'] * 1e3:.1f} ms, {row['ours_mb']:.1f} MB | "
-          f"rte_acl ({theirs['dpdk']}, {theirs['alg']}) {row['acl_mpps']:.2f} Mpps (best {row['acl_best_mpps']:.2f}), "
-          f"build {theirs['build_s'] * 1e3:.0f} ms, {row['acl_mb']:.1f} MB (peak RSS {row['acl_peak_rss_mb']:.0f} MB) | ratio {row['ratio']:.2f}x; "
-          f"answers equal on all {n} headers, both equal the linear scan on {len(want)}")
+    print(
+        f"\n{name} ({ours['rules']} rules, {n} headers): pyclassify {row['ours_mpps']:.2f} Mpps "
+        f"(best {row['ours_best_mpps']:.2f}), build {ours['build_s'] * 1e3:.1f} ms, {row['ours_mb']:.1f} MB | "
+        f"rte_acl ({theirs['dpdk']}, {theirs['alg']}) {row['acl_mpps']:.2f} Mpps (best {row['acl_best_mpps']:.2f}), "
+        f"build {theirs['build_s'] * 1e3:.0f} ms, {row['acl_mb']:.1f} MB (peak RSS {row['acl_peak_rss_mb']:.0f} MB) | ratio {row['ratio']:.2f}x; "
+        f"answers equal on all {n} headers, both equal the linear scan on {len(want)}"
+    )
 
 
 def test_table() -> None:
     if not RESULTS:
         pytest.skip("run the whole module (and have dpdk-dev) for the table")
-    print("\n| ruleset | pyclassify Mpps | rte_acl Mpps | ratio | build pyclassify | build rte_acl "
-          "| memory pyclassify | memory rte_acl (peak RSS) | rte_acl method |")
+    print(
+        "\n| ruleset | pyclassify Mpps | rte_acl Mpps | ratio | build pyclassify | build rte_acl "
+        "| memory pyclassify | memory rte_acl (peak RSS) | rte_acl method |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, r in RESULTS.items():
-        print(f"| {name} | {r['ours_mpps']:.2f} | {r['acl_mpps']:.2f} | {r['ratio']:.2f}x | "
-              f"{r['ours_build_s'] * 1e3:.1f} ms | {r['acl_build_s'] * 1e3:.0f} ms | {r['ours_mb']:.1f} MB | "
-              f"{r['acl_mb']:.1f} MB ({r['acl_peak_rss_mb']:.0f} MB) | {r['acl_alg']} |")
+        print(
+            f"| {name} | {r['ours_mpps']:.2f} | {r['acl_mpps']:.2f} | {r['ratio']:.2f}x | "
+            f"{r['ours_build_s'] * 1e3:.1f} ms | {r['acl_build_s'] * 1e3:.0f} ms | {r['ours_mb']:.1f} MB | "
+            f"{r['acl_mb']:.1f} MB ({r['acl_peak_rss_mb']:.0f} MB) | {r['acl_alg']} |"
+        )
     print(json.dumps(RESULTS))

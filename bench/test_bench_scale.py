@@ -111,20 +111,27 @@ def test_normalize_and_build(cluster, project):
         t_build, engine = cpu(lambda: NativeEngine(project.policy_set, project.inventory))
     stats = engine.model_stats
     record("normalize", pods, f"{t_norm:.3f} s CPU ({len(cluster['docs'])} documents)")
-    record("engine build", pods, f"{t_build:.3f} s CPU; {stats['identities']} identities for {stats['endpoints']} "
-                                 f"endpoints, {stats['selectors']} selectors, {stats['programs']} programs")
+    record(
+        "engine build",
+        pods,
+        f"{t_build:.3f} s CPU; {stats['identities']} identities for {stats['endpoints']} "
+        f"endpoints, {stats['selectors']} selectors, {stats['programs']} programs",
+    )
 
 
 def _whole_process(args: list[str]) -> tuple[float, float]:
     """(wall seconds, peak RSS MB) of a command, as its own process."""
-    probe = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
-             "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
-             "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    probe = (
+        "import resource, subprocess, sys, time; t = time.perf_counter(); "
+        "subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL); "
+        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
     # As installed: pip compiles the modules, so a command does not (a CI shell may forbid
     # writing bytecode; the first of the runs then writes it).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    out = subprocess.run([sys.executable, "-c", probe, *args], check=True, capture_output=True, text=True,
-                         env=env).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", probe, *args], check=True, capture_output=True, text=True, env=env
+    ).stdout
     wall, rss = out.split()
     return float(wall), int(rss) / 1024
 
@@ -134,12 +141,32 @@ def test_explain_whole_process(cluster, project):
     eps = [e for e in project.inventory.endpoints if e.ips and not e.host_network]
     a, b = eps[0], eps[len(eps) // 2]
     for fmt in ("yaml", "json"):
-        runs = [_whole_process([PYCLASSIFY, "explain", str(cluster["dir"] / fmt), "--from", a.ref, "--to", b.ref,
-                                "--proto", "TCP", "--port", "8080"]) for _ in range(3)]
+        runs = [
+            _whole_process(
+                [
+                    PYCLASSIFY,
+                    "explain",
+                    str(cluster["dir"] / fmt),
+                    "--from",
+                    a.ref,
+                    "--to",
+                    b.ref,
+                    "--proto",
+                    "TCP",
+                    "--port",
+                    "8080",
+                ]
+            )
+            for _ in range(3)
+        ]
         wall = min(r[0] for r in runs)
         rss = max(r[1] for r in runs)
         size = sum(f.stat().st_size for f in (cluster["dir"] / fmt).iterdir()) / 1e6
-        record(f"explain, whole process ({fmt}, {size:.1f} MB)", pods, f"{wall:.2f} s wall (best of 3), {rss:.0f} MB peak RSS")
+        record(
+            f"explain, whole process ({fmt}, {size:.1f} MB)",
+            pods,
+            f"{wall:.2f} s wall (best of 3), {rss:.0f} MB peak RSS",
+        )
 
 
 @pytest.mark.parametrize("kind", ["pod-added", "pod-relabelled", "namespace-relabelled", "networkpolicy-changed"])
@@ -160,9 +187,12 @@ def test_change_in_force(cluster, project, kind):
     t_rebuild, _ = cpu(lambda: NativeEngine(project.policy_set, project.inventory), rounds=1)
     times.sort()
     p50, p99 = statistics.median(times) * 1e3, times[int(0.99 * (len(times) - 1))] * 1e3
-    record(f"change in force: {kind}", pods,
-           f"p50 {p50:.2f} ms, p99 {p99:.2f} ms over {len(times)} changes; full rebuild {t_rebuild * 1e3:.0f} ms "
-           f"({t_rebuild * 1e3 / p50:.0f}x the p50)")
+    record(
+        f"change in force: {kind}",
+        pods,
+        f"p50 {p50:.2f} ms, p99 {p99:.2f} ms over {len(times)} changes; full rebuild {t_rebuild * 1e3:.0f} ms "
+        f"({t_rebuild * 1e3 / p50:.0f}x the p50)",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -181,8 +211,9 @@ def _rates(engine: NativeEngine, batches: list[np.ndarray]) -> tuple[float, floa
     def judge_all(**how: bool) -> None:
         for h in batches:
             out = np.zeros(len(h), dtype=VERDICT_DTYPE)
-            engine._engine.judge(h, out, True, False, None, None, how.get("interpret", False), None, None,
-                                 how.get("memo", True))
+            engine._engine.judge(
+                h, out, True, False, None, None, how.get("interpret", False), None, None, how.get("memo", True)
+            )
 
     judge_all()  # the memo warms on the first pass, as on a live node
     t_memo, _ = cpu(judge_all)
@@ -192,10 +223,12 @@ def _rates(engine: NativeEngine, batches: list[np.ndarray]) -> tuple[float, floa
 
 
 def _rate_text(n: int, t_memo: float, t_compiled: float, t_walk: float) -> str:
-    return (f"{n / t_memo / 1e6:.2f} M/s ({t_memo / n * 1e9:.0f} ns each) through the decision memo; "
-            f"{n / t_compiled / 1e6:.2f} M/s ({t_compiled / n * 1e9:.0f} ns) by the compiled programs alone (cold memo); "
-            f"{n / t_walk / 1e6:.2f} M/s ({t_walk / n * 1e9:.0f} ns) walking every packet's rules "
-            f"(compiled {t_walk / t_compiled:.1f}x the walk)")
+    return (
+        f"{n / t_memo / 1e6:.2f} M/s ({t_memo / n * 1e9:.0f} ns each) through the decision memo; "
+        f"{n / t_compiled / 1e6:.2f} M/s ({t_compiled / n * 1e9:.0f} ns) by the compiled programs alone (cold memo); "
+        f"{n / t_walk / 1e6:.2f} M/s ({t_walk / n * 1e9:.0f} ns) walking every packet's rules "
+        f"(compiled {t_walk / t_compiled:.1f}x the walk)"
+    )
 
 
 def test_decisions_every_packet(cluster, project, headers):
@@ -206,13 +239,24 @@ def test_decisions_every_packet(cluster, project, headers):
     t_memo, t_compiled, t_walk = _rates(engine, batches)
     # The reference evaluator, per packet, on a sample.
     sample = headers[0][0][:2000]
-    flows = [Flow(FlowEnd(None, _ip(r["src_addr"], r["ip_version"])), FlowEnd(None, _ip(r["dst_addr"], r["ip_version"])),
-                  int(r["protocol"]), int(r["sport"]), int(r["dport"])) for r in sample]
+    flows = [
+        Flow(
+            FlowEnd(None, _ip(r["src_addr"], r["ip_version"])),
+            FlowEnd(None, _ip(r["dst_addr"], r["ip_version"])),
+            int(r["protocol"]),
+            int(r["sport"]),
+            int(r["dport"]),
+        )
+        for r in sample
+    ]
     t_ref, _ = cpu(lambda: [evaluate(project.policy_set, project.inventory, f) for f in flows], rounds=1)
     ref = len(flows) / t_ref
-    record("decisions, every packet judged by policy (real capture)", pods,
-           f"{_rate_text(n, t_memo, t_compiled, t_walk)}; reference evaluator {ref / 1e3:.1f} k/s "
-           f"({n / t_memo / ref:.0f}x slower than the memo)")
+    record(
+        "decisions, every packet judged by policy (real capture)",
+        pods,
+        f"{_rate_text(n, t_memo, t_compiled, t_walk)}; reference evaluator {ref / 1e3:.1f} k/s "
+        f"({n / t_memo / ref:.0f}x slower than the memo)",
+    )
 
 
 def random_pairs(inventory, n: int, seed: int = 7) -> list[np.ndarray]:
@@ -220,8 +264,9 @@ def random_pairs(inventory, n: int, seed: int = 7) -> list[np.ndarray]:
     policies name and to any port, ICMP echo — almost every packet a new combination for the
     memo. Batches of 256 rows."""
     rng = np.random.default_rng(seed)
-    ips = np.array([int(ip) for e in inventory.endpoints if not e.host_network for ip in e.ips if ip.version == 4],
-                   dtype=np.uint32)
+    ips = np.array(
+        [int(ip) for e in inventory.endpoints if not e.host_network for ip in e.ips if ip.version == 4], dtype=np.uint32
+    )
     outside = np.array([int(v) for v in (0x08080808, 0xC0A80701, 0x64400309, 0xAC100109)], dtype=np.uint32)
     batch = new_batch(n)
     for field in ("src_addr", "dst_addr"):
@@ -233,7 +278,9 @@ def random_pairs(inventory, n: int, seed: int = 7) -> list[np.ndarray]:
         raw[:, 12:] = addr.astype(">u4").view(np.uint8).reshape(n, 4)
     protocol = rng.choice(np.array([6, 6, 6, 6, 6, 6, 17, 17, 1], dtype=np.uint8), n)
     named = np.array([53, 80, 443, 5432, 6379, 8080, 8443, 9090, 9100, 22], dtype=np.uint16)
-    dport = np.where(rng.random(n) < 0.5, named[rng.integers(0, len(named), n)], rng.integers(1, 65536, n)).astype(np.uint16)
+    dport = np.where(rng.random(n) < 0.5, named[rng.integers(0, len(named), n)], rng.integers(1, 65536, n)).astype(
+        np.uint16
+    )
     batch["ip_version"] = 4
     batch["protocol"] = protocol
     ported = protocol != 1
@@ -241,7 +288,7 @@ def random_pairs(inventory, n: int, seed: int = 7) -> list[np.ndarray]:
     batch["dport"] = np.where(ported, dport, 0)
     batch["flags"] = np.where(ported, FLAG_HAS_PORTS, 0)
     batch["icmp_type"] = np.where(ported, 0, 8)
-    return [batch[i:i + 256] for i in range(0, n, 256)]
+    return [batch[i : i + 256] for i in range(0, n, 256)]
 
 
 def test_decisions_random_pairs(cluster, project):
@@ -251,9 +298,12 @@ def test_decisions_random_pairs(cluster, project):
     batches = random_pairs(project.inventory, n)
     t_memo, t_compiled, t_walk = _rates(engine, batches)
     stats = engine.compile_stats
-    record("decisions, every packet judged by policy (random pod pairs)", pods,
-           f"{_rate_text(n, t_memo, t_compiled, t_walk)}; {stats['compiled']} programs compiled "
-           f"({stats['bytes'] / 2**20:.1f} MiB), {stats['walked_identities']} identities walked")
+    record(
+        "decisions, every packet judged by policy (random pod pairs)",
+        pods,
+        f"{_rate_text(n, t_memo, t_compiled, t_walk)}; {stats['compiled']} programs compiled "
+        f"({stats['bytes'] / 2**20:.1f} MiB), {stats['walked_identities']} identities walked",
+    )
 
 
 @pytest.mark.parametrize("shape", [(1, 2000, 2000), (12000, 1, 1)], ids=["cidrs-x-ports", "rules"])
@@ -271,10 +321,13 @@ def test_adversarial_policy(cluster, project, shape):
     batches = random_pairs(extra.inventory, 20_000)
     n = sum(len(b) for b in batches)
     _, t_compiled, t_walk = _rates(engine, batches)
-    record(f"adversarial policy: {shape[0]} rule(s) x {shape[1]} CIDR(s) x {shape[2]} port range(s)", pods,
-           f"engine build {t_build:.2f} s CPU; {stats['compiled']} programs compiled ({stats['bytes'] / 2**20:.1f} MiB), "
-           f"{stats['walked_memory']} walked past the memory bound ({stats['walked_identities']} identities); "
-           f"random pairs {n / t_compiled / 1e3:.1f} k/s compiled path, {n / t_walk / 1e3:.1f} k/s walking")
+    record(
+        f"adversarial policy: {shape[0]} rule(s) x {shape[1]} CIDR(s) x {shape[2]} port range(s)",
+        pods,
+        f"engine build {t_build:.2f} s CPU; {stats['compiled']} programs compiled ({stats['bytes'] / 2**20:.1f} MiB), "
+        f"{stats['walked_memory']} walked past the memory bound ({stats['walked_identities']} identities); "
+        f"random pairs {n / t_compiled / 1e3:.1f} k/s compiled path, {n / t_walk / 1e3:.1f} k/s walking",
+    )
 
 
 def _ip(raw, version):
@@ -301,12 +354,26 @@ def test_replay_with_conntrack(cluster, project, headers):
 
     t_api, _ = cpu(replay)
     t_floor, _ = cpu(read_decode)
-    wall, rss = min(_whole_process([PYCLASSIFY, "replay", str(cluster["dir"] / "json"), "--pcap",
-                                     str(cluster["dir"] / "cluster.pcap"), "--json"]) for _ in range(2))
-    record("replay with connection tracking", pods,
-           f"{n / t_api / 1e6:.2f} M packets/s through the API (judge + conntrack; read+decode alone "
-           f"{n / t_floor / 1e6:.2f} M/s); `pyclassify replay --json` whole process {wall:.2f} s for {n} packets "
-           f"({n / wall / 1e6:.2f} M/s including start, load and build), {rss:.0f} MB peak RSS (the capture is mapped)")
+    wall, rss = min(
+        _whole_process(
+            [
+                PYCLASSIFY,
+                "replay",
+                str(cluster["dir"] / "json"),
+                "--pcap",
+                str(cluster["dir"] / "cluster.pcap"),
+                "--json",
+            ]
+        )
+        for _ in range(2)
+    )
+    record(
+        "replay with connection tracking",
+        pods,
+        f"{n / t_api / 1e6:.2f} M packets/s through the API (judge + conntrack; read+decode alone "
+        f"{n / t_floor / 1e6:.2f} M/s); `pyclassify replay --json` whole process {wall:.2f} s for {n} packets "
+        f"({n / wall / 1e6:.2f} M/s including start, load and build), {rss:.0f} MB peak RSS (the capture is mapped)",
+    )
 
 
 def test_zz_summary():

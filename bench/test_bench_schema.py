@@ -156,7 +156,9 @@ def test_cost_of_strict_fields(docs: list, monkeypatch: pytest.MonkeyPatch) -> N
         per_doc = t / len(docs) * 1e6
         share = f"{t / base:+.0%} of normalize" if "alone" in name else ""
         print(f"  {name:26} {t:.3f} s  ({per_doc:.1f} µs a document)  {share}")
-    print(f"  the check in the load path: normalize {base:.3f} -> {best['normalize with the check']:.3f} s "
-          f"({best['normalize with the check'] / base - 1:+.0%})")
+    print(
+        f"  the check in the load path: normalize {base:.3f} -> {best['normalize with the check']:.3f} s "
+        f"({best['normalize with the check'] / base - 1:+.0%})"
+    )
     if library is None:
         print("  fastjsonschema: not installed (pip install '.[test]'), its row left out")

@@ -193,6 +193,7 @@ _CtFlow = tuple[str, str, int, int, int]
 
 class ConnTrack:
     """The engine's flow table: both directions, TCP state, timeouts, cap with early drop."""
+
     NEW: Final[int]
     ESTABLISHED: Final[int]
     REPLY: Final[int]
@@ -213,9 +214,7 @@ class ConnTrack:
     ) -> ConnTrack: ...
     @property
     def config(self) -> dict[str, Any]: ...
-    def track(
-        self, batch: Any, verdicts: Any, now_ns: int | None = None, quoted: Any = None
-    ) -> tuple[Any, Any]:
+    def track(self, batch: Any, verdicts: Any, now_ns: int | None = None, quoted: Any = None) -> tuple[Any, Any]:
         """(states, allowed) uint8 arrays for a HEADER_DTYPE batch; the GIL is released."""
     def expire(self, now_ns: int, budget: int = 4096) -> int: ...
     def revalidate(self, predicate: Any, now_ns: int | None = None) -> list[_CtFlow]: ...
@@ -255,7 +254,6 @@ class LabelIndex:
     def evaluations(self) -> int: ...
     def check_invariants(self) -> None: ...
 
-
 # multi-field classifier (rust/py/src/classifier.rs)
 class RuleClassifier:
     @staticmethod
@@ -263,7 +261,6 @@ class RuleClassifier:
     def __len__(self) -> int: ...
     def memory_bytes(self) -> int: ...
     def classify(self, headers: Any, out: Any) -> None: ...
-
 
 # replay's accounting (rust/py/src/flows.rs)
 class FlowSet:
@@ -278,7 +275,6 @@ class ServiceIndex:
     def __init__(self, entries: list[tuple[bytes, int, int]]) -> None: ...
     def __len__(self) -> int: ...
     def lookup(self, headers: Any, entry: Any, forward: Any) -> None: ...
-
 
 # manifest reading (rust/py/src/manifest.rs)
 class ManifestError(ValueError):
@@ -301,7 +297,7 @@ class ManifestReader:
     def __init__(self, data: bytes) -> None: ...
     @property
     def syntax(self) -> str:
-        """"json" or "yaml"."""
+        """ "json" or "yaml"."""
     @property
     def data(self) -> bytes: ...
     def __iter__(self) -> ManifestReader: ...
@@ -313,8 +309,6 @@ def manifest_lines(
     """The line of every key and item of the document or List item at ``data[start:end]``
     (``end`` 0: to the end), which starts at ``line``/``col``; with ``item``, the span is a
     List's document and the lines are those of ``items[item]``, relative to it."""
-
-
 
 # strict field validation (rust/py/src/schema.rs)
 class SchemaChecker:
@@ -388,10 +382,12 @@ class RecordStream:
 def detect_format(head: bytes) -> str | None:
     """The format of an input whose first bytes are ``head``, or None."""
 
-def vpc_columns(rows: int, first_row: int,
-                text: dict[str, tuple[Any, Any, Any | None, int, int, tuple[Any, Any | None, int] | None]],
-                ints: dict[str, tuple[Any, Any | None, int, int]],
-                ) -> tuple[bytes, bytes, tuple[list[tuple[str, int]], list[tuple[str, int, str]]]]:
+def vpc_columns(
+    rows: int,
+    first_row: int,
+    text: dict[str, tuple[Any, Any, Any | None, int, int, tuple[Any, Any | None, int] | None]],
+    ints: dict[str, tuple[Any, Any | None, int, int]],
+) -> tuple[bytes, bytes, tuple[list[tuple[str, int]], list[tuple[str, int, str]]]]:
     """VPC Flow Logs' Parquet columns to (headers, counts) bytes and problems, by the text
     reader's rules. ``text``: Arrow strings' (offsets, data, validity, offset, offset width
     4 or 8, indices), ``indices`` (int32 buffer, validity, offset) when the strings are a
@@ -403,7 +399,9 @@ def record_formats() -> list[tuple[str, str]]:
 class RecordLines:
     """``replay --traffic --out``'s lines, written natively a chunk at a time; the texts they
     name (side decisions, endpoints, Services, protocols) given once each as JSON."""
-    def __init__(self, protocols: list[str], orientations: list[str], reported: list[str], services: list[str]) -> None: ...
+    def __init__(
+        self, protocols: list[str], orientations: list[str], reported: list[str], services: list[str]
+    ) -> None: ...
     def missing(self, headers: bytes, counts: bytes, verdicts: bytes) -> tuple[list[tuple[int, bytes]], list[bytes]]:
         """What these records' lines need not learned yet: ([(direction, side bytes)], [address])."""
     def learn_side(self, direction: int, side: bytes, json: str) -> None: ...
@@ -417,11 +415,21 @@ class RecordJudge:
     """Flow records judged under one engine (replay, usage) or two (a diff's old and new), each
     distinct decision once (addresses, protocol, destination port, source port class, ICMP),
     summed as they go; records to a Service's virtual address through its backends."""
-    def __init__(self, engines: list[Engine], pod_allow: bool, host_allow: bool, logs: bool = False,
-                 services: list[tuple[bytes, int, int, list[tuple[bytes, int]]]] | None = None) -> None: ...
-    def judge_stream(self, stream: RecordStream, file: int, keep: bool = False) -> tuple[bytes, bytes, bytes, bytes] | None:
+    def __init__(
+        self,
+        engines: list[Engine],
+        pod_allow: bool,
+        host_allow: bool,
+        logs: bool = False,
+        services: list[tuple[bytes, int, int, list[tuple[bytes, int]]]] | None = None,
+    ) -> None: ...
+    def judge_stream(
+        self, stream: RecordStream, file: int, keep: bool = False
+    ) -> tuple[bytes, bytes, bytes, bytes] | None:
         """Judges what ``stream.read`` kept; ``keep``: (headers, counts, verdicts, service entries) bytes."""
-    def judge(self, headers: Any, counts: Any, file: int, keep: bool = False) -> tuple[bytes, bytes, bytes, bytes] | None: ...
+    def judge(
+        self, headers: Any, counts: Any, file: int, keep: bool = False
+    ) -> tuple[bytes, bytes, bytes, bytes] | None: ...
     def fold(self) -> None:
         """Folds the distinct decisions' sums into the totals (before reading them)."""
     def measures(self) -> tuple[list[int], list[int], list[int], list[int], list[list[int]], list[int]]:

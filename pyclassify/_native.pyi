@@ -109,7 +109,6 @@ class Reader:
     @property
     def fragment_stats(self) -> dict[str, int]: ...
 
-
 # The Rust engine's C ABI (native/engine_client.pxi)
 ENGINE_ABI_VERSION: Final[int]
 CT_STATS_NAMES: Final[tuple[str, ...]]
@@ -150,7 +149,14 @@ def nfq_parse(data: Any) -> list[tuple[int, int, bytes | None, int, int]]:
     """Parse nfnetlink_queue PACKET messages: [(id, hw_protocol, payload, wirelen, indev), ...]."""
 
 def ct_delete_message(
-    src: bytes, dst: bytes, sport: int, dport: int, proto: int, ipver: int, seq: int = 0, mark: int = 0,
+    src: bytes,
+    dst: bytes,
+    sport: int,
+    dport: int,
+    proto: int,
+    ipver: int,
+    seq: int = 0,
+    mark: int = 0,
     mask: int = 0,
 ) -> bytes:
     """The IPCTNL_MSG_CT_DELETE request for one original tuple (with ``mask``: the update that

@@ -37,7 +37,9 @@ def parse_protocol(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"unknown protocol {shown(text)} (a name like TCP, UDP, SCTP, ICMP, ICMPv6, or 0-255)") from None
+        raise ValueError(
+            f"unknown protocol {shown(text)} (a name like TCP, UDP, SCTP, ICMP, ICMPv6, or 0-255)"
+        ) from None
     if not 0 <= value <= 255:
         raise ValueError(f"protocol number {value} is outside 0-255")
     return value
@@ -70,23 +72,32 @@ def family_ends(project: Project, a: Endpoint, b: Endpoint) -> list[tuple[int | 
     return [(f, FlowEnd(a, fa[f]), FlowEnd(b, fb[f])) for f in shared]
 
 
-def _flow_families(project: Project, src: FlowEnd, dst: FlowEnd, src_text: str,
-                   dst_text: str) -> list[tuple[int | None, FlowEnd, FlowEnd]]:
+def _flow_families(
+    project: Project, src: FlowEnd, dst: FlowEnd, src_text: str, dst_text: str
+) -> list[tuple[int | None, FlowEnd, FlowEnd]]:
     """The flows ``explain`` judges for two ends as a person gave them: an address keeps its
     family and the endpoint at the other end is taken at its address of that family; two
     endpoints named are judged in each family both have (``family_ends``)."""
     if src.ip is not None and dst.ip is not None:
         if src.ip.version != dst.ip.version:
-            raise UnknownEnd(f"{shown(src_text)} is IPv{src.ip.version} and {shown(dst_text)} is "
-                             f"IPv{dst.ip.version}: a flow keeps one address family", "--to")
+            raise UnknownEnd(
+                f"{shown(src_text)} is IPv{src.ip.version} and {shown(dst_text)} is "
+                f"IPv{dst.ip.version}: a flow keeps one address family",
+                "--to",
+            )
         return [(src.ip.version, src, dst)]
     if src.ip is None and dst.ip is None:
         assert src.endpoint is not None and dst.endpoint is not None
         ends = family_ends(project, src.endpoint, dst.endpoint)
         if not ends:
-            have = [", ".join(str(a) for a in family_addresses(project, ep).values()) for ep in (src.endpoint, dst.endpoint)]
-            raise UnknownEnd(f"{shown(src.endpoint.ref)} ({have[0]}) and {shown(dst.endpoint.ref)} ({have[1]}) "
-                             "share no address family: no flow runs between them", "--to")
+            have = [
+                ", ".join(str(a) for a in family_addresses(project, ep).values()) for ep in (src.endpoint, dst.endpoint)
+            ]
+            raise UnknownEnd(
+                f"{shown(src.endpoint.ref)} ({have[0]}) and {shown(dst.endpoint.ref)} ({have[1]}) "
+                "share no address family: no flow runs between them",
+                "--to",
+            )
         return ends
     given, named, option = (src, dst, "--to") if src.ip is not None else (dst, src, "--from")
     assert given.ip is not None and named.endpoint is not None
@@ -96,8 +107,11 @@ def _flow_families(project: Project, src: FlowEnd, dst: FlowEnd, src_text: str,
     ip = family_addresses(project, named.endpoint).get(family)
     if ip is None:
         addresses = ", ".join(str(a) for a in named.endpoint.ips)
-        raise UnknownEnd(f"{shown(named.endpoint.ref)} has no IPv{family} address of its own (it has {addresses}), and "
-                         f"{shown(str(given.ip))} is IPv{family}: a flow keeps one address family", option)
+        raise UnknownEnd(
+            f"{shown(named.endpoint.ref)} has no IPv{family} address of its own (it has {addresses}), and "
+            f"{shown(str(given.ip))} is IPv{family}: a flow keeps one address family",
+            option,
+        )
     placed = FlowEnd(named.endpoint, ip)
     return [(family, src, placed) if named is dst else (family, placed, dst)]
 
@@ -114,10 +128,14 @@ def resolve_end(project: Project, text: str, option: str | None = None) -> FlowE
     if endpoint is None and ip is None:
         why = project.released.get(text)
         if why is not None:
-            raise UnknownEnd(f"{shown(text)} is a pod that holds no address ({why}): it is no endpoint, "
-                             "no packet comes from it or goes to it", option)
-        raise UnknownEnd(f"{shown(text)} is not a pod (ns/name), workload, host endpoint or IP address in the "
-                         "inventory", option)
+            raise UnknownEnd(
+                f"{shown(text)} is a pod that holds no address ({why}): it is no endpoint, "
+                "no packet comes from it or goes to it",
+                option,
+            )
+        raise UnknownEnd(
+            f"{shown(text)} is not a pod (ns/name), workload, host endpoint or IP address in the inventory", option
+        )
     return FlowEnd(endpoint, ip)
 
 
@@ -142,9 +160,13 @@ class ServiceTarget:
     via: str  # "ClusterIP" or "NodePort"
 
     def to_json(self) -> dict[str, Any]:
-        return {"namespace": self.service.namespace, "name": self.service.name, "via": self.via,
-                "port": None if self.port is None else self.port.port,
-                "node_port": None if self.port is None else self.port.node_port}
+        return {
+            "namespace": self.service.namespace,
+            "name": self.service.name,
+            "via": self.via,
+            "port": None if self.port is None else self.port.port,
+            "node_port": None if self.port is None else self.port.node_port,
+        }
 
 
 @dataclass
@@ -186,8 +208,11 @@ class Explanation:
         if self.forward:
             doc["forward"] = [{"via": name, "direction": d.value, **path.to_json()} for d, name, path in self.forward]
         if self.service is not None:
-            doc["service"] = {**self.service.to_json(), "backends": [b.to_json() for b in self.backends or []],
-                              "note": self.note}
+            doc["service"] = {
+                **self.service.to_json(),
+                "backends": [b.to_json() for b in self.backends or []],
+                "note": self.note,
+            }
         return doc
 
 
@@ -199,7 +224,8 @@ def service_target(project: Project, flow: Flow) -> ServiceTarget | None:
     if ip is None or flow.dst.endpoint is not None and flow.dst.endpoint.kind is not EndpointKind.HOST:
         return None
     port_of = lambda svc, want: next(  # noqa: E731
-        (p for p in svc.ports if p.protocol == flow.protocol and want(p)), None)
+        (p for p in svc.ports if p.protocol == flow.protocol and want(p)), None
+    )
     for svc in project.inventory.services.values():
         if ip in svc.cluster_ips:
             return ServiceTarget(svc, port_of(svc, lambda p: p.port == flow.dport), "ClusterIP")
@@ -279,8 +305,11 @@ class _Judge:
 
             # Another policy set over the same inventory (staged, a hook's) is a delta from an
             # engine already built, not a second build.
-            self.native = (NativeEngine(project.policy_set, project.inventory) if base is None
-                           else base.update(project.policy_set, project.inventory))
+            self.native = (
+                NativeEngine(project.policy_set, project.inventory)
+                if base is None
+                else base.update(project.policy_set, project.inventory)
+            )
 
     def __call__(self, flow: Flow) -> Verdict:
         if self.native is not None:
@@ -308,11 +337,22 @@ class _Judge:
         return native
 
 
-def explain(project: Project, src: str, dst: str, protocol: int, dport: int | None,
-            sport: int | None = None, icmp_type: int | None = None, icmp_code: int | None = None,
-            default: str | None = None, engine: str = "native", service_backend: str | None = None,
-            pre_dnat: str | None = None, request: HttpRequest | None = None,
-            via: tuple[tuple[Direction, str], ...] = ()) -> Explanation:
+def explain(
+    project: Project,
+    src: str,
+    dst: str,
+    protocol: int,
+    dport: int | None,
+    sport: int | None = None,
+    icmp_type: int | None = None,
+    icmp_code: int | None = None,
+    default: str | None = None,
+    engine: str = "native",
+    service_backend: str | None = None,
+    pre_dnat: str | None = None,
+    request: HttpRequest | None = None,
+    via: tuple[tuple[Direction, str], ...] = (),
+) -> Explanation:
     """The verdict of one flow. A flow to a Service's ClusterIP (or a NodePort on a node's
     address) is judged as kube-proxy delivers it: once per backend (``service_backend``, an
     address or endpoint, picks one); it is allowed when every backend judged allows it. A flow
@@ -349,7 +389,9 @@ def _through_host(project: Project, flow: Flow, result: Explanation, judge: _Jud
     doNotTrack or preDNAT policy or a pre-DNAT destination was given: ``result.host_path``, and
     the verdict and host side's decision become the path's."""
     hooks = HookSets(project.policy_set)
-    host_end = next((e for e in (flow.dst, flow.src) if e.endpoint is not None and e.endpoint.kind is EndpointKind.HOST), None)
+    host_end = next(
+        (e for e in (flow.dst, flow.src) if e.endpoint is not None and e.endpoint.kind is EndpointKind.HOST), None
+    )
     if pre_dnat is not None and (host_end is not flow.dst or result.service is not None):
         raise UnknownEnd("--to must be a host endpoint (where the DNAT sent the flow)", "--pre-dnat")
     if host_end is None or result.service is not None or not (hooks.has_early() or pre_dnat):
@@ -360,8 +402,16 @@ def _through_host(project: Project, flow: Flow, result: Explanation, judge: _Jud
         ip, port = _address_port(pre_dnat, flow.dport)
         pre = replace(flow, dst=FlowEnd(flow.dst.endpoint, ip), dport=port)
     side = Direction.INGRESS if inbound else Direction.EGRESS
-    path = host_path(judge.evaluator(), hooks, project.inventory, pre=pre, post=flow, side=side,
-                     host_traffic=True, default_host=judge.default or "deny")
+    path = host_path(
+        judge.evaluator(),
+        hooks,
+        project.inventory,
+        pre=pre,
+        post=flow,
+        side=side,
+        host_traffic=True,
+        default_host=judge.default or "deny",
+    )
     result.host_path = path
     deciding = path.steps[-1].decision
     v = result.verdict
@@ -371,8 +421,9 @@ def _through_host(project: Project, flow: Flow, result: Explanation, judge: _Jud
     result.verdict = Verdict(verdict, v.egress if inbound else deciding, deciding if inbound else v.ingress)
 
 
-def _forwarded(project: Project, flow: Flow, result: Explanation, judge: _Judge,
-               via: tuple[tuple[Direction, str], ...]) -> None:
+def _forwarded(
+    project: Project, flow: Flow, result: Explanation, judge: _Judge, via: tuple[tuple[Direction, str], ...]
+) -> None:
     """A flow the host routes in or out by host endpoints' interfaces: each one's hooks judge it
     with the host endpoint as the subject of that side (the addresses stay the packet's); one
     that drops it makes the verdict deny (the endpoints' own policy judged it otherwise)."""
@@ -389,8 +440,16 @@ def _forwarded(project: Project, flow: Flow, result: Explanation, judge: _Judge,
         else:
             subject = replace(flow, src=FlowEnd(hep, flow.src.address))
         assert hooks is not None
-        path = host_path(judge.evaluator(), hooks, project.inventory, pre=subject, post=subject, side=side,
-                         host_traffic=False, default_host=judge.default or "deny")
+        path = host_path(
+            judge.evaluator(),
+            hooks,
+            project.inventory,
+            pre=subject,
+            post=subject,
+            side=side,
+            host_traffic=False,
+            default_host=judge.default or "deny",
+        )
         result.forward.append((side, hep.name, path))
         if path.verdict == "deny":
             v = result.verdict
@@ -418,8 +477,7 @@ def _address_port(text: str, default_port: int | None) -> tuple[Any, int | None]
         raise UnknownEnd(f"{shown(text)} is not ADDRESS[:PORT]", "--pre-dnat") from None
 
 
-def _explain_flow(project: Project, flow: Flow, judge: _Judge, service_backend: str | None,
-                  dst: str) -> Explanation:
+def _explain_flow(project: Project, flow: Flow, judge: _Judge, service_backend: str | None, dst: str) -> Explanation:
     target = service_target(project, flow)
     if target is None:
         if service_backend is not None:
@@ -428,12 +486,18 @@ def _explain_flow(project: Project, flow: Flow, judge: _Judge, service_backend: 
     flows, note = service_backends(project, flow, target)
     if service_backend is not None:
         chosen = resolve_end(project, service_backend, "--service-backend")
-        flows = [f for f in flows if (chosen.ip is not None and f.dst.ip == chosen.ip)
-                 or (chosen.ip is None and f.dst.endpoint == chosen.endpoint)]
+        flows = [
+            f
+            for f in flows
+            if (chosen.ip is not None and f.dst.ip == chosen.ip)
+            or (chosen.ip is None and f.dst.endpoint == chosen.endpoint)
+        ]
         if not flows:
             addresses = ", ".join(str(ip) for ip in target.service.endpoint_ips) or "none"
-            raise UnknownEnd(f"--service-backend: {service_backend} is not a backend of Service "
-                             f"{target.service.namespace}/{target.service.name} (backends: {addresses})")
+            raise UnknownEnd(
+                f"--service-backend: {service_backend} is not a backend of Service "
+                f"{target.service.namespace}/{target.service.name} (backends: {addresses})"
+            )
     backends = [Backend(f, judge(f)) for f in flows]
     if not backends:
         return Explanation(flow, Verdict("deny", None, None), target, [], note)
@@ -503,14 +567,28 @@ def matrix_pods(project: Project, namespaces: tuple[str, ...] = (), selector: An
     the pods' labels) pick among the rest."""
     from pyclassify.flow import endpoint_labels
 
-    return sorted((p for p in project.inventory.pods() if not p.host_network
-                   and (not namespaces or p.namespace in namespaces)
-                   and (selector is None or selector.matches(endpoint_labels(p)))), key=lambda p: p.ref)
+    return sorted(
+        (
+            p
+            for p in project.inventory.pods()
+            if not p.host_network
+            and (not namespaces or p.namespace in namespaces)
+            and (selector is None or selector.matches(endpoint_labels(p)))
+        ),
+        key=lambda p: p.ref,
+    )
 
 
-def matrix(project: Project, protocol: int, port: int | None | str, default: str | None = None,
-           engine: str = "native", namespaces: tuple[str, ...] = (), selector: Any = None,
-           by: str = "pod") -> Matrix:
+def matrix(
+    project: Project,
+    protocol: int,
+    port: int | None | str,
+    default: str | None = None,
+    engine: str = "native",
+    namespaces: tuple[str, ...] = (),
+    selector: Any = None,
+    by: str = "pod",
+) -> Matrix:
     """Reachability among the pods ``matrix_pods`` picks: ``allowed[i][j]`` is traffic from pod
     i to pod j on ``port`` (``"any"``: on some port), in every address family both pods have.
     ``by="identity"``: among the groups of pods policy cannot tell apart, with their pods (a
@@ -527,8 +605,10 @@ def matrix(project: Project, protocol: int, port: int | None | str, default: str
     n = len(pods)
     if engine == "reference" or engine not in ENGINES:
         if port == "any" or by != "pod":
-            raise ValueError("the reference engine answers one port between pods: use the native engine "
-                             "for --port any and --by identity")
+            raise ValueError(
+                "the reference engine answers one port between pods: use the native engine "
+                "for --port any and --by identity"
+            )
         judge = _Judge(project, engine, default)
         allowed = np.ones((n, n), bool)
         no_flow = np.zeros((n, n), bool)
@@ -564,9 +644,17 @@ def matrix(project: Project, protocol: int, port: int | None | str, default: str
         for f in (4, 6):
             judged = flows & ((fam[:, None] == f) | (fam[None, :] == f))
             by_family[f] = (table & judged, judged)
-        return Matrix(pods, protocol, port, table, groups, [reach.group_json(g, keys) for g in groups],
-                      [reach.group_text(g, keys, dual) for g in groups], by_family=_present(by_family),
-                      no_flow=~flows)
+        return Matrix(
+            pods,
+            protocol,
+            port,
+            table,
+            groups,
+            [reach.group_json(g, keys) for g in groups],
+            [reach.group_text(g, keys, dual) for g in groups],
+            by_family=_present(by_family),
+            no_flow=~flows,
+        )
     pos = {id(p): i for i, p in enumerate(pods)}
     # Each pod's group in each family (its first address of that family), or by name (0).
     index = {f: np.full(n, -1, np.intp) for f in (0, 4, 6)}

@@ -37,8 +37,10 @@ class OverBudget(InvalidInput):
     def describe(self, outcome: str) -> str:
         """The estimate, the budget, what became of the set (``outcome``), the costliest objects."""
         named = ", ".join(f"{ref} (~{mib(cost)})" for cost, ref in self.costliest)
-        return (f"{self.what} would take ~{mib(self.estimate)} once built, over the memory budget of "
-                f"{mib(self.budget)} (--memory-budget): {outcome}" + (f"; costliest objects: {named}" if named else ""))
+        return (
+            f"{self.what} would take ~{mib(self.estimate)} once built, over the memory budget of "
+            f"{mib(self.budget)} (--memory-budget): {outcome}" + (f"; costliest objects: {named}" if named else "")
+        )
 
     def __str__(self) -> str:
         return self.message

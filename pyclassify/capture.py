@@ -101,8 +101,18 @@ class Interface:
 class Batch:
     """Up to ``batch_size`` consecutive packets of a capture, decoded."""
 
-    __slots__ = ("caplens", "data", "data_start", "headers", "linktypes", "offsets", "outers", "quotes", "start",
-                 "tunnels")
+    __slots__ = (
+        "caplens",
+        "data",
+        "data_start",
+        "headers",
+        "linktypes",
+        "offsets",
+        "outers",
+        "quotes",
+        "start",
+        "tunnels",
+    )
 
     def __init__(
         self,
@@ -347,9 +357,7 @@ class Capture:
     def __enter__(self) -> Capture:
         return self
 
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
 
@@ -462,8 +470,7 @@ class CaptureWriter:
         first, so that pcapng interfaces are known)."""
         if capture.format == "pcap":
             ifs = capture.interfaces
-            return cls(dest, format="pcap", linktype=ifs[0].linktype if ifs else 1,
-                       nanosecond=capture.nanosecond)
+            return cls(dest, format="pcap", linktype=ifs[0].linktype if ifs else 1, nanosecond=capture.nanosecond)
         return cls(dest, format="pcapng", interfaces=[i.linktype for i in capture.interfaces])
 
     def write(self, batch: Batch, mask: npt.ArrayLike | None = None) -> int:
@@ -475,14 +482,14 @@ class CaptureWriter:
             idx = np.flatnonzero(m).astype(np.int64) if m.dtype == bool else m.astype(np.int64)
         fmt = 1 if self.format == "pcap" else 2
         self._f.write(
-            _native.pack_records(fmt, self.nanosecond, batch.data, batch.offsets, batch.caplens,
-                                 batch.headers, np.ascontiguousarray(idx))
+            _native.pack_records(
+                fmt, self.nanosecond, batch.data, batch.offsets, batch.caplens, batch.headers, np.ascontiguousarray(idx)
+            )
         )
         self.packets += len(idx)
         return len(idx)
 
-    def write_packet(self, data: bytes, ts_ns: int = 0, *, orig_len: int | None = None,
-                     ifindex: int = 0) -> None:
+    def write_packet(self, data: bytes, ts_ns: int = 0, *, orig_len: int | None = None, ifindex: int = 0) -> None:
         """Write one packet given as bytes."""
         h = np.zeros(1, HEADER_DTYPE)
         h["ts_ns"] = ts_ns
@@ -490,8 +497,15 @@ class CaptureWriter:
         h["ifindex"] = ifindex
         fmt = 1 if self.format == "pcap" else 2
         self._f.write(
-            _native.pack_records(fmt, self.nanosecond, data, np.zeros(1, np.uint64),
-                                 np.array([len(data)], np.uint32), h, np.zeros(1, np.int64))
+            _native.pack_records(
+                fmt,
+                self.nanosecond,
+                data,
+                np.zeros(1, np.uint64),
+                np.array([len(data)], np.uint32),
+                h,
+                np.zeros(1, np.int64),
+            )
         )
         self.packets += 1
 
@@ -504,9 +518,7 @@ class CaptureWriter:
     def __enter__(self) -> CaptureWriter:
         return self
 
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
 
@@ -526,4 +538,3 @@ def _idb(linktype: int, snaplen: int) -> bytes:
     options = _pack("<HHB3x", 9, 1, 9) + _pack("<HH", 0, 0)
     length = 20 + len(options)
     return _pack("<IIHHI", 1, length, linktype, 0, snaplen) + options + _pack("<I", length)
-

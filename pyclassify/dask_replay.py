@@ -165,8 +165,10 @@ def _plugin(plugin_name: str, client_version: str) -> tuple[Any, EnginePlugin]:
     worker = get_worker()
     mine = version()
     if mine != client_version:
-        raise ClusterError(f"worker {worker.address} runs pyclassify {mine}, the client {client_version}: "
-                           "install the same version on both")
+        raise ClusterError(
+            f"worker {worker.address} runs pyclassify {mine}, the client {client_version}: "
+            "install the same version on both"
+        )
     plugin = cast("EnginePlugin | None", worker.plugins.get(plugin_name))  # the plugin registered under that name
     if plugin is None or plugin.engine is None:
         raise ClusterError(f"worker {worker.address}: the engine of this policy set was not built")
@@ -174,8 +176,15 @@ def _plugin(plugin_name: str, client_version: str) -> tuple[Any, EnginePlugin]:
     return worker, plugin
 
 
-def diff_file(plugin_name: str, client_version: str, path: str, name: str, format: str | None,
-              default: str | None, rule_usage: bool = False) -> Any:
+def diff_file(
+    plugin_name: str,
+    client_version: str,
+    path: str,
+    name: str,
+    format: str | None,
+    default: str | None,
+    rule_usage: bool = False,
+) -> Any:
     """A task: one file's observed changes (``trafficdiff.TrafficDiff``) under the diff's two
     engines its plugin built."""
     from pyclassify.trafficdiff import traffic_diff
@@ -185,9 +194,17 @@ def diff_file(plugin_name: str, client_version: str, path: str, name: str, forma
     return traffic_diff(d.old_ps, d.new_ps, d.inventory, [path], format, default, rule_usage, engines=d, names=[name])
 
 
-def judge_file(plugin_name: str, client_version: str, path: str, name: str, format: str | None,
-               default: str | None, logs: bool, out: str | None = None,
-               part: tuple[int, int, int] | None = None) -> RecordSummary:
+def judge_file(
+    plugin_name: str,
+    client_version: str,
+    path: str,
+    name: str,
+    format: str | None,
+    default: str | None,
+    logs: bool,
+    out: str | None = None,
+    part: tuple[int, int, int] | None = None,
+) -> RecordSummary:
     """A task: one file judged on this worker with the engine its plugin built; with ``out``,
     its records' lines written there (put in place only when the file was judged whole: a task
     run again after a lost worker replaces it, never adds to it)."""
@@ -200,11 +217,20 @@ def judge_file(plugin_name: str, client_version: str, path: str, name: str, form
     try:
         lines = OutputFile("--out", out, binary=True)
     except OSError as e:
-        raise RecordError(f"--out {out}: cannot open for writing on worker {worker.address}: {e.strerror or e}") from None
+        raise RecordError(
+            f"--out {out}: cannot open for writing on worker {worker.address}: {e.strerror or e}"
+        ) from None
     judged = False
     try:
-        replay = RecordReplay(plugin.engine, default=default, format=format, logs=logs, services=plugin.services,
-                              out=lines.file, out_name=out)
+        replay = RecordReplay(
+            plugin.engine,
+            default=default,
+            format=format,
+            logs=logs,
+            services=plugin.services,
+            out=lines.file,
+            out_name=out,
+        )
         summary = replay.run([path], names=[name])
         judged = True
     finally:
@@ -249,8 +275,9 @@ def connect(scheduler: str | None, workers: int | None) -> tuple[Client, Any]:
     processes (one thread each) started here; and that cluster (None: not ours)."""
     distributed = _import_distributed()
     if scheduler is None:
-        cluster = distributed.LocalCluster(n_workers=workers or 1, threads_per_worker=1, processes=True,
-                                           dashboard_address=None)
+        cluster = distributed.LocalCluster(
+            n_workers=workers or 1, threads_per_worker=1, processes=True, dashboard_address=None
+        )
         return distributed.Client(cluster), cluster
     import dask
 
@@ -272,8 +299,10 @@ def check_versions(client: Client) -> None:
     other = {w: v for w, v in theirs.items() if v != mine}
     if other:
         named = ", ".join(f"{w} runs {v}" for w, v in sorted(other.items()))
-        raise ClusterError(f"workers of another pyclassify version than this client's {mine}: {named}; "
-                           "install the same version on every worker")
+        raise ClusterError(
+            f"workers of another pyclassify version than this client's {mine}: {named}; "
+            "install the same version on every worker"
+        )
     if not theirs:
         raise ClusterError("the cluster has no worker")
 
@@ -283,15 +312,25 @@ def _merge_tree(client: Client, parts: list[Any], token: str, merge: Callable[..
     level, so file order is kept and no summary funnels through the client."""
     level = 0
     while len(parts) > 1:
-        parts = [client.submit(merge, *parts[i:i + MERGE_FANIN], key=f"pyclassify-merge-{level}-{i}-{token}")
-                 for i in range(0, len(parts), MERGE_FANIN)]
+        parts = [
+            client.submit(merge, *parts[i : i + MERGE_FANIN], key=f"pyclassify-merge-{level}-{i}-{token}")
+            for i in range(0, len(parts), MERGE_FANIN)
+        ]
         level += 1
     return parts[0]
 
 
-def _on_cluster(sets: tuple, paths: list[str], submit: Callable[[Client, str, str, int, str, str], Any],
-                merge: Callable[..., Any], empty: Callable[[], Any], scheduler: str | None, workers: int | None,
-                progress: Callable[[int, int], None] | None, client: Client | None) -> tuple[Any, dict[str, Any]]:
+def _on_cluster(
+    sets: tuple,
+    paths: list[str],
+    submit: Callable[[Client, str, str, int, str, str], Any],
+    merge: Callable[..., Any],
+    empty: Callable[[], Any],
+    scheduler: str | None,
+    workers: int | None,
+    progress: Callable[[int, int], None] | None,
+    client: Client | None,
+) -> tuple[Any, dict[str, Any]]:
     """The scaffolding of a run on the cluster: connect (or start a local cluster), check the
     workers' versions, register the engine plugin of ``sets``, one task a path
     (``submit(client, plugin, version, index, path, key)``), their results merged in a tree,
@@ -334,9 +373,15 @@ def _on_cluster(sets: tuple, paths: list[str], submit: Callable[[Client, str, st
             use = engine_use(client, plugin.name)
         finally:
             client.unregister_worker_plugin(plugin.name)
-        info = {"scheduler": client.scheduler.address, "workers": len(use), "tasks": len(paths),
-                "engine_seconds": {w: u[0] for w, u in use.items()}, "engine_builds": {w: u[1] for w, u in use.items()},
-                "tasks_by_worker": {w: u[2] for w, u in use.items()}, "interrupted": interrupted}
+        info = {
+            "scheduler": client.scheduler.address,
+            "workers": len(use),
+            "tasks": len(paths),
+            "engine_seconds": {w: u[0] for w, u in use.items()},
+            "engine_builds": {w: u[1] for w, u in use.items()},
+            "tasks_by_worker": {w: u[2] for w, u in use.items()},
+            "interrupted": interrupted,
+        }
     finally:
         if owned is not None:
             client.close()
@@ -344,10 +389,20 @@ def _on_cluster(sets: tuple, paths: list[str], submit: Callable[[Client, str, st
     return result, info
 
 
-def run(engine: NativeEngine, paths: list[str], *, scheduler: str | None = None, workers: int | None = None,
-        format: str | None = None, default: str | None = None, logs: bool = False,
-        progress: Callable[[int, int], None] | None = None, client: Client | None = None,
-        out: str | None = None, partition_rows: int = PARTITION_ROWS) -> tuple[RecordSummary, dict[str, Any]]:
+def run(
+    engine: NativeEngine,
+    paths: list[str],
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    format: str | None = None,
+    default: str | None = None,
+    logs: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    client: Client | None = None,
+    out: str | None = None,
+    partition_rows: int = PARTITION_ROWS,
+) -> tuple[RecordSummary, dict[str, Any]]:
     """Judges ``paths`` on the cluster (one task a file, a Parquet file of more than
     ``partition_rows`` rows cut between row groups): the merged summary, and what the run
     used (``{"scheduler", "workers", "tasks"}``, and per worker ``engine_seconds``,
@@ -366,20 +421,50 @@ def run(engine: NativeEngine, paths: list[str], *, scheduler: str | None = None,
     tasks = [(p, None) for p in paths] if target is not None else partitions(paths, partition_rows)
 
     def submit(client: Client, plugin: str, mine: str, i: int, path: str, key: str) -> Any:
-        return client.submit(judge_file, plugin, mine, os.path.abspath(path), path, format, default, logs,
-                             None if target is None else os.path.join(target, part_name(i)), tasks[i][1], key=key)
+        return client.submit(
+            judge_file,
+            plugin,
+            mine,
+            os.path.abspath(path),
+            path,
+            format,
+            default,
+            logs,
+            None if target is None else os.path.join(target, part_name(i)),
+            tasks[i][1],
+            key=key,
+        )
 
-    summary, info = _on_cluster((engine.policy_set, engine.inventory), [p for p, _ in tasks], submit, merge_summaries,
-                                RecordSummary, scheduler, workers, progress, client)
+    summary, info = _on_cluster(
+        (engine.policy_set, engine.inventory),
+        [p for p, _ in tasks],
+        submit,
+        merge_summaries,
+        RecordSummary,
+        scheduler,
+        workers,
+        progress,
+        client,
+    )
     if out is not None:
         info["index"] = write_index(out, summary)
     summary.seconds = time.perf_counter() - started
     return summary, info
 
 
-def run_diff(old_ps: Any, new_ps: Any, inventory: Any, paths: list[str], *, scheduler: str | None = None,
-             workers: int | None = None, format: str | None = None, default: str | None = None,
-             client: Client | None = None, rule_usage: bool = False) -> tuple[Any, dict[str, Any]]:
+def run_diff(
+    old_ps: Any,
+    new_ps: Any,
+    inventory: Any,
+    paths: list[str],
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    format: str | None = None,
+    default: str | None = None,
+    client: Client | None = None,
+    rule_usage: bool = False,
+) -> tuple[Any, dict[str, Any]]:
     """``diff --traffic`` on the cluster: each file's observed changes found on a worker with
     the two engines built there once, merged exactly (``TrafficDiff.merge``); with
     ``rule_usage``, what each rule of the old set decided too."""
@@ -388,18 +473,28 @@ def run_diff(old_ps: Any, new_ps: Any, inventory: Any, paths: list[str], *, sche
     started = time.perf_counter()
 
     def submit(client: Client, plugin: str, mine: str, i: int, path: str, key: str) -> Any:
-        return client.submit(diff_file, plugin, mine, os.path.abspath(path), path, format, default, rule_usage,
-                             key=key)
+        return client.submit(diff_file, plugin, mine, os.path.abspath(path), path, format, default, rule_usage, key=key)
 
     def empty() -> Any:
         from pyclassify.trafficdiff import traffic_diff
 
         return traffic_diff(old_ps, new_ps, inventory, [], rule_usage=rule_usage)
 
-    result, info = _on_cluster((old_ps, new_ps, inventory), paths, submit, merge_diffs, empty, scheduler, workers,
-                               None, client)
+    result, info = _on_cluster(
+        (old_ps, new_ps, inventory), paths, submit, merge_diffs, empty, scheduler, workers, None, client
+    )
     result.seconds = time.perf_counter() - started
     return result, info
 
 
-__all__ = ["SCHEDULER_ENV", "ClusterError", "check_versions", "connect", "diff_file", "judge_file", "run", "run_diff", "version"]
+__all__ = [
+    "SCHEDULER_ENV",
+    "ClusterError",
+    "check_versions",
+    "connect",
+    "diff_file",
+    "judge_file",
+    "run",
+    "run_diff",
+    "version",
+]

@@ -75,9 +75,11 @@ class Side:
         return Direction.INGRESS, self.ingress
 
     def to_json(self) -> dict[str, Any]:
-        return {"verdict": "allow" if self.allowed else "deny",
-                "egress": self.egress.to_json() if self.egress else None,
-                "ingress": self.ingress.to_json() if self.ingress else None}
+        return {
+            "verdict": "allow" if self.allowed else "deny",
+            "egress": self.egress.to_json() if self.egress else None,
+            "ingress": self.ingress.to_json() if self.ingress else None,
+        }
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -120,8 +122,12 @@ class Change:
         order = {6: 0, 17: 1, 132: 2, 136: 3, 1: 4, 58: 5}
         out = []
         for proto, classes in sorted(by_proto.items(), key=lambda kv: (order.get(kv[0], 6), kv[0] == -1, kv[0])):
-            doc: dict[str, Any] = {"protocol": "other" if proto == -1 else protocol_name(proto),
-                                   "ports": None, "sports": None, "icmp": None}
+            doc: dict[str, Any] = {
+                "protocol": "other" if proto == -1 else protocol_name(proto),
+                "ports": None,
+                "sports": None,
+                "icmp": None,
+            }
             dports = [c.dport for c in classes if c.dport is not None]
             if dports:
                 doc["ports"] = [list(r) for r in _merge(dports)]
@@ -199,16 +205,22 @@ class Diff:
         direction = (c.new if c.new.allowed is False else c.old).deciding()[0]
         new_d = c.new.egress if direction is Direction.EGRESS else c.new.ingress
         old_d = c.old.egress if direction is Direction.EGRESS else c.old.ingress
-        return (f"{text(c.src)} → {text(c.dst)}, {c.flow_text(self.icmp_named())}: "
-                f"{verb[c.old.allowed]} → {verb[c.new.allowed]}, by {decision_text(new_d)} "
-                f"(was: {decision_text(old_d)})")
+        return (
+            f"{text(c.src)} → {text(c.dst)}, {c.flow_text(self.icmp_named())}: "
+            f"{verb[c.old.allowed]} → {verb[c.new.allowed]}, by {decision_text(new_d)} "
+            f"(was: {decision_text(old_d)})"
+        )
 
     def icmp_named(self) -> frozenset[int]:
         """The ICMP protocols (1, 58) of which some rule of either set names a type."""
         if self.space is None:
             return ICMP_PROTOCOLS
-        return frozenset(c.protocol for classes in self.space.classes.values() for c in classes
-                         if c.protocol in ICMP_PROTOCOLS and c.icmp_type is not None)
+        return frozenset(
+            c.protocol
+            for classes in self.space.classes.values()
+            for c in classes
+            if c.protocol in ICMP_PROTOCOLS and c.icmp_type is not None
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -216,23 +228,33 @@ class Diff:
             "new": self.new_paths,
             "changed": bool(self.changes),
             "policies_changed": self.policies_changed,
-            "changes": [{
-                "from": reach.group_json(c.src, self.keys),
-                "to": reach.group_json(c.dst, self.keys),
-                "flows": c.flows(),
-                "was": c.old.to_json(),
-                "now": c.new.to_json(),
-                "text": self.change_text(c),
-            } for c in self.changes],
-            "summary": {"changes": len(self.changes), "opened": sum(c.opened for c in self.changes),
-                        "closed": sum(not c.opened for c in self.changes), "groups": self.groups,
-                        "flow_classes": self.classes, "flows_judged": self.judged, "every_subject": self.whole},
+            "changes": [
+                {
+                    "from": reach.group_json(c.src, self.keys),
+                    "to": reach.group_json(c.dst, self.keys),
+                    "flows": c.flows(),
+                    "was": c.old.to_json(),
+                    "now": c.new.to_json(),
+                    "text": self.change_text(c),
+                }
+                for c in self.changes
+            ],
+            "summary": {
+                "changes": len(self.changes),
+                "opened": sum(c.opened for c in self.changes),
+                "closed": sum(not c.opened for c in self.changes),
+                "groups": self.groups,
+                "flow_classes": self.classes,
+                "flows_judged": self.judged,
+                "every_subject": self.whole,
+            },
             "notes": self.notes,
         }
 
 
-def _affected(groups: Sequence[reach.Group], policies: Sequence[Policy], profiles: set[str],
-              inventory: Inventory) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+def _affected(
+    groups: Sequence[reach.Group], policies: Sequence[Policy], profiles: set[str], inventory: Inventory
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
     """Which groups one of ``policies`` applies to, in egress and in ingress; a group carrying
     one of ``profiles`` in both."""
     egress = np.zeros(len(groups), bool)
@@ -253,8 +275,9 @@ def _affected(groups: Sequence[reach.Group], policies: Sequence[Policy], profile
     return egress, ingress
 
 
-def subjects_changed(old_ps: PolicySet, new_ps: PolicySet, olds: list[Policy | None],
-                     news: list[Policy | None]) -> tuple[list[Policy], set[str], bool]:
+def subjects_changed(
+    old_ps: PolicySet, new_ps: PolicySet, olds: list[Policy | None], news: list[Policy | None]
+) -> tuple[list[Policy], set[str], bool]:
     """What can change a side decision, and of whom: the policies (either version) that changed
     or sit in a tier that changed (its order or default action), the profiles that changed,
     and whether everything must be compared (a profile's ``labelsToApply`` changed: labels every
@@ -273,8 +296,14 @@ def subjects_changed(old_ps: PolicySet, new_ps: PolicySet, olds: list[Policy | N
     return unique, profiles, whole
 
 
-def diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, default: str | None = None,
-         old_paths: Sequence[str] = (), new_paths: Sequence[str] = ()) -> Diff:
+def diff(
+    old_ps: PolicySet,
+    new_ps: PolicySet,
+    inventory: Inventory,
+    default: str | None = None,
+    old_paths: Sequence[str] = (),
+    new_paths: Sequence[str] = (),
+) -> Diff:
     """Every change in reachability from ``old_ps`` to ``new_ps`` over ``inventory``."""
     state = EngineState()
     old = state.update(old_ps, inventory)
@@ -317,7 +346,7 @@ def diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, default: st
             continue
         step = max(1, reach.CHUNK // len(classes))
         for at in range(0, len(idx), step):
-            part = idx[at:at + step]
+            part = idx[at : at + step]
             si, di = np.divmod(part, len(groups))
             a = reach.judge_pairs(old, groups, groups, si, di, classes, family or None, defaults)
             b = reach.judge_pairs(new, groups, groups, si, di, classes, family or None, defaults)
@@ -330,14 +359,34 @@ def diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, default: st
                 raw.setdefault(key, []).append(fc)
                 sides.setdefault(key, (s_old, s_new))  # type: ignore[arg-type]
     changes = [Change(groups[k[0]], groups[k[1]], fcs, *sides[k]) for k, fcs in raw.items()]  # type: ignore[misc]
-    changes.sort(key=lambda c: (c.src.outside, reach.group_text(c.src, keys), c.src.family or 0, c.dst.outside,
-                                reach.group_text(c.dst, keys), c.dst.family or 0, c.opened))
+    changes.sort(
+        key=lambda c: (
+            c.src.outside,
+            reach.group_text(c.src, keys),
+            c.src.family or 0,
+            c.dst.outside,
+            reach.group_text(c.dst, keys),
+            c.dst.family or 0,
+            c.opened,
+        )
+    )
     notes = []
     if whole:
         notes.append("a profile's labelsToApply changed: every endpoint's verdicts were compared")
-    return Diff(list(old_paths), list(new_paths), changes, keys, changed_refs, len(groups),
-                sum(len(v) for v in space.classes.values()), judged, whole, notes, space,
-                reach.dual_stack(endpoint_groups))
+    return Diff(
+        list(old_paths),
+        list(new_paths),
+        changes,
+        keys,
+        changed_refs,
+        len(groups),
+        sum(len(v) for v in space.classes.values()),
+        judged,
+        whole,
+        notes,
+        space,
+        reach.dual_stack(endpoint_groups),
+    )
 
 
 def _change_key(old: Side, new: Side) -> tuple:
@@ -348,4 +397,5 @@ def _change_key(old: Side, new: Side) -> tuple:
     def d(s: Side) -> tuple:
         x = s.egress if direction is Direction.EGRESS else s.ingress
         return () if x is None else (x.verdict, x.tier, x.policy, x.rule, x.reason)
+
     return (old.allowed, new.allowed, direction, d(old), d(new))

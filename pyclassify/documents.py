@@ -88,7 +88,12 @@ class Document:
         if not isinstance(other, Document):
             return NotImplemented
         return (self.obj, self.file, self.line, self.base, self.lines) == (
-            other.obj, other.file, other.line, other.base, other.lines)
+            other.obj,
+            other.file,
+            other.line,
+            other.base,
+            other.lines,
+        )
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it was
 

@@ -41,8 +41,9 @@ def new_facts(grace_s: int = 0, capacity: int = CAPACITY) -> Any:
 
 def has_domain_rules(policy_set: Any) -> bool:
     """Whether any rule (enforced or staged) matches by domain name."""
-    return any(e.domains for p in policy_set.all_policies() for r in p.ingress + p.egress
-               for e in r.sources + r.destinations)
+    return any(
+        e.domains for p in policy_set.all_policies() for r in p.ingress + p.egress for e in r.sources + r.destinations
+    )
 
 
 def resolve_option(text: str) -> list[tuple[str, str]]:
@@ -81,8 +82,12 @@ class DnsLearner:
         start, end)`` with the payload as ``batch.data[start:end]``, in capture order."""
         h = batch.headers
         flags = h["flags"]
-        dns = (((flags & FLAG_HAS_PORTS) != 0) & ((flags & FLAG_MALFORMED) == 0) & (h["sport"] == DNS_PORT)
-               & ((h["protocol"] == 6) | (h["protocol"] == 17)))
+        dns = (
+            ((flags & FLAG_HAS_PORTS) != 0)
+            & ((flags & FLAG_MALFORMED) == 0)
+            & (h["sport"] == DNS_PORT)
+            & ((h["protocol"] == 6) | (h["protocol"] == 17))
+        )
         idx = np.flatnonzero(dns)
         if not len(idx):
             return np.empty((0, 3), dtype=np.int64)
@@ -102,5 +107,11 @@ class DnsLearner:
                 self.errors[name] += n
 
     def to_json(self) -> dict[str, Any]:
-        return {"answers": self.answers, "learned": self.learned, "denied": self.denied, "facts": len(self.facts),
-                "errors": dict(sorted(self.errors.items())), "evicted": self.facts.stats().get("evicted", 0)}
+        return {
+            "answers": self.answers,
+            "learned": self.learned,
+            "denied": self.denied,
+            "facts": len(self.facts),
+            "errors": dict(sorted(self.errors.items())),
+            "evicted": self.facts.stats().get("evicted", 0),
+        }

@@ -39,6 +39,13 @@ from pyclassify.engine_spec import (
     SubjectSpec,
     TierSpec,
 )
+from pyclassify.flow import (
+    Decision,
+    Flow,
+    Verdict,
+    namespace_labels,
+    service_account_labels,
+)
 from pyclassify.inventory import Endpoint, Inventory, NetworkSet, Node, Service
 from pyclassify.ir import (
     Direction,
@@ -53,13 +60,6 @@ from pyclassify.ir import (
     Rule,
     Subject,
     Tier,
-)
-from pyclassify.flow import (
-    Decision,
-    Flow,
-    Verdict,
-    namespace_labels,
-    service_account_labels,
 )
 
 #: The engine refused a change (the model and the state keep their last good snapshot).
@@ -168,8 +168,9 @@ def _endpoint_spec(inventory: Inventory, e: Endpoint, id_: int, addressable: boo
     return _endpoint_spec_with(e, service_account_labels(inventory, e), id_, addressable, inventory.enforces(e))
 
 
-def _endpoint_spec_with(e: Endpoint, sa_labels: dict[str, str], id_: int, addressable: bool,
-                        enforced: bool) -> EndpointSpec:
+def _endpoint_spec_with(
+    e: Endpoint, sa_labels: dict[str, str], id_: int, addressable: bool, enforced: bool
+) -> EndpointSpec:
     # The labels policy sees (``flow.endpoint_labels``) are derived by the engine from the
     # written ones, so each endpoint crosses once.
     return {
@@ -335,7 +336,7 @@ class _Ids:
         self.free: list[int] = []
         self.next = 0
 
-    def copy(self) -> "_Ids":
+    def copy(self) -> _Ids:
         c = _Ids()
         c.of, c.free, c.next = dict(self.of), list(self.free), self.next
         return c
@@ -433,8 +434,9 @@ class EngineState:
         else:
             self._pending.setdefault("remove_" + table.field, []).append(id_)
 
-    def set_endpoint(self, key: Any, endpoint: Endpoint, sa_labels: dict[str, str], addressable: bool = True,
-                     enforced: bool = True) -> None:
+    def set_endpoint(
+        self, key: Any, endpoint: Endpoint, sa_labels: dict[str, str], addressable: bool = True, enforced: bool = True
+    ) -> None:
         """An endpoint added or changed (``sa_labels``: the labels of its service account;
         ``enforced``: ``Inventory.enforces``, false for another node's endpoint)."""
         self._set(self._endpoints, key, (endpoint, sa_labels, addressable, enforced))
@@ -540,13 +542,17 @@ class EngineState:
 
     # --- per project ---
 
-    def update(self, policy_set: PolicySet, inventory: Inventory,
-               extra_endpoints: tuple[Endpoint, ...] = ()) -> NativeEngine:
+    def update(
+        self, policy_set: PolicySet, inventory: Inventory, extra_endpoints: tuple[Endpoint, ...] = ()
+    ) -> NativeEngine:
         """A snapshot of ``policy_set`` over ``inventory``, reached by a delta from the last one."""
-        return NativeEngine(policy_set, inventory, committed=self.commit_project(policy_set, inventory, extra_endpoints))
+        return NativeEngine(
+            policy_set, inventory, committed=self.commit_project(policy_set, inventory, extra_endpoints)
+        )
 
-    def commit_project(self, policy_set: PolicySet, inventory: Inventory,
-                       extra_endpoints: tuple[Endpoint, ...] = ()) -> Committed:
+    def commit_project(
+        self, policy_set: PolicySet, inventory: Inventory, extra_endpoints: tuple[Endpoint, ...] = ()
+    ) -> Committed:
         """Sends what changed since the last commit as one delta (``update``), and returns the
         snapshot with the keys that name its ids."""
         with collector_paused():
@@ -554,10 +560,13 @@ class EngineState:
             all_endpoints = (*inventory.endpoints, *extra_endpoints)
             n_inventory = len(inventory.endpoints)
             keys = _endpoint_keys(all_endpoints)
-            self._sync(self._endpoints, {
-                key: (e, service_account_labels(inventory, e), i < n_inventory, inventory.enforces(e))
-                for i, (key, e) in enumerate(zip(keys, all_endpoints))
-            })
+            self._sync(
+                self._endpoints,
+                {
+                    key: (e, service_account_labels(inventory, e), i < n_inventory, inventory.enforces(e))
+                    for i, (key, e) in enumerate(zip(keys, all_endpoints))
+                },
+            )
             namespaces = {ns: namespace_labels(inventory, ns) for ns in _namespaces_of(inventory, all_endpoints)}
             for name, labels in namespaces.items():
                 self.set_namespace(name, labels)
@@ -625,8 +634,14 @@ class NativeEngine:
     ``EngineState``), leaving this one as it was.
     """
 
-    def __init__(self, policy_set: PolicySet, inventory: Inventory, extra_endpoints: tuple[Endpoint, ...] = (),
-                 *, committed: Committed | None = None) -> None:
+    def __init__(
+        self,
+        policy_set: PolicySet,
+        inventory: Inventory,
+        extra_endpoints: tuple[Endpoint, ...] = (),
+        *,
+        committed: Committed | None = None,
+    ) -> None:
         if committed is None:
             committed = EngineState().commit_project(policy_set, inventory, extra_endpoints)
         state = committed.state
@@ -648,7 +663,7 @@ class NativeEngine:
             _ = (self._endpoint_ids, self._policies)
 
     @classmethod
-    def _facade(cls, state: EngineState, snapshot: Any, policy_set: PolicySet, inventory: Inventory) -> "NativeEngine":
+    def _facade(cls, state: EngineState, snapshot: Any, policy_set: PolicySet, inventory: Inventory) -> NativeEngine:
         """The facade of a snapshot whose changes the caller sent object by object
         (``LiveProject``), without the project-wide diff of ``update``."""
         return cls(policy_set, inventory, committed=Committed(state, snapshot))
@@ -665,8 +680,9 @@ class NativeEngine:
         policies = self.policy_set.policies
         return {pids[k]: p for k, p in zip(_policy_keys(policies) if keys is None else keys, policies)}
 
-    def update(self, policy_set: PolicySet, inventory: Inventory,
-               extra_endpoints: tuple[Endpoint, ...] = ()) -> "NativeEngine":
+    def update(
+        self, policy_set: PolicySet, inventory: Inventory, extra_endpoints: tuple[Endpoint, ...] = ()
+    ) -> NativeEngine:
         """The next snapshot, by a delta from the engine state's latest one."""
         return self.state.update(policy_set, inventory, extra_endpoints)
 
@@ -698,11 +714,15 @@ class NativeEngine:
             identity = self._engine.identity_of(self._endpoint_id(e))
             if identity is not None:
                 by_identity.setdefault(identity, []).append(e.ref)
-        return [{"direction": direction,
-                 "policies": [self._policies[p].ref for p in policies if p in self._policies],
-                 "megabytes": round(size / 1e6, 1),
-                 "endpoints": sorted(ref for i in identities for ref in by_identity.get(i, []))}
-                for direction, policies, size, identities in walked]
+        return [
+            {
+                "direction": direction,
+                "policies": [self._policies[p].ref for p in policies if p in self._policies],
+                "megabytes": round(size / 1e6, 1),
+                "endpoints": sorted(ref for i in identities for ref in by_identity.get(i, [])),
+            }
+            for direction, policies, size, identities in walked
+        ]
 
     def evaluate(self, flow: Flow, default_pod: str = "allow", default_host: str = "deny") -> Verdict:
         """One flow, with the same answer and explanation as the reference evaluator."""
@@ -713,20 +733,42 @@ class NativeEngine:
             ends.append((ip, ep))
         request = None if flow.request is None else (flow.request.method, flow.request.path)
         allowed, egress, ingress, awaits = self._engine.evaluate(
-            ends[0][0], ends[0][1], ends[1][0], ends[1][1],
-            flow.protocol, flow.sport, flow.dport, flow.icmp_type, flow.icmp_code,
-            default_pod == "allow", default_host == "allow", flow.ts_ns, request,
+            ends[0][0],
+            ends[0][1],
+            ends[1][0],
+            ends[1][1],
+            flow.protocol,
+            flow.sport,
+            flow.dport,
+            flow.icmp_type,
+            flow.icmp_code,
+            default_pod == "allow",
+            default_host == "allow",
+            flow.ts_ns,
+            request,
         )
         # The subject of each side: the endpoint named, else the one its address resolves to.
         src, dst = (ep if ep is not None or ip is None else self._engine.owner_of(ip) for ip, ep in ends)
-        return Verdict("allow" if allowed else "deny", self._decision(egress, Direction.EGRESS, src),
-                       self._decision(ingress, Direction.INGRESS, dst), awaits_request=awaits)
+        return Verdict(
+            "allow" if allowed else "deny",
+            self._decision(egress, Direction.EGRESS, src),
+            self._decision(ingress, Direction.INGRESS, dst),
+            awaits_request=awaits,
+        )
 
     side_dtype = SIDE_DTYPE
 
-    def judge(self, headers: npt.NDArray[Any], quotes: npt.NDArray[Any] | None = None, tracker: Any = None,
-              default_pod: str = "allow", default_host: str = "deny", interpret: bool = False,
-              payload: tuple[Any, npt.NDArray[Any]] | None = None, memo: bool = True) -> npt.NDArray[Any]:
+    def judge(
+        self,
+        headers: npt.NDArray[Any],
+        quotes: npt.NDArray[Any] | None = None,
+        tracker: Any = None,
+        default_pod: str = "allow",
+        default_host: str = "deny",
+        interpret: bool = False,
+        payload: tuple[Any, npt.NDArray[Any]] | None = None,
+        memo: bool = True,
+    ) -> npt.NDArray[Any]:
         """Verdict records (``VERDICT_DTYPE``) for a header batch (``HEADER_DTYPE``), computed
         without the GIL by the decision memo and, behind it, each side's compiled program; with
         a ``Tracker``, connection tracking decides established traffic. Untracked batches only:
@@ -745,13 +787,29 @@ class NativeEngine:
         data, segments = payload if payload is not None else (None, None)
         if segments is not None:
             segments = np.ascontiguousarray(segments, dtype=np.int64).reshape(-1)
-        self._engine.judge(headers, out, default_pod == "allow", default_host == "allow", tracker, quotes, interpret,
-                           data, segments, memo)
+        self._engine.judge(
+            headers,
+            out,
+            default_pod == "allow",
+            default_host == "allow",
+            tracker,
+            quotes,
+            interpret,
+            data,
+            segments,
+            memo,
+        )
         return out
 
-    def judge_lanes(self, headers: npt.NDArray[Any], lanes: list[Lane], default_pod: str = "allow",
-                    default_host: str = "deny", data: Any = None,
-                    dns: npt.NDArray[np.int64] | None = None) -> tuple[int, int, list[int], int] | None:
+    def judge_lanes(
+        self,
+        headers: npt.NDArray[Any],
+        lanes: list[Lane],
+        default_pod: str = "allow",
+        default_host: str = "deny",
+        data: Any = None,
+        dns: npt.NDArray[np.int64] | None = None,
+    ) -> tuple[int, int, list[int], int] | None:
         """Judges one batch (``headers``, as captured) in ``lanes`` in one call without the GIL,
         each lane's verdicts into its ``out``; ``data``: the bytes the lanes' segments and
         ``dns`` point into. ``dns`` ((m, 3) int64: row, ``[start, end)`` in ``data``, by
@@ -765,15 +823,25 @@ class NativeEngine:
         for lane in lanes:
             lane.out = np.zeros(len(lane.rows), dtype=VERDICT_DTYPE)
             segments = None if lane.segments is None else np.ascontiguousarray(lane.segments, np.int64).reshape(-1)
-            args.append((lane.engine._engine, np.ascontiguousarray(lane.rows, np.int64),
-                         np.ascontiguousarray(lane.headers), lane.out, lane.tracker,
-                         None if lane.quotes is None else np.ascontiguousarray(lane.quotes), segments))
+            args.append(
+                (
+                    lane.engine._engine,
+                    np.ascontiguousarray(lane.rows, np.int64),
+                    np.ascontiguousarray(lane.headers),
+                    lane.out,
+                    lane.tracker,
+                    None if lane.quotes is None else np.ascontiguousarray(lane.quotes),
+                    segments,
+                )
+            )
         rows = None if dns is None else np.ascontiguousarray(dns, np.int64).reshape(-1)
-        return self._engine.judge_lanes(np.ascontiguousarray(headers), args, default_pod == "allow",
-                                        default_host == "allow", data, rows)
+        return self._engine.judge_lanes(
+            np.ascontiguousarray(headers), args, default_pod == "allow", default_host == "allow", data, rows
+        )
 
-    def judge_via(self, headers: npt.NDArray[Any], endpoint: Endpoint | None, side: Direction,
-                  default_host: str = "deny") -> npt.NDArray[Any]:
+    def judge_via(
+        self, headers: npt.NDArray[Any], endpoint: Endpoint | None, side: Direction, default_host: str = "deny"
+    ) -> npt.NDArray[Any]:
         """Verdict records for a header batch of traffic the host routes in (``side`` ingress)
         or out (egress) by host endpoint ``endpoint``'s interface, judged by that endpoint's
         forward hook: this engine's policies are the set's ``for_hook(Hook.FORWARD)``, the
@@ -791,8 +859,9 @@ class NativeEngine:
         """The engine's index of ``endpoint`` (what the live forward loops are given)."""
         return self._endpoint_id(endpoint)
 
-    def classify(self, headers: npt.NDArray[Any], default_pod: str = "allow",
-                 default_host: str = "deny") -> npt.NDArray[np.uint8]:
+    def classify(
+        self, headers: npt.NDArray[Any], default_pod: str = "allow", default_host: str = "deny"
+    ) -> npt.NDArray[np.uint8]:
         """Verdicts (1 allow, 0 deny) for a header batch, each packet judged alone."""
         return self.judge(headers, None, None, default_pod, default_host)["allow"].copy()
 
@@ -810,8 +879,11 @@ class NativeEngine:
             subject_id: int | None = self._endpoint_ids.get(id(subject))
         else:
             subject_id = None if subject is None else self._engine.owner_of(subject)
-        return self._decision((bool(side["allow"]), tier, source, rule, int(side["reason"]), [], bool(side["awaits"])),
-                              direction, subject_id)
+        return self._decision(
+            (bool(side["allow"]), tier, source, rule, int(side["reason"]), [], bool(side["awaits"])),
+            direction,
+            subject_id,
+        )
 
     def compiled_listing(self, endpoint: Endpoint, direction: Direction, family: int) -> list[Any]:
         """The compiled stages of ``endpoint``'s ``direction`` side for IPv4 or IPv6 (``render``):
@@ -838,8 +910,9 @@ class NativeEngine:
             awaits_request=awaits,
         )
         if REASONS[reason] == "end-of-tier" and tier is not None and subject is not None:
-            decision.policies = [self._policies[p].ref
-                                 for p in self._engine.tier_policies(subject, direction.value, tier)]
+            decision.policies = [
+                self._policies[p].ref for p in self._engine.tier_policies(subject, direction.value, tier)
+            ]
         for log_tier, log_source, log_rule in logs:
             ref, log_label = self._source(log_source, log_rule, direction)
             decision.logs.append((None if log_tier is None else self._tier_names[log_tier], ref or "", log_label))

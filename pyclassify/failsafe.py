@@ -89,8 +89,11 @@ def read_config(doc: Document, problems: Problems, config: FailsafeConfig) -> Fa
     """``config`` with what a FelixConfiguration says about failsafe ports. Only the one named
     ``default`` is cluster-wide (per-node ``node.<name>`` ones are not applied: warned)."""
     if doc.name != "default":
-        problems.warning(doc, ("metadata", "name"), f"FelixConfiguration {doc.name!r} is per node; only "
-                         "'default' sets the failsafe ports here")
+        problems.warning(
+            doc,
+            ("metadata", "name"),
+            f"FelixConfiguration {doc.name!r} is per node; only 'default' sets the failsafe ports here",
+        )
         return config
     spec = doc.obj.get("spec") or {}
     if not isinstance(spec, dict):
@@ -152,9 +155,13 @@ def _rule(entry: FailsafePort, index: int, direction: Direction) -> Rule:
     else:
         sources, destinations = (), (EntityMatch(nets=nets, ports=(port,)),)
     return Rule(
-        action=Action.ALLOW, index=index, name=entry.label, protocols=frozenset({entry.protocol}),
+        action=Action.ALLOW,
+        index=index,
+        name=entry.label,
+        protocols=frozenset({entry.protocol}),
         ip_version=None if entry.net is None else entry.net.version,
-        sources=sources, destinations=destinations,
+        sources=sources,
+        destinations=destinations,
         path=f"failsafe{'Inbound' if direction is Direction.INGRESS else 'Outbound'}HostPorts[{index}]",
     )
 
@@ -163,15 +170,24 @@ def failsafe_ir(config: FailsafeConfig) -> tuple[list[Policy], list[Tier]]:
     """The failsafe policies (none for a direction whose list is empty) and their tier."""
     host = Subject(endpoint_kinds=frozenset({EndpointKind.HOST}))
     policies = []
-    for name, direction, entries in (("inbound", Direction.INGRESS, config.inbound),
-                                     ("outbound", Direction.EGRESS, config.outbound)):
+    for name, direction, entries in (
+        ("inbound", Direction.INGRESS, config.inbound),
+        ("outbound", Direction.EGRESS, config.outbound),
+    ):
         if not entries:
             continue
         rules = tuple(_rule(e, i, direction) for i, e in enumerate(entries))
-        policies.append(Policy(
-            kind=KIND, namespace=None, name=name, tier=TIER, order=0.0, subject=host,
-            types=frozenset({direction}),
-            ingress=rules if direction is Direction.INGRESS else (),
-            egress=rules if direction is Direction.EGRESS else (),
-        ))
+        policies.append(
+            Policy(
+                kind=KIND,
+                namespace=None,
+                name=name,
+                tier=TIER,
+                order=0.0,
+                subject=host,
+                types=frozenset({direction}),
+                ingress=rules if direction is Direction.INGRESS else (),
+                egress=rules if direction is Direction.EGRESS else (),
+            )
+        )
     return policies, ([Tier(TIER, TIER_ORDER, Action.PASS)] if policies else [])

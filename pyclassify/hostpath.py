@@ -55,8 +55,11 @@ class Step:
     outcome: str  # "allow" (host policy done), "deny" (dropped here) or "continue"
 
     def to_json(self) -> dict[str, Any]:
-        return {"hook": self.hook.value, "outcome": self.outcome,
-                "decision": self.decision.to_json() if self.decision else None}
+        return {
+            "hook": self.hook.value,
+            "outcome": self.outcome,
+            "decision": self.decision.to_json() if self.decision else None,
+        }
 
 
 @dataclass
@@ -76,8 +79,14 @@ def _outcome(hook: Hook, d: Decision | None) -> str:
     return "continue"  # untracked and pre-DNAT chains never drop at a tier's end; all tiers passed
 
 
-def forward_step(evaluate: Evaluator, forward: PolicySet, inventory: Inventory, flow: Flow, side: Direction,
-                 default_host: str = "deny") -> Step:
+def forward_step(
+    evaluate: Evaluator,
+    forward: PolicySet,
+    inventory: Inventory,
+    flow: Flow,
+    side: Direction,
+    default_host: str = "deny",
+) -> Step:
     """The forward hook of a host endpoint (``forward``: the set's ``for_hook(Hook.FORWARD)``)
     judging ``flow``, whose end at ``side`` is the host endpoint (the packet's address kept):
     its decision and outcome ("deny": dropped here, else "allow" or "continue"). The live
@@ -87,10 +96,20 @@ def forward_step(evaluate: Evaluator, forward: PolicySet, inventory: Inventory, 
     return Step(Hook.FORWARD, d, _outcome(Hook.FORWARD, d))
 
 
-def host_path(evaluate: Evaluator, sets: HookSets, inventory: Inventory, *, pre: Flow, post: Flow,
-              side: Direction, host_traffic: bool, default_host: str = "deny", suppress_normal: bool = False,
-              untracked_only: bool = False,
-              then: Callable[[], tuple[str, Decision | None]] | None = None) -> HostPath:
+def host_path(
+    evaluate: Evaluator,
+    sets: HookSets,
+    inventory: Inventory,
+    *,
+    pre: Flow,
+    post: Flow,
+    side: Direction,
+    host_traffic: bool,
+    default_host: str = "deny",
+    suppress_normal: bool = False,
+    untracked_only: bool = False,
+    then: Callable[[], tuple[str, Decision | None]] | None = None,
+) -> HostPath:
     """The verdict of one packet crossing a host endpoint.
 
     ``pre``: the flow as the raw and mangle hooks see it (the destination before DNAT), and

@@ -44,11 +44,14 @@ def segments(batch: Any) -> npt.NDArray[np.int64]:
     h = batch.headers
     out = np.zeros((len(h), 3), dtype=np.int64)
     flags = h["flags"]
-    tcp = np.flatnonzero((h["protocol"] == PROTO_TCP) & ((flags & FLAG_HAS_PORTS) != 0) & ((flags & FLAG_MALFORMED) == 0))
+    tcp = np.flatnonzero(
+        (h["protocol"] == PROTO_TCP) & ((flags & FLAG_HAS_PORTS) != 0) & ((flags & FLAG_MALFORMED) == 0)
+    )
     if len(tcp):
         # inside the tunnels the decoder opened, as the headers describe the packets there
-        out[tcp] = _native.payload_spans(batch.data, batch.offsets, batch.caplens, batch.linktypes, tcp,
-                                         **batch.tunnels.native())
+        out[tcp] = _native.payload_spans(
+            batch.data, batch.offsets, batch.caplens, batch.linktypes, tcp, **batch.tunnels.native()
+        )
     return out
 
 
@@ -85,8 +88,9 @@ def count_outcomes(counter: Counter, verdicts: npt.NDArray[Any]) -> None:
     their request), ``requests_allowed``/``requests_denied`` (packets that completed a request,
     judged), ``held`` (segments after a gap, dropped), ``table_full`` and each stream error by
     name (connections denied)."""
-    counter["held"] += int(np.count_nonzero((verdicts["reason"] == PACKET_INVALID)
-                                            & (verdicts["http"] == HTTP_OUT_OF_ORDER)))
+    counter["held"] += int(
+        np.count_nonzero((verdicts["reason"] == PACKET_INVALID) & (verdicts["http"] == HTTP_OUT_OF_ORDER))
+    )
     judged = verdicts[verdicts["reason"] == PACKET_POLICY]
     http = judged["http"]
     if not http.any():

@@ -71,11 +71,22 @@ def text_error(status: int, message: str) -> Response:
 
 
 class BoundedServer:
-    def __init__(self, address: tuple[str, int], handler: Callable[[Request], Response], *,
-                 tls: Callable[[], ssl.SSLContext] | None = None, workers: int = 4, max_connections: int = 256,
-                 request_timeout: float = 10.0, idle_timeout: float = 30.0, max_body: int = 64 * 1024,
-                 max_buffered: int | None = None, error: Callable[[int, str], Response] = text_error,
-                 name: str = "pyclassify-http", server_header: str = "pyclassify") -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: Callable[[Request], Response],
+        *,
+        tls: Callable[[], ssl.SSLContext] | None = None,
+        workers: int = 4,
+        max_connections: int = 256,
+        request_timeout: float = 10.0,
+        idle_timeout: float = 30.0,
+        max_body: int = 64 * 1024,
+        max_buffered: int | None = None,
+        error: Callable[[int, str], Response] = text_error,
+        name: str = "pyclassify-http",
+        server_header: str = "pyclassify",
+    ) -> None:
         """``handler(request) -> Response`` runs on a worker thread; ``error(status, message)``
         renders the server's own refusals (411, 413, 431, 503, 400)."""
         self.handler, self.tls, self.error = handler, tls, error
@@ -83,8 +94,18 @@ class BoundedServer:
         self.max_body = max_body
         self.max_buffered = max_buffered if max_buffered is not None else max(max_body, 16 * max_body)
         self.name, self.server_header = name, server_header
-        self.stats = {"connections": 0, "open": 0, "refused": 0, "evicted": 0, "timeouts": 0, "too_large": 0,
-                      "busy": 0, "bad_requests": 0, "tls_errors": 0, "requests": 0}
+        self.stats = {
+            "connections": 0,
+            "open": 0,
+            "refused": 0,
+            "evicted": 0,
+            "timeouts": 0,
+            "too_large": 0,
+            "busy": 0,
+            "bad_requests": 0,
+            "tls_errors": 0,
+            "requests": 0,
+        }
         self._buffered = 0
         self._workers = workers
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"{name}-worker")
@@ -115,7 +136,8 @@ class BoundedServer:
         def run() -> None:
             asyncio.set_event_loop(self._loop)
             self._server = self._loop.run_until_complete(
-                asyncio.start_server(self._connection, sock=self._socket, limit=MAX_HEAD))
+                asyncio.start_server(self._connection, sock=self._socket, limit=MAX_HEAD)
+            )
             ready.set()
             self._loop.run_forever()
 
@@ -132,6 +154,7 @@ class BoundedServer:
     def stop(self) -> None:
         """Stops listening, cuts every connection and waits for the loop's thread."""
         if self._thread is not None and self._loop.is_running():
+
             async def close() -> None:
                 if self._server is not None:
                     self._server.close()
@@ -211,8 +234,9 @@ class BoundedServer:
             self.stats["open"] = len(self._writers)
             writer.close()
 
-    async def _request(self, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       client: Any) -> bool:
+    async def _request(
+        self, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: Any
+    ) -> bool:
         """Reads, answers and says whether to close. Runs under the request deadline."""
         try:
             head = first + await reader.readuntil(b"\r\n\r\n")
@@ -237,14 +261,24 @@ class BoundedServer:
         raw_length = headers.get("content-length", "0")
         if not raw_length.isdigit():
             self.stats["bad_requests"] += 1
-            await self._refuse(writer, 400 if raw_length else 411, "a request body with Content-Length is required",
-                               reader, DRAIN_LIMIT)
+            await self._refuse(
+                writer,
+                400 if raw_length else 411,
+                "a request body with Content-Length is required",
+                reader,
+                DRAIN_LIMIT,
+            )
             return True
         length = int(raw_length)
         if length > self.max_body:
             self.stats["too_large"] += 1
-            await self._refuse(writer, 413, f"request body of {length} bytes is over the limit of {self.max_body} bytes",
-                               reader, length)
+            await self._refuse(
+                writer,
+                413,
+                f"request body of {length} bytes is over the limit of {self.max_body} bytes",
+                reader,
+                length,
+            )
             return True
         if self._buffered + length > self.max_buffered:
             self.stats["busy"] += 1
@@ -265,8 +299,14 @@ class BoundedServer:
         await self._send(writer, response, close)
         return close
 
-    async def _refuse(self, writer: asyncio.StreamWriter, status: int, message: str,
-                      reader: asyncio.StreamReader | None = None, pending: int = 0) -> None:
+    async def _refuse(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        message: str,
+        reader: asyncio.StreamReader | None = None,
+        pending: int = 0,
+    ) -> None:
         """Answers and closes; what the client still sends (up to ``pending`` bytes, the
         request's own deadline and LINGER_SECONDS between reads) is read and dropped."""
         await self._send(writer, self.error(status, message), True)
@@ -282,8 +322,12 @@ class BoundedServer:
 
     async def _send(self, writer: asyncio.StreamWriter, response: Response, close: bool) -> None:
         reason = HTTPStatus(response.status).phrase if response.status in HTTPStatus._value2member_map_ else ""
-        lines = [f"HTTP/1.1 {response.status} {reason}", f"Server: {self.server_header}",
-                 f"Content-Type: {response.content_type}", f"Content-Length: {len(response.body)}"]
+        lines = [
+            f"HTTP/1.1 {response.status} {reason}",
+            f"Server: {self.server_header}",
+            f"Content-Type: {response.content_type}",
+            f"Content-Length: {len(response.body)}",
+        ]
         lines += [f"{k}: {v}" for k, v in response.headers]
         if close:
             lines.append("Connection: close")

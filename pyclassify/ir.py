@@ -116,9 +116,9 @@ class HttpMatch:
     paths: tuple[tuple[str, str], ...] = ()
 
     def matches(self, method: str, path: str) -> bool:
-        return ((not self.methods or method in self.methods)
-                and (not self.paths or any(path == p if kind == "exact" else path.startswith(p)
-                                           for kind, p in self.paths)))
+        return (not self.methods or method in self.methods) and (
+            not self.paths or any(path == p if kind == "exact" else path.startswith(p) for kind, p in self.paths)
+        )
 
 
 @dataclass(frozen=True)

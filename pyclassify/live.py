@@ -128,14 +128,18 @@ class LiveProject:
         self._stale = True
         return snapshot
 
-    def _dispatch(self, kind: tuple[str, str], doc: Document, before: dict[str, Any] | None,
-                  after: dict[str, Any] | None) -> None:
+    def _dispatch(
+        self, kind: tuple[str, str], doc: Document, before: dict[str, Any] | None, after: dict[str, Any] | None
+    ) -> None:
         if kind == ("", "Pod"):
             self._pod(before, after)
         elif kind == ("", "Namespace"):
             self._namespace(after, doc)
-        elif kinds.POLICY_KINDS.get(kind) is not None and kind[1] not in ("Tier", "Profile") \
-                and kind[1] not in STAGED_KINDS:
+        elif (
+            kinds.POLICY_KINDS.get(kind) is not None
+            and kind[1] not in ("Tier", "Profile")
+            and kind[1] not in STAGED_KINDS
+        ):
             self._policy(before, after)  # tiers and profiles order and complete policies: reload
         elif kind == ("", "Node"):
             self._node(after, doc)
@@ -156,8 +160,9 @@ class LiveProject:
             self.inventory = dataclasses.replace(self.inventory, endpoints=list(self._endpoints.values()))
             self._dirty = False
         if self._stale:
-            self.engine = NativeEngine._facade(self.state, self.state.model.snapshot(), self.policy_set(),
-                                               self.inventory)
+            self.engine = NativeEngine._facade(
+                self.state, self.state.model.snapshot(), self.policy_set(), self.inventory
+            )
             self._stale = False
         return self.engine
 
@@ -195,8 +200,9 @@ class LiveProject:
                 self._pods.setdefault(new.namespace, {})[key] = new
                 if new.namespace not in self.state._namespaces:  # implied, as update() would
                     self.state.set_namespace(new.namespace, namespace_labels(self.inventory, new.namespace))
-            self.state.set_endpoint(key, new, service_account_labels(self.inventory, new),
-                                    enforced=self.inventory.enforces(new))
+            self.state.set_endpoint(
+                key, new, service_account_labels(self.inventory, new), enforced=self.inventory.enforces(new)
+            )
         elif old is not None:
             key = endpoint_key(old)
             if key in self._endpoints:
@@ -239,8 +245,9 @@ class LiveProject:
         if new == old:
             return  # a heartbeat: nothing policy reads changed
         if (old.addresses if old else ()) != (new.addresses if new else ()) and any(
-                e.node == name and (e.host_network or (e.kind is EndpointKind.HOST and e.interface == "*"))
-                for e in self._endpoints.values()):
+            e.node == name and (e.host_network or (e.kind is EndpointKind.HOST and e.interface == "*"))
+            for e in self._endpoints.values()
+        ):
             raise UnsupportedChange("a node's addresses changed under endpoints that take them: reload the project")
         if new is None:
             del self.inventory.nodes[name]
@@ -261,8 +268,9 @@ class LiveProject:
             self.inventory.service_accounts[key] = new
         for ekey, e in self._pods.get(ns, {}).items():
             if e.service_account == name:
-                self.state.set_endpoint(ekey, e, service_account_labels(self.inventory, e),
-                                        enforced=self.inventory.enforces(e))
+                self.state.set_endpoint(
+                    ekey, e, service_account_labels(self.inventory, e), enforced=self.inventory.enforces(e)
+                )
 
     def index_slices(self, documents: Any) -> None:
         """The EndpointSlices of the project (documents), so that their changes and their
@@ -315,8 +323,11 @@ class LiveProject:
         """Its endpoint addresses: its EndpointSlices' (in name order, as a list gives them),
         else the pods it selects (``InventoryBuilder._finish_service``)."""
         key = (svc.namespace, svc.name)
-        slices = sorted((name, entry[1]) for (ns, name), entry in (self._slices or {}).items()
-                        if ns == svc.namespace and entry[0] == key)
+        slices = sorted(
+            (name, entry[1])
+            for (ns, name), entry in (self._slices or {}).items()
+            if ns == svc.namespace and entry[0] == key
+        )
         if slices:
             ips: Any = [ip for _, addresses in slices for ip in addresses]
         elif svc.selector:
@@ -364,8 +375,9 @@ class LiveProject:
         old = self._normalize_policies(before) if before is not None else []
         new = self._normalize_policies(after) if after is not None else []
         if any(p.hook is not Hook.NORMAL for p in old + new):
-            raise UnsupportedChange("doNotTrack and preDNAT policy changes are not applied one at a time: "
-                                    "reload the project")
+            raise UnsupportedChange(
+                "doNotTrack and preDNAT policy changes are not applied one at a time: reload the project"
+            )
         new_keys = {policy_key(p) for p in new}
         # The parts held once (``shared``); the budget judged before the engine sees anything.
         before_bytes = self.shared.footprint
@@ -383,8 +395,12 @@ class LiveProject:
                 self.shared.add(q)
             self.shared.done()
             doc = self._doc(after if after is not None else before)  # type: ignore[arg-type]
-            raise OverBudget(estimate, self.budget, [(estimate - before_bytes, p.ref) for p in new[:1]],
-                             f"the policy set with {doc.kind} {doc.name!r}")
+            raise OverBudget(
+                estimate,
+                self.budget,
+                [(estimate - before_bytes, p.ref) for p in new[:1]],
+                f"the policy set with {doc.kind} {doc.name!r}",
+            )
         for p in old:
             key = policy_key(p)
             if key not in new_keys:

@@ -85,9 +85,16 @@ def _object_too_large(data: bytes, file: str, span: Span | None, problems: Probl
     size = (end or len(data)) - start
     if size <= limit:
         return False
-    problems.add(Problem(file, line, "", f"object of {size} bytes is larger than the limit of {limit} bytes "
-                                         f"(the API server takes at most 3 MiB; set {MAX_OBJECT_ENV} to "
-                                         "raise it); not read"))
+    problems.add(
+        Problem(
+            file,
+            line,
+            "",
+            f"object of {size} bytes is larger than the limit of {limit} bytes "
+            f"(the API server takes at most 3 MiB; set {MAX_OBJECT_ENV} to "
+            "raise it); not read",
+        )
+    )
     return True
 
 
@@ -95,13 +102,21 @@ def _too_large(name: str, size: int, limit: int, more_than: bool = False) -> Pro
     """``more_than``: only the first ``size`` bytes were read (a stream or a device): the input
     is at least that large, not exactly."""
     what = f"more than {limit} bytes" if more_than else f"{size} bytes"
-    return Problem(name, 0, "", f"manifest of {what} is larger than the limit of {limit} bytes "
-                                f"(set {MAX_MANIFEST_ENV} to raise it); not read")
+    return Problem(
+        name,
+        0,
+        "",
+        f"manifest of {what} is larger than the limit of {limit} bytes (set {MAX_MANIFEST_ENV} to raise it); not read",
+    )
 
 
 #: What a path that is not a regular file is, as a message says it.
-_SPECIAL = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-            (stat.S_ISBLK, "a block device"))
+_SPECIAL = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 def special_file(mode: int) -> str | None:
@@ -115,8 +130,13 @@ def special_file(mode: int) -> str | None:
 
 
 def _skipped(name: str, what: str) -> Problem:
-    return Problem(name, 0, "", f"{what}, not a regular file: skipped, never read (manifests are regular files; "
-                                "give - to read standard input)", "warning")
+    return Problem(
+        name,
+        0,
+        "",
+        f"{what}, not a regular file: skipped, never read (manifests are regular files; give - to read standard input)",
+        "warning",
+    )
 
 
 def read_bounded(f: Any, size: int, chunk: int = 1 << 20) -> Any:
@@ -157,7 +177,9 @@ def _missing(path: str) -> str:
 
 
 # Python's own wording for an integer too long to convert, which the manifest reader passes on.
-_INT_DIGITS = re.compile(r"Exceeds the limit \((\d+) digits\) for integer string conversion(?:: value has (\d+) digits)?")
+_INT_DIGITS = re.compile(
+    r"Exceeds the limit \((\d+) digits\) for integer string conversion(?:: value has (\d+) digits)?"
+)
 
 
 def _readable(message: str) -> str:
@@ -248,7 +270,11 @@ def iter_paths(paths: Iterable[str], problems: Problems, cache: ParseCache | Non
             if len(data) > limit:
                 problems.add(_too_large(STDIN_NAME, len(data), limit, more_than=True))
                 continue
-            docs = iter_bytes(data, STDIN_NAME, problems) if isinstance(data, bytes) else iter_text(data, STDIN_NAME, problems)
+            docs = (
+                iter_bytes(data, STDIN_NAME, problems)
+                if isinstance(data, bytes)
+                else iter_text(data, STDIN_NAME, problems)
+            )
             for doc in docs:
                 found += 1
                 yield doc
@@ -466,8 +492,16 @@ class _Positions:
             return {}
 
 
-def _fallback(data: bytes, file: str, line: int, region: Span, index: int | None, span: Span | None,
-              streamed: Document | None, problems: Problems) -> Iterator[Document]:
+def _fallback(
+    data: bytes,
+    file: str,
+    line: int,
+    region: Span,
+    index: int | None,
+    span: Span | None,
+    streamed: Document | None,
+    problems: Problems,
+) -> Iterator[Document]:
     """A document, or one item of a streamed List, that only ruamel reads."""
     if index is None:
         parsed = _ruamel_first(data, region, file, problems)
@@ -489,8 +523,9 @@ def _fallback(data: bytes, file: str, line: int, region: Span, index: int | None
     yield from _list_item(streamed, item, index, lines.get((), line), lambda: lines, problems)
 
 
-def _ruamel_first(data: bytes, span: Span, file: str, problems: Problems,
-                  quiet: bool = False) -> tuple[Any, dict[FieldPath, int]] | None:
+def _ruamel_first(
+    data: bytes, span: Span, file: str, problems: Problems, quiet: bool = False
+) -> tuple[Any, dict[FieldPath, int]] | None:
     start, end, line, col = span
     text = " " * col + data[start : end or len(data)].decode("utf-8")
     try:
@@ -499,8 +534,9 @@ def _ruamel_first(data: bytes, span: Span, file: str, problems: Problems,
         return None, {}
     except loader_ruamel.MarkedYAMLError as exc:
         if not quiet:
-            problems.add(Problem(file, loader_ruamel.yaml_error_line(exc, line), "",
-                                 loader_ruamel.yaml_error_message(exc)))
+            problems.add(
+                Problem(file, loader_ruamel.yaml_error_line(exc, line), "", loader_ruamel.yaml_error_message(exc))
+            )
     except loader_ruamel.YAMLError as exc:
         if not quiet:
             problems.add(Problem(file, line, "", f"invalid YAML: {exc}"))
@@ -519,8 +555,14 @@ def documents_of(obj: Any, file: str, problems: Problems) -> list[Document]:
     return list(_documents(copy.deepcopy(obj), file, 1, problems, lines={}))
 
 
-def _documents(root: Any, file: str, line: int, problems: Problems, positions: Any = None,
-               lines: dict[FieldPath, int] | None = None) -> Iterator[Document]:
+def _documents(
+    root: Any,
+    file: str,
+    line: int,
+    problems: Problems,
+    positions: Any = None,
+    lines: dict[FieldPath, int] | None = None,
+) -> Iterator[Document]:
     if root is None:
         return  # an empty document (a lone ---) is not an object
     if not isinstance(root, dict):
@@ -528,8 +570,11 @@ def _documents(root: Any, file: str, line: int, problems: Problems, positions: A
         return
     if not _object_like(root):
         problems.not_objects += 1
-        problems.add(Problem(file, line, "", f"not a Kubernetes object (no kind, no metadata: {NOT_AN_OBJECT}): skipped",
-                             "warning"))
+        problems.add(
+            Problem(
+                file, line, "", f"not a Kubernetes object (no kind, no metadata: {NOT_AN_OBJECT}): skipped", "warning"
+            )
+        )
         return
     doc = Document(root, file, line, lines, positions=positions)
     if not _has_type(doc, problems):
@@ -585,8 +630,9 @@ def _list_items(lst: Document, problems: Problems) -> Iterator[Document]:
         yield from _list_item(lst, item, i, line, lambda lines=sub_lines: lines, problems)
 
 
-def _list_item(lst: Document, item: Any, index: int, line: int, positions: Any,
-               problems: Problems) -> Iterator[Document]:
+def _list_item(
+    lst: Document, item: Any, index: int, line: int, positions: Any, problems: Problems
+) -> Iterator[Document]:
     """One item of a List as a document of its own.
 
     Items of a typed list may omit ``kind`` and ``apiVersion`` (kubectl prints them without):
@@ -594,7 +640,9 @@ def _list_item(lst: Document, item: Any, index: int, line: int, positions: Any,
     """
     path: FieldPath = ("items", index)
     if not isinstance(item, dict):
-        problems.add(Problem(lst.file, line, format_path(path), f"a list item must be a mapping, not {_type_name(item)}"))
+        problems.add(
+            Problem(lst.file, line, format_path(path), f"a list item must be a mapping, not {_type_name(item)}")
+        )
         return
     item_kind = lst.kind[: -len("List")]
     if item_kind:

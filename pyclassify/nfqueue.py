@@ -35,8 +35,17 @@ from pyclassify.engine import HTTP_AWAITS, NativeEngine
 #: as 16 bytes (IPv4 mapped).
 Flow = tuple[bytes, bytes, int, int, int, int]
 
-__all__ = ["CtNetlink", "ForwardCheck", "Inotify", "NfQueue", "PreDnatCheck", "engine_capsule", "kernel_conntrack",
-           "kernel_revalidate", "open_queue"]
+__all__ = [
+    "CtNetlink",
+    "ForwardCheck",
+    "Inotify",
+    "NfQueue",
+    "PreDnatCheck",
+    "engine_capsule",
+    "kernel_conntrack",
+    "kernel_revalidate",
+    "open_queue",
+]
 
 
 def engine_capsule(engine: NativeEngine) -> Any:
@@ -45,9 +54,17 @@ def engine_capsule(engine: NativeEngine) -> Any:
     return engine._engine.capsule()
 
 
-def open_queue(engine: NativeEngine, queue: int, *, conntrack_entries: int = 0, pod_allow: bool = True,
-               host_allow: bool = False, http_connections: int = 0, via: tuple[int | None, bool] | None = None,
-               **options: Any) -> NfQueue:
+def open_queue(
+    engine: NativeEngine,
+    queue: int,
+    *,
+    conntrack_entries: int = 0,
+    pod_allow: bool = True,
+    host_allow: bool = False,
+    http_connections: int = 0,
+    via: tuple[int | None, bool] | None = None,
+    **options: Any,
+) -> NfQueue:
     """An NFQUEUE loop on queue number ``queue`` judged by ``engine``, bound (``OSError`` when
     the queue is taken or without permission); ``options`` are ``NfQueue``'s (``fail_open``,
     ``copy_range``, ``maxlen``, ``batch``, ``batch_verdicts``, ``reject_mark``, ``accept_mark``). Run ``loop.run()`` in a thread of
@@ -56,9 +73,15 @@ def open_queue(engine: NativeEngine, queue: int, *, conntrack_entries: int = 0, 
     loop an engine-side tracker as well (at most that many entries), for tests and comparison.
     ``via`` (``(host endpoint index, ingress)``) makes it a loop of that endpoint's forward hook
     (``EngineClient(via=...)``; with ``repeat_accepted`` and its mark in ``options``)."""
-    client = EngineClient(engine_capsule(engine), conntrack=conntrack_entries > 0,
-                          max_entries=max(conntrack_entries, 1), pod_allow=pod_allow, host_allow=host_allow,
-                          http_connections=http_connections, via=via)
+    client = EngineClient(
+        engine_capsule(engine),
+        conntrack=conntrack_entries > 0,
+        max_entries=max(conntrack_entries, 1),
+        pod_allow=pod_allow,
+        host_allow=host_allow,
+        http_connections=http_connections,
+        via=via,
+    )
     loop = NfQueue(client, queue, **options)
     loop.open()
     return loop
@@ -90,10 +113,19 @@ class PreDnatCheck:
     host_mark: int
 
 
-def kernel_revalidate(ctnl: CtNetlink, capsule: Any, *, mark: int, revoked_mark: int, pod_allow: bool,
-                      host_allow: bool, ipv6: bool = True, forward: tuple[ForwardCheck, ...] = (),
-                      pre_dnat: PreDnatCheck | None = None,
-                      unmarked: Callable[[Any, Any], Any] | None = None) -> tuple[int, list[Flow], list[Flow], Any]:
+def kernel_revalidate(
+    ctnl: CtNetlink,
+    capsule: Any,
+    *,
+    mark: int,
+    revoked_mark: int,
+    pod_allow: bool,
+    host_allow: bool,
+    ipv6: bool = True,
+    forward: tuple[ForwardCheck, ...] = (),
+    pre_dnat: PreDnatCheck | None = None,
+    unmarked: Callable[[Any, Any], Any] | None = None,
+) -> tuple[int, list[Flow], list[Flow], Any]:
     """Judge every connection of the kernel's table that carries ``mark`` (the ones our rules
     queued), however old, by the engine of ``capsule`` (as the filter table saw it: after DNAT),
     and by the host endpoint hooks that let it on: a forward hook (``forward``), the pre-DNAT
@@ -125,9 +157,12 @@ def kernel_revalidate(ctnl: CtNetlink, capsule: Any, *, mark: int, revoked_mark:
         if len(through):
             hook = np.zeros(len(through), VERDICT_DTYPE)
             EngineClient(pre_dnat.capsule, conntrack=False, pod_allow=True, host_allow=True).judge(
-                np.ascontiguousarray(rows[through]), hook)  # the original tuple: before DNAT
-            by_rule = (hook["allow"] != 0) & (((hook["ingress"]["present"] != 0) & (hook["ingress"]["reason"] == 0))
-                                              | ((hook["egress"]["present"] != 0) & (hook["egress"]["reason"] == 0)))
+                np.ascontiguousarray(rows[through]), hook
+            )  # the original tuple: before DNAT
+            by_rule = (hook["allow"] != 0) & (
+                ((hook["ingress"]["present"] != 0) & (hook["ingress"]["reason"] == 0))
+                | ((hook["egress"]["present"] != 0) & (hook["egress"]["reason"] == 0))
+            )
             skipped = (marks[through] & pre_dnat.host_mark) != 0
             allowed[through] = np.where(hook["allow"] == 0, False, np.where(by_rule & skipped, True, allowed[through]))
     for check in forward:
@@ -135,12 +170,22 @@ def kernel_revalidate(ctnl: CtNetlink, capsule: Any, *, mark: int, revoked_mark:
         if len(through):
             hook = np.zeros(len(through), VERDICT_DTYPE)
             EngineClient(check.capsule, conntrack=False, via=(check.endpoint, check.ingress)).judge(
-                np.ascontiguousarray(headers[through]), hook)
+                np.ascontiguousarray(headers[through]), hook
+            )
             allowed[through] &= hook["allow"] != 0
 
     def flows(select: Any) -> list[Flow]:
-        return [(r["src_addr"].tobytes(), r["dst_addr"].tobytes(), int(r["sport"]), int(r["dport"]),
-                 int(r["protocol"]), int(r["ip_version"])) for r in rows[select]]
+        return [
+            (
+                r["src_addr"].tobytes(),
+                r["dst_addr"].tobytes(),
+                int(r["sport"]),
+                int(r["dport"]),
+                int(r["protocol"]),
+                int(r["ip_version"]),
+            )
+            for r in rows[select]
+        ]
 
     adopt = np.ascontiguousarray(rows[allowed & ~marked])
     return len(headers), flows(~allowed & ~revoked), flows(allowed & revoked), adopt

@@ -40,7 +40,8 @@ def check_target(option: str, path: str, follow_symlinks: bool) -> None:
         return
     raise SymlinkRefused(
         f"{option} {path} is a symbolic link (to {os.readlink(path)}): refusing to write through it "
-        "(give --follow-symlinks to replace the file it points to)")
+        "(give --follow-symlinks to replace the file it points to)"
+    )
 
 
 class OutputFile:

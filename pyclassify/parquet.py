@@ -14,7 +14,8 @@ talking to an ephemeral one (32768 and up) is the reply, turned around."""
 
 from __future__ import annotations
 
-from typing import IO, Any, Iterator
+from collections.abc import Iterator
+from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -22,8 +23,22 @@ import numpy.typing as npt
 from pyclassify import _engine
 from pyclassify.batch import FLOW_COUNTS_DTYPE, HEADER_DTYPE
 
-COLUMNS = ("srcaddr", "dstaddr", "pkt_srcaddr", "pkt_dstaddr", "srcport", "dstport", "protocol", "packets", "bytes",
-           "start", "end", "action", "log_status", "tcp_flags")
+COLUMNS = (
+    "srcaddr",
+    "dstaddr",
+    "pkt_srcaddr",
+    "pkt_dstaddr",
+    "srcport",
+    "dstport",
+    "protocol",
+    "packets",
+    "bytes",
+    "start",
+    "end",
+    "action",
+    "log_status",
+    "tcp_flags",
+)
 TEXT_COLUMNS = ("srcaddr", "dstaddr", "pkt_srcaddr", "pkt_dstaddr", "action", "log_status")
 # Rows handed to Rust at a time (a row group's dictionaries are worked out once per slice).
 BATCH = 1 << 16
@@ -76,8 +91,14 @@ def _text(pa: Any, col: Any, what: str) -> tuple[Any, ...]:
             d, ix = col.dictionary, col.indices
             d_valid, d_offsets, d_data = d.buffers()
             i_valid, i_data = ix.buffers()
-            return (d_offsets, d_data if d_data is not None else b"", d_valid, d.offset, _width(pa, d.type),
-                    (i_data, i_valid, ix.offset))
+            return (
+                d_offsets,
+                d_data if d_data is not None else b"",
+                d_valid,
+                d.offset,
+                _width(pa, d.type),
+                (i_data, i_valid, ix.offset),
+            )
         col = col.dictionary_decode()
     if col.type not in strings:
         try:
@@ -116,9 +137,15 @@ def _ints(pa: Any, pc: Any, col: Any, what: str, first_row: int) -> tuple[Any, .
     return data, valid, col.offset, col.type.bit_width // 8
 
 
-def read(stream: IO[bytes], head: bytes, name: str, problems: dict[str, int] | None = None,
-         path: str | None = None, first_problems: list[tuple[str, int, str]] | None = None,
-         row_groups: tuple[int, int, int] | None = None) -> Iterator[tuple[npt.NDArray[Any], npt.NDArray[Any]]]:
+def read(
+    stream: IO[bytes],
+    head: bytes,
+    name: str,
+    problems: dict[str, int] | None = None,
+    path: str | None = None,
+    first_problems: list[tuple[str, int, str]] | None = None,
+    row_groups: tuple[int, int, int] | None = None,
+) -> Iterator[tuple[npt.NDArray[Any], npt.NDArray[Any]]]:
     """(headers, counts) batches of a Parquet file of VPC Flow Logs; records lacking an
     address or protocol, or with a log status other than OK, are skipped and counted in
     ``problems`` (the first ``KEPT`` of each reason in ``first_problems``). ``path``: the file
@@ -132,13 +159,18 @@ def read(stream: IO[bytes], head: bytes, name: str, problems: dict[str, int] | N
         names = {n.replace("-", "_"): n for n in f.schema_arrow.names}
         dictionary = _dictionary_columns(f, names)
         if dictionary:
-            f = pq.ParquetFile(path if whole is None else pa.BufferReader(whole), metadata=f.metadata,
-                               read_dictionary=dictionary)
+            f = pq.ParquetFile(
+                path if whole is None else pa.BufferReader(whole), metadata=f.metadata, read_dictionary=dictionary
+            )
     except Exception as e:  # noqa: BLE001 - pyarrow raises its own error types
         raise _error(f"{name}: not a Parquet file pyarrow can read: {e}") from None
-    if not ({"srcaddr", "pkt_srcaddr"} & names.keys() and {"dstaddr", "pkt_dstaddr"} & names.keys() and "protocol" in names):
-        raise _error(f"{name}: the Parquet columns name no source or destination address or no protocol "
-                     f"(unknown field order): {', '.join(f.schema_arrow.names)}")
+    if not (
+        {"srcaddr", "pkt_srcaddr"} & names.keys() and {"dstaddr", "pkt_dstaddr"} & names.keys() and "protocol" in names
+    ):
+        raise _error(
+            f"{name}: the Parquet columns name no source or destination address or no protocol "
+            f"(unknown field order): {', '.join(f.schema_arrow.names)}"
+        )
     problems = problems if problems is not None else {}
     present = [c for c in COLUMNS if c in names]
     position = 0 if row_groups is None else row_groups[2]

@@ -49,8 +49,12 @@ def object_key(doc: Document) -> ObjectKey:
     if not isinstance(md, dict):
         md = {}
     ns = md.get("namespace")
-    return (kinds.api_group(str(obj.get("apiVersion") or "")), str(obj.get("kind") or ""),
-            str(ns) if ns else None, str(md.get("name") or ""))
+    return (
+        kinds.api_group(str(obj.get("apiVersion") or "")),
+        str(obj.get("kind") or ""),
+        str(ns) if ns else None,
+        str(md.get("name") or ""),
+    )
 
 
 @dataclass
@@ -77,8 +81,9 @@ class Project:
         """Whether the manifests hold any inventory object (endpoints, namespaces, nodes,
         services, network sets, service accounts), or only policy."""
         inv = self.inventory
-        return bool(inv.endpoints or inv.namespaces or inv.nodes or inv.services or inv.network_sets
-                    or inv.service_accounts)
+        return bool(
+            inv.endpoints or inv.namespaces or inv.nodes or inv.services or inv.network_sets or inv.service_accounts
+        )
 
     def applied(self, change: Project) -> Project:
         """This project with ``change``'s policy objects applied as ``kubectl apply`` would: each
@@ -105,8 +110,9 @@ class Project:
         if any(e.kind is EndpointKind.HOST for e in inventory.endpoints):
             extra_policies, extra_tiers = failsafe.failsafe_ir(self.failsafe_config)
             policies, tiers = [*extra_policies, *policies], [*extra_tiers, *tiers]
-        return dataclasses.replace(self, policy_set=PolicySet.build(policies, tiers, list(ps.profiles)),
-                                   inventory=inventory)
+        return dataclasses.replace(
+            self, policy_set=PolicySet.build(policies, tiers, list(ps.profiles)), inventory=inventory
+        )
 
     def staged(self) -> Project | None:
         """This project as it would be with its staged policies enforced
@@ -137,7 +143,11 @@ class Project:
             ns, name = parts
             # Pods a controller owns answer to the controller's name too.
             return next(
-                (e for e in self.inventory.endpoints if e.namespace == ns and e.workload and e.workload.split("/", 1)[1] == name),
+                (
+                    e
+                    for e in self.inventory.endpoints
+                    if e.namespace == ns and e.workload and e.workload.split("/", 1)[1] == name
+                ),
                 None,
             )
         return None
@@ -160,8 +170,9 @@ def load_project(paths: list[str], problems: Problems | None = None, budget: int
     return project
 
 
-def build_project(documents: Iterable[Document], problems: Problems, shared: Shared | None = None,
-                  budget: int | None = None) -> Project:
+def build_project(
+    documents: Iterable[Document], problems: Problems, shared: Shared | None = None, budget: int | None = None
+) -> Project:
     """A project from documents, read one at a time (a stream from the loader, or documents
     tests and the watch source build directly). Equal parts of its policies are held once
     (``pyclassify.sharing``; ``shared``: the table to hold them in, ``Shared(parent=...)`` to
@@ -203,7 +214,7 @@ def build_project(documents: Iterable[Document], problems: Problems, shared: Sha
         elif refused:  # its other errors are reported; what its kind's code made of it is dropped
             built = len(policies), len(tiers), len(profiles)
             _normalize(doc, key[:2], builder, policies, tiers, profiles, skipped, problems, shared)
-            del policies[built[0]:], tiers[built[1]:], profiles[built[2]:]
+            del policies[built[0] :], tiers[built[1] :], profiles[built[2] :]
         else:
             _normalize(doc, key[:2], builder, policies, tiers, profiles, skipped, problems, shared)
         shared.count_source(source_size(doc.obj))
@@ -290,9 +301,17 @@ def _held_size(obj: Any) -> tuple[int, int]:
     return size, values
 
 
-def _normalize(doc: Document, kind: tuple[str, str], builder: InventoryBuilder, policies: list[Policy],
-               tiers: list[Tier], profiles: list[Profile], skipped: Counter[str], problems: Problems,
-               shared: Shared) -> None:
+def _normalize(
+    doc: Document,
+    kind: tuple[str, str],
+    builder: InventoryBuilder,
+    policies: list[Policy],
+    tiers: list[Tier],
+    profiles: list[Profile],
+    skipped: Counter[str],
+    problems: Problems,
+    shared: Shared,
+) -> None:
     """One document into the inventory and the IR."""
     mistake = kind_problem(doc.api_version, doc.kind)
     if mistake is not None:  # an unknown version of a known kind, a misspelt kind
@@ -319,4 +338,3 @@ def _normalize(doc: Document, kind: tuple[str, str], builder: InventoryBuilder, 
             profiles.append(shared.add_profile(item))
         else:
             raise TypeError(f"normalizer for {doc.kind} returned {type(item).__name__}")
-

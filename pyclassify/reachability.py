@@ -44,6 +44,7 @@ CHUNK = 1 << 20
 
 # --- groups ------------------------------------------------------------------------------------
 
+
 @dataclass
 class Group:
     """Addresses every engine given judges alike: endpoints' addresses of one identity and
@@ -111,13 +112,19 @@ def _service_key(inventory: Inventory, ep: Endpoint, ip: IPAddress | None) -> fr
 def table_endpoints(inventory: Inventory) -> list[Endpoint]:
     """The endpoints a reachability table has rows for: pods (host-network pods are the node's
     traffic and are left out, as ``matrix`` always did) and host endpoints, by reference."""
-    return sorted((e for e in inventory.endpoints
-                   if (e.kind is EndpointKind.POD and not e.host_network) or e.kind is EndpointKind.HOST),
-                  key=lambda e: (e.kind is not EndpointKind.POD, e.ref))
+    return sorted(
+        (
+            e
+            for e in inventory.endpoints
+            if (e.kind is EndpointKind.POD and not e.host_network) or e.kind is EndpointKind.HOST
+        ),
+        key=lambda e: (e.kind is not EndpointKind.POD, e.ref),
+    )
 
 
-def endpoint_groups(engines: Sequence[NativeEngine], endpoints: Iterable[Endpoint],
-                    first_address_only: bool = False) -> list[Group]:
+def endpoint_groups(
+    engines: Sequence[NativeEngine], endpoints: Iterable[Endpoint], first_address_only: bool = False
+) -> list[Group]:
     """``endpoints``' addresses grouped by (family, then identity and class under each engine).
 
     An address another endpoint owns resolves to that one in a flow, so it is not this
@@ -135,9 +142,12 @@ def endpoint_groups(engines: Sequence[NativeEngine], endpoints: Iterable[Endpoin
             owned = owned[:1] if ep.ips and owned and owned[0] == ep.ips[0] else []
         for ip in owned or [None]:
             text = None if ip is None else str(ip)
-            key: tuple = (None if ip is None else ip.version,
-                          tuple((n.identity_of(i), -1 if text is None else n.address_class(text))
-                                for (_, n), i in zip(natives, ids)))
+            key: tuple = (
+                None if ip is None else ip.version,
+                tuple(
+                    (n.identity_of(i), -1 if text is None else n.address_class(text)) for (_, n), i in zip(natives, ids)
+                ),
+            )
             if ip is None:
                 key += (ep.ref,)  # judged by name: one endpoint, one group
             if services:
@@ -166,7 +176,7 @@ def outside_groups(engines: Sequence[NativeEngine], families: Iterable[int] = (4
         root = netaddr.IPNetwork("0.0.0.0/0" if family == 4 else "::/0")
         nets = sorted({root, *(n for n in prefixes if n.version == family)}, key=lambda n: (n.prefixlen, n.value))
         for i, net in enumerate(nets):
-            inner = [n for n in nets[i + 1:] if n.prefixlen > net.prefixlen and n in net]
+            inner = [n for n in nets[i + 1 :] if n.prefixlen > net.prefixlen and n in net]
             region = netaddr.IPSet([net]) - netaddr.IPSet(inner)
             rep = _outside_address(region, owned)
             if rep is None:
@@ -198,6 +208,7 @@ def _outside_address(region: netaddr.IPSet, owned: AbstractSet[tuple[int, int]])
 
 
 # --- flow classes ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class FlowClass:
@@ -236,8 +247,9 @@ class FlowSpace:
     classes: dict[int, list[FlowClass]]  # family -> classes
 
     @staticmethod
-    def build(engines: Sequence[NativeEngine], protocols: Iterable[int] | None = None,
-              dport: int | None | str = "any") -> FlowSpace:
+    def build(
+        engines: Sequence[NativeEngine], protocols: Iterable[int] | None = None, dport: int | None | str = "any"
+    ) -> FlowSpace:
         """``protocols`` None: every protocol some rule names, the port protocols, ICMP, and one
         class for the rest. ``dport`` ``"any"``: every port class; an int: that port alone."""
         policy_sets = [e.policy_set for e in engines]
@@ -271,7 +283,7 @@ class FlowSpace:
                 if proto in PORT_PROTOCOLS:
                     dranges = ranges if dport == "any" else [(dport, dport)] if isinstance(dport, int) else [None]
                     for d in dranges:
-                        for s in (sports if d is not None else [None]):
+                        for s in sports if d is not None else [None]:
                             classes.append(FlowClass(proto, d, s))
                 elif proto in ICMP_PROTOCOLS:
                     other_type = next(t for t in range(256) if t not in icmp)
@@ -295,9 +307,15 @@ class FlowSpace:
             out[family] = classes
         return FlowSpace(out)
 
-
-    def class_of(self, family: int, protocol: int, dport: int | None = None, sport: int | None = None,
-                 icmp_type: int | None = None, icmp_code: int | None = None) -> FlowClass | None:
+    def class_of(
+        self,
+        family: int,
+        protocol: int,
+        dport: int | None = None,
+        sport: int | None = None,
+        icmp_type: int | None = None,
+        icmp_code: int | None = None,
+    ) -> FlowClass | None:
         """The class a flow falls in (the first that holds it, in build order: an ICMP type's
         named codes before its other codes, named types before the other types)."""
         other = None
@@ -309,8 +327,11 @@ class FlowSpace:
                 continue
             if c.dport is not None and (dport is None or not c.dport[0] <= dport <= c.dport[1]):
                 continue
-            if c.sport is not None and c.sport != (EPHEMERAL, EPHEMERAL) and (
-                    sport is None or not c.sport[0] <= sport <= c.sport[1]):
+            if (
+                c.sport is not None
+                and c.sport != (EPHEMERAL, EPHEMERAL)
+                and (sport is None or not c.sport[0] <= sport <= c.sport[1])
+            ):
                 continue
             if c.icmp_type is not None and c.icmp_type != icmp_type:
                 continue
@@ -323,8 +344,10 @@ class FlowSpace:
 
 # --- judging -----------------------------------------------------------------------------------
 
-def _headers(src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8], family: int,
-             classes: Sequence[FlowClass]) -> npt.NDArray[Any]:
+
+def _headers(
+    src: npt.NDArray[np.uint8], dst: npt.NDArray[np.uint8], family: int, classes: Sequence[FlowClass]
+) -> npt.NDArray[Any]:
     """Headers for every (pair, class): pair-major, class-minor."""
     n_pairs, n_classes = len(src), len(classes)
     h = np.zeros(n_pairs * n_classes, HEADER_DTYPE)
@@ -377,9 +400,17 @@ def address_rows(groups: Sequence[Group]) -> tuple[npt.NDArray[np.uint8], npt.ND
     return raw, has
 
 
-def judge_pairs(engine: NativeEngine, src: Sequence[Group], dst: Sequence[Group], si: npt.NDArray[np.intp],
-                di: npt.NDArray[np.intp], classes: Sequence[FlowClass], family: int | None,
-                defaults: dict[str, str], records: bool = True) -> npt.NDArray[Any]:
+def judge_pairs(
+    engine: NativeEngine,
+    src: Sequence[Group],
+    dst: Sequence[Group],
+    si: npt.NDArray[np.intp],
+    di: npt.NDArray[np.intp],
+    classes: Sequence[FlowClass],
+    family: int | None,
+    defaults: dict[str, str],
+    records: bool = True,
+) -> npt.NDArray[Any]:
     """The flows from ``src[si[k]]`` to ``dst[di[k]]`` of every class, shaped (pairs, classes):
     verdict records (``VERDICT_DTYPE``), or with ``records=False`` only whether each is allowed.
     Pairs where both ends have an address go through the native batch ``judge`` (chunked); an
@@ -399,12 +430,13 @@ def judge_pairs(engine: NativeEngine, src: Sequence[Group], dst: Sequence[Group]
         # Every pair has addresses (the usual case): judge straight into the output.
         flat = out.reshape(-1)
         for at in range(0, n, step):
-            h = _headers(s_raw[si[at:at + step]], d_raw[di[at:at + step]], family, classes)  # type: ignore[arg-type]
-            engine._engine.judge(h, flat[at * len(classes):at * len(classes) + len(h)], pod_allow, host_allow,
-                                 None, None, False)
+            h = _headers(s_raw[si[at : at + step]], d_raw[di[at : at + step]], family, classes)  # type: ignore[arg-type]
+            engine._engine.judge(
+                h, flat[at * len(classes) : at * len(classes) + len(h)], pod_allow, host_allow, None, None, False
+            )
         return out
     for at in range(0, len(rows), step):
-        part = rows[at:at + step]
+        part = rows[at : at + step]
         h = _headers(s_raw[si[part]], d_raw[di[part]], family, classes)  # type: ignore[arg-type]
         verdicts = np.zeros(len(h), VERDICT_DTYPE)
         engine._engine.judge(h, verdicts, pod_allow, host_allow, None, None, False)
@@ -417,8 +449,9 @@ def judge_pairs(engine: NativeEngine, src: Sequence[Group], dst: Sequence[Group]
     return out
 
 
-def _judge_named(engine: NativeEngine, src: Group, dst: Group, fc: FlowClass, pod_allow: bool,
-                 host_allow: bool) -> npt.NDArray[Any]:
+def _judge_named(
+    engine: NativeEngine, src: Group, dst: Group, fc: FlowClass, pod_allow: bool, host_allow: bool
+) -> npt.NDArray[Any]:
     ends = []
     for g in (src, dst):
         ep = None if g.endpoint is None else engine._endpoint_id(g.endpoint)
@@ -426,9 +459,18 @@ def _judge_named(engine: NativeEngine, src: Group, dst: Group, fc: FlowClass, po
     itype = fc.icmp_type if fc.icmp_type is not None else fc.icmp_rep[0]
     icode = fc.icmp_code if fc.icmp_code is not None else fc.icmp_rep[1]
     allowed, egress, ingress, awaits = engine._engine.evaluate(
-        ends[0][0], ends[0][1], ends[1][0], ends[1][1], fc.number,
+        ends[0][0],
+        ends[0][1],
+        ends[1][0],
+        ends[1][1],
+        fc.number,
         None if fc.sport is None or fc.sport == (EPHEMERAL, EPHEMERAL) else fc.sport[0],
-        None if fc.dport is None else fc.dport[0], itype, icode, pod_allow, host_allow)
+        None if fc.dport is None else fc.dport[0],
+        itype,
+        icode,
+        pod_allow,
+        host_allow,
+    )
     rec = np.zeros((), VERDICT_DTYPE)
     rec["allow"] = allowed
     rec["http"] = HTTP_AWAITS if awaits else 0
@@ -449,8 +491,9 @@ def pair_families(rows: Sequence[Group], cols: Sequence[Group]) -> npt.NDArray[n
     return np.where(out_r & out_c, -1, fam).astype(np.int8)
 
 
-def reach_table(engine: NativeEngine, rows: Sequence[Group], cols: Sequence[Group], space: FlowSpace,
-                defaults: dict[str, str]) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+def reach_table(
+    engine: NativeEngine, rows: Sequence[Group], cols: Sequence[Group], space: FlowSpace, defaults: dict[str, str]
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
     """Whether each row group may reach each column group by some flow class of ``space``, and
     which cells have flows at all."""
     fam = pair_families(rows, cols)
@@ -468,6 +511,7 @@ def reach_table(engine: NativeEngine, rows: Sequence[Group], cols: Sequence[Grou
 
 # --- how a person reads a group ----------------------------------------------------------------
 
+
 def group_labels(group: Group, keys: set[str]) -> dict[str, str]:
     """The labels of ``keys`` every member of the group has, with the same value: what the
     policies see of it (other labels cannot change a verdict)."""
@@ -475,8 +519,7 @@ def group_labels(group: Group, keys: set[str]) -> dict[str, str]:
     if not eps:
         return {}
     first = eps[0].labels
-    return {k: first[k] for k in sorted(keys)
-            if k in first and all(e.labels.get(k) == first[k] for e in eps[1:])}
+    return {k: first[k] for k in sorted(keys) if k in first and all(e.labels.get(k) == first[k] for e in eps[1:])}
 
 
 def group_json(group: Group, keys: set[str]) -> dict[str, Any]:

@@ -48,8 +48,9 @@ MEASURES = ("records", "flows", "packets", "bytes")
 EXAMPLES = 5  # examples kept per kind of finding
 
 
-def new_judge(engines: list[NativeEngine], default: str | None, services: ServiceMap | None,
-              logs: bool = False) -> RecordJudge:
+def new_judge(
+    engines: list[NativeEngine], default: str | None, services: ServiceMap | None, logs: bool = False
+) -> RecordJudge:
     """A native judge of records under ``engines`` (one, or a diff's two), through the
     Services of ``services``."""
     pod_allow = (default or "allow") == "allow"
@@ -73,16 +74,28 @@ def named_counts(judge: RecordJudge, engine: NativeEngine) -> tuple[dict[RuleKey
     by_rule: dict[RuleKey, list[int]] = {}
     for (d, tier, kind, source, rule, reason, allow), m in judge.by_rule():
         decision = _side(engine, d, kind, tier, source, rule, reason, allow)
-        key = (("egress", "ingress")[d], decision.tier, decision.policy, decision.rule, decision.verdict, decision.reason)
+        key = (
+            ("egress", "ingress")[d],
+            decision.tier,
+            decision.policy,
+            decision.rule,
+            decision.verdict,
+            decision.reason,
+        )
         _add(by_rule.setdefault(key, [0, 0, 0, 0]), m)
     logged: dict[LogKey, list[int]] = {}
     for (d, tier, kind, source, rule), m in judge.logged():
         decision = _side(engine, d, kind, tier, source, rule, 0, 0)
-        _add(logged.setdefault((("egress", "ingress")[d], decision.tier, decision.policy, decision.rule), [0, 0, 0, 0]), m)
+        _add(
+            logged.setdefault((("egress", "ingress")[d], decision.tier, decision.policy, decision.rule), [0, 0, 0, 0]),
+            m,
+        )
     return by_rule, logged
 
 
-def _side(engine: NativeEngine, direction: int, kind: int, tier: int, source: int, rule: int, reason: int, allow: int) -> Any:
+def _side(
+    engine: NativeEngine, direction: int, kind: int, tier: int, source: int, rule: int, reason: int, allow: int
+) -> Any:
     side = np.zeros((), dtype=engine.side_dtype)
     side["present"], side["allow"], side["reason"] = 1, allow, reason
     side["source_kind"], side["tier"], side["source"], side["rule"] = kind, tier, source, rule
@@ -102,15 +115,33 @@ def measures_json(values: list[int]) -> dict[str, int]:
 
 def _row_order(row: dict[str, Any]) -> tuple:
     # every field of the key: rows tied on counts come in one order however they were summed
-    return (-row["flows"], -row["records"], row["direction"], str(row["policy"]), str(row["rule"]), str(row["tier"]),
-            str(row.get("verdict")), str(row.get("reason")))
+    return (
+        -row["flows"],
+        -row["records"],
+        row["direction"],
+        str(row["policy"]),
+        str(row["rule"]),
+        str(row["tier"]),
+        str(row.get("verdict")),
+        str(row.get("reason")),
+    )
 
 
 def rule_rows(counts: dict[RuleKey, list[int]]) -> list[dict[str, Any]]:
     """``[{"direction", "tier", "policy", "rule", "verdict", "reason", "records", "flows",
     "packets", "bytes"}...]``, most flows first."""
-    rows = [{"direction": direction, "tier": tier, "policy": policy, "rule": rule, "verdict": verdict, "reason": reason,
-             **measures_json(values)} for (direction, tier, policy, rule, verdict, reason), values in counts.items()]
+    rows = [
+        {
+            "direction": direction,
+            "tier": tier,
+            "policy": policy,
+            "rule": rule,
+            "verdict": verdict,
+            "reason": reason,
+            **measures_json(values),
+        }
+        for (direction, tier, policy, rule, verdict, reason), values in counts.items()
+    ]
     rows.sort(key=_row_order)
     return rows
 
@@ -118,8 +149,10 @@ def rule_rows(counts: dict[RuleKey, list[int]]) -> list[dict[str, Any]]:
 def logged_rule_rows(counts: dict[LogKey, list[int]]) -> list[dict[str, Any]]:
     """``[{"direction", "tier", "policy", "rule", "records", "flows", "packets", "bytes"}...]``:
     what each Log rule logged (passed on the way to a decision)."""
-    rows = [{"direction": direction, "tier": tier, "policy": policy, "rule": rule, **measures_json(values)}
-            for (direction, tier, policy, rule), values in counts.items()]
+    rows = [
+        {"direction": direction, "tier": tier, "policy": policy, "rule": rule, **measures_json(values)}
+        for (direction, tier, policy, rule), values in counts.items()
+    ]
     rows.sort(key=_row_order)
     return rows
 
@@ -172,15 +205,25 @@ class RecordSummary:
         a, b = self, later
         firsts = [t for t in (a.first_ns, b.first_ns) if t]
         return RecordSummary(
-            totals=_sum(a.totals, b.totals), allowed=_sum(a.allowed, b.allowed), denied=_sum(a.denied, b.denied),
-            unplaced=_sum(a.unplaced, b.unplaced), unplaced_examples=(a.unplaced_examples + b.unplaced_examples)[:EXAMPLES],
-            outside=_sum(a.outside, b.outside), outside_examples=(a.outside_examples + b.outside_examples)[:EXAMPLES],
+            totals=_sum(a.totals, b.totals),
+            allowed=_sum(a.allowed, b.allowed),
+            denied=_sum(a.denied, b.denied),
+            unplaced=_sum(a.unplaced, b.unplaced),
+            unplaced_examples=(a.unplaced_examples + b.unplaced_examples)[:EXAMPLES],
+            outside=_sum(a.outside, b.outside),
+            outside_examples=(a.outside_examples + b.outside_examples)[:EXAMPLES],
             no_policy={d: _sum(a.no_policy[d], b.no_policy[d]) for d in ("egress", "ingress")},
-            by_rule=_sum_keyed(a.by_rule, b.by_rule), logged=_sum_keyed(a.logged, b.logged),
-            decisions=a.decisions + b.decisions, reported=a.reported + b.reported,
+            by_rule=_sum_keyed(a.by_rule, b.by_rule),
+            logged=_sum_keyed(a.logged, b.logged),
+            decisions=a.decisions + b.decisions,
+            reported=a.reported + b.reported,
             disagreement_examples=(a.disagreement_examples + b.disagreement_examples)[:EXAMPLES],
-            first_ns=min(firsts) if firsts else 0, last_ns=max(a.last_ns, b.last_ns),
-            files=_joined_files(a.files, b.files), seconds=max(a.seconds, b.seconds), interrupted=a.interrupted or b.interrupted)
+            first_ns=min(firsts) if firsts else 0,
+            last_ns=max(a.last_ns, b.last_ns),
+            files=_joined_files(a.files, b.files),
+            seconds=max(a.seconds, b.seconds),
+            interrupted=a.interrupted or b.interrupted,
+        )
 
 
 def _joined_files(a: list[FileReport], b: list[FileReport]) -> list[FileReport]:
@@ -202,9 +245,16 @@ def merge_summaries(*parts: RecordSummary) -> RecordSummary:
 class RecordReplay:
     """One run over flow record files with one engine."""
 
-    def __init__(self, engine: NativeEngine, default: str | None = None, out: IO[bytes] | None = None,
-                 format: str | None = None, logs: bool = False, out_name: str | None = None,
-                 services: ServiceMap | None = None) -> None:
+    def __init__(
+        self,
+        engine: NativeEngine,
+        default: str | None = None,
+        out: IO[bytes] | None = None,
+        format: str | None = None,
+        logs: bool = False,
+        out_name: str | None = None,
+        services: ServiceMap | None = None,
+    ) -> None:
         self.engine = engine
         self.out_name = out_name  # named in an error writing ``out``
         self.defaults = {} if default is None else {"default_pod": default, "default_host": default}
@@ -218,8 +268,13 @@ class RecordReplay:
         self._lines: RecordLines | None = None  # --out's line writer, made with the first chunk
         self._stop = False
 
-    def run(self, paths: list[str], progress: Callable[[int], None] | None = None,
-            names: list[str] | None = None, parts: list[tuple[int, int, int] | None] | None = None) -> RecordSummary:
+    def run(
+        self,
+        paths: list[str],
+        progress: Callable[[int], None] | None = None,
+        names: list[str] | None = None,
+        parts: list[tuple[int, int, int] | None] | None = None,
+    ) -> RecordSummary:
         """Judges ``paths`` in order (``names``: what reports call them, when not their paths;
         ``parts``: per path, only these row groups of a Parquet file)."""
         reader = RecordReader(paths, self.engine.inventory, self.format, names, parts)
@@ -286,12 +341,15 @@ class RecordReplay:
                         ends.append(f"{end} {self._reader.describe(file, n)}" if n != NO_NAME else f"{end} unknown")
                 s.unplaced_examples.append(f"{where}: {' and '.join(ends)}: not in the inventory")
             elif kind == 1:
-                s.outside_examples.append(f"{where}: {address_text(h['src_addr'])} -> {address_text(h['dst_addr'])}: "
-                                          "neither end is an endpoint of the inventory")
+                s.outside_examples.append(
+                    f"{where}: {address_text(h['src_addr'])} -> {address_text(h['dst_addr'])}: "
+                    "neither end is an endpoint of the inventory"
+                )
             else:
                 s.disagreement_examples.append(
                     f"{where}: {self._tuple_text(h)}: the record says {REPORTED[int(c['reported'])]}, "
-                    f"policy says {'allow' if v['allow'] else 'deny'}")
+                    f"policy says {'allow' if v['allow'] else 'deny'}"
+                )
 
     def _tuple_text(self, h: Any) -> str:
         proto = int(h["protocol"])
@@ -316,10 +374,12 @@ class RecordReplay:
         (each side's decision, each address's endpoint), once per distinct one."""
         assert self.out is not None
         if self._lines is None:
-            self._lines = RecordLines([json.dumps(protocol_name(p)) for p in range(256)],
-                                      [json.dumps(ORIENTATION[i]) for i in range(len(ORIENTATION))],
-                                      [json.dumps(REPORTED[i]) for i in range(len(REPORTED))],
-                                      [json.dumps(e.to_json()) for e in self.services.entries])
+            self._lines = RecordLines(
+                [json.dumps(protocol_name(p)) for p in range(256)],
+                [json.dumps(ORIENTATION[i]) for i in range(len(ORIENTATION))],
+                [json.dumps(REPORTED[i]) for i in range(len(REPORTED))],
+                [json.dumps(e.to_json()) for e in self.services.entries],
+            )
         report = self.files[chunk.file]
         h, c, v, s = chunk.raw
         sides, addresses = self._lines.missing(h, c, v)
@@ -331,8 +391,9 @@ class RecordReplay:
         try:
             self.out.write(data)
         except OSError as e:
-            raise RecordError(f"--out {self.out_name or getattr(self.out, 'name', '')}: cannot write: "
-                              f"{e.strerror or e}") from None
+            raise RecordError(
+                f"--out {self.out_name or getattr(self.out, 'name', '')}: cannot write: {e.strerror or e}"
+            ) from None
 
     def summary_json(self) -> dict[str, Any]:
         return summary_json(self.summary, self.logs)
@@ -358,7 +419,9 @@ def summary_json(s: RecordSummary, logs: bool) -> dict[str, Any]:
         "by_rule": rule_rows(s.by_rule),
         "logged": logged_rule_rows(s.logged) if logs else None,
         "reported": {
-            "records": [{"reported": r, "verdict": o, "records": n} for (r, o), n in sorted(s.reported.items(), key=str)],
+            "records": [
+                {"reported": r, "verdict": o, "records": n} for (r, o), n in sorted(s.reported.items(), key=str)
+            ],
             "agree": agree,
             "disagree": disagree,
             "examples": s.disagreement_examples,
@@ -376,11 +439,14 @@ def summary_json(s: RecordSummary, logs: bool) -> dict[str, Any]:
 
 def print_summary(doc: dict[str, Any], out: Any, err: Any, escape: Callable[[str], str], arrow: str, dash: str) -> None:
     """``replay --traffic``'s human summary (``doc``: ``summary_json``)."""
+
     def m(values: dict[str, int]) -> str:
         return f"{values['records']:,} records, {values['flows']:,} flows, {values['packets']:,} packets, {values['bytes']:,} bytes"
 
-    out.print(f"{doc['records']:,} flow records ({doc['flows']:,} flows, {doc['packets']:,} packets, {doc['bytes']:,} bytes) "
-              f"from {len(doc['files'])} file{'s' if len(doc['files']) != 1 else ''} {dash} {doc['records_per_second']:,.0f} records/s")
+    out.print(
+        f"{doc['records']:,} flow records ({doc['flows']:,} flows, {doc['packets']:,} packets, {doc['bytes']:,} bytes) "
+        f"from {len(doc['files'])} file{'s' if len(doc['files']) != 1 else ''} {dash} {doc['records_per_second']:,.0f} records/s"
+    )
     out.print(f"  [green]allowed[/green]: {m(doc['allowed'])}")
     out.print(f"  [red]denied[/red] : {m(doc['denied'])}")
     if doc["unplaced"]["records"]:
@@ -388,7 +454,9 @@ def print_summary(doc: dict[str, Any], out: Any, err: Any, escape: Callable[[str
         for e in doc["unplaced"]["examples"]:
             out.print(f"      {escape(e)}")
     if doc["outside"]["records"]:
-        out.print(f"  [yellow]outside[/yellow]: {m(doc['outside'])}: judged, but neither end is an endpoint of the inventory")
+        out.print(
+            f"  [yellow]outside[/yellow]: {m(doc['outside'])}: judged, but neither end is an endpoint of the inventory"
+        )
         for e in doc["outside"]["examples"]:
             out.print(f"      {escape(e)}")
     rep = doc["reported"]
@@ -401,15 +469,21 @@ def print_summary(doc: dict[str, Any], out: Any, err: Any, escape: Callable[[str
     for direction in ("egress", "ingress"):
         for row in (r for r in doc["by_rule"] if r["direction"] == direction):
             colour = "green" if row["verdict"] == "allow" else "red"
-            out.print(f"  {row['records']:>8,} {row['flows']:>9,} {row['packets']:>11,} {row['bytes']:>13,}  {direction:<7} "
-                      f"[{colour}]{row['verdict']:<5}[/{colour}] {_by_what(row, escape)}")
+            out.print(
+                f"  {row['records']:>8,} {row['flows']:>9,} {row['packets']:>11,} {row['bytes']:>13,}  {direction:<7} "
+                f"[{colour}]{row['verdict']:<5}[/{colour}] {_by_what(row, escape)}"
+            )
         none = doc["no_policy"][direction]
         if none["records"]:
-            out.print(f"  {none['records']:>8,} {none['flows']:>9,} {none['packets']:>11,} {none['bytes']:>13,}  {direction:<7} "
-                      "no policy applies at this end")
+            out.print(
+                f"  {none['records']:>8,} {none['flows']:>9,} {none['packets']:>11,} {none['bytes']:>13,}  {direction:<7} "
+                "no policy applies at this end"
+            )
     for f in doc["files"]:
         for reason, n in f["problems"].items():
-            out.print(f"[yellow]{escape(f['file'])}[/yellow]: {n:,} record{'s' if n != 1 else ''} {reason.replace('_', ' ')}")
+            out.print(
+                f"[yellow]{escape(f['file'])}[/yellow]: {n:,} record{'s' if n != 1 else ''} {reason.replace('_', ' ')}"
+            )
         unit = "byte" if f["format"] == "netflow" else "line"
         for p in f["first"]:
             at = where(f["file"], unit, p["reason"], p[unit])
@@ -425,7 +499,9 @@ def _by_what(row: dict[str, Any], escape: Callable[[str], str]) -> str:
     if row["reason"] == "end-of-tier":
         return f"by end of tier {escape(row['tier'] or '')}"
     if row["reason"] == "profile":
-        return f"by {escape(row['policy'] or 'profiles')}" + (f" rule {escape(str(row['rule']))}" if row["rule"] is not None else "")
+        return f"by {escape(row['policy'] or 'profiles')}" + (
+            f" rule {escape(str(row['rule']))}" if row["rule"] is not None else ""
+        )
     return "by the default"
 
 

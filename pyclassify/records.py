@@ -58,8 +58,10 @@ def _zstd_reader(raw: IO[bytes], name: str) -> IO[bytes]:
     try:
         import zstandard
     except ImportError:
-        raise RecordError(f"{name}: zstd-compressed: reading it needs Python 3.14 or the zstandard package "
-                          "(pip install 'pyclassify[zstd]')") from None
+        raise RecordError(
+            f"{name}: zstd-compressed: reading it needs Python 3.14 or the zstandard package "
+            "(pip install 'pyclassify[zstd]')"
+        ) from None
     return zstandard.ZstdDecompressor().stream_reader(raw)
 
 
@@ -174,8 +176,14 @@ class JudgedChunk:
         from pyclassify.batch import VERDICT_DTYPE
 
         h, c, v, s = kept
-        return cls(np.frombuffer(h, HEADER_DTYPE), np.frombuffer(c, FLOW_COUNTS_DTYPE), np.frombuffer(v, VERDICT_DTYPE),
-                   np.frombuffer(s, np.int64), file, kept)
+        return cls(
+            np.frombuffer(h, HEADER_DTYPE),
+            np.frombuffer(c, FLOW_COUNTS_DTYPE),
+            np.frombuffer(v, VERDICT_DTYPE),
+            np.frombuffer(s, np.int64),
+            file,
+            kept,
+        )
 
 
 @dataclass
@@ -196,8 +204,12 @@ class FileReport:
 
     def continued_by(self, later: FileReport) -> bool:
         """Whether ``later`` reports the part of the same file right after this one's."""
-        return (self.part is not None and later.part is not None and self.name == later.name
-                and self.part[1] == later.part[0])
+        return (
+            self.part is not None
+            and later.part is not None
+            and self.name == later.name
+            and self.part[1] == later.part[0]
+        )
 
     def joined(self, later: FileReport) -> FileReport:
         """This part's report and the next part's (``continued_by``), as one."""
@@ -213,8 +225,15 @@ class FileReport:
             if kept.get(reason, 0) < self.KEPT:
                 first.append((reason, position, detail))
                 kept[reason] = kept.get(reason, 0) + 1
-        return FileReport(self.name, self.format, self.compression, self.records + later.records, problems, first,
-                          (self.part[0], later.part[1], self.part[2]))
+        return FileReport(
+            self.name,
+            self.format,
+            self.compression,
+            self.records + later.records,
+            problems,
+            first,
+            (self.part[0], later.part[1], self.part[2]),
+        )
 
     @property
     def unit(self) -> str:
@@ -225,9 +244,14 @@ class FileReport:
         return [f"{where(self.name, self.unit, reason, pos)}: {reason}: {detail}" for reason, pos, detail in self.first]
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.name, "format": self.format, "compression": self.compression, "records": self.records,
-                "problems": dict(sorted(self.problems.items())),
-                "first": [{"reason": r, self.unit: p, "detail": d} for r, p, d in self.first]}
+        return {
+            "file": self.name,
+            "format": self.format,
+            "compression": self.compression,
+            "records": self.records,
+            "problems": dict(sorted(self.problems.items())),
+            "first": [{"reason": r, self.unit: p, "detail": d} for r, p, d in self.first],
+        }
 
 
 class RecordReader:
@@ -238,8 +262,14 @@ class RecordReader:
     (``placements``). ``names``: what to call each file in reports, when not its path (a
     file read on another machine by another path)."""
 
-    def __init__(self, paths: list[str], inventory: Inventory, format: str | None = None,
-                 names: list[str] | None = None, parts: list[tuple[int, int, int] | None] | None = None) -> None:
+    def __init__(
+        self,
+        paths: list[str],
+        inventory: Inventory,
+        format: str | None = None,
+        names: list[str] | None = None,
+        parts: list[tuple[int, int, int] | None] | None = None,
+    ) -> None:
         if format is not None and format not in FORMATS:
             raise RecordError(f"--format {format}: not one of {', '.join(FORMATS)}")
         self.paths = paths
@@ -265,14 +295,18 @@ class RecordReader:
         for path, name in zip(self.paths, self.display):
             yield from self._read(path, name, None, False)
 
-    def _read(self, path: str, name: str, judge: Any, keep: bool, part: tuple[int, int, int] | None = None) -> Iterator[Any]:
+    def _read(
+        self, path: str, name: str, judge: Any, keep: bool, part: tuple[int, int, int] | None = None
+    ) -> Iterator[Any]:
         stream, head, compression = open_input(path)
         try:
             found = _engine.detect_format(head)
             fmt = self.format or found
             if fmt is None:
-                raise RecordError(f"{name}: not a format --traffic reads (a pcap/pcapng capture, or flow records: "
-                                  f"{', '.join(RECORD_FORMATS)}); name it with --format if it is one")
+                raise RecordError(
+                    f"{name}: not a format --traffic reads (a pcap/pcapng capture, or flow records: "
+                    f"{', '.join(RECORD_FORMATS)}); name it with --format if it is one"
+                )
             if self.format is not None and found is not None and found != self.format:
                 raise RecordError(f"{name}: --format {self.format} asked, but the file is {FORMATS[found]}")
             if fmt == "pcap":
@@ -337,8 +371,13 @@ class RecordReader:
             if broken is not None:
                 # what came before is judged; the position is in the decompressed bytes
                 report.problems["unreadable_rest"] = 1
-                report.first.append(("unreadable_rest", read, f"cannot read on ({compression or 'the file'}): {broken}; "
-                                     f"the {read:,} bytes before are read"))
+                report.first.append(
+                    (
+                        "unreadable_rest",
+                        read,
+                        f"cannot read on ({compression or 'the file'}): {broken}; the {read:,} bytes before are read",
+                    )
+                )
         except (OSError, EOFError) as e:
             raise RecordError(f"{name}: cannot be read: {getattr(e, 'strerror', None) or e}") from None
         finally:

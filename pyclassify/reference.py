@@ -50,8 +50,9 @@ from pyclassify.ir import (
 from pyclassify.kinds.common import ICMP_PROTOCOLS, PORT_PROTOCOLS
 
 
-def evaluate(policy_set: PolicySet, inventory: Inventory, flow: Flow,
-             default_pod: str = "allow", default_host: str = "deny") -> Verdict:
+def evaluate(
+    policy_set: PolicySet, inventory: Inventory, flow: Flow, default_pod: str = "allow", default_host: str = "deny"
+) -> Verdict:
     if default_pod not in VERDICTS or default_host not in VERDICTS:
         raise ValueError("defaults must be 'allow' or 'deny'")
     src = _resolve(inventory, flow.src)
@@ -59,8 +60,11 @@ def evaluate(policy_set: PolicySet, inventory: Inventory, flow: Flow,
     ctx = _Context(policy_set, inventory, flow, src, dst, default_pod, default_host)
     egress = ctx.side(src, Direction.EGRESS)
     ingress = ctx.side(dst, Direction.INGRESS)
-    sides = [(_side_verdict(d, ctx.default_for(e)), d is not None and d.awaits_request)
-             for d, e in ((egress, src), (ingress, dst)) if _is_local(inventory, e)]
+    sides = [
+        (_side_verdict(d, ctx.default_for(e)), d is not None and d.awaits_request)
+        for d, e in ((egress, src), (ingress, dst))
+        if _is_local(inventory, e)
+    ]
     allowed = all(v == "allow" for v, _ in sides)
     awaits = not allowed and all(v == "allow" or awaits for v, awaits in sides)
     return Verdict("allow" if allowed else "deny", egress, ingress, awaits_request=awaits)
@@ -238,9 +242,10 @@ class _Context:
             return False
         return True
 
-    def any_entity(self, entities: tuple[EntityMatch, ...], end: FlowEnd, subject: Endpoint,
-                   action: Action, source: bool) -> str | None:
-        """"match" / "unresolvable" for the first entity that matches, None if none does.
+    def any_entity(
+        self, entities: tuple[EntityMatch, ...], end: FlowEnd, subject: Endpoint, action: Action, source: bool
+    ) -> str | None:
+        """ "match" / "unresolvable" for the first entity that matches, None if none does.
         An empty tuple matches anything."""
         if not entities:
             return "match"
@@ -271,11 +276,11 @@ class _Context:
                 return False
         if m.service is not None and not self.service_matches(m, end, source):
             return False
-        if _needs_labels(m) and not any(self.labelled_matches(m, c, subject)
-                                        for c in self.candidates(m, end, m.selector is not None)):
+        if _needs_labels(m) and not any(
+            self.labelled_matches(m, c, subject) for c in self.candidates(m, end, m.selector is not None)
+        ):
             return False
-        if m.not_selector is not None and any(m.not_selector.matches(c.labels)
-                                              for c in self.candidates(m, end, True)):
+        if m.not_selector is not None and any(m.not_selector.matches(c.labels) for c in self.candidates(m, end, True)):
             return False
         return self.ports_match(m, source)
 
@@ -444,12 +449,23 @@ def service_member(svc: Service, ep: Endpoint | None, ip: IPAddress | None) -> b
     or a backend's, or a pod its selector picks in its namespace."""
     if ip is not None and (ip in svc.cluster_ips or ip in svc.endpoint_ips):
         return True
-    return (ep is not None and bool(svc.selector) and ep.namespace == svc.namespace
-            and all(ep.labels.get(k) == v for k, v in svc.selector.items()))  # type: ignore[union-attr]
+    return (
+        ep is not None
+        and bool(svc.selector)
+        and ep.namespace == svc.namespace
+        and all(ep.labels.get(k) == v for k, v in svc.selector.items())  # type: ignore[union-attr]
+    )
 
 
 def policy_applies(policy: Policy, endpoint: Endpoint, inventory: Inventory, direction: Direction) -> bool:
     """Whether ``policy`` takes part for ``endpoint`` in ``direction`` (explain and tests)."""
-    ctx = _Context(PolicySet((), ()), inventory, Flow(FlowEnd(endpoint), FlowEnd(endpoint), 0),
-                   FlowEnd(endpoint), FlowEnd(endpoint), "allow", "deny")
+    ctx = _Context(
+        PolicySet((), ()),
+        inventory,
+        Flow(FlowEnd(endpoint), FlowEnd(endpoint), 0),
+        FlowEnd(endpoint),
+        FlowEnd(endpoint),
+        "allow",
+        "deny",
+    )
     return direction in policy.types and ctx.subject_matches(policy.subject, endpoint)

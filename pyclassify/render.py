@@ -57,9 +57,17 @@ class Tuple6:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "src": self.src, "sport": list(self.sport), "dst": self.dst, "dport": list(self.dport),
-            "protocol": self.protocol, "icmp_type": self.icmp_type, "icmp_code": self.icmp_code,
-            "action": self.action, "policy": self.policy, "rule": self.rule, "exact": self.exact,
+            "src": self.src,
+            "sport": list(self.sport),
+            "dst": self.dst,
+            "dport": list(self.dport),
+            "protocol": self.protocol,
+            "icmp_type": self.icmp_type,
+            "icmp_code": self.icmp_code,
+            "action": self.action,
+            "policy": self.policy,
+            "rule": self.rule,
+            "exact": self.exact,
         }
 
 
@@ -73,8 +81,14 @@ class Table:
     tuples: list[Tuple6] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"direction": self.direction, "family": self.family, "tier": self.tier, "profile": self.profile,
-                "default": self.default, "rules": [t.to_json() for t in self.tuples]}
+        return {
+            "direction": self.direction,
+            "family": self.family,
+            "tier": self.tier,
+            "profile": self.profile,
+            "default": self.default,
+            "rules": [t.to_json() for t in self.tuples],
+        }
 
 
 def render_tables(project: Project, endpoint: Endpoint, engine: NativeEngine | None = None) -> list[Table]:
@@ -94,13 +108,21 @@ def iter_tables(project: Project, endpoint: Endpoint, engine: NativeEngine | Non
             stages = engine.compiled_listing(endpoint, direction, family)
             while stages:
                 tier, profile, default, rules, entries = stages.pop(0)
-                table = Table(direction.value, family, None if tier is None else tiers[tier],
-                              None if profile is None else project.policy_set.profiles[profile].name, default)
+                table = Table(
+                    direction.value,
+                    family,
+                    None if tier is None else tiers[tier],
+                    None if profile is None else project.policy_set.profiles[profile].name,
+                    default,
+                )
                 for src, sport, dst, dport, proto, itype, icode, pos, exact in entries:
                     action, source, rule = rules[pos]
                     ref, label = engine._source(source, rule, direction)
-                    table.tuples.append(Tuple6(src, tuple(sport), dst, tuple(dport), proto, itype, icode,
-                                               action, ref or "", label, exact))
+                    table.tuples.append(
+                        Tuple6(
+                            src, tuple(sport), dst, tuple(dport), proto, itype, icode, action, ref or "", label, exact
+                        )
+                    )
                 del entries
                 yield table
 
@@ -110,8 +132,9 @@ def run_render(paths: tuple[str, ...], endpoint_ref: str, as_json: bool, project
     return ("" if as_json else "\n").join(render_lines(paths, endpoint_ref, as_json, project))
 
 
-def render_lines(paths: tuple[str, ...], endpoint_ref: str, as_json: bool,
-                 project: Project | None = None) -> Iterator[str]:
+def render_lines(
+    paths: tuple[str, ...], endpoint_ref: str, as_json: bool, project: Project | None = None
+) -> Iterator[str]:
     """``run_render``'s text a line at a time (with ``as_json``: pieces of the document, a table
     each, to join with nothing between them): printed as it comes, never held whole."""
     project = project if project is not None else load_project(list(paths))
@@ -137,7 +160,9 @@ def render_lines(paths: tuple[str, ...], endpoint_ref: str, as_json: bool,
         yield f"{t.direction} IPv{t.family} {stage}:"
         for x in t.tuples:
             mark = "" if x.exact else "  [inexact: confirmed against the rule]"
-            yield (f"  ({x.src}, {x.ports_text(x.sport)}, {x.dst}, {x.ports_text(x.dport)}, "
-                   f"{x.protocol_text()}, {x.action})  # {x.policy} rule {x.rule}{mark}")
+            yield (
+                f"  ({x.src}, {x.ports_text(x.sport)}, {x.dst}, {x.ports_text(x.dport)}, "
+                f"{x.protocol_text()}, {x.action})  # {x.policy} rule {x.rule}{mark}"
+            )
         if not t.tuples:
             yield "  (no rule applies to this family)"

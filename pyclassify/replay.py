@@ -89,7 +89,6 @@ class ReplayError(ValueError):
     """A replay that cannot go on as asked (its message says why)."""
 
 
-
 @dataclass
 class ReplaySummary:
     packets: int = 0
@@ -149,6 +148,7 @@ def flow_hashes(headers: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
     """Per packet, a 64-bit hash of its 5-tuple that is the same for both directions
     (vectorised; flows are told apart exactly up to 64-bit hash collisions)."""
     with np.errstate(over="ignore"):
+
         def end(addr: npt.NDArray[Any], port: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
             words = np.ascontiguousarray(addr).view(np.uint64)  # two 64-bit words per address
             h = words[:, 0] * _MIX[0] ^ words[:, 1] * _MIX[1] ^ port.astype(np.uint64) * _MIX[2]
@@ -182,8 +182,14 @@ def _count_by_rule(by_rule: Counter, judged: npt.NDArray[Any]) -> None:
         if len(side) == 0:
             continue
         for rec, n in _distinct_records(side):
-            row = (int(rec["tier"]), int(rec["source_kind"]), int(rec["source"]), int(rec["rule"]),
-                   int(rec["reason"]), int(rec["allow"]))
+            row = (
+                int(rec["tier"]),
+                int(rec["source_kind"]),
+                int(rec["source"]),
+                int(rec["rule"]),
+                int(rec["reason"]),
+                int(rec["allow"]),
+            )
             by_rule[(direction, *row)] += n
 
 
@@ -210,10 +216,21 @@ def _distinct_records(side: npt.NDArray[Any]) -> list[tuple[Any, int]]:
 class Replay:
     """One replay run over one or more captures with one engine and one connection tracker."""
 
-    def __init__(self, engine: NativeEngine, conntrack: bool = True, default: str | None = None,
-                 out: IO[str] | None = None, allowed_path: str | None = None, denied_path: str | None = None,
-                 flows: bool = False, staged: NativeEngine | None = None, dns: Any = None,
-                 http: bool = False, tunnels: TunnelPorts = DEFAULT_TUNNELS, follow_symlinks: bool = False) -> None:
+    def __init__(
+        self,
+        engine: NativeEngine,
+        conntrack: bool = True,
+        default: str | None = None,
+        out: IO[str] | None = None,
+        allowed_path: str | None = None,
+        denied_path: str | None = None,
+        flows: bool = False,
+        staged: NativeEngine | None = None,
+        dns: Any = None,
+        http: bool = False,
+        tunnels: TunnelPorts = DEFAULT_TUNNELS,
+        follow_symlinks: bool = False,
+    ) -> None:
         self.engine = engine
         # which tunnels are opened: their packets judged by the packet they carry
         self.tunnels = tunnels
@@ -274,9 +291,13 @@ class Replay:
             assert self._staged_trackers is not None
             staged = self._lanes(self.staged, self._staged_trackers, headers, quotes, segments, entry, forward)
         learn = dns is not None and len(dns) > 0
-        tally = self.engine.judge_lanes(headers, main + (staged or []), **self.defaults,
-                                        data=batch.data if learn or segments is not None else None,
-                                        dns=dns if learn else None)
+        tally = self.engine.judge_lanes(
+            headers,
+            main + (staged or []),
+            **self.defaults,
+            data=batch.data if learn or segments is not None else None,
+            dns=dns if learn else None,
+        )
         if tally is not None:
             assert self.dns is not None
             self.dns.count(tally)
@@ -284,9 +305,16 @@ class Replay:
             self._staged_verdicts = self._combine(staged, entry)
         return self._combine(main, entry)
 
-    def _lanes(self, engine: NativeEngine, trackers: dict[int | None, ConnTrack], headers: npt.NDArray[Any],
-               quotes: npt.NDArray[Any] | None, segments: npt.NDArray[Any] | None, entry: npt.NDArray[Any],
-               forward: npt.NDArray[Any]) -> list[Lane]:
+    def _lanes(
+        self,
+        engine: NativeEngine,
+        trackers: dict[int | None, ConnTrack],
+        headers: npt.NDArray[Any],
+        quotes: npt.NDArray[Any] | None,
+        segments: npt.NDArray[Any] | None,
+        entry: npt.NDArray[Any],
+        forward: npt.NDArray[Any],
+    ) -> list[Lane]:
         """``engine``'s lanes for a batch: the packets as captured (connections tracked in
         ``trackers[None]``), then, for packets to or from a Service's virtual address, one lane
         per backend choice ``c`` (tracked in ``trackers[c]``) with every packet of an entry that
@@ -304,10 +332,17 @@ class Replay:
 
         def lane(rows: npt.NDArray[np.int64] | None, lane_headers: npt.NDArray[Any], key: int | None) -> Lane:
             if rows is None:  # every row
-                return Lane(engine, np.arange(len(headers), dtype=np.int64), lane_headers, tracker(key), quotes,
-                            segments)
-            return Lane(engine, rows, lane_headers, tracker(key), None if quotes is None else quotes[rows],
-                        None if segments is None else segments[rows])
+                return Lane(
+                    engine, np.arange(len(headers), dtype=np.int64), lane_headers, tracker(key), quotes, segments
+                )
+            return Lane(
+                engine,
+                rows,
+                lane_headers,
+                tracker(key),
+                None if quotes is None else quotes[rows],
+                None if segments is None else segments[rows],
+            )
 
         if self._service_entries is None:
             return [lane(None, headers, None)]
@@ -483,15 +518,17 @@ class Replay:
                 if self._stop:
                     break
             # not IP is no decode error: counted as such (``not_ip``), passed
-            self.summary.decode_errors.update({k: v for k, v in cap.counts.items()
-                                               if k not in ("none", "unknown_ethertype")})
+            self.summary.decode_errors.update(
+                {k: v for k, v in cap.counts.items() if k not in ("none", "unknown_ethertype")}
+            )
             self.summary.problems.extend(cap.problems)  # each names its file already
             if no_interface:
                 # The decoder counts them as unknown_linktype; say what is wrong with the file.
                 verb = "names" if no_interface == 1 else "name"
                 self.summary.problems.append(
                     f"{cap.name}: {count(no_interface, 'packet')} {verb} an interface that no Interface Description "
-                    f"Block describes: not decoded (counted as unknown_linktype)")
+                    f"Block describes: not decoded (counted as unknown_linktype)"
+                )
             problems = bool(cap.problems)
         after = _file_state(path)
         if before is not None and after is not None and before != after:
@@ -500,10 +537,12 @@ class Replay:
             if after[0] < before[0]:
                 self.summary.problems.append(
                     f"{path}: truncated while being read (from {before[0]} to {after[0]} bytes, by another "
-                    f"process?): the packets read before are counted, the rest is missing")
+                    f"process?): the packets read before are counted, the rest is missing"
+                )
             elif after[0] == before[0]:
                 self.summary.problems.append(
-                    f"{path}: changed while being read: the verdicts may mix old and new contents")
+                    f"{path}: changed while being read: the verdicts may mix old and new contents"
+                )
         if problems and self.summary.packets == packets_before and not self._stop:
             self.summary.unreadable.append(cap.name)  # "<stdin>" for "-"
 
@@ -548,8 +587,9 @@ class Replay:
             s.staged["would_allow"] += int(np.count_nonzero(~now & then))
             _count_by_rule(s.staged_by_rule, staged[staged["reason"] == PACKET_POLICY])
 
-    def _side_json(self, side: Any, direction: Direction, engine: NativeEngine | None = None,
-                   subject: str | None = None) -> dict[str, Any] | None:
+    def _side_json(
+        self, side: Any, direction: Direction, engine: NativeEngine | None = None, subject: str | None = None
+    ) -> dict[str, Any] | None:
         """A side's decision as ``--out`` writes it; ``subject``: the address of that side's
         end, whose endpoint a decision at a tier's end names the policies of."""
         decision = (engine or self.engine).side_decision(side, direction, subject)
@@ -568,15 +608,27 @@ class Replay:
             flow = self._flows.get(hashes[k])
             if flow is None:
                 line = self._line(h, v, reason, batch.outers, k)
-                flow = {key: line[key] for key in ("src", "dst", "src_endpoint", "dst_endpoint", "proto", "sport", "dport")}
+                flow = {
+                    key: line[key] for key in ("src", "dst", "src_endpoint", "dst_endpoint", "proto", "sport", "dport")
+                }
                 if "outer" in line:
                     flow["outer"] = line["outer"]
                 service = self._service_json(k)
                 if service is not None:
                     flow["service"] = service
-                flow.update({"first_index": self._index, "first_ts": line["ts"], "last_ts": line["ts"],
-                             "packets": 0, "allowed": 0, "denied": 0, "verdict": None, "egress": None,
-                             "ingress": None})
+                flow.update(
+                    {
+                        "first_index": self._index,
+                        "first_ts": line["ts"],
+                        "last_ts": line["ts"],
+                        "packets": 0,
+                        "allowed": 0,
+                        "denied": 0,
+                        "verdict": None,
+                        "egress": None,
+                        "ingress": None,
+                    }
+                )
                 self._flows[hashes[k]] = flow
             flow["packets"] += 1
             flow["allowed" if v["allow"] else "denied"] += 1
@@ -584,8 +636,9 @@ class Replay:
             # the flow's decision: its first packet judged by policy; for a connection admitted
             # provisionally, each request judged after it, up to the first denial
             http = httprules.outcome_name(int(v["http"])) if reason == "policy" else None
-            if reason == "policy" and (flow["verdict"] is None or (
-                    http not in (None, "provisional") and flow["verdict"] == "allow")):
+            if reason == "policy" and (
+                flow["verdict"] is None or (http not in (None, "provisional") and flow["verdict"] == "allow")
+            ):
                 flow["verdict"] = "allow" if v["allow"] else "deny"
                 client, server = _opener_ends(v, flow["src"], flow["dst"])
                 flow["egress"] = self._side_json(v["egress"], Direction.EGRESS, subject=client)
@@ -654,8 +707,10 @@ class Replay:
         if reason == "policy":
             client, server = _opener_ends(sv, src, dst)
             ends = {"egress": client, "ingress": server}
-            sides = {name: self.staged.side_decision(sv[name], d, ends[name])
-                     for name, d in (("egress", Direction.EGRESS), ("ingress", Direction.INGRESS))}
+            sides = {
+                name: self.staged.side_decision(sv[name], d, ends[name])
+                for name, d in (("egress", Direction.EGRESS), ("ingress", Direction.INGRESS))
+            }
             doc.update({name: self._side_json(sv[name], Direction(name), self.staged, ends[name]) for name in sides})
             doc["summary"] = Verdict(doc["verdict"], sides["egress"], sides["ingress"]).would()
         return doc
@@ -698,15 +753,17 @@ class Replay:
             side["source_kind"], side["tier"], side["source"], side["rule"] = kind, tier, source, rule
             decision = engine.side_decision(side, d)
             assert decision is not None
-            rows.append({
-                "direction": direction,
-                "tier": decision.tier,
-                "policy": decision.policy,
-                "rule": decision.rule,
-                "verdict": decision.verdict,
-                "reason": decision.reason,
-                "packets": packets,
-            })
+            rows.append(
+                {
+                    "direction": direction,
+                    "tier": decision.tier,
+                    "policy": decision.policy,
+                    "rule": decision.rule,
+                    "verdict": decision.verdict,
+                    "reason": decision.reason,
+                    "packets": packets,
+                }
+            )
         rows.sort(key=lambda r: (-r["packets"], r["direction"], str(r["policy"]), str(r["rule"])))
         return rows
 
@@ -732,8 +789,10 @@ class Replay:
             "tunnels": {
                 **self.tunnels.to_json(),
                 "decapsulated": dict(sorted(s.decapsulated.items())),
-                "not_judged": {kind: {err: n for (k, err), n in sorted(s.not_judged_by.items()) if k == kind}
-                               for kind in sorted({k for k, _ in s.not_judged_by})},
+                "not_judged": {
+                    kind: {err: n for (k, err), n in sorted(s.not_judged_by.items()) if k == kind}
+                    for kind in sorted({k for k, _ in s.not_judged_by})
+                },
             },
             "problems": s.problems,
             "unreadable": s.unreadable,
@@ -743,13 +802,17 @@ class Replay:
             "packets_per_second": round(s.rate, 1),
             "interrupted": s.interrupted,
             "dns": None if self.dns is None else self.dns.to_json(),
-            "http": None if not self.http else {
+            "http": None
+            if not self.http
+            else {
                 **{k: s.http[k] for k in ("provisional", "requests_allowed", "requests_denied", "held", "table_full")},
                 "errors": {k: n for k, n in sorted(s.http.items()) if k in HTTP_ERROR_NAMES and n},
                 # requests are read off tracked connections only
                 "read": self.tracker is not None,
             },
-            "staged": None if self.staged is None else {
+            "staged": None
+            if self.staged is None
+            else {
                 **{k: s.staged[k] for k in ("allowed", "denied", "would_deny", "would_allow")},
                 "by_rule": self.by_rule(s.staged_by_rule, self.staged),
             },
@@ -771,8 +834,14 @@ def _tunnelled_payloads(batch: Batch, rows: npt.NDArray[np.int64]) -> npt.NDArra
     describes)."""
     from pyclassify import _native
 
-    spans = _native.payload_spans(batch.data, batch.offsets, batch.caplens, batch.linktypes,
-                                  np.ascontiguousarray(rows[:, 0]), **batch.tunnels.native())
+    spans = _native.payload_spans(
+        batch.data,
+        batch.offsets,
+        batch.caplens,
+        batch.linktypes,
+        np.ascontiguousarray(rows[:, 0]),
+        **batch.tunnels.native(),
+    )
     rows = np.column_stack([rows[:, 0], spans[:, 0], spans[:, 1]]).astype(np.int64)
     return rows[rows[:, 2] > rows[:, 1]]
 

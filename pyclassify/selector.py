@@ -57,7 +57,7 @@ def excerpt(text: str, position: int | None = None, width: int = EXCERPT_WIDTH) 
     ``position`` is None). A hostile megabyte of selector is not echoed whole."""
     at = 0 if position is None else max(0, min(position, len(text)))
     start = max(0, at - width // 2) if len(text) > width else 0
-    shown = text[start:start + width]
+    shown = text[start : start + width]
     prefix = "…" if start else ""
     suffix = "…" if start + width < len(text) else ""
     return prefix + shown + suffix, (None if position is None else len(prefix) + at - start)

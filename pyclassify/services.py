@@ -78,11 +78,19 @@ class Entry:
     backends: tuple[tuple[bytes, int, str], ...]  # (address, target port, address text)
 
     def to_json(self) -> dict[str, Any]:
-        judged = ("the only backend" if len(self.backends) == 1 else
-                  "every backend (a capture before DNAT does not show which one kube-proxy picked)"
-                  if self.backends else "no backend: kube-proxy delivers nothing")
-        return {"name": self.service, "via": self.via,
-                "backends": [f"{text}:{port}" for _, port, text in self.backends], "judged": judged}
+        judged = (
+            "the only backend"
+            if len(self.backends) == 1
+            else "every backend (a capture before DNAT does not show which one kube-proxy picked)"
+            if self.backends
+            else "no backend: kube-proxy delivers nothing"
+        )
+        return {
+            "name": self.service,
+            "via": self.via,
+            "backends": [f"{text}:{port}" for _, port, text in self.backends],
+            "judged": judged,
+        }
 
 
 class ServiceMap:
@@ -100,7 +108,9 @@ class ServiceMap:
                     backends = by_family.get(vip.version)
                     if backends is None:
                         backends = by_family[vip.version] = tuple(
-                            (address_bytes(ip), target, str(ip)) for ip, target in backends_of(inventory, svc, port, vip.version))
+                            (address_bytes(ip), target, str(ip))
+                            for ip, target in backends_of(inventory, svc, port, vip.version)
+                        )
                     self.entries.append(Entry(name, via, address_bytes(vip), port.protocol, number, backends))
         # The native lookup over the entries (the first entry of an address:protocol:port wins).
         self._index = ServiceIndex([(e.address, e.protocol, e.port) for e in self.entries])
@@ -127,15 +137,18 @@ class ServiceMap:
         """Per entry: the address and port of backend number ``choice`` (modulo their count)."""
         found = self._by_choice.get(choice)
         if found is None:
-            picked = [e.backends[choice % len(e.backends)] if e.backends else (e.address, e.port, "")
-                      for e in self.entries]
+            picked = [
+                e.backends[choice % len(e.backends)] if e.backends else (e.address, e.port, "") for e in self.entries
+            ]
             found = self._by_choice[choice] = (
                 np.frombuffer(b"".join(a for a, _, _ in picked), dtype=np.uint8).reshape(-1, 16),
-                np.array([p for _, p, _ in picked], dtype=np.int64))
+                np.array([p for _, p, _ in picked], dtype=np.int64),
+            )
         return found
 
-    def rewrite(self, headers: npt.NDArray[Any], entry: npt.NDArray[np.int64], forward: npt.NDArray[np.bool_],
-                choice: int) -> npt.NDArray[Any]:
+    def rewrite(
+        self, headers: npt.NDArray[Any], entry: npt.NDArray[np.int64], forward: npt.NDArray[np.bool_], choice: int
+    ) -> npt.NDArray[Any]:
         """A copy of ``headers`` (every row a service packet) as kube-proxy delivers it to
         backend number ``choice`` of its entry (modulo their count); rows of an entry without
         backends stay as they are."""

@@ -195,14 +195,19 @@ class Shared:
     def _rule(self, r: Rule) -> tuple[Rule, tuple[Any, ...]]:
         sources = [self._entity(e) for e in r.sources]
         destinations = [self._entity(e) for e in r.destinations]
-        key = (Rule, tuple(k for _, k in sources), tuple(k for _, k in destinations),
-               *map(r.__getattribute__, _RULE_REST))
+        key = (
+            Rule,
+            tuple(k for _, k in sources),
+            tuple(k for _, k in destinations),
+            *map(r.__getattribute__, _RULE_REST),
+        )
         made = self._memo.get(key)
         if made is None:
             s = _same(tuple(e for e, _ in sources), r.sources)
             d = _same(tuple(e for e, _ in destinations), r.destinations)
-            made = self._memo[key] = r if s is r.sources and d is r.destinations else \
-                dataclasses.replace(r, sources=s, destinations=d)
+            made = self._memo[key] = (
+                r if s is r.sources and d is r.destinations else dataclasses.replace(r, sources=s, destinations=d)
+            )
         return made, key
 
     def _list(self, rules: tuple[Rule, ...]) -> _Held | None:
@@ -215,12 +220,16 @@ class Shared:
         return self._hold_group(digest, value, _list_units)
 
     def _subject(self, s: Subject) -> _Held:
-        leaves = (self._canonical(s.selector), self._canonical(s.namespace_selector),
-                  self._canonical(s.service_account_selector))
+        leaves = (
+            self._canonical(s.selector),
+            self._canonical(s.namespace_selector),
+            self._canonical(s.service_account_selector),
+        )
         digest = hash((Subject, *map(id, leaves), s.endpoint_kinds, s.namespace))
         if any(a is not b for a, b in zip(leaves, (s.selector, s.namespace_selector, s.service_account_selector))):
-            s = dataclasses.replace(s, selector=leaves[0], namespace_selector=leaves[1],
-                                    service_account_selector=leaves[2])
+            s = dataclasses.replace(
+                s, selector=leaves[0], namespace_selector=leaves[1], service_account_selector=leaves[2]
+            )
         return self._hold_group(digest, s, lambda _: {})
 
     def _hold_group(self, digest: int, value: Any, units: Any) -> _Held:
@@ -302,9 +311,20 @@ def _ports_units(ports: tuple[Any, ...]) -> tuple[str, int]:
 
 #: The fields of a peer held as leaves (selectors, networks, ports), and the rest, which are
 #: small (names, kinds, flags) and part of its content key as they are.
-_ENTITY_LEAVES = ("nets", "not_nets", "selector", "not_selector", "namespace_selector", "service_account_selector",
-                  "node_selector", "ports", "not_ports")
-_ENTITY_LEAF_UNITS = tuple((name, _nets_units if "nets" in name else _ports_units if "ports" in name
-                            else _selector_units) for name in _ENTITY_LEAVES)
+_ENTITY_LEAVES = (
+    "nets",
+    "not_nets",
+    "selector",
+    "not_selector",
+    "namespace_selector",
+    "service_account_selector",
+    "node_selector",
+    "ports",
+    "not_ports",
+)
+_ENTITY_LEAF_UNITS = tuple(
+    (name, _nets_units if "nets" in name else _ports_units if "ports" in name else _selector_units)
+    for name in _ENTITY_LEAVES
+)
 _ENTITY_REST = tuple(f.name for f in dataclasses.fields(EntityMatch) if f.name not in _ENTITY_LEAVES)
 _RULE_REST = tuple(f.name for f in dataclasses.fields(Rule) if f.name not in ("sources", "destinations"))

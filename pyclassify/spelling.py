@@ -16,11 +16,12 @@ def one_edit(a: str, b: str) -> bool:
         return False
     if len(a) == len(b):
         diff = [i for i in range(len(a)) if a[i] != b[i]]
-        return len(diff) == 1 or (len(diff) == 2 and diff[1] == diff[0] + 1
-                                  and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]])
+        return len(diff) == 1 or (
+            len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+        )
     short, long = (a, b) if len(a) < len(b) else (b, a)
     i = next((i for i in range(len(short)) if short[i] != long[i]), len(short))
-    return short[i:] == long[i + 1:]
+    return short[i:] == long[i + 1 :]
 
 
 def suggestion(key: Any, known: Iterable[str]) -> str | None:

@@ -67,10 +67,14 @@ class ObservedChange:
     def key(self, keys: set[str]) -> tuple:
         """What the change is, as it is shown: changes equal in this are one (however their
         groups and decisions were numbered by the engines that found them)."""
-        return (json.dumps(reach.group_json(self.src, keys), sort_keys=True, default=str),
-                json.dumps(reach.group_json(self.dst, keys), sort_keys=True, default=str), self.protocol,
-                -1 if self.port is None else self.port, json.dumps(self.old.to_json(), sort_keys=True),
-                json.dumps(self.new.to_json(), sort_keys=True))
+        return (
+            json.dumps(reach.group_json(self.src, keys), sort_keys=True, default=str),
+            json.dumps(reach.group_json(self.dst, keys), sort_keys=True, default=str),
+            self.protocol,
+            -1 if self.port is None else self.port,
+            json.dumps(self.old.to_json(), sort_keys=True),
+            json.dumps(self.new.to_json(), sort_keys=True),
+        )
 
     def add(self, other: ObservedChange, file_offset: int = 0) -> None:
         """``other``'s records (found in files numbered from ``file_offset``) counted in this one."""
@@ -127,10 +131,16 @@ class TrafficDiff:
                 if k not in changes:
                     changes[k] = ObservedChange(c.src, c.dst, c.protocol, c.port, c.old, c.new)
                 changes[k].add(c, offset)
-        merged = TrafficDiff(list(changes.values()), self.keys | later.keys, self.policies_changed,
-                             [a + b for a, b in zip(self.totals, later.totals)],
-                             [a + b for a, b in zip(self.unplaced, later.unplaced)], [*self.files, *later.files],
-                             max(self.seconds, later.seconds), self.decisions + later.decisions)
+        merged = TrafficDiff(
+            list(changes.values()),
+            self.keys | later.keys,
+            self.policies_changed,
+            [a + b for a, b in zip(self.totals, later.totals)],
+            [a + b for a, b in zip(self.unplaced, later.unplaced)],
+            [*self.files, *later.files],
+            max(self.seconds, later.seconds),
+            self.decisions + later.decisions,
+        )
         if self.usage_summary is not None and later.usage_summary is not None:
             merged.usage_summary = self.usage_summary.merge(later.usage_summary)
             merged.usage = usage_json(merged.usage_summary)
@@ -148,30 +158,35 @@ class TrafficDiff:
         old_d = c.old.egress if direction is Direction.EGRESS else c.old.ingress
         m = measures_json(c.measures)
         seen = f", seen {_time(c.first_ns)} to {_time(c.last_ns)}" if c.first_ns else ""
-        return (f"{reach.group_text(c.src, self.keys)} → {reach.group_text(c.dst, self.keys)}, {c.flow_text()}: "
-                f"{verb[c.old.allowed]} → {verb[c.new.allowed]}, by {decision_text(new_d)} "
-                f"(was: {decision_text(old_d)}); observed {m['flows']:,} flows, {m['packets']:,} packets, "
-                f"{m['bytes']:,} bytes in {m['records']:,} records{seen}")
+        return (
+            f"{reach.group_text(c.src, self.keys)} → {reach.group_text(c.dst, self.keys)}, {c.flow_text()}: "
+            f"{verb[c.old.allowed]} → {verb[c.new.allowed]}, by {decision_text(new_d)} "
+            f"(was: {decision_text(old_d)}); observed {m['flows']:,} flows, {m['packets']:,} packets, "
+            f"{m['bytes']:,} bytes in {m['records']:,} records{seen}"
+        )
 
     def to_json(self) -> dict[str, Any]:
         closed = [c for c in self.changes if c.closed]
         return {
             "policies_changed": self.policies_changed,
             "changed": bool(self.changes),
-            "changes": [{
-                "from": reach.group_json(c.src, self.keys),
-                "to": reach.group_json(c.dst, self.keys),
-                "protocol": protocol_name(c.protocol),
-                "port": c.port if c.protocol not in ICMP_PROTOCOLS else None,
-                "icmp_type": c.port if c.protocol in ICMP_PROTOCOLS else None,
-                **measures_json(c.measures),
-                "first": _time(c.first_ns),
-                "last": _time(c.last_ns),
-                "was": c.old.to_json(),
-                "now": c.new.to_json(),
-                "examples": c.examples,
-                "text": self.change_text(c),
-            } for c in self.changes],
+            "changes": [
+                {
+                    "from": reach.group_json(c.src, self.keys),
+                    "to": reach.group_json(c.dst, self.keys),
+                    "protocol": protocol_name(c.protocol),
+                    "port": c.port if c.protocol not in ICMP_PROTOCOLS else None,
+                    "icmp_type": c.port if c.protocol in ICMP_PROTOCOLS else None,
+                    **measures_json(c.measures),
+                    "first": _time(c.first_ns),
+                    "last": _time(c.last_ns),
+                    "was": c.old.to_json(),
+                    "now": c.new.to_json(),
+                    "examples": c.examples,
+                    "text": self.change_text(c),
+                }
+                for c in self.changes
+            ],
             "summary": {
                 "changes": len(self.changes),
                 "closed": len(closed),
@@ -259,8 +274,13 @@ def _decisions(verdict: Any) -> tuple[int, bytes, bytes]:
 def usage_json(s: RecordSummary) -> dict[str, Any]:
     """What each rule of the old set decided, as ``RecordReplay.summary_json`` gives it
     (``by_rule``, ``logged``, totals, files, problems)."""
-    return {**measures_json(s.totals), "by_rule": rule_rows(s.by_rule), "logged": logged_rule_rows(s.logged),
-            "files": [f.to_json() for f in s.files], "problems": sum(sum(f.problems.values()) for f in s.files)}
+    return {
+        **measures_json(s.totals),
+        "by_rule": rule_rows(s.by_rule),
+        "logged": logged_rule_rows(s.logged),
+        "files": [f.to_json() for f in s.files],
+        "problems": sum(sum(f.problems.values()) for f in s.files),
+    }
 
 
 def merge_diffs(*parts: TrafficDiff) -> TrafficDiff:
@@ -283,9 +303,17 @@ class DiffEngines:
         self.services = ServiceMap(inventory)
 
 
-def traffic_diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, paths: list[str],
-                 format: str | None = None, default: str | None = None, rule_usage: bool = False,
-                 engines: DiffEngines | None = None, names: list[str] | None = None) -> TrafficDiff:
+def traffic_diff(
+    old_ps: PolicySet,
+    new_ps: PolicySet,
+    inventory: Inventory,
+    paths: list[str],
+    format: str | None = None,
+    default: str | None = None,
+    rule_usage: bool = False,
+    engines: DiffEngines | None = None,
+    names: list[str] | None = None,
+) -> TrafficDiff:
     """Every observed connection of ``paths`` whose verdict ``new_ps`` flips; with
     ``rule_usage``, also what each rule of ``old_ps`` decided (the judge counts by the first
     set's decisions): one read of the records for both. ``engines``: those of the two sets,
@@ -321,8 +349,11 @@ def traffic_diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, pat
         a = np.frombuffer(b"".join(f[1] for f in flipped), VERDICT_DTYPE)
         b = np.frombuffer(b"".join(f[2] for f in flipped), VERDICT_DTYPE)
         proto = h["protocol"].astype(np.int64)
-        port = np.where(h["flags"] & 32, h["dport"].astype(np.int64),
-                        np.where(np.isin(proto, sorted(ICMP_PROTOCOLS)), h["icmp_type"].astype(np.int64), -1))
+        port = np.where(
+            h["flags"] & 32,
+            h["dport"].astype(np.int64),
+            np.where(np.isin(proto, sorted(ICMP_PROTOCOLS)), h["icmp_type"].astype(np.int64), -1),
+        )
         src_g, dst_g = grouper.of(h["src_addr"]), grouper.of(h["dst_addr"])
         for i, (_, _, _, measures, first_ns, last_ns, examples) in enumerate(flipped):
             old_side, new_side = side(old, a[i]), side(new, b[i])
@@ -330,8 +361,14 @@ def traffic_diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, pat
             change = found.get(key)
             if change is None:
                 p = int(port[i])
-                change = found[key] = ObservedChange(grouper.group(int(src_g[i])), grouper.group(int(dst_g[i])),
-                                                     int(proto[i]), None if p < 0 else p, old_side, new_side)
+                change = found[key] = ObservedChange(
+                    grouper.group(int(src_g[i])),
+                    grouper.group(int(dst_g[i])),
+                    int(proto[i]),
+                    None if p < 0 else p,
+                    old_side,
+                    new_side,
+                )
             for m in range(4):
                 change.measures[m] += int(measures[m])
             if first_ns:
@@ -340,8 +377,9 @@ def traffic_diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, pat
             for file, pos in examples:
                 report = reader.files[file]
                 where = f"{report.name}: byte {pos}" if report.unit == "byte" else f"{report.name}:{pos}"
-                change.found.append((file, int(pos), f"{where}: {address_text(h['src_addr'][i])} -> "
-                                                      f"{address_text(h['dst_addr'][i])}"))
+                change.found.append(
+                    (file, int(pos), f"{where}: {address_text(h['src_addr'][i])} -> {address_text(h['dst_addr'][i])}")
+                )
     keys = reach.selector_keys([old_ps, new_ps])
     # changes equal as shown are one, each with its first records in file order: as the
     # changes of files judged apart merge (``TrafficDiff.merge``)
@@ -358,8 +396,9 @@ def traffic_diff(old_ps: PolicySet, new_ps: PolicySet, inventory: Inventory, pat
     result.decisions = judge.stats()[0]
     if rule_usage:
         by_rule, logged = named_counts(judge, old)
-        result.usage_summary = RecordSummary(totals=[int(v) for v in totals], by_rule=by_rule, logged=logged,
-                                             files=list(reader.files))
+        result.usage_summary = RecordSummary(
+            totals=[int(v) for v in totals], by_rule=by_rule, logged=logged, files=list(reader.files)
+        )
         result.usage = usage_json(result.usage_summary)
     result.seconds = time.perf_counter() - started
     return result
@@ -371,7 +410,8 @@ __all__ = ["DiffEngines", "ObservedChange", "TrafficDiff", "merge_diffs", "traff
 def print_diff(result: TrafficDiff, out: Any, escape: Any, ascii_only: bool) -> None:
     """``diff --traffic``'s human output: newly denied first, most flows first."""
     changed = ", ".join(result.policies_changed[:5]) + (
-        f" and {len(result.policies_changed) - 5} more" if len(result.policies_changed) > 5 else "")
+        f" and {len(result.policies_changed) - 5} more" if len(result.policies_changed) > 5 else ""
+    )
     out.print(f"policies changed: {escape(changed) if changed else 'none'}", highlight=False)
     for c in result.changes:
         colour = "red" if c.closed else "green"
@@ -381,15 +421,21 @@ def print_diff(result: TrafficDiff, out: Any, escape: Any, ascii_only: bool) -> 
         out.print(f"[{colour}]{'-' if c.closed else '+'}[/{colour}] {escape(text)}", highlight=False, soft_wrap=True)
     doc = result.to_json()["summary"]
     obs = doc["observed"]
-    out.print(f"{doc['changes']} change{'s' if doc['changes'] != 1 else ''} in observed traffic: {doc['closed']} closing "
-              f"{doc['closed_flows']:,} flows, {doc['opened']} opening {doc['opened_flows']:,} flows; over "
-              f"{obs['records']:,} records ({obs['flows']:,} flows, {obs['packets']:,} packets, {obs['bytes']:,} bytes)",
-              highlight=False)
+    out.print(
+        f"{doc['changes']} change{'s' if doc['changes'] != 1 else ''} in observed traffic: {doc['closed']} closing "
+        f"{doc['closed_flows']:,} flows, {doc['opened']} opening {doc['opened_flows']:,} flows; over "
+        f"{obs['records']:,} records ({obs['flows']:,} flows, {obs['packets']:,} packets, {obs['bytes']:,} bytes)",
+        highlight=False,
+    )
     if doc["not_judged"]["records"]:
-        out.print(f"[yellow]not judged[/yellow]: {doc['not_judged']['records']:,} records an end of which the inventory "
-                  "cannot place")
+        out.print(
+            f"[yellow]not judged[/yellow]: {doc['not_judged']['records']:,} records an end of which the inventory "
+            "cannot place"
+        )
     for f in result.files:
         for reason, n in f.problems.items():
-            out.print(f"[yellow]{escape(f.name)}[/yellow]: {n:,} record{'s' if n != 1 else ''} {reason.replace('_', ' ')}")
+            out.print(
+                f"[yellow]{escape(f.name)}[/yellow]: {n:,} record{'s' if n != 1 else ''} {reason.replace('_', ' ')}"
+            )
         for line in f.problem_lines():
             out.print(f"    {escape(line)}")

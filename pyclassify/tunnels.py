@@ -56,8 +56,7 @@ class TunnelPorts:
         return {"vxlan_ports": self.vxlan, "geneve_ports": self.geneve, "decapsulate": self.decapsulate}
 
     def to_json(self) -> dict[str, Any]:
-        return {"decapsulate": self.decapsulate, "vxlan_ports": list(self.vxlan),
-                "geneve_ports": list(self.geneve)}
+        return {"decapsulate": self.decapsulate, "vxlan_ports": list(self.vxlan), "geneve_ports": list(self.geneve)}
 
 
 DEFAULT_TUNNELS: Final = TunnelPorts()

@@ -188,8 +188,9 @@ def _deciders_instead(policy_set: PolicySet, p: Policy, inventory: Inventory, de
     return sorted(names)
 
 
-def rule_rows(policy_set: PolicySet, by_rule: list[dict[str, Any]] | None,
-              logged: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def rule_rows(
+    policy_set: PolicySet, by_rule: list[dict[str, Any]] | None, logged: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """Every rule of every policy in evaluation order, with what it decided in ``by_rule``
     (``recordreplay.rule_rows``; None: no traffic given), and for Log rules what they
     logged (``recordreplay.logged_rule_rows``)."""
@@ -205,8 +206,13 @@ def rule_rows(policy_set: PolicySet, by_rule: list[dict[str, Any]] | None,
     for p in policy_set.policies:
         for direction in (Direction.EGRESS, Direction.INGRESS):
             for r in p.rules(direction):
-                row = {"tier": p.tier, "policy": p.ref, "direction": direction.value, "rule": r.label,
-                                       "action": r.action.value}
+                row = {
+                    "tier": p.tier,
+                    "policy": p.ref,
+                    "direction": direction.value,
+                    "rule": r.label,
+                    "action": r.action.value,
+                }
                 if by_rule is not None:
                     got = counts.get((direction.value, p.ref, str(r.label)))
                     row.update(got or {"records": 0, "flows": 0, "packets": 0, "bytes": 0})
@@ -219,9 +225,15 @@ def end_of_tier_rows(by_rule: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in by_rule if r["reason"] != "rule"]
 
 
-def usage_doc(project: Any, traffic: list[str], traffic_format: str | None = None, default: str | None = None,
-              redundant: bool = True, scheduler: str | None = None,
-              workers: int | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def usage_doc(
+    project: Any,
+    traffic: list[str],
+    traffic_format: str | None = None,
+    default: str | None = None,
+    redundant: bool = True,
+    scheduler: str | None = None,
+    workers: int | None = None,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """``usage --json``'s document of ``project`` over the flow records of ``traffic`` (none:
     nothing counted), and the replay summary the counts came from (None without traffic).
     Raises ``RecordError`` when a file cannot be read at all, ``dask_replay.ClusterError``
@@ -230,9 +242,14 @@ def usage_doc(project: Any, traffic: list[str], traffic_format: str | None = Non
     return usage_document(project.policy_set, project.inventory, summary, default, redundant), summary
 
 
-def traffic_counts(project: Any, traffic: list[str], traffic_format: str | None = None,
-                   default: str | None = None, scheduler: str | None = None,
-                   workers: int | None = None) -> dict[str, Any]:
+def traffic_counts(
+    project: Any,
+    traffic: list[str],
+    traffic_format: str | None = None,
+    default: str | None = None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+) -> dict[str, Any]:
     """The flow records judged under ``project``'s policy, with what each rule decided and
     logged: the replay summary (``RecordReplay.summary_json``); on the Dask cluster of
     ``scheduler`` (or a local one of ``workers`` processes) when given."""
@@ -243,16 +260,28 @@ def traffic_counts(project: Any, traffic: list[str], traffic_format: str | None 
     if scheduler is not None or workers is not None:
         from pyclassify import dask_replay
 
-        summary, _ = dask_replay.run(engine, list(traffic), scheduler=scheduler, workers=workers, format=traffic_format,
-                                     default=default, logs=True)
+        summary, _ = dask_replay.run(
+            engine,
+            list(traffic),
+            scheduler=scheduler,
+            workers=workers,
+            format=traffic_format,
+            default=default,
+            logs=True,
+        )
         return summary_json(summary, True)
     replay = RecordReplay(engine, default=default, format=traffic_format, logs=True)
     replay.run(list(traffic))
     return replay.summary_json()
 
 
-def usage_document(policy_set: PolicySet, inventory: Inventory, summary: dict[str, Any] | None,
-                   default: str | None = None, redundant: bool = True) -> dict[str, Any]:
+def usage_document(
+    policy_set: PolicySet,
+    inventory: Inventory,
+    summary: dict[str, Any] | None,
+    default: str | None = None,
+    redundant: bool = True,
+) -> dict[str, Any]:
     """``usage --json``'s document from what the records' judge counted (``summary``: the
     replay summary's ``by_rule``, ``logged``, totals and files; None: no traffic)."""
     by_rule = None if summary is None else summary["by_rule"]
@@ -265,6 +294,8 @@ def usage_document(policy_set: PolicySet, inventory: Inventory, summary: dict[st
         "unused": [r for r in rows if by_rule is not None and r["counted"] and r["flows"] == 0 and r["records"] == 0],
         "shadowed": [s.to_json() for s in shadowed],
         "redundant": None if found is None else [r.to_json() for r in found],
-        "traffic": None if summary is None else {k: summary[k] for k in ("records", "flows", "packets", "bytes", "files")},
+        "traffic": None
+        if summary is None
+        else {k: summary[k] for k in ("records", "flows", "packets", "bytes", "files")},
     }
     return doc

@@ -43,12 +43,29 @@ class LocalDask:
 
     def _spawn(self, args: list[str], log: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         with open(self.directory / log, "wb") as out:  # the process holds its own copy
-            return subprocess.Popen([*dask_command(), *args], stdout=out, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **(env or {})}, cwd=self.directory, start_new_session=True)
+            return subprocess.Popen(
+                [*dask_command(), *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                cwd=self.directory,
+                start_new_session=True,
+            )
 
     def start_scheduler(self) -> str:
-        self.scheduler = self._spawn(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                                      "--scheduler-file", str(self.scheduler_file)], "scheduler.log")
+        self.scheduler = self._spawn(
+            [
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(self.scheduler_file),
+            ],
+            "scheduler.log",
+        )
         deadline = time.monotonic() + STARTUP
         while time.monotonic() < deadline:
             if self.scheduler.poll() is not None:
@@ -64,9 +81,24 @@ class LocalDask:
 
     def start_worker(self, env: dict[str, str] | None = None) -> subprocess.Popen:
         n = len(self.workers)
-        worker = self._spawn(["worker", self.address, "--host", "127.0.0.1", "--nthreads", "1", "--no-nanny",
-                              "--no-dashboard", "--name", f"w{n}", "--local-directory", str(self.directory / f"w{n}")],
-                             f"worker{n}.log", env)
+        worker = self._spawn(
+            [
+                "worker",
+                self.address,
+                "--host",
+                "127.0.0.1",
+                "--nthreads",
+                "1",
+                "--no-nanny",
+                "--no-dashboard",
+                "--name",
+                f"w{n}",
+                "--local-directory",
+                str(self.directory / f"w{n}"),
+            ],
+            f"worker{n}.log",
+            env,
+        )
         self.workers.append(worker)
         return worker
 

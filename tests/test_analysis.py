@@ -83,6 +83,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 # --- dual stack: matrix ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("engine", ["native", "reference"])
 def test_matrix_judges_dual_stack_pods_in_each_family(dual: Path, engine: str) -> None:
     result = matrix(load_project([str(dual)]), 6, 80, engine=engine)
@@ -147,6 +148,7 @@ def test_matrix_by_identity_names_the_family_of_each_group(dual: Path) -> None:
 
 
 # --- dual stack: explain -------------------------------------------------------------------------
+
 
 def test_explain_from_an_ipv6_address_takes_the_pods_ipv6_address(dual: Path) -> None:
     project = load_project([str(dual)])
@@ -244,16 +246,22 @@ def test_only_pods_that_hold_their_address_are_endpoints(tmp_path: Path) -> None
 def test_a_pod_that_finishes_leaves_the_live_engine(tmp_path: Path) -> None:
     from pyclassify.live import LiveProject
 
-    (tmp_path / "pods.yaml").write_text(textwrap.dedent("""\
+    (tmp_path / "pods.yaml").write_text(
+        textwrap.dedent("""\
         apiVersion: v1
         kind: Pod
         metadata: {name: job, namespace: app, labels: {app: x}}
         status: {phase: Running, podIP: 10.2.0.8}
-        """))
+        """)
+    )
     project = load_project([str(tmp_path)])
     live = LiveProject(project)
-    running = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "job", "namespace": "app", "labels": {"app": "x"}},
-               "status": {"phase": "Running", "podIP": "10.2.0.8"}}
+    running = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "job", "namespace": "app", "labels": {"app": "x"}},
+        "status": {"phase": "Running", "podIP": "10.2.0.8"},
+    }
     done = {**running, "status": {"phase": "Succeeded", "podIP": "10.2.0.8"}}
     assert live.snapshot()._engine.owner_of("10.2.0.8") is not None
     live.apply(running, done)

@@ -121,7 +121,15 @@ def test_round_trip_bytes_land_at_offsets() -> None:
 # `_native.record_layouts()`) and numpy's.
 
 RUST_RECORDS = dict(_engine.record_layouts())
-RECORD_NAMES = ["PacketHeader", "OuterHeader", "FlowCounts", "QuotedTuple", "SideVerdict", "PacketVerdict", "RevokedFlow"]
+RECORD_NAMES = [
+    "PacketHeader",
+    "OuterHeader",
+    "FlowCounts",
+    "QuotedTuple",
+    "SideVerdict",
+    "PacketVerdict",
+    "RevokedFlow",
+]
 NUMPY_SCALARS = {"u8": ("u", 1), "u16": ("u", 2), "u32": ("u", 4), "u64": ("u", 8), "i32": ("i", 4)}
 
 

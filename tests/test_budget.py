@@ -39,8 +39,10 @@ def fake_proc(tmp_path: Path, cgroup: str, mounts: list[tuple[str, str, str, str
     proc = tmp_path / "proc"
     proc.mkdir()
     (proc / "cgroup").write_text(cgroup)
-    lines = [f"{30 + i} 23 0:{28 + i} {root} {tmp_path / point} rw,relatime - {fstype} {fstype} {options}"
-             for i, (fstype, root, point, options) in enumerate(mounts)]
+    lines = [
+        f"{30 + i} 23 0:{28 + i} {root} {tmp_path / point} rw,relatime - {fstype} {fstype} {options}"
+        for i, (fstype, root, point, options) in enumerate(mounts)
+    ]
     (proc / "mountinfo").write_text("\n".join(lines) + "\n")
     for path, text in files.items():
         f = tmp_path / path
@@ -50,11 +52,16 @@ def fake_proc(tmp_path: Path, cgroup: str, mounts: list[tuple[str, str, str, str
 
 
 def test_the_limit_of_a_v2_cgroup_is_the_smallest_on_its_path(tmp_path: Path) -> None:
-    proc = fake_proc(tmp_path, "0::/kubepods/pod1/ctr\n", [("cgroup2", "/", "cg", "rw")], {
-        "cg/kubepods/pod1/ctr/memory.max": "max\n",
-        "cg/kubepods/pod1/memory.max": "1073741824\n",
-        "cg/kubepods/memory.max": "8589934592\n",
-    })
+    proc = fake_proc(
+        tmp_path,
+        "0::/kubepods/pod1/ctr\n",
+        [("cgroup2", "/", "cg", "rw")],
+        {
+            "cg/kubepods/pod1/ctr/memory.max": "max\n",
+            "cg/kubepods/pod1/memory.max": "1073741824\n",
+            "cg/kubepods/memory.max": "8589934592\n",
+        },
+    )
     assert cgroup_memory_limit(proc) == 1 << 30
 
 
@@ -65,12 +72,16 @@ def test_a_container_sees_its_own_cgroup_as_the_root(tmp_path: Path) -> None:
 
 
 def test_the_limit_of_a_v1_memory_cgroup(tmp_path: Path) -> None:
-    proc = fake_proc(tmp_path, "9:pids:/a\n4:memory:/a/b\n1:cpu,cpuacct:/a\n",
-                     [("cgroup", "/", "pids", "rw,pids"), ("cgroup", "/", "memory", "rw,memory")], {
-        "memory/a/b/memory.limit_in_bytes": "268435456\n",
-        "memory/a/memory.limit_in_bytes": "9223372036854771712\n",  # no limit
-        "memory/memory.limit_in_bytes": "9223372036854771712\n",
-    })
+    proc = fake_proc(
+        tmp_path,
+        "9:pids:/a\n4:memory:/a/b\n1:cpu,cpuacct:/a\n",
+        [("cgroup", "/", "pids", "rw,pids"), ("cgroup", "/", "memory", "rw,memory")],
+        {
+            "memory/a/b/memory.limit_in_bytes": "268435456\n",
+            "memory/a/memory.limit_in_bytes": "9223372036854771712\n",  # no limit
+            "memory/memory.limit_in_bytes": "9223372036854771712\n",
+        },
+    )
     assert cgroup_memory_limit(proc) == 256 << 20
 
 
@@ -99,8 +110,9 @@ def test_a_whole_build_over_the_budget_stops_and_names_the_costliest() -> None:
     assert "over the memory budget" in text and "GlobalNetworkPolicy/wide-" in text
     assert len(e.value.costliest) == 5
     # copies of one policy fit where the distinct ones do not
-    copies = build_project(docs([gnp(f"copy-{i}", [f"10.0.{j}.0/24" for j in range(100)]) for i in range(40)]),
-                           Problems(), budget=limit)
+    copies = build_project(
+        docs([gnp(f"copy-{i}", [f"10.0.{j}.0/24" for j in range(100)]) for i in range(40)]), Problems(), budget=limit
+    )
     assert copies.shared.footprint < limit
 
 
@@ -121,8 +133,10 @@ def write_set(path: Path, objects: list[dict[str, Any]]) -> None:
 
 
 def wide_set(n: int, prefix: str = "wide") -> list[dict[str, Any]]:
-    return [gnp(f"{prefix}-{i}", [f"10.{i % 250}.{j}.0/24" for j in range(200)], selector="app == 'nothing'")
-            for i in range(n)]
+    return [
+        gnp(f"{prefix}-{i}", [f"10.{i % 250}.{j}.0/24" for j in range(200)], selector="app == 'nothing'")
+        for i in range(n)
+    ]
 
 
 def test_the_file_source_rejects_an_update_over_the_budget_whole(demo: Path) -> None:

@@ -103,7 +103,9 @@ def test_check_reads_stdin():
 
 
 def test_explain_json_names_tier_policy_and_rule():
-    r = run("explain", DEMO, "--from", "frontend/web", "--to", "backend/db", "--proto", "TCP", "--port", "5432", "--json")
+    r = run(
+        "explain", DEMO, "--from", "frontend/web", "--to", "backend/db", "--proto", "TCP", "--port", "5432", "--json"
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["verdict"] == "deny"
@@ -121,7 +123,19 @@ def test_explain_json_names_tier_policy_and_rule():
 def test_explain_takes_ports_with_every_protocol_that_carries_them():
     # UDPLite packets carry ports (the decoder reads them, port rules compare them): explain takes
     # --port with it as with TCP, and refuses it with ICMP.
-    r = run("explain", DEMO, "--from", "frontend/web", "--to", "backend/api", "--proto", "UDPLite", "--port", "8080", "--json")
+    r = run(
+        "explain",
+        DEMO,
+        "--from",
+        "frontend/web",
+        "--to",
+        "backend/api",
+        "--proto",
+        "UDPLite",
+        "--port",
+        "8080",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["verdict"] in ("allow", "deny")
     r = run("explain", DEMO, "--from", "frontend/web", "--to", "backend/api", "--proto", "ICMP", "--port", "8080")
@@ -137,11 +151,25 @@ def test_explain_table_and_log_rules():
 
 
 def test_explain_default_override_and_unknown_end():
-    allowed = json.loads(run("explain", DEMO, "--from", "frontend/web", "--to", "backend/api", "--port", "8080", "--json").stdout)
+    allowed = json.loads(
+        run("explain", DEMO, "--from", "frontend/web", "--to", "backend/api", "--port", "8080", "--json").stdout
+    )
     assert allowed["verdict"] == "allow"
     # With --default deny, a pod whose every tier passed falls to the (now deny) default.
     denied = json.loads(
-        run("explain", DEMO, "--from", "frontend/web", "--to", "backend/api", "--port", "8080", "--default", "deny", "--json").stdout
+        run(
+            "explain",
+            DEMO,
+            "--from",
+            "frontend/web",
+            "--to",
+            "backend/api",
+            "--port",
+            "8080",
+            "--default",
+            "deny",
+            "--json",
+        ).stdout
     )
     assert denied["verdict"] == "deny" and denied["egress"]["reason"] == "default"
     r = run("explain", DEMO, "--from", "nowhere/pod", "--to", "backend/api")
@@ -178,8 +206,10 @@ def test_matrix_grid_on_terminal():
 
 
 def test_native_and_reference_engines_agree_on_the_demo():
-    for args in (["matrix", DEMO, "--proto", "TCP", "--port", "8080", "--json"],
-                 ["explain", DEMO, "--from", "203.0.113.7", "--to", "frontend/web", "--port", "80", "--json"]):
+    for args in (
+        ["matrix", DEMO, "--proto", "TCP", "--port", "8080", "--json"],
+        ["explain", DEMO, "--from", "203.0.113.7", "--to", "frontend/web", "--port", "80", "--json"],
+    ):
         native = json.loads(run(*args, "--engine", "native").stdout)
         reference = json.loads(run(*args, "--engine", "reference").stdout)
         assert native == reference
@@ -215,10 +245,14 @@ def test_explain_reports_the_staged_verdict_without_changing_the_real_one():
     # the staged policy's own rule, named by its staged kind
     args443 = (*args[:2], STAGED, *args[2:-1], "8443")
     staged = json.loads(run(*args443, "--json").stdout)["staged"]
-    assert staged["summary"] == "would allow by StagedKubernetesNetworkPolicy/backend/allow-frontend-to-api rule 0 (ingress)"
+    assert (
+        staged["summary"]
+        == "would allow by StagedKubernetesNetworkPolicy/backend/allow-frontend-to-api rule 0 (ingress)"
+    )
 
 
 # --- messages ------------------------------------------------------------------------------------
+
 
 def test_help_lists_every_exit_code():
     """Every exit code the command guide's table lists is in ``pyclassify --help``."""
@@ -236,7 +270,8 @@ def test_help_lists_every_exit_code():
 def test_counted_nouns_agree(tmp_path):
     (tmp_path / "np.yaml").write_text(
         "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: a}\n"
-        "spec: {podSelector: {}}\n")
+        "spec: {podSelector: {}}\n"
+    )
     r = run("check", str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert "1 document: 1 policy, 0 endpoints" in r.stdout and "0 warnings" in r.stdout

@@ -41,8 +41,14 @@ def run_limited(limit: int, args: list[str]) -> tuple[subprocess.CompletedProces
     except OSError as e:
         pytest.fail(f"no memory cgroup to run the command in: {e}")
     try:
-        out = subprocess.run([*group.prefix(), sys.executable, "-m", "pyclassify", *args], cwd=REPO,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600)
+        out = subprocess.run(
+            [*group.prefix(), sys.executable, "-m", "pyclassify", *args],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=600,
+        )
         return out, group.oom_kills()
     finally:
         group.close()
@@ -50,9 +56,11 @@ def run_limited(limit: int, args: list[str]) -> tuple[subprocess.CompletedProces
 
 @pytest.mark.parametrize("command", ["explain", "render", "check"])
 def test_a_heavy_set_compiles_within_512_mib(heavy_set: Path, command: str) -> None:
-    args = {"explain": ["explain", str(heavy_set), *FLOW],
-            "render": ["render", str(heavy_set), "--endpoint", "payments/pod-0"],
-            "check": ["check", str(heavy_set)]}[command]
+    args = {
+        "explain": ["explain", str(heavy_set), *FLOW],
+        "render": ["render", str(heavy_set), "--endpoint", "payments/pod-0"],
+        "check": ["check", str(heavy_set)],
+    }[command]
     out, kills = run_limited(LIMIT, args)
     assert kills == 0 and out.returncode == 0, (out.returncode, kills, out.stderr[-2000:])
 

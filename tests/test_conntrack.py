@@ -97,8 +97,12 @@ def test_tcp_connection_through_batches():
 
 def test_denied_flow_is_not_tracked_and_its_replies_are_denied_with_it():
     ct = ConnTrack()
-    b = batch(tcp("10.0.0.1", 1, "10.0.0.2", 23, SYN), tcp("10.0.0.2", 23, "10.0.0.1", 1, SYN | ACK),
-              tcp("10.0.0.2", 23, "10.0.0.1", 1, ACK), tcp("10.0.0.1", 1, "10.0.0.2", 23, ACK))
+    b = batch(
+        tcp("10.0.0.1", 1, "10.0.0.2", 23, SYN),
+        tcp("10.0.0.2", 23, "10.0.0.1", 1, SYN | ACK),
+        tcp("10.0.0.2", 23, "10.0.0.1", 1, ACK),
+        tcp("10.0.0.1", 1, "10.0.0.2", 23, ACK),
+    )
     states, allowed = ct.track(b, np.array([0, 1, 1, 1], np.uint8), now_ns=0)
     assert states.tolist() == [NEW, DENIED, DENIED, DENIED]
     assert allowed.tolist() == [0, 0, 0, 0]
@@ -111,7 +115,8 @@ def test_loose_pickup_option():
     assert ConnTrack().track(mid, allow_all(1), 0)[0].tolist() == [PICKUP]
     # the server's segment first: the connection is the client's (the higher port)
     assert ConnTrack().track(batch(tcp("10.0.0.2", 22, "10.0.0.1", 5000, ACK)), allow_all(1), 0)[0].tolist() == [
-        PICKUP_REPLY]
+        PICKUP_REPLY
+    ]
     strict = ConnTrack(tcp_loose=False)
     assert strict.track(mid, allow_all(1), 0)[0].tolist() == [INVALID]
     assert strict.config["tcp_loose"] is False

@@ -7,9 +7,19 @@ import pytest
 from pyclassify.counted import count, plural
 
 
-@pytest.mark.parametrize("noun,many", [("policy", "policies"), ("packet", "packets"), ("address", "addresses"),
-                                       ("flow class", "flow classes"), ("entry", "entries"), ("key", "keys"),
-                                       ("staged policy", "staged policies"), ("match", "matches")])
+@pytest.mark.parametrize(
+    "noun,many",
+    [
+        ("policy", "policies"),
+        ("packet", "packets"),
+        ("address", "addresses"),
+        ("flow class", "flow classes"),
+        ("entry", "entries"),
+        ("key", "keys"),
+        ("staged policy", "staged policies"),
+        ("match", "matches"),
+    ],
+)
 def test_plural(noun: str, many: str) -> None:
     assert plural(noun) == many
 

@@ -55,15 +55,25 @@ def engine():
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pyclassify", *args], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, **(env or {})}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pyclassify", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
 
 
 def test_the_command_on_the_cluster_answers_as_in_process(cluster, tmp_path):
-    paths = write_archive(tmp_path, [("vpc", [("10.0.1.10", "10.0.2.20", 40000 + i, 8080, "TCP", "REJECT", i)
-                                              for i in range(20)]),
-                                     ("conntrack", [("10.0.2.20", "203.0.113.7", 41000, 53, "UDP", "ACCEPT", 0)]),
-                                     ("hubble", ["junk", ("10.0.1.10", "10.0.2.30", 42000, 22, "TCP", "ACCEPT", 0)])])
+    paths = write_archive(
+        tmp_path,
+        [
+            ("vpc", [("10.0.1.10", "10.0.2.20", 40000 + i, 8080, "TCP", "REJECT", i) for i in range(20)]),
+            ("conntrack", [("10.0.2.20", "203.0.113.7", 41000, 53, "UDP", "ACCEPT", 0)]),
+            ("hubble", ["junk", ("10.0.1.10", "10.0.2.30", 42000, 22, "TCP", "ACCEPT", 0)]),
+        ],
+    )
     paths = [str(TRAFFIC / "hubble.jsonl"), str(TRAFFIC / "vpc-flow-logs.txt"), *paths]
     here = _cli("replay", str(DEMO), *_traffic(paths), "--json")
     there = _cli("replay", str(DEMO), *_traffic(paths), "--json", "--scheduler", cluster.address)
@@ -103,8 +113,12 @@ def test_the_engine_is_built_once_per_worker_for_every_task(client, engine, tmp_
     assert sum(info["tasks_by_worker"].values()) == 12  # ...and judged its files with it
     assert all(s > 0 for s in info["engine_seconds"].values())
     # the run's engine is not left on the workers
-    assert not [n for plugins in client.run(lambda dask_worker: list(dask_worker.plugins)).values()
-                for n in plugins if n.startswith("pyclassify-engine-")]
+    assert not [
+        n
+        for plugins in client.run(lambda dask_worker: list(dask_worker.plugins)).values()
+        for n in plugins
+        if n.startswith("pyclassify-engine-")
+    ]
 
 
 def test_a_worker_killed_mid_run_loses_no_record_and_counts_none_twice(tmp_path, engine):
@@ -130,13 +144,17 @@ def test_a_worker_killed_mid_run_loses_no_record_and_counts_none_twice(tmp_path,
             def kill_a_holder(done: int, total: int) -> None:
                 if killed:
                     return
-                held = {w for key, ws in client.who_has().items() if str(key).startswith("pyclassify-judge-") for w in ws}
+                held = {
+                    w for key, ws in client.who_has().items() if str(key).startswith("pyclassify-judge-") for w in ws
+                }
                 assert held, "a file's summary is done but no worker holds it"
                 victim = sorted(held)[0]
                 os.kill(pids[victim], signal.SIGKILL)
                 killed.append(victim)
 
-            summary, info = dask_replay.run(engine, paths, client=client, progress=kill_a_holder, out=str(tmp_path / "lines"))
+            summary, info = dask_replay.run(
+                engine, paths, client=client, progress=kill_a_holder, out=str(tmp_path / "lines")
+            )
             assert killed and info["workers"] == 1 and killed[0] not in info["engine_seconds"]
         assert answer(summary_json(summary, False)) == answer(whole.summary_json())
         assert summary.totals[0] == sum(len(r) for _, r in files)
@@ -179,8 +197,15 @@ def _free_port() -> int:
 def test_an_unreachable_scheduler_is_named_with_exit_8():
     pytest.importorskip("distributed", reason="the dask extra is not installed")
     address = f"tcp://127.0.0.1:{_free_port()}"
-    result = _cli("replay", str(DEMO), "--traffic", str(TRAFFIC / "hubble.jsonl"), "--scheduler", address,
-                  env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"})
+    result = _cli(
+        "replay",
+        str(DEMO),
+        "--traffic",
+        str(TRAFFIC / "hubble.jsonl"),
+        "--scheduler",
+        address,
+        env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"},
+    )
     assert result.returncode == 8, result.stderr
     assert f"cannot reach the Dask scheduler at {address}" in result.stderr
     assert "Traceback" not in result.stderr
@@ -192,7 +217,9 @@ def test_workers_of_another_version_are_refused_with_exit_8(tmp_path):
     dask_cluster.dask_command()
     other = tmp_path / "other"
     (other / "pyclassify-0.0.1.dist-info").mkdir(parents=True)
-    (other / "pyclassify-0.0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: pyclassify\nVersion: 0.0.1\n")
+    (other / "pyclassify-0.0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: pyclassify\nVersion: 0.0.1\n"
+    )
     running = dask_cluster.LocalDask(tmp_path)
     try:
         running.start_scheduler()
@@ -208,8 +235,16 @@ def test_workers_of_another_version_are_refused_with_exit_8(tmp_path):
 
 
 def test_scheduler_and_out_together_are_a_usage_error(tmp_path):
-    result = _cli("replay", str(DEMO), "--traffic", str(TRAFFIC / "hubble.jsonl"), "--scheduler", "tcp://127.0.0.1:1",
-                  "--out", str(tmp_path / "v.jsonl"))
+    result = _cli(
+        "replay",
+        str(DEMO),
+        "--traffic",
+        str(TRAFFIC / "hubble.jsonl"),
+        "--scheduler",
+        "tcp://127.0.0.1:1",
+        "--out",
+        str(tmp_path / "v.jsonl"),
+    )
     assert result.returncode == 2 and "--out" in result.stderr
 
 
@@ -225,22 +260,43 @@ def test_usage_on_the_cluster_counts_as_in_process(cluster):
 
 
 def test_a_scheduler_in_the_environment_leaves_captures_in_process():
-    result = _cli("replay", str(DEMO), "--pcap", str(ROOT / "pcaps" / "demo.pcap"), "--json",
-                  env={"DASK_SCHEDULER_ADDRESS": "tcp://127.0.0.1:1"})
+    result = _cli(
+        "replay",
+        str(DEMO),
+        "--pcap",
+        str(ROOT / "pcaps" / "demo.pcap"),
+        "--json",
+        env={"DASK_SCHEDULER_ADDRESS": "tcp://127.0.0.1:1"},
+    )
     assert result.returncode == 0, result.stderr
     asked = _cli("replay", str(DEMO), "--pcap", str(ROOT / "pcaps" / "demo.pcap"), "--scheduler", "tcp://127.0.0.1:1")
     assert asked.returncode == 2 and "--traffic" in asked.stderr
 
 
 def test_out_dir_holds_the_in_process_lines_a_file_each(cluster, engine, tmp_path):
-    paths = [str(TRAFFIC / "hubble.jsonl"), str(TRAFFIC / "vpc-flow-logs.txt"),
-             *write_archive(tmp_path, [("conntrack", [("10.0.2.20", "203.0.113.7", 41000, 53, "UDP", "ACCEPT", 0)] * 3)])]
-    result = _cli("replay", str(DEMO), *_traffic(paths), "--json", "--scheduler", cluster.address,
-                  "--out-dir", str(tmp_path / "lines"))
+    paths = [
+        str(TRAFFIC / "hubble.jsonl"),
+        str(TRAFFIC / "vpc-flow-logs.txt"),
+        *write_archive(tmp_path, [("conntrack", [("10.0.2.20", "203.0.113.7", 41000, 53, "UDP", "ACCEPT", 0)] * 3)]),
+    ]
+    result = _cli(
+        "replay",
+        str(DEMO),
+        *_traffic(paths),
+        "--json",
+        "--scheduler",
+        cluster.address,
+        "--out-dir",
+        str(tmp_path / "lines"),
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["cluster"]["index"] == str(tmp_path / "lines" / "index.json")
     assert sorted(p.name for p in (tmp_path / "lines").iterdir()) == [
-        "index.json", "part-00000.jsonl", "part-00001.jsonl", "part-00002.jsonl"]
+        "index.json",
+        "part-00000.jsonl",
+        "part-00001.jsonl",
+        "part-00002.jsonl",
+    ]
     assert out_dir_lines(tmp_path / "lines") == in_process_lines(engine, paths)
     refused = _cli("replay", str(DEMO), *_traffic(paths), "--out-dir", str(tmp_path / "x"))
     assert refused.returncode == 2 and "--scheduler" in refused.stderr
@@ -249,7 +305,9 @@ def test_out_dir_holds_the_in_process_lines_a_file_each(cluster, engine, tmp_pat
 def test_diff_on_the_cluster_finds_the_in_process_changes(cluster, tmp_path):
     from tests.test_trafficdiff import conntrack_line, diff_answer
 
-    rows = [("10.0.2.20", "10.0.2.30", 40000 + i, 5432, 2) for i in range(4)] + [("10.0.1.10", "10.0.2.20", 41000, 8080, 1)]
+    rows = [("10.0.2.20", "10.0.2.30", 40000 + i, 5432, 2) for i in range(4)] + [
+        ("10.0.1.10", "10.0.2.20", 41000, 8080, 1)
+    ]
     paths = [str(TRAFFIC / "hubble.jsonl")]
     for i in range(3):
         (tmp_path / f"ct-{i}.txt").write_text("".join(conntrack_line(*r) + "\n" for r in rows[i:]))
@@ -284,7 +342,12 @@ def test_a_parquet_file_is_cut_between_row_groups_and_answers_as_one(client, eng
     write_parquet(tmp_path / "flows.parquet", rows, 4)
     paths = [str(TRAFFIC / "hubble.jsonl"), str(tmp_path / "flows.parquet")]
     assert [part for _, part in dask_replay.partitions(paths, rows=10)] == [
-        None, (0, 3, 0), (3, 6, 12), (6, 9, 24), (9, 10, 36)]
+        None,
+        (0, 3, 0),
+        (3, 6, 12),
+        (6, 9, 24),
+        (9, 10, 36),
+    ]
     whole = RecordReplay(engine)
     whole.run(paths)
     summary, info = dask_replay.run(engine, paths, client=client, partition_rows=10)
@@ -300,9 +363,23 @@ def test_ctrl_c_prints_the_files_judged_and_leaves_nothing_on_the_cluster(cluste
 
     rows = [("10.0.1.10", "10.0.2.20", 30000 + i, 8080, "TCP", "ACCEPT", 0) for i in range(3000)]
     paths = write_archive(tmp_path, [("vpc", rows)] * 400)
-    proc = subprocess.Popen([sys.executable, "-m", "pyclassify", "replay", str(DEMO), *_traffic(paths), "--json",
-                             "--scheduler", cluster.address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pyclassify",
+            "replay",
+            str(DEMO),
+            *_traffic(paths),
+            "--json",
+            "--scheduler",
+            cluster.address,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if any(str(k).startswith("pyclassify-judge-") for ks in client.has_what().values() for k in ks):
@@ -316,24 +393,49 @@ def test_ctrl_c_prints_the_files_judged_and_leaves_nothing_on_the_cluster(cluste
     assert doc["records"] == 3000 * len(doc["files"]) == sum(f["records"] for f in doc["files"])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        left = client.run_on_scheduler(lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks
-                                                                 if str(k).startswith("pyclassify-")])
+        left = client.run_on_scheduler(
+            lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks if str(k).startswith("pyclassify-")]
+        )
         if not left:
             break
         time.sleep(0.2)
     assert not left
-    assert not [n for ps in client.run(lambda dask_worker: list(dask_worker.plugins)).values()
-                for n in ps if n.startswith("pyclassify-engine-")]
+    assert not [
+        n
+        for ps in client.run(lambda dask_worker: list(dask_worker.plugins)).values()
+        for n in ps
+        if n.startswith("pyclassify-engine-")
+    ]
 
 
 def test_the_report_on_the_cluster_is_the_in_process_page(cluster, tmp_path):
     paths = [str(TRAFFIC / "hubble.jsonl"), str(TRAFFIC / "vpc-flow-logs.txt")]
     change = str(ROOT / "examples" / "changes" / "db-behind-pgbouncer.yaml")
     for extra in ((), ("--apply", change)):
-        here = _cli("report", str(DEMO), *extra, *_traffic(paths), "--port", "any", "--no-redundant",
-                    "-o", str(tmp_path / "here.html"))
-        there = _cli("report", str(DEMO), *extra, *_traffic(paths), "--port", "any", "--no-redundant",
-                     "-o", str(tmp_path / "there.html"), "--scheduler", cluster.address)
+        here = _cli(
+            "report",
+            str(DEMO),
+            *extra,
+            *_traffic(paths),
+            "--port",
+            "any",
+            "--no-redundant",
+            "-o",
+            str(tmp_path / "here.html"),
+        )
+        there = _cli(
+            "report",
+            str(DEMO),
+            *extra,
+            *_traffic(paths),
+            "--port",
+            "any",
+            "--no-redundant",
+            "-o",
+            str(tmp_path / "there.html"),
+            "--scheduler",
+            cluster.address,
+        )
         assert here.returncode == 0, here.stderr
         assert there.returncode == 0, there.stderr
         # the page carries the diff's summary: its time and decisions (work, not answers) aside

@@ -77,7 +77,9 @@ def _mutate(obj: dict, rng: random.Random) -> dict | None:
     if choice == 4:  # reorder
         for key in ("priority", "order"):
             if key in spec:
-                spec[key] = rng.choice([0, 1, 50, 99, 500, 1000]) if obj["kind"] != "Tier" else rng.choice([1, 100, 5000])
+                spec[key] = (
+                    rng.choice([0, 1, 50, 99, 500, 1000]) if obj["kind"] != "Tier" else rng.choice([1, 100, 5000])
+                )
                 return obj
     if choice == 5 and obj["kind"] == "NetworkPolicy":  # isolate the other direction too
         spec["policyTypes"] = ["Ingress", "Egress"]
@@ -121,7 +123,11 @@ def brute_force(old: NativeEngine, new: NativeEngine, project: Project, rng: ran
         for cp in ep.ports:
             ports.update({cp.port - 1, cp.port, cp.port + 1})
     ports = sorted(p for p in ports if 0 <= p <= 65535)
-    flows = [(proto, port, None) for proto in PROTOCOLS for port in ports] + [(1, None, t) for t in (0, 3, 8, 11)] + [(47, None, None)]
+    flows = (
+        [(proto, port, None) for proto in PROTOCOLS for port in ports]
+        + [(1, None, t) for t in (0, 3, 8, 11)]
+        + [(47, None, None)]
+    )
     pairs = [(i, j) for i, a in enumerate(ends) for j, b in enumerate(ends) if not (_outside(a) and _outside(b))]
     raw = np.stack([np.frombuffer(address_bytes(ip), np.uint8) for _, ip in ends])
     si = np.repeat(np.array([i for i, _ in pairs]), len(flows))
@@ -147,7 +153,15 @@ def brute_force(old: NativeEngine, new: NativeEngine, project: Project, rng: ran
         sa, da, proto, port, itype = keys[i]
         src = FlowEnd(by_ref.get(sa), ipaddress.ip_address(dict(ends)[sa]) if sa not in by_ref else by_ref[sa].ips[0])
         dst = FlowEnd(by_ref.get(da), ipaddress.ip_address(dict(ends)[da]) if da not in by_ref else by_ref[da].ips[0])
-        flow = Flow(src, dst, proto, reach.EPHEMERAL if port is not None else None, port, itype, 0 if itype is not None else None)
+        flow = Flow(
+            src,
+            dst,
+            proto,
+            reach.EPHEMERAL if port is not None else None,
+            port,
+            itype,
+            0 if itype is not None else None,
+        )
         for engine, got in ((old, before[i]), (new, after[i])):
             assert evaluate(engine.policy_set, project.inventory, flow).allowed == bool(got), (keys[i], engine)
     return changed, keys
@@ -188,12 +202,16 @@ def check_exact(old_project: Project, new_project: Project, seed: int) -> Any:
     for src, dst, proto, port, itype in keys:
         flow = (proto, port, itype)
         if flow not in classes:
-            classes[flow] = result.space.class_of(4, proto, port, reach.EPHEMERAL if port is not None else None,
-                                                  itype, 0 if itype is not None else None)
+            classes[flow] = result.space.class_of(
+                4, proto, port, reach.EPHEMERAL if port is not None else None, itype, 0 if itype is not None else None
+            )
             assert classes[flow] is not None, flow
         key = (src, dst, proto, port, itype)
         assert ((src, dst, classes[flow]) in cover) == (key in changed), (
-            key, key in changed, [result.change_text(c) for c in result.changes])
+            key,
+            key in changed,
+            [result.change_text(c) for c in result.changes],
+        )
     return result
 
 
@@ -267,8 +285,14 @@ def test_cli_json_contract() -> None:
     assert closed["from"]["endpoints"] == ["backend/api"] and closed["to"]["endpoints"] == ["backend/db"]
     assert closed["was"]["verdict"] == "allow" and closed["now"]["verdict"] == "deny"
     assert closed["now"]["ingress"]["reason"] == "end-of-tier"
-    assert closed["was"]["ingress"] == {"verdict": "allow", "tier": "default", "policy": "NetworkPolicy/backend/allow-api-to-db",
-                                        "rule": 0, "reason": "rule", "logs": []}
+    assert closed["was"]["ingress"] == {
+        "verdict": "allow",
+        "tier": "default",
+        "policy": "NetworkPolicy/backend/allow-api-to-db",
+        "rule": 0,
+        "reason": "rule",
+        "logs": [],
+    }
     assert doc["summary"]["opened"] == 1 and doc["summary"]["closed"] == doc["summary"]["changes"] - 1
 
 
@@ -285,8 +309,9 @@ def test_cli_against_policy_only(tmp_path) -> None:
     for name in ("20-networkpolicies.yaml", "30-adminnetworkpolicies.yaml"):
         (policy / name).write_text(open(f"{DEMO}/{name}").read())
     calico = open(f"{DEMO}/40-calico.yaml").read().split("\n---\n")
-    (policy / "40-calico.yaml").write_text("\n---\n".join(d for d in calico if "kind: GlobalNetworkSet" not in d
-                                                          and "kind: HostEndpoint" not in d))
+    (policy / "40-calico.yaml").write_text(
+        "\n---\n".join(d for d in calico if "kind: GlobalNetworkSet" not in d and "kind: HostEndpoint" not in d)
+    )
     r = run("diff", DEMO, "--against", str(policy), "--json")
     assert r.exit_code == 0, r.output
 
@@ -294,8 +319,13 @@ def test_cli_against_policy_only(tmp_path) -> None:
 def test_cli_inventories_must_agree(tmp_path) -> None:
     other = tmp_path / "other"
     other.mkdir()
-    for f in ("00-namespaces.yaml", "15-cluster.yaml", "20-networkpolicies.yaml", "30-adminnetworkpolicies.yaml",
-              "40-calico.yaml"):
+    for f in (
+        "00-namespaces.yaml",
+        "15-cluster.yaml",
+        "20-networkpolicies.yaml",
+        "30-adminnetworkpolicies.yaml",
+        "40-calico.yaml",
+    ):
         (other / f).write_text(open(f"{DEMO}/{f}").read())
     (other / "10-pods.yaml").write_text(open(f"{DEMO}/10-pods.yaml").read().replace("10.0.1.10", "10.0.1.11"))
     r = run("diff", DEMO, "--against", str(other))
@@ -303,13 +333,16 @@ def test_cli_inventories_must_agree(tmp_path) -> None:
     assert "different inventories" in r.output and "frontend/web" in r.output
 
 
-@pytest.mark.parametrize("args,message", [
-    ((DEMO,), "--against NEW... (a whole policy set) or --apply FILE"),
-    ((DEMO, "--against"), "--against needs the new policy set"),
-    ((DEMO, "--against", DEMO, "--apply", CHANGE), "one of them"),
-    ((DEMO, "--against", DEMO, "--against", DEMO), "--against is given twice"),
-    ((DEMO, "--bogus", "--against", DEMO), "no such option"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ((DEMO,), "--against NEW... (a whole policy set) or --apply FILE"),
+        ((DEMO, "--against"), "--against needs the new policy set"),
+        ((DEMO, "--against", DEMO, "--apply", CHANGE), "one of them"),
+        ((DEMO, "--against", DEMO, "--against", DEMO), "--against is given twice"),
+        ((DEMO, "--bogus", "--against", DEMO), "no such option"),
+    ],
+)
 def test_cli_usage_errors(args, message) -> None:
     r = run("diff", *args)
     assert r.exit_code == 2, r.output
@@ -324,8 +357,10 @@ def test_cli_apply_refuses_inventory() -> None:
 
 def test_cli_invalid_new_side(tmp_path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: x\n  namespace: backend\n"
-                   "spec:\n  podSelector: {}\n  policyTypes: [Sideways]\n")
+    bad.write_text(
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata:\n  name: x\n  namespace: backend\n"
+        "spec:\n  podSelector: {}\n  policyTypes: [Sideways]\n"
+    )
     r = run("diff", DEMO, "--apply", str(bad))
     assert r.exit_code == 1
     assert "bad.yaml:8" in r.output

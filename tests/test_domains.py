@@ -27,7 +27,9 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_resolve_option() -> None:
     assert domains.resolve_option("API.example.com.=93.184.216.34, b.org=::1") == [
-        ("api.example.com", "93.184.216.34"), ("b.org", "::1")]
+        ("api.example.com", "93.184.216.34"),
+        ("b.org", "::1"),
+    ]
     for bad in ("", "x", "a.com=", "a.com=999.1.1.1", "=1.2.3.4"):
         with pytest.raises(ValueError):
             domains.resolve_option(bad)
@@ -43,8 +45,11 @@ def replayed(tmp_path_factory) -> tuple[dict, list[dict]]:
 
 def test_replay_learns_in_capture_order_for_the_ttl(replayed) -> None:
     summary, lines = replayed
-    syns = [(line["dst"], line["verdict"], (line["egress"] or {}).get("rule")) for line in lines
-            if line["proto"] == "TCP" and line["dport"] == 443]
+    syns = [
+        (line["dst"], line["verdict"], (line["egress"] or {}).get("rule"))
+        for line in lines
+        if line["proto"] == "TCP" and line["dport"] == 443
+    ]
     assert syns == [
         ("93.184.216.34", "deny", 3),  # before any answer
         ("93.184.216.34", "allow", 2),  # after api.example.com's answer
@@ -101,8 +106,7 @@ def test_explain_resolve_on_the_command_line() -> None:
 
 
 def test_admin_network_policy_domain_names() -> None:
-    args = ["explain", DEMO, DOMAINS, "--from", "monitoring/prometheus", "--to", "192.0.2.9", "--port", "443",
-            "--json"]
+    args = ["explain", DEMO, DOMAINS, "--from", "monitoring/prometheus", "--to", "192.0.2.9", "--port", "443", "--json"]
     allowed = json.loads(cli(*args, "--resolve", "alerts.example.net=192.0.2.9").stdout)
     assert allowed["verdict"] == "allow"
     assert allowed["egress"]["policy"] == "AdminNetworkPolicy/monitoring-egress-by-name"

@@ -20,11 +20,19 @@ PCAP = REPO / "pcaps" / "demo.pcap"
 PYCLASSIFY = [sys.executable, "-m", "pyclassify"]
 
 
-def run(*args: str | bytes, env: dict[str, str] | None = None, cwd: str | Path | None = None,
-        input: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*PYCLASSIFY, *args], capture_output=True, text=True, timeout=120,
-                          env=None if env is None else {**os.environ, **env}, cwd=cwd, input=input,
-                          errors="backslashreplace")
+def run(
+    *args: str | bytes, env: dict[str, str] | None = None, cwd: str | Path | None = None, input: str | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*PYCLASSIFY, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=None if env is None else {**os.environ, **env},
+        cwd=cwd,
+        input=input,
+        errors="backslashreplace",
+    )
 
 
 def no_traceback(r: subprocess.CompletedProcess) -> None:
@@ -32,6 +40,7 @@ def no_traceback(r: subprocess.CompletedProcess) -> None:
 
 
 # --- 1: an output that is an input is refused before anything is written ----------------------
+
 
 @pytest.mark.parametrize("option", ["--out", "--allowed", "--denied"])
 @pytest.mark.parametrize("through", ["same", "symlink", "hardlink"])
@@ -67,6 +76,7 @@ def test_replay_refuses_a_manifest_as_output_and_two_outputs_in_one_file(tmp_pat
 
 # --- 5: an --out that cannot be opened --------------------------------------------------------
 
+
 def test_replay_out_that_cannot_be_opened_is_a_clean_error(tmp_path):
     r = run("replay", DEMO, "--pcap", str(PCAP), "--out", str(tmp_path / "no" / "such" / "dir.jsonl"))
     no_traceback(r)
@@ -75,9 +85,14 @@ def test_replay_out_that_cannot_be_opened_is_a_clean_error(tmp_path):
 
 # --- 3, 15: selectors with lone surrogates, and long ones, in manifests ------------------------
 
+
 def _gnp(selector: str) -> str:
-    doc = {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy",
-           "metadata": {"name": "p"}, "spec": {"selector": selector, "types": ["Ingress"]}}
+    doc = {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "GlobalNetworkPolicy",
+        "metadata": {"name": "p"},
+        "spec": {"selector": selector, "types": ["Ingress"]},
+    }
     return json.dumps(doc, indent=1)  # ensure_ascii: a lone surrogate becomes a \udcff escape
 
 
@@ -89,11 +104,20 @@ def test_selector_with_a_lone_surrogate_is_a_file_line_error():
     from pyclassify.project import build_project
 
     gnp = json.loads(_gnp('app == "w\udcffb"'))
-    cap = json.loads(json.dumps({
-        "apiVersion": "containersecurity.tigera.io/v1beta1", "kind": "ContainerAdmissionPolicy",
-        "metadata": {"name": "p"},
-        "spec": {"selector": 'app == "w\udcffb"', "order": 1,
-                 "rules": [{"action": "Allow", "imagePath": {"operator": "IsOneOf", "values": ["x"]}}]}}))
+    cap = json.loads(
+        json.dumps(
+            {
+                "apiVersion": "containersecurity.tigera.io/v1beta1",
+                "kind": "ContainerAdmissionPolicy",
+                "metadata": {"name": "p"},
+                "spec": {
+                    "selector": 'app == "w\udcffb"',
+                    "order": 1,
+                    "rules": [{"action": "Allow", "imagePath": {"operator": "IsOneOf", "values": ["x"]}}],
+                },
+            }
+        )
+    )
     assert "\udcff" in gnp["spec"]["selector"] and "\udcff" in cap["spec"]["selector"]
     problems = Problems()
     project = build_project([Document(gnp, "watch", 3), Document(cap, "watch", 9)], problems)
@@ -114,9 +138,13 @@ def test_check_shows_a_window_of_a_long_invalid_selector(tmp_path):
 
 # --- 4: bytes that are not UTF-8 on the command line ------------------------------------------
 
+
 def test_non_utf8_arguments_are_usage_errors():
-    for args in ([b"selector", b"a == '\xff'"], [b"selector", b"has(a)", b"--labels", b"a=\xff"],
-                 [b"explain", DEMO.encode(), b"--from", b"\xff/x", b"--to", b"backend/api"]):
+    for args in (
+        [b"selector", b"a == '\xff'"],
+        [b"selector", b"has(a)", b"--labels", b"a=\xff"],
+        [b"explain", DEMO.encode(), b"--from", b"\xff/x", b"--to", b"backend/api"],
+    ):
         r = subprocess.run([sys.executable, "-m", "pyclassify", *args], capture_output=True, timeout=120)
         stderr = r.stderr.decode("utf-8", "replace")
         assert "Traceback" not in stderr, stderr
@@ -130,11 +158,17 @@ def test_repeated_label_is_a_usage_error():
 
 # --- 6: a stdout that cannot show the symbols --------------------------------------------------
 
-@pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}])
+
+@pytest.mark.parametrize(
+    "env", [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}]
+)
 def test_ascii_stdout_gets_ascii_forms(env):
-    for args in (("matrix", DEMO, "--port", "80"), ("check", DEMO),
-                 ("replay", DEMO, "--pcap", str(PCAP)),
-                 ("selector", "a == 'b' && " + "x" * 200 + " ==")):
+    for args in (
+        ("matrix", DEMO, "--port", "80"),
+        ("check", DEMO),
+        ("replay", DEMO, "--pcap", str(PCAP)),
+        ("selector", "a == 'b' && " + "x" * 200 + " =="),
+    ):
         r = subprocess.run([*PYCLASSIFY, *args], capture_output=True, timeout=120, env={**os.environ, **env})
         assert b"Traceback" not in r.stderr, r.stderr.decode(errors="replace")
         assert r.returncode in (0, 1), r.stderr
@@ -143,6 +177,7 @@ def test_ascii_stdout_gets_ascii_forms(env):
 
 
 # --- 7: Ctrl-C: the verdict file holds exactly what the summary counts -------------------------
+
 
 def test_interrupt_while_writing_keeps_file_and_summary_in_agreement(tmp_path):
     from pyclassify.engine import NativeEngine
@@ -178,6 +213,7 @@ def test_interrupt_while_writing_keeps_file_and_summary_in_agreement(tmp_path):
 
 # --- 17: the replay summary adds up -----------------------------------------------------------
 
+
 def test_replay_summary_numbers_add_up():
     r = run("replay", DEMO, "--pcap", str(PCAP), "--json")
     s = json.loads(r.stdout)
@@ -205,11 +241,15 @@ def test_replay_summary_without_policy_decisions_says_so(tmp_path):
 
 # --- 18: explain's arguments ------------------------------------------------------------------
 
+
 def test_explain_prints_protocol_names_and_refuses_fields_the_protocol_lacks():
     r = run("explain", DEMO, "--from", "frontend/web", "--to", "backend/api", "--proto", "6", "--port", "8080")
     assert r.returncode == 0 and "TCP/8080" in r.stdout
-    for args in (("--proto", "TCP", "--icmp-type", "8"), ("--proto", "ICMP", "--port", "80"),
-                 ("--proto", "ICMP", "--icmp-code", "0")):
+    for args in (
+        ("--proto", "TCP", "--icmp-type", "8"),
+        ("--proto", "ICMP", "--port", "80"),
+        ("--proto", "ICMP", "--icmp-code", "0"),
+    ):
         r = run("explain", DEMO, "--from", "frontend/web", "--to", "backend/api", *args)
         assert r.returncode == 2, (args, r.stdout)
 
@@ -218,8 +258,18 @@ def test_help_documents_arguments_and_ends_with_examples():
     h = run("explain", "--help").stdout
     assert "ns/Kind/name" in h and "without a port" in h
     assert "ICMP/ICMPv6 type" in h and "ICMP/ICMPv6 code" in h
-    commands = ["selector", "check", "explain", "matrix", "replay", "render", "enforce", "monitor", "admit",
-                "admission-webhook"]
+    commands = [
+        "selector",
+        "check",
+        "explain",
+        "matrix",
+        "replay",
+        "render",
+        "enforce",
+        "monitor",
+        "admit",
+        "admission-webhook",
+    ]
     for command in commands:
         r = run(command, "--help")
         assert r.returncode == 0, r.stderr
@@ -230,9 +280,18 @@ def test_help_documents_arguments_and_ends_with_examples():
 
 # --- 19: monitor shows control bytes escaped ---------------------------------------------------
 
+
 def test_monitor_escapes_control_bytes(tmp_path):
-    event = {"event": "deny", "ts": 1.0, "src": "10.0.0.1", "dst": "10.0.0.2", "proto": "TCP", "dport": 80,
-             "src_endpoint": "ns/\x1b[2J\x1b]0;owned\x07pod\r", "ingress": {"verdict": "deny", "policy": "p\u202eevil"}}
+    event = {
+        "event": "deny",
+        "ts": 1.0,
+        "src": "10.0.0.1",
+        "dst": "10.0.0.2",
+        "proto": "TCP",
+        "dport": 80,
+        "src_endpoint": "ns/\x1b[2J\x1b]0;owned\x07pod\r",
+        "ingress": {"verdict": "deny", "policy": "p\u202eevil"},
+    }
     f = tmp_path / "events.jsonl"
     f.write_text(json.dumps(event) + "\n" + "not json \x1b[31m\n")
     r = run("monitor", str(f))
@@ -243,6 +302,7 @@ def test_monitor_escapes_control_bytes(tmp_path):
 
 
 # --- 20: enforce --help says what it does to the machine ---------------------------------------
+
 
 def test_enforce_help_says_what_it_needs_and_touches():
     h = " ".join(run("enforce", "--help").stdout.split())
@@ -280,6 +340,7 @@ def test_symlinked_directories_are_followed_once_and_dangling_links_reported(tmp
 
 # --- 11: nothing found is not "valid" -----------------------------------------------------------
 
+
 def test_a_path_without_manifests_warns_and_exits_1(tmp_path):
     (tmp_path / "README.txt").write_text("not a manifest")
     comments = tmp_path / "c.yaml"
@@ -300,12 +361,17 @@ def test_a_path_without_manifests_warns_and_exits_1(tmp_path):
 
 # --- 12: near-miss kinds and unknown versions of known groups -----------------------------------
 
+
 def test_misspelt_kinds_and_unknown_versions_are_errors(tmp_path):
     f = tmp_path / "m.yaml"
-    f.write_text(NP.format(name="a").replace("kind: NetworkPolicy", "kind: NetworkPolicys") + "---\n"
-                 + NP.format(name="b").replace("networking.k8s.io/v1", "networking.k8s.io/v2") + "---\n"
-                 + "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolcy\nmetadata: {name: c}\n---\n"
-                 + "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: d}\n")
+    f.write_text(
+        NP.format(name="a").replace("kind: NetworkPolicy", "kind: NetworkPolicys")
+        + "---\n"
+        + NP.format(name="b").replace("networking.k8s.io/v1", "networking.k8s.io/v2")
+        + "---\n"
+        + "apiVersion: projectcalico.org/v3\nkind: GlobalNetworkPolcy\nmetadata: {name: c}\n---\n"
+        + "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: d}\n"
+    )
     r = run("check", str(f), "--json")
     doc = json.loads(r.stdout)
     assert r.returncode == 1 and doc["policies"] == 0
@@ -318,6 +384,7 @@ def test_misspelt_kinds_and_unknown_versions_are_errors(tmp_path):
 
 # --- 13: the same object in two files -----------------------------------------------------------
 
+
 def test_duplicates_across_files_name_both_places(tmp_path):
     (tmp_path / "a.yaml").write_text(NP.format(name="same"))
     (tmp_path / "b.yaml").write_text("# the same again\n" + NP.format(name="same"))
@@ -327,11 +394,16 @@ def test_duplicates_across_files_name_both_places(tmp_path):
     r = run("check", str(tmp_path))
     assert r.returncode == 1
     errors = [line for line in r.stderr.splitlines() if "duplicate" in line]
-    assert any(line.startswith(f"{tmp_path / 'b.yaml'}:4:") and f"{tmp_path / 'a.yaml'}:3" in line for line in errors), errors
-    assert any(line.startswith(f"{tmp_path / 'd.yaml'}:") and str(tmp_path / "c.yaml") in line for line in errors), errors
+    assert any(
+        line.startswith(f"{tmp_path / 'b.yaml'}:4:") and f"{tmp_path / 'a.yaml'}:3" in line for line in errors
+    ), errors
+    assert any(line.startswith(f"{tmp_path / 'd.yaml'}:") and str(tmp_path / "c.yaml") in line for line in errors), (
+        errors
+    )
 
 
 # --- 14: corrupt captures exit 1, with real offsets and the file named once --------------------
+
 
 def _pcap_header(version: int = 2, linktype: int = 1) -> bytes:
     import struct
@@ -354,7 +426,9 @@ def test_corrupt_captures_exit_1_with_real_offsets(tmp_path):
         f.write_bytes(data)
         for stdin in (False, True):
             if stdin:
-                r = subprocess.run([*PYCLASSIFY, "replay", DEMO, "--pcap", "-"], input=data, capture_output=True, timeout=120)
+                r = subprocess.run(
+                    [*PYCLASSIFY, "replay", DEMO, "--pcap", "-"], input=data, capture_output=True, timeout=120
+                )
                 out = (r.stdout + r.stderr).decode()
             else:
                 r = run("replay", DEMO, "--pcap", str(f))
@@ -390,17 +464,33 @@ def test_capture_truncated_during_replay_is_reported(tmp_path):
 
     from pyclassify.capture import read_all
 
-    frame = bytes.fromhex("ffffffffffff0000000000010800" "4500001c000100004011f97b0a00010a0a000214") + b"\0" * 8
+    frame = bytes.fromhex("ffffffffffff00000000000108004500001c000100004011f97b0a00010a0a000214") + b"\0" * 8
     frame = frame[:14] + frame[14:34] + b"\x30\x39\x00\x35\x00\x08\x00\x00"
     packets = 70_000  # more than one batch (65,536)
-    record = b"".join(struct.pack("<IIII", i // 1000, i % 1000, len(frame), len(frame)) + frame
-                      for i in range(packets))
+    record = b"".join(struct.pack("<IIII", i // 1000, i % 1000, len(frame), len(frame)) + frame for i in range(packets))
     capture = tmp_path / "big.pcap"
     capture.write_bytes(_pcap_header() + record)
     allowed, out = tmp_path / "allowed.pcap", tmp_path / "out.jsonl"
-    r = subprocess.run([sys.executable, "-c", TRUNCATE, str(capture), "replay", DEMO, "--pcap", str(capture),
-                        "--allowed", str(allowed), "--out", str(out), "--json"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            TRUNCATE,
+            str(capture),
+            "replay",
+            DEMO,
+            "--pcap",
+            str(capture),
+            "--allowed",
+            str(allowed),
+            "--out",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     # the summary of what was read, and a failure: the packets after the cut are missing
     assert r.returncode == 1, (r.returncode, r.stderr[-2000:])
     assert "truncated or changed while it was read" in r.stderr
@@ -414,6 +504,7 @@ def test_capture_truncated_during_replay_is_reported(tmp_path):
 
 
 # --- 21: a manifest larger than the bound is rejected before it is read -------------------------
+
 
 def test_manifest_size_is_bounded(tmp_path):
     big = tmp_path / "big.yaml"
@@ -435,14 +526,20 @@ SCRIPTS = REPO / "scripts"
 
 def test_demo_prints_commands_with_their_quotes(tmp_path):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    r = subprocess.run(["bash", str(SCRIPTS / "demo.sh"), "--installed"], capture_output=True, text=True,
-                       timeout=300, cwd=tmp_path, env=env)
+    r = subprocess.run(
+        ["bash", str(SCRIPTS / "demo.sh"), "--installed"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     assert "\n$ pyclassify selector \"a == 'b' && has(c)\" --labels a=b,c=1\n" in r.stdout
     # Whatever the argument, the printed form is read back by the shell as that argument.
     text = (SCRIPTS / "demo.sh").read_text()
-    quote = text[text.index("quote() {"):text.index("\n}\n", text.index("quote() {")) + 3]
-    tricky = ["plain", "a b", "a == 'b'", 'say "hi"', "$HOME `x` \\ !", "it's \"both\"", "", "*"]
+    quote = text[text.index("quote() {") : text.index("\n}\n", text.index("quote() {")) + 3]
+    tricky = ["plain", "a b", "a == 'b'", 'say "hi"', "$HOME `x` \\ !", 'it\'s "both"', "", "*"]
     for arg in tricky:
         script = quote + 'eval "set -- $(quote "$1")"; printf "%s" "$1"'
         back = subprocess.run(["bash", "-c", script, "bash", arg], capture_output=True, text=True, timeout=60)
@@ -457,8 +554,9 @@ def test_venv_script_says_what_it_waits_for_and_shows_pips_progress(tmp_path):
     fake = bin_dir / "python"  # records how pip would be run
     fake.write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/pip-args\n')
     fake.chmod(0o755)
-    r = subprocess.run(["bash", "-c", f"source {tmp_path}/scripts/venv.sh test"], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        ["bash", "-c", f"source {tmp_path}/scripts/venv.sh test"], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     assert "minutes" in r.stdout and "Rust" in r.stdout
     args = (tmp_path / "pip-args").read_text().split()
@@ -468,15 +566,19 @@ def test_venv_script_says_what_it_waits_for_and_shows_pips_progress(tmp_path):
 def test_an_object_larger_than_any_cluster_takes_is_rejected_before_the_slow_reader(tmp_path):
     # %YAML 1.1 sends the document to the ruamel reader (~2 MB/s): the bound stops it first.
     big = tmp_path / "big.yaml"
-    big.write_text("%YAML 1.1\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata:\n  k: "
-                   + "a" * 4_000_000 + "\n")
+    big.write_text(
+        "%YAML 1.1\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata:\n  k: " + "a" * 4_000_000 + "\n"
+    )
     r = run("check", str(big))
     assert r.returncode == 1 and "larger than the limit of 3145728 bytes" in r.stderr, r.stderr
     assert run("check", str(big), env={"PYCLASSIFY_MAX_OBJECT_BYTES": "5000000"}).returncode == 0
     # One List item too large is rejected alone; the other items load.
-    items = ",".join(['{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}',
-                      '{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}, "data": {"k": "%s"}}'
-                      % ("a" * 2000)])
+    items = ",".join(
+        [
+            '{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}',
+            '{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}, "data": {"k": "%s"}}' % ("a" * 2000),
+        ]
+    )
     lst = tmp_path / "list.json"
     lst.write_text(f'{{"apiVersion": "v1", "kind": "List", "items": [{items}]}}')
     doc = json.loads(run("check", str(lst), "--json", env={"PYCLASSIFY_MAX_OBJECT_BYTES": "1000"}).stdout)

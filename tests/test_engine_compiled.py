@@ -41,9 +41,18 @@ def test_compiled_equals_walk_on_random_worlds(data):
     engine = NativeEngine(policy_set, inventory)
     defaults = data.draw(st.sampled_from([{}, {"default_pod": "deny", "default_host": "allow"}]))
     flows = [data.draw(flow_st(inventory)) for _ in range(24)]
-    flows = [Flow(FlowEnd(None, f.src.address or ipaddress.ip_address("203.0.113.1")),
-                  FlowEnd(None, f.dst.address or ipaddress.ip_address("203.0.113.2")),
-                  f.protocol, f.sport, f.dport, f.icmp_type, f.icmp_code) for f in flows]
+    flows = [
+        Flow(
+            FlowEnd(None, f.src.address or ipaddress.ip_address("203.0.113.1")),
+            FlowEnd(None, f.dst.address or ipaddress.ip_address("203.0.113.2")),
+            f.protocol,
+            f.sport,
+            f.dport,
+            f.icmp_type,
+            f.icmp_code,
+        )
+        for f in flows
+    ]
     flows = [f for f in flows if f.src.ip.version == f.dst.ip.version]
     if flows:
         _three_ways(engine, packet_batch(flows), **defaults)
@@ -58,10 +67,19 @@ def _pod_flows(engine: NativeEngine, rng: random.Random, n: int) -> list[Flow]:
         src, dst = (rng.choice(outside) if rng.random() < 0.1 else rng.choice(ips) for _ in range(2))
         protocol = rng.choice([6, 6, 6, 17, 17, 1, 132])
         if protocol == 1:
-            flows.append(Flow(FlowEnd(None, src), FlowEnd(None, dst), 1, None, None, rng.choice([0, 3, 8]), rng.choice([0, 1])))
+            flows.append(
+                Flow(FlowEnd(None, src), FlowEnd(None, dst), 1, None, None, rng.choice([0, 3, 8]), rng.choice([0, 1]))
+            )
         else:
-            flows.append(Flow(FlowEnd(None, src), FlowEnd(None, dst), protocol, rng.randrange(1024, 65536),
-                              rng.choice(ports) if rng.random() < 0.7 else rng.randrange(1, 65536)))
+            flows.append(
+                Flow(
+                    FlowEnd(None, src),
+                    FlowEnd(None, dst),
+                    protocol,
+                    rng.randrange(1024, 65536),
+                    rng.choice(ports) if rng.random() < 0.7 else rng.randrange(1, 65536),
+                )
+            )
     return flows
 
 

@@ -36,9 +36,24 @@ from tests.test_engine_differential import (
     world_st,
 )
 
-KINDS = ["pod added", "pod removed", "pod relabelled", "pod readdressed", "pod ports", "pod account",
-         "namespace relabelled", "policy added", "policy changed", "policy removed", "network set",
-         "profile", "service", "node relabelled", "account relabelled", "tier default"]
+KINDS = [
+    "pod added",
+    "pod removed",
+    "pod relabelled",
+    "pod readdressed",
+    "pod ports",
+    "pod account",
+    "namespace relabelled",
+    "policy added",
+    "policy changed",
+    "policy removed",
+    "network set",
+    "profile",
+    "service",
+    "node relabelled",
+    "account relabelled",
+    "tier default",
+]
 
 
 @dataclasses.dataclass
@@ -56,11 +71,14 @@ def _endpoint(draw, i: int) -> Endpoint:
     host = draw(st.integers(0, 5)) == 0
     return Endpoint(
         kind=EndpointKind.HOST if host else EndpointKind.POD,
-        name=f"new{i}", namespace=None if host else draw(st.sampled_from(NAMESPACES)),
+        name=f"new{i}",
+        namespace=None if host else draw(st.sampled_from(NAMESPACES)),
         labels=draw(labels_st),
         ips=tuple(ipaddress.ip_address(a) for a in draw(st.lists(st.sampled_from(ADDRS), max_size=2, unique=True))),
-        ports=tuple(ContainerPort(draw(st.sampled_from([53, 80, 8080])), 6, draw(st.sampled_from([None, *PORT_NAMES])))
-                    for _ in range(draw(st.integers(0, 2)))),
+        ports=tuple(
+            ContainerPort(draw(st.sampled_from([53, 80, 8080])), 6, draw(st.sampled_from([None, *PORT_NAMES])))
+            for _ in range(draw(st.integers(0, 2)))
+        ),
         service_account=None if host else draw(st.sampled_from([None, "default", "web"])),
         host_network=(not host) and draw(st.integers(0, 6)) == 0,
         profiles=tuple(draw(st.lists(st.sampled_from(["prof", "nope"]), max_size=1))),
@@ -85,8 +103,9 @@ def mutate(draw, w: World, step: int) -> str:
         eps[i] = dataclasses.replace(eps[i], ips=tuple(ipaddress.ip_address(a) for a in ips))
     elif kind == "pod ports":
         i = pick()
-        eps[i] = dataclasses.replace(eps[i], ports=(ContainerPort(draw(st.sampled_from([80, 9090])), 6,
-                                                                  draw(st.sampled_from(PORT_NAMES))),))
+        eps[i] = dataclasses.replace(
+            eps[i], ports=(ContainerPort(draw(st.sampled_from([80, 9090])), 6, draw(st.sampled_from(PORT_NAMES))),)
+        )
     elif kind == "pod account":
         i = pick()
         if eps[i].kind is EndpointKind.POD:
@@ -94,8 +113,9 @@ def mutate(draw, w: World, step: int) -> str:
     namespaces = dict(inv.namespaces)
     if kind == "namespace relabelled":
         n = draw(st.sampled_from(NAMESPACES))
-        namespaces[n] = Namespace(n, {"kubernetes.io/metadata.name": n,
-                                      **draw(st.sampled_from([{}, {"team": "red"}, {"team": "blue"}]))})
+        namespaces[n] = Namespace(
+            n, {"kubernetes.io/metadata.name": n, **draw(st.sampled_from([{}, {"team": "red"}, {"team": "blue"}]))}
+        )
     if kind == "policy added":
         w.policies.append(dataclasses.replace(draw(policy_st(100 + step))))
     elif kind == "policy changed" and w.policies:
@@ -109,15 +129,26 @@ def mutate(draw, w: World, step: int) -> str:
         if network_sets and draw(st.booleans()):
             network_sets.pop(0)
         else:
-            network_sets.append(NetworkSet(f"set{step}", draw(st.sampled_from([None, "a"])), draw(labels_st),
-                                           tuple(draw(st.lists(net_st, min_size=1, max_size=2)))))
+            network_sets.append(
+                NetworkSet(
+                    f"set{step}",
+                    draw(st.sampled_from([None, "a"])),
+                    draw(labels_st),
+                    tuple(draw(st.lists(net_st, min_size=1, max_size=2))),
+                )
+            )
     if kind == "profile":
-        w.profiles = [] if w.profiles and draw(st.booleans()) else [Profile("prof", ingress=draw(rules_st()),
-                                                                             egress=draw(rules_st()))]
+        w.profiles = (
+            []
+            if w.profiles and draw(st.booleans())
+            else [Profile("prof", ingress=draw(rules_st()), egress=draw(rules_st()))]
+        )
     services = dict(inv.services)
     if kind == "service":
         svc = services[("a", "svc")]
-        services[("a", "svc")] = dataclasses.replace(svc, selector=draw(st.sampled_from([None, {"app": "x"}, {"app": "y"}])))
+        services[("a", "svc")] = dataclasses.replace(
+            svc, selector=draw(st.sampled_from([None, {"app": "x"}, {"app": "y"}]))
+        )
     nodes = dict(inv.nodes)
     if kind == "node relabelled":
         nodes["n1"] = Node("n1", {"zone": draw(st.sampled_from(["z1", "z2"]))}, (ipaddress.ip_address("10.0.0.7"),))
@@ -126,8 +157,14 @@ def mutate(draw, w: World, step: int) -> str:
         accounts[("a", "web")] = ServiceAccount("web", "a", draw(st.sampled_from([{}, {"trusted": "yes"}])))
     if kind == "tier default":
         w.tiers = [Tier("security", 500.0, draw(st.sampled_from([Action.DENY, Action.PASS, Action.ALLOW])))]
-    w.inventory = Inventory(namespaces=namespaces, endpoints=eps, network_sets=network_sets, nodes=nodes,
-                            services=services, service_accounts=accounts)
+    w.inventory = Inventory(
+        namespaces=namespaces,
+        endpoints=eps,
+        network_sets=network_sets,
+        nodes=nodes,
+        services=services,
+        service_accounts=accounts,
+    )
     return kind
 
 
@@ -144,8 +181,12 @@ def _plain(d) -> dict | None:
 @given(st.data())
 def test_changes_applied_as_deltas_equal_a_fresh_build_and_the_reference(data):
     policy_set, inventory = data.draw(world_st())
-    w = World(list(policy_set.policies), [t for t in policy_set.tiers if t.name == "security"],
-              list(policy_set.profiles), inventory)
+    w = World(
+        list(policy_set.policies),
+        [t for t in policy_set.tiers if t.name == "security"],
+        list(policy_set.profiles),
+        inventory,
+    )
     engine = NativeEngine(w.policy_set(), w.inventory)
     state = engine.state
     for step in range(data.draw(st.integers(1, 8))):
@@ -162,13 +203,26 @@ def test_changes_applied_as_deltas_equal_a_fresh_build_and_the_reference(data):
             assert engine.evaluate(flow).to_json() == want, (kind, flow)
             assert fresh.evaluate(flow).to_json() == want, (kind, flow)
         ip_flows = [data.draw(flow_st(inv)) for _ in range(12)]
-        ip_flows = [Flow(FlowEnd(None, f.src.address or ipaddress.ip_address("203.0.113.1")),
-                         FlowEnd(None, f.dst.address or ipaddress.ip_address("203.0.113.2")),
-                         f.protocol, f.sport, f.dport, f.icmp_type, f.icmp_code) for f in ip_flows]
+        ip_flows = [
+            Flow(
+                FlowEnd(None, f.src.address or ipaddress.ip_address("203.0.113.1")),
+                FlowEnd(None, f.dst.address or ipaddress.ip_address("203.0.113.2")),
+                f.protocol,
+                f.sport,
+                f.dport,
+                f.icmp_type,
+                f.icmp_code,
+            )
+            for f in ip_flows
+        ]
         ip_flows = [f for f in ip_flows if f.src.ip.version == f.dst.ip.version]
         # as the packets carry them: ICMP always has a type and code
-        ip_flows = [dataclasses.replace(f, icmp_type=f.icmp_type or 0, icmp_code=f.icmp_code or 0)
-                    if f.protocol in (1, 58) else f for f in ip_flows]
+        ip_flows = [
+            dataclasses.replace(f, icmp_type=f.icmp_type or 0, icmp_code=f.icmp_code or 0)
+            if f.protocol in (1, 58)
+            else f
+            for f in ip_flows
+        ]
         batch = packet_batch(ip_flows)
         for e in (engine, fresh):
             # The batch path (through the decision memo): verdict, tier, policy and rule by name.

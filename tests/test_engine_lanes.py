@@ -34,7 +34,9 @@ def connection_of(headers: np.ndarray) -> np.ndarray:
     """Per header, a number its connection's packets both ways share."""
     a = [bytes(x) for x in headers["src_addr"]]
     b = [bytes(x) for x in headers["dst_addr"]]
-    ends = [tuple(sorted(((s, int(sp)), (d, int(dp))))) for s, d, sp, dp in zip(a, b, headers["sport"], headers["dport"])]
+    ends = [
+        tuple(sorted(((s, int(sp)), (d, int(dp))))) for s, d, sp, dp in zip(a, b, headers["sport"], headers["dport"])
+    ]
     return np.array([hash((e, int(p))) & 0xFFFF for e, p in zip(ends, headers["protocol"])])
 
 
@@ -87,13 +89,16 @@ def test_connections_split_over_lanes_judge_alike_with_dns(tmp_path) -> None:
     assert 0 < verdicts[0]["allow"].sum() < len(verdicts[0])
 
 
-@pytest.mark.parametrize("bad, said", [
-    (lambda h, n: dict(rows=np.arange(n)[::-1].copy()), "lanes[0] rows must ascend"),
-    (lambda h, n: dict(rows=np.array([0, n]), headers=h[:2]), "lanes[0] rows must ascend within the batch's"),
-    (lambda h, n: dict(rows=np.array([-1, 0]), headers=h[:2]), "lanes[0] rows must ascend"),
-    (lambda h, n: dict(rows=np.arange(2), headers=h[:3]), "lanes[0] headers has 3 items"),
-    (lambda h, n: dict(tracker=None, segments=np.zeros((n, 3), np.int64)), "segments go with a tracker"),
-])
+@pytest.mark.parametrize(
+    "bad, said",
+    [
+        (lambda h, n: dict(rows=np.arange(n)[::-1].copy()), "lanes[0] rows must ascend"),
+        (lambda h, n: dict(rows=np.array([0, n]), headers=h[:2]), "lanes[0] rows must ascend within the batch's"),
+        (lambda h, n: dict(rows=np.array([-1, 0]), headers=h[:2]), "lanes[0] rows must ascend"),
+        (lambda h, n: dict(rows=np.arange(2), headers=h[:3]), "lanes[0] headers has 3 items"),
+        (lambda h, n: dict(tracker=None, segments=np.zeros((n, 3), np.int64)), "segments go with a tracker"),
+    ],
+)
 def test_bad_lanes_are_refused_naming_the_lane(bad, said) -> None:
     engine, _ = engine_with_facts()
     with one_batch(REPO / "pcaps" / "demo.pcap") as batch:

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from pyclassify import _engine, engine_spec
-from pyclassify.engine import EngineError, EngineState, engine_spec as whole_world_spec
+from pyclassify.engine import EngineError, EngineState
+from pyclassify.engine import engine_spec as whole_world_spec
 from tests.test_engine_differential import world_st
 
 
@@ -103,21 +104,50 @@ def test_every_delta_is_what_the_types_declare(world):
 
 
 def _pod(**extra: object) -> dict[str, object]:
-    return {"kind": "pod", "namespace": "a", "raw_labels": {}, "sa_labels": {}, "ips": ["10.0.0.1"], "ports": [],
-            "host_network": False, "profiles": [], **extra}
+    return {
+        "kind": "pod",
+        "namespace": "a",
+        "raw_labels": {},
+        "sa_labels": {},
+        "ips": ["10.0.0.1"],
+        "ports": [],
+        "host_network": False,
+        "profiles": [],
+        **extra,
+    }
 
 
-@pytest.mark.parametrize(("delta", "path"), [
-    ({"endpoints": [_pod(), _pod(namspace="a")]}, "endpoints[1]"),
-    ({"endpoints": [_pod(ports=[{"name": None, "protocol": 6, "port": 80, "prot": 1}])]}, "endpoints[0].ports[0]"),
-    ({"tiers": [{"name": "default", "default_action": "Deny", "ordr": 1.0}]}, "tiers[0]"),
-    ({"policies": [{"tier": "default", "types": ["ingress"], "egress": [], "ingress": [],
-                    "subject": {"selector": "all()", "endpoint_kinds": ["pod"], "namespace_selectr": "all()"}}]},
-     "policies[0].subject"),
-    ({"rule_lists": [[{"action": "Allow", "not_protocols": [], "sources": [], "destinations": [],
-                       "protocol": [6]}]]}, "rule_lists[0][0]"),
-    ({"remove_endpoint": [3]}, None),
-])
+@pytest.mark.parametrize(
+    ("delta", "path"),
+    [
+        ({"endpoints": [_pod(), _pod(namspace="a")]}, "endpoints[1]"),
+        ({"endpoints": [_pod(ports=[{"name": None, "protocol": 6, "port": 80, "prot": 1}])]}, "endpoints[0].ports[0]"),
+        ({"tiers": [{"name": "default", "default_action": "Deny", "ordr": 1.0}]}, "tiers[0]"),
+        (
+            {
+                "policies": [
+                    {
+                        "tier": "default",
+                        "types": ["ingress"],
+                        "egress": [],
+                        "ingress": [],
+                        "subject": {"selector": "all()", "endpoint_kinds": ["pod"], "namespace_selectr": "all()"},
+                    }
+                ]
+            },
+            "policies[0].subject",
+        ),
+        (
+            {
+                "rule_lists": [
+                    [{"action": "Allow", "not_protocols": [], "sources": [], "destinations": [], "protocol": [6]}]
+                ]
+            },
+            "rule_lists[0][0]",
+        ),
+        ({"remove_endpoint": [3]}, None),
+    ],
+)
 def test_a_misspelt_key_is_refused_naming_its_path(delta, path):
     model = _engine.Model()
     with pytest.raises(EngineError, match="unknown field") as refused:
@@ -129,7 +159,15 @@ def test_a_misspelt_key_is_refused_naming_its_path(delta, path):
 
 
 def test_a_misspelt_key_of_a_whole_world_spec_is_refused():
-    spec = {"namespaces": {}, "endpoints": [_pod(adressable=True)], "network_sets": [], "nodes": [], "services": [],
-            "tiers": [], "policies": [], "profiles": []}
+    spec = {
+        "namespaces": {},
+        "endpoints": [_pod(adressable=True)],
+        "network_sets": [],
+        "nodes": [],
+        "services": [],
+        "tiers": [],
+        "policies": [],
+        "profiles": [],
+    }
     with pytest.raises(EngineError, match=r"endpoints\[0\]\S*: unknown field `adressable`"):
         _engine.Engine(orjson.dumps(spec).decode())

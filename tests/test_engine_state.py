@@ -48,7 +48,9 @@ def test_a_rejected_delta_changes_nothing(demo) -> None:
     # the state did not keep the rejected policy: the same project again is no change at all
     again = state.update(demo.policy_set, demo.inventory)
     assert state.last_delta_size == 0 and state.deltas == 1
-    flow = Flow(FlowEnd(demo.inventory.find("frontend/web")), FlowEnd(demo.inventory.find("backend/api")), 6, None, 8080)
+    flow = Flow(
+        FlowEnd(demo.inventory.find("frontend/web")), FlowEnd(demo.inventory.find("backend/api")), 6, None, 8080
+    )
     assert again.evaluate(flow).to_json() == evaluate(demo.policy_set, demo.inventory, flow).to_json()
 
 

@@ -48,22 +48,51 @@ def policy(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize("engine", ["native", "reference"])
 def test_forward_policy_of_the_interface_judges_routed_traffic(policy: str, engine: str) -> None:
-    inbound = ["explain", DEMO, policy, "--from", "203.0.113.9", "--to", "frontend/web", "--port", "8080",
-               "--engine", engine, "--json"]
+    inbound = [
+        "explain",
+        DEMO,
+        policy,
+        "--from",
+        "203.0.113.9",
+        "--to",
+        "frontend/web",
+        "--port",
+        "8080",
+        "--engine",
+        engine,
+        "--json",
+    ]
     assert json.loads(cli(*inbound).stdout)["verdict"] == "allow"  # the pod's own policy allows it
     doc = json.loads(cli(*inbound, "--in-via", "node1-eth0").stdout)
     assert doc["verdict"] == "deny"
     (fwd,) = doc["forward"]
     assert (fwd["via"], fwd["direction"], fwd["verdict"]) == ("node1-eth0", "ingress", "deny")
     decision = fwd["hooks"][-1]
-    assert (decision["hook"], decision["decision"]["policy"], decision["decision"]["rule"]) == \
-        ("forward", "GlobalNetworkPolicy/edge-forward", 0)
+    assert (decision["hook"], decision["decision"]["policy"], decision["decision"]["rule"]) == (
+        "forward",
+        "GlobalNetworkPolicy/edge-forward",
+        0,
+    )
     # another port: the forward policy's tier ends without a rule: denied there too (felix)
     other = json.loads(cli(*inbound[:7], "--port", "80", "--engine", engine, "--json", "--in-via", "node1-eth0").stdout)
     assert other["forward"][0]["hooks"][-1]["decision"]["reason"] == "end-of-tier"
     # out by the interface: its egress rules
-    outbound = ["explain", DEMO, policy, "--from", "frontend/web", "--to", "192.0.2.9", "--port", "443",
-                "--engine", engine, "--json", "--out-via", "node1-eth0"]
+    outbound = [
+        "explain",
+        DEMO,
+        policy,
+        "--from",
+        "frontend/web",
+        "--to",
+        "192.0.2.9",
+        "--port",
+        "443",
+        "--engine",
+        engine,
+        "--json",
+        "--out-via",
+        "node1-eth0",
+    ]
     doc = json.loads(cli(*outbound).stdout)
     assert doc["forward"][0]["direction"] == "egress" and doc["forward"][0]["verdict"] == "deny"
     assert "routed in by host endpoint node1-eth0: deny" in cli(*inbound[:-1], "--in-via", "node1-eth0").stdout

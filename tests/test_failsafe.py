@@ -46,10 +46,28 @@ def _project(tmp_path: Path, extra: str = "") -> object:
 
 def test_calico_default_lists():
     # docs.tigera.io/calico/latest/reference/host-endpoints/failsafe
-    assert [e.label for e in DEFAULT_INBOUND] == ["tcp:22", "udp:68", "tcp:179", "tcp:2379", "tcp:2380",
-                                                  "tcp:5473", "tcp:6443", "tcp:6666", "tcp:6667"]
-    assert [e.label for e in DEFAULT_OUTBOUND] == ["udp:53", "udp:67", "tcp:179", "tcp:2379", "tcp:2380",
-                                                   "tcp:5473", "tcp:6443", "tcp:6666", "tcp:6667"]
+    assert [e.label for e in DEFAULT_INBOUND] == [
+        "tcp:22",
+        "udp:68",
+        "tcp:179",
+        "tcp:2379",
+        "tcp:2380",
+        "tcp:5473",
+        "tcp:6443",
+        "tcp:6666",
+        "tcp:6667",
+    ]
+    assert [e.label for e in DEFAULT_OUTBOUND] == [
+        "udp:53",
+        "udp:67",
+        "tcp:179",
+        "tcp:2379",
+        "tcp:2380",
+        "tcp:5473",
+        "tcp:6443",
+        "tcp:6666",
+        "tcp:6667",
+    ]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -112,8 +130,25 @@ def test_engines_agree_on_every_port_of_the_lists(tmp_path):
 
 
 def test_explain_cli_on_the_demo_ssh_to_the_node():
-    r = subprocess.run([sys.executable, "-m", "pyclassify", "explain", DEMO, "--from", "8.8.8.8", "--to", "node1-eth0",
-                        "--port", "22", "--json"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyclassify",
+            "explain",
+            DEMO,
+            "--from",
+            "8.8.8.8",
+            "--to",
+            "node1-eth0",
+            "--port",
+            "22",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["verdict"] == "allow" and doc["ingress"]["policy"] == "Failsafe/inbound"

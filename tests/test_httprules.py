@@ -44,12 +44,26 @@ def replayed(tmp_path_factory) -> tuple[dict, list[dict]]:
 def test_each_request_is_judged_where_its_head_completes(replayed) -> None:
     summary, lines = replayed
     # pcaps/README.md lists the connections: (packet, verdict, rule of api-http) per request
-    judged = {3: ("allow", 0), 11: ("allow", 0), 19: ("allow", 1), 27: ("deny", 2), 31: ("deny", 2),
-              35: ("allow", 0), 36: ("deny", 2), 72: ("allow", 0), 81: ("allow", 1), 86: ("allow", 0)}
+    judged = {
+        3: ("allow", 0),
+        11: ("allow", 0),
+        19: ("allow", 1),
+        27: ("deny", 2),
+        31: ("deny", 2),
+        35: ("allow", 0),
+        36: ("deny", 2),
+        72: ("allow", 0),
+        81: ("allow", 1),
+        86: ("allow", 0),
+    }
     for k, (verdict, rule) in judged.items():
         line = lines[k]
-        assert (line["http"], line["verdict"], line["ingress"]["policy"], line["ingress"]["rule"]) == \
-            ("request", verdict, POLICY, rule), line
+        assert (line["http"], line["verdict"], line["ingress"]["policy"], line["ingress"]["rule"]) == (
+            "request",
+            verdict,
+            POLICY,
+            rule,
+        ), line
     # every connection was admitted provisionally at its SYN: denied only for want of its request
     syns = [0, 8, 16, 24, 28, 32, 37, 78, 91]
     for k in syns:
@@ -60,8 +74,15 @@ def test_each_request_is_judged_where_its_head_completes(replayed) -> None:
     # a stream that is not HTTP is denied at its first segment
     assert (lines[94]["verdict"], lines[94]["http"]) == ("deny", "not_http")
     assert [k for k, line in enumerate(lines) if line["verdict"] == "deny"] == [27, 31, 36, 94]
-    assert summary["http"] == {"provisional": 9, "requests_allowed": 7, "requests_denied": 3, "held": 0,
-                               "table_full": 0, "errors": {"not_http": 1}, "read": True}
+    assert summary["http"] == {
+        "provisional": 9,
+        "requests_allowed": 7,
+        "requests_denied": 3,
+        "held": 0,
+        "table_full": 0,
+        "errors": {"not_http": 1},
+        "read": True,
+    }
 
 
 def test_flow_records_say_what_the_requests_decided(tmp_path: Path) -> None:
@@ -70,9 +91,17 @@ def test_flow_records_say_what_the_requests_decided(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     flows = {f["sport"]: f for f in map(json.loads, out.read_text().splitlines())}
     verdicts = {port: (f["verdict"], f.get("http")) for port, f in flows.items()}
-    assert verdicts == {45001: ("allow", "request"), 45002: ("allow", "request"), 45003: ("allow", "request"),
-                        45004: ("deny", "request"), 45005: ("deny", "request"), 45006: ("deny", "request"),
-                        45007: ("allow", "request"), 45008: ("allow", "request"), 45009: ("deny", "not_http")}
+    assert verdicts == {
+        45001: ("allow", "request"),
+        45002: ("allow", "request"),
+        45003: ("allow", "request"),
+        45004: ("deny", "request"),
+        45005: ("deny", "request"),
+        45006: ("deny", "request"),
+        45007: ("allow", "request"),
+        45008: ("allow", "request"),
+        45009: ("deny", "not_http"),
+    }
     assert "admitted provisionally" in cli("replay", DEMO, HTTP, "--pcap", PCAP).stdout
 
 
@@ -103,10 +132,12 @@ def _capture(tmp_path: Path, segments: list[bytes], sport: int = 46000) -> str:
         p.time = t
         pkts.append(p)
 
-    up = lambda flags, seq, ack, data=b"": Ether() / IP(src=WEB, dst=API) / TCP(  # noqa: E731
-        sport=sport, dport=8080, flags=flags, seq=seq, ack=ack) / data
-    down = lambda flags, seq, ack: Ether() / IP(src=API, dst=WEB) / TCP(  # noqa: E731
-        sport=8080, dport=sport, flags=flags, seq=seq, ack=ack)
+    up = lambda flags, seq, ack, data=b"": (  # noqa: E731
+        Ether() / IP(src=WEB, dst=API) / TCP(sport=sport, dport=8080, flags=flags, seq=seq, ack=ack) / data
+    )
+    down = lambda flags, seq, ack: (  # noqa: E731
+        Ether() / IP(src=API, dst=WEB) / TCP(sport=8080, dport=sport, flags=flags, seq=seq, ack=ack)
+    )
     add(up("S", cseq, 0))
     add(down("SA", sseq, cseq + 1))
     cseq += 1
@@ -122,7 +153,7 @@ def _capture(tmp_path: Path, segments: list[bytes], sport: int = 46000) -> str:
 
 def test_a_request_over_many_tiny_segments_is_judged_within_bounds(tmp_path: Path) -> None:
     head = b"GET /public/split HTTP/1.1\r\nHost: api.backend\r\n\r\n"
-    ok = _capture(tmp_path, [head[i:i + 1] for i in range(len(head))])  # a byte a segment
+    ok = _capture(tmp_path, [head[i : i + 1] for i in range(len(head))])  # a byte a segment
     _, lines = replay(ok, tmp_path / "ok.jsonl")
     assert (lines[-2]["http"], lines[-2]["verdict"], lines[-2]["ingress"]["rule"]) == ("request", "allow", 0)
     assert {line.get("http") for line in lines[3:-2:2]} == {"provisional"}  # each byte before it
@@ -150,7 +181,9 @@ def test_retransmissions_and_gaps(tmp_path: Path) -> None:
     # the first data segment retransmitted after the second: read once, the request denied once
     pkts.insert(7, pkts[3].copy())
     # a segment ahead of the client's first byte (a gap) before them: held back (dropped), not read
-    gap = Ether() / IP(src=WEB, dst=API) / TCP(sport=46003, dport=8080, flags="PA", seq=50000, ack=9001) / b"GET /public/"
+    gap = (
+        Ether() / IP(src=WEB, dst=API) / TCP(sport=46003, dport=8080, flags="PA", seq=50000, ack=9001) / b"GET /public/"
+    )
     gap.time = pkts[3].time - 0.00005
     pkts.insert(3, gap)
     wrpcap(path, pkts)
@@ -168,16 +201,33 @@ def test_explain_request(tmp_path: Path) -> None:
     doc = json.loads(r.stdout)
     assert (doc["verdict"], doc["awaits_request"], doc["ingress"]["awaits_request"]) == ("deny", True, True)
     assert "admitted provisionally" in cli(*args).stdout
-    for request, verdict, rule in (("GET /public/a?x=1", "allow", 0), ("POST /api/orders", "allow", 1),
-                                   ("POST /public/a", "deny", 2), ("GET /healthz/x", "deny", 2)):
+    for request, verdict, rule in (
+        ("GET /public/a?x=1", "allow", 0),
+        ("POST /api/orders", "allow", 1),
+        ("POST /public/a", "deny", 2),
+        ("GET /healthz/x", "deny", 2),
+    ):
         doc = json.loads(cli(*args, "--request", request, "--json").stdout)
         assert (doc["verdict"], doc["ingress"]["rule"], "awaits_request" in doc) == (verdict, rule, False), request
         assert doc["flow"]["request"]["method"] == request.split()[0]
     for bad in ("GET", "GET nopath", "GET /a b c"):
         r = cli(*args, "--request", bad)
         assert r.returncode == 2 and "--request" in r.stderr, bad
-    r = cli("explain", DEMO, HTTP, "--from", "frontend/web", "--to", "backend/api", "--proto", "UDP", "--port",
-            "8080", "--request", "GET /")
+    r = cli(
+        "explain",
+        DEMO,
+        HTTP,
+        "--from",
+        "frontend/web",
+        "--to",
+        "backend/api",
+        "--proto",
+        "UDP",
+        "--port",
+        "8080",
+        "--request",
+        "GET /",
+    )
     assert r.returncode == 2 and "--request needs --proto TCP" in r.stderr
 
 
@@ -200,8 +250,10 @@ def test_evaluators_agree_on_requests(seed: int, tmp_path: Path) -> None:
         if kind == "allow-http":
             ms = rng.sample(methods[:3], rng.randint(0, 2))
             ps = [{rng.choice(["exact", "prefix"]): rng.choice(paths[:5])} for _ in range(rng.randint(0, 2))]
-            rules.append(f"- {{action: Allow, protocol: TCP, {port and port + ','} http: "
-                         f"{{methods: {json.dumps(ms)}, paths: {json.dumps(ps)}}}}}")
+            rules.append(
+                f"- {{action: Allow, protocol: TCP, {port and port + ','} http: "
+                f"{{methods: {json.dumps(ms)}, paths: {json.dumps(ps)}}}}}"
+            )
         else:
             rules.append(f"- {{action: {kind.capitalize()}, protocol: TCP{port and ', ' + port}}}")
     manifest = f"""
@@ -213,7 +265,7 @@ spec:
   selector: app == 'api'
   types: [Ingress]
   ingress:
-{chr(10).join('  ' + r for r in rules)}
+{chr(10).join("  " + r for r in rules)}
 """
     policy = tmp_path / "p.yaml"
     policy.write_text(manifest)

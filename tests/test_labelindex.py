@@ -71,12 +71,7 @@ class Model:
         return out
 
     def pairs(self) -> set[tuple[str, str]]:
-        return {
-            (s, e)
-            for s, sel in self.selectors.items()
-            for e in self.endpoints
-            if sel.matches(self.effective(e))
-        }
+        return {(s, e) for s, sel in self.selectors.items() for e in self.endpoints if sel.matches(self.effective(e))}
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -79,7 +79,9 @@ def test_the_layout_table_names_the_tree() -> None:
     wanted += [p.name for p in PACKAGE.glob("*.pyi")]
     wanted += [f"{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()]
     wanted += [p.name for p in (root / "native").iterdir() if p.suffix in (".pyx", ".pxi", ".pxd", ".h")]
-    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=root, capture_output=True, text=True)
+    tracked = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=root, capture_output=True, text=True
+    )
     if tracked.returncode == 0:
         tops = {line.split("/", 1)[0] for line in tracked.stdout.splitlines() if "/" in line}
         wanted += [f"{d}/" for d in sorted(tops) if d not in (".ci",)] + [".ci/run"]

@@ -60,8 +60,12 @@ def test_invalid_change_and_unsupported_kinds_are_refused() -> None:
     tier = copy.deepcopy(next(iter(cluster.tiers.values())))
     with pytest.raises(UnsupportedChange, match="reload the project"):
         live.apply(tier, tier)
-    staged = {"apiVersion": "projectcalico.org/v3", "kind": "StagedNetworkPolicy",
-              "metadata": {"name": "s", "namespace": "default"}, "spec": {"selector": "all()"}}
+    staged = {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "StagedNetworkPolicy",
+        "metadata": {"name": "s", "namespace": "default"},
+        "spec": {"selector": "all()"},
+    }
     with pytest.raises(UnsupportedChange, match="reload the project"):  # never in the engine
         live.apply(None, staged)
     service = copy.deepcopy(next(iter(cluster.services.values())))
@@ -142,8 +146,11 @@ def test_nodes_service_accounts_services_and_slices_one_at_a_time() -> None:
     cluster.nodes[next(iter(cluster.nodes))] = relabelled
 
     used = {(e.namespace, e.service_account) for e in live.inventory.endpoints}
-    sa_key, sa = next((k, v) for k, v in cluster.service_accounts.items()
-                      if (v["metadata"]["namespace"], v["metadata"]["name"]) in used)
+    sa_key, sa = next(
+        (k, v)
+        for k, v in cluster.service_accounts.items()
+        if (v["metadata"]["namespace"], v["metadata"]["name"]) in used
+    )
     sa2 = copy.deepcopy(sa)
     sa2["metadata"].setdefault("labels", {})["trusted"] = "yes"
     change(sa, sa2)
@@ -157,10 +164,14 @@ def test_nodes_service_accounts_services_and_slices_one_at_a_time() -> None:
     ns, name = svc_key
     addresses = [e.ips[0] for e in live.inventory.endpoints if e.namespace == ns and e.ips][:2]
     assert live.inventory.services[svc_key].endpoint_ips == ()  # selects nothing now
-    slice_ = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-              "metadata": {"name": f"{name}-abc", "namespace": ns, "labels": {"kubernetes.io/service-name": name}},
-              "addressType": "IPv4", "endpoints": [{"addresses": [str(a)]} for a in addresses],
-              "ports": [{"port": 8080, "protocol": "TCP"}]}
+    slice_ = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": f"{name}-abc", "namespace": ns, "labels": {"kubernetes.io/service-name": name}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [str(a)]} for a in addresses],
+        "ports": [{"port": 8080, "protocol": "TCP"}],
+    }
     change(None, slice_)
     assert live.inventory.services[svc_key].endpoint_ips == tuple(addresses)
     assert live.inventory.services[svc_key].from_slices
@@ -182,9 +193,17 @@ def test_nodes_service_accounts_services_and_slices_one_at_a_time() -> None:
     assert fresh_project.inventory.nodes == live.inventory.nodes
     fresh = NativeEngine(fresh_project.policy_set, fresh_project.inventory)
     pods = [e for e in fresh_project.inventory.endpoints if e.ips and not e.host_network]
-    targets = [*(ip for s in fresh_project.inventory.services.values() for ip in s.cluster_ips), *(p.ips[0] for p in pods)]
+    targets = [
+        *(ip for s in fresh_project.inventory.services.values() for ip in s.cluster_ips),
+        *(p.ips[0] for p in pods),
+    ]
     r = random.Random(5)
     for _ in range(400):
-        flow = Flow(FlowEnd(None, r.choice(pods).ips[0]), FlowEnd(None, r.choice(targets)), 6, 40000,
-                    r.choice([53, 80, 8080, 9090, 5432]))
+        flow = Flow(
+            FlowEnd(None, r.choice(pods).ips[0]),
+            FlowEnd(None, r.choice(targets)),
+            6,
+            40000,
+            r.choice([53, 80, 8080, 9090, 5432]),
+        )
         assert engine.evaluate(flow).to_json() == fresh.evaluate(flow).to_json(), flow

@@ -152,7 +152,10 @@ def test_json_list_from_kubectl():
     docs, problems = load(json.dumps(obj, indent=4), "l.json")
     assert not problems.items
     assert [d.name for d in docs] == ["a", "b"]
-    assert docs[1].line_of(("metadata", "name")) == json.dumps(obj, indent=4).splitlines().index('                "name": "b"') + 1
+    assert (
+        docs[1].line_of(("metadata", "name"))
+        == json.dumps(obj, indent=4).splitlines().index('                "name": "b"') + 1
+    )
 
 
 def test_plain_types_not_ruamel_types():
@@ -239,7 +242,16 @@ def test_documents_that_are_not_objects(text, message):
 
 
 def test_directory_recursion_is_sorted_and_skips_other_files(tmp_path):
-    for rel in ["b.yaml", "a/z.yml", "a/y/x.json", "a.yaml", "notes.txt", ".git/config.yaml", "c/.hidden.yaml", "C.YAML"]:
+    for rel in [
+        "b.yaml",
+        "a/z.yml",
+        "a/y/x.json",
+        "a.yaml",
+        "notes.txt",
+        ".git/config.yaml",
+        "c/.hidden.yaml",
+        "C.YAML",
+    ]:
         f = tmp_path / rel
         f.parent.mkdir(parents=True, exist_ok=True)
         name = rel.replace("/", "-").replace(".", "-").lower()

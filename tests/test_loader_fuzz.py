@@ -28,15 +28,54 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Scalars a manifest holds, with the texts YAML 1.2 is particular about.
-TRICKY_TEXT = st.sampled_from([
-    "", "yes", "no", "on", "off", "y", "n", "true", "False", "NULL", "~", "0o17", "017", "0x1F", "1_000",
-    "1e5", ".5", ".inf", "-.inf", ".nan", "2024-01-01", "2024-01-01T10:00:00Z", "12:30", "<<", "=", "-",
-    "a: b", "#x", "x #y", "'q'", '"d"', "a\nb", " lead", "trail ", "\ttab", "é ü", "line\n\nbreaks\n",
-])
+TRICKY_TEXT = st.sampled_from(
+    [
+        "",
+        "yes",
+        "no",
+        "on",
+        "off",
+        "y",
+        "n",
+        "true",
+        "False",
+        "NULL",
+        "~",
+        "0o17",
+        "017",
+        "0x1F",
+        "1_000",
+        "1e5",
+        ".5",
+        ".inf",
+        "-.inf",
+        ".nan",
+        "2024-01-01",
+        "2024-01-01T10:00:00Z",
+        "12:30",
+        "<<",
+        "=",
+        "-",
+        "a: b",
+        "#x",
+        "x #y",
+        "'q'",
+        '"d"',
+        "a\nb",
+        " lead",
+        "trail ",
+        "\ttab",
+        "é ü",
+        "line\n\nbreaks\n",
+    ]
+)
 TEXT = st.one_of(TRICKY_TEXT, st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=20))
 SCALARS = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=False, allow_infinity=False), TEXT,
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    TEXT,
 )
 KEYS = st.one_of(TEXT, st.integers(min_value=-1000, max_value=1000), st.booleans())
 
@@ -68,8 +107,14 @@ def ruamel_loaded(text: str) -> tuple[list, list]:
 @SETTINGS
 @given(documents(KEYS), st.sampled_from([None, "'", '"']), st.sampled_from([False, None]), st.booleans())
 def test_yaml_loads_as_ruamel_loads_it(docs, quoting, flow, sort_keys):
-    text = yaml.safe_dump_all(docs, default_style=quoting, default_flow_style=flow, sort_keys=sort_keys,
-                              allow_unicode=True, explicit_start=True)
+    text = yaml.safe_dump_all(
+        docs,
+        default_style=quoting,
+        default_flow_style=flow,
+        sort_keys=sort_keys,
+        allow_unicode=True,
+        explicit_start=True,
+    )
     objs, lines, problems = loaded(text)
     want_objs, want_lines = ruamel_loaded(text)
     assert problems == []
@@ -113,13 +158,19 @@ def test_random_bytes_are_problems_never_exceptions(data):
 
 
 SEEDS = [p.read_bytes() for p in sorted(EXAMPLES.rglob("*.yaml"))][:12] + [
-    json.dumps({"apiVersion": "v1", "kind": "List", "items": [{"kind": "Pod", "apiVersion": "v1", "a": [1, 2.5, None]}]},
-               indent=4).encode(),
+    json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": [{"kind": "Pod", "apiVersion": "v1", "a": [1, 2.5, None]}]},
+        indent=4,
+    ).encode(),
     b"apiVersion: v1\nitems:\n- &a {kind: Pod, apiVersion: v1}\n- *a\n- kind: Pod\n  apiVersion: v1\n  x: !!set {a}\nkind: List\n",
     b"%YAML 1.1\n---\napiVersion: v1\nkind: X\nv: yes\n...\n---\n<<: {apiVersion: v1}\nkind: Y\n",
 ]
-MUTATION = st.tuples(st.integers(min_value=0), st.sampled_from(["delete", "insert", "replace"]),
-                     st.binary(min_size=1, max_size=4) | st.sampled_from([b":", b"-", b"\n", b"  ", b"{", b"[", b"&a", b"*a", b"!!", b"\t", b"'", b'"', b"---"]))
+MUTATION = st.tuples(
+    st.integers(min_value=0),
+    st.sampled_from(["delete", "insert", "replace"]),
+    st.binary(min_size=1, max_size=4)
+    | st.sampled_from([b":", b"-", b"\n", b"  ", b"{", b"[", b"&a", b"*a", b"!!", b"\t", b"'", b'"', b"---"]),
+)
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

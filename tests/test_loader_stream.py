@@ -26,13 +26,70 @@ def ruamel_values(text: str) -> list:
 
 @pytest.mark.parametrize(
     "scalar",
-    ["=", "<<", "0b101", "0o17", "017", "0x1F", "-0x1F", "+12", "1_000", "1__", ".5", ".5e+3", ".5e3", "1.", "1e5",
-     "-.inf", ".NaN", "-.nan", "~", "Null", "nUll", "True", "TRUE", "tRue", "yes", "no", "on", "y", "2024-01-01",
-     "2024-01-01T10:00:00Z", "12:30", "1:20:00", "-0", "00", "09", "99999999999999999999999", "-99999999999999999999",
-     "0o", "._5", "1e", "0x", "0b2", "!foo 12", "! 12", "!!str 12", "!!int '12'", "!!float 3", "!!bool yes",
-     "!!null ''", "!!binary aGVsbG8=", "!!set {a, b, 1}", "!!timestamp 2024-01-01", "!foo {a: 1}", "!!omap [a: 1]",
-     "|\n  x\n  y\n", "|+\n  x\n\n", ">-\n  x\n  y\n\n  z\n", "'a''b'", '"\\x41\\u00e9\\t\\N\\_ \\\n  b"',
-     "{? [a, b] : c}", "plain\n  folded\n\n  lines", "[a, {b: c}, [d]]"],
+    [
+        "=",
+        "<<",
+        "0b101",
+        "0o17",
+        "017",
+        "0x1F",
+        "-0x1F",
+        "+12",
+        "1_000",
+        "1__",
+        ".5",
+        ".5e+3",
+        ".5e3",
+        "1.",
+        "1e5",
+        "-.inf",
+        ".NaN",
+        "-.nan",
+        "~",
+        "Null",
+        "nUll",
+        "True",
+        "TRUE",
+        "tRue",
+        "yes",
+        "no",
+        "on",
+        "y",
+        "2024-01-01",
+        "2024-01-01T10:00:00Z",
+        "12:30",
+        "1:20:00",
+        "-0",
+        "00",
+        "09",
+        "99999999999999999999999",
+        "-99999999999999999999",
+        "0o",
+        "._5",
+        "1e",
+        "0x",
+        "0b2",
+        "!foo 12",
+        "! 12",
+        "!!str 12",
+        "!!int '12'",
+        "!!float 3",
+        "!!bool yes",
+        "!!null ''",
+        "!!binary aGVsbG8=",
+        "!!set {a, b, 1}",
+        "!!timestamp 2024-01-01",
+        "!foo {a: 1}",
+        "!!omap [a: 1]",
+        "|\n  x\n  y\n",
+        "|+\n  x\n\n",
+        ">-\n  x\n  y\n\n  z\n",
+        "'a''b'",
+        '"\\x41\\u00e9\\t\\N\\_ \\\n  b"',
+        "{? [a, b] : c}",
+        "plain\n  folded\n\n  lines",
+        "[a, {b: c}, [d]]",
+    ],
 )
 def test_scalars_and_tags_read_as_ruamel_reads_them(scalar):
     text = f"apiVersion: v1\nkind: X\nv: {scalar}\n"
@@ -97,7 +154,11 @@ def test_items_only_ruamel_reads_keep_their_place_and_lines():
         kind: NamespaceList
         """)
     assert not problems.items
-    assert [(d.name, d.line, d.base) for d in docs] == [("a", 3, ("items", 0)), ("b", 5, ("items", 1)), ("c", 9, ("items", 2))]
+    assert [(d.name, d.line, d.base) for d in docs] == [
+        ("a", 3, ("items", 0)),
+        ("b", 5, ("items", 1)),
+        ("c", 9, ("items", 2)),
+    ]
     assert docs[1].obj["metadata"]["labels"] == {"x": "y"}
     assert docs[1].line_of(("metadata", "labels")) == 8
 
@@ -173,8 +234,11 @@ def test_an_item_read_alone_that_refers_outside_reads_its_whole_list_for_lines()
 
 
 def test_json_list_with_items_before_kind_streams_and_keeps_lines():
-    obj = {"apiVersion": "v1", "items": [{"kind": "Namespace", "metadata": {"name": f"n{i}"}} for i in range(3)],
-           "kind": "NamespaceList"}
+    obj = {
+        "apiVersion": "v1",
+        "items": [{"kind": "Namespace", "metadata": {"name": f"n{i}"}} for i in range(3)],
+        "kind": "NamespaceList",
+    }
     text = json.dumps(obj, indent=4)
     docs, problems = load(text, "l.json")
     assert not problems.items
@@ -184,7 +248,9 @@ def test_json_list_with_items_before_kind_streams_and_keeps_lines():
 
 def test_bom_and_crlf():
     problems = Problems()
-    (doc,) = iter_bytes(b"\xef\xbb\xbfapiVersion: v1\r\nkind: Namespace\r\nmetadata:\r\n  name: a\r\n", "w.yaml", problems)
+    (doc,) = iter_bytes(
+        b"\xef\xbb\xbfapiVersion: v1\r\nkind: Namespace\r\nmetadata:\r\n  name: a\r\n", "w.yaml", problems
+    )
     assert not problems.items and doc.name == "a" and doc.line_of(("metadata", "name")) == 4
 
 

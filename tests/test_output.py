@@ -33,8 +33,20 @@ def test_an_unreadable_capture_leaves_earlier_outputs_as_they_were(tmp_path: Pat
     outputs = {name: tmp_path / name for name in ("out.jsonl", "allowed.pcap", "denied.pcap")}
     for path in outputs.values():
         path.write_text("an earlier run's output\n")
-    r = cli("replay", DEMO, "--pcap", PCAP, "--pcap", str(bad), "--out", str(outputs["out.jsonl"]),
-            "--allowed", str(outputs["allowed.pcap"]), "--denied", str(outputs["denied.pcap"]))
+    r = cli(
+        "replay",
+        DEMO,
+        "--pcap",
+        PCAP,
+        "--pcap",
+        str(bad),
+        "--out",
+        str(outputs["out.jsonl"]),
+        "--allowed",
+        str(outputs["allowed.pcap"]),
+        "--denied",
+        str(outputs["denied.pcap"]),
+    )
     assert r.returncode == 1, r.stderr
     for path in outputs.values():
         assert path.read_text() == "an earlier run's output\n", path
@@ -48,7 +60,9 @@ def test_a_successful_run_replaces_the_outputs_whole(tmp_path: Path) -> None:
     r = cli("replay", DEMO, "--pcap", PCAP, "--out", str(out), "--allowed", str(allowed), "--json")
     assert r.returncode == 0, r.stderr
     lines = out.read_text().splitlines()
-    assert len(lines) == json.loads(r.stdout)["packets"] and all(json.loads(x)["index"] == i for i, x in enumerate(lines))
+    assert len(lines) == json.loads(r.stdout)["packets"] and all(
+        json.loads(x)["index"] == i for i, x in enumerate(lines)
+    )
     assert stat.S_IMODE(out.stat().st_mode) == 0o640  # a replaced file keeps its permissions
     umask = os.umask(0)
     os.umask(umask)

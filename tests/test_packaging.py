@@ -76,6 +76,7 @@ def test_the_image_installs_the_wheel_and_runs_no_fetched_script() -> None:
     assert any("apt-get install" in line and "iptables" in line for line in lines)
     assert any("pip install" in line and "/wheels/pyclassify-" in line for line in lines)
 
+
 def test_the_dask_worker_image_and_group_run_this_wheel_with_the_dask_extra() -> None:
     """deploy/dask/Containerfile installs the wheel built beforehand with the dask extra and
     nothing fetched by hand; the worker group runs that image, one thread a worker, with the

@@ -18,14 +18,42 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 ROOT = Path(__file__).resolve().parent.parent
-FIELDS = ("version", "srcaddr", "dstaddr", "srcport", "dstport", "protocol", "packets", "bytes", "start", "end",
-          "action", "log_status", "tcp_flags", "pkt_srcaddr", "pkt_dstaddr")
-SCHEMA = pa.schema([
-    ("version", pa.int32()), ("srcaddr", pa.string()), ("dstaddr", pa.string()), ("srcport", pa.int32()),
-    ("dstport", pa.int32()), ("protocol", pa.int32()), ("packets", pa.int64()), ("bytes", pa.int64()),
-    ("start", pa.int64()), ("end", pa.int64()), ("action", pa.string()), ("log_status", pa.string()),
-    ("tcp_flags", pa.int32()), ("pkt_srcaddr", pa.string()), ("pkt_dstaddr", pa.string()),
-])
+FIELDS = (
+    "version",
+    "srcaddr",
+    "dstaddr",
+    "srcport",
+    "dstport",
+    "protocol",
+    "packets",
+    "bytes",
+    "start",
+    "end",
+    "action",
+    "log_status",
+    "tcp_flags",
+    "pkt_srcaddr",
+    "pkt_dstaddr",
+)
+SCHEMA = pa.schema(
+    [
+        ("version", pa.int32()),
+        ("srcaddr", pa.string()),
+        ("dstaddr", pa.string()),
+        ("srcport", pa.int32()),
+        ("dstport", pa.int32()),
+        ("protocol", pa.int32()),
+        ("packets", pa.int64()),
+        ("bytes", pa.int64()),
+        ("start", pa.int64()),
+        ("end", pa.int64()),
+        ("action", pa.string()),
+        ("log_status", pa.string()),
+        ("tcp_flags", pa.int32()),
+        ("pkt_srcaddr", pa.string()),
+        ("pkt_dstaddr", pa.string()),
+    ]
+)
 ADDRESSES = ["10.0.1.10", "10.0.2.20", "10.0.2.30", "10.0.3.40", "203.0.113.7", "fd00::5"]
 ROW_GROUP = 1000
 
@@ -36,15 +64,26 @@ def _rows(n: int, seed: int = 7) -> list[dict]:
     def address() -> str | None:
         return g.choice(ADDRESSES) if g.random() < 0.9 else g.choice([None, "-", "", "not-an-address"])
 
-    return [{
-        "version": 5, "srcaddr": address(), "dstaddr": address(),
-        "srcport": g.choice([443, 53, 40000, 65535, None]), "dstport": g.choice([80, 53, 33000, None]),
-        "protocol": g.choice([6, 6, 17, 1, 58, 300, None]), "packets": g.choice([1, 7, 10**10, None]),
-        "bytes": g.choice([60, 1500, None]), "start": g.choice([100, 200, None]), "end": g.choice([150, 260, None]),
-        "action": g.choice(["ACCEPT", "REJECT", "-", None]),
-        "log_status": g.choice(["OK"] * 8 + ["NODATA", "SKIPDATA", None]), "tcp_flags": g.choice([2, 18, 0, None]),
-        "pkt_srcaddr": g.choice([None, None, None, "10.0.2.30", "-"]), "pkt_dstaddr": g.choice([None, None, "10.0.1.10"]),
-    } for _ in range(n)]
+    return [
+        {
+            "version": 5,
+            "srcaddr": address(),
+            "dstaddr": address(),
+            "srcport": g.choice([443, 53, 40000, 65535, None]),
+            "dstport": g.choice([80, 53, 33000, None]),
+            "protocol": g.choice([6, 6, 17, 1, 58, 300, None]),
+            "packets": g.choice([1, 7, 10**10, None]),
+            "bytes": g.choice([60, 1500, None]),
+            "start": g.choice([100, 200, None]),
+            "end": g.choice([150, 260, None]),
+            "action": g.choice(["ACCEPT", "REJECT", "-", None]),
+            "log_status": g.choice(["OK"] * 8 + ["NODATA", "SKIPDATA", None]),
+            "tcp_flags": g.choice([2, 18, 0, None]),
+            "pkt_srcaddr": g.choice([None, None, None, "10.0.2.30", "-"]),
+            "pkt_dstaddr": g.choice([None, None, "10.0.1.10"]),
+        }
+        for _ in range(n)
+    ]
 
 
 def _write(rows: list[dict], path: Path, dictionary: bool) -> Path:
@@ -87,8 +126,11 @@ def test_parquet_read_as_the_text_reader_reads_the_same_fields(tmp_path):
     rows = _rows(1500, seed=11)
     text = tmp_path / "flows.txt"
     cell = lambda v: "-" if v is None or v == "" else str(v)  # noqa: E731 - the text's own spelling of nothing
-    text.write_text(" ".join(f.replace("_", "-") for f in FIELDS) + "\n"
-                    + "".join(" ".join(cell(r[f]) for f in FIELDS) + "\n" for r in rows))
+    text.write_text(
+        " ".join(f.replace("_", "-") for f in FIELDS)
+        + "\n"
+        + "".join(" ".join(cell(r[f]) for f in FIELDS) + "\n" for r in rows)
+    )
     inventory = load_project([ROOT / "examples" / "demo"]).inventory
     text_reader = RecordReader([str(text)], inventory)
     chunks = list(text_reader)
@@ -102,11 +144,16 @@ def test_parquet_read_as_the_text_reader_reads_the_same_fields(tmp_path):
 
 
 def test_integer_columns_of_other_types_cast_and_text_not_a_number_is_missing(tmp_path):
-    table = pa.table({
-        "srcaddr": pa.array(["10.0.1.10"] * 3).dictionary_encode(), "dstaddr": pa.array(["10.0.2.20"] * 3, pa.large_string()),
-        "srcport": pa.array([40000, 40001, 40002], pa.uint16()), "dstport": pa.array([80, 80, None], pa.int16()),
-        "protocol": pa.array(["6", "tcp", "17"]), "packets": pa.array([1.0, 2.0, 3.0]),
-    })
+    table = pa.table(
+        {
+            "srcaddr": pa.array(["10.0.1.10"] * 3).dictionary_encode(),
+            "dstaddr": pa.array(["10.0.2.20"] * 3, pa.large_string()),
+            "srcport": pa.array([40000, 40001, 40002], pa.uint16()),
+            "dstport": pa.array([80, 80, None], pa.int16()),
+            "protocol": pa.array(["6", "tcp", "17"]),
+            "packets": pa.array([1.0, 2.0, 3.0]),
+        }
+    )
     path = tmp_path / "types.parquet"
     pq.write_table(table, str(path))
     headers, _, problems, first = _read(path)
@@ -114,8 +161,14 @@ def test_integer_columns_of_other_types_cast_and_text_not_a_number_is_missing(tm
 
 
 def test_a_value_no_integer_holds_is_an_error_naming_file_row_and_field(tmp_path):
-    table = pa.table({"srcaddr": ["10.0.1.10"] * 3, "dstaddr": ["10.0.2.20"] * 3, "protocol": [6, 6, 6],
-                      "srcport": pa.array([40000.0, 1.5, 2.0])})
+    table = pa.table(
+        {
+            "srcaddr": ["10.0.1.10"] * 3,
+            "dstaddr": ["10.0.2.20"] * 3,
+            "protocol": [6, 6, 6],
+            "srcport": pa.array([40000.0, 1.5, 2.0]),
+        }
+    )
     path = tmp_path / "bad.parquet"
     pq.write_table(table, str(path))
     with pytest.raises(parquet.ParquetError, match=rf"{path}: row 2: srcport: 1\.5 is not an integer"):

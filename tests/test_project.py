@@ -166,7 +166,9 @@ def test_crd_group_of_calico_is_the_same_kind():
     problems = Problems()
     from pyclassify.loader import load_text
 
-    (doc,) = load_text("apiVersion: crd.projectcalico.org/v1\nkind: GlobalNetworkSet\nmetadata: {name: g}\n", "x", problems)
+    (doc,) = load_text(
+        "apiVersion: crd.projectcalico.org/v1\nkind: GlobalNetworkSet\nmetadata: {name: g}\n", "x", problems
+    )
     assert kinds.kind_key(doc) == ("projectcalico.org", "GlobalNetworkSet") and kinds.is_inventory_kind(doc)
 
 
@@ -174,7 +176,7 @@ def test_namespace_is_inventory_and_its_isolation_annotation_a_policy(tmp_path):
     f = tmp_path / "ns.yaml"
     f.write_text(
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n  annotations:\n"
-        "    net.beta.kubernetes.io/network-policy: '{\"ingress\": {\"isolation\": \"DefaultDeny\"}}'\n"
+        '    net.beta.kubernetes.io/network-policy: \'{"ingress": {"isolation": "DefaultDeny"}}\'\n'
     )
     project = load_project([str(f)])
     assert not project.problems.items and project.skipped == {}

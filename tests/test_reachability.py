@@ -112,6 +112,7 @@ def test_port_ranges_cover_every_port() -> None:
 
 # --- the conformance suites' expected verdicts, out of the identity table -----------------------
 
+
 def _integration_tables():
     if pa.DATA is None:
         return [pytest.param(None, marks=pa.MISSING)]
@@ -137,6 +138,7 @@ def test_policy_assistant_tables_through_identity_groups(case) -> None:
 
 # --- the command line --------------------------------------------------------------------------
 
+
 def test_cli_matrix_by_identity_json() -> None:
     r = CliRunner().invoke(main, ["matrix", DEMO, "--port", "any", "--by", "identity", "--json"])
     assert r.exit_code == 0, r.output
@@ -145,12 +147,15 @@ def test_cli_matrix_by_identity_json() -> None:
     assert {"namespace", "labels", "count", "endpoints"} <= set(doc["groups"][0])
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--port", "http"], "neither a port"),
-    (["--port", "70000"], "0-65535"),
-    (["--selector", "app =="], "--selector"),
-    (["--engine", "reference", "--port", "any"], "--engine reference judges one port"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--port", "http"], "neither a port"),
+        (["--port", "70000"], "0-65535"),
+        (["--selector", "app =="], "--selector"),
+        (["--engine", "reference", "--port", "any"], "--engine reference judges one port"),
+    ],
+)
 def test_cli_matrix_usage_errors(args, message) -> None:
     r = CliRunner().invoke(main, ["matrix", DEMO, *args])
     assert r.exit_code == 2, r.output
@@ -183,6 +188,10 @@ def test_anp_conformance_probes_through_identity_groups() -> None:
                 if key not in tables:
                     space = reach.FlowSpace.build([engine], [PROTOCOL_NUMBERS[key[0]]], dport=key[1])
                     tables[key] = reach.reach_table(engine, groups, groups, space, {})[0]
-                assert bool(tables[key][where[client], where[server]]) == probe["expect_connect"], (test["short_name"], s, probe)
+                assert bool(tables[key][where[client], where[server]]) == probe["expect_connect"], (
+                    test["short_name"],
+                    s,
+                    probe,
+                )
                 checked += 1
     assert checked > 100

@@ -46,12 +46,19 @@ def write_capture(path: Path) -> Path:
     for client, server, sport, dport, proto in CONNECTIONS:
         c, s = socket.inet_aton(client), socket.inet_aton(server)
         if proto == 6:
-            packets = [(c, s, tcp_segment(sport, dport, 1, 0, 0x02)), (s, c, tcp_segment(dport, sport, 9, 2, 0x12)),
-                       (c, s, tcp_segment(sport, dport, 2, 10, 0x10)), (c, s, tcp_segment(sport, dport, 2, 10, 0x18, b"GET /")),
-                       (s, c, tcp_segment(dport, sport, 10, 7, 0x18, b"200 OK"))]
+            packets = [
+                (c, s, tcp_segment(sport, dport, 1, 0, 0x02)),
+                (s, c, tcp_segment(dport, sport, 9, 2, 0x12)),
+                (c, s, tcp_segment(sport, dport, 2, 10, 0x10)),
+                (c, s, tcp_segment(sport, dport, 2, 10, 0x18, b"GET /")),
+                (s, c, tcp_segment(dport, sport, 10, 7, 0x18, b"200 OK")),
+            ]
             frames = [ipv4_frame(a, b, 6, body) for a, b, body in packets]
         else:
-            frames = [ipv4_frame(c, s, 17, udp_datagram(sport, dport, b"q")), ipv4_frame(s, c, 17, udp_datagram(dport, sport, b"a"))]
+            frames = [
+                ipv4_frame(c, s, 17, udp_datagram(sport, dport, b"q")),
+                ipv4_frame(s, c, 17, udp_datagram(dport, sport, b"a")),
+            ]
         for f in frames:
             records.append(pcap_record(t, f))
             t += 1000
@@ -90,8 +97,9 @@ with open(out, "wb") as f:
 
 def softflowd_export(capture: Path, version: str, out: Path) -> Path:
     """softflowd reads ``capture`` and exports NetFlow ``version`` to a collector writing ``out``."""
-    proc = subprocess.run([sys.executable, "-c", COLLECT, str(capture), version, str(out)], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", COLLECT, str(capture), version, str(out)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert out.stat().st_size > 0, "softflowd exported nothing"
     return out
@@ -125,7 +133,9 @@ def test_softflowd_records_give_the_capture_s_connection_verdicts(tmp_path, vers
     by_records: dict[tuple, set[str]] = {}
     for line in lines.getvalue().decode().splitlines():
         r = json.loads(line)
-        by_records.setdefault(connection_key(r["src"], r["dst"], r["proto"], r["sport"], r["dport"]), set()).add(r["verdict"])
+        by_records.setdefault(connection_key(r["src"], r["dst"], r["proto"], r["sport"], r["dport"]), set()).add(
+            r["verdict"]
+        )
     assert set(by_records) == set(by_packets)
     for key, verdict in by_packets.items():
         assert by_records[key] == {verdict}, key
@@ -183,8 +193,21 @@ def test_conntrack_list_after_real_connections(tmp_path):
     try:
         topo.up()
         # conntrack hooks are registered in a namespace once a rule there needs them
-        sh("ip", "netns", "exec", topo.node, "iptables", "-A", "FORWARD", "-m", "conntrack", "--ctstate",
-           "NEW,ESTABLISHED,RELATED", "-j", "ACCEPT")
+        sh(
+            "ip",
+            "netns",
+            "exec",
+            topo.node,
+            "iptables",
+            "-A",
+            "FORWARD",
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "NEW,ESTABLISHED,RELATED",
+            "-j",
+            "ACCEPT",
+        )
         probes = {"a-b-tcp": (1, "TCP"), "a-b-udp": (1, "UDP"), "a-c-tcp": (2, "TCP")}
         assert all(topo.probe(0, probes).values())
         assert topo.reach(2, 1, "TCP")
@@ -209,8 +232,13 @@ def test_conntrack_list_after_real_connections(tmp_path):
     assert ("10.244.1.2", "10.244.2.2", "UDP", 5353) in seen
     for x in lines:
         proto = {"TCP": 6, "UDP": 17, "ICMP": 1}[x["proto"]]
-        flow = Flow(FlowEnd(ip=ipaddress.ip_address(x["src"])), FlowEnd(ip=ipaddress.ip_address(x["dst"])), proto,
-                    x["sport"], x["dport"])
+        flow = Flow(
+            FlowEnd(ip=ipaddress.ip_address(x["src"])),
+            FlowEnd(ip=ipaddress.ip_address(x["dst"])),
+            proto,
+            x["sport"],
+            x["dport"],
+        )
         assert x["verdict"] == reference.evaluate(project.policy_set, project.inventory, flow).verdict, x
     verdicts = {(x["src"], x["proto"]): x["verdict"] for x in lines if x["dst"] == "10.244.2.2"}
     assert verdicts == {("10.244.1.2", "TCP"): "allow", ("10.244.1.2", "UDP"): "deny", ("10.244.3.2", "TCP"): "deny"}

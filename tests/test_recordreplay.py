@@ -41,10 +41,24 @@ CONNTRACK = [
     "icmpv6   58 29 src=fe80::1 dst=ff02::1 type=128 code=0 id=1 src=ff02::1 dst=fe80::1 type=129 code=0 id=1 mark=0 use=1",
 ]
 GOLDMANE = [
-    {"Key": {"source_name": name, "source_namespace": "frontend", "source_type": "WorkloadEndpoint", "dest_name": "api",
-             "dest_namespace": "backend", "dest_type": "WorkloadEndpoint", "dest_port": "8080", "proto": "TCP",
-             "action": "Deny"}, "start_time": "1700000000", "end_time": "1700000015", "packets_in": "2",
-     "bytes_out": "70", "num_connections_started": "3"}
+    {
+        "Key": {
+            "source_name": name,
+            "source_namespace": "frontend",
+            "source_type": "WorkloadEndpoint",
+            "dest_name": "api",
+            "dest_namespace": "backend",
+            "dest_type": "WorkloadEndpoint",
+            "dest_port": "8080",
+            "proto": "TCP",
+            "action": "Deny",
+        },
+        "start_time": "1700000000",
+        "end_time": "1700000015",
+        "packets_in": "2",
+        "bytes_out": "70",
+        "num_connections_started": "3",
+    }
     for name in ("web", "nobody")  # the second is placed by no pod: an unplaced record
 ]
 
@@ -76,14 +90,19 @@ def python_lines(engine: NativeEngine, paths: list[str]) -> bytes:
             has_ports = bool(h["flags"] & 32)
             ok = bool(c["has_src"] and c["has_dst"])
             line: dict[str, Any] = {
-                "index": index, "file": report.name, report.unit: int(c["position"]),
+                "index": index,
+                "file": report.name,
+                report.unit: int(c["position"]),
                 "first": int(c["first_ns"]) / 1e9 if c["first_ns"] else None,
                 "last": int(c["last_ns"]) / 1e9 if c["last_ns"] else None,
                 "src": address_text(h["src_addr"]) if c["has_src"] else None,
                 "dst": address_text(h["dst_addr"]) if c["has_dst"] else None,
                 "proto": protocol_name(proto),
-                "sport": int(h["sport"]) if has_ports else None, "dport": int(h["dport"]) if has_ports else None,
-                "flows": int(c["flows"]), "packets": int(c["packets"]), "bytes": int(c["bytes"]),
+                "sport": int(h["sport"]) if has_ports else None,
+                "dport": int(h["dport"]) if has_ports else None,
+                "flows": int(c["flows"]),
+                "packets": int(c["packets"]),
+                "bytes": int(c["bytes"]),
                 "direction": ORIENTATION[int(c["orientation"])],
                 "verdict": ("allow" if v["allow"] else "deny") if ok else None,
                 "reason": "policy" if ok else "unplaced",
@@ -118,11 +137,20 @@ def inputs(tmp_path_factory) -> dict[str, Any]:
     demo = d / "demo"
     shutil.copytree(DEMO, demo)
     (demo / "95-services.yaml").write_text(SERVICES)
-    rows = [("10.0.1.10", "10.96.0.41", 41000, 80), ("10.0.1.10", "10.96.0.40", 41001, 80),
-            ("10.0.1.10", "10.0.2.20", 41002, 8080), ("10.0.1.10", "10.0.2.30", 41003, 8080)]
+    rows = [
+        ("10.0.1.10", "10.96.0.41", 41000, 80),
+        ("10.0.1.10", "10.96.0.40", 41001, 80),
+        ("10.0.1.10", "10.0.2.20", 41002, 8080),
+        ("10.0.1.10", "10.0.2.30", 41003, 8080),
+    ]
     (d / "svc.jsonl").write_text("\n".join(hubble_line(*r) for r in rows) + "\n")
-    paths = {"hubble": [TRAFFIC / "hubble.jsonl"], "vpc": [TRAFFIC / "vpc-flow-logs.txt"], "conntrack": [d / "ct.txt"],
-             "goldmane": [d / "goldmane.jsonl"], "several": [TRAFFIC / "hubble.jsonl", d / "ct.txt", d / "goldmane.jsonl"]}
+    paths = {
+        "hubble": [TRAFFIC / "hubble.jsonl"],
+        "vpc": [TRAFFIC / "vpc-flow-logs.txt"],
+        "conntrack": [d / "ct.txt"],
+        "goldmane": [d / "goldmane.jsonl"],
+        "several": [TRAFFIC / "hubble.jsonl", d / "ct.txt", d / "goldmane.jsonl"],
+    }
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -130,8 +158,12 @@ def inputs(tmp_path_factory) -> dict[str, Any]:
         text = (TRAFFIC / "vpc-flow-logs.txt").read_text().splitlines()
         header, cols = text[0].split(), [r.split() for r in text[1:]]
         ints = {"version", "srcport", "dstport", "protocol", "packets", "bytes", "start", "end", "tcp-flags"}
-        pq.write_table(pa.table({h.replace("-", "_"): [int(r[i]) if h in ints else r[i] for r in cols]
-                                 for i, h in enumerate(header)}), str(d / "flows.parquet"))
+        pq.write_table(
+            pa.table(
+                {h.replace("-", "_"): [int(r[i]) if h in ints else r[i] for r in cols] for i, h in enumerate(header)}
+            ),
+            str(d / "flows.parquet"),
+        )
         paths["parquet"] = [d / "flows.parquet"]
     except ImportError:
         pass
@@ -161,18 +193,43 @@ def test_native_lines_name_the_service_a_record_went_through(inputs):
     assert b'"service": {' in native and native == python_lines(engine, paths)
 
 
-ADDRESSES = ["10.0.1.10", "10.0.2.20", "10.0.2.30", "203.0.113.7", "2001:db8::1", "2001:db8:0:1::20", "fe80::1:0:0:1",
-             "::1", "1:0:0:1::"]
+ADDRESSES = [
+    "10.0.1.10",
+    "10.0.2.20",
+    "10.0.2.30",
+    "203.0.113.7",
+    "2001:db8::1",
+    "2001:db8:0:1::20",
+    "fe80::1:0:0:1",
+    "::1",
+    "1:0:0:1::",
+]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=st.lists(st.tuples(st.sampled_from(ADDRESSES), st.sampled_from(ADDRESSES), st.integers(1, 65535),
-                               st.integers(1, 65535), st.sampled_from(["TCP", "UDP", "ICMP"])), min_size=1, max_size=30),
-       fmt=st.sampled_from(["hubble", "vpc", "conntrack"]))
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(ADDRESSES),
+            st.sampled_from(ADDRESSES),
+            st.integers(1, 65535),
+            st.integers(1, 65535),
+            st.sampled_from(["TCP", "UDP", "ICMP"]),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    fmt=st.sampled_from(["hubble", "vpc", "conntrack"]),
+)
 def test_native_lines_are_the_python_formatted_ones_for_any_record(tmp_path_factory, engine, rows, fmt):
     make = {"hubble": hubble_line, "vpc": vpc_line, "conntrack": conntrack_line}[fmt]
-    rows = [r for r in rows if r[0] != r[1] and ipaddress.ip_address(r[0]).version == ipaddress.ip_address(r[1]).version
-            and not (fmt == "hubble" and r[4] == "ICMP")]
+    rows = [
+        r
+        for r in rows
+        if r[0] != r[1]
+        and ipaddress.ip_address(r[0]).version == ipaddress.ip_address(r[1]).version
+        and not (fmt == "hubble" and r[4] == "ICMP")
+    ]
     if not rows:
         return
     path = tmp_path_factory.mktemp("r") / f"records.{fmt}"
@@ -210,8 +267,16 @@ def test_a_failed_run_leaves_an_earlier_out_as_it_was(tmp_path):
     out = tmp_path / "verdicts.jsonl"
     out.write_text("earlier\n")
     # the first file is judged (lines written), the second cannot be read: the run fails
-    r = _cli("replay", str(DEMO), "--traffic", str(TRAFFIC / "hubble.jsonl"), "--traffic", str(tmp_path / "absent.jsonl"),
-             "--out", str(out))
+    r = _cli(
+        "replay",
+        str(DEMO),
+        "--traffic",
+        str(TRAFFIC / "hubble.jsonl"),
+        "--traffic",
+        str(tmp_path / "absent.jsonl"),
+        "--out",
+        str(out),
+    )
     assert r.returncode == 1 and "absent.jsonl" in r.stderr
     assert out.read_text() == "earlier\n"
     assert [p.name for p in tmp_path.iterdir()] == ["verdicts.jsonl"]  # no temporary file left
@@ -233,14 +298,22 @@ def test_out_that_cannot_be_written_is_named(tmp_path):
 NOT_ANSWERS = ("seconds", "records_per_second", "decisions", "cluster")
 
 ARCHIVE_ADDRESSES = ["10.0.1.10", "10.0.2.20", "10.0.2.30", "10.0.3.40", "203.0.113.7", "198.51.100.1"]
-archive_row = st.tuples(st.sampled_from(ARCHIVE_ADDRESSES), st.sampled_from(ARCHIVE_ADDRESSES),
-                        st.integers(32768, 65535), st.sampled_from([22, 53, 80, 5432, 8080, 6432]),
-                        st.sampled_from(["TCP", "UDP", "ICMP"]), st.sampled_from(["ACCEPT", "REJECT"]),
-                        st.integers(0, 3600))
+archive_row = st.tuples(
+    st.sampled_from(ARCHIVE_ADDRESSES),
+    st.sampled_from(ARCHIVE_ADDRESSES),
+    st.integers(32768, 65535),
+    st.sampled_from([22, 53, 80, 5432, 8080, 6432]),
+    st.sampled_from(["TCP", "UDP", "ICMP"]),
+    st.sampled_from(["ACCEPT", "REJECT"]),
+    st.integers(0, 3600),
+)
 # a file's first line is a record: its format is found from it
-archive_file = st.tuples(st.sampled_from(["hubble", "vpc", "conntrack", "goldmane"]),
-                         st.builds(lambda first, rest: [first, *rest], archive_row,
-                                   st.lists(st.one_of(archive_row, st.just("junk")), max_size=25)))
+archive_file = st.tuples(
+    st.sampled_from(["hubble", "vpc", "conntrack", "goldmane"]),
+    st.builds(
+        lambda first, rest: [first, *rest], archive_row, st.lists(st.one_of(archive_row, st.just("junk")), max_size=25)
+    ),
+)
 #: Files of flow records: every format, records the inventory places and some it cannot,
 #: outside addresses, records whose own verdict policy contradicts, lines that are no record.
 archives = st.lists(archive_file, min_size=1, max_size=7)
@@ -248,8 +321,12 @@ archives = st.lists(archive_file, min_size=1, max_size=7)
 
 def archive_line(fmt: str, row: Any) -> str:
     if row == "junk":
-        return {"hubble": '{"flow": {"IP": 7}}', "vpc": "2 123 eni-1 not-an-address", "conntrack": "tcp 6 garbage",
-                "goldmane": '{"Key": 3}'}[fmt]
+        return {
+            "hubble": '{"flow": {"IP": 7}}',
+            "vpc": "2 123 eni-1 not-an-address",
+            "conntrack": "tcp 6 garbage",
+            "goldmane": '{"Key": 3}',
+        }[fmt]
     src, dst, sport, dport, proto, action, t = row
     if fmt == "vpc":
         number = {"TCP": 6, "UDP": 17, "ICMP": 1}[proto]
@@ -259,12 +336,26 @@ def archive_line(fmt: str, row: Any) -> str:
     if fmt == "conntrack":
         return conntrack_line(src, dst, sport, dport, proto)
     name = {"10.0.1.10": "web", "10.0.2.20": "api", "10.0.2.30": "api*"}.get(src, "nobody")
-    return json.dumps({"Key": {"source_name": name, "source_namespace": "frontend", "source_type": "WorkloadEndpoint",
-                               "dest_name": "api", "dest_namespace": "backend", "dest_type": "WorkloadEndpoint",
-                               "dest_port": str(dport), "proto": "TCP" if proto == "ICMP" else proto,
-                               "action": "Allow" if action == "ACCEPT" else "Deny"},
-                       "start_time": str(1700000000 + t), "end_time": str(1700000015 + t), "packets_in": "2",
-                       "bytes_out": "70", "num_connections_started": "1"})
+    return json.dumps(
+        {
+            "Key": {
+                "source_name": name,
+                "source_namespace": "frontend",
+                "source_type": "WorkloadEndpoint",
+                "dest_name": "api",
+                "dest_namespace": "backend",
+                "dest_type": "WorkloadEndpoint",
+                "dest_port": str(dport),
+                "proto": "TCP" if proto == "ICMP" else proto,
+                "action": "Allow" if action == "ACCEPT" else "Deny",
+            },
+            "start_time": str(1700000000 + t),
+            "end_time": str(1700000015 + t),
+            "packets_in": "2",
+            "bytes_out": "70",
+            "num_connections_started": "1",
+        }
+    )
 
 
 def write_archive(directory: Path, files: list[tuple[str, list[Any]]]) -> list[str]:
@@ -319,12 +410,44 @@ def write_parquet(path: Path, rows: list[Any], row_group_size: int) -> list[tupl
     as Parquet in row groups of ``row_group_size``; each row group as a part (first, end, first row)."""
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    cols: dict[str, list[Any]] = {c: [] for c in ("version", "srcaddr", "dstaddr", "srcport", "dstport", "protocol",
-                                                  "packets", "bytes", "start", "end", "action", "log_status")}
+    cols: dict[str, list[Any]] = {
+        c: []
+        for c in (
+            "version",
+            "srcaddr",
+            "dstaddr",
+            "srcport",
+            "dstport",
+            "protocol",
+            "packets",
+            "bytes",
+            "start",
+            "end",
+            "action",
+            "log_status",
+        )
+    }
     for r in rows:
-        src, dst, sport, dport, proto, action, t = ("10.0.1.10", "10.0.2.20", 1, 2, "TCP", "ACCEPT", 0) if r == "junk" else r
-        for c, v in zip(cols, (2, src, dst, sport, dport, {"TCP": 6, "UDP": 17, "ICMP": 1}[proto], 3, 180,
-                               1714557600 + t, 1714557660 + t, action, "NODATA" if r == "junk" else "OK")):
+        src, dst, sport, dport, proto, action, t = (
+            ("10.0.1.10", "10.0.2.20", 1, 2, "TCP", "ACCEPT", 0) if r == "junk" else r
+        )
+        for c, v in zip(
+            cols,
+            (
+                2,
+                src,
+                dst,
+                sport,
+                dport,
+                {"TCP": 6, "UDP": 17, "ICMP": 1}[proto],
+                3,
+                180,
+                1714557600 + t,
+                1714557660 + t,
+                action,
+                "NODATA" if r == "junk" else "OK",
+            ),
+        ):
             cols[c].append(v)
     pq.write_table(pa.table(cols), str(path), row_group_size=row_group_size)
     n = pq.ParquetFile(str(path)).metadata.num_row_groups
@@ -332,8 +455,11 @@ def write_parquet(path: Path, rows: list[Any], row_group_size: int) -> list[tupl
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=st.lists(st.one_of(archive_row, st.just("junk")), min_size=1, max_size=60), size=st.integers(1, 9),
-       cuts=st.lists(st.integers(0, 60), max_size=3))
+@given(
+    rows=st.lists(st.one_of(archive_row, st.just("junk")), min_size=1, max_size=60),
+    size=st.integers(1, 9),
+    cuts=st.lists(st.integers(0, 60), max_size=3),
+)
 def test_a_parquet_file_read_by_row_groups_merges_into_the_whole_runs(tmp_path_factory, engine, rows, size, cuts):
     from pyclassify.recordreplay import merge_summaries, summary_json
 

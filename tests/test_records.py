@@ -49,8 +49,15 @@ def replay_lines(engine, path: Path, fmt: str | None = None) -> tuple[list[dict]
 
 def oracle(project, line: dict) -> str:
     proto = {"TCP": 6, "UDP": 17, "ICMP": 1, "SCTP": 132}[line["proto"]]
-    flow = Flow(FlowEnd(ip=ipaddress.ip_address(line["src"])), FlowEnd(ip=ipaddress.ip_address(line["dst"])), proto,
-                line["sport"], line["dport"], line.get("icmp_type"), line.get("icmp_code"))
+    flow = Flow(
+        FlowEnd(ip=ipaddress.ip_address(line["src"])),
+        FlowEnd(ip=ipaddress.ip_address(line["dst"])),
+        proto,
+        line["sport"],
+        line["dport"],
+        line.get("icmp_type"),
+        line.get("icmp_code"),
+    )
     return reference.evaluate(project.policy_set, project.inventory, flow).verdict
 
 
@@ -66,7 +73,12 @@ def test_hubble_reply_judged_as_its_opening_direction(engine):
     lines, _ = replay_lines(engine, TRAFFIC / "hubble.jsonl")
     reply = lines[1]
     assert (reply["src"], reply["dst"], reply["dport"], reply["direction"], reply["flows"]) == (
-        "10.0.1.10", "10.0.2.20", 8080, "turned around", 0)
+        "10.0.1.10",
+        "10.0.2.20",
+        8080,
+        "turned around",
+        0,
+    )
 
 
 def test_own_verdicts_beside_the_policy_s(engine):
@@ -88,11 +100,22 @@ def _write(path: Path, text: str, compress: str | None = None) -> Path:
 
 
 def hubble_line(src, dst, sport, dport, proto="TCP", reply=False) -> str:
-    l4 = {proto: {"source_port": sport, "destination_port": dport}} if proto in ("TCP", "UDP") else {
-        "ICMPv4": {"type": 8}}
-    return json.dumps({"flow": {"time": "2024-05-01T10:00:00Z", "verdict": "FORWARDED",
-                                "IP": {"source": src, "destination": dst, "ipVersion": "IPv4"}, "l4": l4,
-                                "is_reply": reply}})
+    l4 = (
+        {proto: {"source_port": sport, "destination_port": dport}}
+        if proto in ("TCP", "UDP")
+        else {"ICMPv4": {"type": 8}}
+    )
+    return json.dumps(
+        {
+            "flow": {
+                "time": "2024-05-01T10:00:00Z",
+                "verdict": "FORWARDED",
+                "IP": {"source": src, "destination": dst, "ipVersion": "IPv4"},
+                "l4": l4,
+                "is_reply": reply,
+            }
+        }
+    )
 
 
 def vpc_line(src, dst, sport, dport, proto="TCP", reply=False) -> str:
@@ -102,20 +125,32 @@ def vpc_line(src, dst, sport, dport, proto="TCP", reply=False) -> str:
 
 def conntrack_line(src, dst, sport, dport, proto="TCP", reply=False) -> str:
     if proto == "ICMP":
-        return f"icmp     1 29 src={src} dst={dst} type=8 code=0 id=1 src={dst} dst={src} type=0 code=0 id=1 mark=0 use=1"
+        return (
+            f"icmp     1 29 src={src} dst={dst} type=8 code=0 id=1 src={dst} dst={src} type=0 code=0 id=1 mark=0 use=1"
+        )
     name, number = ("tcp", 6) if proto == "TCP" else ("udp", 17)
     state = " ESTABLISHED" if proto == "TCP" else ""
-    return (f"{name}      {number} 100{state} src={src} dst={dst} sport={sport} dport={dport} packets=2 bytes=120 "
-            f"src={dst} dst={src} sport={dport} dport={sport} packets=1 bytes=60 [ASSURED] mark=0 use=1")
+    return (
+        f"{name}      {number} 100{state} src={src} dst={dst} sport={sport} dport={dport} packets=2 bytes=120 "
+        f"src={dst} dst={src} sport={dport} dport={sport} packets=1 bytes=60 [ASSURED] mark=0 use=1"
+    )
 
 
-record = st.tuples(st.sampled_from(ADDRESSES), st.sampled_from(ADDRESSES), st.integers(32768, 65535),
-                   st.sampled_from([22, 53, 80, 5432, 8080, 9090, 6432]), st.sampled_from(["TCP", "UDP", "ICMP"]))
+record = st.tuples(
+    st.sampled_from(ADDRESSES),
+    st.sampled_from(ADDRESSES),
+    st.integers(32768, 65535),
+    st.sampled_from([22, 53, 80, 5432, 8080, 9090, 6432]),
+    st.sampled_from(["TCP", "UDP", "ICMP"]),
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(records=st.lists(record, min_size=1, max_size=40), fmt=st.sampled_from(["hubble", "vpc", "conntrack"]),
-       compress=st.sampled_from([None, "gzip"]))
+@given(
+    records=st.lists(record, min_size=1, max_size=40),
+    fmt=st.sampled_from(["hubble", "vpc", "conntrack"]),
+    compress=st.sampled_from([None, "gzip"]),
+)
 def test_every_record_judged_as_the_reference_judges_it(tmp_path_factory, project, engine, records, fmt, compress):
     make = {"hubble": hubble_line, "vpc": vpc_line, "conntrack": conntrack_line}[fmt]
     rows = [(s, d, sp, dp, p) for s, d, sp, dp, p in records if s != d and not (fmt == "hubble" and p == "ICMP")]
@@ -134,21 +169,46 @@ def test_every_record_judged_as_the_reference_judges_it(tmp_path_factory, projec
 # VPC Flow Logs' field names. Renaming any one must change what is read: proof the reader
 # reads that name and no other.
 HUBBLE_FIELDS = {
-    ("flow", "time"): "2024-05-01T10:00:00Z", ("flow", "verdict"): "DROPPED",
-    ("flow", "IP", "source"): "10.0.1.10", ("flow", "IP", "destination"): "10.0.2.20",
-    ("flow", "l4", "TCP", "source_port"): 40000, ("flow", "l4", "TCP", "destination_port"): 8080,
-    ("flow", "is_reply"): True, ("flow", "source", "namespace"): "frontend", ("flow", "source", "pod_name"): "web",
+    ("flow", "time"): "2024-05-01T10:00:00Z",
+    ("flow", "verdict"): "DROPPED",
+    ("flow", "IP", "source"): "10.0.1.10",
+    ("flow", "IP", "destination"): "10.0.2.20",
+    ("flow", "l4", "TCP", "source_port"): 40000,
+    ("flow", "l4", "TCP", "destination_port"): 8080,
+    ("flow", "is_reply"): True,
+    ("flow", "source", "namespace"): "frontend",
+    ("flow", "source", "pod_name"): "web",
 }
 CALICO_FIELDS = {
-    ("start_time",): 1700000000, ("end_time",): 1700000300, ("action",): "deny", ("source_ip",): "10.0.1.10",
-    ("dest_ip",): "10.0.2.20", ("dest_port",): 8080, ("proto",): "tcp", ("packets_in",): 3, ("packets_out",): 4,
-    ("bytes_in",): 100, ("bytes_out",): 200, ("num_flows_started",): 5, ("source_port",): 40000,
+    ("start_time",): 1700000000,
+    ("end_time",): 1700000300,
+    ("action",): "deny",
+    ("source_ip",): "10.0.1.10",
+    ("dest_ip",): "10.0.2.20",
+    ("dest_port",): 8080,
+    ("proto",): "tcp",
+    ("packets_in",): 3,
+    ("packets_out",): 4,
+    ("bytes_in",): 100,
+    ("bytes_out",): 200,
+    ("num_flows_started",): 5,
+    ("source_port",): 40000,
 }
 GOLDMANE_FIELDS = {
-    ("Key", "source_name"): "web", ("Key", "source_namespace"): "frontend", ("Key", "source_type"): "WorkloadEndpoint",
-    ("Key", "dest_name"): "api", ("Key", "dest_namespace"): "backend", ("Key", "dest_type"): "WorkloadEndpoint",
-    ("Key", "dest_port"): "8080", ("Key", "proto"): "TCP", ("Key", "action"): "Deny", ("start_time",): "1700000000",
-    ("end_time",): "1700000015", ("packets_in",): "2", ("bytes_out",): "70", ("num_connections_started",): "3",
+    ("Key", "source_name"): "web",
+    ("Key", "source_namespace"): "frontend",
+    ("Key", "source_type"): "WorkloadEndpoint",
+    ("Key", "dest_name"): "api",
+    ("Key", "dest_namespace"): "backend",
+    ("Key", "dest_type"): "WorkloadEndpoint",
+    ("Key", "dest_port"): "8080",
+    ("Key", "proto"): "TCP",
+    ("Key", "action"): "Deny",
+    ("start_time",): "1700000000",
+    ("end_time",): "1700000015",
+    ("packets_in",): "2",
+    ("bytes_out",): "70",
+    ("num_connections_started",): "3",
 }
 
 
@@ -172,12 +232,28 @@ def _read_one(project, fmt: str, text: str, tmp_path: Path) -> tuple:
     if not chunks:
         return ()
     h, c = chunks[0].headers[0], chunks[0].counts[0]
-    return (bytes(h["src_addr"]), bytes(h["dst_addr"]), int(h["sport"]), int(h["dport"]), int(h["protocol"]),
-            int(c["first_ns"]), int(c["last_ns"]), int(c["packets"]), int(c["bytes"]), int(c["flows"]),
-            int(c["reported"]), int(c["orientation"]), int(c["has_src"]), int(c["has_dst"]), tuple(reader.placer.names))
+    return (
+        bytes(h["src_addr"]),
+        bytes(h["dst_addr"]),
+        int(h["sport"]),
+        int(h["dport"]),
+        int(h["protocol"]),
+        int(c["first_ns"]),
+        int(c["last_ns"]),
+        int(c["packets"]),
+        int(c["bytes"]),
+        int(c["flows"]),
+        int(c["reported"]),
+        int(c["orientation"]),
+        int(c["has_src"]),
+        int(c["has_dst"]),
+        tuple(reader.placer.names),
+    )
 
 
-@pytest.mark.parametrize("fmt,fields", [("hubble", HUBBLE_FIELDS), ("calico", CALICO_FIELDS), ("calico", GOLDMANE_FIELDS)])
+@pytest.mark.parametrize(
+    "fmt,fields", [("hubble", HUBBLE_FIELDS), ("calico", CALICO_FIELDS), ("calico", GOLDMANE_FIELDS)]
+)
 def test_each_field_read_is_the_one_the_schema_names(project, tmp_path, fmt, fields):
     whole = _read_one(project, fmt, json.dumps(_nest(fields)) + "\n", tmp_path)
     assert whole
@@ -187,13 +263,26 @@ def test_each_field_read_is_the_one_the_schema_names(project, tmp_path, fmt, fie
 
 
 VPC_HEADER = "version account-id interface-id srcaddr dstaddr srcport dstport protocol packets bytes start end action log-status tcp-flags pkt-srcaddr pkt-dstaddr"
-VPC_VALUES = "5 123456789012 eni-1 10.0.9.1 10.0.9.2 40000 8080 6 3 180 1700000000 1700000060 REJECT OK 2 10.0.1.10 10.0.2.20"
+VPC_VALUES = (
+    "5 123456789012 eni-1 10.0.9.1 10.0.9.2 40000 8080 6 3 180 1700000000 1700000060 REJECT OK 2 10.0.1.10 10.0.2.20"
+)
 
 
 def test_each_vpc_field_read_is_the_one_aws_names(project, tmp_path):
     whole = _read_one(project, "vpc", f"{VPC_HEADER}\n{VPC_VALUES}\n", tmp_path)
-    used = ["srcport", "dstport", "protocol", "packets", "bytes", "start", "end", "action", "tcp-flags",
-            "pkt-srcaddr", "pkt-dstaddr"]
+    used = [
+        "srcport",
+        "dstport",
+        "protocol",
+        "packets",
+        "bytes",
+        "start",
+        "end",
+        "action",
+        "tcp-flags",
+        "pkt-srcaddr",
+        "pkt-dstaddr",
+    ]
     for name in used:
         # a header naming a field no version has is an unknown field order: nothing read
         header = VPC_HEADER.replace(f" {name}", " version") if name != "version" else VPC_HEADER
@@ -240,7 +329,9 @@ def test_parquet_vpc_flow_logs_judged_as_their_text(project, engine, tmp_path):
     text = (TRAFFIC / "vpc-flow-logs.txt").read_text().splitlines()
     header, rows = text[0].split(), [r.split() for r in text[1:]]
     ints = {"version", "srcport", "dstport", "protocol", "packets", "bytes", "start", "end", "tcp-flags"}
-    table = pa.table({h.replace("-", "_"): [int(r[i]) if h in ints else r[i] for r in rows] for i, h in enumerate(header)})
+    table = pa.table(
+        {h.replace("-", "_"): [int(r[i]) if h in ints else r[i] for r in rows] for i, h in enumerate(header)}
+    )
     path = tmp_path / "flows.parquet"
     pq.write_table(table, str(path))
     from_text, s_text = replay_lines(engine, TRAFFIC / "vpc-flow-logs.txt")
@@ -300,8 +391,12 @@ def test_records_to_a_cluster_ip_judged_as_delivered_to_its_backends(tmp_path):
     (tmp_path / "demo" / "95-services.yaml").write_text(SERVICES)
     project = load_project([tmp_path / "demo"])
     engine = NativeEngine(project.policy_set, project.inventory)
-    rows = [("10.0.1.10", "10.96.0.41", 41000, 80), ("10.0.1.10", "10.96.0.40", 41001, 80),
-            ("10.0.1.10", "10.0.2.20", 41002, 8080), ("10.0.1.10", "10.0.2.30", 41003, 8080)]
+    rows = [
+        ("10.0.1.10", "10.96.0.41", 41000, 80),
+        ("10.0.1.10", "10.96.0.40", 41001, 80),
+        ("10.0.1.10", "10.0.2.20", 41002, 8080),
+        ("10.0.1.10", "10.0.2.30", 41003, 8080),
+    ]
     path = _write(tmp_path / "svc.jsonl", "\n".join(hubble_line(*r) for r in rows) + "\n")
     lines, summary = replay_lines(engine, path)
     to_api, to_mixed, api, db = lines

@@ -59,12 +59,19 @@ def inv():
     i.namespaces["b"] = Namespace("b", {"team": "x", "env": "dev", "kubernetes.io/metadata.name": "b"})
     i.namespaces["c"] = Namespace("c", {"team": "y", "env": "prod", "kubernetes.io/metadata.name": "c"})
     i.endpoints += [
-        pod("web", "a", ip="10.0.0.1", ports=(ContainerPort(8080, PROTO_TCP, "http"), ContainerPort(53, PROTO_UDP, "dns"))),
+        pod(
+            "web",
+            "a",
+            ip="10.0.0.1",
+            ports=(ContainerPort(8080, PROTO_TCP, "http"), ContainerPort(53, PROTO_UDP, "dns")),
+        ),
         pod("db", "a", ip="10.0.0.2", ports=(ContainerPort(5432, PROTO_TCP, "http"),), service_account="dbsa"),
         pod("cli", "b", ip="10.0.1.1"),
         pod("other", "c", ip="10.0.2.1"),
         pod("hostnet", "c", ip="192.168.0.1", host_network=True),
-        Endpoint(EndpointKind.HOST, "node1-eth0", None, {"role": "node"}, ips=(IP("192.168.0.9"),), profiles=("hostprof",)),
+        Endpoint(
+            EndpointKind.HOST, "node1-eth0", None, {"role": "node"}, ips=(IP("192.168.0.9"),), profiles=("hostprof",)
+        ),
     ]
     i.nodes["node1"] = Node("node1", {"kubernetes.io/os": "linux"}, (IP("192.168.0.1"),))
     i.service_accounts[("a", "dbsa")] = ServiceAccount("dbsa", "a", {"tier": "data"})
@@ -78,13 +85,29 @@ def flow(inv, src, dst, proto=PROTO_TCP, dport=80, **kw):
         if isinstance(x, str):
             return FlowEnd(inv.find(x)) if inv.find(x) else FlowEnd(None, IP(x))
         return x
+
     return Flow(end(src), end(dst), proto, 40000, dport, **kw)
 
 
-def policy(name, ingress=(), egress=(), subject=None, tier="default", order=None, types=None, kind="GlobalNetworkPolicy", ns=None):
-    types = types if types is not None else frozenset(
-        d for d, r in ((Direction.INGRESS, ingress), (Direction.EGRESS, egress)) if r) or BOTH
-    return Policy(kind, ns, name, tier, order, subject or Subject(endpoint_kinds=POD), types, tuple(ingress), tuple(egress))
+def policy(
+    name,
+    ingress=(),
+    egress=(),
+    subject=None,
+    tier="default",
+    order=None,
+    types=None,
+    kind="GlobalNetworkPolicy",
+    ns=None,
+):
+    types = (
+        types
+        if types is not None
+        else frozenset(d for d, r in ((Direction.INGRESS, ingress), (Direction.EGRESS, egress)) if r) or BOTH
+    )
+    return Policy(
+        kind, ns, name, tier, order, subject or Subject(endpoint_kinds=POD), types, tuple(ingress), tuple(egress)
+    )
 
 
 def allow(i=0, **kw):
@@ -158,20 +181,23 @@ def test_not_selector(inv):
 
 
 @pytest.mark.parametrize("evaluator", sorted(EVALUATORS))
-@pytest.mark.parametrize("namespace,src,allowed", [
-    # GlobalNetworkPolicy: only what the notSelector matches is out (felix: "not in its IP set")
-    (None, "8.8.8.8", True),  # outside: no identity there to match it
-    (None, "a/web", True),
-    (None, "b/cli", False),  # a pod it matches
-    (None, "8.8.4.4", False),  # in a GlobalNetworkSet it matches
-    (None, "8.8.5.5", False),  # in a NetworkSet it matches (another namespace: not scoped)
-    (None, "8.8.6.6", True),  # in a network set it does not match
-    (None, "c/hostnet", True),  # a host-network pod is in no selector's IP set
-    # namespaced NetworkPolicy: the scoping (namespace) is the positive part
-    ("a", "8.8.8.8", False),
-    ("a", "a/web", True),
-    ("a", "c/other", False),
-])
+@pytest.mark.parametrize(
+    "namespace,src,allowed",
+    [
+        # GlobalNetworkPolicy: only what the notSelector matches is out (felix: "not in its IP set")
+        (None, "8.8.8.8", True),  # outside: no identity there to match it
+        (None, "a/web", True),
+        (None, "b/cli", False),  # a pod it matches
+        (None, "8.8.4.4", False),  # in a GlobalNetworkSet it matches
+        (None, "8.8.5.5", False),  # in a NetworkSet it matches (another namespace: not scoped)
+        (None, "8.8.6.6", True),  # in a network set it does not match
+        (None, "c/hostnet", True),  # a host-network pod is in no selector's IP set
+        # namespaced NetworkPolicy: the scoping (namespace) is the positive part
+        ("a", "8.8.8.8", False),
+        ("a", "a/web", True),
+        ("a", "c/other", False),
+    ],
+)
 def test_not_selector_only_excludes_what_it_matches(inv, evaluator, namespace, src, allowed):
     inv.network_sets += [
         NetworkSet("bad", None, {"app": "cli"}, (NET("8.8.4.0/24"),)),
@@ -187,19 +213,29 @@ def test_not_selector_only_excludes_what_it_matches(inv, evaluator, namespace, s
     assert (v.ingress.reason == "rule") is allowed
 
 
-@pytest.mark.parametrize("rel,src,allowed", [
-    (Relation.SELF, "a/web", True), (Relation.SELF, "b/cli", False),
-    (Relation.NOT_SELF, "b/cli", True), (Relation.NOT_SELF, "a/web", False),
-])
+@pytest.mark.parametrize(
+    "rel,src,allowed",
+    [
+        (Relation.SELF, "a/web", True),
+        (Relation.SELF, "b/cli", False),
+        (Relation.NOT_SELF, "b/cli", True),
+        (Relation.NOT_SELF, "a/web", False),
+    ],
+)
 def test_namespace_relation_is_relative_to_subject(inv, rel, src, allowed):
     r = allow(sources=(EntityMatch(endpoint_kinds=POD, namespace_relation=rel),))
     assert ev(inv, [policy("p", ingress=[r])], flow(inv, src, "a/db")).allowed is allowed
 
 
-@pytest.mark.parametrize("field,src,allowed", [
-    ("same_labels", "b/cli", True), ("same_labels", "c/other", False),
-    ("not_same_labels", "c/other", True), ("not_same_labels", "b/cli", False),
-])
+@pytest.mark.parametrize(
+    "field,src,allowed",
+    [
+        ("same_labels", "b/cli", True),
+        ("same_labels", "c/other", False),
+        ("not_same_labels", "c/other", True),
+        ("not_same_labels", "b/cli", False),
+    ],
+)
 def test_same_and_not_same_labels(inv, field, src, allowed):
     r = allow(sources=(EntityMatch(endpoint_kinds=POD, **{field: ("team",)}),))
     assert ev(inv, [policy("p", ingress=[r])], flow(inv, src, "a/db")).allowed is allowed
@@ -218,16 +254,30 @@ def test_named_port_to_outside_address_never_matches(inv):
     assert not ev(inv, [p], flow(inv, "a/web", "8.8.8.8", dport=8080)).allowed
 
 
-@pytest.mark.parametrize("proto,dport,allowed", [(PROTO_TCP, 1000, True), (PROTO_TCP, 2000, True), (PROTO_TCP, 2001, False),
-                                                   (PROTO_UDP, 1500, False), (PROTO_UDP, 53, True)])
+@pytest.mark.parametrize(
+    "proto,dport,allowed",
+    [
+        (PROTO_TCP, 1000, True),
+        (PROTO_TCP, 2000, True),
+        (PROTO_TCP, 2001, False),
+        (PROTO_UDP, 1500, False),
+        (PROTO_UDP, 53, True),
+    ],
+)
 def test_port_ranges_and_protocols(inv, proto, dport, allowed):
-    r = allow(destinations=(EntityMatch(ports=(PortMatch(PROTO_TCP, PortRange(1000, 2000)), PortMatch(PROTO_UDP, PortRange(53, 53)))),))
+    r = allow(
+        destinations=(
+            EntityMatch(ports=(PortMatch(PROTO_TCP, PortRange(1000, 2000)), PortMatch(PROTO_UDP, PortRange(53, 53)))),
+        )
+    )
     assert ev(inv, [policy("p", ingress=[r])], flow(inv, "b/cli", "a/web", proto, dport)).allowed is allowed
 
 
 def test_not_ports_and_source_ports(inv):
-    r = allow(sources=(EntityMatch(ports=(PortMatch(None, PortRange(40000, 40000)),)),),
-              destinations=(EntityMatch(not_ports=(PortMatch(None, PortRange(22, 22)),)),))
+    r = allow(
+        sources=(EntityMatch(ports=(PortMatch(None, PortRange(40000, 40000)),)),),
+        destinations=(EntityMatch(not_ports=(PortMatch(None, PortRange(22, 22)),)),),
+    )
     p = policy("p", ingress=[r])
     assert ev(inv, [p], flow(inv, "b/cli", "a/web", dport=80)).allowed
     assert not ev(inv, [p], flow(inv, "b/cli", "a/web", dport=22)).allowed
@@ -260,7 +310,9 @@ def test_ip_version(inv):
 
 
 def test_rules_in_order_first_decides(inv):
-    p = policy("p", ingress=[deny(0, destinations=(EntityMatch(ports=(PortMatch(PROTO_TCP, PortRange(80, 80)),)),)), allow(1)])
+    p = policy(
+        "p", ingress=[deny(0, destinations=(EntityMatch(ports=(PortMatch(PROTO_TCP, PortRange(80, 80)),)),)), allow(1)]
+    )
     v = ev(inv, [p], flow(inv, "b/cli", "a/web", dport=80))
     assert not v.allowed and v.ingress.rule == 0 and v.ingress.reason == "rule"
     assert ev(inv, [p], flow(inv, "b/cli", "a/web", dport=81)).ingress.rule == 1
@@ -308,7 +360,9 @@ def test_types_limit_direction(inv):
 
 
 def test_profiles_after_tiers_and_host_default(inv):
-    prof = Profile("hostprof", ingress=(allow(0, destinations=(EntityMatch(ports=(PortMatch(PROTO_TCP, PortRange(22, 22)),)),)),))
+    prof = Profile(
+        "hostprof", ingress=(allow(0, destinations=(EntityMatch(ports=(PortMatch(PROTO_TCP, PortRange(22, 22)),)),)),)
+    )
     v = ev(inv, [], flow(inv, "b/cli", "192.168.0.9", dport=22), profiles=[prof])
     assert v.allowed and v.ingress.reason == "profile" and v.ingress.policy == "Profile/hostprof"
     v = ev(inv, [], flow(inv, "b/cli", "192.168.0.9", dport=23), profiles=[prof])
@@ -354,7 +408,9 @@ def test_network_set_selector(inv):
 
 
 def test_service_match(inv):
-    inv.services[("a", "web")] = Service("web", "a", {"app": "web"}, (IP("10.96.0.10"),), (ServicePort(80, "http", PROTO_TCP),))
+    inv.services[("a", "web")] = Service(
+        "web", "a", {"app": "web"}, (IP("10.96.0.10"),), (ServicePort(80, "http", PROTO_TCP),)
+    )
     r = allow(destinations=(EntityMatch(service=ServiceRef("web", "a")),))
     p = policy("p", egress=[r], types=frozenset({Direction.EGRESS}))
     assert ev(inv, [p], flow(inv, "b/cli", "a/web", dport=8080)).allowed
@@ -362,11 +418,14 @@ def test_service_match(inv):
     assert not ev(inv, [p], flow(inv, "b/cli", "a/db", dport=8080)).allowed
 
 
-@pytest.mark.parametrize("action,expect_allowed,expect_tier", [
-    (Action.ALLOW, False, "default"),  # Allow through it matches nothing -> next rule (deny) decides
-    (Action.DENY, False, "kube-admin"),
-    (Action.PASS, False, "kube-admin"),  # Pass with an unresolvable peer denies
-])
+@pytest.mark.parametrize(
+    "action,expect_allowed,expect_tier",
+    [
+        (Action.ALLOW, False, "default"),  # Allow through it matches nothing -> next rule (deny) decides
+        (Action.DENY, False, "kube-admin"),
+        (Action.PASS, False, "kube-admin"),  # Pass with an unresolvable peer denies
+    ],
+)
 def test_unresolvable_fails_closed(inv, action, expect_allowed, expect_tier):
     r = Rule(action, 0, destinations=(EntityMatch(unresolvable="unknown peer"),))
     admin = policy("cnp", egress=[r], tier="kube-admin", order=1, kind="ClusterNetworkPolicy")

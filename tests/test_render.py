@@ -26,13 +26,15 @@ def _matches(t, flow: Flow) -> bool:
     def port_ok(r, p):
         return (0, 65535) == tuple(r) or (p is not None and r[0] <= p <= r[1])
 
-    return (ipaddress.ip_address(flow.src.ip) in ipaddress.ip_network(t.src)
-            and ipaddress.ip_address(flow.dst.ip) in ipaddress.ip_network(t.dst)
-            and (t.protocol is None or t.protocol == flow.protocol)
-            and (flow.protocol not in (6, 17, 132, 136) or (port_ok(t.sport, flow.sport) and port_ok(t.dport, flow.dport)))
-            and (flow.protocol in (6, 17, 132, 136) or (tuple(t.sport) == (0, 65535) and tuple(t.dport) == (0, 65535)))
-            and (t.icmp_type is None or t.icmp_type == flow.icmp_type)
-            and (t.icmp_code is None or t.icmp_code == flow.icmp_code))
+    return (
+        ipaddress.ip_address(flow.src.ip) in ipaddress.ip_network(t.src)
+        and ipaddress.ip_address(flow.dst.ip) in ipaddress.ip_network(t.dst)
+        and (t.protocol is None or t.protocol == flow.protocol)
+        and (flow.protocol not in (6, 17, 132, 136) or (port_ok(t.sport, flow.sport) and port_ok(t.dport, flow.dport)))
+        and (flow.protocol in (6, 17, 132, 136) or (tuple(t.sport) == (0, 65535) and tuple(t.dport) == (0, 65535)))
+        and (t.icmp_type is None or t.icmp_type == flow.icmp_type)
+        and (t.icmp_code is None or t.icmp_code == flow.icmp_code)
+    )
 
 
 def _first_match(tables: list[Table], flow: Flow, has_profiles: bool) -> str | None:
@@ -147,8 +149,15 @@ def _compare_with_reference(project, outside: list[str]) -> tuple[int, int]:
                     for proto, port in PROBES:
                         src, dst = (ip, other) if direction == "egress" else (other, ip)
                         icmp = proto == 1
-                        flow = Flow(FlowEnd(None, src), FlowEnd(None, dst), proto, None if icmp else 40000, port,
-                                    8 if icmp else None, 0 if icmp else None)
+                        flow = Flow(
+                            FlowEnd(None, src),
+                            FlowEnd(None, dst),
+                            proto,
+                            None if icmp else 40000,
+                            port,
+                            8 if icmp else None,
+                            0 if icmp else None,
+                        )
                         got = _first_match(mine, flow, bool(ep.profiles))
                         if got == "inexact":
                             continue

@@ -53,8 +53,13 @@ def test_bundled_capture_verdicts_by_policy(demo_summary):
     s = demo_summary
     # web -> db:5432 SYN and its retransmission: the ANP denies them by name.
     assert _rule(s, "AdminNetworkPolicy/protect-db", "deny-from-frontend") == {
-        "direction": "ingress", "tier": "kube-admin", "policy": "AdminNetworkPolicy/protect-db",
-        "rule": "deny-from-frontend", "verdict": "deny", "reason": "rule", "packets": 2,
+        "direction": "ingress",
+        "tier": "kube-admin",
+        "policy": "AdminNetworkPolicy/protect-db",
+        "rule": "deny-from-frontend",
+        "verdict": "deny",
+        "reason": "rule",
+        "packets": 2,
     }
     assert _rule(s, "NetworkPolicy/backend/allow-frontend-to-api", 0)["verdict"] == "allow"
     assert _rule(s, "AdminNetworkPolicy/allow-monitoring", "scrape-from-monitoring")["verdict"] == "allow"
@@ -83,7 +88,9 @@ def test_out_jsonl_contract_and_split_captures(tmp_path):
     # db's answers to api's denied UDP and SCTP openings (an ICMP port unreachable, an INIT-ACK)
     answers = [line for line in lines if line["reason"] == "denied-connection"]
     assert [(line["src"], line["proto"], line["verdict"]) for line in answers] == [
-        ("10.0.2.30", "ICMP", "deny"), ("10.0.2.30", "SCTP", "deny")]
+        ("10.0.2.30", "ICMP", "deny"),
+        ("10.0.2.30", "SCTP", "deny"),
+    ]
     first = lines[0]
     assert (first["src"], first["dst"], first["proto"], first["dport"]) == ("10.0.1.10", "10.96.0.10", "UDP", 53)
     icmp = [line for line in lines if line["proto"] == "ICMP"]
@@ -215,6 +222,7 @@ def test_staged_per_flow_lines(tmp_path):
 
 # --- frames that are not IP --------------------------------------------------------------------------
 
+
 def test_frames_that_are_not_ip_pass_and_are_counted_apart(tmp_path):
     """ARP (and LLDP, any ethertype that is not IP) is what a firewall of IP traffic passes: counted
     as not IP, never as malformed, in the summary, --json and --out."""
@@ -257,18 +265,52 @@ def test_a_capture_between_namespaces_holds_arp_counted_as_not_ip(tmp_path):
         for ns, dev in ((web, f"w{tag}"), (api, f"a{tag}")):
             sh("ip", "-n", ns, "link", "set", dev, "up")
             sh("ip", "-n", ns, "link", "set", "lo", "up")
-        server = subprocess.Popen(["ip", "netns", "exec", api, sys.executable, "-c",
-                                   "import socket; s = socket.socket(); s.bind(('10.0.2.20', 8080)); s.listen(4);"
-                                   " print('ready', flush=True); c, _ = s.accept(); c.close()"],
-                                  stdout=subprocess.PIPE, text=True)
+        server = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                api,
+                sys.executable,
+                "-c",
+                "import socket; s = socket.socket(); s.bind(('10.0.2.20', 8080)); s.listen(4);"
+                " print('ready', flush=True); c, _ = s.accept(); c.close()",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         started.append(server)
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
-        dump = subprocess.Popen(["ip", "netns", "exec", web, "tcpdump", "-Z", "root", "--immediate-mode", "-i", f"w{tag}", "-U", "-w", str(capture)],
-                                stderr=subprocess.PIPE, text=True)
+        dump = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                web,
+                "tcpdump",
+                "-Z",
+                "root",
+                "--immediate-mode",
+                "-i",
+                f"w{tag}",
+                "-U",
+                "-w",
+                str(capture),
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         started.append(dump)
         assert dump.stderr is not None and "listening on" in dump.stderr.readline()
-        sh("ip", "netns", "exec", web, sys.executable, "-c",
-           "import socket; socket.create_connection(('10.0.2.20', 8080), timeout=5).close()")
+        sh(
+            "ip",
+            "netns",
+            "exec",
+            web,
+            sys.executable,
+            "-c",
+            "import socket; socket.create_connection(('10.0.2.20', 8080), timeout=5).close()",
+        )
         server.wait(timeout=10)
         time.sleep(0.5)
         dump.terminate()
@@ -284,5 +326,6 @@ def test_a_capture_between_namespaces_holds_arp_counted_as_not_ip(tmp_path):
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert s["not_ip"] >= 2, s  # who-has and is-at, at least
-    assert s["malformed"] == 0 and s["packets"] == (s["not_ip"] + s["policy"] + s["established"] + s["invalid"]
-                                                 + s["denied_connection"])
+    assert s["malformed"] == 0 and s["packets"] == (
+        s["not_ip"] + s["policy"] + s["established"] + s["invalid"] + s["denied_connection"]
+    )

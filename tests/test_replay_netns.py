@@ -31,9 +31,12 @@ NAME = "svc.example.test"
 
 INVENTORY = "\n---\n".join(
     [f"apiVersion: v1\nkind: Namespace\nmetadata: {{name: {n}}}" for n in "abcd"]
-    + [f"apiVersion: v1\nkind: Pod\nmetadata: {{name: {n}1, namespace: {n}, labels: {{app: {n}}}}}\n"
-       f"spec: {{containers: [{{name: s, image: x}}]}}\nstatus: {{podIP: 10.244.{i}.2}}"
-       for i, n in enumerate("abcd", 1)])
+    + [
+        f"apiVersion: v1\nkind: Pod\nmetadata: {{name: {n}1, namespace: {n}, labels: {{app: {n}}}}}\n"
+        f"spec: {{containers: [{{name: s, image: x}}]}}\nstatus: {{podIP: 10.244.{i}.2}}"
+        for i, n in enumerate("abcd", 1)
+    ]
+)
 
 # b takes TCP 8080 from namespace a and nothing else: a -> b:8081 is denied.
 B_FROM_A = """
@@ -164,9 +167,27 @@ class Capture:
     def __init__(self, ns: str, path: Path, interface: str = "eth0") -> None:
         self.path = path
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, "tcpdump", "-i", interface, "-n", "-U", "--immediate-mode", "-Z", "root",
-             "-w", str(path), "ip"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                "tcpdump",
+                "-i",
+                interface,
+                "-n",
+                "-U",
+                "--immediate-mode",
+                "-Z",
+                "root",
+                "-w",
+                str(path),
+                "ip",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stderr is not None
         line = self.proc.stderr.readline()  # "listening on eth0, ..." once the capture runs
         assert "listening on" in line, line + self.proc.stderr.read()
@@ -213,10 +234,22 @@ def web(topo: Topology, pod: int, delay: float = 0.0) -> None:
 def dnsmasq(topo: Topology, pod: int, answer: str, tmp: Path) -> None:
     """dnsmasq in ``pod``, answering NAME with ``answer`` for one second (its TTL)."""
     ip = topo.ips[pod]
-    topo.spawn(topo.pods[pod], ["dnsmasq", "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv",
-                                "--no-hosts", "--bind-interfaces", f"--listen-address={ip}", "--user=root",
-                                f"--pid-file={tmp / f'dnsmasq-{pod}.pid'}", f"--address=/{NAME}/{answer}",
-                                "--local-ttl=1"])
+    topo.spawn(
+        topo.pods[pod],
+        [
+            "dnsmasq",
+            "--keep-in-foreground",
+            "--conf-file=/dev/null",
+            "--no-resolv",
+            "--no-hosts",
+            "--bind-interfaces",
+            f"--listen-address={ip}",
+            "--user=root",
+            f"--pid-file={tmp / f'dnsmasq-{pod}.pid'}",
+            f"--address=/{NAME}/{answer}",
+            "--local-ttl=1",
+        ],
+    )
     deadline = time.monotonic() + 10
     while not sh("ip", "netns", "exec", topo.pods[pod], "ss", "-Hlun", "sport = :53").stdout.strip():
         assert time.monotonic() < deadline, "dnsmasq did not start"
@@ -230,16 +263,36 @@ def replay(tmp: Path, manifests: list[str], pcap: Path, *extra: str) -> tuple[di
     for i, text in enumerate(manifests, 1):
         (directory / f"{i:02d}-policy.yaml").write_text(text)
     out = tmp / f"out{len(list(tmp.glob('out*.jsonl')))}.jsonl"
-    r = subprocess.run([sys.executable, "-m", "pyclassify", "replay", str(directory), "--pcap", str(pcap), "--json",
-                        "--out", str(out), *extra], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyclassify",
+            "replay",
+            str(directory),
+            "--pcap",
+            str(pcap),
+            "--json",
+            "--out",
+            str(out),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout), [json.loads(line) for line in out.read_text().splitlines()]
 
 
 def connection(lines: list[dict[str, Any]], ip: str, port: int, proto: str = "TCP") -> list[dict[str, Any]]:
     """The lines of the packets between ``ip``:``port`` and anything, in capture order."""
-    return [line for line in lines if line["proto"] == proto and (
-        (line["dst"], line["dport"]) == (ip, port) or (line["src"], line["sport"]) == (ip, port))]
+    return [
+        line
+        for line in lines
+        if line["proto"] == proto
+        and ((line["dst"], line["dport"]) == (ip, port) or (line["src"], line["sport"]) == (ip, port))
+    ]
 
 
 def isolated_by_b(line: dict[str, Any]) -> bool:
@@ -254,8 +307,21 @@ def test_every_packet_of_a_connection_its_opening_denied_is_denied(topo: Topolog
     cap = Capture(topo.pods[0], tmp_path / "denied.pcap")
     url = f"http://{topo.ips[1]}:{WEB_PORT}"
     for path in ("/one", "/two"):  # two connections to a port b's policy does not open
-        got = sh("ip", "netns", "exec", topo.pods[0], "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
-                 "--max-time", "5", url + path).stdout
+        got = sh(
+            "ip",
+            "netns",
+            "exec",
+            topo.pods[0],
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "5",
+            url + path,
+        ).stdout
         assert got == "200"  # nothing enforced: the capture holds the whole exchange
     assert topo.reach(0, 1, "TCP")  # and a connection to the port it opens
     summary, lines = replay(tmp_path, [B_FROM_A], cap.stop())
@@ -264,7 +330,8 @@ def test_every_packet_of_a_connection_its_opening_denied_is_denied(topo: Topolog
     syns = [line for line in denied if line["reason"] == "policy"]
     assert len(syns) == 2 and len(denied) >= 16, denied
     assert all(line["verdict"] == "deny" for line in denied), [
-        (line["src"], line["sport"], line["verdict"], line["reason"]) for line in denied if line["verdict"] != "deny"]
+        (line["src"], line["sport"], line["verdict"], line["reason"]) for line in denied if line["verdict"] != "deny"
+    ]
     for syn in syns:  # each connection's opening packet, by b's NetworkPolicy (no rule opens 8081)
         assert syn["dst"] == topo.ips[1] and isolated_by_b(syn), syn
     # the rest, either way, as packets of a denied connection
@@ -276,8 +343,7 @@ def test_every_packet_of_a_connection_its_opening_denied_is_denied(topo: Topolog
     assert summary["allowed"] == len(allowed)
 
 
-def test_a_connection_open_before_the_capture_is_judged_as_its_client_opened_it(
-        topo: Topology, tmp_path: Path) -> None:
+def test_a_connection_open_before_the_capture_is_judged_as_its_client_opened_it(topo: Topology, tmp_path: Path) -> None:
     web(topo, 1, delay=3.0)
     web(topo, 2)
     client = topo.spawn(topo.pods[0], [PY, "-c", HELD_BEFORE, topo.ips[1], topo.ips[2], str(WEB_PORT)], stdin=True)
@@ -295,7 +361,11 @@ def test_a_connection_open_before_the_capture_is_judged_as_its_client_opened_it(
     first, rest = to_b[0], to_b[1:]
     assert first["src"] == topo.ips[1] and first["sport"] == WEB_PORT, first
     assert (first["verdict"], first["reason"], first["pickup"], first["opened_by"]) == (
-        "deny", "policy", "mid-stream", "dst"), first
+        "deny",
+        "policy",
+        "mid-stream",
+        "dst",
+    ), first
     assert isolated_by_b(first), first
     assert rest and {(line["verdict"], line["reason"]) for line in rest} == {("deny", "denied-connection")}
     assert all("pickup" not in line for line in rest)
@@ -308,7 +378,8 @@ def test_a_connection_open_before_the_capture_is_judged_as_its_client_opened_it(
 
 
 def test_a_kept_alive_request_after_the_ttl_is_judged_by_the_domain_rule_as_it_opened(
-        topo: Topology, tmp_path: Path, resolv_conf: Any) -> None:
+    topo: Topology, tmp_path: Path, resolv_conf: Any
+) -> None:
     dnsmasq(topo, 2, topo.ips[1], tmp_path)
     resolv_conf(0, topo.ips[2])
     web(topo, 1)
@@ -328,13 +399,15 @@ def test_a_kept_alive_request_after_the_ttl_is_judged_by_the_domain_rule_as_it_o
     assert requests[1]["ts"] - syn["ts"] > 2, (syn["ts"], requests[1]["ts"])
     assert all(r["verdict"] == "allow" and r["egress"]["rule"] == 1 for r in requests), requests
     assert all(line["verdict"] == "allow" for line in conn), [
-        (line["index"], line["verdict"], line["reason"], line.get("http")) for line in conn]
+        (line["index"], line["verdict"], line["reason"], line.get("http")) for line in conn
+    ]
     assert summary["http"]["requests_allowed"] == 2 and summary["http"]["requests_denied"] == 0
 
 
 @pytest.mark.parametrize("conntrack", [True, False], ids=["conntrack", "no-conntrack"])
 def test_an_answer_from_a_resolver_policy_denies_teaches_nothing(
-        topo: Topology, tmp_path: Path, resolv_conf: Any, conntrack: bool) -> None:
+    topo: Topology, tmp_path: Path, resolv_conf: Any, conntrack: bool
+) -> None:
     # d's resolver, which a may not ask, names c's address
     dnsmasq(topo, 3, topo.ips[2], tmp_path)
     resolv_conf(0, topo.ips[3])

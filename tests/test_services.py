@@ -85,7 +85,9 @@ def test_cluster_ip_is_judged_per_backend(project, engine):
 def test_every_backend_is_judged_and_one_can_be_picked(project, engine):
     r = explain(project, "frontend/web", "10.96.0.40", 6, 80, engine=engine)
     assert [(str(b.flow.dst.ip), b.flow.dport, b.verdict.verdict) for b in r.backends] == [
-        ("10.0.2.20", 8080, "allow"), ("10.0.2.30", 8080, "deny")]
+        ("10.0.2.20", 8080, "allow"),
+        ("10.0.2.30", 8080, "deny"),
+    ]
     assert not r.verdict.allowed and r.verdict.ingress.policy == "AdminNetworkPolicy/protect-db"
     picked = explain(project, "frontend/web", "10.96.0.40", 6, 80, engine=engine, service_backend="backend/api")
     assert picked.verdict.allowed and len(picked.backends) == 1
@@ -98,8 +100,12 @@ def test_every_backend_is_judged_and_one_can_be_picked(project, engine):
 
 
 def test_explain_cli_per_backend(manifests):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "pyclassify", "explain", str(manifests), *a],  # noqa: E731
-                                    capture_output=True, text=True, timeout=120)
+    run = lambda *a: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "pyclassify", "explain", str(manifests), *a],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     r = run("--from", "frontend/web", "--to", "10.96.0.40", "--port", "80")
     assert r.returncode == 0, r.stderr
     assert "backend: backend/api (10.0.2.20) TCP/8080: ALLOW" in r.stdout
@@ -116,10 +122,10 @@ def _capture(path: Path) -> None:
     from scapy.all import IP, TCP, Ether
 
     packets = [
-        IP(src="10.0.1.10", dst="10.96.0.20") / TCP(sport=40000, dport=80, flags="S"),   # web -> api: allowed
+        IP(src="10.0.1.10", dst="10.96.0.20") / TCP(sport=40000, dport=80, flags="S"),  # web -> api: allowed
         IP(src="10.96.0.20", dst="10.0.1.10") / TCP(sport=80, dport=40000, flags="SA"),  # its reply
-        IP(src="10.0.3.40", dst="10.96.0.20") / TCP(sport=40001, dport=80, flags="S"),   # prometheus: denied
-        IP(src="10.0.1.10", dst="10.96.0.40") / TCP(sport=40002, dport=80, flags="S"),   # two backends, one denies
+        IP(src="10.0.3.40", dst="10.96.0.20") / TCP(sport=40001, dport=80, flags="S"),  # prometheus: denied
+        IP(src="10.0.1.10", dst="10.96.0.40") / TCP(sport=40002, dport=80, flags="S"),  # two backends, one denies
     ]
     with CaptureWriter(str(path)) as w:
         for i, p in enumerate(packets):
@@ -129,12 +135,20 @@ def _capture(path: Path) -> None:
 def test_replay_judges_service_traffic_against_its_backends(manifests, tmp_path):
     capture, out = tmp_path / "svc.pcap", tmp_path / "out.jsonl"
     _capture(capture)
-    r = subprocess.run([sys.executable, "-m", "pyclassify", "replay", str(manifests), "--pcap", str(capture),
-                        "--out", str(out)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "pyclassify", "replay", str(manifests), "--pcap", str(capture), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(x["verdict"], x["reason"]) for x in lines] == [
-        ("allow", "policy"), ("allow", "established"), ("deny", "policy"), ("deny", "policy")]
+        ("allow", "policy"),
+        ("allow", "established"),
+        ("deny", "policy"),
+        ("deny", "policy"),
+    ]
     assert lines[0]["ingress"]["policy"] == "NetworkPolicy/backend/allow-frontend-to-api"
     assert lines[0]["service"]["judged"] == "the only backend"
     assert lines[3]["service"]["backends"] == ["10.0.2.20:8080", "10.0.2.30:8080"]
@@ -152,9 +166,14 @@ def _dual_stack_inventory(services: int = 40):
     for i in range(services):
         backends = (ip(f"10.1.{i}.1"), ip(f"10.1.{i}.2"), ip(f"fd01::{i}:1")) if i % 3 else ()
         inv.services[("ns", f"s{i}")] = Service(
-            f"s{i}", "ns", None, cluster_ips=(ip(f"10.96.{i}.1"), ip(f"fd96::{i}")),
+            f"s{i}",
+            "ns",
+            None,
+            cluster_ips=(ip(f"10.96.{i}.1"), ip(f"fd96::{i}")),
             ports=(ServicePort(80, 8080, 6, "web", 30000 + i), ServicePort(53, 5353, 17, "dns")),
-            endpoint_ips=backends, from_slices=True)
+            endpoint_ips=backends,
+            from_slices=True,
+        )
     return inv
 
 
@@ -165,8 +184,14 @@ def test_backends_stay_in_the_virtual_address_family():
     for e in m.entries:
         v6 = e.address[:12] != b"\0" * 10 + b"\xff\xff"
         assert all((a[:12] != b"\0" * 10 + b"\xff\xff") == v6 for a, _, _ in e.backends), e
-    v4 = [e for e in m.entries if e.service == "ns/s1" and e.via == "ClusterIP" and e.protocol == 6
-          and e.address.endswith(bytes([10, 96, 1, 1]))]
+    v4 = [
+        e
+        for e in m.entries
+        if e.service == "ns/s1"
+        and e.via == "ClusterIP"
+        and e.protocol == 6
+        and e.address.endswith(bytes([10, 96, 1, 1]))
+    ]
     assert [(text, port) for _, port, text in v4[0].backends] == [("10.1.1.1", 8080), ("10.1.1.2", 8080)]
 
 
@@ -260,16 +285,38 @@ def test_a_connection_is_judged_in_the_same_lanes_whatever_its_batch_holds(manif
 
     first, second, out = tmp_path / "a.pcap", tmp_path / "b.pcap", tmp_path / "out.jsonl"
     with CaptureWriter(str(first)) as w:  # web -> api's ClusterIP (one backend)
-        w.write_packet(bytes(Ether() / IP(src="10.0.1.10", dst="10.96.0.20") / TCP(sport=40000, dport=80, flags="S")),
-                       ts_ns=1000)
+        w.write_packet(
+            bytes(Ether() / IP(src="10.0.1.10", dst="10.96.0.20") / TCP(sport=40000, dport=80, flags="S")), ts_ns=1000
+        )
     with CaptureWriter(str(second)) as w:
-        w.write_packet(bytes(Ether() / IP(src="10.96.0.20", dst="10.0.1.10") / TCP(sport=80, dport=40000, flags="SA")),
-                       ts_ns=2000)
-        w.write_packet(bytes(Ether() / IP(src="10.0.1.10", dst="10.96.0.40") / TCP(sport=40002, dport=80, flags="S")),
-                       ts_ns=3000)  # two backends
-    r = subprocess.run([sys.executable, "-m", "pyclassify", "replay", str(manifests), "--pcap", str(first),
-                        "--pcap", str(second), "--out", str(out)], capture_output=True, text=True, timeout=120)
+        w.write_packet(
+            bytes(Ether() / IP(src="10.96.0.20", dst="10.0.1.10") / TCP(sport=80, dport=40000, flags="SA")), ts_ns=2000
+        )
+        w.write_packet(
+            bytes(Ether() / IP(src="10.0.1.10", dst="10.96.0.40") / TCP(sport=40002, dport=80, flags="S")), ts_ns=3000
+        )  # two backends
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyclassify",
+            "replay",
+            str(manifests),
+            "--pcap",
+            str(first),
+            "--pcap",
+            str(second),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(x["verdict"], x["reason"]) for x in lines] == [
-        ("allow", "policy"), ("allow", "established"), ("deny", "policy")]
+        ("allow", "policy"),
+        ("allow", "established"),
+        ("deny", "policy"),
+    ]

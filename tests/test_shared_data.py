@@ -19,16 +19,25 @@ def pytest_in(args: list[str], tmp_path: Path, require: bool) -> subprocess.Comp
     env.pop("PYCLASSIFY_REQUIRE_SHARED", None)
     if require:
         env["PYCLASSIFY_REQUIRE_SHARED"] = "1"
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
-@pytest.mark.parametrize("target", [
-    "tests/conformance/test_npguard.py",
-    "tests/conformance/test_policy_assistant.py::test_cidr_membership",
-    "tests/kinds/test_inventory_kinds.py::test_workloads_are_named_as_np_guard_names_them",
-    "tests/bench/test_benchmarks_run.py::test_benchmark_suite_runs_at_a_small_size[bench/test_bench_rte_acl.py]",
-])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "tests/conformance/test_npguard.py",
+        "tests/conformance/test_policy_assistant.py::test_cidr_membership",
+        "tests/kinds/test_inventory_kinds.py::test_workloads_are_named_as_np_guard_names_them",
+        "tests/bench/test_benchmarks_run.py::test_benchmark_suite_runs_at_a_small_size[bench/test_bench_rte_acl.py]",
+    ],
+)
 def test_without_the_shared_data_a_test_skips_naming_it_and_fails_where_required(target: str, tmp_path: Path) -> None:
     r = pytest_in([target], tmp_path, require=False)
     assert r.returncode == 0, r.stdout[-3000:]

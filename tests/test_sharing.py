@@ -18,12 +18,24 @@ from pyclassify.sharing import BYTES, Shared
 
 
 def gnp(name: str, nets: list[str], selector: str = "app == 'a' || app == 'b'", port: int = 443) -> dict[str, Any]:
-    return {"apiVersion": "projectcalico.org/v3", "kind": "GlobalNetworkPolicy", "metadata": {"name": name},
-            "spec": {"selector": selector, "types": ["Ingress"],
-                     "ingress": [{"action": "Allow", "protocol": "TCP",
-                                  "source": {"nets": nets, "selector": "role == 'client'"},
-                                  "destination": {"ports": [port]}},
-                                 {"action": "Deny", "source": {"notNets": ["10.0.0.0/8"]}}]}}
+    return {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "GlobalNetworkPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": selector,
+            "types": ["Ingress"],
+            "ingress": [
+                {
+                    "action": "Allow",
+                    "protocol": "TCP",
+                    "source": {"nets": nets, "selector": "role == 'client'"},
+                    "destination": {"ports": [port]},
+                },
+                {"action": "Deny", "source": {"notNets": ["10.0.0.0/8"]}},
+            ],
+        },
+    }
 
 
 NETS = ["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/25"]
@@ -37,8 +49,9 @@ def policies_of(obj: dict[str, Any]) -> list[Policy]:
 
 
 def project(objects: list[dict[str, Any]], shared: Shared | None = None) -> Any:
-    return build_project([Document(copy.deepcopy(o), "test.yaml", i + 1) for i, o in enumerate(objects)], Problems(),
-                         shared)
+    return build_project(
+        [Document(copy.deepcopy(o), "test.yaml", i + 1) for i, o in enumerate(objects)], Problems(), shared
+    )
 
 
 def test_copies_hold_their_parts_once() -> None:
@@ -91,8 +104,14 @@ def test_removing_every_holder_forgets_every_part() -> None:
     assert shared.footprint == 0
 
 
-POOL = [gnp("a", NETS), gnp("b", NETS), gnp("c", NETS[:1]), gnp("d", NETS, selector="all()"),
-        gnp("e", NETS[1:], port=80), gnp("f", [])]
+POOL = [
+    gnp("a", NETS),
+    gnp("b", NETS),
+    gnp("c", NETS[:1]),
+    gnp("d", NETS, selector="all()"),
+    gnp("e", NETS[1:], port=80),
+    gnp("f", []),
+]
 
 
 @settings(max_examples=60, deadline=None)

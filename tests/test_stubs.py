@@ -124,9 +124,7 @@ def test_stubbed_objects_have_the_stubbed_kind(compiled: tuple[ModuleType, dict[
         elif isinstance(node, ast.AnnAssign):
             expected = simple_type(node.annotation)
             if expected is not None:
-                assert isinstance(obj, expected), (
-                    f"{where} is {type(obj).__name__}, stub says {expected.__name__}"
-                )
+                assert isinstance(obj, expected), f"{where} is {type(obj).__name__}, stub says {expected.__name__}"
 
 
 def _is_property(func: ast.FunctionDef) -> bool:
@@ -162,7 +160,9 @@ class Param:
     def render(self) -> str:
         star = {P.VAR_POSITIONAL: "*", P.VAR_KEYWORD: "**"}.get(self.kind, "")
         ctype = f"{self.ctype} " if self.ctype else ""
-        default = "" if self.default is Default.NONE else "=..." if self.default is Default.SOME else f"={self.default!r}"
+        default = (
+            "" if self.default is Default.NONE else "=..." if self.default is Default.SOME else f"={self.default!r}"
+        )
         return f"{star}{ctype}{self.name}{default}"
 
 
@@ -186,8 +186,13 @@ def constant(node: ast.expr) -> Any:
         return -value if isinstance(value, (int, float)) else Default.SOME
     if isinstance(node, ast.BinOp):
         left, right = constant(node.left), constant(node.right)
-        ops = {ast.LShift: lambda a, b: a << b, ast.Mult: lambda a, b: a * b, ast.Add: lambda a, b: a + b,
-               ast.Sub: lambda a, b: a - b, ast.BitOr: lambda a, b: a | b}
+        ops = {
+            ast.LShift: lambda a, b: a << b,
+            ast.Mult: lambda a, b: a * b,
+            ast.Add: lambda a, b: a + b,
+            ast.Sub: lambda a, b: a - b,
+            ast.BitOr: lambda a, b: a | b,
+        }
         if type(node.op) in ops and isinstance(left, int) and isinstance(right, int):
             return ops[type(node.op)](left, right)
     return Default.SOME
@@ -210,13 +215,22 @@ def stub_params(func: ast.FunctionDef | ast.AsyncFunctionDef, bound: bool) -> li
     for i, (arg, default) in enumerate(zip(positional, defaults)):
         # `__x` (not dunder) is the pre-PEP 570 spelling of positional-only.
         posonly = i < len(a.posonlyargs) or (arg.arg.startswith("__") and not arg.arg.endswith("__"))
-        params.append(Param(arg.arg, P.POSITIONAL_ONLY if posonly else P.POSITIONAL_OR_KEYWORD, default,
-                            annotation=arg.annotation))
+        params.append(
+            Param(
+                arg.arg, P.POSITIONAL_ONLY if posonly else P.POSITIONAL_OR_KEYWORD, default, annotation=arg.annotation
+            )
+        )
     if a.vararg:
         params.append(Param(a.vararg.arg, P.VAR_POSITIONAL, annotation=a.vararg.annotation))
     for arg, kw_default in zip(a.kwonlyargs, a.kw_defaults):
-        params.append(Param(arg.arg, P.KEYWORD_ONLY, Default.NONE if kw_default is None else constant(kw_default),
-                            annotation=arg.annotation))
+        params.append(
+            Param(
+                arg.arg,
+                P.KEYWORD_ONLY,
+                Default.NONE if kw_default is None else constant(kw_default),
+                annotation=arg.annotation,
+            )
+        )
     if a.kwarg:
         params.append(Param(a.kwarg.arg, P.VAR_KEYWORD, annotation=a.kwarg.annotation))
     return params[1:] if bound else params
@@ -280,7 +294,7 @@ def cython_class_source(class_name: str) -> str | None:
         start = re.search(rf"^cdef class {class_name}\b", text, re.M)
         if start:
             end = re.compile(r"^(?:cdef |cpdef |def |class )", re.M).search(text, start.end())
-            return text[start.end(): end.start() if end else len(text)]
+            return text[start.end() : end.start() if end else len(text)]
     return None
 
 
@@ -332,7 +346,9 @@ def runtime_constructor(module: ModuleType, cls: type) -> list[Param] | None:
 def annotation_names(node: ast.expr | None) -> set[str]:
     if node is None:
         return set()
-    return {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute))}
+    return {
+        n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute))
+    }
 
 
 def python_type_of(ctype: str) -> str | None:
@@ -365,7 +381,9 @@ def compare(where: str, runtime: list[Param], stub: list[Param], dunder: bool = 
             problems.append(f"{at}: {r.kind.description} at runtime, {s.kind.description} in the stub: {both}")
         if (r.default is Default.NONE) != (s.default is Default.NONE):
             has = "has" if r.default is not Default.NONE else "has no"
-            problems.append(f"{at}: {has} default at runtime, the stub says {s.default.value if isinstance(s.default, Default) else repr(s.default)}: {both}")
+            problems.append(
+                f"{at}: {has} default at runtime, the stub says {s.default.value if isinstance(s.default, Default) else repr(s.default)}: {both}"
+            )
         elif not isinstance(r.default, Default) and not isinstance(s.default, Default):
             if r.default != s.default or type(r.default) is not type(s.default):
                 problems.append(f"{at}: default {r.default!r} at runtime, {s.default!r} in the stub")
@@ -393,9 +411,13 @@ def class_problems(module: ModuleType, name: str, node: ast.ClassDef) -> list[st
 
     # Cython attributes: `cdef readonly` is a read-only property in the stub (or Final), `cdef
     # public` a plain annotated attribute (or a property with a setter); both of the C type.
-    setters = {d.value.id for item in node.body if isinstance(item, ast.FunctionDef)
-               for d in item.decorator_list
-               if isinstance(d, ast.Attribute) and d.attr == "setter" and isinstance(d.value, ast.Name)}
+    setters = {
+        d.value.id
+        for item in node.body
+        if isinstance(item, ast.FunctionDef)
+        for d in item.decorator_list
+        if isinstance(d, ast.Attribute) and d.attr == "setter" and isinstance(d.value, ast.Name)
+    }
     if module.__name__.endswith("._native") and NATIVE_SOURCES.is_dir():
         for attr, (access, ctype) in cython_attributes(name).items():
             item = members.get(attr)
@@ -408,7 +430,9 @@ def class_problems(module: ModuleType, name: str, node: ast.ClassDef) -> list[st
                 assert isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
                 writable, annotation = attr in setters, item.returns
             if writable != (access == "public"):
-                problems.append(f"{at}: `cdef {access}` in Cython, {'writable' if writable else 'read-only'} in the stub")
+                problems.append(
+                    f"{at}: `cdef {access}` in Cython, {'writable' if writable else 'read-only'} in the stub"
+                )
             expected = python_type_of(ctype)
             names = annotation_names(annotation)
             if expected and names and "Any" not in names and expected not in names:
@@ -467,8 +491,9 @@ def test_stub_signatures_match_the_compiled_objects(compiled: tuple[ModuleType, 
     for name, node in stubbed.items():
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             obj = getattr(module, name)
-            problems += compare(f"{module.__name__}.{name}", runtime_params(obj, name, bound=False),
-                                stub_params(node, bound=False))
+            problems += compare(
+                f"{module.__name__}.{name}", runtime_params(obj, name, bound=False), stub_params(node, bound=False)
+            )
         elif isinstance(node, ast.ClassDef):
             problems += class_problems(module, name, node)
     assert not problems, "stub signatures differ from the compiled module:\n" + "\n".join(problems)
@@ -480,11 +505,13 @@ def test_signature_comparison_sees_a_difference() -> None:
     assert isinstance(stub, ast.FunctionDef)
     good = cython_params("int a, bint b=True, *, str c='x'")
     assert compare("f", good, stub_params(stub, bound=False)) == []
-    for runtime in ("int a, bint b=False, *, str c='x'",  # default value
-                    "int a, bint b, *, str c='x'",  # default presence
-                    "int a, bint x=True, *, str c='x'",  # name
-                    "bint b=True, int a=0, *, str c='x'",  # order
-                    "int a, bint b=True, str c='x'",  # keyword-only
-                    "double a, bint b=True, *, str c='x'",  # C type vs annotation
-                    "int a, bint b=True, *, str c='x', d=None"):  # arity
+    for runtime in (
+        "int a, bint b=False, *, str c='x'",  # default value
+        "int a, bint b, *, str c='x'",  # default presence
+        "int a, bint x=True, *, str c='x'",  # name
+        "bint b=True, int a=0, *, str c='x'",  # order
+        "int a, bint b=True, str c='x'",  # keyword-only
+        "double a, bint b=True, *, str c='x'",  # C type vs annotation
+        "int a, bint b=True, *, str c='x', d=None",
+    ):  # arity
         assert compare("f", cython_params(runtime), stub_params(stub, bound=False)), runtime

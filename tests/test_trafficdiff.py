@@ -34,12 +34,19 @@ def sets():
 
 
 def conntrack_line(src: str, dst: str, sport: int, dport: int, packets: int) -> str:
-    return (f"tcp      6 100 ESTABLISHED src={src} dst={dst} sport={sport} dport={dport} packets={packets} "
-            f"bytes={packets * 60} src={dst} dst={src} sport={dport} dport={sport} packets=1 bytes=60 [ASSURED] use=1")
+    return (
+        f"tcp      6 100 ESTABLISHED src={src} dst={dst} sport={sport} dport={dport} packets={packets} "
+        f"bytes={packets * 60} src={dst} dst={src} sport={dport} dport={sport} packets=1 bytes=60 [ASSURED] use=1"
+    )
 
 
-record = st.tuples(st.sampled_from(ADDRESSES), st.sampled_from(ADDRESSES), st.integers(32768, 65535),
-                   st.sampled_from([22, 53, 80, 5432, 6432, 8080, 9090]), st.integers(1, 50))
+record = st.tuples(
+    st.sampled_from(ADDRESSES),
+    st.sampled_from(ADDRESSES),
+    st.integers(32768, 65535),
+    st.sampled_from([22, 53, 80, 5432, 6432, 8080, 9090]),
+    st.integers(1, 50),
+)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -79,8 +86,23 @@ def test_equals_judging_every_record_under_both_sets(tmp_path_factory, sets, rec
 
 
 def test_cli_exit_5_when_observed_traffic_closes():
-    r = subprocess.run([sys.executable, "-m", "pyclassify.cli", "diff", str(DEMO), "--apply", str(CHANGE), "--traffic",
-                        str(TRAFFIC / "hubble.jsonl"), "--json"], capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyclassify.cli",
+            "diff",
+            str(DEMO),
+            "--apply",
+            str(CHANGE),
+            "--traffic",
+            str(TRAFFIC / "hubble.jsonl"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode == 5, r.stderr
     doc = json.loads(r.stdout)
     first = doc["changes"][0]
@@ -96,8 +118,10 @@ def diff_answer(doc: dict) -> dict:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(files=st.lists(st.lists(record, min_size=1, max_size=20), min_size=1, max_size=6),
-       cuts=st.lists(st.integers(0, 6), max_size=2))
+@given(
+    files=st.lists(st.lists(record, min_size=1, max_size=20), min_size=1, max_size=6),
+    cuts=st.lists(st.integers(0, 6), max_size=2),
+)
 def test_diffs_of_files_apart_merge_into_the_whole_runs(tmp_path_factory, sets, files, cuts):
     from pyclassify.trafficdiff import DiffEngines, merge_diffs
 
@@ -110,8 +134,10 @@ def test_diffs_of_files_apart_merge_into_the_whole_runs(tmp_path_factory, sets, 
         paths.append(str(path))
     engines = DiffEngines(old.policy_set, new.policy_set, old.inventory)
     whole = traffic_diff(old.policy_set, new.policy_set, old.inventory, paths, rule_usage=True, engines=engines)
-    parts = [traffic_diff(old.policy_set, new.policy_set, old.inventory, [p], rule_usage=True, engines=engines)
-             for p in paths]
+    parts = [
+        traffic_diff(old.policy_set, new.policy_set, old.inventory, [p], rule_usage=True, engines=engines)
+        for p in paths
+    ]
     bounds = sorted({0, len(parts), *(c for c in cuts if c <= len(parts))})
     grouped = merge_diffs(*(merge_diffs(*parts[a:b]) for a, b in zip(bounds, bounds[1:])))
     expected = diff_answer(whole.to_json())
@@ -123,7 +149,11 @@ def test_diffs_of_files_apart_merge_into_the_whole_runs(tmp_path_factory, sets, 
 
 def test_cli_unreadable_traffic_is_an_error_naming_the_file(tmp_path):
     missing = tmp_path / "nowhere.jsonl"
-    r = subprocess.run([sys.executable, "-m", "pyclassify.cli", "diff", str(DEMO), "--apply", str(CHANGE), "--traffic",
-                        str(missing)], capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "pyclassify.cli", "diff", str(DEMO), "--apply", str(CHANGE), "--traffic", str(missing)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode == 1, r.stderr
     assert f"{missing}: cannot open" in r.stderr and "Traceback" not in r.stderr

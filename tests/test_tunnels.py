@@ -52,12 +52,20 @@ def verdicts(lines: list[dict]) -> list[tuple]:
     return [tuple(json.dumps(line.get(k)) for k in keep) for line in lines]
 
 
-@pytest.mark.parametrize(("manifests", "pcap"), [((DEMO,), "demo.pcap"), ((DEMO, DOMAINS), "domains.pcap"),
-                                                 ((DEMO, HTTP), "http.pcap"), ((DEMO, STAGED), "demo.pcap")],
-                         ids=["demo", "domains", "http", "staged"])
+@pytest.mark.parametrize(
+    ("manifests", "pcap"),
+    [
+        ((DEMO,), "demo.pcap"),
+        ((DEMO, DOMAINS), "domains.pcap"),
+        ((DEMO, HTTP), "http.pcap"),
+        ((DEMO, STAGED), "demo.pcap"),
+    ],
+    ids=["demo", "domains", "http", "staged"],
+)
 @pytest.mark.parametrize("port", [4789, 9472])
-def test_a_capture_inside_vxlan_gets_the_verdicts_it_gets_bare(tmp_path: Path, manifests: tuple[str, ...],
-                                                               pcap: str, port: int) -> None:
+def test_a_capture_inside_vxlan_gets_the_verdicts_it_gets_bare(
+    tmp_path: Path, manifests: tuple[str, ...], pcap: str, port: int
+) -> None:
     bare, bare_lines = replay(*manifests, "--pcap", str(REPO / "pcaps" / pcap), out=tmp_path / "bare.jsonl")
     inside = tunnelled(REPO / "pcaps" / pcap, tmp_path / "vxlan.pcap", port)
     options = () if port in DEFAULT_TUNNELS.vxlan else ("--vxlan-port", str(port))
@@ -68,8 +76,19 @@ def test_a_capture_inside_vxlan_gets_the_verdicts_it_gets_bare(tmp_path: Path, m
         assert summary[key] == bare[key], key
     assert summary["malformed"] == bare["malformed"] and summary["not_judged"] == 0
     nodes = [".".join(map(str, n)) for n in VXLAN_NODES]
-    assert all(line["outer"] == {"src": nodes[0], "dst": nodes[1], "proto": "UDP", "sport": 40000 + line["index"],
-                                 "dport": port, "encap": "vxlan", "vni": 4096} for line in lines)
+    assert all(
+        line["outer"]
+        == {
+            "src": nodes[0],
+            "dst": nodes[1],
+            "proto": "UDP",
+            "sport": 40000 + line["index"],
+            "dport": port,
+            "encap": "vxlan",
+            "vni": 4096,
+        }
+        for line in lines
+    )
     if pcap == "domains.pcap":
         assert summary["dns"]["learned"] == 3  # the answers inside the tunnel taught their names
     if pcap == "http.pcap":
@@ -92,10 +111,12 @@ def test_unreadable_tunnels_are_counted_apart_and_never_allowed(tmp_path: Path) 
         inner = next(iter(cap)).packet(0)  # web asks kube-dns: allowed
     good = vxlan_frame(inner)
     no_vni = good[:42] + b"\x00" + good[43:]
-    frames = [(good, len(good)), (no_vni, len(no_vni)), (good[:14 + 20 + 8 + 8 + 14 + 20 + 4], len(good))]
+    frames = [(good, len(good)), (no_vni, len(no_vni)), (good[: 14 + 20 + 8 + 8 + 14 + 20 + 4], len(good))]
     path = tmp_path / "vxlan.pcap"
-    path.write_bytes(PCAP_HEADER + b"".join(struct.pack("<IIII", 1767225600, i, len(f), wire) + f
-                                            for i, (f, wire) in enumerate(frames)))
+    path.write_bytes(
+        PCAP_HEADER
+        + b"".join(struct.pack("<IIII", 1767225600, i, len(f), wire) + f for i, (f, wire) in enumerate(frames))
+    )
     summary, lines = replay(DEMO, "--pcap", str(path), out=tmp_path / "out.jsonl")
     assert [line["reason"] for line in lines] == ["policy", "not-judged", "not-judged"]
     assert [line["verdict"] for line in lines] == ["allow", "deny", "deny"]

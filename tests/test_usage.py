@@ -69,8 +69,22 @@ def test_shadowed_and_redundant(tmp_path):
 
 
 def test_usage_counts_traffic_per_rule():
-    r = subprocess.run([sys.executable, "-m", "pyclassify.cli", "usage", str(DEMO), "--traffic",
-                        str(TRAFFIC / "hubble.jsonl"), "--json", "--no-redundant"], capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyclassify.cli",
+            "usage",
+            str(DEMO),
+            "--traffic",
+            str(TRAFFIC / "hubble.jsonl"),
+            "--json",
+            "--no-redundant",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     used = {(x["policy"], x["direction"], str(x["rule"])): x["flows"] for x in doc["rules"]}
@@ -94,21 +108,55 @@ spec:
 
 
 def _hubble(src: str, dst: str, sport: int, dport: int) -> str:
-    return json.dumps({"flow": {"time": "2024-05-01T10:00:00Z", "verdict": "FORWARDED",
-                                "IP": {"source": src, "destination": dst, "ipVersion": "IPv4"},
-                                "l4": {"TCP": {"source_port": sport, "destination_port": dport}}, "is_reply": False}})
+    return json.dumps(
+        {
+            "flow": {
+                "time": "2024-05-01T10:00:00Z",
+                "verdict": "FORWARDED",
+                "IP": {"source": src, "destination": dst, "ipVersion": "IPv4"},
+                "l4": {"TCP": {"source_port": sport, "destination_port": dport}},
+                "is_reply": False,
+            }
+        }
+    )
 
 
 def test_log_rules_count_what_they_logged(tmp_path):
     (tmp_path / "inv.yaml").write_text(NAMESPACE)
     (tmp_path / "pol.yaml").write_text(LOGGED)
     traffic = tmp_path / "flows.jsonl"
-    traffic.write_text("\n".join([_hubble("10.9.0.1", "10.9.0.2", 40000, 5432), _hubble("10.9.0.1", "10.9.0.2", 40001, 5432),
-                                  _hubble("10.9.0.1", "10.9.0.2", 40002, 80)]) + "\n")
-    r = subprocess.run([sys.executable, "-m", "pyclassify.cli", "usage", str(tmp_path / "inv.yaml"), str(tmp_path / "pol.yaml"),
-                        "--traffic", str(traffic), "--json", "--no-redundant"], capture_output=True, text=True, cwd=ROOT)
+    traffic.write_text(
+        "\n".join(
+            [
+                _hubble("10.9.0.1", "10.9.0.2", 40000, 5432),
+                _hubble("10.9.0.1", "10.9.0.2", 40001, 5432),
+                _hubble("10.9.0.1", "10.9.0.2", 40002, 80),
+            ]
+        )
+        + "\n"
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyclassify.cli",
+            "usage",
+            str(tmp_path / "inv.yaml"),
+            str(tmp_path / "pol.yaml"),
+            "--traffic",
+            str(traffic),
+            "--json",
+            "--no-redundant",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, r.stderr
     rules = {(x["policy"], x["direction"], str(x["rule"])): x for x in json.loads(r.stdout)["rules"]}
-    log, allow = rules[("GlobalNetworkPolicy/log-db", "ingress", "0")], rules[("GlobalNetworkPolicy/log-db", "ingress", "1")]
+    log, allow = (
+        rules[("GlobalNetworkPolicy/log-db", "ingress", "0")],
+        rules[("GlobalNetworkPolicy/log-db", "ingress", "1")],
+    )
     assert log["action"] == "Log" and log["counted"] and log["records"] == 2
     assert allow["records"] == 3

@@ -42,8 +42,9 @@ def build(name: str, out_dir: Path) -> Path:
     if cfg.returncode != 0:
         raise PeerMissing(f"{module} not installed (Debian {package}): {cfg.stderr.strip()}")
     exe = out_dir / name
-    proc = subprocess.run([gcc, *flags, "-o", str(exe), str(HERE / f"{name}.c"), *cfg.stdout.split()],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [gcc, *flags, "-o", str(exe), str(HERE / f"{name}.c"), *cfg.stdout.split()], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise PeerMissing(f"gcc {name}.c against {module}: {proc.stderr.strip()[-2000:]}")
     return exe

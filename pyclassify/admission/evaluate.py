@@ -52,8 +52,11 @@ POD_SPEC_PATHS: dict[tuple[str, str], FieldPath] = {
     ("batch", "CronJob"): ("spec", "jobTemplate", "spec", "template", "spec"),
 }
 POD_CREATING_KINDS = sorted({kind for _, kind in POD_SPEC_PATHS})
-CONTAINER_FIELDS = (("initContainers", "initContainer"), ("containers", "container"),
-                    ("ephemeralContainers", "ephemeralContainer"))
+CONTAINER_FIELDS = (
+    ("initContainers", "initContainer"),
+    ("containers", "container"),
+    ("ephemeralContainers", "ephemeralContainer"),
+)
 
 REASON_RULE = "rule"
 REASON_NO_POLICY = "no-policy"
@@ -110,8 +113,14 @@ def resource_from_object(obj: Any, namespace: str | None = None) -> AdmissionRes
     api_version = obj.get("apiVersion")
     kind = obj.get("kind")
     if not isinstance(api_version, str) or not isinstance(kind, str) or not is_pod_creating(api_version, kind):
-        raise ResourceError([(("kind",), f"not a pod-creating resource: {api_version}/{kind} (want one of "
-                                         f"{', '.join(POD_CREATING_KINDS)})")])
+        raise ResourceError(
+            [
+                (
+                    ("kind",),
+                    f"not a pod-creating resource: {api_version}/{kind} (want one of {', '.join(POD_CREATING_KINDS)})",
+                )
+            ]
+        )
     metadata = obj.get("metadata")
     if metadata is None:
         metadata = {}
@@ -132,8 +141,9 @@ def resource_from_object(obj: Any, namespace: str | None = None) -> AdmissionRes
     if len(template_path) > 1:  # a controller: its pod template's annotations count as well
         template = _get(obj, template_path)
         if isinstance(template, dict) and isinstance(template.get("metadata"), dict):
-            tmpl_ann = _string_map(template["metadata"].get("annotations"),
-                                   template_path + ("metadata", "annotations"), problems)
+            tmpl_ann = _string_map(
+                template["metadata"].get("annotations"), template_path + ("metadata", "annotations"), problems
+            )
             annotations = {**tmpl_ann, **annotations}
     spec = _get(obj, spec_path)
     if not isinstance(spec, dict):
@@ -159,8 +169,12 @@ def resource_from_object(obj: Any, namespace: str | None = None) -> AdmissionRes
             if not isinstance(image, str) or not image.strip():
                 problems.append((path + ("image",), "Required value: an image"))
             elif len(image.encode()) > MAX_IMAGE_LEN:
-                problems.append((path + ("image",), f"an image reference of {len(image.encode())} bytes; "
-                                                    f"at most {MAX_IMAGE_LEN} are judged"))
+                problems.append(
+                    (
+                        path + ("image",),
+                        f"an image reference of {len(image.encode())} bytes; at most {MAX_IMAGE_LEN} are judged",
+                    )
+                )
                 image = None
             if isinstance(cname, str) and isinstance(image, str) and cname and image.strip():
                 containers.append(Container(ctype, cname, image, path))
@@ -301,8 +315,11 @@ def _rule_matches(rule: AdmissionRule, image: str, scan: ScanResult | None, now:
         matched, first = rule.image_path.evaluate(image)
         if not matched:
             return False, ""
-        how.append(f"image matches {rule.image_path.values[first]!r}" if first is not None
-                   else "image matches none of the patterns")
+        how.append(
+            f"image matches {rule.image_path.values[first]!r}"
+            if first is not None
+            else "image matches none of the patterns"
+        )
     if rule.image_scan_status is not None:
         if not rule.image_scan_status.matches(status):
             return False, ""
@@ -311,8 +328,10 @@ def _rule_matches(rule: AdmissionRule, image: str, scan: ScanResult | None, now:
         if not rule.image_last_scan.matches(last, now):
             return False, ""
         threshold = format_time(rule.image_last_scan.threshold(now))
-        how.append(f"last scan {format_time(last)} {'after' if rule.image_last_scan.operator == 'gt' else 'before'} "  # type: ignore[arg-type]
-                   f"{threshold}")
+        how.append(
+            f"last scan {format_time(last)} {'after' if rule.image_last_scan.operator == 'gt' else 'before'} "  # type: ignore[arg-type]
+            f"{threshold}"
+        )
     return True, ", ".join(how) if how else "no criteria"
 
 
@@ -347,8 +366,17 @@ def evaluate(
             for rule in policy.rules:
                 matched, why = _rule_matches(rule, container.image, scan, now)
                 if matched:
-                    decided = ContainerDecision(container, rule.action == ALLOW, REASON_RULE, policy.ref, rule.index,
-                                                rule.action, rule.describe(), why, **scan_kw)  # type: ignore[arg-type]
+                    decided = ContainerDecision(
+                        container,
+                        rule.action == ALLOW,
+                        REASON_RULE,
+                        policy.ref,
+                        rule.index,
+                        rule.action,
+                        rule.describe(),
+                        why,
+                        **scan_kw,  # type: ignore[arg-type]
+                    )
                     break
             if decided is not None:
                 break

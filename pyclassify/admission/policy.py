@@ -143,7 +143,9 @@ class Duration:
         return go_add_date(now, -self.years, -self.months, -self.days)
 
     def describe(self) -> str:
-        parts = [f"{n} {unit}" for n, unit in ((self.years, "years"), (self.months, "months"), (self.days, "days")) if n]
+        parts = [
+            f"{n} {unit}" for n, unit in ((self.years, "years"), (self.months, "months"), (self.days, "days")) if n
+        ]
         return " ".join(parts) or "0 days"
 
 
@@ -245,7 +247,9 @@ def normalize_admission_policy(doc: Document, problems: Problems) -> list[Admiss
     """One ContainerAdmissionPolicy, validated; [] (and problems) if anything is wrong with it."""
     before = len(problems.errors)
     if doc.api_version != API_VERSION:
-        problems.error(doc, ("apiVersion",), f"unsupported apiVersion {doc.api_version!r} for {KIND}: want {API_VERSION!r}")
+        problems.error(
+            doc, ("apiVersion",), f"unsupported apiVersion {doc.api_version!r} for {KIND}: want {API_VERSION!r}"
+        )
     name = _name(doc, problems)
     if doc.namespace:
         problems.warning(doc, ("metadata", "namespace"), f"{KIND} is a cluster resource: the namespace is ignored")
@@ -267,15 +271,20 @@ def normalize_admission_policy(doc: Document, problems: Problems) -> list[Admiss
         problems.error(doc, ("spec", "rules"), "must be a list of rules")
         raw_rules = []
     if not raw_rules and len(problems.errors) == before:
-        problems.warning(doc, ("spec", "rules"), "no rules: this policy never decides (images fall through to the next policy)")
+        problems.warning(
+            doc, ("spec", "rules"), "no rules: this policy never decides (images fall through to the next policy)"
+        )
     for i, raw in enumerate(raw_rules):
         rule = _rule(doc, problems, ("spec", "rules", i), i, raw)
         if rule is not None:
             rules.append(rule)
     for rule in rules[:-1]:
         if rule.is_catch_all:
-            problems.warning(doc, ("spec", "rules", rule.index),
-                             "this rule has no criteria and matches every image: the rules after it never apply")
+            problems.warning(
+                doc,
+                ("spec", "rules", rule.index),
+                "this rule has no criteria and matches every image: the rules after it never apply",
+            )
             break
     if len(problems.errors) != before or name is None or selector is None or ns_selector is None:
         return []
@@ -289,8 +298,12 @@ def _name(doc: Document, problems: Problems) -> str | None:
         problems.error(doc, path, "Required value: name is required")
         return None
     if not isinstance(name, str) or not _NAME.fullmatch(name) or len(name) > _MAX_NAME:
-        problems.error(doc, path, f"Invalid value: {name!r}: must be at most {_MAX_NAME} alphanumeric characters, "
-                                  "'.', '_' or '-', starting and ending with an alphanumeric character")
+        problems.error(
+            doc,
+            path,
+            f"Invalid value: {name!r}: must be at most {_MAX_NAME} alphanumeric characters, "
+            "'.', '_' or '-', starting and ending with an alphanumeric character",
+        )
         return None
     return name
 
@@ -320,7 +333,7 @@ def _rule(doc: Document, problems: Problems, path: FieldPath, index: int, raw: A
     if action is None:
         problems.error(doc, path + ("action",), "Required value: Allow or Reject")
     elif action not in ACTIONS:
-        problems.error(doc, path + ("action",), f"Unsupported value: {action!r}: supported values: \"Allow\", \"Reject\"")
+        problems.error(doc, path + ("action",), f'Unsupported value: {action!r}: supported values: "Allow", "Reject"')
     image_path = None
     if raw.get("imagePath") is not None:
         image_path = _image_path(doc, problems, path + ("imagePath",), raw["imagePath"])
@@ -335,8 +348,9 @@ def _rule(doc: Document, problems: Problems, path: FieldPath, index: int, raw: A
     return AdmissionRule(index, str(action), image_path, scan_status, last_scan, doc.line_of(path))
 
 
-def _string_values(doc: Document, problems: Problems, path: FieldPath, raw: Any
-                   ) -> tuple[str, tuple[tuple[int, str], ...], bool] | None:
+def _string_values(
+    doc: Document, problems: Problems, path: FieldPath, raw: Any
+) -> tuple[str, tuple[tuple[int, str], ...], bool] | None:
     """(operator, the string values with their indexes, whether all is well); None if there is
     nothing to check further. The caller checks the string values even when others are bad."""
     if not isinstance(raw, dict):
@@ -349,7 +363,9 @@ def _string_values(doc: Document, problems: Problems, path: FieldPath, raw: Any
         problems.error(doc, path + ("operator",), "Required value: IsOneOf or IsNoneOf")
         ok = False
     elif operator not in STRING_OPERATORS:
-        problems.error(doc, path + ("operator",), f"Unsupported value: {operator!r}: supported values: \"IsOneOf\", \"IsNoneOf\"")
+        problems.error(
+            doc, path + ("operator",), f'Unsupported value: {operator!r}: supported values: "IsOneOf", "IsNoneOf"'
+        )
         ok = False
     values = raw.get("values")
     if values is None:
@@ -404,8 +420,11 @@ def _scan_status(doc: Document, problems: Problems, path: FieldPath, raw: Any) -
     values = tuple(v for _, v in indexed)
     for i, v in indexed:
         if v not in POLICY_SCAN_STATUSES:
-            problems.error(doc, path + ("values", i), f"Unsupported value: {v!r}: supported values: "
-                                                      + ", ".join(f'"{s}"' for s in POLICY_SCAN_STATUSES))
+            problems.error(
+                doc,
+                path + ("values", i),
+                f"Unsupported value: {v!r}: supported values: " + ", ".join(f'"{s}"' for s in POLICY_SCAN_STATUSES),
+            )
             ok = False
     return StringValuesMatch(operator, values) if ok else None
 
@@ -420,7 +439,7 @@ def _time_match(doc: Document, problems: Problems, path: FieldPath, raw: Any) ->
     if operator is None:
         problems.error(doc, path + ("operator",), "Required value: gt or lt")
     elif operator not in TIME_OPERATORS:
-        problems.error(doc, path + ("operator",), f"Unsupported value: {operator!r}: supported values: \"gt\", \"lt\"")
+        problems.error(doc, path + ("operator",), f'Unsupported value: {operator!r}: supported values: "gt", "lt"')
     has_duration = raw.get("duration") is not None
     has_time = raw.get("time") is not None
     if has_duration == has_time:
@@ -432,8 +451,11 @@ def _time_match(doc: Document, problems: Problems, path: FieldPath, raw: Any) ->
         text = raw["time"]
         when = parse_time(text) if isinstance(text, str) else None
         if when is None:
-            problems.error(doc, path + ("time",), f"Invalid value: {text!r}: must be a time of the format "
-                                                  "\"2006-01-02T15:04:05Z07:00\" (RFC 3339)")
+            problems.error(
+                doc,
+                path + ("time",),
+                f'Invalid value: {text!r}: must be a time of the format "2006-01-02T15:04:05Z07:00" (RFC 3339)',
+            )
     else:
         duration = _duration(doc, problems, path + ("duration",), raw["duration"])
     if len(problems.errors) != before:
@@ -485,8 +507,11 @@ def build_admission(documents: Iterable[Document], problems: Problems) -> Admiss
                 continue
             first = seen.get(policy.name)
             if first is not None:
-                problems.error(doc, ("metadata", "name"),
-                               f"duplicate {KIND} {policy.name!r}: first defined at {first.file}:{first.line}")
+                problems.error(
+                    doc,
+                    ("metadata", "name"),
+                    f"duplicate {KIND} {policy.name!r}: first defined at {first.file}:{first.line}",
+                )
                 continue
             seen[policy.name] = policy
             policies.append(policy)

@@ -114,8 +114,9 @@ class ScanResults:
         return ScanResults({**other.by_image, **self.by_image}, {**other.by_digest, **self.by_digest})
 
 
-def _entry(entry: Any, where: str, problems_out: list[tuple[FieldPath, str]], path: FieldPath
-           ) -> tuple[str | None, str | None, ScanResult] | None:
+def _entry(
+    entry: Any, where: str, problems_out: list[tuple[FieldPath, str]], path: FieldPath
+) -> tuple[str | None, str | None, ScanResult] | None:
     """One scan entry; problems go to ``problems_out`` as (path, message)."""
     if not isinstance(entry, dict):
         problems_out.append((path, "a scan result must be an object"))
@@ -134,15 +135,20 @@ def _entry(entry: Any, where: str, problems_out: list[tuple[FieldPath, str]], pa
         problems_out.append((path, "Required value: image or digest"))
     status = entry.get("status")
     if status not in SCAN_STATUSES:
-        problems_out.append((path + ("status",), f"Unsupported value: {status!r}: supported values: "
-                                                 + ", ".join(f'"{s}"' for s in SCAN_STATUSES)))
+        problems_out.append(
+            (
+                path + ("status",),
+                f"Unsupported value: {status!r}: supported values: " + ", ".join(f'"{s}"' for s in SCAN_STATUSES),
+            )
+        )
     last = entry.get("lastScan")
     when = None
     if last is not None:
         when = parse_time(last) if isinstance(last, str) else None
         if when is None:
-            problems_out.append((path + ("lastScan",), f"Invalid value: {last!r}: must be an RFC 3339 time "
-                                                       "(2006-01-02T15:04:05Z07:00)"))
+            problems_out.append(
+                (path + ("lastScan",), f"Invalid value: {last!r}: must be an RFC 3339 time (2006-01-02T15:04:05Z07:00)")
+            )
     if len(problems_out) != n:
         return None
     return image, digest, ScanResult(str(status), when, where)
@@ -152,8 +158,12 @@ def scans_from_documents(docs: Iterable[Document], problems: Problems) -> ScanRe
     results = ScanResults()
     for doc in docs:
         if doc.kind != SCANS_KIND or doc.api_version != SCANS_API_VERSION:
-            problems.error(doc, ("kind",), f"a scan-results file holds kind {SCANS_KIND} "
-                                           f"(apiVersion {SCANS_API_VERSION}), not {doc.api_version}/{doc.kind}")
+            problems.error(
+                doc,
+                ("kind",),
+                f"a scan-results file holds kind {SCANS_KIND} "
+                f"(apiVersion {SCANS_API_VERSION}), not {doc.api_version}/{doc.kind}",
+            )
             continue
         for key in doc.obj:
             if key not in ("apiVersion", "kind", "metadata", "results"):

@@ -93,8 +93,9 @@ class Snapshot:
     loaded_at: float
 
 
-def load_snapshot(paths: Sequence[str], scan_paths: Sequence[str], generation: int,
-                  documents: Sequence[Document] = ()) -> Snapshot:
+def load_snapshot(
+    paths: Sequence[str], scan_paths: Sequence[str], generation: int, documents: Sequence[Document] = ()
+) -> Snapshot:
     """Everything the webhook decides with (the manifests under ``paths`` and ``documents``, a
     cluster's objects); raises InvalidInput with every problem found."""
     problems = Problems()
@@ -152,15 +153,20 @@ class _ServerCollector(Collector):
         refused = CounterMetricFamily(
             "pyclassify_admission_connections_cut",
             "Connections cut: refused at the cap, idle ones closed to make room, requests past their deadline, "
-            "bodies over the limit, bodies refused while too many were being received", labels=["reason"])
+            "bodies over the limit, bodies refused while too many were being received",
+            labels=["reason"],
+        )
         for reason in ("refused", "evicted", "timeouts", "too_large", "busy", "bad_requests"):
             refused.add_metric([reason], stats.get(reason, 0))
         yield refused
         open_ = GaugeMetricFamily("pyclassify_admission_connections_open", "Connections open")
         open_.add_metric([], stats.get("open", 0))
         yield open_
-        reloads = CounterMetricFamily("pyclassify_admission_certificate_reloads",
-                                      "TLS certificate and key reloaded from disk, by result", labels=["result"])
+        reloads = CounterMetricFamily(
+            "pyclassify_admission_certificate_reloads",
+            "TLS certificate and key reloaded from disk, by result",
+            labels=["result"],
+        )
         for result, n in self.webhook.certificate_reloads.items():
             reloads.add_metric([result], n)
         yield reloads
@@ -168,19 +174,27 @@ class _ServerCollector(Collector):
 
 class _Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.requests = Counter("pyclassify_admission_requests", "AdmissionReview requests by result",
-                                ["result"], registry=registry)
-        self.images = Counter("pyclassify_admission_images", "Container images judged, by decision",
-                              ["decision"], registry=registry)
-        self.latency = Histogram("pyclassify_admission_request_duration_seconds",
-                                 "Time to answer one AdmissionReview", registry=registry,
-                                 buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
-        self.reloads = Counter("pyclassify_admission_policy_reloads", "Policy reloads by result",
-                               ["result"], registry=registry)
-        self.policies = Gauge("pyclassify_admission_policies", "ContainerAdmissionPolicies in force",
-                              registry=registry)
-        self.generation = Gauge("pyclassify_admission_policy_generation",
-                                "Generation of the policy snapshot in force (1 = as started)", registry=registry)
+        self.requests = Counter(
+            "pyclassify_admission_requests", "AdmissionReview requests by result", ["result"], registry=registry
+        )
+        self.images = Counter(
+            "pyclassify_admission_images", "Container images judged, by decision", ["decision"], registry=registry
+        )
+        self.latency = Histogram(
+            "pyclassify_admission_request_duration_seconds",
+            "Time to answer one AdmissionReview",
+            registry=registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+        )
+        self.reloads = Counter(
+            "pyclassify_admission_policy_reloads", "Policy reloads by result", ["result"], registry=registry
+        )
+        self.policies = Gauge("pyclassify_admission_policies", "ContainerAdmissionPolicies in force", registry=registry)
+        self.generation = Gauge(
+            "pyclassify_admission_policy_generation",
+            "Generation of the policy snapshot in force (1 = as started)",
+            registry=registry,
+        )
 
 
 class AdmissionWebhook:
@@ -233,11 +247,20 @@ class AdmissionWebhook:
         self._tls_fingerprint = _fingerprint([tls_cert, tls_key])
         self.ssl_context = load_tls(tls_cert, tls_key)  # raises WebhookSetupError
         try:
-            self.server = BoundedServer(listen, self._answer, tls=lambda: self.ssl_context, workers=workers,
-                                        max_connections=max_connections, request_timeout=request_timeout,
-                                        idle_timeout=IDLE_TIMEOUT, max_body=max_body,
-                                        max_buffered=max(MAX_BUFFERED, max_body), error=_error_response,
-                                        name="admission-https", server_header="pyclassify-admission")
+            self.server = BoundedServer(
+                listen,
+                self._answer,
+                tls=lambda: self.ssl_context,
+                workers=workers,
+                max_connections=max_connections,
+                request_timeout=request_timeout,
+                idle_timeout=IDLE_TIMEOUT,
+                max_body=max_body,
+                max_buffered=max(MAX_BUFFERED, max_body),
+                error=_error_response,
+                name="admission-https",
+                server_header="pyclassify-admission",
+            )
         except (OSError, OverflowError) as e:  # a busy port, an address not here, a name not resolved
             why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             raise WebhookSetupError(f"cannot listen on {_address_text(listen)}: {why}") from e
@@ -382,8 +405,7 @@ class AdmissionWebhook:
             self.metrics.requests.labels("error").inc()
             message = f"internal error in the admission webhook: {type(e).__name__}: {e}"
             if self.failure_policy == "Ignore":
-                return 200, review_answer(uid, True, 500, message + " (failure policy Ignore: admitted)",
-                                          [message])
+                return 200, review_answer(uid, True, 500, message + " (failure policy Ignore: admitted)", [message])
             return 200, review_answer(uid, False, 500, message + " (failure policy Fail: rejected)")
         response["uid"] = uid
         self.metrics.requests.labels("allowed" if response["allowed"] else "denied").inc()
@@ -412,7 +434,6 @@ class AdmissionWebhook:
         code = 200 if decision.allowed else 403
         return _answer(decision.allowed, code, decision.message(), list(decision.warnings))
 
-
     # --- HTTP ---
 
     def _answer(self, request: Request) -> Response:
@@ -432,12 +453,15 @@ class AdmissionWebhook:
         self.metrics.latency.observe(time.perf_counter() - started)
         return Response(status, json.dumps(answer).encode(), "application/json")
 
+
 def _review_problem(review: Any) -> str | None:
     if not isinstance(review, dict):
         return "malformed AdmissionReview: the body must be a JSON object"
     if review.get("apiVersion") != REVIEW_API_VERSION:
-        return (f"unsupported AdmissionReview apiVersion {review.get('apiVersion')!r}: this webhook speaks "
-                f"{REVIEW_API_VERSION} (set admissionReviewVersions: [\"v1\"])")
+        return (
+            f"unsupported AdmissionReview apiVersion {review.get('apiVersion')!r}: this webhook speaks "
+            f'{REVIEW_API_VERSION} (set admissionReviewVersions: ["v1"])'
+        )
     if review.get("kind") != REVIEW_KIND:
         return f"malformed AdmissionReview: kind is {review.get('kind')!r}, want {REVIEW_KIND!r}"
     request = review.get("request")
@@ -457,7 +481,9 @@ def _answer(allowed: bool, code: int, message: str, warnings: list[str] | None =
     return response
 
 
-def review_answer(uid: str, allowed: bool, code: int, message: str, warnings: list[str] | None = None) -> dict[str, Any]:
+def review_answer(
+    uid: str, allowed: bool, code: int, message: str, warnings: list[str] | None = None
+) -> dict[str, Any]:
     response = _answer(allowed, code, message, warnings)
     response["uid"] = uid
     return {"apiVersion": REVIEW_API_VERSION, "kind": REVIEW_KIND, "response": response}
@@ -484,8 +510,9 @@ def load_tls(cert: str, key: str) -> ssl.SSLContext:
         # no passphrase is given, so it is an error at once.
         context.load_cert_chain(cert, key, password=_no_passphrase)
     except _EncryptedKey:
-        raise WebhookSetupError(f"--tls-key {key}: an encrypted private key (it needs a passphrase); "
-                                "give the key unencrypted") from None
+        raise WebhookSetupError(
+            f"--tls-key {key}: an encrypted private key (it needs a passphrase); give the key unencrypted"
+        ) from None
     except OSError as e:  # ssl.SSLError is one: "[SSL] PEM lib (_ssl.c:3905)" names neither file
         raise WebhookSetupError(tls_problem(cert, key, e)) from e
     return context

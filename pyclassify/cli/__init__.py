@@ -70,10 +70,16 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="pyclassify", prog_name="pyclassify")
-@click.option("--memory-budget", metavar="SIZE", default=None, expose_value=False, callback=one_shot_budget,
-              help="Memory the manifests' policy set may take once built (512Mi, 1G, bytes): a set that would pass it "
-                   "is refused before it is built, naming its costliest objects (exit 1), instead of the command "
-                   "being killed for memory. Default: none. (enforce has its own.)")
+@click.option(
+    "--memory-budget",
+    metavar="SIZE",
+    default=None,
+    expose_value=False,
+    callback=one_shot_budget,
+    help="Memory the manifests' policy set may take once built (512Mi, 1G, bytes): a set that would pass it "
+    "is refused before it is built, naming its costliest objects (exit 1), instead of the command "
+    "being killed for memory. Default: none. (enforce has its own.)",
+)
 def main() -> None:
     """pyclassify: packet classification for network policy.
 
@@ -100,5 +106,3 @@ def main() -> None:
       130  interrupted (Ctrl-C)
     """
     tolerate_narrow_encodings()
-
-

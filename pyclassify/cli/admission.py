@@ -101,22 +101,45 @@ def _print_decision(d: ResourceDecision) -> None:
         out.print(f"  [yellow]warning[/yellow]: {escape(w)}")
 
 
-@click.command("admit", epilog="""\b
+@click.command(
+    "admit",
+    epilog="""\b
 Examples:
   pyclassify admit policies/ --resource pod.yaml
   kubectl get deploy web -o yaml | pyclassify admit policies/ --resource - --json
-""")
+""",
+)
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--resource", "resource_path", required=True, type=click.Path(),
-              help="Manifest(s) of the Pod or pod-creating resource(s) to judge ('-' for stdin).")
-@click.option("--scans", "scan_paths", multiple=True, type=click.Path(),
-              help="Scan-results file (kind ImageScanResults): image or digest -> status, lastScan. Repeatable.")
-@click.option("--trust-scan-annotations", "trust_annotations", is_flag=True,
-              help="Also read scan results from the resource's admission.pyclassify.io/image-scans annotation.")
+@click.option(
+    "--resource",
+    "resource_path",
+    required=True,
+    type=click.Path(),
+    help="Manifest(s) of the Pod or pod-creating resource(s) to judge ('-' for stdin).",
+)
+@click.option(
+    "--scans",
+    "scan_paths",
+    multiple=True,
+    type=click.Path(),
+    help="Scan-results file (kind ImageScanResults): image or digest -> status, lastScan. Repeatable.",
+)
+@click.option(
+    "--trust-scan-annotations",
+    "trust_annotations",
+    is_flag=True,
+    help="Also read scan results from the resource's admission.pyclassify.io/image-scans annotation.",
+)
 @click.option("--now", "now_text", metavar="TIME", help="Judge as of this RFC 3339 time (default: now).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def admit_command(paths: tuple[str, ...], resource_path: str, scan_paths: tuple[str, ...], trust_annotations: bool,
-                  now_text: str | None, as_json: bool) -> None:
+def admit_command(
+    paths: tuple[str, ...],
+    resource_path: str,
+    scan_paths: tuple[str, ...],
+    trust_annotations: bool,
+    now_text: str | None,
+    as_json: bool,
+) -> None:
     """Decide whether ContainerAdmissionPolicies in PATH... admit the resource(s) in --resource.
 
     For each container image: the policy and rule that decided, or why none did. Exit 0 when
@@ -126,8 +149,16 @@ def admit_command(paths: tuple[str, ...], resource_path: str, scan_paths: tuple[
     decisions, problems = run_admit(paths, resource_path, scan_paths, now, trust_annotations)
     if problems or problems.empty_inputs:
         if as_json:
-            click.echo(json.dumps({"valid": False, "errors": [str(p) for p in problems.errors],
-                                   "warnings": [str(p) for p in problems.warnings]}, indent=2))
+            click.echo(
+                json.dumps(
+                    {
+                        "valid": False,
+                        "errors": [str(p) for p in problems.errors],
+                        "warnings": [str(p) for p in problems.warnings],
+                    },
+                    indent=2,
+                )
+            )
         _print_problems(list(problems))
         fail(EXIT_INVALID)
     if as_json:
@@ -146,43 +177,104 @@ def admit_command(paths: tuple[str, ...], resource_path: str, scan_paths: tuple[
     fail(EXIT_OK if all(d.allowed for d in decisions) else EXIT_REJECTED)
 
 
-@click.command("admission-webhook", epilog="""\b
+@click.command(
+    "admission-webhook",
+    epilog="""\b
 Examples:
   pyclassify admission-webhook policies/ --tls-cert tls.crt --tls-key tls.key
   pyclassify admission-webhook policies/ --listen 127.0.0.1:9443 --tls-cert tls.crt --tls-key tls.key --failure-policy Ignore
   pyclassify admission-webhook --in-cluster --tls-cert /tls/tls.crt --tls-key /tls/tls.key
-""")
+""",
+)
 @click.argument("paths", nargs=-1, type=click.Path())
-@click.option("--kubeconfig", metavar="FILE", type=click.Path(dir_okay=False), default=None,
-              help="A cluster's ContainerAdmissionPolicies and Namespaces as input, beside or instead of PATH.")
+@click.option(
+    "--kubeconfig",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A cluster's ContainerAdmissionPolicies and Namespaces as input, beside or instead of PATH.",
+)
 @click.option("--context", "kube_context", metavar="NAME", default=None, help="Context of --kubeconfig.")
 @click.option("--in-cluster", is_flag=True, help="The cluster this runs in (its service account) as input.")
-@click.option("--listen", default="0.0.0.0:8443", show_default=True, metavar="HOST:PORT", help="Address to serve HTTPS on.")
-@click.option("--tls-cert", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM certificate (chain).")
+@click.option(
+    "--listen", default="0.0.0.0:8443", show_default=True, metavar="HOST:PORT", help="Address to serve HTTPS on."
+)
+@click.option(
+    "--tls-cert", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM certificate (chain)."
+)
 @click.option("--tls-key", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM private key.")
 @click.option("--scans", "scan_paths", multiple=True, type=click.Path(), help="Scan-results file(s); hot-reloaded too.")
-@click.option("--failure-policy", type=click.Choice(["Fail", "Ignore"]), default="Fail", show_default=True,
-              help="Answer to an internal error: Fail rejects, Ignore admits (with a warning).")
-@click.option("--max-body", type=click.IntRange(min=1024), default=3 * 1024 * 1024, show_default=True,
-              help="Largest AdmissionReview body accepted, in bytes.")
-@click.option("--reload-interval", type=click.FloatRange(min=0.05, max=60.0), default=2.0, show_default=True,
-              help="Seconds between checks of the policy files and the certificate and key for changes (mtime "
-                   "polling); a new certificate serves the connections made after it.")
-@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True,
-              help="Threads deciding reviews (connections wait in one event loop, not in threads).")
-@click.option("--max-connections", type=click.IntRange(1, 65536), default=256, show_default=True,
-              help="Connections open at once; past it the longest idle is closed to make room.")
-@click.option("--request-timeout", type=click.FloatRange(min=0.5, max=300.0), default=30.0, show_default=True,
-              help="Seconds a request may take from its first byte to its answer (the API server waits 10 s by "
-                   "default, 30 s at most); a TLS handshake, the same.")
-@click.option("--trust-scan-annotations", "trust_annotations", is_flag=True,
-              help="Also read scan results from the resource's admission.pyclassify.io/image-scans annotation.")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
-def admission_webhook_command(paths: tuple[str, ...], kubeconfig: str | None, kube_context: str | None,
-                              in_cluster: bool, listen: str, tls_cert: str, tls_key: str,
-                              scan_paths: tuple[str, ...], failure_policy: str, max_body: int,
-                              reload_interval: float, workers: int, max_connections: int, request_timeout: float,
-                              trust_annotations: bool, log_level: str) -> None:
+@click.option(
+    "--failure-policy",
+    type=click.Choice(["Fail", "Ignore"]),
+    default="Fail",
+    show_default=True,
+    help="Answer to an internal error: Fail rejects, Ignore admits (with a warning).",
+)
+@click.option(
+    "--max-body",
+    type=click.IntRange(min=1024),
+    default=3 * 1024 * 1024,
+    show_default=True,
+    help="Largest AdmissionReview body accepted, in bytes.",
+)
+@click.option(
+    "--reload-interval",
+    type=click.FloatRange(min=0.05, max=60.0),
+    default=2.0,
+    show_default=True,
+    help="Seconds between checks of the policy files and the certificate and key for changes (mtime "
+    "polling); a new certificate serves the connections made after it.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 256),
+    default=8,
+    show_default=True,
+    help="Threads deciding reviews (connections wait in one event loop, not in threads).",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(1, 65536),
+    default=256,
+    show_default=True,
+    help="Connections open at once; past it the longest idle is closed to make room.",
+)
+@click.option(
+    "--request-timeout",
+    type=click.FloatRange(min=0.5, max=300.0),
+    default=30.0,
+    show_default=True,
+    help="Seconds a request may take from its first byte to its answer (the API server waits 10 s by "
+    "default, 30 s at most); a TLS handshake, the same.",
+)
+@click.option(
+    "--trust-scan-annotations",
+    "trust_annotations",
+    is_flag=True,
+    help="Also read scan results from the resource's admission.pyclassify.io/image-scans annotation.",
+)
+@click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
+)
+def admission_webhook_command(
+    paths: tuple[str, ...],
+    kubeconfig: str | None,
+    kube_context: str | None,
+    in_cluster: bool,
+    listen: str,
+    tls_cert: str,
+    tls_key: str,
+    scan_paths: tuple[str, ...],
+    failure_policy: str,
+    max_body: int,
+    reload_interval: float,
+    workers: int,
+    max_connections: int,
+    request_timeout: float,
+    trust_annotations: bool,
+    log_level: str,
+) -> None:
     """Serve a Kubernetes validating admission webhook (AdmissionReview v1 over HTTPS) that
     decides pod-creating resources with the ContainerAdmissionPolicies in PATH....
 
@@ -211,10 +303,21 @@ def admission_webhook_command(paths: tuple[str, ...], kubeconfig: str | None, ku
     elif not paths:
         raise click.UsageError("Missing argument 'PATHS...' (or --kubeconfig / --in-cluster).")
     try:
-        webhook = AdmissionWebhook(paths, tls_cert=tls_cert, tls_key=tls_key, listen=address, scan_paths=scan_paths,
-                                   failure_policy=failure_policy, max_body=max_body, reload_interval=reload_interval,
-                                   trust_annotations=trust_annotations, cluster=cluster, workers=workers,
-                                   max_connections=max_connections, request_timeout=request_timeout)
+        webhook = AdmissionWebhook(
+            paths,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            listen=address,
+            scan_paths=scan_paths,
+            failure_policy=failure_policy,
+            max_body=max_body,
+            reload_interval=reload_interval,
+            trust_annotations=trust_annotations,
+            cluster=cluster,
+            workers=workers,
+            max_connections=max_connections,
+            request_timeout=request_timeout,
+        )
     except InvalidInput as e:
         _print_problems(e.problems)
         fail(EXIT_INVALID)
@@ -227,8 +330,10 @@ def admission_webhook_command(paths: tuple[str, ...], kubeconfig: str | None, ku
         err.print(f"[red]error[/red]: cannot read the cluster: {escape(str(e))}")
         fail(EXIT_INVALID)
     host, port = webhook.address
-    err.print(f"admission webhook on https://{host}:{port}/validate: "
-               f"{count(len(webhook.snapshot.admission.policies), 'policy')}, failure policy {failure_policy}")
+    err.print(
+        f"admission webhook on https://{host}:{port}/validate: "
+        f"{count(len(webhook.snapshot.admission.policies), 'policy')}, failure policy {failure_policy}"
+    )
     try:
         webhook.serve_forever()
     except KeyboardInterrupt:

@@ -25,16 +25,20 @@ from pyclassify.counted import count
 from pyclassify.terminal import symbol
 
 
-@click.command("check", epilog="""\b
+@click.command(
+    "check",
+    epilog="""\b
 Examples:
   pyclassify check examples/demo
   kubectl get networkpolicies -A -o yaml | pyclassify check -
-""")
+""",
+)
 @cluster_paths_argument
 @kube_options
 @json_option
-def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
-              as_json: bool) -> None:
+def check_cmd(
+    paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None, as_json: bool
+) -> None:
     """Validate manifests (files, directories, or - for stdin) and print every error.
 
     Exit 1 if any manifest is invalid. Policies that cannot be enforced faithfully yet (for
@@ -53,8 +57,9 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
     # The failsafe policies are built in, not read: not counted among the manifests' policies.
     policies = [p for p in project.policy_set.policies + project.policy_set.early if p.kind != failsafe.KIND]
     staged = project.policy_set.staged  # validated like their enforced kinds, never in force
-    unenforceable = [{"policy": p.ref, "reasons": list(p.unenforceable)} for p in (*policies, *staged)
-                     if p.unenforceable]
+    unenforceable = [
+        {"policy": p.ref, "reasons": list(p.unenforceable)} for p in (*policies, *staged) if p.unenforceable
+    ]
     walked = _walked_decisions(project) if not problems.errors else []
     if as_json:
         emit_json(
@@ -79,9 +84,11 @@ def check_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, 
             err.print(f"[yellow]not enforceable[/yellow]: {item['policy']}: {'; '.join(item['reasons'])}")
         for item in walked:
             shown = ", ".join(item["endpoints"][:3]) + (", ..." if len(item["endpoints"]) > 3 else "")
-            err.print(f"[yellow]not compiled[/yellow]: the {item['direction']} policies of {len(item['endpoints'])} "
-                      f"endpoint(s) ({escape(shown)}) would compile to {item['megabytes']} MB, past the engine's bound: "
-                      f"their decisions walk the rules, slower ({escape(', '.join(item['policies']))})")
+            err.print(
+                f"[yellow]not compiled[/yellow]: the {item['direction']} policies of {len(item['endpoints'])} "
+                f"endpoint(s) ({escape(shown)}) would compile to {item['megabytes']} MB, past the engine's bound: "
+                f"their decisions walk the rules, slower ({escape(', '.join(item['policies']))})"
+            )
         skipped = ", ".join(f"{k} x{v}" for k, v in skipped_kinds.items())
         summary = (
             f"{count(project.document_count, 'document')}: {count(len(policies), 'policy')}, "

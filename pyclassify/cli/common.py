@@ -102,12 +102,25 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Machine-read
 def output_options(by_default: str) -> Any:
     """``--output`` (``--json`` is its short form for json) and ``--by``, of matrix and diff:
     the formats and levels of ``pyclassify.report``."""
-    return lambda f: click.option("--output", "output", type=click.Choice(OUTPUTS), default="text", show_default=True,
-                     help="text, json, csv, md (Markdown), dot or svg (Graphviz: the graph of who may reach "
-                          "whom), html (the report: pyclassify report).")(
-        click.option("--by", "by", type=click.Choice(["namespace", "identity", "pod"]), default=by_default,
-                     show_default=True, help="Rows, columns or graph nodes: each namespace, each group of pods "
-                     "policy cannot tell apart (with counts), or each pod.")(f))
+    return lambda f: click.option(
+        "--output",
+        "output",
+        type=click.Choice(OUTPUTS),
+        default="text",
+        show_default=True,
+        help="text, json, csv, md (Markdown), dot or svg (Graphviz: the graph of who may reach "
+        "whom), html (the report: pyclassify report).",
+    )(
+        click.option(
+            "--by",
+            "by",
+            type=click.Choice(["namespace", "identity", "pod"]),
+            default=by_default,
+            show_default=True,
+            help="Rows, columns or graph nodes: each namespace, each group of pods "
+            "policy cannot tell apart (with counts), or each pod.",
+        )(f)
+    )
 
 
 OUTPUTS = ("text", "json", "csv", "md", "dot", "svg", "html")
@@ -116,12 +129,25 @@ cluster_paths_argument = click.argument("paths", nargs=-1, type=click.Path(allow
 
 
 def kube_options(f: Any) -> Any:
-    f = click.option("--context", "kube_context", metavar="NAME", default=None,
-                     help="Context of --kubeconfig (default: its current context).")(f)
-    f = click.option("--in-cluster", is_flag=True,
-                     help="The cluster this runs in (its service account token and CA) as input.")(f)
-    return click.option("--kubeconfig", metavar="FILE", type=click.Path(dir_okay=False), default=None,
-                        help="A cluster's live objects as input, beside or instead of PATH.")(f)
+    f = click.option(
+        "--context",
+        "kube_context",
+        metavar="NAME",
+        default=None,
+        help="Context of --kubeconfig (default: its current context).",
+    )(f)
+    f = click.option(
+        "--in-cluster", is_flag=True, help="The cluster this runs in (its service account token and CA) as input."
+    )(f)
+    return click.option(
+        "--kubeconfig",
+        metavar="FILE",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="A cluster's live objects as input, beside or instead of PATH.",
+    )(f)
+
+
 engine_option = click.option(
     "--engine",
     type=click.Choice(["native", "reference"]),
@@ -141,14 +167,25 @@ def from_environment(parameter: str) -> bool:
 def cluster_options(f: Any) -> Any:
     """``--scheduler ADDR`` and ``--workers N``: flow records judged on a Dask cluster
     (``pyclassify.dask_replay``)."""
-    f = click.option("--workers", "workers", type=click.IntRange(1, 4096), default=None, metavar="N",
-                     help="With --traffic: start a local Dask cluster of N worker processes for this run.")(f)
+    f = click.option(
+        "--workers",
+        "workers",
+        type=click.IntRange(1, 4096),
+        default=None,
+        metavar="N",
+        help="With --traffic: start a local Dask cluster of N worker processes for this run.",
+    )(f)
     return click.option(
-        "--scheduler", "scheduler", default=None, metavar="ADDR", envvar=["PYCLASSIFY_SCHEDULER", "DASK_SCHEDULER_ADDRESS"],
+        "--scheduler",
+        "scheduler",
+        default=None,
+        metavar="ADDR",
+        envvar=["PYCLASSIFY_SCHEDULER", "DASK_SCHEDULER_ADDRESS"],
         help="With --traffic: judge the files on the Dask cluster of this scheduler (tcp://host:8786), one task a "
-             "file, the engine built once per worker; the answer is the in-process one. The workers read the "
-             "files at the same paths. Default: $PYCLASSIFY_SCHEDULER, $DASK_SCHEDULER_ADDRESS, else in-process. "
-             "Needs pip install 'pyclassify[dask]'.")(f)
+        "file, the engine built once per worker; the answer is the in-process one. The workers read the "
+        "files at the same paths. Default: $PYCLASSIFY_SCHEDULER, $DASK_SCHEDULER_ADDRESS, else in-process. "
+        "Needs pip install 'pyclassify[dask]'.",
+    )(f)
 
 
 default_option = click.option(
@@ -245,18 +282,25 @@ def selector_option(ctx: Any, param: Any, value: str | None) -> Any:
 
 # --- two sets of manifests over one inventory: diff and report --------------------------------
 
+
 def _inventory_difference(a: Any, b: Any) -> str | None:
     """Where two inventories differ (the first difference found), or None."""
+
     def eps(inv: Any) -> dict[str, Any]:
         return {f"{e.kind.value} {e.ref}": e for e in inv.endpoints}
+
     ea, eb = eps(a), eps(b)
     for ref in sorted(set(ea) ^ set(eb)):
         return f"{ref} is only in {'OLD' if ref in ea else 'NEW'}"
     for ref in sorted(ea):
         if ea[ref] != eb[ref]:
             return f"{ref} differs (labels, addresses or ports)"
-    for name, x, y in (("namespaces", a.namespaces, b.namespaces), ("services", a.services, b.services),
-                       ("nodes", a.nodes, b.nodes), ("service accounts", a.service_accounts, b.service_accounts)):
+    for name, x, y in (
+        ("namespaces", a.namespaces, b.namespaces),
+        ("services", a.services, b.services),
+        ("nodes", a.nodes, b.nodes),
+        ("service accounts", a.service_accounts, b.service_accounts),
+    ):
         if x != y:
             return f"their {name} differ"
     if sorted(map(repr, a.network_sets)) != sorted(map(repr, b.network_sets)):
@@ -290,20 +334,25 @@ def split_against(args: tuple[str, ...]) -> tuple[list[str], list[str]]:
     return old, new
 
 
-def diff_projects(old_paths: list[str], new_paths: list[str], apply_paths: tuple[str, ...],
-                   kube: tuple[str | None, str | None, bool]) -> tuple[Project, Project, list[str]]:
+def diff_projects(
+    old_paths: list[str], new_paths: list[str], apply_paths: tuple[str, ...], kube: tuple[str | None, str | None, bool]
+) -> tuple[Project, Project, list[str]]:
     """OLD and NEW of a change over one inventory (``diff``, ``report --against/--apply``), and
     the paths NEW is named by."""
     if bool(new_paths) == bool(apply_paths):
-        raise click.UsageError("give the new policy: --against NEW... (a whole policy set) or --apply FILE "
-                               "(objects applied to OLD), one of them")
+        raise click.UsageError(
+            "give the new policy: --against NEW... (a whole policy set) or --apply FILE "
+            "(objects applied to OLD), one of them"
+        )
     old = load_manifests(tuple(old_paths), kube)
     if apply_paths:
         change = load_manifests(apply_paths)
         if change.has_inventory():
-            err.print("[red]error[/red]: --apply takes policy objects (NetworkPolicy, AdminNetworkPolicy, "
-                      "Calico policies, tiers, profiles); the files hold pods, namespaces or other "
-                      "inventory: use --against with the whole new state")
+            err.print(
+                "[red]error[/red]: --apply takes policy objects (NetworkPolicy, AdminNetworkPolicy, "
+                "Calico policies, tiers, profiles); the files hold pods, namespaces or other "
+                "inventory: use --against with the whole new state"
+            )
             fail(EXIT_INVALID)
         new = old.applied(change)
         new_paths = [f"{', '.join(old_paths) or 'the cluster'} with {', '.join(apply_paths)} applied"]
@@ -316,8 +365,10 @@ def diff_projects(old_paths: list[str], new_paths: list[str], apply_paths: tuple
     else:
         problem = _inventory_difference(old.inventory, new.inventory)
         if problem is not None:
-            err.print(f"[red]error[/red]: OLD and NEW have different inventories: {escape(problem)}. "
-                      "diff compares policy over one inventory: give it on one side only, or the same on both.")
+            err.print(
+                f"[red]error[/red]: OLD and NEW have different inventories: {escape(problem)}. "
+                "diff compares policy over one inventory: give it on one side only, or the same on both."
+            )
             fail(EXIT_INVALID)
         new = new.over(old.inventory)
     return old, new, new_paths

@@ -26,29 +26,61 @@ from pyclassify.counted import count
 from pyclassify.terminal import symbol
 
 
-@click.command("matrix", epilog="""\b
+@click.command(
+    "matrix",
+    epilog="""\b
 Examples:
   pyclassify matrix examples/demo --proto TCP --port 80
   pyclassify matrix examples/demo --proto UDP --port 53 --json
   pyclassify matrix examples/demo --namespace backend --port any
   pyclassify matrix cluster/ --selector 'app == "api"' --by identity --port 5432
-""")
+""",
+)
 @cluster_paths_argument
 @kube_options
 @click.option("--proto", "proto", default="TCP", show_default=True, help="Protocol name or number.")
-@click.option("--port", "port", metavar="N|any", callback=port_or_any, default=None,
-              help="Destination port, or 'any': allowed on some port (the union over every port class).")
-@click.option("--namespace", "namespaces", metavar="NS", multiple=True,
-              help="Only the pods of this namespace (repeat for several), as rows and columns.")
-@click.option("--selector", "selector", metavar="EXPR", callback=selector_option, default=None,
-              help="Only the pods whose labels match this Calico selector, as rows and columns.")
+@click.option(
+    "--port",
+    "port",
+    metavar="N|any",
+    callback=port_or_any,
+    default=None,
+    help="Destination port, or 'any': allowed on some port (the union over every port class).",
+)
+@click.option(
+    "--namespace",
+    "namespaces",
+    metavar="NS",
+    multiple=True,
+    help="Only the pods of this namespace (repeat for several), as rows and columns.",
+)
+@click.option(
+    "--selector",
+    "selector",
+    metavar="EXPR",
+    callback=selector_option,
+    default=None,
+    help="Only the pods whose labels match this Calico selector, as rows and columns.",
+)
 @default_option
 @engine_option
 @json_option
 @output_options("pod")
-def matrix_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
-               proto: str, port: int | str | None, namespaces: tuple[str, ...], selector: Any, by: str,
-               default: str | None, engine: str, as_json: bool, output: str) -> None:
+def matrix_cmd(
+    paths: tuple[str, ...],
+    kubeconfig: str | None,
+    in_cluster: bool,
+    kube_context: str | None,
+    proto: str,
+    port: int | str | None,
+    namespaces: tuple[str, ...],
+    selector: Any,
+    by: str,
+    default: str | None,
+    engine: str,
+    as_json: bool,
+    output: str,
+) -> None:
     """Reachability truth table among pods: row = from, column = to.
 
     Exact at any size: pods policy cannot tell apart (same identity and address class) are
@@ -62,8 +94,9 @@ def matrix_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
     if output not in ("text", "json") or by == "namespace":
         from pyclassify.cli.report import matrix_output
 
-        matrix_output(project, paths, protocol, port, default, engine, namespaces, selector, by,
-                      "json" if as_json else output)
+        matrix_output(
+            project, paths, protocol, port, default, engine, namespaces, selector, by, "json" if as_json else output
+        )
         return
     result = matrix(project, protocol, port, default, engine, namespaces, selector, by)
     if as_json or output == "json":
@@ -95,12 +128,16 @@ def matrix_cmd(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool,
         table.add_row(f"{i} {escape(names[i])}", *cells)
     out.print(table)
     total = int(sum(map(sum, result.rows())))
-    out.print(f"{total} of {count(len(names) ** 2, what + ' pair')} allowed"
-              + (" in every address family both have" if len(result.by_family) > 1 else ""))
+    out.print(
+        f"{total} of {count(len(names) ** 2, what + ' pair')} allowed"
+        + (" in every address family both have" if len(result.by_family) > 1 else "")
+    )
     split = int(sum(map(sum, differs)))
     if split:
-        out.print(f"{count(split, 'pair')} {'differs' if split == 1 else 'differ'} by address family: "
-                  "4 = allowed over IPv4 only, "
-                  "6 = allowed over IPv6 only (dual-stack pods are judged in each family)")
+        out.print(
+            f"{count(split, 'pair')} {'differs' if split == 1 else 'differ'} by address family: "
+            "4 = allowed over IPv4 only, "
+            "6 = allowed over IPv6 only (dual-stack pods are judged in each family)"
+        )
     if no_flow is not None and any(map(any, no_flow)):
         out.print(f"{none} = no flow: the two share no address family (one IPv4 only, the other IPv6 only)")

@@ -12,11 +12,14 @@ import click
 from pyclassify.enforce.monitor import EVENTS, LineTooLong, follow_lines, parse_only, run_monitor, stream_lines
 
 
-@click.command("monitor", epilog="""\b
+@click.command(
+    "monitor",
+    epilog="""\b
 Examples:
   sudo pyclassify enforce policies/ --queue 0 | pyclassify monitor --only deny,log
   pyclassify monitor /var/log/pyclassify.jsonl --follow
-""")
+""",
+)
 @click.argument("file", default="-", type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("-f", "--follow", is_flag=True, help="Keep reading FILE as it grows (like tail -f).")
 @click.option("--only", metavar="KINDS", help=f"Comma-separated event kinds to show ({','.join(EVENTS)}).")

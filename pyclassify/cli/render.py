@@ -8,19 +8,34 @@ from pyclassify.cli.common import cluster_paths_argument, kube_options, load_man
 from pyclassify.render import NoSuchEndpoint, render_lines
 
 
-@click.command("render", epilog="""\b
+@click.command(
+    "render",
+    epilog="""\b
 Examples:
   pyclassify render examples/demo --endpoint backend/db
   pyclassify render examples/demo --endpoint 10.0.1.10 --json
   pyclassify render --kubeconfig ~/.kube/config --endpoint backend/db
-""")
+""",
+)
 @cluster_paths_argument
 @kube_options
-@click.option("--endpoint", "endpoint", required=True, metavar="NS/POD", callback=utf8_text,
-              help="The endpoint: ns/pod, workload, host endpoint or IP.")
+@click.option(
+    "--endpoint",
+    "endpoint",
+    required=True,
+    metavar="NS/POD",
+    callback=utf8_text,
+    help="The endpoint: ns/pod, workload, host endpoint or IP.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def render_command(paths: tuple[str, ...], kubeconfig: str | None, in_cluster: bool, kube_context: str | None,
-                   endpoint: str, as_json: bool) -> None:
+def render_command(
+    paths: tuple[str, ...],
+    kubeconfig: str | None,
+    in_cluster: bool,
+    kube_context: str | None,
+    endpoint: str,
+    as_json: bool,
+) -> None:
     """Print the compiled rule tables of one endpoint as 6-tuples (src, sport, dst, dport,
     protocol, action), egress and ingress, per tier, in evaluation order.
 

@@ -25,14 +25,22 @@ def _restrictions_json(sel: Selector) -> dict[str, Any]:
     }
 
 
-@click.command("selector", epilog="""\b
+@click.command(
+    "selector",
+    epilog="""\b
 Examples:
   pyclassify selector "app == 'web' && has(tier)"
   pyclassify selector "app in {'web', 'api'}" --labels app=web,tier=front
-""")
+""",
+)
 @click.argument("expr", callback=utf8_text)
-@click.option("--labels", "labels_text", metavar="K=V,...", callback=utf8_text,
-              help="Evaluate against these labels (each key once).")
+@click.option(
+    "--labels",
+    "labels_text",
+    metavar="K=V,...",
+    callback=utf8_text,
+    help="Evaluate against these labels (each key once).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def selector_cmd(expr: str, labels_text: str | None, as_json: bool) -> None:
     """Parse a Calico selector EXPR and print its canonical form.
@@ -52,8 +60,11 @@ def selector_cmd(expr: str, labels_text: str | None, as_json: bool) -> None:
         if as_json:
             emit_json({"selector": expr, "valid": False, "error": e.message, "position": e.position})
         else:
-            err.print(f"[red]error[/red]: selector: {escape(e.message)} (at position {e.position})"
-                      if e.position is not None else f"[red]error[/red]: selector: {escape(str(e))}")
+            err.print(
+                f"[red]error[/red]: selector: {escape(e.message)} (at position {e.position})"
+                if e.position is not None
+                else f"[red]error[/red]: selector: {escape(str(e))}"
+            )
             if e.position is not None:
                 # Show at most ~80 characters around the problem, not a whole hostile input.
                 shown, caret = excerpt(expr, e.position)
@@ -62,7 +73,7 @@ def selector_cmd(expr: str, labels_text: str | None, as_json: bool) -> None:
                     caret = (caret or 0) + (2 if shown.startswith("...") else 0)
                 # Control bytes (an ESC sequence, a bidi override) are shown escaped, never
                 # sent to the terminal; the caret moves with what is shown before it.
-                before, after = printable(shown[: caret or 0]), printable(shown[caret or 0:])
+                before, after = printable(shown[: caret or 0]), printable(shown[caret or 0 :])
                 shown, caret = before + after, len(before)
                 err.print(f"  {escape(shown)}", markup=True)
                 err.print("  " + " " * (caret or 0) + "^")

@@ -43,9 +43,18 @@ class EventAccounting:
     policies' engine (``Project.staged``: judges each new connection beside the real verdict,
     for the log; never decides a packet; None when nothing is staged)."""
 
-    def __init__(self, config: EnforceConfig, log: FlowLog, metrics: Metrics, queues: QueueLoops, hooks: HostHooks,
-                 project: Callable[[], Project | None], engine: Callable[[], NativeEngine | None],
-                 pod_allow: bool, host_allow: bool) -> None:
+    def __init__(
+        self,
+        config: EnforceConfig,
+        log: FlowLog,
+        metrics: Metrics,
+        queues: QueueLoops,
+        hooks: HostHooks,
+        project: Callable[[], Project | None],
+        engine: Callable[[], NativeEngine | None],
+        pod_allow: bool,
+        host_allow: bool,
+    ) -> None:
         self.config = config
         self.log = log
         self.metrics = metrics
@@ -105,8 +114,13 @@ class EventAccounting:
             hb, vb, n = loop.drain_events()
             if n:
                 hook = self.hooks.hook_of_queue.get(loop.queue)
-                self.account(loop.queue, self.hooks.engine_of(loop.queue) or engine,
-                             np.frombuffer(hb, HEADER_DTYPE), np.frombuffer(vb, VERDICT_DTYPE), hook)
+                self.account(
+                    loop.queue,
+                    self.hooks.engine_of(loop.queue) or engine,
+                    np.frombuffer(hb, HEADER_DTYPE),
+                    np.frombuffer(vb, VERDICT_DTYPE),
+                    hook,
+                )
 
     def _name(self, engine: NativeEngine, side: Any, direction: Direction, subject: str | None = None) -> Any:
         """``engine.side_decision`` (``subject``: the address of the end whose isolating policies
@@ -128,8 +142,17 @@ class EventAccounting:
             present = side["present"] != 0
             if not present.any():
                 continue
-            keys = np.stack([side["tier"], side["source_kind"].astype(np.int32), side["source"], side["rule"],
-                             side["allow"].astype(np.int32), side["reason"].astype(np.int32)], axis=1)[present]
+            keys = np.stack(
+                [
+                    side["tier"],
+                    side["source_kind"].astype(np.int32),
+                    side["source"],
+                    side["rule"],
+                    side["allow"].astype(np.int32),
+                    side["reason"].astype(np.int32),
+                ],
+                axis=1,
+            )[present]
             uniq, first, counts = np.unique(keys, axis=0, return_index=True, return_counts=True)
             idx = np.flatnonzero(present)
             for key, f, c in zip(uniq, first, counts):
@@ -142,8 +165,9 @@ class EventAccounting:
         if self.staged is not None and hook is None:
             # The same new connections with the staged policies enforced (each judged alone: the
             # verdict records are policy-judged packets only).
-            staged = self.staged.judge(h, None, None, "allow" if self.pod_allow else "deny",
-                                       "allow" if self.host_allow else "deny")
+            staged = self.staged.judge(
+                h, None, None, "allow" if self.pod_allow else "deny", "allow" if self.host_allow else "deny"
+            )
             differs = staged["allow"] != v["allow"]
             for name, changed in (("true", differs), ("false", ~differs)):
                 n = int(np.count_nonzero(changed))
@@ -173,8 +197,9 @@ class EventAccounting:
                 # subject is the host endpoint of the interface, not an end of the packet
                 d = self._name(engine, v[i][name], direction, end if hook is not Hook.FORWARD else None)
                 sides[name] = d.to_json() if d else None
-            fields = dict(queue=queue, src=src, dst=dst, proto=PROTOS.get(proto, proto), sport=sport, dport=dport,
-                          **sides)
+            fields = dict(
+                queue=queue, src=src, dst=dst, proto=PROTOS.get(proto, proto), sport=sport, dport=dport, **sides
+            )
             fields.update(endpoint_refs(self.current_project(), src, dst))
             if hook is not None:
                 fields["hook"] = hook.value
@@ -201,13 +226,16 @@ class EventAccounting:
         """A connection's staged verdict for the log: as ``explain --json`` prints one, plus
         ``summary`` ("would deny by StagedNetworkPolicy/ns/name rule 2 (ingress)")."""
         assert self.staged is not None
-        sides = {name: self.staged.side_decision(record[name], d)
-                 for name, d in (("egress", Direction.EGRESS), ("ingress", Direction.INGRESS))}
+        sides = {
+            name: self.staged.side_decision(record[name], d)
+            for name, d in (("egress", Direction.EGRESS), ("ingress", Direction.INGRESS))
+        }
         verdict = Verdict("allow" if record["allow"] else "deny", sides["egress"], sides["ingress"])
         return {**verdict.to_json(), "summary": verdict.would()}
 
-    def _logs(self, engine: NativeEngine, src: str, dst: str, proto: int, sport: int | None, dport: int | None,
-              h: Any) -> list[dict[str, Any]]:
+    def _logs(
+        self, engine: NativeEngine, src: str, dst: str, proto: int, sport: int | None, dport: int | None, h: Any
+    ) -> list[dict[str, Any]]:
         """The Log rules a flow passed: the verdict records count them (``logs`` per side) but do
         not name them, so the native engine explains the flow (``NativeEngine.evaluate``, the
         same rule tables; once per new flow that passed a Log rule, deduplicated). Both ends are given as addresses: the engine resolves them to their
@@ -216,10 +244,19 @@ class EventAccounting:
             return []
         ends = [FlowEnd(None, ipaddress.ip_address(ip)) for ip in (src, dst)]
         icmp = proto in ICMP_PROTOCOLS
-        flow = Flow(ends[0], ends[1], proto, sport, dport, int(h["icmp_type"]) if icmp else None,
-                    int(h["icmp_code"]) if icmp else None)
+        flow = Flow(
+            ends[0],
+            ends[1],
+            proto,
+            sport,
+            dport,
+            int(h["icmp_type"]) if icmp else None,
+            int(h["icmp_code"]) if icmp else None,
+        )
         try:
-            verdict = engine.evaluate(flow, "allow" if self.pod_allow else "deny", "allow" if self.host_allow else "deny")
+            verdict = engine.evaluate(
+                flow, "allow" if self.pod_allow else "deny", "allow" if self.host_allow else "deny"
+            )
         except ValueError:
             return []
         out = []

@@ -23,8 +23,15 @@ from pyclassify.project import ObjectKey, Project
 
 
 class KubePolicySource:
-    def __init__(self, kubeconfig: str | None, context: str | None, in_cluster: bool | None = None,
-                 node: str | None = None, mark: int = 0, budget: int | None = None) -> None:
+    def __init__(
+        self,
+        kubeconfig: str | None,
+        context: str | None,
+        in_cluster: bool | None = None,
+        node: str | None = None,
+        mark: int = 0,
+        budget: int | None = None,
+    ) -> None:
         self.kubeconfig, self.context, self.in_cluster = kubeconfig, context, in_cluster
         self.node = node
         self.mark = mark  # of the sockets to the API server (the daemon's rules let them through)
@@ -41,8 +48,14 @@ class KubePolicySource:
             try:
                 client = load_client(self.kubeconfig, self.context, self.in_cluster, self.mark)
                 self.events = EventRecorder(client, host=self.node)
-                self.kube = KubeSource(client, on_change=self._changed, node=self.node, domains=self.domains,
-                                       budget=self.budget, on_reject=self.events.warn)
+                self.kube = KubeSource(
+                    client,
+                    on_change=self._changed,
+                    node=self.node,
+                    domains=self.domains,
+                    budget=self.budget,
+                    on_reject=self.events.warn,
+                )
                 self.kube.start()
             except OverBudget as e:  # nothing in force yet to keep: refuse to start
                 raise SourceError([str(e)]) from e

@@ -94,11 +94,17 @@ class Enforcer:
         self.log = FlowLog(config.log_stream, log_allowed=config.log_allowed)
         self.queues = QueueLoops(config, self.pod_allow, self.host_allow)
         self.bridge: Any = None
-        self.metrics = Metrics(lambda: list(self.queues.loops), config.fail_open, source=lambda: self.source,
-                               lost_lines=lambda: self.log.lost, bridge=lambda: self.bridge,
-                               dns=lambda: (self.queues.dns_loop, self.domain_facts),
-                               http=lambda: (self.queues.main_loops, self.queues.http_loop),
-                               engine=lambda: self.engine, rule_labels=config.metrics_rule_labels)
+        self.metrics = Metrics(
+            lambda: list(self.queues.loops),
+            config.fail_open,
+            source=lambda: self.source,
+            lost_lines=lambda: self.log.lost,
+            bridge=lambda: self.bridge,
+            dns=lambda: (self.queues.dns_loop, self.domain_facts),
+            http=lambda: (self.queues.main_loops, self.queues.http_loop),
+            engine=lambda: self.engine,
+            rule_labels=config.metrics_rule_labels,
+        )
         self.rules: Rules | None = None
         #: The node's own traffic our chains let through ahead of the queue (``start()`` finds it).
         self.node = NodeTraffic()
@@ -110,17 +116,26 @@ class Enforcer:
         #: The host endpoints' own hooks (doNotTrack, preDNAT, applyOnForward): their engines
         #: and the queues judged by them.
         self.hooks = HostHooks(self.queues.open_hook)
-        self.accounting = EventAccounting(config, self.log, self.metrics, self.queues, self.hooks,
-                                          lambda: self.project, lambda: self.engine, self.pod_allow, self.host_allow)
-        self.revocation = Revocation(config, self.log, self.metrics, self.pod_allow, self.host_allow,
-                                     lambda: self.rules, self.hook_checks)
+        self.accounting = EventAccounting(
+            config,
+            self.log,
+            self.metrics,
+            self.queues,
+            self.hooks,
+            lambda: self.project,
+            lambda: self.engine,
+            self.pod_allow,
+            self.host_allow,
+        )
+        self.revocation = Revocation(
+            config, self.log, self.metrics, self.pod_allow, self.host_allow, lambda: self.rules, self.hook_checks
+        )
         self.reloader = PolicyReload(self)
         self.resync = RulesResync(config.resync, self.log, self.metrics, self.reloader.lock, self._leave_uninstalled)
         self._stop = threading.Event()
         self._ready = False
         self.metrics_address: tuple[str, int] | None = None
-        self.memory_budget: int | None = default_budget() if config.memory_budget == "auto" else \
-            config.memory_budget  # type: ignore[assignment]
+        self.memory_budget: int | None = default_budget() if config.memory_budget == "auto" else config.memory_budget  # type: ignore[assignment]
         self.source: Any = PolicySource(list(config.paths), config.node, budget=self.memory_budget)
         # What DNS answers taught domain rules (fed by the DNS loop; kept across reloads).
         self.domain_facts = domains.new_facts()
@@ -129,8 +144,12 @@ class Enforcer:
             from pyclassify.enforce.iptables import OWN_MARK
 
             # its connections to the API server carry our mark: let through whether or not we run
-            self.source = KubePolicySource(*config.kube, node=config.node, budget=self.memory_budget,
-                                           mark=OWN_MARK if config.install_rules and config.bridge is None else 0)
+            self.source = KubePolicySource(
+                *config.kube,
+                node=config.node,
+                budget=self.memory_budget,
+                mark=OWN_MARK if config.install_rules and config.bridge is None else 0,
+            )
         self.source.domains = self.domain_facts  # both sources put it on the inventories they build
 
     # --- start / stop ---
@@ -165,19 +184,29 @@ class Enforcer:
             queues.open_main(self.engine)
             early_queues = self.hooks.open_early(self.project, cfg.queues[1] + 1)
             dns_queue = queues.open_dns(self.project, self.engine, cfg.queues[1] + 1 + len(early_queues))
-            http_queue = queues.open_http(self.project, self.engine,
-                                          cfg.queues[1] + 1 + len(early_queues) + (dns_queue is not None))
+            http_queue = queues.open_http(
+                self.project, self.engine, cfg.queues[1] + 1 + len(early_queues) + (dns_queue is not None)
+            )
             forward_queues = self.open_forward_hooks(queues.next_queue())
             self.revocation.open()
             queues.run()
             if cfg.install_rules:
                 try:
-                    self.rules = Rules(cfg.queues[0], cfg.queues[1], cfg.fail_open, tuple(cfg.hooks), cfg.ipv6,
-                                       reject=cfg.reject, workload_prefix=cfg.workload_interface_prefix,
-                                       untracked_queue=early_queues.get(Hook.UNTRACKED),
-                                       pre_dnat_queue=early_queues.get(Hook.PRE_DNAT), dns_queue=dns_queue,
-                                       http_queue=http_queue, forward_queues=forward_queues,
-                                       node=self.node.with_failsafe(self.project.failsafe_config))
+                    self.rules = Rules(
+                        cfg.queues[0],
+                        cfg.queues[1],
+                        cfg.fail_open,
+                        tuple(cfg.hooks),
+                        cfg.ipv6,
+                        reject=cfg.reject,
+                        workload_prefix=cfg.workload_interface_prefix,
+                        untracked_queue=early_queues.get(Hook.UNTRACKED),
+                        pre_dnat_queue=early_queues.get(Hook.PRE_DNAT),
+                        dns_queue=dns_queue,
+                        http_queue=http_queue,
+                        forward_queues=forward_queues,
+                        node=self.node.with_failsafe(self.project.failsafe_config),
+                    )
                     self.rules.install()  # in place of what another daemon left: adopted
                     if http_queue is not None:
                         queues.admit_http()
@@ -197,12 +226,17 @@ class Enforcer:
             self.stop()
             raise
         self._ready = True
-        self.log.emit("start", queues=list(range(cfg.queues[0], cfg.queues[1] + 1)), revoked=len(revoked),
-                      conntrack_deleted=deleted["deleted"], **self._start_fields(),
-                      **({"hook_queues": {h.value: q for h, q in early_queues.items()}} if early_queues else {}),
-                      **({"dns_queue": dns_queue} if dns_queue is not None else {}),
-                      **({"http_queue": http_queue} if http_queue is not None else {}),
-                      **({"forward_queues": forward_json(forward_queues)} if forward_queues else {}))
+        self.log.emit(
+            "start",
+            queues=list(range(cfg.queues[0], cfg.queues[1] + 1)),
+            revoked=len(revoked),
+            conntrack_deleted=deleted["deleted"],
+            **self._start_fields(),
+            **({"hook_queues": {h.value: q for h, q in early_queues.items()}} if early_queues else {}),
+            **({"dns_queue": dns_queue} if dns_queue is not None else {}),
+            **({"http_queue": http_queue} if http_queue is not None else {}),
+            **({"forward_queues": forward_json(forward_queues)} if forward_queues else {}),
+        )
         self.revocation.log_revoked(revoked, self.project)
 
     def _prepare_node(self) -> None:
@@ -217,7 +251,9 @@ class Enforcer:
                 raise EnforceError(
                     f"another daemon enforces in this network namespace: the PYCLASSIFY-* rules send packets to "
                     f"NFQUEUE {', '.join(map(str, sorted(taken)))}, where a process listens (one daemon per network "
-                    "namespace): stop it first", EXIT_IN_USE)
+                    "namespace): stop it first",
+                    EXIT_IN_USE,
+                )
             servers = [s for s in (self._api_server(), in_cluster_api_server()) if s is not None]
             self.node = NodeTraffic(dns_servers=dns_servers())
             self.node = self.node.with_api_servers(tuple(a for h, p in servers for a in resolve(h, p, lookup=False)))
@@ -275,15 +311,24 @@ class Enforcer:
         cfg = self.config
         assert self.engine is not None and self.project is not None and cfg.bridge is not None
         try:
-            self.bridge = start_bridge(cfg.bridge, engine_capsule(self.engine), fail_open=cfg.fail_open,
-                                       pod_allow=self.pod_allow, host_allow=self.host_allow,
-                                       max_entries=cfg.conntrack_entries,
-                                       # always: a reload may bring the first http rule
-                                       http_connections=HTTP_CONNECTIONS, reject=cfg.reject)
+            self.bridge = start_bridge(
+                cfg.bridge,
+                engine_capsule(self.engine),
+                fail_open=cfg.fail_open,
+                pod_allow=self.pod_allow,
+                host_allow=self.host_allow,
+                max_entries=cfg.conntrack_entries,
+                # always: a reload may bring the first http rule
+                http_connections=HTTP_CONNECTIONS,
+                reject=cfg.reject,
+            )
         except (BridgeError, ValueError, OSError) as e:
             self.metrics.close()
-            code = EXIT_IN_USE if "No such device" in str(e) or getattr(e, "errno", None) == errno.ENODEV \
+            code = (
+                EXIT_IN_USE
+                if "No such device" in str(e) or getattr(e, "errno", None) == errno.ENODEV
                 else EXIT_PREREQUISITE
+            )
             raise EnforceError(f"cannot start the bridge {cfg.bridge}: {e}", code) from e
         try:
             self._start_watch()
@@ -296,10 +341,12 @@ class Enforcer:
     def _start_fields(self) -> dict[str, Any]:
         assert self.project is not None
         inventory = self.project.inventory
-        fields: dict[str, Any] = {"fail": "open" if self.config.fail_open else "closed",
-                                  "policies": len(self.project.policy_set.policies),
-                                  "staged_policies": len(self.project.policy_set.staged),
-                                  "endpoints": len(inventory.endpoints)}
+        fields: dict[str, Any] = {
+            "fail": "open" if self.config.fail_open else "closed",
+            "policies": len(self.project.policy_set.policies),
+            "staged_policies": len(self.project.policy_set.staged),
+            "endpoints": len(inventory.endpoints),
+        }
         if self.config.node is not None:
             # Said at start: a node name that matches nothing enforces nothing.
             fields["node"] = self.config.node
@@ -392,8 +439,10 @@ class Enforcer:
         """What revalidation asks of the host endpoints' hooks (with our rules: their marks)."""
         if self.rules is None or self.project is None:
             return {}
-        return {"pre_dnat": self.hooks.pre_dnat_check(),
-                "forward": self.hooks.forward_checks(self.project, self.rules.forward_queues)}
+        return {
+            "pre_dnat": self.hooks.pre_dnat_check(),
+            "forward": self.hooks.forward_checks(self.project, self.rules.forward_queues),
+        }
 
     def _leave_uninstalled(self) -> None:
         """Our rules were removed by an explicit uninstall while we run (the resync found it, with

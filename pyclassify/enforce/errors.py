@@ -23,10 +23,17 @@ def queue_error(queue: int, e: OSError) -> EnforceError:
     """What binding NFQUEUE ``queue`` failing with ``e`` means."""
     if e.errno == errno.EPERM and os.geteuid() == 0:
         # As root, the kernel answers EPERM when another process has the queue bound.
-        return EnforceError(f"cannot bind NFQUEUE {queue}: another process listens on it (one listener per "
-                            "queue): stop it or pick another --queue", EXIT_IN_USE)
+        return EnforceError(
+            f"cannot bind NFQUEUE {queue}: another process listens on it (one listener per "
+            "queue): stop it or pick another --queue",
+            EXIT_IN_USE,
+        )
     if e.errno in (errno.EPERM, errno.EACCES):
-        return EnforceError(f"cannot bind NFQUEUE {queue}: {e.strerror or e}: enforce needs root "
-                            "(or CAP_NET_ADMIN)", EXIT_PREREQUISITE)
-    return EnforceError(f"cannot bind NFQUEUE {queue}: {e.strerror or e}: does this kernel have "
-                        "nfnetlink_queue (modprobe nfnetlink_queue)?", EXIT_PREREQUISITE)
+        return EnforceError(
+            f"cannot bind NFQUEUE {queue}: {e.strerror or e}: enforce needs root (or CAP_NET_ADMIN)", EXIT_PREREQUISITE
+        )
+    return EnforceError(
+        f"cannot bind NFQUEUE {queue}: {e.strerror or e}: does this kernel have "
+        "nfnetlink_queue (modprobe nfnetlink_queue)?",
+        EXIT_PREREQUISITE,
+    )

@@ -82,8 +82,9 @@ class _Good:
 
 
 class PolicySource:
-    def __init__(self, paths: list[str], node: str | None = None, settle: float = 1.0,
-                 budget: int | None = None) -> None:
+    def __init__(
+        self, paths: list[str], node: str | None = None, settle: float = 1.0, budget: int | None = None
+    ) -> None:
         self.paths = list(paths)
         #: The bytes the policy set may take once built (None: no bound), and the updates
         #: rejected for passing it.
@@ -169,8 +170,16 @@ class PolicySource:
                 self._good[key] = _Good(orjson.dumps(d.obj), d.file, d.line)
         for key in [k for k in self._good if k not in keys and not _under(self._good[k].file, held)]:
             del self._good[key]
-        return Loaded(project, engine, rejected, broken, engine.state.last_delta_size, built - t_build,
-                      time.monotonic() - built, kept=held)
+        return Loaded(
+            project,
+            engine,
+            rejected,
+            broken,
+            engine.state.last_delta_size,
+            built - t_build,
+            time.monotonic() - built,
+            kept=held,
+        )
 
     def _build(self, docs: list[Document], first: bool) -> Project:
         """The whole project, its parts shared with the set in force; over the budget: the first
@@ -269,8 +278,13 @@ class PolicySource:
         # every key rejected before and still present was a change above, judged again just now
         self._rejected = set(rejected)
         self.engine = engine = self.live.snapshot()
-        project = dataclasses.replace(self._project, policy_set=engine.policy_set, inventory=engine.inventory,
-                                      problems=Problems(), invalid=rejected)
+        project = dataclasses.replace(
+            self._project,
+            policy_set=engine.policy_set,
+            inventory=engine.inventory,
+            problems=Problems(),
+            invalid=rejected,
+        )
         return Loaded(project, engine, rejected, sorted(held), changed, time.monotonic() - t_build, 0.0, kept=held)
 
     def _undo(self, applied: list[tuple[ObjectKey, _Good | None, Document | None]]) -> None:

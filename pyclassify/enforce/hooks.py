@@ -52,8 +52,11 @@ def forward_endpoints(project: Project) -> dict[str, Endpoint]:
     if not project.policy_set.for_hook(Hook.FORWARD).policies:
         return {}
     inventory = project.inventory
-    hosts = [(e.interface, e) for e in inventory.endpoints
-             if e.kind is EndpointKind.HOST and e.interface and inventory.enforces(e)]
+    hosts = [
+        (e.interface, e)
+        for e in inventory.endpoints
+        if e.kind is EndpointKind.HOST and e.interface and inventory.enforces(e)
+    ]
     out: dict[str, Endpoint] = {}
     for interface, e in sorted(hosts, key=lambda h: h[1].name):
         out.setdefault(interface, e)
@@ -104,8 +107,9 @@ class HostHooks:
         out = {}
         for hook in early_hooks(project) if only is None else only:
             # no policy deciding is no verdict here: the packet goes on to the next hook
-            self._open_loop(self._hook_engine(project, hook), queue, pod_allow=True, host_allow=True,
-                            accept_mark=EARLY_MARKS[hook])
+            self._open_loop(
+                self._hook_engine(project, hook), queue, pod_allow=True, host_allow=True, accept_mark=EARLY_MARKS[hook]
+            )
             self.hook_of_queue[queue] = hook
             out[hook] = queue
             queue += 1
@@ -126,8 +130,16 @@ class HostHooks:
         for iface, hep in wanted.items():
             queues = (queue, queue + 1)
             for (side, mark), q in zip(FORWARD_SIDES, queues):
-                self._open_loop(engine, q, pod_allow=True, host_allow=True, accept_mark=mark, repeat_accepted=True,
-                                reject_mark=reject_mark, via=(engine.endpoint_index(hep), side is Direction.INGRESS))
+                self._open_loop(
+                    engine,
+                    q,
+                    pod_allow=True,
+                    host_allow=True,
+                    accept_mark=mark,
+                    repeat_accepted=True,
+                    reject_mark=reject_mark,
+                    via=(engine.endpoint_index(hep), side is Direction.INGRESS),
+                )
                 self.hook_of_queue[q] = Hook.FORWARD
                 self.forward_of_queue[q] = (iface, side)
             out.append((iface, *queues))
@@ -138,14 +150,17 @@ class HostHooks:
         """What ``project`` needs that has no loop yet: early hooks, and host endpoint
         interfaces to judge by their forward hook."""
         judged = {iface for iface, _ in self.forward_of_queue.values()}
-        return ([h for h in early_hooks(project) if h not in self.engines],
-                bool(set(self._forward_endpoints(project)) - judged))
+        return (
+            [h for h in early_hooks(project) if h not in self.engines],
+            bool(set(self._forward_endpoints(project)) - judged),
+        )
 
     def follow(self, project: Project, loops: list[Any]) -> None:
         """The engines follow ``project`` (a delta each) into their loops; a forward loop is
         given its interface's host endpoint now (None: gone, so no host policy drops there)."""
-        self.engines = {hook: e.update(project.policy_set.for_hook(hook), project.inventory)
-                        for hook, e in self.engines.items()}
+        self.engines = {
+            hook: e.update(project.policy_set.for_hook(hook), project.inventory) for hook, e in self.engines.items()
+        }
         heps = self._forward_endpoints(project)
         for loop in loops:
             hook = self.hook_of_queue.get(loop.queue)
@@ -154,7 +169,9 @@ class HostHooks:
             engine = self.engines[hook]
             if hook is Hook.FORWARD:
                 hep = heps.get(self.forward_of_queue[loop.queue][0])
-                loop.swap(engine_capsule(engine), False, via_endpoint=None if hep is None else engine.endpoint_index(hep))
+                loop.swap(
+                    engine_capsule(engine), False, via_endpoint=None if hep is None else engine.endpoint_index(hep)
+                )
             else:
                 loop.swap(engine_capsule(engine), False)
 
@@ -177,6 +194,12 @@ class HostHooks:
             for side, _ in FORWARD_SIDES:
                 slot = forward_ctmark(index, side is Direction.INGRESS)
                 if slot is not None:
-                    checks.append(ForwardCheck(capsule, None if hep is None else engine.endpoint_index(hep),
-                                               side is Direction.INGRESS, *slot))
+                    checks.append(
+                        ForwardCheck(
+                            capsule,
+                            None if hep is None else engine.endpoint_index(hep),
+                            side is Direction.INGRESS,
+                            *slot,
+                        )
+                    )
         return tuple(checks)

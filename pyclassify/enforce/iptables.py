@@ -133,10 +133,15 @@ def forward_ctmark(index: int, ingress: bool) -> tuple[int, int] | None:
     if index >= FORWARD_SLOTS:
         return None
     return ((index + 1) << 16, FORWARD_IN_CTMASK) if ingress else ((index + 1) << 20, FORWARD_OUT_CTMASK)
+
+
 HOOKS = {"forward": "FORWARD", "input": "INPUT", "output": "OUTPUT"}
 #: The early host-endpoint hooks: (table, built-in chain).
-EARLY_HOOKS = {"untracked-in": ("raw", "PREROUTING"), "untracked-out": ("raw", "OUTPUT"),
-               "pre-dnat": ("mangle", "PREROUTING")}
+EARLY_HOOKS = {
+    "untracked-in": ("raw", "PREROUTING"),
+    "untracked-out": ("raw", "OUTPUT"),
+    "pre-dnat": ("mangle", "PREROUTING"),
+}
 TABLES = ("filter", "raw", "mangle")
 
 
@@ -202,16 +207,16 @@ def _is_jump_to_ours(line: str) -> bool:
 
 def _ours(lines: list[str]) -> list[str]:
     """The lines of a listing that are ours: our chains, their rules, the jumps to them."""
-    return [line for line in lines
-            if line.startswith((f"-N {PREFIX}", f"-A {PREFIX}")) or _is_jump_to_ours(line)]
+    return [line for line in lines if line.startswith((f"-N {PREFIX}", f"-A {PREFIX}")) or _is_jump_to_ours(line)]
 
 
 def _chains_of_ours(lines: list[str]) -> list[str]:
     return [line.split()[1] for line in lines if line.startswith(f"-N {PREFIX}")]
 
 
-def transaction(current: list[str], wanted: dict[str, tuple[str, list[list[str]]]],
-                keep: tuple[str, ...] = ()) -> list[str]:
+def transaction(
+    current: list[str], wanted: dict[str, tuple[str, list[list[str]]]], keep: tuple[str, ...] = ()
+) -> list[str]:
     """The ``iptables-restore --noflush`` lines that make a table's chains of ours exactly
     ``wanted`` (``{chain: (built-in chain, rules)}``), from its listing ``current``: every chain
     of ours declared (created, or flushed under ``--noflush``) and filled, every jump to one of
@@ -240,8 +245,13 @@ def _restore(binary: str, table: str, lines: list[str]) -> None:
         raise IptablesError(f"{restore} -t {table}: {proc.stderr.strip() or f'exit {proc.returncode}'}")
 
 
-def _apply(binary: str, table: str, wanted: dict[str, tuple[str, list[list[str]]]], keep: tuple[str, ...] = (),
-           attempts: int = 3) -> list[str]:
+def _apply(
+    binary: str,
+    table: str,
+    wanted: dict[str, tuple[str, list[list[str]]]],
+    keep: tuple[str, ...] = (),
+    attempts: int = 3,
+) -> list[str]:
     """Make ``table``'s chains of ours ``wanted`` in one transaction (read again and retried when
     someone else changed the table between the read and the write); returns the chains of ours
     it deleted."""
@@ -336,8 +346,11 @@ def node_rules(node: NodeTraffic, hook: str, family: int) -> list[list[str]]:
     if hook == "output":
         # on the destination before DNAT: an API server or DNS Service's virtual address
         out += [["-p", "tcp", "-m", "conntrack", "--ctorigdst", a, "--ctorigdstport", p] for a, p in apis]
-        out += [["-p", proto, "-m", "conntrack", "--ctorigdst", a, "--ctorigdstport", str(DNS_PORT)]
-                for a in dns for proto in ("udp", "tcp")]
+        out += [
+            ["-p", proto, "-m", "conntrack", "--ctorigdst", a, "--ctorigdstport", str(DNS_PORT)]
+            for a in dns
+            for proto in ("udp", "tcp")
+        ]
     if hook == "untracked-in":
         ports(node.outbound, "-s", "--sport")
         out += [["-p", "tcp", "-s", a, "--sport", p] for a, p in apis]
@@ -352,8 +365,10 @@ def node_rules(node: NodeTraffic, hook: str, family: int) -> list[list[str]]:
 
 
 #: Our chain's hook by (table, built-in chain).
-HOOK_OF = {**{("filter", builtin): hook for hook, builtin in HOOKS.items()},
-           **{where: hook for hook, where in EARLY_HOOKS.items()}}
+HOOK_OF = {
+    **{("filter", builtin): hook for hook, builtin in HOOKS.items()},
+    **{where: hook for hook, where in EARLY_HOOKS.items()},
+}
 
 
 def open_stale(node: NodeTraffic, ipv6: bool = True) -> list[str]:
@@ -419,8 +434,11 @@ class Rules:
     def chains(self) -> list[tuple[str, str, str]]:
         """(hook, table, built-in chain) of every chain we install."""
         out = [(hook, "filter", HOOKS[hook]) for hook in self.hooks]
-        queues = {"untracked-in": self.untracked_queue, "untracked-out": self.untracked_queue,
-                  "pre-dnat": self.pre_dnat_queue}
+        queues = {
+            "untracked-in": self.untracked_queue,
+            "untracked-out": self.untracked_queue,
+            "pre-dnat": self.pre_dnat_queue,
+        }
         out += [(hook, *where) for hook, where in EARLY_HOOKS.items() if queues[hook] is not None]
         return out
 
@@ -452,16 +470,44 @@ class Rules:
         out.append(["-m", "connmark", "--mark", f"{REVOKED_CTMARK:#x}/{REVOKED_CTMARK:#x}", "-j", "DROP"])
         if self.http_queue is not None:
             # (not resets: nothing to read, and the loop's own resets pass here on OUTPUT)
-            out.append(["-p", "tcp", "--tcp-flags", "RST", "NONE", "-m", "connmark", "--mark", f"{HTTP_CTMARK:#x}/{HTTP_CTMARK:#x}",
-                        "-m", "conntrack", "--ctstate", "ESTABLISHED", "--ctdir", "ORIGINAL",
-                        *queue_target(self.http_queue, self.http_queue, self.fail_open)])
+            out.append(
+                [
+                    "-p",
+                    "tcp",
+                    "--tcp-flags",
+                    "RST",
+                    "NONE",
+                    "-m",
+                    "connmark",
+                    "--mark",
+                    f"{HTTP_CTMARK:#x}/{HTTP_CTMARK:#x}",
+                    "-m",
+                    "conntrack",
+                    "--ctstate",
+                    "ESTABLISHED",
+                    "--ctdir",
+                    "ORIGINAL",
+                    *queue_target(self.http_queue, self.http_queue, self.fail_open),
+                ]
+            )
         if self.dns_queue is not None:
             # Answers to the DNS queries policy allowed teach domain rules their addresses before
             # they are let through (back with DNS_MARK); established, they need no judging.
             out.append(["-m", "mark", "--mark", f"{DNS_MARK:#x}/{DNS_MARK:#x}", "-j", "RETURN"])
             for proto in ("udp", "tcp"):
-                out.append(["-p", proto, "--sport", "53", "-m", "conntrack", "--ctstate", "ESTABLISHED",
-                            *queue_target(self.dns_queue, self.dns_queue, self.fail_open)])
+                out.append(
+                    [
+                        "-p",
+                        proto,
+                        "--sport",
+                        "53",
+                        "-m",
+                        "conntrack",
+                        "--ctstate",
+                        "ESTABLISHED",
+                        *queue_target(self.dns_queue, self.dns_queue, self.fail_open),
+                    ]
+                )
         if self.reject:
             mark = ["-m", "mark", "--mark", f"{REJECT_MARK:#x}/{REJECT_MARK:#x}"]
             out.append(["-p", "tcp", *mark, "-j", "REJECT", "--reject-with", "tcp-reset"])
@@ -480,8 +526,17 @@ class Rules:
                     slot = forward_ctmark(index, ingress)
                     if slot is not None:  # once: the first that matches (a named interface before ``*``)
                         unmarked = ["-m", "connmark", "--mark", f"0x0/{slot[1]:#x}"]
-                        out.append([*self._interface(flag, iface), *_mark(hook_mark), *unmarked, "-j", "CONNMARK",
-                                    "--or-mark", hex(slot[0])])
+                        out.append(
+                            [
+                                *self._interface(flag, iface),
+                                *_mark(hook_mark),
+                                *unmarked,
+                                "-j",
+                                "CONNMARK",
+                                "--or-mark",
+                                hex(slot[0]),
+                            ]
+                        )
         out.append(["-j", "CONNMARK", "--or-mark", hex(JUDGED_CTMARK)])
         out.append(queue_target(self.first, self.last, self.fail_open))
         return out
@@ -534,9 +589,14 @@ class Rules:
         transaction per table, never removed first)."""
         self.apply(adopt=True)
 
-    def extend(self, untracked_queue: int | None = None, pre_dnat_queue: int | None = None,
-               dns_queue: int | None = None, http_queue: int | None = None,
-               forward_queues: tuple[tuple[str, int, int], ...] = ()) -> None:
+    def extend(
+        self,
+        untracked_queue: int | None = None,
+        pre_dnat_queue: int | None = None,
+        dns_queue: int | None = None,
+        http_queue: int | None = None,
+        forward_queues: tuple[tuple[str, int, int], ...] = (),
+    ) -> None:
         """Hooks first needed after ``install()`` (a reload brought the first doNotTrack, preDNAT,
         domain or http rule, or a host endpoint interface to judge by its forward hook): their
         chains and the rules they add to our filter chains, in the same one transaction per
@@ -585,8 +645,11 @@ class Rules:
             extra = [line for line in jumps if line not in {f"-A {b} -j {c}" for c, (b, _) in wanted.items()}]
             extra += [line for line in dict.fromkeys(jumps) if jumps.count(line) > 1]
             found += [f"{name}: another jump to a chain of ours: {line!r}" for line in extra]
-            found += [f"{name}: {chain} is not ours" for chain in _chains_of_ours(current)
-                      if chain not in wanted and chain != UNINSTALLED]
+            found += [
+                f"{name}: {chain} is not ours"
+                for chain in _chains_of_ours(current)
+                if chain not in wanted and chain != UNINSTALLED
+            ]
         return found
 
     def repair(self) -> list[str]:

@@ -42,10 +42,18 @@ class QueueLoops:
         cfg = self.config
         for q in range(cfg.queues[0], cfg.queues[1] + 1):
             try:
-                loop = open_queue(engine, q, pod_allow=self.pod_allow, host_allow=self.host_allow,
-                                  fail_open=cfg.fail_open, copy_range=cfg.copy_range, maxlen=cfg.maxlen,
-                                  batch=cfg.batch, batch_verdicts=cfg.batch_verdicts,
-                                  reject_mark=REJECT_MARK if cfg.reject else 0)
+                loop = open_queue(
+                    engine,
+                    q,
+                    pod_allow=self.pod_allow,
+                    host_allow=self.host_allow,
+                    fail_open=cfg.fail_open,
+                    copy_range=cfg.copy_range,
+                    maxlen=cfg.maxlen,
+                    batch=cfg.batch,
+                    batch_verdicts=cfg.batch_verdicts,
+                    reject_mark=REJECT_MARK if cfg.reject else 0,
+                )
             except OSError as e:
                 raise queue_error(q, e) from e
             self.loops.append(loop)
@@ -58,9 +66,19 @@ class QueueLoops:
         if project.inventory.domains is None or not domains.has_domain_rules(project.policy_set):
             return None
         try:
-            loop = open_queue(engine, queue, pod_allow=self.pod_allow, host_allow=self.host_allow,
-                              fail_open=True, copy_range=65535, maxlen=cfg.maxlen, batch=cfg.batch,
-                              batch_verdicts=cfg.batch_verdicts, accept_mark=DNS_MARK, dns=True)
+            loop = open_queue(
+                engine,
+                queue,
+                pod_allow=self.pod_allow,
+                host_allow=self.host_allow,
+                fail_open=True,
+                copy_range=65535,
+                maxlen=cfg.maxlen,
+                batch=cfg.batch,
+                batch_verdicts=cfg.batch_verdicts,
+                accept_mark=DNS_MARK,
+                dns=True,
+            )
         except OSError as e:
             raise queue_error(queue, e) from e
         self.loops.append(loop)
@@ -76,10 +94,19 @@ class QueueLoops:
         if not cfg.install_rules or not httprules.has_http_rules(project.policy_set):
             return None
         try:
-            loop = open_queue(engine, queue, pod_allow=self.pod_allow, host_allow=self.host_allow,
-                              fail_open=cfg.fail_open, copy_range=65535, maxlen=cfg.maxlen, batch=cfg.batch,
-                              batch_verdicts=cfg.batch_verdicts, http_deny_mark=HTTP_DENY_MARK,
-                              http_connections=HTTP_CONNECTIONS)
+            loop = open_queue(
+                engine,
+                queue,
+                pod_allow=self.pod_allow,
+                host_allow=self.host_allow,
+                fail_open=cfg.fail_open,
+                copy_range=65535,
+                maxlen=cfg.maxlen,
+                batch=cfg.batch,
+                batch_verdicts=cfg.batch_verdicts,
+                http_deny_mark=HTTP_DENY_MARK,
+                http_connections=HTTP_CONNECTIONS,
+            )
         except OSError as e:
             raise queue_error(queue, e) from e
         self.loops.append(loop)
@@ -97,8 +124,16 @@ class QueueLoops:
         settings."""
         cfg = self.config
         try:
-            loop = open_queue(engine, queue, fail_open=cfg.fail_open, copy_range=cfg.copy_range, maxlen=cfg.maxlen,
-                              batch=cfg.batch, batch_verdicts=cfg.batch_verdicts, **options)
+            loop = open_queue(
+                engine,
+                queue,
+                fail_open=cfg.fail_open,
+                copy_range=cfg.copy_range,
+                maxlen=cfg.maxlen,
+                batch=cfg.batch,
+                batch_verdicts=cfg.batch_verdicts,
+                **options,
+            )
         except OSError as e:
             raise queue_error(queue, e) from e
         self.loops.append(loop)

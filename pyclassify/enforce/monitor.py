@@ -45,8 +45,9 @@ def printable(text: str) -> str:
     shown, never played on the terminal."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
-                   for c in text)
+    return "".join(
+        c if c.isprintable() else (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}") for c in text
+    )
 
 
 def _arrow() -> str:
@@ -103,7 +104,9 @@ def decision_text(direction: str, d: Any) -> str:
 
 def deciding(rec: dict[str, Any]) -> list[str]:
     """The sides that decided: on a deny the side(s) that denied, otherwise both present sides."""
-    sides: list[tuple[str, dict[str, Any]]] = [(n, d) for n in ("egress", "ingress") if isinstance(d := rec.get(n), dict)]
+    sides: list[tuple[str, dict[str, Any]]] = [
+        (n, d) for n in ("egress", "ingress") if isinstance(d := rec.get(n), dict)
+    ]
     if rec.get("event") == "deny":
         denying = [(n, d) for n, d in sides if d.get("verdict") == "deny"]
         sides = denying or sides
@@ -126,8 +129,11 @@ def _cut(text: str) -> str:
 
 
 def _rest(rec: dict[str, Any], skip: tuple[str, ...]) -> str:
-    return " ".join(f"{_cut(str(k))}={_cut(json.dumps(v, separators=(',', ':')) if isinstance(v, (dict, list)) else str(v))}"
-                    for k, v in rec.items() if k not in skip)
+    return " ".join(
+        f"{_cut(str(k))}={_cut(json.dumps(v, separators=(',', ':')) if isinstance(v, (dict, list)) else str(v))}"
+        for k, v in rec.items()
+        if k not in skip
+    )
 
 
 def render(rec: dict[str, Any]) -> str:
@@ -164,7 +170,9 @@ def stream_lines(stream: IO[str]) -> Iterator[str]:
             return
         number += 1
         if len(line) > MAX_LINE:
-            raise LineTooLong(f"line {number} is longer than {MAX_LINE >> 20} MiB: not an event stream of pyclassify enforce")
+            raise LineTooLong(
+                f"line {number} is longer than {MAX_LINE >> 20} MiB: not an event stream of pyclassify enforce"
+            )
         yield line
 
 
@@ -187,7 +195,9 @@ def follow_lines(path: str, stop: threading.Event, poll: float = 0.2) -> Iterato
             if chunk:
                 partial += chunk
                 if len(partial) > MAX_LINE:
-                    raise LineTooLong(f"a line is longer than {MAX_LINE >> 20} MiB: not an event stream of pyclassify enforce")
+                    raise LineTooLong(
+                        f"a line is longer than {MAX_LINE >> 20} MiB: not an event stream of pyclassify enforce"
+                    )
                 if partial.endswith("\n"):
                     yield partial
                     partial = ""
@@ -207,8 +217,9 @@ def follow_lines(path: str, stop: threading.Event, poll: float = 0.2) -> Iterato
             f.close()
 
 
-def run_monitor(lines: Iterator[str], out: IO[str], err: IO[str], only: frozenset[str] | None = None,
-                as_json: bool = False) -> dict[str, int]:
+def run_monitor(
+    lines: Iterator[str], out: IO[str], err: IO[str], only: frozenset[str] | None = None, as_json: bool = False
+) -> dict[str, int]:
     """Render (or pass through) each event line; returns counts of shown, filtered and bad lines."""
     counts = {"shown": 0, "filtered": 0, "bad": 0}
     for number, line in enumerate(lines, 1):

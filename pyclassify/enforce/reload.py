@@ -82,8 +82,11 @@ class PolicyReload:
             self.reload(first_event)
         except Exception as e:  # noqa: BLE001 - a bug in a reload is said, and the daemon goes on
             self.daemon.metrics.reloads.labels("failure").inc()
-            self.daemon.log.emit("reload-failed", error=f"{type(e).__name__}: {e}",
-                                 where=traceback.format_exc(limit=-3).splitlines()[-6:])
+            self.daemon.log.emit(
+                "reload-failed",
+                error=f"{type(e).__name__}: {e}",
+                where=traceback.format_exc(limit=-3).splitlines()[-6:],
+            )
 
     def reject(self, errors: list[str]) -> ReloadResult:
         """The update is rejected whole: counted and said."""
@@ -111,9 +114,13 @@ class PolicyReload:
                 return self.reject([f"{type(e).__name__}: {e}"])
             t_loaded = time.monotonic()
             project, engine = loaded.project, loaded.engine
-            errors = [*loaded.rejected.values(),
-                      *(f"{f}: {loaded.kept.get(f, 'cannot be read or parsed')}: its last good objects stay in force"
-                        for f in loaded.broken_files)]
+            errors = [
+                *loaded.rejected.values(),
+                *(
+                    f"{f}: {loaded.kept.get(f, 'cannot be read or parsed')}: its last good objects stay in force"
+                    for f in loaded.broken_files
+                ),
+            ]
             if errors:
                 self.rejected += 1
                 metrics.reloads.labels("partial" if loaded.changed else "failure").inc()
@@ -122,7 +129,9 @@ class PolicyReload:
             if loaded.changed == 0:
                 # Nothing the main engine holds changed (or every change was rejected); what is
                 # staged, or a doNotTrack/preDNAT policy (the early hooks' engines), may have.
-                if old is not None and (project.policy_set.staged != old.staged or project.policy_set.early != old.early):
+                if old is not None and (
+                    project.policy_set.staged != old.staged or project.policy_set.early != old.early
+                ):
                     with accounting.lock:
                         accounting.drain_locked()
                         d.project = project
@@ -135,9 +144,14 @@ class PolicyReload:
                     if d.engine is not None and project.policy_set.early != old.early:
                         revoked, _ = d.revocation.revoke(engine_capsule(d.engine))
                     metrics.revoked.inc(len(revoked))
-                    log.emit("reload", policies=len(project.policy_set.policies), revoked=len(revoked),
-                             staged_policies=len(project.policy_set.staged), changed_objects=0,
-                             **({"hooks_need_restart": missing} if missing else {}))
+                    log.emit(
+                        "reload",
+                        policies=len(project.policy_set.policies),
+                        revoked=len(revoked),
+                        staged_policies=len(project.policy_set.staged),
+                        changed_objects=0,
+                        **({"hooks_need_restart": missing} if missing else {}),
+                    )
                     d.revocation.log_revoked(revoked, d.project)
                 return ReloadResult(not errors, errors, 0, 0, time.monotonic() - t0)
             capsule = engine_capsule(engine)
@@ -170,20 +184,32 @@ class PolicyReload:
             metrics.revalidation_seconds.observe(done - t_swap)
             metrics.apply_seconds.observe(applied - t0)
             # parse: the load's time less its build and keep (so the parts add up to the whole)
-            stages = {"wait": t_load - t0, "parse": t_loaded - t_load - loaded.build_s - loaded.keep_s,
-                      "build": loaded.build_s, "keep": loaded.keep_s, "swap": applied - t_loaded}
+            stages = {
+                "wait": t_load - t0,
+                "parse": t_loaded - t_load - loaded.build_s - loaded.keep_s,
+                "build": loaded.build_s,
+                "keep": loaded.keep_s,
+                "swap": applied - t_loaded,
+            }
             for stage, seconds in stages.items():
                 metrics.apply_stage_seconds.labels(stage).observe(seconds)
             self.reloads += 1
             log.forget()
-            log.emit("reload", policies=len(project.policy_set.policies), revoked=count,
-                     staged_policies=len(project.policy_set.staged),
-                     conntrack_deleted=deleted["deleted"], apply_ms=round((applied - t0) * 1000, 3),
-                     revalidate_ms=round((done - t_swap) * 1000, 3), changed_objects=loaded.changed,
-                     stages_ms={k: round(v * 1000, 3) for k, v in stages.items()},
-                     engine_builds=engine.state.full_builds, engine_deltas=engine.state.deltas,
-                     # a hook first needed now that could not be added: said, not silently unenforced
-                     **({"hooks_need_restart": missing} if missing else {}))
+            log.emit(
+                "reload",
+                policies=len(project.policy_set.policies),
+                revoked=count,
+                staged_policies=len(project.policy_set.staged),
+                conntrack_deleted=deleted["deleted"],
+                apply_ms=round((applied - t0) * 1000, 3),
+                revalidate_ms=round((done - t_swap) * 1000, 3),
+                changed_objects=loaded.changed,
+                stages_ms={k: round(v * 1000, 3) for k, v in stages.items()},
+                engine_builds=engine.state.full_builds,
+                engine_deltas=engine.state.deltas,
+                # a hook first needed now that could not be added: said, not silently unenforced
+                **({"hooks_need_restart": missing} if missing else {}),
+            )
             d.revocation.log_revoked(revoked, d.project)
             return ReloadResult(True, [], count, deleted["deleted"], done - t0)
 
@@ -201,8 +227,12 @@ class PolicyReload:
         if not new and not wants_dns and not wants_http and not wants_forward:
             return []
         if d.bridge is not None or d.rules is None:
-            return ([h.value for h in new] + (["dns"] if wants_dns else []) + (["http"] if wants_http else [])
-                    + (["forward"] if wants_forward else []))
+            return (
+                [h.value for h in new]
+                + (["dns"] if wants_dns else [])
+                + (["http"] if wants_http else [])
+                + (["forward"] if wants_forward else [])
+            )
         d.project = project  # the loops open on this project's policy
         assert d.engine is not None
         taken = (loop.queue for loop in (queues.dns_loop, queues.http_loop) if loop is not None)
@@ -210,17 +240,21 @@ class PolicyReload:
         opened = len(queues.loops)
         early = d.hooks.open_early(project, first, only=new)
         dns_queue = queues.open_dns(project, d.engine, first + len(early)) if wants_dns else None
-        http_queue = (queues.open_http(project, d.engine, first + len(early) + (dns_queue is not None))
-                      if wants_http else None)
+        http_queue = (
+            queues.open_http(project, d.engine, first + len(early) + (dns_queue is not None)) if wants_http else None
+        )
         forward = d.open_forward_hooks(queues.next_queue())
         queues.run(since=opened)
         d.rules.extend(early.get(Hook.UNTRACKED), early.get(Hook.PRE_DNAT), dns_queue, http_queue, forward)
         if http_queue is not None:
             queues.admit_http()
-        d.log.emit("hooks-added", hook_queues={h.value: q for h, q in early.items()},
-                   **({"dns_queue": dns_queue} if dns_queue is not None else {}),
-                   **({"http_queue": http_queue} if http_queue is not None else {}),
-                   **({"forward_queues": forward_json(forward)} if forward else {}))
+        d.log.emit(
+            "hooks-added",
+            hook_queues={h.value: q for h, q in early.items()},
+            **({"dns_queue": dns_queue} if dns_queue is not None else {}),
+            **({"http_queue": http_queue} if http_queue is not None else {}),
+            **({"forward_queues": forward_json(forward)} if forward else {}),
+        )
         return []
 
     def _follow_node(self, project: Project) -> None:

@@ -19,8 +19,9 @@ RESYNC_FAILURES_UNHEALTHY = 3
 class RulesResync:
     """Owns the resync thread and the count of checks that failed in a row."""
 
-    def __init__(self, interval: float, log: FlowLog, metrics: Metrics, lock: threading.Lock,
-                 uninstalled: Callable[[], None]) -> None:
+    def __init__(
+        self, interval: float, log: FlowLog, metrics: Metrics, lock: threading.Lock, uninstalled: Callable[[], None]
+    ) -> None:
         self.interval = interval
         self.log = log
         self.metrics = metrics

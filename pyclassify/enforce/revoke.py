@@ -26,8 +26,16 @@ class Revocation:
     """Owns the daemon's socket to the kernel's connection table (``open()`` once the loops are
     bound)."""
 
-    def __init__(self, config: EnforceConfig, log: FlowLog, metrics: Metrics, pod_allow: bool, host_allow: bool,
-                 rules: Callable[[], Rules | None], hook_checks: Callable[[], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        config: EnforceConfig,
+        log: FlowLog,
+        metrics: Metrics,
+        pod_allow: bool,
+        host_allow: bool,
+        rules: Callable[[], Rules | None],
+        hook_checks: Callable[[], dict[str, Any]],
+    ) -> None:
         self.config = config
         self.log = log
         self.metrics = metrics
@@ -69,8 +77,16 @@ class Revocation:
             unmarked = lambda judged, original: node.unqueued(judged, original, local, hooks)  # noqa: E731
         try:
             _, revoked, restored, adopted = kernel_revalidate(
-                self.ctnl, capsule, mark=JUDGED_CTMARK, revoked_mark=REVOKED_CTMARK, pod_allow=self.pod_allow,
-                host_allow=self.host_allow, ipv6=self.config.ipv6, unmarked=unmarked, **self.hook_checks())
+                self.ctnl,
+                capsule,
+                mark=JUDGED_CTMARK,
+                revoked_mark=REVOKED_CTMARK,
+                pod_allow=self.pod_allow,
+                host_allow=self.host_allow,
+                ipv6=self.config.ipv6,
+                unmarked=unmarked,
+                **self.hook_checks(),
+            )
         except OSError as e:
             # The socket may hold the rest of a broken dump: a fresh one for the next time.
             self.log.emit("revalidation-failed", error=str(e))
@@ -91,5 +107,12 @@ class Revocation:
         """One ``revoke`` line per revoked connection."""
         for src, dst, sport, dport, proto, ver in revoked:
             a, b = address(src, ver), address(dst, ver)
-            self.log.emit("revoke", src=a, dst=b, proto=PROTOS.get(proto, proto),
-                          sport=sport, dport=dport, **endpoint_refs(project, a, b))
+            self.log.emit(
+                "revoke",
+                src=a,
+                dst=b,
+                proto=PROTOS.get(proto, proto),
+                sport=sport,
+                dport=dport,
+                **endpoint_refs(project, a, b),
+            )

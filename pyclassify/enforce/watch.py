@@ -27,8 +27,16 @@ ATOMIC_WRITER_LINK = "..data"
 
 #: No IN_MODIFY: a file being written is read once its writer closes it (IN_CLOSE_WRITE), never
 #: half-written, however long the writer pauses between writes.
-MASK = (Inotify.IN_CLOSE_WRITE | Inotify.IN_MOVED_TO | Inotify.IN_MOVED_FROM | Inotify.IN_CREATE
-        | Inotify.IN_DELETE | Inotify.IN_ATTRIB | Inotify.IN_DELETE_SELF | Inotify.IN_MOVE_SELF)
+MASK = (
+    Inotify.IN_CLOSE_WRITE
+    | Inotify.IN_MOVED_TO
+    | Inotify.IN_MOVED_FROM
+    | Inotify.IN_CREATE
+    | Inotify.IN_DELETE
+    | Inotify.IN_ATTRIB
+    | Inotify.IN_DELETE_SELF
+    | Inotify.IN_MOVE_SELF
+)
 
 
 class Watcher:
@@ -92,7 +100,11 @@ class Watcher:
             if mask & (Inotify.IN_CREATE | Inotify.IN_MOVED_TO) and os.path.isdir(root):
                 self._watch_root(root)
             return True
-        if mask & Inotify.IN_CREATE and not mask & Inotify.IN_ISDIR and not os.path.islink(os.path.join(directory, name)):
+        if (
+            mask & Inotify.IN_CREATE
+            and not mask & Inotify.IN_ISDIR
+            and not os.path.islink(os.path.join(directory, name))
+        ):
             return False  # a new file counts once written and closed (IN_CLOSE_WRITE), a new link at once
         if directory in self._whole:
             if name == ATOMIC_WRITER_LINK:

@@ -85,14 +85,20 @@ def normalize_anp(doc: Document, problems: Problems) -> list[Policy]:
     if priority is None:
         problems.error(doc, ("spec", "priority"), "Required value")
     elif not common.is_int(priority) or not 0 <= priority <= MAX_PRIORITY:
-        problems.error(doc, ("spec", "priority"), f"Invalid value: {priority!r}: must be an integer between 0 and {MAX_PRIORITY}")
+        problems.error(
+            doc, ("spec", "priority"), f"Invalid value: {priority!r}: must be an integer between 0 and {MAX_PRIORITY}"
+        )
     return build_policies(doc, problems, spec, ANP, TIER_KUBE_ADMIN, priority, before)
 
 
 def normalize_banp(doc: Document, problems: Problems) -> list[Policy]:
     before = len(problems.errors)
     if doc.name and doc.name != "default":
-        problems.error(doc, ("metadata", "name"), f"Invalid value: {doc.name!r}: Only one baseline admin network policy with metadata.name=\"default\" can be created in the cluster")
+        problems.error(
+            doc,
+            ("metadata", "name"),
+            f'Invalid value: {doc.name!r}: Only one baseline admin network policy with metadata.name="default" can be created in the cluster',
+        )
     spec = _spec(doc, problems)
     if spec is None:
         return []
@@ -109,8 +115,9 @@ def _spec(doc: Document, problems: Problems) -> dict | None:
     return common.expect_dict(doc, problems, ("spec",), doc.obj["spec"])
 
 
-def build_policies(doc: Document, problems: Problems, spec: dict, flavor: Flavor, tier: str,
-                   order: Any, before: int) -> list[Policy]:
+def build_policies(
+    doc: Document, problems: Problems, spec: dict, flavor: Flavor, tier: str, order: Any, before: int
+) -> list[Policy]:
     """The policies of one admin policy of ``flavor`` (AdminNetworkPolicy, its baseline, or a
     ClusterNetworkPolicy) in ``tier``, or none when its spec has errors."""
     subject = read_subject(doc, problems, ("spec", "subject"), spec.get("subject"))
@@ -119,18 +126,20 @@ def build_policies(doc: Document, problems: Problems, spec: dict, flavor: Flavor
     if len(problems.errors) > before or subject is None:
         return []
     types = frozenset(d for d, rules in ((Direction.INGRESS, ingress), (Direction.EGRESS, egress)) if rules)
-    return [Policy(
-        kind=flavor.kind,
-        namespace=None,
-        name=doc.name,
-        tier=tier,
-        order=float(order) if order is not None else None,
-        subject=subject,
-        types=types,
-        ingress=ingress,
-        egress=egress,
-        source=SourceRef(doc.file, doc.line),
-    )]
+    return [
+        Policy(
+            kind=flavor.kind,
+            namespace=None,
+            name=doc.name,
+            tier=tier,
+            order=float(order) if order is not None else None,
+            subject=subject,
+            types=types,
+            ingress=ingress,
+            egress=egress,
+            source=SourceRef(doc.file, doc.line),
+        )
+    ]
 
 
 def read_subject(doc: Document, problems: Problems, path: FieldPath, raw: Any) -> Subject | None:
@@ -178,7 +187,9 @@ def read_rules(doc: Document, problems: Problems, spec: dict, direction: Directi
     return tuple(rules)
 
 
-def _rule(doc: Document, problems: Problems, path: FieldPath, raw: Any, direction: Direction, flavor: Flavor) -> Rule | None:
+def _rule(
+    doc: Document, problems: Problems, path: FieldPath, raw: Any, direction: Direction, flavor: Flavor
+) -> Rule | None:
     raw = common.expect_dict(doc, problems, path, raw)
     if raw is None:
         return None
@@ -195,7 +206,9 @@ def _rule(doc: Document, problems: Problems, path: FieldPath, raw: Any, directio
         if raw.get("action") is None:
             problems.error(doc, path + ("action",), "Required value")
         else:
-            problems.error(doc, path + ("action",), f"Unsupported value: {raw.get('action')!r}: supported values: {supported}")
+            problems.error(
+                doc, path + ("action",), f"Unsupported value: {raw.get('action')!r}: supported values: {supported}"
+            )
         ok = False
     raw_peers = raw.get(peers_key)
     if not raw_peers:
@@ -203,7 +216,9 @@ def _rule(doc: Document, problems: Problems, path: FieldPath, raw: Any, directio
         ok = False
     raw_peers = common.expect_list(doc, problems, path + (peers_key,), raw_peers)
     if len(raw_peers) > flavor.max_peers:
-        problems.error(doc, path + (peers_key,), f"Too many: {len(raw_peers)}: must have at most {flavor.max_peers} items")
+        problems.error(
+            doc, path + (peers_key,), f"Too many: {len(raw_peers)}: must have at most {flavor.max_peers} items"
+        )
         ok = False
     peers = []
     for i, entry in enumerate(raw_peers):
@@ -220,7 +235,11 @@ def _rule(doc: Document, problems: Problems, path: FieldPath, raw: Any, directio
     if any(isinstance(p.port, NamedPort) for p in ports):
         for peer in peers:
             if peer.nets or peer.node_selector is not None or peer.domains or peer.unresolvable:
-                problems.error(doc, path + (flavor.ports_key,), "Invalid value: networks/nodes/domainNames peer cannot be set with named ports since there are no named ports for networks/nodes/domainNames")
+                problems.error(
+                    doc,
+                    path + (flavor.ports_key,),
+                    "Invalid value: networks/nodes/domainNames peer cannot be set with named ports since there are no named ports for networks/nodes/domainNames",
+                )
                 return None
     # Ports are the destination's: for ingress the subject's, for egress each peer's.
     destinations: tuple[EntityMatch, ...]
@@ -230,8 +249,14 @@ def _rule(doc: Document, problems: Problems, path: FieldPath, raw: Any, directio
     else:
         sources = ()
         destinations = tuple(replace(p, ports=ports) for p in peers)
-    return Rule(action=action, index=cast(int, path[-1]), name=name, sources=sources, destinations=destinations,
-                path=format_path(path))
+    return Rule(
+        action=action,
+        index=cast(int, path[-1]),
+        name=name,
+        sources=sources,
+        destinations=destinations,
+        path=format_path(path),
+    )
 
 
 def read_peer(doc: Document, problems: Problems, path: FieldPath, raw: Any, direction: Direction) -> EntityMatch | None:
@@ -273,7 +298,9 @@ def read_peer(doc: Document, problems: Problems, path: FieldPath, raw: Any, dire
     bad = False
     for i, name in enumerate(items):
         if not isinstance(name, str) or not _DOMAIN.fullmatch(name):
-            problems.error(doc, where + (i,), f"Invalid value: {name!r}: must be a domain name, optionally starting with '*.'")
+            problems.error(
+                doc, where + (i,), f"Invalid value: {name!r}: must be a domain name, optionally starting with '*.'"
+            )
             bad = True
     if bad:
         return None
@@ -323,13 +350,19 @@ def _required_selector(doc: Document, problems: Problems, path: FieldPath, value
     return common.label_selector(doc, problems, path + (key,), value.get(key))
 
 
-def _namespace_set(doc: Document, problems: Problems, path: FieldPath, value: dict, base: EntityMatch) -> EntityMatch | None:
+def _namespace_set(
+    doc: Document, problems: Problems, path: FieldPath, value: dict, base: EntityMatch
+) -> EntityMatch | None:
     """The KEP's NamespacedPeer: exactly one of namespaceSelector, related, sameLabels,
     notSameLabels."""
     common.check_keys(doc, problems, path, value, _NAMESPACE_SET_KEYS)
     present = [k for k in ("namespaceSelector", "related", "sameLabels", "notSameLabels") if k in value]
     if len(present) != 1:
-        problems.error(doc, path, "Invalid value: exactly one of namespaceSelector, related, sameLabels or notSameLabels must be set")
+        problems.error(
+            doc,
+            path,
+            "Invalid value: exactly one of namespaceSelector, related, sameLabels or notSameLabels must be set",
+        )
         return None
     key = present[0]
     raw = value[key]
@@ -338,7 +371,7 @@ def _namespace_set(doc: Document, problems: Problems, path: FieldPath, value: di
         return None if sel is None else replace(base, namespace_selector=sel)
     if key == "related":
         if raw not in _RELATIONS:
-            problems.error(doc, path + (key,), f"Unsupported value: {raw!r}: supported values: \"Self\", \"NotSelf\"")
+            problems.error(doc, path + (key,), f'Unsupported value: {raw!r}: supported values: "Self", "NotSelf"')
             return None
         return replace(base, namespace_relation=_RELATIONS[raw])
     keys = common.expect_list(doc, problems, path + (key,), raw)
@@ -374,7 +407,11 @@ def read_anp_ports(doc: Document, problems: Problems, path: FieldPath, raw: Any)
         key = present[0]
         value = item[key]
         if key == "namedPort":
-            port = common.port_or_name(doc, problems, where + (key,), value) if isinstance(value, str) and not value.isdigit() else None
+            port = (
+                common.port_or_name(doc, problems, where + (key,), value)
+                if isinstance(value, str) and not value.isdigit()
+                else None
+            )
             if port is None:
                 if not isinstance(value, str) or value.isdigit():
                     problems.error(doc, where + (key,), f"Invalid value: {value!r}: must be a port name")
@@ -410,10 +447,16 @@ def read_anp_ports(doc: Document, problems: Problems, path: FieldPath, raw: Any)
 ANP = Flavor(
     kind="AdminNetworkPolicy",
     actions={"Allow": Action.ALLOW, "Deny": Action.DENY, "Pass": Action.PASS},
-    max_rules=MAX_RULES, max_peers=MAX_PEERS, ports_key="ports", read_ports=read_anp_ports,
+    max_rules=MAX_RULES,
+    max_peers=MAX_PEERS,
+    ports_key="ports",
+    read_ports=read_anp_ports,
 )
 BANP = Flavor(
     kind="BaselineAdminNetworkPolicy",
     actions={"Allow": Action.ALLOW, "Deny": Action.DENY},
-    max_rules=MAX_RULES, max_peers=MAX_PEERS, ports_key="ports", read_ports=read_anp_ports,
+    max_rules=MAX_RULES,
+    max_peers=MAX_PEERS,
+    ports_key="ports",
+    read_ports=read_anp_ports,
 )

@@ -93,16 +93,44 @@ _BUILTIN_TIER_ORDERS = {
 
 # --- field sets (anything else is an unknown field, as strict decoding rejects it) ------------
 
-_POLICY_COMMON = {"order", "tier", "selector", "serviceAccountSelector", "types", "ingress", "egress",
-                  "performanceHints"}
+_POLICY_COMMON = {
+    "order",
+    "tier",
+    "selector",
+    "serviceAccountSelector",
+    "types",
+    "ingress",
+    "egress",
+    "performanceHints",
+}
 _GNP_SPEC = _POLICY_COMMON | {"namespaceSelector", "doNotTrack", "preDNAT", "applyOnForward"}
 _NP_SPEC = _POLICY_COMMON
 _PROFILE_SPEC = {"ingress", "egress", "labelsToApply"}
 _TIER_SPEC = {"order", "defaultAction"}
-_RULE = {"metadata", "action", "protocol", "notProtocol", "icmp", "notICMP", "ipVersion", "source",
-         "destination", "http"}
-_ENTITY = {"nets", "notNets", "selector", "notSelector", "namespaceSelector", "ports", "notPorts",
-           "serviceAccounts", "services", "domains"}
+_RULE = {
+    "metadata",
+    "action",
+    "protocol",
+    "notProtocol",
+    "icmp",
+    "notICMP",
+    "ipVersion",
+    "source",
+    "destination",
+    "http",
+}
+_ENTITY = {
+    "nets",
+    "notNets",
+    "selector",
+    "notSelector",
+    "namespaceSelector",
+    "ports",
+    "notPorts",
+    "serviceAccounts",
+    "services",
+    "domains",
+}
 _ICMP = {"type", "code"}
 _HTTP = {"methods", "paths"}
 _HTTP_PATH = {"exact", "prefix"}
@@ -149,8 +177,11 @@ def normalize_tier(doc: Document, problems: Problems) -> list[Tier]:
         if len(name) > _MAX_TIER_NAME:
             problems.error(doc, ("metadata", "name"), f"name is too long by {len(name) - _MAX_TIER_NAME} bytes")
         if not _TIER_NAME.fullmatch(name):
-            problems.error(doc, ("metadata", "name"),
-                           f"name must consist of lower case alphanumeric characters or '-' (regex: {_LABEL})")
+            problems.error(
+                doc,
+                ("metadata", "name"),
+                f"name must consist of lower case alphanumeric characters or '-' (regex: {_LABEL})",
+            )
     spec = expect_dict(doc, problems, ("spec",), doc.obj.get("spec"))
     order: float | None = None
     action = Action.DENY
@@ -167,8 +198,9 @@ def normalize_tier(doc: Document, problems: Problems) -> list[Tier]:
             elif raw == "Pass":
                 action = Action.PASS
             else:
-                problems.error(doc, ("spec", "defaultAction"),
-                               f"Unsupported value: {raw!r}: supported values: \"Deny\", \"Pass\"")
+                problems.error(
+                    doc, ("spec", "defaultAction"), f'Unsupported value: {raw!r}: supported values: "Deny", "Pass"'
+                )
     if len(problems.errors) > before:
         return []
     return [Tier(name, order, action)]
@@ -225,30 +257,40 @@ def _normalize_policy(doc: Document, problems: Problems, namespace: str | None) 
     if pre_dnat and isinstance(spec.get("types"), list) and "Egress" in spec["types"]:
         problems.error(doc, ("spec", "types"), "PreDNAT PolicySpec cannot have 'egress' Type")
     if (do_not_track or pre_dnat) and not apply_on_forward:
-        problems.error(doc, ("spec", "applyOnForward"),
-                       "ApplyOnForward must be true if either PreDNAT or DoNotTrack is true, for a given PolicySpec")
+        problems.error(
+            doc,
+            ("spec", "applyOnForward"),
+            "ApplyOnForward must be true if either PreDNAT or DoNotTrack is true, for a given PolicySpec",
+        )
     if (do_not_track or pre_dnat) and subject is not None:
         # felix programs untracked and pre-DNAT policy only for host endpoints.
-        subject = Subject(subject.selector, frozenset({EndpointKind.HOST}), subject.namespace,
-                          subject.namespace_selector, subject.service_account_selector)
+        subject = Subject(
+            subject.selector,
+            frozenset({EndpointKind.HOST}),
+            subject.namespace,
+            subject.namespace_selector,
+            subject.service_account_selector,
+        )
 
     if len(problems.errors) > before or subject is None or types is None:
         return []
-    return [Policy(
-        kind=doc.kind,
-        namespace=namespace,
-        name=doc.name,
-        tier=tier,
-        order=order,
-        subject=subject,
-        types=types,
-        ingress=ingress,
-        egress=egress,
-        source=SourceRef(doc.file, doc.line),
-        do_not_track=do_not_track,
-        pre_dnat=pre_dnat,
-        apply_on_forward=apply_on_forward,
-    )]
+    return [
+        Policy(
+            kind=doc.kind,
+            namespace=namespace,
+            name=doc.name,
+            tier=tier,
+            order=order,
+            subject=subject,
+            types=types,
+            ingress=ingress,
+            egress=egress,
+            source=SourceRef(doc.file, doc.line),
+            do_not_track=do_not_track,
+            pre_dnat=pre_dnat,
+            apply_on_forward=apply_on_forward,
+        )
+    ]
 
 
 def _policy_name(doc: Document, problems: Problems, is_global: bool) -> None:
@@ -269,8 +311,12 @@ def _policy_name(doc: Document, problems: Problems, is_global: bool) -> None:
     tier = spec.get("tier") or TIER_DEFAULT
     prefix, dot, _ = name.partition(".")
     if dot and isinstance(tier, str) and prefix != tier and prefix not in ("knp", "ossg"):
-        problems.warning(doc, path, f"name prefix {prefix!r} differs from the policy's tier {tier!r} "
-                                    f"(Calico before 3.30 requires names of the form <tier>.<name>)")
+        problems.warning(
+            doc,
+            path,
+            f"name prefix {prefix!r} differs from the policy's tier {tier!r} "
+            f"(Calico before 3.30 requires names of the form <tier>.<name>)",
+        )
 
 
 def _order(doc: Document, problems: Problems, path: FieldPath, value: Any) -> float | None:
@@ -303,12 +349,16 @@ def _bool(doc: Document, problems: Problems, path: FieldPath, value: Any) -> boo
 def _performance_hints(doc: Document, problems: Problems, value: Any) -> None:
     for i, hint in enumerate(expect_list(doc, problems, ("spec", "performanceHints"), value)):
         if hint not in _PERFORMANCE_HINTS:
-            problems.error(doc, ("spec", "performanceHints", i),
-                           f"Unsupported value: {hint!r}: supported values: \"AssumeNeededOnEveryNode\"")
+            problems.error(
+                doc,
+                ("spec", "performanceHints", i),
+                f'Unsupported value: {hint!r}: supported values: "AssumeNeededOnEveryNode"',
+            )
 
 
-def _types(doc: Document, problems: Problems, spec: dict, has_ingress: bool,
-           has_egress: bool) -> frozenset[Direction] | None:
+def _types(
+    doc: Document, problems: Problems, spec: dict, has_ingress: bool, has_egress: bool
+) -> frozenset[Direction] | None:
     raw = spec.get("types")
     if raw is None or raw == []:
         # Calico's defaulting: Ingress when there are ingress rules or no rules at all,
@@ -327,7 +377,9 @@ def _types(doc: Document, problems: Problems, spec: dict, has_ingress: bool,
     for i, t in enumerate(raw):
         d = _TYPES.get(t) if isinstance(t, str) else None
         if d is None:
-            problems.error(doc, ("spec", "types", i), f"Unsupported value: {t!r}: supported values: \"Ingress\", \"Egress\"")
+            problems.error(
+                doc, ("spec", "types", i), f'Unsupported value: {t!r}: supported values: "Ingress", "Egress"'
+            )
             ok = False
         elif d in seen:
             problems.error(doc, ("spec", "types", i), f"'{t}' type specified more than once")
@@ -345,8 +397,9 @@ def _subject(doc: Document, problems: Problems, spec: dict, namespace: str | Non
         ok = selector is not None
     sa_selector = None
     if spec.get("serviceAccountSelector") not in (None, ""):
-        sa_selector = _subject_selector(doc, problems, ("spec", "serviceAccountSelector"),
-                                        spec["serviceAccountSelector"])
+        sa_selector = _subject_selector(
+            doc, problems, ("spec", "serviceAccountSelector"), spec["serviceAccountSelector"]
+        )
         ok = ok and sa_selector is not None
     if namespace is not None:
         if ok and selector is not None:  # (selector None has made ok False)
@@ -388,8 +441,9 @@ def _labels_to_apply(doc: Document, problems: Problems, value: Any) -> tuple[tup
 # --- rules --------------------------------------------------------------------------------------
 
 
-def _rules(doc: Document, problems: Problems, direction: Direction, value: Any,
-           namespace: str | None) -> tuple[Rule, ...]:
+def _rules(
+    doc: Document, problems: Problems, direction: Direction, value: Any, namespace: str | None
+) -> tuple[Rule, ...]:
     key = "ingress" if direction is Direction.INGRESS else "egress"
     out = []
     for i, raw in enumerate(expect_list(doc, problems, ("spec", key), value)):
@@ -402,8 +456,15 @@ def _rules(doc: Document, problems: Problems, direction: Direction, value: Any,
 class _Rule:
     """One Calico Rule: validated field by field, then built into an IR Rule."""
 
-    def __init__(self, doc: Document, problems: Problems, path: FieldPath, direction: Direction,
-                 namespace: str | None, index: int) -> None:
+    def __init__(
+        self,
+        doc: Document,
+        problems: Problems,
+        path: FieldPath,
+        direction: Direction,
+        namespace: str | None,
+        index: int,
+    ) -> None:
         self.doc = doc
         self.problems = problems
         self.path = path
@@ -431,8 +492,10 @@ class _Rule:
         else:
             action = _ACTIONS.get(raw["action"]) if isinstance(raw["action"], str) else None
             if action is None:
-                self.error(path + ("action",), f"Unsupported value: {raw['action']!r}: "
-                                               f"supported values: \"Allow\", \"Deny\", \"Log\", \"Pass\"")
+                self.error(
+                    path + ("action",),
+                    f'Unsupported value: {raw["action"]!r}: supported values: "Allow", "Deny", "Log", "Pass"',
+                )
         self._metadata(raw.get("metadata"))
 
         protocol = self._protocol("protocol", raw.get("protocol"))
@@ -487,9 +550,10 @@ class _Rule:
         if any(k != "annotations" for k in value):
             self.ok = False
         annotations = value.get("annotations")
-        if annotations is not None and (not isinstance(annotations, dict) or
-                                        not all(isinstance(k, str) and isinstance(v, str)
-                                                for k, v in annotations.items())):
+        if annotations is not None and (
+            not isinstance(annotations, dict)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in annotations.items())
+        ):
             self.error(path + ("annotations",), "must be a map of string keys to string values")
 
     def _protocol(self, key: str, value: Any) -> int | None:
@@ -584,8 +648,9 @@ class _Rule:
 
     # -- entities
 
-    def _entity(self, key: str, value: Any, protocol: int | None, action: Action | None,
-                bad_protocol: bool) -> _Entity | None:
+    def _entity(
+        self, key: str, value: Any, protocol: int | None, action: Action | None, bad_protocol: bool
+    ) -> _Entity | None:
         if value is None:
             return None
         path = self.path + (key,)
@@ -618,8 +683,9 @@ class _Rule:
 class _Entity:
     """One EntityRule (source or destination) of a rule."""
 
-    def __init__(self, rule: _Rule, path: FieldPath, is_source: bool, protocol: int | None,
-                 bad_protocol: bool = False) -> None:
+    def __init__(
+        self, rule: _Rule, path: FieldPath, is_source: bool, protocol: int | None, bad_protocol: bool = False
+    ) -> None:
         self.rule = rule
         self.bad_protocol = bad_protocol  # already reported: no follow-on port errors
         self.path = path
@@ -669,8 +735,7 @@ class _Entity:
 
         self.ports = self._ports("ports", raw.get("ports"))
         self.not_ports = self._ports("notPorts", raw.get("notPorts"))
-        if (raw.get("ports") or raw.get("notPorts")) and self.protocol not in _PORT_PROTOCOLS \
-                and not self.bad_protocol:
+        if (raw.get("ports") or raw.get("notPorts")) and self.protocol not in _PORT_PROTOCOLS and not self.bad_protocol:
             key = "ports" if raw.get("ports") else "notPorts"
             self.error(path + (key,), _PORTS_NEED_PROTOCOL)
 
@@ -690,8 +755,9 @@ class _Entity:
             try:
                 out.append(ipaddress.ip_network(text.strip(), strict=True))
             except ValueError as e:
-                self.error(path, f"invalid CIDR {text!r}: " +
-                           ("host bits must be zero" if "host bits" in str(e) else str(e)))
+                self.error(
+                    path, f"invalid CIDR {text!r}: " + ("host bits must be zero" if "host bits" in str(e) else str(e))
+                )
         return tuple(out)
 
     def _selector(self, key: str, text: Any) -> Selector | None:
@@ -718,7 +784,7 @@ class _Entity:
                 return None
             return PortRange(item, item)
         if not isinstance(item, str) or not item:
-            self.error(path, f"invalid port {item!r}: must be a number, \"min:max\" or a port name")
+            self.error(path, f'invalid port {item!r}: must be a number, "min:max" or a port name')
             return None
         m = _PORT_RANGE.fullmatch(item)
         if m:
@@ -842,9 +908,16 @@ class _Entity:
         # "any namespaced entity" and global() as "only non-namespaced ones" (host endpoints,
         # GlobalNetworkSets), which is what felix makes of them.
         ns_selector = self.ns_selector
-        if ns_selector is None and self.rule.namespace is not None and (
-                self.selector is not None or self.not_selector is not None
-                or self.sa_names is not None or self.sa_selector is not None):
+        if (
+            ns_selector is None
+            and self.rule.namespace is not None
+            and (
+                self.selector is not None
+                or self.not_selector is not None
+                or self.sa_names is not None
+                or self.sa_selector is not None
+            )
+        ):
             # felix scopes a namespaced policy's entity to its namespace as soon as any
             # selector field is used (not for nets/ports-only entities).
             namespace = self.rule.namespace

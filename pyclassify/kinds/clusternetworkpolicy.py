@@ -56,12 +56,18 @@ def normalize_cnp(doc: Document, problems: Problems) -> list[Policy]:
         if spec.get("tier") is None:
             problems.error(doc, ("spec", "tier"), "Required value")
         else:
-            problems.error(doc, ("spec", "tier"), f"Unsupported value: {spec.get('tier')!r}: supported values: \"Admin\", \"Baseline\"")
+            problems.error(
+                doc, ("spec", "tier"), f'Unsupported value: {spec.get("tier")!r}: supported values: "Admin", "Baseline"'
+            )
     priority = spec.get("priority")
     if priority is None:
         problems.error(doc, ("spec", "priority"), "Required value")
     elif not common.is_int(priority) or not 0 <= priority <= anp.MAX_PRIORITY:
-        problems.error(doc, ("spec", "priority"), f"Invalid value: {priority!r}: must be an integer between 0 and {anp.MAX_PRIORITY}")
+        problems.error(
+            doc,
+            ("spec", "priority"),
+            f"Invalid value: {priority!r}: must be an integer between 0 and {anp.MAX_PRIORITY}",
+        )
     if tier is None:
         tier = TIER_KUBE_ADMIN  # only to go on collecting errors; the policy is dropped
     return anp.build_policies(doc, problems, spec, CNP, tier, priority, before)
@@ -85,7 +91,9 @@ def read_protocols(doc: Document, problems: Problems, path: FieldPath, raw: Any)
         common.check_keys(doc, problems, where, item, {"tcp", "udp", "sctp", "destinationNamedPort"})
         present = [k for k in ("tcp", "udp", "sctp", "destinationNamedPort") if k in item]
         if len(present) != 1:
-            problems.error(doc, where, "Invalid value: exactly one of tcp, udp, sctp or destinationNamedPort must be set")
+            problems.error(
+                doc, where, "Invalid value: exactly one of tcp, udp, sctp or destinationNamedPort must be set"
+            )
             ok = False
             continue
         key = present[0]
@@ -137,11 +145,15 @@ def _protocol_match(doc: Document, problems: Problems, path: FieldPath, raw: Any
     return None if r is None else PortMatch(protocol, r)
 
 
-def read_cnp_peer(doc: Document, problems: Problems, path: FieldPath, raw: Any, direction: Direction) -> EntityMatch | None:
+def read_cnp_peer(
+    doc: Document, problems: Problems, path: FieldPath, raw: Any, direction: Direction
+) -> EntityMatch | None:
     """A peer; one that carries only fields this version does not know fails closed."""
     known = {"namespaces", "pods"} | ({"nodes", "networks", "domainNames"} if direction is Direction.EGRESS else set())
     if isinstance(raw, dict) and raw and not (set(raw) & known):
-        problems.warning(doc, path, f"unknown peer type {sorted(raw)}: fails closed (Accept matches nothing, Deny/Pass deny)")
+        problems.warning(
+            doc, path, f"unknown peer type {sorted(raw)}: fails closed (Accept matches nothing, Deny/Pass deny)"
+        )
         return EntityMatch(unresolvable=f"unknown peer type {', '.join(sorted(raw))}")
     if isinstance(raw, dict) and "namespaces" in raw and anp.is_namespace_set(raw["namespaces"]):
         problems.error(doc, path + ("namespaces",), "must be a label selector (matchLabels / matchExpressions)")
@@ -155,6 +167,9 @@ def read_cnp_peer(doc: Document, problems: Problems, path: FieldPath, raw: Any, 
 CNP = anp.Flavor(
     kind=KIND,
     actions={"Accept": Action.ALLOW, "Deny": Action.DENY, "Pass": Action.PASS},
-    max_rules=MAX_RULES, max_peers=MAX_PEERS, ports_key="protocols", read_ports=read_protocols,
+    max_rules=MAX_RULES,
+    max_peers=MAX_PEERS,
+    ports_key="protocols",
+    read_ports=read_protocols,
     read_peer=read_cnp_peer,
 )

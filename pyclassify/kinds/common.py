@@ -48,6 +48,7 @@ PORT_PROTOCOLS = frozenset((PROTO_TCP, PROTO_UDP, PROTO_SCTP, PROTO_UDPLITE))
 #: Protocols whose packets carry an ICMP type and code.
 ICMP_PROTOCOLS = frozenset((PROTO_ICMP, PROTO_ICMPV6))
 
+
 def protocol_name(number: int) -> str:
     return PROTOCOL_NAMES.get(number, str(number))
 
@@ -62,7 +63,7 @@ def k8s_protocol(doc: Document, problems: Problems, path: FieldPath, value: Any)
     if value is None:
         return PROTO_TCP
     if value not in K8S_PROTOCOLS:
-        problems.error(doc, path, f"Unsupported value: {value!r}: supported values: \"SCTP\", \"TCP\", \"UDP\"")
+        problems.error(doc, path, f'Unsupported value: {value!r}: supported values: "SCTP", "TCP", "UDP"')
         return None
     return PROTOCOL_NUMBERS[value]
 
@@ -96,15 +97,24 @@ def port_or_name(doc: Document, problems: Problems, path: FieldPath, value: Any)
     return None
 
 
-def port_range(doc: Document, problems: Problems, path: FieldPath, start: Any, end: Any,
-               start_key: str = "start", end_key: str = "end") -> PortRange | None:
+def port_range(
+    doc: Document,
+    problems: Problems,
+    path: FieldPath,
+    start: Any,
+    end: Any,
+    start_key: str = "start",
+    end_key: str = "end",
+) -> PortRange | None:
     """An inclusive range given as two numbers (ANP portRange, CNP range)."""
     first = port_number(doc, problems, path + (start_key,), start)
     last = port_number(doc, problems, path + (end_key,), end)
     if first is None or last is None:
         return None
     if last < first:
-        problems.error(doc, path + (end_key,), f"Invalid value: {last}: must be greater than or equal to {start_key} ({first})")
+        problems.error(
+            doc, path + (end_key,), f"Invalid value: {last}: must be greater than or equal to {start_key} ({first})"
+        )
         return None
     return PortRange(first, last)
 
@@ -129,11 +139,15 @@ def cidr(doc: Document, problems: Problems, path: FieldPath, value: Any, strict:
         return _network(value.strip(), strict)
     except ValueError as e:
         reason = "host bits must be zero" if "host bits" in str(e) else str(e)
-        problems.error(doc, path, f"Invalid value: {value!r}: must be a valid CIDR (e.g. 10.0.0.0/8 or 2001:db8::/64): {reason}")
+        problems.error(
+            doc, path, f"Invalid value: {value!r}: must be a valid CIDR (e.g. 10.0.0.0/8 or 2001:db8::/64): {reason}"
+        )
         return None
 
 
-def ip_block(doc: Document, problems: Problems, path: FieldPath, block: Any) -> tuple[IPNetwork, tuple[IPNetwork, ...]] | None:
+def ip_block(
+    doc: Document, problems: Problems, path: FieldPath, block: Any
+) -> tuple[IPNetwork, tuple[IPNetwork, ...]] | None:
     """A Kubernetes ipBlock: ``cidr`` and optional ``except``, each strictly inside ``cidr``."""
     if not isinstance(block, dict):
         problems.error(doc, path, "must be an object with cidr and except")
@@ -239,8 +253,9 @@ def check_keys(doc: Document, problems: Problems, path: FieldPath, obj: dict, al
     for key in obj:
         if key not in allowed:
             if schema.knows(doc, path + (key,)):
-                problems.error(doc, path + (key,), f"field {key!r} is not supported by pyclassify: "
-                               "it cannot judge traffic by it")
+                problems.error(
+                    doc, path + (key,), f"field {key!r} is not supported by pyclassify: it cannot judge traffic by it"
+                )
             else:
                 problems.error(doc, path + (key,), f"unknown field {key!r}")
 

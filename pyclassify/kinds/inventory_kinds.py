@@ -499,8 +499,11 @@ class InventoryBuilder:
         interface = given = c.string(("spec", "interfaceName"))
         if interface and interface != "*" and not INTERFACE_NAME.fullmatch(interface):
             # enforce names it in iptables rules: a Linux interface name, as Calico validates it
-            c.error(("spec", "interfaceName"), f"{interface[:40]!r} is not an interface name "
-                    "(1-15 letters, digits, '.', '_' or '-'), nor '*' (every interface)")
+            c.error(
+                ("spec", "interfaceName"),
+                f"{interface[:40]!r} is not an interface name "
+                "(1-15 letters, digits, '.', '_' or '-'), nor '*' (every interface)",
+            )
             interface = None
         ips = [
             ip
@@ -538,7 +541,9 @@ class InventoryBuilder:
         ns = c.namespace() if doc.kind == "NetworkSet" else None
         labels = c.labels(("metadata", "labels"))
         nets = [
-            net for i, v in enumerate(c.sequence(("spec", "nets"))) if (net := c.cidr(("spec", "nets", i), v)) is not None
+            net
+            for i, v in enumerate(c.sequence(("spec", "nets")))
+            if (net := c.cidr(("spec", "nets", i), v)) is not None
         ]
         domains = []
         for i, value in enumerate(c.sequence(("spec", "allowedEgressDomains"))):
@@ -763,8 +768,9 @@ def checked_pod(doc: Document, problems: Problems) -> Endpoint | None:
     return _pod_endpoint(doc, name, ns, labels, ips, spec)
 
 
-def _pod_endpoint(doc: Document, name: str, ns: str, labels: dict[str, str], ips: list[IPAddress],
-                  spec: _PodSpec) -> Endpoint:
+def _pod_endpoint(
+    doc: Document, name: str, ns: str, labels: dict[str, str], ips: list[IPAddress], spec: _PodSpec
+) -> Endpoint:
     """The endpoint both pod paths build (``checked_pod``, ``valid_pod``)."""
     return endpoint(
         kind=EndpointKind.POD,
@@ -871,7 +877,13 @@ def _valid_pod_spec(spec: Any) -> _PodSpec | None:
                 if type(number) is not int or not 1 <= number <= 65535:
                     return None
                 raw_protocol = port.get("protocol")
-                protocol = PROTO_TCP if raw_protocol is None else PROTOCOLS.get(raw_protocol) if type(raw_protocol) is str else None
+                protocol = (
+                    PROTO_TCP
+                    if raw_protocol is None
+                    else PROTOCOLS.get(raw_protocol)
+                    if type(raw_protocol) is str
+                    else None
+                )
                 if protocol is None:
                     return None
                 name = port.get("name")

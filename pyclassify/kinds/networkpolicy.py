@@ -50,31 +50,37 @@ def normalize_networkpolicy(doc: Document, problems: Problems) -> list[Policy]:
     pod_selector = common.label_selector(doc, problems, ("spec", "podSelector"), spec.get("podSelector"))
     types = _policy_types(doc, problems, spec)
     ingress = tuple(
-        r for r in (
+        r
+        for r in (
             _rule(doc, problems, ("spec", "ingress", i), raw, Direction.INGRESS, namespace)
             for i, raw in enumerate(common.expect_list(doc, problems, ("spec", "ingress"), spec.get("ingress")))
-        ) if r is not None
+        )
+        if r is not None
     )
     egress = tuple(
-        r for r in (
+        r
+        for r in (
             _rule(doc, problems, ("spec", "egress", i), raw, Direction.EGRESS, namespace)
             for i, raw in enumerate(common.expect_list(doc, problems, ("spec", "egress"), spec.get("egress")))
-        ) if r is not None
+        )
+        if r is not None
     )
     if len(problems.errors) > before or pod_selector is None or types is None:
         return []  # an invalid policy is rejected whole, as the API server does
-    return [Policy(
-        kind=KIND,
-        namespace=namespace,
-        name=name,
-        tier=TIER_DEFAULT,
-        order=None,
-        subject=Subject(selector=pod_selector, endpoint_kinds=PODS, namespace=namespace),
-        types=types,
-        ingress=ingress,
-        egress=egress,
-        source=SourceRef(doc.file, doc.line),
-    )]
+    return [
+        Policy(
+            kind=KIND,
+            namespace=namespace,
+            name=name,
+            tier=TIER_DEFAULT,
+            order=None,
+            subject=Subject(selector=pod_selector, endpoint_kinds=PODS, namespace=namespace),
+            types=types,
+            ingress=ingress,
+            egress=egress,
+            source=SourceRef(doc.file, doc.line),
+        )
+    ]
 
 
 def _policy_types(doc: Document, problems: Problems, spec: dict[str, Any]) -> frozenset[Direction] | None:
@@ -95,7 +101,9 @@ def _policy_types(doc: Document, problems: Problems, spec: dict[str, Any]) -> fr
     ok = True
     for i, t in enumerate(raw):
         if t not in _POLICY_TYPES:
-            problems.error(doc, ("spec", "policyTypes", i), f"Unsupported value: {t!r}: supported values: \"Ingress\", \"Egress\"")
+            problems.error(
+                doc, ("spec", "policyTypes", i), f'Unsupported value: {t!r}: supported values: "Ingress", "Egress"'
+            )
             ok = False
         elif _POLICY_TYPES[t] in out:
             problems.error(doc, ("spec", "policyTypes", i), f"Duplicate value: {t!r}")
@@ -105,24 +113,29 @@ def _policy_types(doc: Document, problems: Problems, spec: dict[str, Any]) -> fr
     return frozenset(out) if ok else None
 
 
-def _rule(doc: Document, problems: Problems, path: FieldPath, raw: Any, direction: Direction,
-          namespace: str) -> Rule | None:
+def _rule(
+    doc: Document, problems: Problems, path: FieldPath, raw: Any, direction: Direction, namespace: str
+) -> Rule | None:
     raw = common.expect_dict(doc, problems, path, raw)
     if raw is None:
         return None
     peers_key = "from" if direction is Direction.INGRESS else "to"
     common.check_keys(doc, problems, path, raw, {peers_key, "ports"})
     ports = tuple(
-        p for p in (
+        p
+        for p in (
             _port(doc, problems, path + ("ports", i), entry)
             for i, entry in enumerate(common.expect_list(doc, problems, path + ("ports",), raw.get("ports")))
-        ) if p is not None
+        )
+        if p is not None
     )
     peers = tuple(
-        p for p in (
+        p
+        for p in (
             _peer(doc, problems, path + (peers_key, i), entry, namespace)
             for i, entry in enumerate(common.expect_list(doc, problems, path + (peers_key,), raw.get(peers_key)))
-        ) if p is not None
+        )
+        if p is not None
     )
     # Ports are always the destination's: for ingress the subject's own ports, for egress the
     # ports of each peer. Named ports resolve against that destination endpoint.
@@ -136,8 +149,13 @@ def _rule(doc: Document, problems: Problems, path: FieldPath, raw: Any, directio
             destinations = tuple(_with_ports(p, ports) for p in peers)
         else:
             destinations = (EntityMatch(ports=ports),) if ports else ()
-    return Rule(action=Action.ALLOW, index=cast(int, path[-1]), sources=sources, destinations=destinations,
-                path=format_path(path))
+    return Rule(
+        action=Action.ALLOW,
+        index=cast(int, path[-1]),
+        sources=sources,
+        destinations=destinations,
+        path=format_path(path),
+    )
 
 
 def _with_ports(peer: EntityMatch, ports: tuple[PortMatch, ...]) -> EntityMatch:
@@ -158,7 +176,9 @@ def _port(doc: Document, problems: Problems, path: FieldPath, raw: Any) -> PortM
     end = raw.get("endPort")
     if end is not None:
         if raw.get("port") is None:
-            problems.error(doc, path + ("endPort",), "Required value: may not be specified when `port` is not specified")
+            problems.error(
+                doc, path + ("endPort",), "Required value: may not be specified when `port` is not specified"
+            )
             return None
         if isinstance(port, NamedPort):
             problems.error(doc, path + ("endPort",), "Invalid value: may not be specified when `port` is non-numeric")
@@ -221,25 +241,29 @@ def normalize_namespace_isolation(doc: Document, problems: Problems) -> list[Pol
         problems.error(doc, path, f"invalid JSON: {e.msg}")
         return []
     if not isinstance(value, dict):
-        problems.error(doc, path, "must be a JSON object like {\"ingress\": {\"isolation\": \"DefaultDeny\"}}")
+        problems.error(doc, path, 'must be a JSON object like {"ingress": {"isolation": "DefaultDeny"}}')
         return []
     isolation = (value.get("ingress") or {}).get("isolation") if isinstance(value.get("ingress"), dict) else None
     if isolation is None:
         return []
     if isolation != "DefaultDeny":
-        problems.error(doc, path, f"Unsupported value: ingress.isolation {isolation!r}: supported values: \"DefaultDeny\"")
+        problems.error(
+            doc, path, f'Unsupported value: ingress.isolation {isolation!r}: supported values: "DefaultDeny"'
+        )
         return []
     name = doc.name
-    return [Policy(
-        kind="Namespace",
-        namespace=None,
-        name=name,
-        tier=TIER_DEFAULT,
-        order=None,
-        subject=Subject(endpoint_kinds=PODS, namespace=name),
-        types=frozenset({Direction.INGRESS}),
-        source=SourceRef(doc.file, doc.line),
-    )]
+    return [
+        Policy(
+            kind="Namespace",
+            namespace=None,
+            name=name,
+            tier=TIER_DEFAULT,
+            order=None,
+            subject=Subject(endpoint_kinds=PODS, namespace=name),
+            types=frozenset({Direction.INGRESS}),
+            source=SourceRef(doc.file, doc.line),
+        )
+    ]
 
 
 def isolation_policies(documents: Iterable[Document], problems: Problems) -> list[Policy]:

@@ -55,8 +55,11 @@ def _staged(doc: Document, problems: Problems, enforced, namespace: str | None, 
 def _delete(doc: Document, problems: Problems, spec: dict, namespace: str | None, has_tier: bool) -> list[Policy]:
     """A staged Delete names the enforced policy it would remove; nothing else may be set."""
     tier = spec.get("tier") if has_tier else None
-    others = [k for k, v in spec.items() if k != "tier" and v not in (None, "", [], {}, False, 0)] if has_tier \
+    others = (
+        [k for k, v in spec.items() if k != "tier" and v not in (None, "", [], {}, False, 0)]
+        if has_tier
         else [k for k, v in spec.items() if v not in (None, "", [], {}, False, 0)]
+    )
     if others:
         fields = "Spec fields, except Tier," if has_tier else "Spec fields"
         problems.error(doc, ("spec", others[0]), f"{fields} should all be zero-value if stagedAction is Delete")
@@ -67,5 +70,16 @@ def _delete(doc: Document, problems: Problems, spec: dict, namespace: str | None
     if tier is not None and not isinstance(tier, str):
         problems.error(doc, ("spec", "tier"), f"invalid tier name {tier!r}")
         return []
-    return [Policy(kind=doc.kind, namespace=namespace, name=doc.name, tier=tier or TIER_DEFAULT, order=None,
-                   subject=Subject(), types=frozenset(), source=SourceRef(doc.file, doc.line), staged=STAGED_DELETE)]
+    return [
+        Policy(
+            kind=doc.kind,
+            namespace=namespace,
+            name=doc.name,
+            tier=tier or TIER_DEFAULT,
+            order=None,
+            subject=Subject(),
+            types=frozenset(),
+            source=SourceRef(doc.file, doc.line),
+            staged=STAGED_DELETE,
+        )
+    ]

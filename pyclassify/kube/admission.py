@@ -18,8 +18,9 @@ log = logging.getLogger("pyclassify.kube")
 
 #: Calico's (Tigera's) kind as a cluster serves it: CRD
 #: ``containeradmissionpolicies.containersecurity.tigera.io``, v1beta1.
-CONTAINER_ADMISSION_POLICIES = Resource("containersecurity.tigera.io", "v1beta1", "containeradmissionpolicies",
-                                        "ContainerAdmissionPolicy", False)
+CONTAINER_ADMISSION_POLICIES = Resource(
+    "containersecurity.tigera.io", "v1beta1", "containeradmissionpolicies", "ContainerAdmissionPolicy", False
+)
 _NAMESPACES = next(r for r in RESOURCES if r.kind == "Namespace")
 
 
@@ -39,8 +40,12 @@ class ClusterAdmissionInput:
             except ApiException as exc:
                 if exc.status == 404 and res.crd:
                     if not self._said_missing:
-                        log.warning("%s %s: not served by this cluster (CRD not installed): no admission policies "
-                                    "from the cluster", res.api_version, res.kind)
+                        log.warning(
+                            "%s %s: not served by this cluster (CRD not installed): no admission policies "
+                            "from the cluster",
+                            res.api_version,
+                            res.kind,
+                        )
                         self._said_missing = True
                     marks.append((res.kind, "", "not served"))
                     continue

@@ -49,15 +49,17 @@ def _configuration(kubeconfig: str | None, context: str | None, in_cluster: bool
         k8s_config.load_incluster_config(client_configuration=configuration)
     else:
         try:
-            k8s_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration,
-                                        persist_config=False)
+            k8s_config.load_kube_config(
+                config_file=kubeconfig, context=context, client_configuration=configuration, persist_config=False
+            )
         except Exception as e:  # noqa: BLE001 - the library raises what its YAML reader raises
             raise KubeconfigError(_kubeconfig_problem(kubeconfig, e)) from e
     return configuration
 
 
-def load_client(kubeconfig: str | None = None, context: str | None = None,
-                in_cluster: bool | None = None, mark: int = 0) -> KubeClient:
+def load_client(
+    kubeconfig: str | None = None, context: str | None = None, in_cluster: bool | None = None, mark: int = 0
+) -> KubeClient:
     """A client for ``kubeconfig`` (and ``context``); ``in_cluster``: the service account of the
     pod this runs in (its token and CA, as client libraries read them); neither: in-cluster when
     running in a pod, else the default kubeconfig (``$KUBECONFIG``, ~/.kube/config) as kubectl
@@ -70,8 +72,9 @@ def load_client(kubeconfig: str | None = None, context: str | None = None,
     return KubeClient(k8s_client.ApiClient(configuration))
 
 
-def api_server(kubeconfig: str | None = None, context: str | None = None,
-               in_cluster: bool | None = None) -> tuple[str, int] | None:
+def api_server(
+    kubeconfig: str | None = None, context: str | None = None, in_cluster: bool | None = None
+) -> tuple[str, int] | None:
     """The host and port of the API server ``load_client`` with these arguments talks to (None
     when its configuration cannot be read: ``load_client`` then says why)."""
     try:
@@ -86,17 +89,37 @@ class KubeClient:
     def __init__(self, api_client: k8s_client.ApiClient) -> None:
         self.api = api_client
 
-    def _request(self, method: str, path: str, query: list[tuple[str, Any]] | None = None,
-                 body: Any = None, timeout: Any = None, content_type: str | None = None) -> Any:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        timeout: Any = None,
+        content_type: str | None = None,
+    ) -> Any:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
-        params = self.api.param_serialize(method=method, resource_path=path, query_params=query or [],
-                                          header_params=headers, body=body, auth_settings=["BearerToken"])
+        params = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
         return self.api.call_api(*params, _request_timeout=timeout)
 
-    def request(self, method: str, path: str, query: list[tuple[str, Any]] | None = None, body: Any = None,
-                content_type: str | None = None, timeout: float = 30) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float = 30,
+    ) -> Any:
         """One request; the decoded JSON answer. HTTP errors raise ``ApiException``."""
         resp = self._request(method, path, query, body, timeout, content_type)
         data = resp.read()
@@ -133,15 +156,25 @@ class KubeClient:
             if not token:
                 return
 
-    def watch(self, path: str, resource_version: str, timeout_seconds: int = 300,
-              holder: builtins.list[Any] | None = None, cancelled: Callable[[], bool] | None = None) -> Iterator[dict[str, Any]]:
+    def watch(
+        self,
+        path: str,
+        resource_version: str,
+        timeout_seconds: int = 300,
+        holder: builtins.list[Any] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Iterator[dict[str, Any]]:
         """Watch events at ``path`` from ``resource_version``, with bookmarks, as dicts
         (``type``, ``object``). ``holder`` receives the open response, so another thread can
         close it (after setting what ``cancelled`` reads: a watch cancelled while it connected
         ends as soon as it has its response). A 410 (at the start, or as an ERROR event) raises
         ``Gone``."""
-        query = [("watch", "true"), ("allowWatchBookmarks", "true"), ("resourceVersion", resource_version),
-                 ("timeoutSeconds", timeout_seconds)]
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", timeout_seconds),
+        ]
         resp = self._request("GET", path, query, timeout=(10, timeout_seconds + 30))
         if holder is not None:
             holder[:] = [resp]
@@ -160,7 +193,7 @@ class KubeClient:
                     end = buffer.find(b"\n")
                     if end < 0:
                         break
-                    line, buffer = buffer[:end], buffer[end + 1:]
+                    line, buffer = buffer[:end], buffer[end + 1 :]
                     if not line.strip():
                         continue
                     event = orjson.loads(line)

@@ -18,8 +18,9 @@ from pyclassify.project import Project, build_project
 log = logging.getLogger("pyclassify.kube")
 
 
-def cluster_documents(client: KubeClient, resources: tuple[Resource, ...] = RESOURCES,
-                      skipped: list[str] | None = None) -> Iterator[Document]:
+def cluster_documents(
+    client: KubeClient, resources: tuple[Resource, ...] = RESOURCES, skipped: list[str] | None = None
+) -> Iterator[Document]:
     """Every object of ``resources``, listed; kinds whose CRD is not installed are skipped (and
     named in ``skipped``)."""
     for res in resources:
@@ -36,9 +37,14 @@ def cluster_documents(client: KubeClient, resources: tuple[Resource, ...] = RESO
             yield document(listed_object(obj, res))
 
 
-def load_cluster_project(paths: list[str], kubeconfig: str | None, context: str | None,
-                         in_cluster: bool | None = None, problems: Problems | None = None,
-                         skipped: list[str] | None = None) -> Project:
+def load_cluster_project(
+    paths: list[str],
+    kubeconfig: str | None,
+    context: str | None,
+    in_cluster: bool | None = None,
+    problems: Problems | None = None,
+    skipped: list[str] | None = None,
+) -> Project:
     """The manifests under ``paths`` (may be none) and the live objects of the cluster
     ``kubeconfig``/``context`` names, or of the cluster this runs in (``in_cluster``; see
     ``load_client``)."""

@@ -65,8 +65,16 @@ class _Bucket:
 
 
 class EventRecorder:
-    def __init__(self, client: KubeClient, host: str | None = None, window: float = 600.0, remembered: int = 4096,
-                 queued: int = 256, burst: int = 25, refill: float = 300.0) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        host: str | None = None,
+        window: float = 600.0,
+        remembered: int = 4096,
+        queued: int = 256,
+        burst: int = 25,
+        refill: float = 300.0,
+    ) -> None:
         self.client = client
         self.host = host
         self.window = window
@@ -126,9 +134,13 @@ class EventRecorder:
             seen[2], seen[3] = count + 1, now
             self._posted.move_to_end(key)
             try:
-                self.client.request("PATCH", f"/api/v1/namespaces/{namespace}/events/{name}", content_type=MERGE,
-                                    body={"count": count + 1, "lastTimestamp": _now(), "message": message,
-                                          "involvedObject": ref}, timeout=10)
+                self.client.request(
+                    "PATCH",
+                    f"/api/v1/namespaces/{namespace}/events/{name}",
+                    content_type=MERGE,
+                    body={"count": count + 1, "lastTimestamp": _now(), "message": message, "involvedObject": ref},
+                    timeout=10,
+                )
                 self.counters["patched"] += 1
                 return
             except ApiException as exc:
@@ -140,12 +152,19 @@ class EventRecorder:
         namespace = ref.get("namespace") or CLUSTER_SCOPED_NAMESPACE
         stamp = _now()
         event = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": f"{ref['name']}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
-            "involvedObject": ref, "type": "Warning", "reason": reason, "message": message,
-            "count": 1, "firstTimestamp": stamp, "lastTimestamp": stamp,
+            "involvedObject": ref,
+            "type": "Warning",
+            "reason": reason,
+            "message": message,
+            "count": 1,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
             "source": {"component": COMPONENT, **({"host": self.host} if self.host else {})},
-            "reportingComponent": COMPONENT, "reportingInstance": self.host or "",
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.host or "",
         }
         created = self.client.request("POST", f"/api/v1/namespaces/{namespace}/events", body=event, timeout=10)
         self.counters["created"] += 1

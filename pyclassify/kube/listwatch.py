@@ -80,11 +80,19 @@ class KubeSource:
     """Follows a cluster. ``start()`` lists (the engine is in force when it returns) and starts
     one watch thread per kind; ``engine()`` is the current state; ``stop()`` ends the watches."""
 
-    def __init__(self, client: KubeClient, resources: tuple[Resource, ...] = RESOURCES,
-                 backoff_cap: float = 5.0, watch_timeout: int = 300,
-                 on_change: Callable[[KubeSource], None] | None = None, node: str | None = None,
-                 crd_retry: float = 30.0, domains: Any = None, budget: int | None = None,
-                 on_reject: Callable[[dict[str, Any], str, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        resources: tuple[Resource, ...] = RESOURCES,
+        backoff_cap: float = 5.0,
+        watch_timeout: int = 300,
+        on_change: Callable[[KubeSource], None] | None = None,
+        node: str | None = None,
+        crd_retry: float = 30.0,
+        domains: Any = None,
+        budget: int | None = None,
+        on_reject: Callable[[dict[str, Any], str, str], None] | None = None,
+    ) -> None:
         self.client = client
         #: Told of each rejected object (it, a reason, the error): ``pyclassify.kube.events``
         #: posts it on the object. Called on the applying thread, so it must not block.
@@ -204,7 +212,9 @@ class KubeSource:
             except ApiException as exc:
                 if exc.status == 404 and res.crd and res not in self._served:
                     self.skipped.append(f"{res.api_version} {res.kind}")
-                    log.warning("%s %s: not served by this cluster (CRD not installed), skipped", res.api_version, res.kind)
+                    log.warning(
+                        "%s %s: not served by this cluster (CRD not installed), skipped", res.api_version, res.kind
+                    )
                     continue
                 raise
 
@@ -244,8 +254,9 @@ class KubeSource:
             if self._stop.is_set():
                 return
             try:
-                for event in self.client.watch(res.path, self._versions[res], self.watch_timeout, holder,
-                                               self._cancelled):
+                for event in self.client.watch(
+                    res.path, self._versions[res], self.watch_timeout, holder, self._cancelled
+                ):
                     backoff = 0.2
                     self._event(res, event)
                     if self._stop.is_set() or not self._resume.is_set():

@@ -63,8 +63,12 @@ def table_csv(table: Table) -> str:
         if table.by == "namespace":
             w.writerow([name, *(cell_text(table, i, j, True) for j in range(len(table.names)))])
         else:
-            w.writerow([name, *("" if table.flowless(i, j) else "true" if a else "false"
-                                for j, a in enumerate(table.allowed[i]))])
+            w.writerow(
+                [
+                    name,
+                    *("" if table.flowless(i, j) else "true" if a else "false" for j, a in enumerate(table.allowed[i])),
+                ]
+            )
     return buf.getvalue()
 
 
@@ -74,10 +78,16 @@ def _md(text: str) -> str:
 
 def table_md(table: Table) -> str:
     head = f"{table.flow}: may the row reach the column?"
-    lines = [head, "", "| from \\ to | " + " | ".join(_md(n) for n in table.names) + " |",
-             "| --- |" + " :-: |" * len(table.names)]
+    lines = [
+        head,
+        "",
+        "| from \\ to | " + " | ".join(_md(n) for n in table.names) + " |",
+        "| --- |" + " :-: |" * len(table.names),
+    ]
     for i, name in enumerate(table.names):
-        lines.append(f"| {_md(name)} | " + " | ".join(cell_text(table, i, j, False) for j in range(len(table.names))) + " |")
+        lines.append(
+            f"| {_md(name)} | " + " | ".join(cell_text(table, i, j, False) for j in range(len(table.names))) + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -88,10 +98,12 @@ def _dot_id(text: str) -> str:
 def table_dot(table: Table) -> str:
     """The graph of who may reach whom: a node per name (in a cluster per namespace below the
     namespace level), an edge per pair where some pod pair is allowed."""
-    out = ["digraph reachability {",
-           f"  label={_dot_id(f'{table.flow}: who may reach whom (by {table.by})')};",
-           "  labelloc=t; rankdir=LR; node [shape=box, style=rounded, fontname=Helvetica];",
-           "  edge [fontname=Helvetica, fontsize=10];"]
+    out = [
+        "digraph reachability {",
+        f"  label={_dot_id(f'{table.flow}: who may reach whom (by {table.by})')};",
+        "  labelloc=t; rankdir=LR; node [shape=box, style=rounded, fontname=Helvetica];",
+        "  edge [fontname=Helvetica, fontsize=10];",
+    ]
     if table.clusters is not None:
         by_ns: dict[str, list[int]] = {}
         for k, ns in enumerate(table.clusters):
@@ -107,7 +119,9 @@ def table_dot(table: Table) -> str:
         label = table.flow if a == p or table.by != "namespace" else f"{table.flow}\n{a} of {p} pod pairs"
         colour = ALLOW_COLOUR if a == p else SOME_COLOUR
         style = "" if a == p else ", style=dashed"
-        out.append(f"  n{i} -> n{j} [label={_dot_id(label)}, color={_dot_id(colour)}, fontcolor={_dot_id(colour)}{style}];")
+        out.append(
+            f"  n{i} -> n{j} [label={_dot_id(label)}, color={_dot_id(colour)}, fontcolor={_dot_id(colour)}{style}];"
+        )
     out.append("}")
     return "\n".join(out) + "\n"
 
@@ -148,8 +162,11 @@ def changes_dot(edges: Sequence[Edge], title: str) -> str:
             if name not in nodes:
                 nodes[name] = len(nodes)
                 clusters.setdefault(cluster, []).append(name)
-    out = ["digraph changes {", f"  label={_dot_id(title)}; labelloc=t; rankdir=LR;",
-           "  node [shape=box, style=rounded, fontname=Helvetica]; edge [fontname=Helvetica, fontsize=10];"]
+    out = [
+        "digraph changes {",
+        f"  label={_dot_id(title)}; labelloc=t; rankdir=LR;",
+        "  node [shape=box, style=rounded, fontname=Helvetica]; edge [fontname=Helvetica, fontsize=10];",
+    ]
     for c, (cluster, names) in enumerate(clusters.items()):
         if cluster is not None:
             out.append(f"  subgraph cluster_{c} {{ label={_dot_id('namespace ' + cluster)}; style=dashed;")
@@ -160,8 +177,10 @@ def changes_dot(edges: Sequence[Edge], title: str) -> str:
         colour = OPENED_COLOUR if e.opened else CLOSED_COLOUR
         label = ("+ " if e.opened else "- ") + e.flows
         style = "" if e.opened else ", style=bold"
-        out.append(f"  n{nodes[e.src]} -> n{nodes[e.dst]} [label={_dot_id(label)}, color={_dot_id(colour)}, "
-                   f"fontcolor={_dot_id(colour)}{style}];")
+        out.append(
+            f"  n{nodes[e.src]} -> n{nodes[e.dst]} [label={_dot_id(label)}, color={_dot_id(colour)}, "
+            f"fontcolor={_dot_id(colour)}{style}];"
+        )
     out.append("}")
     return "\n".join(out) + "\n"
 
@@ -174,16 +193,30 @@ def svg(dot: str) -> str:
     """The graph drawn by Graphviz's ``dot``."""
     exe = shutil.which("dot")
     if exe is None:
-        raise GraphvizMissing("--output svg draws with Graphviz: its 'dot' is not on PATH "
-                              "(Debian/Ubuntu: apt-get install graphviz), or take --output dot")
+        raise GraphvizMissing(
+            "--output svg draws with Graphviz: its 'dot' is not on PATH "
+            "(Debian/Ubuntu: apt-get install graphviz), or take --output dot"
+        )
     done = subprocess.run([exe, "-Tsvg"], input=dot.encode("utf-8"), capture_output=True, check=False)
     if done.returncode != 0:
         raise GraphvizMissing(f"Graphviz's dot failed: {done.stderr.decode('utf-8', 'replace').strip()}")
     return done.stdout.decode("utf-8")
 
 
-USAGE_COLUMNS = ("tier", "policy", "direction", "rule", "action", "records", "flows", "packets", "bytes", "never_hit",
-                 "shadowed_by", "policy_redundant")
+USAGE_COLUMNS = (
+    "tier",
+    "policy",
+    "direction",
+    "rule",
+    "action",
+    "records",
+    "flows",
+    "packets",
+    "bytes",
+    "never_hit",
+    "shadowed_by",
+    "policy_redundant",
+)
 
 
 def usage_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -197,14 +230,19 @@ def usage_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for r in doc["rules"]:
         live = counted and r["counted"]
-        rows.append({
-            "tier": r["tier"], "policy": r["policy"], "direction": r["direction"], "rule": r["rule"],
-            "action": r["action"],
-            **{m: r[m] if live else None for m in ("records", "flows", "packets", "bytes")},
-            "never_hit": (r["records"] == 0 and r["flows"] == 0) if live else None,
-            "shadowed_by": covered.get((r["policy"], r["direction"], str(r["rule"]))),
-            "policy_redundant": None if redundant is None else r["policy"] in redundant,
-        })
+        rows.append(
+            {
+                "tier": r["tier"],
+                "policy": r["policy"],
+                "direction": r["direction"],
+                "rule": r["rule"],
+                "action": r["action"],
+                **{m: r[m] if live else None for m in ("records", "flows", "packets", "bytes")},
+                "never_hit": (r["records"] == 0 and r["flows"] == 0) if live else None,
+                "shadowed_by": covered.get((r["policy"], r["direction"], str(r["rule"]))),
+                "policy_redundant": None if redundant is None else r["policy"] in redundant,
+            }
+        )
     return rows
 
 
@@ -228,11 +266,18 @@ def usage_csv(doc: dict[str, Any]) -> str:
 
 def usage_md(doc: dict[str, Any]) -> str:
     t = doc["traffic"]
-    head = ("Rule usage (no traffic: nothing counted)" if t is None else
-            f"Rule usage over {t['records']:,} records ({t['flows']:,} flows, {t['packets']:,} packets, "
-            f"{t['bytes']:,} bytes)")
-    lines = [head, "", "| " + " | ".join(c.replace("_", " ") for c in USAGE_COLUMNS) + " |",
-             "|" + " --- |" * 5 + " --: |" * 4 + " :-: | --- | :-: |"]
+    head = (
+        "Rule usage (no traffic: nothing counted)"
+        if t is None
+        else f"Rule usage over {t['records']:,} records ({t['flows']:,} flows, {t['packets']:,} packets, "
+        f"{t['bytes']:,} bytes)"
+    )
+    lines = [
+        head,
+        "",
+        "| " + " | ".join(c.replace("_", " ") for c in USAGE_COLUMNS) + " |",
+        "|" + " --- |" * 5 + " --: |" * 4 + " :-: | --- | :-: |",
+    ]
     for row in usage_rows(doc):
         lines.append("| " + " | ".join(_md(_plain(row[c])) for c in USAGE_COLUMNS) + " |")
     return "\n".join(lines) + "\n"
@@ -255,10 +300,16 @@ def usage_dot(doc: dict[str, Any]) -> str:
         node[(row["policy"], row["direction"], str(row["rule"]))] = k
         tiers.setdefault(row["tier"], {}).setdefault(row["policy"], []).append(k)
     t = doc["traffic"]
-    title = ("Rule usage (no traffic: nothing counted)" if t is None else
-             f"Rule usage over {t['records']:,} records ({t['flows']:,} flows)")
-    out = ["digraph usage {", f"  label={_dot_id(title)}; labelloc=t; rankdir=TB;",
-           "  node [shape=box, style=rounded, fontname=Helvetica]; edge [fontname=Helvetica, fontsize=10];"]
+    title = (
+        "Rule usage (no traffic: nothing counted)"
+        if t is None
+        else f"Rule usage over {t['records']:,} records ({t['flows']:,} flows)"
+    )
+    out = [
+        "digraph usage {",
+        f"  label={_dot_id(title)}; labelloc=t; rankdir=TB;",
+        "  node [shape=box, style=rounded, fontname=Helvetica]; edge [fontname=Helvetica, fontsize=10];",
+    ]
     c = 0
     for tier, policies in tiers.items():
         out.append(f"  subgraph cluster_{c} {{ label={_dot_id('tier ' + tier)}; style=dashed;")
@@ -275,12 +326,17 @@ def usage_dot(doc: dict[str, Any]) -> str:
                     counted = "\nnever hit"
                 else:
                     counted = f"\n{row['flows']:,} flows, {row['packets']:,} packets"
-                colour = UNUSED_COLOUR if row["never_hit"] or row["shadowed_by"] is not None else \
-                    ACTION_COLOURS.get(row["action"], CLOSED_COLOUR)
+                colour = (
+                    UNUSED_COLOUR
+                    if row["never_hit"] or row["shadowed_by"] is not None
+                    else ACTION_COLOURS.get(row["action"], CLOSED_COLOUR)
+                )
                 style = "rounded,dashed" if row["never_hit"] or row["shadowed_by"] is not None else "rounded"
                 text = _dot_id(f"{row['direction']} rule {row['rule']}: {row['action']}{counted}")
-                out.append(f"      r{k} [label={text}, color={_dot_id(colour)}, fontcolor={_dot_id(colour)}, "
-                           f"style={_dot_id(style)}];")
+                out.append(
+                    f"      r{k} [label={text}, color={_dot_id(colour)}, fontcolor={_dot_id(colour)}, "
+                    f"style={_dot_id(style)}];"
+                )
             out.append("    }")
         out.append("  }")
     # top to bottom in evaluation order: Graphviz orders unconnected boxes as it likes
@@ -289,7 +345,9 @@ def usage_dot(doc: dict[str, Any]) -> str:
         if row["shadowed_by"] is not None:
             by = node.get((row["policy"], row["direction"], str(row["shadowed_by"])))
             if by is not None:
-                out.append(f"  r{by} -> r{k} [label=\"covers\", color={_dot_id(UNUSED_COLOUR)}, "
-                           f"fontcolor={_dot_id(UNUSED_COLOUR)}, style=dashed, constraint=false];")
+                out.append(
+                    f'  r{by} -> r{k} [label="covers", color={_dot_id(UNUSED_COLOUR)}, '
+                    f"fontcolor={_dot_id(UNUSED_COLOUR)}, style=dashed, constraint=false];"
+                )
     out.append("}")
     return "\n".join(out) + "\n"

@@ -76,17 +76,24 @@ class Grid:
         n = self.sizes().astype(np.float64)
         member = np.zeros((len(self.groups), len(self.namespaces)))
         for k in range(len(self.namespaces)):
-            member[self.ns_start[k]:self.ns_start[k + 1], k] = n[self.ns_start[k]:self.ns_start[k + 1]]
+            member[self.ns_start[k] : self.ns_start[k + 1], k] = n[self.ns_start[k] : self.ns_start[k + 1]]
         return np.rint(member.T @ cells.astype(np.float64) @ member).astype(np.int64)
 
     def namespace_pods(self) -> npt.NDArray[np.int64]:
         n = self.sizes()
-        return np.array([n[self.ns_start[k]:self.ns_start[k + 1]].sum() for k in range(len(self.namespaces))],
-                        np.int64)
+        return np.array(
+            [n[self.ns_start[k] : self.ns_start[k + 1]].sum() for k in range(len(self.namespaces))], np.int64
+        )
 
 
-def build(engines: Sequence[NativeEngine], pods: Sequence[Endpoint], protocol: int, port: int | None | str,
-          defaults: dict[str, str], policy_sets: Sequence[PolicySet]) -> Grid:
+def build(
+    engines: Sequence[NativeEngine],
+    pods: Sequence[Endpoint],
+    protocol: int,
+    port: int | None | str,
+    defaults: dict[str, str],
+    policy_sets: Sequence[PolicySet],
+) -> Grid:
     """The grid of ``pods`` under each engine (one: a matrix; two: old and new of a change)."""
     groups = reach.endpoint_groups(engines, pods)  # every address a pod owns: a group per family
     groups.sort(key=lambda g: (g.endpoints[0].namespace or "", g.endpoints[0].ref, g.family or 0))
@@ -101,8 +108,17 @@ def build(engines: Sequence[NativeEngine], pods: Sequence[Endpoint], protocol: i
     keys = reach.selector_keys(policy_sets)
     space = reach.FlowSpace.build(engines, [protocol], dport=port)
     dual = reach.dual_stack(groups)
-    grid = Grid(namespaces, ns_start, groups, [reach.group_text(g, keys, dual) for g in groups],
-                [reach.group_labels(g, keys) for g in groups], protocol, port, [], space.classes[4])
+    grid = Grid(
+        namespaces,
+        ns_start,
+        groups,
+        [reach.group_text(g, keys, dual) for g in groups],
+        [reach.group_labels(g, keys) for g in groups],
+        protocol,
+        port,
+        [],
+        space.classes[4],
+    )
     _judge(grid, engines, space, defaults)
     return grid
 
@@ -127,7 +143,7 @@ def _judge(grid: Grid, engines: Sequence[NativeEngine], space: reach.FlowSpace, 
             continue
         rows = max(1, reach.CHUNK // (n * len(classes)))  # bounds the verdict records held
         for top in range(0, n, rows):
-            block = fam[top:top + rows]
+            block = fam[top : top + rows]
             cells = np.flatnonzero(block == family)
             if not len(cells):
                 continue
@@ -135,10 +151,17 @@ def _judge(grid: Grid, engines: Sequence[NativeEngine], space: reach.FlowSpace, 
             si = si + top
             whole = len(cells) == block.size  # every cell of the rows: written as one slice
 
-            def put(target: npt.NDArray[Any], values: npt.NDArray[Any], whole: bool = whole, top: int = top,
-                    block: npt.NDArray[Any] = block, si: npt.NDArray[Any] = si, di: npt.NDArray[Any] = di) -> None:
+            def put(
+                target: npt.NDArray[Any],
+                values: npt.NDArray[Any],
+                whole: bool = whole,
+                top: int = top,
+                block: npt.NDArray[Any] = block,
+                si: npt.NDArray[Any] = si,
+                di: npt.NDArray[Any] = di,
+            ) -> None:
                 if whole:
-                    target[top:top + len(block)] = values.reshape(block.shape)
+                    target[top : top + len(block)] = values.reshape(block.shape)
                 else:
                     target[si, di] = values
 
@@ -159,13 +182,19 @@ def _judge(grid: Grid, engines: Sequence[NativeEngine], space: reach.FlowSpace, 
                     chosen = rec[np.arange(len(cells)), speaking]
                     if side.klass is not None:
                         put(side.klass, speaking.astype(np.uint16))
-                for name, direction, out in (("egress", Direction.EGRESS, side.egress),
-                                             ("ingress", Direction.INGRESS, side.ingress)):
+                for name, direction, out in (
+                    ("egress", Direction.EGRESS, side.egress),
+                    ("ingress", Direction.INGRESS, side.ingress),
+                ):
                     put(out, _decision_ids(engine, chosen[name], direction, grid.decisions, index))
             if grid.change is not None:
                 was, now = allows
-                put(grid.change, (np.where((~was & now).any(axis=1), OPENED, 0)
-                                  | np.where((was & ~now).any(axis=1), CLOSED, 0)).astype(np.uint8))
+                put(
+                    grid.change,
+                    (
+                        np.where((~was & now).any(axis=1), OPENED, 0) | np.where((was & ~now).any(axis=1), CLOSED, 0)
+                    ).astype(np.uint8),
+                )
 
 
 def _packed_keys(records: npt.NDArray[Any]) -> npt.NDArray[np.uint64] | None:
@@ -178,13 +207,24 @@ def _packed_keys(records: npt.NDArray[Any]) -> npt.NDArray[np.uint64] | None:
     if len(records) and (records["reason"].max() >= 32 or records["source_kind"].max() >= 4):
         return None
     u = np.uint64
-    return (records["present"].astype(u) | records["allow"].astype(u) << u(1) | records["reason"].astype(u) << u(2)
-            | records["source_kind"].astype(u) << u(7) | tier.astype(u) << u(9) | source.astype(u) << u(19)
-            | rule.astype(u) << u(43))
+    return (
+        records["present"].astype(u)
+        | records["allow"].astype(u) << u(1)
+        | records["reason"].astype(u) << u(2)
+        | records["source_kind"].astype(u) << u(7)
+        | tier.astype(u) << u(9)
+        | source.astype(u) << u(19)
+        | rule.astype(u) << u(43)
+    )
 
 
-def _decision_ids(engine: NativeEngine, records: npt.NDArray[Any], direction: Direction,
-                  decisions: list[dict[str, Any] | None], index: dict[tuple[int, bytes], int]) -> npt.NDArray[np.uint32]:
+def _decision_ids(
+    engine: NativeEngine,
+    records: npt.NDArray[Any],
+    direction: Direction,
+    decisions: list[dict[str, Any] | None],
+    index: dict[tuple[int, bytes], int],
+) -> npt.NDArray[np.uint32]:
     """Each side record's index in ``decisions`` (0: absent), adding the new ones: records are
     told apart by what a decision is made of (presence, verdict, reason, tier, policy, rule)."""
     keys: npt.NDArray[Any] | None = _packed_keys(records)
@@ -201,8 +241,17 @@ def _decision_ids(engine: NativeEngine, records: npt.NDArray[Any], direction: Di
         if k not in index:
             d = engine.side_decision(rec, direction)
             index[k] = len(decisions)
-            decisions.append(None if d is None else {
-                "verdict": d.verdict, "tier": d.tier, "policy": d.policy, "rule": d.rule, "reason": d.reason,
-                "text": decision_text(d)})
+            decisions.append(
+                None
+                if d is None
+                else {
+                    "verdict": d.verdict,
+                    "tier": d.tier,
+                    "policy": d.policy,
+                    "rule": d.rule,
+                    "reason": d.reason,
+                    "text": decision_text(d),
+                }
+            )
         ids[u] = index[k]
     return ids[inverse.ravel()]

@@ -69,8 +69,9 @@ def _cells(grid: Grid) -> tuple[str, list[dict[str, Any]]]:
 
 def _page(title: str, data: dict[str, Any], cells: str = "") -> str:
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
-    return _asset("page.html").format(title=html.escape(title), style=_asset("page.css"), data=payload,
-                                      cells=cells, script=_asset("page.js"))
+    return _asset("page.html").format(
+        title=html.escape(title), style=_asset("page.css"), data=payload, cells=cells, script=_asset("page.js")
+    )
 
 
 def usage_data(doc: dict[str, Any]) -> dict[str, Any]:
@@ -78,8 +79,12 @@ def usage_data(doc: dict[str, Any]) -> dict[str, Any]:
     the decisions no rule made, the redundant policies and the traffic counted."""
     from pyclassify.report.formats import usage_rows
 
-    return {"rules": usage_rows(doc), "other_decisions": doc["other_decisions"], "redundant": doc["redundant"],
-            "traffic": doc["traffic"]}
+    return {
+        "rules": usage_rows(doc),
+        "other_decisions": doc["other_decisions"],
+        "redundant": doc["redundant"],
+        "traffic": doc["traffic"],
+    }
 
 
 def render_usage(doc: dict[str, Any], title: str, paths: Sequence[str]) -> str:
@@ -87,9 +92,15 @@ def render_usage(doc: dict[str, Any], title: str, paths: Sequence[str]) -> str:
     return _page(title, {"paths": " ".join(paths), "usage": usage_data(doc)})
 
 
-def render(grid: Grid, title: str, paths: Sequence[str], changes: list[dict[str, Any]] | None = None,
-           policies_changed: Sequence[str] = (), usage: dict[str, Any] | None = None,
-           observed: dict[str, Any] | None = None) -> str:
+def render(
+    grid: Grid,
+    title: str,
+    paths: Sequence[str],
+    changes: list[dict[str, Any]] | None = None,
+    policies_changed: Sequence[str] = (),
+    usage: dict[str, Any] | None = None,
+    observed: dict[str, Any] | None = None,
+) -> str:
     """The report's HTML; with traffic, its rule usage (``usage --json``'s document) and, of a
     change, the observed connections it flips (``observed``: ``trafficdiff`` rows placed on
     the grid by ``command``)."""
@@ -102,8 +113,10 @@ def render(grid: Grid, title: str, paths: Sequence[str], changes: list[dict[str,
         "ns_start": grid.ns_start,
         "ns_pods": grid.namespace_pods().tolist(),
         "ns_allowed": [grid.namespace_counts(side.verdict == ALLOW).ravel().tolist() for side in grid.sides],
-        "groups": [{"text": t, "labels": labels, "pods": [e.name for e in g.endpoints], "family": g.family}
-                   for g, t, labels in zip(grid.groups, grid.group_text, grid.group_labels)],
+        "groups": [
+            {"text": t, "labels": labels, "pods": [e.name for e in g.endpoints], "family": g.family}
+            for g, t, labels in zip(grid.groups, grid.group_text, grid.group_labels)
+        ],
         "dual": reach.dual_stack(grid.groups),
         "decisions": grid.decisions,
         "classes": _flow_classes(grid.classes),

@@ -27,8 +27,13 @@ NOW = dt.datetime(2025, 6, 1, tzinfo=dt.UTC)
 UTC = dt.UTC
 
 
-def policy(name: str, rules: list[dict], order: float | None = None, selector: str | None = None,
-           ns_selector: str | None = None) -> dict:
+def policy(
+    name: str,
+    rules: list[dict],
+    order: float | None = None,
+    selector: str | None = None,
+    ns_selector: str | None = None,
+) -> dict:
     spec: dict[str, Any] = {"rules": rules}
     if order is not None:
         spec["order"] = order
@@ -36,8 +41,12 @@ def policy(name: str, rules: list[dict], order: float | None = None, selector: s
         spec["selector"] = selector
     if ns_selector is not None:
         spec["namespaceSelector"] = ns_selector
-    return {"apiVersion": "containersecurity.tigera.io/v1beta1", "kind": "ContainerAdmissionPolicy",
-            "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": "containersecurity.tigera.io/v1beta1",
+        "kind": "ContainerAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def admission(*objs: dict):
@@ -48,15 +57,25 @@ def admission(*objs: dict):
     return result
 
 
-def pod(*images: str, ns: str = "default", labels: dict | None = None, init: tuple[str, ...] = (),
-        ephemeral: tuple[str, ...] = (), kind: str = "Pod") -> dict:
+def pod(
+    *images: str,
+    ns: str = "default",
+    labels: dict | None = None,
+    init: tuple[str, ...] = (),
+    ephemeral: tuple[str, ...] = (),
+    kind: str = "Pod",
+) -> dict:
     spec: dict[str, Any] = {"containers": [{"name": f"c{i}", "image": im} for i, im in enumerate(images)]}
     if init:
         spec["initContainers"] = [{"name": f"i{i}", "image": im} for i, im in enumerate(init)]
     if ephemeral:
         spec["ephemeralContainers"] = [{"name": f"e{i}", "image": im} for i, im in enumerate(ephemeral)]
-    return {"apiVersion": "v1", "kind": kind, "metadata": {"name": "p", "namespace": ns, "labels": labels or {}},
-            "spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": kind,
+        "metadata": {"name": "p", "namespace": ns, "labels": labels or {}},
+        "spec": spec,
+    }
 
 
 def decide(adm, obj: dict, scans: ScanResults | None = None, now: dt.datetime = NOW, **kw):
@@ -82,8 +101,13 @@ SEED_CASES = {
     "pod-failed-scan.yaml": (False, [("migrate", "reject", "reject-failed-and-non-gcr", 2, "rule")]),
     "pod-unscanned.yaml": (False, [("app", "reject", "reject-failed-and-non-gcr", 2, "rule")]),
     "pod-non-gcr.yaml": (False, [("shell", "reject", "reject-failed-and-non-gcr", 0, "rule")]),
-    "deployment-init-fails.yaml": (False, [("wait-for-db", "reject", "reject-failed-and-non-gcr", 0, "rule"),
-                                           ("web", "admit", "reject-failed-and-non-gcr", 1, "rule")]),
+    "deployment-init-fails.yaml": (
+        False,
+        [
+            ("wait-for-db", "reject", "reject-failed-and-non-gcr", 0, "rule"),
+            ("web", "admit", "reject-failed-and-non-gcr", 1, "rule"),
+        ],
+    ),
     "cronjob-sandbox.yaml": (True, [("job", "admit", "sandbox-exempt", 0, "rule")]),
     "statefulset-sandbox-unlabelled.yaml": (False, [("postgres", "reject", "reject-failed-and-non-gcr", 0, "rule")]),
 }
@@ -92,8 +116,19 @@ SEED_CASES = {
 @pytest.mark.parametrize("name", sorted(SEED_CASES))
 def test_seed_examples_decide_and_explain(name: str) -> None:
     admitted, containers = SEED_CASES[name]
-    result = CliRunner().invoke(admit_command, [str(POLICIES), "--resource", str(EXAMPLES / "resources" / name),
-                                                "--scans", str(SCANS), "--now", "2025-06-01T00:00:00Z", "--json"])
+    result = CliRunner().invoke(
+        admit_command,
+        [
+            str(POLICIES),
+            "--resource",
+            str(EXAMPLES / "resources" / name),
+            "--scans",
+            str(SCANS),
+            "--now",
+            "2025-06-01T00:00:00Z",
+            "--json",
+        ],
+    )
     assert result.exit_code == (0 if admitted else 4), result.output
     out = json.loads(result.output)
     assert out["decision"] == ("admit" if admitted else "reject") and out["allowed"] is admitted
@@ -109,12 +144,24 @@ def test_every_example_resource_has_a_case() -> None:
 
 
 def test_text_output_names_policy_rule_and_reason() -> None:
-    result = CliRunner().invoke(admit_command, [str(POLICIES), "--resource",
-                                                str(EXAMPLES / "resources" / "deployment-init-fails.yaml"),
-                                                "--scans", str(SCANS), "--now", "2025-06-01T00:00:00Z"])
+    result = CliRunner().invoke(
+        admit_command,
+        [
+            str(POLICIES),
+            "--resource",
+            str(EXAMPLES / "resources" / "deployment-init-fails.yaml"),
+            "--scans",
+            str(SCANS),
+            "--now",
+            "2025-06-01T00:00:00Z",
+        ],
+    )
     assert result.exit_code == 4
     assert "Deployment production/frontend: REJECTED" in result.output
-    assert "reject initContainer wait-for-db (busybox:1.36): ContainerAdmissionPolicy/reject-failed-and-non-gcr rule 0" in result.output
+    assert (
+        "reject initContainer wait-for-db (busybox:1.36): ContainerAdmissionPolicy/reject-failed-and-non-gcr rule 0"
+        in result.output
+    )
     assert "because image matches none of the patterns" in result.output
 
 
@@ -126,8 +173,11 @@ def test_seed_sample_semantics_directly(seed) -> None:
     d = decide(adm, pod("index.docker.io/library/busybox:1.36"), scans)
     assert d.containers[0].scan_status == "Pass" and d.containers[0].rule == 0
     # The unanchored end of the seed's pattern: anything below the repository.
-    d = decide(adm, pod("gcr.io/company/production-repository/a/b/c:9"),
-               ScanResults({normalize_image("gcr.io/company/production-repository/a/b/c:9"): ScanResult("Warn")}))
+    d = decide(
+        adm,
+        pod("gcr.io/company/production-repository/a/b/c:9"),
+        ScanResults({normalize_image("gcr.io/company/production-repository/a/b/c:9"): ScanResult("Warn")}),
+    )
     assert d.allowed and d.containers[0].rule == 1
     # The explicit ^: the repository path elsewhere in the reference is not the repository.
     d = decide(adm, pod("evil.io/gcr.io/company/production-repository/x:1"), scans)
@@ -135,6 +185,7 @@ def test_seed_sample_semantics_directly(seed) -> None:
 
 
 # --- scoping, ordering, fall-through ---
+
 
 def test_no_policy_selects_means_admitted_and_said() -> None:
     adm = admission(policy("only-prod", [{"action": "Reject"}], ns_selector="env == 'prod'"))
@@ -153,8 +204,11 @@ def test_selector_scopes_on_resource_labels() -> None:
 
 def test_namespace_selector_scopes_on_namespace_labels() -> None:
     ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod", "labels": {"env": "prod"}}}
-    adm = admission(ns, policy("prod", [{"action": "Reject"}], ns_selector="env == 'prod'"),
-                    policy("by-name", [{"action": "Reject"}], ns_selector="projectcalico.org/name == 'other'"))
+    adm = admission(
+        ns,
+        policy("prod", [{"action": "Reject"}], ns_selector="env == 'prod'"),
+        policy("by-name", [{"action": "Reject"}], ns_selector="projectcalico.org/name == 'other'"),
+    )
     assert not decide(adm, pod("x", ns="prod")).allowed
     assert decide(adm, pod("x", ns="dev")).allowed
     d = decide(adm, pod("x", ns="other"))  # a namespace with no manifest still has its name labels
@@ -180,13 +234,18 @@ def test_policy_without_matching_rule_falls_through_to_next_then_admits() -> Non
     d = decide(adm, pod("gcr.io/x"))
     assert not d.allowed and d.containers[0].policy == "ContainerAdmissionPolicy/second"
     d = decide(admission(policy("first", no_match, order=1)), pod("gcr.io/x"))
-    assert d.allowed and d.containers[0].reason == "no-rule-matched" and d.selected == ("ContainerAdmissionPolicy/first",)
+    assert (
+        d.allowed and d.containers[0].reason == "no-rule-matched" and d.selected == ("ContainerAdmissionPolicy/first",)
+    )
 
 
 def test_first_matching_rule_decides_and_rules_need_all_criteria() -> None:
     rules = [
-        {"action": "Reject", "imagePath": {"operator": "IsOneOf", "values": ["^gcr.io/"]},
-         "imageScanStatus": {"operator": "IsOneOf", "values": ["Fail"]}},
+        {
+            "action": "Reject",
+            "imagePath": {"operator": "IsOneOf", "values": ["^gcr.io/"]},
+            "imageScanStatus": {"operator": "IsOneOf", "values": ["Fail"]},
+        },
         {"action": "Allow", "imagePath": {"operator": "IsOneOf", "values": ["^gcr.io/"]}},
         {"action": "Reject"},
     ]
@@ -194,35 +253,46 @@ def test_first_matching_rule_decides_and_rules_need_all_criteria() -> None:
     scans = ScanResults()
     scans.add("gcr.io/bad:1", None, ScanResult("Fail"))
     scans.add("gcr.io/ok:1", None, ScanResult("Pass"))
-    assert [decide(adm, pod(i), scans).containers[0].rule for i in ("gcr.io/bad:1", "gcr.io/ok:1", "quay.io/x")] == [0, 1, 2]
+    assert [decide(adm, pod(i), scans).containers[0].rule for i in ("gcr.io/bad:1", "gcr.io/ok:1", "quay.io/x")] == [
+        0,
+        1,
+        2,
+    ]
 
 
 # --- each operator ---
 
-@pytest.mark.parametrize("operator, values, image, matches", [
-    ("IsOneOf", ["^gcr.io/a/", "^quay.io/"], "quay.io/x:1", True),
-    ("IsOneOf", ["^gcr.io/a/"], "gcr.io/b/x", False),
-    ("IsNoneOf", ["^gcr.io/a/"], "gcr.io/b/x", True),
-    ("IsNoneOf", ["^gcr.io/a/", "^gcr.io/b/"], "gcr.io/b/x", False),
-    ("IsOneOf", ["nginx"], "docker.io/library/nginx:1.27", True),  # unanchored: matches anywhere
-    ("IsOneOf", ["^nginx$"], "nginx:1.27", False),
-    ("IsOneOf", [], "x", False),
-    ("IsNoneOf", [], "x", True),
-])
+
+@pytest.mark.parametrize(
+    "operator, values, image, matches",
+    [
+        ("IsOneOf", ["^gcr.io/a/", "^quay.io/"], "quay.io/x:1", True),
+        ("IsOneOf", ["^gcr.io/a/"], "gcr.io/b/x", False),
+        ("IsNoneOf", ["^gcr.io/a/"], "gcr.io/b/x", True),
+        ("IsNoneOf", ["^gcr.io/a/", "^gcr.io/b/"], "gcr.io/b/x", False),
+        ("IsOneOf", ["nginx"], "docker.io/library/nginx:1.27", True),  # unanchored: matches anywhere
+        ("IsOneOf", ["^nginx$"], "nginx:1.27", False),
+        ("IsOneOf", [], "x", False),
+        ("IsNoneOf", [], "x", True),
+    ],
+)
 def test_image_path_operators(operator: str, values: list[str], image: str, matches: bool) -> None:
     adm = admission(policy("p", [{"action": "Reject", "imagePath": {"operator": operator, "values": values}}]))
     assert decide(adm, pod(image)).allowed is not matches
 
 
-@pytest.mark.parametrize("operator, values, status, matches", [
-    ("IsOneOf", ["Pass", "Warn"], "Warn", True),
-    ("IsOneOf", ["Pass", "Warn"], "Fail", False),
-    ("IsOneOf", ["Pass"], None, False),
-    ("IsOneOf", ["Unknown"], None, True),  # no scan result: Unknown
-    ("IsNoneOf", ["Pass"], "Fail", True),
-    ("IsNoneOf", ["Pass"], None, True),
-    ("IsNoneOf", ["Fail", "Unknown"], None, False),
-])
+@pytest.mark.parametrize(
+    "operator, values, status, matches",
+    [
+        ("IsOneOf", ["Pass", "Warn"], "Warn", True),
+        ("IsOneOf", ["Pass", "Warn"], "Fail", False),
+        ("IsOneOf", ["Pass"], None, False),
+        ("IsOneOf", ["Unknown"], None, True),  # no scan result: Unknown
+        ("IsNoneOf", ["Pass"], "Fail", True),
+        ("IsNoneOf", ["Pass"], None, True),
+        ("IsNoneOf", ["Fail", "Unknown"], None, False),
+    ],
+)
 def test_scan_status_operators(operator: str, values: list[str], status: str | None, matches: bool) -> None:
     adm = admission(policy("p", [{"action": "Reject", "imageScanStatus": {"operator": operator, "values": values}}]))
     scans = ScanResults()
@@ -231,22 +301,25 @@ def test_scan_status_operators(operator: str, values: list[str], status: str | N
     assert decide(adm, pod("img"), scans).allowed is not matches
 
 
-@pytest.mark.parametrize("match, last_scan, matches", [
-    ({"operator": "gt", "duration": {"days": 3}}, NOW - dt.timedelta(days=2), True),
-    ({"operator": "gt", "duration": {"days": 3}}, NOW - dt.timedelta(days=4), False),
-    ({"operator": "gt", "duration": {"days": 3}}, NOW - dt.timedelta(days=3), False),  # the edge matches neither
-    ({"operator": "lt", "duration": {"days": 3}}, NOW - dt.timedelta(days=3), False),
-    ({"operator": "lt", "duration": {"days": 3}}, NOW - dt.timedelta(days=3, seconds=1), True),
-    ({"operator": "gt", "duration": {"months": 1}}, dt.datetime(2025, 5, 1, 0, 0, 1, tzinfo=UTC), True),
-    ({"operator": "gt", "duration": {"months": 1}}, dt.datetime(2025, 5, 1, tzinfo=UTC), False),
-    ({"operator": "lt", "duration": {"years": 1}}, dt.datetime(2024, 5, 31, 23, 59, tzinfo=UTC), True),
-    ({"operator": "gt", "time": "2022-01-02T0:00:00Z"}, dt.datetime(2022, 1, 1, tzinfo=UTC), False),
-    ({"operator": "gt", "time": "2022-01-02T0:00:00Z"}, dt.datetime(2022, 1, 3, tzinfo=UTC), True),
-    ({"operator": "lt", "time": "2022-01-02T00:00:00+01:00"}, dt.datetime(2022, 1, 1, 23, 0, tzinfo=UTC), False),
-    ({"operator": "lt", "time": "2022-01-02T00:00:00+01:00"}, dt.datetime(2022, 1, 1, 22, 59, tzinfo=UTC), True),
-    ({"operator": "gt", "duration": {"days": 3}}, None, False),  # never scanned
-    ({"operator": "lt", "duration": {"days": 3}}, None, False),
-])
+@pytest.mark.parametrize(
+    "match, last_scan, matches",
+    [
+        ({"operator": "gt", "duration": {"days": 3}}, NOW - dt.timedelta(days=2), True),
+        ({"operator": "gt", "duration": {"days": 3}}, NOW - dt.timedelta(days=4), False),
+        ({"operator": "gt", "duration": {"days": 3}}, NOW - dt.timedelta(days=3), False),  # the edge matches neither
+        ({"operator": "lt", "duration": {"days": 3}}, NOW - dt.timedelta(days=3), False),
+        ({"operator": "lt", "duration": {"days": 3}}, NOW - dt.timedelta(days=3, seconds=1), True),
+        ({"operator": "gt", "duration": {"months": 1}}, dt.datetime(2025, 5, 1, 0, 0, 1, tzinfo=UTC), True),
+        ({"operator": "gt", "duration": {"months": 1}}, dt.datetime(2025, 5, 1, tzinfo=UTC), False),
+        ({"operator": "lt", "duration": {"years": 1}}, dt.datetime(2024, 5, 31, 23, 59, tzinfo=UTC), True),
+        ({"operator": "gt", "time": "2022-01-02T0:00:00Z"}, dt.datetime(2022, 1, 1, tzinfo=UTC), False),
+        ({"operator": "gt", "time": "2022-01-02T0:00:00Z"}, dt.datetime(2022, 1, 3, tzinfo=UTC), True),
+        ({"operator": "lt", "time": "2022-01-02T00:00:00+01:00"}, dt.datetime(2022, 1, 1, 23, 0, tzinfo=UTC), False),
+        ({"operator": "lt", "time": "2022-01-02T00:00:00+01:00"}, dt.datetime(2022, 1, 1, 22, 59, tzinfo=UTC), True),
+        ({"operator": "gt", "duration": {"days": 3}}, None, False),  # never scanned
+        ({"operator": "lt", "duration": {"days": 3}}, None, False),
+    ],
+)
 def test_last_scan_operators_and_edges(match: dict, last_scan: dt.datetime | None, matches: bool) -> None:
     adm = admission(policy("p", [{"action": "Reject", "imageLastScan": match}]))
     scans = ScanResults()
@@ -269,27 +342,37 @@ def test_freshness_example_uses_now() -> None:
 
 # --- resources ---
 
-TEMPLATE = {"metadata": {"labels": {"app": "x"}}, "spec": {"initContainers": [{"name": "init", "image": "bad/init"}],
-                                                           "containers": [{"name": "main", "image": "gcr.io/ok"}]}}
+TEMPLATE = {
+    "metadata": {"labels": {"app": "x"}},
+    "spec": {
+        "initContainers": [{"name": "init", "image": "bad/init"}],
+        "containers": [{"name": "main", "image": "gcr.io/ok"}],
+    },
+}
 
 
-@pytest.mark.parametrize("api, kind, wrap", [
-    ("apps/v1", "Deployment", lambda t: {"template": t}),
-    ("apps/v1", "StatefulSet", lambda t: {"template": t}),
-    ("apps/v1", "DaemonSet", lambda t: {"template": t}),
-    ("apps/v1", "ReplicaSet", lambda t: {"template": t}),
-    ("extensions/v1beta1", "Deployment", lambda t: {"template": t}),
-    ("batch/v1", "Job", lambda t: {"template": t}),
-    ("batch/v1", "CronJob", lambda t: {"jobTemplate": {"spec": {"template": t}}}),
-    ("v1", "ReplicationController", lambda t: {"template": t}),
-])
+@pytest.mark.parametrize(
+    "api, kind, wrap",
+    [
+        ("apps/v1", "Deployment", lambda t: {"template": t}),
+        ("apps/v1", "StatefulSet", lambda t: {"template": t}),
+        ("apps/v1", "DaemonSet", lambda t: {"template": t}),
+        ("apps/v1", "ReplicaSet", lambda t: {"template": t}),
+        ("extensions/v1beta1", "Deployment", lambda t: {"template": t}),
+        ("batch/v1", "Job", lambda t: {"template": t}),
+        ("batch/v1", "CronJob", lambda t: {"jobTemplate": {"spec": {"template": t}}}),
+        ("v1", "ReplicationController", lambda t: {"template": t}),
+    ],
+)
 def test_every_pod_creating_kind_with_failing_init_container(api: str, kind: str, wrap) -> None:
     adm = admission(policy("p", [{"action": "Reject", "imagePath": {"operator": "IsNoneOf", "values": ["^gcr.io/"]}}]))
     obj = {"apiVersion": api, "kind": kind, "metadata": {"name": "w", "namespace": "n"}, "spec": wrap(TEMPLATE)}
     d = decide(adm, obj)
     assert not d.allowed
     assert [(c.container.type, c.container.name, c.decision) for c in d.containers] == [
-        ("initContainer", "init", "reject"), ("container", "main", "admit")]
+        ("initContainer", "init", "reject"),
+        ("container", "main", "admit"),
+    ]
     assert "initContainer 'init' image 'bad/init': rejected by ContainerAdmissionPolicy/p rule 0" in d.message()
 
 
@@ -299,14 +382,26 @@ def test_ephemeral_containers_are_judged() -> None:
     assert not d.allowed and d.containers[-1].container.type == "ephemeralContainer"
 
 
-@pytest.mark.parametrize("obj, fragment", [
-    ({"apiVersion": "v1", "kind": "ConfigMap"}, "not a pod-creating resource"),
-    ({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": []}}, "spec.containers: Required value"),
-    ({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "a"}]}}, "spec.containers[0].image: Required"),
-    ({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "a", "image": "x" * 70_000}]}}, "at most"),
-    ({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {}}, "spec.template.spec: Required value"),
-    ({"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"a": 1}}, "spec": {"containers": []}}, "metadata.labels.a"),
-])
+@pytest.mark.parametrize(
+    "obj, fragment",
+    [
+        ({"apiVersion": "v1", "kind": "ConfigMap"}, "not a pod-creating resource"),
+        ({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": []}}, "spec.containers: Required value"),
+        (
+            {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "a"}]}},
+            "spec.containers[0].image: Required",
+        ),
+        (
+            {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "a", "image": "x" * 70_000}]}},
+            "at most",
+        ),
+        ({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {}}, "spec.template.spec: Required value"),
+        (
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"a": 1}}, "spec": {"containers": []}},
+            "metadata.labels.a",
+        ),
+    ],
+)
 def test_unjudgeable_resources_raise_resource_error(obj: dict, fragment: str) -> None:
     with pytest.raises(ResourceError) as e:
         resource_from_object(obj)
@@ -315,9 +410,11 @@ def test_unjudgeable_resources_raise_resource_error(obj: dict, fragment: str) ->
 
 # --- scan facts ---
 
+
 def test_scans_file_errors_have_file_and_line(tmp_path: Path) -> None:
     f = tmp_path / "scans.yaml"
-    f.write_text(textwrap.dedent("""\
+    f.write_text(
+        textwrap.dedent("""\
         apiVersion: admission.pyclassify.io/v1
         kind: ImageScanResults
         results:
@@ -327,35 +424,46 @@ def test_scans_file_errors_have_file_and_line(tmp_path: Path) -> None:
           status: Pass
           lastScan: yesterday
         - status: Warn
-        """))
+        """)
+    )
     problems = Problems()
     load_scans([f], problems)
     assert [str(p) for p in problems.errors] == [
-        f"{f}:5: results[0].status: Unsupported value: 'Passed': supported values: \"Pass\", \"Warn\", \"Fail\"",
+        f'{f}:5: results[0].status: Unsupported value: \'Passed\': supported values: "Pass", "Warn", "Fail"',
         f"{f}:6: results[1].digest: Invalid value: 'md5:1': must be a digest such as sha256:<hex>",
         f"{f}:8: results[1].lastScan: Invalid value: 'yesterday': must be an RFC 3339 time (2006-01-02T15:04:05Z07:00)",
         f"{f}:9: results[2]: Required value: image or digest",
     ]
 
 
-@pytest.mark.parametrize("a, b", [
-    ("nginx", "docker.io/library/nginx:latest"),
-    ("library/nginx:1.2", "docker.io/library/nginx:1.2"),
-    ("index.docker.io/foo/bar", "docker.io/foo/bar:latest"),
-    ("localhost:5000/app", "localhost:5000/app:latest"),
-    ("gcr.io/a/b@sha256:abc", "gcr.io/a/b@sha256:abc"),
-    ("registry:5000/app:v1", "registry:5000/app:v1"),
-])
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("nginx", "docker.io/library/nginx:latest"),
+        ("library/nginx:1.2", "docker.io/library/nginx:1.2"),
+        ("index.docker.io/foo/bar", "docker.io/foo/bar:latest"),
+        ("localhost:5000/app", "localhost:5000/app:latest"),
+        ("gcr.io/a/b@sha256:abc", "gcr.io/a/b@sha256:abc"),
+        ("registry:5000/app:v1", "registry:5000/app:v1"),
+    ],
+)
 def test_normalize_image(a: str, b: str) -> None:
     assert normalize_image(a) == b
 
 
 def test_annotations_only_when_trusted_and_file_wins() -> None:
-    adm = admission(policy("p", [{"action": "Allow", "imageScanStatus": {"operator": "IsOneOf", "values": ["Pass"]}},
-                                 {"action": "Reject"}]))
+    adm = admission(
+        policy(
+            "p",
+            [{"action": "Allow", "imageScanStatus": {"operator": "IsOneOf", "values": ["Pass"]}}, {"action": "Reject"}],
+        )
+    )
     obj = pod("gcr.io/a:1", "gcr.io/b:1")
-    obj["metadata"]["annotations"] = {"admission.pyclassify.io/image-scans": json.dumps(
-        {"gcr.io/a:1": {"status": "Pass", "lastScan": "2025-01-01T00:00:00Z"}, "gcr.io/b:1": {"status": "Pass"}})}
+    obj["metadata"]["annotations"] = {
+        "admission.pyclassify.io/image-scans": json.dumps(
+            {"gcr.io/a:1": {"status": "Pass", "lastScan": "2025-01-01T00:00:00Z"}, "gcr.io/b:1": {"status": "Pass"}}
+        )
+    }
     assert not decide(adm, obj).allowed  # untrusted: both Unknown
     scans = ScanResults()
     scans.add("gcr.io/b:1", None, ScanResult("Fail"))
@@ -368,10 +476,13 @@ def test_annotations_only_when_trusted_and_file_wins() -> None:
 
 # --- the command's other exits ---
 
+
 def test_admit_invalid_input_exits_1_with_file_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("apiVersion: containersecurity.tigera.io/v1beta1\nkind: ContainerAdmissionPolicy\n"
-                   "metadata: {name: x}\nspec:\n  rules:\n  - action: Deny\n")
+    bad.write_text(
+        "apiVersion: containersecurity.tigera.io/v1beta1\nkind: ContainerAdmissionPolicy\n"
+        "metadata: {name: x}\nspec:\n  rules:\n  - action: Deny\n"
+    )
     result = CliRunner().invoke(admit_command, [str(bad), "--resource", str(EXAMPLES / "resources" / "pod-pass.yaml")])
     assert result.exit_code == 1
     assert f"{bad}:6: spec.rules[0].action: Unsupported value: 'Deny'" in result.output
@@ -389,9 +500,14 @@ def test_admit_usage_errors_exit_2() -> None:
 
 def test_admit_multi_document_resource_rejects_if_any_does(tmp_path: Path) -> None:
     both = tmp_path / "both.yaml"
-    both.write_text((EXAMPLES / "resources" / "pod-pass.yaml").read_text() + "---\n"
-                    + (EXAMPLES / "resources" / "pod-non-gcr.yaml").read_text())
-    result = CliRunner().invoke(admit_command, [str(POLICIES), "--resource", str(both), "--scans", str(SCANS), "--json"])
+    both.write_text(
+        (EXAMPLES / "resources" / "pod-pass.yaml").read_text()
+        + "---\n"
+        + (EXAMPLES / "resources" / "pod-non-gcr.yaml").read_text()
+    )
+    result = CliRunner().invoke(
+        admit_command, [str(POLICIES), "--resource", str(both), "--scans", str(SCANS), "--json"]
+    )
     assert result.exit_code == 4
     out = json.loads(result.output)
     assert [r["decision"] for r in out["resources"]] == ["admit", "reject"]

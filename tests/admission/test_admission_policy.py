@@ -60,9 +60,16 @@ def test_seed_sample_loads_into_typed_rules() -> None:
     assert policy.selector.is_all and policy.namespace_selector.is_all
     r0, r1, r2 = policy.rules
     assert (r0.action, r0.image_path.operator, r0.image_path.values) == (
-        "Reject", "IsNoneOf", ("^gcr.io/company/production-repository/.*",))
+        "Reject",
+        "IsNoneOf",
+        ("^gcr.io/company/production-repository/.*",),
+    )
     assert r0.image_scan_status is None and r0.image_last_scan is None
-    assert (r1.action, r1.image_scan_status.operator, r1.image_scan_status.values) == ("Allow", "IsOneOf", ("Pass", "Warn"))
+    assert (r1.action, r1.image_scan_status.operator, r1.image_scan_status.values) == (
+        "Allow",
+        "IsOneOf",
+        ("Pass", "Warn"),
+    )
     assert r2.action == "Reject" and r2.is_catch_all
     assert r0.line == 13 and r2.line == 24  # lines of the rules in the file
 
@@ -75,7 +82,8 @@ def test_defaults_selector_all_and_unset_order() -> None:
 
 
 def test_errors_name_file_line_and_field() -> None:
-    body = textwrap.indent(textwrap.dedent("""\
+    body = textwrap.indent(
+        textwrap.dedent("""\
         order: high
         selector: "a == "
         bogus: 1
@@ -101,7 +109,9 @@ def test_errors_name_file_line_and_field() -> None:
           imageLastScan:
             operator: gt
         - {imagePath: {operator: IsOneOf, values: [a]}}
-        """), "  ")
+        """),
+        "  ",
+    )
     found = errors(POLICY + body)
     expected = [
         # type errors are the schema check's, in its words
@@ -122,8 +132,13 @@ def test_errors_name_file_line_and_field() -> None:
     for want in expected:
         assert any(f.startswith(want) for f in found), f"missing {want!r} in:\n" + "\n".join(found)
     # The regex error names the value; the bad pattern's own line is reported.
-    assert any(f.startswith("p.yaml:14: spec.rules[1].imagePath.values[1]: Invalid value: 'gcr.io/(unclosed': "
-                            "invalid regular expression") for f in found), found
+    assert any(
+        f.startswith(
+            "p.yaml:14: spec.rules[1].imagePath.values[1]: Invalid value: 'gcr.io/(unclosed': "
+            "invalid regular expression"
+        )
+        for f in found
+    ), found
 
 
 def test_invalid_policy_is_dropped_whole() -> None:
@@ -131,14 +146,19 @@ def test_invalid_policy_is_dropped_whole() -> None:
     assert problems and admission.policies == ()
 
 
-@pytest.mark.parametrize("pattern, fragment", [
-    ("(a)\\1", "backreferences are not supported"),
-    ("gcr(?=\\.io)", "look-around"),
-    ("((a{1000}){1000}){1000}", "too large"),
-    ("[z-a]", "invalid regular expression"),
-])
+@pytest.mark.parametrize(
+    "pattern, fragment",
+    [
+        ("(a)\\1", "backreferences are not supported"),
+        ("gcr(?=\\.io)", "look-around"),
+        ("((a{1000}){1000}){1000}", "too large"),
+        ("[z-a]", "invalid regular expression"),
+    ],
+)
 def test_hostile_or_unsupported_patterns_are_load_errors(pattern: str, fragment: str) -> None:
-    found = errors(POLICY + f"  rules:\n  - action: Allow\n    imagePath:\n      operator: IsOneOf\n      values: ['{pattern}']\n")
+    found = errors(
+        POLICY + f"  rules:\n  - action: Allow\n    imagePath:\n      operator: IsOneOf\n      values: ['{pattern}']\n"
+    )
     assert len(found) == 1 and "spec.rules[0].imagePath.values[0]" in found[0], found
     assert fragment in found[0]
 
@@ -163,12 +183,15 @@ def test_duplicate_names_are_errors() -> None:
 
 
 def test_warnings_for_shadowed_rules_and_empty_values() -> None:
-    _, problems = load(POLICY + "  rules:\n  - action: Allow\n  - action: Reject\n"
-                          "    imagePath: {operator: IsOneOf, values: []}\n")
+    _, problems = load(
+        POLICY + "  rules:\n  - action: Allow\n  - action: Reject\n    imagePath: {operator: IsOneOf, values: []}\n"
+    )
     assert not problems.errors
     warnings = [str(w) for w in problems.warnings]
     assert any("spec.rules[0]: this rule has no criteria" in w for w in warnings)
-    assert any("spec.rules[1].imagePath.values: no values: IsOneOf of an empty list matches nothing" in w for w in warnings)
+    assert any(
+        "spec.rules[1].imagePath.values: no values: IsOneOf of an empty list matches nothing" in w for w in warnings
+    )
 
 
 def test_policies_sorted_by_order_unset_last_ties_by_name() -> None:
@@ -177,36 +200,66 @@ def test_policies_sorted_by_order_unset_last_ties_by_name() -> None:
         spec = {"rules": [{"action": "Allow"}]}
         if order is not None:
             spec["order"] = order
-        docs += documents_of({"apiVersion": "containersecurity.tigera.io/v1beta1", "kind": "ContainerAdmissionPolicy",
-                              "metadata": {"name": name}, "spec": spec}, "x", Problems())
+        docs += documents_of(
+            {
+                "apiVersion": "containersecurity.tigera.io/v1beta1",
+                "kind": "ContainerAdmissionPolicy",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+            "x",
+            Problems(),
+        )
     admission = build_admission(docs, Problems())
     assert [p.name for p in admission.policies] == ["neg", "gamma", "alpha", "beta", "aaa", "zeta"]
 
 
 def test_check_admission_documents_reports_into_problems() -> None:
     problems = Problems()
-    docs = load_text(POLICY + "  rules: [{action: Maybe}]\n---\n" + POLICY.replace("name: p", "name: q")
-                     + "  rules: [{action: Allow}]\n", "c.yaml", problems)
+    docs = load_text(
+        POLICY
+        + "  rules: [{action: Maybe}]\n---\n"
+        + POLICY.replace("name: p", "name: q")
+        + "  rules: [{action: Allow}]\n",
+        "c.yaml",
+        problems,
+    )
     assert check_admission_documents(docs, problems) == 1
     assert [str(p) for p in problems.errors] == [
-        "c.yaml:6: spec.rules[0].action: Unsupported value: 'Maybe': supported values: \"Allow\", \"Reject\""]
+        'c.yaml:6: spec.rules[0].action: Unsupported value: \'Maybe\': supported values: "Allow", "Reject"'
+    ]
 
 
 # --- times and durations ---
 
-@pytest.mark.parametrize("text, expected", [
-    ("2022-01-02T0:00:00Z", dt.datetime(2022, 1, 2, tzinfo=UTC)),  # the seed's one-digit hour
-    ("2022-01-02T15:04:05Z", dt.datetime(2022, 1, 2, 15, 4, 5, tzinfo=UTC)),
-    ("2022-01-02T15:04:05.123456789+02:00", dt.datetime(2022, 1, 2, 13, 4, 5, 123456, tzinfo=UTC)),
-    ("2022-01-02T00:30:00-01:30", dt.datetime(2022, 1, 2, 2, 0, tzinfo=UTC)),
-])
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2022-01-02T0:00:00Z", dt.datetime(2022, 1, 2, tzinfo=UTC)),  # the seed's one-digit hour
+        ("2022-01-02T15:04:05Z", dt.datetime(2022, 1, 2, 15, 4, 5, tzinfo=UTC)),
+        ("2022-01-02T15:04:05.123456789+02:00", dt.datetime(2022, 1, 2, 13, 4, 5, 123456, tzinfo=UTC)),
+        ("2022-01-02T00:30:00-01:30", dt.datetime(2022, 1, 2, 2, 0, tzinfo=UTC)),
+    ],
+)
 def test_parse_time_as_go_rfc3339(text: str, expected: dt.datetime) -> None:
     assert parse_time(text) == expected
 
 
-@pytest.mark.parametrize("text", ["2022-01-02", "2022-01-02T00:00Z", "2022-13-01T00:00:00Z", "2022-01-02T24:00:00Z",
-                                  "2022-02-30T00:00:00Z", "2022-01-02T00:00:00", "2022-01-02T0:0:00Z",
-                                  "2022-01-02T00:00:00+25:00", ""])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2022-01-02",
+        "2022-01-02T00:00Z",
+        "2022-13-01T00:00:00Z",
+        "2022-01-02T24:00:00Z",
+        "2022-02-30T00:00:00Z",
+        "2022-01-02T00:00:00",
+        "2022-01-02T0:0:00Z",
+        "2022-01-02T00:00:00+25:00",
+        "",
+    ],
+)
 def test_parse_time_refuses(text: str) -> None:
     assert parse_time(text) is None
 
@@ -251,6 +304,7 @@ def test_month_and_year_durations() -> None:
 
 # --- the compiled pattern set (Rust) ---
 
+
 def test_image_pattern_set_semantics() -> None:
     s = ImagePatternSet(["^quay.io/", "app", "^gcr.io/"])
     assert s.patterns == ["^quay.io/", "app", "^gcr.io/"] and len(s) == 3
@@ -283,22 +337,58 @@ def test_pattern_set_never_panics(patterns: list[str], image: str) -> None:
 
 
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers(-10, 10**6) | st.floats(allow_nan=True) | st.text(max_size=12)
+    st.none()
+    | st.booleans()
+    | st.integers(-10, 10**6)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=12)
     | st.sampled_from(["Allow", "Reject", "IsOneOf", "IsNoneOf", "gt", "lt", "Pass", "all()", "2022-01-02T0:00:00Z"]),
-    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
-        st.sampled_from(["action", "imagePath", "imageScanStatus", "imageLastScan", "operator", "values", "time",
-                         "duration", "days", "months", "years", "x"]), kids, max_size=4),
+    lambda kids: (
+        st.lists(kids, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "action",
+                    "imagePath",
+                    "imageScanStatus",
+                    "imageLastScan",
+                    "operator",
+                    "values",
+                    "time",
+                    "duration",
+                    "days",
+                    "months",
+                    "years",
+                    "x",
+                ]
+            ),
+            kids,
+            max_size=4,
+        )
+    ),
     max_leaves=25,
 )
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.fixed_dictionaries({}, optional={"order": _json, "selector": _json, "namespaceSelector": _json,
-                                           "rules": st.lists(_json, max_size=4)}))
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={"order": _json, "selector": _json, "namespaceSelector": _json, "rules": st.lists(_json, max_size=4)},
+    )
+)
 def test_normalizer_fuzz_reports_never_raises(spec: dict) -> None:
     problems = Problems()
-    (doc,) = documents_of({"apiVersion": "containersecurity.tigera.io/v1beta1", "kind": "ContainerAdmissionPolicy",
-                           "metadata": {"name": "f"}, "spec": spec}, "f.yaml", problems)
+    (doc,) = documents_of(
+        {
+            "apiVersion": "containersecurity.tigera.io/v1beta1",
+            "kind": "ContainerAdmissionPolicy",
+            "metadata": {"name": "f"},
+            "spec": spec,
+        },
+        "f.yaml",
+        problems,
+    )
     out = normalize_admission_policy(doc, problems)
     assert (out == []) == bool(problems.errors) or out == []
     if out:

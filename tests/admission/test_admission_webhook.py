@@ -45,8 +45,15 @@ def policies(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def webhook(tls: tuple[str, str], policies: Path) -> Iterator[AdmissionWebhook]:
-    hook = AdmissionWebhook([str(policies)], tls_cert=tls[0], tls_key=tls[1], listen=("127.0.0.1", 0),
-                            scan_paths=[str(EXAMPLES / "scans.yaml")], reload_interval=0.05, clock=lambda: NOW)
+    hook = AdmissionWebhook(
+        [str(policies)],
+        tls_cert=tls[0],
+        tls_key=tls[1],
+        listen=("127.0.0.1", 0),
+        scan_paths=[str(EXAMPLES / "scans.yaml")],
+        reload_interval=0.05,
+        clock=lambda: NOW,
+    )
     with hook:
         yield hook
 
@@ -57,15 +64,18 @@ def client(hook: AdmissionWebhook, cert: str) -> http.client.HTTPSConnection:
     return http.client.HTTPSConnection(host, port, context=ctx, timeout=30)
 
 
-def post(hook: AdmissionWebhook, cert: str, body: bytes | str, path: str = "/validate",
-         headers: dict | None = None) -> tuple[int, Any]:
+def post(
+    hook: AdmissionWebhook, cert: str, body: bytes | str, path: str = "/validate", headers: dict | None = None
+) -> tuple[int, Any]:
     conn = client(hook, cert)
     try:
         data = body.encode() if isinstance(body, str) else body
         conn.request("POST", path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
         resp = conn.getresponse()
         raw = resp.read()
-        return resp.status, json.loads(raw) if resp.getheader("Content-Type", "").startswith("application/json") else raw
+        return resp.status, json.loads(raw) if resp.getheader("Content-Type", "").startswith(
+            "application/json"
+        ) else raw
     finally:
         conn.close()
 
@@ -81,8 +91,14 @@ def get(hook: AdmissionWebhook, cert: str, path: str) -> tuple[int, str]:
 
 
 def review_of(obj: dict, uid: str = "uid-1", operation: str = "CREATE", **request: Any) -> dict:
-    req = {"uid": uid, "kind": {"group": "", "version": "v1", "kind": obj.get("kind")}, "operation": operation,
-           "namespace": obj.get("metadata", {}).get("namespace"), "object": obj, **request}
+    req = {
+        "uid": uid,
+        "kind": {"group": "", "version": "v1", "kind": obj.get("kind")},
+        "operation": operation,
+        "namespace": obj.get("metadata", {}).get("namespace"),
+        "object": obj,
+        **request,
+    }
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": req}
 
 
@@ -100,17 +116,25 @@ def metric(hook: AdmissionWebhook, cert: str, line_start: str) -> float:
     return 0.0
 
 
-@pytest.mark.parametrize("name, allowed, fragment", [
-    ("pod-pass.yaml", True, "admitted by ContainerAdmissionPolicy/reject-failed-and-non-gcr"),
-    ("pod-failed-scan.yaml", False, "rejected by ContainerAdmissionPolicy/reject-failed-and-non-gcr rule 2"),
-    ("pod-non-gcr.yaml", False, "rejected by ContainerAdmissionPolicy/reject-failed-and-non-gcr rule 0"),
-    ("deployment-init-fails.yaml", False, "initContainer 'wait-for-db' image 'busybox:1.36': rejected by "
-                                          "ContainerAdmissionPolicy/reject-failed-and-non-gcr rule 0"),
-    ("cronjob-sandbox.yaml", True, "admitted by ContainerAdmissionPolicy/sandbox-exempt"),
-    ("pod-unscanned.yaml", False, "rule 2"),
-])
-def test_seed_examples_over_https(webhook: AdmissionWebhook, tls: tuple[str, str], name: str, allowed: bool,
-                                  fragment: str) -> None:
+@pytest.mark.parametrize(
+    "name, allowed, fragment",
+    [
+        ("pod-pass.yaml", True, "admitted by ContainerAdmissionPolicy/reject-failed-and-non-gcr"),
+        ("pod-failed-scan.yaml", False, "rejected by ContainerAdmissionPolicy/reject-failed-and-non-gcr rule 2"),
+        ("pod-non-gcr.yaml", False, "rejected by ContainerAdmissionPolicy/reject-failed-and-non-gcr rule 0"),
+        (
+            "deployment-init-fails.yaml",
+            False,
+            "initContainer 'wait-for-db' image 'busybox:1.36': rejected by "
+            "ContainerAdmissionPolicy/reject-failed-and-non-gcr rule 0",
+        ),
+        ("cronjob-sandbox.yaml", True, "admitted by ContainerAdmissionPolicy/sandbox-exempt"),
+        ("pod-unscanned.yaml", False, "rule 2"),
+    ],
+)
+def test_seed_examples_over_https(
+    webhook: AdmissionWebhook, tls: tuple[str, str], name: str, allowed: bool, fragment: str
+) -> None:
     status, answer = post(webhook, tls[0], json.dumps(review_of(resource(name), uid=f"u-{name}")))
     assert status == 200
     assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
@@ -138,12 +162,19 @@ def test_wrong_api_version_and_shape(webhook: AdmissionWebhook, tls: tuple[str, 
     status, answer = post(webhook, tls[0], json.dumps(review))
     assert status == 400
     r = answer["response"]
-    assert r["uid"] == "old" and r["allowed"] is False and "unsupported AdmissionReview apiVersion" in r["status"]["message"]
+    assert (
+        r["uid"] == "old"
+        and r["allowed"] is False
+        and "unsupported AdmissionReview apiVersion" in r["status"]["message"]
+    )
     assert answer["apiVersion"] == "admission.k8s.io/v1"
     status, answer = post(webhook, tls[0], json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}))
     assert status == 400 and "request is missing" in answer["response"]["status"]["message"]
-    status, answer = post(webhook, tls[0], json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                                       "request": {"object": {}}}))
+    status, answer = post(
+        webhook,
+        tls[0],
+        json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"object": {}}}),
+    )
     assert status == 400 and "request.uid is required" in answer["response"]["status"]["message"]
 
 
@@ -152,7 +183,10 @@ def test_body_far_over_the_limit(webhook: AdmissionWebhook, tls: tuple[str, str]
     big = big[:-1] + b', "padding": "' + b"x" * (12 * 1024 * 1024) + b'"}'
     status, answer = post(webhook, tls[0], big)
     assert status == 413
-    assert answer["response"]["allowed"] is False and "over the limit of 3145728 bytes" in answer["response"]["status"]["message"]
+    assert (
+        answer["response"]["allowed"] is False
+        and "over the limit of 3145728 bytes" in answer["response"]["status"]["message"]
+    )
     assert get(webhook, tls[0], "/healthz") == (200, "ok\n")
     status, answer = post(webhook, tls[0], json.dumps(review_of(resource("pod-pass.yaml"))))
     assert status == 200 and answer["response"]["allowed"] is True
@@ -172,14 +206,19 @@ def test_missing_content_length(webhook: AdmissionWebhook, tls: tuple[str, str])
 def test_not_judged_requests_are_allowed(webhook: AdmissionWebhook, tls: tuple[str, str]) -> None:
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "x"}}
     _, answer = post(webhook, tls[0], json.dumps(review_of(cm)))
-    assert answer["response"]["allowed"] is True and "not a pod-creating resource" in answer["response"]["status"]["message"]
+    assert (
+        answer["response"]["allowed"] is True
+        and "not a pod-creating resource" in answer["response"]["status"]["message"]
+    )
     review = review_of(resource("pod-non-gcr.yaml"), operation="DELETE")
     review["request"]["object"] = None
     _, answer = post(webhook, tls[0], json.dumps(review))
     assert answer["response"]["allowed"] is True
     _, answer = post(webhook, tls[0], json.dumps(review_of(resource("pod-non-gcr.yaml"), subResource="status")))
     assert answer["response"]["allowed"] is True
-    _, answer = post(webhook, tls[0], json.dumps(review_of(resource("pod-non-gcr.yaml"), subResource="ephemeralcontainers")))
+    _, answer = post(
+        webhook, tls[0], json.dumps(review_of(resource("pod-non-gcr.yaml"), subResource="ephemeralcontainers"))
+    )
     assert answer["response"]["allowed"] is False
     bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "a"}]}}
     _, answer = post(webhook, tls[0], json.dumps(review_of(bad)))
@@ -196,18 +235,23 @@ def test_namespace_comes_from_the_request(webhook: AdmissionWebhook, tls: tuple[
 
 
 @pytest.mark.parametrize("failure_policy, allowed", [("Fail", False), ("Ignore", True)])
-def test_failure_policy_on_internal_error(tls: tuple[str, str], policies: Path, failure_policy: str, allowed: bool) -> None:
+def test_failure_policy_on_internal_error(
+    tls: tuple[str, str], policies: Path, failure_policy: str, allowed: bool
+) -> None:
     def broken(*args: Any) -> Any:
         raise RuntimeError("engine exploded")
 
-    with AdmissionWebhook([str(policies)], tls_cert=tls[0], tls_key=tls[1], listen=("127.0.0.1", 0),
-                          failure_policy=failure_policy) as hook:
+    with AdmissionWebhook(
+        [str(policies)], tls_cert=tls[0], tls_key=tls[1], listen=("127.0.0.1", 0), failure_policy=failure_policy
+    ) as hook:
         hook.evaluator = broken
         status, answer = post(hook, tls[0], json.dumps(review_of(resource("pod-pass.yaml"), uid="x")))
         assert status == 200
         r = answer["response"]
         assert r["uid"] == "x" and r["allowed"] is allowed and r["status"]["code"] == 500
-        assert "engine exploded" in r["status"]["message"] and f"failure policy {failure_policy}" in r["status"]["message"]
+        assert (
+            "engine exploded" in r["status"]["message"] and f"failure policy {failure_policy}" in r["status"]["message"]
+        )
         assert metric(hook, tls[0], 'pyclassify_admission_requests_total{result="error"}') == 1.0
 
 
@@ -253,23 +297,31 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def test_hot_reload_and_bad_reload_keeps_last_good(webhook: AdmissionWebhook, tls: tuple[str, str], policies: Path) -> None:
+def test_hot_reload_and_bad_reload_keeps_last_good(
+    webhook: AdmissionWebhook, tls: tuple[str, str], policies: Path
+) -> None:
     obj = resource("pod-non-gcr.yaml")
     _, answer = post(webhook, tls[0], json.dumps(review_of(obj)))
     assert answer["response"]["allowed"] is False
     # An allow-everything policy ordered first: the webhook picks it up without a restart.
-    write_atomically(policies / "01-allow-all.yaml",
+    write_atomically(
+        policies / "01-allow-all.yaml",
         "apiVersion: containersecurity.tigera.io/v1beta1\nkind: ContainerAdmissionPolicy\n"
-        "metadata: {name: allow-all}\nspec:\n  order: 1\n  rules: [{action: Allow}]\n")
+        "metadata: {name: allow-all}\nspec:\n  order: 1\n  rules: [{action: Allow}]\n",
+    )
     wait_for(lambda: webhook.snapshot.generation == 2, "reload")
     _, answer = post(webhook, tls[0], json.dumps(review_of(obj)))
     assert answer["response"]["allowed"] is True and "allow-all" in answer["response"]["status"]["message"]
     # A broken edit is refused; the last good policy stays in force.
-    write_atomically(policies / "01-allow-all.yaml",
+    write_atomically(
+        policies / "01-allow-all.yaml",
         "apiVersion: containersecurity.tigera.io/v1beta1\nkind: ContainerAdmissionPolicy\n"
-        "metadata: {name: allow-all}\nspec:\n  order: 1\n  rules: [{action: Maybe}]\n")
-    wait_for(lambda: metric(webhook, tls[0], 'pyclassify_admission_policy_reloads_total{result="failure"}') == 1.0,
-             "failed reload")
+        "metadata: {name: allow-all}\nspec:\n  order: 1\n  rules: [{action: Maybe}]\n",
+    )
+    wait_for(
+        lambda: metric(webhook, tls[0], 'pyclassify_admission_policy_reloads_total{result="failure"}') == 1.0,
+        "failed reload",
+    )
     assert webhook.snapshot.generation == 2
     _, answer = post(webhook, tls[0], json.dumps(review_of(obj)))
     assert answer["response"]["allowed"] is True
@@ -281,16 +333,20 @@ def test_hot_reload_and_bad_reload_keeps_last_good(webhook: AdmissionWebhook, tl
 
 def test_invalid_policies_refuse_to_start(tls: tuple[str, str], tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("apiVersion: containersecurity.tigera.io/v1beta1\nkind: ContainerAdmissionPolicy\n"
-                   "metadata: {name: b}\nspec:\n  rules: [{action: Allow, imagePath: {operator: IsOneOf, values: ['(']}}]\n")
+    bad.write_text(
+        "apiVersion: containersecurity.tigera.io/v1beta1\nkind: ContainerAdmissionPolicy\n"
+        "metadata: {name: b}\nspec:\n  rules: [{action: Allow, imagePath: {operator: IsOneOf, values: ['(']}}]\n"
+    )
     with pytest.raises(InvalidInput) as e:
         AdmissionWebhook([str(bad)], tls_cert=tls[0], tls_key=tls[1], listen=("127.0.0.1", 0))
     assert f"{bad}:5: spec.rules[0].imagePath.values[0]" in str(e.value)
-    result = CliRunner().invoke(admission_webhook_command, [str(bad), "--listen", "127.0.0.1:0",
-                                                            "--tls-cert", tls[0], "--tls-key", tls[1]])
+    result = CliRunner().invoke(
+        admission_webhook_command, [str(bad), "--listen", "127.0.0.1:0", "--tls-cert", tls[0], "--tls-key", tls[1]]
+    )
     assert result.exit_code == 1 and "spec.rules[0].imagePath.values[0]" in result.output
-    result = CliRunner().invoke(admission_webhook_command, [str(bad), "--tls-cert", tls[0], "--tls-key", tls[1],
-                                                            "--failure-policy", "Maybe"])
+    result = CliRunner().invoke(
+        admission_webhook_command, [str(bad), "--tls-cert", tls[0], "--tls-key", tls[1], "--failure-policy", "Maybe"]
+    )
     assert result.exit_code == 2
 
 
@@ -304,13 +360,43 @@ def test_parse_listen() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.one_of(st.binary(max_size=300), st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=10),
-    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(
-        st.sampled_from(["apiVersion", "kind", "request", "uid", "object", "operation", "spec", "containers",
-                         "metadata", "namespace", "image", "name", "subResource"]), kids, max_size=5),
-    max_leaves=30).map(lambda o: json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                             "request": o}).encode())))
+@given(
+    st.one_of(
+        st.binary(max_size=300),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=10),
+            lambda kids: (
+                st.lists(kids, max_size=3)
+                | st.dictionaries(
+                    st.sampled_from(
+                        [
+                            "apiVersion",
+                            "kind",
+                            "request",
+                            "uid",
+                            "object",
+                            "operation",
+                            "spec",
+                            "containers",
+                            "metadata",
+                            "namespace",
+                            "image",
+                            "name",
+                            "subResource",
+                        ]
+                    ),
+                    kids,
+                    max_size=5,
+                )
+            ),
+            max_leaves=30,
+        ).map(
+            lambda o: json.dumps(
+                {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": o}
+            ).encode()
+        ),
+    )
+)
 def test_review_fuzz_never_raises(fuzz_hook: AdmissionWebhook, body: bytes) -> None:
     status, answer = fuzz_hook.review(body)
     assert status in (200, 400)

@@ -36,9 +36,16 @@ def hook_with(tls: tuple[str, str], tmp_path: Path, **options: object) -> Admiss
     policies = tmp_path / "policies"
     if not policies.exists():
         shutil.copytree(EXAMPLES / "policies", policies)
-    return AdmissionWebhook([str(policies)], tls_cert=tls[0], tls_key=tls[1], listen=("127.0.0.1", 0),
-                            scan_paths=[str(EXAMPLES / "scans.yaml")], reload_interval=0.05, clock=lambda: NOW,
-                            **options)  # type: ignore[arg-type]
+    return AdmissionWebhook(
+        [str(policies)],
+        tls_cert=tls[0],
+        tls_key=tls[1],
+        listen=("127.0.0.1", 0),
+        scan_paths=[str(EXAMPLES / "scans.yaml")],
+        reload_interval=0.05,
+        clock=lambda: NOW,
+        **options,
+    )  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -48,11 +55,23 @@ def hook(tls: tuple[str, str], tmp_path: Path) -> Iterator[AdmissionWebhook]:
 
 
 def review(image: str, uid: str = "u1") -> bytes:
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "production"},
-           "spec": {"containers": [{"name": "c", "image": "IMAGE"}]}}
-    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-            "request": {"uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
-                        "namespace": "production", "object": pod}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "production"},
+        "spec": {"containers": [{"name": "c", "image": "IMAGE"}]},
+    }
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "CREATE",
+            "namespace": "production",
+            "object": pod,
+        },
+    }
     # the image goes in as JSON text, escapes and all, as a client may send it
     return json.dumps(body).replace('"IMAGE"', json.dumps(image)).encode()
 
@@ -65,13 +84,17 @@ def tls_client(cafile: str) -> ssl.SSLContext:
 def post(h: AdmissionWebhook, cafile: str, body: bytes, timeout: float = 10.0) -> tuple[int, dict]:
     with socket.create_connection(h.address, timeout=timeout) as raw:
         with tls_client(cafile).wrap_socket(raw, server_hostname="127.0.0.1") as s:
-            s.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            s.sendall(
+                b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(body) + body
+            )
             data = b""
             while b"\r\n\r\n" not in data:
                 data += s.recv(65536)
             head, _, rest = data.partition(b"\r\n\r\n")
-            length = int([line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")][0])
+            length = int(
+                [line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")][0]
+            )
             while len(rest) < length:
                 rest += s.recv(65536)
             return int(head.split()[1]), json.loads(rest)
@@ -98,16 +121,19 @@ def rss_mb() -> float:
 
 
 @pytest.mark.parametrize("failure_policy", ["Fail", "Ignore"])
-def test_a_lone_surrogate_is_judged_as_the_api_server_reads_it(tls: tuple[str, str], tmp_path: Path,
-                                                              failure_policy: str) -> None:
+def test_a_lone_surrogate_is_judged_as_the_api_server_reads_it(
+    tls: tuple[str, str], tmp_path: Path, failure_policy: str
+) -> None:
     """The API server decodes a lone ``\\udcff`` escape as U+FFFD; the webhook judges that name.
     An image outside the allowed repository stays rejected whatever the failure policy."""
     with hook_with(tls, tmp_path, failure_policy=failure_policy) as h:
         status, answer = post(h, tls[0], review("docker.io/evil\udcff:1"))
         assert status == 200 and answer["response"]["allowed"] is False, answer
         assert answer["response"]["status"]["code"] == 403
-        assert "rejected by ContainerAdmissionPolicy/reject-failed-and-non-gcr rule 0" in \
-            answer["response"]["status"]["message"]
+        assert (
+            "rejected by ContainerAdmissionPolicy/reject-failed-and-non-gcr rule 0"
+            in answer["response"]["status"]["message"]
+        )
         assert "\ufffd" in answer["response"]["status"]["message"]  # the name as the cluster has it
         # Invalid UTF-8 bytes in the body: the same replacement, the same judgement.
         body = review("docker.io/evilXX:1").replace(b"evilXX", b"evil\xff\xfe")
@@ -130,9 +156,16 @@ def test_two_thousand_idle_connections_hold_no_threads(hook: AdmissionWebhook, t
         status, answer = post(hook, tls[0], review("gcr.io/company/production-repository/frontend:2.3.1"))
         assert status == 200 and answer["response"]["allowed"] is True
         assert hook.server.stats["open"] <= 256
-        record("webhook-idle-connections", {"connections": 2000, "threads_added": held, "open": hook.server.stats["open"],
-                                            "evicted": hook.server.stats["evicted"],
-                                            "healthz_ms": round(probe * 1000, 1)})
+        record(
+            "webhook-idle-connections",
+            {
+                "connections": 2000,
+                "threads_added": held,
+                "open": hook.server.stats["open"],
+                "evicted": hook.server.stats["evicted"],
+                "healthz_ms": round(probe * 1000, 1),
+            },
+        )
     finally:
         for s in idle:
             s.close()
@@ -181,9 +214,18 @@ def test_stalled_bodies_are_bounded_and_cut_at_the_deadline(hook: AdmissionWebho
     assert hook.server.stats["timeouts"] + hook.server.stats["busy"] >= 200
     # 200 bodies of 3 MiB would be 600 MiB; the server holds at most its bound (64 MiB)
     assert peak < 200, f"RSS grew {peak:.0f} MiB"
-    record("webhook-stalled-bodies", {"connections": 200, "body_bytes": 3 * 1024 * 1024, "sent_bytes": 1024 * 1024,
-                                      "rss_growth_mb": round(peak, 1), "busy": hook.server.stats["busy"],
-                                      "timeouts": hook.server.stats["timeouts"], "deadline_s": 2.0})
+    record(
+        "webhook-stalled-bodies",
+        {
+            "connections": 200,
+            "body_bytes": 3 * 1024 * 1024,
+            "sent_bytes": 1024 * 1024,
+            "rss_growth_mb": round(peak, 1),
+            "busy": hook.server.stats["busy"],
+            "timeouts": hook.server.stats["timeouts"],
+            "deadline_s": 2.0,
+        },
+    )
 
 
 def test_one_byte_trickles_are_cut_at_the_request_deadline(hook: AdmissionWebhook, tls: tuple[str, str]) -> None:
@@ -199,7 +241,7 @@ def test_one_byte_trickles_are_cut_at_the_request_deadline(hook: AdmissionWebhoo
     while alive and time.monotonic() - start < 8.0:
         for s in list(alive):
             try:
-                s.sendall(request[i % len(request):i % len(request) + 1])
+                s.sendall(request[i % len(request) : i % len(request) + 1])
             except OSError:
                 alive.remove(s)
         i += 1
@@ -213,8 +255,9 @@ def test_one_byte_trickles_are_cut_at_the_request_deadline(hook: AdmissionWebhoo
     healthz(hook, tls[0])
 
 
-def test_a_rotated_certificate_serves_new_connections(hook: AdmissionWebhook, tls: tuple[str, str],
-                                                      tmp_path: Path) -> None:
+def test_a_rotated_certificate_serves_new_connections(
+    hook: AdmissionWebhook, tls: tuple[str, str], tmp_path: Path
+) -> None:
     def common_name() -> str:
         ctx = ssl.create_default_context()
         ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE

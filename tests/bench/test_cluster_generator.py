@@ -102,7 +102,9 @@ def test_pods_look_like_the_api_server_prints_them(small: gen.Cluster) -> None:
     saw = collections.Counter()
     for pod in small.pods.values():
         meta, spec, status = pod["metadata"], pod["spec"], pod["status"]
-        assert {"name", "namespace", "uid", "resourceVersion", "creationTimestamp", "labels", "ownerReferences"} <= set(meta)
+        assert {"name", "namespace", "uid", "resourceVersion", "creationTimestamp", "labels", "ownerReferences"} <= set(
+            meta
+        )
         owner = meta["ownerReferences"][0]
         assert owner["controller"] is True and owner["kind"] in ("ReplicaSet", "StatefulSet", "DaemonSet")
         labels = meta["labels"]
@@ -153,21 +155,55 @@ def test_pod_addresses_are_unique_and_inside_their_nodes_cidr(small: gen.Cluster
 def test_policies_use_the_shapes_real_clusters_have() -> None:
     small = gen.generate(1000, seed=1)  # 100 NetworkPolicies: every shape shows up
     text = json.dumps([p["spec"] for p in small.network_policies.values()])
-    for shape in ('"podSelector": {}', '"ipBlock"', '"except"', '"endPort"', '"namespaceSelector"',
-                  '"operator": "In"', '"operator": "NotIn"', '"operator": "Exists"', '"operator": "DoesNotExist"',
-                  '"port": "metrics"', '"protocol": "UDP"', '"Egress"'):
+    for shape in (
+        '"podSelector": {}',
+        '"ipBlock"',
+        '"except"',
+        '"endPort"',
+        '"namespaceSelector"',
+        '"operator": "In"',
+        '"operator": "NotIn"',
+        '"operator": "Exists"',
+        '"operator": "DoesNotExist"',
+        '"port": "metrics"',
+        '"protocol": "UDP"',
+        '"Egress"',
+    ):
         assert shape in text, shape
     anps = json.dumps([p["spec"] for p in small.admin_network_policies.values()])
-    for shape in ('"Allow"', '"Deny"', '"Pass"', '"namedPort"', '"portRange"', '"portNumber"', '"pods"',
-                  '"namespaces"', '"networks"', '"nodes"'):
+    for shape in (
+        '"Allow"',
+        '"Deny"',
+        '"Pass"',
+        '"namedPort"',
+        '"portRange"',
+        '"portNumber"',
+        '"pods"',
+        '"namespaces"',
+        '"networks"',
+        '"nodes"',
+    ):
         assert shape in anps, shape
     gnps = list(small.global_network_policies.values())
     assert all(p["metadata"]["name"].startswith("security.") and p["spec"]["tier"] == "security" for p in gnps)
     rules = json.dumps([p["spec"] for p in gnps])
-    for shape in ('"Log"', '"Pass"', '"Deny"', '"Allow"', '"notNets"', '"icmp"', '"namespaceSelector"', '"selector": "all()"'):
+    for shape in (
+        '"Log"',
+        '"Pass"',
+        '"Deny"',
+        '"Allow"',
+        '"notNets"',
+        '"icmp"',
+        '"namespaceSelector"',
+        '"selector": "all()"',
+    ):
         assert shape in rules, shape
     last = max(gnps, key=lambda p: p["spec"]["order"])["spec"]  # traffic goes on to the default tier
-    assert last["selector"] == "all()" and last["ingress"] == [{"action": "Pass"}] and last["egress"] == [{"action": "Pass"}]
+    assert (
+        last["selector"] == "all()"
+        and last["ingress"] == [{"action": "Pass"}]
+        and last["egress"] == [{"action": "Pass"}]
+    )
 
 
 # --- files ----------------------------------------------------------------------------------------
@@ -175,8 +211,12 @@ def test_policies_use_the_shapes_real_clusters_have() -> None:
 
 def test_every_format_passes_check_with_no_errors(small: gen.Cluster, written: dict[str, Path]) -> None:
     # The real CLI once, the same loader in-process for the others.
-    result = subprocess.run([sys.executable, "-m", "pyclassify", "check", str(written["yaml"].parent), "--json"],
-                            capture_output=True, text=True, cwd=REPO)
+    result = subprocess.run(
+        [sys.executable, "-m", "pyclassify", "check", str(written["yaml"].parent), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["valid"] and report["errors"] == [] and report["warnings"] == []
@@ -196,14 +236,18 @@ def test_json_and_yaml_hold_the_same_objects(small: gen.Cluster, written: dict[s
     compact = json.loads(written["json-compact"].read_text())
     yaml_list = yaml.load(written["yaml-list"].read_text(), Loader=yaml.CSafeLoader)
     assert from_yaml == expected
-    assert listed == compact == yaml_list == {"apiVersion": "v1", "items": expected, "kind": "List",
-                                              "metadata": {"resourceVersion": ""}}
+    assert (
+        listed
+        == compact
+        == yaml_list
+        == {"apiVersion": "v1", "items": expected, "kind": "List", "metadata": {"resourceVersion": ""}}
+    )
     assert written["json-compact"].read_text().count("\n") == 1
 
 
 def test_files_are_printed_as_kubectl_prints_them(written: dict[str, Path]) -> None:
     text = written["yaml"].read_text()
-    assert text.startswith("apiVersion: v1\nkind: Node\nmetadata:\n  creationTimestamp: \"")
+    assert text.startswith('apiVersion: v1\nkind: Node\nmetadata:\n  creationTimestamp: "')
     assert "\n---\napiVersion: v1\nkind: Pod\n" in text
     assert "\n  ownerReferences:\n  - apiVersion: apps/v1\n    controller: true\n" in text  # list at its key's indent
     assert '\n  resourceVersion: "' in text and '\n    node-role.kubernetes.io/worker: ""\n' in text
@@ -240,8 +284,9 @@ def test_pod_pairs_are_both_allowed_and_denied_in_different_tiers() -> None:
     for _ in range(600):
         src, dst = rng.choice(pods), rng.choice(pods)
         port = rng.choice(dst.ports)
-        v = evaluate(project.policy_set, project.inventory,
-                     Flow(FlowEnd(src), FlowEnd(dst), port.protocol, None, port.port))
+        v = evaluate(
+            project.policy_set, project.inventory, Flow(FlowEnd(src), FlowEnd(dst), port.protocol, None, port.port)
+        )
         verdicts[v.verdict] += 1
         decided = v.egress if v.egress is not None and v.egress.verdict == "deny" else v.ingress
         tiers.add(decided.tier if decided is not None and decided.reason != "default" else "default allow")
@@ -250,9 +295,14 @@ def test_pod_pairs_are_both_allowed_and_denied_in_different_tiers() -> None:
     # The intended traffic is mostly allowed.
     by_ip = {str(ip): e for e in pods for ip in e.ips}
     edges = [f for f in gen.capture_flows(cluster, 300, seed=1) if f.kind == "edge"]
-    allowed = sum(evaluate(project.policy_set, project.inventory,
-                           Flow(FlowEnd(by_ip[f.src]), FlowEnd(by_ip[f.dst]), PROTOCOL_NUMBERS[f.proto], f.sport, f.dport)).allowed
-                  for f in edges)
+    allowed = sum(
+        evaluate(
+            project.policy_set,
+            project.inventory,
+            Flow(FlowEnd(by_ip[f.src]), FlowEnd(by_ip[f.dst]), PROTOCOL_NUMBERS[f.proto], f.sport, f.dport),
+        ).allowed
+        for f in edges
+    )
     assert allowed > len(edges) // 3, (allowed, len(edges))
 
 
@@ -275,7 +325,11 @@ def test_capture_reads_back_with_every_packet(small: gen.Cluster, tmp_path: Path
         if h["protocol"] != 6:
             continue
         src, dst = ipaddress.ip_address(bytes(h["src_addr"][12:])), ipaddress.ip_address(bytes(h["dst_addr"][12:]))
-        key = (src, h["sport"], dst, h["dport"]) if (src, h["sport"]) < (dst, h["dport"]) else (dst, h["dport"], src, h["sport"])
+        key = (
+            (src, h["sport"], dst, h["dport"])
+            if (src, h["sport"]) < (dst, h["dport"])
+            else (dst, h["dport"], src, h["sport"])
+        )
         first_seen[key].append(int(h["tcp_flags"]))
     assert first_seen and all(f[0] == 0x02 and f[1] == 0x12 for f in first_seen.values() if len(f) >= 2)
 
@@ -319,8 +373,21 @@ def test_capture_frames_are_well_formed(small: gen.Cluster, tmp_path: Path) -> N
 def test_replay_judges_the_capture(written: dict[str, Path], small: gen.Cluster, tmp_path: Path) -> None:
     pcap = tmp_path / "r.pcap"
     gen.write_capture(small, pcap, packets=1500, flows=60, seed=4)
-    result = subprocess.run([sys.executable, "-m", "pyclassify", "replay", str(written["json-compact"].parent),
-                             "--pcap", str(pcap), "--json"], capture_output=True, text=True, cwd=REPO)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pyclassify",
+            "replay",
+            str(written["json-compact"].parent),
+            "--pcap",
+            str(pcap),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     summary = json.loads(result.stdout)
     assert summary["packets"] == 1500 and summary["malformed"] == 0
@@ -368,10 +435,33 @@ def test_random_change_leaves_the_cluster_alone() -> None:
 
 
 def test_command_line_writes_every_format(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "bench.cluster", "--pods", "60", "--seed", "2", "--out", str(tmp_path),
-                             "--packets", "600", "--flows", "30"], capture_output=True, text=True, cwd=REPO)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.cluster",
+            "--pods",
+            "60",
+            "--seed",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--packets",
+            "600",
+            "--flows",
+            "30",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert result.returncode == 0, result.stderr
-    for rel in ("yaml/cluster.yaml", "json/cluster.json", "json-compact/cluster.json", "capture/cluster.pcap",
-                "capture/flows.tsv"):
+    for rel in (
+        "yaml/cluster.yaml",
+        "json/cluster.json",
+        "json-compact/cluster.json",
+        "capture/cluster.pcap",
+        "capture/flows.tsv",
+    ):
         assert (tmp_path / rel).stat().st_size > 0, rel
     assert len((tmp_path / "capture/flows.tsv").read_text().splitlines()) == 31

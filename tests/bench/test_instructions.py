@@ -16,16 +16,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_function_that_grew_is_named_not_its_callers() -> None:
-    base = {"instructions": 1000, "functions": {
-        "gate": {"self": 10, "inclusive": 1000},
-        "lookup": {"self": 900, "inclusive": 990},
-        "hash": {"self": 90, "inclusive": 90},
-    }}
-    now = Count(1180, {
-        "gate": {"self": 10, "inclusive": 1180},
-        "lookup": {"self": 1080, "inclusive": 1170},
-        "hash": {"self": 90, "inclusive": 90},
-    })
+    base = {
+        "instructions": 1000,
+        "functions": {
+            "gate": {"self": 10, "inclusive": 1000},
+            "lookup": {"self": 900, "inclusive": 990},
+            "hash": {"self": 90, "inclusive": 90},
+        },
+    }
+    now = Count(
+        1180,
+        {
+            "gate": {"self": 10, "inclusive": 1180},
+            "lookup": {"self": 1080, "inclusive": 1170},
+            "hash": {"self": 90, "inclusive": 90},
+        },
+    )
     assert grown_most(now, base) == "lookup: own instructions 900 -> 1,080 (+20.0 %), inclusive 990 -> 1,170"
 
 

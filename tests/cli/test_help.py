@@ -29,8 +29,13 @@ def help_text(command: str | None) -> tuple[int, str]:
     terminal's width (COLUMNS), at most 80."""
     args = ["--help"] if command is None else [command, "--help"]
     run = "import sys; from pyclassify.cli import main; main(sys.argv[1:], prog_name='pyclassify')"
-    r = subprocess.run([sys.executable, "-c", run, *args], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "COLUMNS": "80"})
+    r = subprocess.run(
+        [sys.executable, "-c", run, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "80"},
+    )
     return r.returncode, r.stdout + r.stderr
 
 

@@ -37,16 +37,25 @@ def build_inventory(model: dict) -> Inventory:
     for i, (_key, pod) in enumerate(sorted(model["pods"].items())):
         if pod["hostNetwork"]:
             node_index += 1
-            node = Node(f"node-{node_index}", {"kubernetes.io/os": "linux"},
-                        (ipaddress.ip_address(f"172.18.0.{node_index}"),))
+            node = Node(
+                f"node-{node_index}", {"kubernetes.io/os": "linux"}, (ipaddress.ip_address(f"172.18.0.{node_index}"),)
+            )
             inv.nodes[node.name] = node
             ip, ports, node_name = node.addresses[0], forrest, node.name
         else:
             ip, ports, node_name = ipaddress.ip_address(f"10.244.0.{i + 1}"), regular, None
-        inv.endpoints.append(Endpoint(
-            kind=EndpointKind.POD, name=pod["name"], namespace=pod["namespace"], labels=pod["labels"],
-            ips=(ip,), ports=ports, node=node_name, host_network=pod["hostNetwork"],
-        ))
+        inv.endpoints.append(
+            Endpoint(
+                kind=EndpointKind.POD,
+                name=pod["name"],
+                namespace=pod["namespace"],
+                labels=pod["labels"],
+                ips=(ip,),
+                ports=ports,
+                node=node_name,
+                host_network=pod["hostNetwork"],
+            )
+        )
     return inv
 
 
@@ -86,8 +95,13 @@ def test_probe(data, inventory, test_name, sub_index, probe, evaluate):
         _SETS[key] = policy_set(snapshot, name=f"{test_name}[{sub_index}]")
     client = inventory.find(_ref(data, probe["client"]))
     server = inventory.find(_ref(data, probe["server"]))
-    flow = Flow(FlowEnd(client, client.ips[0]), FlowEnd(server, server.ips[0]),
-                PROTOCOL_NUMBERS[probe["protocol"]], 40000, probe["port"])
+    flow = Flow(
+        FlowEnd(client, client.ips[0]),
+        FlowEnd(server, server.ips[0]),
+        PROTOCOL_NUMBERS[probe["protocol"]],
+        40000,
+        probe["port"],
+    )
     verdict = evaluate(_SETS[key], inventory, flow)
     assert verdict.allowed == probe["expect_connect"], verdict.to_json()
 

@@ -51,8 +51,13 @@ CASES_FILE = SHARED / "cases" / "calico_polprog.json"
 # (pyclassify.hostpath), each program stage's tiers the policy set of its hook.
 SKIPPED_TABLES: dict[str, str] = {}
 
-_ACTIONS = {"allow": Action.ALLOW, "deny": Action.DENY, "pass": Action.PASS, "next-tier": Action.PASS,
-            "log": Action.LOG}
+_ACTIONS = {
+    "allow": Action.ALLOW,
+    "deny": Action.DENY,
+    "pass": Action.PASS,
+    "next-tier": Action.PASS,
+    "log": Action.LOG,
+}
 _PROTOCOL_NAMES = {"tcp": PROTO_TCP, "udp": PROTO_UDP, "icmp": PROTO_ICMP, "sctp": PROTO_SCTP}
 _NAMED_PORT_PROTOCOLS = {"tcp": PROTO_TCP, "udp": PROTO_UDP}
 # Matches no address: "a member of a set that has no members".
@@ -77,8 +82,11 @@ def _skip_reason(case: dict) -> str | None:
 
 def _is_host_program(case: dict) -> bool:
     pol = case["policy"]
-    return bool(pol["ForXDP"] or pol["ForHostInterface"] or any(pol[k] for k in (
-        "HostPreDnatTiers", "HostForwardTiers", "HostNormalTiers", "HostProfiles")))
+    return bool(
+        pol["ForXDP"]
+        or pol["ForHostInterface"]
+        or any(pol[k] for k in ("HostPreDnatTiers", "HostForwardTiers", "HostNormalTiers", "HostProfiles"))
+    )
 
 
 # --- the adapter: felix rules -> IR -----------------------------------------------------------
@@ -106,8 +114,12 @@ class _IpSets:
 
     def ports_at(self, ip) -> tuple[ContainerPort, ...]:
         """Named-port members at ``ip`` as container ports named by their set ID."""
-        return tuple(ContainerPort(port, proto, set_id) for set_id, members in self.named.items()
-                     for addr, proto, port in members if addr == ip)
+        return tuple(
+            ContainerPort(port, proto, set_id)
+            for set_id, members in self.named.items()
+            for addr, proto, port in members
+            if addr == ip
+        )
 
 
 def _intersect(a: list | None, b: list) -> list:
@@ -222,15 +234,26 @@ def _tiers(given: list[dict], prefix: str, subject: Subject, sets: _IpSets, fami
         # The program holds every tier given to it, with its end action even when no policy is
         # in it; in the IR a tier takes part when a policy applies, so give it an empty one.
         for j, p in enumerate(t["Policies"] or [{"Name": "(empty tier)", "Rules": []}]):
-            policies.append(Policy("GlobalNetworkPolicy", None, f"{j}-{p['Name']}", tier_name, float(j),
-                                   subject, frozenset({Direction.INGRESS}),
-                                   ingress=_rules(p.get("Rules") or [], sets, family)))
+            policies.append(
+                Policy(
+                    "GlobalNetworkPolicy",
+                    None,
+                    f"{j}-{p['Name']}",
+                    tier_name,
+                    float(j),
+                    subject,
+                    frozenset({Direction.INGRESS}),
+                    ingress=_rules(p.get("Rules") or [], sets, family),
+                )
+            )
     return tiers, policies
 
 
 def _profiles(given: list[dict], prefix: str, sets: _IpSets, family: int) -> list[Profile]:
-    return [Profile(f"{prefix}p{i}-{p['Name']}", ingress=_rules(p.get("Rules") or [], sets, family))
-            for i, p in enumerate(given)]
+    return [
+        Profile(f"{prefix}p{i}-{p['Name']}", ingress=_rules(p.get("Rules") or [], sets, family))
+        for i, p in enumerate(given)
+    ]
 
 
 def policy_set_of(case: dict) -> tuple[PolicySet, _IpSets, tuple[str, ...]]:
@@ -264,8 +287,9 @@ def host_program_of(case: dict) -> tuple[HookSets, _IpSets, tuple[str, ...], tup
         hooks[hook] = PolicySet.build(*reversed(_tiers(pol[key], f"{hook.value}/", _HOST_SUBJECT, sets, family)))
     profiles = _profiles(pol["Profiles"], "workload/", sets, family)
     host_profiles = _profiles(pol["HostProfiles"], "host/", sets, family)
-    hooks[Hook.NORMAL] = PolicySet.build(normal_policies + host_policies, normal_tiers + host_tiers,
-                                         profiles + host_profiles)
+    hooks[Hook.NORMAL] = PolicySet.build(
+        normal_policies + host_policies, normal_tiers + host_tiers, profiles + host_profiles
+    )
     return HookSets(sets=hooks), sets, tuple(p.name for p in profiles), tuple(p.name for p in host_profiles)
 
 
@@ -279,35 +303,60 @@ def host_program_verdict(case: dict, pkt: dict, evaluate) -> str:
     pre_ip = ipaddress.ip_address(pkt.get("pre_nat_dst", pkt["dst"]))
     pre_port = pkt.get("pre_nat_dport", pkt["dport"]) if pkt["proto"] != PROTO_ICMP else 0
     peer = Endpoint(EndpointKind.POD, "peer", "polprog", {}, (src_ip,), sets.ports_at(src_ip))
-    host = Endpoint(EndpointKind.HOST, "H", None, _HOST_LABELS, (dst_ip,), sets.ports_at(dst_ip),
-                    profiles=host_profiles)
-    workload = Endpoint(EndpointKind.POD, "W", "polprog", _SUBJECT_LABELS, (dst_ip,), sets.ports_at(dst_ip),
-                        profiles=profiles)
+    host = Endpoint(
+        EndpointKind.HOST, "H", None, _HOST_LABELS, (dst_ip,), sets.ports_at(dst_ip), profiles=host_profiles
+    )
+    workload = Endpoint(
+        EndpointKind.POD, "W", "polprog", _SUBJECT_LABELS, (dst_ip,), sets.ports_at(dst_ip), profiles=profiles
+    )
 
     def flow(dst: Endpoint, ip, port) -> Flow:
-        return Flow(FlowEnd(peer, src_ip), FlowEnd(dst, ip), pkt["proto"], pkt["sport"], port,
-                    pkt.get("icmp_type"), pkt.get("icmp_code"))
+        return Flow(
+            FlowEnd(peer, src_ip),
+            FlowEnd(dst, ip),
+            pkt["proto"],
+            pkt["sport"],
+            port,
+            pkt.get("icmp_type"),
+            pkt.get("icmp_code"),
+        )
 
     def workload_stage():
-        d = evaluate(hooks.sets[Hook.NORMAL], Inventory(), flow(workload, dst_ip, pkt["dport"]),
-                     default_pod="deny").ingress
+        d = evaluate(
+            hooks.sets[Hook.NORMAL], Inventory(), flow(workload, dst_ip, pkt["dport"]), default_pod="deny"
+        ).ingress
         return (d.verdict if d is not None else "deny"), d  # felix's implicit Deny
 
-    path = host_path(evaluate, hooks, Inventory(), pre=flow(host, pre_ip, pre_port),
-                     post=flow(host, dst_ip, pkt["dport"]), side=Direction.INGRESS,
-                     host_traffic=bool(pkt.get("from_host") or pkt.get("to_host")),
-                     suppress_normal=pol["SuppressNormalHostPolicy"], untracked_only=pol["ForXDP"],
-                     then=None if pol["ForHostInterface"] else workload_stage)
+    path = host_path(
+        evaluate,
+        hooks,
+        Inventory(),
+        pre=flow(host, pre_ip, pre_port),
+        post=flow(host, dst_ip, pkt["dport"]),
+        side=Direction.INGRESS,
+        host_traffic=bool(pkt.get("from_host") or pkt.get("to_host")),
+        suppress_normal=pol["SuppressNormalHostPolicy"],
+        untracked_only=pol["ForXDP"],
+        then=None if pol["ForHostInterface"] else workload_stage,
+    )
     return path.verdict
 
 
 def program_verdict(pset: PolicySet, sets: _IpSets, profiles: tuple[str, ...], pkt: dict, evaluate) -> str:
     src_ip, dst_ip = ipaddress.ip_address(pkt["src"]), ipaddress.ip_address(pkt["dst"])
-    workload = Endpoint(EndpointKind.POD, "W", "polprog", _SUBJECT_LABELS, (dst_ip,), sets.ports_at(dst_ip),
-                        profiles=profiles)
+    workload = Endpoint(
+        EndpointKind.POD, "W", "polprog", _SUBJECT_LABELS, (dst_ip,), sets.ports_at(dst_ip), profiles=profiles
+    )
     peer = Endpoint(EndpointKind.POD, "peer", "polprog", {}, (src_ip,), sets.ports_at(src_ip))
-    flow = Flow(FlowEnd(peer, src_ip), FlowEnd(workload, dst_ip), pkt["proto"], pkt["sport"], pkt["dport"],
-                pkt.get("icmp_type"), pkt.get("icmp_code"))
+    flow = Flow(
+        FlowEnd(peer, src_ip),
+        FlowEnd(workload, dst_ip),
+        pkt["proto"],
+        pkt["sport"],
+        pkt["dport"],
+        pkt.get("icmp_type"),
+        pkt.get("icmp_code"),
+    )
     decision = evaluate(pset, Inventory(), flow, default_pod="deny").ingress
     return decision.verdict if decision is not None else "deny"  # felix's implicit Deny
 
@@ -336,7 +385,11 @@ def test_polprog_case(case, evaluate):
         pset, sets, profiles = policy_set_of(case)
         verdict = lambda pkt: program_verdict(pset, sets, profiles, pkt, evaluate)  # noqa: E731
     wrong = []
-    for expected, key in (("allow", "allowed_packets"), ("deny", "dropped_packets"), ("unmatched", "unmatched_packets")):
+    for expected, key in (
+        ("allow", "allowed_packets"),
+        ("deny", "dropped_packets"),
+        ("unmatched", "unmatched_packets"),
+    ):
         for pkt in case.get(key) or []:
             got = verdict(pkt)
             if got != expected:
@@ -384,8 +437,16 @@ def _with_large_prefixed_tier(case: dict) -> dict:
             ports = [{"First": 1, "Last": 1 + n % 8000}]
             if n % 1000 == 0:
                 ports += [{"First": 10000 + 2 * q, "Last": 10001 + 2 * q} for q in range(2000)]
-            rules.append({"Rule": {"Action": ["allow", "deny", "pass"][n % 3], "Protocol": {"Name": "tcp"},
-                                   "SrcIpSetIds": ["setNoOp"], "DstPorts": ports}})
+            rules.append(
+                {
+                    "Rule": {
+                        "Action": ["allow", "deny", "pass"][n % 3],
+                        "Protocol": {"Name": "tcp"},
+                        "SrcIpSetIds": ["setNoOp"],
+                        "DstPorts": ports,
+                    }
+                }
+            )
         policies.append({"Name": f"pol-{p}", "Rules": rules})
     policies[-1]["Rules"].append({"Rule": {"Action": "pass"}})
     expanded = json.loads(json.dumps(case))
@@ -401,8 +462,11 @@ EXPANDED_SAMPLE = 2
 
 def test_expanded_runs_with_a_large_prefixed_tier(evaluate):
     data = _load()
-    sample = [c for c in data["cases"] if c.get("also_run_expanded") == "WithLargePrefixedTier"
-              and c["allowed_packets"] and c["dropped_packets"]][:EXPANDED_SAMPLE]
+    sample = [
+        c
+        for c in data["cases"]
+        if c.get("also_run_expanded") == "WithLargePrefixedTier" and c["allowed_packets"] and c["dropped_packets"]
+    ][:EXPANDED_SAMPLE]
     assert len(sample) == EXPANDED_SAMPLE
     for case in sample:
         pset, sets, profiles = policy_set_of(_with_large_prefixed_tier(case))

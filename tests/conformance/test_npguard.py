@@ -40,8 +40,10 @@ SKIPPED_LINES = {
 # follows Kubernetes: their traffic is the node's, not subject to pod policy nor matched by pod
 # peers. Lines with such a workload on either side are left out of the comparison.
 HOST_NETWORK_DIFFERENCE = "hostNetwork workloads are not subject to pod policy in pyclassify"
-FINISHED_DIFFERENCE = ("np-guard reports the pods of a finished Job (phase Succeeded) as workloads; they have released "
-                       "their address, and pyclassify, as Calico and Cilium, makes no endpoint of them")
+FINISHED_DIFFERENCE = (
+    "np-guard reports the pods of a finished Job (phase Succeeded) as workloads; they have released "
+    "their address, and pyclassify, as Calico and Cilium, makes no endpoint of them"
+)
 KNOWN_DIFFERENCES: dict[str, str] = {
     "anp_test_named_ports_multiple_peers": "its ANP combines a networks peer with a namedPort; the CRD's validation "
     "rule rejects that (pyclassify reports it as an error), np-guard accepts it and skips the named port for IPs",

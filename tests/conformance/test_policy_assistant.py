@@ -52,6 +52,7 @@ def _named(objects: list[dict], prefix: str) -> list[dict]:
 
 # -- integration tables ------------------------------------------------------------------------
 
+
 def _integration_cases():
     if DATA is None:
         return []
@@ -64,12 +65,21 @@ def _build_integration(case: dict):
         inv.namespaces[name] = Namespace(name, ns["labels"])  # the mock adds no metadata.name label
     ports = tuple(
         ContainerPort(port, PROTOCOL_NUMBERS[proto], f"serve-{port}-{proto.lower()}")
-        for port in case["server_ports"] for proto in case["server_protocols"]
+        for port in case["server_ports"]
+        for proto in case["server_protocols"]
     )
     for i, (ref, pod) in enumerate(sorted(case["pods"].items())):
         ns, name = ref.split("/")
-        inv.endpoints.append(Endpoint(EndpointKind.POD, name, ns, pod["labels"],
-                                      ips=(ipaddress.ip_address(f"192.168.1.{i + 1}"),), ports=ports))
+        inv.endpoints.append(
+            Endpoint(
+                EndpointKind.POD,
+                name,
+                ns,
+                pod["labels"],
+                ips=(ipaddress.ip_address(f"192.168.1.{i + 1}"),),
+                ports=ports,
+            )
+        )
     objects = list(case["networkPolicies"]) + _named(case["adminNetworkPolicies"], "anp")
     if case["baselineAdminNetworkPolicy"]:
         banp = copy.deepcopy(case["baselineAdminNetworkPolicy"])
@@ -83,8 +93,11 @@ _BUILT: dict[str, tuple] = {}
 
 @pytest.mark.parametrize(
     "case,flow",
-    [pytest.param(c, f, id=f"{c['go_test_func']}/{c['name']}/{f['from']}->{f['to']}:{f['protocol']}/{f['port']}")
-     for c, f in _integration_cases()] or [pytest.param(None, None, marks=MISSING)],
+    [
+        pytest.param(c, f, id=f"{c['go_test_func']}/{c['name']}/{f['from']}->{f['to']}:{f['protocol']}/{f['port']}")
+        for c, f in _integration_cases()
+    ]
+    or [pytest.param(None, None, marks=MISSING)],
 )
 def test_integration_flow(case, flow, evaluate):
     key = f"{case['go_test_func']}/{case['name']}"
@@ -92,10 +105,14 @@ def test_integration_flow(case, flow, evaluate):
         _BUILT[key] = _build_integration(case)
     inv, ps = _BUILT[key]
     src, dst = inv.find(flow["from"]), inv.find(flow["to"])
-    verdict = evaluate(ps, inv, Flow(FlowEnd(src), FlowEnd(dst), PROTOCOL_NUMBERS[flow["protocol"]], 40000, flow["port"]))
+    verdict = evaluate(
+        ps, inv, Flow(FlowEnd(src), FlowEnd(dst), PROTOCOL_NUMBERS[flow["protocol"]], 40000, flow["port"])
+    )
     egress = verdict.egress.verdict if verdict.egress else "allow"
     ingress = verdict.ingress.verdict if verdict.ingress else "allow"
-    assert (egress == "allow", ingress == "allow") == (flow["egress_allowed"], flow["ingress_allowed"]), verdict.to_json()
+    assert (egress == "allow", ingress == "allow") == (flow["egress_allowed"], flow["ingress_allowed"]), (
+        verdict.to_json()
+    )
     assert verdict.allowed == flow["allowed"]
 
 
@@ -118,8 +135,9 @@ def _end(side: dict, name: str, port_name: str | None, protocol: int, inv: Inven
     return FlowEnd(ep, ip)
 
 
-@pytest.mark.parametrize("case", _params(DATA["matcher_cases"]["cases"] if DATA else [],
-                                         lambda c: f"{c['describe']}/{c['it']}"))
+@pytest.mark.parametrize(
+    "case", _params(DATA["matcher_cases"]["cases"] if DATA else [], lambda c: f"{c['describe']}/{c['it']}")
+)
 def test_matcher_case(case, evaluate):
     traffic = case["traffic"]
     protocol = PROTOCOL_NUMBERS[traffic["protocol"]]
@@ -134,8 +152,10 @@ def test_matcher_case(case, evaluate):
 
 # -- CIDR and ipBlock cases --------------------------------------------------------------------
 
-@pytest.mark.parametrize("case", _params(DATA["ip_cidr_membership_cases"]["cases"] if DATA else [],
-                                         lambda c: f"{c['ip']} in {c['cidr']}"))
+
+@pytest.mark.parametrize(
+    "case", _params(DATA["ip_cidr_membership_cases"]["cases"] if DATA else [], lambda c: f"{c['ip']} in {c['cidr']}")
+)
 def test_cidr_membership(case):
     problems = Problems()
     block = ip_block(Document({}, "case", 1), problems, ("ipBlock",), {"cidr": case["cidr"]})
@@ -143,12 +163,15 @@ def test_cidr_membership(case):
     assert (ipaddress.ip_address(case["ip"]) in block[0]) == case["member"]
 
 
-@pytest.mark.parametrize("case", _params(DATA["ipblock_match_cases"]["cases"] if DATA else [],
-                                         lambda c: f"{c['ip']} in {json.dumps(c['ipBlock'])}"))
+@pytest.mark.parametrize(
+    "case",
+    _params(DATA["ipblock_match_cases"]["cases"] if DATA else [], lambda c: f"{c['ip']} in {json.dumps(c['ipBlock'])}"),
+)
 def test_ipblock_match(case, evaluate):
     """Through a NetworkPolicy egress rule, so the evaluator's nets/not_nets are what is tested."""
     policy = {
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
         "metadata": {"name": "p", "namespace": "x"},
         "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [{"ipBlock": case["ipBlock"]}]}]},
     }
@@ -170,8 +193,9 @@ def test_ipblock_match(case, evaluate):
         assert evaluate(policy_set([policy]), inv, flow).allowed
 
 
-@pytest.mark.parametrize("case", _params(DATA["k8s_label_selector_cases"]["cases"] if DATA else [],
-                                         lambda c: json.dumps(c["selector"])))
+@pytest.mark.parametrize(
+    "case", _params(DATA["k8s_label_selector_cases"]["cases"] if DATA else [], lambda c: json.dumps(c["selector"]))
+)
 def test_label_selector(case):
     from pyclassify.selector import Selector
 
@@ -179,6 +203,7 @@ def test_label_selector(case):
 
 
 # -- README walkthrough --------------------------------------------------------------------------
+
 
 def _walkthrough_traffic():
     if DATA is None:
@@ -198,9 +223,17 @@ def test_documented_output(doc, traffic, evaluate):
         ns = side["namespace"]
         if side.get("namespaceLabels") is not None:
             inv.namespaces[ns] = Namespace(ns, side["namespaceLabels"])
-        ports = (ContainerPort(traffic["port"], PROTOCOL_NUMBERS[traffic["protocol"]], traffic.get("resolvedPortName")),)
-        ep = Endpoint(EndpointKind.POD, f"pod{n}", ns, side.get("podLabels") or {},
-                      ips=(ipaddress.ip_address(f"10.0.0.{n + 1}"),), ports=ports)
+        ports = (
+            ContainerPort(traffic["port"], PROTOCOL_NUMBERS[traffic["protocol"]], traffic.get("resolvedPortName")),
+        )
+        ep = Endpoint(
+            EndpointKind.POD,
+            f"pod{n}",
+            ns,
+            side.get("podLabels") or {},
+            ips=(ipaddress.ip_address(f"10.0.0.{n + 1}"),),
+            ports=ports,
+        )
         inv.endpoints.append(ep)
         ends.append(FlowEnd(ep))
     ps = policy_set(doc["policies"], name=doc["name"])
@@ -215,7 +248,9 @@ def _probe_tables():
     for doc in DATA["documented_outputs"]:
         for probe in doc.get("probes", []):
             for pair in probe["combined"]:
-                out.append(pytest.param(doc, probe, pair, id=f"{doc['name']}/{probe['protocol']}-{probe['port']}/{pair}"))
+                out.append(
+                    pytest.param(doc, probe, pair, id=f"{doc['name']}/{probe['protocol']}-{probe['port']}/{pair}")
+                )
     return out
 
 
@@ -234,11 +269,20 @@ def test_documented_probe_table(doc, probe, pair, evaluate):
             port_name, _, rest = text.partition(":")
             number, _, proto = rest.partition("/")
             ports.append(ContainerPort(int(number), PROTOCOL_NUMBERS[proto], port_name))
-        inv.endpoints.append(Endpoint(EndpointKind.POD, name, ns, pod["labels"],
-                                      ips=(ipaddress.ip_address(pod["ip"]),), ports=tuple(ports)))
+        inv.endpoints.append(
+            Endpoint(
+                EndpointKind.POD, name, ns, pod["labels"], ips=(ipaddress.ip_address(pod["ip"]),), ports=tuple(ports)
+            )
+        )
     src_ref, dst_ref = pair.split("->")
     ps = policy_set(doc["policies"], name=doc["name"])
-    flow = Flow(FlowEnd(inv.find(src_ref)), FlowEnd(inv.find(dst_ref)), PROTOCOL_NUMBERS[probe["protocol"]], 40000, probe["port"])
+    flow = Flow(
+        FlowEnd(inv.find(src_ref)),
+        FlowEnd(inv.find(dst_ref)),
+        PROTOCOL_NUMBERS[probe["protocol"]],
+        40000,
+        probe["port"],
+    )
     verdict = evaluate(ps, inv, flow)
     assert verdict.allowed == probe["combined"][pair], verdict.to_json()
     assert (verdict.ingress is None or verdict.ingress.verdict == "allow") == probe["ingress"][pair]

@@ -42,13 +42,36 @@ def compile_c(name: str, out_dir: Path, libs: tuple[str, ...] = ()) -> Path:
     return exe
 
 
-def flood(topo: Topology, exe: Path, src: int, dst: int, proto: str, port: int, seconds: float,
-          first_host: int = 10, hosts: int = 200, pps: int = 0) -> int:
+def flood(
+    topo: Topology,
+    exe: Path,
+    src: int,
+    dst: int,
+    proto: str,
+    port: int,
+    seconds: float,
+    first_host: int = 10,
+    hosts: int = 200,
+    pps: int = 0,
+) -> int:
     """From pod ``src``: ``proto`` ("tcp" SYNs or "udp") to pod ``dst``'s ``port`` from ``hosts``
     addresses of pod ``src``'s /24 (spoofed: none is a pod) and many ports; returns packets sent."""
     net = topo.ips[src].rsplit(".", 1)[0]
-    out = sh("ip", "netns", "exec", topo.pods[src], str(exe), topo.ips[dst], str(port), proto, net,
-             str(first_host), str(hosts), str(seconds), str(pps)).stdout
+    out = sh(
+        "ip",
+        "netns",
+        "exec",
+        topo.pods[src],
+        str(exe),
+        topo.ips[dst],
+        str(port),
+        proto,
+        net,
+        str(first_host),
+        str(hosts),
+        str(seconds),
+        str(pps),
+    ).stdout
     return int(out.split()[-1])
 
 
@@ -58,8 +81,12 @@ def kernel_queue(topo: Topology, queue: int = 0) -> dict[str, int]:
     for line in text.splitlines():
         cols = line.split()
         if cols and int(cols[0]) == queue:
-            return {"depth": int(cols[2]), "queue_dropped": int(cols[5]), "user_dropped": int(cols[6]),
-                    "id_sequence": int(cols[7])}
+            return {
+                "depth": int(cols[2]),
+                "queue_dropped": int(cols[5]),
+                "user_dropped": int(cols[6]),
+                "id_sequence": int(cols[7]),
+            }
     return {}
 
 

@@ -116,14 +116,26 @@ class Namespaces:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[str]] = []
 
-    def spawn(self, ns: str, argv: list[str], stdin: bool = False, stderr: Any = subprocess.DEVNULL,
-              outer: list[str] | None = None) -> subprocess.Popen[str]:
+    def spawn(
+        self,
+        ns: str,
+        argv: list[str],
+        stdin: bool = False,
+        stderr: Any = subprocess.DEVNULL,
+        outer: list[str] | None = None,
+    ) -> subprocess.Popen[str]:
         """``outer``: a command to run through first (to join a cgroup); then the process enters
         the network namespace alone (nsenter), keeping the host's /sys with its cgroup mounts,
         as a pod sees its own (``ip netns exec`` mounts a /sys without them)."""
         enter = ["nsenter", f"--net=/var/run/netns/{ns}"] if outer else ["ip", "netns", "exec", ns]
-        p = subprocess.Popen([*(outer or []), *enter, *argv], stdout=subprocess.PIPE, stderr=stderr,
-                             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, text=True, cwd=REPO)
+        p = subprocess.Popen(
+            [*(outer or []), *enter, *argv],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            text=True,
+            cwd=REPO,
+        )
         self.procs.append(p)
         return p
 
@@ -174,8 +186,10 @@ class Topology(Namespaces):
 
     def probe(self, src: int, targets: dict[str, tuple[int, str]], timeout: float = 1.0) -> dict[str, bool]:
         """From pod ``src``: ``{key: (dst pod index, "TCP"|"UDP")}`` -> ``{key: reachable}``."""
-        spec = {k: (self.ips[d], proto, self.TCP_PORT if proto == "TCP" else self.UDP_PORT)
-                for k, (d, proto) in targets.items()}
+        spec = {
+            k: (self.ips[d], proto, self.TCP_PORT if proto == "TCP" else self.UDP_PORT)
+            for k, (d, proto) in targets.items()
+        }
         out = sh("ip", "netns", "exec", self.pods[src], PY, "-c", PROBE, json.dumps(spec), str(timeout))
         return json.loads(out.stdout)
 
@@ -228,8 +242,11 @@ class Held:
     def __init__(self, topo: Topology, src: str, dst: str, proto: str, timeout: float = 0.3) -> None:
         port = Topology.TCP_PORT if proto == "TCP" else Topology.UDP_PORT
         self.name = f"{src}->{dst}/{proto}"
-        self.proc = topo.spawn(topo.pods[POD[src]], [PY, "-c", HOLD_FROM, topo.ips[POD[src]], topo.ips[POD[dst]],
-                                                     str(port), proto, str(timeout)], stdin=True)
+        self.proc = topo.spawn(
+            topo.pods[POD[src]],
+            [PY, "-c", HOLD_FROM, topo.ips[POD[src]], topo.ips[POD[dst]], str(port), proto, str(timeout)],
+            stdin=True,
+        )
         assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "connected", self.name
 
     def ping(self) -> bool:
@@ -251,8 +268,16 @@ class Held:
 class Daemon:
     """``pyclassify enforce`` in the node namespace; its JSON lines are collected."""
 
-    def __init__(self, topo: Topology, paths: list[str], queue_num: int | None, fail: str = "closed",
-                 extra: tuple[str, ...] = (), env: dict[str, str] | None = None, prefix: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        topo: Topology,
+        paths: list[str],
+        queue_num: int | None,
+        fail: str = "closed",
+        extra: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
+    ) -> None:
         """``prefix``: a command the daemon's runs through (a cgroup to join, ``tests/enforce/cgroup.py``)."""
         mode = ["--queue", str(queue_num)] if queue_num is not None else []  # None: ``extra`` says (--bridge)
         argv = [PY, "-m", "pyclassify", "enforce", *paths, *mode, "--fail", fail, "--no-ipv6", *extra]

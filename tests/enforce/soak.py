@@ -56,9 +56,11 @@ PROBE_TIMEOUT = 0.3
 #: into force after it began (under load the echo servers answer in tens of milliseconds).
 REPLY_GRACE = 0.1
 
+
 def inventory(ips: list[str]) -> str:
     """Namespaces a..d with one pod each at ``ips`` (in that order)."""
-    return "".join(f"""---
+    return "".join(
+        f"""---
 apiVersion: v1
 kind: Namespace
 metadata: {{name: {ns}}}
@@ -68,16 +70,25 @@ kind: Pod
 metadata: {{name: {ns}1, namespace: {ns}, labels: {{app: {ns}}}}}
 spec: {{containers: [{{name: s, image: x}}]}}
 status: {{podIP: {ip}}}
-""" for ns, ip in zip("abcd", ips))
+"""
+        for ns, ip in zip("abcd", ips)
+    )
 
 
 def _ingress_policy(ns: str, sources: list[str]) -> str:
-    peers = "".join(f"""
+    peers = "".join(
+        f"""
     - namespaceSelector:
-        matchLabels: {{kubernetes.io/metadata.name: {s}}}""" for s in sources)
-    rules = f"""
+        matchLabels: {{kubernetes.io/metadata.name: {s}}}"""
+        for s in sources
+    )
+    rules = (
+        f"""
   ingress:
-  - from:{peers}""" if sources else "\n  ingress: []"
+  - from:{peers}"""
+        if sources
+        else "\n  ingress: []"
+    )
     return f"""---
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
@@ -108,8 +119,11 @@ spec:
 
 
 def version(k: int) -> str:
-    return (_ingress_policy("b", ["a"] if k % 2 == 0 else ["a", "c"]) + _ingress_policy("c", ["d"] if k % 2 == 0 else [])
-            + "".join(_marker(f"mark-{i}") for i in range(k % MARKS)))
+    return (
+        _ingress_policy("b", ["a"] if k % 2 == 0 else ["a", "c"])
+        + _ingress_policy("c", ["d"] if k % 2 == 0 else [])
+        + "".join(_marker(f"mark-{i}") for i in range(k % MARKS))
+    )
 
 
 LATE = _ingress_policy("d", ["b", "c"]) + "".join(_marker(f"late-mark-{i}") for i in range(MARKS - 1))  # a -> d denied
@@ -186,11 +200,15 @@ while time.monotonic() < until:
 print(json.dumps(out))
 """
 
+
 def _proc_figures(pid: int) -> dict[str, int]:
     status = Path(f"/proc/{pid}/status").read_text()
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return {"rss_kb": int(fields["VmRSS"].split()[0]), "threads": int(fields["Threads"]),
-            "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+    return {
+        "rss_kb": int(fields["VmRSS"].split()[0]),
+        "threads": int(fields["Threads"]),
+        "fds": len(os.listdir(f"/proc/{pid}/fd")),
+    }
 
 
 @dataclass
@@ -226,29 +244,48 @@ class SoakResult:
         warm = [s for s in self.samples if s["t"] < self.warmup]
         base = max(warm, key=lambda s: s["t"])
         after = self.after_warmup()
-        end = after[len(after) * 3 // 4:]
+        end = after[len(after) * 3 // 4 :]
         top = max(s["rss_kb"] for s in after)
-        return {"rss_warm_mb": base["rss_kb"] / 1024, "rss_max_mb": top / 1024,
-                "rss_last_mb": after[-1]["rss_kb"] / 1024, "rss_growth": top / base["rss_kb"] - 1,
-                "fds_warm": max(s["fds"] for s in warm), "fds_max": max(s["fds"] for s in after),
-                "fds_floor_warm": min(s["fds"] for s in warm), "fds_floor_end": min(s["fds"] for s in end),
-                "threads_warm": max(s["threads"] for s in warm), "threads_max": max(s["threads"] for s in after),
-                "threads_floor_warm": min(s["threads"] for s in warm),
-                "threads_floor_end": min(s["threads"] for s in end)}
+        return {
+            "rss_warm_mb": base["rss_kb"] / 1024,
+            "rss_max_mb": top / 1024,
+            "rss_last_mb": after[-1]["rss_kb"] / 1024,
+            "rss_growth": top / base["rss_kb"] - 1,
+            "fds_warm": max(s["fds"] for s in warm),
+            "fds_max": max(s["fds"] for s in after),
+            "fds_floor_warm": min(s["fds"] for s in warm),
+            "fds_floor_end": min(s["fds"] for s in end),
+            "threads_warm": max(s["threads"] for s in warm),
+            "threads_max": max(s["threads"] for s in after),
+            "threads_floor_warm": min(s["threads"] for s in warm),
+            "threads_floor_end": min(s["threads"] for s in end),
+        }
 
     def summary(self) -> dict[str, Any]:
         so = sorted(self.switch_over_ms)
         sc = sorted(self.scrape_ms)
         return {
-            "seconds": round(self.seconds, 1), "period_s": self.period, "policy_versions": self.versions,
-            "reloads": self.reloads, "reloads_rejected": self.rejected,
-            "probes": self.probes, "judged": self.judged, "in_switch_over": self.in_switch_over,
-            "cut_by_next_version": self.cut_by_next, "opened_by_next_version": self.opened_by_next,
+            "seconds": round(self.seconds, 1),
+            "period_s": self.period,
+            "policy_versions": self.versions,
+            "reloads": self.reloads,
+            "reloads_rejected": self.rejected,
+            "probes": self.probes,
+            "judged": self.judged,
+            "in_switch_over": self.in_switch_over,
+            "cut_by_next_version": self.cut_by_next,
+            "opened_by_next_version": self.opened_by_next,
             "mismatches": len(self.mismatches),
             "switch_over_ms": {"p50": _pct(so, 0.5), "p99": _pct(so, 0.99), "max": so[-1] if so else None},
-            "held_cut_s": self.held_cut_s, "held_kept": self.held_kept, "held_restored": self.held_restored,
-            "scrape_ms": {"p50": _pct(sc, 0.5), "p99": _pct(sc, 0.99), "max": sc[-1] if sc else None,
-                          "failures": self.scrape_failures},
+            "held_cut_s": self.held_cut_s,
+            "held_kept": self.held_kept,
+            "held_restored": self.held_restored,
+            "scrape_ms": {
+                "p50": _pct(sc, 0.5),
+                "p99": _pct(sc, 0.99),
+                "max": sc[-1] if sc else None,
+                "failures": self.scrape_failures,
+            },
             **{k: round(v, 4) if isinstance(v, float) else v for k, v in self.memory().items()},
         }
 
@@ -264,21 +301,33 @@ def _decode(at_start: int) -> Callable[[int], tuple[int, bool]]:
     the late change is in). Counted from the policies the daemon reported at its start
     (``at_start``, version 1 then), whatever it holds besides the files'."""
     offset = at_start - _policies(version(1))
-    counts = {offset + _policies(version(r)) + late * _policies(LATE): (r, late) for r in range(MARKS) for late in (False, True)}
+    counts = {
+        offset + _policies(version(r)) + late * _policies(LATE): (r, late)
+        for r in range(MARKS)
+        for late in (False, True)
+    }
     assert len(counts) == 2 * MARKS
 
     def loaded(n: int) -> tuple[int, bool]:
         assert n in counts, f"a reload reports {n} policies: no version holds that many"
         return counts[n]
+
     return loaded
 
 
-def _read_last(events: list[dict[str, Any]], loaded: Callable[[int], tuple[int, bool]], last_write: float, k: int,
-               late: bool) -> bool:
+def _read_last(
+    events: list[dict[str, Any]], loaded: Callable[[int], tuple[int, bool]], last_write: float, k: int, late: bool
+) -> bool:
     """Whether a reload has loaded the last change (version ``k``, the late change or not),
     or one has been rejected since it was written."""
-    return any(e["_arrived"] >= last_write and (e.get("event") == "reload-rejected" or (
-        e.get("event") == "reload" and loaded(e["policies"]) == (k % MARKS, late))) for e in events)
+    return any(
+        e["_arrived"] >= last_write
+        and (
+            e.get("event") == "reload-rejected"
+            or (e.get("event") == "reload" and loaded(e["policies"]) == (k % MARKS, late))
+        )
+        for e in events
+    )
 
 
 @dataclass
@@ -300,8 +349,12 @@ class Timeline:
         self._in_force = [a + SLACK for a, _ in self.loads]
 
     @classmethod
-    def build(cls, changes: list[tuple[float, tuple[int, bool]]], reloads: list[tuple[float, tuple[int, bool]]],
-              initial: tuple[int, bool]) -> Timeline:
+    def build(
+        cls,
+        changes: list[tuple[float, tuple[int, bool]]],
+        reloads: list[tuple[float, tuple[int, bool]]],
+        initial: tuple[int, bool],
+    ) -> Timeline:
         """``reloads``: (arrival, (flip version modulo ``MARKS``, late)) as reported. Each is
         the newest change written before its arrival that makes that state (one ``MARKS``
         changes older would need a reload lasting ``MARKS`` - 1 periods; the parity, all a
@@ -314,7 +367,9 @@ class Timeline:
                 v, late = changes[i][1]
                 newest[(v % MARKS, late)] = i
                 i += 1
-            assert reported in newest, f"a reload loaded a state (version mod {MARKS}, late) {reported} not written before it"
+            assert reported in newest, (
+                f"a reload loaded a state (version mod {MARKS}, late) {reported} not written before it"
+            )
             loads.append((arrived, newest[reported]))
         return cls(changes, loads, initial)
 
@@ -344,9 +399,15 @@ class Timeline:
         return [self.changes[c][1] for a, c in self.loads if a > t0 and self.changes[c][0] < t1]
 
 
-
-def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2, rate: float = 4.0,
-             warmup_fraction: float = 0.4, metrics_port: int = 9477) -> SoakResult:
+def run_soak(
+    topo: Topology,
+    workdir: Path,
+    seconds: float,
+    period: float = 0.2,
+    rate: float = 4.0,
+    warmup_fraction: float = 0.4,
+    metrics_port: int = 9477,
+) -> SoakResult:
     """Run the soak on ``topo`` (four pods, up: a routed ``Topology(npods=4)`` enforced through
     NFQUEUE, or ``BridgedPods`` through the AF_PACKET bridge) for ``seconds``; policy files
     under ``workdir``."""
@@ -369,7 +430,9 @@ def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2,
 
     result = SoakResult(seconds=seconds, period=period, warmup=warmup_fraction * seconds)
     mode = ("--bridge", BridgedPods.BRIDGE) if bridged else ()
-    daemon = Daemon(topo, [str(policy)], None if bridged else 0, extra=(*mode, "--metrics", f"127.0.0.1:{metrics_port}"))
+    daemon = Daemon(
+        topo, [str(policy)], None if bridged else 0, extra=(*mode, "--metrics", f"127.0.0.1:{metrics_port}")
+    )
     loaded = _decode(daemon.wait_event("start")["policies"])
     first_cut = [Held(topo, "c", "b", "TCP"), Held(topo, "c", "b", "UDP")]
     old = [Held(topo, "a", "d", "TCP"), Held(topo, "a", "d", "UDP")]
@@ -383,9 +446,13 @@ def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2,
         for proto in ("TCP", "UDP"):
             port = Topology.TCP_PORT if proto == "TCP" else Topology.UDP_PORT
             streams.setdefault(src, []).append((f"{src}->{dst}", topo.ips[POD[dst]], proto, port))
-    probers = {src: topo.spawn(topo.pods[POD[src]], [PY, "-c", PROBER, json.dumps(s), str(rate),
-                                                       str(until - 0.5), str(PROBE_TIMEOUT), topo.ips[POD[src]]])
-               for src, s in streams.items()}
+    probers = {
+        src: topo.spawn(
+            topo.pods[POD[src]],
+            [PY, "-c", PROBER, json.dumps(s), str(rate), str(until - 0.5), str(PROBE_TIMEOUT), topo.ips[POD[src]]],
+        )
+        for src, s in streams.items()
+    }
 
     stop = threading.Event()
 
@@ -461,8 +528,9 @@ def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2,
     # machine that takes longer than the run's last second.
     last_write = max(writes + ([late_written] if late_written is not None else []))
     deadline = time.monotonic() + 20.0
-    while time.monotonic() < deadline and not _read_last(daemon.events(), loaded, last_write, len(writes) - 1,
-                                                                  late_written is not None):
+    while time.monotonic() < deadline and not _read_last(
+        daemon.events(), loaded, last_write, len(writes) - 1, late_written is not None
+    ):
         time.sleep(0.1)
     events = daemon.events()
     assert daemon.terminate() == 0
@@ -470,7 +538,9 @@ def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2,
     reloads = [e for e in events if e.get("event") == "reload"]
     result.reloads = len(reloads)
     result.rejected = sum(e.get("event") == "reload-rejected" for e in events)
-    changes = sorted([(t, "flip", i) for i, t in enumerate(writes)] + ([(late_written, "late", -1)] if late_written else []))
+    changes = sorted(
+        [(t, "flip", i) for i, t in enumerate(writes)] + ([(late_written, "late", -1)] if late_written else [])
+    )
     states: list[tuple[float, tuple[int, bool]]] = []  # (written, the state it makes) per change
     ver, late = 1, False
     for t, kind, i in changes:
@@ -513,8 +583,17 @@ def run_soak(topo: Topology, workdir: Path, seconds: float, period: float = 0.2,
         if not want and ok and any(expected(src, dst, v, lt) for v, lt in later):
             result.opened_by_next += 1
             continue
-        result.mismatches.append({"probe": name, "proto": proto, "t0": round(t0 - t_start, 3),
-                                  "t1": round(t1 - t_start, 3), "ok": ok, "version": ver, "late": late})
+        result.mismatches.append(
+            {
+                "probe": name,
+                "proto": proto,
+                "t0": round(t0 - t_start, 3),
+                "t1": round(t1 - t_start, 3),
+                "ok": ok,
+                "version": ver,
+                "late": late,
+            }
+        )
     return result
 
 

@@ -81,8 +81,9 @@ def test_the_first_connection_after_an_answer_is_judged_by_it(topo: Topology, tm
     start = daemon.wait_event("start")
     assert start["dns_queue"] == 1
     assert "--sport 53" in iptables_rules(topo.node)
-    out = sh("ip", "netns", "exec", topo.pods[0], PY, "-c", CLIENT, topo.ips[2], NAME, topo.ips[1],
-             str(Topology.TCP_PORT)).stdout
+    out = sh(
+        "ip", "netns", "exec", topo.pods[0], PY, "-c", CLIENT, topo.ips[2], NAME, topo.ips[1], str(Topology.TCP_PORT)
+    ).stdout
     got = json.loads(out)
     # b's address is nobody's name before the answer; right after it, it is svc.example.test's
     assert got == {"before": False, "resolved": topo.ips[1], "after": True}, got
@@ -90,8 +91,11 @@ def test_the_first_connection_after_an_answer_is_judged_by_it(topo: Topology, tm
     assert denied["egress"]["policy"] == "GlobalNetworkPolicy/a-egress-by-name" and denied["egress"]["rule"] == 2
     status, text = topo.get("http://127.0.0.1:9464/metrics")
     assert status == 200
-    figures = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
-               if line.startswith("pyclassify_dns_") and not line.startswith("#")}
+    figures = {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("pyclassify_dns_") and not line.startswith("#")
+    }
     assert figures["pyclassify_dns_answers_total"] >= 1 and figures["pyclassify_dns_facts_learned_total"] == 1
     assert figures["pyclassify_dns_facts"] == 1
     assert daemon.terminate() == 0

@@ -34,8 +34,13 @@ def policy_dir(tmp_path: Path) -> Path:
 
 
 def matrix(path: Path, proto: str, port: int) -> list[list[bool]]:
-    out = subprocess.run([PY, "-m", "pyclassify", "matrix", str(path), "--proto", proto, "--port", str(port), "--json"],
-                         capture_output=True, text=True, cwd=REPO, check=True)
+    out = subprocess.run(
+        [PY, "-m", "pyclassify", "matrix", str(path), "--proto", proto, "--port", str(port), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
     data = json.loads(out.stdout)
     assert data["pods"] == ["a/a1", "b/b1", "c/c1"]
     return data["matrix"]
@@ -53,8 +58,9 @@ def observed(topo: Topology) -> dict[str, list[list[bool]]]:
 
 def explain(path: Path, src: str, dst: str, proto: str, port: int) -> dict:
     # the real CLI, in-process (a subprocess per pair would cost seconds)
-    r = CliRunner().invoke(cli_main, ["explain", str(path), "--from", src, "--to", dst, "--proto", proto,
-                                      "--port", str(port), "--json"])
+    r = CliRunner().invoke(
+        cli_main, ["explain", str(path), "--from", src, "--to", dst, "--proto", proto, "--port", str(port), "--json"]
+    )
     assert r.exit_code == 0, r.output
     return json.loads(r.output)
 
@@ -83,8 +89,13 @@ def off_diagonal(m: list[list[bool]]) -> list[list[bool | None]]:
 
 def test_every_policy_kind_decides_some_pair(policy_dir: Path) -> None:
     kinds = deciding_kinds(policy_dir)
-    for kind in ("NetworkPolicy", "AdminNetworkPolicy", "GlobalNetworkPolicy", "BaselineAdminNetworkPolicy",
-                 "ClusterNetworkPolicy"):
+    for kind in (
+        "NetworkPolicy",
+        "AdminNetworkPolicy",
+        "GlobalNetworkPolicy",
+        "BaselineAdminNetworkPolicy",
+        "ClusterNetworkPolicy",
+    ):
         assert kinds.get(kind), (kind, kinds)
     assert ("a/a1", "c/c1", "TCP") in kinds["BaselineAdminNetworkPolicy"]
     assert ("a/a1", "c/c1", "UDP") in kinds["ClusterNetworkPolicy"]
@@ -102,23 +113,45 @@ def test_matrix_holds_on_real_connections(topo: Topology, policy_dir: Path) -> N
         assert off_diagonal(seen[proto]) == off_diagonal(matrix(policy_dir, proto, port)), proto
     events = daemon.events()
     denies = [e for e in events if e.get("event") == "deny"]
-    assert any(e["src"] == "10.244.2.2" and e["dst"] == "10.244.3.2" and e["ingress"]["policy"].startswith("AdminNetworkPolicy")
-               for e in denies), denies
+    assert any(
+        e["src"] == "10.244.2.2"
+        and e["dst"] == "10.244.3.2"
+        and e["ingress"]["policy"].startswith("AdminNetworkPolicy")
+        for e in denies
+    ), denies
 
     def denied_by(kind: str, side: str, proto: str) -> bool:
         # a -> c: the baseline policy (TCP, c's ingress) and the ClusterNetworkPolicy (UDP, a's egress)
-        return any(e["src"] == "10.244.1.2" and e["dst"] == "10.244.3.2" and e["proto"] == proto and e.get(side)
-                   and (e[side]["policy"] or "").startswith(kind + "/") for e in daemon.events() if e.get("event") == "deny")
+        return any(
+            e["src"] == "10.244.1.2"
+            and e["dst"] == "10.244.3.2"
+            and e["proto"] == proto
+            and e.get(side)
+            and (e[side]["policy"] or "").startswith(kind + "/")
+            for e in daemon.events()
+            if e.get("event") == "deny"
+        )
 
     deadline = time.monotonic() + 5  # the daemon writes flow events from its drain thread
-    while not (denied_by("BaselineAdminNetworkPolicy", "ingress", "TCP")
-               and denied_by("ClusterNetworkPolicy", "egress", "UDP")) and time.monotonic() < deadline:
+    while (
+        not (
+            denied_by("BaselineAdminNetworkPolicy", "ingress", "TCP")
+            and denied_by("ClusterNetworkPolicy", "egress", "UDP")
+        )
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.1)
     assert denied_by("BaselineAdminNetworkPolicy", "ingress", "TCP"), daemon.events()
     assert denied_by("ClusterNetworkPolicy", "egress", "UDP"), daemon.events()
     # a -> b over UDP: b's NetworkPolicy isolates it and no rule matches; the log names the policy
-    isolated = [e["ingress"] for e in daemon.events() if e.get("event") == "deny" and e["dst"] == "10.244.2.2"
-                and e.get("ingress") and e["ingress"]["reason"] == "end-of-tier"]
+    isolated = [
+        e["ingress"]
+        for e in daemon.events()
+        if e.get("event") == "deny"
+        and e["dst"] == "10.244.2.2"
+        and e.get("ingress")
+        and e["ingress"]["reason"] == "end-of-tier"
+    ]
     assert isolated and all(d["policies"] == ["NetworkPolicy/b/b-from-a"] for d in isolated), isolated
     assert daemon.terminate() == 0
     rules = iptables_rules(topo.node)
@@ -126,11 +159,23 @@ def test_matrix_holds_on_real_connections(topo: Topology, policy_dir: Path) -> N
     assert not topo.reach(2, 1) and not topo.reach(0, 1)  # failing closed: new connections wait for one
 
 
-def test_live_change_cuts_established_connection_and_invalid_update_is_rejected(topo: Topology, policy_dir: Path) -> None:
+def test_live_change_cuts_established_connection_and_invalid_update_is_rejected(
+    topo: Topology, policy_dir: Path
+) -> None:
     daemon = Daemon(topo, [str(policy_dir)], QUEUE)
     daemon.wait_event("start")
-    hold = topo.spawn(topo.pods[0], [PY, "-c", __import__("tests.enforce.netns", fromlist=["HOLD"]).HOLD,
-                                     topo.ips[1], str(Topology.TCP_PORT), "1.0"], stdin=True)
+    hold = topo.spawn(
+        topo.pods[0],
+        [
+            PY,
+            "-c",
+            __import__("tests.enforce.netns", fromlist=["HOLD"]).HOLD,
+            topo.ips[1],
+            str(Topology.TCP_PORT),
+            "1.0",
+        ],
+        stdin=True,
+    )
     assert hold.stdin is not None and hold.stdout is not None
     assert hold.stdout.readline().strip() == "connected"
 
@@ -190,16 +235,21 @@ def test_node_scoping_enforces_only_this_nodes_pods(topo: Topology, tmp_path: Pa
     (no ingress at all) is enforced here; b1's (ingress from namespace a only) is the other
     node's to enforce, so c1 reaches b1 through this router; selectors still see b1 and c1."""
     inventory = manifests.INVENTORY.replace("spec: {containers:", "spec: {nodeName: there, containers:")
-    inventory = inventory.replace("metadata: {name: a1, namespace: a, labels: {app: a}}\nspec: {nodeName: there,",
-                                  "metadata: {name: a1, namespace: a, labels: {app: a}}\nspec: {nodeName: here,")
+    inventory = inventory.replace(
+        "metadata: {name: a1, namespace: a, labels: {app: a}}\nspec: {nodeName: there,",
+        "metadata: {name: a1, namespace: a, labels: {app: a}}\nspec: {nodeName: here,",
+    )
     assert inventory.count("nodeName: here") == 1 and inventory.count("nodeName: there") == 2
     (tmp_path / "00-inventory.yaml").write_text(inventory)
-    (tmp_path / "10-netpol.yaml").write_text(manifests.NETPOL + """---
+    (tmp_path / "10-netpol.yaml").write_text(
+        manifests.NETPOL
+        + """---
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: a-closed, namespace: a}
 spec: {podSelector: {}, policyTypes: [Ingress]}
-""")
+"""
+    )
     daemon = Daemon(topo, [str(tmp_path)], QUEUE, extra=("--node", "here"))
     start = daemon.wait_event("start")
     assert start["node"] == "here" and start["enforced_endpoints"] == 1, start
@@ -247,8 +297,24 @@ def test_deny_action_drops_or_rejects(topo: Topology, policy_dir: Path, action: 
     daemon = Daemon(topo, [str(policy_dir)], QUEUE, extra=("--deny-action", action, "--metrics", "127.0.0.1:9464"))
     daemon.wait_event("start")
     assert topo.reach(0, 1)  # a -> b allowed either way
-    out = subprocess.run(["ip", "netns", "exec", topo.pods[2], PY, "-c", REFUSED, topo.ips[1], str(Topology.TCP_PORT),
-                          str(Topology.UDP_PORT)], capture_output=True, text=True, check=True, cwd=REPO)
+    out = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            topo.pods[2],
+            PY,
+            "-c",
+            REFUSED,
+            topo.ips[1],
+            str(Topology.TCP_PORT),
+            str(Topology.UDP_PORT),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
     got = json.loads(out.stdout)
     if action == "reject":
         assert got["tcp"] == "refused" and got["udp"] == "refused", got
@@ -256,8 +322,11 @@ def test_deny_action_drops_or_rejects(topo: Topology, policy_dir: Path, action: 
         assert got["tcp"] == "timeout" and got["udp"] == "timeout", got
     status, text = topo.get("http://127.0.0.1:9464/metrics")
     assert status == 200
-    rejected = [line for line in text.splitlines()
-                if line.startswith('pyclassify_nfqueue_packets_total{') and 'outcome="rejected"' in line]
+    rejected = [
+        line
+        for line in text.splitlines()
+        if line.startswith("pyclassify_nfqueue_packets_total{") and 'outcome="rejected"' in line
+    ]
     assert rejected and float(rejected[0].split()[-1]) == (2 if action == "reject" else 0), rejected
     rules = iptables_rules(topo.node)
     assert ("REJECT" in rules) == (action == "reject"), rules
@@ -289,7 +358,11 @@ def test_staged_policy_is_logged_beside_the_real_verdict(topo: Topology, policy_
     assert start["staged_policies"] == 1
     assert topo.reach(0, 1)  # allowed by NetworkPolicy b/b-from-a; the staged policy is not in force
     line = daemon.wait_event("allow")
-    assert (line["src"], line["dst"], line["ingress"]["policy"]) == (topo.ips[0], topo.ips[1], "NetworkPolicy/b/b-from-a")
+    assert (line["src"], line["dst"], line["ingress"]["policy"]) == (
+        topo.ips[0],
+        topo.ips[1],
+        "NetworkPolicy/b/b-from-a",
+    )
     assert line["staged"]["verdict"] == "deny"
     assert line["staged"]["summary"] == "would deny by StagedGlobalNetworkPolicy/b-not-from-a rule 0 (ingress)"
     assert not topo.reach(2, 1)  # c -> b: denied for real, and staged alike
@@ -333,8 +406,16 @@ def test_metrics_and_probes_of_a_running_daemon(topo: Topology, policy_dir: Path
     assert total("pyclassify_nfqueue_packets_total", queue="0", outcome="accepted") >= 1
     assert total("pyclassify_nfqueue_packets_total", queue="0", outcome="dropped") >= 1
     # a -> b allowed by the NetworkPolicy's rule; c -> b denied at the end of its tier (isolated).
-    assert total("pyclassify_verdicts_total", action="allow", direction="ingress",
-                 policy="NetworkPolicy/b/b-from-a", rule="0") >= 1
+    assert (
+        total(
+            "pyclassify_verdicts_total",
+            action="allow",
+            direction="ingress",
+            policy="NetworkPolicy/b/b-from-a",
+            rule="0",
+        )
+        >= 1
+    )
     assert total("pyclassify_verdicts_total", action="deny", direction="ingress", tier="default", policy="") >= 1
     assert total("pyclassify_policy_reloads_total", result="success") == 1
     assert total("pyclassify_policy_apply_seconds_count") == 1
@@ -345,8 +426,11 @@ def test_metrics_and_probes_of_a_running_daemon(topo: Topology, policy_dir: Path
 
 
 def _start_fails(topo: Topology, argv: list[str], prefix: list[str] | None = None) -> tuple[int, str]:
-    proc = topo.spawn(topo.node, [*(prefix or []), PY, "-m", "pyclassify", "enforce", *argv, "--duration", "5"],
-                      stderr=subprocess.PIPE)
+    proc = topo.spawn(
+        topo.node,
+        [*(prefix or []), PY, "-m", "pyclassify", "enforce", *argv, "--duration", "5"],
+        stderr=subprocess.PIPE,
+    )
     out, err = proc.communicate(timeout=60)
     return proc.returncode, err
 
@@ -366,7 +450,9 @@ time.sleep(60)
 """
 
 
-def test_missing_prerequisites_and_busy_resources_are_one_line_and_an_exit_code(topo: Topology, policy_dir: Path) -> None:
+def test_missing_prerequisites_and_busy_resources_are_one_line_and_an_exit_code(
+    topo: Topology, policy_dir: Path
+) -> None:
     """Issue 14, item 4: no iptables, not root, a queue another process listens on, another
     daemon enforcing in the same network namespace, a metrics address in use, an interface that
     does not exist — each one `error:` line and its exit code (6: a missing prerequisite, 7:
@@ -374,8 +460,15 @@ def test_missing_prerequisites_and_busy_resources_are_one_line_and_an_exit_code(
     venv_only = ["env", f"PATH={Path(PY).parent}"]  # no /usr/sbin: no iptables
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     queue_holder = topo.spawn(topo.node, [PY, "-c", QUEUE_HOLDER, "6"])  # not a daemon of ours: no rules
-    blocker = topo.spawn(topo.node, [PY, "-c", "import socket, time; s = socket.socket(); "
-                                     "s.bind(('127.0.0.1', 9557)); s.listen(); print('ready', flush=True); time.sleep(60)"])
+    blocker = topo.spawn(
+        topo.node,
+        [
+            PY,
+            "-c",
+            "import socket, time; s = socket.socket(); "
+            "s.bind(('127.0.0.1', 9557)); s.listen(); print('ready', flush=True); time.sleep(60)",
+        ],
+    )
     for p in (queue_holder, blocker):
         assert p.stdout is not None and p.stdout.readline().strip() == "ready"
 
@@ -386,19 +479,40 @@ def test_missing_prerequisites_and_busy_resources_are_one_line_and_an_exit_code(
             assert (got, len(errors)) == (code, 1) and text in errors[0], (argv, got, err)
             assert "Traceback" not in err, err
 
-    check([
-        (venv_only, [str(policy_dir), "--queue", "0", "--no-ipv6"], 6, "iptables not found"),
-        (nobody, [str(REPO / "examples" / "demo"), "--queue", "0", "--no-ipv6"], 6, "needs root"),  # readable by nobody
-        (None, [str(policy_dir), "--queue", "6", "--no-ipv6"], 7, "another process listens on it"),
-        (None, [str(policy_dir), "--queue", "0", "--no-ipv6", "--metrics", "127.0.0.1:9557"], 7, "Address already in use"),
-        (None, [str(policy_dir), "--bridge", "nope0,nope1"], 7, "No such device"),
-    ])
+    check(
+        [
+            (venv_only, [str(policy_dir), "--queue", "0", "--no-ipv6"], 6, "iptables not found"),
+            (
+                nobody,
+                [str(REPO / "examples" / "demo"), "--queue", "0", "--no-ipv6"],
+                6,
+                "needs root",
+            ),  # readable by nobody
+            (None, [str(policy_dir), "--queue", "6", "--no-ipv6"], 7, "another process listens on it"),
+            (
+                None,
+                [str(policy_dir), "--queue", "0", "--no-ipv6", "--metrics", "127.0.0.1:9557"],
+                7,
+                "Address already in use",
+            ),
+            (None, [str(policy_dir), "--bridge", "nope0,nope1"], 7, "No such device"),
+        ]
+    )
     assert "PYCLASSIFY-" not in iptables_rules(topo.node)  # the failed starts installed nothing
     holder = Daemon(topo, [str(policy_dir)], 5)  # its rules queue to 5, where it listens
     holder.wait_event("start")
     before = iptables_rules(topo.node)
-    check([(None, [str(policy_dir), "--queue", queue, "--no-ipv6"], 7,
-            "another daemon enforces in this network namespace") for queue in ("5", "0")])
+    check(
+        [
+            (
+                None,
+                [str(policy_dir), "--queue", queue, "--no-ipv6"],
+                7,
+                "another daemon enforces in this network namespace",
+            )
+            for queue in ("5", "0")
+        ]
+    )
     assert iptables_rules(topo.node) == before  # the holder's rules: the failed starts left them alone
     assert holder.terminate() == 0
 
@@ -437,15 +551,32 @@ def test_a_full_log_destination_loses_lines_not_enforcement(topo: Topology, poli
     whose reader has exited): every line is lost and counted (`pyclassify_log_lines_lost`), the
     daemon keeps enforcing and stops cleanly."""
     url = "http://127.0.0.1:9467"
-    argv = [PY, "-m", "pyclassify", "enforce", str(policy_dir), "--queue", "0", "--no-ipv6", "--log-allowed",
-            "--metrics", "127.0.0.1:9467"]
+    argv = [
+        PY,
+        "-m",
+        "pyclassify",
+        "enforce",
+        str(policy_dir),
+        "--queue",
+        "0",
+        "--no-ipv6",
+        "--log-allowed",
+        "--metrics",
+        "127.0.0.1:9467",
+    ]
     if destination == "full":
         proc = topo.spawn(topo.node, ["sh", "-c", f"exec {' '.join(argv)} > /dev/full"], stderr=subprocess.PIPE)
     else:
         read_end, write_end = os.pipe()
         os.close(read_end)  # the reader is gone before the first line
-        proc = subprocess.Popen(["ip", "netns", "exec", topo.node, *argv], stdout=write_end, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, text=True, cwd=REPO)
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", topo.node, *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            cwd=REPO,
+        )
         os.close(write_end)
         topo.procs.append(proc)
     deadline = time.monotonic() + 30
@@ -460,7 +591,9 @@ def test_a_full_log_destination_loses_lines_not_enforcement(topo: Topology, poli
         raise AssertionError("never ready")
     assert topo.reach(0, 1) and not topo.reach(2, 1)
     _, text = topo.get(f"{url}/metrics")
-    lost = next(float(line.split()[1]) for line in text.splitlines() if line.startswith("pyclassify_log_lines_lost_total"))
+    lost = next(
+        float(line.split()[1]) for line in text.splitlines() if line.startswith("pyclassify_log_lines_lost_total")
+    )
     assert lost >= 1  # the start line at least, and the flows' lines
     assert proc.poll() is None
     proc.terminate()

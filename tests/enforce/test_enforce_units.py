@@ -72,14 +72,21 @@ def test_ct_delete_message_layout() -> None:
     with pytest.raises(ValueError):
         _native.ct_delete_message(b"\0" * 16, b"\0" * 16, 1, 2, 6, 5)
     # with a mark: an update of the entry (CT_NEW without NLM_F_CREATE) setting just those bits
-    marked = _native.ct_delete_message(v4([10, 244, 1, 2]), v4([10, 244, 2, 2]), 40000, 8080, 6, 4, 0, 0x2000000, 0x2000000)
+    marked = _native.ct_delete_message(
+        v4([10, 244, 1, 2]), v4([10, 244, 2, 2]), 40000, 8080, 6, 4, 0, 0x2000000, 0x2000000
+    )
     length, mtype, flags = struct.unpack_from("=IHH", marked)
     assert length == len(marked) and mtype == (1 << 8) | 0 and not flags & 0x400
-    assert marked.endswith(struct.pack("=HH", 8, 8) + struct.pack(">I", 0x2000000)
-                           + struct.pack("=HH", 8, 21) + struct.pack(">I", 0x2000000))
+    assert marked.endswith(
+        struct.pack("=HH", 8, 8)
+        + struct.pack(">I", 0x2000000)
+        + struct.pack("=HH", 8, 21)
+        + struct.pack(">I", 0x2000000)
+    )
     cleared = _native.ct_delete_message(v4([10, 244, 1, 2]), v4([10, 244, 2, 2]), 40000, 8080, 6, 4, 0, 0, 0x2000000)
-    assert cleared.endswith(struct.pack("=HH", 8, 8) + struct.pack(">I", 0)
-                            + struct.pack("=HH", 8, 21) + struct.pack(">I", 0x2000000))
+    assert cleared.endswith(
+        struct.pack("=HH", 8, 8) + struct.pack(">I", 0) + struct.pack("=HH", 8, 21) + struct.pack(">I", 0x2000000)
+    )
     dump = _native.ct_dump_message(2, 0x1000000, 0x3000000)
     assert struct.unpack_from("=IHH", dump)[1:] == ((1 << 8) | 1, 0x301)  # CT_GET, REQUEST|DUMP
 
@@ -121,7 +128,16 @@ def test_early_host_endpoint_hooks_have_chains_of_their_own() -> None:
     inp = r.rules("input")
     skip = inp.index(["-m", "mark", "--mark", "0x10000000/0x10000000", "-j", "RETURN"])
     # normal host policy skipped: said on the connection, which revalidation judges
-    assert inp[skip - 1] == ["-m", "mark", "--mark", "0x10000000/0x10000000", "-j", "CONNMARK", "--or-mark", "0x21000000"]
+    assert inp[skip - 1] == [
+        "-m",
+        "mark",
+        "--mark",
+        "0x10000000/0x10000000",
+        "-j",
+        "CONNMARK",
+        "--or-mark",
+        "0x21000000",
+    ]
     assert ["-m", "mark", "--mark", "0x10000000/0x10000000", "-j", "RETURN"] not in r.rules("forward")
 
 
@@ -131,15 +147,45 @@ def test_host_endpoint_interfaces_queue_to_their_forward_hook() -> None:
     r = Rules(0, 0, forward_queues=(("eth1", 4, 5),))
     fwd = r.rules("forward")
     established = fwd.index(["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "RETURN"])
-    assert fwd[established + 1:established + 3] == [
+    assert fwd[established + 1 : established + 3] == [
         ["-i", "eth1", "-m", "mark", "--mark", "0x0/0x11000000", "-j", "NFQUEUE", "--queue-num", "4"],
-        ["-o", "eth1", "-m", "mark", "--mark", "0x0/0x12000000", "-j", "NFQUEUE", "--queue-num", "5"]]
+        ["-o", "eth1", "-m", "mark", "--mark", "0x0/0x12000000", "-j", "NFQUEUE", "--queue-num", "5"],
+    ]
     # what each side's hook let on marks its connection with the interface's slot, for revalidation
-    assert fwd[established + 3:established + 5] == [
-        ["-i", "eth1", "-m", "mark", "--mark", "0x1000000/0x1000000", "-m", "connmark", "--mark", "0x0/0xf0000",
-         "-j", "CONNMARK", "--or-mark", "0x10000"],
-        ["-o", "eth1", "-m", "mark", "--mark", "0x2000000/0x2000000", "-m", "connmark", "--mark", "0x0/0xf00000",
-         "-j", "CONNMARK", "--or-mark", "0x100000"]]
+    assert fwd[established + 3 : established + 5] == [
+        [
+            "-i",
+            "eth1",
+            "-m",
+            "mark",
+            "--mark",
+            "0x1000000/0x1000000",
+            "-m",
+            "connmark",
+            "--mark",
+            "0x0/0xf0000",
+            "-j",
+            "CONNMARK",
+            "--or-mark",
+            "0x10000",
+        ],
+        [
+            "-o",
+            "eth1",
+            "-m",
+            "mark",
+            "--mark",
+            "0x2000000/0x2000000",
+            "-m",
+            "connmark",
+            "--mark",
+            "0x0/0xf00000",
+            "-j",
+            "CONNMARK",
+            "--or-mark",
+            "0x100000",
+        ],
+    ]
     assert fwd[-1] == ["-j", "NFQUEUE", "--queue-num", "0"]
     assert forward_ctmark(14, False) == (15 << 20, 0xF00000) and forward_ctmark(15, True) is None
     assert not any("eth1" in rule for rule in r.rules("input") + r.rules("output"))
@@ -148,8 +194,9 @@ def test_host_endpoint_interfaces_queue_to_their_forward_hook() -> None:
     r.forward_queues = (*r.forward_queues, ("eth2", 6, 7))
     after = r.rules("forward")
     assert [rule for rule in after if "eth2" not in rule] == before
-    assert after.index(["-o", "eth1", "-m", "mark", "--mark", "0x0/0x12000000", "-j", "NFQUEUE", "--queue-num", "5"]) \
-        < after.index(["-i", "eth2", "-m", "mark", "--mark", "0x0/0x11000000", "-j", "NFQUEUE", "--queue-num", "6"])
+    assert after.index(
+        ["-o", "eth1", "-m", "mark", "--mark", "0x0/0x12000000", "-j", "NFQUEUE", "--queue-num", "5"]
+    ) < after.index(["-i", "eth2", "-m", "mark", "--mark", "0x0/0x11000000", "-j", "NFQUEUE", "--queue-num", "6"])
 
 
 def test_an_all_interfaces_host_endpoint_takes_what_named_interfaces_leave() -> None:
@@ -157,14 +204,21 @@ def test_an_all_interfaces_host_endpoint_takes_what_named_interfaces_leave() -> 
     came in): a packet a named interface's hook let on carries its mark past the ``*`` rule."""
     r = Rules(0, 0, forward_queues=(("*", 1, 2), ("eth1", 3, 4)), workload_prefix="cali")
     queued = [rule for rule in r.rules("forward") if "NFQUEUE" in rule and "--queue-num" in rule and rule[-1] != "0"]
-    assert [rule[:4] for rule in queued] == [["-i", "eth1", "-m", "mark"], ["-o", "eth1", "-m", "mark"],
-                                             ["!", "-i", "cali+", "-m"], ["!", "-o", "cali+", "-m"]]
+    assert [rule[:4] for rule in queued] == [
+        ["-i", "eth1", "-m", "mark"],
+        ["-o", "eth1", "-m", "mark"],
+        ["!", "-i", "cali+", "-m"],
+        ["!", "-o", "cali+", "-m"],
+    ]
     assert [rule[-1] for rule in queued] == ["3", "4", "1", "2"]
     # each keeps its slot (its place in forward_queues), set once per side
     marks = [rule for rule in r.rules("forward") if "--or-mark" in rule and "connmark" in rule]
     assert [(rule[0:3], rule[-1]) for rule in marks] == [
-        (["-i", "eth1", "-m"], "0x20000"), (["-o", "eth1", "-m"], "0x200000"),
-        (["!", "-i", "cali+"], "0x10000"), (["!", "-o", "cali+"], "0x100000")]
+        (["-i", "eth1", "-m"], "0x20000"),
+        (["-o", "eth1", "-m"], "0x200000"),
+        (["!", "-i", "cali+"], "0x10000"),
+        (["!", "-o", "cali+"], "0x100000"),
+    ]
 
 
 def test_queue_ranges() -> None:
@@ -193,7 +247,8 @@ def test_command_usage_errors(tmp_path) -> None:
 def test_invalid_manifests_refuse_to_start(tmp_path) -> None:
     (tmp_path / "bad.yaml").write_text(
         "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: x, namespace: y}\n"
-        "spec:\n  podSelector: {}\n  ingress:\n  - ports:\n    - {port: 99999999}\n")
+        "spec:\n  podSelector: {}\n  ingress:\n  - ports:\n    - {port: 99999999}\n"
+    )
     r = CliRunner().invoke(enforce_command, [str(tmp_path), "--queue", "0"])
     assert r.exit_code == 1 and "99999999" in r.output
 
@@ -203,21 +258,27 @@ def test_the_nodes_own_traffic_passes_ahead_of_the_queue() -> None:
     ports (to the host, from it), the API server and DNS (on their destination before DNAT), the
     daemon's own marked sockets; in the raw table, their replies too. Per family."""
     api, dns6 = ipaddress.ip_address("192.0.2.10"), ipaddress.ip_address("fd00::53")
-    node = NodeTraffic(inbound=(FailsafePort(6, 22), FailsafePort(6, 2379, ipaddress.ip_network("10.0.0.0/8"))),
-                       outbound=(FailsafePort(17, 53),), api_servers=((api, 8443),),
-                       dns_servers=(ipaddress.ip_address("10.96.0.10"), dns6))
+    node = NodeTraffic(
+        inbound=(FailsafePort(6, 22), FailsafePort(6, 2379, ipaddress.ip_network("10.0.0.0/8"))),
+        outbound=(FailsafePort(17, 53),),
+        api_servers=((api, 8443),),
+        dns_servers=(ipaddress.ip_address("10.96.0.10"), dns6),
+    )
     r = Rules(0, 0, untracked_queue=1, pre_dnat_queue=2, node=node)
     tag = ["-m", "comment", "--comment", "pyclassify-node", "-j", "RETURN"]
     inp = r.rules("input")
-    assert inp[:3] == [["-i", "lo", "-j", "RETURN"], ["-p", "tcp", "--dport", "22", *tag],
-                       ["-p", "tcp", "-s", "10.0.0.0/8", "--dport", "2379", *tag]]
+    assert inp[:3] == [
+        ["-i", "lo", "-j", "RETURN"],
+        ["-p", "tcp", "--dport", "22", *tag],
+        ["-p", "tcp", "-s", "10.0.0.0/8", "--dport", "2379", *tag],
+    ]
     out = r.rules("output")
     assert out[1] == ["-p", "udp", "--dport", "53", *tag]
     assert ["-p", "tcp", "-m", "conntrack", "--ctorigdst", "192.0.2.10", "--ctorigdstport", "8443", *tag] in out
     assert ["-p", "tcp", "-m", "conntrack", "--ctorigdst", "10.96.0.10", "--ctorigdstport", "53", *tag] in out
     assert ["-m", "mark", "--mark", f"{OWN_MARK:#x}/{OWN_MARK:#x}", *tag] in out
     queued = next(i for i, rule in enumerate(out) if "NFQUEUE" in rule)
-    assert all(i < queued for i, rule in enumerate(out) if rule[-len(tag):] == tag)
+    assert all(i < queued for i, rule in enumerate(out) if rule[-len(tag) :] == tag)
     assert not any("2379" in rule or "8443" in rule for rule in r.rules("forward"))
     # IPv6: only its own addresses
     out6 = r.rules("output", 6)
@@ -236,17 +297,30 @@ def test_a_transaction_replaces_whatever_chains_of_ours_a_table_holds() -> None:
     """From another daemon's listing: our chains declared (created or flushed) and filled, every
     jump to one of ours deleted and one put first, a chain of ours no longer wanted deleted,
     someone else's rules left alone; with nothing wanted, only removals."""
-    current = ["-P FORWARD ACCEPT", "-N PYCLASSIFY-FORWARD", "-N PYCLASSIFY-INPUT", "-N OTHER",
-               "-A INPUT -j PYCLASSIFY-INPUT", "-A FORWARD -s 192.0.2.1/32 -j ACCEPT",
-               "-A FORWARD -j PYCLASSIFY-FORWARD", "-A OTHER -m comment --comment \"x y\" -j PYCLASSIFY-FORWARD",
-               "-A PYCLASSIFY-FORWARD -j NFQUEUE --queue-num 7", "-A PYCLASSIFY-INPUT -j NFQUEUE --queue-balance 2:4"]
+    current = [
+        "-P FORWARD ACCEPT",
+        "-N PYCLASSIFY-FORWARD",
+        "-N PYCLASSIFY-INPUT",
+        "-N OTHER",
+        "-A INPUT -j PYCLASSIFY-INPUT",
+        "-A FORWARD -s 192.0.2.1/32 -j ACCEPT",
+        "-A FORWARD -j PYCLASSIFY-FORWARD",
+        '-A OTHER -m comment --comment "x y" -j PYCLASSIFY-FORWARD',
+        "-A PYCLASSIFY-FORWARD -j NFQUEUE --queue-num 7",
+        "-A PYCLASSIFY-INPUT -j NFQUEUE --queue-balance 2:4",
+    ]
     assert queues_named(current) == {2, 3, 4, 7}
     lines = transaction(current, {"PYCLASSIFY-FORWARD": ("FORWARD", [["-j", "NFQUEUE", "--queue-num", "0"]])})
-    assert lines == [":PYCLASSIFY-FORWARD - [0:0]", ":PYCLASSIFY-INPUT - [0:0]",
-                     "-D INPUT -j PYCLASSIFY-INPUT", "-D FORWARD -j PYCLASSIFY-FORWARD",
-                     "-D OTHER -m comment --comment \"x y\" -j PYCLASSIFY-FORWARD",
-                     "-A PYCLASSIFY-FORWARD -j NFQUEUE --queue-num 0", "-I FORWARD 1 -j PYCLASSIFY-FORWARD",
-                     "-X PYCLASSIFY-INPUT"]
+    assert lines == [
+        ":PYCLASSIFY-FORWARD - [0:0]",
+        ":PYCLASSIFY-INPUT - [0:0]",
+        "-D INPUT -j PYCLASSIFY-INPUT",
+        "-D FORWARD -j PYCLASSIFY-FORWARD",
+        '-D OTHER -m comment --comment "x y" -j PYCLASSIFY-FORWARD',
+        "-A PYCLASSIFY-FORWARD -j NFQUEUE --queue-num 0",
+        "-I FORWARD 1 -j PYCLASSIFY-FORWARD",
+        "-X PYCLASSIFY-INPUT",
+    ]
     assert transaction(current, {})[-2:] == ["-X PYCLASSIFY-FORWARD", "-X PYCLASSIFY-INPUT"]
     assert "-X PYCLASSIFY-INPUT" not in transaction(current, {}, keep=("PYCLASSIFY-INPUT",))
 
@@ -268,18 +342,23 @@ def test_which_kernel_connections_our_chains_never_queue() -> None:
     the node's own traffic (failsafe ports, the API server and DNS on their address before
     DNAT); routed pods' connections and the node's others are judged."""
     local = LocalAddresses((ipaddress.IPv6Address("::ffff:10.0.0.1").packed,))
-    node = NodeTraffic(inbound=(FailsafePort(6, 22),), outbound=(FailsafePort(17, 53),),
-                       api_servers=((ipaddress.ip_address("10.96.0.1"), 443),),
-                       dns_servers=(ipaddress.ip_address("10.96.0.10"),))
-    flows = [("10.244.1.2", "10.244.2.2", 40000, 8080, 6),   # routed: judged
-             ("10.0.0.1", "10.0.0.1", 40001, 9000, 6),       # loopback
-             ("127.0.0.1", "127.0.0.1", 40002, 9000, 6),     # loopback
-             ("10.244.1.2", "10.0.0.1", 40003, 22, 6),       # SSH to the node: failsafe
-             ("10.244.1.2", "10.0.0.1", 40004, 80, 6),       # to the node: judged
-             ("10.0.0.1", "192.0.2.1", 40005, 53, 17),       # outbound failsafe
-             ("10.0.0.1", "10.96.0.1", 40006, 443, 6),       # the API server's Service
-             ("10.0.0.1", "10.96.0.10", 40007, 53, 6),       # DNS over TCP
-             ("10.0.0.1", "192.0.2.9", 40008, 443, 6)]       # the node's other traffic: judged
+    node = NodeTraffic(
+        inbound=(FailsafePort(6, 22),),
+        outbound=(FailsafePort(17, 53),),
+        api_servers=((ipaddress.ip_address("10.96.0.1"), 443),),
+        dns_servers=(ipaddress.ip_address("10.96.0.10"),),
+    )
+    flows = [
+        ("10.244.1.2", "10.244.2.2", 40000, 8080, 6),  # routed: judged
+        ("10.0.0.1", "10.0.0.1", 40001, 9000, 6),  # loopback
+        ("127.0.0.1", "127.0.0.1", 40002, 9000, 6),  # loopback
+        ("10.244.1.2", "10.0.0.1", 40003, 22, 6),  # SSH to the node: failsafe
+        ("10.244.1.2", "10.0.0.1", 40004, 80, 6),  # to the node: judged
+        ("10.0.0.1", "192.0.2.1", 40005, 53, 17),  # outbound failsafe
+        ("10.0.0.1", "10.96.0.1", 40006, 443, 6),  # the API server's Service
+        ("10.0.0.1", "10.96.0.10", 40007, 53, 6),  # DNS over TCP
+        ("10.0.0.1", "192.0.2.9", 40008, 443, 6),
+    ]  # the node's other traffic: judged
     judged = original = _rows(*flows)
     skip = node.unqueued(judged, original, local, ("forward", "input", "output"))
     assert skip.tolist() == [False, True, True, True, False, True, True, True, False]
@@ -296,11 +375,25 @@ def test_resolv_conf_names_the_dns_servers(tmp_path) -> None:
 def test_native_mark_updates_are_the_per_flow_messages() -> None:
     """``CtNetlink.mark_rows`` builds natively, for any number of rows, what ``ct_delete_message``
     builds per flow (IPv4, IPv6, ICMP echo)."""
-    rows = _rows(("10.244.1.2", "10.244.2.2", 40000, 8080, 6), ("fd00::1", "fd00::2", 5353, 53, 17),
-                 ("10.244.1.2", "10.244.2.2", 77, 0, 1))
-    expected = b"".join(_native.ct_delete_message(r["src_addr"].tobytes(), r["dst_addr"].tobytes(), int(r["sport"]),
-                                                  int(r["dport"]), int(r["protocol"]), int(r["ip_version"]), seq,
-                                                  0x1000000, 0x1000000) for seq, r in enumerate(rows, 1))
+    rows = _rows(
+        ("10.244.1.2", "10.244.2.2", 40000, 8080, 6),
+        ("fd00::1", "fd00::2", 5353, 53, 17),
+        ("10.244.1.2", "10.244.2.2", 77, 0, 1),
+    )
+    expected = b"".join(
+        _native.ct_delete_message(
+            r["src_addr"].tobytes(),
+            r["dst_addr"].tobytes(),
+            int(r["sport"]),
+            int(r["dport"]),
+            int(r["protocol"]),
+            int(r["ip_version"]),
+            seq,
+            0x1000000,
+            0x1000000,
+        )
+        for seq, r in enumerate(rows, 1)
+    )
     assert _native.ct_mark_messages(rows.view(np.uint8), 0x1000000, 0x1000000) == expected
     assert _native.ct_mark_messages(rows[:0].view(np.uint8), 1, 1) == b""
     with pytest.raises(ValueError):

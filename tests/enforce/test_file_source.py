@@ -144,7 +144,8 @@ def test_changes_one_object_at_a_time_give_what_a_whole_load_gives(demo: Path) -
         elif step % 4 == 3:
             (demo / "90-extra.yaml").write_text(
                 "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: extra, namespace: backend}\n"
-                "spec:\n  podSelector: {}\n  policyTypes: [Ingress]\n")
+                "spec:\n  podSelector: {}\n  policyTypes: [Ingress]\n"
+            )
         else:
             (demo / "90-extra.yaml").unlink(missing_ok=True)
         loaded = source.load()

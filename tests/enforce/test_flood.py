@@ -45,16 +45,25 @@ def metric(text: str, name: str, **labels: str) -> float:
 @pytest.mark.parametrize("fail", ["closed", "open"])
 def test_flood_beyond_capacity_follows_the_fail_mode(topo: Topology, tmp_path: Path, flooder: Path, fail: str) -> None:
     manifests.write(tmp_path)
-    daemon = Daemon(topo, [str(tmp_path)], 0, fail=fail,
-                    extra=("--metrics", f"127.0.0.1:{PORT}", "--queue-maxlen", "256", "--no-log"))
+    daemon = Daemon(
+        topo,
+        [str(tmp_path)],
+        0,
+        fail=fail,
+        extra=("--metrics", f"127.0.0.1:{PORT}", "--queue-maxlen", "256", "--no-log"),
+    )
     daemon.wait_event("start")
     hold = Held(topo, "a", "b", "TCP", timeout=FLOWING)
     counter = Counter(topo, 1, 9999)  # b takes no UDP from anyone: every datagram here got through unjudged
-    scraper = topo.spawn(topo.node, [PY, "-c", SCRAPER, f"http://127.0.0.1:{PORT}", str(time.monotonic() + 2 * SECONDS + 1)])
+    scraper = topo.spawn(
+        topo.node, [PY, "-c", SCRAPER, f"http://127.0.0.1:{PORT}", str(time.monotonic() + 2 * SECONDS + 1)]
+    )
 
     with Pinger(hold) as pinger:
-        sent = {"syn": flood(topo, flooder, 0, 1, "tcp", Topology.TCP_PORT, SECONDS),
-                "udp": flood(topo, flooder, 0, 1, "udp", 9999, SECONDS)}
+        sent = {
+            "syn": flood(topo, flooder, 0, 1, "tcp", Topology.TCP_PORT, SECONDS),
+            "udp": flood(topo, flooder, 0, 1, "udp", 9999, SECONDS),
+        }
     pings = pinger.results
     time.sleep(0.5)
     passed = counter.stop()
@@ -63,13 +72,23 @@ def test_flood_beyond_capacity_follows_the_fail_mode(topo: Topology, tmp_path: P
     answers = json.loads(scraper.communicate(timeout=30)[0])
     status, text = topo.get(f"http://127.0.0.1:{PORT}/metrics")
     assert status == 200
-    received = sum(metric(text, "pyclassify_nfqueue_packets_total", queue="0", outcome=o)
-                   for o in ("accepted", "dropped", "malformed"))
-    report = {"fail": fail, "sent": sent, "reached_queue_rule": queued, "kernel": kq, "judged": received,
-              "unjudged_delivered": passed, "hold_pings": len(pings), "hold_failures": pings.count(False),
-              "scrape_ms_max": round(max(ms for _, ms, _ in answers), 1),
-              "scrape_ms_p50": round(sorted(ms for _, ms, _ in answers)[len(answers) // 2], 1),
-              "scrape_failures": sum(status != 200 for _, _, status in answers)}
+    received = sum(
+        metric(text, "pyclassify_nfqueue_packets_total", queue="0", outcome=o)
+        for o in ("accepted", "dropped", "malformed")
+    )
+    report = {
+        "fail": fail,
+        "sent": sent,
+        "reached_queue_rule": queued,
+        "kernel": kq,
+        "judged": received,
+        "unjudged_delivered": passed,
+        "hold_pings": len(pings),
+        "hold_failures": pings.count(False),
+        "scrape_ms_max": round(max(ms for _, ms, _ in answers), 1),
+        "scrape_ms_p50": round(sorted(ms for _, ms, _ in answers)[len(answers) // 2], 1),
+        "scrape_failures": sum(status != 200 for _, _, status in answers),
+    }
     print(json.dumps(report))
     record(f"flood-{fail}", report)
 
@@ -81,7 +100,9 @@ def test_flood_beyond_capacity_follows_the_fail_mode(topo: Topology, tmp_path: P
     if fail == "closed":
         # the overflow was dropped, and counted by the kernel and in the metrics
         assert kq["queue_dropped"] > 0, report
-        assert metric(text, "pyclassify_nfqueue_kernel_drops_total", queue="0", reason="queue_full") == kq["queue_dropped"]
+        assert (
+            metric(text, "pyclassify_nfqueue_kernel_drops_total", queue="0", reason="queue_full") == kq["queue_dropped"]
+        )
         assert passed == 0, report
     else:
         # the overflow passed unjudged (fail-open queue): at most what did not get a queue slot
@@ -104,12 +125,18 @@ def test_bridge_connection_table_at_its_cap_drops_early(tmp_path: Path, flooder:
         topo.up()
         (tmp_path / "inventory.yaml").write_text(inventory(topo.ips))  # no policy: every pod open
         cap = 2000
-        daemon = Daemon(topo, [str(tmp_path)], None, extra=("--bridge", BridgedPods.BRIDGE, "--conntrack-max", str(cap),
-                                                            "--metrics", f"127.0.0.1:{PORT}"))
+        daemon = Daemon(
+            topo,
+            [str(tmp_path)],
+            None,
+            extra=("--bridge", BridgedPods.BRIDGE, "--conntrack-max", str(cap), "--metrics", f"127.0.0.1:{PORT}"),
+        )
         daemon.wait_event("start")
         hold = Held(topo, "a", "b", "TCP", timeout=FLOWING)
         assert hold.ping()
-        scraper = topo.spawn(topo.node, [PY, "-c", SCRAPER, f"http://127.0.0.1:{PORT}", str(time.monotonic() + SECONDS + 1)])
+        scraper = topo.spawn(
+            topo.node, [PY, "-c", SCRAPER, f"http://127.0.0.1:{PORT}", str(time.monotonic() + SECONDS + 1)]
+        )
         # 20,000 new connections a second: forty times the table in four seconds, yet within what
         # the bridge forwards (everything crosses userspace on this path: a flood beyond its
         # capacity overruns the rings for every connection alike, established or not)
@@ -122,10 +149,17 @@ def test_bridge_connection_table_at_its_cap_drops_early(tmp_path: Path, flooder:
         tracked = metric(text, "pyclassify_engine_conntrack_entries")
         early = metric(text, "pyclassify_engine_conntrack_events_total", event="early_drops")
         inserts = metric(text, "pyclassify_engine_conntrack_events_total", event="inserts")
-        report = {"sent": sent, "cap": cap, "tracked": tracked, "inserts": inserts, "early_drops": early,
-                  "hold_pings": len(pings), "hold_failures": pings.count(False),
-                  "scrape_ms_max": round(max(ms for _, ms, _ in answers), 1),
-                  "scrape_failures": sum(s != 200 for _, _, s in answers)}
+        report = {
+            "sent": sent,
+            "cap": cap,
+            "tracked": tracked,
+            "inserts": inserts,
+            "early_drops": early,
+            "hold_pings": len(pings),
+            "hold_failures": pings.count(False),
+            "scrape_ms_max": round(max(ms for _, ms, _ in answers), 1),
+            "scrape_failures": sum(s != 200 for _, _, s in answers),
+        }
         print(json.dumps(report))
         record("flood-bridge-cap", report)
         assert tracked <= cap and inserts > cap and early >= inserts - cap, report

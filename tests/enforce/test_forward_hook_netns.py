@@ -35,7 +35,9 @@ spec: {containers: [{name: s, image: x}]}
 status: {podIP: 10.244.1.2}
 """
 
-INVENTORY = POD_A + """---
+INVENTORY = (
+    POD_A
+    + """---
 apiVersion: projectcalico.org/v3
 kind: HostEndpoint
 metadata: {name: gw-2, labels: {edge: in}}
@@ -46,6 +48,7 @@ kind: HostEndpoint
 metadata: {name: gw-3, labels: {edge: out}}
 spec: {node: node1, interfaceName: veth3}
 """
+)
 
 # Host policy without applyOnForward: it denies what reaches the node by veth3, never what the
 # node routes.
@@ -89,8 +92,28 @@ A, TWO, THREE = 0, 1, 2  # topology indices: pod a1, and the two outside machine
 
 
 def explain(path: Path, src: str, dst: str, proto: str, port: int, *via: str) -> str:
-    out = subprocess.run([PY, "-m", "pyclassify", "explain", str(path), "--from", src, "--to", dst, "--proto", proto,
-                          "--port", str(port), *via, "--json"], capture_output=True, text=True, cwd=REPO)
+    out = subprocess.run(
+        [
+            PY,
+            "-m",
+            "pyclassify",
+            "explain",
+            str(path),
+            "--from",
+            src,
+            "--to",
+            dst,
+            "--proto",
+            proto,
+            "--port",
+            str(port),
+            *via,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)["verdict"]
 
@@ -101,8 +124,11 @@ def expect_forward_policy(topo: Topology) -> None:
     # out by veth2 (gw-2's forward policy is ingress only): both pass
     assert topo.probe(THREE, {"tcp": (TWO, "TCP"), "udp": (TWO, "UDP")}) == {"tcp": True, "udp": True}
     # from the pod: out by gw-3, whose egress forward policy denies TCP 8080 from pods
-    assert topo.probe(A, {"tcp": (THREE, "TCP"), "udp": (THREE, "UDP"), "two": (TWO, "TCP")}) == \
-        {"tcp": False, "udp": True, "two": True}
+    assert topo.probe(A, {"tcp": (THREE, "TCP"), "udp": (THREE, "UDP"), "two": (TWO, "TCP")}) == {
+        "tcp": False,
+        "udp": True,
+        "two": True,
+    }
 
 
 def test_forward_policy_judges_routed_traffic_by_interface(topo: Topology, tmp_path: Path) -> None:
@@ -125,9 +151,13 @@ def test_forward_policy_judges_routed_traffic_by_interface(topo: Topology, tmp_p
     assert (tcp_out["egress"]["policy"], tcp_out["egress"]["rule"]) == ("GlobalNetworkPolicy/fwd-out", 0)
     # explain says the same of each routed flow
     assert explain(tmp_path, "10.244.2.2", "10.244.3.2", "UDP", 5353, "--in-via", "gw-2", "--out-via", "gw-3") == "deny"
-    assert explain(tmp_path, "10.244.2.2", "10.244.3.2", "TCP", 8080, "--in-via", "gw-2", "--out-via", "gw-3") == "allow"
+    assert (
+        explain(tmp_path, "10.244.2.2", "10.244.3.2", "TCP", 8080, "--in-via", "gw-2", "--out-via", "gw-3") == "allow"
+    )
     assert explain(tmp_path, "a/a1", "10.244.3.2", "TCP", 8080, "--out-via", "gw-3") == "deny"
-    assert explain(tmp_path, "10.244.3.2", "10.244.2.2", "UDP", 5353, "--in-via", "gw-3", "--out-via", "gw-2") == "allow"
+    assert (
+        explain(tmp_path, "10.244.3.2", "10.244.2.2", "UDP", 5353, "--in-via", "gw-3", "--out-via", "gw-2") == "allow"
+    )
     assert daemon.terminate() == 0
 
 
@@ -151,7 +181,11 @@ spec:
     assert not topo.reach(TWO, A, "TCP")
     deny = daemon.wait_event("deny")
     # by the main queue (the workload's policy), not the hook's
-    assert (deny["queue"], deny["dst_endpoint"], deny["ingress"]["verdict"]) == (0, "a/a1", "deny") and "hook" not in deny
+    assert (deny["queue"], deny["dst_endpoint"], deny["ingress"]["verdict"]) == (
+        0,
+        "a/a1",
+        "deny",
+    ) and "hook" not in deny
     assert topo.reach(THREE, TWO, "TCP")
     assert daemon.terminate() == 0
 
@@ -199,7 +233,9 @@ def test_a_reload_that_brings_forward_policy_adds_the_interfaces(topo: Topology,
 
 # An all-interfaces host endpoint (as Calico's automatic ones are): its forward hook judges what
 # the node routes by any interface but a workload's.
-ALL_INTERFACES = POD_A + """---
+ALL_INTERFACES = (
+    POD_A
+    + """---
 apiVersion: projectcalico.org/v3
 kind: HostEndpoint
 metadata: {name: node1-auto, labels: {auto: "true"}}
@@ -216,6 +252,7 @@ spec:
   - {action: Deny, protocol: TCP, destination: {nets: [10.244.3.0/24], ports: [8080]}}
   - {action: Allow}
 """
+)
 
 
 def test_an_all_interfaces_host_endpoint_judges_every_non_workload_interface(topo: Topology, tmp_path: Path) -> None:
@@ -228,8 +265,11 @@ def test_an_all_interfaces_host_endpoint_judges_every_non_workload_interface(top
     daemon = Daemon(topo, [str(tmp_path)], QUEUE, extra=("--workload-interface-prefix", "veth"))
     assert daemon.wait_event("start")["forward_queues"] == {"*": {"in": 1, "out": 2}}
     assert "! -o veth+" in iptables_rules(topo.node)
-    assert topo.probe(A, {"tcp": (THREE, "TCP"), "udp": (THREE, "UDP"), "two": (TWO, "TCP")}) == \
-        {"tcp": False, "udp": True, "two": True}
+    assert topo.probe(A, {"tcp": (THREE, "TCP"), "udp": (THREE, "UDP"), "two": (TWO, "TCP")}) == {
+        "tcp": False,
+        "udp": True,
+        "two": True,
+    }
     assert topo.reach(THREE, A, "TCP")  # in by ext3: no ingress forward policy
     deny = daemon.wait_event("deny")
     assert (deny["hook"], deny["via"], deny["egress"]["policy"]) == ("forward", "*", "GlobalNetworkPolicy/auto-forward")

@@ -11,17 +11,21 @@ from pyclassify.project import load_project
 
 
 def hep(name: str, node: str, spec: str) -> str:
-    return (f"apiVersion: projectcalico.org/v3\nkind: HostEndpoint\n"
-            f"metadata: {{name: {name}, labels: {{edge: 'true'}}}}\nspec: {{node: {node}, {spec}}}\n")
+    return (
+        f"apiVersion: projectcalico.org/v3\nkind: HostEndpoint\n"
+        f"metadata: {{name: {name}, labels: {{edge: 'true'}}}}\nspec: {{node: {node}, {spec}}}\n"
+    )
 
 
-HEPS = "---\n".join([
-    hep("b-eth1", "node1", "interfaceName: eth1"),
-    hep("a-eth1", "node1", "interfaceName: eth1"),
-    hep("auto", "node1", "interfaceName: '*'"),
-    hep("other-node", "node2", "interfaceName: eth9"),
-    hep("by-address", "node1", "expectedIPs: [192.0.2.1]"),
-])
+HEPS = "---\n".join(
+    [
+        hep("b-eth1", "node1", "interfaceName: eth1"),
+        hep("a-eth1", "node1", "interfaceName: eth1"),
+        hep("auto", "node1", "interfaceName: '*'"),
+        hep("other-node", "node2", "interfaceName: eth9"),
+        hep("by-address", "node1", "expectedIPs: [192.0.2.1]"),
+    ]
+)
 
 
 POLICY = """

@@ -54,9 +54,13 @@ spec:
 
 
 def untracked(both_ways: bool) -> str:
-    egress = """
+    egress = (
+        """
   egress:
-  - {action: Allow, protocol: UDP, source: {ports: [9999]}, destination: {nets: [10.244.1.0/24]}}""" if both_ways else ""
+  - {action: Allow, protocol: UDP, source: {ports: [9999]}, destination: {nets: [10.244.1.0/24]}}"""
+        if both_ways
+        else ""
+    )
     return f"""
 apiVersion: projectcalico.org/v3
 kind: GlobalNetworkPolicy
@@ -82,14 +86,46 @@ def reach(topo: Topology, pod: int, proto: str, port: int) -> bool:
 def host_topo(topo: Topology) -> Topology:
     server = topo.spawn(topo.node, [PY, "-c", SERVER, "0.0.0.0", str(WEB), str(ECHO)])
     assert server.stdout is not None and server.stdout.readline().strip() == "ready"
-    sh("ip", "netns", "exec", topo.node, "iptables", "-w", "-t", "nat", "-A", "PREROUTING", "-p", "tcp",
-       "--dport", str(REDIRECTED), "-j", "REDIRECT", "--to-ports", str(WEB))
+    sh(
+        "ip",
+        "netns",
+        "exec",
+        topo.node,
+        "iptables",
+        "-w",
+        "-t",
+        "nat",
+        "-A",
+        "PREROUTING",
+        "-p",
+        "tcp",
+        "--dport",
+        str(REDIRECTED),
+        "-j",
+        "REDIRECT",
+        "--to-ports",
+        str(WEB),
+    )
     return topo
 
 
 def explain(path: Path, src: str, port: int, pre: str | None = None) -> dict:
-    args = [PY, "-m", "pyclassify", "explain", str(path), "--from", src, "--to", "node-gw", "--proto", "TCP",
-            "--port", str(port), "--json"]
+    args = [
+        PY,
+        "-m",
+        "pyclassify",
+        "explain",
+        str(path),
+        "--from",
+        src,
+        "--to",
+        "node-gw",
+        "--proto",
+        "TCP",
+        "--port",
+        str(port),
+        "--json",
+    ]
     if pre:
         args += ["--pre-dnat", pre]
     out = subprocess.run(args, capture_output=True, text=True, cwd=REPO)

@@ -169,8 +169,11 @@ def test_requests_are_judged_and_denied_ones_reset_both_ends(topo: Topology, tmp
     # The server saw the allowed requests only, and the cut connections reset.
     status, text = topo.get("http://127.0.0.1:9465/metrics")
     assert status == 200
-    figures = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
-               if line.startswith("pyclassify_http_") and not line.startswith("#")}
+    figures = {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("pyclassify_http_") and not line.startswith("#")
+    }
     assert figures['pyclassify_http_requests_total{verdict="allow"}'] == 4, figures
     assert figures['pyclassify_http_requests_total{verdict="deny"}'] == 3, figures
     assert figures["pyclassify_http_provisional_total"] == 6, figures
@@ -180,8 +183,9 @@ def test_requests_are_judged_and_denied_ones_reset_both_ends(topo: Topology, tmp
     assert denied["ingress"]["policy"] == "NetworkPolicy/c/c-http" and denied["ingress"]["rule"] == 2
     assert denied["http"] == "request"
     # Nothing is left open on the server: the allowed connections closed, the cut ones reset.
-    established = sh("ip", "netns", "exec", topo.pods[2], "ss", "-Htn", "state", "established",
-                     f"( sport = :{PORT} )").stdout
+    established = sh(
+        "ip", "netns", "exec", topo.pods[2], "ss", "-Htn", "state", "established", f"( sport = :{PORT} )"
+    ).stdout
     assert not established.strip(), established
     assert daemon.terminate() == 0
     assert_server_saw_the_allowed_requests_only(server)
@@ -216,24 +220,32 @@ def test_the_bridge_judges_requests_and_cuts_denied_connections(tmp_path: Path) 
     try:
         topo.up()
         (tmp_path / "00-inventory.yaml").write_text(inventory(topo.ips))
-        (tmp_path / "10-http.yaml").write_text(POLICY.replace("c-http, namespace: c", "b-http, namespace: b")
-                                               .replace("app == 'c'", "app == 'b'"))
+        (tmp_path / "10-http.yaml").write_text(
+            POLICY.replace("c-http, namespace: c", "b-http, namespace: b").replace("app == 'c'", "app == 'b'")
+        )
         server = topo.spawn(topo.pods[1], [PY, "-c", SERVER, topo.ips[1], str(PORT)])
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
-        daemon = Daemon(topo, [str(tmp_path)], None, extra=("--bridge", BridgedPods.BRIDGE,
-                                                            "--metrics", "127.0.0.1:9466"))
+        daemon = Daemon(
+            topo, [str(tmp_path)], None, extra=("--bridge", BridgedPods.BRIDGE, "--metrics", "127.0.0.1:9466")
+        )
         daemon.wait_event("start")
-        out = sh("ip", "netns", "exec", topo.pods[0], PY, "-c", CLIENT, topo.ips[1], str(PORT),
-                 json.dumps(PLANS)).stdout
+        out = sh(
+            "ip", "netns", "exec", topo.pods[0], PY, "-c", CLIENT, topo.ips[1], str(PORT), json.dumps(PLANS)
+        ).stdout
         got = json.loads(out)
         assert [g["end"] for g in got] == ENDS, got
         assert [g["statuses"] for g in got] == STATUSES, got
         status, text = topo.get("http://127.0.0.1:9466/metrics")
         assert status == 200
-        figures = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
-                   if line.startswith("pyclassify_bridge_http") and not line.startswith("#")}
-        assert figures == {f'pyclassify_bridge_http_total{{event="{k}"}}': v for k, v in (
-            ("provisional", 6), ("allowed", 4), ("denied", 3), ("unjudgeable", 0), ("resets", 6))}, figures
+        figures = {
+            line.split()[0]: float(line.split()[1])
+            for line in text.splitlines()
+            if line.startswith("pyclassify_bridge_http") and not line.startswith("#")
+        }
+        assert figures == {
+            f'pyclassify_bridge_http_total{{event="{k}"}}': v
+            for k, v in (("provisional", 6), ("allowed", 4), ("denied", 3), ("unjudgeable", 0), ("resets", 6))
+        }, figures
         assert daemon.terminate() == 0
         assert_server_saw_the_allowed_requests_only(server)
     finally:

@@ -103,8 +103,21 @@ def kube_proxy_rule(topo: Topology) -> None:
     """The node tracks connections before any rule of ours is there, as every Kubernetes node
     does (kube-proxy's ``-m conntrack --ctstate INVALID -j DROP``): the kernel registers
     connection tracking in a network namespace only once a rule needs it."""
-    sh("ip", "netns", "exec", topo.node, "iptables", "-A", "FORWARD", "-m", "conntrack", "--ctstate", "INVALID",
-       "-j", "DROP")
+    sh(
+        "ip",
+        "netns",
+        "exec",
+        topo.node,
+        "iptables",
+        "-A",
+        "FORWARD",
+        "-m",
+        "conntrack",
+        "--ctstate",
+        "INVALID",
+        "-j",
+        "DROP",
+    )
 
 
 def _stop(daemon: Daemon, how: str) -> None:
@@ -146,9 +159,19 @@ def test_restarts_with_a_client_hammering_a_denied_port(topo: Topology, policy_d
             hammer.proc.kill()
     tried = result.pop("tried")
     in_gaps = len(result["opened"])
-    record(f"restart-{how}-{fail}", {"how": how, "fail": fail, "restarts": RESTARTS, "gaps_s": gaps,
-                                     "attempts": result["attempts"], "opened": in_gaps,
-                                     "still_open": result["still_open"], "revoked_at_start": revoked_at_start})
+    record(
+        f"restart-{how}-{fail}",
+        {
+            "how": how,
+            "fail": fail,
+            "restarts": RESTARTS,
+            "gaps_s": gaps,
+            "attempts": result["attempts"],
+            "opened": in_gaps,
+            "still_open": result["still_open"],
+            "revoked_at_start": revoked_at_start,
+        },
+    )
     # the client kept trying throughout: connections tried while each gap was open
     untried = [w for w in windows if not any(w[0] <= t <= w[1] for t in tried)]
     assert not untried, (untried, result["attempts"])
@@ -198,8 +221,13 @@ def test_on_stop_remove_and_uninstall_remove_every_rule(topo: Topology, policy_d
     daemon.kill()
 
     def uninstall() -> dict:
-        out = subprocess.run(["ip", "netns", "exec", topo.node, PY, "-m", "pyclassify", "enforce", "--uninstall",
-                              "--no-ipv6"], capture_output=True, text=True, cwd=REPO, timeout=60)
+        out = subprocess.run(
+            ["ip", "netns", "exec", topo.node, PY, "-m", "pyclassify", "enforce", "--uninstall", "--no-ipv6"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout.splitlines()[-1])
 
@@ -253,14 +281,26 @@ def test_a_dead_daemon_leaves_the_node_reachable(topo: Topology, policy_dir: Pat
     netns_etc.mkdir(parents=True, exist_ok=True)
     try:
         (netns_etc / "resolv.conf").write_text(f"nameserver {topo.ips[1]}\n")
-        dnsmasq = topo.spawn(topo.pods[1], ["dnsmasq", "--keep-in-foreground", "--no-resolv", "--no-hosts",
-                                            f"--listen-address={topo.ips[1]}", "--bind-interfaces", "--pid-file=",
-                                            "--address=/node-check.test/192.0.2.7", "--user=root"])
+        dnsmasq = topo.spawn(
+            topo.pods[1],
+            [
+                "dnsmasq",
+                "--keep-in-foreground",
+                "--no-resolv",
+                "--no-hosts",
+                f"--listen-address={topo.ips[1]}",
+                "--bind-interfaces",
+                "--pid-file=",
+                "--address=/node-check.test/192.0.2.7",
+                "--user=root",
+            ],
+        )
         topo.serve_ssh("10.244.1.1")
 
         def node_dns() -> dict:
-            return json.loads(sh("ip", "netns", "exec", topo.node, PY, "-c", DNS_QUERY, topo.ips[1],
-                                 "node-check.test").stdout)
+            return json.loads(
+                sh("ip", "netns", "exec", topo.node, PY, "-c", DNS_QUERY, topo.ips[1], "node-check.test").stdout
+            )
 
         def ssh_banner() -> bool:
             return topo.ssh_banner(0, "10.244.1.1")
@@ -294,27 +334,40 @@ def test_a_second_daemon_and_replaced_rules_are_noticed(topo: Topology, policy_d
     daemon = Daemon(topo, [str(policy_dir)], QUEUE, extra=("--resync-interval", "0.3"))
     daemon.wait_event("start")
     before = iptables_rules(topo.node)
-    second = topo.spawn(topo.node, [PY, "-m", "pyclassify", "enforce", str(policy_dir), "--queue", "7", "--no-ipv6",
-                                    "--duration", "5"], stderr=subprocess.PIPE)
+    second = topo.spawn(
+        topo.node,
+        [PY, "-m", "pyclassify", "enforce", str(policy_dir), "--queue", "7", "--no-ipv6", "--duration", "5"],
+        stderr=subprocess.PIPE,
+    )
     _, err = second.communicate(timeout=60)
     assert second.returncode == 7 and "another daemon enforces in this network namespace" in err, err
     assert iptables_rules(topo.node) == before
     assert topo.reach(0, 1) and not topo.reach(2, 1)
 
     def restore(text: str) -> None:
-        subprocess.run(["ip", "netns", "exec", topo.node, "iptables-restore", "--noflush"], input=text, text=True,
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["ip", "netns", "exec", topo.node, "iptables-restore", "--noflush"],
+            input=text,
+            text=True,
+            check=True,
+            capture_output=True,
+        )
 
     ours = [line for line in before.splitlines() if line.startswith("-A PYCLASSIFY-FORWARD ")]
     queue_rule = next(i for i, line in enumerate(ours, 1) if "NFQUEUE" in line)
     damages = [
         # another daemon's chains (queue 7, where nobody listens: fail open lets all through)
-        ("*filter\n:PYCLASSIFY-FORWARD - [0:0]\n"
-         + "".join(line.replace("--queue-num 0", "--queue-num 7 --queue-bypass") + "\n" for line in ours)
-         + "COMMIT\n", "holds other rules than ours"),
+        (
+            "*filter\n:PYCLASSIFY-FORWARD - [0:0]\n"
+            + "".join(line.replace("--queue-num 0", "--queue-num 7 --queue-bypass") + "\n" for line in ours)
+            + "COMMIT\n",
+            "holds other rules than ours",
+        ),
         # the queue rule replaced in place by an accept
-        (f"*filter\n-R PYCLASSIFY-FORWARD {queue_rule} -j ACCEPT\nCOMMIT\n",
-         f"rule {queue_rule} is '-A PYCLASSIFY-FORWARD -j ACCEPT'"),
+        (
+            f"*filter\n-R PYCLASSIFY-FORWARD {queue_rule} -j ACCEPT\nCOMMIT\n",
+            f"rule {queue_rule} is '-A PYCLASSIFY-FORWARD -j ACCEPT'",
+        ),
     ]
     for text, said in damages:
         restore(text)
@@ -335,8 +388,13 @@ def test_healthz_fails_while_the_rules_cannot_be_checked(topo: Topology, policy_
     for tool in tools:
         (bindir / tool).symlink_to(shutil.which(tool) or f"/usr/sbin/{tool}")
     url = "http://127.0.0.1:9472"
-    daemon = Daemon(topo, [str(policy_dir)], QUEUE, extra=("--resync-interval", "0.2", "--metrics", "127.0.0.1:9472"),
-                    env={"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin"})  # no sbin: iptables only from bindir
+    daemon = Daemon(
+        topo,
+        [str(policy_dir)],
+        QUEUE,
+        extra=("--resync-interval", "0.2", "--metrics", "127.0.0.1:9472"),
+        env={"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin"},
+    )  # no sbin: iptables only from bindir
     daemon.wait_event("start")
     assert topo.get(f"{url}/healthz") == (200, "ok\n")
     for tool in tools:

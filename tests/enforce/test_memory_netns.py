@@ -31,8 +31,11 @@ def write_policies(path: Path, objects: list[dict]) -> None:
 def metric(topo: Topology, name: str) -> float:
     status, text = topo.get(f"{URL}/metrics")
     assert status == 200
-    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")
-               or line.startswith(name + "{"))
+    return sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith(name + " ") or line.startswith(name + "{")
+    )
 
 
 def test_a_set_over_the_memory_budget_is_rejected_and_the_daemon_lives(topo: Topology, tmp_path: Path) -> None:
@@ -76,13 +79,22 @@ def test_a_set_over_the_memory_budget_is_rejected_and_the_daemon_lives(topo: Top
         estimate = metric(topo, "pyclassify_policy_memory_estimate_bytes")
         assert in_force < estimate < budget
         peak = group.peak()
-        record("memory-budget", {
-            "limit_bytes": LIMIT, "budget_bytes": budget, "estimate_in_force_bytes": in_force,
-            "rejected_set": "300 distinct GlobalNetworkPolicies of ~26 KB (bench/heavy_policies.py wide)",
-            "rejected_after_s": round(seconds, 2), "rejection": error,
-            "peak_bytes_at_rejection": peak_rejected, "accepted_set": "300 copies of one of them",
-            "estimate_accepted_bytes": estimate, "peak_bytes_after_accepting": peak, "oom_kills": group.oom_kills(),
-        })
+        record(
+            "memory-budget",
+            {
+                "limit_bytes": LIMIT,
+                "budget_bytes": budget,
+                "estimate_in_force_bytes": in_force,
+                "rejected_set": "300 distinct GlobalNetworkPolicies of ~26 KB (bench/heavy_policies.py wide)",
+                "rejected_after_s": round(seconds, 2),
+                "rejection": error,
+                "peak_bytes_at_rejection": peak_rejected,
+                "accepted_set": "300 copies of one of them",
+                "estimate_accepted_bytes": estimate,
+                "peak_bytes_after_accepting": peak,
+                "oom_kills": group.oom_kills(),
+            },
+        )
         assert daemon.terminate() == 0
     finally:
         topo.stop_processes()

@@ -24,8 +24,16 @@ class CountingSource:
     """A policy source as the daemon holds it: ``metrics()`` is all the collector reads."""
 
     def __init__(self) -> None:
-        self.figures = {"events_Pod": 3, "events_NetworkPolicy": 1, "lists": 1, "relists": 2, "reconnects": 4,
-                        "rejected": 1, "rejection_events_created": 1, "rejection_events_failed": 2}
+        self.figures = {
+            "events_Pod": 3,
+            "events_NetworkPolicy": 1,
+            "lists": 1,
+            "relists": 2,
+            "reconnects": 4,
+            "rejected": 1,
+            "rejection_events_created": 1,
+            "rejection_events_failed": 2,
+        }
 
     def metrics(self) -> dict[str, int]:
         return dict(self.figures)
@@ -45,8 +53,11 @@ def test_probes_follow_the_daemon_and_metrics_carry_the_source() -> None:
         assert get(address, "/healthz")[0] == 503 and get(address, "/readyz")[0] == 503
         status, text = get(address, "/metrics")
         assert status == 200
-        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-                   for f in text_string_to_metric_families(text) for s in f.samples}
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+        }
         assert samples[("pyclassify_watch_events_total", (("kind", "Pod"),))] == 3
         assert samples[("pyclassify_watch_events_total", (("kind", "NetworkPolicy"),))] == 1
         assert samples[("pyclassify_watch_relists_total", ())] == 2
@@ -58,7 +69,7 @@ def test_probes_follow_the_daemon_and_metrics_carry_the_source() -> None:
         assert samples[("pyclassify_rejection_events_total", (("outcome", "failed"),))] == 2
         assert samples[("pyclassify_rejection_events_total", (("outcome", "dropped"),))] == 0
         source.figures["events_Pod"] = 5  # read at scrape time
-        assert "pyclassify_watch_events_total{kind=\"Pod\"} 5.0" in get(address, "/metrics")[1]
+        assert 'pyclassify_watch_events_total{kind="Pod"} 5.0' in get(address, "/metrics")[1]
     finally:
         metrics.close()
 
@@ -94,21 +105,29 @@ def test_engine_gauges_count_programs_walked_past_the_memory_bound() -> None:
     from pyclassify.engine import NativeEngine
     from pyclassify.project import build_project
 
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
-           "spec": {"containers": [{"name": "c", "image": "i"}]},
-           "status": {"podIP": "10.1.0.5", "podIPs": [{"ip": "10.1.0.5"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]},
+        "status": {"podIP": "10.1.0.5", "podIPs": [{"ip": "10.1.0.5"}]},
+    }
     engines = {}
     for name, rules in (("compiled", 40), ("walked", 12000)):
-        project = build_project([Document(pod, "pod.yaml", 1), Document(adversarial_policy(rules, 1, 1), "gnp.yaml", 1)],
-                                Problems())
+        project = build_project(
+            [Document(pod, "pod.yaml", 1), Document(adversarial_policy(rules, 1, 1), "gnp.yaml", 1)], Problems()
+        )
         assert not project.problems.errors
         engines[name] = NativeEngine(project.policy_set, project.inventory)
     for name, engine in engines.items():
         metrics = Metrics(lambda: [], fail_open=False, engine=lambda engine=engine: engine)
         address = metrics.serve("127.0.0.1:0")
         try:
-            samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-                       for f in text_string_to_metric_families(get(address, "/metrics")[1]) for s in f.samples}
+            samples = {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in text_string_to_metric_families(get(address, "/metrics")[1])
+                for s in f.samples
+            }
         finally:
             metrics.close()
         walked = name == "walked"

@@ -124,12 +124,18 @@ def test_bad_arguments() -> None:
 
 
 def test_unknown_and_partial_records_do_not_crash() -> None:
-    for rec in ({}, {"event": "deny"}, {"event": "deny", "ts": "x", "egress": 3, "logs": [1]},
-                {"event": "reload-rejected", "errors": None}, {"event": "future", "x": [1, 2]},
-                {"event": "revoke", "src": "fd00::1", "sport": 1, "dst": "fd00::2", "dport": 2, "proto": "TCP"}):
+    for rec in (
+        {},
+        {"event": "deny"},
+        {"event": "deny", "ts": "x", "egress": 3, "logs": [1]},
+        {"event": "reload-rejected", "errors": None},
+        {"event": "future", "x": [1, 2]},
+        {"event": "revoke", "src": "fd00::1", "sport": 1, "dst": "fd00::2", "dport": 2, "proto": "TCP"},
+    ):
         assert render(rec)
-    assert "[fd00::1]:1 → [fd00::2]:2 TCP" in render({"event": "revoke", "src": "fd00::1", "sport": 1,
-                                                      "dst": "fd00::2", "dport": 2, "proto": "TCP"})
+    assert "[fd00::1]:1 → [fd00::2]:2 TCP" in render(
+        {"event": "revoke", "src": "fd00::1", "sport": 1, "dst": "fd00::2", "dport": 2, "proto": "TCP"}
+    )
 
 
 def test_follow_reads_appended_lines_and_restarts_after_truncation(tmp_path) -> None:

@@ -44,8 +44,9 @@ def test_a_vanished_root_keeps_its_objects_and_says_so(root: Path) -> None:
     (root / "30-adminnetworkpolicies.yaml").unlink()
     back = source.load()
     assert not back.kept and source.not_healthy() is None
-    assert {p for p in before if p.startswith("AdminNetworkPolicy/")} and \
-        not {p for p in policies(back) if p.startswith("AdminNetworkPolicy/")}
+    assert {p for p in before if p.startswith("AdminNetworkPolicy/")} and not {
+        p for p in policies(back) if p.startswith("AdminNetworkPolicy/")
+    }
 
 
 def test_an_emptied_file_keeps_its_objects_a_removed_object_goes(root: Path) -> None:
@@ -101,8 +102,9 @@ def test_a_fifo_among_the_files_is_skipped_with_a_warning(tmp_path: Path) -> Non
     os.mkfifo(tmp_path / "p" / "zz-fifo.yaml")
     done = threading.Event()
     out: list = []
-    threading.Thread(target=lambda: (out.append(CliRunner().invoke(main, ["check", str(tmp_path / "p")])),
-                                     done.set()), daemon=True).start()
+    threading.Thread(
+        target=lambda: (out.append(CliRunner().invoke(main, ["check", str(tmp_path / "p")])), done.set()), daemon=True
+    ).start()
     assert done.wait(60), "check blocked on a FIFO"
     assert out[0].exit_code == 0, out[0].output
     assert "zz-fifo.yaml: a FIFO, not a regular file: skipped, never read" in out[0].output

@@ -47,8 +47,9 @@ def policy_dir(tmp_path: Path) -> Path:
 
 
 def connect(topo: Topology, ns: str, host: str, port: int) -> str:
-    return subprocess.run(["ip", "netns", "exec", ns, PY, "-c", CONNECT, host, str(port)], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["ip", "netns", "exec", ns, PY, "-c", CONNECT, host, str(port)], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def tasks(pid: int) -> int:
@@ -88,8 +89,13 @@ def test_two_thousand_idle_connections_in_a_pids_limit(topo: Topology, policy_di
     except OSError as e:
         pytest.fail(f"no pids cgroup to run the daemon in: {e}")
     try:
-        daemon = Daemon(topo, [str(policy_dir)], 0, extra=("--metrics", "127.0.0.1:9464", "--resync-interval", "0.5"),
-                        prefix=group.prefix())
+        daemon = Daemon(
+            topo,
+            [str(policy_dir)],
+            0,
+            extra=("--metrics", "127.0.0.1:9464", "--resync-interval", "0.5"),
+            prefix=group.prefix(),
+        )
         daemon.wait_event("start")
         pid = daemon.proc.pid
         time.sleep(1.0)
@@ -98,8 +104,9 @@ def test_two_thousand_idle_connections_in_a_pids_limit(topo: Topology, policy_di
         # room for the daemon as it is and the iptables commands of a repair, not for a thread
         # per connection
         group.set("pids.max", str(int(group.read("pids.current")) + 24))
-        holder = topo.spawn(topo.node, [PY, "-c", HOLD_IDLE, "127.0.0.1", "9464", "2000"], stdin=True,
-                            stderr=subprocess.PIPE)
+        holder = topo.spawn(
+            topo.node, [PY, "-c", HOLD_IDLE, "127.0.0.1", "9464", "2000"], stdin=True, stderr=subprocess.PIPE
+        )
         assert holder.stdout is not None
         line = holder.stdout.readline().strip()
         assert line == "held 2000", (line, holder.stderr.read() if holder.poll() is not None and holder.stderr else "")
@@ -118,17 +125,29 @@ def test_two_thousand_idle_connections_in_a_pids_limit(topo: Topology, policy_di
         assert not topo.reach(2, 1)
         status, text = topo.get("http://127.0.0.1:9464/metrics")
         assert status == 200
-        cut = {line.split('"')[1]: float(line.split()[-1]) for line in text.splitlines()
-               if line.startswith("pyclassify_metrics_connections_cut_total{")}
+        cut = {
+            line.split('"')[1]: float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("pyclassify_metrics_connections_cut_total{")
+        }
         assert cut["evicted"] >= 2000 - 64 - 20
         rss_during = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        record("surfaces-idle-connections", {
-            "connections": 2000, "threads_before": before, "threads_during": during,
-            "pids_max": int(group.read("pids.max")), "rss_before_bytes": rss_before, "rss_during_bytes": rss_during,
-            "probe_ms_max": round(max(t for _, _, t in probes) * 1000, 1),
-            "probe_ms": sorted(round(t * 1000, 1) for _, _, t in probes), "evicted": cut["evicted"],
-            "refused": cut["refused"], "repaired_during": True,
-        })
+        record(
+            "surfaces-idle-connections",
+            {
+                "connections": 2000,
+                "threads_before": before,
+                "threads_during": during,
+                "pids_max": int(group.read("pids.max")),
+                "rss_before_bytes": rss_before,
+                "rss_during_bytes": rss_during,
+                "probe_ms_max": round(max(t for _, _, t in probes) * 1000, 1),
+                "probe_ms": sorted(round(t * 1000, 1) for _, _, t in probes),
+                "evicted": cut["evicted"],
+                "refused": cut["refused"],
+                "repaired_during": True,
+            },
+        )
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(timeout=10)

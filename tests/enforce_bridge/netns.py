@@ -189,7 +189,7 @@ def icmp_echo(ns: str, addr: str, timeout: float = 2.0, ident: int = 0x4242) -> 
         while True:
             data, src = s.recvfrom(2048)
             ihl = (data[0] & 0x0F) * 4
-            if src[0] == addr and data[ihl] == 0 and struct.unpack("!H", data[ihl + 4: ihl + 6])[0] == ident:
+            if src[0] == addr and data[ihl] == 0 and struct.unpack("!H", data[ihl + 4 : ihl + 6])[0] == ident:
                 return True
     except TimeoutError:
         return False

@@ -41,8 +41,10 @@ def test_parse_bridge_spec():
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
     root = tmp_path_factory.mktemp("bridge")
-    return (engine_for(write_manifests(root / "allow", POLICY_ALLOW_8080)),
-            engine_for(write_manifests(root / "deny", POLICY_DENY_ALL)))
+    return (
+        engine_for(write_manifests(root / "allow", POLICY_ALLOW_8080)),
+        engine_for(write_manifests(root / "deny", POLICY_DENY_ALL)),
+    )
 
 
 @root_only
@@ -267,7 +269,12 @@ def test_random_frames_keep_the_bridge_up_and_every_frame_is_accounted_for(engin
             if et == 0x0800 and rng.random() < 0.7:
                 body = bytes([0x40 | rng.randrange(16), 0]) + rng.randrange(65536).to_bytes(2, "big") + body
             elif et == 0x86DD and rng.random() < 0.7:
-                body = b"\x60\0\0\0" + rng.randrange(200).to_bytes(2, "big") + bytes([rng.choice([6, 17, 58, 0, 44, 43])]) + body
+                body = (
+                    b"\x60\0\0\0"
+                    + rng.randrange(200).to_bytes(2, "big")
+                    + bytes([rng.choice([6, 17, 58, 0, 44, 43])])
+                    + body
+                )
             elif et in (0x8100, 0x88A8):
                 body = b"\0\x01" + rng.choice([b"\x08\x00", b"\x86\xdd", b"\x81\x00"]) + body
             frames.append((bmac if rng.random() < 0.8 else amac) + amac + et.to_bytes(2, "big") + body)
@@ -322,9 +329,28 @@ def test_enforce_command_bridge_mode(tmp_path):
     root = write_manifests(tmp_path / "policy", POLICY_ALLOW_8080)
     with topology() as t:
         s8080 = tcp_server(t.b, 8080)
-        daemon = subprocess.Popen(["ip", "netns", "exec", t.br, sys.executable, "-m", "pyclassify", "enforce",
-                                   str(root), "--bridge", "brA,brB", "--deny-action", "reject", "--duration", "30"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        daemon = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                t.br,
+                sys.executable,
+                "-m",
+                "pyclassify",
+                "enforce",
+                str(root),
+                "--bridge",
+                "brA,brB",
+                "--deny-action",
+                "reject",
+                "--duration",
+                "30",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             deadline = time.monotonic() + 15
             conn = None
@@ -366,9 +392,26 @@ def test_bridge_interface_down_and_up(tmp_path):
     root = write_manifests(tmp_path / "policy", POLICY_ALLOW_8080)
     with topology() as t:
         s8080, s9090 = tcp_server(t.b, 8080), tcp_server(t.b, 9090)
-        daemon = subprocess.Popen(["ip", "netns", "exec", t.br, sys.executable, "-m", "pyclassify", "enforce",
-                                   str(root), "--bridge", "brA,brB", "--duration", "60"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        daemon = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                t.br,
+                sys.executable,
+                "-m",
+                "pyclassify",
+                "enforce",
+                str(root),
+                "--bridge",
+                "brA,brB",
+                "--duration",
+                "60",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
         def connects(seconds: float) -> bool:
             deadline = time.monotonic() + seconds
@@ -416,14 +459,44 @@ def test_tunnelled_frames_are_judged_by_the_packet_inside(tmp_path):
     engine = engine_for(root)
     macs = {"a": "02:46:00:00:00:01", "b": "02:46:00:00:00:02"}
     with topology() as t:
-        for ns, dev, local, remote, addr, me, peer in ((t.a, "a0", A_IP, B_IP, OVERLAY_A, "a", "b"),
-                                                       (t.b, "b0", B_IP, A_IP, OVERLAY_B, "b", "a")):
-            ip("-n", ns, "link", "add", "vx0", "type", "vxlan", "id", "42", "dstport", "4789", "local", local,
-               "remote", remote, "dev", dev)
+        for ns, dev, local, remote, addr, me, peer in (
+            (t.a, "a0", A_IP, B_IP, OVERLAY_A, "a", "b"),
+            (t.b, "b0", B_IP, A_IP, OVERLAY_B, "b", "a"),
+        ):
+            ip(
+                "-n",
+                ns,
+                "link",
+                "add",
+                "vx0",
+                "type",
+                "vxlan",
+                "id",
+                "42",
+                "dstport",
+                "4789",
+                "local",
+                local,
+                "remote",
+                remote,
+                "dev",
+                dev,
+            )
             ip("-n", ns, "link", "set", "vx0", "address", macs[me], "mtu", "1400", "up")
             ip("-n", ns, "addr", "add", f"{addr}/24", "dev", "vx0")
-            ip("-n", ns, "neigh", "replace", OVERLAY_B if me == "a" else OVERLAY_A, "lladdr", macs[peer], "dev", "vx0",
-               "nud", "permanent")
+            ip(
+                "-n",
+                ns,
+                "neigh",
+                "replace",
+                OVERLAY_B if me == "a" else OVERLAY_A,
+                "lladdr",
+                macs[peer],
+                "dev",
+                "vx0",
+                "nud",
+                "permanent",
+            )
         s8080, s9090 = tcp_server(t.b, 8080), tcp_server(t.b, 9090)
         try:
             with Bridge("brA", "brB", engine._engine.capsule(), netns=t.br, reject=True) as bridge:

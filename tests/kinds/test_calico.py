@@ -97,24 +97,34 @@ def rule_of(text: str, direction: str = "ingress"):
 
 
 def pod(name: str, ns: str, ip: str, labels: dict | None = None, ports=(), sa=None, profiles=()) -> Endpoint:
-    return Endpoint(EndpointKind.POD, name, ns, labels or {}, (ipaddress.ip_address(ip),), tuple(ports),
-                    service_account=sa, profiles=tuple(profiles))
+    return Endpoint(
+        EndpointKind.POD,
+        name,
+        ns,
+        labels or {},
+        (ipaddress.ip_address(ip),),
+        tuple(ports),
+        service_account=sa,
+        profiles=tuple(profiles),
+    )
 
 
 def host(name: str, ip: str, labels: dict | None = None, profiles=()) -> Endpoint:
-    return Endpoint(EndpointKind.HOST, name, None, labels or {}, (ipaddress.ip_address(ip),),
-                    profiles=tuple(profiles))
+    return Endpoint(EndpointKind.HOST, name, None, labels or {}, (ipaddress.ip_address(ip),), profiles=tuple(profiles))
 
 
 def policy_set(objs: list) -> PolicySet:
-    return PolicySet.build([o for o in objs if isinstance(o, Policy)],
-                           [o for o in objs if isinstance(o, Tier)],
-                           [o for o in objs if isinstance(o, Profile)])
+    return PolicySet.build(
+        [o for o in objs if isinstance(o, Policy)],
+        [o for o in objs if isinstance(o, Tier)],
+        [o for o in objs if isinstance(o, Profile)],
+    )
 
 
 def flow(src, dst, proto=PROTO_TCP, dport=80, sport=40000, icmp_type=None, icmp_code=None) -> Flow:
     def end(x):
         return FlowEnd(x, None) if isinstance(x, Endpoint) else FlowEnd(None, ipaddress.ip_address(x))
+
     if proto in (PROTO_ICMP, PROTO_ICMPV6):
         sport = dport = None
     return Flow(end(src), end(dst), proto, sport, dport, icmp_type, icmp_code)
@@ -205,7 +215,11 @@ def test_seed_sample_evaluates():
     v = verdict(objs, inv, flow(front, db, dport=6379))
     assert v.verdict == "allow"
     assert (v.ingress.tier, v.ingress.policy, v.ingress.rule, v.ingress.reason) == (
-        "internal-access", "GlobalNetworkPolicy/internal-access.allow-tcp-6379", 0, "rule")
+        "internal-access",
+        "GlobalNetworkPolicy/internal-access.allow-tcp-6379",
+        0,
+        "rule",
+    )
     # Another port or another peer: the tier applied and nothing allowed: its default Deny.
     for f in (flow(front, db, dport=6380), flow(other, db, dport=6379), flow(front, db, PROTO_UDP, 6379)):
         v = verdict(objs, inv, f)
@@ -215,14 +229,17 @@ def test_seed_sample_evaluates():
 # --- types defaulting ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("spec, types", [
-    ("selector: all()", {Direction.INGRESS}),
-    ("ingress: [{action: Allow}]", {Direction.INGRESS}),
-    ("egress: [{action: Allow}]", {Direction.EGRESS}),
-    ("ingress: [{action: Allow}]\negress: [{action: Allow}]", {Direction.INGRESS, Direction.EGRESS}),
-    ("types: [Egress]\ningress: [{action: Allow}]", {Direction.EGRESS}),
-    ("types: [Ingress, Egress]", {Direction.INGRESS, Direction.EGRESS}),
-])
+@pytest.mark.parametrize(
+    "spec, types",
+    [
+        ("selector: all()", {Direction.INGRESS}),
+        ("ingress: [{action: Allow}]", {Direction.INGRESS}),
+        ("egress: [{action: Allow}]", {Direction.EGRESS}),
+        ("ingress: [{action: Allow}]\negress: [{action: Allow}]", {Direction.INGRESS, Direction.EGRESS}),
+        ("types: [Egress]\ningress: [{action: Allow}]", {Direction.EGRESS}),
+        ("types: [Ingress, Egress]", {Direction.INGRESS, Direction.EGRESS}),
+    ],
+)
 def test_types_default_as_the_seed_says(spec, types):
     (policy,) = ok(gnp(spec))
     assert policy.types == types
@@ -266,7 +283,10 @@ def test_tiers_normalize_and_order():
 
 
 def test_pass_goes_to_the_next_tier_and_log_continues():
-    objs = ok(TIERS + gnp("""\
+    objs = ok(
+        TIERS
+        + gnp(
+            """\
         tier: security
         order: 1
         ingress:
@@ -274,12 +294,20 @@ def test_pass_goes_to_the_next_tier_and_log_continues():
         - action: Pass
           source: {selector: team == 'trusted'}
         - action: Deny
-        """, name="security.gate") + "\n---\n" + gnp("""\
+        """,
+            name="security.gate",
+        )
+        + "\n---\n"
+        + gnp(
+            """\
         ingress:
         - action: Allow
           protocol: TCP
           destination: {ports: [80]}
-        """, name="web"))
+        """,
+            name="web",
+        )
+    )
     trusted = pod("t", "x", "10.0.0.1", {"team": "trusted"})
     stranger = pod("s", "x", "10.0.0.2")
     web = pod("w", "x", "10.0.0.3")
@@ -304,9 +332,13 @@ def test_tier_default_action_pass_falls_through():
 
 
 def test_policy_order_unset_is_last_and_ties_by_name():
-    objs = ok(gnp("order: 10\ningress: [{action: Deny}]", name="b") + "\n---\n"
-              + gnp("ingress: [{action: Allow}]", name="a") + "\n---\n"
-              + gnp("order: 10\ningress: [{action: Allow}]", name="c"))
+    objs = ok(
+        gnp("order: 10\ningress: [{action: Deny}]", name="b")
+        + "\n---\n"
+        + gnp("ingress: [{action: Allow}]", name="a")
+        + "\n---\n"
+        + gnp("order: 10\ningress: [{action: Allow}]", name="c")
+    )
     assert [p.name for p in policy_set(objs).policies] == ["b", "c", "a"]
     a, b = pod("a", "x", "10.0.0.1"), pod("b", "x", "10.0.0.2")
     v = verdict(objs, inventory(a, b), flow(a, b))
@@ -332,7 +364,7 @@ def test_tier_validation():
         """)
     assert "t.yaml:4: spec.order: default tier order must be 1e+06" in errs
     assert any(e.startswith("t.yaml:8: metadata.name: name must consist of lower case") for e in errs)
-    assert "t.yaml:9: spec.defaultAction: Unsupported value: 'Allow': supported values: \"Deny\", \"Pass\"" in errs
+    assert 't.yaml:9: spec.defaultAction: Unsupported value: \'Allow\': supported values: "Deny", "Pass"' in errs
     assert "t.yaml:9: spec.order: must be a number, got 'x'" in errs
 
 
@@ -370,10 +402,20 @@ def test_name_prefix_of_another_tier_is_a_warning():
 # --- protocols, ICMP, ipVersion --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value, number", [
-    ("TCP", PROTO_TCP), ("UDP", PROTO_UDP), ("ICMP", PROTO_ICMP), ("ICMPv6", PROTO_ICMPV6),
-    ("SCTP", PROTO_SCTP), ("UDPLite", PROTO_UDPLITE), (1, 1), (255, 255), ("'47'", 47),
-])
+@pytest.mark.parametrize(
+    "value, number",
+    [
+        ("TCP", PROTO_TCP),
+        ("UDP", PROTO_UDP),
+        ("ICMP", PROTO_ICMP),
+        ("ICMPv6", PROTO_ICMPV6),
+        ("SCTP", PROTO_SCTP),
+        ("UDPLite", PROTO_UDPLITE),
+        (1, 1),
+        (255, 255),
+        ("'47'", 47),
+    ],
+)
 def test_protocol_by_name_or_number(value, number):
     rule = rule_of(gnp(f"ingress: [{{action: Allow, protocol: {value}, notProtocol: {value}}}]"))
     assert rule.protocols == {number} and rule.not_protocols == {number}
@@ -417,7 +459,8 @@ def test_icmp_type_and_code():
 
 
 def test_icmp_errors():
-    errs = errors(gnp("""\
+    errs = errors(
+        gnp("""\
         ingress:
         - action: Allow
           icmp: {type: 8}
@@ -431,7 +474,8 @@ def test_icmp_errors():
         - action: Allow
           protocol: ICMPv6
           ipVersion: 4
-        """))
+        """)
+    )
     assert errs == [
         "t.yaml:8: spec.ingress[0].icmp: rules that specify ICMP fields must set protocol to ICMP",
         "t.yaml:11: spec.ingress[1].icmp.code: ICMP code specified without an ICMP type",
@@ -459,11 +503,13 @@ def test_ip_version():
 
 
 def test_nets_and_not_nets():
-    objs = ok(gnp("""\
+    objs = ok(
+        gnp("""\
         ingress:
         - action: Allow
           source: {nets: [10.1.0.0/16], notNets: [10.1.2.0/24]}
-        """))
+        """)
+    )
     rule = objs[0].ingress[0]
     assert rule.sources[0].nets == (ipaddress.ip_network("10.1.0.0/16"),)
     assert rule.ip_version == 4  # the nets fix the family, as felix renders the rule
@@ -484,7 +530,8 @@ def test_not_nets_of_one_family_never_match_the_other():
 
 
 def test_net_errors():
-    errs = errors(gnp("""\
+    errs = errors(
+        gnp("""\
         ingress:
         - action: Allow
           source: {nets: [10.0.0.1/8, bogus, 10.0.0.1]}
@@ -494,7 +541,8 @@ def test_net_errors():
         - action: Allow
           ipVersion: 6
           destination: {nets: [10.0.0.0/8]}
-        """))
+        """)
+    )
     assert errs == [
         "t.yaml:8: spec.ingress[0].source.nets[0]: invalid CIDR '10.0.0.1/8': host bits must be zero",
         "t.yaml:8: spec.ingress[0].source.nets[1]: invalid CIDR 'bogus': must be address/prefix-length",
@@ -611,11 +659,13 @@ def test_nets_only_entity_is_not_namespace_scoped():
 
 
 def test_subject_fields_of_global_policies():
-    (policy,) = ok(gnp("""\
+    (policy,) = ok(
+        gnp("""\
         selector: app == 't'
         namespaceSelector: env == 'prod'
         serviceAccountSelector: role == 'api'
-        """))
+        """)
+    )
     s = policy.subject
     assert s.namespace_selector.canonical == 'env == "prod"'
     assert s.service_account_selector.canonical == 'role == "api"'
@@ -643,8 +693,11 @@ def test_policy_field_validation_cases_of_calico():
         elif case["resource"] not in ("GlobalNetworkPolicy", "NetworkPolicy"):
             continue  # IP pools and BGP peers are not policy
         elif field.startswith("spec.ingress[].source.namespaceSelector"):
-            extra = ", destination: {namespaceSelector: \"projectcalico.org/name == 'test'\"}" \
-                if "destination" in field else ""
+            extra = (
+                ", destination: {namespaceSelector: \"projectcalico.org/name == 'test'\"}"
+                if "destination" in field
+                else ""
+            )
             text = gnp(f"ingress: [{{action: Allow, source: {{namespaceSelector: {sel}}}{extra}}}]")
         elif field == "spec.ingress[].source.selector":
             text = gnp(f"ingress: [{{action: Allow, source: {{selector: {sel}}}}}]")
@@ -672,27 +725,34 @@ def test_selector_errors_carry_the_position():
 
 
 def test_ports_numbers_ranges_and_named():
-    rule = rule_of(gnp("""\
+    rule = rule_of(
+        gnp("""\
         ingress:
         - action: Allow
           protocol: TCP
           source: {notPorts: ["1:1023"]}
           destination: {ports: [8080, "1234:5678", named-port, "443"]}
-        """))
+        """)
+    )
     assert rule.destinations[0].ports == (
-        PortMatch(PROTO_TCP, PortRange(8080, 8080)), PortMatch(PROTO_TCP, PortRange(1234, 5678)),
-        PortMatch(PROTO_TCP, NamedPort("named-port")), PortMatch(PROTO_TCP, PortRange(443, 443)))
+        PortMatch(PROTO_TCP, PortRange(8080, 8080)),
+        PortMatch(PROTO_TCP, PortRange(1234, 5678)),
+        PortMatch(PROTO_TCP, NamedPort("named-port")),
+        PortMatch(PROTO_TCP, PortRange(443, 443)),
+    )
     assert rule.sources[0].not_ports == (PortMatch(PROTO_TCP, PortRange(1, 1023)),)
 
 
 def test_ports_evaluate_with_named_ports_per_endpoint():
-    objs = ok(gnp("""\
+    objs = ok(
+        gnp("""\
         ingress:
         - action: Allow
           protocol: TCP
           source: {notPorts: ["1:1023"]}
           destination: {ports: [http-alt, "9000:9010"]}
-        """))
+        """)
+    )
     client = pod("c", "x", "10.0.0.1")
     web80 = pod("w1", "x", "10.0.0.2", ports=[ContainerPort(80, PROTO_TCP, "http-alt")])
     web8080 = pod("w2", "x", "10.0.0.3", ports=[ContainerPort(8080, PROTO_TCP, "http-alt")])
@@ -710,7 +770,8 @@ def test_ports_with_port_protocols(proto):
 
 
 def test_port_errors():
-    errs = errors(gnp("""\
+    errs = errors(
+        gnp("""\
         ingress:
         - action: Allow
           destination: {ports: [80]}
@@ -723,9 +784,11 @@ def test_port_errors():
         - action: Allow
           protocol: TCP
           destination: {ports: [0, "9:3", "1:70000", Bad_Name, 1.5]}
-        """))
+        """)
+    )
     assert errs == [
-        "t.yaml:8: spec.ingress[0].destination.ports: " + "rules that specify ports must set protocol to TCP or UDP or SCTP",
+        "t.yaml:8: spec.ingress[0].destination.ports: "
+        + "rules that specify ports must set protocol to TCP or UDP or SCTP",
         "t.yaml:11: spec.ingress[1].source.notPorts: rules that specify ports must set protocol to TCP or UDP or SCTP",
         "t.yaml:14: spec.ingress[2].destination.ports: rules that specify ports must set protocol to TCP or UDP or SCTP",
         "t.yaml:17: spec.ingress[3].destination.ports[0]: port range invalid, port number must be between 1 and 65535",
@@ -733,7 +796,7 @@ def test_port_errors():
         "t.yaml:17: spec.ingress[3].destination.ports[2]: port range invalid, port number must be between 1 and 65535",
         "t.yaml:17: spec.ingress[3].destination.ports[3]: invalid port name 'Bad_Name': "
         "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)",
-        "t.yaml:17: spec.ingress[3].destination.ports[4]: invalid port 1.5: must be a number, \"min:max\" or a port name",
+        't.yaml:17: spec.ingress[3].destination.ports[4]: invalid port 1.5: must be a number, "min:max" or a port name',
     ]
 
 
@@ -741,20 +804,25 @@ def test_port_errors():
 
 
 def test_service_accounts_by_name_and_selector():
-    objs = ok(np_("""\
+    objs = ok(
+        np_("""\
         ingress:
         - action: Allow
           source:
             serviceAccounts: {names: [api], selector: tier == 'gold'}
-        """))
+        """)
+    )
     m = objs[0].ingress[0].sources[0]
     assert m.service_account_names == {"api"} and m.namespace == "prod"
     api = pod("api", "prod", "10.0.0.1", sa="api")
     api_dev = pod("api", "dev", "10.0.1.1", sa="api")
     web = pod("web", "prod", "10.0.0.2", sa="web")
     target = pod("t", "prod", "10.0.0.9")
-    sas = (ServiceAccount("api", "prod", {"tier": "gold"}), ServiceAccount("api", "dev", {"tier": "gold"}),
-           ServiceAccount("web", "prod", {"tier": "gold"}))
+    sas = (
+        ServiceAccount("api", "prod", {"tier": "gold"}),
+        ServiceAccount("api", "dev", {"tier": "gold"}),
+        ServiceAccount("web", "prod", {"tier": "gold"}),
+    )
     inv = inventory(api, api_dev, web, target, service_accounts=sas)
     assert allowed(objs, inv, api, target)
     assert not allowed(objs, inv, api_dev, target)  # another namespace
@@ -762,18 +830,21 @@ def test_service_accounts_by_name_and_selector():
 
 
 def test_services_match():
-    objs = ok(np_("""\
+    objs = ok(
+        np_("""\
         types: [Egress]
         egress:
         - action: Allow
           destination: {services: {name: db}}
-        """))
+        """)
+    )
     assert objs[0].egress[0].destinations[0].service == ServiceRef("db", "prod")
     client = pod("c", "prod", "10.0.0.1")
     db = pod("db", "prod", "10.0.0.2", {"app": "db"})
     other = pod("o", "prod", "10.0.0.3")
-    svc = Service("db", "prod", {"app": "db"}, (ipaddress.ip_address("10.96.0.10"),), (),
-                  (ipaddress.ip_address("10.0.0.2"),))
+    svc = Service(
+        "db", "prod", {"app": "db"}, (ipaddress.ip_address("10.96.0.10"),), (), (ipaddress.ip_address("10.0.0.2"),)
+    )
     inv = inventory(client, db, other, services=(svc,))
     assert allowed(objs, inv, client, db)
     assert allowed(objs, inv, client, "10.96.0.10")
@@ -781,7 +852,8 @@ def test_services_match():
 
 
 def test_service_restrictions():
-    errs = errors(gnp("""\
+    errs = errors(
+        gnp("""\
         ingress:
         - action: Allow
           destination: {services: {name: a, namespace: n}}
@@ -795,7 +867,8 @@ def test_service_restrictions():
             namespaceSelector: all()
             serviceAccounts: {names: [x]}
             ports: [80]
-        """))
+        """)
+    )
     assert errs == [
         "t.yaml:9: spec.ingress[0].source.services: cannot specify Selector/NotSelector and Services on the same rule",
         "t.yaml:9: spec.ingress[0].source.services: cannot specify Nets/NotNets and Services on the same rule",
@@ -809,12 +882,14 @@ def test_service_restrictions():
 
 
 def test_ingress_source_service_may_have_ports():
-    rule = rule_of(np_("""\
+    rule = rule_of(
+        np_("""\
         ingress:
         - action: Allow
           protocol: TCP
           source: {services: {name: a}, ports: [80]}
-        """))
+        """)
+    )
     assert rule.sources[0].service == ServiceRef("a", "prod") and rule.sources[0].ports
 
 
@@ -826,13 +901,15 @@ def test_domains_match_the_addresses_dns_taught(engine):
     from pyclassify import domains
     from tests.evaluators import EVALUATORS
 
-    objs = ok(gnp("""\
+    objs = ok(
+        gnp("""\
         types: [Egress]
         egress:
         - action: Allow
           destination: {domains: [api.example.com, "*.example.org"]}
         - action: Deny
-        """))
+        """)
+    )
     policy = objs[0]
     assert policy.egress[0].destinations[0].domains == ("api.example.com", "*.example.org")
     assert policy.unenforceable == () and policy.egress[0].destinations[0].unresolvable is None
@@ -848,14 +925,16 @@ def test_domains_match_the_addresses_dns_taught(engine):
 
 
 def test_domain_errors():
-    errs = errors(gnp("""\
+    errs = errors(
+        gnp("""\
         ingress:
         - action: Allow
           destination: {domains: [a.com]}
         egress:
         - action: Deny
           destination: {domains: ["*.*.com", "ww*.x.com", "bad_name.com"], nets: [10.0.0.0/8]}
-        """))
+        """)
+    )
     assert errs == [
         "t.yaml:8: spec.ingress[0].destination.domains: domains are only valid in the destination of egress rules",
         "t.yaml:11: spec.egress[0].destination.domains: domains are only valid for Allow rules",
@@ -870,14 +949,16 @@ def test_domain_errors():
 
 @pytest.mark.parametrize("evaluate_with", EVALUATORS.values(), ids=EVALUATORS.keys())
 def test_http_matches_the_connections_request(evaluate_with):
-    objs = ok(gnp("""\
+    objs = ok(
+        gnp("""\
         ingress:
         - action: Allow
           protocol: TCP
           http:
             methods: [GET]
             paths: [{exact: /health}, {prefix: /api/}]
-        """))
+        """)
+    )
     policy = objs[0]
     assert not policy.unenforceable
     assert policy.ingress[0].http == HttpMatch(("GET",), (("exact", "/health"), ("prefix", "/api/")))
@@ -891,25 +972,34 @@ def test_http_matches_the_connections_request(evaluate_with):
     v = judge()
     assert (v.verdict, v.awaits_request, v.ingress.awaits_request) == ("deny", True, True)
     assert not v.egress  # b's egress has no policy
-    for request, want in (("GET /health", "allow"), ("GET /api/v1?x=1", "allow"), ("GET /api", "deny"),
-                          ("GET /healthz", "deny"), ("POST /health", "deny"), ("get /health", "deny")):
+    for request, want in (
+        ("GET /health", "allow"),
+        ("GET /api/v1?x=1", "allow"),
+        ("GET /api", "deny"),
+        ("GET /healthz", "deny"),
+        ("POST /health", "deny"),
+        ("get /health", "deny"),
+    ):
         v = judge(request)
         assert (request, v.verdict, v.awaits_request) == (request, want, False)
     # UDP carries no requests: the rule never matches, and nothing awaits one
     v = judge(proto=PROTO_UDP)
     assert (v.verdict, v.awaits_request) == ("deny", False)
     # A rule that decides before the http rule leaves nothing to await
-    objs = ok(gnp("""\
+    objs = ok(
+        gnp("""\
         ingress:
         - action: Deny
           protocol: TCP
         - action: Allow
           protocol: TCP
           http: {methods: [GET]}
-        """))
+        """)
+    )
     v = evaluate_with(policy_set(objs), inv, flow(a, b))
     assert (v.verdict, v.awaits_request) == ("deny", False)
-    errs = errors(gnp("""\
+    errs = errors(
+        gnp("""\
         ingress:
         - action: Deny
           protocol: UDP
@@ -917,7 +1007,8 @@ def test_http_matches_the_connections_request(evaluate_with):
         egress:
         - action: Allow
           http: {methods: [GET]}
-        """))
+        """)
+    )
     assert errs == [
         "t.yaml:9: spec.ingress[0].http: only valid for Allow rules",
         "t.yaml:8: spec.ingress[0].protocol: rules that specify HTTP fields must set protocol to TCP or empty",
@@ -1034,7 +1125,7 @@ def test_profile_errors_and_enforced_fields():
     assert errs == [
         "t.yaml:7: spec.selector: unknown field 'selector'",
         "t.yaml:6: spec.ingress[0].action: Unsupported value: 'Jump': supported values: "
-        "\"Allow\", \"Deny\", \"Log\", \"Pass\"",
+        '"Allow", "Deny", "Log", "Pass"',
         "t.yaml:5: spec.labelsToApply: must be an object",
     ]
 
@@ -1108,7 +1199,7 @@ def test_every_error_of_a_broken_policy_in_one_run():
         "t.yaml:8: spec.tier: invalid tier name 'Bad_Tier': must match [a-z0-9]([-a-z0-9]*[a-z0-9])?",
         "t.yaml:9: spec.selector: invalid selector \"app = 'x'\" at position 4: expected '==', found '='",
         "t.yaml:11: spec.ingress[0].action: Unsupported value: 'allow': supported values: "
-        "\"Allow\", \"Deny\", \"Log\", \"Pass\"",
+        '"Allow", "Deny", "Log", "Pass"',
         "t.yaml:14: spec.ingress[0].source.nets[0]: invalid CIDR '300.0.0.0/8': "
         "'300.0.0.0/8' does not appear to be an IPv4 or IPv6 network",
         "t.yaml:16: spec.ingress[0].destination.ports[0]: port range invalid, port number must be between 1 and 65535",

@@ -46,7 +46,8 @@ def protocol_tables(tree: ast.AST) -> list[int]:
                 lines.append(node.lineno)
         elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
             if len(node.elts) >= 2 and (
-                    all(map(_number, node.elts)) or (len(node.elts) >= 3 and all(map(_name, node.elts)))):
+                all(map(_number, node.elts)) or (len(node.elts) >= 3 and all(map(_name, node.elts)))
+            ):
                 lines.append(node.lineno)
     return lines
 
@@ -71,8 +72,9 @@ def test_the_check_finds_a_table_written_either_way_round() -> None:
     assert protocol_tables(ast.parse("P = (6, 'x'); Q = {'TCP': 'tcp'}; R = (1, 2, 3)")) == []
 
 
-@pytest.mark.parametrize("name, number", [("TCP", 6), ("UDP", 17), ("SCTP", 132), ("ICMP", 1),
-                                          ("ICMPv6", 58), ("UDPLite", 136)])
+@pytest.mark.parametrize(
+    "name, number", [("TCP", 6), ("UDP", 17), ("SCTP", 132), ("ICMP", 1), ("ICMPv6", 58), ("UDPLite", 136)]
+)
 def test_names_and_numbers_both_ways(name: str, number: int) -> None:
     assert PROTOCOL_NUMBERS[name.upper()] == number
     assert PROTOCOL_NAMES[number] == name == protocol_name(number)

@@ -281,7 +281,12 @@ TEMPLATE = """\
     [
         ("Deployment", "apps/v1", "spec.template", "selector: {matchLabels: {app: web}}"),
         ("StatefulSet", "apps/v1", "spec.template", "selector: {matchLabels: {app: web}}"),
-        ("DaemonSet", "apps/v1", "spec.template", "selector: {matchExpressions: [{key: app, operator: In, values: [web]}]}"),
+        (
+            "DaemonSet",
+            "apps/v1",
+            "spec.template",
+            "selector: {matchExpressions: [{key: app, operator: In, values: [web]}]}",
+        ),
         ("ReplicaSet", "apps/v1", "spec.template", "selector: {matchLabels: {app: web}}"),
         ("Job", "batch/v1", "spec.template", ""),
         ("ReplicationController", "v1", "spec.template", "selector: {app: web}"),
@@ -294,7 +299,7 @@ def test_workload_controllers_are_endpoints_from_their_template(kind, api, templ
     indent = "  " * len(parts)
     template = textwrap.indent(textwrap.dedent(TEMPLATE), indent)
     text = f"apiVersion: {api}\nkind: {kind}\nmetadata:\n  name: web\n  namespace: shop\n"
-    text += f"spec:\n  {selector}\n" + body[len("spec:\n"):] + template
+    text += f"spec:\n  {selector}\n" + body[len("spec:\n") :] + template
     inv, problems = build(text)
     assert not problems.items, [str(p) for p in problems]
     (ep,) = inv.endpoints
@@ -470,7 +475,9 @@ def test_service_port_names_are_dns_labels():
     assert not problems.items, [str(p) for p in problems]
     ports = inv.services[("default", "api")].ports
     assert [(p.name, p.port, p.target_port) for p in ports] == [
-        ("8001-8000", 8001, 8000), ("https-metrics-endpoint", 8443, "metrics")]
+        ("8001-8000", 8001, 8000),
+        ("https-metrics-endpoint", 8443, "metrics"),
+    ]
     _, problems = build(
         """\
         apiVersion: v1
@@ -483,11 +490,17 @@ def test_service_port_names_are_dns_labels():
         """
     )
     assert [(p.path, p.message) for p in problems.errors] == [
-        ("spec.ports[0].name", "invalid port name 'Metrics_1': must be a lowercase RFC 1123 label "
-                               "(a-z, 0-9 and '-', starting and ending alphanumeric)"),
+        (
+            "spec.ports[0].name",
+            "invalid port name 'Metrics_1': must be a lowercase RFC 1123 label "
+            "(a-z, 0-9 and '-', starting and ending alphanumeric)",
+        ),
         ("spec.ports[0].targetPort", "invalid port name '8080': must contain at least one letter (a-z)"),
-        ("spec.ports[1].name", "invalid port name 'a-very-long-port-name-that-is-longer-than-sixty-three-characters-x': "
-                               "must be no more than 63 characters"),
+        (
+            "spec.ports[1].name",
+            "invalid port name 'a-very-long-port-name-that-is-longer-than-sixty-three-characters-x': "
+            "must be no more than 63 characters",
+        ),
     ]
 
 
@@ -519,7 +532,9 @@ def test_endpoint_slice_errors():
 
 
 def test_service_account():
-    inv, problems = build("apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: api, namespace: shop, labels: {role: x}}\n")
+    inv, problems = build(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: api, namespace: shop, labels: {role: x}}\n"
+    )
     assert not problems.items
     sa = inv.service_accounts[("shop", "api")]
     assert (sa.name, sa.namespace, dict(sa.labels)) == ("api", "shop", {"role": "x"})
@@ -652,7 +667,11 @@ def test_network_sets():
     g, n = inv.network_sets
     assert (g.name, g.namespace, dict(g.labels)) == ("bad-actors", None, {"threat": "high"})
     assert g.nets == (net("198.51.100.0/24"), net("203.0.113.7/32"), net("2001:db8::/32"))
-    assert (n.namespace, n.nets, n.domains) == ("shop", (net("192.0.2.0/24"),), ("api.example.com", "*.partner.example"))
+    assert (n.namespace, n.nets, n.domains) == (
+        "shop",
+        (net("192.0.2.0/24"),),
+        ("api.example.com", "*.partner.example"),
+    )
 
 
 def test_network_set_errors():
@@ -714,22 +733,51 @@ def test_workloads_are_named_as_np_guard_names_them():
 
 # --- the fast path for pods ---
 
+
 def _pod_variants():
     from bench.cluster import generate
 
     return [p for p in generate(200, seed=9).pods.values()]
 
 
-_POD_FIELDS = [("metadata", "name"), ("metadata", "namespace"), ("metadata", "labels"), ("spec", "containers"),
-               ("spec", "serviceAccountName"), ("spec", "hostNetwork"), ("spec", "nodeName"), ("status", "podIP"),
-               ("status", "podIPs"), ("status",), ("metadata",)]
-_ODD_VALUES = [None, "", 3, True, "Not_Valid!", "10.0.0.300", "fd00::1", [], {}, [{"ip": "10.1.2.3"}], [{"ip": 7}],
-               {"a": "b"}, {"a": 1}, {"": "x"}, [{"name": "c", "ports": [{"containerPort": 70000}]}],
-               [{"name": "c", "ports": [{"containerPort": 80, "name": "http"}, {"containerPort": 81, "name": "http"}]}]]
+_POD_FIELDS = [
+    ("metadata", "name"),
+    ("metadata", "namespace"),
+    ("metadata", "labels"),
+    ("spec", "containers"),
+    ("spec", "serviceAccountName"),
+    ("spec", "hostNetwork"),
+    ("spec", "nodeName"),
+    ("status", "podIP"),
+    ("status", "podIPs"),
+    ("status",),
+    ("metadata",),
+]
+_ODD_VALUES = [
+    None,
+    "",
+    3,
+    True,
+    "Not_Valid!",
+    "10.0.0.300",
+    "fd00::1",
+    [],
+    {},
+    [{"ip": "10.1.2.3"}],
+    [{"ip": 7}],
+    {"a": "b"},
+    {"a": 1},
+    {"": "x"},
+    [{"name": "c", "ports": [{"containerPort": 70000}]}],
+    [{"name": "c", "ports": [{"containerPort": 80, "name": "http"}, {"containerPort": 81, "name": "http"}]}],
+]
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.sampled_from(range(200)), st.lists(st.tuples(st.sampled_from(_POD_FIELDS), st.sampled_from(_ODD_VALUES)), max_size=3))
+@given(
+    st.sampled_from(range(200)),
+    st.lists(st.tuples(st.sampled_from(_POD_FIELDS), st.sampled_from(_ODD_VALUES)), max_size=3),
+)
 def test_fast_pod_path_equals_the_checked_one(index, edits):
     import copy
 
@@ -773,9 +821,18 @@ def test_bulk_constructors_build_the_same_objects():
     from pyclassify.inventory import Endpoint, container_port, endpoint
     from pyclassify.kinds.inventory_kinds import parse_ip
 
-    fields = dict(kind=EndpointKind.POD, name="web-1", namespace="prod", labels={"app": "web"},
-                  ips=(ip("10.0.0.1"),), ports=(ContainerPort(80, PROTO_TCP, "http"),), service_account="sa",
-                  node="n1", host_network=False, workload="ReplicaSet/web")
+    fields = dict(
+        kind=EndpointKind.POD,
+        name="web-1",
+        namespace="prod",
+        labels={"app": "web"},
+        ips=(ip("10.0.0.1"),),
+        ports=(ContainerPort(80, PROTO_TCP, "http"),),
+        service_account="sa",
+        node="n1",
+        host_network=False,
+        workload="ReplicaSet/web",
+    )
     fast, slow = endpoint(**fields), Endpoint(**fields)
     assert fast == slow and repr(fast) == repr(slow)
     assert dataclasses.asdict(fast) == dataclasses.asdict(slow)
@@ -818,6 +875,7 @@ def test_a_protocol_that_is_a_list_or_a_map_is_an_error_not_a_crash():
 
 # --- bad input at cluster size ---
 
+
 def test_one_invalid_object_among_ten_thousand_pods(tmp_path):
     """(Here, not in test_project.py: it needs the generator in bench/, which the installed-package run
     does not have.) Issue 11's bad-input rule at cluster size: one broken pod among 10,000 is reported with
@@ -836,7 +894,9 @@ def test_one_invalid_object_among_ten_thousand_pods(tmp_path):
     problems = Problems()
     project = load_project([str(path)], problems)
     assert [(p.path, "invalid IP address" in p.message) for p in problems.errors] == [
-        ("status.podIP", True), ("status.podIPs[0].ip", True)]
+        ("status.podIP", True),
+        ("status.podIPs[0].ip", True),
+    ]
     line = problems.errors[0].line
     assert path.read_text().splitlines()[line - 1].strip() == "podIP: 10.0.0.300"
     assert list(project.invalid) == [("", "Pod", *key)]
@@ -844,7 +904,8 @@ def test_one_invalid_object_among_ten_thousand_pods(tmp_path):
     assert len(project.inventory.endpoints) >= len(c.pods)
     assert sum(e.kind == EndpointKind.POD for e in project.inventory.endpoints) == len(c.pods)
     assert len([p for p in project.policy_set.policies if p.kind == "NetworkPolicy"]) == len(c.network_policies)
-    r = subprocess.run([sys.executable, "-m", "pyclassify", "check", str(path)], capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "pyclassify", "check", str(path)], capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 1
     assert f"{path}:{line}: status.podIP: " in r.stderr + r.stdout

@@ -51,18 +51,25 @@ def test_a_misspelt_spec_is_an_error_not_an_empty_policy(tmp_path):
 
 
 def test_capitalised_top_level_fields_are_named(tmp_path):
-    _, errors = check(tmp_path, """\
+    _, errors = check(
+        tmp_path,
+        """\
         apiVersion: networking.k8s.io/v1
         kind: NetworkPolicy
         Metadata: {name: db}
         Spec: {podSelector: {}}
-        """)
-    assert errors[:2] == ["3: Metadata: unknown field 'Metadata' (did you mean 'metadata'?)",
-                          "4: Spec: unknown field 'Spec' (did you mean 'spec'?)"]
+        """,
+    )
+    assert errors[:2] == [
+        "3: Metadata: unknown field 'Metadata' (did you mean 'metadata'?)",
+        "4: Spec: unknown field 'Spec' (did you mean 'spec'?)",
+    ]
 
 
 def test_unknown_fields_in_metadata_ports_and_status(tmp_path):
-    project, errors = check(tmp_path, """\
+    project, errors = check(
+        tmp_path,
+        """\
         apiVersion: v1
         kind: Pod
         metadata:
@@ -78,7 +85,8 @@ def test_unknown_fields_in_metadata_ports_and_status(tmp_path):
           podIPz: 10.0.0.1
           phase: Running
           conditions: [{type: Ready, status: "True"}]
-        """)
+        """,
+    )
     assert errors == [
         "5: metadata.lables: unknown field 'lables' (did you mean 'labels'?)",
         "11: spec.containers[0].ports[0].nmae: unknown field 'nmae' (did you mean 'name'?)",
@@ -88,7 +96,9 @@ def test_unknown_fields_in_metadata_ports_and_status(tmp_path):
 
 
 def test_values_of_the_wrong_type(tmp_path):
-    _, errors = check(tmp_path, """\
+    _, errors = check(
+        tmp_path,
+        """\
         apiVersion: v1
         kind: Pod
         metadata: {name: web, labels: {version: 1.0}}
@@ -97,7 +107,8 @@ def test_values_of_the_wrong_type(tmp_path):
           containers:
           - name: web
             ports: [{containerPort: "8080"}, {containerPort: 1099511627776}]
-        """)
+        """,
+    )
     assert errors == [
         "3: metadata.labels.version: Invalid value: 1.0: must be of type string, not number (quote it)",
         "5: spec.hostNetwork: Invalid value: 'yes': must be of type boolean, not string",
@@ -124,7 +135,9 @@ def test_one_error_per_field(tmp_path):
 def test_what_the_schemas_allow(tmp_path):
     """Maps (additionalProperties), free-form objects, int-or-string, Quantity's string or number,
     null anywhere, and status fields pyclassify does not read but the schema knows."""
-    project, errors = check(tmp_path, """\
+    project, errors = check(
+        tmp_path,
+        """\
         apiVersion: v1
         kind: Pod
         metadata:
@@ -146,13 +159,16 @@ def test_what_the_schemas_allow(tmp_path):
           qosClass: Burstable
           containerStatuses:
           - {name: web, ready: true, restartCount: 0, image: nginx, imageID: "", state: {running: {}}}
-        """)
+        """,
+    )
     assert errors == []
     assert project.inventory.endpoints[0].name == "web"
 
 
 def test_custom_resources_metadata_is_object_meta(tmp_path):
-    _, errors = check(tmp_path, """\
+    _, errors = check(
+        tmp_path,
+        """\
         apiVersion: projectcalico.org/v3
         kind: GlobalNetworkPolicy
         metadata: {name: deny, lables: {a: b}, annotations: {note: x}}
@@ -160,7 +176,8 @@ def test_custom_resources_metadata_is_object_meta(tmp_path):
           selector: all()
           ingress: [{action: Deny, sourec: {nets: [10.0.0.0/8]}}]
           order: "100"
-        """)
+        """,
+    )
     assert errors == [
         "3: metadata.lables: unknown field 'lables' (did you mean 'labels'?)",
         "6: spec.ingress[0].sourec: unknown field 'sourec' (did you mean 'source'?)",
@@ -171,7 +188,9 @@ def test_custom_resources_metadata_is_object_meta(tmp_path):
 def test_a_field_the_schema_knows_and_pyclassify_cannot_judge_is_an_error(tmp_path):
     """Calico's http header matches: the (Enterprise) CRD has them; ignoring one would widen the
     rule."""
-    _, errors = check(tmp_path, """\
+    _, errors = check(
+        tmp_path,
+        """\
         apiVersion: projectcalico.org/v3
         kind: GlobalNetworkPolicy
         metadata: {name: api}
@@ -180,19 +199,24 @@ def test_a_field_the_schema_knows_and_pyclassify_cannot_judge_is_an_error(tmp_pa
           ingress:
           - action: Allow
             http: {headers: [{header: x-user, operator: In, values: [a]}]}
-        """)
-    assert errors == ["8: spec.ingress[0].http.headers: field 'headers' is not supported by pyclassify: "
-                      "it cannot judge traffic by it"]
+        """,
+    )
+    assert errors == [
+        "8: spec.ingress[0].http.headers: field 'headers' is not supported by pyclassify: it cannot judge traffic by it"
+    ]
 
 
 def test_admin_network_policies_in_either_shape_v1alpha1_was_served_in(tmp_path):
     """network-policy-api v0.1.1 served peers as {namespaceSelector | sameLabels | notSameLabels}
     (policy-assistant writes them), later releases as a LabelSelector: both are taken. The KEP's
     `related: Self` was in no release: an API server refuses it, and so does pyclassify."""
-    head = ("apiVersion: policy.networking.k8s.io/v1alpha1\nkind: AdminNetworkPolicy\nmetadata: {name: a}\n"
-            "spec:\n  priority: 10\n  subject: {namespaces: {}}\n  ingress:\n  - action: Allow\n    from:\n")
-    project, errors = check(tmp_path, head + "    - namespaces: {namespaceSelector: {}}\n"
-                                             "    - namespaces: {sameLabels: [tenant]}\n")
+    head = (
+        "apiVersion: policy.networking.k8s.io/v1alpha1\nkind: AdminNetworkPolicy\nmetadata: {name: a}\n"
+        "spec:\n  priority: 10\n  subject: {namespaces: {}}\n  ingress:\n  - action: Allow\n    from:\n"
+    )
+    project, errors = check(
+        tmp_path, head + "    - namespaces: {namespaceSelector: {}}\n    - namespaces: {sameLabels: [tenant]}\n"
+    )
     assert errors == [] and len(project.policy_set.policies) == 1
     project, errors = check(tmp_path, head + "    - namespaces: {matchLabels: {team: a}}\n")
     assert errors == [] and len(project.policy_set.policies) == 1
@@ -201,20 +225,33 @@ def test_admin_network_policies_in_either_shape_v1alpha1_was_served_in(tmp_path)
 
 
 def test_a_list_without_items(tmp_path):
-    _, errors = check(tmp_path, "apiVersion: v1\nkind: List\nitmes: []\n---\n"
-                                "apiVersion: v1\nkind: PodList\nmetadata: {resourceVersion: '1', continu: x}\n")
-    assert errors == ["3: itmes: unknown field 'itmes' (did you mean 'items'?)",
-                      "7: metadata.continu: unknown field 'continu' (did you mean 'continue'?)"]
+    _, errors = check(
+        tmp_path,
+        "apiVersion: v1\nkind: List\nitmes: []\n---\n"
+        "apiVersion: v1\nkind: PodList\nmetadata: {resourceVersion: '1', continu: x}\n",
+    )
+    assert errors == [
+        "3: itmes: unknown field 'itmes' (did you mean 'items'?)",
+        "7: metadata.continu: unknown field 'continu' (did you mean 'continue'?)",
+    ]
 
 
 def test_a_list_read_whole_has_its_own_fields_checked():
     problems = Problems()
-    docs = documents_of({"apiVersion": "v1", "kind": "List", "metadta": {},
-                         "items": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}]},
-                        "list.json", problems)
+    docs = documents_of(
+        {
+            "apiVersion": "v1",
+            "kind": "List",
+            "metadta": {},
+            "items": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}],
+        },
+        "list.json",
+        problems,
+    )
     assert [d.kind for d in docs] == ["Namespace"]
     assert [(p.path, p.message) for p in problems.errors] == [
-        ("metadta", "unknown field 'metadta' (did you mean 'metadata'?)")]
+        ("metadta", "unknown field 'metadta' (did you mean 'metadata'?)")
+    ]
 
 
 def test_kinds_without_a_schema_are_skipped_not_judged(tmp_path):
@@ -224,7 +261,9 @@ def test_kinds_without_a_schema_are_skipped_not_judged(tmp_path):
 
 def test_versions_of_a_kind_are_those_it_has_a_schema_in():
     assert kind_problem("batch/v1beta1", "Job") == (
-        "apiVersion", "unknown version 'batch/v1beta1' of Job: this tool reads batch/v1")
+        "apiVersion",
+        "unknown version 'batch/v1beta1' of Job: this tool reads batch/v1",
+    )
     assert kind_problem("apps/v1beta1", "DaemonSet")[1].endswith("this tool reads apps/v1, apps/v1beta2")
     assert kind_problem("extensions/v1beta1", "NetworkPolicy") is None
     assert kind_problem("crd.projectcalico.org/v1", "Profile") is None
@@ -261,14 +300,17 @@ def test_every_kind_refuses_unknown_fields_at_the_top_and_in_metadata(key):
     obj = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "x", "lables": {}}, "spce": {}}
     found = schema.field_problems(obj)
     has_spec = "spec" in schema.schemas().roots(api_version, kind)[0].props  # EndpointSlice, ServiceAccount: none
-    assert found == [(("metadata", "lables"), "unknown field 'lables' (did you mean 'labels'?)"),
-                     (("spce",), "unknown field 'spce'" + (" (did you mean 'spec'?)" if has_spec else ""))]
+    assert found == [
+        (("metadata", "lables"), "unknown field 'lables' (did you mean 'labels'?)"),
+        (("spce",), "unknown field 'spce'" + (" (did you mean 'spec'?)" if has_spec else "")),
+    ]
 
 
 # --- the native fast path and the detailed walk agree --------------------------------------------
 
-_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.floats(allow_nan=False),
-                     st.text(max_size=5))
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**40), 2**40), st.floats(allow_nan=False), st.text(max_size=5)
+)
 
 
 def _examples() -> list[dict]:
@@ -330,8 +372,12 @@ def test_native_and_detailed_walks_agree(data):
 
 def test_the_live_path_rejects_an_object_with_an_unknown_field():
     """A watch event or a changed file: rejected alone (InvalidInput), nothing changes."""
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop"},
-           "status": {"podIP": "10.0.0.1"}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "status": {"podIP": "10.0.0.1"},
+    }
     project = build_project([Document(pod, "pod.yaml", 1)], Problems())
     live = LiveProject(project)
     bad = copy.deepcopy(pod)
@@ -344,17 +390,26 @@ def test_the_live_path_rejects_an_object_with_an_unknown_field():
 
 def test_admission_policies_and_resources_are_checked(tmp_path):
     policy = tmp_path / "p.yaml"
-    policy.write_text("apiVersion: containersecurity.tigera.io/v1beta1\nkind: ContainerAdmissionPolicy\n"
-                      "metadata: {name: p}\nspec:\n  rulse: []\n")
+    policy.write_text(
+        "apiVersion: containersecurity.tigera.io/v1beta1\nkind: ContainerAdmissionPolicy\n"
+        "metadata: {name: p}\nspec:\n  rulse: []\n"
+    )
     pod = tmp_path / "pod.yaml"
-    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: web}\n"
-                   "spec:\n  containers: [{name: a, image: b, imagePullPolcy: Always}]\n")
-    out = subprocess.run([sys.executable, "-m", "pyclassify", "admit", str(policy), "--resource", str(pod)],
-                         capture_output=True, text=True, timeout=120)
+    pod.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\n"
+        "spec:\n  containers: [{name: a, image: b, imagePullPolcy: Always}]\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "pyclassify", "admit", str(policy), "--resource", str(pod)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 1
     assert f"{policy}:5: spec.rulse: unknown field 'rulse' (did you mean 'rules'?)" in out.stderr
-    assert (f"{pod}:5: spec.containers[0].imagePullPolcy: unknown field 'imagePullPolcy' "
-            "(did you mean 'imagePullPolicy'?)") in out.stderr
+    assert (
+        f"{pod}:5: spec.containers[0].imagePullPolcy: unknown field 'imagePullPolcy' (did you mean 'imagePullPolicy'?)"
+    ) in out.stderr
 
 
 # --- the bundled files ----------------------------------------------------------------------------
@@ -375,12 +430,15 @@ def test_the_bundled_schemas_are_what_the_pins_give(tmp_path):
     script = _script()
     missing = [str(m) for m in script.PINS if script.cached_zip(m) is None]
     if missing:
-        pytest.skip(f"module zips not cached ({', '.join(missing)}): scripts/update_schemas.py --fetch "
-                    "(scripts/test.sh runs it)")
+        pytest.skip(
+            f"module zips not cached ({', '.join(missing)}): scripts/update_schemas.py --fetch "
+            "(scripts/test.sh runs it)"
+        )
     files = script.generate(script.Modules(offline=True))
     assert sorted(files) == sorted(schema.SCHEMA_FILES)
     for name, data in files.items():
         assert (SCHEMAS / name).read_bytes() == data, f"{name} differs from what scripts/update_schemas.py writes"
-    recorded = {(s["module"], s["version"], s["sum"])
-                for n in files for s in json.loads(files[n])["sources"] if "module" in s}
+    recorded = {
+        (s["module"], s["version"], s["sum"]) for n in files for s in json.loads(files[n])["sources"] if "module" in s
+    }
     assert recorded == {(m.path, m.version, m.sum) for m in script.PINS}

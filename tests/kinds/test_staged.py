@@ -117,13 +117,16 @@ def test_a_staged_delete_names_its_policy_and_may_keep_its_tier():
         metadata: {name: web-in, namespace: shop}
         spec: {stagedAction: Delete, selector: all()}
     """)
-    assert errors == ["t.yaml:9: spec.selector: Spec fields, except Tier, should all be zero-value if "
-                      "stagedAction is Delete"]
+    assert errors == [
+        "t.yaml:9: spec.selector: Spec fields, except Tier, should all be zero-value if stagedAction is Delete"
+    ]
     assert [(p.name, p.staged, p.tier) for p in objs] == [("web-in", "Delete", "default")]
 
 
 def test_staged_policies_are_never_in_force():
-    p = project(ENFORCED + """\
+    p = project(
+        ENFORCED
+        + """\
 ---
 apiVersion: projectcalico.org/v3
 kind: StagedNetworkPolicy
@@ -131,7 +134,8 @@ metadata: {name: web-in, namespace: shop}
 spec:
   selector: app == 'web'
   ingress: [{action: Deny}]
-""")
+"""
+    )
     assert not p.problems.errors
     assert [x.ref for x in p.policy_set.policies] == ["NetworkPolicy/shop/db-in", "NetworkPolicy/shop/web-in"]
     assert [x.ref for x in p.policy_set.staged] == ["StagedNetworkPolicy/shop/web-in"]
@@ -139,7 +143,9 @@ spec:
 
 
 def test_the_staged_view_replaces_adds_and_deletes():
-    p = project(ENFORCED + """\
+    p = project(
+        ENFORCED
+        + """\
 ---
 apiVersion: projectcalico.org/v3
 kind: StagedNetworkPolicy
@@ -159,11 +165,11 @@ metadata: {name: deny-cache}
 spec:
   selector: app == 'cache'
   types: [Ingress]
-""")
+"""
+    )
     assert not p.problems.errors
     real, view = p.policy_set, p.staged().policy_set
-    assert [x.ref for x in view.policies] == ["StagedGlobalNetworkPolicy/deny-cache",
-                                             "StagedNetworkPolicy/shop/web-in"]
+    assert [x.ref for x in view.policies] == ["StagedGlobalNetworkPolicy/deny-cache", "StagedNetworkPolicy/shop/web-in"]
     assert view.staged == ()
     # web: the staged policy takes the enforced one's place
     assert (verdict(real, {"app": "web"}, 80), verdict(view, {"app": "web"}, 80)) == ("allow", "deny")

@@ -55,20 +55,33 @@ def minimal_crd(group: str, version: str, kind: str, plural: str, scope: str) ->
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}",
-                     # *.k8s.io groups are protected: the upstream CRDs carry the same annotation.
-                     "annotations": {"api-approved.kubernetes.io": "https://github.com/kubernetes-sigs/network-policy-api/pull/30"}},
+        "metadata": {
+            "name": f"{plural}.{group}",
+            # *.k8s.io groups are protected: the upstream CRDs carry the same annotation.
+            "annotations": {
+                "api-approved.kubernetes.io": "https://github.com/kubernetes-sigs/network-policy-api/pull/30"
+            },
+        },
         "spec": {
             "group": group,
             "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
             "scope": scope,
-            "versions": [{
-                "name": version, "served": True, "storage": True,
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                }}},
-            }],
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                            },
+                        }
+                    },
+                }
+            ],
         },
     }
 
@@ -78,8 +91,9 @@ def _pem_cert(cert: x509.Certificate) -> bytes:
 
 
 def _pem_key(key: Any) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def make_pki(d: Path) -> None:
@@ -87,26 +101,40 @@ def make_pki(d: Path) -> None:
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pyclassify-test-ca")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
-          .not_valid_after(now + datetime.timedelta(days=2))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.SubjectAlternativeName([
-                x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     (d / "ca.crt").write_bytes(_pem_cert(ca))
     (d / "server.crt").write_bytes(_pem_cert(cert))
     (d / "server.key").write_bytes(_pem_key(key))
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     (d / "sa.key").write_bytes(_pem_key(sa))
-    (d / "sa.pub").write_bytes(sa.public_key().public_bytes(serialization.Encoding.PEM,
-                                                            serialization.PublicFormat.SubjectPublicKeyInfo))
+    (d / "sa.pub").write_bytes(
+        sa.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     (d / "tokens.csv").write_text(f"{TOKEN},admin,admin-uid,system:masters\n")
 
 
@@ -129,18 +157,36 @@ class KubeCluster:
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         out = open(self.dir / f"{name}.log", "ab")
-        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        return subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
 
     def start(self) -> KubeCluster:
         make_pki(self.dir)
-        self.etcd = self._spawn("etcd", [
-            str(self.bindir / "etcd"), "--name", "default", "--data-dir", str(self.dir / "etcd"),
-            "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
-            "--listen-peer-urls", f"http://127.0.0.1:{self.peer_port}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_port}",
-            "--initial-cluster", f"default=http://127.0.0.1:{self.peer_port}",
-            "--log-level", "warn", "--quota-backend-bytes", str(1 << 30)])
+        self.etcd = self._spawn(
+            "etcd",
+            [
+                str(self.bindir / "etcd"),
+                "--name",
+                "default",
+                "--data-dir",
+                str(self.dir / "etcd"),
+                "--listen-client-urls",
+                self.etcd_url,
+                "--advertise-client-urls",
+                self.etcd_url,
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{self.peer_port}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{self.peer_port}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{self.peer_port}",
+                "--log-level",
+                "warn",
+                "--quota-backend-bytes",
+                str(1 << 30),
+            ],
+        )
         self._wait(lambda: self._etcd_healthy(), "etcd", self.etcd)
         self.start_apiserver()
         self._write_kubeconfig()
@@ -149,21 +195,28 @@ class KubeCluster:
 
     def start_apiserver(self) -> None:
         d = self.dir
-        self.apiserver = self._spawn("kube-apiserver", [
-            str(self.bindir / "kube-apiserver"),
-            f"--etcd-servers={self.etcd_url}",
-            "--service-account-issuer=https://kubernetes.default.svc",
-            f"--service-account-key-file={d / 'sa.pub'}",
-            f"--service-account-signing-key-file={d / 'sa.key'}",
-            "--service-cluster-ip-range=10.96.0.0/16",
-            f"--cert-dir={d / 'certs'}",
-            f"--tls-cert-file={d / 'server.crt'}", f"--tls-private-key-file={d / 'server.key'}",
-            f"--secure-port={self.port}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-            "--authorization-mode=RBAC", f"--token-auth-file={d / 'tokens.csv'}",
-            # No controller manager creates the "default" service account pods would need.
-            "--disable-admission-plugins=ServiceAccount",
-            "--endpoint-reconciler-type=none",
-        ])
+        self.apiserver = self._spawn(
+            "kube-apiserver",
+            [
+                str(self.bindir / "kube-apiserver"),
+                f"--etcd-servers={self.etcd_url}",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={d / 'sa.pub'}",
+                f"--service-account-signing-key-file={d / 'sa.key'}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                f"--cert-dir={d / 'certs'}",
+                f"--tls-cert-file={d / 'server.crt'}",
+                f"--tls-private-key-file={d / 'server.key'}",
+                f"--secure-port={self.port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                "--authorization-mode=RBAC",
+                f"--token-auth-file={d / 'tokens.csv'}",
+                # No controller manager creates the "default" service account pods would need.
+                "--disable-admission-plugins=ServiceAccount",
+                "--endpoint-reconciler-type=none",
+            ],
+        )
         self._wait(self._apiserver_ready, "kube-apiserver", self.apiserver, timeout=120)
 
     def restart_apiserver(self) -> None:
@@ -214,8 +267,16 @@ class KubeCluster:
 
     def http(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers={
-            "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json", "Accept": "application/json"})
+        req = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={
+                "Authorization": f"Bearer {TOKEN}",
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+            },
+        )
         try:
             with urllib.request.urlopen(req, timeout=30, context=self._context()) as r:
                 raw = r.read()
@@ -236,7 +297,9 @@ class KubeCluster:
     def _write_kubeconfig(self) -> None:
         ca = base64.b64encode((self.dir / "ca.crt").read_bytes()).decode()
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "test",
             "clusters": [{"name": "test", "cluster": {"server": self.url, "certificate-authority-data": ca}}],
             "users": [{"name": "admin", "user": {"token": TOKEN}}],
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
@@ -247,7 +310,9 @@ class KubeCluster:
         out = []
         if self.crd_dir is not None:
             for f in sorted(self.crd_dir.glob("*.yaml")):
-                out += [d for d in yaml.safe_load_all(f.read_text()) if d and d.get("kind") == "CustomResourceDefinition"]
+                out += [
+                    d for d in yaml.safe_load_all(f.read_text()) if d and d.get("kind") == "CustomResourceDefinition"
+                ]
         have = {c["metadata"]["name"] for c in out}
         out += [c for c in (minimal_crd(*m) for m in MINIMAL_CRDS) if c["metadata"]["name"] not in have]
         return out

@@ -19,8 +19,7 @@ from tests.kube.apiserver import REPO, KubeCluster
 
 
 def _testenv() -> Path | None:
-    r = subprocess.run(["bash", str(REPO / "scripts" / "kube-testenv.sh"), "--check"],
-                       capture_output=True, text=True)
+    r = subprocess.run(["bash", str(REPO / "scripts" / "kube-testenv.sh"), "--check"], capture_output=True, text=True)
     return Path(r.stdout.strip()) if r.returncode == 0 and r.stdout.strip() else None
 
 
@@ -28,8 +27,10 @@ def _testenv() -> Path | None:
 def kube_cluster(tmp_path_factory: pytest.TempPathFactory):
     env = _testenv()
     if env is None:
-        message = ("etcd and kube-apiserver are not built: run `bash scripts/kube-testenv.sh` "
-                   "(about 10 minutes the first time; cached outside the checkout)")
+        message = (
+            "etcd and kube-apiserver are not built: run `bash scripts/kube-testenv.sh` "
+            "(about 10 minutes the first time; cached outside the checkout)"
+        )
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)

@@ -48,17 +48,37 @@ def test_the_webhook_decides_with_the_clusters_policies(kube_cluster, tls) -> No
             try:
                 kc.request("POST", "/api/v1/namespaces", body=body)
             except Exception:  # noqa: BLE001 - another test made it
-                kc.request("PATCH", f"/api/v1/namespaces/{obj['metadata']['name']}", body={"metadata": obj["metadata"]},
-                           content_type="application/merge-patch+json")
+                kc.request(
+                    "PATCH",
+                    f"/api/v1/namespaces/{obj['metadata']['name']}",
+                    body={"metadata": obj["metadata"]},
+                    content_type="application/merge-patch+json",
+                )
         else:
             kc.request("POST", POLICIES, body=obj)
-            created.append(object_path(CONTAINER_ADMISSION_POLICIES.prefix, "containeradmissionpolicies", None,
-                                       obj["metadata"]["name"]))
-    files = AdmissionWebhook([str(EXAMPLES / "policies")], tls_cert=tls[0], tls_key=tls[1], listen=("127.0.0.1", 0),
-                             scan_paths=[str(EXAMPLES / "scans.yaml")], clock=lambda: NOW)
-    live = AdmissionWebhook([], tls_cert=tls[0], tls_key=tls[1], listen=("127.0.0.1", 0),
-                            scan_paths=[str(EXAMPLES / "scans.yaml")], clock=lambda: NOW, reload_interval=0.1,
-                            cluster=ClusterAdmissionInput(kc))
+            created.append(
+                object_path(
+                    CONTAINER_ADMISSION_POLICIES.prefix, "containeradmissionpolicies", None, obj["metadata"]["name"]
+                )
+            )
+    files = AdmissionWebhook(
+        [str(EXAMPLES / "policies")],
+        tls_cert=tls[0],
+        tls_key=tls[1],
+        listen=("127.0.0.1", 0),
+        scan_paths=[str(EXAMPLES / "scans.yaml")],
+        clock=lambda: NOW,
+    )
+    live = AdmissionWebhook(
+        [],
+        tls_cert=tls[0],
+        tls_key=tls[1],
+        listen=("127.0.0.1", 0),
+        scan_paths=[str(EXAMPLES / "scans.yaml")],
+        clock=lambda: NOW,
+        reload_interval=0.1,
+        cluster=ClusterAdmissionInput(kc),
+    )
     try:
         with files, live:
             assert len(live.snapshot.admission.policies) == len(files.snapshot.admission.policies) > 0
@@ -70,8 +90,9 @@ def test_the_webhook_decides_with_the_clusters_policies(kube_cluster, tls) -> No
             # A change through the API: the reject-everything-else rule of the main policy goes;
             # the non-gcr pod is still rejected by rule 0, an unscanned one now falls through.
             main = next(o for o in objs if o["kind"] == "ContainerAdmissionPolicy" and o["spec"].get("order") == 10)
-            path = object_path(CONTAINER_ADMISSION_POLICIES.prefix, "containeradmissionpolicies", None,
-                               main["metadata"]["name"])
+            path = object_path(
+                CONTAINER_ADMISSION_POLICIES.prefix, "containeradmissionpolicies", None, main["metadata"]["name"]
+            )
             generation = live.snapshot.generation
             changed = copy.deepcopy(main["spec"])
             changed["rules"] = changed["rules"][:-1] + [{"action": "Allow"}]
@@ -83,9 +104,16 @@ def test_the_webhook_decides_with_the_clusters_policies(kube_cluster, tls) -> No
             # An invalid policy: refused, the last good snapshot stays.
             generation = live.snapshot.generation
             failures = live.metrics.reloads.labels("failure")._value.get()
-            kc.request("POST", POLICIES, body={"apiVersion": "containersecurity.tigera.io/v1beta1",
-                                               "kind": "ContainerAdmissionPolicy", "metadata": {"name": "k-broken"},
-                                               "spec": {"selector": "app ==", "rules": [{"action": "Allow"}]}})
+            kc.request(
+                "POST",
+                POLICIES,
+                body={
+                    "apiVersion": "containersecurity.tigera.io/v1beta1",
+                    "kind": "ContainerAdmissionPolicy",
+                    "metadata": {"name": "k-broken"},
+                    "spec": {"selector": "app ==", "rules": [{"action": "Allow"}]},
+                },
+            )
             created.append(f"{POLICIES}/k-broken")
             wait_until(lambda: live.metrics.reloads.labels("failure")._value.get() > failures, "the refusal")
             assert live.snapshot.generation == generation
@@ -106,24 +134,39 @@ def test_an_unreachable_cluster_keeps_the_last_good_policy(kube_cluster, tls, tm
     from tests.kube.test_enforce_kube import RELAY
 
     admin = load_client(str(kube_cluster.kubeconfig), "test")
-    main = copy.deepcopy(next(o for o in example_objects() if o["kind"] == "ContainerAdmissionPolicy"
-                              and o["spec"].get("order") == 10))
+    main = copy.deepcopy(
+        next(o for o in example_objects() if o["kind"] == "ContainerAdmissionPolicy" and o["spec"].get("order") == 10)
+    )
     main["metadata"] = {"name": "k-away"}
     admin.request("POST", POLICIES, body=main)
     sock, port = str(tmp_path / "api.sock"), free_port()
-    relays = [subprocess.Popen([sys.executable, "-c", RELAY, "unix-to-tcp", sock, str(kube_cluster.port)],
-                               stdout=subprocess.PIPE, text=True)]
-    relays.append(subprocess.Popen([sys.executable, "-c", RELAY, "tcp-to-unix", str(port), sock],
-                                   stdout=subprocess.PIPE, text=True))
+    relays = [
+        subprocess.Popen(
+            [sys.executable, "-c", RELAY, "unix-to-tcp", sock, str(kube_cluster.port)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+    ]
+    relays.append(
+        subprocess.Popen(
+            [sys.executable, "-c", RELAY, "tcp-to-unix", str(port), sock], stdout=subprocess.PIPE, text=True
+        )
+    )
     try:
         for relay in relays:
             assert relay.stdout is not None and relay.stdout.readline().strip() == "ready"
         config = yaml.safe_load(kube_cluster.kubeconfig.read_text())
         config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
         (tmp_path / "kubeconfig").write_text(yaml.safe_dump(config))
-        hook = AdmissionWebhook([], tls_cert=tls[0], tls_key=tls[1], listen=("127.0.0.1", 0),
-                                scan_paths=[str(EXAMPLES / "scans.yaml")], clock=lambda: NOW,
-                                cluster=ClusterAdmissionInput(load_client(str(tmp_path / "kubeconfig"), "test")))
+        hook = AdmissionWebhook(
+            [],
+            tls_cert=tls[0],
+            tls_key=tls[1],
+            listen=("127.0.0.1", 0),
+            scan_paths=[str(EXAMPLES / "scans.yaml")],
+            clock=lambda: NOW,
+            cluster=ClusterAdmissionInput(load_client(str(tmp_path / "kubeconfig"), "test")),
+        )
         with hook:
             generation = hook.snapshot.generation
             assert [p.name for p in hook.snapshot.admission.policies] == ["k-away"]

@@ -28,8 +28,11 @@ def test_explain_and_matrix_from_the_cluster_equal_files(kube_cluster, tmp_path:
     create_pod(kc, "c-a", "web", {"app": "web"}, "10.64.0.1")
     create_pod(kc, "c-b", "client", {"app": "client"}, "10.64.0.2")
     create_pod(kc, "c-b", "other", {"app": "other"}, "10.64.0.3")
-    kc.request("POST", "/apis/networking.k8s.io/v1/namespaces/c-a/networkpolicies",
-               body=network_policy("c-a", "web-from-cb", "cb"))
+    kc.request(
+        "POST",
+        "/apis/networking.k8s.io/v1/namespaces/c-a/networkpolicies",
+        body=network_policy("c-a", "web-from-cb", "cb"),
+    )
     # The same objects as files, as the API returns them.
     docs = []
     for path in ("/api/v1/namespaces", "/api/v1/pods", "/apis/networking.k8s.io/v1/networkpolicies"):
@@ -43,14 +46,18 @@ def test_explain_and_matrix_from_the_cluster_equal_files(kube_cluster, tmp_path:
     files.write_text(yaml.safe_dump_all(docs))
 
     kube = ["--kubeconfig", str(kube_cluster.kubeconfig), "--context", "test"]
-    for args in (["--from", "c-b/client", "--to", "c-a/web", "--port", "80"],
-                 ["--from", "c-b/client", "--to", "c-a/web", "--port", "443"],
-                 ["--from", "203.0.113.9", "--to", "c-a/web", "--port", "80"]):
+    for args in (
+        ["--from", "c-b/client", "--to", "c-a/web", "--port", "80"],
+        ["--from", "c-b/client", "--to", "c-a/web", "--port", "443"],
+        ["--from", "203.0.113.9", "--to", "c-a/web", "--port", "80"],
+    ):
         live = run("explain", *kube, *args, "--json")
         offline = run("explain", str(files), *args, "--json")
         assert live.returncode == 0, live.stderr
         assert json.loads(live.stdout) == json.loads(offline.stdout)
-    first = json.loads(run("explain", *kube, "--from", "c-b/client", "--to", "c-a/web", "--port", "443", "--json").stdout)
+    first = json.loads(
+        run("explain", *kube, "--from", "c-b/client", "--to", "c-a/web", "--port", "443", "--json").stdout
+    )
     assert first["verdict"] == "deny"
 
     live = run("matrix", *kube, "--port", "80", "--json")
@@ -70,8 +77,13 @@ def test_explain_and_matrix_from_the_cluster_equal_files(kube_cluster, tmp_path:
     from scapy.utils import wrpcap
 
     pcap = tmp_path / "pods.pcap"
-    wrpcap(str(pcap), [Ether() / IP(src=s, dst="10.64.0.1") / TCP(sport=40000 + i, dport=p, flags="S")
-                       for i, (s, p) in enumerate([("10.64.0.2", 80), ("10.64.0.2", 443), ("10.64.0.3", 80)])])
+    wrpcap(
+        str(pcap),
+        [
+            Ether() / IP(src=s, dst="10.64.0.1") / TCP(sport=40000 + i, dport=p, flags="S")
+            for i, (s, p) in enumerate([("10.64.0.2", 80), ("10.64.0.2", 443), ("10.64.0.3", 80)])
+        ],
+    )
     live = run("replay", *kube, "--pcap", str(pcap), "--json")
     offline = run("replay", str(files), "--pcap", str(pcap), "--json")
     assert live.returncode == 0, live.stderr
@@ -82,11 +94,19 @@ def test_explain_and_matrix_from_the_cluster_equal_files(kube_cluster, tmp_path:
 
     # Files and the cluster together: a file's policy beside the live objects.
     extra = tmp_path / "allow-443.yaml"
-    extra.write_text(yaml.safe_dump({
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "https", "namespace": "c-a"},
-        "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"ports": [{"port": 443}]}]}}))
-    both = json.loads(run("explain", str(extra), *kube, "--from", "c-b/other", "--to", "c-a/web", "--port", "443",
-                          "--json").stdout)
+    extra.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": {"name": "https", "namespace": "c-a"},
+                "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"ports": [{"port": 443}]}]},
+            }
+        )
+    )
+    both = json.loads(
+        run("explain", str(extra), *kube, "--from", "c-b/other", "--to", "c-a/web", "--port", "443", "--json").stdout
+    )
     assert both["verdict"] == "allow"
 
     # diff: the live cluster as OLD, a change applied to it, as the same objects in files give.
@@ -99,21 +119,34 @@ def test_explain_and_matrix_from_the_cluster_equal_files(kube_cluster, tmp_path:
     live_doc = {k: v for k, v in json.loads(live.stdout).items() if k in keep}
     assert live_doc == {k: v for k, v in json.loads(offline.stdout).items() if k in keep}
     opened = [c for c in live_doc["changes"] if c["now"]["verdict"] == "allow"]
-    assert any(c["from"].get("endpoints") == ["c-b/other"] and c["to"]["endpoints"] == ["c-a/web"]
-               and c["flows"][0]["ports"] == [[443, 443]] for c in opened), live_doc["changes"]
+    assert any(
+        c["from"].get("endpoints") == ["c-b/other"]
+        and c["to"]["endpoints"] == ["c-a/web"]
+        and c["flows"][0]["ports"] == [[443, 443]]
+        for c in opened
+    ), live_doc["changes"]
 
 
 def test_check_names_the_cluster_object(kube_cluster) -> None:
     kc = load_client(str(kube_cluster.kubeconfig), "test")
-    kc.request("POST", GNP, body={
-        "apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkPolicy", "metadata": {"name": "c-broken"},
-        "spec": {"selector": "app in {", "types": ["Ingress"], "ingress": [{"action": "Allow"}]}})
+    kc.request(
+        "POST",
+        GNP,
+        body={
+            "apiVersion": "crd.projectcalico.org/v1",
+            "kind": "GlobalNetworkPolicy",
+            "metadata": {"name": "c-broken"},
+            "spec": {"selector": "app in {", "types": ["Ingress"], "ingress": [{"action": "Allow"}]},
+        },
+    )
     try:
         r = run("check", "--kubeconfig", str(kube_cluster.kubeconfig))
         assert r.returncode == 1, r.stdout + r.stderr
         assert "GlobalNetworkPolicy c-broken: spec.selector: " in r.stderr, r.stderr
         checked = json.loads(run("check", "--kubeconfig", str(kube_cluster.kubeconfig), "--json").stdout)
-        assert any(e["file"] == "GlobalNetworkPolicy c-broken" and e["path"] == "spec.selector" for e in checked["errors"])
+        assert any(
+            e["file"] == "GlobalNetworkPolicy c-broken" and e["path"] == "spec.selector" for e in checked["errors"]
+        )
     finally:
         delete(kc, f"{GNP}/c-broken")
     r = run("explain", "--from", "10.0.0.1", "--to", "10.0.0.2")

@@ -54,8 +54,9 @@ def create(kc: KubeClient, obj: dict[str, Any], dry_run: bool) -> Any:
 
 def path_of(obj: dict[str, Any]) -> str:
     prefix, plural, namespaced = PATHS[obj["kind"]]
-    return object_path(prefix, plural, obj["metadata"].get("namespace") if namespaced else None,
-                       obj["metadata"]["name"])
+    return object_path(
+        prefix, plural, obj["metadata"].get("namespace") if namespaced else None, obj["metadata"]["name"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -134,14 +135,26 @@ def test_the_service_account_can_read_every_kind_and_nothing_more(kube_cluster, 
         create(admin, obj, dry_run=False)
     try:
         sa = of_kind("ServiceAccount")["metadata"]
-        token = admin.request("POST", f"/api/v1/namespaces/{sa['namespace']}/serviceaccounts/{sa['name']}/token",
-                              body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-                                    "spec": {"expirationSeconds": 600}})["status"]["token"]
+        token = admin.request(
+            "POST",
+            f"/api/v1/namespaces/{sa['namespace']}/serviceaccounts/{sa['name']}/token",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}},
+        )["status"]["token"]
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-            "clusters": [{"name": "test", "cluster": {
-                "server": kube_cluster.url,
-                "certificate-authority-data": base64.b64encode((kube_cluster.dir / "ca.crt").read_bytes()).decode()}}],
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "sa",
+            "clusters": [
+                {
+                    "name": "test",
+                    "cluster": {
+                        "server": kube_cluster.url,
+                        "certificate-authority-data": base64.b64encode(
+                            (kube_cluster.dir / "ca.crt").read_bytes()
+                        ).decode(),
+                    },
+                }
+            ],
             "users": [{"name": "sa", "user": {"token": token}}],
             "contexts": [{"name": "sa", "context": {"cluster": "test", "user": "sa"}}],
         }
@@ -152,14 +165,20 @@ def test_the_service_account_can_read_every_kind_and_nothing_more(kube_cluster, 
             assert isinstance(items, list)
         # the Warning on a rejected object, as the daemon posts it
         recorder = EventRecorder(kc, host="node-1")
-        recorder.warn({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}},
-                      "PolicyRejected", "spec: a test of the role")
+        recorder.warn(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}},
+            "PolicyRejected",
+            "spec: a test of the role",
+        )
         recorder.flush()
         recorder.stop()
         assert recorder.counters["created"] == 1, recorder.counters
-        for method, path in (("GET", "/api/v1/secrets"), ("POST", "/api/v1/namespaces/default/pods"),
-                             ("GET", "/api/v1/namespaces/default/events"),
-                             ("DELETE", "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies/x")):
+        for method, path in (
+            ("GET", "/api/v1/secrets"),
+            ("POST", "/api/v1/namespaces/default/pods"),
+            ("GET", "/api/v1/namespaces/default/events"),
+            ("DELETE", "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies/x"),
+        ):
             with pytest.raises(ApiException) as exc:
                 kc.request(method, path, body={} if method == "POST" else None)
             assert exc.value.status == 403, (method, path, exc.value.status)
@@ -216,7 +235,7 @@ def test_the_uninstall_runs_on_each_node_as_the_daemon_does() -> None:
     assert init["image"] == daemon["image"] and init["securityContext"] == daemon["securityContext"]
     assert init["volumeMounts"] == [m for m in daemon["volumeMounts"] if m["mountPath"] == "/run/xtables.lock"]
     assert "command" not in init  # the image's entrypoint, pyclassify
-    assert "ENTRYPOINT [\"pyclassify\"]" in (DEPLOY / "Containerfile").read_text()
+    assert 'ENTRYPOINT ["pyclassify"]' in (DEPLOY / "Containerfile").read_text()
     assert init["args"] == ["enforce", "--uninstall"]
     (idle,) = pod["containers"]
     assert idle["securityContext"]["capabilities"] == {"drop": ["ALL"]}
@@ -244,8 +263,13 @@ def test_the_uninstall_command_removes_every_rule_a_daemon_left(tmp_path: Path) 
         daemon.wait_event("start")
         daemon.kill()
         assert "PYCLASSIFY-" in iptables_rules(topo.node)
-        out = subprocess.run(["ip", "netns", "exec", topo.node, PY, "-m", "pyclassify", *init["args"]],
-                             capture_output=True, text=True, cwd=REPO, timeout=60)
+        out = subprocess.run(
+            ["ip", "netns", "exec", topo.node, PY, "-m", "pyclassify", *init["args"]],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         gone = json.loads(out.stdout.splitlines()[-1])
         assert gone["event"] == "uninstall" and gone["removed"] and not gone["daemon_running"], gone

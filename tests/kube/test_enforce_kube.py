@@ -80,8 +80,9 @@ def topo() -> Iterator[Topology]:
 
 def relay(kube_cluster, topo: Topology, tmp_path: Path) -> subprocess.Popen[str]:
     sock = str(tmp_path / "apiserver.sock")
-    outside = subprocess.Popen([PY, "-c", RELAY, "unix-to-tcp", sock, str(kube_cluster.port)],
-                               stdout=subprocess.PIPE, text=True)
+    outside = subprocess.Popen(
+        [PY, "-c", RELAY, "unix-to-tcp", sock, str(kube_cluster.port)], stdout=subprocess.PIPE, text=True
+    )
     assert outside.stdout is not None and outside.stdout.readline().strip() == "ready"
     inside = topo.spawn(topo.node, [PY, "-c", RELAY, "tcp-to-unix", str(kube_cluster.port), sock])
     assert inside.stdout is not None and inside.stdout.readline().strip() == "ready"
@@ -105,8 +106,13 @@ def test_enforce_follows_the_cluster(kube_cluster, topo: Topology, tmp_path: Pat
     for i, (app, ip) in enumerate(zip(["a", "b", "c"], topo.ips)):
         create_pod(kc, ns, f"p{i + 1}", {"app": app}, ip, node="node-1" if i < 2 else "node-2")
     outside = relay(kube_cluster, topo, tmp_path)
-    daemon = Daemon(topo, [], 0, extra=("--kubeconfig", str(kube_cluster.kubeconfig), "--context", "test",
-                                        "--metrics", "127.0.0.1:9465"), env={"NODE_NAME": "node-1"})
+    daemon = Daemon(
+        topo,
+        [],
+        0,
+        extra=("--kubeconfig", str(kube_cluster.kubeconfig), "--context", "test", "--metrics", "127.0.0.1:9465"),
+        env={"NODE_NAME": "node-1"},
+    )
     try:
         start = daemon.wait_event("start")
         assert start["endpoints"] >= 3 and start["node"] == "node-1"
@@ -130,28 +136,47 @@ def test_enforce_follows_the_cluster(kube_cluster, topo: Topology, tmp_path: Pat
         assert reloads and all(e["engine_builds"] == 1 for e in reloads), reloads
 
         # An invalid object: rejected alone, named; the policy in force stays.
-        kc.request("POST", GNP, body={"apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkPolicy",
-                                      "metadata": {"name": f"{ns}-bad"},
-                                      "spec": {"selector": "app ==", "ingress": [{"action": "Allow"}]}})
+        kc.request(
+            "POST",
+            GNP,
+            body={
+                "apiVersion": "crd.projectcalico.org/v1",
+                "kind": "GlobalNetworkPolicy",
+                "metadata": {"name": f"{ns}-bad"},
+                "spec": {"selector": "app ==", "ingress": [{"action": "Allow"}]},
+            },
+        )
         try:
             rejected = daemon.wait_event("reload-rejected")
-            assert any(e.startswith(f"GlobalNetworkPolicy {ns}-bad: spec.selector: ") for e in rejected["errors"]), rejected
+            assert any(e.startswith(f"GlobalNetworkPolicy {ns}-bad: spec.selector: ") for e in rejected["errors"]), (
+                rejected
+            )
             assert not topo.reach(0, 1) and topo.reach(2, 1)
             # ... and reported on the object, from the node (pyclassify.kube.events)
             query = [("fieldSelector", f"involvedObject.name={ns}-bad,reason=PolicyRejected")]
-            until(lambda: kc.request("GET", "/api/v1/namespaces/default/events", query=query)["items"],
-                  "a Warning Event on the rejected object")
+            until(
+                lambda: kc.request("GET", "/api/v1/namespaces/default/events", query=query)["items"],
+                "a Warning Event on the rejected object",
+            )
             (event,) = kc.request("GET", "/api/v1/namespaces/default/events", query=query)["items"]
             assert "spec.selector: " in event["message"] and event["source"]["host"] == "node-1", event
         finally:
             delete(kc, f"{GNP}/{ns}-bad")
 
         # The pod relabelled out of the policy: a -> b allowed again; the policy deleted, too.
-        kc.request("PATCH", f"/api/v1/namespaces/{ns}/pods/p2", body={"metadata": {"labels": {"app": "b2"}}},
-                   content_type="application/merge-patch+json")
+        kc.request(
+            "PATCH",
+            f"/api/v1/namespaces/{ns}/pods/p2",
+            body={"metadata": {"labels": {"app": "b2"}}},
+            content_type="application/merge-patch+json",
+        )
         until(lambda: topo.reach(0, 1), "a -> b allowed once b is relabelled")
-        kc.request("PATCH", f"/api/v1/namespaces/{ns}/pods/p2", body={"metadata": {"labels": {"app": "b"}}},
-                   content_type="application/merge-patch+json")
+        kc.request(
+            "PATCH",
+            f"/api/v1/namespaces/{ns}/pods/p2",
+            body={"metadata": {"labels": {"app": "b"}}},
+            content_type="application/merge-patch+json",
+        )
         until(lambda: not topo.reach(0, 1), "a -> b denied once b has its label back")
         delete(kc, f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/b-from-c")
         until(lambda: topo.reach(0, 1), "a -> b allowed once the NetworkPolicy is deleted")
@@ -160,8 +185,11 @@ def test_enforce_follows_the_cluster(kube_cluster, topo: Topology, tmp_path: Pat
 
         # The watch's counters, and each event's time to in force, on /metrics.
         status, text = topo.get("http://127.0.0.1:9465/metrics")
-        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-                   for f in text_string_to_metric_families(text) for s in f.samples}
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+        }
         assert status == 200
         assert samples[("pyclassify_watch_events_total", (("kind", "NetworkPolicy"),))] >= 3
         assert samples[("pyclassify_watch_events_total", (("kind", "Pod"),))] >= 2
@@ -211,8 +239,10 @@ def test_enforce_follows_every_policy_kind_through_the_api(kube_cluster, topo: T
         return {p: off_diagonal(seen[p]) for p in ("TCP", "UDP")}
 
     def expected() -> dict[str, list]:
-        return {p: off_diagonal(matrix(files, p, port))
-                for p, port in (("TCP", Topology.TCP_PORT), ("UDP", Topology.UDP_PORT))}
+        return {
+            p: off_diagonal(matrix(files, p, port))
+            for p, port in (("TCP", Topology.TCP_PORT), ("UDP", Topology.UDP_PORT))
+        }
 
     everything = {p: off_diagonal([[True] * 3 for _ in range(3)]) for p in ("TCP", "UDP")}
     for obj in inventory:

@@ -60,11 +60,13 @@ def api_namespace(topo: Topology) -> Iterator[str]:
         sh("ip", "netns", "del", ns, check=False)
 
 
-def test_a_killed_cluster_daemon_never_locks_the_node_out(kube_cluster, topo: Topology, api_namespace: str,
-                                                         tmp_path: Path) -> None:
+def test_a_killed_cluster_daemon_never_locks_the_node_out(
+    kube_cluster, topo: Topology, api_namespace: str, tmp_path: Path
+) -> None:
     sock = str(tmp_path / "apiserver.sock")
-    outside = subprocess.Popen([PY, "-c", RELAY, "unix-to-tcp", sock, str(kube_cluster.port)],
-                               stdout=subprocess.PIPE, text=True)
+    outside = subprocess.Popen(
+        [PY, "-c", RELAY, "unix-to-tcp", sock, str(kube_cluster.port)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert outside.stdout is not None and outside.stdout.readline().strip() == "ready"
         inside = topo.spawn(api_namespace, [PY, "-c", RELAY, "tcp-to-unix", f"{API_SIDE}:{kube_cluster.port}", sock])
@@ -78,8 +80,13 @@ def test_a_killed_cluster_daemon_never_locks_the_node_out(kube_cluster, topo: To
 
         def api_version() -> bool:
             try:
-                out = subprocess.run(["ip", "netns", "exec", topo.node, PY, "-c", VERSION, str(kubeconfig)],
-                                     capture_output=True, text=True, cwd=REPO, timeout=20)
+                out = subprocess.run(
+                    ["ip", "netns", "exec", topo.node, PY, "-c", VERSION, str(kubeconfig)],
+                    capture_output=True,
+                    text=True,
+                    cwd=REPO,
+                    timeout=20,
+                )
             except subprocess.TimeoutExpired:
                 return False
             return out.returncode == 0 and out.stdout.startswith("v")

@@ -24,8 +24,11 @@ PROFILES = "/apis/crd.projectcalico.org/v1/profiles"
 
 
 def events_about(kc: KubeClient, name: str, reason: str) -> list[dict[str, Any]]:
-    answer = kc.request("GET", "/api/v1/namespaces/default/events",
-                        query=[("fieldSelector", f"involvedObject.name={name},reason={reason}")])
+    answer = kc.request(
+        "GET",
+        "/api/v1/namespaces/default/events",
+        query=[("fieldSelector", f"involvedObject.name={name},reason={reason}")],
+    )
     return answer["items"]
 
 
@@ -51,8 +54,12 @@ def source(kube_cluster):
 
 
 def test_a_rejected_update_is_reported_on_the_object_once(kc: KubeClient, source) -> None:
-    good = {"apiVersion": "crd.projectcalico.org/v1", "kind": "Profile", "metadata": {"name": "event-p"},
-            "spec": {"ingress": [{"action": "Allow"}], "labelsToApply": {"team": "a"}}}
+    good = {
+        "apiVersion": "crd.projectcalico.org/v1",
+        "kind": "Profile",
+        "metadata": {"name": "event-p"},
+        "spec": {"ingress": [{"action": "Allow"}], "labelsToApply": {"team": "a"}},
+    }
     delete(kc, f"{PROFILES}/event-p")
     kc.request("POST", PROFILES, body=good)
     try:
@@ -76,8 +83,10 @@ def test_a_rejected_update_is_reported_on_the_object_once(kc: KubeClient, source
         bad["metadata"]["labels"] = {"touched": "1"}
         put(kc, f"{PROFILES}/event-p", bad)
         wait_until(lambda: s.kube.metrics["rejected"] >= 2, "second rejection")
-        wait_until(lambda: [e["count"] for e in events_about(kc, "event-p", "PolicyRejected")] == [2],
-                   "the Event counted twice")
+        wait_until(
+            lambda: [e["count"] for e in events_about(kc, "event-p", "PolicyRejected")] == [2],
+            "the Event counted twice",
+        )
         assert s.metrics()["rejection_events_created"] == 1 and s.metrics()["rejection_events_patched"] == 1
         kept = json.loads(s.kube.objects[key])
         assert "ingress" in kept["spec"], "the last good version stays"

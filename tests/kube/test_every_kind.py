@@ -26,30 +26,77 @@ from tests.kube.test_listwatch import MERGE, delete, wait_until
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo"
 
 EXTRA: list[dict[str, Any]] = [
-    {"apiVersion": "projectcalico.org/v3", "kind": "NetworkPolicy",
-     "metadata": {"name": "db-metrics", "namespace": "backend"},
-     "spec": {"selector": "app == 'db'", "order": 50, "types": ["Ingress"],
-              "ingress": [{"action": "Deny", "protocol": "TCP", "source": {"selector": "role == 'scraper'"},
-                           "destination": {"ports": [9187]}}]}},
-    {"apiVersion": "projectcalico.org/v3", "kind": "NetworkSet",
-     "metadata": {"name": "scrapers", "namespace": "backend", "labels": {"role": "scraper"}},
-     "spec": {"nets": ["198.51.100.0/28"]}},
-    {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "external-db", "namespace": "backend"},
-     "spec": {"ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}]}},
-    {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-     "metadata": {"name": "external-db-1", "namespace": "backend",
-                  "labels": {"kubernetes.io/service-name": "external-db"}},
-     "addressType": "IPv4", "endpoints": [{"addresses": ["10.0.9.9"]}],
-     "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}]},
-    {"apiVersion": "policy.networking.k8s.io/v1alpha2", "kind": "ClusterNetworkPolicy", "metadata": {"name": "no-udp-to-db"},
-     "spec": {"tier": "Admin", "priority": 3, "subject": {"pods": {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "db"}}}},
-              "ingress": [{"action": "Deny", "from": [{"namespaces": {}}],
-                           "protocols": [{"udp": {"destinationPort": {"number": 53}}}]}]}},
-    {"apiVersion": "projectcalico.org/v3", "kind": "Profile", "metadata": {"name": "audit"},
-     "spec": {"labelsToApply": {"audited": "yes"}}},
-    {"apiVersion": "projectcalico.org/v3", "kind": "StagedNetworkPolicy",
-     "metadata": {"name": "db-metrics", "namespace": "backend"},
-     "spec": {"stagedAction": "Delete"}},
+    {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "db-metrics", "namespace": "backend"},
+        "spec": {
+            "selector": "app == 'db'",
+            "order": 50,
+            "types": ["Ingress"],
+            "ingress": [
+                {
+                    "action": "Deny",
+                    "protocol": "TCP",
+                    "source": {"selector": "role == 'scraper'"},
+                    "destination": {"ports": [9187]},
+                }
+            ],
+        },
+    },
+    {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "NetworkSet",
+        "metadata": {"name": "scrapers", "namespace": "backend", "labels": {"role": "scraper"}},
+        "spec": {"nets": ["198.51.100.0/28"]},
+    },
+    {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "external-db", "namespace": "backend"},
+        "spec": {"ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}]},
+    },
+    {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "external-db-1",
+            "namespace": "backend",
+            "labels": {"kubernetes.io/service-name": "external-db"},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.0.9.9"]}],
+        "ports": [{"name": "pg", "port": 5432, "protocol": "TCP"}],
+    },
+    {
+        "apiVersion": "policy.networking.k8s.io/v1alpha2",
+        "kind": "ClusterNetworkPolicy",
+        "metadata": {"name": "no-udp-to-db"},
+        "spec": {
+            "tier": "Admin",
+            "priority": 3,
+            "subject": {"pods": {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "db"}}}},
+            "ingress": [
+                {
+                    "action": "Deny",
+                    "from": [{"namespaces": {}}],
+                    "protocols": [{"udp": {"destinationPort": {"number": 53}}}],
+                }
+            ],
+        },
+    },
+    {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "Profile",
+        "metadata": {"name": "audit"},
+        "spec": {"labelsToApply": {"audited": "yes"}},
+    },
+    {
+        "apiVersion": "projectcalico.org/v3",
+        "kind": "StagedNetworkPolicy",
+        "metadata": {"name": "db-metrics", "namespace": "backend"},
+        "spec": {"stagedAction": "Delete"},
+    },
 ]
 
 PORTS = [(6, 80), (6, 8080), (6, 5432), (6, 9090), (6, 9187), (6, 22), (17, 53)]
@@ -87,9 +134,16 @@ def remove(kc: KubeClient, obj: dict[str, Any]) -> None:
     path = f"{collection(obj)}/{obj['metadata']['name']}"
     delete(kc, path)
     if obj["kind"] == "Namespace":  # no namespace controller here: finalize it ourselves
-        kc.request("PUT", f"{path}/finalize", body={"apiVersion": "v1", "kind": "Namespace",
-                                                    "metadata": {"name": obj["metadata"]["name"]},
-                                                    "spec": {"finalizers": []}})
+        kc.request(
+            "PUT",
+            f"{path}/finalize",
+            body={
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": obj["metadata"]["name"]},
+                "spec": {"finalizers": []},
+            },
+        )
 
 
 def matrix(engine: Any, ips: list[str]) -> dict[tuple, Any]:
@@ -99,8 +153,9 @@ def matrix(engine: Any, ips: list[str]) -> dict[tuple, Any]:
             if a == b:
                 continue
             for proto, port in PORTS:
-                flow = Flow(FlowEnd(None, ipaddress.ip_address(a)), FlowEnd(None, ipaddress.ip_address(b)), proto,
-                            40000, port)
+                flow = Flow(
+                    FlowEnd(None, ipaddress.ip_address(a)), FlowEnd(None, ipaddress.ip_address(b)), proto, 40000, port
+                )
                 out[(a, b, proto, port)] = engine.evaluate(flow).to_json()
     return out
 
@@ -121,19 +176,47 @@ def from_files(objs: list[dict[str, Any]]) -> NativeEngine:
     return NativeEngine(project.policy_set, project.inventory)
 
 
-PER_OBJECT_KINDS = {"Namespace", "Pod", "Node", "ServiceAccount", "Service", "EndpointSlice", "NetworkPolicy",
-                    "AdminNetworkPolicy", "BaselineAdminNetworkPolicy", "ClusterNetworkPolicy", "GlobalNetworkPolicy"}
+PER_OBJECT_KINDS = {
+    "Namespace",
+    "Pod",
+    "Node",
+    "ServiceAccount",
+    "Service",
+    "EndpointSlice",
+    "NetworkPolicy",
+    "AdminNetworkPolicy",
+    "BaselineAdminNetworkPolicy",
+    "ClusterNetworkPolicy",
+    "GlobalNetworkPolicy",
+}
 
 
 def test_every_kind_created_then_deleted_under_a_watch(kube_cluster) -> None:
     kc = load_client(str(kube_cluster.kubeconfig), "test")
     objs = objects()
     kinds = {o["kind"] for o in objs}
-    assert {"Namespace", "Pod", "Node", "ServiceAccount", "Service", "EndpointSlice", "NetworkPolicy",
-            "AdminNetworkPolicy", "BaselineAdminNetworkPolicy", "ClusterNetworkPolicy", "Tier",
-            "GlobalNetworkPolicy", "GlobalNetworkSet", "NetworkSet", "HostEndpoint", "Profile"} <= kinds
-    ips = sorted({o["status"]["podIP"] for o in objs if o["kind"] == "Pod"}
-                 | {"192.168.1.10", "203.0.113.7", "198.51.100.3", "10.0.9.9"})
+    assert {
+        "Namespace",
+        "Pod",
+        "Node",
+        "ServiceAccount",
+        "Service",
+        "EndpointSlice",
+        "NetworkPolicy",
+        "AdminNetworkPolicy",
+        "BaselineAdminNetworkPolicy",
+        "ClusterNetworkPolicy",
+        "Tier",
+        "GlobalNetworkPolicy",
+        "GlobalNetworkSet",
+        "NetworkSet",
+        "HostEndpoint",
+        "Profile",
+    } <= kinds
+    ips = sorted(
+        {o["status"]["podIP"] for o in objs if o["kind"] == "Pod"}
+        | {"192.168.1.10", "203.0.113.7", "198.51.100.3", "10.0.9.9"}
+    )
     source = KubeSource(kc)
     source.start()
     created: list[dict[str, Any]] = []
@@ -151,8 +234,10 @@ def test_every_kind_created_then_deleted_under_a_watch(kube_cluster) -> None:
         # Only the kinds that link objects otherwise went through a project reload (a Node
         # may, when its addresses change under endpoints that take them).
         linking = [o for o in objs if o["kind"] not in PER_OBJECT_KINDS]
-        assert source.metrics["reloads"] <= len(linking) + sum(o["kind"] == "Node" for o in objs), \
-            (source.metrics["reloads"], [o["kind"] for o in linking])
+        assert source.metrics["reloads"] <= len(linking) + sum(o["kind"] == "Node" for o in objs), (
+            source.metrics["reloads"],
+            [o["kind"] for o in linking],
+        )
         assert not source.rejected, source.rejected
         assert matrix(source.engine(), ips) == fresh_matrix(kc, ips) == expected
 
@@ -161,8 +246,10 @@ def test_every_kind_created_then_deleted_under_a_watch(kube_cluster) -> None:
             created.remove(obj)
         wait_until(lambda: matrix(source.engine(), ips) == empty, "every object deleted is gone")
         names = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objs}
-        wait_until(lambda: not [k for k in source.objects if (k[1], k[2], k[3]) in names],
-                   "every deletion seen (a namespace's comes once it is finalized)")
+        wait_until(
+            lambda: not [k for k in source.objects if (k[1], k[2], k[3]) in names],
+            "every deletion seen (a namespace's comes once it is finalized)",
+        )
         assert source.full_builds == 1
         assert matrix(source.engine(), ips) == fresh_matrix(kc, ips)
     finally:

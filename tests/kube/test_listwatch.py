@@ -44,7 +44,9 @@ def matrix(engine: Any, ips: list[str]) -> dict[tuple, Any]:
     for a in ips:
         for b in ips:
             for proto, port in ((6, 80), (6, 443), (17, 53)):
-                flow = Flow(FlowEnd(None, ipaddress.ip_address(a)), FlowEnd(None, ipaddress.ip_address(b)), proto, 40000, port)
+                flow = Flow(
+                    FlowEnd(None, ipaddress.ip_address(a)), FlowEnd(None, ipaddress.ip_address(b)), proto, 40000, port
+                )
                 out[(a, b, proto, port)] = engine.evaluate(flow).to_json()
     return out
 
@@ -61,9 +63,13 @@ def fresh_matrix(kc: KubeClient, ips: list[str]) -> dict[tuple, Any]:
 
 # --- objects through the API ---
 
+
 def create_namespace(kc: KubeClient, name: str, labels: dict[str, str]) -> None:
-    kc.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace",
-                                                    "metadata": {"name": name, "labels": labels}})
+    kc.request(
+        "POST",
+        "/api/v1/namespaces",
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
+    )
 
 
 def label_namespace(kc: KubeClient, name: str, labels: dict[str, str]) -> None:
@@ -72,16 +78,28 @@ def label_namespace(kc: KubeClient, name: str, labels: dict[str, str]) -> None:
 
 def create_pod(kc: KubeClient, ns: str, name: str, labels: dict[str, str], ip: str, node: str = "node-1") -> None:
     """A pod with an address, as a kubelet would report it (no kubelet runs here)."""
-    kc.request("POST", f"/api/v1/namespaces/{ns}/pods", body={
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/app:1"}]}})
-    kc.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status", content_type=MERGE, body={
-        "status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "192.0.2.1"}})
+    kc.request(
+        "POST",
+        f"/api/v1/namespaces/{ns}/pods",
+        body={
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/app:1"}]},
+        },
+    )
+    kc.request(
+        "PATCH",
+        f"/api/v1/namespaces/{ns}/pods/{name}/status",
+        content_type=MERGE,
+        body={"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "192.0.2.1"}},
+    )
 
 
 def label_pod(kc: KubeClient, ns: str, name: str, labels: dict[str, str]) -> None:
-    kc.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", body={"metadata": {"labels": labels}},
-               content_type=MERGE)
+    kc.request(
+        "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", body={"metadata": {"labels": labels}}, content_type=MERGE
+    )
 
 
 def delete(kc: KubeClient, path: str) -> None:
@@ -93,18 +111,35 @@ def delete(kc: KubeClient, path: str) -> None:
 
 
 def network_policy(ns: str, name: str, from_team: str) -> dict[str, Any]:
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"],
-                     "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": from_team}}}],
-                                  "ports": [{"protocol": "TCP", "port": 80}]}]}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "web"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [{"namespaceSelector": {"matchLabels": {"team": from_team}}}],
+                    "ports": [{"protocol": "TCP", "port": 80}],
+                }
+            ],
+        },
+    }
 
 
 def global_network_policy(name: str, selector: str, port: int) -> dict[str, Any]:
-    return {"apiVersion": "crd.projectcalico.org/v1", "kind": "GlobalNetworkPolicy", "metadata": {"name": name},
-            "spec": {"selector": selector, "types": ["Ingress"], "order": 10,
-                     "ingress": [{"action": "Deny", "protocol": "TCP", "destination": {"ports": [port]}},
-                                 {"action": "Allow"}]}}
+    return {
+        "apiVersion": "crd.projectcalico.org/v1",
+        "kind": "GlobalNetworkPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": selector,
+            "types": ["Ingress"],
+            "order": 10,
+            "ingress": [{"action": "Deny", "protocol": "TCP", "destination": {"ports": [port]}}, {"action": "Allow"}],
+        },
+    }
 
 
 GNP = "/apis/crd.projectcalico.org/v1/globalnetworkpolicies"
@@ -134,8 +169,11 @@ def test_watch_applies_each_change_as_a_delta(kc: KubeClient, cluster_scoped: li
         assert verdict(source.engine(), client, web, 443) == "allow"
 
         # NetworkPolicy added: port 80 from team=b only.
-        kc.request("POST", "/apis/networking.k8s.io/v1/namespaces/w-a/networkpolicies",
-                   body=network_policy("w-a", "web-from-b", "b"))
+        kc.request(
+            "POST",
+            "/apis/networking.k8s.io/v1/namespaces/w-a/networkpolicies",
+            body=network_policy("w-a", "web-from-b", "b"),
+        )
         wait_until(lambda: verdict(source.engine(), client, web, 443) == "deny", "NetworkPolicy added")
         assert verdict(source.engine(), client, web, 80) == "allow"
 
@@ -144,8 +182,11 @@ def test_watch_applies_each_change_as_a_delta(kc: KubeClient, cluster_scoped: li
         wait_until(lambda: verdict(source.engine(), client, web, 80) == "deny", "namespace relabelled")
 
         # NetworkPolicy changed to follow the new label.
-        kc.request("PUT", "/apis/networking.k8s.io/v1/namespaces/w-a/networkpolicies/web-from-b",
-                   body=network_policy("w-a", "web-from-b", "c"))
+        kc.request(
+            "PUT",
+            "/apis/networking.k8s.io/v1/namespaces/w-a/networkpolicies/web-from-b",
+            body=network_policy("w-a", "web-from-b", "c"),
+        )
         wait_until(lambda: verdict(source.engine(), client, web, 80) == "allow", "NetworkPolicy changed")
         assert verdict(source.engine(), client, web, 443) == "deny"
 
@@ -157,12 +198,12 @@ def test_watch_applies_each_change_as_a_delta(kc: KubeClient, cluster_scoped: li
 
         # A new pod is an endpoint at once; deleted, its address is outside again.
         create_pod(kc, "w-b", "client2", {"app": "client"}, "10.61.0.3")
-        wait_until(lambda: source.engine().inventory.owner_of(ipaddress.ip_address("10.61.0.3")) is not None,
-                   "pod added")
+        wait_until(
+            lambda: source.engine().inventory.owner_of(ipaddress.ip_address("10.61.0.3")) is not None, "pod added"
+        )
         assert verdict(source.engine(), "10.61.0.3", web, 80) == "allow"
         delete(kc, "/api/v1/namespaces/w-b/pods/client2")
-        wait_until(lambda: source.engine().inventory.owner_of(ipaddress.ip_address("10.61.0.3")) is None,
-                   "pod deleted")
+        wait_until(lambda: source.engine().inventory.owner_of(ipaddress.ip_address("10.61.0.3")) is None, "pod deleted")
         assert verdict(source.engine(), "10.61.0.3", web, 80) == "deny"
 
         # Calico GlobalNetworkPolicy (crd.projectcalico.org/v1), before the NetworkPolicy's tier.
@@ -173,12 +214,22 @@ def test_watch_applies_each_change_as_a_delta(kc: KubeClient, cluster_scoped: li
         wait_until(lambda: verdict(source.engine(), client, web, 80) == "allow", "GlobalNetworkPolicy deleted")
 
         # AdminNetworkPolicy (v1alpha1, the upstream CRD): denies before any NetworkPolicy.
-        kc.request("POST", ANP, body={
-            "apiVersion": "policy.networking.k8s.io/v1alpha1", "kind": "AdminNetworkPolicy",
-            "metadata": {"name": "w-deny-c"},
-            "spec": {"priority": 10, "subject": {"namespaces": {"matchLabels": {"team": "a"}}},
-                     "ingress": [{"name": "deny-c", "action": "Deny",
-                                  "from": [{"namespaces": {"matchLabels": {"team": "c"}}}]}]}})
+        kc.request(
+            "POST",
+            ANP,
+            body={
+                "apiVersion": "policy.networking.k8s.io/v1alpha1",
+                "kind": "AdminNetworkPolicy",
+                "metadata": {"name": "w-deny-c"},
+                "spec": {
+                    "priority": 10,
+                    "subject": {"namespaces": {"matchLabels": {"team": "a"}}},
+                    "ingress": [
+                        {"name": "deny-c", "action": "Deny", "from": [{"namespaces": {"matchLabels": {"team": "c"}}}]}
+                    ],
+                },
+            },
+        )
         cluster_scoped.append(f"{ANP}/w-deny-c")
         wait_until(lambda: verdict(source.engine(), client, web, 80) == "deny", "AdminNetworkPolicy added")
         delete(kc, f"{ANP}/w-deny-c")
@@ -270,14 +321,19 @@ def test_gone_relists_and_apiserver_restart_is_survived(kube_cluster, kc: KubeCl
         # Disconnected: objects created and deleted meanwhile; the API server restarts, so its
         # watch cache starts after them and the old resourceVersions are gone (410).
         source.suspend()
-        kc.request("POST", "/apis/networking.k8s.io/v1/namespaces/r-a/networkpolicies",
-                   body=network_policy("r-a", "web-from-nobody", "nobody"))
+        kc.request(
+            "POST",
+            "/apis/networking.k8s.io/v1/namespaces/r-a/networkpolicies",
+            body=network_policy("r-a", "web-from-nobody", "nobody"),
+        )
         delete(kc, "/api/v1/namespaces/r-a/pods/gone")
         kube_cluster.restart_apiserver()
         source.resume()
         wait_until(lambda: verdict(source.engine(), client, web, 80) == "deny", "relisted NetworkPolicy")
-        wait_until(lambda: source.engine().inventory.owner_of(ipaddress.ip_address(gone)) is None,
-                   "pod deleted while disconnected")
+        wait_until(
+            lambda: source.engine().inventory.owner_of(ipaddress.ip_address(gone)) is None,
+            "pod deleted while disconnected",
+        )
         assert source.metrics["relists"] >= 1
         assert source.full_builds == 1
 

@@ -34,7 +34,9 @@ from tests.kube.test_listwatch import (
 )
 
 #: Namespaces, pods and NetworkPolicies: enough kinds, fewer watches.
-FEW = tuple(r for r in RESOURCES if r.kind in ("Namespace", "Pod", "NetworkPolicy") and not r.group.endswith("calico.org"))
+FEW = tuple(
+    r for r in RESOURCES if r.kind in ("Namespace", "Pod", "NetworkPolicy") and not r.group.endswith("calico.org")
+)
 
 
 @pytest.fixture
@@ -43,15 +45,31 @@ def uncached(kube_cluster: KubeCluster, tmp_path: Path):
     port = free_port()
     d = kube_cluster.dir
     log = open(tmp_path / "uncached-apiserver.log", "ab")
-    proc = subprocess.Popen([
-        str(kube_cluster.bindir / "kube-apiserver"), f"--etcd-servers={kube_cluster.etcd_url}",
-        "--service-account-issuer=https://kubernetes.default.svc", f"--service-account-key-file={d / 'sa.pub'}",
-        f"--service-account-signing-key-file={d / 'sa.key'}", "--service-cluster-ip-range=10.96.0.0/16",
-        f"--cert-dir={tmp_path / 'certs'}", f"--tls-cert-file={d / 'server.crt'}",
-        f"--tls-private-key-file={d / 'server.key'}", f"--secure-port={port}", "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1", "--authorization-mode=RBAC", f"--token-auth-file={d / 'tokens.csv'}",
-        "--disable-admission-plugins=ServiceAccount", "--endpoint-reconciler-type=none", "--watch-cache=false",
-    ], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(kube_cluster.bindir / "kube-apiserver"),
+            f"--etcd-servers={kube_cluster.etcd_url}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={d / 'sa.pub'}",
+            f"--service-account-signing-key-file={d / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            f"--cert-dir={tmp_path / 'certs'}",
+            f"--tls-cert-file={d / 'server.crt'}",
+            f"--tls-private-key-file={d / 'server.key'}",
+            f"--secure-port={port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            "--authorization-mode=RBAC",
+            f"--token-auth-file={d / 'tokens.csv'}",
+            "--disable-admission-plugins=ServiceAccount",
+            "--endpoint-reconciler-type=none",
+            "--watch-cache=false",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         config = yaml.safe_load(kube_cluster.kubeconfig.read_text())
         config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{port}"
@@ -74,8 +92,12 @@ def _ready(client) -> bool:
 
 def etcd(kube_cluster: KubeCluster, call: str, body: dict) -> dict:
     """etcd's v3 JSON gateway."""
-    req = urllib.request.Request(f"{kube_cluster.etcd_url}/v3/{call}", data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{kube_cluster.etcd_url}/v3/{call}",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())
 
@@ -95,8 +117,11 @@ def test_compacted_etcd_expires_the_watch_and_the_source_lists_again(kube_cluste
         # Disconnected; meanwhile a policy is created, a pod deleted, and etcd compacted past
         # the watch's resourceVersion (the API server's own compaction runs every 5 minutes).
         source.suspend()
-        kc.request("POST", "/apis/networking.k8s.io/v1/namespaces/k-a/networkpolicies",
-                   body=network_policy("k-a", "web-from-nobody", "nobody"))
+        kc.request(
+            "POST",
+            "/apis/networking.k8s.io/v1/namespaces/k-a/networkpolicies",
+            body=network_policy("k-a", "web-from-nobody", "nobody"),
+        )
         delete(kc, "/api/v1/namespaces/k-a/pods/gone")
         revision = int(etcd(kube_cluster, "kv/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"])
         assert revision > max(int(v) for v in listed_at.values())
@@ -105,8 +130,9 @@ def test_compacted_etcd_expires_the_watch_and_the_source_lists_again(kube_cluste
         source.resume()
         wait_until(lambda: source.metrics["relists"] > relists, "a relist after 410 Gone")
         wait_until(lambda: verdict(source.engine(), client, web, 80) == "deny", "the policy created meanwhile")
-        wait_until(lambda: source.engine().inventory.owner_of(ipaddress.ip_address(gone)) is None,
-                   "the pod deleted meanwhile")
+        wait_until(
+            lambda: source.engine().inventory.owner_of(ipaddress.ip_address(gone)) is None, "the pod deleted meanwhile"
+        )
         assert source.full_builds == 1
         ips = [web, client]
         assert matrix(source.engine(), ips) == fresh_matrix(kc, ips)
@@ -149,20 +175,37 @@ def test_a_crd_installed_after_the_start_is_followed_from_then_on(kube_cluster: 
         assert source.skipped == ["crd.projectcalico.org/v1 GlobalNetworkSet"]
         kube_cluster.http("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
         wait_until(lambda: _ready_list(kc, late.path), "the new CRD served")
-        kc.request("POST", late.path, body={"apiVersion": "crd.projectcalico.org/v1", "kind": "LateSet",
-                                            "metadata": {"name": "early", "labels": {"role": "db"}},
-                                            "spec": {"nets": ["198.51.100.0/28"]}})
+        kc.request(
+            "POST",
+            late.path,
+            body={
+                "apiVersion": "crd.projectcalico.org/v1",
+                "kind": "LateSet",
+                "metadata": {"name": "early", "labels": {"role": "db"}},
+                "spec": {"nets": ["198.51.100.0/28"]},
+            },
+        )
         names = lambda: {n.name for n in source.engine().inventory.network_sets}  # noqa: E731
         wait_until(lambda: "early" in names(), "an object that existed when the CRD appeared")
         assert source.skipped == [] and source.metrics["crds_appeared"] == 1
-        kc.request("POST", late.path, body={"apiVersion": "crd.projectcalico.org/v1", "kind": "LateSet",
-                                            "metadata": {"name": "later"}, "spec": {"nets": ["198.51.100.16/28"]}})
+        kc.request(
+            "POST",
+            late.path,
+            body={
+                "apiVersion": "crd.projectcalico.org/v1",
+                "kind": "LateSet",
+                "metadata": {"name": "later"},
+                "spec": {"nets": ["198.51.100.16/28"]},
+            },
+        )
         wait_until(lambda: "later" in names(), "an object created under the new watch")
         assert source.full_builds == 1
     finally:
         source.stop()
         try:
-            kube_cluster.http("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}")
+            kube_cluster.http(
+                "DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd['metadata']['name']}"
+            )
         except Exception:  # noqa: BLE001 - never installed
             pass
 

@@ -66,9 +66,7 @@ def scapy_expect(pkt: Packet) -> dict[str, Any]:
             out["tcp_flags"] = int(l4.flags)
     elif isinstance(l4, ICMP) or isinstance(l4, _ICMPv6):
         out["icmp_type"], out["icmp_code"] = l4.type, l4.code
-        if (out["ip_version"] == 4 and l4.type in (3, 4, 5, 11, 12)) or (
-            out["ip_version"] == 6 and 1 <= l4.type <= 4
-        ):
+        if (out["ip_version"] == 4 and l4.type in (3, 4, 5, 11, 12)) or (out["ip_version"] == 6 and 1 <= l4.type <= 4):
             out["flags"] |= FLAG_ICMP_ERROR
     return out
 

@@ -29,8 +29,10 @@ def invariants(h: np.ndarray) -> None:
     malformed = (flags & B.FLAG_MALFORMED) != 0
     assert (malformed == ((kinds != 0) & (kinds != B.ERR_FRAGMENT_UNMATCHED))).all()
     truncated = (flags & B.FLAG_TRUNCATED) != 0
-    assert (truncated == np.isin(kinds, [B.ERR_TRUNCATED_LINK, B.ERR_TRUNCATED_IP, B.ERR_TRUNCATED_L4,
-                                         B.ERR_TRUNCATED_TUNNEL])).all()
+    assert (
+        truncated
+        == np.isin(kinds, [B.ERR_TRUNCATED_LINK, B.ERR_TRUNCATED_IP, B.ERR_TRUNCATED_L4, B.ERR_TRUNCATED_TUNNEL])
+    ).all()
     ports = (flags & B.FLAG_HAS_PORTS) != 0
     assert not (ports & malformed).any(), "a malformed packet got ports"
     assert np.isin(h["protocol"][ports], list(PORT_PROTOS)).all()
@@ -49,8 +51,10 @@ def read_bytes(data: bytes) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from([b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"M<\xb2\xa1", b"\n\r\r\n", b""]),
-       st.binary(max_size=600))
+@given(
+    st.sampled_from([b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"M<\xb2\xa1", b"\n\r\r\n", b""]),
+    st.binary(max_size=600),
+)
 def test_random_files(magic: bytes, rest: bytes) -> None:
     read_bytes(magic + rest)
 
@@ -67,8 +71,10 @@ def test_mutated_bundled_captures(name: str, data: st.DataObject) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from([0, 1, 12, 14, 101, 108, 113, 228, 229, 276, 9999]),
-       st.lists(st.binary(max_size=120), min_size=1, max_size=10))
+@given(
+    st.sampled_from([0, 1, 12, 14, 101, 108, 113, 228, 229, 276, 9999]),
+    st.lists(st.binary(max_size=120), min_size=1, max_size=10),
+)
 def test_random_frames(linktype: int, frames: list[bytes]) -> None:
     h = new_batch(len(frames))
     q = np.zeros(len(frames), QUOTE_DTYPE)
@@ -81,11 +87,20 @@ def ip_like(draw: st.DrawFn) -> bytes:
     """Frames that get past the link layer: Ethernet + a plausible IPv4/IPv6 start + noise."""
     if draw(st.booleans()):
         ihl = draw(st.integers(0, 15))
-        hdr = struct.pack(">BBHHHBB", 0x40 | ihl, 0, draw(st.integers(0, 200)), 1,
-                          draw(st.integers(0, 0xFFFF)), 64, draw(st.sampled_from([1, 6, 17, 132, 136, 58])))
+        hdr = struct.pack(
+            ">BBHHHBB",
+            0x40 | ihl,
+            0,
+            draw(st.integers(0, 200)),
+            1,
+            draw(st.integers(0, 0xFFFF)),
+            64,
+            draw(st.sampled_from([1, 6, 17, 132, 136, 58])),
+        )
         return b"\0" * 12 + b"\x08\x00" + hdr + draw(st.binary(max_size=120))
-    hdr = struct.pack(">IHBB", 0x60000000, draw(st.integers(0, 200)),
-                      draw(st.sampled_from([0, 6, 17, 43, 44, 51, 58, 60, 132])), 64)
+    hdr = struct.pack(
+        ">IHBB", 0x60000000, draw(st.integers(0, 200)), draw(st.sampled_from([0, 6, 17, 43, 44, 51, 58, 60, 132])), 64
+    )
     return b"\0" * 12 + b"\x86\xdd" + hdr + draw(st.binary(min_size=32, max_size=160))
 
 

@@ -51,7 +51,9 @@ def test_error_kinds_agree_between_c_and_python() -> None:
 
 
 LAYERED = [
-    ETH / IP(src="10.0.1.10", dst="10.0.2.20", options=[IPOption_RR(routers=["1.2.3.4"])]) / TCP(sport=1, dport=2, flags="FPU"),
+    ETH
+    / IP(src="10.0.1.10", dst="10.0.2.20", options=[IPOption_RR(routers=["1.2.3.4"])])
+    / TCP(sport=1, dport=2, flags="FPU"),
     ETH / Dot1Q(vlan=100) / IP(src="10.0.1.10", dst="10.0.2.20") / UDP(sport=3, dport=4),
     ETH / Dot1AD(vlan=10) / Dot1Q(vlan=100) / IPv6(src="fd00::1", dst="fd00::2") / TCP(sport=5, dport=6),
     ETH / IP(src="10.0.1.10", dst="10.0.2.20", proto=136) / UDP(sport=7, dport=8),  # UDP-Lite: same header
@@ -60,10 +62,16 @@ LAYERED = [
     ETH / IPv6(src="fd00::1", dst="fd00::2") / SCTP(sport=1, dport=2),
     ETH / IP(src="10.0.1.10", dst="10.0.2.20") / ICMP(type=8, code=0),
     ETH / IPv6(src="fd00::1", dst="fd00::2") / ICMPv6EchoRequest(),
-    ETH / IPv6(src="fd00::1", dst="fd00::2") / IPv6ExtHdrHopByHop() / IPv6ExtHdrRouting(addresses=["fd00::9"])
-    / IPv6ExtHdrDestOpt() / TCP(sport=11, dport=12),
+    ETH
+    / IPv6(src="fd00::1", dst="fd00::2")
+    / IPv6ExtHdrHopByHop()
+    / IPv6ExtHdrRouting(addresses=["fd00::9"])
+    / IPv6ExtHdrDestOpt()
+    / TCP(sport=11, dport=12),
     ETH / IPv6(src="fd00::1", dst="fd00::2") / AH(nh=17, payloadlen=4, spi=1, icv=b"\0" * 12) / UDP(sport=13, dport=14),
-    ETH / IP(src="10.0.1.10", dst="10.0.2.20", proto=50) / (b"\0" * 8),  # ESP: IP, no ports (GRE is a tunnel: test_decap)
+    ETH
+    / IP(src="10.0.1.10", dst="10.0.2.20", proto=50)
+    / (b"\0" * 8),  # ESP: IP, no ports (GRE is a tunnel: test_decap)
 ]
 
 
@@ -71,8 +79,12 @@ LAYERED = [
 def test_layers(pkt: Packet, expect: Expect, check_row: Check) -> None:
     exp = expect(pkt)
     if exp["protocol"] == 136 or AH in pkt:  # scapy dissects neither UDP-Lite nor AH in IPv6
-        exp.update(protocol=136 if exp["protocol"] == 136 else 17, sport=pkt[UDP].sport,
-                   dport=pkt[UDP].dport, flags=B.FLAG_HAS_PORTS)
+        exp.update(
+            protocol=136 if exp["protocol"] == 136 else 17,
+            sport=pkt[UDP].sport,
+            dport=pkt[UDP].dport,
+            flags=B.FLAG_HAS_PORTS,
+        )
     h, _ = decode([bytes(pkt)])
     check_row(h[0], exp)
     assert int(h[0]["pkt_len"]) == len(pkt)
@@ -84,8 +96,10 @@ def test_ipv4_fragments_take_ports_of_their_first_fragment() -> None:
     assert len(frags) == 4
     h, _ = decode(frags)
     assert (h["frag_id"] == 4242).all() and (h["sport"] == 47000).all() and (h["dport"] == 8080).all()
-    assert h["flags"].tolist() == [B.FLAG_FRAGMENT | B.FLAG_FIRST_FRAGMENT | B.FLAG_HAS_PORTS] + [
-        B.FLAG_FRAGMENT | B.FLAG_HAS_PORTS] * 3
+    assert (
+        h["flags"].tolist()
+        == [B.FLAG_FRAGMENT | B.FLAG_FIRST_FRAGMENT | B.FLAG_HAS_PORTS] + [B.FLAG_FRAGMENT | B.FLAG_HAS_PORTS] * 3
+    )
     # Without their first fragment, later fragments have no ports, and say why.
     h, _ = decode(frags[1:])
     assert not (h["flags"] & B.FLAG_HAS_PORTS).any() and (h["error_kind"] == B.ERR_FRAGMENT_UNMATCHED).all()
@@ -154,8 +168,8 @@ TCP4 = bytes(ETH / IP(src="10.0.0.1", dst="10.0.0.2") / TCP(sport=1, dport=2))
     ("frame", "linktype", "kind"),
     [
         (TCP4[:10], 1, B.ERR_TRUNCATED_LINK),
-        (TCP4[:14 + 12], 1, B.ERR_TRUNCATED_IP),
-        (TCP4[:14 + 20 + 10], 1, B.ERR_TRUNCATED_L4),
+        (TCP4[: 14 + 12], 1, B.ERR_TRUNCATED_IP),
+        (TCP4[: 14 + 20 + 10], 1, B.ERR_TRUNCATED_L4),
         (TCP4[:14] + b"\x55" + TCP4[15:], 1, B.ERR_BAD_IP_VERSION),
         (TCP4[:14] + b"\x44" + TCP4[15:], 1, B.ERR_BAD_IHL),
         (TCP4[:16] + b"\x00\x05" + TCP4[18:], 1, B.ERR_BAD_TOTAL_LENGTH),
@@ -163,9 +177,23 @@ TCP4 = bytes(ETH / IP(src="10.0.0.1", dst="10.0.0.2") / TCP(sport=1, dport=2))
         (bytes(ETH / ARP()), 1, B.ERR_UNKNOWN_ETHERTYPE),
         (TCP4, 147, B.ERR_UNKNOWN_LINKTYPE),
         (bytes(ETH / Dot1Q() / Dot1Q() / Dot1Q() / Dot1Q() / IP() / TCP()), 1, B.ERR_TOO_MANY_VLAN_TAGS),
-        (bytes(ETH / IPv6(src="::1", dst="::2") / (IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt()) / IPv6ExtHdrDestOpt()
-               / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt()
-               / IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt() / UDP()), 1, B.ERR_TOO_MANY_EXT_HEADERS),
+        (
+            bytes(
+                ETH
+                / IPv6(src="::1", dst="::2")
+                / (IPv6ExtHdrDestOpt() / IPv6ExtHdrDestOpt())
+                / IPv6ExtHdrDestOpt()
+                / IPv6ExtHdrDestOpt()
+                / IPv6ExtHdrDestOpt()
+                / IPv6ExtHdrDestOpt()
+                / IPv6ExtHdrDestOpt()
+                / IPv6ExtHdrDestOpt()
+                / IPv6ExtHdrDestOpt()
+                / UDP()
+            ),
+            1,
+            B.ERR_TOO_MANY_EXT_HEADERS,
+        ),
         (bytes(ETH / IP(src="10.0.0.1", dst="10.0.0.2") / TCP(dataofs=2)), 1, B.ERR_BAD_L4_HEADER),
         (bytes(ETH / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(len=3)), 1, B.ERR_BAD_L4_HEADER),
         (bytes(ETH / IP(src="10.0.0.1", dst="10.0.0.2", frag=1, proto=6) / (b"\0" * 16)), 1, B.ERR_FRAGMENT_OVERLAP),
@@ -202,8 +230,13 @@ def packets(draw: st.DrawFn) -> Packet:
         for ext in draw(st.lists(st.sampled_from(["hbh", "dst", "rt"]), max_size=3)):
             ip = ip / {"hbh": IPv6ExtHdrHopByHop, "dst": IPv6ExtHdrDestOpt, "rt": IPv6ExtHdrRouting}[ext]()
     else:
-        ip = IP(src=draw(addr4), dst=draw(addr4), ttl=draw(st.integers(0, 255)), id=draw(st.integers(0, 65535)),
-                tos=draw(st.integers(0, 255)))
+        ip = IP(
+            src=draw(addr4),
+            dst=draw(addr4),
+            ttl=draw(st.integers(0, 255)),
+            id=draw(st.integers(0, 65535)),
+            tos=draw(st.integers(0, 255)),
+        )
     kind = draw(st.sampled_from(["tcp", "udp", "sctp", "icmp", "none"]))
     if kind == "tcp":
         l4: Packet = TCP(sport=draw(port), dport=draw(port), flags=draw(st.integers(0, 255)))
@@ -238,8 +271,10 @@ def test_random_packets_round_trip(pkts: list[Packet]) -> None:
     from tests.native.conftest import check, scapy_expect
 
     # Raw IP packets and Ethernet frames cannot share a pcap: give each link its own file.
-    for linktype, group in ((1, [p for p in pkts if isinstance(p, Ether)]),
-                            (101, [p for p in pkts if not isinstance(p, Ether)])):
+    for linktype, group in (
+        (1, [p for p in pkts if isinstance(p, Ether)]),
+        (101, [p for p in pkts if not isinstance(p, Ether)]),
+    ):
         if not group:
             continue
         buf = io.BytesIO()

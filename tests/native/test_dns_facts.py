@@ -21,11 +21,21 @@ from pyclassify._engine import DomainFacts, DomainPatternError  # noqa: E402
 S = 1_000_000_000
 
 
-def response(qname: str, *answers: tuple[str, str, int, str], rcode: int = 0, qr: int = 1,
-             edns: bool = False, compress: bool = True) -> bytes:
+def response(
+    qname: str,
+    *answers: tuple[str, str, int, str],
+    rcode: int = 0,
+    qr: int = 1,
+    edns: bool = False,
+    compress: bool = True,
+) -> bytes:
     """A DNS response to ``qname`` whose answer section is ``(owner, type, ttl, rdata)`` records."""
     msg = DNS(
-        id=0x4242, qr=qr, rd=1, ra=1, rcode=rcode,
+        id=0x4242,
+        qr=qr,
+        rd=1,
+        ra=1,
+        rcode=rcode,
         qd=[DNSQR(qname=qname)],
         an=[DNSRR(rrname=o, type=t, ttl=ttl, rdata=r) for o, t, ttl, r in answers],
         ar=[DNSRROPT(rclass=1232)] if edns else [],
@@ -54,8 +64,12 @@ def tcp(*messages: bytes) -> bytes:
 
 def test_a_and_aaaa_answers_are_learned() -> None:
     facts = DomainFacts()
-    msg = response("example.com", ("example.com", "A", 300, "93.184.216.34"),
-                   ("example.com", "AAAA", 300, "2606:2800:220:1:248:1893:25c8:1946"), edns=True)
+    msg = response(
+        "example.com",
+        ("example.com", "A", 300, "93.184.216.34"),
+        ("example.com", "AAAA", 300, "2606:2800:220:1:248:1893:25c8:1946"),
+        edns=True,
+    )
     assert facts.learn_payload(msg, 10 * S) == (2, None)
     assert facts.names_at("93.184.216.34") == ["example.com"]
     assert facts.names_at("2606:2800:220:1:248:1893:25c8:1946", 10 * S) == ["example.com"]
@@ -68,8 +82,12 @@ def test_a_and_aaaa_answers_are_learned() -> None:
 
 def test_cname_chain_teaches_every_name_with_the_minimum_ttl() -> None:
     facts = DomainFacts()
-    msg = response("www.a.com", ("www.a.com", "CNAME", 300, "b.net"),
-                   ("b.net", "CNAME", 60, "c.org"), ("c.org", "A", 120, "1.2.3.4"))
+    msg = response(
+        "www.a.com",
+        ("www.a.com", "CNAME", 300, "b.net"),
+        ("b.net", "CNAME", 60, "c.org"),
+        ("c.org", "A", 120, "1.2.3.4"),
+    )
     assert facts.learn_payload(msg, 0) == (3, None)
     assert facts.names_at("1.2.3.4", 0) == ["b.net", "c.org", "www.a.com"]
     # www.a.com and b.net until 60 s (the chain's minimum), c.org until 120 s.

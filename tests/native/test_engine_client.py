@@ -69,8 +69,15 @@ def test_revalidate_against_a_new_policy_revokes_connections(demo, capture):
     tracked = client.tracked
     assert client.revalidate() == (0, [])  # the same policy revokes nothing
     # The same endpoints under one policy that isolates all of them: every connection goes.
-    isolate = Policy("GlobalNetworkPolicy", None, "isolate-all", "default", None, Subject(),
-                     frozenset({Direction.INGRESS, Direction.EGRESS}))
+    isolate = Policy(
+        "GlobalNetworkPolicy",
+        None,
+        "isolate-all",
+        "default",
+        None,
+        Subject(),
+        frozenset({Direction.INGRESS, Direction.EGRESS}),
+    )
     deny_all = NativeEngine(PolicySet.build([isolate]), demo.inventory)
     n, flows = client.revalidate(deny_all._engine.capsule())
     # revoked, not forgotten: kept (marked) so that no packet of theirs passes, either way
@@ -105,7 +112,9 @@ def test_verdict_records_count_the_log_rules_each_side_passed(demo):
     from pyclassify.flow import Flow, FlowEnd
 
     addrs = ["203.0.113.7", "10.0.1.10", "10.0.2.20", "10.0.2.30", "10.0.3.40", "198.51.100.9"]
-    flows = [(a, b, proto, port) for a in addrs for b in addrs if a != b for proto, port in ((6, 80), (6, 5432), (17, 53))]
+    flows = [
+        (a, b, proto, port) for a in addrs for b in addrs if a != b for proto, port in ((6, 80), (6, 5432), (17, 53))
+    ]
     headers = new_batch(len(flows))
     for h, (a, b, proto, port) in zip(headers, flows):
         h["src_addr"] = list(bytes(10) + b"\xff\xff" + ipaddress.ip_address(a).packed)

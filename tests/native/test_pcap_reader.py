@@ -190,12 +190,18 @@ class NgBuilder:
         self.block(1, struct.pack(self.e + "HHI", linktype, 0, 65535) + opts)
 
     def epb(self, ifid: int, ticks: int, data: bytes, orig: int | None = None) -> None:
-        self.block(6, struct.pack(self.e + "IIIII", ifid, ticks >> 32, ticks & 0xFFFFFFFF, len(data),
-                                  len(data) if orig is None else orig) + data)
+        self.block(
+            6,
+            struct.pack(
+                self.e + "IIIII", ifid, ticks >> 32, ticks & 0xFFFFFFFF, len(data), len(data) if orig is None else orig
+            )
+            + data,
+        )
 
     def opb(self, ifid: int, ticks: int, data: bytes) -> None:
-        self.block(2, struct.pack(self.e + "HHIIII", ifid, 0, ticks >> 32, ticks & 0xFFFFFFFF,
-                                  len(data), len(data)) + data)
+        self.block(
+            2, struct.pack(self.e + "HHIIII", ifid, 0, ticks >> 32, ticks & 0xFFFFFFFF, len(data), len(data)) + data
+        )
 
     def spb(self, data: bytes, orig: int | None = None) -> None:
         self.block(3, struct.pack(self.e + "I", len(data) if orig is None else orig) + data)
@@ -246,8 +252,9 @@ def test_pcapng_sections_byte_orders_resolutions_and_block_kinds(expect: Expect,
 
             reader = _native.Reader(source)
             headers = np.empty(16, HEADER_DTYPE)
-            n = reader.read_into(headers, None, np.empty(16, np.uint64), np.empty(16, np.uint32),
-                                 np.empty(16, np.uint32))
+            n = reader.read_into(
+                headers, None, np.empty(16, np.uint64), np.empty(16, np.uint32), np.empty(16, np.uint32)
+            )
             headers = headers[:n]
             assert reader.sections == 2
         else:
@@ -255,7 +262,11 @@ def test_pcapng_sections_byte_orders_resolutions_and_block_kinds(expect: Expect,
                 headers = np.concatenate([bt.headers for bt in cap])
                 ifs = cap.interfaces
             assert [(i.section, i.local_id, i.linktype) for i in ifs] == [
-                (0, 0, 1), (0, 1, 101), (1, 0, 1), (1, 1, 229)]
+                (0, 0, 1),
+                (0, 1, 101),
+                (1, 0, 1),
+                (1, 1, 229),
+            ]
         assert len(headers) == len(want)
         for row, (ip, ts, ifindex) in zip(headers, want):
             check_row(row, expect(ip))
@@ -281,8 +292,12 @@ def big_capture(tmp_path: Path, n: int = 3000) -> Path:
     base = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
     for i in range(n):
         # sizes vary up to beyond the smallest stream window (4 KiB)
-        w.write(base / IP(src="10.0.0.1", dst="10.0.0.2", id=i) / UDP(sport=i % 60000 + 1, dport=53)
-                / (b"x" * ((i * 37) % 9000)))
+        w.write(
+            base
+            / IP(src="10.0.0.1", dst="10.0.0.2", id=i)
+            / UDP(sport=i % 60000 + 1, dport=53)
+            / (b"x" * ((i * 37) % 9000))
+        )
     w.close()
     return path
 
@@ -309,8 +324,9 @@ def test_stdin(tmp_path: Path) -> None:
         "h, q, c = read_all('-')\n"
         "print(len(h), int(h['sport'].sum()), c.format)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], stdin=open(path, "rb"), capture_output=True,
-                         text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], stdin=open(path, "rb"), capture_output=True, text=True, check=True
+    ).stdout.split()
     h, _, cap = read_all(path)
     assert out == [str(len(h)), str(int(h["sport"].sum())), "pcap"]
 
@@ -355,8 +371,9 @@ def test_batch_packet_and_offsets_locate_the_bytes() -> None:
 
 
 def test_bundled_captures_are_what_the_script_writes(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, str(REPO / "scripts" / "make_pcaps.py"), str(tmp_path)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "make_pcaps.py"), str(tmp_path)], check=True, capture_output=True
+    )
     for name in ("demo.pcap", "demo.pcapng"):
         assert (tmp_path / name).read_bytes() == (REPO / "pcaps" / name).read_bytes(), name
 

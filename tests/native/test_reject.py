@@ -78,12 +78,14 @@ def test_none_where_a_reject_rule_sends_none() -> None:
 
 def test_garbage_never_crashes() -> None:
     rng = random.Random(11)
-    base = [bytes(IP(src="10.0.0.1", dst="10.0.0.2") / UDP() / b"abc"),
-            bytes(IPv6(src="fd00::1", dst="fd00::2") / UDP() / b"abc")]
+    base = [
+        bytes(IP(src="10.0.0.1", dst="10.0.0.2") / UDP() / b"abc"),
+        bytes(IPv6(src="fd00::1", dst="fd00::2") / UDP() / b"abc"),
+    ]
     for _ in range(20000):
         b = bytearray(rng.choice(base))
         for _ in range(rng.randrange(1, 6)):
             b[rng.randrange(len(b))] = rng.randrange(256)
-        b = bytes(b[:rng.randrange(len(b) + 1)])
+        b = bytes(b[: rng.randrange(len(b) + 1)])
         out = icmp_unreachable(b)
         assert out == b"" or len(out) <= 1280

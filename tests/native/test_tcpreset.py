@@ -37,8 +37,14 @@ CLIENT6, SERVER6 = "fd00:199::1", "fd00:199::2"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CAP_NET_RAW) to open raw sockets")
 
 
-def segment(version: int, flags: str = "PA", seq: int = 0x12345678, ack: int = 0x9ABCDEF0,
-            payload: bytes = REQUEST, options: list | None = None) -> Packet:
+def segment(
+    version: int,
+    flags: str = "PA",
+    seq: int = 0x12345678,
+    ack: int = 0x9ABCDEF0,
+    payload: bytes = REQUEST,
+    options: list | None = None,
+) -> Packet:
     ip = IP(src=CLIENT4, dst=SERVER4, ttl=61, id=4321) if version == 4 else IPv6(src=CLIENT6, dst=SERVER6, hlim=61)
     tcp = TCP(sport=40123, dport=8080, seq=seq, ack=ack, flags=flags, window=501, options=options or [])
     return ip / tcp / Raw(payload) if payload else ip / tcp
@@ -109,8 +115,9 @@ def test_resets_of_a_request_segment(version: int) -> None:
         ("PA", 0xFFFFFFF0, b"x" * 0x20, 0x9ABCDEF0, 0x10),  # ack wraps around 2**32
     ],
 )
-def test_seq_and_ack_of_the_client_reset(version: int, flags: str, seq: int, payload: bytes,
-                                         client_seq: int, client_ack: int) -> None:
+def test_seq_and_ack_of_the_client_reset(
+    version: int, flags: str, seq: int, payload: bytes, client_seq: int, client_ack: int
+) -> None:
     out = tcp_reset_segments(bytes(segment(version, flags=flags, seq=seq, payload=payload)))
     assert len(out) == 2
     to_server, to_client = (parse(version, r) for r in out)
@@ -131,7 +138,7 @@ def test_options_and_a_payload_cut_off_by_the_copy_range(version: int) -> None:
     whole = tcp_reset_segments(full)
     assert len(whole) == 2
     assert tcp_reset_segments(full[:headers]) == whole
-    assert tcp_reset_segments(full[:headers + 3]) == whole
+    assert tcp_reset_segments(full[: headers + 3]) == whole
     assert parse(version, whole[1])[TCP].ack == 0x12345678 + len(REQUEST)
 
 
@@ -148,7 +155,7 @@ def test_truncated_headers_give_nothing(version: int) -> None:
 
 
 def edit(raw: bytes, offset: int, value: bytes) -> bytes:
-    return raw[:offset] + value + raw[offset + len(value):]
+    return raw[:offset] + value + raw[offset + len(value) :]
 
 
 def test_malformed_packets_give_nothing() -> None:
@@ -173,7 +180,9 @@ def test_malformed_packets_give_nothing() -> None:
         "udp": bytes(IP(src=CLIENT4, dst=SERVER4) / UDP(sport=1, dport=53) / Raw(b"x" * 30)),
         "udp6": bytes(IPv6(src=CLIENT6, dst=SERVER6) / UDP(sport=1, dport=53) / Raw(b"x" * 30)),
         "v4 fragment at offset 8": bytes(IP(src=CLIENT4, dst=SERVER4, proto=6, frag=1) / Raw(bytes(TCP()) + REQUEST)),
-        "v6 hop-by-hop then TCP": bytes(IPv6(src=CLIENT6, dst=SERVER6) / IPv6ExtHdrHopByHop() / TCP(flags="PA") / REQUEST),
+        "v6 hop-by-hop then TCP": bytes(
+            IPv6(src=CLIENT6, dst=SERVER6) / IPv6ExtHdrHopByHop() / TCP(flags="PA") / REQUEST
+        ),
         "v6 next header UDP": edit(v6, 6, b"\x11"),
     }
     for name, raw in bad.items():

@@ -154,8 +154,10 @@ def kernel_has(kind: str) -> bool:
     ns = f"pcovk{os.getpid() % 100000}{uuid.uuid4().hex[:4]}"
     ip("netns", "add", ns)
     try:
-        args = {"vxlan": ["id", "1", "dstport", "4789", "remote", NODE_B, "local", NODE_A],
-                "geneve": ["id", "1", "remote", NODE_B]}.get(kind, ["local", NODE_A, "remote", NODE_B])
+        args = {
+            "vxlan": ["id", "1", "dstport", "4789", "remote", NODE_B, "local", NODE_A],
+            "geneve": ["id", "1", "remote", NODE_B],
+        }.get(kind, ["local", NODE_A, "remote", NODE_B])
         r = subprocess.run(["ip", "-n", ns, "link", "add", "t0", "type", kind, *args], capture_output=True)
         return r.returncode == 0
     finally:
@@ -174,26 +176,56 @@ class Overlay:
     processes: list[subprocess.Popen] = field(default_factory=list)
 
     def run(self, ns: str, script: str, *args: str) -> subprocess.Popen:
-        p = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", script, *args],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", script, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.processes.append(p)
         line = p.stdout.readline() if p.stdout else ""
         if line.strip() != "ready":
-            raise RuntimeError(f"{script.splitlines()[1]}... in {ns} did not start: {line!r} "
-                               f"{p.stderr.read() if p.stderr and p.poll() is not None else ''}")
+            raise RuntimeError(
+                f"{script.splitlines()[1]}... in {ns} did not start: {line!r} "
+                f"{p.stderr.read() if p.stderr and p.poll() is not None else ''}"
+            )
         return p
 
     def connect(self, port: int) -> str:
         """One conversation from web to db:``port`` ("ok" or the client's error)."""
-        r = subprocess.run(["ip", "netns", "exec", self.web, sys.executable, "-c", CLIENT, DB_IP, str(port)],
-                           capture_output=True, text=True, timeout=20)
+        r = subprocess.run(
+            ["ip", "netns", "exec", self.web, sys.executable, "-c", CLIENT, DB_IP, str(port)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         return r.stdout.strip() or r.stderr.strip()
 
     @contextmanager
     def capture(self, path: Path) -> Iterator[None]:
         """tcpdump on nodeA's underlay interface, whole frames, into ``path``."""
-        p = subprocess.Popen(["ip", "netns", "exec", self.node_a, "tcpdump", "-i", "ul0", "-n", "-U", "--immediate-mode",
-                              "-s", "0", "-w", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.node_a,
+                "tcpdump",
+                "-i",
+                "ul0",
+                "-n",
+                "-U",
+                "--immediate-mode",
+                "-s",
+                "0",
+                "-w",
+                str(path),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert p.stderr is not None
             line = p.stderr.readline()
@@ -210,13 +242,26 @@ class Overlay:
                 p.wait()
 
 
-def _tunnel(ns: str, kind: str, port: int, local: str, remote: str, addr: str, peer: str, mac: str,
-            peer_mac: str, subnet: str, o: Overlay) -> None:
+def _tunnel(
+    ns: str,
+    kind: str,
+    port: int,
+    local: str,
+    remote: str,
+    addr: str,
+    peer: str,
+    mac: str,
+    peer_mac: str,
+    subnet: str,
+    o: Overlay,
+) -> None:
     """The node's tunnel device ``tun0`` to ``remote`` and the route of the far pod's ``subnet``."""
     if o.kernel:
-        extra = {"vxlan": ["id", str(VNI), "dstport", str(port), "local", local, "remote", remote, "dev", "ul0"],
-                 "geneve": ["id", str(VNI), "remote", remote, "dstport", str(port)],
-                 "gretap": ["local", local, "remote", remote, "key", str(VNI)]}
+        extra = {
+            "vxlan": ["id", str(VNI), "dstport", str(port), "local", local, "remote", remote, "dev", "ul0"],
+            "geneve": ["id", str(VNI), "remote", remote, "dstport", str(port)],
+            "gretap": ["local", local, "remote", remote, "key", str(VNI)],
+        }
         ip("-n", ns, "link", "add", "tun0", "type", kind, *extra.get(kind, ["local", local, "remote", remote]))
     else:
         # the device appears when the endpoint opens it
@@ -246,8 +291,10 @@ def overlay(kind: str, port: int = 0) -> Iterator[Overlay]:
             ip("-n", ns, "link", "set", "lo", "up")
         # the underlay: the nodes' uplinks, static neighbours (no ARP on the capture)
         ip("-n", o.node_a, "link", "add", "ul0", "type", "veth", "peer", "name", "ul0", "netns", o.node_b)
-        for ns, addr, peer, mac, peer_mac in ((o.node_a, NODE_A, NODE_B, "02:77:00:00:01:01", "02:77:00:00:01:02"),
-                                              (o.node_b, NODE_B, NODE_A, "02:77:00:00:01:02", "02:77:00:00:01:01")):
+        for ns, addr, peer, mac, peer_mac in (
+            (o.node_a, NODE_A, NODE_B, "02:77:00:00:01:01", "02:77:00:00:01:02"),
+            (o.node_b, NODE_B, NODE_A, "02:77:00:00:01:02", "02:77:00:00:01:01"),
+        ):
             sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1")
             sysctl(ns, "net.ipv4.ip_forward", "1")
             ip("-n", ns, "link", "set", "ul0", "address", mac)

@@ -46,10 +46,12 @@ def web_to_db(lines: list[dict], dport: int) -> list[dict]:
 
 
 @root_only
-@pytest.mark.parametrize(("kind", "port", "options", "encap"), TUNNELS,
-                         ids=[f"{k}-{p}" if p else k for k, p, _, _ in TUNNELS])
-def test_replay_judges_the_pods_flows_inside_the_tunnel(tmp_path: Path, manifests: Path, kind: str, port: int,
-                                                        options: tuple[str, ...], encap: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "port", "options", "encap"), TUNNELS, ids=[f"{k}-{p}" if p else k for k, p, _, _ in TUNNELS]
+)
+def test_replay_judges_the_pods_flows_inside_the_tunnel(
+    tmp_path: Path, manifests: Path, kind: str, port: int, options: tuple[str, ...], encap: str
+) -> None:
     if not kernel_has(kind) and not os.path.exists("/dev/net/tun"):
         pytest.skip(f"neither a {kind} device in this kernel nor /dev/net/tun for a user-space endpoint")
     pcap = tmp_path / "uplink.pcap"

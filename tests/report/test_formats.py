@@ -60,7 +60,9 @@ def test_matrix_by_namespace_counts_the_pod_matrix() -> None:
     assert ns["matrix"] == want
     assert sum(ns["pods"]) == len(pods["pods"])
     text = run("matrix", DEMO, "--port", "80", "--by", "namespace")
-    assert text.returncode == 0 and f"{sum(map(sum, want))} of {len(pods['pods']) ** 2} pod pairs allowed" in text.stdout
+    assert (
+        text.returncode == 0 and f"{sum(map(sum, want))} of {len(pods['pods']) ** 2} pod pairs allowed" in text.stdout
+    )
 
 
 def test_matrix_csv_and_markdown_are_the_json_table() -> None:
@@ -110,7 +112,8 @@ def test_diff_csv_and_markdown_rows_are_the_changes() -> None:
     assert r.returncode == 5
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     assert sorted(row["change"] for row in rows) == sorted(
-        "opened" if c["now"]["verdict"] == "allow" else "closed" for c in doc["changes"])
+        "opened" if c["now"]["verdict"] == "allow" else "closed" for c in doc["changes"]
+    )
     assert all(row["flows"] for row in rows)
     md = run("diff", DEMO, "--apply", CHANGE, "--output", "md").stdout.splitlines()
     assert len(md) == 2 + len(doc["changes"])
@@ -121,8 +124,13 @@ def test_svg_without_graphviz_says_what_to_install(tmp_path) -> None:
     import sys
 
     env = {**os.environ, "PATH": str(tmp_path)}
-    r = subprocess.run([sys.executable, "-m", "pyclassify", "matrix", DEMO, "--output", "svg"],
-                       capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "pyclassify", "matrix", DEMO, "--output", "svg"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 1 and "graphviz" in r.stderr.lower() and "Traceback" not in r.stderr
 
 
@@ -145,11 +153,17 @@ def _usage_want(doc: dict) -> list[dict]:
     for r in doc["rules"]:
         key = (r["policy"], r["direction"], str(r["rule"]))
         counted = r.get("counted", False)
-        want.append({"policy": r["policy"], "direction": r["direction"], "rule": str(r["rule"]),
-                     **{m: str(r[m]) if counted else "" for m in ("records", "flows", "packets", "bytes")},
-                     "never_hit": ("true" if key in unused else "false") if counted else "",
-                     "shadowed_by": covered.get(key, ""),
-                     "policy_redundant": "true" if r["policy"] in redundant else "false"})
+        want.append(
+            {
+                "policy": r["policy"],
+                "direction": r["direction"],
+                "rule": str(r["rule"]),
+                **{m: str(r[m]) if counted else "" for m in ("records", "flows", "packets", "bytes")},
+                "never_hit": ("true" if key in unused else "false") if counted else "",
+                "shadowed_by": covered.get(key, ""),
+                "policy_redundant": "true" if r["policy"] in redundant else "false",
+            }
+        )
     return want
 
 
@@ -159,8 +173,18 @@ def test_usage_csv_is_the_json_per_rule(traffic: tuple[str, ...]) -> None:
     r = run("usage", DEMO, *traffic, "--output", "csv")
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
-    keys = ("policy", "direction", "rule", "records", "flows", "packets", "bytes", "never_hit", "shadowed_by",
-            "policy_redundant")
+    keys = (
+        "policy",
+        "direction",
+        "rule",
+        "records",
+        "flows",
+        "packets",
+        "bytes",
+        "never_hit",
+        "shadowed_by",
+        "policy_redundant",
+    )
     assert [{k: row[k] for k in keys} for row in rows] == _usage_want(doc)
     assert any(row["shadowed_by"] for row in rows) or not doc["shadowed"]
     if traffic:
@@ -204,9 +228,13 @@ def test_usage_dot_draws_each_rule_with_what_it_decided_and_what_shadows_it(grap
             else:
                 assert label.endswith(f"{rule['flows']:,} flows, {rule['packets']:,} packets"), label
         index = {(r["policy"], r["direction"], str(r["rule"])): k for k, r in enumerate(doc["rules"])}
-        shadows = {(index[(s["policy"], s["direction"], str(s["covered_by"]))], index[(s["policy"], s["direction"],
-                                                                                   str(s["rule"]))])
-                   for s in doc["shadowed"]}
+        shadows = {
+            (
+                index[(s["policy"], s["direction"], str(s["covered_by"]))],
+                index[(s["policy"], s["direction"], str(s["rule"]))],
+            )
+            for s in doc["shadowed"]
+        }
         assert {(int(t[1:]), int(h[1:])) for t, h, _ in edges} == shadows
     assert shadows  # the second set has a shadowed rule: drawn as an edge from the rule covering it
     r = run("usage", str(tmp_path), "--output", "svg")

@@ -28,16 +28,25 @@ def report(tmp_path: Path, name: str, *args: str) -> Path:
 
 def cells(driver: Any, css: str, *attrs: str) -> list[tuple[str | None, ...]]:
     """The attributes of every cell ``css`` selects, read in one script call."""
-    return [tuple(x) for x in driver.execute_script(
-        "return [...document.querySelectorAll(arguments[0])].map(td => arguments[1].map(a => td.getAttribute(a)))",
-        css, list(attrs))]
+    return [
+        tuple(x)
+        for x in driver.execute_script(
+            "return [...document.querySelectorAll(arguments[0])].map(td => arguments[1].map(a => td.getAttribute(a)))",
+            css,
+            list(attrs),
+        )
+    ]
 
 
 def open_namespaces(driver: Any, a: str, b: str, by_pod: bool) -> None:
     driver.execute_script(
         "const td = [...document.querySelectorAll('#heatmap td')].find(t => t.dataset.from === arguments[0] "
         "&& t.dataset.to === arguments[1]); td.click();"
-        "const box = document.getElementById('by-pod'); if (box.checked !== arguments[2]) box.click();", a, b, by_pod)
+        "const box = document.getElementById('by-pod'); if (box.checked !== arguments[2]) box.click();",
+        a,
+        b,
+        by_pod,
+    )
 
 
 def shot(driver: Any, tmp_path: Path, name: str) -> Path:
@@ -45,7 +54,6 @@ def shot(driver: Any, tmp_path: Path, name: str) -> Path:
     driver.save_screenshot(str(path))
     assert path.stat().st_size > 1000
     return path
-
 
 
 def matrix_index(browser: Any, groups: dict[str, Any]) -> list[int]:
@@ -56,6 +64,7 @@ def matrix_index(browser: Any, groups: dict[str, Any]) -> list[int]:
     at = {(g["endpoints"][0], g["family"] or 0): k for k, g in enumerate(groups["groups"])}
     return [at[(ref, family)] for ref, family in first]
 
+
 def test_demo_report_carries_matrix_verdicts_and_explains_them(browser: Any, tmp_path: Path) -> None:
     page = report(tmp_path, "demo.html", DEMO, "--port", "80")
     open_report(browser, page)
@@ -64,7 +73,8 @@ def test_demo_report_carries_matrix_verdicts_and_explains_them(browser: Any, tmp
     names = by_ns["namespaces"]
     heat = cells(browser, "#heatmap td", "data-from", "data-to", "data-allowed")
     assert {(a, b): int(n) for a, b, n in heat} == {
-        (a, b): by_ns["matrix"][i][j] for i, a in enumerate(names) for j, b in enumerate(names)}
+        (a, b): by_ns["matrix"][i][j] for i, a in enumerate(names) for j, b in enumerate(names)
+    }
 
     pods = run_json("matrix", DEMO, "--port", "80", "--json")
     want = {(a, b): pods["matrix"][i][j] for i, a in enumerate(pods["pods"]) for j, b in enumerate(pods["pods"])}
@@ -93,7 +103,9 @@ def test_demo_report_carries_matrix_verdicts_and_explains_them(browser: Any, tmp
                 src, dst = box.get_attribute("data-from"), box.get_attribute("data-to")
                 side = box.find_element("css selector", "dl[data-side='0']")
                 got = {d: json.loads(side.get_attribute(f"data-{d}")) for d in ("egress", "ingress")}
-                expected = run_json("explain", DEMO, "--from", src, "--to", dst, "--proto", "TCP", "--port", "80", "--json")
+                expected = run_json(
+                    "explain", DEMO, "--from", src, "--to", dst, "--proto", "TCP", "--port", "80", "--json"
+                )
                 assert side.get_attribute("data-verdict") == expected["verdict"], (src, dst)
                 for d in ("egress", "ingress"):
                     want_d = expected[d]
@@ -101,14 +113,17 @@ def test_demo_report_carries_matrix_verdicts_and_explains_them(browser: Any, tmp
                         assert got[d] is None, (src, dst, d)
                         continue
                     assert {k2: got[d][k2] for k2 in ("verdict", "tier", "policy", "rule", "reason")} == {
-                        k2: want_d[k2] for k2 in ("verdict", "tier", "policy", "rule", "reason")}, (src, dst, d)
+                        k2: want_d[k2] for k2 in ("verdict", "tier", "policy", "rule", "reason")
+                    }, (src, dst, d)
                 clicked += 1
     assert clicked == len(want)
     # For review (and docs/commands.md): frontend into backend, a cell a policy rule decides, explained.
     open_namespaces(browser, "frontend", "backend", by_pod=False)
     for td in browser.find_elements("css selector", "#group-table td"):
         td.click()
-        if '"reason": "rule"' in browser.find_element("css selector", "#explanation dl").get_attribute("data-ingress").replace('":"', '": "'):
+        if '"reason": "rule"' in browser.find_element("css selector", "#explanation dl").get_attribute(
+            "data-ingress"
+        ).replace('":"', '": "'):
             break
     image = shot(browser, tmp_path, "report-demo.png")
     if os.environ.get("PYCLASSIFY_WRITE_DOCS"):
@@ -124,7 +139,11 @@ def test_change_report_draws_what_diff_opens_and_closes(browser: Any, tmp_path: 
     doc = run_json("diff", DEMO, "--apply", CHANGE, "--json")
     want: dict[tuple[str, str], set[str]] = {}
     for c in doc["changes"]:
-        if c["from"]["kind"] != "pod" or c["to"]["kind"] != "pod" or not any(f["protocol"] == "TCP" for f in c["flows"]):
+        if (
+            c["from"]["kind"] != "pod"
+            or c["to"]["kind"] != "pod"
+            or not any(f["protocol"] == "TCP" for f in c["flows"])
+        ):
             continue
         for src in c["from"]["endpoints"]:
             for dst in c["to"]["endpoints"]:
@@ -147,8 +166,16 @@ def test_change_report_draws_what_diff_opens_and_closes(browser: Any, tmp_path: 
     box = browser.find_element("id", "explanation")
     was, now = (box.find_element("css selector", f"dl[data-side='{s}']") for s in (0, 1))
     assert was.get_attribute("data-verdict") != now.get_attribute("data-verdict")
-    expected = run_json("explain", DEMO, "--from", box.get_attribute("data-from"), "--to", box.get_attribute("data-to"),
-                        *box.get_attribute("data-args").split(), "--json")
+    expected = run_json(
+        "explain",
+        DEMO,
+        "--from",
+        box.get_attribute("data-from"),
+        "--to",
+        box.get_attribute("data-to"),
+        *box.get_attribute("data-args").split(),
+        "--json",
+    )
     assert was.get_attribute("data-verdict") == expected["verdict"]
     for d in ("egress", "ingress"):
         got = json.loads(was.get_attribute(f"data-{d}"))
@@ -169,7 +196,9 @@ def test_generated_cluster_report(browser: Any, tmp_path: Path) -> None:
     heat = {(a, b): int(n) for a, b, n in cells(browser, "#heatmap td", "data-from", "data-to", "data-allowed")}
     assert heat == {(a, b): by_ns["matrix"][i][j] for i, a in enumerate(names) for j, b in enumerate(names)}
     groups = run_json("matrix", str(cluster), "--port", "8080", "--by", "identity", "--json")
-    busiest = max(heat, key=lambda k: (0 < heat[k] < by_ns["pods"][names.index(k[0])] * by_ns["pods"][names.index(k[1])], heat[k]))
+    busiest = max(
+        heat, key=lambda k: (0 < heat[k] < by_ns["pods"][names.index(k[0])] * by_ns["pods"][names.index(k[1])], heat[k])
+    )
     open_namespaces(browser, *busiest, by_pod=False)
     got = cells(browser, "#group-table td", "data-group-from", "data-group-to", "data-verdict")
     index = matrix_index(browser, groups)
@@ -194,7 +223,9 @@ def test_dual_stack_pods_judged_in_each_family_as_matrix_does(browser: Any, tmp_
     assert console_errors(browser) == []
     pods = run_json("matrix", str(cluster), "--port", "80", "--json")
     verdict = {True: "allow", False: "deny", None: "none"}
-    want = {(a, b): verdict[pods["matrix"][i][j]] for i, a in enumerate(pods["pods"]) for j, b in enumerate(pods["pods"])}
+    want = {
+        (a, b): verdict[pods["matrix"][i][j]] for i, a in enumerate(pods["pods"]) for j, b in enumerate(pods["pods"])
+    }
     open_namespaces(browser, "app", "app", by_pod=True)
     listed = cells(browser, "#pod-table td", "data-from", "data-to", "data-verdict")
     assert len(listed) == len(want)  # each pod once, whatever its families

@@ -16,18 +16,13 @@
 //! repetitions, the median is reported (default 5).
 
 use pyclassify_core::classbench;
-use pyclassify_core::classifier::{
-    ClassRule, Classifier, LinearScan, Match, PacketKey, TupleMerge,
-};
+use pyclassify_core::classifier::{ClassRule, Classifier, LinearScan, Match, PacketKey, TupleMerge};
 use std::hint::black_box;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 fn env_f64(name: &str, default: f64) -> f64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// Median over `runs` of the seconds per call of `f`, each run repeating `f` for at least `min`.
@@ -49,13 +44,7 @@ fn median_secs(runs: usize, min: Duration, mut f: impl FnMut()) -> f64 {
 }
 
 /// Seconds per packet classifying `keys` in batches of `batch` (1 = `classify` per key).
-fn time_classify(
-    c: &dyn Classifier,
-    keys: &[PacketKey],
-    batch: usize,
-    runs: usize,
-    min: Duration,
-) -> f64 {
+fn time_classify(c: &dyn Classifier, keys: &[PacketKey], batch: usize, runs: usize, min: Duration) -> f64 {
     let mut out = vec![None::<Match>; batch.max(1)];
     let per_pass = median_secs(runs, min, || {
         if batch <= 1 {
@@ -100,14 +89,9 @@ fn mpps(secs_per_pkt: f64) -> f64 {
 }
 
 fn main() {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let Some(dir) = classbench::find_data_dir(Path::new(env!("CARGO_MANIFEST_DIR"))) else {
-        eprintln!(
-            "SKIP: no shared/classbench folder beside the repository (set PYCLASSIFY_CLASSBENCH)"
-        );
+        eprintln!("SKIP: no shared/classbench folder beside the repository (set PYCLASSIFY_CLASSBENCH)");
         return;
     };
     let min = Duration::from_secs_f64(env_f64("BENCH_SECONDS", 0.25));
@@ -115,8 +99,22 @@ fn main() {
     println!("classifier benchmark: TupleMerge vs LinearScan (first-match), single thread, median of {runs} runs");
     println!(
         "{:<12} {:>6} {:>8} {:>4} | {:>7} {:>7} {:>7} {:>7} | {:>8} {:>8} | {:>9} {:>8} {:>6} {:>7} | {:>10} {:>9}",
-        "ruleset", "rules", "headers", "src", "b1 Mpps", "ns/pkt", "b16", "b256", "lin Mpps", "x lin",
-        "build ms", "lin ms", "B/rule", "tables", "updates/s", "x lin upd"
+        "ruleset",
+        "rules",
+        "headers",
+        "src",
+        "b1 Mpps",
+        "ns/pkt",
+        "b16",
+        "b256",
+        "lin Mpps",
+        "x lin",
+        "build ms",
+        "lin ms",
+        "B/rule",
+        "tables",
+        "updates/s",
+        "x lin upd"
     );
     for set in ["acl1", "fw1", "ipc1"] {
         for size in [1000, 10000, 100000] {
@@ -151,17 +149,9 @@ fn main() {
             let mut lin = LinearScan::build(&rules).unwrap();
 
             // Correctness first: all headers up to 10k rules, a strided sample of 20k beyond.
-            let step = if rules.len() > 20_000 {
-                (keys.len() / 20_000).max(1)
-            } else {
-                1
-            };
+            let step = if rules.len() > 20_000 { (keys.len() / 20_000).max(1) } else { 1 };
             for k in keys.iter().step_by(step) {
-                assert_eq!(
-                    tm.classify(k),
-                    lin.classify(k),
-                    "{name}: disagreement on {k:?}"
-                );
+                assert_eq!(tm.classify(k), lin.classify(k), "{name}: disagreement on {k:?}");
             }
 
             let b1 = time_classify(&tm, &keys, 1, runs, min);
@@ -182,11 +172,7 @@ fn main() {
             });
             // The updates above left the same rule set: re-check a sample.
             for k in keys.iter().step_by(step * 16) {
-                assert_eq!(
-                    tm.classify(k),
-                    lin.classify(k),
-                    "{name}: disagreement after updates"
-                );
+                assert_eq!(tm.classify(k), lin.classify(k), "{name}: disagreement after updates");
             }
             println!(
                 "{:<12} {:>6} {:>8} {:>4} | {:>7.2} {:>7.1} {:>7.2} {:>7.2} | {:>8.3} {:>7.0}x | {:>9.1} {:>8.1} {:>6.0} {:>7} | {:>10.0} {:>8.0}x",

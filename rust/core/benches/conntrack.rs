@@ -108,14 +108,8 @@ fn workload(n: usize, lookups: usize, seed: u64) -> Workload {
         };
         syn.push(fwd);
         synack.push(rev);
-        ack.push(PacketHeader {
-            tcp_flags: TCP_ACK,
-            ..fwd
-        });
-        rev_ack.push(PacketHeader {
-            tcp_flags: TCP_ACK,
-            ..rev
-        });
+        ack.push(PacketHeader { tcp_flags: TCP_ACK, ..fwd });
+        rev_ack.push(PacketHeader { tcp_flags: TCP_ACK, ..rev });
     }
     let traffic = (0..lookups)
         .map(|_| {
@@ -127,12 +121,7 @@ fn workload(n: usize, lookups: usize, seed: u64) -> Workload {
             }
         })
         .collect();
-    Workload {
-        syn,
-        synack,
-        ack,
-        traffic,
-    }
+    Workload { syn, synack, ack, traffic }
 }
 
 fn cfg(n: usize) -> CtConfig {
@@ -201,15 +190,7 @@ fn naive_track(map: &mut HashMap<FlowKey, NaiveEntry>, h: &PacketHeader, now: u6
 fn naive_insert_all(map: &mut HashMap<FlowKey, NaiveEntry>, w: &Workload) {
     for h in &w.syn {
         if !naive_track(map, h, 1) {
-            map.insert(
-                key_of(h),
-                NaiveEntry {
-                    state: 0,
-                    seen_reply: false,
-                    packets: [1, 0],
-                    expires: 121,
-                },
-            );
+            map.insert(key_of(h), NaiveEntry { state: 0, seen_reply: false, packets: [1, 0], expires: 121 });
         }
     }
 }
@@ -246,10 +227,7 @@ fn line(what: &str, n: usize, ops: usize, ours: f64, fx: f64, base: f64) {
 
 fn main() {
     let sizes: Vec<usize> = {
-        let args: Vec<usize> = std::env::args()
-            .skip(1)
-            .filter_map(|a| a.parse().ok())
-            .collect();
+        let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
         if args.is_empty() {
             vec![10_000, 100_000, 1_000_000]
         } else {
@@ -289,19 +267,8 @@ fn main() {
         naive_insert_all(&mut base, &w);
         let lk_ours = best_of(3, || timed(|| lookups(&mut ours, &w)));
         let lk_fx = best_of(3, || timed(|| lookups(&mut fx, &w)));
-        let lk_base = best_of(3, || {
-            timed(|| {
-                w.traffic
-                    .iter()
-                    .filter(|h| naive_track(&mut base, h, 3))
-                    .count()
-            })
-        });
-        assert_eq!(
-            lookups(&mut ours, &w),
-            w.traffic.len(),
-            "every lookup must hit"
-        );
+        let lk_base = best_of(3, || timed(|| w.traffic.iter().filter(|h| naive_track(&mut base, h, 3)).count()));
+        assert_eq!(lookups(&mut ours, &w), w.traffic.len(), "every lookup must hit");
         line("lookup", n, w.traffic.len(), lk_ours, lk_fx, lk_base);
 
         // Revalidation: re-judge every flow; a judge that keeps all (the cost of a policy swap
@@ -330,10 +297,7 @@ fn main() {
             base.retain(|k, _| deny(k));
             before - base.len()
         });
-        assert_eq!(
-            revoked, revoked_base,
-            "ours and baseline must revoke the same flows"
-        );
+        assert_eq!(revoked, revoked_base, "ours and baseline must revoke the same flows");
         println!(
             "conntrack revoke   flows={n:>8}  revoked {revoked} in {:.2} ms (ours), {:.2} ms (baseline retain)  ours/baseline {:5.2}x",
             t_ours * 1e3,

@@ -26,7 +26,9 @@ use std::time::{Duration, Instant};
 
 use pyclassify_core::batch::PacketHeader;
 use pyclassify_core::engine::spec::{Delta, EndpointSpec, NamespaceSpec, PolicySpec, Spec};
-use pyclassify_core::engine::workload::{flow_header, policy_workload, workload_flows, workload_pod_ip, Rng, WorkloadShape};
+use pyclassify_core::engine::workload::{
+    flow_header, policy_workload, workload_flows, workload_pod_ip, Rng, WorkloadShape,
+};
 use pyclassify_core::engine::{Addr, Compile, Defaults, Flow, FlowEnd, Judge, Model, PacketVerdict, Snapshot};
 
 fn env(name: &str, default: usize) -> usize {
@@ -50,7 +52,11 @@ fn timed<T>(f: impl FnOnce() -> T) -> (Duration, T) {
 }
 
 /// Decisions/s of `judge` over `headers` in batches of 256, best of `rounds`, and the records.
-fn rate(headers: &[PacketHeader], rounds: usize, judge: impl Fn(&[PacketHeader], &mut [PacketVerdict])) -> (f64, Vec<PacketVerdict>) {
+fn rate(
+    headers: &[PacketHeader],
+    rounds: usize,
+    judge: impl Fn(&[PacketHeader], &mut [PacketVerdict]),
+) -> (f64, Vec<PacketVerdict>) {
     let mut out = vec![PacketVerdict::default(); headers.len()];
     let mut best = Duration::MAX;
     for _ in 0..rounds {
@@ -72,16 +78,28 @@ fn pps<J: Judge>(engine: &J, headers: &[PacketHeader]) -> (f64, Vec<PacketVerdic
 /// Random pod pairs of a spec (some outside addresses), TCP/UDP to ports its policies name
 /// and to any port, ICMP echo: almost every packet a new combination for the memo.
 fn random_pairs(spec: &Spec, n: usize, seed: u64) -> Vec<PacketHeader> {
-    let addrs: Vec<Addr> =
-        spec.endpoints.iter().filter(|e| e.kind == "pod").filter_map(|e| e.ips.first()).filter_map(|a| Addr::parse(a).ok()).collect();
-    let outside: Vec<Addr> = ["8.8.8.8", "192.168.7.1", "100.64.3.9", "172.16.1.9"].iter().map(|a| Addr::parse(a).expect("literal")).collect();
+    let addrs: Vec<Addr> = spec
+        .endpoints
+        .iter()
+        .filter(|e| e.kind == "pod")
+        .filter_map(|e| e.ips.first())
+        .filter_map(|a| Addr::parse(a).ok())
+        .collect();
+    let outside: Vec<Addr> = ["8.8.8.8", "192.168.7.1", "100.64.3.9", "172.16.1.9"]
+        .iter()
+        .map(|a| Addr::parse(a).expect("literal"))
+        .collect();
     let r = &mut Rng::new(seed);
     (0..n)
         .map(|_| {
             let pick = |r: &mut Rng| if r.chance(5) { *r.pick(&outside) } else { *r.pick(&addrs) };
             let (s, d) = (pick(r), pick(r));
             let protocol = *r.pick(&[6u8, 6, 6, 6, 6, 6, 17, 17, 1]);
-            let dport = if r.chance(50) { *r.pick(&[53u16, 80, 443, 5432, 6379, 8080, 8443, 9090, 9100, 22]) } else { 1 + r.below(65535) as u16 };
+            let dport = if r.chance(50) {
+                *r.pick(&[53u16, 80, 443, 5432, 6379, 8080, 8443, 9090, 9100, 22])
+            } else {
+                1 + r.below(65535) as u16
+            };
             let icmp = protocol == 1;
             flow_header(&Flow {
                 src: FlowEnd { addr: Some(s), endpoint: None },
@@ -107,7 +125,9 @@ fn decisions(what: &str, snap: &Snapshot, headers: &[PacketHeader]) {
     let (compiled, out_compiled) = rate(headers, 3, |h, o| snap.classify_compiled(h, o, d));
     let (walk, out_walk) = rate(headers, 1, |h, o| {
         for (h, o) in h.iter().zip(o.iter_mut()) {
-            *o = snap.header_verdict_walked(h, d).map_or_else(|| PacketVerdict::undecodable(h), |v| PacketVerdict::judged(&v));
+            *o = snap
+                .header_verdict_walked(h, d)
+                .map_or_else(|| PacketVerdict::undecodable(h), |v| PacketVerdict::judged(&v));
         }
     });
     assert!(out_memo == out_walk && out_compiled == out_walk, "{what}: compiled and walked decisions differ");
@@ -249,7 +269,9 @@ fn main() {
                     "compiled" => snap.classify_compiled(h, o, d),
                     "walk" => {
                         for (h, o) in h.iter().zip(o.iter_mut()) {
-                            *o = snap.header_verdict_walked(h, d).map_or_else(|| PacketVerdict::undecodable(h), |v| PacketVerdict::judged(&v));
+                            *o = snap
+                                .header_verdict_walked(h, d)
+                                .map_or_else(|| PacketVerdict::undecodable(h), |v| PacketVerdict::judged(&v));
                         }
                     }
                     "none" => {}
@@ -283,7 +305,10 @@ fn main() {
 
     // --- changes in force: apply one delta and take the snapshot, beside a full rebuild ---
     let changes = env("ENGINE_CHANGES", 200);
-    println!("changes in force, the programs they make compiled {}", if eager_changes { "before" } else { "on first use" });
+    println!(
+        "changes in force, the programs they make compiled {}",
+        if eager_changes { "before" } else { "on first use" }
+    );
     let (rebuild, _) = timed(|| {
         let mut m = Model::new();
         m.apply(delta.clone()).expect("rebuilds");

@@ -190,7 +190,12 @@ fn main() {
     let pairs: usize = (0..n_sels as u32).map(|s| idx.matching_endpoints(&s).unwrap().count()).sum();
     assert_eq!(pairs, brute_pairs);
     assert_eq!(pairs, (0..n_sels as u32).map(|s| idx2.matching_endpoints(&s).unwrap().count()).sum::<usize>());
-    println!("{pairs} (selector, endpoint) matches; {} scanned selectors", (0..n_sels as u32).filter(|s| matches!(idx.strategy(s), Some(pyclassify_core::labelindex::IndexStrategy::Scanned))).count());
+    println!(
+        "{pairs} (selector, endpoint) matches; {} scanned selectors",
+        (0..n_sels as u32)
+            .filter(|s| matches!(idx.strategy(s), Some(pyclassify_core::labelindex::IndexStrategy::Scanned)))
+            .count()
+    );
     println!("{:<44} {:>15} {:>17} {:>10}", "", "index", "brute force", "ratio");
     row("full build, selectors then endpoints (ns)", build_sel_first * 1e9, build_brute * 1e9);
     row("full build, endpoints then selectors (ns)", build_ep_first * 1e9, build_brute * 1e9);

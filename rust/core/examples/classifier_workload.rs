@@ -14,9 +14,7 @@ use std::path::Path;
 fn classify_workload(c: &TupleMerge, keys: &[PacketKey]) -> u64 {
     let mut acc = 0u64;
     for k in keys {
-        acc = acc
-            .wrapping_mul(31)
-            .wrapping_add(c.classify(k).map_or(0, |m| m.id as u64 + 1));
+        acc = acc.wrapping_mul(31).wrapping_add(c.classify(k).map_or(0, |m| m.id as u64 + 1));
     }
     acc
 }

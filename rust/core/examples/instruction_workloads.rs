@@ -61,8 +61,15 @@ fn gate_replay(snap: &Snapshot, packets: &[PacketHeader], out: &mut [PacketVerdi
     for (at, (h, o)) in packets.chunks(1024).zip(out.chunks_mut(1024)).enumerate() {
         let first = (at * 1024) as i64;
         let rows: Vec<i64> = (first..first + h.len() as i64).collect();
-        let mut lane =
-            Lane { engine: snap, rows: &rows, headers: h, quotes: None, segments: None, tracker: Some((&mut ct, &mut http)), out: o };
+        let mut lane = Lane {
+            engine: snap,
+            rows: &rows,
+            headers: h,
+            quotes: None,
+            segments: None,
+            tracker: Some((&mut ct, &mut http)),
+            out: o,
+        };
         judge_lanes(std::slice::from_mut(&mut lane), h, &[], snap, d);
     }
     out.iter().fold(0u64, |acc, v| acc.wrapping_mul(3).wrapping_add(v.allow as u64))
@@ -90,8 +97,10 @@ fn classifier() -> u64 {
     let sets: Vec<(TupleMerge, Vec<PacketKey>)> = ["acl1_1000", "fw1_1000"]
         .iter()
         .map(|name| {
-            let rules = classbench::load_rules(&dir.join(format!("{name}.rules.gz"))).unwrap_or_else(|e| panic!("{name}: {e}"));
-            let trace = classbench::load_trace(&dir.join(format!("{name}.trace.gz"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let rules =
+                classbench::load_rules(&dir.join(format!("{name}.rules.gz"))).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let trace =
+                classbench::load_trace(&dir.join(format!("{name}.trace.gz"))).unwrap_or_else(|e| panic!("{name}: {e}"));
             let keys = trace.iter().take(HEADERS).map(|e| e.key).collect();
             (TupleMerge::build(&rules).expect("ClassBench rules are valid"), keys)
         })
@@ -133,7 +142,9 @@ fn replay() -> u64 {
             h.dport = 80;
         }
         let r = reversed_header(&h);
-        for (mut p, flags) in [(h, SYN), (r, SYN | ACK), (h, ACK), (h, PSH | ACK), (r, PSH | ACK), (h, FIN | ACK), (r, FIN | ACK)] {
+        for (mut p, flags) in
+            [(h, SYN), (r, SYN | ACK), (h, ACK), (h, PSH | ACK), (r, PSH | ACK), (h, FIN | ACK), (r, FIN | ACK)]
+        {
             ts += 1_000;
             p.ts_ns = ts;
             p.tcp_flags = flags;

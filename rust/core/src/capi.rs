@@ -76,7 +76,12 @@ pub const API_FUNCTIONS: &[(&str, &str, &str, &str)] = &[
         "judges n headers of routed traffic by a host endpoint's forward hook (applyOnForward policy) into out: \
          endpoint (< 0: none) is the subject of the side the packet crosses (ingress: it arrived by its interface)",
     ),
-    ("ct_new", "pc_conntrack *", "size_t max_entries, uint8_t tcp_loose", "a new connection tracker (NULL on a bad configuration)"),
+    (
+        "ct_new",
+        "pc_conntrack *",
+        "size_t max_entries, uint8_t tcp_loose",
+        "a new connection tracker (NULL on a bad configuration)",
+    ),
     ("ct_free", "void", "pc_conntrack *ct", "frees a tracker of ct_new"),
     ("ct_len", "size_t", "const pc_conntrack *ct", "the number of tracked connections"),
     (
@@ -106,8 +111,13 @@ pub const API_FUNCTIONS: &[(&str, &str, &str, &str)] = &[
         "learns the DNS answers of one UDP payload (tcp: one TCP payload of length-prefixed messages) into the \
          engine's domain facts; returns how many new facts, or < 0; *error: 0, or 1 + the DNS_ERROR_NAMES index",
     ),
-    ("http_new", "pc_http *", "size_t cap", "a table of at most cap connections admitted provisionally by http rules \
-      (thread-safe: the loops that admit connections and the one that reads them share it)"),
+    (
+        "http_new",
+        "pc_http *",
+        "size_t cap",
+        "a table of at most cap connections admitted provisionally by http rules \
+      (thread-safe: the loops that admit connections and the one that reads them share it)",
+    ),
     ("http_free", "void", "pc_http *conns", "frees a table of http_new"),
     (
         "http_watch",
@@ -342,8 +352,14 @@ unsafe extern "C" fn http_judge(
 const TCP_FIN: u8 = 0x01;
 const TCP_RST: u8 = 0x04;
 
-unsafe extern "C" fn dns_learn(engine: *const Engine, payload: *const u8, len: usize, now_ns: u64, tcp: u8,
-                               error: *mut u8) -> i32 {
+unsafe extern "C" fn dns_learn(
+    engine: *const Engine,
+    payload: *const u8,
+    len: usize,
+    now_ns: u64,
+    tcp: u8,
+    error: *mut u8,
+) -> i32 {
     if engine.is_null() || (len > 0 && payload.is_null()) {
         return CAPI_NULL;
     }
@@ -438,7 +454,11 @@ unsafe extern "C" fn judge_http(
         let (hs, vs) = unsafe { (std::slice::from_raw_parts(headers, n), std::slice::from_raw_parts_mut(out, n)) };
         let qs = (!quotes.is_null()).then(|| unsafe { std::slice::from_raw_parts(quotes, n) });
         let (ps, ls, ss) = unsafe {
-            (std::slice::from_raw_parts(payloads, n), std::slice::from_raw_parts(lens, n), std::slice::from_raw_parts(seqs, n))
+            (
+                std::slice::from_raw_parts(payloads, n),
+                std::slice::from_raw_parts(lens, n),
+                std::slice::from_raw_parts(seqs, n),
+            )
         };
         let segments: Vec<Segment<'_>> = (0..n)
             .map(|i| Segment {
@@ -512,14 +532,42 @@ unsafe extern "C" fn ct_len(ct: *const ConnTrack) -> usize {
 
 /// The names of the counters `ct_stats` writes, in its order (the fields of [`CtStats`]).
 pub const CT_STATS_NAMES: [&str; 16] = [
-    "packets", "established", "reply", "related", "new", "untracked", "invalid", "inserts",
-    "insert_failed", "expired", "early_drops", "revalidations", "revoked", "restored", "denied", "pickups",
+    "packets",
+    "established",
+    "reply",
+    "related",
+    "new",
+    "untracked",
+    "invalid",
+    "inserts",
+    "insert_failed",
+    "expired",
+    "early_drops",
+    "revalidations",
+    "revoked",
+    "restored",
+    "denied",
+    "pickups",
 ];
 
 fn ct_stats_values(s: &CtStats) -> [u64; 16] {
     [
-        s.packets, s.established, s.reply, s.related, s.new, s.untracked, s.invalid, s.inserts,
-        s.insert_failed, s.expired, s.early_drops, s.revalidations, s.revoked, s.restored, s.denied, s.pickups,
+        s.packets,
+        s.established,
+        s.reply,
+        s.related,
+        s.new,
+        s.untracked,
+        s.invalid,
+        s.inserts,
+        s.insert_failed,
+        s.expired,
+        s.early_drops,
+        s.revalidations,
+        s.revoked,
+        s.restored,
+        s.denied,
+        s.pickups,
     ]
 }
 
@@ -593,7 +641,9 @@ unsafe extern "C" fn ct_revalidate(
     let d = defaults(pod_allow, host_allow);
     let result = catch_unwind(AssertUnwindSafe(|| {
         // a connection admitted provisionally (awaiting its HTTP request) stays admitted
-        ct.revalidate(now_ns, |key| engine.header_verdict(&header_of(key), d).is_some_and(|v| v.allow || v.awaits_request))
+        ct.revalidate(now_ns, |key| {
+            engine.header_verdict(&header_of(key), d).is_some_and(|v| v.allow || v.awaits_request)
+        })
     }));
     let Ok(keys) = result else { return CAPI_PANIC as isize };
     if !out.is_null() {

@@ -46,11 +46,7 @@ impl fmt::Display for ParseError {
 impl std::error::Error for ParseError {}
 
 fn err(line: usize, message: impl Into<String>) -> ParseError {
-    ParseError {
-        path: None,
-        line,
-        message: message.into(),
-    }
+    ParseError { path: None, line, message: message.into() }
 }
 
 /// One trace header and the generator's rule number (1-based; see the module documentation).
@@ -61,10 +57,7 @@ pub struct TraceEntry {
 }
 
 /// Calls `f(line_number, line)` for every non-blank line, stopping at the first error.
-fn each_line<R: Read>(
-    r: R,
-    mut f: impl FnMut(usize, &str) -> Result<(), ParseError>,
-) -> Result<(), ParseError> {
+fn each_line<R: Read>(r: R, mut f: impl FnMut(usize, &str) -> Result<(), ParseError>) -> Result<(), ParseError> {
     let mut r = BufReader::new(r);
     let mut buf = Vec::new();
     let mut n = 0;
@@ -86,36 +79,19 @@ fn each_line<R: Read>(
 }
 
 fn parse_prefix(n: usize, what: &str, s: &str) -> Result<Prefix, ParseError> {
-    let (a, l) = s
-        .split_once('/')
-        .ok_or_else(|| err(n, format!("{what}: expected ADDRESS/LENGTH, got {s:?}")))?;
-    let len: u8 = l
-        .trim()
-        .parse()
-        .map_err(|_| err(n, format!("{what}: bad prefix length {l:?}")))?;
+    let (a, l) = s.split_once('/').ok_or_else(|| err(n, format!("{what}: expected ADDRESS/LENGTH, got {s:?}")))?;
+    let len: u8 = l.trim().parse().map_err(|_| err(n, format!("{what}: bad prefix length {l:?}")))?;
     match a.trim().parse::<IpAddr>() {
         Ok(IpAddr::V4(v4)) if len <= 32 => Ok(Prefix::v4(u32::from(v4), len)),
-        Ok(IpAddr::V6(v6)) if len <= 128 => Ok(Prefix {
-            addr: u128::from(v6),
-            len,
-        }),
-        Ok(_) => Err(err(
-            n,
-            format!("{what}: prefix length {len} too long for {a}"),
-        )),
+        Ok(IpAddr::V6(v6)) if len <= 128 => Ok(Prefix { addr: u128::from(v6), len }),
+        Ok(_) => Err(err(n, format!("{what}: prefix length {len} too long for {a}"))),
         Err(_) => Err(err(n, format!("{what}: bad address {a:?}"))),
     }
 }
 
 fn parse_range(n: usize, what: &str, s: &str) -> Result<PortRange, ParseError> {
-    let (lo, hi) = s
-        .split_once(':')
-        .ok_or_else(|| err(n, format!("{what}: expected LO : HI, got {s:?}")))?;
-    let p = |x: &str| {
-        x.trim()
-            .parse::<u16>()
-            .map_err(|_| err(n, format!("{what}: bad port {:?}", x.trim())))
-    };
+    let (lo, hi) = s.split_once(':').ok_or_else(|| err(n, format!("{what}: expected LO : HI, got {s:?}")))?;
+    let p = |x: &str| x.trim().parse::<u16>().map_err(|_| err(n, format!("{what}: bad port {:?}", x.trim())));
     let (lo, hi) = (p(lo)?, p(hi)?);
     if lo > hi {
         return Err(err(n, format!("{what}: range {lo} : {hi} has lo > hi")));
@@ -133,26 +109,21 @@ fn parse_hex(n: usize, what: &str, s: &str) -> Result<u32, ParseError> {
 }
 
 fn parse_value_mask(n: usize, what: &str, s: &str) -> Result<(u32, u32), ParseError> {
-    let (v, m) = s
-        .split_once('/')
-        .ok_or_else(|| err(n, format!("{what}: expected VALUE/MASK, got {s:?}")))?;
+    let (v, m) = s.split_once('/').ok_or_else(|| err(n, format!("{what}: expected VALUE/MASK, got {s:?}")))?;
     Ok((parse_hex(n, what, v)?, parse_hex(n, what, m)?))
 }
 
 /// Parses one rule line (with its leading `@`).
 pub fn parse_rule_line(n: usize, line: &str, id: u32) -> Result<ClassRule, ParseError> {
-    let body = line
-        .strip_prefix('@')
-        .ok_or_else(|| err(n, "rule line must start with '@'"))?;
-    let fields: Vec<&str> = body
-        .split('\t')
-        .map(str::trim)
-        .filter(|f| !f.is_empty())
-        .collect();
+    let body = line.strip_prefix('@').ok_or_else(|| err(n, "rule line must start with '@'"))?;
+    let fields: Vec<&str> = body.split('\t').map(str::trim).filter(|f| !f.is_empty()).collect();
     if !(5..=6).contains(&fields.len()) {
         return Err(err(
             n,
-            format!("expected 5 or 6 tab-separated fields (src, dst, sport, dport, proto[, flags]), got {}", fields.len()),
+            format!(
+                "expected 5 or 6 tab-separated fields (src, dst, sport, dport, proto[, flags]), got {}",
+                fields.len()
+            ),
         ));
     }
     let src = parse_prefix(n, "source", fields[0])?;
@@ -161,41 +132,20 @@ pub fn parse_rule_line(n: usize, line: &str, id: u32) -> Result<ClassRule, Parse
     let dport = parse_range(n, "destination port", fields[3])?;
     let (pv, pm) = parse_value_mask(n, "protocol", fields[4])?;
     if pv > 0xff || pm > 0xff {
-        return Err(err(
-            n,
-            format!("protocol: {pv:#x}/{pm:#x} does not fit in a byte"),
-        ));
+        return Err(err(n, format!("protocol: {pv:#x}/{pm:#x} does not fit in a byte")));
     }
     let proto = match pm {
         0xff => Some(pv as u8),
         0 => None,
-        _ => {
-            return Err(err(
-                n,
-                format!("protocol: partial mask {pm:#04x} is not supported (0x00 or 0xFF)"),
-            ))
-        }
+        _ => return Err(err(n, format!("protocol: partial mask {pm:#04x} is not supported (0x00 or 0xFF)"))),
     };
     if let Some(f) = fields.get(5) {
         let (fv, fm) = parse_value_mask(n, "flags", f)?;
         if fv > 0xffff || fm > 0xffff {
-            return Err(err(
-                n,
-                format!("flags: {fv:#x}/{fm:#x} does not fit in 16 bits"),
-            ));
+            return Err(err(n, format!("flags: {fv:#x}/{fm:#x} does not fit in 16 bits")));
         }
     }
-    Ok(ClassRule {
-        id,
-        priority: id,
-        src,
-        dst,
-        sport,
-        dport,
-        proto,
-        icmp_type: None,
-        icmp_code: None,
-    })
+    Ok(ClassRule { id, priority: id, src, dst, sport, dport, proto, icmp_type: None, icmp_code: None })
 }
 
 /// Parses a ruleset; rule `i` (0-based, in file order) gets id and priority `i`.
@@ -213,17 +163,10 @@ pub fn parse_rules<R: Read>(r: R) -> Result<Vec<ClassRule>, ParseError> {
 pub fn parse_trace_line(n: usize, line: &str) -> Result<TraceEntry, ParseError> {
     let f: Vec<&str> = line.split_whitespace().collect();
     if f.len() != 7 {
-        return Err(err(
-            n,
-            format!(
-                "expected 7 fields (src dst sport dport proto flags rule), got {}",
-                f.len()
-            ),
-        ));
+        return Err(err(n, format!("expected 7 fields (src dst sport dport proto flags rule), got {}", f.len())));
     }
     fn num<T: std::str::FromStr>(n: usize, what: &str, s: &str) -> Result<T, ParseError> {
-        s.parse()
-            .map_err(|_| err(n, format!("{what}: bad number {s:?}")))
+        s.parse().map_err(|_| err(n, format!("{what}: bad number {s:?}")))
     }
     let src: u32 = num(n, "source address", f[0])?;
     let dst: u32 = num(n, "destination address", f[1])?;
@@ -232,10 +175,7 @@ pub fn parse_trace_line(n: usize, line: &str) -> Result<TraceEntry, ParseError> 
     let proto: u8 = num(n, "protocol", f[4])?;
     let _flags: u32 = num(n, "flags", f[5])?;
     let rule: u32 = num(n, "rule number", f[6])?;
-    Ok(TraceEntry {
-        key: PacketKey::v4(src, dst, sport, dport, proto),
-        rule,
-    })
+    Ok(TraceEntry { key: PacketKey::v4(src, dst, sport, dport, proto), rule })
 }
 
 /// Parses a trace.
@@ -252,11 +192,7 @@ pub fn parse_trace<R: Read>(r: R) -> Result<Vec<TraceEntry>, ParseError> {
 pub fn open(path: &Path) -> std::io::Result<Box<dyn Read>> {
     let mut f = BufReader::new(File::open(path)?);
     let gz = f.fill_buf()?.starts_with(&[0x1f, 0x8b]);
-    Ok(if gz {
-        Box::new(MultiGzDecoder::new(f))
-    } else {
-        Box::new(f)
-    })
+    Ok(if gz { Box::new(MultiGzDecoder::new(f)) } else { Box::new(f) })
 }
 
 fn with_path<T>(path: &Path, r: Result<T, ParseError>) -> Result<T, ParseError> {
@@ -286,10 +222,7 @@ pub fn find_data_dir(start: &Path) -> Option<PathBuf> {
         let p = PathBuf::from(p);
         return p.is_dir().then_some(p);
     }
-    start
-        .ancestors()
-        .map(|a| a.join("shared").join("classbench"))
-        .find(|p| p.is_dir())
+    start.ancestors().map(|a| a.join("shared").join("classbench")).find(|p| p.is_dir())
 }
 
 /// Headers derived from the rules deterministically (for rulesets without a trace): for each of
@@ -316,8 +249,7 @@ pub fn headers_from_rules(rules: &[ClassRule], count: usize, seed: u64) -> Vec<P
         };
         (addr & m) | (r & !m)
     };
-    let in_range =
-        |r: &PortRange, x: u64| (r.lo as u64 + x % (r.hi as u64 - r.lo as u64 + 1)) as u16;
+    let in_range = |r: &PortRange, x: u64| (r.lo as u64 + x % (r.hi as u64 - r.lo as u64 + 1)) as u16;
     if rules.is_empty() {
         return Vec::new();
     }
@@ -357,12 +289,7 @@ mod tests {
         assert_eq!(r.sport, PortRange::ANY);
         assert_eq!(r.dport, PortRange::exact(5632));
         assert_eq!(r.proto, Some(6));
-        let any = parse_rule_line(
-            1,
-            "@0.0.0.0/0\t0.0.0.0/0\t0 : 65535\t0 : 65535\t0x00/0x00",
-            0,
-        )
-        .unwrap();
+        let any = parse_rule_line(1, "@0.0.0.0/0\t0.0.0.0/0\t0 : 65535\t0 : 65535\t0x00/0x00", 0).unwrap();
         assert_eq!(any.proto, None);
         assert!(any.matches(&PacketKey::v4(1, 2, 3, 4, 5)));
     }
@@ -377,9 +304,7 @@ mod tests {
         let hs = headers_from_rules(&rules, 200, 1);
         assert_eq!(hs.len(), 200);
         assert!(hs.iter().all(|h| rules.iter().any(|r| r.matches(h))));
-        assert!(hs
-            .iter()
-            .all(|h| h.src >> 32 == 0xffff && h.dst >> 32 == 0xffff));
+        assert!(hs.iter().all(|h| h.src >> 32 == 0xffff && h.dst >> 32 == 0xffff));
         assert_eq!(hs, headers_from_rules(&rules, 200, 1));
     }
 }

@@ -87,10 +87,7 @@ impl ServiceIndex {
         for ((h, e), f) in headers.iter().zip(entry.iter_mut()).zip(forward.iter_mut()) {
             *e = -1;
             *f = false;
-            if self.entries.is_empty()
-                || h.flags & FLAG_HAS_PORTS == 0
-                || h.flags & FLAG_MALFORMED != 0
-            {
+            if self.entries.is_empty() || h.flags & FLAG_HAS_PORTS == 0 || h.flags & FLAG_MALFORMED != 0 {
                 continue;
             }
             if let Some(&i) = self.entries.get(&(h.dst_addr, h.protocol, h.dport)) {

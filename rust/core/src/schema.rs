@@ -91,10 +91,8 @@ impl Schemas {
         let mut kinds: Vec<(String, Vec<String>)> = Vec::new();
         for (i, text) in files.iter().enumerate() {
             let data: Json = serde_json::from_str(text).map_err(|e| format!("schema file {i}: {e}"))?;
-            let defs = data
-                .get("definitions")
-                .and_then(Json::as_object)
-                .ok_or(format!("schema file {i}: no definitions"))?;
+            let defs =
+                data.get("definitions").and_then(Json::as_object).ok_or(format!("schema file {i}: no definitions"))?;
             for (name, node) in defs {
                 definitions.insert(name.clone(), node.clone());
             }

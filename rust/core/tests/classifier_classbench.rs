@@ -7,9 +7,7 @@
 //! `cargo test --release`, where they run.
 
 use pyclassify_core::classbench::{self, TraceEntry};
-use pyclassify_core::classifier::{
-    ClassRule, Classifier, LinearScan, Match, PacketKey, TupleMerge,
-};
+use pyclassify_core::classifier::{ClassRule, Classifier, LinearScan, Match, PacketKey, TupleMerge};
 use std::path::{Path, PathBuf};
 
 /// Whether `../shared` must be there (CI): a missing folder fails instead of skipping.
@@ -29,12 +27,9 @@ fn data_dir() -> Option<PathBuf> {
 
 fn load(name: &str) -> Option<(Vec<ClassRule>, Option<Vec<TraceEntry>>)> {
     let d = data_dir()?;
-    let rules =
-        classbench::load_rules(&d.join(format!("{name}.rules.gz"))).expect("ruleset parses");
+    let rules = classbench::load_rules(&d.join(format!("{name}.rules.gz"))).expect("ruleset parses");
     let tp = d.join(format!("{name}.trace.gz"));
-    let trace = tp
-        .exists()
-        .then(|| classbench::load_trace(&tp).expect("trace parses"));
+    let trace = tp.exists().then(|| classbench::load_trace(&tp).expect("trace parses"));
     Some((rules, trace))
 }
 
@@ -64,11 +59,7 @@ fn check_agreement(name: &str, keys: &[PacketKey]) {
         }
     }
     // The trace is derived from the rules: almost every header matches something.
-    assert!(
-        matched * 10 >= keys.len() * 9,
-        "{name}: only {matched}/{} headers matched",
-        keys.len()
-    );
+    assert!(matched * 10 >= keys.len() * 9, "{name}: only {matched}/{} headers matched", keys.len());
 }
 
 fn check_trace(name: &str, limit: usize) {
@@ -94,47 +85,32 @@ fn ipc1_1k_trace() {
 }
 
 #[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "slow unoptimized: runs under cargo test --release"
-)]
+#[cfg_attr(debug_assertions, ignore = "slow unoptimized: runs under cargo test --release")]
 fn acl1_10k_trace() {
     check_trace("acl1_10000", usize::MAX);
 }
 
 #[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "slow unoptimized: runs under cargo test --release"
-)]
+#[cfg_attr(debug_assertions, ignore = "slow unoptimized: runs under cargo test --release")]
 fn fw1_10k_trace() {
     check_trace("fw1_10000", usize::MAX);
 }
 
 #[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "slow unoptimized: runs under cargo test --release"
-)]
+#[cfg_attr(debug_assertions, ignore = "slow unoptimized: runs under cargo test --release")]
 fn ipc1_10k_trace() {
     check_trace("ipc1_10000", usize::MAX);
 }
 
 #[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "slow unoptimized: runs under cargo test --release"
-)]
+#[cfg_attr(debug_assertions, ignore = "slow unoptimized: runs under cargo test --release")]
 fn acl1_100k_trace_prefix() {
     // The linear oracle costs ~100k rule checks per miss: the first 20k headers are enough.
     check_trace("acl1_100000", 20_000);
 }
 
 #[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "slow unoptimized: runs under cargo test --release"
-)]
+#[cfg_attr(debug_assertions, ignore = "slow unoptimized: runs under cargo test --release")]
 fn fw1_ipc1_100k_generated_headers() {
     for name in ["fw1_100000", "ipc1_100000"] {
         let Some((rules, _)) = load(name) else { return };

@@ -21,54 +21,18 @@ fn good_ruleset_parses_with_line_order_priorities() {
 #[test]
 fn malformed_rule_lines_name_their_line() {
     let cases: &[(&str, &str)] = &[
-        (
-            "1.2.3.0/24\t0.0.0.0/0\t0 : 65535\t80 : 80\t0x06/0xFF",
-            "must start with '@'",
-        ),
-        (
-            "@1.2.3.0/24\t0.0.0.0/0\t0 : 65535\t80 : 80",
-            "expected 5 or 6",
-        ),
-        (
-            "@1.2.3.0/33\t0.0.0.0/0\t0 : 65535\t80 : 80\t0x06/0xFF",
-            "too long",
-        ),
-        (
-            "@1.2.3/24\t0.0.0.0/0\t0 : 65535\t80 : 80\t0x06/0xFF",
-            "bad address",
-        ),
-        (
-            "@1.2.3.0\t0.0.0.0/0\t0 : 65535\t80 : 80\t0x06/0xFF",
-            "ADDRESS/LENGTH",
-        ),
-        (
-            "@1.2.3.0/24\t0.0.0.0/0\t9 : 8\t80 : 80\t0x06/0xFF",
-            "lo > hi",
-        ),
-        (
-            "@1.2.3.0/24\t0.0.0.0/0\t0 : 65536\t80 : 80\t0x06/0xFF",
-            "bad port",
-        ),
-        (
-            "@1.2.3.0/24\t0.0.0.0/0\t0 - 5\t80 : 80\t0x06/0xFF",
-            "LO : HI",
-        ),
-        (
-            "@1.2.3.0/24\t0.0.0.0/0\t0 : 5\t80 : 80\t0x06/0x0F",
-            "partial mask",
-        ),
-        (
-            "@1.2.3.0/24\t0.0.0.0/0\t0 : 5\t80 : 80\t6/0xFF",
-            "expected hex",
-        ),
-        (
-            "@1.2.3.0/24\t0.0.0.0/0\t0 : 5\t80 : 80\t0x106/0xFF",
-            "does not fit",
-        ),
-        (
-            "@1.2.3.0/24\t0.0.0.0/0\t0 : 5\t80 : 80\t0x06/0xFF\tzz",
-            "VALUE/MASK",
-        ),
+        ("1.2.3.0/24\t0.0.0.0/0\t0 : 65535\t80 : 80\t0x06/0xFF", "must start with '@'"),
+        ("@1.2.3.0/24\t0.0.0.0/0\t0 : 65535\t80 : 80", "expected 5 or 6"),
+        ("@1.2.3.0/33\t0.0.0.0/0\t0 : 65535\t80 : 80\t0x06/0xFF", "too long"),
+        ("@1.2.3/24\t0.0.0.0/0\t0 : 65535\t80 : 80\t0x06/0xFF", "bad address"),
+        ("@1.2.3.0\t0.0.0.0/0\t0 : 65535\t80 : 80\t0x06/0xFF", "ADDRESS/LENGTH"),
+        ("@1.2.3.0/24\t0.0.0.0/0\t9 : 8\t80 : 80\t0x06/0xFF", "lo > hi"),
+        ("@1.2.3.0/24\t0.0.0.0/0\t0 : 65536\t80 : 80\t0x06/0xFF", "bad port"),
+        ("@1.2.3.0/24\t0.0.0.0/0\t0 - 5\t80 : 80\t0x06/0xFF", "LO : HI"),
+        ("@1.2.3.0/24\t0.0.0.0/0\t0 : 5\t80 : 80\t0x06/0x0F", "partial mask"),
+        ("@1.2.3.0/24\t0.0.0.0/0\t0 : 5\t80 : 80\t6/0xFF", "expected hex"),
+        ("@1.2.3.0/24\t0.0.0.0/0\t0 : 5\t80 : 80\t0x106/0xFF", "does not fit"),
+        ("@1.2.3.0/24\t0.0.0.0/0\t0 : 5\t80 : 80\t0x06/0xFF\tzz", "VALUE/MASK"),
     ];
     for (bad, why) in cases {
         // Two good lines and a blank one before: the bad line is line 4.
@@ -107,10 +71,7 @@ fn malformed_trace_lines_name_their_line() {
     }
     let t = parse_trace(good.as_bytes()).unwrap();
     assert_eq!(t[0].rule, 141);
-    assert_eq!(
-        (t[0].key.sport, t[0].key.dport, t[0].key.proto),
-        (65535, 6789, 6)
-    );
+    assert_eq!((t[0].key.sport, t[0].key.dport, t[0].key.proto), (65535, 6789, 6));
 }
 
 #[test]

@@ -15,8 +15,9 @@ use pyclassify_core::conntrack::{
     code, ConnTrack, CtConfig, CtState, FlowKey, QuotedTuple, QUOTED_VALID, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN,
 };
 use pyclassify_core::engine::spec::Spec;
-use pyclassify_core::engine::{Defaults, Judge, Model, PacketVerdict, Snapshot, PACKET_DENIED_CONNECTION,
-                               PACKET_POLICY};
+use pyclassify_core::engine::{
+    Defaults, Judge, Model, PacketVerdict, Snapshot, PACKET_DENIED_CONNECTION, PACKET_POLICY,
+};
 
 const S: u64 = 1_000_000_000;
 const PSH: u8 = 0x08;
@@ -59,8 +60,13 @@ fn ct(max_entries: usize) -> ConnTrack {
 
 /// Tracks `h` with a policy that allows a connection iff `allow(its opener's key)`; the judged
 /// keys are appended to `judged`.
-fn track(ct: &mut ConnTrack, h: &PacketHeader, now: u64, allow: impl Fn(&FlowKey) -> bool,
-         judged: &mut Vec<FlowKey>) -> (CtState, bool) {
+fn track(
+    ct: &mut ConnTrack,
+    h: &PacketHeader,
+    now: u64,
+    allow: impl Fn(&FlowKey) -> bool,
+    judged: &mut Vec<FlowKey>,
+) -> (CtState, bool) {
     ct.track_judged(h, None, now, |opener| {
         judged.push(key(opener));
         allow(&key(opener))
@@ -108,8 +114,10 @@ fn a_denied_opening_keeps_its_whole_connection_denied_both_ways() {
         assert_eq!(judged.len(), 2);
         let (st, ok) = track(&mut ct, &syn, 3 * S, |_| true, &mut judged);
         assert!(matches!(st, CtState::New(_)) && ok, "allowed now: tracked");
-        assert_eq!(track(&mut ct, &tcp(s.0, s.1, c.0, c.1, TCP_SYN | TCP_ACK), 3 * S, |_| false, &mut judged),
-                   (CtState::Reply, true));
+        assert_eq!(
+            track(&mut ct, &tcp(s.0, s.1, c.0, c.1, TCP_SYN | TCP_ACK), 3 * S, |_| false, &mut judged),
+            (CtState::Reply, true)
+        );
         assert_eq!((ct.len(), ct.denials()), (1, 0));
         let stats = ct.stats();
         assert_eq!((stats.denied, stats.pickups), (10, 0));
@@ -183,8 +191,11 @@ fn a_denied_udp_query_keeps_its_answers_denied_and_its_retries_judged() {
     let query = udp(A, 40000, B, 53);
     let answer = udp(B, 53, A, 40000);
     assert!(!track(&mut ct, &query, S, |_| false, &mut judged).1);
-    assert_eq!(track(&mut ct, &answer, S, |_| true, &mut judged), (CtState::Denied, false),
-               "the answer is not judged as a flow from B's port 53");
+    assert_eq!(
+        track(&mut ct, &answer, S, |_| true, &mut judged),
+        (CtState::Denied, false),
+        "the answer is not judged as a flow from B's port 53"
+    );
     // the client asks again: judged again
     assert!(!track(&mut ct, &query, 2 * S, |_| false, &mut judged).1);
     assert_eq!(judged, vec![key(&query), key(&query)]);
@@ -265,8 +276,13 @@ fn pkt() -> impl Strategy<Value = Pkt> {
         prop::sample::select(vec![TCP_SYN, TCP_SYN | TCP_ACK, TCP_ACK, TCP_ACK | PSH, TCP_FIN | TCP_ACK, TCP_RST]),
         0u64..2000,
     )
-        .prop_map(|(from_a, a_port, b_port, proto, flags, step_ms)| {
-            Pkt { from_a, a_port, b_port, proto, flags, step_ms }
+        .prop_map(|(from_a, a_port, b_port, proto, flags, step_ms)| Pkt {
+            from_a,
+            a_port,
+            b_port,
+            proto,
+            flags,
+            step_ms,
         })
 }
 
@@ -327,11 +343,13 @@ proptest! {
 
 /// Pods a (10.0.0.1) and b (10.0.0.2); b takes TCP 8080 only.
 fn engine() -> std::sync::Arc<Snapshot> {
-    let pod = |ns: &str, ip: &str| serde_json::json!({
-        "kind": "pod", "namespace": ns, "labels": {"app": ns, "projectcalico.org/namespace": ns},
-        "raw_labels": {"app": ns}, "sa_labels": {}, "service_account": "default", "ips": [ip],
-        "ports": [], "host_network": false, "profiles": [], "addressable": true,
-    });
+    let pod = |ns: &str, ip: &str| {
+        serde_json::json!({
+            "kind": "pod", "namespace": ns, "labels": {"app": ns, "projectcalico.org/namespace": ns},
+            "raw_labels": {"app": ns}, "sa_labels": {}, "service_account": "default", "ips": [ip],
+            "ports": [], "host_network": false, "profiles": [], "addressable": true,
+        })
+    };
     let entity = serde_json::json!({
         "nets": [], "not_nets": [], "selector": null, "not_selector": null, "endpoint_kinds": null,
         "namespace": null, "namespace_selector": null, "namespace_relation": null, "same_labels": [],

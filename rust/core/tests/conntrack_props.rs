@@ -60,17 +60,7 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn header(op: &Op) -> Option<(PacketHeader, Option<QuotedTuple>)> {
     match op {
-        Op::Packet {
-            src,
-            dst,
-            sport,
-            dport,
-            proto,
-            tcp_flags,
-            flags,
-            icmp_type,
-            quoted,
-        } => {
+        Op::Packet { src, dst, sport, dport, proto, tcp_flags, flags, icmp_type, quoted } => {
             let ip_version = if *proto == 58 { 6 } else { 4 };
             let h = PacketHeader {
                 src_addr: addr(*src),
@@ -81,11 +71,7 @@ fn header(op: &Op) -> Option<(PacketHeader, Option<QuotedTuple>)> {
                 protocol: *proto,
                 tcp_flags: *tcp_flags,
                 // Mostly well-formed: ports on, malformed off; the rest random.
-                flags: if flags & 0x80 == 0 {
-                    (flags & FLAG_ICMP_ERROR) | FLAG_HAS_PORTS
-                } else {
-                    *flags
-                },
+                flags: if flags & 0x80 == 0 { (flags & FLAG_ICMP_ERROR) | FLAG_HAS_PORTS } else { *flags },
                 icmp_type: *icmp_type,
                 ..Default::default()
             };

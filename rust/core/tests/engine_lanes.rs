@@ -64,11 +64,15 @@ fn connections_spread_over_lanes_judge_as_one_tracker() {
         assert!(whole.iter().any(|v| v.reason == 1), "some packets pass as established");
 
         for n in [1usize, 3] {
-            let rows: Vec<Vec<i64>> =
-                (0..n).map(|k| (0..hs.len()).filter(|&i| lane_of(&hs[i], n) == k).map(|i| i as i64).collect()).collect();
-            let heads: Vec<Vec<PacketHeader>> = rows.iter().map(|r| r.iter().map(|&i| hs[i as usize]).collect()).collect();
-            let mut outs: Vec<Vec<PacketVerdict>> = rows.iter().map(|r| vec![PacketVerdict::default(); r.len()]).collect();
-            let mut cts: Vec<ConnTrack> = (0..n).map(|_| ConnTrack::new(CtConfig::default()).expect("tracker")).collect();
+            let rows: Vec<Vec<i64>> = (0..n)
+                .map(|k| (0..hs.len()).filter(|&i| lane_of(&hs[i], n) == k).map(|i| i as i64).collect())
+                .collect();
+            let heads: Vec<Vec<PacketHeader>> =
+                rows.iter().map(|r| r.iter().map(|&i| hs[i as usize]).collect()).collect();
+            let mut outs: Vec<Vec<PacketVerdict>> =
+                rows.iter().map(|r| vec![PacketVerdict::default(); r.len()]).collect();
+            let mut cts: Vec<ConnTrack> =
+                (0..n).map(|_| ConnTrack::new(CtConfig::default()).expect("tracker")).collect();
             let mut https: Vec<HttpConns> = (0..n).map(|_| HttpConns::new(16, 4096, 16)).collect();
             // messages cut the runs anywhere (one out of order, one past the end): without domain
             // facts they teach nothing, and change no verdict
@@ -100,8 +104,11 @@ fn connections_spread_over_lanes_judge_as_one_tracker() {
             for (k, r) in rows.iter().enumerate() {
                 for (j, &i) in r.iter().enumerate() {
                     let (a, b) = (&whole[i as usize], &outs[k][j]);
-                    assert_eq!((a.allow, a.reason, a.ct_state), (b.allow, b.reason, b.ct_state),
-                               "seed {seed}, {n} lanes, packet {i}");
+                    assert_eq!(
+                        (a.allow, a.reason, a.ct_state),
+                        (b.allow, b.reason, b.ct_state),
+                        "seed {seed}, {n} lanes, packet {i}"
+                    );
                 }
             }
         }

@@ -14,7 +14,8 @@ use pyclassify_core::engine::spec::Delta;
 use pyclassify_core::engine::workload::{flow_header, random_flow, random_spec, Rng};
 use pyclassify_core::engine::{Compile, Defaults, FlowEnd, Judge, Model, PacketVerdict};
 
-const DEFAULTS: [Defaults; 2] = [Defaults { pod_allow: true, host_allow: false }, Defaults { pod_allow: false, host_allow: true }];
+const DEFAULTS: [Defaults; 2] =
+    [Defaults { pod_allow: true, host_allow: false }, Defaults { pod_allow: false, host_allow: true }];
 
 #[derive(Clone)]
 struct World {
@@ -101,7 +102,6 @@ impl World {
     }
 }
 
-
 /// Compares the model's snapshot with a fresh model's, and with its own rule walk, on `flows`
 /// random flows.
 fn compare(world: &World, model: &Model, seed: u64, flows: usize) -> usize {
@@ -138,7 +138,8 @@ fn compare(world: &World, model: &Model, seed: u64, flows: usize) -> usize {
                 assert_eq!(inc.packet_verdict(&h, d), rec, "memo (hit), seed {seed}: {flow:?}");
                 memo_checked += 1;
             }
-            decided += [&got.egress, &got.ingress].iter().filter(|x| x.as_ref().is_some_and(|d| d.rule.is_some())).count();
+            decided +=
+                [&got.egress, &got.ingress].iter().filter(|x| x.as_ref().is_some_and(|d| d.rule.is_some())).count();
         }
     }
     assert!(flows == 0 || memo_checked > 0);
@@ -345,7 +346,10 @@ fn snapshots_are_immutable_and_share_what_did_not_change() {
         assert_eq!(&before.evaluate(f, DEFAULTS[0]).expect("flow"), v, "an old snapshot changed under a delta");
     }
     let (chunks, shards) = after.shared_with(&before);
-    assert!(chunks >= 3 && shards >= 60, "a one-object change copied too much: {chunks} chunks, {shards} shards shared");
+    assert!(
+        chunks >= 3 && shards >= 60,
+        "a one-object change copied too much: {chunks} chunks, {shards} shards shared"
+    );
 }
 
 /// A Calico `notSelector`-only peer, as felix renders it: "address not in the IP set of what the
@@ -431,7 +435,10 @@ fn not_selector_only_peer_matches_what_it_does_not_exclude() {
                 assert_eq!(snap.packet_verdict(&h, d), rec, "memo (hit): {src}");
             }
             // The rendered Allow tuples cover exactly the sources the rule matches.
-            let listed = listing[0].entries.iter().any(|(r, exact)| *exact && r.src.contains(a.bits) && r.dst.contains(target.bits));
+            let listed = listing[0]
+                .entries
+                .iter()
+                .any(|(r, exact)| *exact && r.src.contains(a.bits) && r.dst.contains(target.bits));
             assert_eq!(listed, want, "listing: {src} (namespace {namespace:?})");
         }
     }
@@ -440,7 +447,8 @@ fn not_selector_only_peer_matches_what_it_does_not_exclude() {
 // ---- compiled programs against the rule walk -------------------------------------------------
 
 /// Ports around every boundary the random worlds' rules name (range ends, their successors).
-const EDGE_PORTS: [u16; 22] = [0, 1, 52, 53, 54, 79, 80, 81, 153, 154, 442, 443, 444, 999, 1000, 1001, 1100, 8080, 8180, 10053, 18080, 65535];
+const EDGE_PORTS: [u16; 22] =
+    [0, 1, 52, 53, 54, 79, 80, 81, 153, 154, 442, 443, 444, 999, 1000, 1001, 1100, 8080, 8180, 10053, 18080, 65535];
 
 /// A world as `random_spec` makes it, with (for half the seeds) its `services` and `domains`
 /// peers dropped: programs with them are walked, so without them most programs compile.
@@ -586,7 +594,11 @@ fn lazily_compiled_programs_equal_the_walk() {
         for _ in 0..30 {
             let flow = random_flow(&mut f);
             for snap in [&after, &before] {
-                assert_eq!(snap.evaluate(&flow, DEFAULTS[0]).unwrap(), snap.evaluate_walked(&flow, DEFAULTS[0]).unwrap(), "seed {seed}");
+                assert_eq!(
+                    snap.evaluate(&flow, DEFAULTS[0]).unwrap(),
+                    snap.evaluate_walked(&flow, DEFAULTS[0]).unwrap(),
+                    "seed {seed}"
+                );
             }
         }
     }
@@ -618,8 +630,10 @@ fn programs_past_the_memory_bound_are_walked() {
         json!({"action": "Allow", "ip_version": null, "protocols": [6], "not_protocols": [], "icmp": null,
                "not_icmp": null, "sources": [sources], "destinations": [destinations]})
     };
-    let many_rules: Vec<Value> = (0..RULES).map(|i| rule(entity(vec![net(i)], vec![]), entity(vec![], vec![range(i)]))).collect();
-    let one_rule = vec![rule(entity((0..2000).map(net).collect(), vec![]), entity(vec![], (0..2000).map(range).collect()))];
+    let many_rules: Vec<Value> =
+        (0..RULES).map(|i| rule(entity(vec![net(i)], vec![]), entity(vec![], vec![range(i)]))).collect();
+    let one_rule =
+        vec![rule(entity((0..2000).map(net).collect(), vec![]), entity(vec![], (0..2000).map(range).collect()))];
     for (rules, walked) in [(many_rules, true), (one_rule, false)] {
         let spec = json!({
             "namespaces": {"a": {"kubernetes.io/metadata.name": "a"}},
@@ -668,7 +682,11 @@ fn programs_past_the_memory_bound_are_walked() {
             };
             let want = snap.evaluate_walked(&flow, DEFAULTS[0]).expect("flow");
             assert_eq!(want.ingress.as_ref().map(|d| d.allow), Some(named), "{flow:?}");
-            if named { allowed += 1 } else { denied += 1 }
+            if named {
+                allowed += 1
+            } else {
+                denied += 1
+            }
             assert_eq!(snap.evaluate(&flow, DEFAULTS[0]).expect("flow"), want, "{flow:?}");
             let h = flow_header(&flow);
             assert_eq!(snap.packet_verdict(&h, DEFAULTS[0]), PacketVerdict::judged(&want), "{flow:?}");

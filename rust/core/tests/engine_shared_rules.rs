@@ -12,7 +12,8 @@ use pyclassify_core::engine::spec::{Delta, RuleSpecs, Spec};
 use pyclassify_core::engine::workload::{random_flow, random_spec, Rng};
 use pyclassify_core::engine::{Compile, Decision, Defaults, FlowEnd, Model, Snapshot, Source, Verdict};
 
-const DEFAULTS: [Defaults; 2] = [Defaults { pod_allow: true, host_allow: false }, Defaults { pod_allow: false, host_allow: true }];
+const DEFAULTS: [Defaults; 2] =
+    [Defaults { pod_allow: true, host_allow: false }, Defaults { pod_allow: false, host_allow: true }];
 
 /// A random world where each policy is followed by a copy of its rules under another policy's
 /// subject (same tier, so the whole-world order holds).
@@ -48,40 +49,67 @@ fn listed(spec: &Value, only: Option<&[usize]>) -> Vec<u8> {
         })
     };
     let keyed = |v: &Value| -> Vec<Value> {
-        v.as_array().expect("array").iter().enumerate().map(|(i, x)| {
-            let mut x = x.clone();
-            x["id"] = json!(i);
-            x
-        }).collect()
+        v.as_array()
+            .expect("array")
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                let mut x = x.clone();
+                x["id"] = json!(i);
+                x
+            })
+            .collect()
     };
-    let policies: Vec<Value> = spec["policies"].as_array().expect("policies").iter().enumerate().map(|(i, p)| {
-        let mut p = p.clone();
-        p["id"] = json!(i);
-        p["order"] = json!(i as f64);
-        p["name"] = json!(format!("p{i}"));
-        p["ingress"] = json!(position(&p["ingress"]));
-        p["egress"] = json!(position(&p["egress"]));
-        p
-    }).collect();
+    let policies: Vec<Value> = spec["policies"]
+        .as_array()
+        .expect("policies")
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut p = p.clone();
+            p["id"] = json!(i);
+            p["order"] = json!(i as f64);
+            p["name"] = json!(format!("p{i}"));
+            p["ingress"] = json!(position(&p["ingress"]));
+            p["egress"] = json!(position(&p["egress"]));
+            p
+        })
+        .collect();
     if let Some(only) = only {
         let policies: Vec<&Value> = only.iter().map(|&i| &policies[i]).collect();
         return serde_json::to_vec(&json!({"policies": policies, "rule_lists": lists})).expect("json");
     }
-    let profiles: Vec<Value> = spec["profiles"].as_array().expect("profiles").iter().enumerate().map(|(i, p)| {
-        let mut p = p.clone();
-        p["id"] = json!(i);
-        p["ingress"] = json!(position(&p["ingress"]));
-        p["egress"] = json!(position(&p["egress"]));
-        p
-    }).collect();
-    let tiers: Vec<Value> = spec["tiers"].as_array().expect("tiers").iter().enumerate().map(|(i, t)| {
-        let mut t = t.clone();
-        t["id"] = json!(i);
-        t["order"] = json!(i as f64);
-        t
-    }).collect();
-    let namespaces: Vec<Value> =
-        spec["namespaces"].as_object().expect("namespaces").iter().map(|(k, v)| json!({"name": k, "labels": v})).collect();
+    let profiles: Vec<Value> = spec["profiles"]
+        .as_array()
+        .expect("profiles")
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut p = p.clone();
+            p["id"] = json!(i);
+            p["ingress"] = json!(position(&p["ingress"]));
+            p["egress"] = json!(position(&p["egress"]));
+            p
+        })
+        .collect();
+    let tiers: Vec<Value> = spec["tiers"]
+        .as_array()
+        .expect("tiers")
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let mut t = t.clone();
+            t["id"] = json!(i);
+            t["order"] = json!(i as f64);
+            t
+        })
+        .collect();
+    let namespaces: Vec<Value> = spec["namespaces"]
+        .as_object()
+        .expect("namespaces")
+        .iter()
+        .map(|(k, v)| json!({"name": k, "labels": v}))
+        .collect();
     serde_json::to_vec(&json!({
         "namespaces": namespaces,
         "endpoints": keyed(&spec["endpoints"]),
@@ -150,7 +178,8 @@ fn compare(spec: &Value, model: &Model, first: u32, seed: u64) -> usize {
             let want = reference.evaluate_walked(&flow, d).expect("valid flow");
             let got = shift(snap.evaluate(&flow, d).expect("valid flow"), first);
             assert_eq!(got, want, "seed {seed}: {flow:?}");
-            decided += [&got.egress, &got.ingress].iter().filter(|x| x.as_ref().is_some_and(|d| d.rule.is_some())).count();
+            decided +=
+                [&got.egress, &got.ingress].iter().filter(|x| x.as_ref().is_some_and(|d| d.rule.is_some())).count();
         }
     }
     decided
@@ -187,10 +216,15 @@ fn shared_rules_outlive_each_of_their_users() {
         model.apply(Delta::from_json(&listed_delta(&spec)).expect("delta")).expect("model builds");
         // The originals go: each copy still judges with the rules it shared.
         let originals: Vec<u32> = (0..n).step_by(2).collect();
-        model.apply(Delta::from_json(&serde_json::to_vec(&json!({"remove_policies": originals})).expect("json")).expect("delta"))
+        model
+            .apply(
+                Delta::from_json(&serde_json::to_vec(&json!({"remove_policies": originals})).expect("json"))
+                    .expect("delta"),
+            )
             .expect("removal");
         let mut copies = spec.clone();
-        copies["policies"] = Value::Array(spec["policies"].as_array().expect("p").iter().skip(1).step_by(2).cloned().collect());
+        copies["policies"] =
+            Value::Array(spec["policies"].as_array().expect("p").iter().skip(1).step_by(2).cloned().collect());
         // The model names copy k (whole-world position k) by its id 2k + 1.
         let reference = in_place(&copies);
         let snap = model.snapshot();
@@ -201,20 +235,35 @@ fn shared_rules_outlive_each_of_their_users() {
                 let want = reference.evaluate_walked(&flow, d).expect("flow");
                 let got = snap.evaluate(&flow, d).expect("flow");
                 let unmap = |v: Verdict| {
-                    let f = |d: Option<Decision>| d.map(|mut d| {
-                        let g = |s: Source| match s { Source::Policy(i) => Source::Policy((i - 1) / 2), o => o };
-                        d.source = d.source.map(g);
-                        for l in &mut d.logs { l.source = g(l.source); }
-                        d
-                    });
-                    Verdict { allow: v.allow, egress: f(v.egress), ingress: f(v.ingress), awaits_request: v.awaits_request }
+                    let f = |d: Option<Decision>| {
+                        d.map(|mut d| {
+                            let g = |s: Source| match s {
+                                Source::Policy(i) => Source::Policy((i - 1) / 2),
+                                o => o,
+                            };
+                            d.source = d.source.map(g);
+                            for l in &mut d.logs {
+                                l.source = g(l.source);
+                            }
+                            d
+                        })
+                    };
+                    Verdict {
+                        allow: v.allow,
+                        egress: f(v.egress),
+                        ingress: f(v.ingress),
+                        awaits_request: v.awaits_request,
+                    }
                 };
                 assert_eq!(unmap(got), want, "seed {seed}: {flow:?}");
             }
         }
         // Then the copies go too: nothing is left of the rules (their selectors released).
         let rest: Vec<u32> = (1..n).step_by(2).collect();
-        model.apply(Delta::from_json(&serde_json::to_vec(&json!({"remove_policies": rest})).expect("json")).expect("delta"))
+        model
+            .apply(
+                Delta::from_json(&serde_json::to_vec(&json!({"remove_policies": rest})).expect("json")).expect("delta"),
+            )
             .expect("removal");
         let fresh = {
             let mut none = spec.clone();
@@ -259,7 +308,8 @@ fn compiled_programs_follow_each_user_of_shared_rules() {
             // The original now holds what the next original's copy holds: shared with it.
             let j = originals[(k + 1) % originals.len()] + 1;
             if context_free(&ps[i]) && ps[i]["ingress"] == ps[j]["ingress"] && ps[i]["egress"] == ps[j]["egress"] {
-                let (a, b) = (after.policy_rules(i as u32).expect("rules"), after.policy_rules(j as u32).expect("rules"));
+                let (a, b) =
+                    (after.policy_rules(i as u32).expect("rules"), after.policy_rules(j as u32).expect("rules"));
                 assert!(std::ptr::eq(a, b), "seed {seed}: policy {i} and policy {j} hold equal rules apart");
                 moved += 1;
             }
@@ -276,7 +326,11 @@ fn compiled_programs_follow_each_user_of_shared_rules() {
             for d in DEFAULTS {
                 for (snap, name) in [(&after, "after"), (&before, "before")] {
                     let walked = snap.evaluate_walked(&flow, d).expect("flow");
-                    assert_eq!(snap.evaluate(&flow, d).expect("flow"), walked, "seed {seed}, {name} the change: {flow:?}");
+                    assert_eq!(
+                        snap.evaluate(&flow, d).expect("flow"),
+                        walked,
+                        "seed {seed}, {name} the change: {flow:?}"
+                    );
                 }
             }
         }

@@ -34,9 +34,10 @@ fn label_map(keys: &'static [&'static str]) -> impl Strategy<Value = LabelMap> {
 fn leaf() -> impl Strategy<Value = String> {
     let k = || prop::sample::select(KEYS);
     let v = || prop::sample::select(VALUES);
-    let set = || prop::collection::btree_set(prop::sample::select(VALUES), 0..3).prop_map(|s| {
-        s.iter().map(|v| format!("'{v}'")).collect::<Vec<_>>().join(",")
-    });
+    let set = || {
+        prop::collection::btree_set(prop::sample::select(VALUES), 0..3)
+            .prop_map(|s| s.iter().map(|v| format!("'{v}'")).collect::<Vec<_>>().join(","))
+    };
     prop_oneof![
         Just("all()".to_string()),
         k().prop_map(|k| format!("has({k})")),
@@ -138,7 +139,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             let pair = (ev.selector, ev.endpoint);
             match ev.change {
                 MatchChange::Started => prop_assert!(replayed.insert(pair), "step {}: started twice: {:?}", step, pair),
-                MatchChange::Stopped => prop_assert!(replayed.remove(&pair), "step {}: stopped unmatched {:?}", step, pair),
+                MatchChange::Stopped => {
+                    prop_assert!(replayed.remove(&pair), "step {}: stopped unmatched {:?}", step, pair)
+                }
             }
         }
         let want = model.matches();

@@ -3,7 +3,9 @@
 
 use std::rc::Rc;
 
-use pyclassify_core::manifest::{decode, unit_lines, ManifestStream, PathPart, Record, Scalar, Span, Syntax, Value, ValueBuilder};
+use pyclassify_core::manifest::{
+    decode, unit_lines, ManifestStream, PathPart, Record, Scalar, Span, Syntax, Value, ValueBuilder,
+};
 
 fn records(text: &str) -> Vec<Record<Value>> {
     let mut stream = ManifestStream::new(text, 0, ValueBuilder);
@@ -82,7 +84,10 @@ fn a_second_items_key_is_a_duplicate_not_a_list() {
     // document is invalid (duplicate keys), and says so.
     let got = records("apiVersion: v1\nitems:\n- a: 1\nkind: Pod\nitems:\n- b: 2\nkind: List\n");
     assert!(!got.iter().any(|r| matches!(r, Record::ListStart { .. } | Record::ListItem { .. })), "{got:?}");
-    assert!(got.iter().any(|r| matches!(r, Record::Problem { message, .. } if message.contains("duplicate key"))), "{got:?}");
+    assert!(
+        got.iter().any(|r| matches!(r, Record::Problem { message, .. } if message.contains("duplicate key"))),
+        "{got:?}"
+    );
 }
 
 #[test]
@@ -124,7 +129,10 @@ fn json_that_is_not_json_is_read_as_yaml_and_reports_the_json_error_if_that_fail
     let got = records("{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"Pod\",,\n}\n");
     assert_eq!(
         got,
-        [Record::Problem { line: 3, message: "invalid JSON: Expecting property name enclosed in double quotes".into() }]
+        [Record::Problem {
+            line: 3,
+            message: "invalid JSON: Expecting property name enclosed in double quotes".into()
+        }]
     );
 }
 
@@ -160,10 +168,15 @@ fn aliases_share_their_anchor_and_merges_apply_as_ruamel_does() {
 #[test]
 fn recursive_and_too_deep_documents_are_problems() {
     let got = records("a: &a [*a]\n---\nkind: B\n");
-    assert!(matches!(&got[0], Record::Problem { line: 1, message } if message.starts_with("document too large")), "{got:?}");
+    assert!(
+        matches!(&got[0], Record::Problem { line: 1, message } if message.starts_with("document too large")),
+        "{got:?}"
+    );
     assert!(matches!(&got[1], Record::Document { .. }));
     let deep = "[".repeat(300) + &"]".repeat(300);
-    assert!(matches!(&records(&deep)[..], [Record::Problem { message, .. }] if message.starts_with("document too large")));
+    assert!(
+        matches!(&records(&deep)[..], [Record::Problem { message, .. }] if message.starts_with("document too large"))
+    );
 }
 
 #[test]
@@ -172,10 +185,17 @@ fn tags_only_ruamel_reads_fall_back_per_document_or_item() {
     let got = records(text);
     let Record::Fallback { region, line: 1, item: None } = &got[0] else { panic!("{got:?}") };
     assert_eq!(&text[region.start..region.end], "a: !!set {x, y}\n");
-    assert_eq!(got[1], Record::Document { value: map(&[("b", s("12"))]), line: 3, region: match &got[1] {
-        Record::Document { region, .. } => *region,
-        _ => unreachable!(),
-    } });
+    assert_eq!(
+        got[1],
+        Record::Document {
+            value: map(&[("b", s("12"))]),
+            line: 3,
+            region: match &got[1] {
+                Record::Document { region, .. } => *region,
+                _ => unreachable!(),
+            }
+        }
+    );
     let text = "kind: List\nitems:\n- a: 1\n- b: !!binary aGk=\n  c: [1, 2]\n- d: 4\n";
     let got = records(text);
     assert!(matches!(&got[0], Record::ListStart { .. }));
@@ -209,7 +229,10 @@ fn the_node_budget_is_per_document_and_per_streamed_list_item() {
     let whole = format!("{{\"kind\": \"Thing\", \"items\": [{}]}}", [item; 5].join(", "));
     let mut stream = ManifestStream::new(&whole, 0, ValueBuilder).with_node_budget(20);
     let got: Vec<_> = std::iter::from_fn(|| stream.next_record()).collect();
-    assert!(matches!(&got[..], [Record::Problem { message, .. }] if message.starts_with("document too large")), "{got:?}");
+    assert!(
+        matches!(&got[..], [Record::Problem { message, .. }] if message.starts_with("document too large")),
+        "{got:?}"
+    );
 }
 
 #[test]

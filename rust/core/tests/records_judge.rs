@@ -27,19 +27,23 @@ fn v4(last: u8) -> [u8; 16] {
 /// Pods 10.0.0.1 (namespace a) and 10.0.0.2 (b); b's ingress allows TCP to `port` from source
 /// ports 1000-1999 only, so that source ports fall in several classes.
 fn snapshot(port: u16) -> Arc<Snapshot> {
-    let pod = |ns: &str, ip: &str| serde_json::json!({
-        "kind": "pod", "namespace": ns, "labels": {"app": ns, "projectcalico.org/namespace": ns},
-        "raw_labels": {"app": ns}, "sa_labels": {}, "service_account": "default", "ips": [ip],
-        "ports": [], "host_network": false, "profiles": [], "addressable": true,
-    });
-    let entity = |first: u16, last: u16| serde_json::json!({
-        "nets": [], "not_nets": [], "selector": null, "not_selector": null, "endpoint_kinds": null,
-        "namespace": null, "namespace_selector": null, "namespace_relation": null, "same_labels": [],
-        "not_same_labels": [], "service_account_names": null, "service_account_selector": null,
-        "service": null, "node_selector": null, "domains": [],
-        "ports": [{"protocol": 6, "first": first, "last": last, "name": null}], "not_ports": [],
-        "unresolvable": false
-    });
+    let pod = |ns: &str, ip: &str| {
+        serde_json::json!({
+            "kind": "pod", "namespace": ns, "labels": {"app": ns, "projectcalico.org/namespace": ns},
+            "raw_labels": {"app": ns}, "sa_labels": {}, "service_account": "default", "ips": [ip],
+            "ports": [], "host_network": false, "profiles": [], "addressable": true,
+        })
+    };
+    let entity = |first: u16, last: u16| {
+        serde_json::json!({
+            "nets": [], "not_nets": [], "selector": null, "not_selector": null, "endpoint_kinds": null,
+            "namespace": null, "namespace_selector": null, "namespace_relation": null, "same_labels": [],
+            "not_same_labels": [], "service_account_names": null, "service_account_selector": null,
+            "service": null, "node_selector": null, "domains": [],
+            "ports": [{"protocol": 6, "first": first, "last": last, "name": null}], "not_ports": [],
+            "unresolvable": false
+        })
+    };
     let spec = serde_json::json!({
         "namespaces": {"a": {"kubernetes.io/metadata.name": "a"}, "b": {"kubernetes.io/metadata.name": "b"}},
         "endpoints": [pod("a", "10.0.0.1"), pod("b", "10.0.0.2")],
@@ -61,8 +65,16 @@ fn snapshot(port: u16) -> Arc<Snapshot> {
 }
 
 fn record() -> impl Strategy<Value = (PacketHeader, FlowCounts)> {
-    (1u8..4, 1u8..4, prop::sample::select(vec![80u16, 999, 1000, 1500, 1999, 2000, 40000, 40001]),
-     prop::sample::select(vec![8080u16, 8081, 53]), 0u8..3, 1u64..5, 0u64..100, any::<bool>())
+    (
+        1u8..4,
+        1u8..4,
+        prop::sample::select(vec![80u16, 999, 1000, 1500, 1999, 2000, 40000, 40001]),
+        prop::sample::select(vec![8080u16, 8081, 53]),
+        0u8..3,
+        1u64..5,
+        0u64..100,
+        any::<bool>(),
+    )
         .prop_map(|(s, d, sport, dport, proto, flows, packets, placed)| {
             let protocol = [6u8, 17, 6][proto as usize];
             let h = PacketHeader {
@@ -176,8 +188,15 @@ fn records_of_one_key_make_one_decision_per_source_port_class() {
     let mut judge = RecordJudge::new(vec![s], DEFAULTS, None, false);
     let c = FlowCounts { flows: 1, has_src: 1, has_dst: 1, ..Default::default() };
     let at = |sport: u16| PacketHeader {
-        src_addr: v4(1), dst_addr: v4(2), sport, dport: 8080, ip_version: 4, protocol: 6, tcp_flags: 2,
-        flags: FLAG_HAS_PORTS, ..Default::default()
+        src_addr: v4(1),
+        dst_addr: v4(2),
+        sport,
+        dport: 8080,
+        ip_version: 4,
+        protocol: 6,
+        tcp_flags: 2,
+        flags: FLAG_HAS_PORTS,
+        ..Default::default()
     };
     // 1000..=1999 allowed, the rest not: two classes among these five records
     let hs = [at(1000), at(1500), at(1999), at(40000), at(40001)];

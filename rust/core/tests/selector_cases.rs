@@ -22,11 +22,7 @@ fn cases() -> Option<Value> {
 }
 
 fn labels(v: &Value) -> BTreeMap<String, String> {
-    v.as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-        .collect()
+    v.as_object().unwrap().iter().map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string())).collect()
 }
 
 #[test]

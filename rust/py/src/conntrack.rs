@@ -41,27 +41,17 @@ fn addr_text(a: u128) -> String {
 }
 
 fn py_flow(k: &FlowKey) -> PyFlow {
-    (
-        addr_text(k.src),
-        addr_text(k.dst),
-        k.sport,
-        k.dport,
-        k.proto,
-    )
+    (addr_text(k.src), addr_text(k.dst), k.sport, k.dport, k.proto)
 }
 
 fn timeouts_from(map: &Bound<'_, PyAny>) -> PyResult<Timeouts> {
     let mut t = Timeouts::default();
-    let map = map
-        .cast::<PyMapping>()
-        .map_err(|_| PyTypeError::new_err("timeouts must be a mapping of name to seconds"))?;
+    let map =
+        map.cast::<PyMapping>().map_err(|_| PyTypeError::new_err("timeouts must be a mapping of name to seconds"))?;
     for item in map.items()?.iter() {
         let (name, secs): (String, f64) = item.extract()?;
-        let d = Duration::try_from_secs_f64(secs).map_err(|_| {
-            PyValueError::new_err(format!(
-                "timeout {name}: {secs} is not a valid number of seconds"
-            ))
-        })?;
+        let d = Duration::try_from_secs_f64(secs)
+            .map_err(|_| PyValueError::new_err(format!("timeout {name}: {secs} is not a valid number of seconds")))?;
         let slot = match name.as_str() {
             "tcp_syn_sent" => &mut t.tcp_syn_sent,
             "tcp_syn_recv" => &mut t.tcp_syn_recv,
@@ -117,16 +107,10 @@ pub(crate) fn checked_buffer(
     n: Option<usize>,
     writable: bool,
 ) -> PyResult<PyUntypedBuffer> {
-    let buf = PyUntypedBuffer::get(obj).map_err(|e| {
-        PyTypeError::new_err(format!(
-            "{what} must support the buffer protocol (a numpy array): {e}"
-        ))
-    })?;
+    let buf = PyUntypedBuffer::get(obj)
+        .map_err(|e| PyTypeError::new_err(format!("{what} must support the buffer protocol (a numpy array): {e}")))?;
     if buf.dimensions() != 1 {
-        return Err(PyValueError::new_err(format!(
-            "{what} must be 1-D, got {} dimensions",
-            buf.dimensions()
-        )));
+        return Err(PyValueError::new_err(format!("{what} must be 1-D, got {} dimensions", buf.dimensions())));
     }
     if buf.item_size() != itemsize {
         return Err(PyValueError::new_err(format!(
@@ -135,14 +119,10 @@ pub(crate) fn checked_buffer(
         )));
     }
     if !buf.is_c_contiguous() {
-        return Err(PyValueError::new_err(format!(
-            "{what} must be C-contiguous"
-        )));
+        return Err(PyValueError::new_err(format!("{what} must be C-contiguous")));
     }
     if buf.item_count() > 0 && (buf.buf_ptr() as usize) % align != 0 {
-        return Err(PyValueError::new_err(format!(
-            "{what} must be {align}-byte aligned"
-        )));
+        return Err(PyValueError::new_err(format!("{what} must be {align}-byte aligned")));
     }
     if let Some(n) = n {
         if buf.item_count() != n {
@@ -205,12 +185,7 @@ impl PyConnTrack {
             Some(t) => timeouts_from(t)?,
             None => Timeouts::default(),
         };
-        let cfg = CtConfig {
-            max_entries,
-            tcp_loose,
-            sweep_per_packet,
-            timeouts,
-        };
+        let cfg = CtConfig { max_entries, tcp_loose, sweep_per_packet, timeouts };
         let inner = ConnTrack::new(cfg).map_err(|e| conntrack_error(&e))?;
         Ok(PyConnTrack { inner, http: HttpConns::default() })
     }
@@ -247,14 +222,9 @@ impl PyConnTrack {
         let n = hdr_buf.item_count();
         let ver_buf = checked_buffer(verdicts, "verdicts", 1, 1, Some(n), false)?;
         let q_buf = match quoted {
-            Some(q) => Some(checked_buffer(
-                q,
-                "quoted",
-                QUOTED_SIZE,
-                std::mem::align_of::<QuotedTuple>(),
-                Some(n),
-                false,
-            )?),
+            Some(q) => {
+                Some(checked_buffer(q, "quoted", QUOTED_SIZE, std::mem::align_of::<QuotedTuple>(), Some(n), false)?)
+            }
             None => None,
         };
         let np = py.import("numpy")?;
@@ -308,20 +278,14 @@ impl PyConnTrack {
     /// are dropped on the way. (A Python callable for now; the native engine will supply a
     /// native predicate that runs without the GIL.)
     #[pyo3(signature = (predicate, now_ns = None))]
-    fn revalidate(
-        &mut self,
-        predicate: &Bound<'_, PyAny>,
-        now_ns: Option<u64>,
-    ) -> PyResult<Vec<PyFlow>> {
+    fn revalidate(&mut self, predicate: &Bound<'_, PyAny>, now_ns: Option<u64>) -> PyResult<Vec<PyFlow>> {
         let mut denied: HashSet<FlowKey> = HashSet::new();
         for f in self.inner.flows() {
             if !predicate.call1((py_flow(&f.key),))?.is_truthy()? {
                 denied.insert(f.key);
             }
         }
-        let revoked = self
-            .inner
-            .revalidate(now_ns.unwrap_or(0), |k| !denied.contains(k));
+        let revoked = self.inner.revalidate(now_ns.unwrap_or(0), |k| !denied.contains(k));
         Ok(revoked.iter().map(py_flow).collect())
     }
 
@@ -400,11 +364,7 @@ impl PyConnTrack {
     }
 
     fn __repr__(&self) -> String {
-        format!(
-            "ConnTrack(entries={}, max_entries={})",
-            self.inner.len(),
-            self.inner.config().max_entries
-        )
+        format!("ConnTrack(entries={}, max_entries={})", self.inner.len(), self.inner.config().max_entries)
     }
 }
 

@@ -14,16 +14,11 @@ use pyo3::types::PyDict;
 use crate::errors::domain_pattern_exc;
 
 fn ip(text: &str) -> PyResult<IpAddr> {
-    text.trim()
-        .parse()
-        .map_err(|_| PyValueError::new_err(format!("{text:?} is not an IP address")))
+    text.trim().parse().map_err(|_| PyValueError::new_err(format!("{text:?} is not an IP address")))
 }
 
 fn patterns(texts: &[String]) -> PyResult<Vec<DomainPattern>> {
-    texts
-        .iter()
-        .map(|t| DomainPattern::parse(t).map_err(|m| domain_pattern_exc(&m, t)))
-        .collect()
+    texts.iter().map(|t| DomainPattern::parse(t).map_err(|m| domain_pattern_exc(&m, t))).collect()
 }
 
 /// What DNS has taught: (name, address) facts valid from when they were learned until their TTL
@@ -47,9 +42,7 @@ impl PyDomainFacts {
     #[new]
     #[pyo3(signature = (capacity = 100_000, grace_s = 0))]
     fn new(capacity: usize, grace_s: u32) -> Self {
-        PyDomainFacts {
-            inner: Arc::new(DomainFacts::new(capacity, grace_s)),
-        }
+        PyDomainFacts { inner: Arc::new(DomainFacts::new(capacity, grace_s)) }
     }
 
     /// Most facts kept.
@@ -75,13 +68,7 @@ impl PyDomainFacts {
     /// the error that stopped decoding or None); a TCP payload's complete messages before the
     /// error are learned.
     #[pyo3(signature = (payload, now_ns, tcp = false))]
-    fn learn_payload(
-        &self,
-        py: Python<'_>,
-        payload: &[u8],
-        now_ns: u64,
-        tcp: bool,
-    ) -> (usize, Option<&'static str>) {
+    fn learn_payload(&self, py: Python<'_>, payload: &[u8], now_ns: u64, tcp: bool) -> (usize, Option<&'static str>) {
         py.detach(|| {
             let (learned, error) = self.inner.learn_payload(payload, now_ns, tcp);
             (learned, error.map(|e| e.name()))
@@ -98,13 +85,7 @@ impl PyDomainFacts {
     /// Whether a name valid for `ip` at `now_ns` (None: at any time) matches one of `patterns`
     /// (raises DomainPatternError for an invalid pattern).
     #[pyo3(signature = (ip, patterns, now_ns = None))]
-    fn matches(
-        &self,
-        py: Python<'_>,
-        ip: &str,
-        patterns: Vec<String>,
-        now_ns: Option<u64>,
-    ) -> PyResult<bool> {
+    fn matches(&self, py: Python<'_>, ip: &str, patterns: Vec<String>, now_ns: Option<u64>) -> PyResult<bool> {
         let addr = self::ip(ip)?;
         let patterns = self::patterns(&patterns)?;
         Ok(py.detach(|| self.inner.matches(addr, now_ns, &patterns)))

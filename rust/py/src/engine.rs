@@ -8,19 +8,19 @@ use std::sync::{Arc, Mutex};
 
 use pyclassify_core::batch::PacketHeader;
 use pyclassify_core::capi::{EngineApi, CT_STATS_NAMES, ENGINE_ABI_VERSION, ENGINE_API, ENGINE_CAPSULE};
-use pyo3::types::PyCapsule;
+use pyclassify_core::conntrack::ConnTrack;
 use pyclassify_core::conntrack::QuotedTuple;
 use pyclassify_core::engine::forward::{classify_forward, Via};
 use pyclassify_core::engine::judge::Segment;
 use pyclassify_core::engine::lanes::{judge_lanes, DnsMessage, Lane, MAX_LANES};
-use pyclassify_core::conntrack::ConnTrack;
-use pyclassify_core::http::HttpConns;
-use pyclassify_core::http::Request;
 use pyclassify_core::engine::spec::{Delta, Spec};
 use pyclassify_core::engine::{
     Action, Addr, Decision, Defaults, Direction, Flow, FlowEnd, Judge, Model, PacketVerdict, Snapshot as Engine, Source,
 };
+use pyclassify_core::http::HttpConns;
+use pyclassify_core::http::Request;
 use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
 
 use crate::conntrack::{checked_buffer, header_buffer, PyConnTrack};
 use crate::errors::engine_error;
@@ -168,10 +168,7 @@ impl PyEngine {
     /// function table `ENGINE_API` and this engine), valid while the capsule lives.
     fn capsule<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyCapsule>> {
         let keep = Arc::clone(&self.inner);
-        let value = CapsuleEngine {
-            refs: EngineRef { api: &ENGINE_API, engine: Arc::as_ptr(&keep) },
-            _keep: keep,
-        };
+        let value = CapsuleEngine { refs: EngineRef { api: &ENGINE_API, engine: Arc::as_ptr(&keep) }, _keep: keep };
         PyCapsule::new_with_value(py, value, CAPSULE_NAME)
     }
 
@@ -214,7 +211,9 @@ impl PyEngine {
         self.inner
             .walked_for_memory()
             .into_iter()
-            .map(|(d, policies, bytes, ids)| (if d == Direction::Ingress { "ingress" } else { "egress" }, policies, bytes as u64, ids))
+            .map(|(d, policies, bytes, ids)| {
+                (if d == Direction::Ingress { "ingress" } else { "egress" }, policies, bytes as u64, ids)
+            })
             .collect()
     }
 
@@ -366,7 +365,9 @@ impl PyEngine {
         memo: bool,
     ) -> PyResult<()> {
         if (interpret || !memo) && tracker.is_some() {
-            return Err(pyo3::exceptions::PyValueError::new_err("interpret=True and memo=False are for untracked batches"));
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "interpret=True and memo=False are for untracked batches",
+            ));
         }
         if segments.is_some() != data.is_some() || (segments.is_some() && tracker.is_none()) {
             return Err(pyo3::exceptions::PyValueError::new_err("data and segments go together, with a tracker"));
@@ -472,13 +473,33 @@ impl PyEngine {
         for (i, (engine, rows, headers, out, tracker, quotes, segments)) in lanes.into_iter().enumerate() {
             let rows_buf = checked_buffer(&rows, &format!("lanes[{i}] rows"), 8, 8, None, false)?;
             let k = rows_buf.item_count();
-            let h = checked_buffer(&headers, &format!("lanes[{i}] headers"), std::mem::size_of::<PacketHeader>(),
-                                   std::mem::align_of::<PacketHeader>(), Some(k), false)?;
-            let v = checked_buffer(&out, &format!("lanes[{i}] out"), VERDICT_SIZE,
-                                   std::mem::align_of::<PacketVerdict>(), Some(k), true)?;
+            let h = checked_buffer(
+                &headers,
+                &format!("lanes[{i}] headers"),
+                std::mem::size_of::<PacketHeader>(),
+                std::mem::align_of::<PacketHeader>(),
+                Some(k),
+                false,
+            )?;
+            let v = checked_buffer(
+                &out,
+                &format!("lanes[{i}] out"),
+                VERDICT_SIZE,
+                std::mem::align_of::<PacketVerdict>(),
+                Some(k),
+                true,
+            )?;
             let q = quotes
-                .map(|q| checked_buffer(&q, &format!("lanes[{i}] quotes"), QUOTE_SIZE,
-                                        std::mem::align_of::<QuotedTuple>(), Some(k), false))
+                .map(|q| {
+                    checked_buffer(
+                        &q,
+                        &format!("lanes[{i}] quotes"),
+                        QUOTE_SIZE,
+                        std::mem::align_of::<QuotedTuple>(),
+                        Some(k),
+                        false,
+                    )
+                })
                 .transpose()?;
             let s = segments
                 .map(|s| checked_buffer(&s, &format!("lanes[{i}] segments"), 8, 8, Some(3 * k), false))
@@ -503,10 +524,12 @@ impl PyEngine {
         }
         let mut cts: Vec<Option<(&mut ConnTrack, &mut HttpConns)>> = trackers
             .iter_mut()
-            .map(|t| t.as_mut().map(|t| {
-                let t = &mut **t;
-                (&mut t.inner, &mut t.http)
-            }))
+            .map(|t| {
+                t.as_mut().map(|t| {
+                    let t = &mut **t;
+                    (&mut t.inner, &mut t.http)
+                })
+            })
             .collect();
         let h_ptr = hdrs.buf_ptr() as usize;
         let p_ptr = payload.as_ref().map(|p| (p.buf_ptr() as usize, p.item_count()));
@@ -521,10 +544,12 @@ impl PyEngine {
             let bytes = p_ptr.map_or(&[][..], |(p, len)| unsafe { slice_of::<u8>(p, len) });
             let segs: Vec<Option<Vec<Segment<'_>>>> = raw
                 .iter()
-                .map(|(_, _, k, _, s)| s.map(|s| {
-                    let spans = unsafe { slice_of::<i64>(s, 3 * k) };
-                    spans.chunks_exact(3).map(|c| segment(bytes, c[0], c[1], c[2])).collect()
-                }))
+                .map(|(_, _, k, _, s)| {
+                    s.map(|s| {
+                        let spans = unsafe { slice_of::<i64>(s, 3 * k) };
+                        spans.chunks_exact(3).map(|c| segment(bytes, c[0], c[1], c[2])).collect()
+                    })
+                })
                 .collect();
             let mut judged: Vec<Lane<'_>> = raw
                 .iter()
@@ -537,7 +562,11 @@ impl PyEngine {
                     quotes: q.map(|q| unsafe { slice_of::<QuotedTuple>(q, *k) }),
                     segments: seg.as_deref(),
                     tracker: ct.take(),
-                    out: if *k == 0 { &mut [] } else { unsafe { std::slice::from_raw_parts_mut(*v as *mut PacketVerdict, *k) } },
+                    out: if *k == 0 {
+                        &mut []
+                    } else {
+                        unsafe { std::slice::from_raw_parts_mut(*v as *mut PacketVerdict, *k) }
+                    },
                 })
                 .collect();
             let messages: Vec<DnsMessage<'_>> = d_ptr.map_or_else(Vec::new, |d| {
@@ -579,8 +608,9 @@ impl PyEngine {
         py.detach(move || {
             // SAFETY: the buffers were checked (item size, count, alignment, contiguity,
             // writability) and stay acquired until this function returns.
-            let (hs, vs) =
-                unsafe { (slice_of::<PacketHeader>(h_ptr, n), std::slice::from_raw_parts_mut(v_ptr as *mut PacketVerdict, n)) };
+            let (hs, vs) = unsafe {
+                (slice_of::<PacketHeader>(h_ptr, n), std::slice::from_raw_parts_mut(v_ptr as *mut PacketVerdict, n))
+            };
             classify_forward(&self.inner, hs, via, vs, Defaults { pod_allow, host_allow });
         });
         drop((hdrs, verdicts));
@@ -599,7 +629,8 @@ fn segment(bytes: &[u8], start: i64, end: i64, seq: i64) -> Segment<'_> {
 }
 
 type PyEntry = (String, (u16, u16), String, (u16, u16), Option<u8>, Option<u8>, Option<u8>, u32, bool);
-type PyStage = (Option<u32>, Option<u32>, Option<&'static str>, Vec<(&'static str, (&'static str, u32), u32)>, Vec<PyEntry>);
+type PyStage =
+    (Option<u32>, Option<u32>, Option<&'static str>, Vec<(&'static str, (&'static str, u32), u32)>, Vec<PyEntry>);
 
 fn action_name(a: Action) -> &'static str {
     match a {

@@ -27,29 +27,17 @@ pub struct PyFlowSet {
 impl PyFlowSet {
     #[new]
     fn new() -> Self {
-        PyFlowSet {
-            inner: FlowSet::new(),
-        }
+        PyFlowSet { inner: FlowSet::new() }
     }
 
     /// Adds the connections of a `HEADER_DTYPE` batch; rows where `skip` (bool or uint8, one
     /// per header) is true are left out.
     #[pyo3(signature = (headers, skip=None))]
-    fn add(
-        &mut self,
-        py: Python<'_>,
-        headers: &Bound<'_, PyAny>,
-        skip: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
+    fn add(&mut self, py: Python<'_>, headers: &Bound<'_, PyAny>, skip: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let hdrs = header_buffer(headers, "headers")?;
         let n = hdrs.item_count();
-        let mask = skip
-            .map(|s| checked_buffer(s, "skip", 1, 1, Some(n), false))
-            .transpose()?;
-        let (h_ptr, m_ptr) = (
-            hdrs.buf_ptr() as usize,
-            mask.as_ref().map(|m| m.buf_ptr() as usize),
-        );
+        let mask = skip.map(|s| checked_buffer(s, "skip", 1, 1, Some(n), false)).transpose()?;
+        let (h_ptr, m_ptr) = (hdrs.buf_ptr() as usize, mask.as_ref().map(|m| m.buf_ptr() as usize));
         let inner = &mut self.inner;
         py.detach(move || {
             let hs = header_slice(h_ptr, n);
@@ -83,16 +71,11 @@ impl PyServiceIndex {
         let mut keys = Vec::with_capacity(entries.len());
         for (i, (address, protocol, port)) in entries.into_iter().enumerate() {
             let address: [u8; 16] = address.try_into().map_err(|a: Vec<u8>| {
-                PyValueError::new_err(format!(
-                    "entry {i}: the address must be 16 bytes, got {}",
-                    a.len()
-                ))
+                PyValueError::new_err(format!("entry {i}: the address must be 16 bytes, got {}", a.len()))
             })?;
             keys.push((address, protocol, port));
         }
-        Ok(PyServiceIndex {
-            inner: ServiceIndex::new(keys),
-        })
+        Ok(PyServiceIndex { inner: ServiceIndex::new(keys) })
     }
 
     fn __len__(&self) -> usize {
@@ -112,11 +95,7 @@ impl PyServiceIndex {
         let n = hdrs.item_count();
         let e = checked_buffer(entry, "entry", 8, 8, Some(n), true)?;
         let f = checked_buffer(forward, "forward", 1, 1, Some(n), true)?;
-        let (h_ptr, e_ptr, f_ptr) = (
-            hdrs.buf_ptr() as usize,
-            e.buf_ptr() as usize,
-            f.buf_ptr() as usize,
-        );
+        let (h_ptr, e_ptr, f_ptr) = (hdrs.buf_ptr() as usize, e.buf_ptr() as usize, f.buf_ptr() as usize);
         let inner = &self.inner;
         py.detach(move || {
             if n == 0 {

@@ -121,18 +121,14 @@ impl PyLabelIndex {
 
     /// The labels selectors see on endpoint `id` (own over the parent's, prefixed).
     fn effective_labels(&self, id: &str) -> PyResult<LabelMap> {
-        self.inner
-            .effective_labels(&id.to_owned())
-            .ok_or_else(|| PyKeyError::new_err(format!("no endpoint {id:?}")))
+        self.inner.effective_labels(&id.to_owned()).ok_or_else(|| PyKeyError::new_err(format!("no endpoint {id:?}")))
     }
 
     /// How selector `id` is indexed: `("values", key, values)`, `("present", key, [])`,
     /// `("scanned", None, [])` or `("never", None, [])`.
     fn strategy(&self, id: &str) -> PyResult<(&'static str, Option<String>, Vec<String>)> {
-        let s = self
-            .inner
-            .strategy(&id.to_owned())
-            .ok_or_else(|| PyKeyError::new_err(format!("no selector {id:?}")))?;
+        let s =
+            self.inner.strategy(&id.to_owned()).ok_or_else(|| PyKeyError::new_err(format!("no selector {id:?}")))?;
         Ok(match s {
             IndexStrategy::Values { key, values } => ("values", Some(key.clone()), values.clone()),
             IndexStrategy::Present { key } => ("present", Some(key.clone()), Vec::new()),

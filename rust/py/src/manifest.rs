@@ -1,8 +1,8 @@
 //! Python face of `pyclassify_core::manifest`: glue only. The reader builds plain Python objects
 //! (dict/list/str/int/float/bool/None) directly, with mapping keys shared across objects.
 
-use std::collections::HashMap;
 use fnv::FnvBuildHasher;
+use std::collections::HashMap;
 
 use pyclassify_core::manifest::{
     decode, unit_lines, BuildError, Builder, ManifestStream, PathPart, Record, Scalar, Span, Syntax,
@@ -41,7 +41,11 @@ fn scalar_object(py: Python<'_>, scalar: &Scalar<'_>) -> PyResult<Py<PyAny>> {
         Scalar::Int(i) => i.into_pyobject(py)?.into_any().unbind(),
         Scalar::BigInt { negative, radix, digits } => {
             let n = py.get_type::<PyInt>().call1((digits.as_str(), *radix))?;
-            if *negative { n.neg()?.unbind() } else { n.unbind() }
+            if *negative {
+                n.neg()?.unbind()
+            } else {
+                n.unbind()
+            }
         }
         Scalar::Float(f) => PyFloat::new(py, *f).into_any().unbind(),
         Scalar::Str(s) => PyString::new(py, s).into_any().unbind(),
@@ -192,11 +196,15 @@ impl PyManifestReader {
             return Ok(None);
         };
         let tuple = match record {
-            Record::Document { value, line, region } => ("document", value, line, span_tuple(py, region)?).into_pyobject(py)?,
+            Record::Document { value, line, region } => {
+                ("document", value, line, span_tuple(py, region)?).into_pyobject(py)?
+            }
             Record::ListStart { kind, api_version, line, region } => {
                 ("list", kind, api_version, line, span_tuple(py, region)?).into_pyobject(py)?
             }
-            Record::ListItem { value, index, line, span } => ("item", value, index, line, span_tuple(py, span)?).into_pyobject(py)?,
+            Record::ListItem { value, index, line, span } => {
+                ("item", value, index, line, span_tuple(py, span)?).into_pyobject(py)?
+            }
             Record::Fallback { region, line, item } => {
                 let (index, span) = match item {
                     Some((index, span)) => (Some(index), Some(span_tuple(py, span)?)),

@@ -10,7 +10,7 @@ use pyclassify_core::flows::ServiceIndex;
 use pyclassify_core::records::judge::{LogKey, RecordJudge, Services};
 use pyclassify_core::records::lines::{LineTables, Lines};
 use pyclassify_core::records::tally::{DecisionKey, Measures};
-use pyclassify_core::records::{detect, Format, FlowCounts, RecordBatch, Stream};
+use pyclassify_core::records::{detect, FlowCounts, Format, RecordBatch, Stream};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -49,7 +49,10 @@ impl PyRecordStream {
         let (inner, batch) = (&mut self.inner, &mut self.batch);
         batch.clear();
         py.detach(|| inner.feed(chunk, last, batch));
-        (PyBytes::new(py, as_bytes::<PacketHeader>(&batch.headers)), PyBytes::new(py, as_bytes::<FlowCounts>(&batch.counts)))
+        (
+            PyBytes::new(py, as_bytes::<PacketHeader>(&batch.headers)),
+            PyBytes::new(py, as_bytes::<FlowCounts>(&batch.counts)),
+        )
     }
 
     /// Reads what `chunk` completes (`last`: nothing follows) and keeps the records for
@@ -156,8 +159,13 @@ impl PyRecordJudge {
     /// address 16 bytes (IPv4 mapped), the first entry of equal keys winning.
     #[new]
     #[pyo3(signature = (engines, pod_allow, host_allow, logs=false, services=None))]
-    fn new(engines: Vec<PyRef<'_, PyEngine>>, pod_allow: bool, host_allow: bool, logs: bool,
-           services: Option<Vec<ServiceArg>>) -> PyResult<Self> {
+    fn new(
+        engines: Vec<PyRef<'_, PyEngine>>,
+        pod_allow: bool,
+        host_allow: bool,
+        logs: bool,
+        services: Option<Vec<ServiceArg>>,
+    ) -> PyResult<Self> {
         if engines.is_empty() || engines.len() > 2 {
             return Err(PyValueError::new_err("one or two engines"));
         }
@@ -186,7 +194,13 @@ impl PyRecordJudge {
     /// bytes of `HEADER_DTYPE`, `FLOW_COUNTS_DTYPE`, `VERDICT_DTYPE` and int64 arrays (a record
     /// not placed has a zeroed verdict), for per-record output; else None.
     #[pyo3(signature = (stream, file, keep=false))]
-    fn judge_stream<'py>(&mut self, py: Python<'py>, mut stream: PyRefMut<'_, PyRecordStream>, file: u32, keep: bool) -> Kept<'py> {
+    fn judge_stream<'py>(
+        &mut self,
+        py: Python<'py>,
+        mut stream: PyRefMut<'_, PyRecordStream>,
+        file: u32,
+        keep: bool,
+    ) -> Kept<'py> {
         let s = &mut *stream;
         let (inner, batch) = (&s.inner, &mut s.batch);
         let (judge, ids) = (&mut self.inner, &mut self.ids);
@@ -194,16 +208,34 @@ impl PyRecordJudge {
             inner.fill_addresses(batch);
             judge.add(file, &batch.headers, &batch.counts, keep.then_some(ids));
         });
-        if keep { self.kept(py, &s.batch.headers, &s.batch.counts) } else { None }
+        if keep {
+            self.kept(py, &s.batch.headers, &s.batch.counts)
+        } else {
+            None
+        }
     }
 
     /// Judges a batch given as arrays: `headers` (`HEADER_DTYPE`) and `counts`
     /// (`FLOW_COUNTS_DTYPE`) of input number `file`; `keep` as `judge_stream`.
     #[pyo3(signature = (headers, counts, file, keep=false))]
-    fn judge<'py>(&mut self, py: Python<'py>, headers: &Bound<'py, PyAny>, counts: &Bound<'py, PyAny>, file: u32, keep: bool) -> PyResult<Kept<'py>> {
+    fn judge<'py>(
+        &mut self,
+        py: Python<'py>,
+        headers: &Bound<'py, PyAny>,
+        counts: &Bound<'py, PyAny>,
+        file: u32,
+        keep: bool,
+    ) -> PyResult<Kept<'py>> {
         let h = header_buffer(headers, "headers")?;
         let n = h.item_count();
-        let c = checked_buffer(counts, "counts", std::mem::size_of::<FlowCounts>(), std::mem::align_of::<FlowCounts>(), Some(n), false)?;
+        let c = checked_buffer(
+            counts,
+            "counts",
+            std::mem::size_of::<FlowCounts>(),
+            std::mem::align_of::<FlowCounts>(),
+            Some(n),
+            false,
+        )?;
         let (h_ptr, c_ptr) = (h.buf_ptr() as usize, c.buf_ptr() as usize);
         let (judge, ids) = (&mut self.inner, &mut self.ids);
         // SAFETY: both buffers were checked (item size, count, alignment, contiguity) and stay
@@ -212,7 +244,10 @@ impl PyRecordJudge {
             if n == 0 {
                 (&[][..], &[][..])
             } else {
-                (std::slice::from_raw_parts(h_ptr as *const PacketHeader, n), std::slice::from_raw_parts(c_ptr as *const FlowCounts, n))
+                (
+                    std::slice::from_raw_parts(h_ptr as *const PacketHeader, n),
+                    std::slice::from_raw_parts(c_ptr as *const FlowCounts, n),
+                )
             }
         };
         py.detach(|| judge.add(file, hs, cs, keep.then_some(ids)));
@@ -252,7 +287,10 @@ impl PyRecordJudge {
 
     /// The records kept as examples: [(kind 0 not placed / 1 outside / 2 the record's own verdict
     /// differs, file, header bytes, counts bytes, verdict bytes)], the first few of each kind.
-    fn examples<'py>(&self, py: Python<'py>) -> Vec<(u8, u32, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    fn examples<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> Vec<(u8, u32, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
         self.inner
             .examples
             .iter()
@@ -282,7 +320,10 @@ impl PyRecordJudge {
     /// (header bytes, old verdict bytes, new verdict bytes, measures, first ns, last ns,
     /// [(file, position)] of the first records).
     #[allow(clippy::type_complexity)]
-    fn flipped<'py>(&self, py: Python<'py>) -> Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Measures, u64, u64, Vec<(u32, u64)>)> {
+    fn flipped<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Measures, u64, u64, Vec<(u32, u64)>)> {
         self.inner
             .flipped
             .iter()
@@ -304,7 +345,8 @@ impl PyRecordJudge {
 /// Arrow buffers of one array: (buffer, validity or None, offset).
 type ArrayArg<'py> = (Bound<'py, PyAny>, Option<Bound<'py, PyAny>>, usize);
 /// (offsets, data, validity or None, offset, offset width 4 or 8, dictionary indices or None).
-type TextArg<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>, usize, usize, Option<ArrayArg<'py>>);
+type TextArg<'py> =
+    (Bound<'py, PyAny>, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>, usize, usize, Option<ArrayArg<'py>>);
 /// (values, validity or None, offset, value width 4 or 8).
 type IntArg<'py> = (Bound<'py, PyAny>, Option<Bound<'py, PyAny>>, usize, usize);
 type ProblemsOut = (Vec<(String, u64)>, Vec<(String, u64, String)>);
@@ -313,7 +355,10 @@ type ProblemsOut = (Vec<(String, u64)>, Vec<(String, u64, String)>);
 fn records_of<T: Copy>(data: &[u8], what: &str) -> PyResult<Vec<T>> {
     let size = std::mem::size_of::<T>();
     if data.len() % size != 0 {
-        return Err(PyValueError::new_err(format!("{what}: {} bytes is not a whole number of {size}-byte records", data.len())));
+        return Err(PyValueError::new_err(format!(
+            "{what}: {} bytes is not a whole number of {size}-byte records",
+            data.len()
+        )));
     }
     // SAFETY: `T` is plain data (every bit pattern a value); the reads are unaligned.
     Ok(data.chunks_exact(size).map(|r| unsafe { std::ptr::read_unaligned(r.as_ptr() as *const T) }).collect())
@@ -332,7 +377,12 @@ impl PyRecordLines {
     /// `protocols`: 256 protocol names, `orientations` and `reported` by their number,
     /// `services` one per Service entry: each as JSON text.
     #[new]
-    fn new(protocols: Vec<String>, orientations: Vec<String>, reported: Vec<String>, services: Vec<String>) -> PyResult<Self> {
+    fn new(
+        protocols: Vec<String>,
+        orientations: Vec<String>,
+        reported: Vec<String>,
+        services: Vec<String>,
+    ) -> PyResult<Self> {
         if protocols.len() != 256 {
             return Err(PyValueError::new_err("a name for each of the 256 protocol numbers"));
         }
@@ -341,9 +391,18 @@ impl PyRecordLines {
 
     /// What the lines of these records (bytes of `HEADER_DTYPE`, `FLOW_COUNTS_DTYPE`,
     /// `VERDICT_DTYPE`) need that was not learned: ([(direction, side bytes)], [address]).
-    fn missing<'py>(&self, py: Python<'py>, headers: &[u8], counts: &[u8], verdicts: &[u8]) -> PyResult<(Vec<(u8, Bound<'py, PyBytes>)>, Vec<Bound<'py, PyBytes>>)> {
-        let (h, c, v) = (records_of::<PacketHeader>(headers, "headers")?, records_of::<FlowCounts>(counts, "counts")?,
-                         records_of::<PacketVerdict>(verdicts, "verdicts")?);
+    fn missing<'py>(
+        &self,
+        py: Python<'py>,
+        headers: &[u8],
+        counts: &[u8],
+        verdicts: &[u8],
+    ) -> PyResult<(Vec<(u8, Bound<'py, PyBytes>)>, Vec<Bound<'py, PyBytes>>)> {
+        let (h, c, v) = (
+            records_of::<PacketHeader>(headers, "headers")?,
+            records_of::<FlowCounts>(counts, "counts")?,
+            records_of::<PacketVerdict>(verdicts, "verdicts")?,
+        );
         let m = py.detach(|| self.inner.missing(&h, &c, &v));
         Ok((
             m.sides.iter().map(|(d, s)| (*d, PyBytes::new(py, as_bytes(std::slice::from_ref(s))))).collect(),
@@ -367,10 +426,21 @@ impl PyRecordLines {
 
     /// The lines of these records, as UTF-8 bytes: `file` the input's name as JSON, `unit`
     /// `"line"` or `"byte"`; `services` bytes of an int64 array.
-    fn write<'py>(&mut self, py: Python<'py>, headers: &[u8], counts: &[u8], verdicts: &[u8], services: &[u8], file: &str,
-                  unit: &str) -> PyResult<Bound<'py, PyBytes>> {
-        let (h, c, v) = (records_of::<PacketHeader>(headers, "headers")?, records_of::<FlowCounts>(counts, "counts")?,
-                         records_of::<PacketVerdict>(verdicts, "verdicts")?);
+    fn write<'py>(
+        &mut self,
+        py: Python<'py>,
+        headers: &[u8],
+        counts: &[u8],
+        verdicts: &[u8],
+        services: &[u8],
+        file: &str,
+        unit: &str,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let (h, c, v) = (
+            records_of::<PacketHeader>(headers, "headers")?,
+            records_of::<FlowCounts>(counts, "counts")?,
+            records_of::<PacketVerdict>(verdicts, "verdicts")?,
+        );
         let s = records_of::<i64>(services, "services")?;
         if c.len() != h.len() || v.len() != h.len() || s.len() != h.len() {
             return Err(PyValueError::new_err("headers, counts, verdicts and services must be parallel"));
@@ -408,8 +478,13 @@ fn bytes_of(b: &pyo3::buffer::PyUntypedBuffer) -> &[u8] {
 /// `tcp_flags`). Returns (headers, counts) bytes as `RecordStream.feed`, and the problems
 /// (count per reason, the first few with their row).
 #[pyfunction]
-fn vpc_columns<'py>(py: Python<'py>, rows: usize, first_row: u64, text: std::collections::HashMap<String, TextArg<'py>>,
-                    ints: std::collections::HashMap<String, IntArg<'py>>) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, ProblemsOut)> {
+fn vpc_columns<'py>(
+    py: Python<'py>,
+    rows: usize,
+    first_row: u64,
+    text: std::collections::HashMap<String, TextArg<'py>>,
+    ints: std::collections::HashMap<String, IntArg<'py>>,
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, ProblemsOut)> {
     use pyclassify_core::records::vpc::{ColumnBatch, IntColumn, Strings, TextColumn};
     let width_of = |name: &str, width: usize| {
         if width == 4 || width == 8 {
@@ -418,20 +493,33 @@ fn vpc_columns<'py>(py: Python<'py>, rows: usize, first_row: u64, text: std::col
             Err(PyValueError::new_err(format!("{name}: a value or offset is 4 or 8 bytes, not {width}")))
         }
     };
-    type Held = (pyo3::buffer::PyUntypedBuffer, pyo3::buffer::PyUntypedBuffer, Option<pyo3::buffer::PyUntypedBuffer>,
-                 usize, usize, Option<(pyo3::buffer::PyUntypedBuffer, Option<pyo3::buffer::PyUntypedBuffer>, usize)>);
+    type Held = (
+        pyo3::buffer::PyUntypedBuffer,
+        pyo3::buffer::PyUntypedBuffer,
+        Option<pyo3::buffer::PyUntypedBuffer>,
+        usize,
+        usize,
+        Option<(pyo3::buffer::PyUntypedBuffer, Option<pyo3::buffer::PyUntypedBuffer>, usize)>,
+    );
     let mut held_text: std::collections::HashMap<&str, Held> = std::collections::HashMap::new();
     for (name, (offsets, data, valid, offset, width, indices)) in &text {
         let width = width_of(name, *width)?;
         let indices = match indices {
             None => None,
-            Some((b, v, o)) => Some((byte_buffer(b, "indices")?, v.as_ref().map(|v| byte_buffer(v, "validity")).transpose()?, *o)),
+            Some((b, v, o)) => {
+                Some((byte_buffer(b, "indices")?, v.as_ref().map(|v| byte_buffer(v, "validity")).transpose()?, *o))
+            }
         };
         let valid = valid.as_ref().map(|v| byte_buffer(v, "validity")).transpose()?;
-        held_text.insert(name, (byte_buffer(offsets, "offsets")?, byte_buffer(data, "data")?, valid, *offset, width, indices));
+        held_text.insert(
+            name,
+            (byte_buffer(offsets, "offsets")?, byte_buffer(data, "data")?, valid, *offset, width, indices),
+        );
     }
-    let mut held_ints: std::collections::HashMap<&str, (pyo3::buffer::PyUntypedBuffer, Option<pyo3::buffer::PyUntypedBuffer>, usize, usize)> =
-        std::collections::HashMap::new();
+    let mut held_ints: std::collections::HashMap<
+        &str,
+        (pyo3::buffer::PyUntypedBuffer, Option<pyo3::buffer::PyUntypedBuffer>, usize, usize),
+    > = std::collections::HashMap::new();
     for (name, (data, valid, offset, width)) in &ints {
         let width = width_of(name, *width)?;
         let valid = valid.as_ref().map(|v| byte_buffer(v, "validity")).transpose()?;
@@ -439,15 +527,31 @@ fn vpc_columns<'py>(py: Python<'py>, rows: usize, first_row: u64, text: std::col
     }
     let t = |n: &str| {
         held_text.get(n).map(|(o, d, v, offset, width, indices)| {
-            let strings = Strings { offsets: bytes_of(o), data: bytes_of(d), valid: v.as_ref().map(bytes_of), offset: *offset, width: *width };
+            let strings = Strings {
+                offsets: bytes_of(o),
+                data: bytes_of(d),
+                valid: v.as_ref().map(bytes_of),
+                offset: *offset,
+                width: *width,
+            };
             match indices {
                 None => TextColumn::Plain(strings),
-                Some((b, v, o)) => TextColumn::Dictionary { values: strings, indices: bytes_of(b), valid: v.as_ref().map(bytes_of), offset: *o },
+                Some((b, v, o)) => TextColumn::Dictionary {
+                    values: strings,
+                    indices: bytes_of(b),
+                    valid: v.as_ref().map(bytes_of),
+                    offset: *o,
+                },
             }
         })
     };
     let i = |n: &str| {
-        held_ints.get(n).map(|(d, v, offset, width)| IntColumn { data: bytes_of(d), valid: v.as_ref().map(bytes_of), offset: *offset, width: *width })
+        held_ints.get(n).map(|(d, v, offset, width)| IntColumn {
+            data: bytes_of(d),
+            valid: v.as_ref().map(bytes_of),
+            offset: *offset,
+            width: *width,
+        })
     };
     let batch = ColumnBatch {
         srcaddr: t("srcaddr"),

@@ -67,9 +67,7 @@ fn field_error(field: &str, message: &str) -> PyErr {
 }
 
 /// Reads a `metav1.LabelSelector` mapping into its parts, naming the field of any error.
-fn label_selector_parts(
-    obj: &Bound<'_, PyAny>,
-) -> PyResult<(Vec<(String, String)>, Vec<LabelSelectorRequirement>)> {
+fn label_selector_parts(obj: &Bound<'_, PyAny>) -> PyResult<(Vec<(String, String)>, Vec<LabelSelectorRequirement>)> {
     let map = obj.cast::<PyMapping>().map_err(|_| field_error("", "a label selector must be a map"))?;
     let mut labels = Vec::new();
     let mut exprs = Vec::new();
@@ -84,17 +82,15 @@ fn label_selector_parts(
                 for kv in m.items()?.iter() {
                     let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = kv.extract()?;
                     let k: String = k.extract().map_err(|_| field_error("matchLabels", "keys must be strings"))?;
-                    let v: String = v
-                        .extract()
-                        .map_err(|_| field_error(&format!("matchLabels.{k}"), "value must be a string"))?;
+                    let v: String =
+                        v.extract().map_err(|_| field_error(&format!("matchLabels.{k}"), "value must be a string"))?;
                     labels.push((k, v));
                 }
             }
             "matchExpressions" if value.is_none() => {}
             "matchExpressions" => {
-                let list: Vec<Bound<'_, PyAny>> = value
-                    .extract()
-                    .map_err(|_| field_error("matchExpressions", "must be a list"))?;
+                let list: Vec<Bound<'_, PyAny>> =
+                    value.extract().map_err(|_| field_error("matchExpressions", "must be a list"))?;
                 for (i, e) in list.iter().enumerate() {
                     exprs.push(requirement(e, i)?);
                 }
@@ -110,7 +106,9 @@ fn requirement(e: &Bound<'_, PyAny>, i: usize) -> PyResult<LabelSelectorRequirem
     let m = e.cast::<PyMapping>().map_err(|_| field_error(&field, "must be a map"))?;
     let get_str = |name: &str| -> PyResult<String> {
         match m.get_item(name) {
-            Ok(v) if !v.is_none() => v.extract().map_err(|_| field_error(&format!("{field}.{name}"), "must be a string")),
+            Ok(v) if !v.is_none() => {
+                v.extract().map_err(|_| field_error(&format!("{field}.{name}"), "must be a string"))
+            }
             _ => Err(field_error(&format!("{field}.{name}"), "required")),
         }
     };
@@ -147,9 +145,7 @@ impl PySelector {
 
     #[staticmethod]
     fn parse(text: &str) -> PyResult<Self> {
-        core::Selector::parse(text)
-            .map(|inner| PySelector { inner })
-            .map_err(|e| selector_error(&e, text))
+        core::Selector::parse(text).map(|inner| PySelector { inner }).map_err(|e| selector_error(&e, text))
     }
 
     /// The selector that matches everything, `all()`.
@@ -265,10 +261,7 @@ impl PySelector {
 #[pyfunction]
 fn tokenize(text: &str) -> PyResult<Vec<(&'static str, Option<String>)>> {
     let tokens = core::tokenize(text).map_err(|e| selector_error(&e, text))?;
-    Ok(tokens
-        .into_iter()
-        .map(|t| (t.kind.calico_name(), t.kind.value().map(str::to_string)))
-        .collect())
+    Ok(tokens.into_iter().map(|t| (t.kind.calico_name(), t.kind.value().map(str::to_string))).collect())
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -72,15 +72,16 @@ fn c_layout_table(out: &mut String, records: &[&Record], func: &str) {
         }
         let _ = writeln!(out, "}};");
     }
-    let _ = writeln!(out, "\n/* The layouts of this header's records as the C compiler sees them; *n receives the count. */");
+    let _ = writeln!(
+        out,
+        "\n/* The layouts of this header's records as the C compiler sees them; *n receives the count. */"
+    );
     let _ = writeln!(out, "static inline const pc_record_layout *{func}(size_t *n) {{");
     let _ = writeln!(out, "    static const pc_record_layout records[] = {{");
     for r in records {
         let c = r.c_name;
-        let _ = writeln!(
-            out,
-            "        {{\"{c}\", sizeof({c}), sizeof(pc_fields_{c}) / sizeof(pc_field), pc_fields_{c}}},"
-        );
+        let _ =
+            writeln!(out, "        {{\"{c}\", sizeof({c}), sizeof(pc_fields_{c}) / sizeof(pc_field), pc_fields_{c}}},");
     }
     let _ = writeln!(out, "    }};\n    *n = sizeof(records) / sizeof(records[0]);\n    return records;\n}}\n");
 }
@@ -151,7 +152,9 @@ fn header_batch_h() -> String {
     c_layout_table(&mut o, &[r, outer, counts], "pc_header_batch_layouts");
     o.push_str("/* Every field of PacketHeader in declaration order; *n receives the count. */\n");
     o.push_str("static inline const pc_field *pc_header_fields(size_t *n) {\n");
-    o.push_str("    *n = sizeof(pc_fields_PacketHeader) / sizeof(pc_field);\n    return pc_fields_PacketHeader;\n}\n\n");
+    o.push_str(
+        "    *n = sizeof(pc_fields_PacketHeader) / sizeof(pc_field);\n    return pc_fields_PacketHeader;\n}\n\n",
+    );
     o.push_str("#endif /* PYCLASSIFY_HEADER_BATCH_H */\n");
     o
 }
@@ -209,7 +212,10 @@ fn engine_api_h() -> String {
     let _ = writeln!(o, "/* Bumped on any change to the table or the records it passes; EngineClient checks it. */");
     let _ = writeln!(o, "#define PC_ENGINE_ABI_VERSION {ENGINE_ABI_VERSION}");
     let _ = writeln!(o, "#define PC_ENGINE_CAPSULE \"{}\"\n", ENGINE_CAPSULE.to_str().expect("ascii"));
-    let _ = writeln!(o, "#define PC_CAPI_OK {CAPI_OK}\n#define PC_CAPI_NULL ({CAPI_NULL})\n#define PC_CAPI_PANIC ({CAPI_PANIC})\n");
+    let _ = writeln!(
+        o,
+        "#define PC_CAPI_OK {CAPI_OK}\n#define PC_CAPI_NULL ({CAPI_NULL})\n#define PC_CAPI_PANIC ({CAPI_PANIC})\n"
+    );
     let _ = writeln!(o, "/* QuotedTuple.flags: the quoted header was decoded far enough to give the tuple. */");
     let _ = writeln!(o, "#define PC_QUOTE_VALID {QUOTED_VALID}u\n");
     let _ = writeln!(o, "/* pc_verdict.http codes (engine::records). */");
@@ -266,7 +272,9 @@ fn engine_api_pxd() -> String {
     for (name, ret, params, _) in API_FUNCTIONS {
         let _ = writeln!(o, "        {ret} (*{name})({params}) noexcept nogil");
     }
-    o.push_str("\n    ctypedef struct pc_engine_ref:\n        const pc_engine_api *api\n        const pc_engine *engine\n\n");
+    o.push_str(
+        "\n    ctypedef struct pc_engine_ref:\n        const pc_engine_api *api\n        const pc_engine *engine\n\n",
+    );
     o.push_str("    const pc_record_layout *pc_engine_api_layouts(size_t *n)\n");
     o
 }
@@ -332,7 +340,15 @@ mod tests {
         let sizes: Vec<_> = RECORDS.iter().map(|r| (r.rust_name, r.size)).collect();
         assert_eq!(
             sizes,
-            [("PacketHeader", 64), ("OuterHeader", 48), ("FlowCounts", 64), ("QuotedTuple", 40), ("SideVerdict", 20), ("PacketVerdict", 44), ("RevokedFlow", 40)]
+            [
+                ("PacketHeader", 64),
+                ("OuterHeader", 48),
+                ("FlowCounts", 64),
+                ("QuotedTuple", 40),
+                ("SideVerdict", 20),
+                ("PacketVerdict", 44),
+                ("RevokedFlow", 40)
+            ]
         );
     }
 }

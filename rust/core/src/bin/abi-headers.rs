@@ -3,9 +3,10 @@
 //! `cargo test` fails while the committed files differ from what this writes.
 
 fn main() {
-    let root = std::env::args_os().nth(1).map(std::path::PathBuf::from).unwrap_or_else(|| {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-    });
+    let root = std::env::args_os()
+        .nth(1)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."));
     for (path, text) in pyclassify_core::abi::headers::files() {
         let target = root.join(path);
         let old = std::fs::read_to_string(&target).unwrap_or_default();

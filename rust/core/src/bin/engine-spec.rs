@@ -3,9 +3,10 @@
 //! directory given as the argument). `cargo test` fails while the committed file differs.
 
 fn main() {
-    let root = std::env::args_os().nth(1).map(std::path::PathBuf::from).unwrap_or_else(|| {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-    });
+    let root = std::env::args_os()
+        .nth(1)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."));
     let path = pyclassify_core::engine::spec_py::PATH;
     let text = pyclassify_core::engine::spec_py::python_types();
     let target = root.join(path);

@@ -57,10 +57,7 @@ impl LinearScan {
 
 impl Classifier for LinearScan {
     fn classify(&self, key: &PacketKey) -> Option<Match> {
-        self.entries
-            .iter()
-            .find(|e| e.matches(key))
-            .map(|e| Match::from_rank(e.rank))
+        self.entries.iter().find(|e| e.matches(key)).map(|e| Match::from_rank(e.rank))
     }
 
     fn matches_below(&self, key: &PacketKey, below: u32, out: &mut Vec<Match>) {

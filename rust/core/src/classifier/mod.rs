@@ -39,10 +39,7 @@ impl Prefix {
 
     /// IPv4 prefix `a.b.c.d/len` (`len <= 32`) as the IPv4-mapped `/96+len`.
     pub fn v4(addr: u32, len: u8) -> Prefix {
-        Prefix {
-            addr: IPV4_MAPPED | addr as u128,
-            len: 96 + len.min(32),
-        }
+        Prefix { addr: IPV4_MAPPED | addr as u128, len: 96 + len.min(32) }
     }
 
     /// Mask of the `len` top bits (`len` clamped to 128).
@@ -71,10 +68,7 @@ pub struct PortRange {
 
 impl PortRange {
     /// Every port.
-    pub const ANY: PortRange = PortRange {
-        lo: 0,
-        hi: u16::MAX,
-    };
+    pub const ANY: PortRange = PortRange { lo: 0, hi: u16::MAX };
 
     /// Exactly one port.
     pub fn exact(p: u16) -> PortRange {
@@ -132,21 +126,12 @@ impl ClassRule {
     pub fn validate(&self) -> Result<(), ClassifierError> {
         for (field, p) in [("src", &self.src), ("dst", &self.dst)] {
             if p.len > 128 {
-                return Err(ClassifierError::BadPrefixLength {
-                    id: self.id,
-                    field,
-                    len: p.len,
-                });
+                return Err(ClassifierError::BadPrefixLength { id: self.id, field, len: p.len });
             }
         }
         for (field, r) in [("sport", &self.sport), ("dport", &self.dport)] {
             if r.lo > r.hi {
-                return Err(ClassifierError::BadPortRange {
-                    id: self.id,
-                    field,
-                    lo: r.lo,
-                    hi: r.hi,
-                });
+                return Err(ClassifierError::BadPortRange { id: self.id, field, lo: r.lo, hi: r.hi });
             }
         }
         Ok(())
@@ -221,10 +206,7 @@ pub struct Match {
 impl Match {
     #[inline]
     pub(crate) fn from_rank(rank: u64) -> Match {
-        Match {
-            id: rank as u32,
-            priority: (rank >> 32) as u32,
-        }
+        Match { id: rank as u32, priority: (rank >> 32) as u32 }
     }
 }
 
@@ -234,18 +216,9 @@ pub enum ClassifierError {
     /// A rule with this id is already in the classifier.
     DuplicateId(u32),
     /// A prefix longer than 128 bits.
-    BadPrefixLength {
-        id: u32,
-        field: &'static str,
-        len: u8,
-    },
+    BadPrefixLength { id: u32, field: &'static str, len: u8 },
     /// A port range with `lo > hi`.
-    BadPortRange {
-        id: u32,
-        field: &'static str,
-        lo: u16,
-        hi: u16,
-    },
+    BadPortRange { id: u32, field: &'static str, lo: u16, hi: u16 },
 }
 
 impl fmt::Display for ClassifierError {
@@ -345,14 +318,8 @@ impl Entry {
     #[inline(always)]
     pub fn matches(&self, k: &PacketKey) -> bool {
         // Non-short-circuit `&`: all tests are cheap, and branches on data mispredict.
-        ((k.src ^ self.src)
-            .checked_shr(self.src_shift as u32)
-            .unwrap_or(0)
-            == 0)
-            & ((k.dst ^ self.dst)
-                .checked_shr(self.dst_shift as u32)
-                .unwrap_or(0)
-                == 0)
+        ((k.src ^ self.src).checked_shr(self.src_shift as u32).unwrap_or(0) == 0)
+            & ((k.dst ^ self.dst).checked_shr(self.dst_shift as u32).unwrap_or(0) == 0)
             & (k.sport.wrapping_sub(self.sport_lo) <= self.sport_span)
             & (k.dport.wrapping_sub(self.dport_lo) <= self.dport_span)
             & ((k.proto & self.proto_mask) == self.proto)
@@ -391,14 +358,7 @@ mod tests {
     fn validate_rejects_bad_rules() {
         let mut r = ClassRule::any(7, 0);
         r.src.len = 129;
-        assert_eq!(
-            r.validate(),
-            Err(ClassifierError::BadPrefixLength {
-                id: 7,
-                field: "src",
-                len: 129
-            })
-        );
+        assert_eq!(r.validate(), Err(ClassifierError::BadPrefixLength { id: 7, field: "src", len: 129 }));
         let mut r = ClassRule::any(8, 0);
         r.dport = PortRange { lo: 10, hi: 9 };
         let e = r.validate().unwrap_err();
@@ -420,10 +380,7 @@ mod tests {
         let k = PacketKey::from_header(&h);
         assert_eq!(k.src, IPV4_MAPPED | 0x0a01_0203);
         assert_eq!(k.dst, 1);
-        assert_eq!(
-            (k.sport, k.dport, k.proto, k.icmp_type, k.icmp_code),
-            (1234, 80, 6, 3, 4)
-        );
+        assert_eq!((k.sport, k.dport, k.proto, k.icmp_type, k.icmp_code), (1234, 80, 6, 3, 4));
         assert!(Prefix::v4(0x0a00_0000, 8).contains(k.src));
     }
 }

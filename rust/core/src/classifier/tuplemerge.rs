@@ -36,11 +36,7 @@ pub struct TupleMergeConfig {
 
 impl Default for TupleMergeConfig {
     fn default() -> Self {
-        TupleMergeConfig {
-            collision_limit: 8,
-            v4_step: 16,
-            v6_step: 16,
-        }
+        TupleMergeConfig { collision_limit: 8, v4_step: 16, v6_step: 16 }
     }
 }
 
@@ -67,11 +63,7 @@ impl Tuple {
 
     /// Whether a rule with tuple `r` can be stored in a table with tuple `self`.
     fn admits(&self, r: &Tuple) -> bool {
-        self.sl <= r.sl
-            && self.dl <= r.dl
-            && self.spl <= r.spl
-            && self.dpl <= r.dpl
-            && (!self.proto || r.proto)
+        self.sl <= r.sl && self.dl <= r.dl && self.spl <= r.spl && self.dpl <= r.dpl && (!self.proto || r.proto)
     }
 
     fn specificity(&self) -> u32 {
@@ -90,13 +82,7 @@ impl Tuple {
         // Ports: exact or nothing (a range's shared leading bits rarely tell rules apart, and
         // every distinct port length would be one more table to visit).
         let port = |l: u8| if l == 16 { 16 } else { 0 };
-        Tuple {
-            sl: addr(self.sl),
-            dl: addr(self.dl),
-            spl: port(self.spl),
-            dpl: port(self.dpl),
-            ..*self
-        }
+        Tuple { sl: addr(self.sl), dl: addr(self.dl), spl: port(self.spl), dpl: port(self.dpl), ..*self }
     }
 
     fn max(&self, o: &Tuple) -> Tuple {
@@ -212,9 +198,8 @@ impl Table {
 
     #[inline(always)]
     fn hash(&self, src: u128, dst: u128, sport: u16, dport: u16, proto: u8) -> u64 {
-        let pp = ((sport & self.spmask) as u64) << 24
-            | ((dport & self.dpmask) as u64) << 8
-            | (proto & self.pmask) as u64;
+        let pp =
+            ((sport & self.spmask) as u64) << 24 | ((dport & self.dpmask) as u64) << 8 | (proto & self.pmask) as u64;
         mix(src & self.smask, dst & self.dmask, pp)
     }
 
@@ -240,23 +225,14 @@ impl Table {
     }
 
     fn refresh_min(&mut self) {
-        self.min_rank = self
-            .buckets
-            .values()
-            .map(|b| b.first.rank)
-            .min()
-            .unwrap_or(u64::MAX);
+        self.min_rank = self.buckets.values().map(|b| b.first.rank).min().unwrap_or(u64::MAX);
         self.stale = 0;
     }
 
     fn memory_bytes(&self) -> usize {
         let slot = core::mem::size_of::<(u64, Bucket)>() + 1;
         self.buckets.capacity() * slot
-            + self
-                .buckets
-                .values()
-                .map(|b| b.all.capacity() * core::mem::size_of::<Entry>())
-                .sum::<usize>()
+            + self.buckets.values().map(|b| b.all.capacity() * core::mem::size_of::<Entry>()).sum::<usize>()
     }
 }
 
@@ -313,10 +289,7 @@ impl TupleMerge {
         TupleMerge::build_with(rules, TupleMergeConfig::default())
     }
 
-    pub fn build_with(
-        rules: &[ClassRule],
-        cfg: TupleMergeConfig,
-    ) -> Result<TupleMerge, ClassifierError> {
+    pub fn build_with(rules: &[ClassRule], cfg: TupleMergeConfig) -> Result<TupleMerge, ClassifierError> {
         let mut sorted: Vec<&ClassRule> = rules.iter().collect();
         for r in &sorted {
             r.validate()?;
@@ -399,13 +372,7 @@ impl TupleMerge {
             rules: self.rules.len(),
             tables: self.tables.len(),
             buckets: self.tables.iter().map(|t| t.buckets.len()).sum(),
-            largest_bucket: self
-                .tables
-                .iter()
-                .flat_map(|t| t.buckets.values())
-                .map(|b| b.all.len())
-                .max()
-                .unwrap_or(0),
+            largest_bucket: self.tables.iter().flat_map(|t| t.buckets.values()).map(|b| b.all.len()).max().unwrap_or(0),
         }
     }
 
@@ -460,10 +427,8 @@ impl TupleMerge {
         let Some(bucket) = self.tables[i].buckets.get_mut(&h) else {
             return;
         };
-        let (moving, staying): (Vec<Entry>, Vec<Entry>) = bucket
-            .all
-            .drain(..)
-            .partition(|e| nt.admits(&Tuple::of_entry(e)));
+        let (moving, staying): (Vec<Entry>, Vec<Entry>) =
+            bucket.all.drain(..).partition(|e| nt.admits(&Tuple::of_entry(e)));
         let t = &mut self.tables[i];
         t.count -= moving.len() as u32;
         if staying.is_empty() {

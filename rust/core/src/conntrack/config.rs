@@ -27,20 +27,10 @@ impl fmt::Display for CtError {
         match self {
             CtError::InvalidConfig(m) => write!(f, "invalid conntrack configuration: {m}"),
             CtError::TableFull => {
-                write!(
-                    f,
-                    "conntrack table full: every entry is assured, none can be dropped early"
-                )
+                write!(f, "conntrack table full: every entry is assured, none can be dropped early")
             }
-            CtError::LengthMismatch {
-                what,
-                got,
-                expected,
-            } => {
-                write!(
-                    f,
-                    "{what} has {got} entries, the header batch has {expected}"
-                )
+            CtError::LengthMismatch { what, got, expected } => {
+                write!(f, "{what} has {got} entries, the header batch has {expected}")
             }
         }
     }
@@ -121,12 +111,7 @@ pub struct CtConfig {
 
 impl Default for CtConfig {
     fn default() -> Self {
-        CtConfig {
-            max_entries: 262_144,
-            tcp_loose: true,
-            sweep_per_packet: 2,
-            timeouts: Timeouts::default(),
-        }
+        CtConfig { max_entries: 262_144, tcp_loose: true, sweep_per_packet: 2, timeouts: Timeouts::default() }
     }
 }
 

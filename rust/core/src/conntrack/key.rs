@@ -65,24 +65,12 @@ impl Hash for FlowKey {
 impl FlowKey {
     /// The same flow seen from the other end.
     pub fn reversed(&self) -> FlowKey {
-        FlowKey {
-            src: self.dst,
-            dst: self.src,
-            sport: self.dport,
-            dport: self.sport,
-            proto: self.proto,
-        }
+        FlowKey { src: self.dst, dst: self.src, sport: self.dport, dport: self.sport, proto: self.proto }
     }
 
     /// Key of a TCP/UDP/other flow from raw addresses (network-order bytes) and ports.
     pub fn new(src: [u8; 16], dst: [u8; 16], sport: u16, dport: u16, proto: u8) -> FlowKey {
-        FlowKey {
-            src: u128::from_be_bytes(src),
-            dst: u128::from_be_bytes(dst),
-            sport,
-            dport,
-            proto,
-        }
+        FlowKey { src: u128::from_be_bytes(src), dst: u128::from_be_bytes(dst), sport, dport, proto }
     }
 
     /// Source address as 16 network-order bytes.
@@ -215,11 +203,7 @@ const ICMP6_QUERIES: &[(u8, u8)] = &[(128, 129), (139, 140)];
 
 /// `Some((request_type, is_reply))` when `ty` is a query request or reply.
 fn icmp_query(proto: u8, ty: u8) -> Option<(u8, bool)> {
-    let table = if proto == PROTO_ICMP {
-        ICMP4_QUERIES
-    } else {
-        ICMP6_QUERIES
-    };
+    let table = if proto == PROTO_ICMP { ICMP4_QUERIES } else { ICMP6_QUERIES };
     for &(req, rep) in table {
         if ty == req {
             return Some((req, false));
@@ -246,63 +230,20 @@ pub fn is_icmp_error_type(proto: u8, ty: u8) -> bool {
 #[inline]
 pub(crate) fn canon_ports(src: u128, dst: u128, sport: u16, dport: u16, proto: u8) -> (FlowKey, bool) {
     if (src, sport) <= (dst, dport) {
-        (
-            FlowKey {
-                src,
-                dst,
-                sport,
-                dport,
-                proto,
-            },
-            true,
-        )
+        (FlowKey { src, dst, sport, dport, proto }, true)
     } else {
-        (
-            FlowKey {
-                src: dst,
-                dst: src,
-                sport: dport,
-                dport: sport,
-                proto,
-            },
-            false,
-        )
+        (FlowKey { src: dst, dst: src, sport: dport, dport: sport, proto }, false)
     }
 }
 
 /// Canonical key of an ICMP query: always (requester, responder, id, request type << 8).
 #[inline]
-fn canon_icmp(
-    src: u128,
-    dst: u128,
-    id: u16,
-    req_type: u8,
-    reply: bool,
-    proto: u8,
-) -> (FlowKey, bool) {
+fn canon_icmp(src: u128, dst: u128, id: u16, req_type: u8, reply: bool, proto: u8) -> (FlowKey, bool) {
     let dport = u16::from(req_type) << 8;
     if reply {
-        (
-            FlowKey {
-                src: dst,
-                dst: src,
-                sport: id,
-                dport,
-                proto,
-            },
-            false,
-        )
+        (FlowKey { src: dst, dst: src, sport: id, dport, proto }, false)
     } else {
-        (
-            FlowKey {
-                src,
-                dst,
-                sport: id,
-                dport,
-                proto,
-            },
-            true,
-        )
+        (FlowKey { src, dst, sport: id, dport, proto }, true)
     }
 }
 
@@ -331,18 +272,8 @@ pub(crate) fn parse(hdr: &PacketHeader) -> Parsed {
                 return Parsed::Invalid(InvalidReason::NoPorts);
             }
             let (canon, from_a) = canon_ports(src, dst, hdr.sport, hdr.dport, proto);
-            let (class, tcp_flags) = if proto == PROTO_TCP {
-                (Class::Tcp, hdr.tcp_flags)
-            } else {
-                (Class::Udp, 0)
-            };
-            Parsed::Flow {
-                canon,
-                from_a,
-                class,
-                tcp_flags,
-                icmp_reply: false,
-            }
+            let (class, tcp_flags) = if proto == PROTO_TCP { (Class::Tcp, hdr.tcp_flags) } else { (Class::Udp, 0) };
+            Parsed::Flow { canon, from_a, class, tcp_flags, icmp_reply: false }
         }
         PROTO_ICMP | PROTO_ICMPV6 => {
             if !icmp_proto_matches_version(proto, hdr.ip_version) {
@@ -362,31 +293,15 @@ pub(crate) fn parse(hdr: &PacketHeader) -> Parsed {
             match icmp_query(proto, hdr.icmp_type) {
                 Some((req, reply)) => {
                     let (canon, from_a) = canon_icmp(src, dst, hdr.sport, req, reply, proto);
-                    Parsed::Flow {
-                        canon,
-                        from_a,
-                        class: Class::Icmp,
-                        tcp_flags: 0,
-                        icmp_reply: reply,
-                    }
+                    Parsed::Flow { canon, from_a, class: Class::Icmp, tcp_flags: 0, icmp_reply: reply }
                 }
                 None => Parsed::Untracked,
             }
         }
         _ => {
-            let (sport, dport) = if has_ports {
-                (hdr.sport, hdr.dport)
-            } else {
-                (0, 0)
-            };
+            let (sport, dport) = if has_ports { (hdr.sport, hdr.dport) } else { (0, 0) };
             let (canon, from_a) = canon_ports(src, dst, sport, dport, proto);
-            Parsed::Flow {
-                canon,
-                from_a,
-                class: Class::Generic,
-                tcp_flags: 0,
-                icmp_reply: false,
-            }
+            Parsed::Flow { canon, from_a, class: Class::Generic, tcp_flags: 0, icmp_reply: false }
         }
     }
 }

@@ -106,11 +106,11 @@ use hashbrown::HashTable;
 
 use crate::batch::PacketHeader;
 
-pub use key::{
-    is_icmp_error_type, FlowKey, InvalidReason, QuotedTuple, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP,
-    PROTO_UDP, QUOTED_VALID, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN,
-};
 pub use config::{CtConfig, CtError, CtStats, Timeouts, MAX_ENTRIES_LIMIT};
+pub use key::{
+    is_icmp_error_type, FlowKey, InvalidReason, QuotedTuple, PROTO_ICMP, PROTO_ICMPV6, PROTO_TCP, PROTO_UDP,
+    QUOTED_VALID, TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN,
+};
 pub use tcp::TcpState;
 
 use key::{Class, Parsed};
@@ -179,10 +179,7 @@ impl CtState {
     /// Whether the packet is allowed by the table alone (a tracked connection's packet).
     /// `New` and `Untracked` need policy; `Denied` and `Invalid` are denied.
     pub fn allows(&self) -> bool {
-        matches!(
-            self,
-            CtState::Established | CtState::Reply | CtState::Related
-        )
+        matches!(self, CtState::Established | CtState::Reply | CtState::Related)
     }
 }
 
@@ -228,13 +225,7 @@ impl NewFlow {
 /// The header of `h` seen from the other end (addresses and ports swapped): what policy judges
 /// for a connection picked up from its server's side.
 pub fn reversed_header(h: &PacketHeader) -> PacketHeader {
-    PacketHeader {
-        src_addr: h.dst_addr,
-        dst_addr: h.src_addr,
-        sport: h.dport,
-        dport: h.sport,
-        ..*h
-    }
+    PacketHeader { src_addr: h.dst_addr, dst_addr: h.src_addr, sport: h.dport, dport: h.sport, ..*h }
 }
 
 /// A tracked connection, as reported by [`ConnTrack::flows`].
@@ -312,13 +303,7 @@ const _: () = assert!(core::mem::size_of::<Entry>() == 64);
 impl Entry {
     #[inline]
     fn canon(&self) -> FlowKey {
-        FlowKey {
-            src: self.src,
-            dst: self.dst,
-            sport: self.sport,
-            dport: self.dport,
-            proto: self.proto,
-        }
+        FlowKey { src: self.src, dst: self.dst, sport: self.sport, dport: self.dport, proto: self.proto }
     }
 
     #[inline]
@@ -372,8 +357,7 @@ impl ConnTrack<RandomState> {
 }
 
 fn duration_ns(name: &str, d: Duration) -> Result<u64, CtError> {
-    let ns = u64::try_from(d.as_nanos())
-        .map_err(|_| CtError::InvalidConfig(format!("{name} is too long")))?;
+    let ns = u64::try_from(d.as_nanos()).map_err(|_| CtError::InvalidConfig(format!("{name} is too long")))?;
     if ns == 0 {
         return Err(CtError::InvalidConfig(format!("{name} must be positive")));
     }
@@ -393,11 +377,9 @@ impl<S: BuildHasher> ConnTrack<S> {
         let mut timeouts_ns = [0u64; T_COUNT];
         timeouts_ns[TcpState::SynSent as usize] = duration_ns("tcp_syn_sent", t.tcp_syn_sent)?;
         timeouts_ns[TcpState::SynRecv as usize] = duration_ns("tcp_syn_recv", t.tcp_syn_recv)?;
-        timeouts_ns[TcpState::Established as usize] =
-            duration_ns("tcp_established", t.tcp_established)?;
+        timeouts_ns[TcpState::Established as usize] = duration_ns("tcp_established", t.tcp_established)?;
         timeouts_ns[TcpState::FinWait as usize] = duration_ns("tcp_fin_wait", t.tcp_fin_wait)?;
-        timeouts_ns[TcpState::CloseWait as usize] =
-            duration_ns("tcp_close_wait", t.tcp_close_wait)?;
+        timeouts_ns[TcpState::CloseWait as usize] = duration_ns("tcp_close_wait", t.tcp_close_wait)?;
         timeouts_ns[TcpState::LastAck as usize] = duration_ns("tcp_last_ack", t.tcp_last_ack)?;
         timeouts_ns[TcpState::TimeWait as usize] = duration_ns("tcp_time_wait", t.tcp_time_wait)?;
         timeouts_ns[TcpState::Close as usize] = duration_ns("tcp_close", t.tcp_close)?;
@@ -466,24 +448,15 @@ impl<S: BuildHasher> ConnTrack<S> {
     }
 
     /// Tracks one packet; `quoted` is the tuple an ICMP error quotes (ignored for other packets).
-    pub fn track_quoted(
-        &mut self,
-        hdr: &PacketHeader,
-        quoted: Option<&QuotedTuple>,
-        now_ns: u64,
-    ) -> CtState {
+    pub fn track_quoted(&mut self, hdr: &PacketHeader, quoted: Option<&QuotedTuple>, now_ns: u64) -> CtState {
         self.stats.packets += 1;
         if self.cfg.sweep_per_packet > 0 && !self.entries.is_empty() {
             self.sweep(now_ns, self.cfg.sweep_per_packet);
         }
         let state = match key::parse(hdr) {
-            Parsed::Flow {
-                canon,
-                from_a,
-                class,
-                tcp_flags,
-                icmp_reply,
-            } => self.track_flow(canon, from_a, class, tcp_flags, icmp_reply, now_ns),
+            Parsed::Flow { canon, from_a, class, tcp_flags, icmp_reply } => {
+                self.track_flow(canon, from_a, class, tcp_flags, icmp_reply, now_ns)
+            }
             Parsed::IcmpError => self.track_error(hdr, quoted, now_ns),
             Parsed::Untracked => CtState::Untracked,
             Parsed::Invalid(r) => CtState::Invalid(r),
@@ -557,11 +530,7 @@ impl<S: BuildHasher> ConnTrack<S> {
             if got == n {
                 Ok(())
             } else {
-                Err(CtError::LengthMismatch {
-                    what,
-                    got,
-                    expected: n,
-                })
+                Err(CtError::LengthMismatch { what, got, expected: n })
             }
         };
         check("verdicts", verdicts.len())?;
@@ -671,9 +640,7 @@ impl<S: BuildHasher> ConnTrack<S> {
         let exp = now_ns.saturating_add(self.timeout_of(idx)).max(1);
         self.entries[idx as usize].expires = exp;
         let (entries, build) = (&self.entries, &self.build);
-        self.table.insert_unique(flow.hash, idx, |&i| {
-            build.hash_one(entries[i as usize].canon())
-        });
+        self.table.insert_unique(flow.hash, idx, |&i| build.hash_one(entries[i as usize].canon()));
         self.lru_push(idx);
         idx
     }
@@ -686,11 +653,7 @@ impl<S: BuildHasher> ConnTrack<S> {
     /// 120 s (a fresh SYN from its opener is a new connection), or until a later `revalidate`
     /// finds it allowed again (restored: not reported). Timed-out entries are removed on the way
     /// (not reported).
-    pub fn revalidate(
-        &mut self,
-        now_ns: u64,
-        mut judge: impl FnMut(&FlowKey) -> bool,
-    ) -> Vec<FlowKey> {
+    pub fn revalidate(&mut self, now_ns: u64, mut judge: impl FnMut(&FlowKey) -> bool) -> Vec<FlowKey> {
         self.stats.revalidations += 1;
         let mut revoked = Vec::new();
         let mut dead: Vec<u32> = Vec::new();
@@ -799,11 +762,7 @@ impl<S: BuildHasher> ConnTrack<S> {
             return 0;
         }
         let mut removed = 0;
-        let mut cur = if self.sweep_cursor < len {
-            self.sweep_cursor
-        } else {
-            0
-        };
+        let mut cur = if self.sweep_cursor < len { self.sweep_cursor } else { 0 };
         for _ in 0..budget.min(len) {
             let exp = self.entries[cur].expires;
             if exp != 0 && exp <= now_ns {
@@ -868,9 +827,7 @@ impl<S: BuildHasher> ConnTrack<S> {
     #[inline]
     fn find(&self, canon: &FlowKey, hash: u64) -> Option<u32> {
         let entries = &self.entries;
-        self.table
-            .find(hash, |&i| entries[i as usize].is(canon))
-            .copied()
+        self.table.find(hash, |&i| entries[i as usize].is(canon)).copied()
     }
 
     fn timeout_of(&self, idx: u32) -> u64 {
@@ -912,8 +869,15 @@ impl<S: BuildHasher> ConnTrack<S> {
                     e.expires = e.expires.max(now_ns.saturating_add(REVOKED_IDLE_NS));
                     return CtState::Denied;
                 }
-                return CtState::New(NewFlow { canon, hash, from_a, class, tcp: TcpState::SynSent,
-                                              pickup: false, reversed: false });
+                return CtState::New(NewFlow {
+                    canon,
+                    hash,
+                    from_a,
+                    class,
+                    tcp: TcpState::SynSent,
+                    pickup: false,
+                    reversed: false,
+                });
             } else if self.entries[idx as usize].bits & REVOKED != 0 {
                 // A fresh SYN from the opener's side is a new connection on a reused port, for
                 // policy to judge; anything else of a revoked connection is dropped.
@@ -945,15 +909,7 @@ impl<S: BuildHasher> ConnTrack<S> {
         // A pickup's opener: the end with the higher port (module documentation, "Connections
         // picked up mid-stream"); with equal ports, the packet's sender.
         let opener_is_a = if pickup && canon.sport != canon.dport { canon.sport > canon.dport } else { from_a };
-        CtState::New(NewFlow {
-            canon,
-            hash,
-            from_a: opener_is_a,
-            class,
-            tcp,
-            pickup,
-            reversed: opener_is_a != from_a,
-        })
+        CtState::New(NewFlow { canon, hash, from_a: opener_is_a, class, tcp, pickup, reversed: opener_is_a != from_a })
     }
 
     /// A packet of tracked connection `idx`. `None`: the packet reopens a closed TCP
@@ -983,8 +939,7 @@ impl<S: BuildHasher> ConnTrack<S> {
         if !orig {
             e.bits |= SEEN_REPLY;
         }
-        let assured_now =
-            e.bits & SEEN_REPLY != 0 && (e.class != Class::Tcp || e.tcp >= TcpState::Established);
+        let assured_now = e.bits & SEEN_REPLY != 0 && (e.class != Class::Tcp || e.tcp >= TcpState::Established);
         let was_assured = e.bits & ASSURED != 0;
         if assured_now && !was_assured {
             e.bits |= ASSURED;
@@ -997,19 +952,10 @@ impl<S: BuildHasher> ConnTrack<S> {
             self.lru_unlink(idx);
             self.lru_push(idx);
         }
-        Some(if orig {
-            CtState::Established
-        } else {
-            CtState::Reply
-        })
+        Some(if orig { CtState::Established } else { CtState::Reply })
     }
 
-    fn track_error(
-        &mut self,
-        hdr: &PacketHeader,
-        quoted: Option<&QuotedTuple>,
-        now_ns: u64,
-    ) -> CtState {
+    fn track_error(&mut self, hdr: &PacketHeader, quoted: Option<&QuotedTuple>, now_ns: u64) -> CtState {
         let Some((canon, quoted_from_a)) = quoted.and_then(key::parse_quoted) else {
             return CtState::Invalid(InvalidReason::IcmpErrorNoQuote);
         };
@@ -1117,11 +1063,7 @@ impl<S: BuildHasher> ConnTrack<S> {
                 return;
             }
             e.bits &= !IN_LRU;
-            (
-                std::mem::replace(&mut e.prev, NIL),
-                std::mem::replace(&mut e.next, NIL),
-                Self::list_of(e.bits),
-            )
+            (std::mem::replace(&mut e.prev, NIL), std::mem::replace(&mut e.next, NIL), Self::list_of(e.bits))
         };
         if prev == NIL {
             self.lru[list].0 = next;

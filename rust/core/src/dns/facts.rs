@@ -41,12 +41,7 @@ pub struct DomainFactsStats {
 impl DomainFactsStats {
     /// The counters as (name, value), in a fixed order.
     pub fn items(&self) -> [(&'static str, u64); 4] {
-        [
-            ("learned", self.learned),
-            ("refreshed", self.refreshed),
-            ("evicted", self.evicted),
-            ("expired", self.expired),
-        ]
+        [("learned", self.learned), ("refreshed", self.refreshed), ("evicted", self.evicted), ("expired", self.expired)]
     }
 }
 
@@ -256,9 +251,7 @@ impl DomainFacts {
         let mut new = 0;
         for a in answers {
             let name = normalize(&a.name);
-            if !name.is_empty()
-                && self.learn_locked(&mut inner, &name, a.addr.to_canonical(), a.ttl, now_ns)
-            {
+            if !name.is_empty() && self.learn_locked(&mut inner, &name, a.addr.to_canonical(), a.ttl, now_ns) {
                 new += 1;
             }
         }
@@ -266,21 +259,11 @@ impl DomainFacts {
     }
 
     /// `name` normalized and not empty, `addr` canonical.
-    fn learn_locked(
-        &self,
-        inner: &mut Inner,
-        name: &str,
-        addr: IpAddr,
-        ttl: u32,
-        now: u64,
-    ) -> bool {
+    fn learn_locked(&self, inner: &mut Inner, name: &str, addr: IpAddr, ttl: u32, now: u64) -> bool {
         let life = (u64::from(ttl) + u64::from(self.grace_s)).saturating_mul(NS_PER_S);
         let expiry = now.saturating_add(life);
         if let Some(id) = inner.names.lookup(name) {
-            let known = inner
-                .by_addr
-                .get_mut(&addr)
-                .and_then(|facts| facts.iter_mut().find(|f| f.name == id));
+            let known = inner.by_addr.get_mut(&addr).and_then(|facts| facts.iter_mut().find(|f| f.name == id));
             if let Some(fact) = known {
                 let old = *fact;
                 let (learned_at, until) = if now <= old.expiry && expiry >= old.learned_at {
@@ -312,11 +295,7 @@ impl DomainFacts {
             inner.stats.evicted = inner.stats.evicted.saturating_add(1);
         }
         let id = inner.names.acquire(name);
-        inner.by_addr.entry(addr).or_default().push(Fact {
-            name: id,
-            learned_at: now,
-            expiry,
-        });
+        inner.by_addr.entry(addr).or_default().push(Fact { name: id, learned_at: now, expiry });
         inner.by_expiry.insert((expiry, addr, id));
         inner.len += 1;
         inner.stats.learned = inner.stats.learned.saturating_add(1);
@@ -334,12 +313,10 @@ impl DomainFacts {
         let Some(facts) = inner.by_addr.get(&addr.to_canonical()) else {
             return false;
         };
-        facts.iter().filter(|f| f.valid_at(now_ns)).any(|f| {
-            inner
-                .names
-                .text(f.name)
-                .is_some_and(|name| patterns.iter().any(|p| p.matches(name)))
-        })
+        facts
+            .iter()
+            .filter(|f| f.valid_at(now_ns))
+            .any(|f| inner.names.text(f.name).is_some_and(|name| patterns.iter().any(|p| p.matches(name))))
     }
 
     /// The names valid for `addr` at `now_ns` (None: at any time), sorted, deduplicated.

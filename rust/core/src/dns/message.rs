@@ -162,9 +162,7 @@ fn read_name(msg: &[u8], start: usize) -> Result<(String, usize), DnsError> {
             0 => {
                 let l = usize::from(len);
                 let first = pos.saturating_add(1);
-                let label = msg
-                    .get(first..first.saturating_add(l))
-                    .ok_or(DnsError::Truncated)?;
+                let label = msg.get(first..first.saturating_add(l)).ok_or(DnsError::Truncated)?;
                 wire_len = wire_len.saturating_add(l + 1);
                 labels += 1;
                 if wire_len > MAX_NAME_WIRE_LEN || labels > MAX_NAME_LABELS {
@@ -222,11 +220,7 @@ fn skip_name(msg: &[u8], start: usize) -> Result<usize, DnsError> {
             }
             3 => {
                 let end = pos.saturating_add(2);
-                return if end <= msg.len() {
-                    Ok(end)
-                } else {
-                    Err(DnsError::Truncated)
-                };
+                return if end <= msg.len() { Ok(end) } else { Err(DnsError::Truncated) };
             }
             _ => return Err(DnsError::BadLabel),
         }
@@ -254,13 +248,7 @@ fn record_head(msg: &[u8], pos: usize) -> Result<RecordHead, DnsError> {
     }
     // RFC 2181 §8: a TTL with the top bit set is taken as zero.
     let ttl = if ttl > 0x7fff_ffff { 0 } else { ttl };
-    Ok(RecordHead {
-        rtype,
-        class,
-        ttl,
-        rdata_start,
-        rdata_end,
-    })
+    Ok(RecordHead { rtype, class, ttl, rdata_start, rdata_end })
 }
 
 /// What an answer record says, for the records that teach.
@@ -314,27 +302,17 @@ pub fn parse_response(msg: &[u8]) -> Result<Vec<Answer>, DnsError> {
     for _ in 0..ancount {
         let owner_end = skip_name(msg, pos)?;
         let head = record_head(msg, owner_end)?;
-        let rdata = msg
-            .get(head.rdata_start..head.rdata_end)
-            .ok_or(DnsError::Truncated)?;
+        let rdata = msg.get(head.rdata_start..head.rdata_end).ok_or(DnsError::Truncated)?;
         if head.class == CLASS_IN && matches!(head.rtype, TYPE_A | TYPE_AAAA | TYPE_CNAME) {
             let (owner, _) = read_name(msg, pos)?;
             match head.rtype {
                 TYPE_A => {
                     let octets: [u8; 4] = rdata.try_into().map_err(|_| DnsError::BadRdata)?;
-                    said.push(Said::Addr(
-                        owner,
-                        IpAddr::V4(Ipv4Addr::from(octets)),
-                        head.ttl,
-                    ));
+                    said.push(Said::Addr(owner, IpAddr::V4(Ipv4Addr::from(octets)), head.ttl));
                 }
                 TYPE_AAAA => {
                     let octets: [u8; 16] = rdata.try_into().map_err(|_| DnsError::BadRdata)?;
-                    said.push(Said::Addr(
-                        owner,
-                        IpAddr::V6(Ipv6Addr::from(octets)),
-                        head.ttl,
-                    ));
+                    said.push(Said::Addr(owner, IpAddr::V6(Ipv6Addr::from(octets)), head.ttl));
                 }
                 _ => {
                     let (target, end) = read_name(msg, head.rdata_start)?;
@@ -366,10 +344,7 @@ fn facts_of(said: &[Said]) -> Result<Vec<Answer>, DnsError> {
     for s in said {
         if let Said::Cname(owner, target, ttl) = s {
             if !owner.is_empty() && !target.is_empty() && owner != target {
-                aliases
-                    .entry(target.as_str())
-                    .or_default()
-                    .push((owner.as_str(), *ttl));
+                aliases.entry(target.as_str()).or_default().push((owner.as_str(), *ttl));
             }
         }
     }
@@ -400,11 +375,7 @@ fn facts_of(said: &[Said]) -> Result<Vec<Answer>, DnsError> {
                         return Err(DnsError::TooManyRecords);
                     }
                     index.insert((name, *addr), out.len());
-                    out.push(Answer {
-                        name: name.to_string(),
-                        addr: *addr,
-                        ttl,
-                    });
+                    out.push(Answer { name: name.to_string(), addr: *addr, ttl });
                 }
             }
             if depth >= MAX_CNAME_DEPTH {

@@ -30,8 +30,7 @@ mod tests;
 
 pub use facts::{DomainFacts, DomainFactsStats};
 pub use message::{
-    parse_response, parse_tcp_payload, parse_tcp_payload_partial, Answer, DnsError,
-    DNS_ERROR_NAMES, MAX_ANSWER_RECORDS, MAX_CNAME_DEPTH, MAX_FACTS_PER_MESSAGE, MAX_NAME_LABELS,
-    MAX_NAME_WIRE_LEN,
+    parse_response, parse_tcp_payload, parse_tcp_payload_partial, Answer, DnsError, DNS_ERROR_NAMES,
+    MAX_ANSWER_RECORDS, MAX_CNAME_DEPTH, MAX_FACTS_PER_MESSAGE, MAX_NAME_LABELS, MAX_NAME_WIRE_LEN,
 };
 pub use pattern::DomainPattern;

@@ -49,14 +49,10 @@ impl DomainPattern {
             return Err(format!("domain pattern {text:?} is empty"));
         }
         if trimmed.len() > MAX_PATTERN_LEN {
-            return Err(format!(
-                "domain pattern {text:?} is longer than {MAX_PATTERN_LEN} characters"
-            ));
+            return Err(format!("domain pattern {text:?} is longer than {MAX_PATTERN_LEN} characters"));
         }
         if let Some(c) = trimmed.chars().find(|c| !matches!(c, '!'..='~')) {
-            return Err(format!(
-                "domain pattern {text:?} has the character {c:?} (only printable ASCII)"
-            ));
+            return Err(format!("domain pattern {text:?} has the character {c:?} (only printable ASCII)"));
         }
         let lower = trimmed.to_ascii_lowercase();
         let mut star: Option<usize> = None;
@@ -65,31 +61,22 @@ impl DomainPattern {
                 return Err(format!("domain pattern {text:?} has an empty label"));
             }
             if label.len() > MAX_LABEL_LEN {
-                return Err(format!(
-                    "domain pattern {text:?} has a label longer than {MAX_LABEL_LEN} characters"
-                ));
+                return Err(format!("domain pattern {text:?} has a label longer than {MAX_LABEL_LEN} characters"));
             }
             if label == "*" {
                 if star.is_some() {
-                    return Err(format!(
-                        "domain pattern {text:?} has more than one wildcard"
-                    ));
+                    return Err(format!("domain pattern {text:?} has more than one wildcard"));
                 }
                 star = Some(i);
             } else if label.contains('*') {
-                return Err(format!(
-                    "domain pattern {text:?}: a wildcard must be a whole label ({label:?})"
-                ));
+                return Err(format!("domain pattern {text:?}: a wildcard must be a whole label ({label:?})"));
             }
         }
         let wildcard = star.map(|_| {
             let (before, after) = lower.split_once('*').unwrap_or((&lower, ""));
             (before.to_string(), after.to_string())
         });
-        Ok(DomainPattern {
-            text: lower,
-            wildcard,
-        })
+        Ok(DomainPattern { text: lower, wildcard })
     }
 
     /// Whether `name` matches (ASCII case ignored, one trailing dot ignored).
@@ -98,10 +85,7 @@ impl DomainPattern {
         match &self.wildcard {
             None => name.eq_ignore_ascii_case(&self.text),
             Some((before, after)) => {
-                let Some(middle_len) = name
-                    .len()
-                    .checked_sub(before.len())
-                    .and_then(|n| n.checked_sub(after.len()))
+                let Some(middle_len) = name.len().checked_sub(before.len()).and_then(|n| n.checked_sub(after.len()))
                 else {
                     return false;
                 };

@@ -70,7 +70,9 @@ impl ClassLpm {
 
     /// Every class with its prefix, as (class, network).
     pub fn classes(&self) -> impl Iterator<Item = (u32, Net)> + '_ {
-        self.tables.iter().flat_map(|(v6, len, t)| t.iter().map(move |(bits, &c)| (c, Net { bits: *bits, len: *len, v6: *v6 })))
+        self.tables
+            .iter()
+            .flat_map(|(v6, len, t)| t.iter().map(move |(bits, &c)| (c, Net { bits: *bits, len: *len, v6: *v6 })))
     }
 
     /// Every prefix of the set as (v6, length in the mapped space, masked bits).

@@ -48,7 +48,9 @@ use super::cow::FastMap;
 use super::net::mask;
 use super::rules::{CEntity, CRule, IcmpMatch, LabelCond, PortMatch};
 use super::snapshot::Snapshot;
-use super::{Action, Addr, Direction, Net, Source, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, PROTO_UDPLITE};
+use super::{
+    Action, Addr, Direction, Net, Source, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, PROTO_UDPLITE,
+};
 
 /// The bytes of rows above which a program is walked instead (per program and direction).
 pub const MEMORY_BOUND: usize = 16 << 20;
@@ -400,10 +402,13 @@ fn port_marks(e: &CEntity, protocol: u8, reps: &[Option<u16>]) -> Vec<bool> {
             }
         }
         let mut run = 0;
-        diff[..reps.len()].iter().map(|d| {
-            run += d;
-            run > 0
-        }).collect()
+        diff[..reps.len()]
+            .iter()
+            .map(|d| {
+                run += d;
+                run > 0
+            })
+            .collect()
     };
     let pos = if e.ports.is_empty() { vec![true; reps.len()] } else { marks(&e.ports) };
     let neg = marks(&e.not_ports);
@@ -597,7 +602,11 @@ impl Compiled {
         }
         let port_rows = |end: usize, p: u8| -> usize {
             let named = port_protos[end].first() == Some(&None) || port_protos[end].binary_search(&Some(p)).is_ok();
-            if named { bounds[end].len() + 2 } else { 0 }
+            if named {
+                bounds[end].len() + 2
+            } else {
+                0
+            }
         };
         let icmp_rows = (types.len() + 2) * (codes.len() + 2);
         let row_count = 3
@@ -664,7 +673,8 @@ impl Compiled {
                     continue;
                 }
                 let reps = &port_reps[end];
-                let mut rows: Vec<Vec<u64>> = vec![rs.rows[ones as usize * words..(ones as usize + 1) * words].to_vec(); reps.len()];
+                let mut rows: Vec<Vec<u64>> =
+                    vec![rs.rows[ones as usize * words..(ones as usize + 1) * words].to_vec(); reps.len()];
                 for &(i, e) in &port_conds[end] {
                     for (row, ok) in rows.iter_mut().zip(port_marks(e, p, reps)) {
                         if !ok {
@@ -801,10 +811,16 @@ impl Compiled {
                 }
             }
             if !sets.is_empty() {
-                let mut row = |alts: &[usize]| if alts.is_empty() { NO_ROW } else { rs.build(n, |i| alts.contains(&i)) };
+                let mut row =
+                    |alts: &[usize]| if alts.is_empty() { NO_ROW } else { rs.build(n, |i| alts.contains(&i)) };
                 let sets: Vec<LabelSet> = sets
                     .iter()
-                    .map(|(id, hit, via, not)| LabelSet { set: *id, hit: row(hit), via_netsets: row(via), not: row(not) })
+                    .map(|(id, hit, via, not)| LabelSet {
+                        set: *id,
+                        hit: row(hit),
+                        via_netsets: row(via),
+                        not: row(not),
+                    })
                     .collect();
                 let netsets = sets.iter().any(|s| s.via_netsets != NO_ROW || s.not != NO_ROW);
                 *end_labels = Some(EndLabels { always: rs.build(n, |i| always[i]), sets, netsets });
@@ -826,7 +842,19 @@ impl Compiled {
             }
         }
         rs.rows.shrink_to_fit();
-        Ok(Compiled { words, rows: rs.rows, alts, spans, version, proto_index, protos: proto_rows, addrs, bounds, checks, labels })
+        Ok(Compiled {
+            words,
+            rows: rs.rows,
+            alts,
+            spans,
+            version,
+            proto_index,
+            protos: proto_rows,
+            addrs,
+            bounds,
+            checks,
+            labels,
+        })
     }
 
     /// Bytes held (rows, alternatives, checks, atoms).
@@ -835,8 +863,24 @@ impl Compiled {
             + self.alts.capacity() * std::mem::size_of::<Alt>()
             + self.checks.capacity() * std::mem::size_of::<Check>()
             + self.protos.capacity() * std::mem::size_of::<ProtoRows>()
-            + self.protos.iter().map(|p| (p.ports[0].rows.len() + p.ports[1].rows.len()) * 4 + p.icmp.as_ref().map_or(0, |i| i.rows.len() * 4)).sum::<usize>()
-            + self.addrs.iter().map(|a| a.scan4.capacity() * 12 + a.scan6.capacity() * 48 + a.rows.capacity() * 4 + a.tables.iter().map(|t| t.2.capacity() * 24).sum::<usize>()).sum::<usize>()
+            + self
+                .protos
+                .iter()
+                .map(|p| {
+                    (p.ports[0].rows.len() + p.ports[1].rows.len()) * 4
+                        + p.icmp.as_ref().map_or(0, |i| i.rows.len() * 4)
+                })
+                .sum::<usize>()
+            + self
+                .addrs
+                .iter()
+                .map(|a| {
+                    a.scan4.capacity() * 12
+                        + a.scan6.capacity() * 48
+                        + a.rows.capacity() * 4
+                        + a.tables.iter().map(|t| t.2.capacity() * 24).sum::<usize>()
+                })
+                .sum::<usize>()
             + 256
             + std::mem::size_of::<Compiled>()
     }

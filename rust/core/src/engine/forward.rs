@@ -51,7 +51,13 @@ pub fn forward_verdict(engine: &Snapshot, h: &PacketHeader, via: Via, defaults: 
 }
 
 /// [`forward_verdict`] for a batch.
-pub fn classify_forward(engine: &Snapshot, headers: &[PacketHeader], via: Via, out: &mut [PacketVerdict], defaults: Defaults) {
+pub fn classify_forward(
+    engine: &Snapshot,
+    headers: &[PacketHeader],
+    via: Via,
+    out: &mut [PacketVerdict],
+    defaults: Defaults,
+) {
     for (h, o) in headers.iter().zip(out.iter_mut()) {
         *o = forward_verdict(engine, h, via, defaults);
     }

@@ -166,11 +166,7 @@ pub fn netsets_allowed(e: &EntitySpec) -> bool {
 }
 
 /// The kinds a peer's `endpoint_kinds` names (None: `default`), as `@kind` values.
-fn entity_kinds<'a>(
-    e: &EntitySpec,
-    default: &[&'a str],
-    context: &str,
-) -> Result<BTreeSet<&'a str>, EngineError> {
+fn entity_kinds<'a>(e: &EntitySpec, default: &[&'a str], context: &str) -> Result<BTreeSet<&'a str>, EngineError> {
     let mut kinds = BTreeSet::new();
     match &e.endpoint_kinds {
         None => kinds.extend(default.iter().copied()),

@@ -32,7 +32,6 @@ impl FromIterator<u32> for IdSet {
 }
 
 impl IdSet {
-
     #[inline]
     pub fn contains(&self, id: u32) -> bool {
         match self {

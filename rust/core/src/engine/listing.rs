@@ -12,13 +12,15 @@ use std::collections::HashMap;
 
 use super::rules::{CEntity, CRule, LabelCond, PortMatch};
 use super::snapshot::{IdRec, Snapshot};
-use super::{is_port_protocol, Action, Addr, Direction, EngineError, Net, Source, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, PROTO_UDPLITE};
+use super::{
+    is_port_protocol, Action, Addr, Direction, EngineError, Net, Source, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP,
+    PROTO_TCP, PROTO_UDP, PROTO_UDPLITE,
+};
 use crate::classifier::{ClassRule, PortRange, Prefix, IPV4_MAPPED};
 
 const PORT_PROTOS: [u8; 4] = [PROTO_TCP, PROTO_UDP, PROTO_SCTP, PROTO_UDPLITE];
 /// Above this many port alternatives per entity, fall back to an inexact superset.
 const MAX_PALTS: usize = 64;
-
 
 /// A port/protocol alternative: `proto` (None = any) and, for port protocols only, a range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -98,7 +100,12 @@ fn subtract_palt(a: PAlt, n: PAlt) -> Option<Vec<PAlt>> {
 
 /// The port condition of an entity (ports minus not_ports) with named ports resolved against
 /// `owner`, restricted to `protos`; `(alternatives, exact)`. Inexact results are supersets.
-fn port_alts(ports: &[PortMatch], not_ports: &[PortMatch], owner: Option<&IdRec>, protos: Option<&[u8]>) -> (Vec<PAlt>, bool) {
+fn port_alts(
+    ports: &[PortMatch],
+    not_ports: &[PortMatch],
+    owner: Option<&IdRec>,
+    protos: Option<&[u8]>,
+) -> (Vec<PAlt>, bool) {
     let pos = if ports.is_empty() { vec![ANY_PALT] } else { ports.iter().flat_map(|p| expand(p, owner)).collect() };
     let mut pos = restrict(pos, protos);
     pos.sort_by_key(|a| (a.proto, a.range));
@@ -319,7 +326,9 @@ impl<'s> Lister<'s> {
         }
         if let Some(not) = m.not_labels {
             let identity = self.s.endpoints.get(self.subject).map(|e| e.identity);
-            if identity.is_some_and(|i| self.in_set(not, i)) || self.netsets_at(a).into_iter().any(|n| self.in_set(not, n)) {
+            if identity.is_some_and(|i| self.in_set(not, i))
+                || self.netsets_at(a).into_iter().any(|n| self.in_set(not, n))
+            {
                 return false;
             }
         }
@@ -360,7 +369,9 @@ impl<'s> Lister<'s> {
                 Action::Pass => SubjSig::Any(port_alts(&m.ports, &m.not_ports, owner, protos).0, false),
             };
         }
-        if m.domains.is_some() || (m.service.is_some() && !self.s.services.contains_key(m.service.as_ref().expect("service"))) {
+        if m.domains.is_some()
+            || (m.service.is_some() && !self.s.services.contains_key(m.service.as_ref().expect("service")))
+        {
             return SubjSig::Never;
         }
         let Some(set) = self.set_of(m) else { return SubjSig::Never };
@@ -392,7 +403,9 @@ impl<'s> Lister<'s> {
                 Action::Deny => {}
             }
         } else {
-            if m.domains.is_some() || (m.service.is_some() && !self.s.services.contains_key(m.service.as_ref().expect("service"))) {
+            if m.domains.is_some()
+                || (m.service.is_some() && !self.s.services.contains_key(m.service.as_ref().expect("service")))
+            {
                 return Vec::new();
             }
             if !m.nets.is_empty() {
@@ -446,7 +459,9 @@ impl<'s> Lister<'s> {
             let mut eps: Vec<&u32> = self.owned.keys().collect();
             eps.sort();
             for &ep in eps {
-                let Some(ident) = self.s.endpoints.get(ep).and_then(|e| self.s.identities.get(e.identity)) else { continue };
+                let Some(ident) = self.s.endpoints.get(ep).and_then(|e| self.s.identities.get(e.identity)) else {
+                    continue;
+                };
                 if !ident.ports.iter().any(|(n, _, _)| names.contains(&&**n)) {
                     continue;
                 }
@@ -500,7 +515,11 @@ impl<'s> Lister<'s> {
             Direction::Ingress => (&r.destinations, &r.sources),
         };
         let base = || {
-            vec![Alt { prefixes: vec![fam_any(fam)], palts: restrict(vec![ANY_PALT], info.protos.as_deref()), exact: true }]
+            vec![Alt {
+                prefixes: vec![fam_any(fam)],
+                palts: restrict(vec![ANY_PALT], info.protos.as_deref()),
+                exact: true,
+            }]
         };
         let subj: Vec<Alt> = if subject_side.is_empty() {
             base()
@@ -561,7 +580,8 @@ impl Snapshot {
         if !ep.local {
             return Ok(Vec::new());
         }
-        let ident = self.identities.get(ep.identity).ok_or_else(|| EngineError::Flow(format!("no identity for {endpoint}")))?;
+        let ident =
+            self.identities.get(ep.identity).ok_or_else(|| EngineError::Flow(format!("no identity for {endpoint}")))?;
         let mut owned: HashMap<u32, [Vec<Addr>; 2]> = HashMap::new();
         for (a, r) in self.addrs.iter() {
             owned.entry(r.endpoint).or_default()[fam_of(a.v6)].push(*a);
@@ -575,8 +595,13 @@ impl Snapshot {
         let fam = fam_of(v6);
         let mut out = Vec::new();
         for stage in &ident.programs[d as usize].stages {
-            let mut st =
-                StageListing { tier: Some(stage.tier), profile: None, default: Some(stage.default), rules: Vec::new(), entries: Vec::new() };
+            let mut st = StageListing {
+                tier: Some(stage.tier),
+                profile: None,
+                default: Some(stage.default),
+                rules: Vec::new(),
+                entries: Vec::new(),
+            };
             for &pid in &stage.policies {
                 if let Some(rules) = self.policies.get(pid) {
                     for (ri, r) in rules.get(d).iter().enumerate() {
@@ -587,7 +612,8 @@ impl Snapshot {
             out.push(st);
         }
         for &pi in ident.profiles.iter() {
-            let mut st = StageListing { tier: None, profile: Some(pi), default: None, rules: Vec::new(), entries: Vec::new() };
+            let mut st =
+                StageListing { tier: None, profile: Some(pi), default: None, rules: Vec::new(), entries: Vec::new() };
             if let Some(rules) = self.profiles.get(pi) {
                 for (ri, r) in rules.get(d).iter().enumerate() {
                     lister.push_rule(&mut st, Source::Profile(pi), ri as u32, r, d, fam);

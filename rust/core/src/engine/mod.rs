@@ -26,8 +26,8 @@ pub mod classes;
 pub mod compiled;
 pub mod cow;
 pub mod forward;
-pub mod idset;
 mod identity;
+pub mod idset;
 pub mod judge;
 pub mod lanes;
 mod listing;
@@ -42,15 +42,15 @@ pub mod spec_py;
 #[cfg(feature = "bench")]
 pub mod workload;
 
+pub use compiled::{CompileStats, Walked};
+pub use judge::Judge;
 pub use listing::{PAlt, RuleMeta, StageListing};
 pub use model::{Compile, Model, ModelStats};
 pub use net::{Addr, Net};
 pub use records::{
-    PacketVerdict, SideVerdict, HTTP_AWAITS, HTTP_ERROR, HTTP_NONE, HTTP_OUT_OF_ORDER, HTTP_REQUEST, HTTP_TABLE_FULL, PACKET_ESTABLISHED,
-    PACKET_DENIED_CONNECTION, PACKET_INVALID, PACKET_MALFORMED, PACKET_NOT_IP, PACKET_POLICY,
+    PacketVerdict, SideVerdict, HTTP_AWAITS, HTTP_ERROR, HTTP_NONE, HTTP_OUT_OF_ORDER, HTTP_REQUEST, HTTP_TABLE_FULL,
+    PACKET_DENIED_CONNECTION, PACKET_ESTABLISHED, PACKET_INVALID, PACKET_MALFORMED, PACKET_NOT_IP, PACKET_POLICY,
 };
-pub use judge::Judge;
-pub use compiled::{CompileStats, Walked};
 pub use snapshot::Snapshot;
 
 use crate::selector::SelectorError;

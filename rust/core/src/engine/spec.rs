@@ -482,7 +482,12 @@ impl Spec {
         let number = |i: usize| i as u32;
         Delta {
             namespaces: self.namespaces.into_iter().map(|(name, labels)| NamespaceSpec { name, labels }).collect(),
-            endpoints: self.endpoints.into_iter().enumerate().map(|(i, e)| EndpointSpec { id: number(i), ..e }).collect(),
+            endpoints: self
+                .endpoints
+                .into_iter()
+                .enumerate()
+                .map(|(i, e)| EndpointSpec { id: number(i), ..e })
+                .collect(),
             network_sets: self
                 .network_sets
                 .into_iter()

@@ -62,8 +62,10 @@ fn declaration(name: &str, def: &Value) -> String {
         Some(&Value::Bool(false)),
         "{name} accepts unknown fields: give it #[serde(deny_unknown_fields)]"
     );
-    let required: Vec<&str> =
-        def.get("required").and_then(Value::as_array).map_or(Vec::new(), |r| r.iter().filter_map(Value::as_str).collect());
+    let required: Vec<&str> = def
+        .get("required")
+        .and_then(Value::as_array)
+        .map_or(Vec::new(), |r| r.iter().filter_map(Value::as_str).collect());
     let mut out = format!("class {name}(TypedDict):\n");
     if let Some(doc) = description(def) {
         out.push_str(&format!("    \"\"\"{}\"\"\"\n\n", doc.replace('\n', "\n    ")));

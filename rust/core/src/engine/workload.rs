@@ -63,15 +63,35 @@ fn named_port(protocol: Option<u8>, name: &str) -> Value {
 }
 
 const NAMESPACES: [&str; 3] = ["a", "b", "c"];
-const ADDRS: [&str; 11] =
-    ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8", "fd00::1", "fd00::2", "192.168.9.9"];
+const ADDRS: [&str; 11] = [
+    "10.0.0.1",
+    "10.0.0.2",
+    "10.0.0.3",
+    "10.0.0.4",
+    "10.0.0.5",
+    "10.0.0.6",
+    "10.0.0.7",
+    "10.0.0.8",
+    "fd00::1",
+    "fd00::2",
+    "192.168.9.9",
+];
 const OUTSIDE: [&str; 2] = ["203.0.113.5", "2001:db8::5"];
 const NETS: [&str; 9] = [
-    "10.0.0.0/29", "10.0.0.4/30", "10.0.0.0/8", "0.0.0.0/0", "fd00::/64", "::/0", "10.0.0.1/32", "10.0.0.0/30",
+    "10.0.0.0/29",
+    "10.0.0.4/30",
+    "10.0.0.0/8",
+    "0.0.0.0/0",
+    "fd00::/64",
+    "::/0",
+    "10.0.0.1/32",
+    "10.0.0.0/30",
     "203.0.113.0/24",
 ];
-const SELECTORS: [&str; 7] = ["all()", "app == 'x'", "app in {'x','y'}", "has(tier)", "!has(app)", "tier != 'db'", "role == 'lb'"];
-const NS_SELECTORS: [&str; 5] = ["all()", "team == 'red'", "has(team)", "global()", "kubernetes.io/metadata.name == 'a'"];
+const SELECTORS: [&str; 7] =
+    ["all()", "app == 'x'", "app in {'x','y'}", "has(tier)", "!has(app)", "tier != 'db'", "role == 'lb'"];
+const NS_SELECTORS: [&str; 5] =
+    ["all()", "team == 'red'", "has(team)", "global()", "kubernetes.io/metadata.name == 'a'"];
 const PORT_NAMES: [&str; 3] = ["http", "dns", "metrics"];
 const PROTOCOLS: [u8; 7] = [6, 17, 1, 58, 132, 136, 47];
 const PORTS: [u16; 7] = [53, 80, 443, 1000, 8080, 9090, 40000];
@@ -119,7 +139,10 @@ fn random_entity(r: &mut Rng) -> Value {
             1 => e["not_nets"] = json!([r.pick(&NETS)]),
             2 => e["selector"] = json!(r.pick(&SELECTORS)),
             3 => e["not_selector"] = json!(r.pick(&SELECTORS)),
-            4 => e["endpoint_kinds"] = json!(r.pick(&[vec!["pod"], vec!["host"], vec!["networkset"], vec!["host", "pod"]])),
+            4 => {
+                e["endpoint_kinds"] =
+                    json!(r.pick(&[vec!["pod"], vec!["host"], vec!["networkset"], vec!["host", "pod"]]))
+            }
             5 => e["namespace"] = json!(r.pick(&NAMESPACES)),
             6 => e["namespace_selector"] = json!(r.pick(&NS_SELECTORS)),
             7 => e["namespace_relation"] = json!(r.pick(&["Self", "NotSelf"])),
@@ -238,11 +261,8 @@ pub fn random_spec(seed: u64) -> Value {
     // Tiers in order, as pyclassify sorts them.
     let order = ["kube-admin", "security", "default", "kube-baseline"];
     policies.sort_by_key(|p| order.iter().position(|t| p["tier"] == json!(t)));
-    let profiles = if r.chance(50) {
-        json!([{"name": "prof", "ingress": rules(r, 3), "egress": rules(r, 3)}])
-    } else {
-        json!([])
-    };
+    let profiles =
+        if r.chance(50) { json!([{"name": "prof", "ingress": rules(r, 3), "egress": rules(r, 3)}]) } else { json!([]) };
     json!({
         "namespaces": namespaces,
         "endpoints": endpoints,
@@ -317,8 +337,11 @@ pub fn policy_workload(shape: WorkloadShape) -> Value {
         .iter()
         .enumerate()
         .map(|(i, n)| {
-            (n.clone(), json!({"kubernetes.io/metadata.name": n, "projectcalico.org/name": n,
-                               "team": format!("team{}", i % 10), "env": if i % 3 == 0 { "prod" } else { "dev" }}))
+            (
+                n.clone(),
+                json!({"kubernetes.io/metadata.name": n, "projectcalico.org/name": n,
+                               "team": format!("team{}", i % 10), "env": if i % 3 == 0 { "prod" } else { "dev" }}),
+            )
         })
         .collect();
     let mut endpoints = Vec::with_capacity(shape.pods);
@@ -495,7 +518,8 @@ pub fn workload_flows(shape: WorkloadShape, n: usize, seed: u64) -> Vec<Flow> {
     (0..n)
         .map(|_| {
             let (s, d) = (addr(r), addr(r));
-            let (protocol, dport) = *r.pick(&[(6u8, 8080u16), (6, 9090), (6, 22), (6, 25), (17, 53), (1, 0), (6, 5432)]);
+            let (protocol, dport) =
+                *r.pick(&[(6u8, 8080u16), (6, 9090), (6, 22), (6, 25), (17, 53), (1, 0), (6, 5432)]);
             let icmp = protocol == 1;
             Flow {
                 src: FlowEnd { addr: Some(s), endpoint: None },

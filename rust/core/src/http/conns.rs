@@ -89,8 +89,13 @@ impl HttpConns {
     /// it). When the table is full, the connections `alive` (given each one's key and when it
     /// was last fed) says have ended are dropped first; false if it is still full (deny the
     /// connection). Watching a key again starts its stream afresh (a new connection reusing it).
-    pub fn watch(&mut self, key: FlowKey, next_seq: Option<u32>, now_ns: u64,
-                 alive: impl Fn(&FlowKey, u64) -> bool) -> bool {
+    pub fn watch(
+        &mut self,
+        key: FlowKey,
+        next_seq: Option<u32>,
+        now_ns: u64,
+        alive: impl Fn(&FlowKey, u64) -> bool,
+    ) -> bool {
         if self.map.len() >= self.cap && !self.map.contains_key(&key) {
             self.map.retain(|k, w| alive(k, w.last_ns));
             if self.map.len() >= self.cap {

@@ -141,20 +141,7 @@ pub(crate) fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric()
         || matches!(
             b,
-            b'!' | b'#'
-                | b'$'
-                | b'%'
-                | b'&'
-                | b'\''
-                | b'*'
-                | b'+'
-                | b'-'
-                | b'.'
-                | b'^'
-                | b'_'
-                | b'`'
-                | b'|'
-                | b'~'
+            b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
         )
 }
 
@@ -200,10 +187,7 @@ pub(crate) struct RequestLine {
 /// line may continue: `Ok(None)` while nothing is wrong with what is there so far. Every error
 /// depends only on the bytes up to where it is found, so the error found in a prefix is the error
 /// of the whole line (the stream reports bad request lines before their head completes).
-pub(crate) fn scan_request_line(
-    line: &[u8],
-    complete: bool,
-) -> Result<Option<RequestLine>, HttpError> {
+pub(crate) fn scan_request_line(line: &[u8], complete: bool) -> Result<Option<RequestLine>, HttpError> {
     if line.starts_with(H2_PREFACE_LINE) {
         return Err(HttpError::NotHttp);
     }
@@ -221,9 +205,7 @@ pub(crate) fn scan_request_line(
     let Some(end) = line.iter().position(|&b| !is_tchar(b)) else {
         return more(HttpError::BadRequestLine);
     };
-    let (method, rest) = line
-        .split_at_checked(end)
-        .ok_or(HttpError::BadRequestLine)?;
+    let (method, rest) = line.split_at_checked(end).ok_or(HttpError::BadRequestLine)?;
     let Some(rest) = rest.strip_prefix(b" ") else {
         return Err(HttpError::BadMethod);
     };
@@ -231,9 +213,7 @@ pub(crate) fn scan_request_line(
     let Some(end) = rest.iter().position(|&b| !is_target_byte(b)) else {
         return more(HttpError::BadRequestLine);
     };
-    let (target, rest) = rest
-        .split_at_checked(end)
-        .ok_or(HttpError::BadRequestLine)?;
+    let (target, rest) = rest.split_at_checked(end).ok_or(HttpError::BadRequestLine)?;
     let Some(version) = rest.strip_prefix(b" ") else {
         return Err(HttpError::BadTarget);
     };
@@ -249,35 +229,21 @@ pub(crate) fn scan_request_line(
         return Err(HttpError::BadRequestLine);
     }
     let version_minor = match version {
-        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', minor] if minor.is_ascii_digit() => {
-            minor.saturating_sub(b'0')
-        }
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', minor] if minor.is_ascii_digit() => minor.saturating_sub(b'0'),
         _ => return Err(HttpError::BadVersion),
     };
-    Ok(Some(RequestLine {
-        method: ascii_string(method),
-        path,
-        host,
-        version_minor,
-    }))
+    Ok(Some(RequestLine { method: ascii_string(method), path, host, version_minor }))
 }
 
 /// The path (query and fragment cut) and, in absolute form, the host of a target of visible
 /// ASCII.
 fn parse_target(method: &[u8], target: &[u8]) -> Result<(String, Option<String>), HttpError> {
     let cut = |s: &[u8]| -> String {
-        let end = s
-            .iter()
-            .position(|&b| b == b'?' || b == b'#')
-            .unwrap_or(s.len());
+        let end = s.iter().position(|&b| b == b'?' || b == b'#').unwrap_or(s.len());
         ascii_string(s.get(..end).unwrap_or(s))
     };
     if target == b"*" {
-        return if method == b"OPTIONS" {
-            Ok(("*".to_string(), None))
-        } else {
-            Err(HttpError::BadTarget)
-        };
+        return if method == b"OPTIONS" { Ok(("*".to_string(), None)) } else { Err(HttpError::BadTarget) };
     }
     if target.first() == Some(&b'/') {
         return Ok((cut(target), None));
@@ -288,13 +254,8 @@ fn parse_target(method: &[u8], target: &[u8]) -> Result<(String, Option<String>)
     if !scheme.eq_ignore_ascii_case(b"http") && !scheme.eq_ignore_ascii_case(b"https") {
         return Err(HttpError::BadTarget);
     }
-    let rest = target
-        .get(sep.saturating_add(3)..)
-        .ok_or(HttpError::BadTarget)?;
-    let end = rest
-        .iter()
-        .position(|&b| matches!(b, b'/' | b'?' | b'#'))
-        .unwrap_or(rest.len());
+    let rest = target.get(sep.saturating_add(3)..).ok_or(HttpError::BadTarget)?;
+    let end = rest.iter().position(|&b| matches!(b, b'/' | b'?' | b'#')).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at_checked(end).ok_or(HttpError::BadTarget)?;
     if authority.contains(&b'@') {
         // userinfo: RFC 9110 §4.2.4, an error in http(s) URIs (and a classic spoofing trick).
@@ -305,11 +266,7 @@ fn parse_target(method: &[u8], target: &[u8]) -> Result<(String, Option<String>)
         return Err(HttpError::BadTarget);
     }
     let path = cut(tail);
-    let path = if path.is_empty() {
-        "/".to_string()
-    } else {
-        path
-    };
+    let path = if path.is_empty() { "/".to_string() } else { path };
     Ok((path, host))
 }
 
@@ -359,20 +316,7 @@ fn reg_name_ok(name: &[u8]) -> bool {
         let ok = b.is_ascii_alphanumeric()
             || matches!(
                 b,
-                b'-' | b'.'
-                    | b'_'
-                    | b'~'
-                    | b'!'
-                    | b'$'
-                    | b'&'
-                    | b'\''
-                    | b'('
-                    | b')'
-                    | b'*'
-                    | b'+'
-                    | b','
-                    | b';'
-                    | b'='
+                b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'='
             );
         if !ok {
             return false;
@@ -390,10 +334,8 @@ fn parse_content_length(value: &[u8]) -> Option<u64> {
         if element.is_empty() || !element.iter().all(u8::is_ascii_digit) {
             return None;
         }
-        let n = element.iter().try_fold(0u64, |n, &d| {
-            n.checked_mul(10)?
-                .checked_add(u64::from(d.saturating_sub(b'0')))
-        })?;
+        let n =
+            element.iter().try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d.saturating_sub(b'0'))))?;
         if found.is_some_and(|f| f != n) {
             return None;
         }
@@ -460,10 +402,7 @@ pub(crate) fn parse_head_framed(head: &[u8]) -> Result<(Request, Framing), HttpE
         }
         // A name holding whitespace covers obs-fold (a line starting with SP or HTAB), whitespace
         // before the first field and before the colon: all refused (RFC 9112 §5.2, §2.2, §5.1).
-        let colon = field
-            .iter()
-            .position(|&b| b == b':')
-            .ok_or(HttpError::BadHeader)?;
+        let colon = field.iter().position(|&b| b == b':').ok_or(HttpError::BadHeader)?;
         let (name, value) = field.split_at_checked(colon).ok_or(HttpError::BadHeader)?;
         let value = trim_ows(value.get(1..).unwrap_or_default());
         if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
@@ -502,10 +441,7 @@ pub(crate) fn parse_head_framed(head: &[u8]) -> Result<(Request, Framing), HttpE
     let framing = if te_seen {
         // RFC 9112 §6.1: chunked must be the final coding, applied once; TE in HTTP/1.0 means
         // faulty framing; TE and Content-Length together is how requests are smuggled.
-        let chunked = codings
-            .iter()
-            .filter(|c| c.as_slice() == b"chunked")
-            .count();
+        let chunked = codings.iter().filter(|c| c.as_slice() == b"chunked").count();
         let last_chunked = codings.last().is_some_and(|c| c.as_slice() == b"chunked");
         if content_length.is_some() || line.version_minor == 0 || chunked != 1 || !last_chunked {
             return Err(HttpError::BadHeader);

@@ -126,11 +126,7 @@ impl RequestStream {
                     let take = remaining.min(input.len() as u64);
                     input = input.get(take as usize..).unwrap_or_default();
                     let remaining = remaining.saturating_sub(take);
-                    self.state = if remaining == 0 {
-                        State::Head
-                    } else {
-                        State::Body { remaining }
-                    };
+                    self.state = if remaining == 0 { State::Head } else { State::Body { remaining } };
                 }
                 State::Chunked { chunk, line } => {
                     input = self.chunked(chunk, line, input)?;
@@ -149,8 +145,7 @@ impl RequestStream {
                     }
                     let old = self.buf.len();
                     let take = self.max_head.saturating_sub(old).min(input.len());
-                    self.buf
-                        .extend_from_slice(input.get(..take).unwrap_or_default());
+                    self.buf.extend_from_slice(input.get(..take).unwrap_or_default());
                     match self.find_head_end() {
                         Some(end) => {
                             // The end lies in the new bytes (the old ones held none).
@@ -166,13 +161,9 @@ impl RequestStream {
                             self.state = match framing {
                                 Framing::None | Framing::Length(0) => State::Head,
                                 Framing::Length(remaining) => State::Body { remaining },
-                                Framing::Chunked => State::Chunked {
-                                    chunk: Chunk::Size {
-                                        value: 0,
-                                        digits: false,
-                                    },
-                                    line: 0,
-                                },
+                                Framing::Chunked => {
+                                    State::Chunked { chunk: Chunk::Size { value: 0, digits: false }, line: 0 }
+                                }
                             };
                         }
                         None => {
@@ -255,23 +246,14 @@ impl RequestStream {
 
     /// Follow a chunked body through `input`; returns what is left of it after the body ends
     /// (then the state is back to `Head`), or nothing.
-    fn chunked<'a>(
-        &mut self,
-        mut chunk: Chunk,
-        mut line: usize,
-        mut input: &'a [u8],
-    ) -> Result<&'a [u8], HttpError> {
+    fn chunked<'a>(&mut self, mut chunk: Chunk, mut line: usize, mut input: &'a [u8]) -> Result<&'a [u8], HttpError> {
         let max = self.max_head;
         loop {
             if let Chunk::Data { remaining } = chunk {
                 let take = remaining.min(input.len() as u64);
                 input = input.get(take as usize..).unwrap_or_default();
                 let remaining = remaining.saturating_sub(take);
-                chunk = if remaining == 0 {
-                    Chunk::DataCr
-                } else {
-                    Chunk::Data { remaining }
-                };
+                chunk = if remaining == 0 { Chunk::DataCr } else { Chunk::Data { remaining } };
             }
             let Some((&b, rest)) = input.split_first() else {
                 self.state = State::Chunked { chunk, line };
@@ -286,10 +268,7 @@ impl RequestStream {
                             .checked_mul(16)
                             .and_then(|v| v.checked_add(u64::from(d)))
                             .ok_or(HttpError::BadHeader)?;
-                        Chunk::Size {
-                            value,
-                            digits: true,
-                        }
+                        Chunk::Size { value, digits: true }
                     } else if !digits {
                         return Err(HttpError::BadHeader);
                     } else {
@@ -319,20 +298,14 @@ impl RequestStream {
                 // (`Data` only once its bytes are all skipped: with some left, no input is left.)
                 Chunk::Data { .. } | Chunk::DataCr => match b {
                     b'\r' => Chunk::DataLf,
-                    b'\n' => Chunk::Size {
-                        value: 0,
-                        digits: false,
-                    },
+                    b'\n' => Chunk::Size { value: 0, digits: false },
                     _ => return Err(HttpError::BadHeader),
                 },
                 Chunk::DataLf => {
                     if b != b'\n' {
                         return Err(HttpError::BadHeader);
                     }
-                    Chunk::Size {
-                        value: 0,
-                        digits: false,
-                    }
+                    Chunk::Size { value: 0, digits: false }
                 }
                 Chunk::Trailer { line_start } => {
                     count(&mut line, max)?;

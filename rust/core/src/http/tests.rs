@@ -6,12 +6,7 @@ use proptest::prelude::*;
 use super::*;
 
 fn req(method: &str, path: &str, host: Option<&str>, version_minor: u8) -> Request {
-    Request {
-        method: method.to_string(),
-        path: path.to_string(),
-        host: host.map(str::to_string),
-        version_minor,
-    }
+    Request { method: method.to_string(), path: path.to_string(), host: host.map(str::to_string), version_minor }
 }
 
 fn stream() -> RequestStream {
@@ -40,28 +35,13 @@ fn get_post_head_basics() {
         parse_head(b"POST /api/v1/items HTTP/1.1\r\nHost: api\r\nContent-Length: 2\r\n\r\n"),
         Ok(req("POST", "/api/v1/items", Some("api"), 1))
     );
-    assert_eq!(
-        parse_head(b"HEAD / HTTP/1.0\r\n\r\n"),
-        Ok(req("HEAD", "/", None, 0))
-    );
+    assert_eq!(parse_head(b"HEAD / HTTP/1.0\r\n\r\n"), Ok(req("HEAD", "/", None, 0)));
     // Methods are tokens, kept as sent (case-sensitive).
-    assert_eq!(
-        parse_head(b"get /x HTTP/1.1\r\n\r\n"),
-        Ok(req("get", "/x", None, 1))
-    );
-    assert_eq!(
-        parse_head(b"M-SEARCH * HTTP/1.1\r\n\r\n"),
-        Err(HttpError::BadTarget)
-    );
-    assert_eq!(
-        parse_head(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n"),
-        Ok(req("OPTIONS", "*", Some("a"), 1))
-    );
+    assert_eq!(parse_head(b"get /x HTTP/1.1\r\n\r\n"), Ok(req("get", "/x", None, 1)));
+    assert_eq!(parse_head(b"M-SEARCH * HTTP/1.1\r\n\r\n"), Err(HttpError::BadTarget));
+    assert_eq!(parse_head(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n"), Ok(req("OPTIONS", "*", Some("a"), 1)));
     // Any 1.x minor version; bare LF line ends; OWS around values.
-    assert_eq!(
-        parse_head(b"PUT /p HTTP/1.9\nHost:\t h \t\n\n"),
-        Ok(req("PUT", "/p", Some("h"), 9))
-    );
+    assert_eq!(parse_head(b"PUT /p HTTP/1.9\nHost:\t h \t\n\n"), Ok(req("PUT", "/p", Some("h"), 9)));
 }
 
 #[test]
@@ -70,14 +50,8 @@ fn absolute_form() {
         parse_head(b"GET http://Example.COM:8080/a/b?x=1 HTTP/1.1\r\n\r\n"),
         Ok(req("GET", "/a/b", Some("example.com"), 1))
     );
-    assert_eq!(
-        parse_head(b"GET HTTPS://h HTTP/1.1\r\n\r\n"),
-        Ok(req("GET", "/", Some("h"), 1))
-    );
-    assert_eq!(
-        parse_head(b"GET http://h?q HTTP/1.1\r\n\r\n"),
-        Ok(req("GET", "/", Some("h"), 1))
-    );
+    assert_eq!(parse_head(b"GET HTTPS://h HTTP/1.1\r\n\r\n"), Ok(req("GET", "/", Some("h"), 1)));
+    assert_eq!(parse_head(b"GET http://h?q HTTP/1.1\r\n\r\n"), Ok(req("GET", "/", Some("h"), 1)));
     assert_eq!(
         parse_head(b"GET http://[2001:DB8::1]:80/x HTTP/1.1\r\n\r\n"),
         Ok(req("GET", "/x", Some("[2001:db8::1]"), 1))
@@ -87,10 +61,7 @@ fn absolute_form() {
         parse_head(b"GET http://a.example/x HTTP/1.1\r\nHost: b.example\r\n\r\n"),
         Ok(req("GET", "/x", Some("a.example"), 1))
     );
-    assert_eq!(
-        parse_head(b"GET http://a.example/x HTTP/1.1\r\nHost: b c\r\n\r\n"),
-        Err(HttpError::BadHeader)
-    );
+    assert_eq!(parse_head(b"GET http://a.example/x HTTP/1.1\r\nHost: b c\r\n\r\n"), Err(HttpError::BadHeader));
     for bad in [
         &b"GET http://user@h/x HTTP/1.1\r\n\r\n"[..],
         b"GET http:///x HTTP/1.1\r\n\r\n",
@@ -104,68 +75,33 @@ fn absolute_form() {
         b"GET x HTTP/1.1\r\n\r\n",
         b"CONNECT example.com:443 HTTP/1.1\r\n\r\n",
     ] {
-        assert_eq!(
-            parse_head(bad),
-            Err(HttpError::BadTarget),
-            "{:?}",
-            String::from_utf8_lossy(bad)
-        );
+        assert_eq!(parse_head(bad), Err(HttpError::BadTarget), "{:?}", String::from_utf8_lossy(bad));
     }
 }
 
 #[test]
 fn query_and_fragment_stripped_no_decoding() {
-    assert_eq!(
-        parse_head(b"GET /search?q=a/b#f HTTP/1.1\r\n\r\n")
-            .unwrap()
-            .path,
-        "/search"
-    );
+    assert_eq!(parse_head(b"GET /search?q=a/b#f HTTP/1.1\r\n\r\n").unwrap().path, "/search");
     assert_eq!(parse_head(b"GET /a#b HTTP/1.1\r\n\r\n").unwrap().path, "/a");
     assert_eq!(parse_head(b"GET /?x HTTP/1.1\r\n\r\n").unwrap().path, "/");
-    assert_eq!(
-        parse_head(b"GET /a%2Fb/../c HTTP/1.1\r\n\r\n")
-            .unwrap()
-            .path,
-        "/a%2Fb/../c"
-    );
+    assert_eq!(parse_head(b"GET /a%2Fb/../c HTTP/1.1\r\n\r\n").unwrap().path, "/a%2Fb/../c");
 }
 
 #[test]
 fn host_lowercased_port_stripped() {
     let host = |h: &str| parse_head(format!("GET / HTTP/1.1\r\nHost: {h}\r\n\r\n").as_bytes());
-    assert_eq!(
-        host("WWW.Example.Com:8443").unwrap().host.as_deref(),
-        Some("www.example.com")
-    );
-    assert_eq!(
-        host("10.0.0.1:80").unwrap().host.as_deref(),
-        Some("10.0.0.1")
-    );
+    assert_eq!(host("WWW.Example.Com:8443").unwrap().host.as_deref(), Some("www.example.com"));
+    assert_eq!(host("10.0.0.1:80").unwrap().host.as_deref(), Some("10.0.0.1"));
     assert_eq!(host("h:").unwrap().host.as_deref(), Some("h"));
-    assert_eq!(
-        host("[2001:DB8:0::1]:443").unwrap().host.as_deref(),
-        Some("[2001:db8::1]")
-    );
+    assert_eq!(host("[2001:DB8:0::1]:443").unwrap().host.as_deref(), Some("[2001:db8::1]"));
     assert_eq!(host("a%2Db").unwrap().host.as_deref(), Some("a%2db"));
     assert_eq!(host("").unwrap().host, None);
-    for bad in [
-        "a b", "x:80a", ":80", "a/b", "a@b", "[::1", "[::1]x", "%zz", "a:1:2",
-    ] {
+    for bad in ["a b", "x:80a", ":80", "a/b", "a@b", "[::1", "[::1]x", "%zz", "a:1:2"] {
         assert_eq!(host(bad), Err(HttpError::BadHeader), "{bad:?}");
     }
     // Header names are case-insensitive; a second Host is refused.
-    assert_eq!(
-        parse_head(b"GET / HTTP/1.1\r\nhOsT: A\r\n\r\n")
-            .unwrap()
-            .host
-            .as_deref(),
-        Some("a")
-    );
-    assert_eq!(
-        parse_head(b"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n"),
-        Err(HttpError::BadHeader)
-    );
+    assert_eq!(parse_head(b"GET / HTTP/1.1\r\nhOsT: A\r\n\r\n").unwrap().host.as_deref(), Some("a"));
+    assert_eq!(parse_head(b"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n"), Err(HttpError::BadHeader));
 }
 
 #[test]
@@ -174,10 +110,7 @@ fn invalid_request_lines() {
         (b"G(ET / HTTP/1.1\r\n\r\n", HttpError::BadMethod),
         (b"GET\t/ HTTP/1.1\r\n\r\n", HttpError::BadMethod),
         (b"GE\x00T / HTTP/1.1\r\n\r\n", HttpError::BadMethod),
-        (
-            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
-            HttpError::NotHttp,
-        ),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", HttpError::NotHttp),
         (b"{\"json\": 1}\r\n\r\n", HttpError::NotHttp),
         (b" GET / HTTP/1.1\r\n\r\n", HttpError::BadRequestLine),
         (b"GET\r\n\r\n", HttpError::BadRequestLine),
@@ -202,12 +135,7 @@ fn invalid_request_lines() {
         (b"GET * HTTP/1.1\r\n\r\n", HttpError::BadTarget),
     ];
     for (head, error) in cases {
-        assert_eq!(
-            parse_head(head),
-            Err(*error),
-            "{:?}",
-            String::from_utf8_lossy(head)
-        );
+        assert_eq!(parse_head(head), Err(*error), "{:?}", String::from_utf8_lossy(head));
         // The stream finds the same error, whole or byte by byte.
         // (Except where the stream waits for more: nothing yet, empty lines, no line end yet.)
         if [&b""[..], b"\r\n\r\n", b"GET / HTTP/1.1"].contains(head) {
@@ -242,12 +170,7 @@ fn invalid_headers() {
         b"GET / HTTP/1.1\r\n\r\nbody",
     ];
     for head in cases {
-        assert_eq!(
-            parse_head(head),
-            Err(HttpError::BadHeader),
-            "{:?}",
-            String::from_utf8_lossy(head)
-        );
+        assert_eq!(parse_head(head), Err(HttpError::BadHeader), "{:?}", String::from_utf8_lossy(head));
     }
     // Values may hold obs-text, spaces and tabs inside; an empty value is fine.
     assert!(parse_head(b"GET / HTTP/1.1\r\nX-A: caf\xc3\xa9 a\tb\r\nX-B:\r\n\r\n").is_ok());
@@ -269,15 +192,9 @@ fn at_most_100_headers() {
 
 #[test]
 fn http2_preface_is_not_http() {
-    assert_eq!(
-        parse_head(b"PRI * HTTP/2.0\r\n\r\n"),
-        Err(HttpError::NotHttp)
-    );
+    assert_eq!(parse_head(b"PRI * HTTP/2.0\r\n\r\n"), Err(HttpError::NotHttp));
     let mut s = stream();
-    assert_eq!(
-        s.push(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
-        Err(HttpError::NotHttp)
-    );
+    assert_eq!(s.push(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), Err(HttpError::NotHttp));
     // Detected as soon as the preface's request line is there, split or not.
     let mut s = stream();
     assert_eq!(s.push(b"PRI * HT"), Ok(vec![]));
@@ -326,10 +243,7 @@ fn content_length_rules() {
         assert_eq!(cl(bad), Err(HttpError::BadHeader), "{bad:?}");
     }
     // Transfer-Encoding in HTTP/1.0 is faulty framing (RFC 9112 §6.1).
-    assert_eq!(
-        parse_head(b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"),
-        Err(HttpError::BadHeader)
-    );
+    assert_eq!(parse_head(b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), Err(HttpError::BadHeader));
 }
 
 #[test]
@@ -377,10 +291,7 @@ fn too_many_segments() {
         }
     }
     // Final: every later push fails the same way, nothing held.
-    assert_eq!(
-        s.push(b"GET / HTTP/1.1\r\n\r\n"),
-        Err(HttpError::TooManySegments)
-    );
+    assert_eq!(s.push(b"GET / HTTP/1.1\r\n\r\n"), Err(HttpError::TooManySegments));
     assert_eq!(s.pending(), 0);
     // Empty segments are not counted.
     let mut s = RequestStream::new(DEFAULT_MAX_HEAD, 2);
@@ -398,12 +309,7 @@ fn head_over_max_head_is_too_long() {
     let mut s = RequestStream::new(len, 64);
     assert_eq!(s.push(GET_A).unwrap().len(), 1);
     let mut s = RequestStream::new(len, 64);
-    assert_eq!(
-        push_all(&mut s, &[&GET_A[..10], &GET_A[10..]])
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(push_all(&mut s, &[&GET_A[..10], &GET_A[10..]]).unwrap().len(), 1);
     // One byte less does not.
     let mut s = RequestStream::new(len - 1, 64);
     assert_eq!(s.push(GET_A), Err(HttpError::TooLong));
@@ -424,29 +330,23 @@ fn head_over_max_head_is_too_long() {
 fn pipelined_requests_in_one_segment() {
     let mut s = stream();
     let got = s
-        .push(b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nHEAD /2 HTTP/1.1\r\nHost: a\r\n\r\nDELETE /3?x HTTP/1.1\r\n\r\nGET /4")
+        .push(
+            b"GET /1 HTTP/1.1\r\nHost: a\r\n\r\nHEAD /2 HTTP/1.1\r\nHost: a\r\n\r\nDELETE /3?x HTTP/1.1\r\n\r\nGET /4",
+        )
         .unwrap();
     assert_eq!(
         got,
-        vec![
-            req("GET", "/1", Some("a"), 1),
-            req("HEAD", "/2", Some("a"), 1),
-            req("DELETE", "/3", None, 1),
-        ]
+        vec![req("GET", "/1", Some("a"), 1), req("HEAD", "/2", Some("a"), 1), req("DELETE", "/3", None, 1),]
     );
     assert_eq!(s.pending(), 6);
-    assert_eq!(
-        s.push(b" HTTP/1.1\r\n\r\n").unwrap(),
-        vec![req("GET", "/4", None, 1)]
-    );
+    assert_eq!(s.push(b" HTTP/1.1\r\n\r\n").unwrap(), vec![req("GET", "/4", None, 1)]);
 }
 
 #[test]
 fn content_length_body_between_requests() {
     // The body looks like a request: it must not be read as one.
     let body = b"GET /smuggled HTTP/1.1\r\n\r\n";
-    let mut bytes =
-        format!("POST /a HTTP/1.1\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+    let mut bytes = format!("POST /a HTTP/1.1\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
     bytes.extend_from_slice(body);
     bytes.extend_from_slice(b"GET /b HTTP/1.1\r\n\r\n");
     let want = vec![req("POST", "/a", None, 1), req("GET", "/b", None, 1)];
@@ -464,20 +364,12 @@ fn content_length_body_between_requests() {
     }
     // A body spread over many more segments than a head may use, then a request.
     let mut s = RequestStream::new(DEFAULT_MAX_HEAD, 4);
-    assert_eq!(
-        s.push(b"PUT /big HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n")
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(s.push(b"PUT /big HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n").unwrap().len(), 1);
     for _ in 0..1000 {
         assert_eq!(s.push(&[b'x'; 1000]), Ok(vec![]));
         assert_eq!(s.pending(), 0);
     }
-    assert_eq!(
-        s.push(b"GET /after HTTP/1.1\r\n\r\n").unwrap(),
-        vec![req("GET", "/after", None, 1)]
-    );
+    assert_eq!(s.push(b"GET /after HTTP/1.1\r\n\r\n").unwrap(), vec![req("GET", "/after", None, 1)]);
     // Content-Length: 0 and GET without a body end at their heads.
     let mut s = stream();
     let got = s.push(b"POST /z HTTP/1.1\r\nContent-Length: 0\r\n\r\nGET /y HTTP/1.1\r\n\r\n");
@@ -497,10 +389,7 @@ fn chunked_body_between_requests() {
     assert_eq!(push_all(&mut s, &bytes), Ok(want.clone()));
     for cut in 1..CHUNKED.len() {
         let mut s = stream();
-        assert_eq!(
-            push_all(&mut s, &[&CHUNKED[..cut], &CHUNKED[cut..]]),
-            Ok(want.clone())
-        );
+        assert_eq!(push_all(&mut s, &[&CHUNKED[..cut], &CHUNKED[cut..]]), Ok(want.clone()));
     }
     // Bare LFs, no trailers, a zero with leading zeros.
     let bare = b"POST / HTTP/1.1\nTransfer-Encoding: chunked\n\n3\nabc\n000\n\nGET /n HTTP/1.1\n\n";
@@ -526,12 +415,7 @@ fn chunked_framing_errors() {
     ] {
         let mut bytes = head.to_vec();
         bytes.extend_from_slice(body);
-        assert_eq!(
-            stream().push(&bytes),
-            Err(error),
-            "{:?}",
-            String::from_utf8_lossy(body)
-        );
+        assert_eq!(stream().push(&bytes), Err(error), "{:?}", String::from_utf8_lossy(body));
     }
     // A chunk-size line, or a trailer section, longer than max_head.
     let mut s = RequestStream::new(100, 8);
@@ -548,41 +432,22 @@ fn chunked_framing_errors() {
 #[test]
 fn empty_lines_between_requests_are_skipped() {
     let mut s = stream();
-    let got = push_all(
-        &mut s,
-        &[
-            b"\r\n\r\nGET /a HTTP/1.1\r\n\r\n\r\n",
-            b"\r",
-            b"\nGET /b HTTP/1.1\r\n\r\n\n",
-        ],
-    );
-    assert_eq!(
-        got,
-        Ok(vec![req("GET", "/a", None, 1), req("GET", "/b", None, 1)])
-    );
+    let got = push_all(&mut s, &[b"\r\n\r\nGET /a HTTP/1.1\r\n\r\n\r\n", b"\r", b"\nGET /b HTTP/1.1\r\n\r\n\n"]);
+    assert_eq!(got, Ok(vec![req("GET", "/a", None, 1), req("GET", "/b", None, 1)]));
     assert_eq!(s.pending(), 0);
     // A CR not followed by LF is not an empty line.
-    assert_eq!(
-        stream().push(b"\r\rGET / HTTP/1.1\r\n\r\n"),
-        Err(HttpError::NotHttp)
-    );
+    assert_eq!(stream().push(b"\r\rGET / HTTP/1.1\r\n\r\n"), Err(HttpError::NotHttp));
 }
 
 #[test]
 fn not_http_fails_at_once() {
     // A TLS ClientHello start: no line end needed to tell.
     let mut s = stream();
-    assert_eq!(
-        s.push(&[0x16, 0x03, 0x01, 0x02, 0x00]),
-        Err(HttpError::NotHttp)
-    );
+    assert_eq!(s.push(&[0x16, 0x03, 0x01, 0x02, 0x00]), Err(HttpError::NotHttp));
     // A bad method, target or (once the line is complete) version before the head completes.
     assert_eq!(stream().push(b"GE(T"), Err(HttpError::BadMethod));
     assert_eq!(stream().push(b"GET /a\x00"), Err(HttpError::BadTarget));
-    assert_eq!(
-        stream().push(b"GET /a HTTP/9.9\r\nHost: x"),
-        Err(HttpError::BadVersion)
-    );
+    assert_eq!(stream().push(b"GET /a HTTP/9.9\r\nHost: x"), Err(HttpError::BadVersion));
     // ...but not a line that is merely unfinished.
     let mut s = stream();
     assert_eq!(s.push(b"GET /a HTTP/1.1\r"), Ok(vec![]));
@@ -600,36 +465,24 @@ fn http_match() {
     let any = HttpMatch::default();
     assert!(any.matches(&get) && any.matches(&post));
 
-    let methods = HttpMatch {
-        methods: vec!["GET".into(), "HEAD".into()],
-        paths: vec![],
-    };
+    let methods = HttpMatch { methods: vec!["GET".into(), "HEAD".into()], paths: vec![] };
     assert!(methods.matches(&get));
     assert!(!methods.matches(&post));
     assert!(!methods.matches(&req("get", "/api/v1/items", None, 1)));
 
-    let exact = HttpMatch {
-        methods: vec![],
-        paths: vec![PathMatch::Exact("/api".into())],
-    };
+    let exact = HttpMatch { methods: vec![], paths: vec![PathMatch::Exact("/api".into())] };
     assert!(exact.matches(&post));
     assert!(!exact.matches(&get));
     assert!(!exact.matches(&req("POST", "/api/", None, 1)));
 
-    let prefix = HttpMatch {
-        methods: vec![],
-        paths: vec![PathMatch::Prefix("/api/v1".into())],
-    };
+    let prefix = HttpMatch { methods: vec![], paths: vec![PathMatch::Prefix("/api/v1".into())] };
     assert!(prefix.matches(&get));
     assert!(!prefix.matches(&post));
     assert!(prefix.matches(&req("GET", "/api/v10", None, 1))); // a plain string prefix
 
     let both = HttpMatch {
         methods: vec!["POST".into()],
-        paths: vec![
-            PathMatch::Exact("/x".into()),
-            PathMatch::Prefix("/api".into()),
-        ],
+        paths: vec![PathMatch::Exact("/x".into()), PathMatch::Prefix("/api".into())],
     };
     assert!(both.matches(&post));
     assert!(!both.matches(&get)); // path matches, method does not
@@ -659,78 +512,59 @@ fn valid_request() -> impl Strategy<Value = (Vec<u8>, Request)> {
     let body = prop_oneof![
         Just(None),
         proptest::collection::vec(any::<u8>(), 0..40).prop_map(|b| Some((false, vec![b]))),
-        proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..20), 0..4)
-            .prop_map(|c| Some((true, c))),
+        proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..20), 0..4).prop_map(|c| Some((true, c))),
     ];
-    (
-        method,
-        path,
-        query,
-        host,
-        headers,
-        body,
-        any::<bool>(),
-        any::<bool>(),
-    )
-        .prop_map(
-            |(method, path, query, host, headers, body, bare_lf, http10)| {
-                let nl = if bare_lf { "\n" } else { "\r\n" };
-                let chunked = matches!(body, Some((true, _)));
-                let minor = if http10 && !chunked { 0 } else { 1 };
-                let mut head = format!("{method} {path}");
-                if let Some(q) = &query {
-                    head.push('?');
-                    head.push_str(q);
-                }
-                head.push_str(&format!(" HTTP/1.{minor}{nl}"));
-                if let Some((name, port)) = &host {
-                    head.push_str(&format!("Host: {name}"));
-                    if let Some(p) = port {
-                        head.push_str(&format!(":{p}"));
-                    }
-                    head.push_str(nl);
-                }
-                for (name, value) in &headers {
-                    head.push_str(&format!("{name}: {value}{nl}"));
-                }
-                let mut tail = Vec::new();
-                match &body {
-                    None => {}
-                    Some((false, parts)) => {
-                        let b = &parts[0];
-                        head.push_str(&format!("Content-Length: {}{nl}", b.len()));
-                        tail.extend_from_slice(b);
-                    }
-                    Some((true, chunks)) => {
-                        head.push_str(&format!("Transfer-Encoding: chunked{nl}"));
-                        for c in chunks {
-                            tail.extend_from_slice(format!("{:x}{nl}", c.len()).as_bytes());
-                            tail.extend_from_slice(c);
-                            tail.extend_from_slice(nl.as_bytes());
-                        }
-                        tail.extend_from_slice(format!("0{nl}X-T: 1{nl}{nl}").as_bytes());
-                    }
+    (method, path, query, host, headers, body, any::<bool>(), any::<bool>()).prop_map(
+        |(method, path, query, host, headers, body, bare_lf, http10)| {
+            let nl = if bare_lf { "\n" } else { "\r\n" };
+            let chunked = matches!(body, Some((true, _)));
+            let minor = if http10 && !chunked { 0 } else { 1 };
+            let mut head = format!("{method} {path}");
+            if let Some(q) = &query {
+                head.push('?');
+                head.push_str(q);
+            }
+            head.push_str(&format!(" HTTP/1.{minor}{nl}"));
+            if let Some((name, port)) = &host {
+                head.push_str(&format!("Host: {name}"));
+                if let Some(p) = port {
+                    head.push_str(&format!(":{p}"));
                 }
                 head.push_str(nl);
-                let mut bytes = head.into_bytes();
-                bytes.extend_from_slice(&tail);
-                let request = Request {
-                    method,
-                    path,
-                    host: host.map(|(h, _)| h.to_ascii_lowercase()),
-                    version_minor: minor,
-                };
-                (bytes, request)
-            },
-        )
+            }
+            for (name, value) in &headers {
+                head.push_str(&format!("{name}: {value}{nl}"));
+            }
+            let mut tail = Vec::new();
+            match &body {
+                None => {}
+                Some((false, parts)) => {
+                    let b = &parts[0];
+                    head.push_str(&format!("Content-Length: {}{nl}", b.len()));
+                    tail.extend_from_slice(b);
+                }
+                Some((true, chunks)) => {
+                    head.push_str(&format!("Transfer-Encoding: chunked{nl}"));
+                    for c in chunks {
+                        tail.extend_from_slice(format!("{:x}{nl}", c.len()).as_bytes());
+                        tail.extend_from_slice(c);
+                        tail.extend_from_slice(nl.as_bytes());
+                    }
+                    tail.extend_from_slice(format!("0{nl}X-T: 1{nl}{nl}").as_bytes());
+                }
+            }
+            head.push_str(nl);
+            let mut bytes = head.into_bytes();
+            bytes.extend_from_slice(&tail);
+            let request =
+                Request { method, path, host: host.map(|(h, _)| h.to_ascii_lowercase()), version_minor: minor };
+            (bytes, request)
+        },
+    )
 }
 
 /// Push `bytes` cut at `cuts`; the requests of all pushes, or the first error.
-fn push_cut(
-    s: &mut RequestStream,
-    bytes: &[u8],
-    cuts: &[prop::sample::Index],
-) -> Result<Vec<Request>, HttpError> {
+fn push_cut(s: &mut RequestStream, bytes: &[u8], cuts: &[prop::sample::Index]) -> Result<Vec<Request>, HttpError> {
     let mut at: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
     at.push(0);
     at.push(bytes.len());

@@ -432,7 +432,14 @@ where
                 (slot, old)
             }
             None => {
-                let entry = SelEntry { id: id.clone(), selector, keys, strategy: strategy.clone(), exact, matches: SlotSet::default() };
+                let entry = SelEntry {
+                    id: id.clone(),
+                    selector,
+                    keys,
+                    strategy: strategy.clone(),
+                    exact,
+                    matches: SlotSet::default(),
+                };
                 let slot = self.sels.insert(entry);
                 self.sel_slots.insert(id, slot);
                 (slot, SlotSet::default())
@@ -811,7 +818,11 @@ where
             }
         }
         let filed: usize = self.scanned.len()
-            + self.sel_index.values().map(|ks| ks.present.len() + ks.by_value.values().map(|s| s.len()).sum::<usize>()).sum::<usize>();
+            + self
+                .sel_index
+                .values()
+                .map(|ks| ks.present.len() + ks.by_value.values().map(|s| s.len()).sum::<usize>())
+                .sum::<usize>();
         let want_filed: usize = self
             .sels
             .iter()

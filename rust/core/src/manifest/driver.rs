@@ -15,13 +15,22 @@ use super::{MAX_DEPTH, MAX_NODES_PER_DOCUMENT};
 pub(crate) enum Failure {
     /// It uses what only the ruamel path reads (see [`Support`]).
     Fallback,
-    Duplicate { line: u32, key: String },
+    Duplicate {
+        line: u32,
+        key: String,
+    },
     /// A merge key's value is not a mapping or a list of mappings.
-    BadMerge { line: u32 },
+    BadMerge {
+        line: u32,
+    },
     /// Over the node budget, nested too deeply, or an alias inside its own anchor.
-    TooLarge { line: u32 },
+    TooLarge {
+        line: u32,
+    },
     /// The builder failed.
-    Build { message: String },
+    Build {
+        message: String,
+    },
 }
 
 impl From<BuildError> for Failure {
@@ -75,10 +84,22 @@ impl LineLog {
 }
 
 enum Frame<B: Builder> {
-    Map { map: B::Map, key: Option<(B::Value, u32, bool)>, merges: Vec<(B::Value, u32)>, anchor: usize, line: u32 },
-    Seq { seq: B::Seq, anchor: usize, len: usize },
+    Map {
+        map: B::Map,
+        key: Option<(B::Value, u32, bool)>,
+        merges: Vec<(B::Value, u32)>,
+        anchor: usize,
+        line: u32,
+    },
+    Seq {
+        seq: B::Seq,
+        anchor: usize,
+        len: usize,
+    },
     /// The sequence after a merge key: the mappings to merge.
-    Merges { sources: Vec<(B::Value, u32)> },
+    Merges {
+        sources: Vec<(B::Value, u32)>,
+    },
 }
 
 enum Anchored<V> {

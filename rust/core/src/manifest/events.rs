@@ -27,14 +27,28 @@ pub(crate) enum Event<'t> {
     /// `region`: where the document's text begins, with the directives and comments before it
     /// (a text that parses alone as this document). `fallback`: a directive makes the
     /// document's meaning differ (`%YAML 1.1`).
-    DocStart { region: Pos, fallback: bool },
+    DocStart {
+        region: Pos,
+        fallback: bool,
+    },
     DocEnd,
-    MapStart { anchor: usize, support: Support },
+    MapStart {
+        anchor: usize,
+        support: Support,
+    },
     MapEnd,
-    SeqStart { anchor: usize, support: Support },
+    SeqStart {
+        anchor: usize,
+        support: Support,
+    },
     SeqEnd,
     /// `merge`: the plain scalar `<<` (a merge key where it is a key).
-    Scalar { value: Scalar<'t>, anchor: usize, support: Support, merge: bool },
+    Scalar {
+        value: Scalar<'t>,
+        anchor: usize,
+        support: Support,
+        merge: bool,
+    },
     Alias(usize),
 }
 

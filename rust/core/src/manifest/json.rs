@@ -277,7 +277,8 @@ impl<'t> JsonEvents<'t> {
                 }
                 _ => {
                     // Copy the run up to the next quote, backslash or control character.
-                    let run = b[i..].iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20).map_or(b.len(), |p| i + p);
+                    let run =
+                        b[i..].iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20).map_or(b.len(), |p| i + p);
                     out.push_str(&self.text[i..run]);
                     i = run;
                 }
@@ -324,7 +325,8 @@ impl<'t> JsonEvents<'t> {
                     }
                     let key = self.string()?;
                     self.set_expect(Expect::Colon);
-                    let key = Event::Scalar { value: Scalar::Str(key), anchor: 0, support: Support::Native, merge: false };
+                    let key =
+                        Event::Scalar { value: Scalar::Str(key), anchor: 0, support: Support::Native, merge: false };
                     return Ok((key, start));
                 }
                 Expect::Colon => {
@@ -412,10 +414,18 @@ mod tests {
         assert!(matches!(kinds[0].0, Event::DocStart { fallback: false, .. }));
         assert_eq!(kinds[1].0, Event::MapStart { anchor: 0, support: Support::Native });
         assert_eq!(kinds[2], (s("a"), 2));
-        assert_eq!(kinds[5].0, Event::Scalar { value: Scalar::Float(-25.0), anchor: 0, support: Support::Native, merge: false });
+        assert_eq!(
+            kinds[5].0,
+            Event::Scalar { value: Scalar::Float(-25.0), anchor: 0, support: Support::Native, merge: false }
+        );
         assert_eq!(
             kinds[6].0,
-            Event::Scalar { value: Scalar::Str(Cow::Owned("x\ty".into())), anchor: 0, support: Support::Native, merge: false }
+            Event::Scalar {
+                value: Scalar::Str(Cow::Owned("x\ty".into())),
+                anchor: 0,
+                support: Support::Native,
+                merge: false
+            }
         );
         assert_eq!(kinds[8], (s("b"), 3));
     }
@@ -433,7 +443,11 @@ mod tests {
             ("", 1, "Expecting value"),
         ] {
             let err = events(text).unwrap_err();
-            assert_eq!((err.line, err.message.as_str()), (line, format!("invalid JSON: {message}").as_str()), "{text:?}");
+            assert_eq!(
+                (err.line, err.message.as_str()),
+                (line, format!("invalid JSON: {message}").as_str()),
+                "{text:?}"
+            );
         }
     }
 
@@ -448,7 +462,8 @@ mod tests {
 
     #[test]
     fn skim_finds_the_top_level_type_after_items() {
-        let r = JsonEvents::skim("{\"items\": [{\"kind\": \"Pod\"}], \"kind\": \"List\", \"apiVersion\": \"v1\"}").unwrap();
+        let r =
+            JsonEvents::skim("{\"items\": [{\"kind\": \"Pod\"}], \"kind\": \"List\", \"apiVersion\": \"v1\"}").unwrap();
         let t = r.top_level_type_ahead();
         assert_eq!(t.kind, Some(Scalar::Str(Cow::Owned("List".into()))));
         assert_eq!(t.api_version, Some(Scalar::Str(Cow::Owned("v1".into()))));

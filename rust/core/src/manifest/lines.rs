@@ -12,13 +12,7 @@ use super::stream::{Reader, Syntax};
 /// pass): `text` is its region or span, which starts at `line` and column `col` of its file.
 /// With `only_item`, `text` is a List's whole document and only `items[only_item]` is recorded,
 /// relative to the item.
-pub fn unit_lines(
-    text: &str,
-    syntax: Syntax,
-    line: u32,
-    col: u32,
-    only_item: Option<usize>,
-) -> Result<Lines, String> {
+pub fn unit_lines(text: &str, syntax: Syntax, line: u32, col: u32, only_item: Option<usize>) -> Result<Lines, String> {
     // Indentation matters to YAML: the text keeps its first line's column.
     let padded;
     let text = if col > 0 && syntax == Syntax::Yaml {

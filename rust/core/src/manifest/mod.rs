@@ -29,8 +29,8 @@ mod yaml;
 
 pub use builder::{BuildError, Builder, NoValues, Value, ValueBuilder};
 pub use driver::{Lines, PathPart};
-pub use scalar::{resolve_plain, Scalar};
 pub use lines::unit_lines;
+pub use scalar::{resolve_plain, Scalar};
 pub use stream::{ManifestStream, Record, Span, Syntax};
 
 /// A bound on the nodes of one document, far beyond any real manifest.

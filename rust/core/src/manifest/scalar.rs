@@ -15,7 +15,11 @@ pub enum Scalar<'t> {
     Bool(bool),
     Int(i64),
     /// An integer beyond i64: its digits (no sign, no underscores) in `radix`.
-    BigInt { negative: bool, radix: u32, digits: String },
+    BigInt {
+        negative: bool,
+        radix: u32,
+        digits: String,
+    },
     Float(f64),
     Str(Cow<'t, str>),
 }
@@ -112,10 +116,8 @@ fn float(text: &str) -> Option<Scalar<'static>> {
     } else if b.first().is_some_and(u8::is_ascii_digit) {
         let int_end = b.iter().position(|&c| !digit_or_underscore(c)).unwrap_or(b.len());
         if b.get(int_end) == Some(&b'.') {
-            let frac_end = b[int_end + 1..]
-                .iter()
-                .position(|&c| !digit_or_underscore(c))
-                .map_or(b.len(), |p| int_end + 1 + p);
+            let frac_end =
+                b[int_end + 1..].iter().position(|&c| !digit_or_underscore(c)).map_or(b.len(), |p| int_end + 1 + p);
             frac_end == b.len() || is_exponent(&b[frac_end..], false)
         } else {
             int_end < b.len() && is_exponent(&b[int_end..], false)
@@ -222,7 +224,10 @@ mod tests {
             ("2024-01-01", s("2024-01-01")),
             ("12:30", s("12:30")),
             ("-9223372036854775808", Scalar::Int(i64::MIN)),
-            ("9223372036854775808", Scalar::BigInt { negative: false, radix: 10, digits: "9223372036854775808".into() }),
+            (
+                "9223372036854775808",
+                Scalar::BigInt { negative: false, radix: 10, digits: "9223372036854775808".into() },
+            ),
         ] {
             assert_eq!(r(text), want, "{text:?}");
         }

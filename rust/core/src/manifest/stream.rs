@@ -43,15 +43,36 @@ pub struct Span {
 pub enum Record<V> {
     /// A whole document (`value` may be any node, null for an empty document). `region` is a
     /// text that reads alone as this document (with the directives before it).
-    Document { value: V, line: u32, region: Span },
+    Document {
+        value: V,
+        line: u32,
+        region: Span,
+    },
     /// A List whose items follow as [`Record::ListItem`]s; its `region` ends later (end 0).
-    ListStart { kind: V, api_version: Option<V>, line: u32, region: Span },
-    ListItem { value: V, index: usize, line: u32, span: Span },
+    ListStart {
+        kind: V,
+        api_version: Option<V>,
+        line: u32,
+        region: Span,
+    },
+    ListItem {
+        value: V,
+        index: usize,
+        line: u32,
+        span: Span,
+    },
     /// A document, or the item `index` (at `span`) of the List in `region`, that only the
     /// ruamel path reads.
-    Fallback { region: Span, line: u32, item: Option<(usize, Span)> },
+    Fallback {
+        region: Span,
+        line: u32,
+        item: Option<(usize, Span)>,
+    },
     /// An invalid document or item (skipped), or invalid syntax (the last record).
-    Problem { line: u32, message: String },
+    Problem {
+        line: u32,
+        message: String,
+    },
 }
 
 // One reader per manifest on the stack: its size costs nothing, and boxing the larger variant
@@ -219,8 +240,12 @@ impl<'t, B: Builder> ManifestStream<'t, B> {
     fn problem(&self, failure: Failure, at: u32) -> Option<Record<B::Value>> {
         let (line, message) = match failure {
             Failure::Fallback => return None,
-            Failure::Duplicate { line, key } => (line, format!("invalid {}: found duplicate key {key}", self.syntax.name())),
-            Failure::BadMerge { line } => (line, "invalid YAML: expected a mapping or list of mappings for merging".into()),
+            Failure::Duplicate { line, key } => {
+                (line, format!("invalid {}: found duplicate key {key}", self.syntax.name()))
+            }
+            Failure::BadMerge { line } => {
+                (line, "invalid YAML: expected a mapping or list of mappings for merging".into())
+            }
             Failure::TooLarge { line } => (line, TOO_LARGE.into()),
             Failure::Build { message } => (at, message),
         };
@@ -359,7 +384,12 @@ impl<'t, B: Builder> ManifestStream<'t, B> {
                 Event::MapEnd | Event::SeqEnd => *open -= 1,
                 _ => {}
             }
-            return if *open == 0 { let fallback = *fallback; self.end_failed_item(fallback, end) } else { None };
+            return if *open == 0 {
+                let fallback = *fallback;
+                self.end_failed_item(fallback, end)
+            } else {
+                None
+            };
         }
         let item_start = item.start;
         match self.driver.feed(event, start) {

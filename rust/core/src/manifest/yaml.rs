@@ -105,17 +105,21 @@ impl<'t> YamlEvents<'t> {
                 end = from;
                 continue;
             }
-            let code = line.find(" #").or_else(|| line.find("\t#")).map_or(line, |i| &line[..i]).trim_end_matches(space);
+            let code =
+                line.find(" #").or_else(|| line.find("\t#")).map_or(line, |i| &line[..i]).trim_end_matches(space);
             let word = code.rsplit(space).next().unwrap_or("");
-            let header = word.starts_with(['|', '>']) && word[1..].bytes().all(|b| b == b'+' || b == b'-' || b.is_ascii_digit());
+            let header =
+                word.starts_with(['|', '>']) && word[1..].bytes().all(|b| b == b'+' || b == b'-' || b.is_ascii_digit());
             if !header {
                 return reported;
             }
             let indicator = from + code.len() - word.len();
             let skipped = &text[indicator..at];
             return Pos {
-                line: reported.line.saturating_sub((skipped.matches('\n').count() + skipped.matches('\r').count()
-                    - skipped.matches("\r\n").count()) as u32),
+                line: reported.line.saturating_sub(
+                    (skipped.matches('\n').count() + skipped.matches('\r').count() - skipped.matches("\r\n").count())
+                        as u32,
+                ),
                 col: text[from..indicator].chars().count() as u32,
                 index: reported.index.saturating_sub(skipped.chars().count()),
             };
@@ -126,9 +130,9 @@ impl<'t> YamlEvents<'t> {
     fn directives_need_fallback(&mut self, document_start: usize) -> bool {
         let from = self.offsets.byte_of(self.last_document_end.min(document_start));
         let to = self.offsets.byte_of(document_start);
-        yaml_lines(&self.text[from..to]).map(|line| line.trim_start_matches(BOM)).any(|line| {
-            line.starts_with("%YAML") && line.split_whitespace().nth(1) != Some("1.2")
-        })
+        yaml_lines(&self.text[from..to])
+            .map(|line| line.trim_start_matches(BOM))
+            .any(|line| line.starts_with("%YAML") && line.split_whitespace().nth(1) != Some("1.2"))
     }
 }
 
@@ -164,9 +168,13 @@ fn convert<'t>(event: YamlEvent<'t>) -> Option<Event<'t>> {
         YamlEvent::DocumentStart(_) => Event::DocStart { region: Pos::default(), fallback: false },
         YamlEvent::DocumentEnd => Event::DocEnd,
         YamlEvent::Alias(id) => Event::Alias(id),
-        YamlEvent::MappingStart(anchor, tag) => Event::MapStart { anchor, support: collection_support(tag.as_deref(), "map") },
+        YamlEvent::MappingStart(anchor, tag) => {
+            Event::MapStart { anchor, support: collection_support(tag.as_deref(), "map") }
+        }
         YamlEvent::MappingEnd => Event::MapEnd,
-        YamlEvent::SequenceStart(anchor, tag) => Event::SeqStart { anchor, support: collection_support(tag.as_deref(), "seq") },
+        YamlEvent::SequenceStart(anchor, tag) => {
+            Event::SeqStart { anchor, support: collection_support(tag.as_deref(), "seq") }
+        }
         YamlEvent::SequenceEnd => Event::SeqEnd,
         YamlEvent::Scalar(text, style, anchor, tag) => {
             let (support, is_string) = match tag.as_deref().map(classify) {
@@ -375,7 +383,8 @@ mod tests {
     #[test]
     fn tags_and_styles() {
         let got = events("a: !foo 12\nb: !!str 12\nc: !!int '12'\nd: '12'\ne: 12\n<<: x\nf: ! 1\n");
-        let values: Vec<_> = got.iter().filter(|(e, _)| matches!(e, Event::Scalar { .. })).map(|(e, _)| scalar(e)).collect();
+        let values: Vec<_> =
+            got.iter().filter(|(e, _)| matches!(e, Event::Scalar { .. })).map(|(e, _)| scalar(e)).collect();
         let str12 = Scalar::Str(Cow::Owned("12".into()));
         assert_eq!(values[1], (str12.clone(), Support::Native, false));
         assert_eq!(values[3], (str12.clone(), Support::Native, false));
@@ -389,10 +398,13 @@ mod tests {
     #[test]
     fn directives_of_another_version_fall_back() {
         let got = events("a: 1\n---\nb: 2\n...\n%YAML 1.1\n---\nc: yes\n");
-        let starts: Vec<_> = got.iter().filter_map(|(e, _)| match e {
-            Event::DocStart { fallback, .. } => Some(*fallback),
-            _ => None,
-        }).collect();
+        let starts: Vec<_> = got
+            .iter()
+            .filter_map(|(e, _)| match e {
+                Event::DocStart { fallback, .. } => Some(*fallback),
+                _ => None,
+            })
+            .collect();
         assert_eq!(starts, [false, false, true]);
     }
 

@@ -34,7 +34,14 @@ struct Tuple {
 }
 
 impl LineParser for Conntrack {
-    fn line(&mut self, line: &[u8], number: u64, out: &mut RecordBatch, _names: &mut NameTable, problems: &mut Problems) {
+    fn line(
+        &mut self,
+        line: &[u8],
+        number: u64,
+        out: &mut RecordBatch,
+        _names: &mut NameTable,
+        problems: &mut Problems,
+    ) {
         let Ok(text) = std::str::from_utf8(line) else {
             problems.add("bad_field", number, || format!("not UTF-8: {}", excerpt(line)));
             return;

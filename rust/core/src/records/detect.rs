@@ -13,8 +13,15 @@ pub enum Format {
 }
 
 impl Format {
-    pub const ALL: &'static [Format] =
-        &[Format::Pcap, Format::Hubble, Format::Calico, Format::Vpc, Format::Conntrack, Format::Netflow, Format::Parquet];
+    pub const ALL: &'static [Format] = &[
+        Format::Pcap,
+        Format::Hubble,
+        Format::Calico,
+        Format::Vpc,
+        Format::Conntrack,
+        Format::Netflow,
+        Format::Parquet,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -62,7 +69,10 @@ pub fn detect(head: &[u8]) -> Option<Format> {
         }
         let version = u16::from_be_bytes([head[0], head[1]]);
         let second = u16::from_be_bytes([head[2], head[3]]);
-        if (version == 5 && (1..=30).contains(&second)) || (version == 9 && second > 0) || (version == 10 && second >= 16) {
+        if (version == 5 && (1..=30).contains(&second))
+            || (version == 9 && second > 0)
+            || (version == 10 && second >= 16)
+        {
             return Some(Format::Netflow);
         }
     }
@@ -73,12 +83,21 @@ pub fn detect(head: &[u8]) -> Option<Format> {
         &first[s..]
     };
     if trimmed.starts_with(b"{") {
-        if contains(first, b"\"l4\"") || contains(first, b"\"IP\"") || contains(first, b"\"verdict\"") || contains(first, b"\"is_reply\"") {
+        if contains(first, b"\"l4\"")
+            || contains(first, b"\"IP\"")
+            || contains(first, b"\"verdict\"")
+            || contains(first, b"\"is_reply\"")
+        {
             return Some(Format::Hubble);
         }
-        if contains(first, b"source_ip\"") || contains(first, b"dest_ip\"") || contains(first, b"\"reporter\"")
-            || contains(first, b"\"Key\"") || contains(first, b"source_name") || contains(first, b"sourceName")
-            || contains(first, b"dest_port\"") || contains(first, b"num_flows")
+        if contains(first, b"source_ip\"")
+            || contains(first, b"dest_ip\"")
+            || contains(first, b"\"reporter\"")
+            || contains(first, b"\"Key\"")
+            || contains(first, b"source_name")
+            || contains(first, b"sourceName")
+            || contains(first, b"dest_port\"")
+            || contains(first, b"num_flows")
         {
             return Some(Format::Calico);
         }
@@ -89,7 +108,9 @@ pub fn detect(head: &[u8]) -> Option<Format> {
         return Some(Format::Conntrack);
     }
     let tokens: Vec<&str> = text.split_ascii_whitespace().collect();
-    if tokens.first().is_some_and(|t| *t == "version" || super::vpc::KNOWN_FIELDS.contains(&t.replace('_', "-").as_str()))
+    if tokens
+        .first()
+        .is_some_and(|t| *t == "version" || super::vpc::KNOWN_FIELDS.contains(&t.replace('_', "-").as_str()))
         && tokens.iter().all(|t| super::vpc::KNOWN_FIELDS.contains(&t.replace('_', "-").as_str()))
     {
         return Some(Format::Vpc);
@@ -111,7 +132,10 @@ mod tests {
         assert_eq!(detect(b"{\"start_time\":1,\"source_ip\":\"10.0.0.1\"}\n"), Some(Format::Calico));
         assert_eq!(detect(b"version account-id interface-id srcaddr dstaddr srcport dstport protocol packets bytes start end action log-status\n"), Some(Format::Vpc));
         assert_eq!(detect(b"2 123456789010 eni-1235b8ca123456789 172.31.16.139 172.31.16.21 20641 22 6 20 4249 1418530010 1418530070 ACCEPT OK\n"), Some(Format::Vpc));
-        assert_eq!(detect(b"tcp      6 431999 ESTABLISHED src=10.0.0.1 dst=10.0.0.2 sport=1 dport=2\n"), Some(Format::Conntrack));
+        assert_eq!(
+            detect(b"tcp      6 431999 ESTABLISHED src=10.0.0.1 dst=10.0.0.2 sport=1 dport=2\n"),
+            Some(Format::Conntrack)
+        );
         assert_eq!(detect(&[0, 10, 0, 40, 0, 0]), Some(Format::Netflow));
         assert_eq!(detect(b"hello world\n"), None);
     }

@@ -260,7 +260,14 @@ fn endpoint_name(names: &mut NameTable, ep: &Option<HubbleEndpoint<'_>>) -> u32 
 }
 
 impl LineParser for Hubble {
-    fn line(&mut self, line: &[u8], number: u64, out: &mut RecordBatch, names: &mut NameTable, problems: &mut Problems) {
+    fn line(
+        &mut self,
+        line: &[u8],
+        number: u64,
+        out: &mut RecordBatch,
+        names: &mut NameTable,
+        problems: &mut Problems,
+    ) {
         let Some(flow) = parse_line::<HubbleFlow<'_>>(line, number, problems) else { return };
         let Some(ip_pair) = &flow.ip else {
             // Hubble also reports events that are not IP flows (L7 without IP, agent events).
@@ -407,7 +414,14 @@ fn calico_action(a: Option<&str>) -> u8 {
 }
 
 impl LineParser for Calico {
-    fn line(&mut self, line: &[u8], number: u64, out: &mut RecordBatch, names: &mut NameTable, problems: &mut Problems) {
+    fn line(
+        &mut self,
+        line: &[u8],
+        number: u64,
+        out: &mut RecordBatch,
+        names: &mut NameTable,
+        problems: &mut Problems,
+    ) {
         let Some(flow) = parse_line::<CalicoFlow<'_>>(line, number, problems) else { return };
         // Goldmane keeps the identifying fields in `Key`, the statistics beside it.
         let (stats, key) = match &flow.key {
@@ -432,10 +446,11 @@ impl LineParser for Calico {
             return;
         }
         let sec = 1_000_000_000u64;
-        let flows = [stats.num_flows_started, stats.num_connections_started, stats.num_flows, stats.num_connections_live]
-            .iter()
-            .find_map(|n| n.0.filter(|&v| v > 0))
-            .unwrap_or(1);
+        let flows =
+            [stats.num_flows_started, stats.num_connections_started, stats.num_flows, stats.num_connections_live]
+                .iter()
+                .find_map(|n| n.0.filter(|&v| v > 0))
+                .unwrap_or(1);
         let mut r = Record {
             src,
             dst,

@@ -26,7 +26,7 @@ use super::tally::{DecisionKey, Measures, Tally};
 use super::{FlowCounts, REPORTED_ALLOW, REPORTED_DENY};
 use crate::batch::{PacketHeader, FLAG_HAS_PORTS};
 use crate::engine::judge::flow_of_header;
-use crate::engine::{Addr, Defaults, Judge, PacketVerdict, Snapshot, Source, SideVerdict};
+use crate::engine::{Addr, Defaults, Judge, PacketVerdict, SideVerdict, Snapshot, Source};
 use crate::flows::ServiceIndex;
 
 /// Keys kept before what they summed is folded and they start over.
@@ -53,9 +53,14 @@ impl TableKey for Key {
     fn hash64(&self) -> u64 {
         // three words (the addresses' low halves hold IPv4 whole, then ports, protocol,
         // flags), multiplied and folded so that every bit reaches both halves of the hash
-        let word = |a: &[u8; 16]| u64::from_be_bytes(a[8..].try_into().expect("8")) ^ u64::from_be_bytes(a[..8].try_into().expect("8")).rotate_left(17);
-        let ports = (self.sport_class as u64) << 32 | (self.dport as u64) << 16 | self.icmp as u64
-            ^ ((self.protocol as u64) << 56 | (self.flags as u64) << 48 | (self.version as u64) << 40);
+        let word = |a: &[u8; 16]| {
+            u64::from_be_bytes(a[8..].try_into().expect("8"))
+                ^ u64::from_be_bytes(a[..8].try_into().expect("8")).rotate_left(17)
+        };
+        let ports = (self.sport_class as u64) << 32
+            | (self.dport as u64) << 16
+            | self.icmp as u64
+                ^ ((self.protocol as u64) << 56 | (self.flags as u64) << 48 | (self.version as u64) << 40);
         let mut h = word(&self.src).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         h = (h ^ h >> 29 ^ word(&self.dst)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         h = (h ^ h >> 31 ^ ports).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -199,7 +204,12 @@ fn side_key(direction: u8, s: &SideVerdict) -> DecisionKey {
 impl RecordJudge {
     /// A judge of records under one snapshot (replay, usage) or two (a diff's old and new);
     /// `want_logs`: find the Log rules the first one's decisions passed.
-    pub fn new(snapshots: Vec<Arc<Snapshot>>, defaults: Defaults, services: Option<Arc<Services>>, want_logs: bool) -> Self {
+    pub fn new(
+        snapshots: Vec<Arc<Snapshot>>,
+        defaults: Defaults,
+        services: Option<Arc<Services>>,
+        want_logs: bool,
+    ) -> Self {
         assert!(!snapshots.is_empty() && snapshots.len() <= 2, "one or two snapshots");
         // Addresses learned from DNS are valid for a time: a snapshot that holds some judges
         // each record alone, at its own time.
@@ -348,7 +358,12 @@ impl RecordJudge {
     /// A new key's entry, judged now; its sums, pointing to it.
     fn push(&mut self, h: &PacketHeader) -> Hot {
         let e = self.new_entry(h);
-        let hot = Hot { entry: self.entries.len() as u32, allow: e.verdicts[0].allow, outside: e.outside as u8, ..Default::default() };
+        let hot = Hot {
+            entry: self.entries.len() as u32,
+            allow: e.verdicts[0].allow,
+            outside: e.outside as u8,
+            ..Default::default()
+        };
         self.entries.push(e);
         hot
     }

@@ -191,13 +191,22 @@ impl Lines {
     /// Service entry record `i` was judged through (-1: none). Sides and endpoints not learned
     /// are written `null`.
     #[allow(clippy::too_many_arguments)]
-    pub fn write(&mut self, headers: &[PacketHeader], counts: &[FlowCounts], verdicts: &[PacketVerdict], services: &[i64],
-                 file: &str, unit: &str, out: &mut String) {
+    pub fn write(
+        &mut self,
+        headers: &[PacketHeader],
+        counts: &[FlowCounts],
+        verdicts: &[PacketVerdict],
+        services: &[i64],
+        file: &str,
+        unit: &str,
+        out: &mut String,
+    ) {
         let text = |table: &Vec<String>, i: usize| table.get(i).map_or("null", String::as_str).to_owned();
         for (i, ((h, c), v)) in headers.iter().zip(counts).zip(verdicts).enumerate() {
             let ok = placed(c);
             let has_ports = h.flags & FLAG_HAS_PORTS != 0;
-            let _ = write!(out, "{{\"index\": {}, \"file\": {file}, \"{unit}\": {}, \"first\": ", self.index, c.position);
+            let _ =
+                write!(out, "{{\"index\": {}, \"file\": {file}, \"{unit}\": {}, \"first\": ", self.index, c.position);
             seconds(c.first_ns, out);
             out.push_str(", \"last\": ");
             seconds(c.last_ns, out);
@@ -217,10 +226,20 @@ impl Lines {
             } else {
                 out.push_str(", \"sport\": null, \"dport\": null");
             }
-            let _ = write!(out, ", \"flows\": {}, \"packets\": {}, \"bytes\": {}, \"direction\": {}", c.flows, c.packets, c.bytes,
-                           text(&self.tables.orientations, c.orientation as usize));
+            let _ = write!(
+                out,
+                ", \"flows\": {}, \"packets\": {}, \"bytes\": {}, \"direction\": {}",
+                c.flows,
+                c.packets,
+                c.bytes,
+                text(&self.tables.orientations, c.orientation as usize)
+            );
             if ok {
-                let _ = write!(out, ", \"verdict\": \"{}\", \"reason\": \"policy\"", if v.allow != 0 { "allow" } else { "deny" });
+                let _ = write!(
+                    out,
+                    ", \"verdict\": \"{}\", \"reason\": \"policy\"",
+                    if v.allow != 0 { "allow" } else { "deny" }
+                );
             } else {
                 out.push_str(", \"verdict\": null, \"reason\": \"unplaced\"");
             }

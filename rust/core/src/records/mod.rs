@@ -230,11 +230,7 @@ impl Record {
 
     /// The record as the header it is judged as, and its counts.
     pub fn push(mut self, out: &mut RecordBatch) {
-        let mut h = PacketHeader {
-            ts_ns: self.counts.first_ns,
-            protocol: self.protocol,
-            ..Default::default()
-        };
+        let mut h = PacketHeader { ts_ns: self.counts.first_ns, protocol: self.protocol, ..Default::default() };
         h.ip_version = family(self.src).or(family(self.dst)).unwrap_or(0);
         if let Some(a) = self.src {
             h.src_addr = addr16(a);
@@ -342,7 +338,10 @@ impl Stream {
                 if c.first_ns < self.last_first_ns {
                     let (was, now) = (self.last_first_ns, c.first_ns);
                     self.problems.add("out_of_order", c.position, || {
-                        format!("starts {:.3} s before the record read before it (judged all the same)", (was - now) as f64 / 1e9)
+                        format!(
+                            "starts {:.3} s before the record read before it (judged all the same)",
+                            (was - now) as f64 / 1e9
+                        )
                     });
                 }
                 self.last_first_ns = self.last_first_ns.max(c.first_ns);

@@ -198,7 +198,15 @@ enum Step {
 }
 
 impl Netflow {
-    fn template_set(&mut self, version: u16, exporter: u32, set: &[u8], options: bool, position: u64, problems: &mut Problems) {
+    fn template_set(
+        &mut self,
+        version: u16,
+        exporter: u32,
+        set: &[u8],
+        options: bool,
+        position: u64,
+        problems: &mut Problems,
+    ) {
         let mut i = 0;
         while i + 4 <= set.len() {
             let id = u16_at(set, i);
@@ -235,7 +243,8 @@ impl Netflow {
                         k += 4;
                     }
                     let fixed = fields.iter().map(|f| f.len as usize).sum();
-                    self.templates.insert((version, exporter, id), Template { fields, fixed: Some(fixed), options: true });
+                    self.templates
+                        .insert((version, exporter, id), Template { fields, fixed: Some(fixed), options: true });
                     i = end;
                     continue;
                 }
@@ -282,8 +291,15 @@ impl Netflow {
 
     /// Decodes a data set's records; returns how many it held (None: no template).
     /// `template`: (version, exporter, set id), the key its template was filed under.
-    fn data_set(&self, template: (u16, u32, u16), set: &[u8], boot_ms: Option<u64>, position: u64,
-                out: &mut RecordBatch, problems: &mut Problems) -> Option<usize> {
+    fn data_set(
+        &self,
+        template: (u16, u32, u16),
+        set: &[u8],
+        boot_ms: Option<u64>,
+        position: u64,
+        out: &mut RecordBatch,
+        problems: &mut Problems,
+    ) -> Option<usize> {
         let t = self.templates.get(&template)?;
         let (_, _, id) = template;
         let mut i = 0;
@@ -323,7 +339,8 @@ impl Netflow {
             if !ok {
                 // a variable-length record cut short, or the set's padding
                 if t.fixed.is_none() && set[i..].iter().any(|&b| b != 0) {
-                    problems.add("truncated_record", position, || format!("a record of template {id} runs past its set"));
+                    problems
+                        .add("truncated_record", position, || format!("a record of template {id} runs past its set"));
                 }
                 break;
             }
@@ -338,7 +355,11 @@ impl Netflow {
 
     fn message(&mut self, b: &[u8], last: bool, position: u64, out: &mut RecordBatch, problems: &mut Problems) -> Step {
         if b.len() < 4 {
-            return if last { Step::Corrupt("truncated_record", "a message shorter than its header".into()) } else { Step::NeedMore };
+            return if last {
+                Step::Corrupt("truncated_record", "a message shorter than its header".into())
+            } else {
+                Step::NeedMore
+            };
         }
         let version = u16_at(b, 0);
         match version {
@@ -349,7 +370,14 @@ impl Netflow {
                 }
                 let len = 24 + 48 * count;
                 if b.len() < len {
-                    return if last { Step::Corrupt("truncated_record", format!("NetFlow v5 message of {len} bytes cut at {}", b.len())) } else { Step::NeedMore };
+                    return if last {
+                        Step::Corrupt(
+                            "truncated_record",
+                            format!("NetFlow v5 message of {len} bytes cut at {}", b.len()),
+                        )
+                    } else {
+                        Step::NeedMore
+                    };
                 }
                 let uptime = u32_at(b, 4) as u64;
                 let boot_ms = (u32_at(b, 8) as u64 * 1000 + u32_at(b, 12) as u64 / 1_000_000).checked_sub(uptime);
@@ -366,7 +394,11 @@ impl Netflow {
                         dport: u16_at(r, 34),
                         tcp_flags: r[37],
                         protocol: r[38],
-                        icmp: if matches!(r[38], 1 | 58) { Some(((u16_at(r, 34) >> 8) as u8, u16_at(r, 34) as u8)) } else { None },
+                        icmp: if matches!(r[38], 1 | 58) {
+                            Some(((u16_at(r, 34) >> 8) as u8, u16_at(r, 34) as u8))
+                        } else {
+                            None
+                        },
                         ..Default::default()
                     };
                     f.push(boot_ms, position + 24 + 48 * k as u64, out, problems);
@@ -379,7 +411,11 @@ impl Netflow {
                     return Step::Corrupt("corrupt_message", format!("IPFIX message length {len} (at least 16)"));
                 }
                 if b.len() < len {
-                    return if last { Step::Corrupt("truncated_record", format!("IPFIX message of {len} bytes cut at {}", b.len())) } else { Step::NeedMore };
+                    return if last {
+                        Step::Corrupt("truncated_record", format!("IPFIX message of {len} bytes cut at {}", b.len()))
+                    } else {
+                        Step::NeedMore
+                    };
                 }
                 let domain = u32_at(b, 12);
                 let mut i = 16;
@@ -387,16 +423,21 @@ impl Netflow {
                     let id = u16_at(b, i);
                     let set_len = u16_at(b, i + 2) as usize;
                     if set_len < 4 || i + set_len > len {
-                        problems.add("corrupt_message", position + i as u64, || format!("set {id} of length {set_len} does not fit its message"));
+                        problems.add("corrupt_message", position + i as u64, || {
+                            format!("set {id} of length {set_len} does not fit its message")
+                        });
                         break;
                     }
                     let set = &b[i + 4..i + set_len];
                     match id {
                         2 | 3 => self.template_set(10, domain, set, id == 3, position + i as u64, problems),
                         256.. => {
-                            let decoded = self.data_set((10, domain, id), set, None, position + i as u64, out, problems);
+                            let decoded =
+                                self.data_set((10, domain, id), set, None, position + i as u64, out, problems);
                             if decoded.is_none() {
-                                problems.add("missing_template", position + i as u64, || format!("data set {id} of observation domain {domain} before its template"));
+                                problems.add("missing_template", position + i as u64, || {
+                                    format!("data set {id} of observation domain {domain} before its template")
+                                });
                             }
                         }
                         _ => {}
@@ -407,7 +448,11 @@ impl Netflow {
             }
             9 => {
                 if b.len() < 20 {
-                    return if last { Step::Corrupt("truncated_record", "a NetFlow v9 header cut short".into()) } else { Step::NeedMore };
+                    return if last {
+                        Step::Corrupt("truncated_record", "a NetFlow v9 header cut short".into())
+                    } else {
+                        Step::NeedMore
+                    };
                 }
                 let count = u16_at(b, 2) as usize;
                 let uptime = u32_at(b, 4) as u64;
@@ -445,7 +490,9 @@ impl Netflow {
                         }
                         _ => match self.data_set((9, source, id), set, boot_ms, position + i as u64, out, problems) {
                             Some(n) => records += n,
-                            None => problems.add("missing_template", position + i as u64, || format!("data flowset {id} of source id {source} before its template")),
+                            None => problems.add("missing_template", position + i as u64, || {
+                                format!("data flowset {id} of source id {source} before its template")
+                            }),
                         },
                     }
                     i += set_len;
@@ -471,7 +518,14 @@ fn plausible(b: &[u8]) -> bool {
 }
 
 impl Reader for Netflow {
-    fn feed(&mut self, chunk: &[u8], last: bool, out: &mut RecordBatch, _names: &mut NameTable, problems: &mut Problems) {
+    fn feed(
+        &mut self,
+        chunk: &[u8],
+        last: bool,
+        out: &mut RecordBatch,
+        _names: &mut NameTable,
+        problems: &mut Problems,
+    ) {
         self.buf.extend_from_slice(chunk);
         let mut at = 0usize;
         loop {

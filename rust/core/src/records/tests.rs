@@ -28,13 +28,19 @@ fn hubble_lines_in_any_chunking() {
         let (out, s) = read(Format::Hubble, HUBBLE.as_bytes(), chunk);
         assert_eq!(out.len(), 2, "chunk {chunk}");
         let (h, c) = (&out.headers[0], &out.counts[0]);
-        assert_eq!((v4(&h.src_addr), v4(&h.dst_addr), h.sport, h.dport, h.protocol), ("10.0.1.10".into(), "10.0.2.20".into(), 43210, 8080, 6));
+        assert_eq!(
+            (v4(&h.src_addr), v4(&h.dst_addr), h.sport, h.dport, h.protocol),
+            ("10.0.1.10".into(), "10.0.2.20".into(), 43210, 8080, 6)
+        );
         assert_eq!((c.reported, c.orientation, c.flows, c.position), (REPORTED_ALLOW, ORIENT_STATED, 1, 1));
         assert_eq!(c.first_ns, 1_714_557_600_500_000_000);
         assert_eq!(s.names.since(c.src_name as usize)[0].name, "web");
         // the reply is judged as its connection's opening direction
         let (h, c) = (&out.headers[1], &out.counts[1]);
-        assert_eq!((v4(&h.src_addr), h.sport, h.dport, c.orientation, c.reported, c.flows), ("10.0.1.10".into(), 43211, 8080, ORIENT_REVERSED, REPORTED_DENY, 0));
+        assert_eq!(
+            (v4(&h.src_addr), h.sport, h.dport, c.orientation, c.reported, c.flows),
+            ("10.0.1.10".into(), 43211, 8080, ORIENT_REVERSED, REPORTED_DENY, 0)
+        );
         assert_eq!(s.problems.counts.get("not_json"), Some(&1));
         assert_eq!(s.problems.first[0].1, 3);
     }
@@ -43,8 +49,10 @@ fn hubble_lines_in_any_chunking() {
 #[test]
 fn calico_and_goldmane() {
     let input = concat!(
-        r#"{"start_time":1700000000,"end_time":1700000300,"action":"deny","source_ip":"10.0.1.10","source_name":"web","source_namespace":"frontend","source_type":"wep","source_port":null,"dest_ip":"10.0.2.20","dest_name":"-","dest_name_aggr":"api-*","dest_namespace":"backend","dest_type":"wep","dest_port":5432,"proto":"tcp","reporter":"dst","bytes_in":10,"bytes_out":20,"packets_in":1,"packets_out":2,"num_flows":3,"num_flows_started":2}"#, "\n",
-        r#"{"id":"7","flow":{"Key":{"source_name":"client-*","source_namespace":"a","source_type":"WorkloadEndpoint","dest_name":"server-*","dest_namespace":"b","dest_type":"WorkloadEndpoint","dest_port":"80","proto":"TCP","reporter":"Dst","action":"Allow"},"start_time":"1700000000","end_time":"1700000015","packets_in":"5","bytes_in":"500","num_connections_started":"4"}}"#, "\n",
+        r#"{"start_time":1700000000,"end_time":1700000300,"action":"deny","source_ip":"10.0.1.10","source_name":"web","source_namespace":"frontend","source_type":"wep","source_port":null,"dest_ip":"10.0.2.20","dest_name":"-","dest_name_aggr":"api-*","dest_namespace":"backend","dest_type":"wep","dest_port":5432,"proto":"tcp","reporter":"dst","bytes_in":10,"bytes_out":20,"packets_in":1,"packets_out":2,"num_flows":3,"num_flows_started":2}"#,
+        "\n",
+        r#"{"id":"7","flow":{"Key":{"source_name":"client-*","source_namespace":"a","source_type":"WorkloadEndpoint","dest_name":"server-*","dest_namespace":"b","dest_type":"WorkloadEndpoint","dest_port":"80","proto":"TCP","reporter":"Dst","action":"Allow"},"start_time":"1700000000","end_time":"1700000015","packets_in":"5","bytes_in":"500","num_connections_started":"4"}}"#,
+        "\n",
     );
     let (out, s) = read(Format::Calico, input.as_bytes(), 13);
     assert_eq!(out.len(), 2);
@@ -54,7 +62,10 @@ fn calico_and_goldmane() {
     assert_eq!(s.names.since(c.dst_name as usize)[0].name, "api-*");
     let c = &out.counts[1];
     assert_eq!((c.packets, c.bytes, c.flows, c.reported, c.has_src, c.has_dst), (5, 500, 4, REPORTED_ALLOW, 0, 0));
-    assert_eq!(s.names.since(c.src_name as usize)[0], EndpointName { kind: "wep".into(), namespace: "a".into(), name: "client-*".into() });
+    assert_eq!(
+        s.names.since(c.src_name as usize)[0],
+        EndpointName { kind: "wep".into(), namespace: "a".into(), name: "client-*".into() }
+    );
     assert_eq!(out.headers[1].dport, 80);
 }
 
@@ -68,7 +79,10 @@ fn vpc_default_and_custom_orders() {
     assert_eq!(out.len(), 2);
     assert_eq!((out.headers[0].sport, out.headers[0].dport, out.counts[0].flows), (49152, 443, 1));
     // the reply's record is turned around and counts no new connection
-    assert_eq!((v4(&out.headers[1].src_addr), out.headers[1].dport, out.counts[1].orientation, out.counts[1].flows), ("10.0.1.10".into(), 443, ORIENT_REVERSED, 0));
+    assert_eq!(
+        (v4(&out.headers[1].src_addr), out.headers[1].dport, out.counts[1].orientation, out.counts[1].flows),
+        ("10.0.1.10".into(), 443, ORIENT_REVERSED, 0)
+    );
     assert_eq!(out.counts[1].reported, REPORTED_DENY);
     assert_eq!(s.problems.counts.get("nodata"), Some(&1));
     assert_eq!(s.problems.counts.get("truncated_record"), Some(&1));
@@ -77,7 +91,10 @@ fn vpc_default_and_custom_orders() {
                   5 vpc-1 10.0.0.5 10.0.0.6 10.0.1.10 10.0.2.20 40000 5432 6 2 3 180 1700000000 1700000060 ACCEPT OK egress\n";
     let (out, _) = read(Format::Vpc, custom.as_bytes(), 4096);
     assert_eq!(out.len(), 1);
-    assert_eq!((v4(&out.headers[0].src_addr), v4(&out.headers[0].dst_addr), out.counts[0].orientation), ("10.0.1.10".into(), "10.0.2.20".into(), ORIENT_STATED));
+    assert_eq!(
+        (v4(&out.headers[0].src_addr), v4(&out.headers[0].dst_addr), out.counts[0].orientation),
+        ("10.0.1.10".into(), "10.0.2.20".into(), ORIENT_STATED)
+    );
     let unknown = "version src dst\n2 a b\n";
     let (out, s) = read(Format::Vpc, unknown.as_bytes(), 4096);
     assert_eq!(out.len(), 0);
@@ -94,7 +111,10 @@ fn conntrack_list_and_events() {
     let (out, s) = read(Format::Conntrack, input.as_bytes(), 9);
     assert_eq!(out.len(), 4);
     // DNAT: judged against where the connection was delivered
-    assert_eq!((v4(&out.headers[0].dst_addr), out.headers[0].dport, out.counts[0].packets, out.counts[0].bytes), ("10.0.2.20".into(), 8080, 9, 500));
+    assert_eq!(
+        (v4(&out.headers[0].dst_addr), out.headers[0].dport, out.counts[0].packets, out.counts[0].bytes),
+        ("10.0.2.20".into(), 8080, 9, 500)
+    );
     assert_eq!((out.headers[1].protocol, out.headers[1].dport), (17, 53));
     assert_eq!((out.headers[2].icmp_type, out.counts[2].flows, out.counts[2].packets), (8, 1, 0));
     assert_eq!((out.counts[3].flows, out.counts[3].packets), (0, 2));
@@ -168,7 +188,10 @@ fn ipfix_template_and_data(domain: u32, with_template: bool) -> Vec<u8> {
 
 #[test]
 fn netflow_v5_and_ipfix_back_to_back() {
-    let mut input = v5_message(&[([10, 0, 1, 10], [10, 0, 2, 20], 40000, 80, 6, 0x1b), ([10, 0, 2, 20], [10, 0, 1, 10], 80, 40000, 6, 0x1b)]);
+    let mut input = v5_message(&[
+        ([10, 0, 1, 10], [10, 0, 2, 20], 40000, 80, 6, 0x1b),
+        ([10, 0, 2, 20], [10, 0, 1, 10], 80, 40000, 6, 0x1b),
+    ]);
     input.extend(ipfix_template_and_data(1, false)); // data before its template
     input.extend(ipfix_template_and_data(1, true));
     for chunk in [1, 3, 100, 65536] {
@@ -176,7 +199,10 @@ fn netflow_v5_and_ipfix_back_to_back() {
         assert_eq!(out.len(), 3, "chunk {chunk}");
         assert_eq!((out.headers[0].dport, out.counts[0].packets, out.counts[0].flows), (80, 3, 1));
         assert_eq!(out.counts[0].first_ns, (1_700_000_000_000 - 1_000) * 1_000_000);
-        assert_eq!((out.headers[1].dport, out.headers[1].sport, out.counts[1].orientation, out.counts[1].flows), (80, 40000, ORIENT_REVERSED, 0));
+        assert_eq!(
+            (out.headers[1].dport, out.headers[1].sport, out.counts[1].orientation, out.counts[1].flows),
+            (80, 40000, ORIENT_REVERSED, 0)
+        );
         assert_eq!((out.headers[2].dport, out.counts[2].packets, out.counts[2].bytes), (5432, 7, 700));
         assert_eq!(s.problems.counts.get("missing_template"), Some(&1));
         assert_eq!(s.problems.first[0].1, 24 + 2 * 48 + 16); // the data set of the second message

@@ -35,7 +35,14 @@ impl<P: LineParser> Lines<P> {
 }
 
 impl<P: LineParser> Reader for Lines<P> {
-    fn feed(&mut self, chunk: &[u8], last: bool, out: &mut RecordBatch, names: &mut NameTable, problems: &mut Problems) {
+    fn feed(
+        &mut self,
+        chunk: &[u8],
+        last: bool,
+        out: &mut RecordBatch,
+        names: &mut NameTable,
+        problems: &mut Problems,
+    ) {
         let mut rest = chunk;
         while let Some(end) = memchr_newline(rest) {
             let (line, after) = (&rest[..end], &rest[end + 1..]);
@@ -81,5 +88,9 @@ fn memchr_newline(b: &[u8]) -> Option<usize> {
 /// The text of a line for a problem's detail: at most 80 characters, lossy UTF-8.
 pub fn excerpt(line: &[u8]) -> String {
     let text = String::from_utf8_lossy(&line[..line.len().min(80)]).into_owned();
-    if line.len() > 80 { format!("{text}...") } else { text }
+    if line.len() > 80 {
+        format!("{text}...")
+    } else {
+        text
+    }
 }

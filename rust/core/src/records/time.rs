@@ -22,7 +22,13 @@ fn digits(b: &[u8]) -> Option<u32> {
 /// nanoseconds since the Unix epoch; None when it is not one or is before 1970.
 pub fn rfc3339_ns(text: &str) -> Option<u64> {
     let b = text.trim().as_bytes();
-    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' || b[16] != b':' {
+    if b.len() < 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return None;
     }
     let (y, mo, d) = (digits(&b[0..4])?, digits(&b[5..7])?, digits(&b[8..10])?);
@@ -53,7 +59,11 @@ pub fn rfc3339_ns(text: &str) -> Option<u64> {
         Some(b'Z' | b'z') if i + 1 == b.len() => 0,
         Some(&sign @ (b'+' | b'-')) if b.len() == i + 6 && b[i + 3] == b':' => {
             let v = (digits(&b[i + 1..i + 3])? * 3600 + digits(&b[i + 4..i + 6])? * 60) as i64;
-            if sign == b'+' { v } else { -v }
+            if sign == b'+' {
+                v
+            } else {
+                -v
+            }
         }
         None => 0,
         _ => return None,

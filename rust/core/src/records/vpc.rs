@@ -19,19 +19,66 @@ use super::{
 
 /// Version 2's fields, the order of a log without a header line.
 pub const DEFAULT_FIELDS: &[&str] = &[
-    "version", "account-id", "interface-id", "srcaddr", "dstaddr", "srcport", "dstport", "protocol", "packets",
-    "bytes", "start", "end", "action", "log-status",
+    "version",
+    "account-id",
+    "interface-id",
+    "srcaddr",
+    "dstaddr",
+    "srcport",
+    "dstport",
+    "protocol",
+    "packets",
+    "bytes",
+    "start",
+    "end",
+    "action",
+    "log-status",
 ];
 
 /// Every field of versions 2 to 5 (the names AWS publishes; Parquet and Athena spell `-` as `_`).
 pub const KNOWN_FIELDS: &[&str] = &[
-    "version", "account-id", "interface-id", "srcaddr", "dstaddr", "srcport", "dstport", "protocol", "packets",
-    "bytes", "start", "end", "action", "log-status", "vpc-id", "subnet-id", "instance-id", "tcp-flags", "type",
-    "pkt-srcaddr", "pkt-dstaddr", "region", "az-id", "sublocation-type", "sublocation-id", "pkt-src-aws-service",
-    "pkt-dst-aws-service", "flow-direction", "traffic-path", "ecs-cluster-arn", "ecs-cluster-name",
-    "ecs-container-instance-arn", "ecs-container-instance-id", "ecs-container-id", "ecs-second-container-id",
-    "ecs-service-name", "ecs-task-definition-arn", "ecs-task-arn", "ecs-task-id", "reject-reason",
-    "resource-id", "encryption-status",
+    "version",
+    "account-id",
+    "interface-id",
+    "srcaddr",
+    "dstaddr",
+    "srcport",
+    "dstport",
+    "protocol",
+    "packets",
+    "bytes",
+    "start",
+    "end",
+    "action",
+    "log-status",
+    "vpc-id",
+    "subnet-id",
+    "instance-id",
+    "tcp-flags",
+    "type",
+    "pkt-srcaddr",
+    "pkt-dstaddr",
+    "region",
+    "az-id",
+    "sublocation-type",
+    "sublocation-id",
+    "pkt-src-aws-service",
+    "pkt-dst-aws-service",
+    "flow-direction",
+    "traffic-path",
+    "ecs-cluster-arn",
+    "ecs-cluster-name",
+    "ecs-container-instance-arn",
+    "ecs-container-instance-id",
+    "ecs-container-id",
+    "ecs-second-container-id",
+    "ecs-service-name",
+    "ecs-task-definition-arn",
+    "ecs-task-arn",
+    "ecs-task-id",
+    "reject-reason",
+    "resource-id",
+    "encryption-status",
 ];
 
 /// The most fields a line is read for.
@@ -90,7 +137,14 @@ fn field<'a>(tokens: &[&'a str], at: Option<usize>) -> Option<&'a str> {
 }
 
 impl LineParser for Vpc {
-    fn line(&mut self, line: &[u8], number: u64, out: &mut RecordBatch, _names: &mut NameTable, problems: &mut Problems) {
+    fn line(
+        &mut self,
+        line: &[u8],
+        number: u64,
+        out: &mut RecordBatch,
+        _names: &mut NameTable,
+        problems: &mut Problems,
+    ) {
         let Ok(text) = std::str::from_utf8(line) else {
             problems.add("bad_field", number, || format!("not UTF-8: {}", excerpt(line)));
             return;
@@ -106,10 +160,14 @@ impl LineParser for Vpc {
         }
         let tokens = &held[..total.min(MAX_FIELDS)];
         if self.columns.is_none() {
-            let header = total <= MAX_FIELDS && tokens.iter().all(|t| KNOWN_FIELDS.contains(&t.replace('_', "-").as_str()));
+            let header =
+                total <= MAX_FIELDS && tokens.iter().all(|t| KNOWN_FIELDS.contains(&t.replace('_', "-").as_str()));
             if header {
                 let cols = Columns::of(tokens);
-                if cols.srcaddr.is_none() && cols.pkt_srcaddr.is_none() || cols.dstaddr.is_none() && cols.pkt_dstaddr.is_none() || cols.protocol.is_none() {
+                if cols.srcaddr.is_none() && cols.pkt_srcaddr.is_none()
+                    || cols.dstaddr.is_none() && cols.pkt_dstaddr.is_none()
+                    || cols.protocol.is_none()
+                {
                     problems.add("unknown_field_order", number, || {
                         format!("the header names no source or destination address or no protocol: {}", excerpt(line))
                     });
@@ -120,7 +178,9 @@ impl LineParser for Vpc {
             // A record in the default order starts with its version number: a first line that
             // does not is a header naming fields no version has.
             if tokens.first().is_some_and(|t| t.parse::<u8>().is_err()) {
-                problems.add("unknown_field_order", number, || format!("a header with fields no VPC Flow Logs version has: {}", excerpt(line)));
+                problems.add("unknown_field_order", number, || {
+                    format!("a header with fields no VPC Flow Logs version has: {}", excerpt(line))
+                });
                 self.columns = Some(Columns::default());
                 return;
             }
@@ -132,13 +192,17 @@ impl LineParser for Vpc {
             return;
         }
         if total != c.count {
-            problems.add("truncated_record", number, || format!("{} fields, the header names {}: {}", total, c.count, excerpt(line)));
+            problems.add("truncated_record", number, || {
+                format!("{} fields, the header names {}: {}", total, c.count, excerpt(line))
+            });
             return;
         }
         if let Some(status) = field(tokens, c.log_status) {
             if status != "OK" {
                 // NODATA / SKIPDATA: a capture window without records, or with records lost.
-                problems.add(if status == "SKIPDATA" { "skipdata" } else { "nodata" }, number, || format!("log-status {status}"));
+                problems.add(if status == "SKIPDATA" { "skipdata" } else { "nodata" }, number, || {
+                    format!("log-status {status}")
+                });
                 return;
             }
         }
@@ -239,7 +303,6 @@ impl Fields {
         r
     }
 }
-
 
 fn bit(bits: Option<&[u8]>, k: usize) -> bool {
     bits.is_none_or(|v| v.get(k / 8).is_some_and(|b| b >> (k % 8) & 1 == 1))
@@ -349,9 +412,11 @@ impl<'c, 'a, T: Copy> Meaning<'c, 'a, T> {
         match self.column {
             None => self.missing,
             Some(TextColumn::Plain(s)) => (self.of)(s.get(i)),
-            Some(TextColumn::Dictionary { indices, valid, offset, .. }) => TextColumn::index(indices, *valid, offset + i)
-                .and_then(|e| self.table.get(e).copied())
-                .unwrap_or(self.missing),
+            Some(TextColumn::Dictionary { indices, valid, offset, .. }) => {
+                TextColumn::index(indices, *valid, offset + i)
+                    .and_then(|e| self.table.get(e).copied())
+                    .unwrap_or(self.missing)
+            }
         }
     }
 }
@@ -443,10 +508,14 @@ impl ColumnBatch<'_> {
             let s = status.read(i);
             if s != STATUS_OK {
                 let text = self.log_status.as_ref().and_then(|c| c.get(i)).unwrap_or_default();
-                problems.add(if s == STATUS_SKIPDATA { "skipdata" } else { "nodata" }, number, || format!("log-status {text}"));
+                problems.add(if s == STATUS_SKIPDATA { "skipdata" } else { "nodata" }, number, || {
+                    format!("log-status {text}")
+                });
                 continue;
             }
-            let (Some(src), Some(dst)) = (pkt_src.read(i).or_else(|| src.read(i)), pkt_dst.read(i).or_else(|| dst.read(i))) else {
+            let (Some(src), Some(dst)) =
+                (pkt_src.read(i).or_else(|| src.read(i)), pkt_dst.read(i).or_else(|| dst.read(i)))
+            else {
                 problems.add("bad_address", number, || "no source or destination address".into());
                 continue;
             };
@@ -493,8 +562,14 @@ mod tests {
     }
 
     fn build(rows: &[Option<&str>]) -> Built {
-        let mut b = Built { offsets: 0i32.to_le_bytes().to_vec(), data: vec![], valid: vec![0; rows.len().div_ceil(8)],
-                            dict_offsets: 0i32.to_le_bytes().to_vec(), dict_data: vec![], indices: vec![] };
+        let mut b = Built {
+            offsets: 0i32.to_le_bytes().to_vec(),
+            data: vec![],
+            valid: vec![0; rows.len().div_ceil(8)],
+            dict_offsets: 0i32.to_le_bytes().to_vec(),
+            dict_data: vec![],
+            indices: vec![],
+        };
         let mut entries: Vec<&str> = vec![];
         for (i, r) in rows.iter().enumerate() {
             if let Some(t) = r {
@@ -518,7 +593,13 @@ mod tests {
 
     impl Built {
         fn plain(&self, offset: usize) -> TextColumn<'_> {
-            TextColumn::Plain(Strings { offsets: &self.offsets, data: &self.data, valid: Some(&self.valid), offset, width: 4 })
+            TextColumn::Plain(Strings {
+                offsets: &self.offsets,
+                data: &self.data,
+                valid: Some(&self.valid),
+                offset,
+                width: 4,
+            })
         }
 
         fn column(&self, dictionary: bool, offset: usize) -> Option<TextColumn<'_>> {
@@ -526,7 +607,8 @@ mod tests {
         }
 
         fn dictionary(&self, offset: usize) -> TextColumn<'_> {
-            let values = Strings { offsets: &self.dict_offsets, data: &self.dict_data, valid: None, offset: 0, width: 4 };
+            let values =
+                Strings { offsets: &self.dict_offsets, data: &self.dict_data, valid: None, offset: 0, width: 4 };
             TextColumn::Dictionary { values, indices: &self.indices, valid: Some(&self.valid), offset }
         }
     }
@@ -539,25 +621,59 @@ mod tests {
 
     #[test]
     fn dictionary_columns_read_as_their_strings() {
-        let src = build(&[Some("10.0.0.1"), Some("10.0.0.1"), None, Some("-"), Some("fd00::1"), Some("10.0.0.1"), Some("x"), Some("10.0.0.2")]);
-        let dst = build(&[Some("10.0.0.9"), Some("10.0.0.8"), Some("10.0.0.9"), Some("10.0.0.9"), Some("fd00::2"), Some("10.0.0.9"), Some("10.0.0.9"), Some("10.0.0.9")]);
-        let action = build(&[Some("ACCEPT"), Some("REJECT"), None, Some("ACCEPT"), Some("ACCEPT"), Some("ACCEPT"), Some("REJECT"), Some("?")]);
-        let status = build(&[Some("OK"), Some("OK"), Some("OK"), Some("OK"), None, Some("NODATA"), Some("OK"), Some("SKIPDATA")]);
+        let src = build(&[
+            Some("10.0.0.1"),
+            Some("10.0.0.1"),
+            None,
+            Some("-"),
+            Some("fd00::1"),
+            Some("10.0.0.1"),
+            Some("x"),
+            Some("10.0.0.2"),
+        ]);
+        let dst = build(&[
+            Some("10.0.0.9"),
+            Some("10.0.0.8"),
+            Some("10.0.0.9"),
+            Some("10.0.0.9"),
+            Some("fd00::2"),
+            Some("10.0.0.9"),
+            Some("10.0.0.9"),
+            Some("10.0.0.9"),
+        ]);
+        let action = build(&[
+            Some("ACCEPT"),
+            Some("REJECT"),
+            None,
+            Some("ACCEPT"),
+            Some("ACCEPT"),
+            Some("ACCEPT"),
+            Some("REJECT"),
+            Some("?"),
+        ]);
+        let status = build(&[
+            Some("OK"),
+            Some("OK"),
+            Some("OK"),
+            Some("OK"),
+            None,
+            Some("NODATA"),
+            Some("OK"),
+            Some("SKIPDATA"),
+        ]);
         let protocol: Vec<u8> = [6i32, 17, 6, 6, 58, 6, 6, 6].iter().flat_map(|v| v.to_le_bytes()).collect();
         let ports: Vec<u8> = [443i64, 40000, 80, 80, 0, 80, 80, 80].iter().flat_map(|v| v.to_le_bytes()).collect();
         let port_valid = [0b1111_1101u8];
         for offset in [0, 3] {
             let rows = 8 - offset;
-            let batch = |dict: bool| {
-                ColumnBatch {
-                    srcaddr: src.column(dict, offset),
-                    dstaddr: dst.column(dict, offset),
-                    action: action.column(dict, offset),
-                    log_status: status.column(dict, offset),
-                    protocol: Some(IntColumn { data: &protocol, valid: None, offset, width: 4 }),
-                    dstport: Some(IntColumn { data: &ports, valid: Some(&port_valid), offset, width: 8 }),
-                    ..Default::default()
-                }
+            let batch = |dict: bool| ColumnBatch {
+                srcaddr: src.column(dict, offset),
+                dstaddr: dst.column(dict, offset),
+                action: action.column(dict, offset),
+                log_status: status.column(dict, offset),
+                protocol: Some(IntColumn { data: &protocol, valid: None, offset, width: 4 }),
+                dstport: Some(IntColumn { data: &ports, valid: Some(&port_valid), offset, width: 8 }),
+                ..Default::default()
             };
             let (plain, p_plain) = read(&batch(false), rows);
             let (dict, p_dict) = read(&batch(true), rows);
@@ -583,7 +699,12 @@ mod tests {
         assert_eq!(col.get(0), None);
         assert_eq!(col.get(1), None);
         let protocol = 6i64.to_le_bytes();
-        let batch = ColumnBatch { srcaddr: Some(col), dstaddr: Some(col), protocol: Some(IntColumn { data: &protocol, valid: None, offset: 0, width: 8 }), ..Default::default() };
+        let batch = ColumnBatch {
+            srcaddr: Some(col),
+            dstaddr: Some(col),
+            protocol: Some(IntColumn { data: &protocol, valid: None, offset: 0, width: 8 }),
+            ..Default::default()
+        };
         let (out, problems) = read(&batch, 2);
         assert!(out.is_empty());
         assert_eq!(problems.counts.get("bad_address"), Some(&2));

@@ -208,7 +208,11 @@ mod tests {
         let s = Selector::from_label_selector(
             &[("app".into(), "web".into())],
             &[
-                LabelSelectorRequirement { key: "tier".into(), operator: "In".into(), values: vec!["b".into(), "a".into()] },
+                LabelSelectorRequirement {
+                    key: "tier".into(),
+                    operator: "In".into(),
+                    values: vec!["b".into(), "a".into()],
+                },
                 LabelSelectorRequirement { key: "x".into(), operator: "DoesNotExist".into(), values: vec![] },
             ],
         )

@@ -152,10 +152,8 @@ impl Parser {
     fn parse_set(&mut self) -> Result<BTreeSet<String>, SelectorError> {
         let open = self.advance();
         if open.kind != TokenKind::LBrace {
-            return Err(self.error(
-                open.pos,
-                format!("expected a set literal {{\"a\", \"b\"}}, found {}", describe(&open.kind)),
-            ));
+            return Err(self
+                .error(open.pos, format!("expected a set literal {{\"a\", \"b\"}}, found {}", describe(&open.kind))));
         }
         let mut set = BTreeSet::new();
         if self.peek().kind == TokenKind::RBrace {

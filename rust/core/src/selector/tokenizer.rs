@@ -173,11 +173,7 @@ impl<'a> Lexer<'a> {
         }
         let n = self.label_run(self.pos + i);
         if n == 0 {
-            return Err(self.err(
-                SelectorErrorKind::Syntax,
-                self.pos + i,
-                "has() needs a label name",
-            ));
+            return Err(self.err(SelectorErrorKind::Syntax, self.pos + i, "has() needs a label name"));
         }
         if n > MAX_LABEL_LEN {
             return Err(self.err(
@@ -192,11 +188,7 @@ impl<'a> Lexer<'a> {
             i += 1;
         }
         if r.get(i) != Some(&b')') {
-            return Err(self.err(
-                SelectorErrorKind::Syntax,
-                start,
-                "unterminated has(: expected ')'",
-            ));
+            return Err(self.err(SelectorErrorKind::Syntax, start, "unterminated has(: expected ')'"));
         }
         Ok(Some((i + 1, label)))
     }
@@ -262,11 +254,7 @@ pub fn tokenize(text: &str) -> Result<Vec<Token>, SelectorError> {
             b',' => (TokenKind::Comma, 1),
             b'"' | b'\'' => {
                 let Some(len) = lx.src[pos + 1..].iter().position(|b| *b == c) else {
-                    return Err(lx.err(
-                        SelectorErrorKind::Syntax,
-                        pos,
-                        "unterminated string literal",
-                    ));
+                    return Err(lx.err(SelectorErrorKind::Syntax, pos, "unterminated string literal"));
                 };
                 let value = text[pos + 1..pos + 1 + len].to_string();
                 (TokenKind::StringLiteral(value), len + 2)
@@ -307,11 +295,7 @@ pub fn tokenize(text: &str) -> Result<Vec<Token>, SelectorError> {
                 } else if let Some(n) = lx.empty_call("global") {
                     (TokenKind::Global, n)
                 } else if lx.rest().starts_with(b"all(") || lx.rest().starts_with(b"global(") {
-                    return Err(lx.err(
-                        SelectorErrorKind::Syntax,
-                        pos,
-                        "unterminated call: expected ')'",
-                    ));
+                    return Err(lx.err(SelectorErrorKind::Syntax, pos, "unterminated call: expected ')'"));
                 } else {
                     let n = lx.label_run(pos);
                     if n > MAX_LABEL_LEN {
@@ -326,11 +310,7 @@ pub fn tokenize(text: &str) -> Result<Vec<Token>, SelectorError> {
             }
             _ => {
                 let ch = text[pos..].chars().next().unwrap_or('?');
-                return Err(lx.err(
-                    SelectorErrorKind::Syntax,
-                    pos,
-                    format!("unexpected character {ch:?}"),
-                ));
+                return Err(lx.err(SelectorErrorKind::Syntax, pos, format!("unexpected character {ch:?}")));
             }
         };
         lx.pos += n;

@@ -16,7 +16,10 @@ pub(super) struct PendingRules {
 impl PendingRules {
     /// Whether the compiled form depends on the rules alone (see `SharedRules`).
     pub(super) fn shareable(&self) -> bool {
-        self.rules.iter().flatten().all(|r| r.sources.iter().chain(&r.destinations).all(|e| !e.relative && !e.node_selector))
+        self.rules
+            .iter()
+            .flatten()
+            .all(|r| r.sources.iter().chain(&r.destinations).all(|e| !e.relative && !e.node_selector))
     }
 }
 
@@ -47,7 +50,8 @@ impl Model {
         let mut subjects: HashMap<&crate::engine::spec::SubjectSpec, usize> = HashMap::new();
         let mut pending = |ingress: &RuleSpecs, egress: &RuleSpecs, context: &str| {
             let pair = (ingress.as_ptr(), egress.as_ptr());
-            if checked.contains(&pair) || rules_key(ingress, egress).is_some_and(|k| self.shared_rules.contains_key(&k)) {
+            if checked.contains(&pair) || rules_key(ingress, egress).is_some_and(|k| self.shared_rules.contains_key(&k))
+            {
                 return Ok(None);
             }
             let p = pending_rules(ingress, egress, context)?;
@@ -120,7 +124,11 @@ pub(super) fn rules_key(ingress: &RuleSpecs, egress: &RuleSpecs) -> Option<Rules
     Some((ingress.shared()?.clone(), egress.shared()?.clone()))
 }
 
-pub(super) fn pending_rules(ingress: &RuleSpecs, egress: &RuleSpecs, context: &str) -> Result<PendingRules, EngineError> {
+pub(super) fn pending_rules(
+    ingress: &RuleSpecs,
+    egress: &RuleSpecs,
+    context: &str,
+) -> Result<PendingRules, EngineError> {
     let specs = rules_key(ingress, egress)
         .ok_or_else(|| EngineError::Spec(format!("{context}: its rules name a rule list that is not in the delta")))?;
     let mut out = PendingRules { specs: [specs.0, specs.1], rules: [Vec::new(), Vec::new()] };
@@ -141,9 +149,11 @@ pub(super) fn pending_rules(ingress: &RuleSpecs, egress: &RuleSpecs, context: &s
                     identity::parse(text, &context)?;
                 }
                 for d in &e.domains {
-                    DomainPattern::parse(d).map_err(|why| EngineError::Spec(format!("{context}: domain {d:?}: {why}")))?;
+                    DomainPattern::parse(d)
+                        .map_err(|why| EngineError::Spec(format!("{context}: domain {d:?}: {why}")))?;
                 }
-                let selector = if identity::needs_labels(e) { Some(identity::entity_selector(e, &context)?) } else { None };
+                let selector =
+                    if identity::needs_labels(e) { Some(identity::entity_selector(e, &context)?) } else { None };
                 if identity::is_relative(e) {
                     // the relation itself must be valid
                     identity::relative_selector(&Selector::all(), e, None, &LabelMap::new())?;

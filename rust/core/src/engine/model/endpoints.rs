@@ -62,12 +62,7 @@ impl Model {
                 }
             }
         }
-        let rec = EpRec {
-            identity,
-            kind,
-            local: entry.local(),
-            first_ip: entry.ips.first().copied(),
-        };
+        let rec = EpRec { identity, kind, local: entry.local(), first_ip: entry.ips.first().copied() };
         if entry.addressable {
             for a in entry.ips.iter() {
                 let owners = self.addr_owners.entry(*a).or_default();
@@ -80,8 +75,11 @@ impl Model {
         if let Some(ns) = &entry.namespace {
             self.ns_endpoints.entry(ns.to_string()).or_default().insert(id);
         }
-        let nss: Vec<String> =
-            old.iter().filter_map(|o| o.namespace.as_deref().map(str::to_string)).chain(entry.namespace.as_deref().map(str::to_string)).collect();
+        let nss: Vec<String> = old
+            .iter()
+            .filter_map(|o| o.namespace.as_deref().map(str::to_string))
+            .chain(entry.namespace.as_deref().map(str::to_string))
+            .collect();
         self.endpoints.insert(id, entry);
         self.snap.endpoints.set(id, Some(rec));
         touched.sort_by_key(|a| (a.v6, a.bits));

@@ -87,7 +87,15 @@ impl Model {
 
     pub(super) fn netset_key(&self, n: &NetworkSetSpec) -> IdentityKey {
         let labels = n.labels.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-        self.identity_key(labels, std::iter::empty(), identity::KIND_NETWORKSET, n.namespace.as_deref(), None, Vec::new(), &[])
+        self.identity_key(
+            labels,
+            std::iter::empty(),
+            identity::KIND_NETWORKSET,
+            n.namespace.as_deref(),
+            None,
+            Vec::new(),
+            &[],
+        )
     }
 
     /// The identity for `key`, created (and filed in the index) if new; takes a reference.
@@ -182,12 +190,8 @@ impl Model {
             self.release_identity(old);
         }
         let carries_label = |labels: &LabelMap| keys.iter().any(|k| labels.contains_key(k));
-        let sets: Vec<u32> = self
-            .network_sets
-            .iter()
-            .filter(|(_, n)| carries_label(&n.spec.labels))
-            .map(|(&id, _)| id)
-            .collect();
+        let sets: Vec<u32> =
+            self.network_sets.iter().filter(|(_, n)| carries_label(&n.spec.labels)).map(|(&id, _)| id).collect();
         for id in sets {
             let key = self.netset_key(&self.network_sets[&id].spec);
             let new = self.acquire_identity(key);

@@ -32,10 +32,7 @@ impl Interner {
     }
 
     pub(super) fn intern_labels(&mut self, labels: &LabelMap) -> InternedLabels {
-        labels
-            .iter()
-            .map(|(k, v)| (self.intern(k), self.intern(v)))
-            .collect()
+        labels.iter().map(|(k, v)| (self.intern(k), self.intern(v))).collect()
     }
 
     /// Forgets strings no endpoint or identity uses any more (pods come and go).

@@ -34,7 +34,9 @@ use super::cow::FastMap;
 use super::identity::{self, IdentityKey};
 use super::idset::IdSet;
 use super::rules::{CEntity, CRule, CRules, IcmpMatch, LabelCond, NetList, PortMatch, ProtoSet};
-use super::snapshot::{AddrRec, EpRec, IdRec, NetsetLpm, ProfileList, Program, ServiceRec, Snapshot, Stage, NO_NAMESPACE};
+use super::snapshot::{
+    AddrRec, EpRec, IdRec, NetsetLpm, ProfileList, Program, ServiceRec, Snapshot, Stage, NO_NAMESPACE,
+};
 use super::spec::{
     Delta, EndpointSpec, EntitySpec, LabelMap, NetworkSetSpec, NodeSpec, PolicySpec, ProfileSpec, RuleSpec, RuleSpecs,
     ServiceSpec,
@@ -51,18 +53,18 @@ use tiers::{SortKey, TierOrder};
 
 mod boundaries;
 mod check;
+mod endpoints;
+mod identities;
 mod ids;
 mod interner;
 mod namespaces;
-mod selectors;
-mod identities;
+mod policies;
 mod program_cache;
 mod programs;
-mod tiers;
 mod rule_compile;
-mod policies;
-mod endpoints;
+mod selectors;
 mod services;
+mod tiers;
 
 struct NsEntry {
     id: u32,

@@ -71,12 +71,8 @@ impl ProgramCache {
     /// old program's address to its successor.
     pub(super) fn renew_with(&mut self, policy: u32) -> FastMap<usize, Arc<Program>> {
         let mut renewed: FastMap<usize, Arc<Program>> = FastMap::default();
-        let keys: Vec<(Direction, Vec<u32>)> = self
-            .programs
-            .iter()
-            .filter(|(_, p)| p.lists(policy))
-            .map(|(k, _)| k.clone())
-            .collect();
+        let keys: Vec<(Direction, Vec<u32>)> =
+            self.programs.iter().filter(|(_, p)| p.lists(policy)).map(|(k, _)| k.clone()).collect();
         for k in keys {
             let old = self.programs[&k].clone();
             let fresh = Arc::new(old.renewed());

@@ -87,7 +87,8 @@ impl Model {
             programs.push(self.intern_program(d, list));
         }
         let profiles = self.resolve_profiles(&self.identities[&id].key.profiles);
-        let mut rels: Vec<u32> = applying.iter().flat_map(|p| self.policies[p].compiled.acquired.relatives.clone()).collect();
+        let mut rels: Vec<u32> =
+            applying.iter().flat_map(|p| self.policies[p].compiled.acquired.relatives.clone()).collect();
         rels.extend(profiles.iter().flat_map(|p| self.profiles[p].compiled.acquired.relatives.clone()));
         for rid in rels {
             if !self.relatives[&rid].per_ns.contains_key(&ns) {

@@ -6,7 +6,8 @@ use super::*;
 
 impl Model {
     pub(super) fn node_addrs(&self, text: &str) -> Arc<HashSet<Addr>> {
-        let sel = identity::parse(text, "node selector").unwrap_or_else(|_| Selector::from_node(crate::selector::Node::Has(identity::NEVER.into())));
+        let sel = identity::parse(text, "node selector")
+            .unwrap_or_else(|_| Selector::from_node(crate::selector::Node::Has(identity::NEVER.into())));
         let mut out = HashSet::new();
         for n in self.nodes.values() {
             if sel.matches(&n.labels) {
@@ -115,11 +116,18 @@ impl Model {
         let mut out = CRules::default();
         let [ingress, egress] = pending.rules;
         let [ingress_specs, egress_specs] = pending.specs;
-        for (d, list, specs) in [(Direction::Ingress, ingress, ingress_specs), (Direction::Egress, egress, egress_specs)] {
+        for (d, list, specs) in
+            [(Direction::Ingress, ingress, ingress_specs), (Direction::Egress, egress, egress_specs)]
+        {
             for (pr, r) in list.into_iter().zip(specs.iter()) {
-                let sources = r.sources.iter().zip(pr.sources).map(|(e, p)| self.compile_entity(e, p, &mut acq)).collect();
-                let destinations =
-                    r.destinations.iter().zip(pr.destinations).map(|(e, p)| self.compile_entity(e, p, &mut acq)).collect();
+                let sources =
+                    r.sources.iter().zip(pr.sources).map(|(e, p)| self.compile_entity(e, p, &mut acq)).collect();
+                let destinations = r
+                    .destinations
+                    .iter()
+                    .zip(pr.destinations)
+                    .map(|(e, p)| self.compile_entity(e, p, &mut acq))
+                    .collect();
                 let rule = CRule {
                     action: Action::parse(&r.action).unwrap_or(Action::Deny),
                     ip_version: r.ip_version,
@@ -172,7 +180,12 @@ impl Model {
     /// The compiled rules of `ingress` and `egress`: those of a policy or profile with equal
     /// rules, shared (each user acquires their selectors, prefixes and ports), or compiled now
     /// from `pending` (None: the rules were checked equal to shared ones in this delta).
-    pub(super) fn compile_shared(&mut self, ingress: &RuleSpecs, egress: &RuleSpecs, pending: Option<PendingRules>) -> Compiled {
+    pub(super) fn compile_shared(
+        &mut self,
+        ingress: &RuleSpecs,
+        egress: &RuleSpecs,
+        pending: Option<PendingRules>,
+    ) -> Compiled {
         let key = rules_key(ingress, egress);
         if let Some(entry) = key.as_ref().and_then(|k| self.shared_rules.get_mut(k)) {
             entry.users += 1;
@@ -189,7 +202,8 @@ impl Model {
         let (rules, acquired) = (Arc::new(rules), Arc::new(acquired));
         let shared = key.filter(|_| shareable);
         if let Some(k) = &shared {
-            self.shared_rules.insert(k.clone(), SharedRules { rules: rules.clone(), acquired: acquired.clone(), users: 1 });
+            self.shared_rules
+                .insert(k.clone(), SharedRules { rules: rules.clone(), acquired: acquired.clone(), users: 1 });
         }
         Compiled { rules, acquired, shared }
     }

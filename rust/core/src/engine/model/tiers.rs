@@ -37,13 +37,7 @@ impl TierOrder {
         self.ids.clear();
         for (rank, t) in order.into_iter().enumerate() {
             let default = Action::parse(&t.default_action).unwrap_or(Action::Deny);
-            self.tiers.insert(
-                t.id,
-                TierEntry {
-                    default,
-                    rank: rank as u32,
-                },
-            );
+            self.tiers.insert(t.id, TierEntry { default, rank: rank as u32 });
             self.ids.insert(t.name.clone(), t.id);
         }
     }
@@ -80,11 +74,7 @@ impl SortKey {
         self.tier_rank
             .cmp(&other.tier_rank)
             .then_with(|| self.order.is_none().cmp(&other.order.is_none()))
-            .then_with(|| {
-                self.order
-                    .unwrap_or(0.0)
-                    .total_cmp(&other.order.unwrap_or(0.0))
-            })
+            .then_with(|| self.order.unwrap_or(0.0).total_cmp(&other.order.unwrap_or(0.0)))
             .then_with(|| self.kind.cmp(&other.kind))
             .then_with(|| self.namespace.cmp(&other.namespace))
             .then_with(|| self.name.cmp(&other.name))

@@ -31,17 +31,19 @@ impl Snapshot {
             | ((flow.icmp_type.is_some() as u32) << 11);
         let sport = self.ports.class_of(flow.sport);
         let dport = self.ports.class_of(flow.dport);
-        let key = |d: Direction, subject: AddrRec, subject_class: u32, peer: Option<AddrRec>, peer_class: u32| SideKey {
-            flags: base | ((d as u32) << 12),
-            subject: subject.identity,
-            subject_class,
-            peer: peer.map_or(OUTSIDE, |p| p.identity),
-            peer_class,
-            sport,
-            dport,
-            icmp,
-        };
-        let mut out = PacketVerdict::judged(&Verdict { allow: true, egress: None, ingress: None, awaits_request: false });
+        let key =
+            |d: Direction, subject: AddrRec, subject_class: u32, peer: Option<AddrRec>, peer_class: u32| SideKey {
+                flags: base | ((d as u32) << 12),
+                subject: subject.identity,
+                subject_class,
+                peer: peer.map_or(OUTSIDE, |p| p.identity),
+                peer_class,
+                sport,
+                dport,
+                icmp,
+            };
+        let mut out =
+            PacketVerdict::judged(&Verdict { allow: true, egress: None, ingress: None, awaits_request: false });
         let mut sides: [Option<SideVerdict>; 2] = [None, None];
         let mut keys: [Option<SideKey>; 2] = [None, None];
         if let Some(s) = src.filter(|r| r.local) {
@@ -58,10 +60,11 @@ impl Snapshot {
         if want[0] || want[1] {
             // The compiled programs decide the missing sides; each is memoized unless it read
             // what the key does not hold (service membership, learned domains: walked).
-            let (records, uncacheable) = match self.records_compiled(&flow, [src, dst], [Some(sc), Some(dc)], defaults, want) {
-                Some(records) => (records, false),
-                None => self.side_records(&flow, defaults, want),
-            };
+            let (records, uncacheable) =
+                match self.records_compiled(&flow, [src, dst], [Some(sc), Some(dc)], defaults, want) {
+                    Some(records) => (records, false),
+                    None => self.side_records(&flow, defaults, want),
+                };
             for i in 0..2 {
                 if let (true, Some(k)) = (want[i], keys[i]) {
                     if !uncacheable {
@@ -131,10 +134,12 @@ impl Snapshot {
             }
             let Some(rec) = recs[i].filter(|r| r.local) else { continue };
             let Some(subject) = ends[i].ident else { continue };
-            let lean = Lean { s: self, ends: &ends, protocol: flow.protocol, ports: [flow.sport, flow.dport], ns: subject.ns };
+            let lean =
+                Lean { s: self, ends: &ends, protocol: flow.protocol, ports: [flow.sport, flow.dport], ns: subject.ns };
             let mut logs = LogCount::default();
             let mut awaits = false;
-            let decided = self.compiled_decision(d, subject, rec.host, &lean, &key, defaults, &mut logs, &mut awaits).ok()?;
+            let decided =
+                self.compiled_decision(d, subject, rec.host, &lean, &key, defaults, &mut logs, &mut awaits).ok()?;
             out[i] = side_verdict(decided, logs.0, awaits);
         }
         Some(out)
@@ -158,7 +163,9 @@ impl Snapshot {
         let program = &subject.programs[d as usize];
         let compiled = program.compiled(self).map_err(|_| ())?;
         let decided = |o: Outcome, reason: Reason| match o {
-            Outcome::Rule { allow, tier, source, rule } => Some(Decided { allow, tier, source: Some(source), rule: Some(rule), reason }),
+            Outcome::Rule { allow, tier, source, rule } => {
+                Some(Decided { allow, tier, source: Some(source), rule: Some(rule), reason })
+            }
             Outcome::EndOfTier { allow, tier } => {
                 Some(Decided { allow, tier: Some(tier), source: None, rule: None, reason: Reason::EndOfTier })
             }
@@ -191,9 +198,16 @@ impl Snapshot {
             let recs = [self.addrs.get(&sa).copied(), self.addrs.get(&da).copied()];
             let local = [recs[0].is_some_and(|r| r.local), recs[1].is_some_and(|r| r.local)];
             if !local[0] && !local[1] {
-                return PacketVerdict::judged(&Verdict { allow: true, egress: None, ingress: None, awaits_request: false });
+                return PacketVerdict::judged(&Verdict {
+                    allow: true,
+                    egress: None,
+                    ingress: None,
+                    awaits_request: false,
+                });
             }
-            if let Some(sides) = self.records_compiled(flow, recs, [recs[0].map(|r| r.class), recs[1].map(|r| r.class)], defaults, local) {
+            if let Some(sides) =
+                self.records_compiled(flow, recs, [recs[0].map(|r| r.class), recs[1].map(|r| r.class)], defaults, local)
+            {
                 let (mut allow, mut awaits) = (true, true);
                 for i in 0..2 {
                     let Some(rec) = recs[i].filter(|r| r.local) else { continue };
@@ -260,7 +274,13 @@ impl Snapshot {
         (out, src.uncacheable.get())
     }
 
-    pub(super) fn evaluate_flow_by(&self, flow: &Flow, request: Option<&Request>, defaults: Defaults, path: Path) -> (Verdict, bool) {
+    pub(super) fn evaluate_flow_by(
+        &self,
+        flow: &Flow,
+        request: Option<&Request>,
+        defaults: Defaults,
+        path: Path,
+    ) -> (Verdict, bool) {
         let src = self.resolve(&flow.src);
         let dst = self.resolve(&flow.dst);
         let ctx = Ctx::new(self, flow, request, &src, &dst, path);

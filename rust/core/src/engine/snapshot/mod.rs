@@ -19,10 +19,10 @@ use std::sync::{Arc, OnceLock};
 
 use super::classes::{with_memo, ClassLpm, MemoRef, PortClasses, SideKey};
 use super::compiled::{CompileStats, Compiled, Key, LogSink, Outcome, Probe, StageRef, Walked};
-use super::records::{PacketVerdict, SideVerdict, HTTP_AWAITS, HTTP_NONE, PACKET_POLICY};
 use super::cow::{ChunkVec, FastMap, ShardedMap};
 use super::idset::IdSet;
 use super::judge::{flow_of_header, Judge};
+use super::records::{PacketVerdict, SideVerdict, HTTP_AWAITS, HTTP_NONE, PACKET_POLICY};
 use super::rules::{CEntity, CRule, CRules, LabelCond, NamedPorts, PortMatch};
 use super::spec::TargetPort;
 use super::{
@@ -144,7 +144,11 @@ impl Snapshot {
             return Ok(Vec::new());
         }
         let Some(ident) = self.identities.get(ep.identity) else { return Ok(Vec::new()) };
-        Ok(ident.programs[d as usize].stages.iter().find(|s| s.tier == tier).map_or_else(Vec::new, |s| s.policies.clone()))
+        Ok(ident.programs[d as usize]
+            .stages
+            .iter()
+            .find(|s| s.tier == tier)
+            .map_or_else(Vec::new, |s| s.policies.clone()))
     }
 
     /// The class of an address: which prefix of the snapshot's set is the longest one holding it
@@ -282,7 +286,9 @@ impl Snapshot {
     fn check_flow(&self, flow: &Flow) -> Result<(), EngineError> {
         for end in [&flow.src, &flow.dst] {
             match end.endpoint {
-                Some(e) if self.endpoints.get(e).is_none() => return Err(EngineError::Flow(format!("no endpoint {e}"))),
+                Some(e) if self.endpoints.get(e).is_none() => {
+                    return Err(EngineError::Flow(format!("no endpoint {e}")))
+                }
                 None if end.addr.is_none() => {
                     return Err(EngineError::Flow("a flow end needs an endpoint or an address".into()))
                 }
@@ -295,7 +301,12 @@ impl Snapshot {
     /// Like [`Snapshot::evaluate`], for a TCP flow that carries `request` (its connection's
     /// HTTP request: `http` rules match it); None: not known, such rules match nothing and the
     /// verdict says whether it awaits one.
-    pub fn evaluate_request(&self, flow: &Flow, request: Option<&Request>, defaults: Defaults) -> Result<Verdict, EngineError> {
+    pub fn evaluate_request(
+        &self,
+        flow: &Flow,
+        request: Option<&Request>,
+        defaults: Defaults,
+    ) -> Result<Verdict, EngineError> {
         self.check_flow(flow)?;
         Ok(self.evaluate_flow(flow, request, defaults).0)
     }

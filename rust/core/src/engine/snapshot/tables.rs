@@ -84,7 +84,13 @@ impl Program {
 
     /// The same stages, to be compiled again (a policy's rules changed).
     pub fn renewed(&self) -> Program {
-        Program::new(self.direction, self.stages.iter().map(|s| Stage { tier: s.tier, default: s.default, policies: s.policies.clone() }).collect())
+        Program::new(
+            self.direction,
+            self.stages
+                .iter()
+                .map(|s| Stage { tier: s.tier, default: s.default, policies: s.policies.clone() })
+                .collect(),
+        )
     }
 
     /// Whether the program lists `policy`.

@@ -18,7 +18,14 @@ pub(super) struct Ctx<'a, 's> {
 }
 
 impl<'a, 's> Ctx<'a, 's> {
-    pub(super) fn new(s: &'s Snapshot, flow: &'a Flow, request: Option<&'a Request>, src: &'a End<'s>, dst: &'a End<'s>, path: Path) -> Self {
+    pub(super) fn new(
+        s: &'s Snapshot,
+        flow: &'a Flow,
+        request: Option<&'a Request>,
+        src: &'a End<'s>,
+        dst: &'a End<'s>,
+        path: Path,
+    ) -> Self {
         Ctx {
             s,
             flow,
@@ -74,7 +81,13 @@ impl<'s> Ctx<'_, 's> {
     /// A side decided by its compiled program and profiles; Err when they are walked instead
     /// (not compiled, a request to judge, or the walk asked for).
     #[inline]
-    pub(super) fn compiled_side<L: LogSink>(&self, end: &End<'s>, d: Direction, defaults: Defaults, logs: &mut L) -> Result<Option<Decided>, ()> {
+    pub(super) fn compiled_side<L: LogSink>(
+        &self,
+        end: &End<'s>,
+        d: Direction,
+        defaults: Defaults,
+        logs: &mut L,
+    ) -> Result<Option<Decided>, ()> {
         if self.path == Path::Walk || self.request.is_some() {
             return Err(());
         }
@@ -115,7 +128,9 @@ impl<'s> Ctx<'_, 's> {
                 for (ri, rule) in rules.get(d).iter().enumerate() {
                     let Some(action) = self.rule_action(rule, subject) else { continue };
                     match action {
-                        Action::Log => logs.push(LogEntry { tier: Some(stage.tier), source: Source::Policy(pid), rule: ri as u32 }),
+                        Action::Log => {
+                            logs.push(LogEntry { tier: Some(stage.tier), source: Source::Policy(pid), rule: ri as u32 })
+                        }
                         Action::Pass => {
                             passed = true;
                             break 'policies;
@@ -168,7 +183,15 @@ impl<'s> Ctx<'_, 's> {
                     }
                 }
             }
-            return Some(Decision { allow: false, tier: None, source: None, rule: None, reason: Reason::Profile, logs, awaits_request: false });
+            return Some(Decision {
+                allow: false,
+                tier: None,
+                source: None,
+                rule: None,
+                reason: Reason::Profile,
+                logs,
+                awaits_request: false,
+            });
         }
         if program.stages.is_empty() {
             return None;
@@ -206,7 +229,8 @@ impl<'s> Ctx<'_, 's> {
         }
         let src_hit = self.any_entity(&rule.sources, true, subject, rule.action)?;
         let dst_hit = self.any_entity(&rule.destinations, false, subject, rule.action)?;
-        if rule.action == Action::Pass && (matches!(src_hit, Hit::Unresolvable) || matches!(dst_hit, Hit::Unresolvable)) {
+        if rule.action == Action::Pass && (matches!(src_hit, Hit::Unresolvable) || matches!(dst_hit, Hit::Unresolvable))
+        {
             return Some(Action::Deny);
         }
         if let Some(http) = &rule.http {
@@ -227,7 +251,13 @@ impl<'s> Ctx<'_, 's> {
     }
 
     #[inline]
-    pub(super) fn any_entity(&self, entities: &[CEntity], source: bool, subject: &IdRec, action: Action) -> Option<Hit> {
+    pub(super) fn any_entity(
+        &self,
+        entities: &[CEntity],
+        source: bool,
+        subject: &IdRec,
+        action: Action,
+    ) -> Option<Hit> {
         if entities.is_empty() {
             return Some(Hit::Match);
         }
@@ -363,7 +393,8 @@ impl<'s> Ctx<'_, 's> {
         self.src.uncacheable.set(true);
         let Some(svc) = self.s.services.get(service) else { return false };
         let end = self.end(source);
-        let member = end.addr.is_some_and(|a| svc.ips.contains(&a)) || end.ep.is_some_and(|(i, _)| svc.members.contains(&i));
+        let member =
+            end.addr.is_some_and(|a| svc.ips.contains(&a)) || end.ep.is_some_and(|(i, _)| svc.members.contains(&i));
         if !member {
             return false;
         }
