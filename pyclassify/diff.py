@@ -27,12 +27,13 @@ import numpy as np
 import numpy.typing as npt
 
 from pyclassify import reachability as reach
-from pyclassify.engine import EngineState, NativeEngine, policy_key
+from pyclassify.engine import EngineState, NativeEngine
 from pyclassify.flow import Decision
 from pyclassify.inventory import Inventory
 from pyclassify.ir import Direction, Policy, PolicySet
 from pyclassify.kinds.common import ICMP_PROTOCOLS, protocol_name
 from pyclassify.reference import policy_applies
+from pyclassify.spec_builder import policy_key
 
 
 def _content(p: Policy) -> Policy:

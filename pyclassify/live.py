@@ -30,7 +30,7 @@ from typing import Any
 from pyclassify import kinds
 from pyclassify.budget import OverBudget
 from pyclassify.documents import Document, InvalidInput, Problems
-from pyclassify.engine import EngineState, NativeEngine, endpoint_key, policy_key
+from pyclassify.engine import EngineState, NativeEngine
 from pyclassify.flow import namespace_labels, service_account_labels
 from pyclassify.inventory import Endpoint
 from pyclassify.ir import STAGED_KINDS, EndpointKind, Hook, Policy, PolicySet
@@ -38,6 +38,7 @@ from pyclassify.kinds import schema
 from pyclassify.kinds.inventory_kinds import InventoryBuilder, selected_pod_ips
 from pyclassify.project import Project, source_size
 from pyclassify.sharing import Shared
+from pyclassify.spec_builder import endpoint_key, policy_key
 
 
 class UnsupportedChange(ValueError):

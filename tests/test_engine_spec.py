@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 
 from pyclassify import _engine, engine_spec
 from pyclassify.engine import EngineError, EngineState
-from pyclassify.engine import engine_spec as whole_world_spec
+from pyclassify.spec_builder import engine_spec as whole_world_spec
 from tests.test_engine_differential import world_st
 
 
