@@ -106,8 +106,8 @@ for mod in (pyclassify, pyclassify._engine, pyclassify._native):
 tracked = [f for f in open(tracked_list, encoding="utf-8").read().split("\0") if f.startswith("pyclassify/")]
 missing = [f for f in tracked if not (installed.parent / f).is_file()]
 assert not missing, f"tracked files missing from the installed wheel: {missing}"
-# Every module but __main__ (importing that runs the command line).
-modules = [m.name for m in pkgutil.walk_packages(pyclassify.__path__, "pyclassify.") if m.name != "pyclassify.__main__"]
+# Every module but the __main__ ones (importing one runs the command line).
+modules = [m.name for m in pkgutil.walk_packages(pyclassify.__path__, "pyclassify.") if not m.name.endswith(".__main__")]
 for name in modules:
     module = importlib.import_module(name)
     assert Path(module.__file__).resolve().is_relative_to(venv), f"{name} imported from {module.__file__}"
