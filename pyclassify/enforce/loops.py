@@ -62,27 +62,9 @@ class QueueLoops:
     def open_dns(self, project: Project, engine: NativeEngine, queue: int) -> int | None:
         """With domain rules: a loop on ``queue`` that learns the addresses of the DNS answers
         our rules send it (those of queries policy allowed) before it lets them through."""
-        cfg = self.config
         if project.inventory.domains is None or not domains.has_domain_rules(project.policy_set):
             return None
-        try:
-            loop = open_queue(
-                engine,
-                queue,
-                pod_allow=self.pod_allow,
-                host_allow=self.host_allow,
-                fail_open=True,
-                copy_range=65535,
-                maxlen=cfg.maxlen,
-                batch=cfg.batch,
-                batch_verdicts=cfg.batch_verdicts,
-                accept_mark=DNS_MARK,
-                dns=True,
-            )
-        except OSError as e:
-            raise queue_error(queue, e) from e
-        self.loops.append(loop)
-        self.dns_loop = loop
+        self.dns_loop = self._open_whole_packets(engine, queue, True, accept_mark=DNS_MARK, dns=True)
         return queue
 
     def open_http(self, project: Project, engine: NativeEngine, queue: int) -> int | None:
@@ -93,25 +75,32 @@ class QueueLoops:
         cfg = self.config
         if not cfg.install_rules or not httprules.has_http_rules(project.policy_set):
             return None
+        self.http_loop = self._open_whole_packets(
+            engine, queue, cfg.fail_open, http_deny_mark=HTTP_DENY_MARK, http_connections=HTTP_CONNECTIONS
+        )
+        return queue
+
+    def _open_whole_packets(self, engine: NativeEngine, queue: int, fail_open: bool, **options: Any) -> Any:
+        """A loop on ``queue`` that reads whole packets (DNS answers, HTTP requests), listed
+        with the others; ``options`` say what it does with them."""
+        cfg = self.config
         try:
             loop = open_queue(
                 engine,
                 queue,
                 pod_allow=self.pod_allow,
                 host_allow=self.host_allow,
-                fail_open=cfg.fail_open,
+                fail_open=fail_open,
                 copy_range=65535,
                 maxlen=cfg.maxlen,
                 batch=cfg.batch,
                 batch_verdicts=cfg.batch_verdicts,
-                http_deny_mark=HTTP_DENY_MARK,
-                http_connections=HTTP_CONNECTIONS,
+                **options,
             )
         except OSError as e:
             raise queue_error(queue, e) from e
         self.loops.append(loop)
-        self.http_loop = loop
-        return queue
+        return loop
 
     def admit_http(self) -> None:
         """The main loops admit connections up to their request from now on (our rules that
