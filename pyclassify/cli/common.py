@@ -98,6 +98,15 @@ MEMORY_BUDGET = "pyclassify.memory_budget"
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
+#: ``--format`` of the commands that read ``--traffic`` beside their own input (diff, usage, report).
+traffic_format_option = click.option(
+    "--format",
+    "traffic_format",
+    default=None,
+    metavar="FORMAT",
+    help="The format of every --traffic file (found from the content otherwise).",
+)
+
 
 def output_options(by_default: str) -> Any:
     """``--output`` (``--json`` is its short form for json) and ``--by``, of matrix and diff:

@@ -21,6 +21,7 @@ from pyclassify.cli.common import (
     out,
     output_options,
     split_against,
+    traffic_format_option,
 )
 from pyclassify.counted import count
 from pyclassify.terminal import ascii_only
@@ -62,13 +63,7 @@ Exit 0: nothing changes; 5: some flow changes verdict; 1: invalid input.
     help="Flow records (as replay --traffic reads them): list the observed connections whose verdict "
     "the change flips, with their counts; exit 5 when one it closes was observed.",
 )
-@click.option(
-    "--format",
-    "traffic_format",
-    default=None,
-    metavar="FORMAT",
-    help="The format of every --traffic file (found from the content otherwise).",
-)
+@traffic_format_option
 @cluster_options
 @default_option
 @json_option

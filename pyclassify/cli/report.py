@@ -27,6 +27,7 @@ from pyclassify.cli.common import (
     protocol_number,
     selector_option,
     split_against,
+    traffic_format_option,
 )
 from pyclassify.kinds.common import protocol_name
 from pyclassify.report import formats
@@ -369,13 +370,7 @@ closes or opens (diff --traffic), marked on the grid.
     help="Flow records (as replay --traffic reads them): show each rule's usage and, of a change, "
     "the observed connections it flips. Repeat for several.",
 )
-@click.option(
-    "--format",
-    "traffic_format",
-    default=None,
-    metavar="FORMAT",
-    help="The format of every --traffic file (found from the content otherwise).",
-)
+@traffic_format_option
 @click.option(
     "--no-redundant",
     is_flag=True,

@@ -21,6 +21,7 @@ from pyclassify.cli.common import (
     kube_options,
     load_manifests,
     out,
+    traffic_format_option,
 )
 from pyclassify.usage import USAGE_OUTPUTS, usage_doc
 
@@ -48,13 +49,7 @@ and redundant policies are found from the policy alone.
     type=click.Path(allow_dash=True),
     help="Flow records (as replay --traffic reads them) whose decisions to count per rule.",
 )
-@click.option(
-    "--format",
-    "traffic_format",
-    default=None,
-    metavar="FORMAT",
-    help="The format of every --traffic file (found from the content otherwise).",
-)
+@traffic_format_option
 @click.option(
     "--no-redundant", is_flag=True, help="Skip the search for redundant policies (one exact diff per policy)."
 )
