@@ -382,16 +382,26 @@ class RecordStream:
 def detect_format(head: bytes) -> str | None:
     """The format of an input whose first bytes are ``head``, or None."""
 
-def vpc_columns(
-    rows: int,
-    first_row: int,
-    text: dict[str, tuple[Any, Any, Any | None, int, int, tuple[Any, Any | None, int] | None]],
-    ints: dict[str, tuple[Any, Any | None, int, int]],
-) -> tuple[bytes, bytes, tuple[list[tuple[str, int]], list[tuple[str, int, str]]]]:
-    """VPC Flow Logs' Parquet columns to (headers, counts) bytes and problems, by the text
-    reader's rules. ``text``: Arrow strings' (offsets, data, validity, offset, offset width
-    4 or 8, indices), ``indices`` (int32 buffer, validity, offset) when the strings are a
-    dictionary; ``ints``: Arrow int32/int64 arrays' (values, validity, offset, width 4 or 8)."""
+class VpcColumns:
+    """The records of one batch of VPC Flow Logs' Parquet columns, kept in Rust for
+    ``RecordJudge.judge_columns`` (the batch's memory reused from one read to the next)."""
+
+    def __init__(self) -> None: ...
+    def read(
+        self,
+        rows: int,
+        first_row: int,
+        text: dict[str, tuple[Any, Any, Any | None, int, int, tuple[Any, Any | None, int] | None]],
+        ints: dict[str, tuple[Any, Any | None, int, int]],
+    ) -> tuple[list[tuple[str, int]], list[tuple[str, int, str]]]:
+        """Reads ``rows`` rows of columns in place of the records read before, by the text
+        reader's rules; returns the problems. ``text``: Arrow strings' (offsets, data,
+        validity, offset, offset width 4 or 8, indices), ``indices`` (int32 buffer, validity,
+        offset) when the strings are a dictionary; ``ints``: Arrow int32/int64 arrays'
+        (values, validity, offset, width 4 or 8)."""
+    def arrays(self) -> tuple[bytes, bytes]:
+        """The records read last as (headers, counts) bytes."""
+    def __len__(self) -> int: ...
 
 def record_formats() -> list[tuple[str, str]]:
     """Every input format as (name, what it is)."""
@@ -427,6 +437,10 @@ class RecordJudge:
         self, stream: RecordStream, file: int, keep: bool = False
     ) -> tuple[bytes, bytes, bytes, bytes] | None:
         """Judges what ``stream.read`` kept; ``keep``: (headers, counts, verdicts, service entries) bytes."""
+    def judge_columns(
+        self, columns: VpcColumns, file: int, keep: bool = False
+    ) -> tuple[bytes, bytes, bytes, bytes] | None:
+        """Judges what ``columns.read`` kept; ``keep`` as ``judge_stream``."""
     def judge(
         self, headers: Any, counts: Any, file: int, keep: bool = False
     ) -> tuple[bytes, bytes, bytes, bytes] | None: ...

@@ -1,5 +1,5 @@
 """AWS VPC Flow Logs in Parquet (as delivered to S3 with ``FileFormat=parquet``), read with
-pyarrow a row group at a time; the Arrow buffers go straight to Rust (``_engine.vpc_columns``),
+pyarrow a row group at a time; the Arrow buffers go straight to Rust (``_engine.VpcColumns``),
 which makes the header batch and counts (``records``) with the text reader's rules: no Python
 per record. Text columns the file stores dictionary-encoded (as Parquet writers, AWS's among
 them, store such columns) are read as Arrow dictionaries: Rust works out each distinct address,
@@ -56,7 +56,7 @@ def _error(message: str) -> ParquetError:
     return ParquetError(message)
 
 
-def _pyarrow() -> tuple[Any, Any, Any]:
+def load_pyarrow() -> tuple[Any, Any, Any]:
     try:
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -83,7 +83,7 @@ def _width(pa: Any, t: Any) -> int:
 
 
 def _text(pa: Any, col: Any, what: str) -> tuple[Any, ...]:
-    """A text column's buffers for ``vpc_columns``: a dictionary's strings with the rows'
+    """A text column's buffers for ``VpcColumns.read``: a dictionary's strings with the rows'
     indices, or the strings row by row."""
     strings = (pa.string(), pa.large_string())
     if pa.types.is_dictionary(col.type):
@@ -121,7 +121,7 @@ def _first_bad(pa: Any, col: Any) -> tuple[int, Any]:
 
 
 def _ints(pa: Any, pc: Any, col: Any, what: str, first_row: int) -> tuple[Any, ...]:
-    """An integer column's buffers for ``vpc_columns``: int32 and int64 as they are, others
+    """An integer column's buffers for ``VpcColumns.read``: int32 and int64 as they are, others
     cast to int64 (text that is not a number as a null, as the text reader's ``-``)."""
     if col.type not in (pa.int32(), pa.int64()):
         if pa.types.is_dictionary(col.type):
@@ -145,14 +145,15 @@ def read(
     path: str | None = None,
     first_problems: list[tuple[str, int, str]] | None = None,
     row_groups: tuple[int, int, int] | None = None,
-) -> Iterator[tuple[npt.NDArray[Any], npt.NDArray[Any]]]:
-    """(headers, counts) batches of a Parquet file of VPC Flow Logs; records lacking an
+) -> Iterator[_engine.VpcColumns]:
+    """The records of a Parquet file of VPC Flow Logs, a batch at a time, each batch held in
+    Rust by the same ``VpcColumns`` (judge it, or take its ``arrays``, before the next); records lacking an
     address or protocol, or with a log status other than OK, are skipped and counted in
     ``problems`` (the first ``KEPT`` of each reason in ``first_problems``). ``path``: the file
     itself, read a row group at a time; else (stdin, a compressed file) ``stream`` is read
     whole, since Parquet's footer is at its end. ``row_groups``: (first, end, the first one's
     first row): only those row groups, rows numbered as in the whole file."""
-    pa, pc, pq = _pyarrow()
+    pa, pc, pq = load_pyarrow()
     try:
         whole = None if path is not None else pa.py_buffer(head + stream.read())
         f = pq.ParquetFile(path if whole is None else pa.BufferReader(whole))
@@ -172,6 +173,7 @@ def read(
             f"(unknown field order): {', '.join(f.schema_arrow.names)}"
         )
     problems = problems if problems is not None else {}
+    columns = _engine.VpcColumns()
     present = [c for c in COLUMNS if c in names]
     position = 0 if row_groups is None else row_groups[2]
     groups = range(f.metadata.num_row_groups) if row_groups is None else range(row_groups[0], row_groups[1])
@@ -189,7 +191,7 @@ def read(
                     text[c] = _text(pa, col, f"{name}: rows {position + 1}-{position + n}: {names[c]}")
                 else:
                     ints[c] = _ints(pa, pc, col, f"{name}: row {{row}}: {names[c]}", position + 1)
-            headers, flow_counts, (counts, first) = _engine.vpc_columns(n, position + 1, text, ints)
+            counts, first = columns.read(n, position + 1, text, ints)
             before = dict(problems)
             for reason, k in counts:
                 problems[reason] = problems.get(reason, 0) + k
@@ -199,4 +201,10 @@ def read(
                         first_problems.append((r, int(p), d))
                         before[r] = before.get(r, 0) + 1
             position += n
-            yield np.frombuffer(headers, HEADER_DTYPE), np.frombuffer(flow_counts, FLOW_COUNTS_DTYPE)
+            yield columns
+
+
+def arrays(columns: _engine.VpcColumns) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    """A batch's records as (headers, counts) arrays of their own."""
+    headers, counts = columns.arrays()
+    return np.frombuffer(headers, HEADER_DTYPE), np.frombuffer(counts, FLOW_COUNTS_DTYPE)

@@ -278,6 +278,7 @@ class RecordReplay:
         """Judges ``paths`` in order (``names``: what reports call them, when not their paths;
         ``parts``: per path, only these row groups of a Parquet file)."""
         reader = RecordReader(paths, self.engine.inventory, self.format, names, parts)
+        reader.prepare()
         self.files = reader.files
         self._reader = reader
         started = time.perf_counter()

@@ -282,6 +282,24 @@ class RecordReader:
         #: per file, the names its records used, by number
         self.names: list[list[tuple[str, str, str]]] = []
 
+    def prepare(self) -> None:
+        """Loads what reading the inputs needs beyond the standard library (pyarrow for a
+        Parquet file), so that the time of reading them is not the time of importing it. A
+        file that cannot be opened here is reported when it is read."""
+        for path in self.paths:
+            try:
+                fmt = self.format or (None if path == "-" else detect(path))
+            except RecordError:
+                continue
+            if fmt == "parquet":
+                from pyclassify import parquet
+
+                try:
+                    parquet.load_pyarrow()
+                except parquet.ParquetError as e:
+                    raise RecordError(str(e)) from None
+                return
+
     def judged(self, judge: Any, keep: bool = False) -> Iterator[JudgedChunk | None]:
         """Reads every file into ``judge`` (``_engine.RecordJudge``): one native call per chunk
         reads it, another judges and sums what it completed; Python sees no record. Yields
@@ -322,12 +340,12 @@ class RecordReader:
 
                 plain = path if compression is None and path != "-" else None
                 try:
-                    for headers, counts in parquet.read(stream, head, name, report.problems, plain, report.first, part):
-                        report.records += len(headers)
+                    for columns in parquet.read(stream, head, name, report.problems, plain, report.first, part):
+                        report.records += len(columns)
                         if judge is None:
-                            yield RecordChunk(headers, counts, index)
+                            yield RecordChunk(*parquet.arrays(columns), index)
                             continue
-                        kept = judge.judge(headers, counts, index, keep)
+                        kept = judge.judge_columns(columns, index, keep)
                         yield None if kept is None else JudgedChunk.of(kept, index)
                 except parquet.ParquetError as e:
                     raise RecordError(str(e)) from None

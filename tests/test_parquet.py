@@ -98,7 +98,8 @@ def _read(path: Path, whole: bool = False) -> tuple[bytes, bytes, dict, list]:
     first: list = []
     headers, counts = [], []
     with open(path, "rb") as f:
-        for h, c in parquet.read(f, b"", str(path), problems, None if whole else str(path), first):
+        for columns in parquet.read(f, b"", str(path), problems, None if whole else str(path), first):
+            h, c = parquet.arrays(columns)
             headers.append(h)
             counts.append(c)
     return np.concatenate(headers).tobytes(), np.concatenate(counts).tobytes(), problems, first

@@ -215,6 +215,26 @@ impl PyRecordJudge {
         }
     }
 
+    /// Judges the records `columns.read` kept, of input number `file`; `keep` as
+    /// `judge_stream`.
+    #[pyo3(signature = (columns, file, keep=false))]
+    fn judge_columns<'py>(
+        &mut self,
+        py: Python<'py>,
+        columns: PyRef<'_, PyVpcColumns>,
+        file: u32,
+        keep: bool,
+    ) -> Kept<'py> {
+        let batch = &columns.batch;
+        let (judge, ids) = (&mut self.inner, &mut self.ids);
+        py.detach(|| judge.add(file, &batch.headers, &batch.counts, keep.then_some(ids)));
+        if keep {
+            self.kept(py, &batch.headers, &batch.counts)
+        } else {
+            None
+        }
+    }
+
     /// Judges a batch given as arrays: `headers` (`HEADER_DTYPE`) and `counts`
     /// (`FLOW_COUNTS_DTYPE`) of input number `file`; `keep` as `judge_stream`.
     #[pyo3(signature = (headers, counts, file, keep=false))]
@@ -468,23 +488,15 @@ fn bytes_of(b: &pyo3::buffer::PyUntypedBuffer) -> &[u8] {
     unsafe { std::slice::from_raw_parts(b.buf_ptr() as *const u8, b.item_count()) }
 }
 
-/// VPC Flow Logs' Parquet columns to records: `rows` rows, the first of them row `first_row`
-/// (from 1); `text`: {name: (offsets, data, validity or None, offset, offset width 4 or 8,
-/// indices)} of Arrow `string` or `large_string` arrays' buffers (`srcaddr`, `dstaddr`,
-/// `pkt_srcaddr`, `pkt_dstaddr`, `action`, `log_status`); with `indices` (int32 buffer,
-/// validity or None, offset) the strings are a dictionary and each row an index into it;
-/// `ints`: {name: (values, validity or None, offset, width 4 or 8)} of Arrow int32 or int64
-/// arrays' buffers (`srcport`, `dstport`, `protocol`, `packets`, `bytes`, `start`, `end`,
-/// `tcp_flags`). Returns (headers, counts) bytes as `RecordStream.feed`, and the problems
-/// (count per reason, the first few with their row).
-#[pyfunction]
-fn vpc_columns<'py>(
+/// Reads Parquet columns into `out` (see `VpcColumns.read`).
+fn read_vpc_columns<'py>(
     py: Python<'py>,
     rows: usize,
     first_row: u64,
     text: std::collections::HashMap<String, TextArg<'py>>,
     ints: std::collections::HashMap<String, IntArg<'py>>,
-) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, ProblemsOut)> {
+    out: &mut RecordBatch,
+) -> PyResult<ProblemsOut> {
     use pyclassify_core::records::vpc::{ColumnBatch, IntColumn, Strings, TextColumn};
     let width_of = |name: &str, width: usize| {
         if width == 4 || width == 8 {
@@ -569,19 +581,64 @@ fn vpc_columns<'py>(
         end: i("end"),
         tcp_flags: i("tcp_flags"),
     };
-    let mut out = RecordBatch::default();
     let mut problems = pyclassify_core::records::Problems::default();
-    py.detach(|| batch.read(rows, first_row, &mut out, &mut problems));
+    out.clear();
+    py.detach(|| batch.read(rows, first_row, out, &mut problems));
     drop(batch);
     drop((held_text, held_ints));
     Ok((
-        PyBytes::new(py, as_bytes(&out.headers)),
-        PyBytes::new(py, as_bytes(&out.counts)),
-        (
-            problems.counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
-            problems.first.iter().map(|(k, p, d)| (k.to_string(), *p, d.clone())).collect(),
-        ),
+        problems.counts.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        problems.first.iter().map(|(k, p, d)| (k.to_string(), *p, d.clone())).collect(),
     ))
+}
+
+/// The records of one batch of VPC Flow Logs' Parquet columns at a time, kept in Rust for
+/// `RecordJudge.judge_columns` (the batch's memory is reused from one read to the next, so
+/// a file's records cost no fresh pages and no copy into Python).
+#[pyclass(name = "VpcColumns", module = "pyclassify._engine")]
+#[derive(Default)]
+pub struct PyVpcColumns {
+    batch: RecordBatch,
+}
+
+#[pymethods]
+impl PyVpcColumns {
+    #[new]
+    fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads `rows` rows of columns, the first of them row `first_row` (from 1), in place of
+    /// the records read before: `text` {name: (offsets, data, validity or None, offset,
+    /// offset width 4 or 8, indices)} of Arrow `string` or `large_string` arrays' buffers
+    /// (`srcaddr`, `dstaddr`, `pkt_srcaddr`, `pkt_dstaddr`, `action`, `log_status`); with
+    /// `indices` (int32 buffer, validity or None, offset) the strings are a dictionary and each
+    /// row an index into it; `ints` {name: (values, validity or None, offset, width 4 or 8)} of
+    /// Arrow int32 or int64 arrays' buffers (`srcport`, `dstport`, `protocol`, `packets`,
+    /// `bytes`, `start`, `end`, `tcp_flags`). The text reader's rules make the records; returns
+    /// the problems (count per reason, the first few with their row).
+    fn read<'py>(
+        &mut self,
+        py: Python<'py>,
+        rows: usize,
+        first_row: u64,
+        text: std::collections::HashMap<String, TextArg<'py>>,
+        ints: std::collections::HashMap<String, IntArg<'py>>,
+    ) -> PyResult<ProblemsOut> {
+        read_vpc_columns(py, rows, first_row, text, ints, &mut self.batch)
+    }
+
+    /// The records read last, as (headers, counts) bytes as `RecordStream.feed` gives them.
+    fn arrays<'py>(&self, py: Python<'py>) -> (Bound<'py, PyBytes>, Bound<'py, PyBytes>) {
+        (
+            PyBytes::new(py, as_bytes::<PacketHeader>(&self.batch.headers)),
+            PyBytes::new(py, as_bytes::<FlowCounts>(&self.batch.counts)),
+        )
+    }
+
+    fn __len__(&self) -> usize {
+        self.batch.len()
+    }
 }
 
 /// The format of an input whose first bytes are `head` (`"pcap"`, `"hubble"`, ...), or None.
@@ -601,7 +658,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRecordJudge>()?;
     m.add_class::<PyRecordLines>()?;
     m.add_function(wrap_pyfunction!(detect_format, m)?)?;
-    m.add_function(wrap_pyfunction!(vpc_columns, m)?)?;
+    m.add_class::<PyVpcColumns>()?;
     m.add_function(wrap_pyfunction!(record_formats, m)?)?;
     Ok(())
 }
