@@ -432,7 +432,10 @@ class RecordJudge:
         host_allow: bool,
         logs: bool = False,
         services: list[tuple[bytes, int, int, list[tuple[bytes, int]]]] | None = None,
+        keep_keys: bool = False,
     ) -> None: ...
+    def restart(self) -> None:
+        """Starts every sum over (the keys a ``keep_keys`` judge decided stay)."""
     def judge_stream(
         self, stream: RecordStream, file: int, keep: bool = False
     ) -> tuple[bytes, bytes, bytes, bytes] | None:

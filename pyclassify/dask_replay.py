@@ -98,6 +98,24 @@ class EnginePlugin(WorkerPlugin):
         self.build_seconds = 0.0
         self.builds = 0  # engines built by this plugin on its worker
         self.tasks = 0  # files judged with it
+        # idle judges that keep the keys they decided, by (default, logs): a file's records
+        # repeat the keys of the files before it, decided once per worker, not once per task
+        self.judges: dict[tuple[str | None, bool], list[Any]] = {}
+
+    def take_judge(self, default: str | None, logs: bool) -> Any:
+        """A judge of this engine keeping its keys, for one task at a time (each thread of
+        the worker takes its own)."""
+        from pyclassify.recordreplay import new_judge
+
+        idle = self.judges.setdefault((default, logs), [])
+        try:
+            return idle.pop()
+        except IndexError:
+            return new_judge([self.engine], default, self.services, logs=logs, keep_keys=True)
+
+    def give_back(self, default: str | None, logs: bool, judge: Any) -> None:
+        """A judge a task is done with, for the next."""
+        self.judges.setdefault((default, logs), []).append(judge)
 
     def setup(self, worker: Any) -> None:
         if version() != self.client_version:
@@ -210,8 +228,14 @@ def judge_file(
     run again after a lost worker replaces it, never adds to it)."""
     worker, plugin = _plugin(plugin_name, client_version)
     if out is None:
-        replay = RecordReplay(plugin.engine, default=default, format=format, logs=logs, services=plugin.services)
-        return replay.run([path], names=[name], parts=[part])
+        judge = plugin.take_judge(default, logs)
+        replay = RecordReplay(
+            plugin.engine, default=default, format=format, logs=logs, services=plugin.services, judge=judge
+        )
+        summary = replay.run([path], names=[name], parts=[part])
+        # only a judge whose run ended cleanly is used again (an error leaves it as it was)
+        plugin.give_back(default, logs, judge)
+        return summary
     from pyclassify.output import OutputFile
 
     try:

@@ -49,16 +49,23 @@ EXAMPLES = 5  # examples kept per kind of finding
 
 
 def new_judge(
-    engines: list[NativeEngine], default: str | None, services: ServiceMap | None, logs: bool = False
+    engines: list[NativeEngine],
+    default: str | None,
+    services: ServiceMap | None,
+    logs: bool = False,
+    keep_keys: bool = False,
 ) -> RecordJudge:
     """A native judge of records under ``engines`` (one, or a diff's two), through the
-    Services of ``services``."""
+    Services of ``services``; ``keep_keys``: one that keeps the keys it decided from run to
+    run (``RecordJudge.restart``)."""
     pod_allow = (default or "allow") == "allow"
     host_allow = default == "allow"
     entries = None
     if services:
         entries = [(e.address, e.protocol, e.port, [(a, p) for a, p, _ in e.backends]) for e in services.entries]
-    return RecordJudge([e._engine for e in engines], pod_allow, host_allow, logs=logs, services=entries)
+    return RecordJudge(
+        [e._engine for e in engines], pod_allow, host_allow, logs=logs, services=entries, keep_keys=keep_keys
+    )
 
 
 #: What decided one end, by name: (direction, tier, policy, rule, verdict, reason).
@@ -254,7 +261,10 @@ class RecordReplay:
         logs: bool = False,
         out_name: str | None = None,
         services: ServiceMap | None = None,
+        judge: RecordJudge | None = None,
     ) -> None:
+        """``judge``: a judge made by ``new_judge`` for this engine, default, Services and
+        ``logs``, started over and used here (one that keeps its keys, from run to run)."""
         self.engine = engine
         self.out_name = out_name  # named in an error writing ``out``
         self.defaults = {} if default is None else {"default_pod": default, "default_host": default}
@@ -264,7 +274,11 @@ class RecordReplay:
         self.summary = RecordSummary()
         self.files: list[FileReport] = []
         self.services = services if services is not None else ServiceMap(engine.inventory)
-        self.judge = new_judge([engine], default, self.services, logs=logs)
+        if judge is None:
+            judge = new_judge([engine], default, self.services, logs=logs)
+        else:
+            judge.restart()
+        self.judge = judge
         self._lines: RecordLines | None = None  # --out's line writer, made with the first chunk
         self._stop = False
 

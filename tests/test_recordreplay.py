@@ -382,6 +382,9 @@ def test_summaries_of_parts_merge_into_the_whole_runs(tmp_path_factory, engine, 
     whole = RecordReplay(engine)
     whole.run(paths)
     parts = [RecordReplay(engine).run([p]) for p in paths]
+    # one judge keeping its keys from file to file (as each worker of a cluster keeps one)
+    kept = new_judge([engine], None, ServiceMap(engine.inventory), keep_keys=True)
+    kept_parts = [RecordReplay(engine, judge=kept).run([p]) for p in paths]
     # merged one file at a time, and in groups (the tree a cluster merges in)
     merged = merge_summaries(*parts)
     bounds = sorted({0, len(parts), *(c for c in cuts if c <= len(parts))})
@@ -389,6 +392,7 @@ def test_summaries_of_parts_merge_into_the_whole_runs(tmp_path_factory, engine, 
     expected = answer(whole.summary_json())
     assert answer(summary_json(merged, False)) == expected
     assert answer(summary_json(grouped, False)) == expected
+    assert answer(summary_json(merge_summaries(*kept_parts), False)) == expected
     # the parts of a merged summary are left as they were
     assert answer(summary_json(merge_summaries(*parts), False)) == expected
 

@@ -182,6 +182,67 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+
+    /// A judge keeping its keys from run to run (`restart` between them) sums each run as a
+    /// new judge sums it alone, and decides a key seen in an earlier run no more.
+    #[test]
+    fn a_judge_keeping_its_keys_sums_each_run_as_a_new_judge(
+        runs in prop::collection::vec(prop::collection::vec(record(), 0..40), 1..5),
+        cap in prop_oneof![1usize..64, Just(1usize << 20)],
+        keep in any::<bool>(),
+    ) {
+        let (old, new) = (snapshot(8080), snapshot(8081));
+        let mut kept = RecordJudge::new(vec![old.clone(), new.clone()], DEFAULTS, None, false).with_cap(cap).keeping_keys();
+        let mut decided_before = 0u64;
+        for run in &runs {
+            kept.restart();
+            let mut fresh = RecordJudge::new(vec![old.clone(), new.clone()], DEFAULTS, None, false).with_cap(cap);
+            let (headers, counts): (Vec<_>, Vec<_>) = run.iter().copied().unzip();
+            let mut ids = Vec::new();
+            kept.add(3, &headers, &counts, keep.then_some(&mut ids));
+            fresh.add(3, &headers, &counts, None);
+            kept.fold();
+            fresh.fold();
+            let (a, b) = (&kept.tally, &fresh.tally);
+            prop_assert_eq!(a.totals, b.totals);
+            prop_assert_eq!(a.allowed, b.allowed);
+            prop_assert_eq!(a.denied, b.denied);
+            prop_assert_eq!(a.unplaced, b.unplaced);
+            prop_assert_eq!(a.no_policy, b.no_policy);
+            prop_assert_eq!(&a.by_rule, &b.by_rule);
+            prop_assert_eq!(&a.reported, &b.reported);
+            prop_assert_eq!((kept.first_ns, kept.last_ns, kept.judged), (fresh.first_ns, fresh.last_ns, fresh.judged));
+            // what flipped, by connection (a key's sums may be folded in parts, at `cap`)
+            let flips = |j: &RecordJudge| {
+                let mut f: HashMap<_, (Measures, usize)> = HashMap::new();
+                for e in &j.flipped {
+                    let h = &e.header;
+                    let at = f.entry((h.src_addr, h.dst_addr, h.protocol, h.dport)).or_default();
+                    for (g, x) in at.0.iter_mut().zip(e.sums) {
+                        *g += x;
+                    }
+                    at.1 += e.examples.len();
+                }
+                f
+            };
+            prop_assert_eq!(flips(&kept), flips(&fresh));
+            prop_assert_eq!(kept.examples.len(), fresh.examples.len());
+            decided_before += kept.decisions;
+        }
+        if cap == 1 << 20 {
+            // a key is decided once over all runs (no table started over)
+            let mut all = RecordJudge::new(vec![old.clone(), new.clone()], DEFAULTS, None, false);
+            for run in &runs {
+                let (headers, counts): (Vec<_>, Vec<_>) = run.iter().copied().unzip();
+                all.add(3, &headers, &counts, None);
+            }
+            prop_assert_eq!(decided_before, all.decisions);
+        }
+    }
+}
+
 #[test]
 fn records_of_one_key_make_one_decision_per_source_port_class() {
     let s = snapshot(8080);

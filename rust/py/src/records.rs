@@ -157,14 +157,18 @@ impl PyRecordJudge {
     /// `engines`: one or two; `logs`: find the Log rules the first one's decisions passed;
     /// `services`: [(virtual address, protocol, port, [(backend address, port)...])], each
     /// address 16 bytes (IPv4 mapped), the first entry of equal keys winning.
+    ///
+    /// `keep_keys`: `fold` keeps the keys decided (their sums started over), for a judge used
+    /// file after file under one policy set, `restart`ed between them.
     #[new]
-    #[pyo3(signature = (engines, pod_allow, host_allow, logs=false, services=None))]
+    #[pyo3(signature = (engines, pod_allow, host_allow, logs=false, services=None, keep_keys=false))]
     fn new(
         engines: Vec<PyRef<'_, PyEngine>>,
         pod_allow: bool,
         host_allow: bool,
         logs: bool,
         services: Option<Vec<ServiceArg>>,
+        keep_keys: bool,
     ) -> PyResult<Self> {
         if engines.is_empty() || engines.len() > 2 {
             return Err(PyValueError::new_err("one or two engines"));
@@ -183,10 +187,8 @@ impl PyRecordJudge {
             }
         };
         let snapshots = engines.iter().map(|e| e.inner.clone()).collect();
-        Ok(PyRecordJudge {
-            inner: RecordJudge::new(snapshots, Defaults { pod_allow, host_allow }, services, logs),
-            ids: Vec::new(),
-        })
+        let inner = RecordJudge::new(snapshots, Defaults { pod_allow, host_allow }, services, logs);
+        Ok(PyRecordJudge { inner: if keep_keys { inner.keeping_keys() } else { inner }, ids: Vec::new() })
     }
 
     /// Judges the records `stream.read` kept (names it has placed filling in addresses), of
@@ -280,6 +282,12 @@ impl PyRecordJudge {
     fn fold(&mut self, py: Python<'_>) {
         let judge = &mut self.inner;
         py.detach(|| judge.fold());
+    }
+
+    /// Starts every sum over (the keys a `keep_keys` judge decided stay).
+    fn restart(&mut self, py: Python<'_>) {
+        let judge = &mut self.inner;
+        py.detach(|| judge.restart());
     }
 
     /// (totals, allowed, denied, unplaced, [no policy egress, ingress], outside), each

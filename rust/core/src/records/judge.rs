@@ -142,6 +142,8 @@ pub struct RecordJudge {
     cap: usize,
     /// Find the Log rules of the first snapshot's decisions.
     want_logs: bool,
+    /// `fold` keeps the keys (see `keeping_keys`).
+    keep_keys: bool,
     /// The keys, numbered as their entries (in order of arrival).
     keys: KeyTable<Key>,
     /// Each key's sums, by its number.
@@ -225,6 +227,7 @@ impl RecordJudge {
             keyed: !time_dependent,
             cap: CACHE_CAP,
             want_logs,
+            keep_keys: false,
             keys: KeyTable::default(),
             hot: Vec::new(),
             batch_keys: Vec::new(),
@@ -432,6 +435,10 @@ impl RecordJudge {
                 if new {
                     let hot = self.push(h);
                     self.hot.push(hot);
+                } else if self.hot[i].sums[0] == 0 {
+                    // a key kept from an earlier run: shown by this run's first record
+                    let entry = self.hot[i].entry as usize;
+                    self.entries[entry].header = *h;
                 }
                 touch(&mut self.hot[i], c)
             };
@@ -459,9 +466,9 @@ impl RecordJudge {
     }
 
     /// Folds what every key summed into the totals (and keys whose verdicts differ between
-    /// two snapshots aside), and starts the keys over.
+    /// two snapshots aside), and starts the keys over; with `keep_keys` set and fewer than
+    /// `cap` keys, the keys and their verdicts stay, their sums started over.
     pub fn fold(&mut self) {
-        let two = self.snapshots.len() == 2;
         for hot in self.hot.iter().chain(self.loose.iter()) {
             let e = &mut self.entries[hot.entry as usize];
             (e.sums, e.first_ns, e.last_ns) = (hot.sums, hot.first_ns, hot.last_ns);
@@ -471,31 +478,68 @@ impl RecordJudge {
             self.entries[i as usize].examples.push((file, position));
         }
         self.key_examples.clear();
-        for e in self.entries.drain(..) {
-            if e.sums[0] == 0 {
-                continue;
-            }
-            let v = &e.verdicts[0];
-            let t = &mut self.tally;
-            add_all(if v.allow != 0 { &mut t.allowed } else { &mut t.denied }, &e.sums);
-            for (d, side) in [&v.egress, &v.ingress].into_iter().enumerate() {
-                if side.present != 1 {
-                    add_all(&mut t.no_policy[d], &e.sums);
-                } else {
-                    add_all(t.by_rule.entry(side_key(d as u8, side)).or_default(), &e.sums);
+        if self.keep_keys && self.keyed && self.entries.len() < self.cap {
+            let mut entries = std::mem::take(&mut self.entries);
+            for e in &mut entries {
+                if e.sums[0] != 0 && self.fold_entry(e) {
+                    self.flipped.push(e.clone());
                 }
+                (e.sums, e.first_ns, e.last_ns) = (Measures::default(), 0, 0);
+                e.examples.clear();
             }
-            if e.outside {
-                add_all(&mut self.outside, &e.sums);
+            self.entries = entries;
+            for hot in &mut self.hot {
+                (hot.sums, hot.first_ns, hot.last_ns, hot.examples) = (Measures::default(), 0, 0, 0);
             }
-            for log in &e.logs {
-                add_all(self.logged.entry(*log).or_default(), &e.sums);
-            }
-            if two && e.verdicts[0].allow != e.verdicts[1].allow {
+            return;
+        }
+        for e in std::mem::take(&mut self.entries) {
+            if e.sums[0] != 0 && self.fold_entry(&e) {
                 self.flipped.push(e);
             }
         }
         self.keys.clear();
         self.hot.clear();
+    }
+
+    /// Adds one key's sums to the totals; whether its verdicts differ between two snapshots.
+    fn fold_entry(&mut self, e: &Entry) -> bool {
+        let v = &e.verdicts[0];
+        let t = &mut self.tally;
+        add_all(if v.allow != 0 { &mut t.allowed } else { &mut t.denied }, &e.sums);
+        for (d, side) in [&v.egress, &v.ingress].into_iter().enumerate() {
+            if side.present != 1 {
+                add_all(&mut t.no_policy[d], &e.sums);
+            } else {
+                add_all(t.by_rule.entry(side_key(d as u8, side)).or_default(), &e.sums);
+            }
+        }
+        if e.outside {
+            add_all(&mut self.outside, &e.sums);
+        }
+        for log in &e.logs {
+            add_all(self.logged.entry(*log).or_default(), &e.sums);
+        }
+        self.snapshots.len() == 2 && e.verdicts[0].allow != e.verdicts[1].allow
+    }
+
+    /// Keeps the keys decided from one `fold` to the next (a worker judging file after file
+    /// under one policy set decides each key once, its sums read and `restart`ed per file).
+    pub fn keeping_keys(mut self) -> Self {
+        self.keep_keys = true;
+        self
+    }
+
+    /// Starts what is summed over (totals, by rule, examples, time range, counts of decisions
+    /// and records), keeping the keys `fold` kept: call after reading a folded judge's sums.
+    pub fn restart(&mut self) {
+        self.fold();
+        self.tally = Tally::default();
+        self.outside = Measures::default();
+        self.logged.clear();
+        self.flipped.clear();
+        self.examples.clear();
+        self.example_counts = [0; 3];
+        (self.first_ns, self.last_ns, self.decisions, self.judged) = (0, 0, 0, 0);
     }
 }
