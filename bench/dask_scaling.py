@@ -97,6 +97,42 @@ def _empty_tasks(engine: NativeEngine, directory: Path, tasks: int, workers: int
     return one, (many - one) / (tasks - 1)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time of process ``pid`` so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _scheduler_cpu_per_task(engine: NativeEngine, directory: Path, tasks: int, workers: int = 2) -> float:
+    """The scheduler's own CPU time per task: a real ``dask scheduler`` process and ``workers``
+    ``dask worker`` processes (``tests.dask_cluster``), the scheduler's CPU time read from
+    ``/proc`` around runs of 1 and of ``tasks`` files with no record, the difference per
+    further task. What the scheduler spends on a task one after the other, whatever else
+    shares its core on this machine (its wall time per task, above, does not separate them)."""
+    from distributed import Client
+
+    from tests import dask_cluster
+
+    paths = [str(directory / f"empty-{i:04d}.vpc") for i in range(tasks)]  # made by _empty_tasks
+    running = dask_cluster.start(directory / "scheduler-cpu", workers)
+    try:
+        assert running.scheduler is not None
+        pid = running.scheduler.pid
+        with Client(running.address, timeout=dask_cluster.STARTUP) as client:
+            dask_replay.run(engine, paths[:workers], client=client, format="vpc")  # warm
+            ones, manys = [], []
+            for _ in range(3):
+                before = _cpu_seconds(pid)
+                dask_replay.run(engine, paths[:1], client=client, format="vpc")
+                ones.append(_cpu_seconds(pid) - before)
+                before = _cpu_seconds(pid)
+                dask_replay.run(engine, paths, client=client, format="vpc")
+                manys.append(_cpu_seconds(pid) - before)
+    finally:
+        running.stop()
+    return max(statistics.median(manys) - statistics.median(ones), 0.0) / (tasks - 1)
+
+
 def _merge_seconds(engine: NativeEngine, path: str, n: int = 200) -> float:
     part = RecordReplay(engine).run([path])
     started = time.perf_counter()
@@ -113,13 +149,15 @@ def model(
     fixed: float,
     partition: int,
     workers: int,
+    ideal_rate: float | None = None,
 ) -> tuple[float, float, str]:
     """Seconds for 1e9 records on ``workers`` workers, the efficiency (ideal: each worker
     judging its share at ``rate`` and nothing else), and what limits it. Tasks: 1e9 /
     ``partition``, each costing a worker ``per_task`` beyond its records; the scheduler spends
     ``scheduler_per_task`` on each, one after the other; summaries merge on the workers in a
     tree of fan-in 8 whose levels follow one another; each worker builds the engine once; the
-    run's ``fixed`` cost once."""
+    run's ``fixed`` cost once. The ideal is at ``ideal_rate`` (one process judging; ``rate``
+    unless given), so a worker's slower judging counts against the efficiency."""
     tasks = -(-BILLION // partition)
     work = -(-tasks // workers) * (partition / rate + per_task)  # the busiest worker's tasks
     scheduling = tasks * scheduler_per_task
@@ -129,7 +167,7 @@ def model(
         levels += 1
     tail = levels * 8 * merge
     total = max(work, scheduling) + build + tail + fixed
-    ideal = BILLION / rate / workers
+    ideal = BILLION / (ideal_rate or rate) / workers
     if scheduling > work:
         limit = "the scheduler"
     elif tasks < workers or -(-tasks // workers) * partition / rate > 1.1 * ideal:
@@ -190,23 +228,37 @@ def main() -> None:
             f"beyond its records), {scheduler_per_task * 1e3:.2f} ms each on 2 workers "
             f"({1 / scheduler_per_task:,.0f} tasks/s through the scheduler: a lower bound of what it hands out)"
         )
+        scheduler_cpu = _scheduler_cpu_per_task(engine, directory, args.empty_tasks)
+        print(
+            f"the scheduler's own CPU time per task (a `dask scheduler` process, 2 `dask worker`s): "
+            f"{scheduler_cpu * 1e3:.2f} ms ({1 / max(scheduler_cpu, 1e-6):,.0f} tasks/s of one core)"
+        )
         merge = _merge_seconds(engine, paths[0])
         print(f"merging two summaries of this archive: {merge * 1e6:.0f} µs")
         rate = records / base  # one process judging
-        build = max(info["engine_seconds"].values())
+        # a worker's own judging rate: the one-worker run without its fixed cost and tasks' overhead
+        worker_rate = records / max(runs[1] - fixed - len(paths) * per_task, 1e-9)
         print(
-            f"model: 1e9 records, {rate / 1e6:.2f} M records/s per worker, {per_task * 1e3:.2f} ms per task on a "
-            f"worker, {scheduler_per_task * 1e3:.2f} ms per task on the scheduler, engine {build:.2f} s:"
+            f"a worker judges {worker_rate / 1e6:.2f} M records/s of its tasks' records (in-process {rate / 1e6:.2f})"
         )
-        for part in (records // len(paths), 1_000_000, 4_000_000, 16_000_000):
-            for workers in (10, 100, 1000):
-                total, eff, limit = model(
-                    rate, per_task, scheduler_per_task, merge, build, max(fixed, fixed2), part, workers
-                )
-                print(
-                    f"  {part:>11,} records a task, {workers:>5} workers: {total:8.1f} s, efficiency {100 * eff:5.1f} %, "
-                    f"limited by {limit}"
-                )
+        build = max(info["engine_seconds"].values())
+        # the scheduler's cost per task: its wall time per task here (a bound: the scheduler
+        # shares two cores with the client and the workers), and its own CPU time
+        for what, scheduler in (("wall time", scheduler_per_task), ("own CPU time", scheduler_cpu)):
+            print(
+                f"model: 1e9 records, {worker_rate / 1e6:.2f} M records/s per worker (ideal: {rate / 1e6:.2f}), "
+                f"{per_task * 1e3:.2f} ms per task on a "
+                f"worker, {scheduler * 1e3:.2f} ms per task on the scheduler (its {what}), engine {build:.2f} s:"
+            )
+            for part in (records // len(paths), 1_000_000, 2_000_000, 4_000_000, 16_000_000):
+                for workers in (10, 100, 1000):
+                    total, eff, limit = model(
+                        worker_rate, per_task, scheduler, merge, build, max(fixed, fixed2), part, workers, rate
+                    )
+                    print(
+                        f"  {part:>11,} records a task, {workers:>5} workers: {total:8.1f} s, "
+                        f"efficiency {100 * eff:5.1f} %, limited by {limit}"
+                    )
         sys.stdout.flush()
 
 
