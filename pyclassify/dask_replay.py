@@ -103,15 +103,16 @@ class EnginePlugin(WorkerPlugin):
         self.judges: dict[tuple[str | None, bool], list[Any]] = {}
 
     def take_judge(self, default: str | None, logs: bool) -> Any:
-        """A judge of this engine keeping its keys, for one task at a time (each thread of
-        the worker takes its own)."""
+        """A judge of this engine (a diff's two) keeping its keys, for one task at a time
+        (each thread of the worker takes its own)."""
         from pyclassify.recordreplay import new_judge
 
         idle = self.judges.setdefault((default, logs), [])
         try:
             return idle.pop()
         except IndexError:
-            return new_judge([self.engine], default, self.services, logs=logs, keep_keys=True)
+            engines = [self.engine] if self.diff is None else [self.diff.old, self.diff.new]
+            return new_judge(engines, default, self.services, logs=logs, keep_keys=True)
 
     def give_back(self, default: str | None, logs: bool, judge: Any) -> None:
         """A judge a task is done with, for the next."""
@@ -209,7 +210,12 @@ def diff_file(
 
     _, plugin = _plugin(plugin_name, client_version)
     d = plugin.diff
-    return traffic_diff(d.old_ps, d.new_ps, d.inventory, [path], format, default, rule_usage, engines=d, names=[name])
+    judge = plugin.take_judge(default, rule_usage)
+    changes = traffic_diff(
+        d.old_ps, d.new_ps, d.inventory, [path], format, default, rule_usage, engines=d, names=[name], judge=judge
+    )
+    plugin.give_back(default, rule_usage, judge)  # only after a run that ended cleanly
+    return changes
 
 
 def judge_file(

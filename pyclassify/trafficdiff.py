@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyclassify import reachability as reach
+from pyclassify._engine import RecordJudge
 from pyclassify.batch import HEADER_DTYPE, VERDICT_DTYPE
 from pyclassify.diff import Side, changed_policies, decision_text
 from pyclassify.engine import EngineState, NativeEngine
@@ -313,11 +314,14 @@ def traffic_diff(
     rule_usage: bool = False,
     engines: DiffEngines | None = None,
     names: list[str] | None = None,
+    judge: RecordJudge | None = None,
 ) -> TrafficDiff:
     """Every observed connection of ``paths`` whose verdict ``new_ps`` flips; with
     ``rule_usage``, also what each rule of ``old_ps`` decided (the judge counts by the first
     set's decisions): one read of the records for both. ``engines``: those of the two sets,
-    built before; ``names``: what reports call the files, when not their paths."""
+    built before; ``names``: what reports call the files, when not their paths; ``judge``: one
+    ``new_judge`` made of ``engines`` (with this default and ``rule_usage`` as its ``logs``),
+    started over and used here."""
     import time
 
     started = time.perf_counter()
@@ -325,7 +329,10 @@ def traffic_diff(
         engines = DiffEngines(old_ps, new_ps, inventory)
     old, new, grouper = engines.old, engines.new, engines.grouper
     reader = RecordReader(paths, inventory, format, names)
-    judge = new_judge([old, new], default, engines.services, logs=rule_usage)
+    if judge is None:
+        judge = new_judge([old, new], default, engines.services, logs=rule_usage)
+    else:
+        judge.restart()
     for _ in reader.judged(judge):
         pass
     judge.fold()

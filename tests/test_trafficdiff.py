@@ -123,6 +123,7 @@ def diff_answer(doc: dict) -> dict:
     cuts=st.lists(st.integers(0, 6), max_size=2),
 )
 def test_diffs_of_files_apart_merge_into_the_whole_runs(tmp_path_factory, sets, files, cuts):
+    from pyclassify.recordreplay import new_judge
     from pyclassify.trafficdiff import DiffEngines, merge_diffs
 
     old, new = sets
@@ -138,10 +139,18 @@ def test_diffs_of_files_apart_merge_into_the_whole_runs(tmp_path_factory, sets, 
         traffic_diff(old.policy_set, new.policy_set, old.inventory, [p], rule_usage=True, engines=engines)
         for p in paths
     ]
+    # one judge keeping its keys from file to file (as each worker of a cluster keeps one)
+    kept = new_judge([engines.old, engines.new], None, engines.services, logs=True, keep_keys=True)
+    kept_parts = [
+        traffic_diff(old.policy_set, new.policy_set, old.inventory, [p], rule_usage=True, engines=engines, judge=kept)
+        for p in paths
+    ]
     bounds = sorted({0, len(parts), *(c for c in cuts if c <= len(parts))})
     grouped = merge_diffs(*(merge_diffs(*parts[a:b]) for a, b in zip(bounds, bounds[1:])))
     expected = diff_answer(whole.to_json())
     assert diff_answer(merge_diffs(*parts).to_json()) == expected
+    assert diff_answer(merge_diffs(*kept_parts).to_json()) == expected
+    assert merge_diffs(*kept_parts).usage == whole.usage
     assert diff_answer(grouped.to_json()) == expected
     assert whole.usage is not None  # no rule may decide a record outside every policy: by_rule may be empty
     assert merge_diffs(*parts).usage == grouped.usage == whole.usage
