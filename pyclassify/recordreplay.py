@@ -18,6 +18,7 @@ import json
 import signal
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -74,21 +75,30 @@ RuleKey = tuple[str, Any, Any, Any, str, str]
 LogKey = tuple[str, Any, Any, Any]
 
 
+#: Per engine (an immutable snapshot), the names of the deciding rules met so far by their
+#: numbers: a worker naming each task's sums names each rule once.
+_RULE_NAMES: weakref.WeakKeyDictionary[NativeEngine, dict[tuple[int, ...], RuleKey]] = weakref.WeakKeyDictionary()
+
+
 def named_counts(judge: RecordJudge, engine: NativeEngine) -> tuple[dict[RuleKey, list[int]], dict[LogKey, list[int]]]:
     """A folded judge's sums per deciding rule and per Log rule, keyed by the rules' names
     (``engine`` names them): keys any engine built from the same policy set names alike, so
     sums made on different machines add up."""
     by_rule: dict[RuleKey, list[int]] = {}
-    for (d, tier, kind, source, rule, reason, allow), m in judge.by_rule():
-        decision = _side(engine, d, kind, tier, source, rule, reason, allow)
-        key = (
-            ("egress", "ingress")[d],
-            decision.tier,
-            decision.policy,
-            decision.rule,
-            decision.verdict,
-            decision.reason,
-        )
+    names = _RULE_NAMES.setdefault(engine, {})
+    for number, m in judge.by_rule():
+        key = names.get(number)
+        if key is None:
+            d, tier, kind, source, rule, reason, allow = number
+            decision = _side(engine, d, kind, tier, source, rule, reason, allow)
+            key = names[number] = (
+                ("egress", "ingress")[d],
+                decision.tier,
+                decision.policy,
+                decision.rule,
+                decision.verdict,
+                decision.reason,
+            )
         _add(by_rule.setdefault(key, [0, 0, 0, 0]), m)
     logged: dict[LogKey, list[int]] = {}
     for (d, tier, kind, source, rule), m in judge.logged():

@@ -89,6 +89,42 @@ pub struct Entry {
     pub last_ns: u64,
     /// (file, position) of the first records.
     pub examples: Vec<(u32, u64)>,
+    /// The first snapshot's deciding rule per direction, as its number in the judge's
+    /// `rules` (`NO_RULE`: no policy at that end): folding adds to it without hashing.
+    rules: [u32; 2],
+}
+
+const NO_RULE: u32 = u32::MAX;
+
+/// The deciding rules the keys' verdicts name, numbered, with what each summed since the last
+/// fold (added to the tally's `by_rule` then).
+#[derive(Default)]
+struct Rules {
+    number: HashMap<DecisionKey, u32>,
+    keys: Vec<DecisionKey>,
+    sums: Vec<Measures>,
+}
+
+impl Rules {
+    fn of(&mut self, key: DecisionKey) -> u32 {
+        let next = self.keys.len() as u32;
+        let n = *self.number.entry(key).or_insert(next);
+        if n == next {
+            self.keys.push(key);
+            self.sums.push(Measures::default());
+        }
+        n
+    }
+
+    /// What each rule summed, into `by_rule`; the sums start over.
+    fn fold_into(&mut self, by_rule: &mut HashMap<DecisionKey, Measures>) {
+        for (key, sums) in self.keys.iter().zip(self.sums.iter_mut()) {
+            if sums[0] != 0 {
+                add_all(by_rule.entry(*key).or_default(), sums);
+                *sums = Measures::default();
+            }
+        }
+    }
 }
 
 /// What each record of a key touches, kept beside the key in the table (records of many keys
@@ -144,6 +180,9 @@ pub struct RecordJudge {
     want_logs: bool,
     /// `fold` keeps the keys (see `keeping_keys`).
     keep_keys: bool,
+    /// With `keep_keys`: the keys touched since the last fold, by number.
+    touched: Vec<u32>,
+    rules: Rules,
     /// The keys, numbered as their entries (in order of arrival).
     keys: KeyTable<Key>,
     /// Each key's sums, by its number.
@@ -199,6 +238,33 @@ fn touch(hot: &mut Hot, c: &FlowCounts) -> (usize, u8, bool, bool) {
     (hot.entry as usize, hot.allow, hot.outside != 0, example)
 }
 
+/// Adds one key's sums to the totals; whether its verdicts differ between two snapshots.
+fn fold_entry(
+    tally: &mut Tally,
+    rules: &mut Rules,
+    outside: &mut Measures,
+    logged: &mut HashMap<LogKey, Measures>,
+    two: bool,
+    e: &Entry,
+) -> bool {
+    let v = &e.verdicts[0];
+    add_all(if v.allow != 0 { &mut tally.allowed } else { &mut tally.denied }, &e.sums);
+    for (d, &rule) in e.rules.iter().enumerate() {
+        if rule == NO_RULE {
+            add_all(&mut tally.no_policy[d], &e.sums);
+        } else {
+            add_all(&mut rules.sums[rule as usize], &e.sums);
+        }
+    }
+    if e.outside {
+        add_all(outside, &e.sums);
+    }
+    for log in &e.logs {
+        add_all(logged.entry(*log).or_default(), &e.sums);
+    }
+    two && e.verdicts[0].allow != e.verdicts[1].allow
+}
+
 fn side_key(direction: u8, s: &SideVerdict) -> DecisionKey {
     (direction, s.tier, s.source_kind, s.source, s.rule, s.reason, s.allow)
 }
@@ -228,6 +294,8 @@ impl RecordJudge {
             cap: CACHE_CAP,
             want_logs,
             keep_keys: false,
+            touched: Vec::new(),
+            rules: Rules::default(),
             keys: KeyTable::default(),
             hot: Vec::new(),
             batch_keys: Vec::new(),
@@ -338,7 +406,15 @@ impl RecordJudge {
         let s = &self.snapshots[0];
         let outside = s.owner_of(Addr::from_header(&h.src_addr, h.ip_version)).is_none()
             && s.owner_of(Addr::from_header(&h.dst_addr, h.ip_version)).is_none();
+        let v = &verdicts[0];
+        let mut rules = [NO_RULE; 2];
+        for (d, side) in [&v.egress, &v.ingress].into_iter().enumerate() {
+            if side.present == 1 {
+                rules[d] = self.rules.of(side_key(d as u8, side));
+            }
+        }
         Entry {
+            rules,
             header: *h,
             verdicts,
             outside,
@@ -435,10 +511,14 @@ impl RecordJudge {
                 if new {
                     let hot = self.push(h);
                     self.hot.push(hot);
+                    if self.keep_keys {
+                        self.touched.push(i as u32);
+                    }
                 } else if self.hot[i].sums[0] == 0 {
                     // a key kept from an earlier run: shown by this run's first record
                     let entry = self.hot[i].entry as usize;
                     self.entries[entry].header = *h;
+                    self.touched.push(i as u32);
                 }
                 touch(&mut self.hot[i], c)
             };
@@ -467,8 +547,12 @@ impl RecordJudge {
 
     /// Folds what every key summed into the totals (and keys whose verdicts differ between
     /// two snapshots aside), and starts the keys over; with `keep_keys` set and fewer than
-    /// `cap` keys, the keys and their verdicts stay, their sums started over.
+    /// `cap` keys, the keys and their verdicts stay, the sums of those touched started over.
     pub fn fold(&mut self) {
+        if self.keep_keys && self.keyed && self.entries.len() < self.cap {
+            self.fold_keeping_keys();
+            return;
+        }
         for hot in self.hot.iter().chain(self.loose.iter()) {
             let e = &mut self.entries[hot.entry as usize];
             (e.sums, e.first_ns, e.last_ns) = (hot.sums, hot.first_ns, hot.last_ns);
@@ -478,49 +562,40 @@ impl RecordJudge {
             self.entries[i as usize].examples.push((file, position));
         }
         self.key_examples.clear();
-        if self.keep_keys && self.keyed && self.entries.len() < self.cap {
-            let mut entries = std::mem::take(&mut self.entries);
-            for e in &mut entries {
-                if e.sums[0] != 0 && self.fold_entry(e) {
-                    self.flipped.push(e.clone());
-                }
-                (e.sums, e.first_ns, e.last_ns) = (Measures::default(), 0, 0);
-                e.examples.clear();
-            }
-            self.entries = entries;
-            for hot in &mut self.hot {
-                (hot.sums, hot.first_ns, hot.last_ns, hot.examples) = (Measures::default(), 0, 0, 0);
-            }
-            return;
-        }
+        let two = self.snapshots.len() == 2;
         for e in std::mem::take(&mut self.entries) {
-            if e.sums[0] != 0 && self.fold_entry(&e) {
+            if e.sums[0] != 0
+                && fold_entry(&mut self.tally, &mut self.rules, &mut self.outside, &mut self.logged, two, &e)
+            {
                 self.flipped.push(e);
             }
         }
+        self.rules.fold_into(&mut self.tally.by_rule);
         self.keys.clear();
         self.hot.clear();
+        self.touched.clear();
     }
 
-    /// Adds one key's sums to the totals; whether its verdicts differ between two snapshots.
-    fn fold_entry(&mut self, e: &Entry) -> bool {
-        let v = &e.verdicts[0];
-        let t = &mut self.tally;
-        add_all(if v.allow != 0 { &mut t.allowed } else { &mut t.denied }, &e.sums);
-        for (d, side) in [&v.egress, &v.ingress].into_iter().enumerate() {
-            if side.present != 1 {
-                add_all(&mut t.no_policy[d], &e.sums);
-            } else {
-                add_all(t.by_rule.entry(side_key(d as u8, side)).or_default(), &e.sums);
+    /// `fold` of a judge keeping its keys: only the keys touched since the last fold are
+    /// visited (a run over one file costs its own keys, not every key kept).
+    fn fold_keeping_keys(&mut self) {
+        for &(i, file, position) in &self.key_examples {
+            self.entries[i as usize].examples.push((file, position));
+        }
+        self.key_examples.clear();
+        let two = self.snapshots.len() == 2;
+        for &i in &self.touched {
+            let (hot, e) = (&mut self.hot[i as usize], &mut self.entries[i as usize]);
+            (e.sums, e.first_ns, e.last_ns) = (hot.sums, hot.first_ns, hot.last_ns);
+            (hot.sums, hot.first_ns, hot.last_ns, hot.examples) = (Measures::default(), 0, 0, 0);
+            if fold_entry(&mut self.tally, &mut self.rules, &mut self.outside, &mut self.logged, two, e) {
+                self.flipped.push(e.clone());
             }
+            (e.sums, e.first_ns, e.last_ns) = (Measures::default(), 0, 0);
+            e.examples.clear();
         }
-        if e.outside {
-            add_all(&mut self.outside, &e.sums);
-        }
-        for log in &e.logs {
-            add_all(self.logged.entry(*log).or_default(), &e.sums);
-        }
-        self.snapshots.len() == 2 && e.verdicts[0].allow != e.verdicts[1].allow
+        self.rules.fold_into(&mut self.tally.by_rule);
+        self.touched.clear();
     }
 
     /// Keeps the keys decided from one `fold` to the next (a worker judging file after file
