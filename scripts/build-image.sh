@@ -21,7 +21,6 @@ repo=$PWD
 CACHE=${PYCLASSIFY_IMAGE_CACHE:-${HOME:-/root}/.cache/pyclassify-image}
 PYTHON=${PYTHON:-python3}
 BUILD_VERSION=1.6.1  # the `build` frontend, as scripts/install_check.sh pins it
-# shellcheck source=/dev/null
 RELEASE=${DEBIAN_RELEASE:-$(. /etc/os-release && echo "$VERSION_CODENAME")}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 IMAGE_DIR=$repo/deploy/image
@@ -76,7 +75,7 @@ with tarfile.open(sys.argv[1]) as tar:
 print(h.hexdigest())
 PY
 )
-key=$(cat <(echo "$sdist_hash $RELEASE $packages") "$0" "$IMAGE_DIR/install.sh" "$IMAGE_DIR/packages.txt" | sha256sum | cut -c1-16)
+key=$(cat <(echo "$sdist_hash $RELEASE $packages") "$repo/scripts/build-image.sh" "$IMAGE_DIR/install.sh" "$IMAGE_DIR/packages.txt" | sha256sum | cut -c1-16)
 out="$CACHE/image-$key"
 if [[ -f "$out/.complete" ]]; then
     say "cached: $out/oci:$version"
