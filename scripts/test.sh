@@ -15,6 +15,12 @@ kube_start=$SECONDS
 bash scripts/kube-testenv.sh >/dev/null || echo "kube-testenv: build failed (tests/kube will report it)"
 echo "   ready after $((SECONDS - kube_start)) s"
 
+# helm for the chart's tests (tests/kube/test_helm.py), from Go modules likewise, cached by version.
+echo "== helm for tests/kube/test_helm.py (cold build a few minutes, then cached)"
+helm_start=$SECONDS
+bash scripts/helm-testenv.sh >/dev/null || echo "helm-testenv: build failed (tests/kube/test_helm.py will report it)"
+echo "   ready after $((SECONDS - helm_start)) s"
+
 # The pinned module zips the bundled API schemas are written from (scripts/update_schemas.py),
 # fetched and hash-checked once (~65 MB, cached): tests/kinds/test_schema.py regenerates the
 # schemas from them and compares.

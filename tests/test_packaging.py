@@ -60,21 +60,25 @@ def test_every_data_file_is_package_data() -> None:
 
 
 def test_the_image_installs_the_wheel_and_runs_no_fetched_script() -> None:
-    """deploy/Containerfile installs the wheel built beforehand (dist/) with Debian's packages
-    beside it: nothing is fetched and piped to a shell (no curl | sh), and it copies nothing
-    else. No image is built here (no container runtime or registry on these machines)."""
+    """deploy/Containerfile copies the wheel built beforehand (dist/) and deploy/image/, whose
+    install.sh installs Debian's packages and the wheel: nothing is fetched and piped to a shell
+    (no curl | sh), and nothing else is copied. The image itself is built and run by
+    tests/kube/test_image.py (scripts/build-image.sh, the same install.sh)."""
     text = (REPO / "deploy" / "Containerfile").read_text()
     lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    script = (REPO / "deploy" / "image" / "install.sh").read_text()
+    script_lines = [line for line in script.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     copied = set()
-    for line in lines:
+    for line in lines + script_lines:
         parts = line.split()
         if parts[:1] == ["COPY"]:
             copied |= {p.rstrip("/") for p in parts[1:-1]}
         assert "curl" not in parts and "wget" not in parts, line
         assert not any(p in ("sh", "bash") and i and parts[i - 1].endswith("|") for i, p in enumerate(parts)), line
-    assert copied == {"dist"}
-    assert any("apt-get install" in line and "iptables" in line for line in lines)
-    assert any("pip install" in line and "/wheels/pyclassify-" in line for line in lines)
+    assert copied == {"dist", "deploy/image"}
+    assert any("apt-get install" in line for line in script_lines)
+    assert "iptables" in (REPO / "deploy" / "image" / "packages.txt").read_text().split()
+    assert any("pip install" in line for line in script_lines) and '"$wheels"/pyclassify-*.whl' in script
 
 
 def test_the_dask_worker_image_and_group_run_this_wheel_with_the_dask_extra() -> None:
