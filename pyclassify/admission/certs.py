@@ -1,12 +1,14 @@
 """Serving certificates the admission webhook makes, keeps and rotates itself (``admission-webhook
 --tls-self-signed``), so that it can be deployed without cert-manager.
 
-Two authorities are always published: the *current* one, which signed the certificate being
-served, and the *next* one, made a full rotation period before it signs anything. The trust
-bundle (``ca.crt``, and the ``caBundle`` of every webhook in the ValidatingWebhookConfiguration
-named) holds both, so when a rotation starts serving a certificate of the next authority, every
-API server has trusted that authority for a period already: no call fails while a new bundle is
-on its way. A rotation then makes a new next authority and drops the old current one.
+The trust bundle (``ca.crt``, and the ``caBundle`` of every webhook in the
+ValidatingWebhookConfiguration named) holds the *current* authority, which signed the certificate
+being served, the *next* one, made a full rotation period before it signs anything, and the
+*previous* one. When a rotation starts serving a certificate of the next authority, every API
+server has trusted that authority for a period already, so no call fails while the new bundle is
+on its way; and a replica that has not adopted the rotation yet still serves a certificate of the
+previous authority, which the new bundle still holds. A rotation makes a new next authority and
+drops the one before the previous.
 
 Timing, for a rotation period P: a serving certificate is valid 2P from its issue and replaced
 after P; an authority is valid 4P (published for P, signing for P, trusted by certificates it
@@ -141,16 +143,23 @@ def _san(names: Sequence[str]) -> list[x509.GeneralName]:
 
 @dataclass(frozen=True)
 class Certificates:
-    """The serving certificate and key, the authority that signed it, the next authority."""
+    """The serving certificate and key, the authority that signed it, the next authority, and
+    the one that signed the certificate before."""
 
     cert: x509.Certificate
     key: ec.EllipticCurvePrivateKey
     current: x509.Certificate
     next: Authority
+    previous: x509.Certificate | None = None
 
     @classmethod
     def make(
-        cls, names: Sequence[str], now: dt.datetime, period: dt.timedelta, signer: Authority | None = None
+        cls,
+        names: Sequence[str],
+        now: dt.datetime,
+        period: dt.timedelta,
+        signer: Authority | None = None,
+        previous: x509.Certificate | None = None,
     ) -> Certificates:
         """A serving certificate for ``names`` (DNS names or IP addresses) signed by ``signer``
         (a new authority if none), and a new next authority."""
@@ -171,16 +180,16 @@ class Certificates:
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.key.public_key()), critical=False)
             .sign(signer.key, hashes.SHA256())
         )
-        return cls(cert, key, signer.cert, Authority.make(now, 4 * period))
+        return cls(cert, key, signer.cert, Authority.make(now, 4 * period), previous)
 
     def rotated(self, names: Sequence[str], now: dt.datetime, period: dt.timedelta) -> Certificates:
         """The next certificate: signed by the next authority, which becomes the current one."""
-        return Certificates.make(names, now, period, self.next)
+        return Certificates.make(names, now, period, self.next, previous=self.current)
 
     @property
     def bundle(self) -> bytes:
-        """What clients trust: the current and the next authority."""
-        return _pem(self.current) + _pem(self.next.cert)
+        """What clients trust: the previous (if any), the current and the next authority."""
+        return b"".join(_pem(c) for c in (self.previous, self.current, self.next.cert) if c is not None)
 
     def due(self, names: Sequence[str], now: dt.datetime, period: dt.timedelta) -> str | None:
         """Why these must be replaced now, or None."""
@@ -216,10 +225,9 @@ class Certificates:
         next_key = serialization.load_pem_private_key(raw["next-ca.key"], None)
         if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(next_key, ec.EllipticCurvePrivateKey):
             raise ValueError("keys must be EC keys")
-        current = next(
-            (c for c in x509.load_pem_x509_certificates(raw["ca.crt"]) if c.subject == cert.issuer),
-            None,
-        )
+        bundle = x509.load_pem_x509_certificates(raw["ca.crt"])
+        current = next((c for c in bundle if c.subject == cert.issuer), None)
+        previous = next((c for c in bundle if c.subject not in (cert.issuer, next_cert.subject)), None)
         if current is None:
             raise ValueError("ca.crt does not hold the authority of tls.crt")
         try:
@@ -228,7 +236,7 @@ class Certificates:
             raise ValueError("tls.crt is not signed by its authority in ca.crt") from None
         if key.public_key() != cert.public_key() or next_key.public_key() != next_cert.public_key():
             raise ValueError("a key is not the key of its certificate")
-        return cls(cert, key, current, Authority(next_cert, next_key))
+        return cls(cert, key, current, Authority(next_cert, next_key), previous)
 
     def ssl_context(self) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

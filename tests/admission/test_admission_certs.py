@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from cryptography import x509
 
 from pyclassify.admission.certs import Certificates, SelfSignedCertificates, parse_duration, service_names
 from pyclassify.admission.webhook import AdmissionWebhook
@@ -80,6 +81,13 @@ def test_rotation_falls_due_after_the_period_or_when_the_names_change() -> None:
     assert later.current == certs.next.cert and later.cert.issuer == certs.next.cert.subject
     assert later.cert.not_valid_after_utc == now + 3 * period
     later.cert.verify_directly_issued_by(certs.next.cert)
+    # A replica that has not adopted the rotation yet serves the certificate before it: still trusted.
+    trusted = {c.subject: c for c in x509.load_pem_x509_certificates(later.bundle)}
+    certs.cert.verify_directly_issued_by(trusted[certs.cert.issuer])
+    assert len(trusted) == 3 and certs.previous is None
+    assert certs.current.subject not in {
+        c.subject for c in x509.load_pem_x509_certificates(later.rotated(NAMES, now + 2 * period, period).bundle)
+    }
 
 
 def test_what_is_kept_in_the_secret_round_trips_and_a_mismatched_key_is_refused() -> None:
@@ -88,6 +96,8 @@ def test_what_is_kept_in_the_secret_round_trips_and_a_mismatched_key_is_refused(
     data = certs.to_secret_data()
     again = Certificates.from_secret_data(data)
     assert again.cert == certs.cert and again.current == certs.current and again.next.cert == certs.next.cert
+    rotated = certs.rotated(NAMES, now, dt.timedelta(hours=1))
+    assert Certificates.from_secret_data(rotated.to_secret_data()).previous == certs.current
     other = Certificates.make(NAMES, now, dt.timedelta(hours=1)).to_secret_data()
     with pytest.raises(ValueError, match="not the key"):
         Certificates.from_secret_data({**data, "tls.key": other["tls.key"]})

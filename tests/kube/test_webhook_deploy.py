@@ -240,7 +240,31 @@ def test_the_service_account_can_keep_its_certificates_and_read_policies_and_not
         assert certs.counters["bundle_updates"] == 1
         got = admin.request("GET", path_of(vwc))["webhooks"][0]["clientConfig"]["caBundle"]
         assert base64.b64decode(got) == certs.certificates.bundle  # type: ignore[union-attr]
+        # A second replica adopts what the Secret holds; after the first one rotates, the
+        # certificate the second still serves is trusted by the bundle published, until it adopts.
+        replica = SelfSignedCertificates(
+            certs.names,
+            rotation_period=3600,
+            client=kc,
+            secret=(NAMESPACE, secret),
+            webhook_configuration=vwc["metadata"]["name"],
+        )
+        assert replica.sync() is True and replica.counters == {
+            "rotations": 0,
+            "adopted": 1,
+            "bundle_updates": 0,
+            "errors": 0,
+        }
+        assert replica.certificates.cert == certs.certificates.cert  # type: ignore[union-attr]
         assert certs.sync(force=True) is True  # a rotation: the Secret and the caBundle written again
+        got = admin.request("GET", path_of(vwc))["webhooks"][0]["clientConfig"]["caBundle"]
+        published = {c.subject: c for c in x509.load_pem_x509_certificates(base64.b64decode(got))}
+        old = replica.certificates.cert  # type: ignore[union-attr]
+        old.verify_directly_issued_by(published[old.issuer])
+        new = certs.certificates.cert  # type: ignore[union-attr]
+        new.verify_directly_issued_by(published[new.issuer])
+        assert replica.sync() is True and replica.certificates.cert == new  # type: ignore[union-attr]
+        assert replica.counters["adopted"] == 2 and replica.counters["rotations"] == 0
         items, _ = kc.list(CONTAINER_ADMISSION_POLICIES.path)
         assert isinstance(items, list)
         kc.list("/api/v1/namespaces")
