@@ -406,7 +406,7 @@ class SelfSignedCertificates:
             why = "forced" if force else "none yet" if stored is None else stored.due(self.names, now, self.period)
             if why is None:
                 assert stored is not None
-                return self._adopt(stored, "adopted")
+                return self._use(stored, adopted=True)
             if stored is None:
                 new = Certificates.make(self.names, now, self.period)
             else:
@@ -421,16 +421,17 @@ class SelfSignedCertificates:
                 why,
                 new.cert.not_valid_after_utc.isoformat(),
             )
-            return self._adopt(new, "rotations", counted=True)
+            return self._use(new, adopted=False)
         raise CertificateError(f"Secret {'/'.join(self.secret or ())}: conflicts, try again")
 
-    def _adopt(self, certs: Certificates, counter: str, counted: bool = False) -> bool:
+    def _use(self, certs: Certificates, adopted: bool) -> bool:
+        """Serves ``certs`` from now on (True), unless they are the ones served already (False)."""
         if self.certificates is not None and certs.cert == self.certificates.cert:
             return False
         context = certs.ssl_context()
         self.certificates = certs
-        if not counted:
-            self.counters[counter] += 1
+        if adopted:
+            self.counters["adopted"] += 1
             log.info("serving certificate adopted from the Secret: valid until %s", certs.cert.not_valid_after_utc)
         if self.on_change is not None:
             self.on_change(context)

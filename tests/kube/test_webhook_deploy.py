@@ -286,6 +286,49 @@ def test_the_service_account_can_keep_its_certificates_and_read_policies_and_not
             delete(admin, path_of(obj))
 
 
+def test_a_secret_of_garbage_is_replaced_and_a_configuration_applied_later_gets_the_bundle(
+    kube_cluster, namespace
+) -> None:
+    kc = load_client(str(kube_cluster.kubeconfig), "test")
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "garbage-tls", "namespace": NAMESPACE},
+        "data": {"tls.crt": base64.b64encode(b"not a certificate").decode()},
+    }
+    vwc = vwc_body(free_port(), "Ignore")
+    vwc["metadata"]["name"] = "pyclassify-webhook-late"
+    vwc["webhooks"][0]["namespaceSelector"] = {"matchLabels": {"pyclassify-test": "never"}}
+    create(kc, secret, dry_run=False)
+    try:
+        certs = SelfSignedCertificates(
+            ["127.0.0.1"],
+            rotation_period=3600,
+            client=kc,
+            secret=(NAMESPACE, "garbage-tls"),
+            webhook_configuration="pyclassify-webhook-late",
+        )
+        assert certs.sync() is True  # the configuration does not exist yet: said, not an error
+        assert certs.counters["rotations"] == 1 and certs.counters["bundle_updates"] == 0
+        stored = kc.request("GET", path_of(secret))["data"]
+        assert base64.b64decode(stored["ca.crt"]) == certs.certificates.bundle  # type: ignore[union-attr]
+        create(kc, vwc, dry_run=False)
+        assert certs.sync() is False and certs.counters["bundle_updates"] == 1
+        got = kc.request("GET", path_of(vwc))["webhooks"][0]["clientConfig"]["caBundle"]
+        assert base64.b64decode(got) == certs.certificates.bundle  # type: ignore[union-attr]
+        # Re-applied with an empty caBundle: put back at the next check.
+        kc.request(
+            "PATCH",
+            path_of(vwc),
+            body=[{"op": "remove", "path": "/webhooks/0/clientConfig/caBundle"}],
+            content_type="application/json-patch+json",
+        )
+        assert certs.sync() is False and certs.counters["bundle_updates"] == 2
+    finally:
+        delete(kc, path_of(vwc))
+        delete(kc, path_of(secret))
+
+
 # --- the API server calls the webhook ---
 
 E2E_NAMESPACE = "webhook-e2e"
