@@ -8,7 +8,8 @@ byte (the API server's own webhook timeout is 10 s, 30 s at most), a body over `
 refused from its Content-Length before any of it is kept, at most ``max_connections``
 connections are open. The certificate and key are read again when their files change (a
 rotated Secret), for the connections made from then on; a pair that does not load is logged
-and counted, and the last good one stays in use.
+and counted, and the last good one stays in use. Or the webhook makes and rotates them itself
+(``pyclassify.admission.certs``, ``--tls-self-signed``).
 
 Endpoints:
 
@@ -56,6 +57,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from pyclassify.admission.certs import SelfSignedCertificates
 from pyclassify.admission.evaluate import ResourceError, evaluate, is_pod_creating, resource_from_object
 from pyclassify.admission.policy import AdmissionSet, build_admission
 from pyclassify.admission.scans import ScanResults, load_scans
@@ -164,12 +166,29 @@ class _ServerCollector(Collector):
         yield open_
         reloads = CounterMetricFamily(
             "pyclassify_admission_certificate_reloads",
-            "TLS certificate and key reloaded from disk, by result",
+            "TLS certificate and key replaced (read again from disk, or made by --tls-self-signed), by result",
             labels=["result"],
         )
         for result, n in self.webhook.certificate_reloads.items():
             reloads.add_metric([result], n)
         yield reloads
+        certificates = getattr(self.webhook, "certificates", None)
+        if certificates is not None and certificates.certificates is not None:
+            expiry = GaugeMetricFamily(
+                "pyclassify_admission_certificate_expiry_timestamp_seconds",
+                "When the serving certificate made by --tls-self-signed expires (Unix time)",
+            )
+            expiry.add_metric([], certificates.certificates.cert.not_valid_after_utc.timestamp())
+            yield expiry
+            events = CounterMetricFamily(
+                "pyclassify_admission_certificate_events",
+                "--tls-self-signed: certificates made or rotated, adopted from the Secret, caBundle updates, "
+                "failed checks (the Secret or the webhook configuration could not be read or written)",
+                labels=["event"],
+            )
+            for event, n in certificates.counters.items():
+                events.add_metric([event], n)
+            yield events
 
 
 class _Metrics:
@@ -204,8 +223,9 @@ class AdmissionWebhook:
         self,
         paths: Sequence[str],
         *,
-        tls_cert: str,
-        tls_key: str,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        certificates: SelfSignedCertificates | None = None,
         listen: tuple[str, int] = ("0.0.0.0", 8443),
         scan_paths: Sequence[str] = (),
         failure_policy: str = "Fail",
@@ -219,7 +239,13 @@ class AdmissionWebhook:
         request_timeout: float = REQUEST_TIMEOUT,
     ) -> None:
         """``cluster``: a cluster's admission input (``pyclassify.kube.admission``
-        ``ClusterAdmissionInput``: ``fetch() -> (fingerprint, documents)``), polled like the files."""
+        ``ClusterAdmissionInput``: ``fetch() -> (fingerprint, documents)``), polled like the files.
+        The serving certificate: the files ``tls_cert`` and ``tls_key`` (read again when they
+        change), or ``certificates``, made and rotated by the webhook itself (synchronised here
+        first: raises ``CertificateError`` when its Secret or webhook configuration cannot be
+        written)."""
+        if (tls_cert is None or tls_key is None) == (certificates is None):
+            raise ValueError("give either tls_cert and tls_key, or certificates")
         if failure_policy not in FAILURE_POLICIES:
             raise ValueError(f"failure policy must be one of {', '.join(FAILURE_POLICIES)}, not {failure_policy!r}")
         if max_body < 1:
@@ -244,8 +270,16 @@ class AdmissionWebhook:
         self._failed_fingerprint: tuple[Any, ...] | None = None
         self._publish(self._snapshot)
         self.tls_cert, self.tls_key = tls_cert, tls_key
-        self._tls_fingerprint = _fingerprint([tls_cert, tls_key])
-        self.ssl_context = load_tls(tls_cert, tls_key)  # raises WebhookSetupError
+        self.certificates = certificates
+        if certificates is not None:
+            certificates.sync()  # raises CertificateError
+            self.ssl_context = certificates.ssl_context()
+            certificates.on_change = self._use_certificate
+            self._tls_fingerprint: tuple[Any, ...] = ()
+        else:
+            assert tls_cert is not None and tls_key is not None
+            self._tls_fingerprint = _fingerprint([tls_cert, tls_key])
+            self.ssl_context = load_tls(tls_cert, tls_key)  # raises WebhookSetupError
         try:
             self.server = BoundedServer(
                 listen,
@@ -327,6 +361,8 @@ class AdmissionWebhook:
         """Loads the certificate and key again when either file changed: True reloaded (the
         connections made from now on get it), False they do not load (the last good pair stays
         in use), None nothing changed."""
+        if self.tls_cert is None or self.tls_key is None:
+            return None  # made by the webhook: its own timer replaces it
         fingerprint = _fingerprint([self.tls_cert, self.tls_key])
         if fingerprint == self._tls_fingerprint:
             return None
@@ -342,6 +378,10 @@ class AdmissionWebhook:
         log.info("TLS certificate reloaded from %s", self.tls_cert)
         return True
 
+    def _use_certificate(self, context: ssl.SSLContext) -> None:
+        self.ssl_context = context
+        self.certificate_reloads["success"] += 1
+
     def _watch(self) -> None:
         while not self._stop.wait(self.reload_interval):
             try:
@@ -355,6 +395,8 @@ class AdmissionWebhook:
     def start(self) -> None:
         """Serves and watches in background threads (returns at once)."""
         self.server.start()
+        if self.certificates is not None:
+            self.certificates.start()
         t = threading.Thread(target=self._watch, name="admission-reload", daemon=True)
         t.start()
         self._threads.append(t)
@@ -370,6 +412,8 @@ class AdmissionWebhook:
 
     def stop(self) -> None:
         self._stop.set()
+        if self.certificates is not None:
+            self.certificates.stop()
         self.server.stop()
         for t in self._threads:
             t.join(timeout=5)

@@ -184,6 +184,8 @@ Examples:
   pyclassify admission-webhook policies/ --tls-cert tls.crt --tls-key tls.key
   pyclassify admission-webhook policies/ --listen 127.0.0.1:9443 --tls-cert tls.crt --tls-key tls.key --failure-policy Ignore
   pyclassify admission-webhook --in-cluster --tls-cert /tls/tls.crt --tls-key /tls/tls.key
+  pyclassify admission-webhook --in-cluster --tls-self-signed --service pyclassify-system/pyclassify-webhook \
+      --tls-secret pyclassify-system/pyclassify-webhook-tls --webhook-configuration pyclassify-webhook
 """,
 )
 @click.argument("paths", nargs=-1, type=click.Path())
@@ -200,9 +202,46 @@ Examples:
     "--listen", default="0.0.0.0:8443", show_default=True, metavar="HOST:PORT", help="Address to serve HTTPS on."
 )
 @click.option(
-    "--tls-cert", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM certificate (chain)."
+    "--tls-cert",
+    type=click.Path(exists=True, dir_okay=False),
+    help="PEM certificate (chain); read again when it changes. Or --tls-self-signed.",
 )
-@click.option("--tls-key", required=True, type=click.Path(exists=True, dir_okay=False), help="PEM private key.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key (with --tls-cert).")
+@click.option(
+    "--tls-self-signed",
+    is_flag=True,
+    help="Make the serving certificate and its authority here, and rotate them before they expire.",
+)
+@click.option(
+    "--service",
+    metavar="NAMESPACE/NAME",
+    help="With --tls-self-signed: the Service the API server calls; its DNS names go into the certificate.",
+)
+@click.option(
+    "--tls-san",
+    "tls_sans",
+    multiple=True,
+    metavar="NAME|IP",
+    help="With --tls-self-signed: another DNS name or IP address for the certificate. Repeatable.",
+)
+@click.option(
+    "--tls-secret",
+    metavar="NAMESPACE/NAME",
+    help="With --tls-self-signed: keep the certificates in this Secret (shared by replicas and restarts).",
+)
+@click.option(
+    "--webhook-configuration",
+    metavar="NAME",
+    help="With --tls-self-signed: the ValidatingWebhookConfiguration whose caBundle is kept current.",
+)
+@click.option(
+    "--tls-rotation-period",
+    default="720h",
+    show_default=True,
+    metavar="DURATION",
+    help="With --tls-self-signed: a certificate is replaced after this long (90s, 15m, 720h, 30d); "
+    "it is valid twice as long.",
+)
 @click.option("--scans", "scan_paths", multiple=True, type=click.Path(), help="Scan-results file(s); hot-reloaded too.")
 @click.option(
     "--failure-policy",
@@ -263,8 +302,14 @@ def admission_webhook_command(
     kube_context: str | None,
     in_cluster: bool,
     listen: str,
-    tls_cert: str,
-    tls_key: str,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_self_signed: bool,
+    service: str | None,
+    tls_sans: tuple[str, ...],
+    tls_secret: str | None,
+    webhook_configuration: str | None,
+    tls_rotation_period: str,
     scan_paths: tuple[str, ...],
     failure_policy: str,
     max_body: int,
@@ -282,7 +327,13 @@ def admission_webhook_command(
     polled for changes and reloaded; an invalid change is refused and the last good policy stays.
     With --kubeconfig/--in-cluster the cluster's ContainerAdmissionPolicies (and its Namespaces)
     are polled too, at the same interval; an unreachable API server keeps the last good policy.
+
+    The serving certificate: --tls-cert/--tls-key (a mounted Secret, e.g. cert-manager's), or
+    --tls-self-signed: made here for the --service's DNS names and --tls-san, kept in --tls-secret,
+    its authority put into the caBundle of --webhook-configuration, rotated every
+    --tls-rotation-period while serving.
     """
+    from pyclassify.admission.certs import CertificateError, SelfSignedCertificates, parse_duration, service_names
     from pyclassify.admission.webhook import AdmissionWebhook, parse_listen
     from pyclassify.documents import InvalidInput
 
@@ -291,22 +342,58 @@ def admission_webhook_command(
         address = parse_listen(listen)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--listen") from e
+    if tls_self_signed:
+        if tls_cert or tls_key:
+            raise click.UsageError(
+                "--tls-self-signed makes the certificate: give it or --tls-cert/--tls-key, not both."
+            )
+        if not service and not tls_sans:
+            raise click.UsageError("--tls-self-signed needs --service or --tls-san: the names to certify.")
+    else:
+        if not (tls_cert and tls_key):
+            raise click.UsageError("Missing option '--tls-cert' and '--tls-key' (or --tls-self-signed).")
+        for name, value in (("--service", service), ("--tls-san", tls_sans), ("--tls-secret", tls_secret)):
+            if value:
+                raise click.UsageError(f"{name} goes with --tls-self-signed.")
+        if webhook_configuration:
+            raise click.UsageError("--webhook-configuration goes with --tls-self-signed.")
+    try:
+        rotation_period = parse_duration(tls_rotation_period)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--tls-rotation-period") from e
+    names = list(service_names(*_namespaced(service, "--service"))) if service else []
+    names += [n for n in tls_sans if n not in names]
+    secret = _namespaced(tls_secret, "--tls-secret") if tls_secret else None
     cluster = None
+    client = None
     if kubeconfig or kube_context or in_cluster:
         from pyclassify.kube import load_client
         from pyclassify.kube.admission import ClusterAdmissionInput
 
         try:
-            cluster = ClusterAdmissionInput(load_client(kubeconfig, kube_context, True if in_cluster else None))
+            client = load_client(kubeconfig, kube_context, True if in_cluster else None)
+            cluster = ClusterAdmissionInput(client)
         except Exception as e:  # noqa: BLE001 - a bad kubeconfig: say so
             raise click.UsageError(f"cannot read the cluster: {e}") from e
     elif not paths:
         raise click.UsageError("Missing argument 'PATHS...' (or --kubeconfig / --in-cluster).")
+    if (secret or webhook_configuration) and client is None:
+        raise click.UsageError("--tls-secret and --webhook-configuration need --kubeconfig or --in-cluster.")
+    certificates = None
+    if tls_self_signed:
+        certificates = SelfSignedCertificates(
+            names,
+            rotation_period=rotation_period,
+            client=client,
+            secret=secret,
+            webhook_configuration=webhook_configuration,
+        )
     try:
         webhook = AdmissionWebhook(
             paths,
             tls_cert=tls_cert,
             tls_key=tls_key,
+            certificates=certificates,
             listen=address,
             scan_paths=scan_paths,
             failure_policy=failure_policy,
@@ -321,7 +408,9 @@ def admission_webhook_command(
     except InvalidInput as e:
         _print_problems(e.problems)
         fail(EXIT_INVALID)
-    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError: a bad certificate or key, a busy port
+    except (OSError, ValueError, CertificateError) as e:
+        # ssl.SSLError is an OSError: a bad certificate or key, a busy port; a Secret or a webhook
+        # configuration the webhook cannot write
         err.print(f"[red]error[/red]: {escape(str(e))}")
         fail(EXIT_INVALID)
     except Exception as e:  # noqa: BLE001 - the cluster cannot be read at the start: nothing to decide with
@@ -338,3 +427,10 @@ def admission_webhook_command(
         webhook.serve_forever()
     except KeyboardInterrupt:
         pass
+
+
+def _namespaced(text: str, option: str) -> tuple[str, str]:
+    namespace, sep, name = text.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise click.BadParameter(f"{text!r} is not NAMESPACE/NAME", param_hint=option)
+    return namespace, name
