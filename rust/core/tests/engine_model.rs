@@ -10,12 +10,9 @@
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-use pyclassify_core::batch::PacketHeader;
-use pyclassify_core::engine::spec::{Delta, Spec};
-use pyclassify_core::engine::workload::{
-    flow_header, policy_workload, random_flow, random_spec, workload_flows, Rng, WorkloadShape,
-};
-use pyclassify_core::engine::{Compile, Defaults, FlowEnd, Judge, Model, PacketVerdict, Snapshot};
+use pyclassify_core::engine::spec::Delta;
+use pyclassify_core::engine::workload::{flow_header, random_flow, random_spec, Rng};
+use pyclassify_core::engine::{Compile, Defaults, FlowEnd, Judge, Model, PacketVerdict};
 
 const DEFAULTS: [Defaults; 2] =
     [Defaults { pod_allow: true, host_allow: false }, Defaults { pod_allow: false, host_allow: true }];
@@ -519,16 +516,8 @@ fn compiled_equals_walk(world: &World, model: &Model, seed: u64, flows: usize) -
     }
     let eps = World::positions(&world.endpoints);
     let mut r = Rng::new(seed);
-    let mut batch = Vec::new();
     for _ in 0..flows {
         let flow = edge_flow(&mut r, &eps);
-        if flow.src.endpoint.is_none() && flow.dst.endpoint.is_none() {
-            batch.push(flow_header(&flow));
-            if r.chance(10) {
-                // An undecodable header among them.
-                batch.push(PacketHeader { ip_version: 0, ..flow_header(&flow) });
-            }
-        }
         for d in DEFAULTS {
             let walked = snap.evaluate_walked(&flow, d).expect("valid flow");
             assert_eq!(snap.evaluate(&flow, d).expect("valid flow"), walked, "compiled vs walk, seed {seed}: {flow:?}");
@@ -542,64 +531,7 @@ fn compiled_equals_walk(world: &World, model: &Model, seed: u64, flows: usize) -
             }
         }
     }
-    for d in DEFAULTS {
-        batch_equals_walk(&snap, &batch, d, &format!("seed {seed}"));
-    }
     snap.compile_stats().compiled
-}
-
-/// The records of `headers` decided as one batch by the compiled programs (packets grouped,
-/// each step taken for the group at once) against each header walked alone.
-fn batch_equals_walk(snap: &Snapshot, headers: &[PacketHeader], d: Defaults, what: &str) {
-    let mut out = vec![PacketVerdict::default(); headers.len()];
-    snap.classify_compiled(headers, &mut out, d);
-    for (i, (h, got)) in headers.iter().zip(&out).enumerate() {
-        let want = snap
-            .header_verdict_walked(h, d)
-            .map_or_else(|| PacketVerdict::undecodable(h), |v| PacketVerdict::judged(&v));
-        assert_eq!(*got, want, "compiled batch, {what}, header {i} of {}: {h:?}", headers.len());
-    }
-}
-
-/// Random pod pairs and ports on the policy-shaped workload (a stream of new combinations)
-/// make the decision memo step aside; the packets it leaves out are decided as batches by the
-/// compiled programs, and every record equals the rule walk's, whatever the batch sizes; the
-/// same headers through `classify_compiled` too, random worlds' flows mixed in.
-#[test]
-fn batches_past_the_memo_equal_the_walk() {
-    let mut bypassed = 0;
-    for seed in 1..3u64 {
-        let shape = WorkloadShape { pods: 1500, namespaces: 15, policies: 150, seed };
-        let spec: Spec = serde_json::from_value(policy_workload(shape)).expect("workload spec");
-        let mut model = Model::new();
-        model.apply(spec.into_delta()).expect("model builds");
-        let snap = model.snapshot();
-        let mut headers: Vec<PacketHeader> = workload_flows(shape, 30_000, seed).iter().map(flow_header).collect();
-        for i in (0..headers.len()).step_by(97) {
-            headers[i].ip_version = 0; // undecodable among them
-        }
-        let d = DEFAULTS[(seed % 2) as usize];
-        let passed_by = pyclassify_core::engine::classes::memo_passed_by();
-        let mut out = vec![PacketVerdict::default(); headers.len()];
-        let mut at = 0;
-        for size in [256usize, 1, 17, 1000, 3].iter().cycle() {
-            if at == headers.len() {
-                break;
-            }
-            let n = (*size).min(headers.len() - at);
-            snap.classify_detailed(&headers[at..at + n], &mut out[at..at + n], d);
-            at += n;
-        }
-        bypassed += pyclassify_core::engine::classes::memo_passed_by() - passed_by;
-        for (i, (h, got)) in headers.iter().zip(&out).enumerate() {
-            let want = snap
-                .header_verdict_walked(h, d)
-                .map_or_else(|| PacketVerdict::undecodable(h), |v| PacketVerdict::judged(&v));
-            assert_eq!(*got, want, "seed {seed}, header {i}: {h:?}");
-        }
-        batch_equals_walk(&snap, &headers[..5000], d, &format!("workload seed {seed}"));
-    }
-    assert!(bypassed > 10_000, "the memo stepped aside for only {bypassed} packets: the batch path went untested");
 }
 
 #[test]

@@ -150,8 +150,6 @@ struct Memo {
     map: FastMap<SideKey, SideVerdict>,
     hits: u64,
     misses: u64,
-    /// Packets decided without it while it was left out.
-    passed_by: u64,
     window: u32,
     window_hits: u32,
     bypass: u32,
@@ -163,7 +161,6 @@ thread_local! {
         map: FastMap::default(),
         hits: 0,
         misses: 0,
-        passed_by: 0,
         window: 0,
         window_hits: 0,
         bypass: 0,
@@ -194,20 +191,9 @@ impl MemoRef<'_> {
     pub fn in_use(&mut self) -> bool {
         if self.memo.bypass > 0 {
             self.memo.bypass -= 1;
-            self.memo.passed_by += 1;
             return false;
         }
         true
-    }
-
-    /// How many of the next `n` packets go without the memo (at most `n`; they are counted as
-    /// `in_use` would count them one by one), so that they can be decided as a batch.
-    #[inline]
-    pub fn bypass_next(&mut self, n: usize) -> usize {
-        let k = (self.memo.bypass as usize).min(n);
-        self.memo.bypass -= k as u32;
-        self.memo.passed_by += k as u64;
-        k
     }
 
     #[inline]
@@ -238,11 +224,6 @@ impl MemoRef<'_> {
         }
         self.memo.map.insert(key, v);
     }
-}
-
-/// Packets this thread decided without the memo while it was left out, so far.
-pub fn memo_passed_by() -> u64 {
-    MEMO.with(|m| m.borrow().passed_by)
 }
 
 /// This thread's memo hits and misses so far (benchmarks report the hit rate).

@@ -44,8 +44,6 @@
 //! ([`Walked`]). So is a program whose rows would take more than [`MEMORY_BOUND`] bytes (many
 //! rules times many distinct prefixes or port ranges): it never exhausts memory or time.
 
-use crate::records::keytable::prefetch;
-
 use super::cow::FastMap;
 use super::net::mask;
 use super::rules::{CEntity, CRule, IcmpMatch, LabelCond, PortMatch};
@@ -887,29 +885,6 @@ impl Compiled {
             + std::mem::size_of::<Compiled>()
     }
 
-    /// Asks for what a lookup of a `protocol` flow reads first to be fetched into the cache (a
-    /// hint): a batch asks for every packet's tables before deciding any, so that the misses of
-    /// many lookups overlap instead of each lookup waiting for its own, one at a time.
-    #[inline]
-    pub(crate) fn prefetch(&self, protocol: u8) {
-        prefetch(self.proto_index.as_ptr().wrapping_add(protocol as usize));
-        prefetch_lines(self.protos.as_ptr(), self.protos.len(), 4);
-        prefetch_lines(self.rows.as_ptr(), self.rows.len(), 4);
-        prefetch_lines(self.alts.as_ptr(), self.alts.len(), 2);
-        prefetch(self.spans.as_ptr());
-        for end in 0..2 {
-            prefetch(self.bounds[end].as_ptr());
-            let a = &self.addrs[end];
-            if !a.rows.is_empty() {
-                prefetch(a.rows.as_ptr());
-                prefetch(a.scan4.as_ptr());
-            }
-            if let Some(l) = &self.labels[end] {
-                prefetch_lines(l.sets.as_ptr(), l.sets.len(), 2);
-            }
-        }
-    }
-
     /// Alternatives (rules expanded by peer pairs).
     pub fn alternatives(&self) -> usize {
         self.alts.len()
@@ -1095,16 +1070,6 @@ impl Compiled {
             }
         }
         true
-    }
-}
-
-/// Asks for the first cache lines (up to `lines`) of `len` values at `p` to be fetched.
-#[inline]
-pub(crate) fn prefetch_lines<T>(p: *const T, len: usize, lines: usize) {
-    let bytes = len * std::mem::size_of::<T>();
-    let p = p as *const u8;
-    for i in 0..bytes.div_ceil(64).min(lines) {
-        prefetch(p.wrapping_add(i * 64));
     }
 }
 

@@ -35,14 +35,6 @@ impl<T: Clone> ChunkVec<T> {
         chunk[(i as usize) & (CHUNK - 1)].as_ref()
     }
 
-    /// Asks for slot `i` to be fetched into the cache (a hint, for lookups made a little later).
-    #[inline]
-    pub fn prefetch(&self, i: u32) {
-        if let Some(chunk) = self.chunks.get((i >> CHUNK_BITS) as usize) {
-            crate::records::keytable::prefetch(chunk.as_ptr().wrapping_add((i as usize) & (CHUNK - 1)));
-        }
-    }
-
     /// Sets slot `i` (growing as needed); copies its chunk if a snapshot still shares it.
     pub fn set(&mut self, i: u32, value: Option<T>) {
         let c = (i >> CHUNK_BITS) as usize;

@@ -22,9 +22,8 @@ pub struct KeyTable<K> {
 
 const MIN_SLOTS: usize = 1024;
 
-/// Asks for the cache line holding address `p` to be fetched (a hint; any address will do).
 #[inline]
-pub(crate) fn prefetch<T>(p: *const T) {
+fn prefetch<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint; it reads nothing and faults on no address.
     unsafe {

@@ -2,8 +2,6 @@
 //! (the lookups' view of the snapshot, `Lean`) or by the walk, and the batch records they make.
 
 use super::*;
-use crate::engine::compiled::prefetch_lines;
-use crate::records::keytable::prefetch_ref;
 
 impl Snapshot {
     /// One header's verdict record through the decision memo (see `classes`): each local side
@@ -196,91 +194,8 @@ impl Snapshot {
     /// One flow's verdict record, each side decided by its compiled program (or walked).
     #[inline]
     pub(super) fn flow_record(&self, flow: &Flow, defaults: Defaults) -> PacketVerdict {
-        self.flow_record_resolved(flow, self.address_recs(flow), defaults)
-    }
-
-    /// What the addresses of an address-only flow resolve to (None: a flow naming endpoints).
-    #[inline]
-    fn address_recs(&self, flow: &Flow) -> Option<[Option<AddrRec>; 2]> {
-        match (flow.src.addr, flow.dst.addr, flow.src.endpoint, flow.dst.endpoint) {
-            (Some(sa), Some(da), None, None) => Some([self.addrs.get(&sa).copied(), self.addrs.get(&da).copied()]),
-            _ => None,
-        }
-    }
-
-    /// Verdict records of a batch, each side decided by its compiled program (or walked), as
-    /// [`Snapshot::flow_record`] decides them one by one. A decision on a flow no cache has seen
-    /// waits on memory several times in a row (the address's row, the identity, its program,
-    /// the program's tables, the peer's set bitmap), each load needing the one before; here
-    /// each of those steps is taken for a group of packets, asking for the next step's memory
-    /// of every packet of the group before reading any of it, so that the waits overlap.
-    pub(super) fn flow_records(&self, headers: &[PacketHeader], out: &mut [PacketVerdict], defaults: Defaults) {
-        const GROUP: usize = 16;
-        for (hs, os) in headers.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
-            let mut flows: [Option<Flow>; GROUP] = [None; GROUP];
-            let mut recs: [Option<[Option<AddrRec>; 2]>; GROUP] = [None; GROUP];
-            // The addresses' rows; ask for the identities'.
-            for (i, h) in hs.iter().enumerate() {
-                flows[i] = flow_of_header(h);
-                recs[i] = flows[i].as_ref().and_then(|f| self.address_recs(f));
-                for r in recs[i].iter().flatten().flatten() {
-                    self.identities.prefetch(r.identity);
-                }
-            }
-            // The identities: ask for a local end's program in its direction, for the other
-            // end's set bitmap.
-            let idents = |r: &[Option<AddrRec>; 2]| r.map(|r| r.and_then(|r| self.identities.get(r.identity)));
-            for (r, flow) in recs.iter().zip(&flows).take(hs.len()) {
-                let (Some(r), Some(_)) = (r, flow) else { continue };
-                let ids = idents(r);
-                for (i, d) in [(0, Direction::Egress), (1, Direction::Ingress)] {
-                    let (Some(rec), Some(subject)) = (r[i], ids[i]) else { continue };
-                    if !rec.local {
-                        continue;
-                    }
-                    let program = &*subject.programs[d as usize];
-                    prefetch_lines(program as *const Program, 1, 8);
-                    if let Some(peer) = ids[1 - i] {
-                        prefetch_ref(&*peer.members);
-                    }
-                }
-            }
-            // The programs: ask for their tables and the peers' set bitmaps.
-            for (r, flow) in recs.iter().zip(&flows).take(hs.len()) {
-                let (Some(r), Some(flow)) = (r, flow) else { continue };
-                let ids = idents(r);
-                for (i, d) in [(0, Direction::Egress), (1, Direction::Ingress)] {
-                    let (Some(rec), Some(subject)) = (r[i], ids[i]) else { continue };
-                    if !rec.local {
-                        continue;
-                    }
-                    if let Some(Ok(c)) = subject.programs[d as usize].compiled_if_built() {
-                        c.prefetch(flow.protocol);
-                    }
-                    if let Some(peer) = ids[1 - i] {
-                        prefetch_lines(peer.members.as_ptr(), peer.members.len(), 4);
-                    }
-                }
-            }
-            for (((o, h), flow), r) in os.iter_mut().zip(hs).zip(&flows).zip(recs) {
-                *o = match flow {
-                    Some(flow) => self.flow_record_resolved(flow, r, defaults),
-                    None => PacketVerdict::undecodable(h),
-                };
-            }
-        }
-    }
-
-    /// [`Snapshot::flow_record`] with the flow's addresses resolved (`recs`, from
-    /// [`Snapshot::address_recs`]).
-    #[inline]
-    fn flow_record_resolved(
-        &self,
-        flow: &Flow,
-        recs: Option<[Option<AddrRec>; 2]>,
-        defaults: Defaults,
-    ) -> PacketVerdict {
-        if let Some(recs) = recs {
+        if let (Some(sa), Some(da), None, None) = (flow.src.addr, flow.dst.addr, flow.src.endpoint, flow.dst.endpoint) {
+            let recs = [self.addrs.get(&sa).copied(), self.addrs.get(&da).copied()];
             let local = [recs[0].is_some_and(|r| r.local), recs[1].is_some_and(|r| r.local)];
             if !local[0] && !local[1] {
                 return PacketVerdict::judged(&Verdict {

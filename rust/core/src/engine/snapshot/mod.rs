@@ -192,7 +192,12 @@ impl Snapshot {
     /// A batch through the compiled programs alone, without the decision memo in front (the
     /// benchmarks' cold path).
     pub fn classify_compiled(&self, headers: &[PacketHeader], out: &mut [PacketVerdict], defaults: Defaults) {
-        self.flow_records(headers, out, defaults);
+        for (h, o) in headers.iter().zip(out.iter_mut()) {
+            *o = match flow_of_header(h) {
+                Some(flow) => self.flow_record(&flow, defaults),
+                None => PacketVerdict::undecodable(h),
+            };
+        }
     }
 
     /// Compiles every program and profile list of the local identities now (the model does
@@ -355,17 +360,8 @@ impl Judge for Snapshot {
 
     fn classify_detailed(&self, headers: &[PacketHeader], out: &mut [PacketVerdict], defaults: Defaults) {
         with_memo(self.uid, |memo| {
-            let (mut i, len) = (0, headers.len().min(out.len()));
-            while i < len {
-                // While the memo is left out (it was not hitting), packets go as a batch.
-                let n = memo.bypass_next(len - i);
-                if n > 0 {
-                    self.flow_records(&headers[i..i + n], &mut out[i..i + n], defaults);
-                    i += n;
-                    continue;
-                }
-                out[i] = self.memo_verdict(memo, &headers[i], defaults);
-                i += 1;
+            for (h, o) in headers.iter().zip(out.iter_mut()) {
+                *o = self.memo_verdict(memo, h, defaults);
             }
         })
     }
