@@ -170,7 +170,7 @@ def model(
     ideal = BILLION / (ideal_rate or rate) / workers
     if scheduling > work:
         limit = "the scheduler"
-    elif tasks < workers or -(-tasks // workers) * partition / rate > 1.1 * ideal:
+    elif tasks < workers or -(-tasks // workers) * partition > 1.1 * BILLION / workers:
         limit = "too few tasks for the workers"
     elif tail > 0.1 * total:
         limit = "the merge"
