@@ -394,7 +394,10 @@ def _on_cluster(
             except KeyboardInterrupt:
                 # as in-process: what was judged is the answer, the rest is dropped on the cluster
                 interrupted = True
-                done = [f for f in futures if f.status == "finished"]
+                # the scheduler's word on which results are held (this client may not have
+                # heard yet of a task that finished just before the interrupt)
+                held = client.who_has(futures)
+                done = [f for f in futures if f.status == "finished" or held.get(f.key)]
                 client.cancel([f for f in futures if f.status != "finished"] + ([merged] if merged is not None else []))
                 parts = client.gather(done) if done else []
                 result = merge(*parts) if parts else empty()
