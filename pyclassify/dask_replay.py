@@ -398,7 +398,9 @@ def _on_cluster(
                 # heard yet of a task that finished just before the interrupt)
                 held = client.who_has(futures)
                 done = [f for f in futures if f.status == "finished" or held.get(f.key)]
-                client.cancel([f for f in futures if f.status != "finished"] + ([merged] if merged is not None else []))
+                kept = {f.key for f in done}
+                dropped = [f for f in futures if f.key not in kept]
+                client.cancel(dropped + ([merged] if merged is not None else []))
                 parts = client.gather(done) if done else []
                 result = merge(*parts) if parts else empty()
                 if isinstance(result, RecordSummary):
