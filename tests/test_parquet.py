@@ -174,3 +174,18 @@ def test_a_value_no_integer_holds_is_an_error_naming_file_row_and_field(tmp_path
     pq.write_table(table, str(path))
     with pytest.raises(parquet.ParquetError, match=rf"{path}: row 2: srcport: 1\.5 is not an integer"):
         _read(path)
+
+
+def test_row_groups_come_from_the_system_allocator_and_the_default_pool_is_left_as_it_was(tmp_path):
+    path = _write(_rows(2600), tmp_path / "dict.parquet", True)
+    before = pa.default_memory_pool()
+    system = pa.system_memory_pool()
+    used = system.bytes_allocated()
+    seen = []
+    with open(path, "rb") as f:
+        for columns in parquet.read(f, b"", str(path), path=str(path)):
+            seen.append(system.bytes_allocated() - used)
+            assert pa.default_memory_pool().backend_name == before.backend_name
+            parquet.arrays(columns)
+    assert seen and max(seen) > 0  # the row group being judged is held in the system pool
+    assert pa.default_memory_pool().backend_name == before.backend_name

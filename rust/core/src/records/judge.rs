@@ -25,6 +25,7 @@ use super::keytable::{prefetch_ref, KeyTable, TableKey};
 use super::tally::{DecisionKey, Measures, Tally};
 use super::{FlowCounts, REPORTED_ALLOW, REPORTED_DENY};
 use crate::batch::{PacketHeader, FLAG_HAS_PORTS};
+use crate::engine::cow::FastMap;
 use crate::engine::judge::flow_of_header;
 use crate::engine::{Addr, Defaults, Judge, PacketVerdict, SideVerdict, Snapshot, Source};
 use crate::flows::ServiceIndex;
@@ -100,7 +101,7 @@ const NO_RULE: u32 = u32::MAX;
 /// fold (added to the tally's `by_rule` then).
 #[derive(Default)]
 struct Rules {
-    number: HashMap<DecisionKey, u32>,
+    number: FastMap<DecisionKey, u32>,
     keys: Vec<DecisionKey>,
     sums: Vec<Measures>,
 }
