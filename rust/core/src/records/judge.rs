@@ -143,6 +143,9 @@ struct Hot {
     outside: u8,
     /// Examples the entry holds.
     examples: u8,
+    /// Its verdicts differ between two snapshots: only such an entry keeps examples (a
+    /// diff's changes show them).
+    flips: u8,
 }
 
 /// Why a record is shown as an example.
@@ -226,7 +229,7 @@ fn add_all(m: &mut Measures, by: &Measures) {
 }
 
 /// Adds a record's counts to its key's sums: (its entry, the verdict allowed, neither end in
-/// the inventory, the record is one of the key's first few).
+/// the inventory, the record is one of the first few of a key whose verdicts flip).
 #[inline]
 fn touch(hot: &mut Hot, c: &FlowCounts) -> (usize, u8, bool, bool) {
     add(&mut hot.sums, c);
@@ -234,7 +237,7 @@ fn touch(hot: &mut Hot, c: &FlowCounts) -> (usize, u8, bool, bool) {
         hot.first_ns = c.first_ns;
     }
     hot.last_ns = hot.last_ns.max(c.last_ns);
-    let example = (hot.examples as usize) < KEY_EXAMPLES;
+    let example = hot.flips != 0 && (hot.examples as usize) < KEY_EXAMPLES;
     hot.examples += example as u8;
     (hot.entry as usize, hot.allow, hot.outside != 0, example)
 }
@@ -442,6 +445,7 @@ impl RecordJudge {
             entry: self.entries.len() as u32,
             allow: e.verdicts[0].allow,
             outside: e.outside as u8,
+            flips: (self.snapshots.len() == 2 && e.verdicts[0].allow != e.verdicts[1].allow) as u8,
             ..Default::default()
         };
         self.entries.push(e);
