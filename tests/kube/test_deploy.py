@@ -15,22 +15,17 @@ import pytest
 import yaml
 
 from pyclassify.kube import load_client
-from pyclassify.kube.client import ApiException, KubeClient, object_path
+from pyclassify.kube.client import ApiException
 from pyclassify.kube.events import EventRecorder
 from pyclassify.kube.resources import RESOURCES
+from tests.kube.objects import create, path_of
 from tests.kube.test_listwatch import delete
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NAMESPACE = "pyclassify-system"
 
-#: apiVersion prefix and plural of each kind the manifests hold.
-PATHS = {
-    "Namespace": ("/api/v1", "namespaces", False),
-    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
-    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
-    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
-    "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
-}
+#: The kinds the manifests hold.
+KINDS = {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"}
 
 
 def manifests(directory: Path = DEPLOY) -> list[dict[str, Any]]:
@@ -43,20 +38,6 @@ def manifests(directory: Path = DEPLOY) -> list[dict[str, Any]]:
 
 def of_kind(kind: str) -> dict[str, Any]:
     return next(m for m in manifests() if m["kind"] == kind)
-
-
-def create(kc: KubeClient, obj: dict[str, Any], dry_run: bool) -> Any:
-    prefix, plural, namespaced = PATHS[obj["kind"]]
-    query = [("fieldValidation", "Strict")] + ([("dryRun", "All")] if dry_run else [])
-    ns = obj["metadata"].get("namespace") if namespaced else None
-    return kc.request("POST", object_path(prefix, plural, ns), query=query, body=obj)
-
-
-def path_of(obj: dict[str, Any]) -> str:
-    prefix, plural, namespaced = PATHS[obj["kind"]]
-    return object_path(
-        prefix, plural, obj["metadata"].get("namespace") if namespaced else None, obj["metadata"]["name"]
-    )
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +56,7 @@ def namespace(kube_cluster):
 def test_every_manifest_passes_server_side_validation(kube_cluster, namespace) -> None:
     kc = load_client(str(kube_cluster.kubeconfig), "test")
     objs = manifests()
-    assert {o["kind"] for o in objs} == set(PATHS)
+    assert {o["kind"] for o in objs} == KINDS
     for obj in objs:
         if obj["kind"] == "Namespace":
             continue  # validated by the fixture, and now it exists

@@ -19,7 +19,8 @@ import yaml
 from pyclassify.kube import load_client
 from pyclassify.kube.client import ApiException
 from tests.kube.apiserver import REPO
-from tests.kube.test_deploy import create, manifests, path_of
+from tests.kube.objects import create, path_of
+from tests.kube.test_deploy import manifests
 from tests.kube.test_listwatch import create_namespace, delete
 
 CHART = REPO / "deploy" / "helm" / "pyclassify"
