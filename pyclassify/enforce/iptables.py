@@ -3,7 +3,8 @@
 Every chain we create is named ``PYCLASSIFY-<HOOK>`` (the prefix is reserved for us), in the
 ``filter`` table of iptables and ip6tables, with one jump from the built-in chain at position 1:
 
-- ``FORWARD`` (routed pod traffic), ``INPUT`` and ``OUTPUT`` (host endpoints; loopback skipped);
+- ``FORWARD`` (routed pod traffic), ``INPUT`` and ``OUTPUT`` (host endpoints; loopback skipped,
+  and in ``OUTPUT`` the node's own traffic to its workloads' interfaces, which no policy judges);
 - in each: ``-m connmark --mark REVOKED_CTMARK -j DROP`` first (connections a policy change
   revoked, both directions); with ``--deny-action reject``, ``-m mark --mark REJECT_MARK -j
   REJECT`` (a TCP reset for TCP, else the family's ICMP port unreachable: packets the loop
@@ -451,6 +452,10 @@ class Rules:
             out.append(["-i", "lo", "-j", "RETURN"])
         elif hook == "output":
             out.append(["-o", "lo", "-j", "RETURN"])
+            # The node's own traffic to a pod on it (the kubelet's probes) is no routed traffic:
+            # no workload's policy judges it, and no host endpoint's ("*" is every interface but
+            # a workload's), as felix renders it.
+            out.append(["-o", f"{self.workload_prefix}+", "-j", "RETURN"])
         out += node_rules(self.node, hook, family)
         if self.untracked_queue is not None:  # judged by untracked policy in the raw table
             out.append(["-m", "conntrack", "--ctstate", "UNTRACKED", "-j", "RETURN"])

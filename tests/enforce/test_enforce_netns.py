@@ -637,3 +637,40 @@ def test_killed_before_a_revocation_the_next_start_revokes(topo: Topology, polic
     assert (revoke["src"], revoke["dst"], revoke["dport"]) == (topo.ips[0], topo.ips[1], topo.TCP_PORT), revoke
     assert not hold.ping()
     assert again.terminate() == 0
+
+
+# From the node namespace: whether a TCP connection to ADDRESS:PORT opens.
+NODE_CONNECT = r"""
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1.0).close(); print(True)
+except OSError:
+    print(False)
+"""
+
+
+def test_the_node_reaches_its_own_pods_whatever_their_ingress_policy(topo: Topology, tmp_path: Path) -> None:
+    """Traffic the node itself sends to a pod on it (the kubelet's probes) leaves by the pod's
+    interface and is not the pod's ingress to judge (Felix's model: workload policy judges routed
+    traffic; Kubernetes: traffic from a pod's own node is always allowed). a1 takes no ingress:
+    other pods are refused, the node is not."""
+    (tmp_path / "00-inventory.yaml").write_text(manifests.INVENTORY)
+    (tmp_path / "10-netpol.yaml").write_text(
+        """apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: a-closed, namespace: a}
+spec: {podSelector: {}, policyTypes: [Ingress]}
+"""
+    )
+    daemon = Daemon(topo, [str(tmp_path)], QUEUE, extra=("--workload-interface-prefix", "veth"))
+    daemon.wait_event("start")
+    assert not topo.reach(1, 0) and not topo.reach(2, 0)
+    assert topo.reach(0, 1)
+    node = subprocess.run(
+        ["ip", "netns", "exec", topo.node, PY, "-c", NODE_CONNECT, topo.ips[0], str(topo.TCP_PORT)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert node.stdout.strip() == "True", "the node's own connection to a1 was judged by a1's ingress policy"
+    assert daemon.terminate() == 0

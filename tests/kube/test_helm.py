@@ -33,6 +33,7 @@ CHANGED: dict[str, Any] = {
     "queue": 7,
     "metrics": {"host": "0.0.0.0", "port": 9999, "ruleLabels": False},
     "onStop": "remove",
+    "workloadInterfacePrefix": "cni0",
     "extraArgs": ["--memory-budget=512Mi"],
     "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
     "nodeSelector": {"kubernetes.io/os": "linux"},
@@ -125,6 +126,7 @@ def test_every_value_reaches_the_daemonset(helm: str, tmp_path: Path) -> None:
         "--metrics=0.0.0.0:9999",
         "--no-metrics-rule-labels",
         "--on-stop=remove",
+        "--workload-interface-prefix=cni0",
         "--memory-budget=512Mi",
     ]
     # Metrics on every address: the probes ask the node's loopback.
