@@ -361,8 +361,16 @@ def test_ctrl_c_prints_the_files_judged_and_leaves_nothing_on_the_cluster(cluste
     whole (its records are theirs), the other tasks and the engine gone from the cluster."""
     import time
 
-    rows = [("10.0.1.10", "10.0.2.20", 30000 + i, 8080, "TCP", "ACCEPT", 0) for i in range(3000)]
-    paths = write_archive(tmp_path, [("vpc", rows)] * 400)
+    ROWS = 40_000  # noqa: N806 - a constant of this test
+
+    # files long enough that the run cannot end between the first judged one and the signal
+    # (a worker keeping its judge judges a repeated file fast): one file, linked 400 times
+    rows = [("10.0.1.10", "10.0.2.20", 20000 + i, 8080, "TCP", "ACCEPT", 0) for i in range(ROWS)]
+    (first,) = write_archive(tmp_path, [("vpc", rows)])
+    paths = [first]
+    for i in range(1, 400):
+        paths.append(str(tmp_path / f"link-{i:03d}.vpc"))
+        os.link(first, paths[-1])
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -385,12 +393,13 @@ def test_ctrl_c_prints_the_files_judged_and_leaves_nothing_on_the_cluster(cluste
         if any(str(k).startswith("pyclassify-judge-") for ks in client.has_what().values() for k in ks):
             break
         time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
     proc.send_signal(signal.SIGINT)
     out, errors = proc.communicate(timeout=120)
     assert proc.returncode == 130, errors
     doc = json.loads(out)
     assert doc["interrupted"] and 0 < len(doc["files"]) < len(paths)
-    assert doc["records"] == 3000 * len(doc["files"]) == sum(f["records"] for f in doc["files"])
+    assert doc["records"] == ROWS * len(doc["files"]) == sum(f["records"] for f in doc["files"])
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         left = client.run_on_scheduler(
