@@ -371,11 +371,17 @@ def test_ctrl_c_prints_the_files_judged_and_leaves_nothing_on_the_cluster(cluste
     for i in range(1, 400):
         paths.append(str(tmp_path / f"link-{i:03d}.vpc"))
         os.link(first, paths[-1])
+    # A Python started with SIGINT ignored (a test run launched in the background by a shell)
+    # keeps it ignored: the child installs the default handler itself, then runs the CLI.
+    child = (
+        "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "runpy.run_module('pyclassify', run_name='__main__', alter_sys=True)"
+    )
     proc = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "pyclassify",
+            "-c",
+            child,
             "replay",
             str(DEMO),
             *_traffic(paths),
