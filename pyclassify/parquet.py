@@ -71,9 +71,9 @@ def load_pyarrow() -> tuple[Any, Any, Any]:
 def _reading_pool(pa: Any) -> Iterator[None]:
     """Readers made inside allocate their row groups from the system allocator: a row group's
     buffers are freed before the next is read, and pyarrow's default mimalloc hands such large
-    blocks back to the kernel, so every row group would fault in freshly zeroed pages (a sixth
-    of the time judging a Parquet file took); malloc keeps them for the next. ``ParquetFile``
-    takes no pool: its reader keeps the default pool of the moment it is made."""
+    blocks back to the kernel, so every row group would fault in freshly zeroed pages; malloc
+    keeps them for the next (bench/parquet_pool.py measures the two). ``ParquetFile`` takes no
+    pool: its reader keeps the default pool of the moment it is made."""
     previous = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
