@@ -172,13 +172,14 @@ def read(
     pa, pc, pq = load_pyarrow()
     try:
         whole = None if path is not None else pa.py_buffer(head + stream.read())
-        f = pq.ParquetFile(path if whole is None else pa.BufferReader(whole))
-        names = {n.replace("-", "_"): n for n in f.schema_arrow.names}
-        dictionary = _dictionary_columns(f, names)
         with _reading_pool(pa):
-            f = pq.ParquetFile(
-                path if whole is None else pa.BufferReader(whole), metadata=f.metadata, read_dictionary=dictionary
-            )
+            f = pq.ParquetFile(path if whole is None else pa.BufferReader(whole))
+            names = {n.replace("-", "_"): n for n in f.schema_arrow.names}
+            dictionary = _dictionary_columns(f, names)
+            if dictionary:  # opened again to read those columns as dictionaries
+                f = pq.ParquetFile(
+                    path if whole is None else pa.BufferReader(whole), metadata=f.metadata, read_dictionary=dictionary
+                )
     except Exception as e:  # noqa: BLE001 - pyarrow raises its own error types
         raise _error(f"{name}: not a Parquet file pyarrow can read: {e}") from None
     if not (
