@@ -12,7 +12,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$HERE")
 IMG=${1:-$(ls -dt "${PYCLASSIFY_IMAGE_CACHE:-$HOME/.cache/pyclassify-image}"/image-*/oci | head -1)}
 T=$(mktemp -d /tmp/pcnode.XXXXXX)
-trap 'bash "$HERE/kube-node-down.sh" "$T"' EXIT
+down() {
+    local t=$SECONDS
+    bash "$HERE/kube-node-down.sh" "$T"
+    echo "kube-node-smoke: node down and removed in $((SECONDS - t)) s" >&2
+}
+trap down EXIT
 now() { date +%s.%N; }
 since() { python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f} s')" "$1"; }
 say() { echo "kube-node-smoke: $*" >&2; }
@@ -207,3 +212,4 @@ t=$(now)
 k POST /apis/networking.k8s.io/v1/namespaces/default/networkpolicies "$T/allow.yaml" >/dev/null
 wait_for "the allow policy to let client in" 30 allowed
 say "allow from role=client lets client -> web through again $(since "$t") after it was created"
+say "state on disk: $(du -sh "$T" | cut -f1) ($(du -sh "$T/containerd" | cut -f1) of it containerd's)"
