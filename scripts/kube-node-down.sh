@@ -19,15 +19,17 @@ for root in "$T"/runc/*/; do
 done
 
 # Every process of the node: node.sh's session (etcd, apiserver, containerd and its shims,
-# kubelet, scheduler, controller-manager, kube-proxy).
+# kubelet, scheduler, controller-manager, kube-proxy). SIGKILL after 3 s: kube-apiserver, its
+# etcd stopping beside it, takes longer than that to end on SIGTERM, and no state is kept.
 if [[ -n "$LEADER" ]]; then
     sid=$(ps -o sid= -p "$LEADER" | tr -d ' ')
     for sig in TERM KILL; do
         [[ -n "$sid" ]] || break
         pids=$(ps -e -o pid=,sid= | awk -v s="$sid" '$2 == s {print $1}')
         [[ -n "$pids" ]] || break
+        [[ $sig == KILL ]] && echo "kube-node-down: still running after SIGTERM: $(ps -o comm= -p "${pids//$'\n'/,}" | xargs)" >&2
         kill -"$sig" $pids 2>/dev/null
-        for _ in $(seq 50); do
+        for _ in $(seq 15); do
             pids=$(ps -e -o pid=,sid= | awk -v s="$sid" '$2 == s {print $1}')
             [[ -z "$pids" ]] && break
             sleep 0.2
