@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End to end on a real single node (scripts/kube-node-up.sh): the pyclassify image imported into
 # containerd, a pod reading the API server through in-cluster config (the `kubernetes` Service via
-# kube-proxy), the DaemonSet of deploy/ scheduled and Ready through its probes, a NetworkPolicy
+# kube-proxy), the Helm chart's DaemonSet installed by helm, scheduled and Ready through its probes, a NetworkPolicy
 # blocking a real pod-to-pod connection and another allowing it, the DaemonSet rolled while the
 # deny holds. Prints how long each step took; tears the node down whatever happens.
 #
@@ -105,24 +105,20 @@ say "pod Ready $(since "$t") after it was created"
 wait_for "an in-cluster read" 30 log_has default incluster "in-cluster read OK via https://10.96.0.1:443"
 say "the pod read the API server through the kubernetes Service (10.96.0.1:443)"
 
-# The DaemonSet of deploy/, with the imported image and the node's own xtables lock file.
-for f in namespace serviceaccount clusterrole clusterrolebinding daemonset; do
-    sed -e 's#image: ghcr.io/pyclassify/pyclassify:.*#image: pcnode.local/pyclassify:0.1.0#' \
-        -e 's#imagePullPolicy: IfNotPresent#imagePullPolicy: Never#' \
-        -e "s#path: /run/xtables.lock#path: $T/xtables.lock#" "$REPO/deploy/$f.yaml" >"$T/$f.yaml"
-done
-k POST /api/v1/namespaces "$T/namespace.yaml" >/dev/null
-k POST /api/v1/namespaces/pyclassify-system/serviceaccounts "$T/serviceaccount.yaml" >/dev/null
-k POST /apis/rbac.authorization.k8s.io/v1/clusterroles "$T/clusterrole.yaml" >/dev/null
-k POST /apis/rbac.authorization.k8s.io/v1/clusterrolebindings "$T/clusterrolebinding.yaml" >/dev/null
+# The DaemonSet of the Helm chart (deploy/helm/pyclassify), installed by helm itself from inside
+# the node's netns, with the imported image.
+HELM=$(bash "$HERE/helm-testenv.sh")
 ds_ready() {
     [[ $(k GET /apis/apps/v1/namespaces/pyclassify-system/daemonsets/pyclassify \
         | json 'd["status"].get("observedGeneration") == d["metadata"]["generation"] and d["status"].get("updatedNumberScheduled") == d["status"].get("numberReady") == 1') == True ]]
 }
 t=$(now)
-k POST /apis/apps/v1/namespaces/pyclassify-system/daemonsets "$T/daemonset.yaml" >/dev/null
+HELM_CACHE_HOME="$T/helm" HELM_CONFIG_HOME="$T/helm" HELM_DATA_HOME="$T/helm" \
+    nsenter --net="/run/netns/$NS" "$HELM" install pyclassify "$REPO/deploy/helm/pyclassify" \
+    --kubeconfig "$T/admin.kubeconfig" --namespace pyclassify-system --create-namespace \
+    --set image.repository=pcnode.local/pyclassify --set image.tag=0.1.0 --set image.pullPolicy=Never >/dev/null
 wait_for "the DaemonSet Ready" 180 ds_ready
-say "DaemonSet Ready $(since "$t") after it was created"
+say "DaemonSet (helm install) Ready $(since "$t") after helm started"
 
 cat >"$T/web.yaml" <<'EOF'
 apiVersion: v1

@@ -24,7 +24,7 @@ NS=pcnode-$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')
 NODE_IP=10.99.0.1
 POD_CIDR=10.88.0.0/16
 mkdir -p "$T"
-PRIVATE_DIRS="/run/containerd /run/netns /var/lib/cni /var/lib/kubelet /var/log/containers"
+PRIVATE_DIRS="/run /var/lib/cni /var/lib/kubelet /var/log/containers"
 for d in $PRIVATE_DIRS; do
     [[ -d "$d" ]] || { mkdir -p "$d"; echo "$d" >>"$T/host-dirs-created"; }
 done
@@ -139,9 +139,10 @@ mount --rbind /sys/fs/cgroup $T/cgroupfs
 mount -t sysfs sysfs /sys
 mount --rbind $T/cgroupfs /sys/fs/cgroup
 umount -l $T/cgroupfs
-# The host paths kubelet, containerd and libcni use whatever they are told (device plugins'
-# sockets, shim sockets, pods' netns files, the CNI result cache, container log links): a tmpfs
-# of this mount namespace over each, so nothing of the node is left on the host's filesystem.
+# The host paths kubelet, containerd and libcni use whatever they are told (/run: shim sockets,
+# pods' netns files, the xtables lock a DaemonSet's hostPath names; device plugins' sockets, the
+# CNI result cache, container log links): a tmpfs of this mount namespace over each, so nothing
+# of the node is left on the host's filesystem.
 for d in $PRIVATE_DIRS; do mount -t tmpfs -o mode=0755 pcnode "\$d"; done
 ip link set lo up
 # The node's address (no dummy module here: a veth pair with both ends in this netns).
