@@ -3,7 +3,8 @@
 # kube-controller-manager and kube-proxy, from Go modules only, the way scripts/kube-testenv.sh builds
 # kube-apiserver (same K8S_VERSION, same staging-module replacement).
 #
-#   bash scripts/kube-node-build.sh   build if missing, print the directory holding bin/
+#   bash scripts/kube-node-build.sh           build if missing, print the directory holding bin/
+#   bash scripts/kube-node-build.sh --check   print that directory if it is built, else exit 1
 #
 # bin/kube-node dispatches on the name it is called by (bin/kubelet, bin/kube-scheduler,
 # bin/kube-controller-manager and bin/kube-proxy are symlinks to it), like the old hyperkube.
@@ -17,6 +18,7 @@ OUT="$CACHE_ROOT/k8s-$K8S_VERSION-node"
 
 complete() { [[ -x "$OUT/bin/kube-node" && -L "$OUT/bin/kubelet" && -f "$OUT/pause-oci.tar" ]]; }
 if complete; then echo "$OUT"; exit 0; fi
+[[ "${1:-}" == "--check" ]] && exit 1
 
 command -v go >/dev/null || { echo "kube-node-build: the Go toolchain (go) is not installed" >&2; exit 1; }
 mkdir -p "$OUT/bin"

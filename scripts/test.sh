@@ -21,6 +21,13 @@ helm_start=$SECONDS
 bash scripts/helm-testenv.sh >/dev/null || echo "helm-testenv: build failed (tests/kube/test_helm.py will report it)"
 echo "   ready after $((SECONDS - helm_start)) s"
 
+# kubelet, kube-scheduler, kube-controller-manager and kube-proxy for the single-node cluster of
+# tests/kube/test_node.py, from Go modules likewise (scripts/kube-node-build.sh), cached by version.
+echo "== kubelet and the node's other binaries for tests/kube/test_node.py (cold build about 9 min, then cached)"
+node_start=$SECONDS
+bash scripts/kube-node-build.sh >/dev/null || echo "kube-node-build: build failed (tests/kube/test_node.py will report it)"
+echo "   ready after $((SECONDS - node_start)) s"
+
 # The pinned module zips the bundled API schemas are written from (scripts/update_schemas.py),
 # fetched and hash-checked once (~65 MB, cached): tests/kinds/test_schema.py regenerates the
 # schemas from them and compares.

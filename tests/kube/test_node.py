@@ -1,0 +1,410 @@
+"""A real single-node cluster (scripts/kube-node-up.sh: etcd, kube-apiserver, containerd with runc,
+kubelet, kube-scheduler, kube-controller-manager and kube-proxy in a network namespace of their
+own, pods on Debian's CNI bridge) with the image of scripts/build-image.sh imported and the Helm
+chart installed by deploy/README.md's command. The kubelet schedules the DaemonSet and makes it
+Ready through its probes; the daemon reads the cluster through in-cluster configuration (the
+``kubernetes`` Service, by kube-proxy); a NetworkPolicy created through the API blocks a real
+connection between two pods while an allowed one keeps working, the kubelet's probes of the
+denied pod still pass; and a rolling update of the DaemonSet, probed by a pod that opens a
+connection every few milliseconds, lets no denied connection open."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pyclassify.kube import load_client
+from pyclassify.kube.client import KubeClient
+from tests.enforce.netns import root_reason
+from tests.kube.apiserver import REPO, free_port
+from tests.kube.test_enforce_kube import RELAY
+from tests.kube.test_helm import CHART
+from tests.kube.test_listwatch import wait_until
+
+pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
+
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+REPOSITORY = "pcnode.local/pyclassify"
+IMAGE = f"{REPOSITORY}:{VERSION}"
+SYSTEM = "pyclassify-system"
+#: The pods' interfaces of the CNI bridge network: the node's own traffic to its pods leaves by it.
+BRIDGE = "cni0"
+#: How often the prober starts a connection (seconds), and how long each may take to open.
+PROBE_EVERY, PROBE_TIMEOUT = 0.005, 0.5
+
+#: A pod's prober: starts a non-blocking connection to HOST:PORT every PROBE_EVERY seconds and
+#: prints, once a second, "START END TRIED OPENED FIRST_OPEN" for the connections it started in
+#: that second (FIRST_OPEN: when the first of them that opened was started, or -).
+PROBER = r"""
+import selectors, socket, sys, time
+host, port, every, limit = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+sel = selectors.DefaultSelector()
+start = time.time()
+tried = opened = 0
+first = None
+
+def report(now):
+    global start, tried, opened, first
+    print("%.3f %.3f %d %d %s" % (start, now, tried, opened, "-" if first is None else "%.3f" % first), flush=True)
+    start, tried, opened, first = now, 0, 0, None
+
+def settle(key):
+    global opened, first
+    sel.unregister(key.fileobj)
+    if key.fileobj.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 and key.data >= start:
+        opened += 1
+        first = key.data if first is None else min(first, key.data)
+    key.fileobj.close()
+
+next_at = time.time()
+while True:
+    now = time.time()
+    if now >= next_at:
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex((host, port))
+        sel.register(s, selectors.EVENT_WRITE, now)
+        tried += 1
+        next_at += every
+    for key, _ in sel.select(timeout=max(0.0, next_at - time.time())):
+        settle(key)
+    now = time.time()
+    for key in [k for k in sel.get_map().values() if now - k.data > limit]:
+        sel.unregister(key.fileobj)
+        key.fileobj.close()
+    if now - start >= 1:
+        report(now)
+"""
+
+
+def _missing() -> str | None:
+    tools = [t for t in ("containerd", "ctr", "runc", "umoci", "debootstrap", "go") if shutil.which(t) is None]
+    if not Path("/usr/lib/cni/bridge").exists():
+        tools.append("containernetworking-plugins")
+    if tools:
+        return f"{', '.join(tools)} not installed (apt-get install containerd containernetworking-plugins ...)"
+    return None
+
+
+def _run(argv: list[str], timeout: float = 3600, **kw: Any) -> str:
+    r = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=timeout, **kw)
+    if r.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} exited {r.returncode}:\n{r.stderr[-4000:]}")
+    return r.stdout
+
+
+@dataclass
+class Node:
+    """The running node: its state directory, network namespace, a kubeconfig reaching its API
+    server from this namespace (through a relay), and helm's command line."""
+
+    dir: Path
+    netns: str
+    kubeconfig: Path
+    helm: list[str]
+
+    def client(self) -> KubeClient:
+        return load_client(str(self.kubeconfig))
+
+    def log(self, ns: str, pod: str, container: str | None = None) -> str:
+        query = [("container", container)] if container else None
+        resp = self.client()._request("GET", f"/api/v1/namespaces/{ns}/pods/{pod}/log", query, None, 30, None)
+        text = resp.read().decode(errors="replace")
+        assert resp.status == 200, f"log of {ns}/{pod}: {resp.status} {text[:500]}"
+        return text
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    reason = _missing()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    image = Path(_run(["bash", "scripts/build-image.sh"]).strip())
+    helm = _run(["bash", "scripts/helm-testenv.sh"]).strip()
+    _run(["bash", "scripts/kube-node-build.sh"])
+    state = Path(f"/tmp/pcnode-test-{uuid.uuid4().hex[:8]}")
+    relays: list[subprocess.Popen[str]] = []
+    try:
+        netns = _run(["bash", "scripts/kube-node-up.sh", str(state)], timeout=600).strip()
+        # The image into containerd's k8s.io namespace, under the name the chart is given.
+        tar = state / "image.tar"
+        _run(["tar", "-C", str(image), "-cf", str(tar), "."])
+        sock = str(state / "containerd.sock")
+        _run(["ctr", "-a", sock, "-n", "k8s.io", "images", "import", "--base-name", REPOSITORY, str(tar)])
+        tar.unlink()
+        # The API server listens in the node's namespace; a relay brings it to this one's
+        # loopback (127.0.0.1 is in its certificate).
+        relay_sock = str(state / "apiserver.sock")
+        inside = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{netns}", sys.executable, "-c", RELAY, "unix-to-tcp", relay_sock, "6443"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        relays.append(inside)
+        assert inside.stdout is not None and inside.stdout.readline().strip() == "ready"
+        port = free_port()
+        outside = subprocess.Popen(
+            [sys.executable, "-c", RELAY, "tcp-to-unix", str(port), relay_sock], stdout=subprocess.PIPE, text=True
+        )
+        relays.append(outside)
+        assert outside.stdout is not None and outside.stdout.readline().strip() == "ready"
+        token = (state / "pki" / "tokens.csv").read_text().split(",")[0]
+        kubeconfig = state / "host.kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters: [{{name: pcnode, cluster: {{server: 'https://127.0.0.1:{port}', "
+            f"certificate-authority: '{state}/pki/ca.crt'}}}}]\n"
+            f"users: [{{name: admin, user: {{token: '{token}'}}}}]\n"
+            "contexts: [{name: pcnode, context: {cluster: pcnode, user: admin}}]\ncurrent-context: pcnode\n"
+        )
+        helm_env = [f"HELM_{d}_HOME={state}/helm" for d in ("CACHE", "CONFIG", "DATA")]
+        yield Node(state, netns, kubeconfig, ["env", *helm_env, helm, "--kubeconfig", str(kubeconfig)])
+    finally:
+        for p in relays:
+            p.kill()
+            p.wait()
+        if state.exists():
+            subprocess.run(["bash", "scripts/kube-node-down.sh", str(state)], cwd=REPO, timeout=120)
+
+
+def daemonset(kc: KubeClient) -> dict[str, Any]:
+    return kc.request("GET", f"/apis/apps/v1/namespaces/{SYSTEM}/daemonsets/pyclassify")
+
+
+def rolled_out(kc: KubeClient) -> bool:
+    status = daemonset(kc)["status"]
+    ds = daemonset(kc)
+    return (
+        status.get("observedGeneration") == ds["metadata"]["generation"]
+        and status.get("desiredNumberScheduled") == status.get("updatedNumberScheduled") == 1
+        and status.get("numberReady") == status.get("numberAvailable") == 1
+    )
+
+
+def daemon_pods(kc: KubeClient) -> list[dict[str, Any]]:
+    query = [("labelSelector", "app.kubernetes.io/name=pyclassify")]
+    return kc.request("GET", f"/api/v1/namespaces/{SYSTEM}/pods", query)["items"]
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def pod(kc: KubeClient, ns: str, name: str) -> dict[str, Any]:
+    return kc.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+
+
+def run_pod(kc: KubeClient, ns: str, name: str, labels: dict[str, str], argv: list[str], **spec: Any) -> None:
+    container: dict[str, Any] = {"name": name, "image": IMAGE, "imagePullPolicy": "Never", "command": argv}
+    container.update(spec)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"terminationGracePeriodSeconds": 1, "dnsPolicy": "Default", "containers": [container]},
+    }
+    kc.request("POST", f"/api/v1/namespaces/{ns}/pods", body=body)
+
+
+@pytest.fixture(scope="module")
+def installed(node: Node) -> Node:
+    """deploy/README.md's `helm install`, with the imported image and the bridge's interfaces;
+    the DaemonSet scheduled and Ready."""
+    _run(
+        [
+            *node.helm,
+            "install",
+            "pyclassify",
+            str(CHART),
+            "--namespace",
+            SYSTEM,
+            "--create-namespace",
+            "--set",
+            f"image.repository={REPOSITORY}",
+            "--set",
+            "image.pullPolicy=Never",
+            "--set",
+            f"workloadInterfacePrefix={BRIDGE}",
+        ]
+    )
+    kc = node.client()
+    wait_until(lambda: rolled_out(kc), "the DaemonSet scheduled and Ready", timeout=180)
+    return node
+
+
+@dataclass
+class Workloads:
+    """A web server and two probers of it in one namespace: ``client`` (to be denied) and
+    ``friend`` (to be allowed)."""
+
+    ns: str
+    web_ip: str
+
+
+@pytest.fixture(scope="module")
+def workloads(installed: Node) -> Workloads:
+    kc = installed.client()
+    ns = "shop"
+    kc.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    wait_until(
+        lambda: kc.request("GET", f"/api/v1/namespaces/{ns}/serviceaccounts")["items"],
+        "the namespace's default ServiceAccount",
+        timeout=60,
+    )
+    run_pod(
+        kc,
+        ns,
+        "web",
+        {"app": "web"},
+        ["python3", "-m", "http.server", "8080", "--directory", "/tmp"],
+        readinessProbe={"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+    )
+    wait_until(lambda: ready(pod(kc, ns, "web")), "pod web Ready", timeout=120)
+    web_ip = pod(kc, ns, "web")["status"]["podIP"]
+    for name, role in (("client", "client"), ("friend", "friend")):
+        argv = ["python3", "-c", PROBER, web_ip, "8080", str(PROBE_EVERY), str(PROBE_TIMEOUT)]
+        run_pod(kc, ns, name, {"role": role}, argv)
+    for name in ("client", "friend"):
+        wait_until(lambda: ready(pod(kc, ns, name)), f"pod {name} Ready", timeout=120)  # noqa: B023
+    return Workloads(ns, web_ip)
+
+
+@dataclass
+class Probe:
+    start: float
+    end: float
+    tried: int
+    opened: int
+    first_open: float | None
+
+
+def probes(node: Node, ns: str, name: str) -> list[Probe]:
+    out = []
+    for line in node.log(ns, name).splitlines():
+        start, end, tried, opened, first = line.split()
+        out.append(Probe(float(start), float(end), int(tried), int(opened), None if first == "-" else float(first)))
+    return out
+
+
+def opened_since(node: Node, ns: str, name: str, since: float) -> tuple[int, int]:
+    """(tried, opened) of the prober's seconds that began at or after ``since``."""
+    seconds = [p for p in probes(node, ns, name) if p.start >= since]
+    return sum(p.tried for p in seconds), sum(p.opened for p in seconds)
+
+
+def test_the_daemonset_is_ready_through_its_probes_and_reads_the_cluster_in_cluster(installed: Node) -> None:
+    kc = installed.client()
+    (daemon,) = daemon_pods(kc)
+    spec = daemon["spec"]
+    (container,) = spec["containers"]
+    assert spec["nodeName"] == "pcnode" and ready(daemon)
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert "--in-cluster" in container["args"]
+    # In-cluster configuration: the kubelet gave the pod the `kubernetes` Service's address
+    # (kube-proxy's rule to the API server), and the daemon listed the cluster through it.
+    log = installed.log(SYSTEM, daemon["metadata"]["name"])
+    events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    (start,) = [e for e in events if e.get("event") == "start"]
+    assert start["node"] == "pcnode" and start["fail"] == "closed", start
+
+
+def test_a_network_policy_blocks_a_real_connection_and_an_allowed_one_keeps_working(
+    installed: Node, workloads: Workloads
+) -> None:
+    kc = installed.client()
+    ns = workloads.ns
+    # Nothing in force yet: both probers reach web.
+    t = time.time()
+    wait_until(lambda: opened_since(installed, ns, "client", t)[1] > 0, "client -> web with no policy", timeout=30)
+    wait_until(lambda: opened_since(installed, ns, "friend", t)[1] > 0, "friend -> web with no policy", timeout=30)
+    policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "web-from-friends", "namespace": ns},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "web"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "friend"}}}], "ports": [{"port": 8080}]}],
+        },
+    }
+    created = time.time()
+    kc.request("POST", f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies", body=policy)
+
+    def client_blocked() -> float | None:
+        seconds = [p for p in probes(installed, ns, "client") if p.start >= created]
+        return seconds[-1].end if len(seconds) >= 2 and seconds[-1].opened == seconds[-2].opened == 0 else None
+
+    blocked_at = wait_until(client_blocked, "the policy to block client -> web", timeout=30)
+    # The allowed prober's seconds from then on (reported once a second).
+    tried, opened = wait_until(
+        lambda: (t := opened_since(installed, ns, "friend", blocked_at))[0] > 100 and t,
+        "the allowed prober's report after the block",
+        timeout=10,
+    )
+    assert tried > 100 and opened > 0.9 * tried, f"friend -> web: {opened} of {tried} opened under the policy"
+    # The kubelet's readiness probe of web, from the node, is not judged (workloadInterfacePrefix).
+    time.sleep(3)
+    assert ready(pod(kc, ns, "web"))
+
+
+def test_a_rolling_update_of_the_daemonset_opens_no_denied_connection(
+    installed: Node, workloads: Workloads, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kc = installed.client()
+    ns = workloads.ns
+    (before,) = daemon_pods(kc)
+    rolled = time.time()
+    # What `kubectl rollout restart` writes.
+    restarted = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rolled))
+    patch = {"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": restarted}}}}}
+    kc.request(
+        "PATCH",
+        f"/apis/apps/v1/namespaces/{SYSTEM}/daemonsets/pyclassify",
+        body=patch,
+        content_type="application/strategic-merge-patch+json",
+    )
+    wait_until(
+        lambda: rolled_out(kc) and [p["metadata"]["uid"] for p in daemon_pods(kc)] != [before["metadata"]["uid"]],
+        "the DaemonSet rolled to a new pod, Ready",
+        timeout=180,
+    )
+    done = time.time()
+    time.sleep(2.5)  # the prober's seconds that cover the end of the roll are reported
+    seconds = [p for p in probes(installed, ns, "client") if p.end > rolled and p.start < done]
+    tried = sum(p.tried for p in seconds)
+    opened = [p for p in seconds if p.opened]
+    window = (max(p.end for p in opened) - min(p.first_open or p.start for p in opened)) if opened else 0.0
+    friend = [p for p in probes(installed, ns, "friend") if p.end > rolled and p.start < done]
+    friend_tried, friend_opened = sum(p.tried for p in friend), sum(p.opened for p in friend)
+    with capsys.disabled():
+        # Allowed connections started while no daemon reads the queue are dropped (fail closed):
+        # their count times the probing interval is how long new allowed connections waited.
+        print(
+            f"\nrolling update: {done - rolled:.1f} s from the patch to the new pod Ready; the denied prober"
+            f" started {tried} connections in it (one every {PROBE_EVERY * 1000:.0f} ms),"
+            f" {sum(p.opened for p in opened)} opened (window {window:.3f} s); the allowed one opened"
+            f" {friend_opened} of {friend_tried}"
+            f" (about {(friend_tried - friend_opened) * PROBE_EVERY:.1f} s of new allowed connections dropped)"
+        )
+    assert tried >= 0.5 * (done - rolled) / PROBE_EVERY, f"the prober started only {tried} connections"
+    assert not opened, f"denied connections opened during the rolling update: {opened}"
+    # The new daemon enforces: the allowed prober gets through again, the denied one still not.
+    after = time.time()
+    wait_until(lambda: opened_since(installed, ns, "friend", after)[1] > 0, "friend -> web after the roll", timeout=30)
+    assert opened_since(installed, ns, "client", rolled)[1] == 0
