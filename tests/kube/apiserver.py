@@ -21,6 +21,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,51 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def followed_kind_crds(crd_dir: Path | None) -> list[dict[str, Any]]:
+    """The CRDs of the kinds pyclassify follows: the upstream definitions in ``crd_dir``
+    (scripts/kube-testenv.sh fetches them), a minimal one for each kind it has none of."""
+    out = []
+    if crd_dir is not None:
+        for f in sorted(crd_dir.glob("*.yaml")):
+            out += [d for d in yaml.safe_load_all(f.read_text()) if d and d.get("kind") == "CustomResourceDefinition"]
+    have = {c["metadata"]["name"] for c in out}
+    out += [c for c in (minimal_crd(*m) for m in MINIMAL_CRDS) if c["metadata"]["name"] not in have]
+    return out
+
+
+def install_crds(
+    request: Callable[..., Any], crds: list[dict[str, Any]], not_found: type[Exception], timeout: float = 60
+) -> None:
+    """Create ``crds`` with ``request(method, path, body)`` and wait until each is Established
+    and its group answers a list (``not_found``: what ``request`` raises until then)."""
+    for crd in crds:
+        request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    deadline = time.monotonic() + timeout
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        while True:
+            got = request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+            conditions = {c["type"]: c["status"] for c in (got.get("status") or {}).get("conditions") or ()}
+            if conditions.get("Established") == "True":
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"CRD {name} not established: {conditions}")
+            time.sleep(0.2)
+    # Discovery of the new groups: wait until each answers a list.
+    for crd in crds:
+        spec = crd["spec"]
+        version = next(v["name"] for v in spec["versions"] if v.get("served"))
+        path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
+        while True:
+            try:
+                request("GET", path)
+                break
+            except not_found:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
 
 def minimal_crd(group: str, version: str, kind: str, plural: str, scope: str) -> dict[str, Any]:
@@ -307,41 +353,7 @@ class KubeCluster:
         self.kubeconfig.write_text(yaml.safe_dump(config))
 
     def crds(self) -> list[dict[str, Any]]:
-        out = []
-        if self.crd_dir is not None:
-            for f in sorted(self.crd_dir.glob("*.yaml")):
-                out += [
-                    d for d in yaml.safe_load_all(f.read_text()) if d and d.get("kind") == "CustomResourceDefinition"
-                ]
-        have = {c["metadata"]["name"] for c in out}
-        out += [c for c in (minimal_crd(*m) for m in MINIMAL_CRDS) if c["metadata"]["name"] not in have]
-        return out
+        return followed_kind_crds(self.crd_dir)
 
     def _install_crds(self) -> None:
-        names = []
-        for crd in self.crds():
-            self.http("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-            names.append(crd["metadata"]["name"])
-        deadline = time.monotonic() + 60
-        for name in names:
-            while True:
-                got = self.http("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-                conditions = {c["type"]: c["status"] for c in (got.get("status") or {}).get("conditions") or ()}
-                if conditions.get("Established") == "True":
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"CRD {name} not established: {conditions}")
-                time.sleep(0.2)
-        # Discovery of the new groups: wait until each answers a list.
-        for crd in self.crds():
-            spec = crd["spec"]
-            version = next(v["name"] for v in spec["versions"] if v.get("served"))
-            path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"
-            while True:
-                try:
-                    self.http("GET", path)
-                    break
-                except urllib.error.HTTPError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
+        install_crds(self.http, self.crds(), urllib.error.HTTPError)

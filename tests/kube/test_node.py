@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 from pyclassify.kube import load_client
-from pyclassify.kube.client import KubeClient
+from pyclassify.kube.client import ApiException, KubeClient
 from tests.enforce.netns import root_reason
-from tests.kube.apiserver import REPO, free_port
+from tests.kube.apiserver import REPO, followed_kind_crds, free_port, install_crds
 from tests.kube.test_enforce_kube import RELAY
 from tests.kube.test_helm import CHART
 from tests.kube.test_listwatch import wait_until
@@ -89,6 +89,53 @@ while True:
 """
 
 
+#: The web pod: HTTP on 8080 (the probers', the kubelet's readiness probe) and an echo server on
+#: 9000 (the keeper's held connection).
+SERVER = r"""
+import http.server, socket, socketserver, threading
+
+class Echo(socketserver.BaseRequestHandler):
+    def handle(self):
+        while data := self.request.recv(4096):
+            self.request.sendall(data)
+
+socketserver.ThreadingTCPServer.allow_reuse_address = True
+echo = socketserver.ThreadingTCPServer(("", 9000), Echo)
+threading.Thread(target=echo.serve_forever, daemon=True).start()
+http.server.ThreadingHTTPServer(("", 8080), http.server.SimpleHTTPRequestHandler).serve_forever()
+"""
+
+#: A pod holding one connection to HOST:PORT open, a byte sent and its echo awaited every 10 ms:
+#: prints "START END SENT ECHOED" once a second, and "broken REASON" if the connection fails.
+KEEPER = r"""
+import socket, sys, time
+host, port = sys.argv[1], int(sys.argv[2])
+while True:
+    try:
+        conn = socket.create_connection((host, port), timeout=2)
+        break
+    except OSError:
+        time.sleep(0.1)
+start, sent, echoed = time.time(), 0, 0
+while True:
+    try:
+        conn.sendall(b"x")
+        sent += 1
+        if conn.recv(1) != b"x":
+            raise OSError("closed")
+        echoed += 1
+    except OSError as e:
+        print("broken %r" % e, flush=True)
+        break
+    now = time.time()
+    if now - start >= 1:
+        print("%.3f %.3f %d %d" % (start, now, sent, echoed), flush=True)
+        start, sent, echoed = now, 0, 0
+    time.sleep(0.01)
+time.sleep(3600)
+"""
+
+
 def _missing() -> str | None:
     tools = [t for t in ("containerd", "ctr", "runc", "umoci", "debootstrap", "go") if shutil.which(t) is None]
     if not Path("/usr/lib/cni/bridge").exists():
@@ -136,6 +183,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     image = Path(_run(["bash", "scripts/build-image.sh"]).strip())
     helm = _run(["bash", "scripts/helm-testenv.sh"]).strip()
     _run(["bash", "scripts/kube-node-build.sh"])
+    crds = followed_kind_crds(Path(_run(["bash", "scripts/kube-testenv.sh"]).strip()) / "crds")
     state = Path(f"/tmp/pcnode-test-{uuid.uuid4().hex[:8]}")
     relays: list[subprocess.Popen[str]] = []
     try:
@@ -171,6 +219,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
             f"users: [{{name: admin, user: {{token: '{token}'}}}}]\n"
             "contexts: [{name: pcnode, context: {cluster: pcnode, user: admin}}]\ncurrent-context: pcnode\n"
         )
+        # The kinds pyclassify follows, as in a cluster running Calico and the network policy API.
+        kc = load_client(str(kubeconfig))
+        install_crds(lambda method, path, body=None: kc.request(method, path, body=body), crds, ApiException)
         helm_env = [f"HELM_{d}_HOME={state}/helm" for d in ("CACHE", "CONFIG", "DATA")]
         yield Node(state, netns, kubeconfig, ["env", *helm_env, helm, "--kubeconfig", str(kubeconfig)])
     finally:
@@ -271,7 +322,7 @@ def workloads(installed: Node) -> Workloads:
         ns,
         "web",
         {"app": "web"},
-        ["python3", "-m", "http.server", "8080", "--directory", "/tmp"],
+        ["python3", "-c", SERVER],
         readinessProbe={"tcpSocket": {"port": 8080}, "periodSeconds": 1},
     )
     wait_until(lambda: ready(pod(kc, ns, "web")), "pod web Ready", timeout=120)
@@ -279,7 +330,8 @@ def workloads(installed: Node) -> Workloads:
     for name, role in (("client", "client"), ("friend", "friend")):
         argv = ["python3", "-c", PROBER, web_ip, "8080", str(PROBE_EVERY), str(PROBE_TIMEOUT)]
         run_pod(kc, ns, name, {"role": role}, argv)
-    for name in ("client", "friend"):
+    run_pod(kc, ns, "keeper", {"role": "friend"}, ["python3", "-c", KEEPER, web_ip, "9000"])
+    for name in ("client", "friend", "keeper"):
         wait_until(lambda: ready(pod(kc, ns, name)), f"pod {name} Ready", timeout=120)  # noqa: B023
     return Workloads(ns, web_ip)
 
@@ -299,6 +351,18 @@ def probes(node: Node, ns: str, name: str) -> list[Probe]:
         start, end, tried, opened, first = line.split()
         out.append(Probe(float(start), float(end), int(tried), int(opened), None if first == "-" else float(first)))
     return out
+
+
+def held(node: Node, ns: str) -> tuple[list[tuple[float, float, int, int]], list[str]]:
+    """The keeper's seconds (start, end, sent, echoed), and its "broken" lines."""
+    seconds, broken = [], []
+    for line in node.log(ns, "keeper").splitlines():
+        if line.startswith("broken"):
+            broken.append(line)
+        else:
+            start, end, sent, echoed = line.split()
+            seconds.append((float(start), float(end), int(sent), int(echoed)))
+    return seconds, broken
 
 
 def opened_since(node: Node, ns: str, name: str, since: float) -> tuple[int, int]:
@@ -340,7 +404,12 @@ def test_a_network_policy_blocks_a_real_connection_and_an_allowed_one_keeps_work
         "spec": {
             "podSelector": {"matchLabels": {"app": "web"}},
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "friend"}}}], "ports": [{"port": 8080}]}],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": {"role": "friend"}}}],
+                    "ports": [{"port": 8080}, {"port": 9000}],
+                }
+            ],
         },
     }
     created = time.time()
@@ -358,6 +427,9 @@ def test_a_network_policy_blocks_a_real_connection_and_an_allowed_one_keeps_work
         timeout=10,
     )
     assert tried > 100 and opened > 0.9 * tried, f"friend -> web: {opened} of {tried} opened under the policy"
+    # The keeper's connection, opened before the policy and allowed by it, was not cut.
+    seconds, broken = held(installed, ns)
+    assert not broken and seconds[-1][3] > 0, (broken, seconds[-3:])
     # The kubelet's readiness probe of web, from the node, is not judged (workloadInterfacePrefix).
     time.sleep(3)
     assert ready(pod(kc, ns, "web"))
@@ -392,6 +464,8 @@ def test_a_rolling_update_of_the_daemonset_opens_no_denied_connection(
     window = (max(p.end for p in opened) - min(p.first_open or p.start for p in opened)) if opened else 0.0
     friend = [p for p in probes(installed, ns, "friend") if p.end > rolled and p.start < done]
     friend_tried, friend_opened = sum(p.tried for p in friend), sum(p.opened for p in friend)
+    kept, broken = held(installed, ns)
+    kept = [k for k in kept if k[1] > rolled and k[0] < done]
     with capsys.disabled():
         # Allowed connections started while no daemon reads the queue are dropped (fail closed):
         # their count times the probing interval is how long new allowed connections waited.
@@ -400,10 +474,14 @@ def test_a_rolling_update_of_the_daemonset_opens_no_denied_connection(
             f" started {tried} connections in it (one every {PROBE_EVERY * 1000:.0f} ms),"
             f" {sum(p.opened for p in opened)} opened (window {window:.3f} s); the allowed one opened"
             f" {friend_opened} of {friend_tried}"
-            f" (about {(friend_tried - friend_opened) * PROBE_EVERY:.1f} s of new allowed connections dropped)"
+            f" (about {(friend_tried - friend_opened) * PROBE_EVERY:.1f} s of new allowed connections dropped);"
+            f" the held connection echoed {sum(k[3] for k in kept)} of {sum(k[2] for k in kept)} bytes"
         )
     assert tried >= 0.5 * (done - rolled) / PROBE_EVERY, f"the prober started only {tried} connections"
     assert not opened, f"denied connections opened during the rolling update: {opened}"
+    # An established allowed connection is not held up by the roll: accepted ahead of the queue,
+    # by the rules the stopping daemon keeps, it echoes every second of it.
+    assert not broken and kept and all(k[3] > 0 for k in kept), (broken, kept)
     # The new daemon enforces: the allowed prober gets through again, the denied one still not.
     after = time.time()
     wait_until(lambda: opened_since(installed, ns, "friend", after)[1] > 0, "friend -> web after the roll", timeout=30)
