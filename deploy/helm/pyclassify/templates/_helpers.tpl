@@ -31,3 +31,25 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- .Values.metrics.host | trimPrefix "[" | trimSuffix "]" -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The admission webhook's objects: the release's full name and "-webhook" (pyclassify-webhook
+     for a release named pyclassify, as deploy/webhook/ names them). */}}
+{{- define "pyclassify.webhook.name" -}}
+{{- printf "%s-webhook" (include "pyclassify.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "pyclassify.webhook.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}-webhook
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "pyclassify.webhook.labels" -}}
+{{ include "pyclassify.webhook.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "pyclassify.webhook.selfSigned" -}}
+{{- if eq .Values.webhook.certificates.mode "self-signed" -}}true{{- end -}}
+{{- end -}}
