@@ -1,12 +1,15 @@
 """A real single-node cluster (scripts/kube-node-up.sh: etcd, kube-apiserver, containerd with runc,
 kubelet, kube-scheduler, kube-controller-manager and kube-proxy in a network namespace of their
 own, pods on Debian's CNI bridge) with the image of scripts/build-image.sh imported and the Helm
-chart installed by deploy/README.md's command. The kubelet schedules the DaemonSet and makes it
+chart installed by deploy/README.md's command, the webhook on. The kubelet schedules the DaemonSet and makes it
 Ready through its probes; the daemon reads the cluster through in-cluster configuration (the
 ``kubernetes`` Service, by kube-proxy); a NetworkPolicy created through the API blocks a real
 connection between two pods while an allowed one keeps working, the kubelet's probes of the
 denied pod still pass; and a rolling update of the DaemonSet, probed by a pod that opens a
-connection every few milliseconds, lets no denied connection open."""
+connection every few milliseconds, lets no denied connection open and holds up no established
+one. The chart's admission webhook, installed with it, is called by the API server through its
+Service: a ContainerAdmissionPolicy created through the API admits and refuses real Pods, and
+with every replica gone the configuration's failurePolicy applies (Fail, then Ignore)."""
 
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["versi
 REPOSITORY = "pcnode.local/pyclassify"
 IMAGE = f"{REPOSITORY}:{VERSION}"
 SYSTEM = "pyclassify-system"
+WEBHOOK = "pyclassify-webhook"
 #: The pods' interfaces of the CNI bridge network: the node's own traffic to its pods leaves by it.
 BRIDGE = "cni0"
 #: How often the prober starts a connection (seconds), and how long each may take to open.
@@ -274,8 +278,9 @@ def run_pod(kc: KubeClient, ns: str, name: str, labels: dict[str, str], argv: li
 
 @pytest.fixture(scope="module")
 def installed(node: Node) -> Node:
-    """deploy/README.md's `helm install`, with the imported image and the bridge's interfaces;
-    the DaemonSet scheduled and Ready."""
+    """deploy/README.md's `helm install` with the webhook on, the imported image and the
+    bridge's interfaces; the DaemonSet and the webhook's Deployment Ready (with failurePolicy
+    Fail, no Pod outside the release's namespace is admitted before the webhook answers)."""
     _run(
         [
             *node.helm,
@@ -288,6 +293,8 @@ def installed(node: Node) -> Node:
             "--set",
             f"image.repository={REPOSITORY}",
             "--set",
+            "webhook.enabled=true",
+            "--set",
             "image.pullPolicy=Never",
             "--set",
             f"workloadInterfacePrefix={BRIDGE}",
@@ -295,7 +302,13 @@ def installed(node: Node) -> Node:
     )
     kc = node.client()
     wait_until(lambda: rolled_out(kc), "the DaemonSet scheduled and Ready", timeout=180)
+    wait_until(lambda: webhook_ready(kc) == 2, "the webhook's two replicas Ready", timeout=180)
     return node
+
+
+def webhook_ready(kc: KubeClient) -> int:
+    status = kc.request("GET", f"/apis/apps/v1/namespaces/{SYSTEM}/deployments/{WEBHOOK}")["status"]
+    return int(status.get("readyReplicas") or 0)
 
 
 @dataclass
@@ -486,3 +499,88 @@ def test_a_rolling_update_of_the_daemonset_opens_no_denied_connection(
     after = time.time()
     wait_until(lambda: opened_since(installed, ns, "friend", after)[1] > 0, "friend -> web after the roll", timeout=30)
     assert opened_since(installed, ns, "client", rolled)[1] == 0
+
+
+def admit(kc: KubeClient, ns: str, name: str, image: str) -> str | None:
+    """None if the API server created the Pod, else the message it refused it with."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}],
+        },
+    }
+    try:
+        kc.request("POST", f"/api/v1/namespaces/{ns}/pods", body=body)
+    except ApiException as e:
+        return str(json.loads(e.body or "{}").get("message") or e.body)
+    return None
+
+
+def test_the_webhook_admits_and_rejects_pods_per_policy_and_applies_its_failure_policy(installed: Node) -> None:
+    """Last: it scales the webhook down."""
+    kc = installed.client()
+    ns = "admitted"
+    kc.request(
+        "POST",
+        "/api/v1/namespaces",
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"images": "local"}}},
+    )
+    wait_until(lambda: kc.request("GET", f"/api/v1/namespaces/{ns}/serviceaccounts")["items"], "ServiceAccount", 60)
+    policy = {
+        "apiVersion": "containersecurity.tigera.io/v1beta1",
+        "kind": "ContainerAdmissionPolicy",
+        "metadata": {"name": "local-images-only"},
+        "spec": {
+            "order": 1,
+            "selector": "all()",
+            "namespaceSelector": "images == 'local'",
+            "rules": [
+                {"action": "Reject", "imagePath": {"operator": "IsNoneOf", "values": ["^pcnode[.]local/.*"]}},
+                {"action": "Allow"},
+            ],
+        },
+    }
+    kc.request("POST", "/apis/containersecurity.tigera.io/v1beta1/containeradmissionpolicies", body=policy)
+    # The webhook follows the policies through the API: until it has this one, Pods are admitted.
+    refused = wait_until(
+        lambda: (m := admit(kc, ns, f"probe-{uuid.uuid4().hex[:6]}", "docker.io/library/nginx:1")) and m,
+        "the webhook to refuse an image from elsewhere",
+        timeout=30,
+    )
+    assert "local-images-only" in refused or "Reject" in refused or "denied" in refused, refused
+    # An image the policy allows is admitted, scheduled and runs.
+    assert admit(kc, ns, "local", IMAGE) is None
+    wait_until(lambda: (pod(kc, ns, "local").get("status") or {}).get("phase") == "Running", "pod local Running", 120)
+    # A namespace the policy does not select: admitted whatever the image.
+    assert admit(kc, "shop", "elsewhere", "docker.io/library/nginx:1") is None
+    # The webhook down (every replica gone): failurePolicy Fail refuses Pods the API server
+    # cannot have judged; the chart's webhook.failurePolicy=Ignore admits them unjudged.
+    scale_webhook_to_zero(kc)
+    refused = admit(kc, ns, "while-down", IMAGE)
+    assert refused is not None and "failed calling webhook" in refused, refused
+    upgrade = ["upgrade", "pyclassify", str(CHART), "--namespace", SYSTEM, "--reuse-values"]
+    _run([*installed.helm, *upgrade, "--set", "webhook.failurePolicy=Ignore"])
+    configuration = kc.request(
+        "GET", f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{WEBHOOK}"
+    )
+    assert configuration["webhooks"][0]["failurePolicy"] == "Ignore"
+    scale_webhook_to_zero(kc)
+    assert admit(kc, ns, "ignored", IMAGE) is None
+
+
+def scale_webhook_to_zero(kc: KubeClient) -> None:
+    kc.request(
+        "PATCH",
+        f"/apis/apps/v1/namespaces/{SYSTEM}/deployments/{WEBHOOK}",
+        body={"spec": {"replicas": 0}},
+        content_type="application/merge-patch+json",
+    )
+    selector = [("labelSelector", f"app.kubernetes.io/name={WEBHOOK}")]
+    wait_until(
+        lambda: not kc.request("GET", f"/api/v1/namespaces/{SYSTEM}/pods", selector)["items"],
+        "the webhook's pods gone",
+        timeout=60,
+    )
