@@ -12,7 +12,7 @@
 # assembled with umoci, as registry.k8s.io/pause cannot be pulled here.
 set -euo pipefail
 
-K8S_VERSION=${K8S_VERSION:-v1.34.4}
+source "$(dirname "${BASH_SOURCE[0]}")/k8s-modules.sh"
 CACHE_ROOT=${PYCLASSIFY_KUBE_CACHE:-${HOME:-/root}/.cache/pyclassify-kube}
 OUT="$CACHE_ROOT/k8s-$K8S_VERSION-node"
 
@@ -34,21 +34,7 @@ started=$SECONDS
 if [[ ! -x "$OUT/bin/kube-node" ]]; then
     mkdir -p "$work/node"
     cd "$work/node"
-    curl -fsS "$GOPROXY/k8s.io/kubernetes/@v/$K8S_VERSION.mod" -o kubernetes.mod 2>/dev/null \
-        || go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null
-    [[ -s kubernetes.mod ]] || cp "$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.mod" kubernetes.mod
-    staging=${K8S_VERSION/#v1./v0.}
-    {
-        echo "module pyclassify.test/kube-node"
-        echo
-        grep -m1 '^go ' kubernetes.mod
-        echo
-        echo "require k8s.io/kubernetes $K8S_VERSION"
-        echo
-        echo "replace ("
-        sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging"'#p' kubernetes.mod
-        echo ")"
-    } >go.mod
+    k8s_gomod pyclassify.test/kube-node
     cat >main.go <<'EOF'
 package main
 
@@ -88,12 +74,7 @@ func main() {
 	os.Exit(cli.Run(command))
 }
 EOF
-    minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-    ldflags="-s -w"
-    for kv in "gitVersion=$K8S_VERSION" "gitMajor=1" "gitMinor=$minor" "gitTreeState=clean" \
-              "buildDate=1970-01-01T00:00:00Z"; do
-        ldflags="$ldflags -X k8s.io/component-base/version.$kv"
-    done
+    ldflags=$(k8s_ldflags)
     go mod tidy >&2
     go build -trimpath -ldflags="$ldflags" -o "$OUT/bin/kube-node.tmp" . >&2
     mv "$OUT/bin/kube-node.tmp" "$OUT/bin/kube-node"

@@ -24,12 +24,26 @@ NS=pcnode-$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')
 NODE_IP=10.99.0.1
 POD_CIDR=10.88.0.0/16
 mkdir -p "$T"
+echo "$NS" >"$T/netns"  # first: kube-node-down.sh acts only on a directory naming its netns
+if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+    echo "kube-node-up: the host has the unified cgroup hierarchy (v2); this node needs the v1 hierarchies" >&2
+    exit 1
+fi
+# Pod-to-pod packets on the CNI bridge reach iptables (the enforcer's and kube-proxy's rules)
+# only through br_netfilter.
+modprobe br_netfilter 2>/dev/null || true
+if [[ ! -e /proc/sys/net/bridge/bridge-nf-call-iptables ]]; then
+    echo "kube-node-up: br_netfilter is not available (modprobe br_netfilter): bridged pod traffic would bypass iptables" >&2
+    exit 1
+fi
+for tool in openssl containerd ctr runc curl; do
+    command -v "$tool" >/dev/null || { echo "kube-node-up: $tool is not installed" >&2; exit 1; }
+done
 PRIVATE_DIRS="/run /var/lib/cni /var/lib/kubelet /var/log/containers"
 for d in $PRIVATE_DIRS; do
     [[ -d "$d" ]] || { mkdir -p "$d"; echo "$d" >>"$T/host-dirs-created"; }
 done
 mkdir -p "$T"/{pod-logs,pki,etcd,containerd/root,containerd/state,runc,cni/net.d,cni/ipam,kubelet,logs}
-echo "$NS" >"$T/netns"
 
 # --- PKI: one CA; the API server's certificate valid for every name a client uses ---
 cd "$T/pki"
@@ -89,7 +103,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        BinaryName = "/usr/sbin/runc"
+        BinaryName = "$(command -v runc)"
         Root = "$T/runc"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
@@ -121,7 +135,10 @@ authorization: {mode: Webhook}
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-protectKernelDefaults: false
+# The kernel tunables kubelet wants (host-wide, not of a namespace) are shown to it by files
+# bound over /proc/sys in the node's mount namespace (node.sh): it finds them set and writes
+# nothing; a tunable a later kubelet adds fails its start instead of changing the host.
+protectKernelDefaults: true
 makeIPTablesUtilChains: true
 resolvConf: /etc/resolv.conf
 podLogsDir: $T/pod-logs
@@ -143,7 +160,16 @@ umount -l $T/cgroupfs
 # pods' netns files, the xtables lock a DaemonSet's hostPath names; device plugins' sockets, the
 # CNI result cache, container log links): a tmpfs of this mount namespace over each, so nothing
 # of the node is left on the host's filesystem.
-for d in $PRIVATE_DIRS; do mount -t tmpfs -o mode=0755 pcnode "\$d"; done
+for d in $PRIVATE_DIRS; do mount -t tmpfs -o mode=0755 pcnode "\$d" || exit 1; done
+# kubelet's kernel tunables, as it wants them, in this mount namespace only.
+mkdir -p $T/sysctl
+for kv in vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1 \
+          kernel/keys/root_maxkeys=1000000 kernel/keys/root_maxbytes=25000000; do
+    f=$T/sysctl/\${kv%%=*}
+    mkdir -p "\${f%/*}"
+    echo "\${kv#*=}" >"\$f"
+    mount --bind "\$f" "/proc/sys/\${kv%%=*}" || exit 1
+done
 ip link set lo up
 # The node's address (no dummy module here: a veth pair with both ends in this netns).
 ip link add node0 type veth peer name node1
@@ -151,7 +177,7 @@ ip addr add $NODE_IP/24 dev node0
 ip link set node1 up
 ip link set node0 up
 ip route add default dev node0
-sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
+sysctl -qw net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1 || exit 1
 L=$T/logs
 $KUBE/bin/etcd --name default --data-dir $T/etcd --listen-client-urls http://127.0.0.1:2379 \\
   --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 \\

@@ -21,7 +21,7 @@
 # CRDs from the tests (tests/kube/apiserver.py).
 set -euo pipefail
 
-K8S_VERSION=${K8S_VERSION:-v1.34.4}
+source "$(dirname "${BASH_SOURCE[0]}")/k8s-modules.sh"
 ETCD_VERSION=${ETCD_VERSION:-v3.6.6}
 NPAPI_VERSION=${NPAPI_VERSION:-v0.1.7}
 # Calico's crd.projectcalico.org/v1 CRDs (with tiers) as the Tigera operator embeds them.
@@ -79,22 +79,7 @@ if [[ ! -x "$OUT/bin/kube-apiserver" ]]; then
     echo "kube-testenv: building kube-apiserver $K8S_VERSION (about 8 minutes cold on two cores)" >&2
     mkdir -p "$work/apiserver"
     cd "$work/apiserver"
-    curl -fsS "$GOPROXY/k8s.io/kubernetes/@v/$K8S_VERSION.mod" -o kubernetes.mod 2>/dev/null \
-        || go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null
-    [[ -s kubernetes.mod ]] || cp "$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$K8S_VERSION.mod" kubernetes.mod
-    staging=${K8S_VERSION/#v1./v0.}
-    go_line=$(grep -m1 '^go ' kubernetes.mod)
-    {
-        echo "module pyclassify.test/kube-apiserver"
-        echo
-        echo "$go_line"
-        echo
-        echo "require k8s.io/kubernetes $K8S_VERSION"
-        echo
-        echo "replace ("
-        sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 '"$staging"'#p' kubernetes.mod
-        echo ")"
-    } >go.mod
+    k8s_gomod pyclassify.test/kube-apiserver
     cat >main.go <<'EOF'
 package main
 
@@ -114,12 +99,7 @@ func main() {
 	os.Exit(code)
 }
 EOF
-    minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-    ldflags="-s -w"
-    for kv in "gitVersion=$K8S_VERSION" "gitMajor=1" "gitMinor=$minor" "gitTreeState=clean" \
-              "buildDate=1970-01-01T00:00:00Z"; do
-        ldflags="$ldflags -X k8s.io/component-base/version.$kv"
-    done
+    ldflags=$(k8s_ldflags)
     go mod tidy >&2
     go build -trimpath -ldflags="$ldflags" -o "$OUT/bin/kube-apiserver.tmp" . >&2
     mv "$OUT/bin/kube-apiserver.tmp" "$OUT/bin/kube-apiserver"

@@ -13,6 +13,7 @@ with every replica gone the configuration's failurePolicy applies (Fail, then Ig
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ import sys
 import time
 import tomllib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,14 +44,16 @@ REPOSITORY = "pcnode.local/pyclassify"
 IMAGE = f"{REPOSITORY}:{VERSION}"
 SYSTEM = "pyclassify-system"
 WEBHOOK = "pyclassify-webhook"
+#: An image the webhook test's ContainerAdmissionPolicy refuses.
+UNTRUSTED = "docker.io/library/nginx:1"
 #: The pods' interfaces of the CNI bridge network: the node's own traffic to its pods leaves by it.
 BRIDGE = "cni0"
 #: How often the prober starts a connection (seconds), and how long each may take to open.
 PROBE_EVERY, PROBE_TIMEOUT = 0.005, 0.5
 
 #: A pod's prober: starts a non-blocking connection to HOST:PORT every PROBE_EVERY seconds and
-#: prints, once a second, "START END TRIED OPENED FIRST_OPEN" for the connections it started in
-#: that second (FIRST_OPEN: when the first of them that opened was started, or -).
+#: prints, once a second, "START END TRIED OPENED FIRST_OPEN": the connections it started in that
+#: second, those that opened in it (whenever started), and when the first of those was started.
 PROBER = r"""
 import selectors, socket, sys, time
 host, port, every, limit = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
@@ -67,7 +70,7 @@ def report(now):
 def settle(key):
     global opened, first
     sel.unregister(key.fileobj)
-    if key.fileobj.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 and key.data >= start:
+    if key.fileobj.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
         opened += 1
         first = key.data if first is None else min(first, key.data)
     key.fileobj.close()
@@ -103,6 +106,8 @@ class Echo(socketserver.BaseRequestHandler):
         while data := self.request.recv(4096):
             self.request.sendall(data)
 
+# A deep accept queue: hundreds of connections a second arrive, and a full queue drops SYNs.
+socketserver.TCPServer.request_queue_size = 1024
 socketserver.ThreadingTCPServer.allow_reuse_address = True
 echo = socketserver.ThreadingTCPServer(("", 9000), Echo)
 threading.Thread(target=echo.serve_forever, daemon=True).start()
@@ -110,7 +115,8 @@ http.server.ThreadingHTTPServer(("", 8080), http.server.SimpleHTTPRequestHandler
 """
 
 #: A pod holding one connection to HOST:PORT open, a byte sent and its echo awaited every 10 ms:
-#: prints "START END SENT ECHOED" once a second, and "broken REASON" if the connection fails.
+#: prints "START END SENT ECHOED LONGEST" once a second (LONGEST: the longest wait for an echo
+#: in it, seconds), and "broken REASON" if the connection fails.
 KEEPER = r"""
 import socket, sys, time
 host, port = sys.argv[1], int(sys.argv[2])
@@ -120,21 +126,23 @@ while True:
         break
     except OSError:
         time.sleep(0.1)
-start, sent, echoed = time.time(), 0, 0
+start, sent, echoed, longest = time.time(), 0, 0, 0.0
 while True:
     try:
+        asked = time.time()
         conn.sendall(b"x")
         sent += 1
         if conn.recv(1) != b"x":
             raise OSError("closed")
         echoed += 1
+        longest = max(longest, time.time() - asked)
     except OSError as e:
         print("broken %r" % e, flush=True)
         break
     now = time.time()
     if now - start >= 1:
-        print("%.3f %.3f %d %d" % (start, now, sent, echoed), flush=True)
-        start, sent, echoed = now, 0, 0
+        print("%.3f %.3f %d %d %.4f" % (start, now, sent, echoed, longest), flush=True)
+        start, sent, echoed, longest = now, 0, 0, 0.0
     time.sleep(0.01)
 time.sleep(3600)
 """
@@ -178,7 +186,7 @@ class Node:
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+def node() -> Iterator[Node]:
     reason = _missing()
     if reason:
         if os.environ.get("CI"):
@@ -232,8 +240,11 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         for p in relays:
             p.kill()
             p.wait()
-        if state.exists():
-            subprocess.run(["bash", "scripts/kube-node-down.sh", str(state)], cwd=REPO, timeout=120)
+        if (state / "netns").exists():
+            down = subprocess.run(
+                ["bash", "scripts/kube-node-down.sh", str(state)], cwd=REPO, capture_output=True, text=True, timeout=120
+            )
+            assert down.returncode == 0, f"kube-node-down.sh left the node behind:\n{down.stderr}"
 
 
 def daemonset(kc: KubeClient) -> dict[str, Any]:
@@ -241,8 +252,8 @@ def daemonset(kc: KubeClient) -> dict[str, Any]:
 
 
 def rolled_out(kc: KubeClient) -> bool:
-    status = daemonset(kc)["status"]
     ds = daemonset(kc)
+    status = ds["status"]
     return (
         status.get("observedGeneration") == ds["metadata"]["generation"]
         and status.get("desiredNumberScheduled") == status.get("updatedNumberScheduled") == 1
@@ -366,15 +377,24 @@ def probes(node: Node, ns: str, name: str) -> list[Probe]:
     return out
 
 
-def held(node: Node, ns: str) -> tuple[list[tuple[float, float, int, int]], list[str]]:
-    """The keeper's seconds (start, end, sent, echoed), and its "broken" lines."""
+@dataclass
+class Held:
+    start: float
+    end: float
+    sent: int
+    echoed: int
+    longest: float
+
+
+def held(node: Node, ns: str) -> tuple[list[Held], list[str]]:
+    """The keeper's seconds, and its "broken" lines."""
     seconds, broken = [], []
     for line in node.log(ns, "keeper").splitlines():
         if line.startswith("broken"):
             broken.append(line)
         else:
-            start, end, sent, echoed = line.split()
-            seconds.append((float(start), float(end), int(sent), int(echoed)))
+            start, end, sent, echoed, longest = line.split()
+            seconds.append(Held(float(start), float(end), int(sent), int(echoed), float(longest)))
     return seconds, broken
 
 
@@ -382,6 +402,26 @@ def opened_since(node: Node, ns: str, name: str, since: float) -> tuple[int, int
     """(tried, opened) of the prober's seconds that began at or after ``since``."""
     seconds = [p for p in probes(node, ns, name) if p.start >= since]
     return sum(p.tried for p in seconds), sum(p.opened for p in seconds)
+
+
+def eventually(check: Callable[[], Any], what: str, timeout: float) -> Any:
+    """``check()`` until it is true, twice a second (the probers report once a second; each check
+    reads a pod's log through the API server)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"{what}: still not so after {timeout:.0f} s (last: {got!r})"
+        time.sleep(0.5)
+
+
+def restarts(kc: KubeClient, ns: str) -> dict[str, int]:
+    items = kc.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
+    return {
+        p["metadata"]["name"]: sum(c.get("restartCount", 0) for c in p["status"].get("containerStatuses") or ())
+        for p in items
+    }
 
 
 def test_the_daemonset_is_ready_through_its_probes_and_reads_the_cluster_in_cluster(installed: Node) -> None:
@@ -394,23 +434,31 @@ def test_the_daemonset_is_ready_through_its_probes_and_reads_the_cluster_in_clus
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert "--in-cluster" in container["args"]
     # In-cluster configuration: the kubelet gave the pod the `kubernetes` Service's address
-    # (kube-proxy's rule to the API server), and the daemon listed the cluster through it.
+    # (kube-proxy's rule to the API server), and the daemon listed the cluster through it (the
+    # webhook's pods, at least, were there).
     log = installed.log(SYSTEM, daemon["metadata"]["name"])
     events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
     (start,) = [e for e in events if e.get("event") == "start"]
-    assert start["node"] == "pcnode" and start["fail"] == "closed", start
+    assert start["node"] == "pcnode" and start["fail"] == "closed" and start["endpoints"] >= 1, start
 
 
-def test_a_network_policy_blocks_a_real_connection_and_an_allowed_one_keeps_working(
-    installed: Node, workloads: Workloads
-) -> None:
+@dataclass
+class Policy:
+    """The NetworkPolicy admitting only ``role: friend`` to web, and when it began to block."""
+
+    created: float
+    blocked_at: float
+
+
+@pytest.fixture(scope="module")
+def policy(installed: Node, workloads: Workloads) -> Policy:
     kc = installed.client()
     ns = workloads.ns
     # Nothing in force yet: both probers reach web.
     t = time.time()
-    wait_until(lambda: opened_since(installed, ns, "client", t)[1] > 0, "client -> web with no policy", timeout=30)
-    wait_until(lambda: opened_since(installed, ns, "friend", t)[1] > 0, "friend -> web with no policy", timeout=30)
-    policy = {
+    eventually(lambda: opened_since(installed, ns, "client", t)[1] > 0, "client -> web with no policy", 30)
+    eventually(lambda: opened_since(installed, ns, "friend", t)[1] > 0, "friend -> web with no policy", 30)
+    body = {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {"name": "web-from-friends", "namespace": ns},
@@ -426,30 +474,45 @@ def test_a_network_policy_blocks_a_real_connection_and_an_allowed_one_keeps_work
         },
     }
     created = time.time()
-    kc.request("POST", f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies", body=policy)
+    kc.request("POST", f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies", body=body)
 
     def client_blocked() -> float | None:
         seconds = [p for p in probes(installed, ns, "client") if p.start >= created]
         return seconds[-1].end if len(seconds) >= 2 and seconds[-1].opened == seconds[-2].opened == 0 else None
 
-    blocked_at = wait_until(client_blocked, "the policy to block client -> web", timeout=30)
+    return Policy(created, eventually(client_blocked, "the policy to block client -> web", 30))
+
+
+def test_a_network_policy_blocks_a_real_connection_and_an_allowed_one_keeps_working(
+    installed: Node, workloads: Workloads, policy: Policy
+) -> None:
+    kc = installed.client()
+    ns = workloads.ns
     # The allowed prober's seconds from then on (reported once a second).
-    tried, opened = wait_until(
-        lambda: (t := opened_since(installed, ns, "friend", blocked_at))[0] > 100 and t,
+    tried, opened = eventually(
+        lambda: (t := opened_since(installed, ns, "friend", policy.blocked_at))[0] > 100 and t,
         "the allowed prober's report after the block",
-        timeout=10,
+        10,
     )
-    assert tried > 100 and opened > 0.9 * tried, f"friend -> web: {opened} of {tried} opened under the policy"
-    # The keeper's connection, opened before the policy and allowed by it, was not cut.
+    assert opened > 0.9 * tried, f"friend -> web: {opened} of {tried} opened under the policy"
+    # The keeper's connection, opened before the policy and allowed by it, was not cut: every
+    # byte echoed, none waited long.
     seconds, broken = held(installed, ns)
-    assert not broken and seconds[-1][3] > 0, (broken, seconds[-3:])
-    # The kubelet's readiness probe of web, from the node, is not judged (workloadInterfacePrefix).
+    since = [k for k in seconds if k.end > policy.created]
+    assert not broken and since, (broken, seconds[-3:])
+    assert all(k.echoed == k.sent and k.longest < 1 for k in since), since
+    # The kubelet's readiness probe of web, from the node, is not judged (workloadInterfacePrefix):
+    # web stayed Ready since before the policy.
     time.sleep(3)
-    assert ready(pod(kc, ns, "web"))
+    (condition,) = [c for c in pod(kc, ns, "web")["status"]["conditions"] if c["type"] == "Ready"]
+    assert condition["status"] == "True", condition
+    transition = condition["lastTransitionTime"]
+    assert calendar.timegm(time.strptime(transition, "%Y-%m-%dT%H:%M:%SZ")) < policy.created, condition
+    assert restarts(kc, ns) == {"web": 0, "client": 0, "friend": 0, "keeper": 0}
 
 
 def test_a_rolling_update_of_the_daemonset_opens_no_denied_connection(
-    installed: Node, workloads: Workloads, capsys: pytest.CaptureFixture[str]
+    installed: Node, workloads: Workloads, policy: Policy, capsys: pytest.CaptureFixture[str]
 ) -> None:
     kc = installed.client()
     ns = workloads.ns
@@ -464,11 +527,18 @@ def test_a_rolling_update_of_the_daemonset_opens_no_denied_connection(
         body=patch,
         content_type="application/strategic-merge-patch+json",
     )
-    wait_until(
-        lambda: rolled_out(kc) and [p["metadata"]["uid"] for p in daemon_pods(kc)] != [before["metadata"]["uid"]],
-        "the DaemonSet rolled to a new pod, Ready",
-        timeout=180,
-    )
+
+    def replaced() -> bool:
+        pods = daemon_pods(kc)
+        return (
+            rolled_out(kc)
+            and len(pods) == 1
+            and pods[0]["metadata"]["uid"] != before["metadata"]["uid"]
+            and not pods[0]["metadata"].get("deletionTimestamp")
+            and ready(pods[0])
+        )
+
+    wait_until(replaced, "the DaemonSet rolled to a new pod, Ready", timeout=180)
     done = time.time()
     time.sleep(2.5)  # the prober's seconds that cover the end of the roll are reported
     seconds = [p for p in probes(installed, ns, "client") if p.end > rolled and p.start < done]
@@ -478,7 +548,7 @@ def test_a_rolling_update_of_the_daemonset_opens_no_denied_connection(
     friend = [p for p in probes(installed, ns, "friend") if p.end > rolled and p.start < done]
     friend_tried, friend_opened = sum(p.tried for p in friend), sum(p.opened for p in friend)
     kept, broken = held(installed, ns)
-    kept = [k for k in kept if k[1] > rolled and k[0] < done]
+    kept = [k for k in kept if k.end > rolled and k.start < done]
     with capsys.disabled():
         # Allowed connections started while no daemon reads the queue are dropped (fail closed):
         # their count times the probing interval is how long new allowed connections waited.
@@ -488,21 +558,26 @@ def test_a_rolling_update_of_the_daemonset_opens_no_denied_connection(
             f" {sum(p.opened for p in opened)} opened (window {window:.3f} s); the allowed one opened"
             f" {friend_opened} of {friend_tried}"
             f" (about {(friend_tried - friend_opened) * PROBE_EVERY:.1f} s of new allowed connections dropped);"
-            f" the held connection echoed {sum(k[3] for k in kept)} of {sum(k[2] for k in kept)} bytes"
+            f" the held connection echoed {sum(k.echoed for k in kept)} of {sum(k.sent for k in kept)} bytes,"
+            f" the longest wait {max((k.longest for k in kept), default=0) * 1000:.1f} ms"
         )
     assert tried >= 0.5 * (done - rolled) / PROBE_EVERY, f"the prober started only {tried} connections"
     assert not opened, f"denied connections opened during the rolling update: {opened}"
     # An established allowed connection is not held up by the roll: accepted ahead of the queue,
-    # by the rules the stopping daemon keeps, it echoes every second of it.
-    assert not broken and kept and all(k[3] > 0 for k in kept), (broken, kept)
+    # by the rules the stopping daemon keeps, every byte echoes at once through all of it.
+    assert not broken and kept, (broken, kept)
+    assert all(k.echoed == k.sent and k.longest < 1 for k in kept), kept
     # The new daemon enforces: the allowed prober gets through again, the denied one still not.
     after = time.time()
-    wait_until(lambda: opened_since(installed, ns, "friend", after)[1] > 0, "friend -> web after the roll", timeout=30)
+    eventually(lambda: opened_since(installed, ns, "friend", after)[1] > 0, "friend -> web after the roll", 30)
     assert opened_since(installed, ns, "client", rolled)[1] == 0
+    # No prober restarted (a restart would drop the log lines of the roll).
+    assert restarts(kc, ns) == {"web": 0, "client": 0, "friend": 0, "keeper": 0}
 
 
-def admit(kc: KubeClient, ns: str, name: str, image: str) -> str | None:
-    """None if the API server created the Pod, else the message it refused it with."""
+def admit(kc: KubeClient, ns: str, name: str, image: str, dry_run: bool = False) -> str | None:
+    """None if the API server created the Pod (or would have), else the message it refused it
+    with."""
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -513,13 +588,15 @@ def admit(kc: KubeClient, ns: str, name: str, image: str) -> str | None:
         },
     }
     try:
-        kc.request("POST", f"/api/v1/namespaces/{ns}/pods", body=body)
+        kc.request("POST", f"/api/v1/namespaces/{ns}/pods", [("dryRun", "All")] if dry_run else None, body=body)
     except ApiException as e:
         return str(json.loads(e.body or "{}").get("message") or e.body)
     return None
 
 
-def test_the_webhook_admits_and_rejects_pods_per_policy_and_applies_its_failure_policy(installed: Node) -> None:
+def test_the_webhook_admits_and_rejects_pods_per_policy_and_applies_its_failure_policy(
+    installed: Node, workloads: Workloads
+) -> None:
     """Last: it scales the webhook down."""
     kc = installed.client()
     ns = "admitted"
@@ -544,18 +621,22 @@ def test_the_webhook_admits_and_rejects_pods_per_policy_and_applies_its_failure_
         },
     }
     kc.request("POST", "/apis/containersecurity.tigera.io/v1beta1/containeradmissionpolicies", body=policy)
-    # The webhook follows the policies through the API: until it has this one, Pods are admitted.
-    refused = wait_until(
-        lambda: (m := admit(kc, ns, f"probe-{uuid.uuid4().hex[:6]}", "docker.io/library/nginx:1")) and m,
+    # The webhook follows the policies through the API: until it has this one, Pods are admitted
+    # (asked as dry runs, so none is made).
+    eventually(
+        lambda: admit(kc, ns, "probe", UNTRUSTED, dry_run=True),
         "the webhook to refuse an image from elsewhere",
-        timeout=30,
+        30,
     )
-    assert "local-images-only" in refused or "Reject" in refused or "denied" in refused, refused
+    refused = admit(kc, ns, "untrusted", UNTRUSTED)
+    assert refused is not None, "the image from elsewhere was admitted"
+    assert 'admission webhook "containeradmissionpolicies.admission.pyclassify.io" denied the request' in refused
+    assert "local-images-only" in refused and UNTRUSTED.split(":")[0] in refused, refused
     # An image the policy allows is admitted, scheduled and runs.
     assert admit(kc, ns, "local", IMAGE) is None
-    wait_until(lambda: (pod(kc, ns, "local").get("status") or {}).get("phase") == "Running", "pod local Running", 120)
+    eventually(lambda: (pod(kc, ns, "local").get("status") or {}).get("phase") == "Running", "pod local Running", 120)
     # A namespace the policy does not select: admitted whatever the image.
-    assert admit(kc, "shop", "elsewhere", "docker.io/library/nginx:1") is None
+    assert admit(kc, workloads.ns, "elsewhere", UNTRUSTED, dry_run=True) is None
     # The webhook down (every replica gone): failurePolicy Fail refuses Pods the API server
     # cannot have judged; the chart's webhook.failurePolicy=Ignore admits them unjudged.
     scale_webhook_to_zero(kc)
@@ -568,7 +649,8 @@ def test_the_webhook_admits_and_rejects_pods_per_policy_and_applies_its_failure_
     )
     assert configuration["webhooks"][0]["failurePolicy"] == "Ignore"
     scale_webhook_to_zero(kc)
-    assert admit(kc, ns, "ignored", IMAGE) is None
+    # Unjudged: an image the policy refuses is admitted too.
+    assert admit(kc, ns, "ignored", UNTRUSTED, dry_run=True) is None
 
 
 def scale_webhook_to_zero(kc: KubeClient) -> None:
