@@ -157,6 +157,21 @@ def _missing() -> str | None:
     return None
 
 
+#: The host-wide kernel tunables kubelet sets when it finds them otherwise.
+TUNABLES = [
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+]
+
+
+def host_tunables() -> dict[str, str]:
+    return {t: Path("/proc/sys", t).read_text().strip() for t in TUNABLES}
+
+
 def _run(argv: list[str], timeout: float = 3600, **kw: Any) -> str:
     r = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=timeout, **kw)
     if r.returncode != 0:
@@ -197,6 +212,7 @@ def node() -> Iterator[Node]:
     _run(["bash", "scripts/kube-node-build.sh"])
     crds = followed_kind_crds(Path(_run(["bash", "scripts/kube-testenv.sh"]).strip()) / "crds")
     state = Path(f"/tmp/pcnode-test-{uuid.uuid4().hex[:8]}")
+    tunables = host_tunables()
     relays: list[subprocess.Popen[str]] = []
     try:
         netns = _run(["bash", "scripts/kube-node-up.sh", str(state)], timeout=600).strip()
@@ -245,6 +261,8 @@ def node() -> Iterator[Node]:
                 ["bash", "scripts/kube-node-down.sh", str(state)], cwd=REPO, capture_output=True, text=True, timeout=120
             )
             assert down.returncode == 0, f"kube-node-down.sh left the node behind:\n{down.stderr}"
+        # kubelet's kernel tunables are host-wide: the node showed it its own (kube-node-up.sh).
+        assert host_tunables() == tunables
 
 
 def daemonset(kc: KubeClient) -> dict[str, Any]:
