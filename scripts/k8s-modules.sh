@@ -5,6 +5,10 @@
 # Kubernetes 1.35 and later need containerd 2 for their kubelet; Debian 12 packages 1.6, so a
 # bump past 1.34 needs a newer containerd for tests/kube/test_node.py.
 K8S_VERSION=${K8S_VERSION:-v1.34.4}
+# Static binaries, each module as its go.mod names it, the installed Go toolchain, the Go module
+# proxy (or the one the environment names).
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+export GOPROXY=${GOPROXY:-https://proxy.golang.org}
 
 # k8s_gomod MODULE: in the current directory, a go.mod of module MODULE requiring
 # k8s.io/kubernetes at K8S_VERSION, each staging module it names in its own go.mod

@@ -48,8 +48,6 @@ exec 9>"$OUT/.lock"
 flock 9
 if complete; then echo "$OUT"; exit 0; fi
 
-export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
-export GOPROXY=${GOPROXY:-https://proxy.golang.org}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 started=$SECONDS
