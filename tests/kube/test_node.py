@@ -215,7 +215,14 @@ def node() -> Iterator[Node]:
     tunables = host_tunables()
     relays: list[subprocess.Popen[str]] = []
     try:
-        netns = _run(["bash", "scripts/kube-node-up.sh", str(state)], timeout=600).strip()
+        try:
+            netns = _run(["bash", "scripts/kube-node-up.sh", str(state)], timeout=600).strip()
+        except AssertionError as e:  # the node's logs go with its state directory: their tails here
+            tails = [
+                f"--- {f.name}\n" + "\n".join(f.read_text(errors="replace").splitlines()[-15:])
+                for f in sorted((state / "logs").glob("*.log"))
+            ]
+            raise AssertionError("\n".join([str(e), *tails])) from None
         # The image into containerd's k8s.io namespace, under the name the chart is given.
         tar = state / "image.tar"
         _run(["tar", "-C", str(image), "-cf", str(tar), "."])
