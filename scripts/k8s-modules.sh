@@ -2,8 +2,9 @@
 # (kubelet and the node's other binaries): one Kubernetes release for both, and the two steps
 # that build a component of it from Go modules alone.
 #
-# Kubernetes 1.35 and later need containerd 2 for their kubelet; Debian 12 packages 1.6, so a
-# bump past 1.34 needs a newer containerd for tests/kube/test_node.py.
+# The single-node cluster of tests/kube/test_node.py runs its pods with Debian 12's containerd
+# 1.6; Kubernetes is ending support for containerd 1.x, so a bump of this version may need a
+# newer containerd.
 K8S_VERSION=${K8S_VERSION:-v1.34.4}
 # Static binaries, each module as its go.mod names it, the installed Go toolchain, the Go module
 # proxy (or the one the environment names).
