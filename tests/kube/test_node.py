@@ -16,6 +16,7 @@ from __future__ import annotations
 import calendar
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -200,6 +201,14 @@ class Node:
         return text
 
 
+def said_ready(relay: subprocess.Popen[str], timeout: float = 30) -> None:
+    """The relay's first line is "ready", within ``timeout`` seconds (never a wait without end)."""
+    assert relay.stdout is not None
+    readable, _, _ = select.select([relay.stdout], [], [], timeout)
+    assert readable, f"the relay said nothing in {timeout:.0f} s"
+    assert relay.stdout.readline().strip() == "ready"
+
+
 @pytest.fixture(scope="module")
 def node() -> Iterator[Node]:
     reason = _missing()
@@ -238,13 +247,13 @@ def node() -> Iterator[Node]:
             text=True,
         )
         relays.append(inside)
-        assert inside.stdout is not None and inside.stdout.readline().strip() == "ready"
+        said_ready(inside)
         port = free_port()
         outside = subprocess.Popen(
             [sys.executable, "-c", RELAY, "tcp-to-unix", str(port), relay_sock], stdout=subprocess.PIPE, text=True
         )
         relays.append(outside)
-        assert outside.stdout is not None and outside.stdout.readline().strip() == "ready"
+        said_ready(outside)
         token = (state / "pki" / "tokens.csv").read_text().split(",")[0]
         kubeconfig = state / "host.kubeconfig"
         kubeconfig.write_text(
