@@ -3,9 +3,10 @@ the API server by their kind (the tests of deploy/, of the chart and of the webh
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from pyclassify.kube.client import KubeClient, object_path
+from pyclassify.kube.client import ApiException, KubeClient, object_path
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 #: apiVersion prefix, plural and scope (namespaced or not) of each kind.
@@ -41,3 +42,17 @@ def create(kc: KubeClient, obj: dict[str, Any], dry_run: bool) -> Any:
     query = [("fieldValidation", "Strict")] + ([("dryRun", "All")] if dry_run else [])
     ns = obj["metadata"].get("namespace") if namespaced else None
     return kc.request("POST", object_path(prefix, plural, ns), query=query, body=obj)
+
+
+def refusal(kc: KubeClient, pod: dict[str, Any], dry_run: bool = False) -> str | None:
+    """POST ``pod`` (a dry run, or for real): None when the API server created it (or would
+    have), else the message of the Status it refused it with (an admission webhook's, say)."""
+    ns = pod["metadata"]["namespace"]
+    try:
+        kc.request("POST", f"/api/v1/namespaces/{ns}/pods", [("dryRun", "All")] if dry_run else [], body=pod)
+    except ApiException as e:
+        try:
+            return str(json.loads(e.body or "")["message"])
+        except (ValueError, KeyError):
+            return e.body or str(e)
+    return None

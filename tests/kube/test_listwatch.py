@@ -23,14 +23,15 @@ from pyclassify.reference import Flow, FlowEnd
 MERGE = "application/merge-patch+json"
 
 
-def wait_until(check: Callable[[], Any], what: str, timeout: float = 30) -> Any:
+def wait_until(check: Callable[[], Any], what: str, timeout: float = 30, every: float = 0.05) -> Any:
+    """``check()`` every ``every`` seconds until it is true (its value returned)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
         last = check()
         if last:
             return last
-        time.sleep(0.05)
+        time.sleep(every)
     raise AssertionError(f"{what}: still not so after {timeout:.0f} s (last: {last!r})")
 
 

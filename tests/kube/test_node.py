@@ -23,7 +23,7 @@ import sys
 import time
 import tomllib
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,9 +34,10 @@ from pyclassify.kube import load_client
 from pyclassify.kube.client import ApiException, KubeClient
 from tests.enforce.netns import root_reason
 from tests.kube.apiserver import REPO, followed_kind_crds, free_port, install_crds
+from tests.kube.objects import refusal
 from tests.kube.test_enforce_kube import RELAY
 from tests.kube.test_helm import CHART
-from tests.kube.test_listwatch import wait_until
+from tests.kube.test_listwatch import create_namespace, wait_until
 
 pytestmark = pytest.mark.skipif(root_reason() is not None, reason=root_reason() or "")
 
@@ -49,6 +50,9 @@ WEBHOOK = "pyclassify-webhook"
 UNTRUSTED = "docker.io/library/nginx:1"
 #: The pods' interfaces of the CNI bridge network: the node's own traffic to its pods leaves by it.
 BRIDGE = "cni0"
+#: How often a check reading a pod's log (through the API server and the kubelet) is repeated:
+#: the probers report once a second.
+LOG_POLL = 0.5
 #: How often the prober starts a connection (seconds), and how long each may take to open.
 PROBE_EVERY, PROBE_TIMEOUT = 0.005, 0.5
 
@@ -321,6 +325,17 @@ def run_pod(kc: KubeClient, ns: str, name: str, labels: dict[str, str], argv: li
     kc.request("POST", f"/api/v1/namespaces/{ns}/pods", body=body)
 
 
+def namespace(kc: KubeClient, name: str, labels: dict[str, str]) -> None:
+    """A namespace, once the controller-manager has made its default ServiceAccount (a Pod
+    created before that is refused)."""
+    create_namespace(kc, name, labels)
+    wait_until(
+        lambda: kc.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts")["items"],
+        f"namespace {name}'s default ServiceAccount",
+        timeout=60,
+    )
+
+
 @pytest.fixture(scope="module")
 def installed(node: Node) -> Node:
     """deploy/README.md's `helm install` with the webhook on, the imported image and the
@@ -369,12 +384,7 @@ class Workloads:
 def workloads(installed: Node) -> Workloads:
     kc = installed.client()
     ns = "shop"
-    kc.request("POST", "/api/v1/namespaces", body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    wait_until(
-        lambda: kc.request("GET", f"/api/v1/namespaces/{ns}/serviceaccounts")["items"],
-        "the namespace's default ServiceAccount",
-        timeout=60,
-    )
+    namespace(kc, ns, {})
     run_pod(
         kc,
         ns,
@@ -438,18 +448,6 @@ def opened_since(node: Node, ns: str, name: str, since: float) -> tuple[int, int
     return sum(p.tried for p in seconds), sum(p.opened for p in seconds)
 
 
-def eventually(check: Callable[[], Any], what: str, timeout: float) -> Any:
-    """``check()`` until it is true, twice a second (the probers report once a second; each check
-    reads a pod's log through the API server)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"{what}: still not so after {timeout:.0f} s (last: {got!r})"
-        time.sleep(0.5)
-
-
 def restarts(kc: KubeClient, ns: str) -> dict[str, int]:
     items = kc.request("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
     return {
@@ -490,8 +488,8 @@ def policy(installed: Node, workloads: Workloads) -> Policy:
     ns = workloads.ns
     # Nothing in force yet: both probers reach web.
     t = time.time()
-    eventually(lambda: opened_since(installed, ns, "client", t)[1] > 0, "client -> web with no policy", 30)
-    eventually(lambda: opened_since(installed, ns, "friend", t)[1] > 0, "friend -> web with no policy", 30)
+    wait_until(lambda: opened_since(installed, ns, "client", t)[1] > 0, "client -> web with no policy", 30, LOG_POLL)
+    wait_until(lambda: opened_since(installed, ns, "friend", t)[1] > 0, "friend -> web with no policy", 30, LOG_POLL)
     body = {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -514,7 +512,7 @@ def policy(installed: Node, workloads: Workloads) -> Policy:
         seconds = [p for p in probes(installed, ns, "client") if p.start >= created]
         return seconds[-1].end if len(seconds) >= 2 and seconds[-1].opened == seconds[-2].opened == 0 else None
 
-    return Policy(created, eventually(client_blocked, "the policy to block client -> web", 30))
+    return Policy(created, wait_until(client_blocked, "the policy to block client -> web", 30, LOG_POLL))
 
 
 def test_a_network_policy_blocks_a_real_connection_and_an_allowed_one_keeps_working(
@@ -523,10 +521,11 @@ def test_a_network_policy_blocks_a_real_connection_and_an_allowed_one_keeps_work
     kc = installed.client()
     ns = workloads.ns
     # The allowed prober's seconds from then on (reported once a second).
-    tried, opened = eventually(
+    tried, opened = wait_until(
         lambda: (t := opened_since(installed, ns, "friend", policy.blocked_at))[0] > 100 and t,
         "the allowed prober's report after the block",
         10,
+        LOG_POLL,
     )
     assert opened > 0.9 * tried, f"friend -> web: {opened} of {tried} opened under the policy"
     # The keeper's connection, opened before the policy and allowed by it, was not cut: every
@@ -603,7 +602,9 @@ def test_a_rolling_update_of_the_daemonset_opens_no_denied_connection(
     assert all(k.echoed == k.sent and k.longest < 1 for k in kept), kept
     # The new daemon enforces: the allowed prober gets through again, the denied one still not.
     after = time.time()
-    eventually(lambda: opened_since(installed, ns, "friend", after)[1] > 0, "friend -> web after the roll", 30)
+    wait_until(
+        lambda: opened_since(installed, ns, "friend", after)[1] > 0, "friend -> web after the roll", 30, LOG_POLL
+    )
     assert opened_since(installed, ns, "client", rolled)[1] == 0
     # No prober restarted (a restart would drop the log lines of the roll).
     assert restarts(kc, ns) == {"web": 0, "client": 0, "friend": 0, "keeper": 0}
@@ -621,11 +622,7 @@ def admit(kc: KubeClient, ns: str, name: str, image: str, dry_run: bool = False)
             "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never", "command": ["sleep", "3600"]}],
         },
     }
-    try:
-        kc.request("POST", f"/api/v1/namespaces/{ns}/pods", [("dryRun", "All")] if dry_run else None, body=body)
-    except ApiException as e:
-        return str(json.loads(e.body or "{}").get("message") or e.body)
-    return None
+    return refusal(kc, body, dry_run)
 
 
 def test_the_webhook_admits_and_rejects_pods_per_policy_and_applies_its_failure_policy(
@@ -634,12 +631,7 @@ def test_the_webhook_admits_and_rejects_pods_per_policy_and_applies_its_failure_
     """Last: it scales the webhook down."""
     kc = installed.client()
     ns = "admitted"
-    kc.request(
-        "POST",
-        "/api/v1/namespaces",
-        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"images": "local"}}},
-    )
-    wait_until(lambda: kc.request("GET", f"/api/v1/namespaces/{ns}/serviceaccounts")["items"], "ServiceAccount", 60)
+    namespace(kc, ns, {"images": "local"})
     policy = {
         "apiVersion": "containersecurity.tigera.io/v1beta1",
         "kind": "ContainerAdmissionPolicy",
@@ -657,10 +649,11 @@ def test_the_webhook_admits_and_rejects_pods_per_policy_and_applies_its_failure_
     kc.request("POST", "/apis/containersecurity.tigera.io/v1beta1/containeradmissionpolicies", body=policy)
     # The webhook follows the policies through the API: until it has this one, Pods are admitted
     # (asked as dry runs, so none is made).
-    eventually(
+    wait_until(
         lambda: admit(kc, ns, "probe", UNTRUSTED, dry_run=True),
         "the webhook to refuse an image from elsewhere",
         30,
+        LOG_POLL,
     )
     refused = admit(kc, ns, "untrusted", UNTRUSTED)
     assert refused is not None, "the image from elsewhere was admitted"
@@ -668,7 +661,9 @@ def test_the_webhook_admits_and_rejects_pods_per_policy_and_applies_its_failure_
     assert "local-images-only" in refused and UNTRUSTED.split(":")[0] in refused, refused
     # An image the policy allows is admitted, scheduled and runs.
     assert admit(kc, ns, "local", IMAGE) is None
-    eventually(lambda: (pod(kc, ns, "local").get("status") or {}).get("phase") == "Running", "pod local Running", 120)
+    wait_until(
+        lambda: (pod(kc, ns, "local").get("status") or {}).get("phase") == "Running", "pod local Running", 120, LOG_POLL
+    )
     # A namespace the policy does not select: admitted whatever the image.
     assert admit(kc, workloads.ns, "elsewhere", UNTRUSTED, dry_run=True) is None
     # The webhook down (every replica gone): failurePolicy Fail refuses Pods the API server

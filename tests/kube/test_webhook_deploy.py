@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import json
 import os
 import signal
 import socket
@@ -30,7 +29,7 @@ from pyclassify.kube import load_client
 from pyclassify.kube.admission import CONTAINER_ADMISSION_POLICIES
 from pyclassify.kube.client import ApiException, KubeClient, object_path
 from tests.kube.apiserver import free_port
-from tests.kube.objects import create, path_of
+from tests.kube.objects import create, path_of, refusal
 from tests.kube.test_deploy import manifests
 from tests.kube.test_listwatch import delete, wait_until
 
@@ -347,15 +346,7 @@ def pod(name: str, image: str) -> dict[str, Any]:
 
 def create_pod(kc: KubeClient, name: str, image: str, dry_run: bool = False) -> str | None:
     """None when the API server created it (or would have), else the message it refused with."""
-    query = [("dryRun", "All")] if dry_run else []
-    try:
-        kc.request("POST", f"/api/v1/namespaces/{E2E_NAMESPACE}/pods", query=query, body=pod(name, image))
-    except ApiException as e:
-        try:
-            return str(json.loads(e.body or "")["message"])  # the Status the API server answered
-        except (ValueError, KeyError):
-            return e.body or str(e)
-    return None
+    return refusal(kc, pod(name, image), dry_run)
 
 
 def served_certificate(port: int) -> x509.Certificate:
