@@ -25,7 +25,7 @@ from tests.kube.apiserver import REPO
 from tests.kube.objects import create, path_of
 from tests.kube.test_deploy import manifests
 from tests.kube.test_listwatch import create_namespace, delete
-from tests.kube.test_webhook_deploy import CERT_MANAGER_KINDS, WEBHOOK, _service_account_client, with_component
+from tests.kube.test_webhook_deploy import CERT_MANAGER_KINDS, WEBHOOK, service_account_client, with_component
 
 CHART = REPO / "deploy" / "helm" / "pyclassify"
 
@@ -378,7 +378,7 @@ def test_the_webhook_account_keeps_its_certificates_in_the_release_namespace(
         create(admin, obj, dry_run=False)
     try:
         sa = one(objs, "ServiceAccount")["metadata"]
-        kc = _service_account_client(admin, kube_cluster, tmp_path, sa)
+        kc = service_account_client(admin, kube_cluster, tmp_path, sa)
         certs = SelfSignedCertificates(
             service_names(service_ns, service),
             rotation_period=3600,

@@ -179,7 +179,7 @@ def test_the_deployment_is_hardened_and_its_arguments_are_the_commands() -> None
         assert arg.split("=")[0] in help_text, arg
 
 
-def _service_account_client(admin: KubeClient, kube_cluster: Any, tmp_path: Path, sa: dict[str, Any]) -> KubeClient:
+def service_account_client(admin: KubeClient, kube_cluster: Any, tmp_path: Path, sa: dict[str, Any]) -> KubeClient:
     token = admin.request(
         "POST",
         f"/api/v1/namespaces/{sa['namespace']}/serviceaccounts/{sa['name']}/token",
@@ -210,7 +210,7 @@ def test_the_service_account_can_keep_its_certificates_and_read_policies_and_not
         create(admin, obj, dry_run=False)
     try:
         sa = of_kind(objs, "ServiceAccount")["metadata"]
-        kc = _service_account_client(admin, kube_cluster, tmp_path, sa)
+        kc = service_account_client(admin, kube_cluster, tmp_path, sa)
         secret = of_kind(objs, "Secret")["metadata"]["name"]
         certs = SelfSignedCertificates(
             service_names(NAMESPACE, "pyclassify-webhook"),
