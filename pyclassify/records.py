@@ -101,6 +101,17 @@ def open_input(path: str) -> tuple[IO[bytes], bytes, str | None]:
     return stream, head, compression
 
 
+def _read_into(stream: IO[bytes], buffer: bytearray) -> memoryview:
+    """The next bytes of ``stream`` read into ``buffer`` (up to its size; none: the end), as a
+    view of the part filled."""
+    readinto = getattr(stream, "readinto", None)
+    if readinto is None:
+        data = stream.read(len(buffer))
+        buffer[: len(data)] = data
+        return memoryview(buffer)[: len(data)]
+    return memoryview(buffer)[: readinto(buffer)]
+
+
 class _Failed:
     """A stream whose next read raises what the one it stands for raised."""
 
@@ -351,18 +362,24 @@ class RecordReader:
                     raise RecordError(str(e)) from None
                 return
             reader = _engine.RecordStream(fmt)
-            chunk = head
+            chunk: bytes | memoryview = head
+            # two buffers refilled in turn (the one read last is handed on while the next is
+            # read): a fresh 1 MiB object per chunk would be fresh pages faulted in each time
+            # wherever malloc returns large blocks to the kernel (Dask sets its workers so)
+            buffers = (bytearray(CHUNK), bytearray(CHUNK))
+            turn = 0
             pending: list[tuple[bytes, bytes]] = []
             pending_n = 0
             read = len(head)
             broken = None
             while True:
                 try:
-                    nxt = stream.read(CHUNK)
+                    nxt = _read_into(stream, buffers[turn])
                 except Exception as e:  # noqa: BLE001 - a decompressor's own error types
                     if compression is None and not isinstance(e, OSError):
                         raise
-                    nxt, broken = b"", f"{e}"
+                    nxt, broken = memoryview(b""), f"{e}"
+                turn ^= 1
                 read += len(nxt)
                 last = not nxt
                 if judge is not None:

@@ -405,3 +405,39 @@ def test_records_to_a_cluster_ip_judged_as_delivered_to_its_backends(tmp_path):
     assert to_api["ingress"] == api["ingress"]
     assert to_mixed["verdict"] == "deny" and to_mixed["ingress"] == db["ingress"]
     assert summary["allowed"]["records"] == 2 and summary["denied"]["records"] == 2
+
+
+@pytest.mark.parametrize("compress", [None, "gzip", "zstd"])
+def test_records_across_chunk_boundaries_read_as_one_whole_input(engine, tmp_path, compress):
+    """A file of several read chunks (the reader refills two buffers in turn): every record,
+    those whose line spans two chunks included, is the record the whole input fed at once
+    gives, judged and unjudged."""
+    import random
+
+    from pyclassify import _engine, records
+
+    rng = random.Random(7)
+    lines = [
+        vpc_line(rng.choice(ADDRESSES), rng.choice(ADDRESSES), rng.randrange(1, 65536), rng.randrange(1, 65536))
+        + " " * rng.randrange(0, 40)  # lengths that move the boundaries around
+        for _ in range(3 * records.CHUNK // 90)
+    ]
+    text = "\n".join(lines) + "\n"
+    assert len(text) > 2 * records.CHUNK
+    if compress == "zstd":
+        zstandard = pytest.importorskip("zstandard")
+        path = tmp_path / "flows.vpc.zst"
+        path.write_bytes(zstandard.ZstdCompressor().compress(text.encode()))
+    else:
+        path = _write(tmp_path / "flows.vpc", text, compress)
+
+    whole = _engine.RecordStream("vpc")
+    headers, counts = whole.feed(text.encode(), True)
+    chunks = list(RecordReader([str(path)], engine.inventory))
+    assert b"".join(c.headers.tobytes() for c in chunks) == headers
+    assert b"".join(c.counts.tobytes() for c in chunks) == counts
+
+    judged, summary = replay_lines(engine, path)
+    assert len(judged) == len(lines) == summary["records"]
+    one = _engine.RecordStream("vpc")
+    assert one.read(bytearray(text.encode()), True) == len(lines)  # any byte buffer is read

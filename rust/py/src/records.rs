@@ -11,6 +11,7 @@ use pyclassify_core::records::judge::{LogKey, RecordJudge, Services};
 use pyclassify_core::records::lines::{LineTables, Lines};
 use pyclassify_core::records::tally::{DecisionKey, Measures};
 use pyclassify_core::records::{detect, FlowCounts, Format, RecordBatch, Stream};
+use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -22,6 +23,12 @@ fn as_bytes<T>(items: &[T]) -> &[u8] {
     // SAFETY: PacketHeader and FlowCounts are repr(C) records without padding (the ABI tests
     // hold them to that): every byte is initialized.
     unsafe { std::slice::from_raw_parts(items.as_ptr() as *const u8, std::mem::size_of_val(items)) }
+}
+
+/// A chunk of input: `bytes`, or a `bytearray` (or a `memoryview` of part of one) that the caller
+/// refills from chunk to chunk, so reading a file does not fault fresh pages in for every chunk.
+fn chunk_buffer(chunk: &Bound<'_, PyAny>) -> PyResult<PyUntypedBuffer> {
+    checked_buffer(chunk, "chunk", 1, 1, None, false)
 }
 
 /// One input of flow records read chunk by chunk: `feed` returns the records each chunk
@@ -45,23 +52,37 @@ impl PyRecordStream {
 
     /// Reads what `chunk` completes (`last`: nothing follows); returns the records as
     /// (headers, counts) bytes, `HEADER_DTYPE` and `FLOW_COUNTS_DTYPE` arrays of one length.
-    fn feed<'py>(&mut self, py: Python<'py>, chunk: &[u8], last: bool) -> (Bound<'py, PyBytes>, Bound<'py, PyBytes>) {
+    fn feed<'py>(
+        &mut self,
+        py: Python<'py>,
+        chunk: &Bound<'py, PyAny>,
+        last: bool,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        let held = chunk_buffer(chunk)?;
         let (inner, batch) = (&mut self.inner, &mut self.batch);
         batch.clear();
-        py.detach(|| inner.feed(chunk, last, batch));
-        (
+        // SAFETY: the buffer was checked (1-D, contiguous, byte items) and stays acquired (the
+        // exporter cannot resize or free it) until `held` is dropped after the read.
+        let (ptr, len) = (held.buf_ptr() as usize, held.len_bytes());
+        py.detach(|| inner.feed(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }, last, batch));
+        drop(held);
+        Ok((
             PyBytes::new(py, as_bytes::<PacketHeader>(&batch.headers)),
             PyBytes::new(py, as_bytes::<FlowCounts>(&batch.counts)),
-        )
+        ))
     }
 
     /// Reads what `chunk` completes (`last`: nothing follows) and keeps the records for
     /// `RecordJudge.judge_stream`; returns how many.
-    fn read(&mut self, py: Python<'_>, chunk: &[u8], last: bool) -> usize {
+    fn read(&mut self, py: Python<'_>, chunk: &Bound<'_, PyAny>, last: bool) -> PyResult<usize> {
+        let held = chunk_buffer(chunk)?;
         let (inner, batch) = (&mut self.inner, &mut self.batch);
         batch.clear();
-        py.detach(|| inner.feed(chunk, last, batch));
-        batch.len()
+        // SAFETY: as in `feed`.
+        let (ptr, len) = (held.buf_ptr() as usize, held.len_bytes());
+        py.detach(|| inner.feed(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }, last, batch));
+        drop(held);
+        Ok(batch.len())
     }
 
     /// How many names have been placed (`place`).
