@@ -145,7 +145,6 @@ def model(
     per_task: float,
     scheduler_per_task: float,
     merge: float,
-    build: float,
     fixed: float,
     partition: int,
     workers: int,
@@ -155,9 +154,11 @@ def model(
     judging its share at ``rate`` and nothing else), and what limits it. Tasks: 1e9 /
     ``partition``, each costing a worker ``per_task`` beyond its records; the scheduler spends
     ``scheduler_per_task`` on each, one after the other; summaries merge on the workers in a
-    tree of fan-in 8 whose levels follow one another; each worker builds the engine once; the
-    run's ``fixed`` cost once. The ideal is at ``ideal_rate`` (one process judging; ``rate``
-    unless given), so a worker's slower judging counts against the efficiency."""
+    tree of fan-in 8 whose levels follow one another; the run's ``fixed`` cost once (measured
+    as a run of one empty file: the versions checked, the engine's plugin registered, the
+    engine built on each worker at once, removed). The ideal is at ``ideal_rate`` (one process
+    judging; ``rate`` unless given), so a worker's slower judging counts against the
+    efficiency."""
     tasks = -(-BILLION // partition)
     work = -(-tasks // workers) * (partition / rate + per_task)  # the busiest worker's tasks
     scheduling = tasks * scheduler_per_task
@@ -166,7 +167,7 @@ def model(
         width = -(-width // 8)
         levels += 1
     tail = levels * 8 * merge
-    total = max(work, scheduling) + build + tail + fixed
+    total = max(work, scheduling) + tail + fixed
     ideal = BILLION / (ideal_rate or rate) / workers
     if scheduling > work:
         limit = "the scheduler"
@@ -255,12 +256,13 @@ def main() -> None:
             print(
                 f"model: 1e9 records, {worker_rate / 1e6:.2f} M records/s per worker (ideal: {rate / 1e6:.2f}), "
                 f"{per_task * 1e3:.2f} ms per task on a "
-                f"worker, {scheduler * 1e3:.2f} ms per task on the scheduler (its {what}), engine {build:.2f} s:"
+                f"worker, {scheduler * 1e3:.2f} ms per task on the scheduler (its {what}), the run's fixed cost "
+                f"{max(fixed, fixed2):.2f} s (the engine's build on the workers, {build:.2f} s, in it):"
             )
             for part in (records // len(paths), 1_000_000, 2_000_000, 4_000_000, 16_000_000):
                 for workers in (10, 100, 1000):
                     total, eff, limit = model(
-                        worker_rate, per_task, scheduler, merge, build, max(fixed, fixed2), part, workers, rate
+                        worker_rate, per_task, scheduler, merge, max(fixed, fixed2), part, workers, rate
                     )
                     print(
                         f"  {part:>11,} records a task, {workers:>5} workers: {total:8.1f} s, "
