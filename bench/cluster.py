@@ -37,7 +37,7 @@ import struct
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from ipaddress import IPv4Address
@@ -1796,14 +1796,25 @@ def capture_flows(cluster: Cluster, flows: int, seed: int = 1) -> list[CaptureFl
 
 
 def write_capture(
-    cluster: Cluster, path: str | Path, packets: int, flows: int, seed: int = 1, snaplen: int = DEFAULT_SNAPLEN
+    cluster: Cluster,
+    path: str | Path,
+    packets: int,
+    flows: int,
+    seed: int = 1,
+    snaplen: int = DEFAULT_SNAPLEN,
+    denied: Callable[[CaptureFlow], bool] | None = None,
+    denied_share: float = 0.25,
 ) -> list[CaptureFlow]:
     """A pcap (Ethernet/IPv4, link type 1) of ``packets`` packets in ``flows`` connections,
     interleaved in time. A TCP connection is SYN, SYN-ACK, then data and ACKs both ways with
     consistent sequence numbers; a UDP flow is request/response pairs. Built with numpy: one
     record array, no per-packet Python. ``snaplen`` truncates frames as ``tcpdump -s`` does
     (headers only from 54 up; the records keep the wire length). Returns the flows (client →
-    server)."""
+    server).
+
+    ``denied`` (a flow → whether policy denies its opening packet) makes ``denied_share`` of
+    the packets belong to the flows it names: a capture taken where a firewall has not dropped
+    them yet (a mirror port, a tap upstream), every packet of a denied connection kept."""
     if packets < 3 * flows:
         raise ValueError("need at least 3 packets per flow (SYN, SYN-ACK, ACK)")
     if snaplen < _ETH + _IP + _TCP:
@@ -1811,6 +1822,7 @@ def write_capture(
     flow_list = capture_flows(cluster, flows, seed)
     g = np.random.default_rng(random.Random(f"packets-{seed}").getrandbits(64))
     n_flows = len(flow_list)
+    chosen = None if denied is None else np.array([denied(f) for f in flow_list], dtype=bool)
     src = np.array([int(IPv4Address(f.src)) for f in flow_list], dtype=np.uint32)
     dst = np.array([int(IPv4Address(f.dst)) for f in flow_list], dtype=np.uint32)
     is_udp = np.array([f.proto == UDP for f in flow_list])
@@ -1819,8 +1831,16 @@ def write_capture(
 
     # Packets per flow: at least 3, the rest spread unevenly (a few long connections).
     weights = g.pareto(1.5, n_flows) + 1.0
-    extra = np.floor(weights / weights.sum() * (packets - 3 * n_flows)).astype(np.int64)
-    extra[: packets - 3 * n_flows - int(extra.sum())] += 1
+    budget = packets - 3 * n_flows
+    if chosen is None or chosen.all() or not chosen.any():
+        extra = np.floor(weights / weights.sum() * budget).astype(np.int64)
+    else:
+        # the denied flows' packets beyond their first three, to make up their share
+        to_denied = min(max(round(denied_share * packets) - 3 * int(chosen.sum()), 0), budget)
+        extra = np.zeros(n_flows, dtype=np.int64)
+        for group, share in ((chosen, to_denied), (~chosen, budget - to_denied)):
+            extra[group] = np.floor(weights[group] / weights[group].sum() * share).astype(np.int64)
+    extra[: budget - int(extra.sum())] += 1
     per_flow = 3 + extra
     flow_of = np.repeat(np.arange(n_flows), per_flow)
     first = np.concatenate(([0], np.cumsum(per_flow)[:-1]))

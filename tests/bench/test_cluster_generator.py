@@ -334,6 +334,29 @@ def test_capture_reads_back_with_every_packet(small: gen.Cluster, tmp_path: Path
     assert first_seen and all(f[0] == 0x02 and f[1] == 0x12 for f in first_seen.values() if len(f) >= 2)
 
 
+def test_a_share_of_the_packets_in_the_flows_named_denied(small: gen.Cluster, tmp_path: Path) -> None:
+    plain, weighted = tmp_path / "plain.pcap", tmp_path / "denied.pcap"
+    flows = gen.write_capture(small, plain, packets=4000, flows=150, seed=1)
+    assert gen.write_capture(small, weighted, 4000, 150, seed=1, denied=lambda f: f.kind == "random") == flows
+    denied = {(f.src, f.sport) for f in flows if f.kind == "random"}
+    assert 0 < len(denied) < len(flows)
+
+    def share(path: Path) -> float:
+        headers, _, _ = read_all(path)
+        ends = [
+            {
+                (str(ipaddress.ip_address(bytes(h[a][12:]))), int(h[p]))
+                for a, p in (("src_addr", "sport"), ("dst_addr", "dport"))
+            }
+            for h in headers[:4000]
+        ]
+        return sum(1 for e in ends if e & denied) / 4000
+
+    assert share(weighted) == pytest.approx(0.25, abs=150 / 4000)  # rounding: under a packet a flow
+    assert abs(share(plain) - 0.25) > 150 / 4000  # the plain capture is another mix
+    assert weighted.stat().st_size != plain.stat().st_size
+
+
 def test_snaplen_truncates_frames_but_not_their_headers(small: gen.Cluster, tmp_path: Path) -> None:
     full, cut = tmp_path / "full.pcap", tmp_path / "cut.pcap"
     gen.write_capture(small, full, packets=900, flows=30, seed=5)
