@@ -4,6 +4,13 @@ worker, the cost of a task that judges nothing, and a summary's merge; and the m
 measured costs give for 1 billion records on 10, 100 and 1,000 workers.
 
     .venv/bin/python -m bench.dask_scaling [--records 10000000] [--files 40] [--pods 10000]
+    .venv/bin/python -m bench.dask_scaling --captures [--packets 4000000] [--flows 40000] [--pods 10000]
+
+``--captures``: ``replay --pcap`` instead (``pyclassify.dask_capture``): a capture of the
+generated cluster's connections (``bench.cluster.write_capture``, as ``bench/test_bench_scale.py``
+makes it) read and decoded alone (the part every partition repeats), judged in-process, by one
+partition of two in one process, and on a cluster of one worker (one partition) and of two
+(two partitions, each reading the whole capture); each Dask answer checked against in-process.
 
 The archive is VPC Flow Logs text of the generated cluster's traffic (``bench.flowrecords``):
 one file written and linked ``--files`` times (each path one partition), so the disk holds one.
@@ -19,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench.cluster import generate, write_json_compact
@@ -179,6 +187,97 @@ def model(
     return total, ideal / total, limit
 
 
+def _median_seconds(run: Callable[[], object], repeat: int) -> tuple[float, list[float]]:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times), times
+
+
+def captures_main(args: argparse.Namespace) -> None:
+    """``--captures``: the module documentation's second mode."""
+    from distributed import Client, LocalCluster
+
+    from bench.cluster import write_capture
+    from pyclassify import dask_capture
+    from pyclassify.capture import open_capture
+    from pyclassify.replay import Replay
+
+    with tempfile.TemporaryDirectory(prefix="dask-scaling-") as tmp:
+        directory = Path(tmp)
+        cluster = generate(args.pods, seed=1)
+        cluster_json = write_json_compact(cluster, directory / "cluster.json")
+        pcap = directory / "cluster.pcap"
+        write_capture(cluster, pcap, args.packets, args.flows, seed=1)
+        project = load_project([str(cluster_json)])
+        engine = NativeEngine(project.policy_set, project.inventory)
+        paths = [str(pcap)]
+
+        def read() -> int:
+            n = 0
+            with open_capture(str(pcap), stream=True) as cap:  # as Replay reads it
+                for batch in cap:
+                    n += len(batch)
+            return n
+
+        packets = read()
+        print(
+            f"capture: {packets:,} packets in {args.flows:,} connections "
+            f"({os.path.getsize(pcap) / 1e6:,.0f} MB), {args.pods:,} pods"
+        )
+        floor, times = _median_seconds(read, args.repeat)
+        print(f"read + decode alone: {floor:.2f} s ({', '.join(f'{t:.2f}' for t in times)})")
+        whole = Replay(engine)
+        whole.run(paths)
+        expected = whole.summary_json()
+        base, times = _median_seconds(lambda: Replay(engine).run(paths), args.repeat)
+        print(
+            f"in-process: {base:.2f} s ({', '.join(f'{t:.2f}' for t in times)}), {packets / base / 1e6:.2f} M packets/s; "
+            f"read + decode {100 * floor / base:.0f} % of it"
+        )
+        options = dask_capture.CaptureOptions()
+        half, times = _median_seconds(lambda: dask_capture.replay_for(engine, options, 0, 2).run(paths), args.repeat)
+        print(
+            f"one partition of two, in one process: {half:.2f} s ({', '.join(f'{t:.2f}' for t in times)}), "
+            f"{100 * half / base:.0f} % of the whole (50 % if reading cost nothing)"
+        )
+        runs = {}
+        for workers in (1, 2):
+            with (
+                LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as lc,
+                Client(lc) as client,
+            ):
+                done: list[dict] = []
+
+                def on_dask(client: Client = client, done: list[dict] = done) -> None:
+                    doc, _, _ = dask_capture.run(engine, paths, client=client)
+                    done.append(doc)
+
+                runs[workers], times = _median_seconds(on_dask, args.repeat)
+            work = ("seconds", "packets_per_second", "conntrack")
+            assert all(
+                {k: v for k, v in d.items() if k not in work} == {k: v for k, v in expected.items() if k not in work}
+                for d in done
+            ), "the cluster's answer differs from in-process"
+            print(
+                f"dask, {workers} worker{'s' if workers > 1 else ''} ({workers} partition{'s' if workers > 1 else ''}): "
+                f"{runs[workers]:.2f} s ({', '.join(f'{t:.2f}' for t in times)}), "
+                f"{packets / runs[workers] / 1e6:.2f} M packets/s; the answer is the in-process one"
+            )
+        print(f"dask 1 worker / in-process: {runs[1] / base:.3f}x the time")
+        print(f"dask 2 workers vs 1: {runs[1] / runs[2]:.2f}x (scaling efficiency {100 * runs[1] / runs[2] / 2:.0f} %)")
+        # each partition reads everything: with P partitions a task costs read + judge / P at best
+        judge = max(base - floor, 0.0)
+        for parts in (2, 4, 8, 100):
+            best = floor + judge / parts
+            print(
+                f"model: {parts} partitions, a task at best read {floor:.2f} s + judge {judge:.2f} s / {parts} = "
+                f"{best:.2f} s: at most {base / best:.2f}x faster than in-process"
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=10_000_000)
@@ -186,7 +285,13 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--empty-tasks", type=int, default=200)
+    ap.add_argument("--captures", action="store_true", help="replay --pcap instead of --traffic")
+    ap.add_argument("--packets", type=int, default=4_000_000)
+    ap.add_argument("--flows", type=int, default=40_000)
     args = ap.parse_args()
+    if args.captures:
+        captures_main(args)
+        return
     with tempfile.TemporaryDirectory(prefix="dask-scaling-") as tmp:
         directory = Path(tmp)
         cluster_json, paths = _archive(directory, args.pods, args.records, args.files)

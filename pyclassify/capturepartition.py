@@ -26,7 +26,7 @@ the same in every partition: partition 0 alone reports them.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -35,33 +35,43 @@ from pyclassify.batch import FLAG_ICMP_ERROR
 from pyclassify.capture import QUOTE_VALID, Batch
 from pyclassify.domains import DNS_PORT
 from pyclassify.engine import PACKET_MALFORMED, PACKET_NOT_IP, Lane, NativeEngine
-from pyclassify.replay import Replay, flow_hashes
+from pyclassify.replay import Replay, flow_hashes, take_rows
 
 ICMP_PROTOCOLS = (1, 58)
-_KEY_DTYPE = np.dtype(
-    [("src_addr", "u1", (16,)), ("dst_addr", "u1", (16,)), ("sport", "<u2"), ("dport", "<u2"), ("protocol", "u1")]
-)
 
 
-def connection_keys(batch: Any) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
+def connection_keys(
+    batch: Any, own: npt.NDArray[np.uint64] | None = None
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.bool_]]:
     """Per packet of ``batch``: the key of the connection whose tracker judges it (the same for
     both directions; an ICMP error's is the quoted connection's), and whether that connection
-    is DNS's (port 53): judged in every partition. Vectorised."""
+    is DNS's (port 53): judged in every partition. ``own``: ``flow_hashes(batch.headers)``,
+    if known; only the packets whose key differs (ICMP) are hashed again. Vectorised."""
     h = batch.headers
-    keys = np.empty(len(h), dtype=_KEY_DTYPE)
-    for name in _KEY_DTYPE.names or ():
-        keys[name] = h[name]
+    if own is None:
+        own = flow_hashes(h)
+    proto, sport, dport = h["protocol"], h["sport"], h["dport"]
+    icmp = (proto == ICMP_PROTOCOLS[0]) | (proto == ICMP_PROTOCOLS[1])
+    other = np.flatnonzero(icmp)
+    if not len(other):
+        dns = ((proto == 6) | (proto == 17)) & ((sport == DNS_PORT) | (dport == DNS_PORT))
+        return own, dns
+    ends = take_rows(h, other)
+    fields = {name: ends[name] for name in ("src_addr", "dst_addr", "sport", "dport", "protocol")}
     if batch.quotes is not None:
-        quoted = ((h["flags"] & FLAG_ICMP_ERROR) != 0) & ((batch.quotes["flags"] & QUOTE_VALID) != 0)
-        if quoted.any():
-            q = batch.quotes[quoted]
-            for name in _KEY_DTYPE.names or ():
-                keys[name][quoted] = q[name]
+        q = take_rows(batch.quotes, other)
+        quoted = ((ends["flags"] & FLAG_ICMP_ERROR) != 0) & ((q["flags"] & QUOTE_VALID) != 0)
+        for name in fields:
+            fields[name] = np.where(quoted if fields[name].ndim == 1 else quoted[:, None], q[name], fields[name])
     # an ICMP query's identifier is in ``sport`` both ways: the key takes it as both ends' port
-    icmp = np.isin(keys["protocol"], ICMP_PROTOCOLS)
-    keys["dport"][icmp] = keys["sport"][icmp]
-    dns = np.isin(keys["protocol"], (6, 17)) & ((keys["sport"] == DNS_PORT) | (keys["dport"] == DNS_PORT))
-    return flow_hashes(keys), dns
+    query = (fields["protocol"] == ICMP_PROTOCOLS[0]) | (fields["protocol"] == ICMP_PROTOCOLS[1])
+    fields["dport"] = np.where(query, fields["sport"], fields["dport"])
+    keys = own.copy()
+    keys[other] = flow_hashes(cast("npt.NDArray[Any]", fields))  # flow_hashes reads fields by name
+    proto, sport, dport = proto.copy(), sport.copy(), dport.copy()
+    proto[other], sport[other], dport[other] = fields["protocol"], fields["sport"], fields["dport"]
+    dns = ((proto == 6) | (proto == 17)) & ((sport == DNS_PORT) | (dport == DNS_PORT))
+    return keys, dns
 
 
 class Rows(NamedTuple):
@@ -83,13 +93,15 @@ class PartitionReplay(Replay):
         self._judged = np.empty(0, dtype=np.int64)  # rows of the batch judged here
         self._counted = np.empty(0, dtype=bool)  # of those, the ones counted here
         self._batch: Any = None
+        self._own = np.empty(0, dtype=np.uint64)  # the batch's flow_hashes
         self._verdicts: npt.NDArray[Any] | None = None
 
     def _mine(self, hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.bool_]:
         return hashes % np.uint64(self.parts) == np.uint64(self.part)
 
     def _judge(self, batch: Batch, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[Any]:
-        keys, dns = connection_keys(batch)
+        self._own = flow_hashes(batch.headers)
+        keys, dns = connection_keys(batch, self._own)
         mine = self._mine(keys)
         self._judged = np.flatnonzero(mine | dns) if self.parts > 1 else np.arange(len(keys), dtype=np.int64)
         self._counted = mine[self._judged]
@@ -98,28 +110,28 @@ class PartitionReplay(Replay):
         return self._verdicts
 
     def _account(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
-        keep = self._counted
+        keep = np.flatnonzero(self._counted)
         rows = self._judged[keep]
         if self._staged_verdicts is not None:
-            self._staged_verdicts = self._staged_verdicts[keep]
-        view = Rows(batch.headers[rows], None if batch.outers is None else batch.outers[rows])
-        super()._account(view, verdicts[keep])  # type: ignore[arg-type]  # read as a batch
+            self._staged_verdicts = take_rows(self._staged_verdicts, keep)
+        view = Rows(take_rows(batch.headers, rows), None if batch.outers is None else take_rows(batch.outers, rows))
+        super()._account(view, take_rows(verdicts, keep))  # type: ignore[arg-type]  # read as a batch
 
     def _add_flows(self, batch: Any, undecoded: npt.NDArray[np.bool_]) -> None:
         whole, verdicts = self._batch, self._verdicts
         assert verdicts is not None
-        own = np.flatnonzero(self._mine(flow_hashes(whole.headers)))
+        own = np.flatnonzero(self._mine(self._own))
         skip = np.zeros(len(whole.headers), dtype=bool)
         reasons = verdicts["reason"]
         skip[self._judged] = (reasons == PACKET_MALFORMED) | (reasons == PACKET_NOT_IP)
         elsewhere = np.setdiff1d(own, self._judged, assume_unique=True)
         if len(elsewhere):
             # judged in the partition of their connection: here alone, to know if they decode
-            headers = np.ascontiguousarray(whole.headers[elsewhere])
+            headers = take_rows(whole.headers, elsewhere)
             alone = Lane(self.engine, np.arange(len(headers), dtype=np.int64), headers)
             self.engine.judge_lanes(headers, [alone], **self.defaults, data=None, dns=None)
             skip[elsewhere] = (alone.out["reason"] == PACKET_MALFORMED) | (alone.out["reason"] == PACKET_NOT_IP)
-        self.summary.flow_set.add(np.ascontiguousarray(whole.headers[own]), skip[own])
+        self.summary.flow_set.add(take_rows(whole.headers, own), skip[own])
 
     def run(self, paths: list[str], progress: Any = None) -> Any:
         summary = super().run(paths, progress)

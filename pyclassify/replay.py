@@ -202,6 +202,13 @@ def flow_hashes(headers: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
         return lo * _MIX[1] ^ (hi + headers["protocol"].astype(np.uint64)) * _MIX[0]
 
 
+def take_rows(records: npt.NDArray[Any], rows: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+    """``records[rows]`` of a structured array, copied as raw records (numpy's own indexing of a
+    structured dtype goes field by field, some 70 times slower)."""
+    raw = np.ascontiguousarray(records).view(np.dtype((np.void, records.dtype.itemsize)))
+    return np.take(raw, rows).view(records.dtype)
+
+
 def _count_rules(summary: ReplaySummary, verdicts: npt.NDArray[Any]) -> None:
     policy = verdicts[verdicts["reason"] == PACKET_POLICY]  # usually few beside the established ones
     summary.policy += len(policy)
@@ -329,8 +336,8 @@ class Replay:
         headers = np.ascontiguousarray(batch.headers)
         quotes = None if batch.quotes is None else np.ascontiguousarray(batch.quotes)
         if rows is not None:
-            headers = np.ascontiguousarray(headers[rows])
-            quotes = None if quotes is None else np.ascontiguousarray(quotes[rows])
+            headers = take_rows(headers, rows)
+            quotes = None if quotes is None else take_rows(quotes, rows)
             segments = None if segments is None else segments[rows]
             if dns is not None and len(dns):
                 # the answers' rows renumbered among the packets judged (data offsets stay)
