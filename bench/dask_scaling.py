@@ -187,17 +187,21 @@ def model(
     return total, ideal / total, limit
 
 
-def _median_seconds(run: Callable[[], object], repeat: int) -> tuple[float, list[float]]:
-    times = []
+def _timed(run: Callable[[], object], repeat: int) -> tuple[float, float]:
+    """Medians of ``repeat`` runs: wall seconds and this process's CPU seconds."""
+    walls, cpus = [], []
     for _ in range(repeat):
-        started = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         run()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times), times
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def captures_main(args: argparse.Namespace) -> None:
-    """``--captures``: the module documentation's second mode."""
+    """``--captures``: the module documentation's second mode. Wall time and CPU time both: CPU
+    time (``time.process_time``, of this process or of each worker's) is what a partition costs
+    whatever else runs on the machine; wall time is what one waits here."""
     from distributed import Client, LocalCluster
 
     from bench.cluster import write_capture
@@ -225,57 +229,65 @@ def captures_main(args: argparse.Namespace) -> None:
         packets = read()
         print(
             f"capture: {packets:,} packets in {args.flows:,} connections "
-            f"({os.path.getsize(pcap) / 1e6:,.0f} MB), {args.pods:,} pods"
+            f"({os.path.getsize(pcap) / 1e6:,.0f} MB), {args.pods:,} pods; medians of {args.repeat}, wall / CPU"
         )
-        floor, times = _median_seconds(read, args.repeat)
-        print(f"read + decode alone: {floor:.2f} s ({', '.join(f'{t:.2f}' for t in times)})")
+        floor = _timed(read, args.repeat)
+        print(f"read + decode alone: {floor[0]:.2f} s / {floor[1]:.2f} s")
         whole = Replay(engine)
         whole.run(paths)
         expected = whole.summary_json()
-        base, times = _median_seconds(lambda: Replay(engine).run(paths), args.repeat)
+        base = _timed(lambda: Replay(engine).run(paths), args.repeat)
         print(
-            f"in-process: {base:.2f} s ({', '.join(f'{t:.2f}' for t in times)}), {packets / base / 1e6:.2f} M packets/s; "
-            f"read + decode {100 * floor / base:.0f} % of it"
+            f"in-process: {base[0]:.2f} s / {base[1]:.2f} s, {packets / base[1] / 1e6:.2f} M packets per CPU second; "
+            f"read + decode {100 * floor[1] / base[1]:.0f} % of its CPU time"
         )
         options = dask_capture.CaptureOptions()
-        half, times = _median_seconds(lambda: dask_capture.replay_for(engine, options, 0, 2).run(paths), args.repeat)
-        print(
-            f"one partition of two, in one process: {half:.2f} s ({', '.join(f'{t:.2f}' for t in times)}), "
-            f"{100 * half / base:.0f} % of the whole (50 % if reading cost nothing)"
-        )
-        runs = {}
+        partition_cpu = {}
+        for parts in (2, 4):
+            part = _timed(lambda p=parts: dask_capture.replay_for(engine, options, 0, p).run(paths), args.repeat)
+            partition_cpu[parts] = part[1]
+            print(
+                f"one partition of {parts}, in one process: {part[0]:.2f} s / {part[1]:.2f} s, "
+                f"{100 * part[1] / base[1]:.0f} % of the whole's CPU time ({100 // parts} % if reading and "
+                "partitioning cost nothing)"
+            )
+        work = ("seconds", "packets_per_second", "conntrack", "cluster")
+        cpu: dict[int, float] = {}
         for workers in (1, 2):
             with (
                 LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as lc,
                 Client(lc) as client,
             ):
-                done: list[dict] = []
-
-                def on_dask(client: Client = client, done: list[dict] = done) -> None:
-                    doc, _, _ = dask_capture.run(engine, paths, client=client)
-                    done.append(doc)
-
-                runs[workers], times = _median_seconds(on_dask, args.repeat)
-            work = ("seconds", "packets_per_second", "conntrack")
-            assert all(
-                {k: v for k, v in d.items() if k not in work} == {k: v for k, v in expected.items() if k not in work}
-                for d in done
-            ), "the cluster's answer differs from in-process"
+                walls, busiest = [], []
+                for _ in range(args.repeat):
+                    before = client.run(time.process_time)
+                    started = time.perf_counter()
+                    doc, _, info = dask_capture.run(engine, paths, client=client)
+                    walls.append(time.perf_counter() - started)
+                    after = client.run(time.process_time)
+                    busiest.append(max(after[w] - before[w] for w in after))
+                    got = {k: v for k, v in doc.items() if k not in work}
+                    assert got == {k: v for k, v in expected.items() if k not in work}, "not the in-process answer"
+            wall, cpu[workers] = statistics.median(walls), statistics.median(busiest)
             print(
-                f"dask, {workers} worker{'s' if workers > 1 else ''} ({workers} partition{'s' if workers > 1 else ''}): "
-                f"{runs[workers]:.2f} s ({', '.join(f'{t:.2f}' for t in times)}), "
-                f"{packets / runs[workers] / 1e6:.2f} M packets/s; the answer is the in-process one"
+                f"dask, {workers} worker{'s' if workers > 1 else ''} ({info['partitions']} partition"
+                f"{'s' if workers > 1 else ''}): {wall:.2f} s wall ({', '.join(f'{t:.2f}' for t in walls)}), "
+                f"the busiest worker's CPU {cpu[workers]:.2f} s; the answer is the in-process one"
             )
-        print(f"dask 1 worker / in-process: {runs[1] / base:.3f}x the time")
-        print(f"dask 2 workers vs 1: {runs[1] / runs[2]:.2f}x (scaling efficiency {100 * runs[1] / runs[2] / 2:.0f} %)")
-        # each partition reads everything: with P partitions a task costs read + judge / P at best
-        judge = max(base - floor, 0.0)
+        print(f"dask 1 worker / in-process, CPU: {cpu[1] / base[1]:.2f}x")
+        print(f"dask 2 workers vs 1, the busiest worker's CPU: {cpu[1] / cpu[2]:.2f}x faster (ideal 2x)")
+        print(f"the run's cost on Dask beyond the judging, 1 worker: {cpu[1] - base[1]:.2f} s of CPU")
+        # A partition's CPU time is read + split (every partition does it all) + judging / P:
+        # fitted to the partitions of 2 and 4 measured in one process.
+        judging = max(4 * (partition_cpu[2] - partition_cpu[4]), 0.0)
+        shared = partition_cpu[2] - judging / 2
+        print(
+            f"model (in one process): a partition's CPU = {shared:.2f} s read + split by every partition "
+            f"(read + decode alone {floor[1]:.2f} s) + {judging:.2f} s of judging / P"
+        )
         for parts in (2, 4, 8, 100):
-            best = floor + judge / parts
-            print(
-                f"model: {parts} partitions, a task at best read {floor:.2f} s + judge {judge:.2f} s / {parts} = "
-                f"{best:.2f} s: at most {base / best:.2f}x faster than in-process"
-            )
+            best = shared + judging / parts
+            print(f"  {parts:>3} partitions: {best:.2f} s each, at most {base[1] / best:.2f}x faster than in-process")
 
 
 def main() -> None:

@@ -100,16 +100,21 @@ class PartitionReplay(Replay):
         return hashes % np.uint64(self.parts) == np.uint64(self.part)
 
     def _judge(self, batch: Batch, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[Any]:
+        if self.parts == 1:  # the whole: as a Replay
+            return super()._judge(batch)
         self._own = flow_hashes(batch.headers)
         keys, dns = connection_keys(batch, self._own)
         mine = self._mine(keys)
-        self._judged = np.flatnonzero(mine | dns) if self.parts > 1 else np.arange(len(keys), dtype=np.int64)
+        self._judged = np.flatnonzero(mine | dns)
         self._counted = mine[self._judged]
         self._batch = batch
         self._verdicts = super()._judge(batch, self._judged)
         return self._verdicts
 
     def _account(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
+        if self.parts == 1:
+            super()._account(batch, verdicts)
+            return
         keep = np.flatnonzero(self._counted)
         rows = self._judged[keep]
         if self._staged_verdicts is not None:
@@ -118,6 +123,9 @@ class PartitionReplay(Replay):
         super()._account(view, take_rows(verdicts, keep))  # type: ignore[arg-type]  # read as a batch
 
     def _add_flows(self, batch: Any, undecoded: npt.NDArray[np.bool_]) -> None:
+        if self.parts == 1:
+            super()._add_flows(batch, undecoded)
+            return
         whole, verdicts = self._batch, self._verdicts
         assert verdicts is not None
         own = np.flatnonzero(self._mine(self._own))
