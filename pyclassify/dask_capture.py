@@ -178,6 +178,8 @@ def run(
         client,
         items=partitions,
     )
+    if info["interrupted"]:  # Ctrl-C: the partitions judged whole, a part of every capture
+        result.summary.interrupted = True
     result.summary.seconds = time.perf_counter() - started
     info["partitions"] = chosen[0] if chosen else 0
     return summary_json(engine, result, opts), result, info

@@ -832,7 +832,18 @@ class Replay:
                     "packets": packets,
                 }
             )
-        rows.sort(key=lambda r: (-r["packets"], r["direction"], str(r["policy"]), str(r["rule"])))
+        # a total order (ties too), so that summaries merged from partitions list them as one run does
+        rows.sort(
+            key=lambda r: (
+                -r["packets"],
+                r["direction"],
+                str(r["policy"]),
+                str(r["rule"]),
+                str(r["tier"]),
+                r["verdict"],
+                r["reason"],
+            )
+        )
         return rows
 
     def summary_json(self) -> dict[str, Any]:

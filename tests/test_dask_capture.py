@@ -51,6 +51,12 @@ def project():
 
 
 @pytest.fixture(scope="module")
+def staged_project():
+    """With staged policies too: judged beside, in lanes and trackers of their own."""
+    return load_project([DEMO, DOMAINS, ROOT / "examples" / "staged"])
+
+
+@pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     dask_cluster.dask_command()
     running = dask_cluster.start(tmp_path_factory.mktemp("dask"), workers=2)
@@ -126,11 +132,13 @@ def write_captures(directory: Path, frames: list[bytes], cuts: list[int]) -> lis
     return paths
 
 
-def in_process(project: Any, paths: list[str]) -> dict[str, Any]:
+def in_process(project: Any, paths: list[str], conntrack: bool = True) -> dict[str, Any]:
     """One ``Replay`` over ``paths`` as the command makes it, domain facts of its own."""
     inventory = dataclasses.replace(project.inventory, domains=domains.new_facts())
     engine = NativeEngine(project.policy_set, inventory)
-    replay = Replay(engine, dns=domains.DnsLearner(inventory.domains))
+    view = project.policy_set.staged_view()
+    staged = None if view is None else engine.update(view, inventory)
+    replay = Replay(engine, conntrack=conntrack, staged=staged, dns=domains.DnsLearner(inventory.domains))
     replay.run(paths)
     return replay.summary_json()
 
@@ -145,13 +153,22 @@ def plain_engine(project: Any) -> NativeEngine:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(events=events, cuts=st.lists(st.integers(0, 80), max_size=3), parts=st.integers(1, 5))
-def test_partitions_by_connection_add_up_to_one_replay(tmp_path_factory, project, events, cuts, parts):
+@given(
+    events=events,
+    cuts=st.lists(st.integers(0, 80), max_size=3),
+    parts=st.integers(1, 5),
+    staged=st.booleans(),
+    conntrack=st.booleans(),
+)
+def test_partitions_by_connection_add_up_to_one_replay(
+    tmp_path_factory, project, staged_project, events, cuts, parts, staged, conntrack
+):
     from pyclassify import dask_capture
 
+    project = staged_project if staged else project
     paths = write_captures(tmp_path_factory.mktemp("captures"), frames_of(events), cuts)
-    whole = in_process(project, paths)
-    options = dask_capture.CaptureOptions()
+    whole = in_process(project, paths, conntrack)
+    options = dask_capture.CaptureOptions(conntrack=conntrack)
     results = []
     for part in range(parts):
         inventory = dataclasses.replace(project.inventory, domains=domains.new_facts())
