@@ -188,14 +188,15 @@ def model(
 
 
 def _timed(run: Callable[[], object], repeat: int) -> tuple[float, float]:
-    """Medians of ``repeat`` runs: wall seconds and this process's CPU seconds."""
+    """The least of ``repeat`` runs' wall seconds and of their CPU seconds (this process's): the
+    cost with the least interference from what else runs on the machine."""
     walls, cpus = [], []
     for _ in range(repeat):
         wall, cpu = time.perf_counter(), time.process_time()
         run()
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
-    return statistics.median(walls), statistics.median(cpus)
+    return min(walls), min(cpus)
 
 
 def captures_main(args: argparse.Namespace) -> None:
@@ -230,7 +231,8 @@ def captures_main(args: argparse.Namespace) -> None:
         packets = read()
         print(
             f"capture: {packets:,} packets in {args.flows:,} connections "
-            f"({os.path.getsize(pcap) / 1e6:,.0f} MB), {args.pods:,} pods; medians of {args.repeat}, wall / CPU"
+            f"({os.path.getsize(pcap) / 1e6:,.0f} MB), {args.pods:,} pods; in one process the least of "
+            f"{args.repeat} runs, wall / CPU; on Dask medians"
         )
         floor = _timed(read, args.repeat)
         print(f"read + decode alone: {floor[0]:.2f} s / {floor[1]:.2f} s")
@@ -244,7 +246,7 @@ def captures_main(args: argparse.Namespace) -> None:
         )
         options = dask_capture.CaptureOptions()
         partition_cpu = {}
-        for parts in (2, 4):
+        for parts in (2, 4, 8):
             part = _timed(lambda p=parts: dask_capture.replay_for(engine, options, 0, p).run(paths), args.repeat)
             partition_cpu[parts] = part[1]
             print(
@@ -290,9 +292,11 @@ def captures_main(args: argparse.Namespace) -> None:
                 f"2 workers vs 1, the busiest worker's CPU: {one / two:.2f}x faster (ideal 2x)"
             )
         # A partition's CPU time is read + split (every partition does it all) + judging / P:
-        # fitted to the partitions of 2 and 4 measured in one process.
-        judging = max(4 * (partition_cpu[2] - partition_cpu[4]), 0.0)
-        shared = partition_cpu[2] - judging / 2
+        # least squares over the partitions measured in one process (1: the whole)
+        partition_cpu[1] = base[1]
+        xs = [1 / p for p in sorted(partition_cpu)]
+        ys = [partition_cpu[p] for p in sorted(partition_cpu)]
+        judging, shared = statistics.linear_regression(xs, ys)
         print(
             f"model (in one process): a partition's CPU = {shared:.2f} s read + split by every partition "
             f"(read + decode alone {floor[1]:.2f} s) + {judging:.2f} s of judging / P"
