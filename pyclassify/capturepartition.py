@@ -92,6 +92,7 @@ class PartitionReplay(Replay):
         self.part, self.parts = part, parts
         self._judged = np.empty(0, dtype=np.int64)  # rows of the batch judged here
         self._counted = np.empty(0, dtype=bool)  # of those, the ones counted here
+        self._judging = np.empty(0, dtype=bool)  # per row of the batch: judged here
         self._batch: Any = None
         self._own = np.empty(0, dtype=np.uint64)  # the batch's flow_hashes
         self._verdicts: npt.NDArray[Any] | None = None
@@ -105,7 +106,8 @@ class PartitionReplay(Replay):
         self._own = flow_hashes(batch.headers)
         keys, dns = connection_keys(batch, self._own)
         mine = self._mine(keys)
-        self._judged = np.flatnonzero(mine | dns)
+        self._judging = mine | dns
+        self._judged = np.flatnonzero(self._judging)
         self._counted = mine[self._judged]
         self._batch = batch
         self._verdicts = super()._judge(batch, self._judged)
@@ -128,11 +130,12 @@ class PartitionReplay(Replay):
             return
         whole, verdicts = self._batch, self._verdicts
         assert verdicts is not None
-        own = np.flatnonzero(self._mine(self._own))
+        counting = self._mine(self._own)
+        own = np.flatnonzero(counting)
         skip = np.zeros(len(whole.headers), dtype=bool)
         reasons = verdicts["reason"]
         skip[self._judged] = (reasons == PACKET_MALFORMED) | (reasons == PACKET_NOT_IP)
-        elsewhere = np.setdiff1d(own, self._judged, assume_unique=True)
+        elsewhere = np.flatnonzero(counting & ~self._judging)
         if len(elsewhere):
             # judged in the partition of their connection: here alone, to know if they decode
             headers = take_rows(whole.headers, elsewhere)

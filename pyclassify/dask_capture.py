@@ -166,8 +166,12 @@ def run(
     def submit(client: Client, plugin: str, mine: str, i: int, part: int, key: str) -> Any:
         return client.submit(judge_partition, plugin, mine, absolute, part, chosen[0], opts, key=key)
 
+    # the facts an engine here learned are not sent: each task learns its own from the captures
+    inventory = engine.inventory
+    if inventory.domains is not None:
+        inventory = dataclasses.replace(inventory, domains=None)
     result, info = dask_replay._on_cluster(
-        (engine.policy_set, engine.inventory),
+        (engine.policy_set, inventory),
         paths,
         submit,
         merge_results,
