@@ -14,13 +14,14 @@ lost mid-run has its partitions run again elsewhere: a partition's summary is ta
 the task that finished it, so nothing is lost or counted twice.
 
 Why this design and not a shuffle or file x time-window partitions with open connections
-carried across: it is exact with no state passed between tasks, and small. Its price is that
-every task reads and decodes every capture (the read is replicated ``P`` times) and judges the
-DNS packets ``P`` times; what it buys is measured in bench/README.md ("Dask"): with captures
-the replicated read and decode dominate, so it scales only as far as judging outweighs reading.
-The next design, when it must scale further, partitions by file and time window and carries
-each window's open connections (and the domain facts) to the next, or shuffles decoded headers
-by connection key.
+carried across: it is exact with no state passed between tasks, and small, so it was built and
+measured first. Measured (bench/README.md, "Captures on a Dask cluster"), it does not scale:
+every task reads, decodes, hashes and splits every packet, and on the generated cluster's
+capture that is most of a replay (the native judging of established packets is the cheap part),
+so one partition of 2 to 8 costs 81-121 % of the whole replay's CPU. What it gives is the exact
+answer on a cluster, not speed. The next design reads each packet once: file x time-window
+partitions, each task handed the open connections and the domain facts of the window before
+it, or a shuffle of decoded headers by connection key from reader tasks to judging tasks.
 
 With domain rules or staged policies each task builds its own engine (the domain facts a
 capture teaches are the task's own; a staged engine is a delta on its engine's state), the
