@@ -3,7 +3,8 @@ and two ``dask worker`` processes started here): partitions by connection give t
 summary on random captures (connections cut across files, pickups mid-stream, ICMP queries
 and errors, DNS answers teaching a domain rule, malformed and not-IP frames), in process
 (``PartitionReplay``) and on the cluster; a worker killed mid-run loses and doubles nothing;
-the command line refuses what it cannot do there."""
+the command line refuses what it cannot do there, and names an unreachable scheduler and
+workers of another version (exit 8)."""
 
 from __future__ import annotations
 
@@ -309,3 +310,23 @@ def test_an_unreachable_scheduler_is_named_with_exit_8():
     )
     assert result.returncode == 8, result.stderr
     assert f"cannot reach the Dask scheduler at {address}" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_workers_of_another_version_are_refused_with_exit_8(tmp_path):
+    """As for flow records: a worker whose Python finds another pyclassify first is named."""
+    dask_cluster.dask_command()
+    other = tmp_path / "other"
+    (other / "pyclassify-0.0.1.dist-info").mkdir(parents=True)
+    (other / "pyclassify-0.0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: pyclassify\nVersion: 0.0.1\n"
+    )
+    running = dask_cluster.LocalDask(tmp_path)
+    try:
+        running.start_scheduler()
+        running.start_worker(env={"PYTHONPATH": str(other) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+        running.wait_for_workers(1)
+        result = _cli("replay", str(DEMO), "--pcap", str(ROOT / "pcaps" / "demo.pcap"), "--scheduler", running.address)
+    finally:
+        running.stop()
+    assert result.returncode == 8, result.stderr
+    assert "another pyclassify version" in result.stderr and "runs 0.0.1" in result.stderr
