@@ -18,7 +18,7 @@ carried across: it is exact with no state passed between tasks, and small, so it
 measured first. Measured (bench/README.md, "Captures on a Dask cluster"), it does not scale:
 every task reads, decodes, hashes and splits every packet, and on the generated cluster's
 capture that is most of a replay (the native judging of established packets is the cheap part),
-so one partition of 2 to 8 costs 81-121 % of the whole replay's CPU. What it gives is the exact
+so one partition of 2 to 8 costs 71-121 % of the whole replay's CPU. What it gives is the exact
 answer on a cluster, not speed. The next design reads each packet once: file x time-window
 partitions, each task handed the open connections and the domain facts of the window before
 it, or a shuffle of decoded headers by connection key from reader tasks to judging tasks.
