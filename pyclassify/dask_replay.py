@@ -353,17 +353,20 @@ def _merge_tree(client: Client, parts: list[Any], token: str, merge: Callable[..
 def _on_cluster(
     sets: tuple,
     paths: list[str],
-    submit: Callable[[Client, str, str, int, str, str], Any],
+    submit: Callable[[Client, str, str, int, Any, str], Any],
     merge: Callable[..., Any],
     empty: Callable[[], Any],
     scheduler: str | None,
     workers: int | None,
     progress: Callable[[int, int], None] | None,
     client: Client | None,
+    items: list[Any] | Callable[[Client], list[Any]] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """The scaffolding of a run on the cluster: connect (or start a local cluster), check the
-    workers' versions, register the engine plugin of ``sets``, one task a path
-    (``submit(client, plugin, version, index, path, key)``), their results merged in a tree,
+    workers' versions, register the engine plugin of ``sets``, one task a path, or an item of
+    ``items`` when given (a list, or made from the client: ``items(client)``;
+    ``submit(client, plugin, version, index, item, key)``), their results
+    merged in a tree,
     the plugin removed at the end. Returns the merged result and what the run used. Ctrl-C:
     the tasks not finished are cancelled and the finished ones merged (``"interrupted"``)."""
     distributed = _import_distributed()
@@ -375,6 +378,8 @@ def _on_cluster(
         client, owned = connect(scheduler, workers)
     try:
         check_versions(client)
+        if callable(items):
+            items = items(client)
         digest, blob = policy_blob(*sets)
         token = f"{digest[:8]}-{os.getpid()}-{time.monotonic_ns()}"
         plugin = EnginePlugin(digest, blob, version(), token)
@@ -384,7 +389,7 @@ def _on_cluster(
             merged = None
             interrupted = False
             try:
-                for i, p in enumerate(paths):
+                for i, p in enumerate(paths if items is None else items):
                     futures.append(submit(client, plugin.name, version(), i, p, f"pyclassify-judge-{i}-{token}"))
                 merged = _merge_tree(client, futures, token, merge) if futures else None
                 if progress is not None:
@@ -403,7 +408,7 @@ def _on_cluster(
                 client.cancel(dropped + ([merged] if merged is not None else []))
                 parts = client.gather(done) if done else []
                 result = merge(*parts) if parts else empty()
-                if isinstance(result, RecordSummary):
+                if hasattr(result, "interrupted"):  # a summary (not a diff)
                     result.interrupted = True
             use = engine_use(client, plugin.name)
         finally:
@@ -411,7 +416,7 @@ def _on_cluster(
         info = {
             "scheduler": client.scheduler.address,
             "workers": len(use),
-            "tasks": len(paths),
+            "tasks": len(paths if items is None else items),
             "engine_seconds": {w: u[0] for w, u in use.items()},
             "engine_builds": {w: u[1] for w, u in use.items()},
             "tasks_by_worker": {w: u[2] for w, u in use.items()},

@@ -24,7 +24,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 
@@ -132,13 +132,55 @@ class ReplaySummary:
     #: packets inside a tunnel that could not be read, by tunnel kind and error kind
     not_judged_by: Counter = field(default_factory=Counter)
 
+    #: connections counted by summaries merged into this one (their ``FlowSet`` is not kept:
+    #: it holds no Python objects to send or join); disjoint from ``flow_set``'s
+    merged_flows: int = 0
+
     @property
     def flows(self) -> int:
-        return len(self.flow_set)
+        return len(self.flow_set) + self.merged_flows
 
     @property
     def rate(self) -> float:
         return self.packets / self.seconds if self.seconds > 0 else 0.0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # sent between processes with its connections as a count (a FlowSet is not picklable)
+        state = dict(self.__dict__)
+        state["merged_flows"] = self.flows
+        state["flow_set"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.flow_set = FlowSet()
+
+    def merge(self, other: ReplaySummary) -> None:
+        """Adds ``other``'s counts to these (exact when the two counted different packets and
+        different connections: partitions of a capture by connection); its problems follow
+        these, its time is the longer."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if f.name == "flow_set":
+                self.merged_flows += len(theirs)
+            elif f.name == "seconds":
+                self.seconds = max(mine, theirs)
+            elif f.name == "interrupted":
+                self.interrupted = mine or theirs
+            elif isinstance(mine, Counter):
+                mine.update(theirs)
+            elif isinstance(mine, list):
+                mine.extend(theirs)
+            else:
+                setattr(self, f.name, mine + theirs)
+
+
+def merge_replay_summaries(*parts: ReplaySummary) -> ReplaySummary:
+    """One summary of ``parts`` (``ReplaySummary.merge``), in their order."""
+    merged = ReplaySummary()
+    for part in parts:
+        merged.merge(part)
+    return merged
 
 
 _MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9], dtype=np.uint64)
@@ -158,6 +200,13 @@ def flow_hashes(headers: npt.NDArray[Any]) -> npt.NDArray[np.uint64]:
         b = end(headers["dst_addr"], headers["dport"])
         lo, hi = np.minimum(a, b), np.maximum(a, b)
         return lo * _MIX[1] ^ (hi + headers["protocol"].astype(np.uint64)) * _MIX[0]
+
+
+def take_rows(records: npt.NDArray[Any], rows: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+    """``records[rows]`` of a structured array, copied as raw records (numpy's own indexing of a
+    structured dtype goes field by field, some 70 times slower)."""
+    raw = np.ascontiguousarray(records).view(np.dtype((np.void, records.dtype.itemsize)))
+    return np.take(raw, rows).view(records.dtype)
 
 
 def _count_rules(summary: ReplaySummary, verdicts: npt.NDArray[Any]) -> None:
@@ -264,6 +313,7 @@ class Replay:
         self._writers: list[CaptureWriter] = []
         self._writer_by_kind: dict[str, tuple[CaptureWriter, tuple]] = {}
         self._index = 0
+        self._packets_read = 0  # packets of the captures read (a partition counts only its own)
         self._stop = False
         # Service virtual addresses, judged as kube-proxy delivers them (pyclassify.services);
         # one connection tracker per backend choice, apart from the main one.
@@ -271,18 +321,30 @@ class Replay:
         self._service_trackers: dict[int | None, ConnTrack] = {None: self.tracker} if self.tracker is not None else {}
         self._service_entries: npt.NDArray[np.int64] | None = None  # of the batch being written
 
-    def _judge(self, batch: Batch) -> npt.NDArray[Any]:
+    def _judge(self, batch: Batch, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[Any]:
         """The batch's verdicts (and with staged policies, ``_staged_verdicts`` beside them), in
         one native call over lanes (``NativeEngine.judge_lanes``): per engine, the packets as
         captured, and those to or from a Service's virtual address once per backend choice.
         Each DNS answer in the batch is learned once every lane has judged the packets up to it,
-        before the packets that follow it."""
+        before the packets that follow it. ``rows`` (ascending): only those packets are judged,
+        the verdicts parallel to them (a partition of a capture, ``pyclassify.capturepartition``);
+        only the DNS answers among them are learned."""
         dns = self.dns.answers_in(batch) if self.dns is not None else None
         if dns is not None and len(dns) and batch.tunnels != DEFAULT_TUNNELS:
             dns = _tunnelled_payloads(batch, dns)
         segments = httprules.segments(batch) if self.http and self.tracker is not None else None
         headers = np.ascontiguousarray(batch.headers)
         quotes = None if batch.quotes is None else np.ascontiguousarray(batch.quotes)
+        if rows is not None:
+            headers = take_rows(headers, rows)
+            quotes = None if quotes is None else take_rows(quotes, rows)
+            segments = None if segments is None else segments[rows]
+            if dns is not None and len(dns):
+                # the answers' rows renumbered among the packets judged (data offsets stay)
+                at = np.searchsorted(rows, dns[:, 0])
+                inside = at < len(rows)
+                inside[inside] = rows[at[inside]] == dns[inside, 0]
+                dns = np.column_stack([at[inside], dns[inside, 1], dns[inside, 2]]).astype(np.int64)
         entry, forward = self.services.match(headers)
         self._service_entries = entry if (entry >= 0).any() else None
         main = self._lanes(self.engine, self._service_trackers, headers, quotes, segments, entry, forward)
@@ -492,10 +554,11 @@ class Replay:
         # Read in windows, not memory-mapped: a capture another process truncates underneath
         # would make a mapped read fault (SIGBUS); read, it just ends early, and is reported.
         before = _file_state(path)
-        packets_before = self.summary.packets
+        packets_before = self._packets_read
         no_interface = 0  # pcapng packets naming an interface no IDB describes (ifindex all ones)
         with open_capture(path, stream=True, tunnels=self.tunnels) as cap:
             for batch in cap:
+                self._packets_read += len(batch)
                 if cap.format == "pcapng":
                     no_interface += int(np.count_nonzero(batch.headers["ifindex"] == NO_INTERFACE))
                 verdicts = self._judge(batch)
@@ -543,7 +606,7 @@ class Replay:
                 self.summary.problems.append(
                     f"{path}: changed while being read: the verdicts may mix old and new contents"
                 )
-        if problems and self.summary.packets == packets_before and not self._stop:
+        if problems and self._packets_read == packets_before and not self._stop:
             self.summary.unreadable.append(cap.name)  # "<stdin>" for "-"
 
     def _account(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
@@ -576,7 +639,7 @@ class Replay:
         undecoded = verdicts["reason"] == PACKET_MALFORMED
         if reasons[PACKET_NOT_IP]:
             undecoded |= verdicts["reason"] == PACKET_NOT_IP
-        s.flow_set.add(np.ascontiguousarray(batch.headers), undecoded)
+        self._add_flows(batch, undecoded)
         _count_rules(s, verdicts)
         staged = self._staged_verdicts
         if staged is not None:
@@ -586,6 +649,11 @@ class Replay:
             s.staged["would_deny"] += int(np.count_nonzero(now & ~then))
             s.staged["would_allow"] += int(np.count_nonzero(~now & then))
             _count_by_rule(s.staged_by_rule, staged[staged["reason"] == PACKET_POLICY])
+
+    def _add_flows(self, batch: Batch, undecoded: npt.NDArray[np.bool_]) -> None:
+        """The batch's connections into the summary's ``flow_set`` (those of packets that could
+        not be decoded left out)."""
+        self.summary.flow_set.add(np.ascontiguousarray(batch.headers), undecoded)
 
     def _side_json(
         self, side: Any, direction: Direction, engine: NativeEngine | None = None, subject: str | None = None
@@ -764,7 +832,18 @@ class Replay:
                     "packets": packets,
                 }
             )
-        rows.sort(key=lambda r: (-r["packets"], r["direction"], str(r["policy"]), str(r["rule"])))
+        # a total order (ties too), so that summaries merged from partitions list them as one run does
+        rows.sort(
+            key=lambda r: (
+                -r["packets"],
+                r["direction"],
+                str(r["policy"]),
+                str(r["rule"]),
+                str(r["tier"]),
+                r["verdict"],
+                r["reason"],
+            )
+        )
         return rows
 
     def summary_json(self) -> dict[str, Any]:

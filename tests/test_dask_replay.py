@@ -269,8 +269,18 @@ def test_a_scheduler_in_the_environment_leaves_captures_in_process():
         env={"DASK_SCHEDULER_ADDRESS": "tcp://127.0.0.1:1"},
     )
     assert result.returncode == 0, result.stderr
-    asked = _cli("replay", str(DEMO), "--pcap", str(ROOT / "pcaps" / "demo.pcap"), "--scheduler", "tcp://127.0.0.1:1")
-    assert asked.returncode == 2 and "--traffic" in asked.stderr
+    assert "cluster" not in json.loads(result.stdout)
+    # asked on the command line, captures go to the cluster (tests/test_dask_capture.py)
+    asked = _cli(
+        "replay",
+        str(DEMO),
+        "--pcap",
+        str(ROOT / "pcaps" / "demo.pcap"),
+        "--scheduler",
+        "tcp://127.0.0.1:1",
+        env={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"},
+    )
+    assert asked.returncode == 8 and "cannot reach the Dask scheduler" in asked.stderr
 
 
 def test_out_dir_holds_the_in_process_lines_a_file_each(cluster, engine, tmp_path):

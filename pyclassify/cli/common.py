@@ -173,16 +173,23 @@ def from_environment(parameter: str) -> bool:
     return ctx is not None and ctx.get_parameter_source(parameter) == click.core.ParameterSource.ENVIRONMENT
 
 
-def cluster_options(f: Any) -> Any:
+def cluster_options(f: Any, captures: bool = False) -> Any:
     """``--scheduler ADDR`` and ``--workers N``: flow records judged on a Dask cluster
-    (``pyclassify.dask_replay``)."""
+    (``pyclassify.dask_replay``); with ``captures`` (replay), captures too
+    (``pyclassify.dask_capture``)."""
+    what = "With --traffic or --pcap" if captures else "With --traffic"
+    pcap = (
+        "--pcap: each task judges the connections of one partition of every capture (asked on the command line only). "
+        if captures
+        else ""
+    )
     f = click.option(
         "--workers",
         "workers",
         type=click.IntRange(1, 4096),
         default=None,
         metavar="N",
-        help="With --traffic: start a local Dask cluster of N worker processes for this run.",
+        help=f"{what}: start a local Dask cluster of N worker processes for this run.",
     )(f)
     return click.option(
         "--scheduler",
@@ -190,11 +197,16 @@ def cluster_options(f: Any) -> Any:
         default=None,
         metavar="ADDR",
         envvar=["PYCLASSIFY_SCHEDULER", "DASK_SCHEDULER_ADDRESS"],
-        help="With --traffic: judge the files on the Dask cluster of this scheduler (tcp://host:8786), one task a "
+        help=f"{what}: judge the files on the Dask cluster of this scheduler (tcp://host:8786), one task a "
         "file, the engine built once per worker; the answer is the in-process one. The workers read the "
-        "files at the same paths. Default: $PYCLASSIFY_SCHEDULER, $DASK_SCHEDULER_ADDRESS, else in-process. "
-        "Needs pip install 'pyclassify[dask]'.",
+        f"files at the same paths. {pcap}Default: $PYCLASSIFY_SCHEDULER, $DASK_SCHEDULER_ADDRESS, else "
+        "in-process. Needs pip install 'pyclassify[dask]'.",
     )(f)
+
+
+def replay_cluster_options(f: Any) -> Any:
+    """``cluster_options`` of ``replay``: captures as well as flow records."""
+    return cluster_options(f, captures=True)
 
 
 default_option = click.option(

@@ -13,7 +13,6 @@ from rich.markup import escape
 from pyclassify.cli.common import (
     EXIT_CLUSTER,
     EXIT_INVALID,
-    cluster_options,
     cluster_paths_argument,
     default_option,
     emit_json,
@@ -24,6 +23,7 @@ from pyclassify.cli.common import (
     kube_options,
     load_manifests,
     out,
+    replay_cluster_options,
 )
 from pyclassify.counted import count
 from pyclassify.terminal import ascii_only, symbol
@@ -38,6 +38,7 @@ Examples:
   pyclassify replay --kubeconfig ~/.kube/config --pcap node1.pcap
   pyclassify replay examples/demo --traffic examples/traffic/hubble.jsonl
   pyclassify replay examples/demo --traffic archive/*.jsonl.gz --scheduler tcp://dask-scheduler:8786
+  pyclassify replay examples/demo --pcap node1.pcap --pcap node2.pcap --workers 2
 """,
 )
 @cluster_paths_argument
@@ -72,7 +73,7 @@ Examples:
     default=None,
     help="Write one JSON line per packet, or per record with --traffic (verdict and deciding rule per direction).",
 )
-@cluster_options
+@replay_cluster_options
 @click.option(
     "--out-dir",
     "out_dir",
@@ -210,9 +211,16 @@ def replay_cmd(
             out_dir=out_dir,
         )
         return
-    if workers or out_dir or (scheduler and not from_environment("scheduler")):
+    if out_dir is not None:
+        raise click.UsageError("--out-dir holds the lines of flow records (--traffic) judged on a cluster")
+    # a scheduler named only by the environment leaves captures in-process: --scheduler asks
+    on_cluster = bool(workers) or (scheduler is not None and not from_environment("scheduler"))
+    if on_cluster and scheduler and workers:
+        raise click.UsageError("--scheduler names a running cluster, --workers starts one: give one of them")
+    if on_cluster and (out_path or allowed_path or denied_path or per_flow):
         raise click.UsageError(
-            "--scheduler and --workers judge flow records (--traffic); captures are replayed in-process"
+            "--out, --flows, --allowed and --denied are written in-process: on a cluster (--scheduler, "
+            "--workers) captures give their summary"
         )
     if not pcaps:
         raise click.UsageError("give what to replay: --pcap FILE (captures) or --traffic FILE (flow records)")
@@ -244,6 +252,12 @@ def replay_cmd(
             except SymlinkRefused as e:
                 raise click.UsageError(str(e)) from None
     project = load_manifests(paths, (kubeconfig, kube_context, in_cluster))
+    if on_cluster:
+        from pyclassify.dask_capture import CaptureOptions
+
+        options = CaptureOptions(conntrack=not no_conntrack, default=default, tunnels=tunnels, dns_grace=dns_grace)
+        _captures_on_cluster(project, pcaps, options, as_json, None if workers else scheduler, workers)
+        return
     from pyclassify import domains, httprules
 
     dns = None
@@ -315,6 +329,65 @@ def replay_cmd(
         fail(130)
     if replay.summary.unreadable or replay.summary.cut_short:
         fail(EXIT_INVALID)
+
+
+def _captures_on_cluster(
+    project: Any,
+    pcaps: tuple[str, ...],
+    options: Any,
+    as_json: bool,
+    scheduler: str | None,
+    workers: int | None,
+) -> None:
+    """``replay --pcap`` on a Dask cluster (``pyclassify.dask_capture``): exit as in-process,
+    and 8 when the cluster cannot be used (the scheduler unreachable, another version)."""
+    from pyclassify import dask_capture, dask_replay
+    from pyclassify.capture import CaptureError
+    from pyclassify.engine import NativeEngine
+    from pyclassify.replay import ReplayError
+
+    engine = NativeEngine(project.policy_set, project.inventory)
+
+    def progress(done: int, total: int) -> None:
+        if not as_json and err.is_terminal:
+            err.print(f"partitions {done}/{total}", end="\r")
+
+    try:
+        summary, result, info = dask_capture.run(
+            engine, list(pcaps), scheduler=scheduler, workers=workers, options=options, progress=progress
+        )
+    except dask_replay.ClusterError as e:
+        err.print(f"[red]error[/red]: {escape(str(e))}")
+        sys.exit(EXIT_CLUSTER)
+    except (CaptureError, ReplayError, OSError) as e:
+        err.print(f"[red]error[/red]: {escape(str(e))}")
+        sys.exit(EXIT_INVALID)
+    summary["cluster"] = {
+        "scheduler": info["scheduler"],
+        "workers": info["workers"],
+        "tasks": info["tasks"],
+        "partitions": info["partitions"],
+    }
+    if as_json:
+        emit_json(summary)
+    else:
+        _print_replay(summary)
+        out.print(
+            f"on {info['workers']} Dask worker{'s' if info['workers'] != 1 else ''} of {escape(info['scheduler'])}: "
+            f"{info['partitions']} partitions by connection"
+        )
+    for path in summary["unreadable"]:
+        err.print(f"[red]error[/red]: {escape(path)}: could not be read as a capture")
+    for path in summary["cut_short"]:
+        if path not in summary["unreadable"]:
+            err.print(
+                f"[red]error[/red]: {escape(path)}: truncated or changed while it was read: the summary "
+                "covers the packets read before"
+            )
+    if result.summary.interrupted:
+        sys.exit(130)
+    if result.summary.unreadable or result.summary.cut_short:
+        sys.exit(EXIT_INVALID)
 
 
 def _file_id(path: str) -> tuple[int, int] | None:

@@ -1,0 +1,203 @@
+"""Captures judged on a Dask cluster (``replay --pcap ... --scheduler ADDR``, ``--workers N``),
+with the answer one process gives.
+
+Every packet of a connection must be judged in order by one tracker. Task ``k`` of ``P`` (one
+a worker thread, unless asked) reads every capture in order and judges only the packets of the
+connections of partition ``k`` (``pyclassify.capturepartition``: a hash of each packet's
+connection key, vectorised per batch, no Python step per packet), with its own tracker; the
+packets of DNS connections are judged in every partition, so domain rules see the same answers
+at the same packets as in one process. The partitions' summaries merge exactly
+(``ReplaySummary.merge``: counts add, connections are counted in one partition each), in the
+tree of merge tasks ``replay --traffic`` uses (``pyclassify.dask_replay``), with the same
+engine plugin and the same refusals (scheduler unreachable, another version, ``-``). A worker
+lost mid-run has its partitions run again elsewhere: a partition's summary is taken whole from
+the task that finished it, so nothing is lost or counted twice.
+
+Why this design and not a shuffle or file x time-window partitions with open connections
+carried across: it is exact with no state passed between tasks, and small, so it was built and
+measured first. Measured (bench/README.md, "Captures on a Dask cluster"), it does not scale:
+every task reads, decodes, hashes and splits every packet, and on the generated cluster's
+capture that is most of a replay (the native judging of established packets is the cheap part),
+so one partition of 2 to 8 costs 71-121 % of the whole replay's CPU. What it gives is the exact
+answer on a cluster, not speed. The next design reads each packet once: file x time-window
+partitions, each task handed the open connections and the domain facts of the window before
+it, or a shuffle of decoded headers by connection key from reader tasks to judging tasks.
+
+With domain rules or staged policies each task builds its own engine (the domain facts a
+capture teaches are the task's own; a staged engine is a delta on its engine's state), the
+plugin's engine otherwise. Per-packet and per-flow lines (``--out``) and the ``--allowed`` /
+``--denied`` captures are written in-process only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyclassify import dask_replay
+from pyclassify.replay import Replay, ReplaySummary
+from pyclassify.tunnels import DEFAULT_TUNNELS, TunnelPorts
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from pyclassify.engine import NativeEngine
+
+
+@dataclass
+class CaptureOptions:
+    """How every partition replays the captures (as ``Replay``'s options of the same names)."""
+
+    conntrack: bool = True
+    default: str | None = None
+    tunnels: TunnelPorts = DEFAULT_TUNNELS
+    dns_grace: int = 0
+
+
+@dataclass
+class PartitionResult:
+    """What a partition (or a merge of them, in partition order) returns: its summary, what
+    DNS taught (the same in every partition: the first's), its trackers' stats (summed)."""
+
+    summary: ReplaySummary = field(default_factory=ReplaySummary)
+    dns: dict[str, Any] | None = None
+    conntrack: dict[str, int] | None = None
+    engines_built: int = 0  # engines built by the tasks themselves (domain rules, staged policies)
+
+
+def merge_results(*parts: PartitionResult) -> PartitionResult:
+    merged = PartitionResult()
+    for part in parts:
+        merged.summary.merge(part.summary)
+        if merged.dns is None:
+            merged.dns = part.dns
+        if part.conntrack is not None:
+            merged.conntrack = {
+                k: (merged.conntrack or {}).get(k, 0) + v
+                for k, v in part.conntrack.items()
+                if isinstance(v, (int, float))
+            }
+        merged.engines_built += part.engines_built
+    return merged
+
+
+def replay_for(engine: NativeEngine, options: CaptureOptions, part: int = 0, parts: int = 1) -> Replay:
+    """The ``Replay`` of partition ``part`` of ``parts`` with ``engine`` (built over an
+    inventory whose domain facts are its own, when the policies have domain rules)."""
+    from pyclassify import domains, httprules
+    from pyclassify.capturepartition import PartitionReplay
+
+    dns = None
+    if engine.inventory.domains is not None:
+        dns = domains.DnsLearner(engine.inventory.domains)
+    view = engine.policy_set.staged_view()
+    staged = None if view is None else engine.update(view, engine.inventory)
+    return PartitionReplay(
+        engine,
+        part,
+        parts,
+        conntrack=options.conntrack,
+        default=options.default,
+        staged=staged,
+        dns=dns,
+        http=httprules.has_http_rules(engine.policy_set),
+        tunnels=options.tunnels,
+    )
+
+
+def judge_partition(
+    plugin_name: str, client_version: str, paths: list[str], part: int, parts: int, options: CaptureOptions
+) -> PartitionResult:
+    """A task: partition ``part`` of ``parts`` of the captures ``paths`` judged on this worker."""
+    from pyclassify import domains
+    from pyclassify.engine import NativeEngine
+
+    _, plugin = dask_replay._plugin(plugin_name, client_version)
+    engine = plugin.engine
+    built = 0
+    if domains.has_domain_rules(engine.policy_set) or engine.policy_set.staged_view() is not None:
+        inventory = dataclasses.replace(engine.inventory)
+        if domains.has_domain_rules(engine.policy_set):
+            inventory.domains = domains.new_facts(options.dns_grace)
+        engine, built = NativeEngine(engine.policy_set, inventory), 1
+    replay = replay_for(engine, options, part, parts)
+    replay.run(paths)
+    return PartitionResult(
+        replay.summary,
+        None if replay.dns is None else replay.dns.to_json(),
+        None if replay.tracker is None else replay.tracker.stats(),
+        built,
+    )
+
+
+def run(
+    engine: NativeEngine,
+    paths: list[str],
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    options: CaptureOptions | None = None,
+    parts: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    client: Client | None = None,
+) -> tuple[dict[str, Any], PartitionResult, dict[str, Any]]:
+    """Replays ``paths`` on the cluster in ``parts`` partitions (default: one a worker
+    thread): the summary as ``Replay.summary_json`` gives it in-process (its ``conntrack``:
+    the partitions' trackers' stats summed, DNS connections counted in each), the merged
+    result, and what the run used (as ``dask_replay.run``'s, with ``partitions``)."""
+    opts = options or CaptureOptions()
+    started = time.perf_counter()
+    for p in paths:
+        if p == "-":
+            raise dask_replay.ClusterError(
+                "-: standard input cannot be read by the workers: give files on storage they read"
+            )
+    absolute = [os.path.abspath(p) for p in paths]
+    chosen: list[int] = []
+
+    def partitions(client: Client) -> list[int]:
+        count = parts or max(1, sum(client.nthreads().values()))
+        chosen.append(count)
+        return list(range(count))
+
+    def submit(client: Client, plugin: str, mine: str, i: int, part: int, key: str) -> Any:
+        return client.submit(judge_partition, plugin, mine, absolute, part, chosen[0], opts, key=key)
+
+    # the facts an engine here learned are not sent: each task learns its own from the captures
+    inventory = engine.inventory
+    if inventory.domains is not None:
+        inventory = dataclasses.replace(inventory, domains=None)
+    result, info = dask_replay._on_cluster(
+        (engine.policy_set, inventory),
+        paths,
+        submit,
+        merge_results,
+        PartitionResult,
+        scheduler,
+        workers,
+        progress,
+        client,
+        items=partitions,
+    )
+    if info["interrupted"]:  # Ctrl-C: the partitions judged whole, a part of every capture
+        result.summary.interrupted = True
+    result.summary.seconds = time.perf_counter() - started
+    info["partitions"] = chosen[0] if chosen else 0
+    return summary_json(engine, result, opts), result, info
+
+
+def summary_json(engine: NativeEngine, result: PartitionResult, options: CaptureOptions) -> dict[str, Any]:
+    """``result`` as ``Replay.summary_json`` writes a summary (rules named by ``engine``)."""
+    replay = replay_for(engine, options)
+    replay.summary = result.summary
+    doc = replay.summary_json()
+    doc["dns"] = result.dns
+    doc["conntrack"] = result.conntrack
+    return doc
+
+
+__all__ = ["CaptureOptions", "PartitionResult", "judge_partition", "merge_results", "run", "summary_json"]
