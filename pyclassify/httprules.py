@@ -83,15 +83,19 @@ def outcome_mask(verdicts: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
     return (verdicts["reason"] == PACKET_POLICY) & (provisional | (http >= HTTP_TABLE_FULL))
 
 
-def count_outcomes(counter: Counter, verdicts: npt.NDArray[Any]) -> None:
+def count_outcomes(counter: Counter, verdicts: npt.NDArray[Any], judged: npt.NDArray[Any] | None = None) -> None:
     """Adds a batch's HTTP outcomes to ``counter``: ``provisional`` (connections admitted up to
     their request), ``requests_allowed``/``requests_denied`` (packets that completed a request,
     judged), ``held`` (segments after a gap, dropped), ``table_full`` and each stream error by
-    name (connections denied)."""
+    name (connections denied). ``judged``: the batch's packets judged by policy, when the
+    caller has them already."""
+    if not verdicts["http"].any():  # no http rule met: one pass, not a selection per outcome
+        return
     counter["held"] += int(
         np.count_nonzero((verdicts["reason"] == PACKET_INVALID) & (verdicts["http"] == HTTP_OUT_OF_ORDER))
     )
-    judged = verdicts[verdicts["reason"] == PACKET_POLICY]
+    if judged is None:
+        judged = verdicts[verdicts["reason"] == PACKET_POLICY]
     http = judged["http"]
     if not http.any():
         return

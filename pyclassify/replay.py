@@ -210,11 +210,12 @@ def take_rows(records: npt.NDArray[Any], rows: npt.NDArray[np.int64]) -> npt.NDA
 
 
 def _count_rules(summary: ReplaySummary, verdicts: npt.NDArray[Any]) -> None:
-    policy = verdicts[verdicts["reason"] == PACKET_POLICY]  # usually few beside the established ones
+    # usually few beside the established ones
+    policy = take_rows(verdicts, np.flatnonzero(verdicts["reason"] == PACKET_POLICY))
     summary.policy += len(policy)
     summary.policy_allowed += int(np.count_nonzero(policy["allow"]))
     summary.pickups += int(np.count_nonzero(np.isin(policy["ct_state"], list(PICKUP_OPENER))))
-    httprules.count_outcomes(summary.http, verdicts)
+    httprules.count_outcomes(summary.http, verdicts, policy)
     # by rule: the decisions of rules (not the HTTP outcomes counted apart)
     outcomes = httprules.outcome_mask(policy)
     judged = policy[~outcomes] if outcomes.any() else policy
@@ -227,18 +228,14 @@ def _count_by_rule(by_rule: Counter, judged: npt.NDArray[Any]) -> None:
     """Packets judged by policy, by the decision at each end."""
     for direction in ("egress", "ingress"):
         side = judged[direction]
-        side = np.ascontiguousarray(side[side["present"] == 1])
+        side = take_rows(side, np.flatnonzero(side["present"] == 1))
         if len(side) == 0:
             continue
-        for rec, n in _distinct_records(side):
-            row = (
-                int(rec["tier"]),
-                int(rec["source_kind"]),
-                int(rec["source"]),
-                int(rec["rule"]),
-                int(rec["reason"]),
-                int(rec["allow"]),
-            )
+        first, counts = _distinct_records(side)
+        distinct = take_rows(side, first)
+        # column by column into Python ints: a field read per record costs more than the rest
+        columns = [distinct[f].tolist() for f in ("tier", "source_kind", "source", "rule", "reason", "allow")]
+        for row, n in zip(zip(*columns), counts.tolist()):
             by_rule[(direction, *row)] += n
 
 
@@ -248,10 +245,11 @@ _DECISION_BYTES = _RULE_OFFSET + _RULE_DTYPE.itemsize
 assert _DECISION_BYTES == 16
 
 
-def _distinct_records(side: npt.NDArray[Any]) -> list[tuple[Any, int]]:
-    """The side records of a batch with distinct decisions, with their counts: the decision
-    fields (``present`` to ``rule``, 16 bytes) of each record are two 64-bit words, counted by a
-    hash of the pair and checked exactly (a row-wise ``np.unique`` is ten times slower)."""
+def _distinct_records(side: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The side records of a batch with distinct decisions, as the row of the first of each and
+    its count: the decision fields (``present`` to ``rule``, 16 bytes) of each record are two
+    64-bit words, counted by a hash of the pair and checked exactly (a row-wise ``np.unique``
+    is ten times slower)."""
     raw = side.view(np.uint8).reshape(len(side), side.dtype.itemsize)
     words = np.ascontiguousarray(raw[:, :_DECISION_BYTES]).view(np.uint64).reshape(-1, 2)
     with np.errstate(over="ignore"):
@@ -259,7 +257,7 @@ def _distinct_records(side: npt.NDArray[Any]) -> list[tuple[Any, int]]:
     _, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
     if not np.array_equal(words, words[first][inverse]):  # two records with one hash: count exactly
         rows, first, counts = np.unique(words, axis=0, return_index=True, return_counts=True)
-    return [(side[i], int(c)) for i, c in zip(first.tolist(), counts.tolist())]
+    return first, counts
 
 
 class Replay:
@@ -648,7 +646,7 @@ class Replay:
             s.staged["denied"] += n - int(np.count_nonzero(then))
             s.staged["would_deny"] += int(np.count_nonzero(now & ~then))
             s.staged["would_allow"] += int(np.count_nonzero(~now & then))
-            _count_by_rule(s.staged_by_rule, staged[staged["reason"] == PACKET_POLICY])
+            _count_by_rule(s.staged_by_rule, take_rows(staged, np.flatnonzero(staged["reason"] == PACKET_POLICY)))
 
     def _add_flows(self, batch: Batch, undecoded: npt.NDArray[np.bool_]) -> None:
         """The batch's connections into the summary's ``flow_set`` (those of packets that could
