@@ -259,6 +259,8 @@ def captures_main(args: argparse.Namespace) -> None:
         cpu: dict[tuple[int, str], float] = {}
         # Dask's nannies start workers with MALLOC_TRIM_THRESHOLD_=65536, which also fixes
         # glibc's mmap threshold at 128 KiB: every batch's arrays are mapped and faulted in anew
+        # unless the engine's plugin raises the thresholds (pyclassify.allocator); "glibc" sets
+        # large ones in the environment instead, for comparison
         for workers, malloc in ((1, "dask"), (1, "glibc"), (2, "dask"), (2, "glibc")):
             environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
             if malloc == "glibc":

@@ -97,6 +97,8 @@ class EnginePlugin(WorkerPlugin):
         self.diff: Any = None  # a diff's engines (``trafficdiff.DiffEngines``)
         self.build_seconds = 0.0
         self.builds = 0  # engines built by this plugin on its worker
+        # puts the worker's malloc thresholds back when the plugin is removed (None: untouched)
+        self.restore_allocator: Callable[[], None] | None = None
         self.tasks = 0  # files judged with it
         # idle judges that keep the keys they decided, by (default, logs): a file's records
         # repeat the keys of the files before it, decided once per worker, not once per task
@@ -137,6 +139,14 @@ class EnginePlugin(WorkerPlugin):
         self.build_seconds = time.perf_counter() - started
         self.builds += 1
         self.blob = b""  # built: the pickled set is not kept beside the engine
+        from pyclassify.allocator import hold_freed_memory
+
+        self.restore_allocator = hold_freed_memory()
+
+    def teardown(self, worker: Any) -> None:
+        if self.restore_allocator is not None:
+            self.restore_allocator()
+            self.restore_allocator = None
 
 
 def partitions(paths: list[str], rows: int = PARTITION_ROWS) -> list[tuple[str, tuple[int, int, int] | None]]:
