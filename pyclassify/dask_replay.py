@@ -123,9 +123,11 @@ class EnginePlugin(WorkerPlugin):
     def setup(self, worker: Any) -> None:
         if version() != self.client_version:
             return  # the task names the mismatch: an engine is not built from another version's set
+        from pyclassify.allocator import hold_freed_memory
         from pyclassify.engine import NativeEngine
         from pyclassify.services import ServiceMap
 
+        self.restore_allocator = hold_freed_memory()
         started = time.perf_counter()
         sets = pickle.loads(self.blob)
         if len(sets) == 3:
@@ -139,9 +141,6 @@ class EnginePlugin(WorkerPlugin):
         self.build_seconds = time.perf_counter() - started
         self.builds += 1
         self.blob = b""  # built: the pickled set is not kept beside the engine
-        from pyclassify.allocator import hold_freed_memory
-
-        self.restore_allocator = hold_freed_memory()
 
     def teardown(self, worker: Any) -> None:
         if self.restore_allocator is not None:
