@@ -317,6 +317,12 @@ def replay_cmd(
         emit_json(summary)
     else:
         _print_replay(summary)
+    _finish_captures(summary, replay.summary.interrupted)
+
+
+def _finish_captures(summary: dict[str, Any], interrupted: bool) -> None:
+    """Names the captures not read whole, then exits 130 on an interrupt and 1 when one was
+    not read whole (else returns)."""
     for path in summary["unreadable"]:
         err.print(f"[red]error[/red]: {escape(path)}: could not be read as a capture")
     for path in summary["cut_short"]:
@@ -325,9 +331,9 @@ def replay_cmd(
                 f"[red]error[/red]: {escape(path)}: truncated or changed while it was read: the summary "
                 "covers the packets read before"
             )
-    if replay.summary.interrupted:
+    if interrupted:
         fail(130)
-    if replay.summary.unreadable or replay.summary.cut_short:
+    if summary["unreadable"] or summary["cut_short"]:
         fail(EXIT_INVALID)
 
 
@@ -376,18 +382,7 @@ def _captures_on_cluster(
             f"on {info['workers']} Dask worker{'s' if info['workers'] != 1 else ''} of {escape(info['scheduler'])}: "
             f"{info['partitions']} partitions by connection"
         )
-    for path in summary["unreadable"]:
-        err.print(f"[red]error[/red]: {escape(path)}: could not be read as a capture")
-    for path in summary["cut_short"]:
-        if path not in summary["unreadable"]:
-            err.print(
-                f"[red]error[/red]: {escape(path)}: truncated or changed while it was read: the summary "
-                "covers the packets read before"
-            )
-    if result.summary.interrupted:
-        sys.exit(130)
-    if result.summary.unreadable or result.summary.cut_short:
-        sys.exit(EXIT_INVALID)
+    _finish_captures(summary, result.summary.interrupted)
 
 
 def _file_id(path: str) -> tuple[int, int] | None:
