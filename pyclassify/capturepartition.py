@@ -35,9 +35,8 @@ from pyclassify.batch import FLAG_ICMP_ERROR
 from pyclassify.capture import QUOTE_VALID, Batch
 from pyclassify.domains import DNS_PORT
 from pyclassify.engine import PACKET_MALFORMED, PACKET_NOT_IP, Lane, NativeEngine
+from pyclassify.kinds.common import PROTO_ICMP, PROTO_ICMPV6
 from pyclassify.replay import Replay, flow_hashes, take_rows
-
-ICMP_PROTOCOLS = (1, 58)
 
 
 def connection_keys(
@@ -51,7 +50,7 @@ def connection_keys(
     if own is None:
         own = flow_hashes(h)
     proto, sport, dport = h["protocol"], h["sport"], h["dport"]
-    icmp = (proto == ICMP_PROTOCOLS[0]) | (proto == ICMP_PROTOCOLS[1])
+    icmp = (proto == PROTO_ICMP) | (proto == PROTO_ICMPV6)
     other = np.flatnonzero(icmp)
     if not len(other):
         dns = ((proto == 6) | (proto == 17)) & ((sport == DNS_PORT) | (dport == DNS_PORT))
@@ -64,7 +63,7 @@ def connection_keys(
         for name in fields:
             fields[name] = np.where(quoted if fields[name].ndim == 1 else quoted[:, None], q[name], fields[name])
     # an ICMP query's identifier is in ``sport`` both ways: the key takes it as both ends' port
-    query = (fields["protocol"] == ICMP_PROTOCOLS[0]) | (fields["protocol"] == ICMP_PROTOCOLS[1])
+    query = (fields["protocol"] == PROTO_ICMP) | (fields["protocol"] == PROTO_ICMPV6)
     fields["dport"] = np.where(query, fields["sport"], fields["dport"])
     keys = own.copy()
     keys[other] = flow_hashes(cast("npt.NDArray[Any]", fields))  # flow_hashes reads fields by name
