@@ -19,6 +19,7 @@
 //! - [`dns`]: domains from DNS: a bounded response decoder, domain patterns, the learned facts.
 //! - [`records`]: flow records (Hubble, Calico, VPC Flow Logs, conntrack, NetFlow/IPFIX) read
 //!   into the header batch, one record judged as its connection's opening packet, with counts.
+//! - [`prefetch`]: cache-line prefetch hints for lookups of many independent keys.
 //! - [`http`]: HTTP rules without a proxy: bounded request-head reassembly, parsing, Calico's match.
 
 pub mod abi;
@@ -34,6 +35,7 @@ pub mod flows;
 pub mod http;
 pub mod labelindex;
 pub mod manifest;
+pub mod prefetch;
 pub mod records;
 pub mod schema;
 pub mod selector;

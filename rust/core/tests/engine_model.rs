@@ -694,3 +694,45 @@ fn programs_past_the_memory_bound_are_walked() {
         assert!(allowed >= 40 && denied >= 40, "{allowed} allowed, {denied} denied: the check would say little");
     }
 }
+
+/// Traffic of random pod pairs, almost every packet a new combination: the memo stops hitting
+/// and is left out, and whole runs of packets go to the compiled programs in groups (their
+/// memory fetched ahead). Every record must be the rule walk's, whether a batch went through
+/// the memo, around it in groups, or straight to the compiled programs; groups cut anywhere.
+#[test]
+fn grouped_compiled_lookups_equal_the_rule_walk() {
+    use pyclassify_core::engine::classes::memo_counts;
+    use pyclassify_core::engine::spec::Spec;
+    use pyclassify_core::engine::workload::{policy_workload, workload_flows, WorkloadShape};
+
+    use pyclassify_core::engine::snapshot::GROUPED_FROM;
+
+    // enough addresses that the memo's misses go in groups
+    let shape = WorkloadShape { pods: GROUPED_FROM + 1000, namespaces: 50, policies: 200, seed: 3 };
+    let spec: Spec = serde_json::from_value(policy_workload(shape)).expect("spec");
+    let mut model = Model::new();
+    model.apply(spec.into_delta()).expect("model builds");
+    let snap = model.snapshot();
+    let flows = workload_flows(shape, 30_000, 11);
+    let headers: Vec<_> = flows.iter().map(flow_header).collect();
+    for d in DEFAULTS {
+        let want: Vec<PacketVerdict> =
+            headers.iter().map(|h| PacketVerdict::judged(&snap.header_verdict_walked(h, d).expect("flow"))).collect();
+        let (hits, misses) = memo_counts();
+        let mut memo = vec![PacketVerdict::default(); headers.len()];
+        for (hs, out) in headers.chunks(256).zip(memo.chunks_mut(256)) {
+            snap.classify_detailed(hs, out, d);
+        }
+        let (hits2, misses2) = memo_counts();
+        let looked_up = (hits2 - hits + misses2 - misses) as usize;
+        assert!(looked_up < headers.len(), "the memo was never left out ({looked_up} lookups)");
+        let mut compiled = vec![PacketVerdict::default(); headers.len()];
+        for (hs, out) in headers.chunks(100).zip(compiled.chunks_mut(100)) {
+            snap.classify_compiled(hs, out, d);
+        }
+        for i in 0..headers.len() {
+            assert_eq!(memo[i], want[i], "through the memo: {:?}", flows[i]);
+            assert_eq!(compiled[i], want[i], "compiled alone: {:?}", flows[i]);
+        }
+    }
+}

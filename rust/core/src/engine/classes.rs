@@ -196,6 +196,15 @@ impl MemoRef<'_> {
         true
     }
 
+    /// How many of the next `n` packets go without the memo (it is left out while it was not
+    /// hitting), counted as passed by it: [`MemoRef::in_use`] for each, at once.
+    #[inline]
+    pub fn leave_out(&mut self, n: usize) -> usize {
+        let k = (self.memo.bypass as usize).min(n);
+        self.memo.bypass -= k as u32;
+        k
+    }
+
     #[inline]
     pub fn get(&mut self, key: &SideKey) -> Option<SideVerdict> {
         let v = self.memo.map.get(key).copied();

@@ -51,6 +51,7 @@ use super::snapshot::Snapshot;
 use super::{
     Action, Addr, Direction, Net, Source, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, PROTO_UDPLITE,
 };
+use crate::prefetch::{prefetch_ref, prefetch_slice};
 
 /// The bytes of rows above which a program is walked instead (per program and direction).
 pub const MEMORY_BOUND: usize = 16 << 20;
@@ -982,6 +983,35 @@ impl Compiled {
         for ((x, o), n) in m.iter_mut().zip(ok.iter()).zip(not.iter()) {
             *x &= o & !n;
         }
+    }
+
+    /// Hints: the tables a lookup of `protocol` reads first (its protocol's atoms, the rows,
+    /// the alternatives, the label sets, the address and port atoms), asked for ahead of the
+    /// lookup (`Snapshot::flow_records_grouped`).
+    #[inline]
+    pub(crate) fn prefetch_tables(&self, protocol: u8) {
+        prefetch_ref(&self.proto_index[protocol as usize]);
+        prefetch_slice(&self.protos, 8);
+        prefetch_slice(&self.rows, 4);
+        prefetch_slice(&self.alts, 8);
+        prefetch_slice(&self.spans, 1);
+        for end in 0..2 {
+            if let Some(l) = &self.labels[end] {
+                prefetch_slice(&l.sets, 2);
+            }
+            prefetch_slice(&self.bounds[end], 1);
+            prefetch_slice(&self.addrs[end].scan4, 1);
+            prefetch_slice(&self.addrs[end].rows, 1);
+        }
+    }
+
+    /// Hints, once [`Compiled::prefetch_tables`]'s have arrived: the port atoms of the
+    /// protocol's table.
+    #[inline]
+    pub(crate) fn prefetch_atoms(&self, protocol: u8) {
+        let t = &self.protos[self.proto_index[protocol as usize] as usize];
+        prefetch_slice(&t.ports[0].rows, 1);
+        prefetch_slice(&t.ports[1].rows, 1);
     }
 
     /// The first match of a flow: the decision, the Log rules passed (into `logs`) and whether

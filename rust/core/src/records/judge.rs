@@ -21,7 +21,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::keytable::{prefetch_ref, KeyTable, TableKey};
+use super::keytable::{KeyTable, TableKey};
 use super::tally::{DecisionKey, Measures, Tally};
 use super::{FlowCounts, REPORTED_ALLOW, REPORTED_DENY};
 use crate::batch::{PacketHeader, FLAG_HAS_PORTS};
@@ -29,6 +29,7 @@ use crate::engine::cow::FastMap;
 use crate::engine::judge::flow_of_header;
 use crate::engine::{Addr, Defaults, Judge, PacketVerdict, SideVerdict, Snapshot, Source};
 use crate::flows::ServiceIndex;
+use crate::prefetch::prefetch_ref;
 
 /// Keys kept before what they summed is folded and they start over.
 pub const CACHE_CAP: usize = 1 << 20;

@@ -7,6 +7,8 @@
 //!
 //! A hint is only a hint: the lookup itself ([`KeyTable::find_or_insert`]) compares whole keys.
 
+use crate::prefetch::prefetch;
+
 /// A key with a 64-bit hash (positions from its low bits, fingerprints from its high ones).
 pub trait TableKey: Copy + Eq {
     fn hash64(&self) -> u64;
@@ -21,23 +23,6 @@ pub struct KeyTable<K> {
 }
 
 const MIN_SLOTS: usize = 1024;
-
-#[inline]
-fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it reads nothing and faults on no address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
-/// Asks for the cache line holding `*p` to be fetched (a hint).
-#[inline]
-pub fn prefetch_ref<T>(p: &T) {
-    prefetch(p as *const T);
-}
 
 impl<K: TableKey> Default for KeyTable<K> {
     fn default() -> Self {

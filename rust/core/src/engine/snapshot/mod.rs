@@ -44,6 +44,12 @@ pub const NO_NAMESPACE: u32 = u32::MAX;
 /// The peer identity of an address no endpoint owns, in memo keys.
 const OUTSIDE: u32 = u32::MAX;
 
+/// The addresses from which a snapshot's compiled lookups of a batch (the memo left out for not
+/// hitting, or `classify_compiled`) go in groups (`Snapshot::flow_records`). Below it the tables a lookup reads stay in cache and the stages
+/// only add instructions: random pod pairs, grouped against one at a time, 0.86-1.02x at
+/// 1,000 pods and 1.37-1.41x at 10,000.
+pub const GROUPED_FROM: usize = 4096;
+
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 
 /// A process-wide unique id for a snapshot handed out (the decision memo is per snapshot).
@@ -192,12 +198,7 @@ impl Snapshot {
     /// A batch through the compiled programs alone, without the decision memo in front (the
     /// benchmarks' cold path).
     pub fn classify_compiled(&self, headers: &[PacketHeader], out: &mut [PacketVerdict], defaults: Defaults) {
-        for (h, o) in headers.iter().zip(out.iter_mut()) {
-            *o = match flow_of_header(h) {
-                Some(flow) => self.flow_record(&flow, defaults),
-                None => PacketVerdict::undecodable(h),
-            };
-        }
+        self.flow_records(headers, out, defaults);
     }
 
     /// Compiles every program and profile list of the local identities now (the model does
@@ -360,8 +361,18 @@ impl Judge for Snapshot {
 
     fn classify_detailed(&self, headers: &[PacketHeader], out: &mut [PacketVerdict], defaults: Defaults) {
         with_memo(self.uid, |memo| {
-            for (h, o) in headers.iter().zip(out.iter_mut()) {
-                *o = self.memo_verdict(memo, h, defaults);
+            let mut i = 0;
+            while i < headers.len() {
+                // While the memo is left out (it was not hitting), a run of packets goes to
+                // the compiled programs as a group.
+                let left_out = memo.leave_out(headers.len() - i);
+                if left_out > 0 {
+                    self.flow_records(&headers[i..i + left_out], &mut out[i..i + left_out], defaults);
+                    i += left_out;
+                } else {
+                    out[i] = self.memo_verdict(memo, &headers[i], defaults);
+                    i += 1;
+                }
             }
         })
     }
