@@ -136,3 +136,22 @@ def start(directory: Path, workers: int) -> LocalDask:
         cluster.stop()
         raise
     return cluster
+
+
+# A module imports these to have them as its ``cluster`` and ``client`` fixtures.
+@pytest.fixture(scope="module", name="cluster")
+def shared_cluster(tmp_path_factory):
+    """A scheduler and two workers, shared by a module's tests that do not harm them."""
+    dask_command()
+    running = start(tmp_path_factory.mktemp("dask"), workers=2)
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module", name="client")
+def shared_client(cluster):
+    """A client of the module's shared cluster."""
+    from distributed import Client
+
+    with Client(cluster.address, timeout=STARTUP) as c:
+        yield c

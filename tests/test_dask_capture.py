@@ -37,6 +37,7 @@ from pyclassify.engine import NativeEngine
 from pyclassify.project import load_project
 from pyclassify.replay import Replay
 from tests import dask_cluster
+from tests.dask_cluster import shared_client, shared_cluster  # noqa: F401  (fixtures `client`, `cluster`)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO, DOMAINS = ROOT / "examples" / "demo", ROOT / "examples" / "domains"
@@ -55,22 +56,6 @@ def project():
 def staged_project():
     """With staged policies too: judged beside, in lanes and trackers of their own."""
     return load_project([DEMO, DOMAINS, ROOT / "examples" / "staged"])
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    dask_cluster.dask_command()
-    running = dask_cluster.start(tmp_path_factory.mktemp("dask"), workers=2)
-    yield running
-    running.stop()
-
-
-@pytest.fixture(scope="module")
-def client(cluster):
-    from distributed import Client
-
-    with Client(cluster.address, timeout=dask_cluster.STARTUP) as c:
-        yield c
 
 
 def icmp(kind: int, code: int, rest: bytes) -> bytes:

@@ -24,28 +24,12 @@ from pyclassify.engine import NativeEngine
 from pyclassify.project import load_project
 from pyclassify.recordreplay import RecordReplay, summary_json
 from tests import dask_cluster
+from tests.dask_cluster import shared_client, shared_cluster  # noqa: F401  (fixtures `client`, `cluster`)
 from tests.test_recordreplay import answer, archives, write_archive
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "examples" / "demo"
 TRAFFIC = ROOT / "examples" / "traffic"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A scheduler and two workers, shared by the tests that do not harm them."""
-    dask_cluster.dask_command()
-    running = dask_cluster.start(tmp_path_factory.mktemp("dask"), workers=2)
-    yield running
-    running.stop()
-
-
-@pytest.fixture(scope="module")
-def client(cluster):
-    from distributed import Client
-
-    with Client(cluster.address, timeout=dask_cluster.STARTUP) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")
