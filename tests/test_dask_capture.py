@@ -315,3 +315,61 @@ def test_workers_of_another_version_are_refused_with_exit_8(tmp_path):
         running.stop()
     assert result.returncode == 8, result.stderr
     assert "another pyclassify version" in result.stderr and "runs 0.0.1" in result.stderr
+
+
+def test_ctrl_c_prints_what_was_judged_and_leaves_nothing_on_the_cluster(cluster, client, tmp_path):
+    """SIGINT while the partitions are judged: exit 130, the summary marked interrupted (the
+    partitions judged whole, a part of every capture: never more packets than the captures
+    hold), and the tasks and the engine gone from the cluster."""
+    import time
+
+    import numpy as np
+
+    # captures long enough that the run cannot end before the signal: one, linked 300 times
+    packets = 200_000
+    first = write_tcp_capture(tmp_path / "long-000.pcap", packets, np.arange(packets) % 28000 + 32768)
+    paths = [str(first)]
+    for i in range(1, 300):
+        paths.append(str(tmp_path / f"long-{i:03d}.pcap"))
+        os.link(first, paths[-1])
+    # A Python started with SIGINT ignored (a test run launched in the background by a shell)
+    # keeps it ignored: the child installs the default handler itself, then runs the CLI.
+    child = (
+        "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "runpy.run_module('pyclassify', run_name='__main__', alter_sys=True)"
+    )
+    pcaps = [a for p in paths for a in ("--pcap", p)]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", child, "replay", str(DEMO), *pcaps, "--json", "--scheduler", cluster.address],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+    def ours() -> list[str]:
+        return client.run_on_scheduler(
+            lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks if str(k).startswith("pyclassify-")]
+        )
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and not ours():
+        time.sleep(0.05)
+    time.sleep(0.5)  # the partitions under way
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    out, errors = proc.communicate(timeout=120)
+    assert proc.returncode == 130, errors
+    doc = json.loads(out)
+    assert doc["interrupted"]
+    assert 0 <= doc["packets"] < packets * len(paths)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (left := ours()):
+        time.sleep(0.2)
+    assert not left
+    assert not [
+        n
+        for ps in client.run(lambda dask_worker: list(dask_worker.plugins)).values()
+        for n in ps
+        if n.startswith("pyclassify-engine-")
+    ]
