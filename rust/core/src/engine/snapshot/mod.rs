@@ -45,9 +45,10 @@ pub const NO_NAMESPACE: u32 = u32::MAX;
 const OUTSIDE: u32 = u32::MAX;
 
 /// The addresses from which a snapshot's compiled lookups of a batch (the memo left out for not
-/// hitting, or `classify_compiled`) go in groups (`Snapshot::flow_records`). Below it the tables a lookup reads stay in cache and the stages
-/// only add instructions: random pod pairs, grouped against one at a time, 0.86-1.02x at
-/// 1,000 pods and 1.37-1.41x at 10,000.
+/// hitting, or `classify_compiled`) go in groups (`Snapshot::flow_records`). Below it the
+/// tables a lookup reads stay in cache and the stages only add instructions: random pod pairs
+/// through Python, grouped against a lookup at a time, 0.86-1.02x at 1,000 pods and
+/// 1.08-1.41x at 10,000 (bench/README.md).
 pub const GROUPED_FROM: usize = 4096;
 
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
