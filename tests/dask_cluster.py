@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -155,3 +156,37 @@ def shared_client(cluster):
 
     with Client(cluster.address, timeout=STARTUP) as c:
         yield c
+
+
+def interruptible(args: list[str], cwd: Path) -> subprocess.Popen:
+    """``python -m pyclassify ARGS`` started to be interrupted: its output piped as text. A
+    Python started with SIGINT ignored (a test run launched in the background by a shell) keeps
+    it ignored, so the child installs the default handler itself, then runs the CLI."""
+    child = (
+        "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "runpy.run_module('pyclassify', run_name='__main__', alter_sys=True)"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", child, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd
+    )
+
+
+def our_tasks(client: Any) -> list[str]:
+    """The scheduler's tasks of pyclassify's runs."""
+    return client.run_on_scheduler(
+        lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks if str(k).startswith("pyclassify-")]
+    )
+
+
+def assert_nothing_left(client: Any, wait: float = 30.0) -> None:
+    """Within ``wait`` seconds the scheduler holds no task of a run and no worker its engine."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline and (left := our_tasks(client)):
+        time.sleep(0.2)
+    assert not left
+    assert not [
+        n
+        for ps in client.run(lambda dask_worker: list(dask_worker.plugins)).values()
+        for n in ps
+        if n.startswith("pyclassify-engine-")
+    ]

@@ -332,28 +332,10 @@ def test_ctrl_c_prints_what_was_judged_and_leaves_nothing_on_the_cluster(cluster
     for i in range(1, 300):
         paths.append(str(tmp_path / f"long-{i:03d}.pcap"))
         os.link(first, paths[-1])
-    # A Python started with SIGINT ignored (a test run launched in the background by a shell)
-    # keeps it ignored: the child installs the default handler itself, then runs the CLI.
-    child = (
-        "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "runpy.run_module('pyclassify', run_name='__main__', alter_sys=True)"
-    )
     pcaps = [a for p in paths for a in ("--pcap", p)]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", child, "replay", str(DEMO), *pcaps, "--json", "--scheduler", cluster.address],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-
-    def ours() -> list[str]:
-        return client.run_on_scheduler(
-            lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks if str(k).startswith("pyclassify-")]
-        )
-
+    proc = dask_cluster.interruptible(["replay", str(DEMO), *pcaps, "--json", "--scheduler", cluster.address], ROOT)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None and not ours():
+    while time.monotonic() < deadline and proc.poll() is None and not dask_cluster.our_tasks(client):
         time.sleep(0.05)
     time.sleep(0.5)  # the partitions under way
     assert proc.poll() is None, "the run ended before it could be interrupted"
@@ -363,13 +345,4 @@ def test_ctrl_c_prints_what_was_judged_and_leaves_nothing_on_the_cluster(cluster
     doc = json.loads(out)
     assert doc["interrupted"]
     assert 0 <= doc["packets"] < packets * len(paths)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and (left := ours()):
-        time.sleep(0.2)
-    assert not left
-    assert not [
-        n
-        for ps in client.run(lambda dask_worker: list(dask_worker.plugins)).values()
-        for n in ps
-        if n.startswith("pyclassify-engine-")
-    ]
+    dask_cluster.assert_nothing_left(client)

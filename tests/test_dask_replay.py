@@ -365,28 +365,8 @@ def test_ctrl_c_prints_the_files_judged_and_leaves_nothing_on_the_cluster(cluste
     for i in range(1, 400):
         paths.append(str(tmp_path / f"link-{i:03d}.vpc"))
         os.link(first, paths[-1])
-    # A Python started with SIGINT ignored (a test run launched in the background by a shell)
-    # keeps it ignored: the child installs the default handler itself, then runs the CLI.
-    child = (
-        "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "runpy.run_module('pyclassify', run_name='__main__', alter_sys=True)"
-    )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            child,
-            "replay",
-            str(DEMO),
-            *_traffic(paths),
-            "--json",
-            "--scheduler",
-            cluster.address,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
+    proc = dask_cluster.interruptible(
+        ["replay", str(DEMO), *_traffic(paths), "--json", "--scheduler", cluster.address], ROOT
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
@@ -400,21 +380,7 @@ def test_ctrl_c_prints_the_files_judged_and_leaves_nothing_on_the_cluster(cluste
     doc = json.loads(out)
     assert doc["interrupted"] and 0 < len(doc["files"]) < len(paths)
     assert doc["records"] == ROWS * len(doc["files"]) == sum(f["records"] for f in doc["files"])
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        left = client.run_on_scheduler(
-            lambda dask_scheduler: [str(k) for k in dask_scheduler.tasks if str(k).startswith("pyclassify-")]
-        )
-        if not left:
-            break
-        time.sleep(0.2)
-    assert not left
-    assert not [
-        n
-        for ps in client.run(lambda dask_worker: list(dask_worker.plugins)).values()
-        for n in ps
-        if n.startswith("pyclassify-engine-")
-    ]
+    dask_cluster.assert_nothing_left(client)
 
 
 def test_the_report_on_the_cluster_is_the_in_process_page(cluster, tmp_path):
