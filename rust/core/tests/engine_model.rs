@@ -702,10 +702,9 @@ fn programs_past_the_memory_bound_are_walked() {
 #[test]
 fn grouped_compiled_lookups_equal_the_rule_walk() {
     use pyclassify_core::engine::classes::memo_counts;
+    use pyclassify_core::engine::snapshot::GROUPED_FROM;
     use pyclassify_core::engine::spec::Spec;
     use pyclassify_core::engine::workload::{policy_workload, workload_flows, WorkloadShape};
-
-    use pyclassify_core::engine::snapshot::GROUPED_FROM;
 
     // enough addresses that the memo's misses go in groups
     let shape = WorkloadShape { pods: GROUPED_FROM + 1000, namespaces: 50, policies: 200, seed: 3 };

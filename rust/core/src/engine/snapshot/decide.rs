@@ -248,6 +248,9 @@ impl Snapshot {
         // Per end: its identity, and (a local end) its own compiled program, once built.
         let mut ids: [[Option<&IdRec>; 2]; GROUP] = [[None; 2]; GROUP];
         let mut programs: [[Option<&Compiled>; 2]; GROUP] = [[None; 2]; GROUP];
+        // An end whose own program decides a side (the address record's `local`, as
+        // `flow_record_resolved` reads it).
+        let local = |r: &Option<[Option<AddrRec>; 2]>, end: usize| r.is_some_and(|r| r[end].is_some_and(|r| r.local));
         for (hs, os) in headers.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
             let n = hs.len();
             // The ends' address records (independent hash lookups), their identities asked for.
@@ -260,11 +263,11 @@ impl Snapshot {
                 }
             }
             // The identities: their set bitmaps, and the local ends' programs.
-            for ends in &ids[..n] {
+            for (ends, r) in ids[..n].iter().zip(&recs[..n]) {
                 for (end, id) in ends.iter().enumerate() {
                     let Some(id) = id else { continue };
                     prefetch(Arc::as_ptr(&id.members));
-                    if id.local {
+                    if local(r, end) {
                         prefetch(Arc::as_ptr(&id.programs[END_DIRECTION[end] as usize]));
                     }
                 }
@@ -274,8 +277,7 @@ impl Snapshot {
                 for end in 0..2 {
                     let Some(id) = ids[i][end] else { continue };
                     prefetch_slice(&id.members, 4);
-                    let local = recs[i].is_some_and(|r| r[end].is_some_and(|r| r.local));
-                    programs[i][end] = local.then(|| built(id, end)).flatten();
+                    programs[i][end] = local(&recs[i], end).then(|| built(id, end)).flatten();
                     if let Some(c) = programs[i][end] {
                         prefetch_slice(std::slice::from_ref(c), 8);
                     }
