@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import errno
 import threading
+import time
 from typing import Any
 
 from pyclassify import domains
@@ -69,6 +70,9 @@ from pyclassify.engine import NativeEngine
 from pyclassify.ir import Hook
 from pyclassify.nfqueue import engine_capsule
 from pyclassify.project import Project
+
+#: Seconds between the waiting main thread's wakes: the longest a stop signal waits for it.
+SIGNAL_WAKE = 0.2
 
 
 def parse_queues(text: str) -> tuple[int, int]:
@@ -420,7 +424,16 @@ class Enforcer:
             self.log.emit("rules-remove-failed", error=str(e))
 
     def wait(self, timeout: float | None = None) -> bool:
-        return self._stop.wait(timeout)
+        """Until a stop is asked (or ``timeout`` seconds); True once it is. Waits in short steps:
+        the kernel may hand SIGTERM to any of our threads, and Python runs its handler only when
+        the main thread next runs, which a wait without a timeout would never do."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = SIGNAL_WAKE if deadline is None else min(SIGNAL_WAKE, deadline - time.monotonic())
+            if step <= 0:
+                return self._stop.is_set()
+            if self._stop.wait(step):
+                return True
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -19,9 +19,11 @@ for bench/RELIABILITY.md; ``PYCLASSIFY_RESTARTS`` sets how many restarts each mo
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -201,6 +203,29 @@ def test_a_connection_no_daemon_judged_is_judged_at_start(topo: Topology, policy
     assert reload["revoked"] >= 1, reload
     assert allowed.cut_within(5) is not None
     assert daemon.terminate() == 0
+
+
+def tgkill(pid: int, tid: int, signum: int) -> None:
+    """The signal to one thread of a process, as the kernel may pick any thread for a kill()."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(234, pid, tid, signum) != 0:  # SYS_tgkill on x86-64
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+
+
+def test_sigterm_given_to_any_thread_stops_the_daemon(topo: Topology, policy_dir: Path) -> None:
+    """The kernel hands a process's SIGTERM to whichever thread can take it, not always the main
+    one; Python runs the handler in the main thread, so the daemon must stop cleanly whichever
+    thread the signal reached (given to a packet loop's or the metrics thread, it once waited
+    forever)."""
+    daemon = Daemon(topo, [str(policy_dir)], QUEUE, extra=("--metrics", "127.0.0.1:9472"))
+    daemon.wait_event("start")
+    pid = daemon.proc.pid
+    others = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    assert others, "the daemon runs threads beside the main one"
+    tgkill(pid, others[-1], signal.SIGTERM)
+    assert daemon.proc.wait(timeout=30) == 0
+    assert daemon.wait_event("stop", timeout=5)["rules"] == "kept"
+    assert "-j PYCLASSIFY-FORWARD" in iptables_rules(topo.node)
 
 
 def test_on_stop_remove_and_uninstall_remove_every_rule(topo: Topology, policy_dir: Path) -> None:
