@@ -58,6 +58,21 @@ rc=0
 run pyclassify diff "$ex/demo" --apply "$ex/changes/db-behind-pgbouncer.yaml" --traffic "$ex/traffic/hubble.jsonl" || rc=$?
 if [ "$rc" -ne 5 ]; then echo "expected exit 5 from diff --traffic (an observed connection closes), got $rc" >&2; exit 1; fi
 run pyclassify usage "$ex/demo" --traffic "$ex/traffic/hubble.jsonl"
+# The same replay on a Dask cluster of two local workers (with the dask extra): the same answer
+# but for the rate and the line that says where it ran.
+py="$(dirname "$(command -v pyclassify)")/python"
+if [ -x "$py" ] && "$py" -c "import distributed" 2>/dev/null; then
+    here="$(mktemp)" there="$(mktemp)"
+    run pyclassify replay "$ex/demo" --traffic "$ex/traffic/hubble.jsonl" --traffic "$ex/traffic/vpc-flow-logs.txt" | tee "$here"
+    run pyclassify replay "$ex/demo" --traffic "$ex/traffic/hubble.jsonl" --traffic "$ex/traffic/vpc-flow-logs.txt" --workers 2 | tee "$there"
+    if ! diff <(sed 1d "$here") <(sed 1d "$there" | grep -v '^on [0-9]* Dask workers of '); then
+        echo "replay on Dask workers answered otherwise than in-process" >&2
+        exit 1
+    fi
+    rm -f "$here" "$there"
+else
+    echo "(the dask extra is not installed: the replay on a Dask cluster is left out)"
+fi
 # Calico http rules without a proxy: each connection admitted up to its request, each request judged.
 run pyclassify replay "$ex/demo" "$ex/http" --pcap "$pcaps/http.pcap"
 run pyclassify explain "$ex/demo" "$ex/http" --from frontend/web --to backend/api --port 8080 --request "POST /public/a"
