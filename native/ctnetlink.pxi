@@ -437,7 +437,12 @@ cdef class CtNetlink:
     cdef int fd
 
     def __cinit__(self):
+        cdef timeval answer_timeout
         self.fd = _netlink_socket(1 << 20)
+        # A lost answer fails the dump or update (counted) instead of stalling the reload.
+        answer_timeout.tv_sec = NL_ANSWER_TIMEOUT_MS // 1000
+        answer_timeout.tv_usec = 0
+        setsockopt(self.fd, SOL_SOCKET, SO_RCVTIMEO, &answer_timeout, sizeof(answer_timeout))
 
     def __dealloc__(self):
         if self.fd >= 0:

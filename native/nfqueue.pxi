@@ -12,7 +12,7 @@
 
 from libc.errno cimport errno, EINTR, EAGAIN, ENOBUFS, ENOENT
 from libc.stdint cimport int32_t, int64_t
-from posix.time cimport clock_gettime, timespec, CLOCK_REALTIME, CLOCK_MONOTONIC
+from posix.time cimport clock_gettime, timespec, timeval, CLOCK_REALTIME, CLOCK_MONOTONIC
 
 cdef extern from "<sys/socket.h>" nogil:
     ctypedef unsigned int socklen_t
@@ -260,28 +260,56 @@ def nfq_parse(data):
     return out
 
 
+#: How long a queue's bind, configuration or unbind waits for the kernel's answer. The kernel
+#: answers at once; an answer can still be lost (the socket's buffer full of packets after the
+#: loop stopped, with NETLINK_NO_ENOBUFS set): then the request fails instead of blocking a stop.
+cdef enum:
+    NL_ANSWER_TIMEOUT_MS = 5000
+
+
 cdef int _nl_request(int fd, bytes msg) except -2:
-    """Send one netlink request with NLM_F_ACK and wait for its ack; returns 0 or raises OSError."""
+    """Send one netlink request with NLM_F_ACK and wait, without the GIL and at most
+    ``NL_ANSWER_TIMEOUT_MS``, for its answer (the error message carrying its sequence number;
+    the packets and verdict errors queued before it are skipped); returns 0 or raises OSError."""
     cdef const uint8_t[::1] m = msg
     cdef uint8_t buf[8192]
     cdef ssize_t got
     cdef const nlmsghdr *nh
     cdef int32_t err
     cdef size_t off
+    cdef uint32_t seq = (<const nlmsghdr *>&m[0]).nlmsg_seq
+    cdef pollfd pfd
+    cdef int r, e
+    cdef int64_t left
+    cdef uint64_t deadline = now_ns(CLOCK_MONOTONIC) + <uint64_t>NL_ANSWER_TIMEOUT_MS * 1000000ULL
     if send(fd, &m[0], m.shape[0], 0) < 0:
         raise OSError(errno, f"netlink send: {_os.strerror(errno)}")
+    pfd.fd = fd
+    pfd.events = POLLIN
     while True:
-        got = recv(fd, buf, sizeof(buf), 0)
+        left = <int64_t>(deadline - now_ns(CLOCK_MONOTONIC)) // 1000000
+        if left <= 0:
+            raise TimeoutError(f"netlink: no answer to request {seq} within {NL_ANSWER_TIMEOUT_MS} ms")
+        with nogil:
+            r = poll(&pfd, 1, <int>left)
+            e = errno
+            got = recv(fd, buf, sizeof(buf), MSG_DONTWAIT) if r > 0 else -1
+            if r > 0:
+                e = errno
+        if r < 0 and e != EINTR:
+            raise OSError(e, f"netlink poll: {_os.strerror(e)}")
+        if r <= 0:
+            continue
         if got < 0:
-            if errno == EINTR:
+            if e == EINTR or e == EAGAIN:
                 continue
-            raise OSError(errno, f"netlink recv: {_os.strerror(errno)}")
+            raise OSError(e, f"netlink recv: {_os.strerror(e)}")
         off = 0
         while off + sizeof(nlmsghdr) <= <size_t>got:
             nh = <const nlmsghdr *>(buf + off)
             if nh.nlmsg_len < sizeof(nlmsghdr) or off + nh.nlmsg_len > <size_t>got:
                 break
-            if nh.nlmsg_type == NLMSG_ERROR and nh.nlmsg_len >= sizeof(nlmsghdr) + 4:
+            if nh.nlmsg_type == NLMSG_ERROR and nh.nlmsg_seq == seq and nh.nlmsg_len >= sizeof(nlmsghdr) + 4:
                 err = (<const int32_t *>(buf + off + sizeof(nlmsghdr)))[0]
                 if err != 0:
                     raise OSError(-err, _os.strerror(-err))
