@@ -164,7 +164,8 @@ typedef struct FlowCounts {
     uint8_t orientation;     /* 57: 0 as recorded, 1 stated as the opening direction, 2 turned around (was the reply). */
     uint8_t has_src;         /* 58: 1 when the header's source address is known (else only a name may place it). */
     uint8_t has_dst;         /* 59: 1 when the header's destination address is known. */
-    uint8_t reserved[4];     /* 60: Explicit padding, always 0. */
+    uint8_t reported_at;     /* 60: Where the datapath gave `reported`: 0 the connection, 1 the source's egress, 2 the destination's ingress (Hubble's `traffic_direction`, Calico's `reporter`). */
+    uint8_t reserved[3];     /* 61: Explicit padding, always 0. */
 } FlowCounts;
 
 _Static_assert(sizeof(FlowCounts) == 64, "FlowCounts size");
@@ -181,7 +182,8 @@ _Static_assert(offsetof(FlowCounts, reported) == 56, "FlowCounts.reported offset
 _Static_assert(offsetof(FlowCounts, orientation) == 57, "FlowCounts.orientation offset");
 _Static_assert(offsetof(FlowCounts, has_src) == 58, "FlowCounts.has_src offset");
 _Static_assert(offsetof(FlowCounts, has_dst) == 59, "FlowCounts.has_dst offset");
-_Static_assert(offsetof(FlowCounts, reserved) == 60, "FlowCounts.reserved offset");
+_Static_assert(offsetof(FlowCounts, reported_at) == 60, "FlowCounts.reported_at offset");
+_Static_assert(offsetof(FlowCounts, reserved) == 61, "FlowCounts.reserved offset");
 
 static const pc_field pc_fields_PacketHeader[] = {
     {"ts_ns", offsetof(PacketHeader, ts_ns), sizeof(((PacketHeader *)0)->ts_ns)},
@@ -228,6 +230,7 @@ static const pc_field pc_fields_FlowCounts[] = {
     {"orientation", offsetof(FlowCounts, orientation), sizeof(((FlowCounts *)0)->orientation)},
     {"has_src", offsetof(FlowCounts, has_src), sizeof(((FlowCounts *)0)->has_src)},
     {"has_dst", offsetof(FlowCounts, has_dst), sizeof(((FlowCounts *)0)->has_dst)},
+    {"reported_at", offsetof(FlowCounts, reported_at), sizeof(((FlowCounts *)0)->reported_at)},
     {"reserved", offsetof(FlowCounts, reserved), sizeof(((FlowCounts *)0)->reserved)},
 };
 

@@ -61,7 +61,8 @@ cdef extern from "header_batch.h" nogil:
         uint8_t orientation
         uint8_t has_src
         uint8_t has_dst
-        uint8_t reserved[4]
+        uint8_t reported_at
+        uint8_t reserved[3]
 
     ctypedef struct pc_field:
         const char *name

@@ -35,6 +35,7 @@ from pyclassify.records import (
     NO_NAME,
     ORIENTATION,
     REPORTED,
+    REPORTED_AT,
     FileReport,
     JudgedChunk,
     RecordError,
@@ -371,10 +372,15 @@ class RecordReplay:
                     "neither end is an endpoint of the inventory"
                 )
             else:
-                s.disagreement_examples.append(
-                    f"{where}: {self._tuple_text(h)}: the record says {REPORTED[int(c['reported'])]}, "
-                    f"policy says {'allow' if v['allow'] else 'deny'}"
-                )
+                at = REPORTED_AT.get(int(c["reported_at"]))
+                side = v[at] if at is not None else None
+                if side is not None and side["present"]:
+                    there = "the source's egress" if at == "egress" else "the destination's ingress"
+                    policy = "allow" if side["allow"] else "deny"
+                    said = f"the record says {REPORTED[int(c['reported'])]} at {there}, policy says {policy} there"
+                else:
+                    said = f"the record says {REPORTED[int(c['reported'])]}, policy says {'allow' if v['allow'] else 'deny'}"
+                s.disagreement_examples.append(f"{where}: {self._tuple_text(h)}: {said}")
 
     def _tuple_text(self, h: Any) -> str:
         proto = int(h["protocol"])

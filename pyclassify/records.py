@@ -41,6 +41,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 NO_NAME = 0xFFFFFFFF
 REPORTED = {0: None, 1: "allow", 2: "deny", 3: "other"}
+#: ``FlowCounts.reported_at``: the end whose decision a record's own verdict is (None: the connection).
+REPORTED_AT = {0: None, 1: "egress", 2: "ingress"}
 ORIENTATION = {0: "as recorded", 1: "stated", 2: "turned around"}
 
 

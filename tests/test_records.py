@@ -89,6 +89,57 @@ def test_own_verdicts_beside_the_policy_s(engine):
     assert any("198.51.100.9" in e for e in rep["examples"])
 
 
+def _hubble(direction: str | None, verdict: str = "FORWARDED") -> str:
+    """frontend/web opening TCP/5432 to backend/db: the web's egress allows it, the protect-db
+    AdminNetworkPolicy denies it at the db's ingress."""
+    flow = {
+        "time": "2024-05-01T10:00:00Z",
+        "verdict": verdict,
+        "IP": {"source": "10.0.1.10", "destination": "10.0.2.30"},
+        "l4": {"TCP": {"source_port": 40000, "destination_port": 5432, "flags": {"SYN": True}}},
+        "is_reply": False,
+    }
+    if direction is not None:
+        flow["traffic_direction"] = direction
+    return json.dumps({"flow": flow}) + "\n"
+
+
+@pytest.mark.parametrize(
+    "direction,agrees,said",
+    [
+        ("EGRESS", True, None),
+        ("INGRESS", False, "the record says allow at the destination's ingress, policy says deny there"),
+        (None, False, "the record says allow, policy says deny"),
+    ],
+)
+def test_own_verdict_held_to_the_policy_at_the_end_that_gave_it(engine, tmp_path, direction, agrees, said):
+    """Hubble reports each end's decision where it observes the flow (`traffic_direction`, of
+    the connection as that endpoint sees it): the client's node forwards what its egress
+    allows, whatever the server's ingress then does. That is no disagreement; the same
+    verdict at the server's ingress, or for the connection as a whole, is."""
+    path = tmp_path / "one.jsonl"
+    path.write_text(_hubble(direction))
+    lines, summary = replay_lines(engine, path)
+    assert lines[0]["verdict"] == "deny"
+    rep = summary["reported"]
+    assert (rep["agree"], rep["disagree"]) == ((1, 0) if agrees else (0, 1)), rep
+    if said is not None:
+        assert any(said in e for e in rep["examples"]), rep["examples"]
+
+
+def test_calico_reporter_says_which_end_gave_the_action(engine, tmp_path):
+    """Calico's flow log: `reporter` src is the source's egress decision, dst the
+    destination's ingress one."""
+    base = {"start_time": 1, "end_time": 2, "source_ip": "10.0.1.10", "dest_ip": "10.0.2.30"}
+    base |= {"dest_port": 5432, "proto": "tcp", "action": "allow", "num_flows_started": 1}
+    path = tmp_path / "calico.jsonl"
+    path.write_text("".join(json.dumps(base | {"reporter": r}) + "\n" for r in ("src", "dst")))
+    _, summary = replay_lines(engine, path, "calico")
+    rep = summary["reported"]
+    assert (rep["agree"], rep["disagree"]) == (1, 1), rep
+    assert any("at the destination's ingress, policy says deny there" in e for e in rep["examples"])
+
+
 def _write(path: Path, text: str, compress: str | None = None) -> Path:
     data = text.encode()
     if compress == "gzip":
@@ -178,6 +229,7 @@ HUBBLE_FIELDS = {
     ("flow", "is_reply"): True,
     ("flow", "source", "namespace"): "frontend",
     ("flow", "source", "pod_name"): "web",
+    ("flow", "traffic_direction"): "INGRESS",
 }
 CALICO_FIELDS = {
     ("start_time",): 1700000000,
@@ -193,6 +245,7 @@ CALICO_FIELDS = {
     ("bytes_out",): 200,
     ("num_flows_started",): 5,
     ("source_port",): 40000,
+    ("reporter",): "dst",
 }
 GOLDMANE_FIELDS = {
     ("Key", "source_name"): "web",
@@ -204,6 +257,7 @@ GOLDMANE_FIELDS = {
     ("Key", "dest_port"): "8080",
     ("Key", "proto"): "TCP",
     ("Key", "action"): "Deny",
+    ("Key", "reporter"): "Src",
     ("start_time",): "1700000000",
     ("end_time",): "1700000015",
     ("packets_in",): "2",
@@ -244,6 +298,7 @@ def _read_one(project, fmt: str, text: str, tmp_path: Path) -> tuple:
         int(c["bytes"]),
         int(c["flows"]),
         int(c["reported"]),
+        int(c["reported_at"]),
         int(c["orientation"]),
         int(c["has_src"]),
         int(c["has_dst"]),

@@ -17,7 +17,7 @@ use super::text::{excerpt, LineParser};
 use super::time::rfc3339_ns;
 use super::{
     protocol_number, FlowCounts, NameTable, Problems, Record, RecordBatch, NO_NAME, ORIENT_STATED, REPORTED_ALLOW,
-    REPORTED_DENY, REPORTED_NONE, REPORTED_OTHER,
+    REPORTED_AT_CONNECTION, REPORTED_AT_EGRESS, REPORTED_AT_INGRESS, REPORTED_DENY, REPORTED_NONE, REPORTED_OTHER,
 };
 
 /// An integer written as a JSON number or as a string (protojson writes 64-bit ones so).
@@ -192,6 +192,10 @@ struct HubbleFlow<'a> {
     destination: Option<HubbleEndpoint<'a>>,
     #[serde(alias = "isReply")]
     is_reply: Option<bool>,
+    /// The connection's direction as the observing endpoint sees it: its verdict is that
+    /// endpoint's egress (it opened the connection) or ingress decision.
+    #[serde(borrow, alias = "trafficDirection")]
+    traffic_direction: Text<'a>,
 }
 
 /// Cilium Hubble flows, one JSON object a line.
@@ -246,6 +250,15 @@ fn hubble_verdict(v: Option<&str>) -> u8 {
         Some("FORWARDED") | Some("1") => REPORTED_ALLOW,
         Some("DROPPED") | Some("2") => REPORTED_DENY,
         Some(_) => REPORTED_OTHER,
+    }
+}
+
+/// `flow.proto`'s `TrafficDirection` (INGRESS = 1, EGRESS = 2).
+fn hubble_direction(d: Option<&str>) -> u8 {
+    match d {
+        Some("EGRESS") | Some("2") => REPORTED_AT_EGRESS,
+        Some("INGRESS") | Some("1") => REPORTED_AT_INGRESS,
+        _ => REPORTED_AT_CONNECTION,
     }
 }
 
@@ -314,6 +327,7 @@ impl LineParser for Hubble {
             src_name: endpoint_name(names, &flow.source),
             dst_name: endpoint_name(names, &flow.destination),
             reported: hubble_verdict(flow.verdict.get()),
+            reported_at: hubble_direction(flow.traffic_direction.get()),
             ..Default::default()
         };
         match flow.is_reply {
@@ -347,6 +361,9 @@ struct CalicoFlow<'a> {
     end_time: Num,
     #[serde(borrow)]
     action: Text<'a>,
+    /// The end whose policy gave `action`: `src` (its egress) or `dst` (its ingress).
+    #[serde(borrow)]
+    reporter: Text<'a>,
     #[serde(borrow)]
     source_ip: Text<'a>,
     #[serde(borrow, alias = "sourceName")]
@@ -401,6 +418,14 @@ fn calico_kind(t: Option<&str>) -> &'static str {
         Some("ns" | "NetworkSet" | "3") => "ns",
         Some("net" | "Network" | "4") => "net",
         _ => "",
+    }
+}
+
+fn calico_reporter(r: Option<&str>) -> u8 {
+    match r {
+        Some(r) if r.eq_ignore_ascii_case("src") => REPORTED_AT_EGRESS,
+        Some(r) if r.eq_ignore_ascii_case("dst") => REPORTED_AT_INGRESS,
+        _ => REPORTED_AT_CONNECTION,
     }
 }
 
@@ -467,6 +492,7 @@ impl LineParser for Calico {
                 src_name,
                 dst_name,
                 reported: calico_action(key.action.get()),
+                reported_at: calico_reporter(key.reporter.get()),
                 // Calico's source is the end that opened the connection, whoever reports it.
                 orientation: ORIENT_STATED,
                 ..Default::default()

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use super::keytable::{KeyTable, TableKey};
 use super::tally::{DecisionKey, Measures, Tally};
-use super::{FlowCounts, REPORTED_ALLOW, REPORTED_DENY};
+use super::{FlowCounts, REPORTED_ALLOW, REPORTED_AT_CONNECTION, REPORTED_AT_EGRESS, REPORTED_DENY};
 use crate::batch::{PacketHeader, FLAG_HAS_PORTS};
 use crate::engine::cow::FastMap;
 use crate::engine::judge::flow_of_header;
@@ -531,6 +531,19 @@ impl RecordJudge {
             if example {
                 self.key_examples.push((i as u32, file, c.position));
             }
+            // A verdict the datapath gave at one end is held to the policy's at that end.
+            let allow = match c.reported_at {
+                REPORTED_AT_CONNECTION => allow,
+                at => {
+                    let v = &self.entries[i].verdicts[0];
+                    let side = if at == REPORTED_AT_EGRESS { &v.egress } else { &v.ingress };
+                    if side.present != 0 {
+                        side.allow
+                    } else {
+                        allow
+                    }
+                }
+            };
             self.tally.reported[(c.reported as usize).min(3)][(allow != 0) as usize] += 1;
             if outside && self.example_counts[EXAMPLE_OUTSIDE as usize] < EXAMPLES {
                 let v = self.entries[i].verdicts[0];

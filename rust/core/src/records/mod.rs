@@ -44,6 +44,11 @@ pub const REPORTED_DENY: u8 = 2;
 /// A verdict that is neither (Hubble's AUDIT, ERROR, ...; Goldmane's Pass).
 pub const REPORTED_OTHER: u8 = 3;
 
+/// Values of `FlowCounts::reported_at`: which end's decision the reported verdict is.
+pub const REPORTED_AT_CONNECTION: u8 = 0;
+pub const REPORTED_AT_EGRESS: u8 = 1;
+pub const REPORTED_AT_INGRESS: u8 = 2;
+
 /// Values of `FlowCounts::orientation`: how the opening direction was found.
 pub const ORIENT_AS_RECORDED: u8 = 0;
 /// The record says it is the opening direction (Hubble `is_reply` false, conntrack's original
@@ -81,8 +86,11 @@ pub struct FlowCounts as "FlowCounts" {
     pub has_src: u8,
     /// 1 when the header's destination address is known.
     pub has_dst: u8,
+    /// Where the datapath gave `reported`: 0 the connection, 1 the source's egress, 2 the
+    /// destination's ingress (Hubble's `traffic_direction`, Calico's `reporter`).
+    pub reported_at: u8,
     /// Explicit padding, always 0.
-    pub reserved: [u8; 4],
+    pub reserved: [u8; 3],
 }
 }
 
