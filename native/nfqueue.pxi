@@ -10,7 +10,7 @@
 # the loop verdicts packets in id order, so a batch verdict only ever covers packets it judged
 # (or, after a gap in the ids, packets lost in the socket buffer: those get the fail-mode verdict).
 
-from libc.errno cimport errno, EINTR, EAGAIN, ENOBUFS, ENOENT
+from libc.errno cimport errno, EINTR, EAGAIN, ENOBUFS, ENOENT, ETIMEDOUT
 from libc.stdint cimport int32_t, int64_t
 from posix.time cimport clock_gettime, timespec, timeval, CLOCK_REALTIME, CLOCK_MONOTONIC
 
@@ -260,16 +260,17 @@ def nfq_parse(data):
     return out
 
 
-#: How long a queue's bind, configuration or unbind waits for the kernel's answer. The kernel
-#: answers at once; an answer can still be lost (the socket's buffer full of packets after the
-#: loop stopped, with NETLINK_NO_ENOBUFS set): then the request fails instead of blocking a stop.
+#: How long a queue's bind or configuration waits for the kernel's answer (the kernel answers at
+#: once), and an unbind, whose answer is lost when the socket's buffer is full of packets after
+#: the loop stopped (NETLINK_NO_ENOBUFS set); closing the socket unbinds the queue anyway.
 cdef enum:
     NL_ANSWER_TIMEOUT_MS = 5000
+    NL_UNBIND_TIMEOUT_MS = 200
 
 
-cdef int _nl_request(int fd, bytes msg) except -2:
+cdef int _nl_request(int fd, bytes msg, int timeout_ms=NL_ANSWER_TIMEOUT_MS) except -2:
     """Send one netlink request with NLM_F_ACK and wait, without the GIL and at most
-    ``NL_ANSWER_TIMEOUT_MS``, for its answer (the error message carrying its sequence number;
+    ``timeout_ms``, for its answer (the error message carrying its sequence number;
     the packets and verdict errors queued before it are skipped); returns 0 or raises OSError."""
     cdef const uint8_t[::1] m = msg
     cdef uint8_t buf[8192]
@@ -281,7 +282,7 @@ cdef int _nl_request(int fd, bytes msg) except -2:
     cdef pollfd pfd
     cdef int r, e
     cdef int64_t left
-    cdef uint64_t deadline = now_ns(CLOCK_MONOTONIC) + <uint64_t>NL_ANSWER_TIMEOUT_MS * 1000000ULL
+    cdef uint64_t deadline = now_ns(CLOCK_MONOTONIC) + <uint64_t>timeout_ms * 1000000ULL
     if send(fd, &m[0], m.shape[0], 0) < 0:
         raise OSError(errno, f"netlink send: {_os.strerror(errno)}")
     pfd.fd = fd
@@ -289,7 +290,7 @@ cdef int _nl_request(int fd, bytes msg) except -2:
     while True:
         left = <int64_t>(deadline - now_ns(CLOCK_MONOTONIC)) // 1000000
         if left <= 0:
-            raise TimeoutError(f"netlink: no answer to request {seq} within {NL_ANSWER_TIMEOUT_MS} ms")
+            raise TimeoutError(ETIMEDOUT, f"netlink: no answer to request {seq} within {timeout_ms} ms")
         with nogil:
             r = poll(&pfd, 1, <int>left)
             e = errno
@@ -529,7 +530,8 @@ cdef class NfQueue:
             raise RuntimeError("stop the loop before closing the queue")
         if self.fd >= 0:
             try:
-                _nl_request(self.fd, _nfq_config_msg(self.queue, _nlattr(NFQA_CFG_CMD, _struct.pack("=BBH", NFQNL_CFG_CMD_UNBIND, 0, 0)), 3))
+                _nl_request(self.fd, _nfq_config_msg(self.queue, _nlattr(NFQA_CFG_CMD, _struct.pack("=BBH", NFQNL_CFG_CMD_UNBIND, 0, 0)), 3),
+                            NL_UNBIND_TIMEOUT_MS)
             except OSError:
                 pass
             close(self.fd)

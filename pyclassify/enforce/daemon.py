@@ -137,6 +137,9 @@ class Enforcer:
         self.reloader = PolicyReload(self)
         self.resync = RulesResync(config.resync, self.log, self.metrics, self.reloader.lock, self._leave_uninstalled)
         self._stop = threading.Event()
+        #: Set by ``request_stop`` (a signal handler): a plain flag, not the event, whose lock
+        #: the main thread may hold when the handler runs in it.
+        self._stop_asked = False
         self._ready = False
         self.metrics_address: tuple[str, int] | None = None
         self.memory_budget: int | None = default_budget() if config.memory_budget == "auto" else config.memory_budget  # type: ignore[assignment]
@@ -362,7 +365,7 @@ class Enforcer:
         loop runs. ``/readyz``."""
         if not self._ready:
             return "starting: the initial policy is not in force yet"
-        if self._stop.is_set():
+        if self._stop_asked or self._stop.is_set():
             return "stopping"
         if self.uninstalled:
             return "not enforcing: the rules were removed by pyclassify enforce --uninstall"
@@ -428,15 +431,18 @@ class Enforcer:
         the kernel may hand SIGTERM to any of our threads, and Python runs its handler only when
         the main thread next runs, which a wait without a timeout would never do."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
+        while not self._stop_asked:
             step = SIGNAL_WAKE if deadline is None else min(SIGNAL_WAKE, deadline - time.monotonic())
-            if step <= 0:
-                return self._stop.is_set()
-            if self._stop.wait(step):
-                return True
+            if step <= 0 or self._stop.wait(step):
+                break
+        if self._stop_asked:
+            self._stop.set()
+        return self._stop.is_set()
 
     def request_stop(self) -> None:
-        self._stop.set()
+        """Asks for a stop; safe in a signal handler (it takes no lock): ``wait`` sees it
+        within ``SIGNAL_WAKE`` seconds."""
+        self._stop_asked = True
 
     def stats(self) -> dict[str, int]:
         """Every loop's counters, summed."""

@@ -11,7 +11,7 @@
 //! [`looks_like_reply`](super::looks_like_reply) says.
 //!
 //! Our own rather than the `netflow_parser` crate: on the same IPFIX stream that crate decodes
-//! 2.3–2.9× slower than this reader does its whole work (`benches/netflow.rs`).
+//! 2.3–3.5× slower than this reader does its whole work (`rust/bench-netflow`).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

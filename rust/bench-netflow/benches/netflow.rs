@@ -1,7 +1,7 @@
 //! The NetFlow v9 / IPFIX decoder against the maintained crate for the job, `netflow_parser`,
 //! on the same message stream: what the choice of a decoder of our own rests on.
 //!
-//! Run: `cargo bench --manifest-path rust/Cargo.toml --bench netflow` (optionally followed by
+//! Run: `cargo bench --manifest-path rust/Cargo.toml -p pyclassify-bench-netflow` (optionally followed by
 //! the number of records, e.g. `-- 200000`).
 //!
 //! The stream is what softflowd or a router's exporter writes: IPFIX messages of 30 records of
@@ -60,7 +60,7 @@ fn stream(records: usize) -> Vec<u8> {
     while written < records {
         let n = RECORDS_PER_MESSAGE.min(records - written);
         let mut body = Vec::new();
-        if message % TEMPLATE_EVERY == 0 {
+        if message.is_multiple_of(TEMPLATE_EVERY) {
             body.extend_from_slice(&2u16.to_be_bytes()); // template set
             body.extend_from_slice(&(4 + 4 + 4 * FIELDS.len() as u16).to_be_bytes());
             body.extend_from_slice(&TEMPLATE_ID.to_be_bytes());
