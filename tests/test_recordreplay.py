@@ -24,7 +24,7 @@ from pyclassify.ir import Direction
 from pyclassify.kinds.common import ICMP_PROTOCOLS, protocol_name
 from pyclassify.project import load_project
 from pyclassify.recordreplay import RecordReplay, new_judge
-from pyclassify.records import ORIENTATION, REPORTED, RecordReader, address_text
+from pyclassify.records import ORIENTATION, REPORTED, REPORTED_AT, RecordReader, address_text
 from pyclassify.services import ServiceMap
 from tests.test_records import SERVICES, conntrack_line, hubble_line, vpc_line
 
@@ -107,6 +107,7 @@ def python_lines(engine: NativeEngine, paths: list[str]) -> bytes:
                 "verdict": ("allow" if v["allow"] else "deny") if ok else None,
                 "reason": "policy" if ok else "unplaced",
                 "reported": REPORTED[int(c["reported"])],
+                "reported_at": REPORTED_AT[int(c["reported_at"])],
                 "egress": side_json(v["egress"], Direction.EGRESS) if ok else None,
                 "ingress": side_json(v["ingress"], Direction.INGRESS) if ok else None,
             }

@@ -121,6 +121,7 @@ def test_own_verdict_held_to_the_policy_at_the_end_that_gave_it(engine, tmp_path
     path.write_text(_hubble(direction))
     lines, summary = replay_lines(engine, path)
     assert lines[0]["verdict"] == "deny"
+    assert lines[0]["reported_at"] == (direction.lower() if direction else None)
     rep = summary["reported"]
     assert (rep["agree"], rep["disagree"]) == ((1, 0) if agrees else (0, 1)), rep
     if said is not None:

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use super::FlowCounts;
+use super::{FlowCounts, REPORTED_AT_EGRESS, REPORTED_AT_INGRESS};
 use crate::batch::{PacketHeader, FLAG_HAS_PORTS};
 use crate::engine::{PacketVerdict, SideVerdict};
 
@@ -244,6 +244,12 @@ impl Lines {
                 out.push_str(", \"verdict\": null, \"reason\": \"unplaced\"");
             }
             let _ = write!(out, ", \"reported\": {}", text(&self.tables.reported, c.reported as usize));
+            // the end whose decision `reported` is (null: the connection's)
+            out.push_str(match c.reported_at {
+                REPORTED_AT_EGRESS => ", \"reported_at\": \"egress\"",
+                REPORTED_AT_INGRESS => ", \"reported_at\": \"ingress\"",
+                _ => ", \"reported_at\": null",
+            });
             for (d, key, s) in [(0u8, "egress", &v.egress), (1u8, "ingress", &v.ingress)] {
                 let side = if ok { self.sides.get(&(d, side_bytes(s))).map_or("null", String::as_str) } else { "null" };
                 let _ = write!(out, ", \"{key}\": {side}");
