@@ -141,6 +141,19 @@ def test_calico_reporter_says_which_end_gave_the_action(engine, tmp_path):
     assert any("at the destination's ingress, policy says deny there" in e for e in rep["examples"])
 
 
+def test_goldmane_reporter_and_action_by_number(engine, tmp_path):
+    """Goldmane's enums written as numbers (Reporter Src = 1, Dst = 2; Action Allow = 1) mean
+    what their names do."""
+    key = {"source_ip": "10.0.1.10", "dest_ip": "10.0.2.30", "dest_port": 5432, "proto": "tcp", "action": 1}
+    path = tmp_path / "goldmane.jsonl"
+    lines = [{"Key": key | {"reporter": r}, "start_time": 1, "end_time": 2, "num_connections_started": 1} for r in (1, 2)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    _, summary = replay_lines(engine, path, "calico")
+    rep = summary["reported"]
+    assert (rep["agree"], rep["disagree"]) == (1, 1), rep
+    assert any("at the destination's ingress, policy says deny there" in e for e in rep["examples"])
+
+
 def _write(path: Path, text: str, compress: str | None = None) -> Path:
     data = text.encode()
     if compress == "gzip":

@@ -6,6 +6,10 @@ never a missing column passed off as measured.
 - ``rte_acl_bench.c``: DPDK's ``rte_acl`` (Debian ``dpdk-dev``) on a ClassBench ruleset and trace;
 - ``pcap_loop.c``: a libpcap ``pcap_next_ex`` read loop (Debian ``libpcap-dev``);
 - the libnetfilter_queue consumer lives with the enforcement tests (``tests/enforce/c``).
+
+pyclassify's own side of a comparison that does not go through the Python package (the ClassBench
+classifiers, which the engine's decisions do not use and the shipped extension does not carry) is
+a binary of ``rust/core`` built with its ``bench`` feature: :func:`cargo_bin`.
 """
 
 from __future__ import annotations
@@ -48,6 +52,28 @@ def build(name: str, out_dir: Path) -> Path:
     if proc.returncode != 0:
         raise PeerMissing(f"gcc {name}.c against {module}: {proc.stderr.strip()[-2000:]}")
     return exe
+
+
+def cargo_bin(name: str) -> Path:
+    """The release build of ``rust/core``'s binary ``name`` (cargo builds it if it is not up to
+    date, in the workspace's target directory); raises :class:`PeerMissing` without cargo."""
+    cargo = shutil.which("cargo")
+    if cargo is None:
+        raise PeerMissing("no cargo in PATH (the Rust toolchain builds pyclassify's side)")
+    manifest = HERE.parents[1] / "rust" / "Cargo.toml"
+    proc = subprocess.run(
+        [cargo, "build", "--release", "--manifest-path", str(manifest), "-p", "pyclassify-core", "--bin", name]
+        + ["--message-format=json-render-diagnostics"],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"cargo build --bin {name}: {proc.stderr.strip()[-2000:]}")
+    for line in proc.stdout.splitlines():
+        msg = json.loads(line)
+        if msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["target"]["name"] == name:
+            return Path(msg["executable"])
+    raise RuntimeError(f"cargo build --bin {name} named no executable")
 
 
 def build_or_skip(name: str, out_dir: Path) -> Path:

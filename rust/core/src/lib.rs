@@ -7,9 +7,11 @@
 //! - [`admission`]: image-path patterns of ContainerAdmissionPolicy (linear-time regexes).
 //! - [`batch`]: the packet header batch, the ABI shared with the Cython decoder and numpy.
 //! - [`selector`]: the Calico selector language (parse, evaluate, canonical form).
-//! - [`classifier`]: priority multi-field packet classifiers (linear baseline, TupleMerge).
-//! - [`classbench`]: ClassBench ruleset and trace parsers (gzip aware), for the classifier
-//!   benchmarks (`_engine.RuleClassifier.from_classbench` too).
+//! - [`classifier`]: the multi-field rule types `render` lists rules as; with the `bench`
+//!   feature, the priority classifiers measured beside DPDK's `rte_acl` (linear baseline,
+//!   TupleMerge).
+//! - `classbench` (`bench` feature): ClassBench ruleset and trace parsers (gzip aware), for the
+//!   classifier benchmarks (`src/bin/classbench.rs`, `benches/classifier.rs`).
 //! - [`capi`]: the engine's C ABI, the function table native loops call without the GIL.
 //! - [`conntrack`]: connection tracking (both directions, TCP state, timeouts, cap, revalidation).
 //! - [`labelindex`]: incremental index of which endpoints each selector matches.
@@ -26,6 +28,7 @@ pub mod abi;
 pub mod admission;
 pub mod batch;
 pub mod capi;
+#[cfg(feature = "bench")]
 pub mod classbench;
 pub mod classifier;
 pub mod conntrack;

@@ -8,7 +8,6 @@ use pyo3::prelude::*;
 
 mod admission;
 mod batch;
-mod classifier;
 mod conntrack;
 mod dns;
 mod engine;
@@ -30,7 +29,6 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     selector::register(m)?;
     labelindex::register(m)?;
     engine::register(m)?;
-    classifier::register(m)?;
     flows::register(m)?;
     admission::register(m)?;
     manifest::register(m)?;

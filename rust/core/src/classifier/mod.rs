@@ -7,17 +7,26 @@
 //!   tables are searched in priority order and the search stops as soon as no remaining table can
 //!   hold a better rule. Rules are inserted and removed one at a time (no rebuild).
 //!
-//! Both implement [`Classifier`]. Priorities are "lower first"; ties between equal priorities go to
+//! Both implement [`Classifier`]. They and the ClassBench reader (`crate::classbench`) are built
+//! with the `bench` feature only: no decision of the engine goes through them (the engine compiles
+//! its own programs, `engine::compiled`), so the shipped extension does not carry them; the rule
+//! types below are what `render` lists rules as.
+//!
+//! Both implement `Classifier`. Priorities are "lower first"; ties between equal priorities go to
 //! the lower rule id, so the result is always deterministic. Internally the pair is one `u64`
 //! *rank* `priority << 32 | id`, compared as a number.
 //!
 //! Addresses are `u128` in network (big-endian) order; IPv4 is IPv4-mapped IPv6
 //! (`::ffff:a.b.c.d`), so an IPv4 `/n` prefix is a `/96+n` prefix here ([`Prefix::v4`]).
 
+#[cfg(feature = "bench")]
 mod linear;
+#[cfg(feature = "bench")]
 mod tuplemerge;
 
+#[cfg(feature = "bench")]
 pub use linear::LinearScan;
+#[cfg(feature = "bench")]
 pub use tuplemerge::{TupleMerge, TupleMergeConfig, TupleMergeStats};
 
 use crate::batch::PacketHeader;
@@ -203,6 +212,7 @@ pub struct Match {
     pub priority: u32,
 }
 
+#[cfg(feature = "bench")]
 impl Match {
     #[inline]
     pub(crate) fn from_rank(rank: u64) -> Match {
@@ -238,6 +248,7 @@ impl fmt::Display for ClassifierError {
 impl std::error::Error for ClassifierError {}
 
 /// A priority (first-match) packet classifier.
+#[cfg(feature = "bench")]
 pub trait Classifier: Send + Sync {
     /// The best matching rule (lowest priority, then lowest id), if any.
     fn classify(&self, key: &PacketKey) -> Option<Match>;
@@ -265,6 +276,7 @@ pub trait Classifier: Send + Sync {
 }
 
 /// A rule flattened for matching: one 64-byte cache line, every test branch-free.
+#[cfg(feature = "bench")]
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(64))]
 pub(crate) struct Entry {
@@ -288,8 +300,10 @@ pub(crate) struct Entry {
     pub icmp_code_mask: u8,
 }
 
+#[cfg(feature = "bench")]
 const _: () = assert!(core::mem::size_of::<Entry>() == 64);
 
+#[cfg(feature = "bench")]
 impl Entry {
     pub fn new(r: &ClassRule) -> Entry {
         let opt = |o: Option<u8>| (o.unwrap_or(0), if o.is_some() { 0xff } else { 0 });
@@ -332,6 +346,7 @@ impl Entry {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "bench")]
     #[test]
     fn entry_matches_like_rule() {
         let r = ClassRule {

@@ -421,10 +421,12 @@ fn calico_kind(t: Option<&str>) -> &'static str {
     }
 }
 
+/// Calico's `reporter` (`src`/`dst`), or Goldmane's `Reporter` by name or number (Src = 1,
+/// Dst = 2, as protojson writes enums with `UseEnumNumbers`).
 fn calico_reporter(r: Option<&str>) -> u8 {
     match r {
-        Some(r) if r.eq_ignore_ascii_case("src") => REPORTED_AT_EGRESS,
-        Some(r) if r.eq_ignore_ascii_case("dst") => REPORTED_AT_INGRESS,
+        Some(r) if r.eq_ignore_ascii_case("src") || r == "1" => REPORTED_AT_EGRESS,
+        Some(r) if r.eq_ignore_ascii_case("dst") || r == "2" => REPORTED_AT_INGRESS,
         _ => REPORTED_AT_CONNECTION,
     }
 }
