@@ -151,16 +151,6 @@ class _Prefixed:
         self.raw.close()
 
 
-def detect(path: str) -> str | None:
-    """The format of ``path`` by its content (decompressed), or None when none fits."""
-    stream, head, _ = open_input(path)
-    try:
-        return _engine.detect_format(head)
-    finally:
-        if path != "-":
-            stream.close()
-
-
 @dataclass
 class RecordChunk:
     """Records read together: parallel ``headers``/``counts``, and the file they came from."""
@@ -296,22 +286,47 @@ class RecordReader:
         self.names: list[list[tuple[str, str, str]]] = []
 
     def prepare(self) -> None:
-        """Loads what reading the inputs needs beyond the standard library (pyarrow for a
-        Parquet file), so that the time of reading them is not the time of importing it. A
-        file that cannot be opened here is reported when it is read."""
-        for path in self.paths:
-            try:
-                fmt = self.format or (None if path == "-" else detect(path))
-            except RecordError:
+        """Checks every input before any is judged: each opens, and is of a format ``--traffic``
+        reads (and the one ``--format`` asks, when given), so that a mistaken file fails the run
+        at once, naming it, rather than after the files before it were judged (standard input
+        is checked when it is read). Loads what reading them needs beyond the standard library
+        (pyarrow for a Parquet file), so that the time of reading them is not the time of
+        importing it."""
+        parquet_needed = False
+        for path, name, part in zip(self.paths, self.display, self.parts):
+            if path == "-":
                 continue
-            if fmt == "parquet":
-                from pyclassify import parquet
+            stream, head, _ = open_input(path)
+            try:
+                fmt = self._format(name, head, part)
+            finally:
+                stream.close()
+            parquet_needed |= fmt == "parquet"
+        if parquet_needed:
+            from pyclassify import parquet
 
-                try:
-                    parquet.load_pyarrow()
-                except parquet.ParquetError as e:
-                    raise RecordError(str(e)) from None
-                return
+            try:
+                parquet.load_pyarrow()
+            except parquet.ParquetError as e:
+                raise RecordError(str(e)) from None
+
+    def _format(self, name: str, head: bytes, part: tuple[int, int, int] | None) -> str:
+        """The format of the input ``name`` begins with ``head``, as ``--traffic`` may read it;
+        raises ``RecordError`` naming the file when it may not."""
+        found = _engine.detect_format(head)
+        fmt = self.format or found
+        if fmt is None:
+            raise RecordError(
+                f"{name}: not a format --traffic reads (a pcap/pcapng capture, or flow records: "
+                f"{', '.join(RECORD_FORMATS)}); name it with --format if it is one"
+            )
+        if self.format is not None and found is not None and found != self.format:
+            raise RecordError(f"{name}: --format {self.format} asked, but the file is {FORMATS[found]}")
+        if fmt == "pcap":
+            raise RecordError(f"{name}: a pcap/pcapng capture: give captures with --pcap, or in a run of their own")
+        if part is not None and fmt != "parquet":
+            raise RecordError(f"{name}: only a Parquet file is read by row groups, not {FORMATS[fmt]}")
+        return fmt
 
     def judged(self, judge: Any, keep: bool = False) -> Iterator[JudgedChunk | None]:
         """Reads every file into ``judge`` (``_engine.RecordJudge``): one native call per chunk
@@ -331,19 +346,7 @@ class RecordReader:
     ) -> Iterator[Any]:
         stream, head, compression = open_input(path)
         try:
-            found = _engine.detect_format(head)
-            fmt = self.format or found
-            if fmt is None:
-                raise RecordError(
-                    f"{name}: not a format --traffic reads (a pcap/pcapng capture, or flow records: "
-                    f"{', '.join(RECORD_FORMATS)}); name it with --format if it is one"
-                )
-            if self.format is not None and found is not None and found != self.format:
-                raise RecordError(f"{name}: --format {self.format} asked, but the file is {FORMATS[found]}")
-            if fmt == "pcap":
-                raise RecordError(f"{name}: a pcap/pcapng capture: give captures with --pcap, or in a run of their own")
-            if part is not None and fmt != "parquet":
-                raise RecordError(f"{name}: only a Parquet file is read by row groups, not {FORMATS[fmt]}")
+            fmt = self._format(name, head, part)
             report = FileReport(name, fmt, compression, part=part)
             self.files.append(report)
             self.names.append([])

@@ -329,6 +329,7 @@ def traffic_diff(
         engines = DiffEngines(old_ps, new_ps, inventory)
     old, new, grouper = engines.old, engines.new, engines.grouper
     reader = RecordReader(paths, inventory, format, names)
+    reader.prepare()
     if judge is None:
         judge = new_judge([old, new], default, engines.services, logs=rule_usage)
     else:

@@ -368,6 +368,21 @@ def test_format_asked_and_found_differ_names_both(project, tmp_path):
         list(RecordReader([str(path)], project.inventory))
 
 
+def test_a_file_of_no_format_fails_the_run_before_any_is_judged(project, tmp_path):
+    good = tmp_path / "flows.jsonl"
+    good.write_text(hubble_line("10.0.1.10", "10.0.2.20", 40000, 8080) + "\n")
+    bad = tmp_path / "notes.txt"
+    bad.write_text("no format at all\n")
+    reader = RecordReader([str(good), str(bad)], project.inventory)
+    with pytest.raises(RecordError, match=r"notes\.txt: not a format --traffic reads"):
+        reader.prepare()
+    assert reader.files == []  # nothing was read
+    with pytest.raises(RecordError, match=r"flows\.jsonl: --format vpc asked, but the file is Cilium Hubble"):
+        RecordReader([str(good)], project.inventory, "vpc").prepare()
+    with pytest.raises(RecordError, match=r"missing\.jsonl: cannot open"):
+        RecordReader([str(good), str(tmp_path / "missing.jsonl")], project.inventory).prepare()
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pyclassify.cli", *args], capture_output=True, text=True, cwd=ROOT)
 
