@@ -146,7 +146,9 @@ def test_goldmane_reporter_and_action_by_number(engine, tmp_path):
     what their names do."""
     key = {"source_ip": "10.0.1.10", "dest_ip": "10.0.2.30", "dest_port": 5432, "proto": "tcp", "action": 1}
     path = tmp_path / "goldmane.jsonl"
-    lines = [{"Key": key | {"reporter": r}, "start_time": 1, "end_time": 2, "num_connections_started": 1} for r in (1, 2)]
+    lines = [
+        {"Key": key | {"reporter": r}, "start_time": 1, "end_time": 2, "num_connections_started": 1} for r in (1, 2)
+    ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     _, summary = replay_lines(engine, path, "calico")
     rep = summary["reported"]
