@@ -2,18 +2,27 @@
 //! profile lists, interned so identities with the same ones share one, and the ones made since
 //! the last snapshot, compiled before it is handed out or on first use ([`Compile`]).
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Weak};
 
 use super::Compile;
 use crate::engine::cow::FastMap;
 use crate::engine::snapshot::{ProfileList, Program, Snapshot, Stage};
 use crate::engine::Direction;
 
+/// A program's key: its direction and its policies in evaluation order.
+type ProgramKey = (Direction, Vec<u32>);
+
 pub(super) struct ProgramCache {
-    programs: HashMap<(Direction, Vec<u32>), Arc<Program>>,
+    programs: FastMap<ProgramKey, Arc<Program>>,
+    /// For each policy, the programs listing it (by address; `programs` holds each, so an
+    /// address is not reused while it is here): a policy's change touches those alone, not
+    /// every program (Calico's felix keeps the same index from a policy to what uses it).
+    listing: FastMap<u32, HashSet<usize, crate::engine::cow::MixState>>,
+    /// The programs of `listing` by address.
+    by_address: FastMap<usize, Weak<Program>>,
     /// Profile lists, interned as programs are (their compiled form is shared too).
-    profile_lists: HashMap<Vec<u32>, Arc<ProfileList>>,
+    profile_lists: FastMap<Vec<u32>, Arc<ProfileList>>,
     /// Programs and profile lists made since the last snapshot, compiled before it is handed
     /// out or left to first use (`compile`).
     fresh_programs: Vec<Arc<Program>>,
@@ -24,8 +33,10 @@ pub(super) struct ProgramCache {
 impl Default for ProgramCache {
     fn default() -> Self {
         ProgramCache {
-            programs: HashMap::new(),
-            profile_lists: HashMap::new(),
+            programs: FastMap::default(),
+            listing: FastMap::default(),
+            by_address: FastMap::default(),
+            profile_lists: FastMap::default(),
             fresh_programs: Vec::new(),
             fresh_profiles: Vec::new(),
             compile: Compile::Built,
@@ -49,9 +60,41 @@ impl ProgramCache {
             return p.clone();
         }
         let program = Arc::new(Program::new(d, stages(&policies)));
+        self.index(&program, &policies);
         self.programs.insert((d, policies), program.clone());
         self.fresh_programs.push(program.clone());
         program
+    }
+
+    fn index(&mut self, program: &Arc<Program>, policies: &[u32]) {
+        let address = Arc::as_ptr(program) as usize;
+        for &p in policies {
+            self.listing.entry(p).or_default().insert(address);
+        }
+        self.by_address.insert(address, Arc::downgrade(program));
+    }
+
+    fn unindex(&mut self, program: &Arc<Program>, policies: &[u32]) {
+        let address = Arc::as_ptr(program) as usize;
+        for p in policies {
+            if let Some(set) = self.listing.get_mut(p) {
+                set.remove(&address);
+                if set.is_empty() {
+                    self.listing.remove(p);
+                }
+            }
+        }
+        self.by_address.remove(&address);
+    }
+
+    /// The keys of the programs listing `policy`.
+    fn keys_listing(&self, policy: u32) -> Vec<ProgramKey> {
+        let Some(addresses) = self.listing.get(&policy) else { return Vec::new() };
+        addresses
+            .iter()
+            .filter_map(|a| self.by_address.get(a).and_then(Weak::upgrade))
+            .map(|p| (p.direction, p.stages.iter().flat_map(|s| s.policies.iter().copied()).collect()))
+            .collect()
     }
 
     /// The interned list of these profiles.
@@ -71,11 +114,11 @@ impl ProgramCache {
     /// old program's address to its successor.
     pub(super) fn renew_with(&mut self, policy: u32) -> FastMap<usize, Arc<Program>> {
         let mut renewed: FastMap<usize, Arc<Program>> = FastMap::default();
-        let keys: Vec<(Direction, Vec<u32>)> =
-            self.programs.iter().filter(|(_, p)| p.lists(policy)).map(|(k, _)| k.clone()).collect();
-        for k in keys {
+        for k in self.keys_listing(policy) {
             let old = self.programs[&k].clone();
             let fresh = Arc::new(old.renewed());
+            self.unindex(&old, &k.1);
+            self.index(&fresh, &k.1);
             renewed.insert(Arc::as_ptr(&old) as usize, fresh.clone());
             self.fresh_programs.push(fresh.clone());
             self.programs.insert(k, fresh);
@@ -85,7 +128,11 @@ impl ProgramCache {
 
     /// Forgets the programs listing `policy` (it went, or moved tier).
     pub(super) fn evict_with(&mut self, policy: u32) {
-        self.programs.retain(|(_, list), _| !list.contains(&policy));
+        for k in self.keys_listing(policy) {
+            if let Some(old) = self.programs.remove(&k) {
+                self.unindex(&old, &k.1);
+            }
+        }
     }
 
     /// Forgets the profile lists naming `profile` (its rules changed or it went).
@@ -96,12 +143,20 @@ impl ProgramCache {
     /// Forgets every program (tier order and defaults are inside each).
     pub(super) fn clear_programs(&mut self) {
         self.programs.clear();
+        self.listing.clear();
+        self.by_address.clear();
     }
 
     /// Forgets programs and profile lists no identity uses any more.
     pub(super) fn sweep(&mut self) {
         if self.programs.len() > 64 {
-            self.programs.retain(|_, p| Arc::strong_count(p) > 1);
+            let unused: Vec<ProgramKey> =
+                self.programs.iter().filter(|(_, p)| Arc::strong_count(p) == 1).map(|(k, _)| k.clone()).collect();
+            for k in unused {
+                if let Some(old) = self.programs.remove(&k) {
+                    self.unindex(&old, &k.1);
+                }
+            }
         }
         if self.profile_lists.len() > 64 {
             self.profile_lists.retain(|_, p| Arc::strong_count(p) > 1);
@@ -135,6 +190,75 @@ impl ProgramCache {
                     }
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::workload::Rng;
+
+    impl ProgramCache {
+        /// Whether `listing` says exactly which programs list each policy (brute force).
+        fn index_is_exact(&self) -> bool {
+            let mut want: FastMap<u32, HashSet<usize, crate::engine::cow::MixState>> = FastMap::default();
+            for ((_, list), p) in &self.programs {
+                for &policy in list {
+                    want.entry(policy).or_default().insert(Arc::as_ptr(p) as usize);
+                }
+            }
+            want == self.listing
+                && self.by_address.len() == self.programs.len()
+                && self.programs.values().all(|p| self.by_address.contains_key(&(Arc::as_ptr(p) as usize)))
+        }
+    }
+
+    fn stages(policies: &[u32]) -> Vec<Stage> {
+        vec![Stage { tier: 0, default: crate::engine::Action::Deny, policies: policies.to_vec() }]
+    }
+
+    #[test]
+    fn the_policy_index_follows_every_change() {
+        let mut r = Rng::new(7);
+        let mut cache = ProgramCache::default();
+        let mut held: Vec<Arc<Program>> = Vec::new();
+        for step in 0..3000 {
+            match r.below(6) {
+                0 | 1 => {
+                    let n = 1 + r.below(6);
+                    let list: Vec<u32> = (0..n).map(|_| r.below(20) as u32).collect();
+                    let d = if r.below(2) == 0 { Direction::Ingress } else { Direction::Egress };
+                    held.push(cache.program(d, list, stages));
+                }
+                2 => {
+                    let policy = r.below(20) as u32;
+                    let renewed = cache.renew_with(policy);
+                    for h in held.iter_mut() {
+                        if let Some(fresh) = renewed.get(&(Arc::as_ptr(h) as usize)) {
+                            *h = fresh.clone();
+                        }
+                    }
+                    assert!(cache
+                        .programs
+                        .values()
+                        .all(|p| !p.lists(policy) || renewed.values().any(|f| Arc::ptr_eq(f, p))));
+                }
+                3 => cache.evict_with(r.below(20) as u32),
+                4 => {
+                    if !held.is_empty() {
+                        held.swap_remove(r.below(held.len()));
+                    }
+                    cache.fresh_programs.clear();
+                    cache.sweep();
+                }
+                _ => {
+                    if r.below(50) == 0 {
+                        cache.clear_programs();
+                    }
+                }
+            }
+            assert!(cache.index_is_exact(), "step {step}");
         }
     }
 }
