@@ -9,6 +9,7 @@
 #   bench/callgrind.sh --save base.txt       # also write "ruleset instructions" lines to base.txt
 #   bench/callgrind.sh --compare base.txt    # fail (exit 1) if any ruleset got >THRESHOLD% worse
 #   THRESHOLD=2 HEADERS=20000 bench/callgrind.sh acl1_1000 ...
+#   RTE_ACL_METHODS="sse avx2" bench/callgrind.sh   # rte_acl's classify methods to count (scalar sse avx2)
 # With DPDK's headers installed, DPDK rte_acl's classify is counted on the same headers after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --save) save="$2"; shift 2 ;;
         --compare) compare="$2"; shift 2 ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) sets+=("$1"); shift ;;
     esac
 done

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -149,6 +150,15 @@ class _Prefixed:
 
     def close(self) -> None:
         self.raw.close()
+
+
+def _regular(path: str) -> bool:
+    """Whether ``path`` is a regular file (one that can be read twice); a path that cannot be
+    stat'ed is left for opening it to report."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return True
 
 
 @dataclass
@@ -294,8 +304,8 @@ class RecordReader:
         importing it."""
         parquet_needed = False
         for path, name, part in zip(self.paths, self.display, self.parts):
-            if path == "-":
-                continue
+            if path == "-" or not _regular(path):
+                continue  # a pipe or a device is read once, when it is judged
             stream, head, _ = open_input(path)
             try:
                 fmt = self._format(name, head, part)

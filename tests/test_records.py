@@ -7,8 +7,10 @@ from __future__ import annotations
 import gzip
 import ipaddress
 import json
+import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -383,6 +385,26 @@ def test_a_file_of_no_format_fails_the_run_before_any_is_judged(project, tmp_pat
         RecordReader([str(good)], project.inventory, "vpc").prepare()
     with pytest.raises(RecordError, match=r"missing\.jsonl: cannot open"):
         RecordReader([str(good), str(tmp_path / "missing.jsonl")], project.inventory).prepare()
+
+
+def test_a_pipe_is_read_once_whole(project, tmp_path):
+    """A FIFO (``<(zcat ...)``, a named pipe) cannot be read twice: checking inputs before
+    judging leaves it alone, and every record in it is judged."""
+    fifo = tmp_path / "flows.pipe"
+    os.mkfifo(fifo)
+    lines = "".join(hubble_line("10.0.1.10", "10.0.2.20", 40000 + i, 8080) + "\n" for i in range(3))
+
+    def feed() -> None:
+        with open(fifo, "w") as f:
+            f.write(lines)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    reader = RecordReader([str(fifo)], project.inventory)
+    reader.prepare()
+    records = sum(len(chunk.headers) for chunk in reader)
+    writer.join(timeout=10)
+    assert records == 3
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -1,13 +1,13 @@
 //! The multi-field packet classifier: priority (first-match) classification of a packet key over
 //! source/destination prefix, source/destination port range, protocol and ICMP type/code.
 //!
-//! - [`LinearScan`]: the baseline and test oracle, rules sorted by priority, first match wins.
-//! - [`TupleMerge`]: the fast classifier, tuple-space search with merged tuples (Daly, Liu,
+//! - `LinearScan`: the baseline and test oracle, rules sorted by priority, first match wins.
+//! - `TupleMerge`: the fast classifier, tuple-space search with merged tuples (Daly, Liu,
 //!   Torng, "TupleMerge", 2019): rules are hashed into a few tables by the bits they fix,
 //!   tables are searched in priority order and the search stops as soon as no remaining table can
 //!   hold a better rule. Rules are inserted and removed one at a time (no rebuild).
 //!
-//! Both implement [`Classifier`]. They and the ClassBench reader (`crate::classbench`) are built
+//! They and the ClassBench reader (`crate::classbench`) are built
 //! with the `bench` feature only: no decision of the engine goes through them (the engine compiles
 //! its own programs, `engine::compiled`), so the shipped extension does not carry them; the rule
 //! types below are what `render` lists rules as.

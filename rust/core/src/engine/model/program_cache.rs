@@ -197,7 +197,22 @@ impl ProgramCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::workload::Rng;
+
+    /// xorshift64: a fixed sequence of steps, without the `bench` feature's generator.
+    struct Rng(u64);
+
+    impl Rng {
+        fn new(seed: u64) -> Rng {
+            Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+    }
 
     impl ProgramCache {
         /// Whether `listing` says exactly which programs list each policy (brute force).
