@@ -4,13 +4,14 @@ worker, the cost of a task that judges nothing, and a summary's merge; and the m
 measured costs give for 1 billion records on 10, 100 and 1,000 workers.
 
     .venv/bin/python -m bench.dask_scaling [--records 10000000] [--files 40] [--pods 10000]
-    .venv/bin/python -m bench.dask_scaling --captures [--packets 4000000] [--flows 40000] [--pods 10000]
+    .venv/bin/python -m bench.dask_scaling --captures [--packets 10000000] [--capture-files 10] [--flows 40000]
 
-``--captures``: ``replay --pcap`` instead (``pyclassify.dask_capture``): a capture of the
-generated cluster's connections (``bench.cluster.write_capture``, as ``bench/test_bench_scale.py``
-makes it) read and decoded alone (the part every partition repeats), judged in-process, by one
-partition of two in one process, and on a cluster of one worker (one partition) and of two
-(two partitions, each reading the whole capture); each Dask answer checked against in-process.
+``--captures``: ``replay --pcap`` instead (``pyclassify.dask_capture``): rotated captures of
+the generated cluster's connections (``bench.cluster.write_capture``, as
+``bench/test_bench_scale.py`` makes it; one file of ``--packets / --capture-files`` packets
+linked ``--capture-files`` times) read and decoded alone, judged in-process, read and split by
+connection (the reading tasks' work), one partition's share judged, and on a cluster of one
+worker and of two; each Dask answer checked against in-process.
 
 The archive is VPC Flow Logs text of the generated cluster's traffic (``bench.flowrecords``):
 one file written and linked ``--files`` times (each path one partition), so the disk holds one.
@@ -202,38 +203,42 @@ def _timed(run: Callable[[], object], repeat: int) -> tuple[float, float]:
 
 def captures_main(args: argparse.Namespace) -> None:
     """``--captures``: the module documentation's second mode. Wall time and CPU time both: CPU
-    time (``time.process_time``, of this process or of each worker's) is what a partition costs
+    time (``time.process_time``, of this process or of each worker's) is what a part costs
     whatever else runs on the machine; wall time is what one waits here."""
-    import dask
     from distributed import Client, LocalCluster
 
     from bench.cluster import write_capture
     from pyclassify import dask_capture
     from pyclassify.capture import open_capture
+    from pyclassify.capturepartition import route
     from pyclassify.replay import Replay
 
     with tempfile.TemporaryDirectory(prefix="dask-scaling-") as tmp:
         directory = Path(tmp)
         cluster = generate(args.pods, seed=1)
         cluster_json = write_json_compact(cluster, directory / "cluster.json")
-        pcap = directory / "cluster.pcap"
-        write_capture(cluster, pcap, args.packets, args.flows, seed=1)
+        first = directory / "cluster-000.pcap"
+        write_capture(cluster, first, args.packets // args.files, args.flows, seed=1)
+        paths = [str(first)]
+        for i in range(1, args.files):  # rotated captures: one file linked, the disk holds one
+            paths.append(str(directory / f"cluster-{i:03d}.pcap"))
+            os.link(first, paths[-1])
         project = load_project([str(cluster_json)])
         engine = NativeEngine(project.policy_set, project.inventory)
-        paths = [str(pcap)]
 
         def read() -> int:
             n = 0
-            with open_capture(str(pcap), stream=True) as cap:  # as Replay reads it
-                for batch in cap:
-                    n += len(batch)
+            for path in paths:
+                with open_capture(path, stream=True) as cap:  # as Replay reads it
+                    for batch in cap:
+                        n += len(batch)
             return n
 
         packets = read()
         print(
-            f"capture: {packets:,} packets in {args.flows:,} connections "
-            f"({os.path.getsize(pcap) / 1e6:,.0f} MB), {args.pods:,} pods; in one process the least of "
-            f"{args.repeat} runs, wall / CPU; on Dask medians"
+            f"capture: {packets:,} packets in {args.files} files of {args.flows:,} connections each "
+            f"({os.path.getsize(first) / 1e6 * args.files:,.0f} MB), {args.pods:,} pods; in one process the "
+            f"least of {args.repeat} runs, wall / CPU; on Dask medians"
         )
         floor = _timed(read, args.repeat)
         print(f"read + decode alone: {floor[0]:.2f} s / {floor[1]:.2f} s")
@@ -246,27 +251,23 @@ def captures_main(args: argparse.Namespace) -> None:
             f"read + decode {100 * floor[1] / base[1]:.0f} % of its CPU time"
         )
         options = dask_capture.CaptureOptions()
-        partition_cpu = {}
-        for parts in (2, 4, 8):
-            part = _timed(lambda p=parts: dask_capture.replay_for(engine, options, 0, p).run(paths), args.repeat)
-            partition_cpu[parts] = part[1]
+        split = _timed(lambda: [route(p, 2) for p in paths], args.repeat)
+        print(
+            f"read + split in 2 (the reading tasks' work): {split[0]:.2f} s / {split[1]:.2f} s, "
+            f"{100 * split[1] / base[1]:.0f} % of the whole's CPU time"
+        )
+        for parts in (1, 2, 4):
+            shares = [route(p, parts).share(0) for p in paths]
+            judge = _timed(lambda s=shares, n=parts: dask_capture.replay_for(engine, options, 0, n).judge_routed(s), 1)
             print(
-                f"one partition of {parts}, in one process: {part[0]:.2f} s / {part[1]:.2f} s, "
-                f"{100 * part[1] / base[1]:.0f} % of the whole's CPU time ({100 // parts} % if reading and "
-                "partitioning cost nothing)"
+                f"judging one partition of {parts} from its shares: {judge[0]:.2f} s / {judge[1]:.2f} s, "
+                f"{100 * judge[1] / base[1]:.0f} % of the whole's CPU time"
             )
+            del shares
         work = ("seconds", "packets_per_second", "conntrack", "cluster")
-        cpu: dict[tuple[int, str], float] = {}
-        # Dask's nannies start workers with MALLOC_TRIM_THRESHOLD_=65536, which also fixes
-        # glibc's mmap threshold at 128 KiB: every batch's arrays are mapped and faulted in anew
-        # unless the engine's plugin raises the thresholds (pyclassify.allocator); "glibc" sets
-        # large ones in the environment instead, for comparison
-        for workers, malloc in ((1, "dask"), (1, "glibc"), (2, "dask"), (2, "glibc")):
-            environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
-            if malloc == "glibc":
-                environ.update(MALLOC_TRIM_THRESHOLD_=str(128 << 20), MALLOC_MMAP_THRESHOLD_=str(64 << 20))
+        walls_by: dict[int, float] = {}
+        for workers in (1, 2):
             with (
-                dask.config.set({"distributed.nanny.pre-spawn-environ": environ}),
                 LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as lc,
                 Client(lc) as client,
             ):
@@ -280,33 +281,17 @@ def captures_main(args: argparse.Namespace) -> None:
                     busiest.append(max(after[w] - before[w] for w in after))
                     got = {k: v for k, v in doc.items() if k not in work}
                     assert got == {k: v for k, v in expected.items() if k not in work}, "not the in-process answer"
-            wall, cpu[workers, malloc] = statistics.median(walls), statistics.median(busiest)
+            walls_by[workers] = statistics.median(walls)
             print(
                 f"dask, {workers} worker{'s' if workers > 1 else ''} ({info['partitions']} partition"
-                f"{'s' if workers > 1 else ''}, {malloc}'s malloc thresholds): {wall:.2f} s wall "
-                f"({', '.join(f'{t:.2f}' for t in walls)}), the busiest worker's CPU {cpu[workers, malloc]:.2f} s; "
-                "the answer is the in-process one"
+                f"{'s' if workers > 1 else ''}, {info['reads']} reading tasks): {walls_by[workers]:.2f} s wall "
+                f"({', '.join(f'{t:.2f}' for t in walls)}), {packets / walls_by[workers] / 1e6:.2f} M packets/s; "
+                f"the busiest worker's CPU {statistics.median(busiest):.2f} s; the answer is the in-process one"
             )
-        for malloc in ("dask", "glibc"):
-            one, two = cpu[1, malloc], cpu[2, malloc]
-            print(
-                f"{malloc}'s malloc thresholds: dask 1 worker / in-process, CPU: {one / base[1]:.2f}x "
-                f"({one - base[1]:+.2f} s: the engine built on the worker, the task, the summary); "
-                f"2 workers vs 1, the busiest worker's CPU: {one / two:.2f}x faster (ideal 2x)"
-            )
-        # A partition's CPU time is read + split (every partition does it all) + judging / P:
-        # least squares over the partitions measured in one process (1: the whole)
-        partition_cpu[1] = base[1]
-        xs = [1 / p for p in sorted(partition_cpu)]
-        ys = [partition_cpu[p] for p in sorted(partition_cpu)]
-        judging, shared = statistics.linear_regression(xs, ys)
         print(
-            f"model (in one process): a partition's CPU = {shared:.2f} s read + split by every partition "
-            f"(read + decode alone {floor[1]:.2f} s) + {judging:.2f} s of judging / P"
+            f"dask 1 worker / in-process, wall: {walls_by[1] / base[0]:.2f}x; "
+            f"2 workers vs 1: {walls_by[1] / walls_by[2]:.2f}x faster (ideal 2x)"
         )
-        for parts in (2, 4, 8, 100):
-            best = shared + judging / parts
-            print(f"  {parts:>3} partitions: {best:.2f} s each, at most {base[1] / best:.2f}x faster than in-process")
 
 
 def main() -> None:
@@ -317,10 +302,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--empty-tasks", type=int, default=200)
     ap.add_argument("--captures", action="store_true", help="replay --pcap instead of --traffic")
-    ap.add_argument("--packets", type=int, default=4_000_000)
+    ap.add_argument("--packets", type=int, default=10_000_000)
     ap.add_argument("--flows", type=int, default=40_000)
+    ap.add_argument("--capture-files", dest="files_of_packets", type=int, default=10)
     args = ap.parse_args()
     if args.captures:
+        args.files = args.files_of_packets
         captures_main(args)
         return
     with tempfile.TemporaryDirectory(prefix="dask-scaling-") as tmp:

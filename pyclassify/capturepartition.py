@@ -1,8 +1,14 @@
-"""Captures judged in partitions by connection: partition ``k`` of ``P`` reads every capture in
-order and judges, with a connection tracker of its own, only the packets whose connection key
-falls in it (``hash % P == k``), so every connection is judged in order by one tracker and the
+"""Captures judged in partitions by connection, each packet read and decoded once.
+
+``route`` reads a capture once and splits each batch by connection: partition ``k`` of ``P``
+gets the packets whose connection key falls in it (``hash % P == k``), in capture order, as
+``RoutedBatch``es (their decoded headers, and the payload bytes the judging reads: DNS answers,
+and TCP payloads for http rules). ``PartitionReplay`` judges one partition's routed batches with
+a connection tracker of its own, so every connection is judged in order by one tracker and the
 partitions' summaries add up exactly to the one a single ``Replay`` gives
-(``ReplaySummary.merge``).
+(``ReplaySummary.merge``). On a Dask cluster a task reads each capture and the partitions' tasks
+take their share of every capture's (``pyclassify.dask_capture``): a shuffle of decoded headers,
+about 100 bytes a packet, not a read of the whole capture by every partition.
 
 The connection key is ``replay.flow_hashes`` of the packet's 5-tuple, the same both ways, but
 for two kinds of packet the tracker relates otherwise: an ICMP query and its reply carry the
@@ -12,31 +18,44 @@ with no connection (malformed, not IP) have a key all the same (their headers' b
 statelessly wherever it falls.
 
 DNS answers teach domain rules only if policy lets them through, as the reply of an allowed
-query: every partition judges the packets of DNS connections (port 53, and the ICMP errors
-quoting them) with the rest of its packets and learns the answers among them in capture order,
-so each sees the same facts at the same packets as one process; those packets are counted by
-their own partition only.
+query: the packets of DNS connections (port 53, and the ICMP errors quoting them) go to every
+partition, which judges them with the rest of its packets and learns the answers among them in
+capture order, so each sees the same facts at the same packets as one process; those packets
+are counted by their own partition only.
 
 The connections the summary counts (``FlowSet``: 5-tuples, the same both ways) are counted in
 the partition of their own ``flow_hashes``, which a connection's every packet shares; a packet
-counted there but judged elsewhere (an ICMP error, an ICMP query) is judged again here without
-a tracker, only to know whether it could be decoded. A capture's decode errors and problems are
-the same in every partition: partition 0 alone reports them.
+counted there but judged elsewhere (an ICMP error, an ICMP query) goes there too, judged without
+a tracker only to know whether it could be decoded. What reading a capture found (decode
+errors, problems, a file cut short) goes to partition 0 alone.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
 
+from pyclassify import httprules
 from pyclassify.batch import FLAG_ICMP_ERROR
-from pyclassify.capture import QUOTE_VALID, Batch
-from pyclassify.domains import DNS_PORT
+from pyclassify.capture import DEFAULT_BATCH, QUOTE_VALID, open_capture
+from pyclassify.domains import DNS_PORT, DnsLearner
 from pyclassify.engine import PACKET_MALFORMED, PACKET_NOT_IP, Lane, NativeEngine
 from pyclassify.kinds.common import PROTO_ICMP, PROTO_ICMPV6
-from pyclassify.replay import Replay, flow_hashes, take_rows
+from pyclassify.replay import (
+    NO_INTERFACE,
+    Replay,
+    ReplaySummary,
+    file_report,
+    file_state,
+    flow_hashes,
+    take_rows,
+    tunnelled_payloads,
+)
+from pyclassify.tunnels import DEFAULT_TUNNELS, TunnelPorts
 
 
 def connection_keys(
@@ -73,6 +92,233 @@ def connection_keys(
     return keys, dns
 
 
+def gather_spans(data: Any, spans: npt.NDArray[np.int64]) -> tuple[bytes, npt.NDArray[np.int64]]:
+    """The bytes of ``spans`` (rows of ``[start, end)`` in ``data``) copied one after another,
+    and where each now is. Vectorised: one gather, no step per span."""
+    spans = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    lengths = np.maximum(spans[:, 1] - spans[:, 0], 0)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    if not len(spans) or not ends[-1]:
+        return b"", np.column_stack([starts, ends])
+    source = np.frombuffer(cast("Any", data), dtype=np.uint8)
+    index = np.repeat(spans[:, 0] - starts, lengths) + np.arange(int(ends[-1]), dtype=np.int64)
+    return source[index].tobytes(), np.column_stack([starts, ends])
+
+
+class RoutedBatch:
+    """The packets of one capture batch that one partition needs, decoded by the task that read
+    the capture (``route``), in capture order; what ``Replay`` reads of a batch, and per packet
+    whether the partition judges it (``judging``: its connection's, or DNS's), counts it
+    (``mine``: its connection's) and counts its 5-tuple among the connections (``own``)."""
+
+    __slots__ = ("data", "dns", "headers", "judging", "mine", "outers", "own", "quotes", "segments")
+
+    def __init__(
+        self,
+        headers: npt.NDArray[Any],
+        quotes: npt.NDArray[Any] | None,
+        outers: npt.NDArray[Any] | None,
+        judging: npt.NDArray[np.bool_],
+        mine: npt.NDArray[np.bool_],
+        own: npt.NDArray[np.bool_],
+        data: bytes = b"",
+        dns: npt.NDArray[np.int64] | None = None,
+        segments: npt.NDArray[np.int64] | None = None,
+    ) -> None:
+        self.headers, self.quotes, self.outers = headers, quotes, outers
+        self.judging, self.mine, self.own = judging, mine, own
+        #: the payload bytes ``dns`` and ``segments`` point into
+        self.data = data
+        #: DNS answers as ``DnsLearner.answers_in`` gives them (None: not learned)
+        self.dns = dns
+        #: TCP payloads as ``httprules.segments`` gives them (None: no http rules)
+        self.segments = segments
+
+    def __len__(self) -> int:
+        return len(self.headers)
+
+    def align(self) -> None:
+        """Its arrays aligned as the engine reads them (arrays sent between processes may
+        arrive at any byte offset: copied then)."""
+        for name in ("headers", "quotes", "outers", "dns", "segments"):
+            array = getattr(self, name)
+            if array is not None and (array.ctypes.data % 8 or not array.flags.c_contiguous):
+                copy = np.empty_like(array, order="C")  # numpy allocates at 16-byte boundaries
+                copy[...] = array
+                setattr(self, name, copy)
+
+    @classmethod
+    def of(
+        cls,
+        batch: Any,
+        rows: npt.NDArray[np.int64],
+        judging: npt.NDArray[np.bool_],
+        mine: npt.NDArray[np.bool_],
+        own: npt.NDArray[np.bool_],
+        answers: npt.NDArray[np.int64] | None,
+        segments: npt.NDArray[np.int64] | None,
+    ) -> RoutedBatch:
+        """``rows`` (ascending) of ``batch``, with the DNS ``answers`` and TCP ``segments`` of the
+        whole batch (None: not wanted) renumbered among them and their bytes copied."""
+        dns = None
+        spans: list[npt.NDArray[np.int64]] = []
+        if answers is not None:
+            at = np.searchsorted(rows, answers[:, 0])
+            inside = at < len(rows)
+            inside[inside] = rows[at[inside]] == answers[inside, 0]
+            dns = np.column_stack([at[inside], answers[inside, 1:3]]).astype(np.int64)
+            spans.append(dns[:, 1:3])
+        segs = None
+        if segments is not None:
+            segs = segments[rows].copy()
+            spans.append(segs[:, 0:2])
+        data = b""
+        if spans:
+            data, moved = gather_spans(batch.data, np.concatenate(spans))
+            if dns is not None:
+                dns[:, 1:3] = moved[: len(dns)]
+            if segs is not None:
+                placed = moved[len(spans[0]) if dns is not None else 0 :]
+                empty = segs[:, 1] <= segs[:, 0]
+                segs[:, 0:2] = np.where(empty[:, None], 0, placed)  # no payload stays zeros
+        headers = take_rows(batch.headers, rows)
+        # the flows ICMP errors quote are read for those alone: not sent when there is none
+        quoted = batch.quotes is not None and bool(np.any(headers["flags"] & FLAG_ICMP_ERROR))
+        return cls(
+            headers,
+            take_rows(batch.quotes, rows) if quoted else None,
+            None if batch.outers is None else take_rows(batch.outers, rows),
+            judging,
+            mine,
+            own,
+            data,
+            dns,
+            segs,
+        )
+
+    @classmethod
+    def joined(cls, batches: list[RoutedBatch]) -> RoutedBatch:
+        """``batches`` as one, in order (a partition's share of consecutive read batches: judged
+        in fewer, larger batches, as a ``Replay`` judges its reads)."""
+        if len(batches) == 1:
+            return batches[0]
+
+        def rows(name: str) -> Any:
+            arrays = [getattr(b, name) for b in batches]
+            if all(a is None for a in arrays):
+                return None
+            # a batch without quotes (no ICMP error) or outer headers (no tunnel): zeros, unread
+            dtype = next(a.dtype for a in arrays if a is not None)
+            return np.concatenate([np.zeros(len(b), dtype) if a is None else a for a, b in zip(arrays, batches)])
+
+        data = b"".join(b.data for b in batches)
+        shifts = np.cumsum([0] + [len(b.data) for b in batches[:-1]])
+        firsts = np.cumsum([0] + [len(b) for b in batches[:-1]])
+        dns = None
+        if batches[0].dns is not None:
+            parts = []
+            for b, shift, first in zip(batches, shifts, firsts):
+                assert b.dns is not None
+                parts.append(b.dns + np.array([first, shift, shift], dtype=np.int64))
+            dns = np.concatenate(parts)
+        segments = None
+        if batches[0].segments is not None:
+            parts = []
+            for b, shift in zip(batches, shifts):
+                assert b.segments is not None
+                moved = b.segments.copy()
+                payload = moved[:, 1] > moved[:, 0]  # no payload stays zeros
+                moved[payload, 0:2] += shift
+                parts.append(moved)
+            segments = np.concatenate(parts)
+        return cls(
+            rows("headers"),
+            rows("quotes"),
+            rows("outers"),
+            np.concatenate([b.judging for b in batches]),
+            np.concatenate([b.mine for b in batches]),
+            np.concatenate([b.own for b in batches]),
+            data,
+            dns,
+            segments,
+        )
+
+
+@dataclass
+class RoutedCapture:
+    """One capture read by ``route``: per partition its routed batches, in capture order; what
+    reading found (``report``: decode errors, problems, a file cut short, for partition 0);
+    the packets read."""
+
+    parts: list[list[RoutedBatch]]
+    report: ReplaySummary = field(default_factory=ReplaySummary)
+    packets: int = 0
+
+    def share(self, part: int) -> RoutedCapture:
+        """Partition ``part``'s batches alone (the report only with partition 0's)."""
+        return RoutedCapture([self.parts[part]], self.report if part == 0 else ReplaySummary(), self.packets)
+
+
+def route(
+    path: str,
+    parts: int,
+    *,
+    tunnels: TunnelPorts = DEFAULT_TUNNELS,
+    dns: bool = False,
+    http: bool = False,
+    only: int | None = None,
+    batch_size: int = DEFAULT_BATCH,
+) -> RoutedCapture:
+    """Reads the capture at ``path`` once and splits its packets among ``parts`` partitions by
+    connection (module documentation), with the DNS answers (``dns``) and TCP payloads
+    (``http``) the judging reads. ``only``: that partition's batches alone are kept.
+    ``batch_size``: the packets read at a time, and about the packets of a partition's batch."""
+    keep = range(parts) if only is None else [only]
+    routed = RoutedCapture([[] for _ in range(parts)])
+    before = file_state(path)
+    no_interface = 0  # pcapng packets naming an interface no IDB describes (ifindex all ones)
+    pending: list[list[RoutedBatch]] = [[] for _ in range(parts)]
+    held = [0] * parts
+
+    def flush(k: int) -> None:
+        if pending[k]:
+            routed.parts[k].append(RoutedBatch.joined(pending[k]))
+            pending[k], held[k] = [], 0
+
+    with open_capture(path, stream=True, tunnels=tunnels, batch_size=batch_size) as cap:
+        for batch in cap:
+            routed.packets += len(batch)
+            if cap.format == "pcapng":
+                no_interface += int(np.count_nonzero(batch.headers["ifindex"] == NO_INTERFACE))
+            own = flow_hashes(batch.headers)
+            keys, dns_rows = connection_keys(batch, own)
+            key_part = keys % np.uint64(parts)
+            own_part = own % np.uint64(parts)
+            answers = None
+            if dns:
+                answers = DnsLearner.answers_in(batch)
+                if len(answers) and batch.tunnels != DEFAULT_TUNNELS:
+                    answers = tunnelled_payloads(batch, answers)
+            segments = httprules.segments(batch) if http else None
+            for k in keep:
+                mine = key_part == np.uint64(k)
+                judging = mine | dns_rows
+                counted = own_part == np.uint64(k)
+                rows = np.flatnonzero(judging | counted)
+                if len(rows):
+                    pending[k].append(
+                        RoutedBatch.of(batch, rows, judging[rows], mine[rows], counted[rows], answers, segments)
+                    )
+                    held[k] += len(rows)
+                    if held[k] >= batch_size:  # a partition's batches as large as a read batch
+                        flush(k)
+        for k in keep:
+            flush(k)
+        file_report(routed.report, cap, path, before, no_interface, routed.packets, False)
+    return routed
+
+
 class Rows(NamedTuple):
     """Some packets of a batch, as ``Replay._account`` reads a batch."""
 
@@ -91,29 +337,30 @@ class PartitionReplay(Replay):
         self.part, self.parts = part, parts
         self._judged = np.empty(0, dtype=np.int64)  # rows of the batch judged here
         self._counted = np.empty(0, dtype=bool)  # of those, the ones counted here
-        self._judging = np.empty(0, dtype=bool)  # per row of the batch: judged here
-        self._batch: Any = None
-        self._own = np.empty(0, dtype=np.uint64)  # the batch's flow_hashes
         self._verdicts: npt.NDArray[Any] | None = None
+        self._routed: Any = None  # the routed batch being accounted
+        self.batch_size = DEFAULT_BATCH  # of the captures ``run`` reads (``route``)
 
-    def _mine(self, hashes: npt.NDArray[np.uint64]) -> npt.NDArray[np.bool_]:
-        return hashes % np.uint64(self.parts) == np.uint64(self.part)
+    def _payloads(self, batch: Any) -> tuple[npt.NDArray[np.int64] | None, npt.NDArray[np.int64] | None]:
+        # found by the task that read the capture (``route``)
+        dns = batch.dns if self.dns is not None else None
+        segments = batch.segments if self.http and self.tracker is not None else None
+        if dns is None and self.dns is not None:
+            raise ValueError("the capture was routed without its DNS answers: route(..., dns=True)")
+        if segments is None and self.http and self.tracker is not None:
+            raise ValueError("the capture was routed without its TCP payloads: route(..., http=True)")
+        return dns, segments
 
-    def _judge(self, batch: Batch, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[Any]:
-        if self.parts == 1:  # the whole: as a Replay
-            return super()._judge(batch)
-        self._own = flow_hashes(batch.headers)
-        keys, dns = connection_keys(batch, self._own)
-        mine = self._mine(keys)
-        self._judging = mine | dns
-        self._judged = np.flatnonzero(self._judging)
-        self._counted = mine[self._judged]
-        self._batch = batch
-        self._verdicts = super()._judge(batch, self._judged)
+    def _judge(self, batch: Any, rows: npt.NDArray[np.int64] | None = None) -> npt.NDArray[Any]:
+        batch.align()
+        self._judged = np.flatnonzero(batch.judging)
+        self._counted = batch.mine[self._judged]
+        whole = len(self._judged) == len(batch)
+        self._verdicts = super()._judge(batch, None if whole else self._judged)
         return self._verdicts
 
-    def _account(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
-        if self.parts == 1:
+    def _account(self, batch: Any, verdicts: npt.NDArray[Any]) -> None:
+        if len(self._counted) == len(batch) and self._counted.all():  # every packet: as a Replay
             super()._account(batch, verdicts)
             return
         keep = np.flatnonzero(self._counted)
@@ -121,36 +368,62 @@ class PartitionReplay(Replay):
         if self._staged_verdicts is not None:
             self._staged_verdicts = take_rows(self._staged_verdicts, keep)
         view = Rows(take_rows(batch.headers, rows), None if batch.outers is None else take_rows(batch.outers, rows))
+        self._routed = batch
         super()._account(view, take_rows(verdicts, keep))  # type: ignore[arg-type]  # read as a batch
 
     def _add_flows(self, batch: Any, undecoded: npt.NDArray[np.bool_]) -> None:
-        if self.parts == 1:
-            super()._add_flows(batch, undecoded)
-            return
-        whole, verdicts = self._batch, self._verdicts
+        routed = batch if isinstance(batch, RoutedBatch) else self._routed
+        verdicts = self._verdicts
         assert verdicts is not None
-        counting = self._mine(self._own)
-        own = np.flatnonzero(counting)
-        skip = np.zeros(len(whole.headers), dtype=bool)
-        reasons = verdicts["reason"]
-        skip[self._judged] = (reasons == PACKET_MALFORMED) | (reasons == PACKET_NOT_IP)
-        elsewhere = np.flatnonzero(counting & ~self._judging)
+        if routed.own.all() and routed.judging.all():  # every packet judged and counted here
+            # read as a batch: its headers
+            super()._add_flows(routed, undecoded if batch is routed else self._undecoded(verdicts))  # type: ignore[arg-type]
+            return
+        skip = np.zeros(len(routed), dtype=bool)
+        skip[self._judged] = self._undecoded(verdicts)
+        elsewhere = np.flatnonzero(routed.own & ~routed.judging)
         if len(elsewhere):
             # judged in the partition of their connection: here alone, to know if they decode
-            headers = take_rows(whole.headers, elsewhere)
+            headers = take_rows(routed.headers, elsewhere)
             alone = Lane(self.engine, np.arange(len(headers), dtype=np.int64), headers)
             self.engine.judge_lanes(headers, [alone], **self.defaults, data=None, dns=None)
-            skip[elsewhere] = (alone.out["reason"] == PACKET_MALFORMED) | (alone.out["reason"] == PACKET_NOT_IP)
-        self.summary.flow_set.add(take_rows(whole.headers, own), skip[own])
+            skip[elsewhere] = self._undecoded(alone.out)
+        own = np.flatnonzero(routed.own)
+        self.summary.flow_set.add(take_rows(routed.headers, own), skip[own])
 
-    def run(self, paths: list[str], progress: Any = None) -> Any:
-        summary = super().run(paths, progress)
-        if self.part != 0:  # the same in every partition: partition 0's are the captures'
-            summary.decode_errors.clear()
-            summary.problems.clear()
-            summary.unreadable.clear()
-            summary.cut_short.clear()
-        return summary
+    @staticmethod
+    def _undecoded(verdicts: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+        reasons = verdicts["reason"]
+        return cast("npt.NDArray[np.bool_]", (reasons == PACKET_MALFORMED) | (reasons == PACKET_NOT_IP))
+
+    def judge_routed(self, captures: list[RoutedCapture]) -> ReplaySummary:
+        """Judges this partition's share of ``captures`` (each as ``RoutedCapture.share`` gives
+        it, or whole), in order."""
+        start = time.perf_counter()
+        for capture in captures:
+            batches = capture.parts[0] if len(capture.parts) == 1 else capture.parts[self.part]
+            for batch in batches:
+                self._account(batch, self._judge(batch))
+            if self.part == 0:
+                report = capture.report
+                self.summary.decode_errors.update(report.decode_errors)
+                self.summary.problems.extend(report.problems)
+                self.summary.cut_short.extend(report.cut_short)
+                self.summary.unreadable.extend(report.unreadable)
+        self.summary.seconds = time.perf_counter() - start
+        return self.summary
+
+    def run(self, paths: list[str], progress: Any = None) -> ReplaySummary:
+        """Reads ``paths`` here and judges this partition's packets of them (``route``)."""
+        start = time.perf_counter()
+        dns, http = self.dns is not None, self.http and self.tracker is not None
+        for path in paths:
+            share = route(
+                path, self.parts, tunnels=self.tunnels, dns=dns, http=http, only=self.part, batch_size=self.batch_size
+            )
+            self.judge_routed([share])
+        self.summary.seconds = time.perf_counter() - start
+        return self.summary
 
 
-__all__ = ["PartitionReplay", "connection_keys"]
+__all__ = ["PartitionReplay", "RoutedBatch", "RoutedCapture", "connection_keys", "gather_spans", "route"]

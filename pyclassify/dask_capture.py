@@ -1,27 +1,30 @@
 """Captures judged on a Dask cluster (``replay --pcap ... --scheduler ADDR``, ``--workers N``),
 with the answer one process gives.
 
-Every packet of a connection must be judged in order by one tracker. Task ``k`` of ``P`` (one
-a worker thread, unless asked) reads every capture in order and judges only the packets of the
-connections of partition ``k`` (``pyclassify.capturepartition``: a hash of each packet's
-connection key, vectorised per batch, no Python step per packet), with its own tracker; the
-packets of DNS connections are judged in every partition, so domain rules see the same answers
-at the same packets as in one process. The partitions' summaries merge exactly
+Every packet of a connection must be judged in order by one tracker, and every packet should be
+read once. So the run is a shuffle by connection (``pyclassify.capturepartition``): one task per
+capture reads and decodes it once and splits each batch among ``P`` partitions by the hash of
+each packet's connection key (vectorised, no Python step per packet), keeping the decoded
+headers and the payload bytes the judging needs (DNS answers, TCP payloads for http rules); one
+task per partition takes its share of every capture, in capture order, and judges it with its
+own tracker. The packets of DNS connections go to every partition, so domain rules see the same
+answers at the same packets as in one process. The partitions' summaries merge exactly
 (``ReplaySummary.merge``: counts add, connections are counted in one partition each), in the
 tree of merge tasks ``replay --traffic`` uses (``pyclassify.dask_replay``), with the same
 engine plugin and the same refusals (scheduler unreachable, another version, ``-``). A worker
-lost mid-run has its partitions run again elsewhere: a partition's summary is taken whole from
-the task that finished it, so nothing is lost or counted twice.
+lost mid-run: Dask reads its captures again from their files and judges its partitions again
+elsewhere; a partition's summary is taken whole from the task that finished it, so nothing is
+lost or counted twice.
 
-Why this design and not a shuffle or file x time-window partitions with open connections
-carried across: it is exact with no state passed between tasks, and small, so it was built and
-measured first. Measured (bench/README.md, "Captures on a Dask cluster"), it does not scale:
-every task reads, decodes, hashes and splits every packet, and on the generated cluster's
-capture that is most of a replay (the native judging of established packets is the cheap part),
-so one partition of 2 to 8 costs 71-121 % of the whole replay's CPU. What it gives is the exact
-answer on a cluster, not speed. The next design reads each packet once: file x time-window
-partitions, each task handed the open connections and the domain facts of the window before
-it, or a shuffle of decoded headers by connection key from reader tasks to judging tasks.
+Why a shuffle and not file x time-window partitions with the open connections carried across:
+measured (bench/README.md, "Captures on a Dask cluster"), reading and decoding is about a quarter
+of a replay and judging established packets is cheap, so what must not be repeated is the read;
+a shuffle reads once and needs no tracker state passed between tasks (a window chain would have
+to carry every open connection's TCP, http and DNS state, and its windows run one after the
+other). The earlier design, every partition reading every capture, cost each partition 71-121 %
+of a whole replay. What a shuffle costs: a capture is read by one task, so a single capture is
+read at one task's pace (rotated captures, several files, read in parallel); the decoded headers
+(some 100 bytes a packet) cross between workers once.
 
 With domain rules or staged policies each task builds its own engine (the domain facts a
 capture teaches are the task's own; a staged engine is a delta on its engine's state), the
@@ -39,12 +42,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyclassify import dask_replay
-from pyclassify.replay import Replay, ReplaySummary
+from pyclassify.replay import ReplaySummary
 from pyclassify.tunnels import DEFAULT_TUNNELS, TunnelPorts
 
 if TYPE_CHECKING:
     from distributed import Client
 
+    from pyclassify.capturepartition import PartitionReplay
     from pyclassify.engine import NativeEngine
 
 
@@ -85,7 +89,7 @@ def merge_results(*parts: PartitionResult) -> PartitionResult:
     return merged
 
 
-def replay_for(engine: NativeEngine, options: CaptureOptions, part: int = 0, parts: int = 1) -> Replay:
+def replay_for(engine: NativeEngine, options: CaptureOptions, part: int = 0, parts: int = 1) -> PartitionReplay:
     """The ``Replay`` of partition ``part`` of ``parts`` with ``engine`` (built over an
     inventory whose domain facts are its own, when the policies have domain rules)."""
     from pyclassify import domains, httprules
@@ -109,10 +113,29 @@ def replay_for(engine: NativeEngine, options: CaptureOptions, part: int = 0, par
     )
 
 
+def read_capture(client_version: str, path: str, parts: int, options: CaptureOptions, dns: bool, http: bool) -> Any:
+    """A task: the capture at ``path`` read once on this worker and split among ``parts``
+    partitions by connection (``capturepartition.route``)."""
+    from pyclassify.capturepartition import route
+
+    mine = dask_replay.version()
+    if mine != client_version:
+        raise dask_replay.ClusterError(
+            f"a worker runs pyclassify {mine}, the client {client_version}: install the same version on both"
+        )
+    return route(path, parts, tunnels=options.tunnels, dns=dns, http=http)
+
+
+def share_of(routed: Any, part: int) -> Any:
+    """A task, run where the capture was read: partition ``part``'s share of it."""
+    return routed.share(part)
+
+
 def judge_partition(
-    plugin_name: str, client_version: str, paths: list[str], part: int, parts: int, options: CaptureOptions
+    plugin_name: str, client_version: str, shares: list[Any], part: int, parts: int, options: CaptureOptions
 ) -> PartitionResult:
-    """A task: partition ``part`` of ``parts`` of the captures ``paths`` judged on this worker."""
+    """A task: partition ``part`` of ``parts``, its share of every capture (``shares``, in the
+    captures' order, as ``read_capture`` split them) judged on this worker."""
     from pyclassify import domains
     from pyclassify.engine import NativeEngine
 
@@ -125,7 +148,8 @@ def judge_partition(
             inventory.domains = domains.new_facts(options.dns_grace)
         engine, built = NativeEngine(engine.policy_set, inventory), 1
     replay = replay_for(engine, options, part, parts)
-    replay.run(paths)
+    replay.judge_routed(shares)
+    dask_replay.report_judged(plugin_name, replay.summary.packets)
     return PartitionResult(
         replay.summary,
         None if replay.dns is None else replay.dns.to_json(),
@@ -142,13 +166,17 @@ def run(
     workers: int | None = None,
     options: CaptureOptions | None = None,
     parts: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
     client: Client | None = None,
 ) -> tuple[dict[str, Any], PartitionResult, dict[str, Any]]:
     """Replays ``paths`` on the cluster in ``parts`` partitions (default: one a worker
-    thread): the summary as ``Replay.summary_json`` gives it in-process (its ``conntrack``:
-    the partitions' trackers' stats summed, DNS connections counted in each), the merged
-    result, and what the run used (as ``dask_replay.run``'s, with ``partitions``)."""
+    thread): one task reads each capture and splits it by connection, one task a partition
+    judges its share of every capture; returns the summary as ``Replay.summary_json`` gives it
+    in-process (its ``conntrack``: the partitions' trackers' stats summed, DNS connections
+    counted in each), the merged result, and what the run used (as ``dask_replay.run``'s, with
+    ``partitions``)."""
+    from pyclassify import domains, httprules
+
     opts = options or CaptureOptions()
     started = time.perf_counter()
     for p in paths:
@@ -157,7 +185,11 @@ def run(
                 "-: standard input cannot be read by the workers: give files on storage they read"
             )
     absolute = [os.path.abspath(p) for p in paths]
+    dns = domains.has_domain_rules(engine.policy_set)
+    http = opts.conntrack and httprules.has_http_rules(engine.policy_set)
     chosen: list[int] = []
+    reads: list[Any] = []
+    run_token = f"{os.getpid()}-{time.monotonic_ns()}"
 
     def partitions(client: Client) -> list[int]:
         count = parts or max(1, sum(client.nthreads().values()))
@@ -165,28 +197,43 @@ def run(
         return list(range(count))
 
     def submit(client: Client, plugin: str, mine: str, i: int, part: int, key: str) -> Any:
-        return client.submit(judge_partition, plugin, mine, absolute, part, chosen[0], opts, key=key)
+        if not reads:  # each capture read once, by one task
+            for j, path in enumerate(absolute):
+                key_j = f"pyclassify-read-{j}-{run_token}"
+                reads.append(client.submit(read_capture, mine, path, chosen[0], opts, dns, http, key=key_j))
+        shares = [
+            client.submit(share_of, r, part, key=f"pyclassify-share-{j}-{part}-{run_token}")
+            for j, r in enumerate(reads)
+        ]
+        reads_held.extend(shares)
+        return client.submit(judge_partition, plugin, mine, shares, part, chosen[0], opts, key=key)
 
+    reads_held: list[Any] = []
     # the facts an engine here learned are not sent: each task learns its own from the captures
     inventory = engine.inventory
     if inventory.domains is not None:
         inventory = dataclasses.replace(inventory, domains=None)
-    result, info = dask_replay._on_cluster(
-        (engine.policy_set, inventory),
-        paths,
-        submit,
-        merge_results,
-        PartitionResult,
-        scheduler,
-        workers,
-        progress,
-        client,
-        items=partitions,
-    )
+    try:
+        result, info = dask_replay._on_cluster(
+            (engine.policy_set, inventory),
+            paths,
+            submit,
+            merge_results,
+            PartitionResult,
+            scheduler,
+            workers,
+            progress,
+            client,
+            items=partitions,
+        )
+    finally:
+        if client is not None and (reads or reads_held):
+            client.cancel(reads + reads_held)  # an interrupted run leaves nothing on the cluster
     if info["interrupted"]:  # Ctrl-C: the partitions judged whole, a part of every capture
         result.summary.interrupted = True
     result.summary.seconds = time.perf_counter() - started
     info["partitions"] = chosen[0] if chosen else 0
+    info["reads"] = len(reads)
     return summary_json(engine, result, opts), result, info
 
 
@@ -200,4 +247,13 @@ def summary_json(engine: NativeEngine, result: PartitionResult, options: Capture
     return doc
 
 
-__all__ = ["CaptureOptions", "PartitionResult", "judge_partition", "merge_results", "run", "summary_json"]
+__all__ = [
+    "CaptureOptions",
+    "PartitionResult",
+    "judge_partition",
+    "merge_results",
+    "read_capture",
+    "run",
+    "share_of",
+    "summary_json",
+]

@@ -204,6 +204,14 @@ def _plugin(plugin_name: str, client_version: str) -> tuple[Any, EnginePlugin]:
     return worker, plugin
 
 
+def report_judged(plugin_name: str, records: int) -> None:
+    """Tells the client following the run (``_on_cluster``'s progress) that a task of it judged
+    ``records`` records or packets: an event on the topic of the run's plugin."""
+    from distributed import get_worker
+
+    get_worker().log_event(plugin_name, records)
+
+
 def diff_file(
     plugin_name: str,
     client_version: str,
@@ -250,6 +258,7 @@ def judge_file(
         summary = replay.run([path], names=[name], parts=[part])
         # only a judge whose run ended cleanly is used again (an error leaves it as it was)
         plugin.give_back(default, logs, judge)
+        report_judged(plugin_name, summary.totals[0])
         return summary
     from pyclassify.output import OutputFile
 
@@ -276,6 +285,7 @@ def judge_file(
         failure = lines.finish(judged)
     if failure is not None:
         raise RecordError(f"{failure} (on worker {worker.address})")
+    report_judged(plugin_name, summary.totals[0])
     return summary
 
 
@@ -367,7 +377,7 @@ def _on_cluster(
     empty: Callable[[], Any],
     scheduler: str | None,
     workers: int | None,
-    progress: Callable[[int, int], None] | None,
+    progress: Callable[[int, int, int], None] | None,
     client: Client | None,
     items: list[Any] | Callable[[Client], list[Any]] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
@@ -393,6 +403,13 @@ def _on_cluster(
         token = f"{digest[:8]}-{os.getpid()}-{time.monotonic_ns()}"
         plugin = EnginePlugin(digest, blob, version(), token)
         client.register_plugin(plugin, name=plugin.name)
+        records = [0]  # judged by the tasks finished (a task run again counts again)
+
+        def count(event: tuple[float, Any]) -> None:
+            records[0] += int(event[1])
+
+        if progress is not None:
+            client.subscribe_topic(plugin.name, count)
         try:
             futures: list[Any] = []
             merged = None
@@ -403,7 +420,7 @@ def _on_cluster(
                 merged = _merge_tree(client, futures, token, merge) if futures else None
                 if progress is not None:
                     for n, _ in enumerate(distributed.as_completed(futures), 1):
-                        progress(n, len(futures))
+                        progress(n, len(futures), records[0])
                 result = merged.result() if merged is not None else empty()
             except KeyboardInterrupt:
                 # as in-process: what was judged is the answer, the rest is dropped on the cluster
@@ -421,6 +438,8 @@ def _on_cluster(
                     result.interrupted = True
             use = engine_use(client, plugin.name)
         finally:
+            if progress is not None:
+                client.unsubscribe_topic(plugin.name)
             client.unregister_worker_plugin(plugin.name)
         info = {
             "scheduler": client.scheduler.address,
@@ -447,7 +466,7 @@ def run(
     format: str | None = None,
     default: str | None = None,
     logs: bool = False,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
     client: Client | None = None,
     out: str | None = None,
     partition_rows: int = PARTITION_ROWS,
@@ -455,8 +474,8 @@ def run(
     """Judges ``paths`` on the cluster (one task a file, a Parquet file of more than
     ``partition_rows`` rows cut between row groups): the merged summary, and what the run
     used (``{"scheduler", "workers", "tasks"}``, and per worker ``engine_seconds``,
-    ``engine_builds`` and ``tasks_by_worker``: the files it judged). ``progress(done, total)``
-    is called as tasks finish. ``out``: a directory the workers write each file's lines to
+    ``engine_builds`` and ``tasks_by_worker``: the files it judged). ``progress(done, total,
+    records)`` is called as tasks finish, with the records the finished tasks judged. ``out``: a directory the workers write each file's lines to
     (``part-NNNNN.jsonl``, numbered as ``paths``), with ``index.json`` written here at the end."""
     started = time.perf_counter()
     target = None if out is None else os.path.abspath(out)

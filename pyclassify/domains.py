@@ -77,7 +77,8 @@ class DnsLearner:
         self.denied = 0  # answers policy denied (or their query): not learned
         self.errors: Counter[str] = Counter()  # malformed answers, by reason
 
-    def answers_in(self, batch: Any) -> npt.NDArray[np.int64]:
+    @staticmethod
+    def answers_in(batch: Any) -> npt.NDArray[np.int64]:
         """The batch's DNS messages (payloads from port 53, TCP or UDP): rows of ``(index,
         start, end)`` with the payload as ``batch.data[start:end]``, in capture order."""
         h = batch.headers

@@ -327,10 +327,7 @@ class Replay:
         before the packets that follow it. ``rows`` (ascending): only those packets are judged,
         the verdicts parallel to them (a partition of a capture, ``pyclassify.capturepartition``);
         only the DNS answers among them are learned."""
-        dns = self.dns.answers_in(batch) if self.dns is not None else None
-        if dns is not None and len(dns) and batch.tunnels != DEFAULT_TUNNELS:
-            dns = _tunnelled_payloads(batch, dns)
-        segments = httprules.segments(batch) if self.http and self.tracker is not None else None
+        dns, segments = self._payloads(batch)
         headers = np.ascontiguousarray(batch.headers)
         quotes = None if batch.quotes is None else np.ascontiguousarray(batch.quotes)
         if rows is not None:
@@ -364,6 +361,18 @@ class Replay:
         if staged is not None:
             self._staged_verdicts = self._combine(staged, entry)
         return self._combine(main, entry)
+
+    def _payloads(self, batch: Any) -> tuple[npt.NDArray[np.int64] | None, npt.NDArray[np.int64] | None]:
+        """The batch's DNS answers (``DnsLearner.answers_in``, found through its own tunnels)
+        when DNS is learned, and its TCP payloads (``httprules.segments``) when http rules
+        judge them."""
+        dns = None
+        if self.dns is not None:
+            dns = self.dns.answers_in(batch)
+            if len(dns) and batch.tunnels != DEFAULT_TUNNELS:
+                dns = tunnelled_payloads(batch, dns)
+        segments = httprules.segments(batch) if self.http and self.tracker is not None else None
+        return dns, segments
 
     def _lanes(
         self,
@@ -551,7 +560,7 @@ class Replay:
     def _replay_one(self, path: str, progress: Callable[[int], None] | None) -> None:
         # Read in windows, not memory-mapped: a capture another process truncates underneath
         # would make a mapped read fault (SIGBUS); read, it just ends early, and is reported.
-        before = _file_state(path)
+        before = file_state(path)
         packets_before = self._packets_read
         no_interface = 0  # pcapng packets naming an interface no IDB describes (ifindex all ones)
         with open_capture(path, stream=True, tunnels=self.tunnels) as cap:
@@ -578,34 +587,7 @@ class Replay:
                     progress(len(batch))
                 if self._stop:
                     break
-            # not IP is no decode error: counted as such (``not_ip``), passed
-            self.summary.decode_errors.update(
-                {k: v for k, v in cap.counts.items() if k not in ("none", "unknown_ethertype")}
-            )
-            self.summary.problems.extend(cap.problems)  # each names its file already
-            if no_interface:
-                # The decoder counts them as unknown_linktype; say what is wrong with the file.
-                verb = "names" if no_interface == 1 else "name"
-                self.summary.problems.append(
-                    f"{cap.name}: {count(no_interface, 'packet')} {verb} an interface that no Interface Description "
-                    f"Block describes: not decoded (counted as unknown_linktype)"
-                )
-            problems = bool(cap.problems)
-        after = _file_state(path)
-        if before is not None and after is not None and before != after:
-            problems = True
-            self.summary.cut_short.append(path)
-            if after[0] < before[0]:
-                self.summary.problems.append(
-                    f"{path}: truncated while being read (from {before[0]} to {after[0]} bytes, by another "
-                    f"process?): the packets read before are counted, the rest is missing"
-                )
-            elif after[0] == before[0]:
-                self.summary.problems.append(
-                    f"{path}: changed while being read: the verdicts may mix old and new contents"
-                )
-        if problems and self._packets_read == packets_before and not self._stop:
-            self.summary.unreadable.append(cap.name)  # "<stdin>" for "-"
+            file_report(self.summary, cap, path, before, no_interface, self._packets_read - packets_before, self._stop)
 
     def _account(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
         s = self.summary
@@ -905,7 +887,7 @@ def _reason(h: Any, v: Any) -> str:
     return reason
 
 
-def _tunnelled_payloads(batch: Batch, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+def tunnelled_payloads(batch: Batch, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """DNS message rows ``(index, start, end)`` of a batch decoded with other tunnels than the
     default ones, their payloads found again through the batch's own tunnels (those the header
     describes)."""
@@ -923,7 +905,40 @@ def _tunnelled_payloads(batch: Batch, rows: npt.NDArray[np.int64]) -> npt.NDArra
     return rows[rows[:, 2] > rows[:, 1]]
 
 
-def _file_state(path: str) -> tuple[int, int, int] | None:
+def file_report(
+    summary: ReplaySummary, cap: Any, path: str, before: Any, no_interface: int, read: int, stopped: bool
+) -> None:
+    """What reading capture ``cap`` (at ``path``, its state ``before`` as ``file_state``
+    gave it) found, into ``summary``: its decode errors and problems, a file cut short or
+    changed underneath, a file of which nothing could be read (``read`` packets were,
+    ``stopped``: the run was asked to stop). Called as the capture is closed."""
+    # not IP is no decode error: counted as such (``not_ip``), passed
+    summary.decode_errors.update({k: v for k, v in cap.counts.items() if k not in ("none", "unknown_ethertype")})
+    summary.problems.extend(cap.problems)  # each names its file already
+    if no_interface:
+        # The decoder counts them as unknown_linktype; say what is wrong with the file.
+        verb = "names" if no_interface == 1 else "name"
+        summary.problems.append(
+            f"{cap.name}: {count(no_interface, 'packet')} {verb} an interface that no Interface Description "
+            f"Block describes: not decoded (counted as unknown_linktype)"
+        )
+    problems = bool(cap.problems)
+    after = file_state(path)
+    if before is not None and after is not None and before != after:
+        problems = True
+        summary.cut_short.append(path)
+        if after[0] < before[0]:
+            summary.problems.append(
+                f"{path}: truncated while being read (from {before[0]} to {after[0]} bytes, by another "
+                f"process?): the packets read before are counted, the rest is missing"
+            )
+        elif after[0] == before[0]:
+            summary.problems.append(f"{path}: changed while being read: the verdicts may mix old and new contents")
+    if problems and read == 0 and not stopped:
+        summary.unreadable.append(cap.name)  # "<stdin>" for "-"
+
+
+def file_state(path: str) -> tuple[int, int, int] | None:
     """(size, modification time, inode) of a regular file; None for stdin, pipes and the like."""
     if path == "-":
         return None

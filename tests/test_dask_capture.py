@@ -1,10 +1,10 @@
 """``replay --pcap`` on a real Dask cluster (``pyclassify.dask_capture``, a ``dask scheduler``
-and two ``dask worker`` processes started here): partitions by connection give the in-process
-summary on random captures (connections cut across files, pickups mid-stream, ICMP queries
-and errors, DNS answers teaching a domain rule, malformed and not-IP frames), in process
-(``PartitionReplay``) and on the cluster; a worker killed mid-run loses and doubles nothing;
-the command line refuses what it cannot do there, and names an unreachable scheduler and
-workers of another version (exit 8)."""
+and two ``dask worker`` processes started here): each capture read once and split by
+connection, the partitions give the in-process summary on random captures (connections cut
+across files, pickups mid-stream, ICMP queries and errors, DNS answers teaching a domain rule,
+http requests, malformed and not-IP frames), in process (``PartitionReplay``) and on the
+cluster; a worker killed mid-run loses and doubles nothing; the command line refuses what it
+cannot do there, and names an unreachable scheduler and workers of another version (exit 8)."""
 
 from __future__ import annotations
 
@@ -145,10 +145,13 @@ def plain_engine(project: Any) -> NativeEngine:
     parts=st.integers(1, 5),
     staged=st.booleans(),
     conntrack=st.booleans(),
+    batch_size=st.sampled_from([1, 3, 16, 65536]),
 )
 def test_partitions_by_connection_add_up_to_one_replay(
-    tmp_path_factory, project, staged_project, events, cuts, parts, staged, conntrack
+    tmp_path_factory, project, staged_project, events, cuts, parts, staged, conntrack, batch_size
 ):
+    """``batch_size``: of the reads, and about of a partition's batches (joined from the reads'
+    shares)."""
     from pyclassify import dask_capture
 
     project = staged_project if staged else project
@@ -159,6 +162,7 @@ def test_partitions_by_connection_add_up_to_one_replay(
     for part in range(parts):
         inventory = dataclasses.replace(project.inventory, domains=domains.new_facts())
         replay = dask_capture.replay_for(NativeEngine(project.policy_set, inventory), options, part, parts)
+        replay.batch_size = batch_size
         replay.run(paths)
         results.append(dask_capture.PartitionResult(replay.summary, replay.dns.to_json() if replay.dns else None))
     merged = dask_capture.merge_results(*results)
@@ -203,6 +207,72 @@ def test_the_domain_rule_sees_the_answers_in_every_partition(project, tmp_path):
     assert answer(dask_capture.summary_json(plain_engine(project), merged, options)) == answer(whole)
 
 
+@pytest.mark.parametrize(("parts", "batch_size"), [(1, 65536), (2, 5), (3, 65536), (5, 2)])
+def test_http_requests_are_judged_from_the_payloads_routed_with_their_packets(parts, batch_size):
+    """http rules read each TCP payload: the task that reads the capture sends the payloads with
+    the headers, and the partitions' requests and verdicts add up to one replay's."""
+    from pyclassify import dask_capture, httprules
+
+    project = load_project([DEMO, ROOT / "examples" / "http"])
+    assert httprules.has_http_rules(project.policy_set)
+    paths = [str(ROOT / "pcaps" / "http.pcap"), str(ROOT / "pcaps" / "demo.pcap")]
+    whole = Replay(plain_engine(project), http=True)
+    whole.run(paths)
+    expected = whole.summary_json()
+    assert expected["http"]["requests_allowed"] and expected["http"]["requests_denied"]
+    options = dask_capture.CaptureOptions()
+    results = []
+    for part in range(parts):
+        replay = dask_capture.replay_for(plain_engine(project), options, part, parts)
+        replay.batch_size = batch_size
+        replay.run(paths)
+        results.append(dask_capture.PartitionResult(replay.summary))
+    merged = dask_capture.merge_results(*results)
+    assert answer(dask_capture.summary_json(plain_engine(project), merged, options)) == answer(expected)
+
+
+def _payloads(batches: list[Any]) -> tuple[list[bytes], list[tuple[int, bytes]], list[bytes]]:
+    """What a partition's routed batches hold, batch boundaries aside: each packet's headers and
+    TCP payload, and the DNS answers' payloads by packet."""
+    headers, answers, segments = [], [], []
+    first = 0
+    for b in batches:
+        headers += [bytes(row) for row in b.headers.view(f"V{b.headers.dtype.itemsize}")]
+        segments += [b.data[s:e] for s, e, _ in b.segments]
+        answers += [(first + int(row), b.data[s:e]) for row, s, e in b.dns]
+        first += len(b)
+    return headers, answers, segments
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+@pytest.mark.parametrize("batch_size", [1, 2, 3, 7])
+def test_a_partitions_batches_joined_hold_what_one_read_gives(parts, batch_size):
+    """Small reads' shares joined into a partition's batches: the same packets, payloads and DNS
+    answers as one large read gives, whatever the boundaries."""
+    from pyclassify.capturepartition import route
+
+    for pcap in ("http.pcap", "domains.pcap"):
+        path = str(ROOT / "pcaps" / pcap)
+        one = route(path, parts, dns=True, http=True)
+        small = route(path, parts, dns=True, http=True, batch_size=batch_size)
+        assert small.packets == one.packets
+        for k in range(parts):
+            assert _payloads(small.parts[k]) == _payloads(one.parts[k])
+            assert any(len(b) > 1 for b in small.parts[k]) or batch_size == 1 or not one.parts[k]
+
+
+def test_each_capture_is_read_once_on_the_cluster(project, client, tmp_path):
+    """One task reads each capture, whatever the partitions: the shuffle, not a read per
+    partition."""
+    from pyclassify import dask_capture
+
+    events = [("inside", a, b, c) for a in range(3) for b in range(4) for c in range(3)]
+    paths = write_captures(tmp_path, frames_of(events), [10, 40])
+    doc, _, info = dask_capture.run(plain_engine(project), paths, client=client, parts=4)
+    assert info["reads"] == len(paths) == 3 and info["partitions"] == 4
+    assert answer(doc) == answer(in_process(project, paths))
+
+
 def test_a_worker_killed_mid_run_loses_no_packet_and_counts_none_twice(tmp_path, project):
     """Twelve partitions of a capture on two workers; when the first partition's summary is in,
     the worker holding it is killed (SIGKILL): its summaries are judged again on the other."""
@@ -222,7 +292,7 @@ def test_a_worker_killed_mid_run_loses_no_packet_and_counts_none_twice(tmp_path,
         with Client(running.address, timeout=dask_cluster.STARTUP) as client:
             pids = client.run(os.getpid)
 
-            def kill_a_holder(done: int, total: int) -> None:
+            def kill_a_holder(done: int, total: int, records: int) -> None:
                 if killed:
                     return
                 held = {

@@ -125,7 +125,7 @@ def test_a_worker_killed_mid_run_loses_no_record_and_counts_none_twice(tmp_path,
         with Client(running.address, timeout=dask_cluster.STARTUP) as client:
             pids = client.run(os.getpid)
 
-            def kill_a_holder(done: int, total: int) -> None:
+            def kill_a_holder(done: int, total: int, records: int) -> None:
                 if killed:
                     return
                 held = {

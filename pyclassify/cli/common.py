@@ -173,13 +173,30 @@ def from_environment(parameter: str) -> bool:
     return ctx is not None and ctx.get_parameter_source(parameter) == click.core.ParameterSource.ENVIRONMENT
 
 
+def cluster_progress(as_json: bool, noun: str) -> Any:
+    """The progress line of a run on a Dask cluster, on a terminal's stderr: tasks done of all,
+    the ``noun`` (records, packets) the finished tasks judged and their rate since the start."""
+    import time
+
+    started = time.perf_counter()
+
+    def progress(done: int, total: int, judged: int) -> None:
+        if as_json or not err.is_terminal:
+            return
+        rate = judged / max(time.perf_counter() - started, 1e-9)
+        err.print(f"tasks {done}/{total}, {judged:,} {noun} judged, {rate:,.0f} {noun}/s", end="\r")
+
+    return progress
+
+
 def cluster_options(f: Any, captures: bool = False) -> Any:
     """``--scheduler ADDR`` and ``--workers N``: flow records judged on a Dask cluster
     (``pyclassify.dask_replay``); with ``captures`` (replay), captures too
     (``pyclassify.dask_capture``)."""
     what = "With --traffic or --pcap" if captures else "With --traffic"
     pcap = (
-        "--pcap: each task judges the connections of one partition of every capture (asked on the command line only). "
+        "--pcap: each capture is read once, by one task, and split by connection among one judging task per "
+        "worker thread (asked on the command line only). "
         if captures
         else ""
     )

@@ -14,6 +14,7 @@ from pyclassify.cli.common import (
     EXIT_CLUSTER,
     EXIT_INVALID,
     cluster_paths_argument,
+    cluster_progress,
     default_option,
     emit_json,
     err,
@@ -354,9 +355,7 @@ def _captures_on_cluster(
 
     engine = NativeEngine(project.policy_set, project.inventory)
 
-    def progress(done: int, total: int) -> None:
-        if not as_json and err.is_terminal:
-            err.print(f"partitions {done}/{total}", end="\r")
+    progress = cluster_progress(as_json, "packets")
 
     try:
         summary, result, info = dask_capture.run(
@@ -626,9 +625,7 @@ def _replay_on_cluster(
     from pyclassify.recordreplay import print_summary, summary_json
     from pyclassify.records import RecordError
 
-    def progress(done: int, total: int) -> None:
-        if not as_json and err.is_terminal:
-            err.print(f"tasks {done}/{total}", end="\r")
+    progress = cluster_progress(as_json, "records")
 
     try:
         summary, info = dask_replay.run(
