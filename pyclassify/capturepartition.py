@@ -149,6 +149,72 @@ class RoutedBatch:
                 setattr(self, name, copy)
 
     @classmethod
+    def joined(cls, pieces: list[Piece]) -> RoutedBatch:
+        """The ``pieces`` (a partition's share of consecutive read batches) as one batch, in
+        order: judged in batches as large as a ``Replay``'s, each packet copied once."""
+        total = sum(len(p.rows) for p in pieces)
+        bounds = np.cumsum([0] + [len(p.rows) for p in pieces])
+
+        def gather(name: str, wanted: bool = True) -> Any:
+            sources = [getattr(p, name) for p in pieces]
+            if not wanted or all(a is None for a in sources):
+                return None
+            dtype = next(a.dtype for a in sources if a is not None)
+            out = np.zeros(total, dtype) if any(a is None for a in sources) else np.empty(total, dtype)
+            raw = out.view(np.dtype((np.void, dtype.itemsize)))
+            for a, p, lo, hi in zip(sources, pieces, bounds, bounds[1:]):
+                if a is not None:  # a batch without outer headers (no tunnel): zeros, unread
+                    np.take(np.ascontiguousarray(a).view(raw.dtype), p.rows, out=raw[lo:hi])
+            return out
+
+        headers = gather("headers")
+        # the flows ICMP errors quote are read for those alone: not sent when there is none
+        quotes = gather("quotes", bool(np.any(headers["flags"] & FLAG_ICMP_ERROR)))
+        data = b"".join(p.data for p in pieces)
+        shifts = np.cumsum([0] + [len(p.data) for p in pieces[:-1]])
+        dns = None
+        if pieces[0].dns is not None:
+            dns = np.concatenate(
+                [p.dns + np.array([first, shift, shift]) for p, first, shift in zip(pieces, bounds, shifts)]
+            ).astype(np.int64)
+        segments = None
+        if pieces[0].segments is not None:
+            moved = []
+            for p, shift in zip(pieces, shifts):
+                segs = p.segments.copy()
+                payload = segs[:, 1] > segs[:, 0]  # no payload stays zeros
+                segs[payload, 0:2] += shift
+                moved.append(segs)
+            segments = np.concatenate(moved)
+        return cls(
+            headers,
+            quotes,
+            gather("outers"),
+            np.concatenate([p.judging for p in pieces]),
+            np.concatenate([p.mine for p in pieces]),
+            np.concatenate([p.own for p in pieces]),
+            data,
+            dns,
+            segments,
+        )
+
+
+class Piece(NamedTuple):
+    """A partition's share of one read batch, before it is joined with the next ones
+    (``RoutedBatch.joined``): the batch's arrays and the rows taken, not yet copied."""
+
+    headers: npt.NDArray[Any]
+    quotes: npt.NDArray[Any] | None
+    outers: npt.NDArray[Any] | None
+    rows: npt.NDArray[np.int64]
+    judging: npt.NDArray[np.bool_]
+    mine: npt.NDArray[np.bool_]
+    own: npt.NDArray[np.bool_]
+    data: bytes
+    dns: Any
+    segments: Any
+
+    @classmethod
     def of(
         cls,
         batch: Any,
@@ -158,9 +224,10 @@ class RoutedBatch:
         own: npt.NDArray[np.bool_],
         answers: npt.NDArray[np.int64] | None,
         segments: npt.NDArray[np.int64] | None,
-    ) -> RoutedBatch:
+    ) -> Piece:
         """``rows`` (ascending) of ``batch``, with the DNS ``answers`` and TCP ``segments`` of the
-        whole batch (None: not wanted) renumbered among them and their bytes copied."""
+        whole batch (None: not wanted) renumbered among them and their bytes copied (the
+        batch's buffer is the reader's, read into again)."""
         dns = None
         spans: list[npt.NDArray[np.int64]] = []
         if answers is not None:
@@ -182,67 +249,7 @@ class RoutedBatch:
                 placed = moved[len(spans[0]) if dns is not None else 0 :]
                 empty = segs[:, 1] <= segs[:, 0]
                 segs[:, 0:2] = np.where(empty[:, None], 0, placed)  # no payload stays zeros
-        headers = take_rows(batch.headers, rows)
-        # the flows ICMP errors quote are read for those alone: not sent when there is none
-        quoted = batch.quotes is not None and bool(np.any(headers["flags"] & FLAG_ICMP_ERROR))
-        return cls(
-            headers,
-            take_rows(batch.quotes, rows) if quoted else None,
-            None if batch.outers is None else take_rows(batch.outers, rows),
-            judging,
-            mine,
-            own,
-            data,
-            dns,
-            segs,
-        )
-
-    @classmethod
-    def joined(cls, batches: list[RoutedBatch]) -> RoutedBatch:
-        """``batches`` as one, in order (a partition's share of consecutive read batches: judged
-        in fewer, larger batches, as a ``Replay`` judges its reads)."""
-        if len(batches) == 1:
-            return batches[0]
-
-        def rows(name: str) -> Any:
-            arrays = [getattr(b, name) for b in batches]
-            if all(a is None for a in arrays):
-                return None
-            # a batch without quotes (no ICMP error) or outer headers (no tunnel): zeros, unread
-            dtype = next(a.dtype for a in arrays if a is not None)
-            return np.concatenate([np.zeros(len(b), dtype) if a is None else a for a, b in zip(arrays, batches)])
-
-        data = b"".join(b.data for b in batches)
-        shifts = np.cumsum([0] + [len(b.data) for b in batches[:-1]])
-        firsts = np.cumsum([0] + [len(b) for b in batches[:-1]])
-        dns = None
-        if batches[0].dns is not None:
-            parts = []
-            for b, shift, first in zip(batches, shifts, firsts):
-                assert b.dns is not None
-                parts.append(b.dns + np.array([first, shift, shift], dtype=np.int64))
-            dns = np.concatenate(parts)
-        segments = None
-        if batches[0].segments is not None:
-            parts = []
-            for b, shift in zip(batches, shifts):
-                assert b.segments is not None
-                moved = b.segments.copy()
-                payload = moved[:, 1] > moved[:, 0]  # no payload stays zeros
-                moved[payload, 0:2] += shift
-                parts.append(moved)
-            segments = np.concatenate(parts)
-        return cls(
-            rows("headers"),
-            rows("quotes"),
-            rows("outers"),
-            np.concatenate([b.judging for b in batches]),
-            np.concatenate([b.mine for b in batches]),
-            np.concatenate([b.own for b in batches]),
-            data,
-            dns,
-            segments,
-        )
+        return cls(batch.headers, batch.quotes, batch.outers, rows, judging, mine, own, data, dns, segs)
 
 
 @dataclass
@@ -278,7 +285,7 @@ def route(
     routed = RoutedCapture([[] for _ in range(parts)])
     before = file_state(path)
     no_interface = 0  # pcapng packets naming an interface no IDB describes (ifindex all ones)
-    pending: list[list[RoutedBatch]] = [[] for _ in range(parts)]
+    pending: list[list[Piece]] = [[] for _ in range(parts)]
     held = [0] * parts
 
     def flush(k: int) -> None:
@@ -308,7 +315,7 @@ def route(
                 rows = np.flatnonzero(judging | counted)
                 if len(rows):
                     pending[k].append(
-                        RoutedBatch.of(batch, rows, judging[rows], mine[rows], counted[rows], answers, segments)
+                        Piece.of(batch, rows, judging[rows], mine[rows], counted[rows], answers, segments)
                     )
                     held[k] += len(rows)
                     if held[k] >= batch_size:  # a partition's batches as large as a read batch
@@ -426,4 +433,4 @@ class PartitionReplay(Replay):
         return self.summary
 
 
-__all__ = ["PartitionReplay", "RoutedBatch", "RoutedCapture", "connection_keys", "gather_spans", "route"]
+__all__ = ["PartitionReplay", "Piece", "RoutedBatch", "RoutedCapture", "connection_keys", "gather_spans", "route"]
