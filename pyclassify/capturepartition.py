@@ -153,6 +153,20 @@ class RoutedBatch:
         """The ``pieces`` (a partition's share of consecutive read batches) as one batch, in
         order: judged in batches as large as a ``Replay``'s, each packet copied once."""
         total = sum(len(p.rows) for p in pieces)
+        if len(pieces) == 1 and total == len(pieces[0].headers):  # a whole read batch: not copied
+            whole = pieces[0]
+            quoted = whole.quotes is not None and bool(np.any(whole.headers["flags"] & FLAG_ICMP_ERROR))
+            return cls(
+                whole.headers,
+                whole.quotes if quoted else None,
+                whole.outers,
+                whole.judging,
+                whole.mine,
+                whole.own,
+                whole.data,
+                whole.dns,
+                whole.segments,
+            )
         bounds = np.cumsum([0] + [len(p.rows) for p in pieces])
 
         def gather(name: str, wanted: bool = True) -> Any:
@@ -298,16 +312,22 @@ def route(
             routed.packets += len(batch)
             if cap.format == "pcapng":
                 no_interface += int(np.count_nonzero(batch.headers["ifindex"] == NO_INTERFACE))
-            own = flow_hashes(batch.headers)
-            keys, dns_rows = connection_keys(batch, own)
-            key_part = keys % np.uint64(parts)
-            own_part = own % np.uint64(parts)
             answers = None
             if dns:
                 answers = DnsLearner.answers_in(batch)
                 if len(answers) and batch.tunnels != DEFAULT_TUNNELS:
                     answers = tunnelled_payloads(batch, answers)
             segments = httprules.segments(batch) if http else None
+            if parts == 1:  # the whole capture: its read batches as they are
+                every = np.ones(len(batch), dtype=bool)
+                rows = np.arange(len(batch), dtype=np.int64)
+                piece = Piece.of(batch, rows, every, every, every, answers, segments)
+                routed.parts[0].append(RoutedBatch.joined([piece]))
+                continue
+            own = flow_hashes(batch.headers)
+            keys, dns_rows = connection_keys(batch, own)
+            key_part = keys % np.uint64(parts)
+            own_part = own % np.uint64(parts)
             for k in keep:
                 mine = key_part == np.uint64(k)
                 judging = mine | dns_rows
