@@ -153,7 +153,9 @@ class RoutedBatch:
         """The ``pieces`` (a partition's share of consecutive read batches) as one batch, in
         order: judged in batches as large as a ``Replay``'s, each packet copied once."""
         total = sum(len(p.rows) for p in pieces)
-        if len(pieces) == 1 and total == len(pieces[0].headers):  # a whole read batch: not copied
+        base = pieces[0].headers.base
+        if len(pieces) == 1 and total == (len(pieces[0].headers) if base is None else base.size):
+            # a whole read batch, its arrays full: not copied
             whole = pieces[0]
             quoted = whole.quotes is not None and bool(np.any(whole.headers["flags"] & FLAG_ICMP_ERROR))
             return cls(
@@ -318,11 +320,13 @@ def route(
                 if len(answers) and batch.tunnels != DEFAULT_TUNNELS:
                     answers = tunnelled_payloads(batch, answers)
             segments = httprules.segments(batch) if http else None
-            if parts == 1:  # the whole capture: its read batches as they are
+            if parts == 1:  # the whole capture: no connection hashed
                 every = np.ones(len(batch), dtype=bool)
                 rows = np.arange(len(batch), dtype=np.int64)
-                piece = Piece.of(batch, rows, every, every, every, answers, segments)
-                routed.parts[0].append(RoutedBatch.joined([piece]))
+                pending[0].append(Piece.of(batch, rows, every, every, every, answers, segments))
+                held[0] += len(rows)
+                if held[0] >= batch_size:
+                    flush(0)
                 continue
             own = flow_hashes(batch.headers)
             keys, dns_rows = connection_keys(batch, own)
