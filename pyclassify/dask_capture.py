@@ -131,6 +131,12 @@ def share_of(routed: Any, part: int) -> Any:
     return routed.share(part)
 
 
+def moved(share: Any) -> Any:
+    """A task that holds ``share`` where it runs: run on a partition's worker, it brings a
+    capture's share there as soon as it is read."""
+    return share
+
+
 def judge_partition(
     plugin_name: str, client_version: str, shares: list[Any], part: int, parts: int, options: CaptureOptions
 ) -> PartitionResult:
@@ -191,22 +197,35 @@ def run(
     reads: list[Any] = []
     run_token = f"{os.getpid()}-{time.monotonic_ns()}"
 
+    slots: list[str] = []  # a worker's address once per thread, in a fixed order
+
     def partitions(client: Client) -> list[int]:
-        count = parts or max(1, sum(client.nthreads().values()))
+        threads = client.nthreads()
+        slots.extend(w for w in sorted(threads) for _ in range(threads[w]))
+        count = parts or max(1, len(slots))
         chosen.append(count)
         return list(range(count))
+
+    def placed(index: int) -> dict[str, Any]:
+        # Where a task should run (Dask moves it elsewhere if that worker is gone): the reads
+        # spread evenly over the workers' threads, and partition k's shares sent to partition
+        # k's worker as soon as each is read, not when the last capture is.
+        return {"workers": [slots[index % len(slots)]], "allow_other_workers": True} if slots else {}
 
     def submit(client: Client, plugin: str, mine: str, i: int, part: int, key: str) -> Any:
         if not reads:  # each capture read once, by one task
             for j, path in enumerate(absolute):
                 key_j = f"pyclassify-read-{j}-{run_token}"
-                reads.append(client.submit(read_capture, mine, path, chosen[0], opts, dns, http, key=key_j))
-        shares = [
-            client.submit(share_of, r, part, key=f"pyclassify-share-{j}-{part}-{run_token}")
-            for j, r in enumerate(reads)
-        ]
-        reads_held.extend(shares)
-        return client.submit(judge_partition, plugin, mine, shares, part, chosen[0], opts, key=key)
+                reads.append(
+                    client.submit(read_capture, mine, path, chosen[0], opts, dns, http, key=key_j, **placed(j))
+                )
+        shares = []
+        for j, r in enumerate(reads):
+            # cut where the capture was read, then moved whole to the partition's worker
+            share = client.submit(share_of, r, part, key=f"pyclassify-share-{j}-{part}-{run_token}", **placed(j))
+            shares.append(client.submit(moved, share, key=f"pyclassify-moved-{j}-{part}-{run_token}", **placed(part)))
+            reads_held.extend(shares[-1:] + [share])
+        return client.submit(judge_partition, plugin, mine, shares, part, chosen[0], opts, key=key, **placed(part))
 
     reads_held: list[Any] = []
     # the facts an engine here learned are not sent: each task learns its own from the captures
@@ -252,6 +271,7 @@ __all__ = [
     "PartitionResult",
     "judge_partition",
     "merge_results",
+    "moved",
     "read_capture",
     "run",
     "share_of",
