@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pyclassify import httprules
-from pyclassify.batch import FLAG_ICMP_ERROR
+from pyclassify.batch import FLAG_ICMP_ERROR, HEADER_DTYPE, OUTER_DTYPE, QUOTE_DTYPE
 from pyclassify.capture import DEFAULT_BATCH, QUOTE_VALID, open_capture
 from pyclassify.domains import DNS_PORT, DnsLearner
 from pyclassify.engine import PACKET_MALFORMED, PACKET_NOT_IP, Lane, NativeEngine
@@ -148,124 +148,123 @@ class RoutedBatch:
                 copy[...] = array
                 setattr(self, name, copy)
 
-    @classmethod
-    def joined(cls, pieces: list[Piece]) -> RoutedBatch:
-        """The ``pieces`` (a partition's share of consecutive read batches) as one batch, in
-        order: judged in batches as large as a ``Replay``'s, each packet copied once."""
-        total = sum(len(p.rows) for p in pieces)
-        base = pieces[0].headers.base
-        if len(pieces) == 1 and total == (len(pieces[0].headers) if base is None else base.size):
-            # a whole read batch, its arrays full: not copied
-            whole = pieces[0]
-            quoted = whole.quotes is not None and bool(np.any(whole.headers["flags"] & FLAG_ICMP_ERROR))
-            return cls(
-                whole.headers,
-                whole.quotes if quoted else None,
-                whole.outers,
-                whole.judging,
-                whole.mine,
-                whole.own,
-                whole.data,
-                whole.dns,
-                whole.segments,
-            )
-        bounds = np.cumsum([0] + [len(p.rows) for p in pieces])
 
-        def gather(name: str, wanted: bool = True) -> Any:
-            sources = [getattr(p, name) for p in pieces]
-            if not wanted or all(a is None for a in sources):
-                return None
-            dtype = next(a.dtype for a in sources if a is not None)
-            out = np.zeros(total, dtype) if any(a is None for a in sources) else np.empty(total, dtype)
-            raw = out.view(np.dtype((np.void, dtype.itemsize)))
-            for a, p, lo, hi in zip(sources, pieces, bounds, bounds[1:]):
-                if a is not None:  # a batch without outer headers (no tunnel): zeros, unread
-                    np.take(np.ascontiguousarray(a).view(raw.dtype), p.rows, out=raw[lo:hi])
-            return out
-
-        headers = gather("headers")
-        # the flows ICMP errors quote are read for those alone: not sent when there is none
-        quotes = gather("quotes", bool(np.any(headers["flags"] & FLAG_ICMP_ERROR)))
-        data = b"".join(p.data for p in pieces)
-        shifts = np.cumsum([0] + [len(p.data) for p in pieces[:-1]])
-        dns = None
-        if pieces[0].dns is not None:
-            dns = np.concatenate(
-                [p.dns + np.array([first, shift, shift]) for p, first, shift in zip(pieces, bounds, shifts)]
-            ).astype(np.int64)
-        segments = None
-        if pieces[0].segments is not None:
-            moved = []
-            for p, shift in zip(pieces, shifts):
-                segs = p.segments.copy()
-                payload = segs[:, 1] > segs[:, 0]  # no payload stays zeros
-                segs[payload, 0:2] += shift
-                moved.append(segs)
-            segments = np.concatenate(moved)
-        return cls(
-            headers,
-            quotes,
-            gather("outers"),
-            np.concatenate([p.judging for p in pieces]),
-            np.concatenate([p.mine for p in pieces]),
-            np.concatenate([p.own for p in pieces]),
-            data,
-            dns,
-            segments,
-        )
+def payloads_of(
+    batch: Any,
+    rows: npt.NDArray[np.int64],
+    answers: npt.NDArray[np.int64] | None,
+    segments: npt.NDArray[np.int64] | None,
+) -> tuple[bytes, npt.NDArray[np.int64] | None, npt.NDArray[np.int64] | None]:
+    """The DNS ``answers`` and TCP ``segments`` of a whole batch (None: not wanted) for its
+    ``rows`` (ascending): renumbered among them, their bytes copied (the batch's buffer is the
+    reader's, read into again) and the spans moved into those bytes."""
+    dns = None
+    spans: list[npt.NDArray[np.int64]] = []
+    if answers is not None:
+        at = np.searchsorted(rows, answers[:, 0])
+        inside = at < len(rows)
+        inside[inside] = rows[at[inside]] == answers[inside, 0]
+        dns = np.column_stack([at[inside], answers[inside, 1:3]]).astype(np.int64)
+        spans.append(dns[:, 1:3])
+    segs = None
+    if segments is not None:
+        segs = segments[rows].copy()
+        spans.append(segs[:, 0:2])
+    data = b""
+    if spans:
+        data, moved = gather_spans(batch.data, np.concatenate(spans))
+        if dns is not None:
+            dns[:, 1:3] = moved[: len(dns)]
+        if segs is not None:
+            placed = moved[len(spans[0]) if dns is not None else 0 :]
+            empty = segs[:, 1] <= segs[:, 0]
+            segs[:, 0:2] = np.where(empty[:, None], 0, placed)  # no payload stays zeros
+    return data, dns, segs
 
 
-class Piece(NamedTuple):
-    """A partition's share of one read batch, before it is joined with the next ones
-    (``RoutedBatch.joined``): the batch's arrays and the rows taken, not yet copied."""
+class Gathering:
+    """A partition's next batch, gathered from its rows of consecutive read batches: each row
+    copied once, as it is read, so a read batch is freed at once (held until a partition's batch
+    is full, the reads' fresh arrays would be faulted in page by page). Its arrays hold two read
+    batches, so that a read always fits; only the rows written are ever touched or sent."""
 
-    headers: npt.NDArray[Any]
-    quotes: npt.NDArray[Any] | None
-    outers: npt.NDArray[Any] | None
-    rows: npt.NDArray[np.int64]
-    judging: npt.NDArray[np.bool_]
-    mine: npt.NDArray[np.bool_]
-    own: npt.NDArray[np.bool_]
-    data: bytes
-    dns: Any
-    segments: Any
+    def __init__(self, size: int) -> None:
+        self.size = size  # a batch is given out once it holds this many rows
+        self._empty()
 
-    @classmethod
-    def of(
-        cls,
+    def _empty(self) -> None:
+        # fresh arrays: the batch given out keeps the last ones
+        capacity = 2 * self.size
+        self.headers = np.empty(capacity, HEADER_DTYPE)
+        self.quotes: npt.NDArray[Any] | None = None  # made when a row is an ICMP error
+        self.outers: npt.NDArray[Any] | None = None  # made when a row came out of a tunnel
+        self.flags = np.empty((capacity, 3), dtype=bool)  # judging, mine, own
+        self.n = 0
+        self.data: list[bytes] = []
+        self.data_length = 0
+        self.dns: list[npt.NDArray[np.int64]] = []
+        self.segments: list[npt.NDArray[np.int64]] = []
+
+    def add(
+        self,
         batch: Any,
         rows: npt.NDArray[np.int64],
-        judging: npt.NDArray[np.bool_],
-        mine: npt.NDArray[np.bool_],
-        own: npt.NDArray[np.bool_],
+        flags: npt.NDArray[np.bool_],
         answers: npt.NDArray[np.int64] | None,
         segments: npt.NDArray[np.int64] | None,
-    ) -> Piece:
-        """``rows`` (ascending) of ``batch``, with the DNS ``answers`` and TCP ``segments`` of the
-        whole batch (None: not wanted) renumbered among them and their bytes copied (the
-        batch's buffer is the reader's, read into again)."""
-        dns = None
-        spans: list[npt.NDArray[np.int64]] = []
-        if answers is not None:
-            at = np.searchsorted(rows, answers[:, 0])
-            inside = at < len(rows)
-            inside[inside] = rows[at[inside]] == answers[inside, 0]
-            dns = np.column_stack([at[inside], answers[inside, 1:3]]).astype(np.int64)
-            spans.append(dns[:, 1:3])
-        segs = None
-        if segments is not None:
-            segs = segments[rows].copy()
-            spans.append(segs[:, 0:2])
-        data = b""
-        if spans:
-            data, moved = gather_spans(batch.data, np.concatenate(spans))
+    ) -> RoutedBatch | None:
+        """``rows`` of ``batch`` (``flags``: their judging, mine and own), with their payloads;
+        returns the batch they complete, if they do."""
+        lo, hi = self.n, self.n + len(rows)
+        _take_into(batch.headers, rows, self.headers, lo)
+        flagged = self.headers["flags"][lo:hi] & FLAG_ICMP_ERROR
+        if batch.quotes is not None and (self.quotes is not None or flagged.any()):
+            if self.quotes is None:
+                self.quotes = np.zeros(len(self.headers), QUOTE_DTYPE)  # unread but for ICMP errors
+            _take_into(batch.quotes, rows, self.quotes, lo)
+        if batch.outers is not None:
+            if self.outers is None:
+                self.outers = np.zeros(len(self.headers), OUTER_DTYPE)  # unread out of tunnels
+            _take_into(batch.outers, rows, self.outers, lo)
+        self.flags[lo:hi] = flags
+        if answers is not None or segments is not None:
+            data, dns, segs = payloads_of(batch, rows, answers, segments)
             if dns is not None:
-                dns[:, 1:3] = moved[: len(dns)]
+                self.dns.append(dns + np.array([lo, self.data_length, self.data_length]))
             if segs is not None:
-                placed = moved[len(spans[0]) if dns is not None else 0 :]
-                empty = segs[:, 1] <= segs[:, 0]
-                segs[:, 0:2] = np.where(empty[:, None], 0, placed)  # no payload stays zeros
-        return cls(batch.headers, batch.quotes, batch.outers, rows, judging, mine, own, data, dns, segs)
+                payload = segs[:, 1] > segs[:, 0]  # no payload stays zeros
+                segs[payload, 0:2] += self.data_length
+                self.segments.append(segs)
+            self.data.append(data)
+            self.data_length += len(data)
+        self.n = hi
+        return self.take() if self.n >= self.size else None
+
+    def take(self) -> RoutedBatch | None:
+        """The rows gathered as a batch (None: none), and this emptied for the next."""
+        n = self.n
+        if not n:
+            return None
+        flags = self.flags[:n]
+        batch = RoutedBatch(
+            self.headers[:n],
+            None if self.quotes is None else self.quotes[:n],
+            None if self.outers is None else self.outers[:n],
+            flags[:, 0],
+            flags[:, 1],
+            flags[:, 2],
+            b"".join(self.data),
+            np.concatenate(self.dns).astype(np.int64) if self.dns else None,
+            np.concatenate(self.segments) if self.segments else None,
+        )
+        self._empty()
+        return batch
+
+
+def _take_into(source: npt.NDArray[Any], rows: npt.NDArray[np.int64], target: npt.NDArray[Any], at: int) -> None:
+    """``target[at:at + len(rows)] = source[rows]``, as raw records (``take_rows``)."""
+    raw = np.dtype((np.void, source.dtype.itemsize))
+    np.take(np.ascontiguousarray(source).view(raw), rows, out=target.view(raw)[at : at + len(rows)])
 
 
 @dataclass
@@ -301,13 +300,11 @@ def route(
     routed = RoutedCapture([[] for _ in range(parts)])
     before = file_state(path)
     no_interface = 0  # pcapng packets naming an interface no IDB describes (ifindex all ones)
-    pending: list[list[Piece]] = [[] for _ in range(parts)]
-    held = [0] * parts
+    gathering = {k: Gathering(batch_size) for k in keep}
 
-    def flush(k: int) -> None:
-        if pending[k]:
-            routed.parts[k].append(RoutedBatch.joined(pending[k]))
-            pending[k], held[k] = [], 0
+    def gathered(k: int, done: RoutedBatch | None) -> None:
+        if done is not None:
+            routed.parts[k].append(done)
 
     with open_capture(path, stream=True, tunnels=tunnels, batch_size=batch_size) as cap:
         for batch in cap:
@@ -321,12 +318,9 @@ def route(
                     answers = tunnelled_payloads(batch, answers)
             segments = httprules.segments(batch) if http else None
             if parts == 1:  # the whole capture: no connection hashed
-                every = np.ones(len(batch), dtype=bool)
                 rows = np.arange(len(batch), dtype=np.int64)
-                pending[0].append(Piece.of(batch, rows, every, every, every, answers, segments))
-                held[0] += len(rows)
-                if held[0] >= batch_size:
-                    flush(0)
+                every = np.ones((len(batch), 3), dtype=bool)
+                gathered(0, gathering[0].add(batch, rows, every, answers, segments))
                 continue
             own = flow_hashes(batch.headers)
             keys, dns_rows = connection_keys(batch, own)
@@ -338,14 +332,10 @@ def route(
                 counted = own_part == np.uint64(k)
                 rows = np.flatnonzero(judging | counted)
                 if len(rows):
-                    pending[k].append(
-                        Piece.of(batch, rows, judging[rows], mine[rows], counted[rows], answers, segments)
-                    )
-                    held[k] += len(rows)
-                    if held[k] >= batch_size:  # a partition's batches as large as a read batch
-                        flush(k)
+                    flags = np.column_stack([judging[rows], mine[rows], counted[rows]])
+                    gathered(k, gathering[k].add(batch, rows, flags, answers, segments))
         for k in keep:
-            flush(k)
+            gathered(k, gathering[k].take())
         file_report(routed.report, cap, path, before, no_interface, routed.packets, False)
     return routed
 
@@ -457,4 +447,4 @@ class PartitionReplay(Replay):
         return self.summary
 
 
-__all__ = ["PartitionReplay", "Piece", "RoutedBatch", "RoutedCapture", "connection_keys", "gather_spans", "route"]
+__all__ = ["Gathering", "PartitionReplay", "RoutedBatch", "RoutedCapture", "connection_keys", "gather_spans", "route"]
