@@ -218,14 +218,22 @@ class Gathering:
         lo, hi = self.n, self.n + len(rows)
         _take_into(batch.headers, rows, self.headers, lo)
         flagged = self.headers["flags"][lo:hi] & FLAG_ICMP_ERROR
-        if batch.quotes is not None and (self.quotes is not None or flagged.any()):
-            if self.quotes is None:
-                self.quotes = np.zeros(len(self.headers), QUOTE_DTYPE)  # unread but for ICMP errors
-            _take_into(batch.quotes, rows, self.quotes, lo)
-        if batch.outers is not None:
-            if self.outers is None:
-                self.outers = np.zeros(len(self.headers), OUTER_DTYPE)  # unread out of tunnels
-            _take_into(batch.outers, rows, self.outers, lo)
+        if batch.quotes is not None and self.quotes is None and flagged.any():
+            self.quotes = np.empty(len(self.headers), QUOTE_DTYPE)
+            self.quotes[:lo] = np.zeros(1, QUOTE_DTYPE)  # the rows before: no quote (none is read)
+        if self.quotes is not None:
+            if batch.quotes is None:
+                self.quotes[lo:hi] = np.zeros(1, QUOTE_DTYPE)
+            else:
+                _take_into(batch.quotes, rows, self.quotes, lo)
+        if batch.outers is not None and self.outers is None:
+            self.outers = np.empty(len(self.headers), OUTER_DTYPE)
+            self.outers[:lo] = np.zeros(1, OUTER_DTYPE)  # the rows before: out of no tunnel (unread)
+        if self.outers is not None:
+            if batch.outers is None:
+                self.outers[lo:hi] = np.zeros(1, OUTER_DTYPE)
+            else:
+                _take_into(batch.outers, rows, self.outers, lo)
         self.flags[lo:hi] = flags
         if answers is not None or segments is not None:
             data, dns, segs = payloads_of(batch, rows, answers, segments)
