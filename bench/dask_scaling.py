@@ -189,6 +189,31 @@ def model(
     return total, ideal / total, limit
 
 
+def capture_model(
+    read: float, judge: float, fixed: float, scheduler_per_task: float, file_packets: int, workers: int, ideal: float
+) -> tuple[float, float, str, int]:
+    """Seconds for 1e9 packets in captures of ``file_packets`` each on ``workers`` workers of
+    one thread, the efficiency against one process judging at ``ideal`` seconds a packet spread
+    evenly, what limits it, and the tasks. Each capture is one read task (``read`` seconds a
+    packet: read, decode, split); one partition a worker judges its 1e9 / ``workers`` packets
+    (``judge`` a packet) once every read is done; each capture's share for each partition is
+    two tasks (cut, moved), so the scheduler handles 2 x files x workers of them, at
+    ``scheduler_per_task`` each, one after the other; the run's ``fixed`` cost once. The
+    shares' transfer is not in it (on one machine it is inside the measured costs)."""
+    files = -(-BILLION // file_packets)
+    tasks = files + 2 * files * workers + workers + -(-workers // 7)
+    work = -(-files // workers) * file_packets * read + BILLION / workers * judge
+    scheduling = tasks * scheduler_per_task
+    total = max(work, scheduling) + fixed
+    if scheduling > work:
+        limit = "the scheduler"
+    elif files < workers:
+        limit = "too few captures to read in parallel"
+    else:
+        limit = "the workers"
+    return total, BILLION * ideal / workers / total, limit, tasks
+
+
 def _timed(run: Callable[[], object], repeat: int) -> tuple[float, float]:
     """The least of ``repeat`` runs' wall seconds and of their CPU seconds (this process's): the
     cost with the least interference from what else runs on the machine."""
@@ -256,9 +281,11 @@ def captures_main(args: argparse.Namespace) -> None:
             f"read + split in 2 (the reading tasks' work): {split[0]:.2f} s / {split[1]:.2f} s, "
             f"{100 * split[1] / base[1]:.0f} % of the whole's CPU time"
         )
+        judge4 = 0.0
         for parts in (1, 2, 4):
             shares = [route(p, parts).share(0) for p in paths]
             judge = _timed(lambda s=shares, n=parts: dask_capture.replay_for(engine, options, 0, n).judge_routed(s), 1)
+            judge4 = judge[1]
             print(
                 f"judging one partition of {parts} from its shares: {judge[0]:.2f} s / {judge[1]:.2f} s, "
                 f"{100 * judge[1] / base[1]:.0f} % of the whole's CPU time"
@@ -292,6 +319,36 @@ def captures_main(args: argparse.Namespace) -> None:
             f"dask 1 worker / in-process, wall: {walls_by[1] / base[0]:.2f}x; "
             f"2 workers vs 1: {walls_by[1] / walls_by[2]:.2f}x faster (ideal 2x)"
         )
+        # the model's costs: a read task's CPU a packet (split in 2), a partition's judging a
+        # packet (one of 4), the run's fixed cost (a run of a one-packet capture on 2 workers)
+        tiny = directory / "one.pcap"
+        write_capture(cluster, tiny, 3, 1, seed=1)  # one connection's handshake
+        with (
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc,
+            Client(lc) as client,
+        ):
+            fixed_runs = []
+            for _ in range(args.repeat):
+                started = time.perf_counter()
+                dask_capture.run(engine, [str(tiny)], client=client)
+                fixed_runs.append(time.perf_counter() - started)
+        fixed = statistics.median(fixed_runs)
+        read_cost, judge_cost, ideal = split[1] / packets, judge4 * 4 / packets, base[1] / packets
+        print(
+            f"model inputs: a read task {read_cost * 1e9:.0f} ns a packet, judging {judge_cost * 1e9:.0f} ns a "
+            f"packet (one partition of 4), the run's fixed cost {fixed:.2f} s, the scheduler "
+            f"{args.scheduler_ms:.2f} ms a task (--scheduler-ms, from the flow-record runs); one process "
+            f"{ideal * 1e9:.0f} ns a packet"
+        )
+        for file_packets in (1_000_000, 10_000_000):
+            for workers in (10, 100, 1000):
+                total, efficiency, limit, tasks = capture_model(
+                    read_cost, judge_cost, fixed, args.scheduler_ms / 1000, file_packets, workers, ideal
+                )
+                print(
+                    f"  1e9 packets in captures of {file_packets:,}, {workers:>4} workers: {total:8.1f} s, "
+                    f"{100 * efficiency:5.1f} % efficient, {tasks:,} tasks; limit: {limit}"
+                )
 
 
 def main() -> None:
@@ -305,6 +362,7 @@ def main() -> None:
     ap.add_argument("--packets", type=int, default=10_000_000)
     ap.add_argument("--flows", type=int, default=40_000)
     ap.add_argument("--capture-files", dest="files_of_packets", type=int, default=10)
+    ap.add_argument("--scheduler-ms", type=float, default=1.5, help="the scheduler's CPU per task, for the model")
     args = ap.parse_args()
     if args.captures:
         args.files = args.files_of_packets
