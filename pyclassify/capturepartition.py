@@ -112,7 +112,7 @@ class RoutedBatch:
     whether the partition judges it (``judging``: its connection's, or DNS's), counts it
     (``mine``: its connection's) and counts its 5-tuple among the connections (``own``)."""
 
-    __slots__ = ("data", "dns", "headers", "judging", "mine", "outers", "own", "quotes", "segments")
+    __slots__ = ("data", "dns", "headers", "index", "judging", "mine", "outers", "own", "quotes", "segments")
 
     def __init__(
         self,
@@ -125,6 +125,7 @@ class RoutedBatch:
         data: bytes = b"",
         dns: npt.NDArray[np.int64] | None = None,
         segments: npt.NDArray[np.int64] | None = None,
+        index: npt.NDArray[np.int64] | None = None,
     ) -> None:
         self.headers, self.quotes, self.outers = headers, quotes, outers
         self.judging, self.mine, self.own = judging, mine, own
@@ -134,6 +135,8 @@ class RoutedBatch:
         self.dns = dns
         #: TCP payloads as ``httprules.segments`` gives them (None: no http rules)
         self.segments = segments
+        #: each packet's index in its capture (None: not kept, no lines are written)
+        self.index = index
 
     def __len__(self) -> int:
         return len(self.headers)
@@ -141,7 +144,7 @@ class RoutedBatch:
     def align(self) -> None:
         """Its arrays aligned as the engine reads them (arrays sent between processes may
         arrive at any byte offset: copied then)."""
-        for name in ("headers", "quotes", "outers", "dns", "segments"):
+        for name in ("headers", "quotes", "outers", "dns", "segments", "index"):
             array = getattr(self, name)
             if array is not None and (array.ctypes.data % 8 or not array.flags.c_contiguous):
                 copy = np.empty_like(array, order="C")  # numpy allocates at 16-byte boundaries
@@ -188,8 +191,9 @@ class Gathering:
     is full, the reads' fresh arrays would be faulted in page by page). Its arrays hold two read
     batches, so that a read always fits; only the rows written are ever touched or sent."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, index: bool = False) -> None:
         self.size = size  # a batch is given out once it holds this many rows
+        self.keeps_index = index  # each row's index in its capture kept (for lines written)
         self._empty()
 
     def _empty(self) -> None:
@@ -199,6 +203,7 @@ class Gathering:
         self.quotes: npt.NDArray[Any] | None = None  # made when a row is an ICMP error
         self.outers: npt.NDArray[Any] | None = None  # made when a row came out of a tunnel
         self.flags = np.empty((capacity, 3), dtype=bool)  # judging, mine, own
+        self.index = np.empty(capacity, dtype=np.int64) if self.keeps_index else None
         self.n = 0
         self.data: list[bytes] = []
         self.data_length = 0
@@ -235,6 +240,8 @@ class Gathering:
             else:
                 _take_into(batch.outers, rows, self.outers, lo)
         self.flags[lo:hi] = flags
+        if self.index is not None:
+            self.index[lo:hi] = rows + batch.start
         if answers is not None or segments is not None:
             data, dns, segs = payloads_of(batch, rows, answers, segments)
             if dns is not None:
@@ -264,6 +271,7 @@ class Gathering:
             b"".join(self.data),
             np.concatenate(self.dns).astype(np.int64) if self.dns else None,
             np.concatenate(self.segments) if self.segments else None,
+            None if self.index is None else self.index[:n],
         )
         self._empty()
         return batch
@@ -299,16 +307,18 @@ def route(
     http: bool = False,
     only: int | None = None,
     batch_size: int = DEFAULT_BATCH,
+    index: bool = False,
 ) -> RoutedCapture:
     """Reads the capture at ``path`` once and splits its packets among ``parts`` partitions by
     connection (module documentation), with the DNS answers (``dns``) and TCP payloads
     (``http``) the judging reads. ``only``: that partition's batches alone are kept.
-    ``batch_size``: the packets read at a time, and about the packets of a partition's batch."""
+    ``batch_size``: the packets read at a time, and about the packets of a partition's batch.
+    ``index``: each packet's index in the capture kept (for the lines a partition writes)."""
     keep = range(parts) if only is None else [only]
     routed = RoutedCapture([[] for _ in range(parts)])
     before = file_state(path)
     no_interface = 0  # pcapng packets naming an interface no IDB describes (ifindex all ones)
-    gathering = {k: Gathering(batch_size) for k in keep}
+    gathering = {k: Gathering(batch_size, index) for k in keep}
 
     def gathered(k: int, done: RoutedBatch | None) -> None:
         if done is not None:
@@ -369,6 +379,7 @@ class PartitionReplay(Replay):
         self._verdicts: npt.NDArray[Any] | None = None
         self._routed: Any = None  # the routed batch being accounted
         self.batch_size = DEFAULT_BATCH  # of the captures ``run`` reads (``route``)
+        self._first = 0  # the run's index of the first packet of the capture being judged
 
     def _payloads(self, batch: Any) -> tuple[npt.NDArray[np.int64] | None, npt.NDArray[np.int64] | None]:
         # found by the task that read the capture (``route``)
@@ -420,6 +431,23 @@ class PartitionReplay(Replay):
         own = np.flatnonzero(routed.own)
         self.summary.flow_set.add(take_rows(routed.headers, own), skip[own])
 
+    def _write_routed_lines(self, batch: Any, verdicts: npt.NDArray[Any]) -> None:
+        """``--out``'s line for each packet this partition counts, numbered as in one run over
+        every capture."""
+        if batch.index is None:
+            raise ValueError("the capture was routed without its packets' indices: route(..., index=True)")
+        if len(self._counted) == len(batch) and self._counted.all():
+            rows = np.arange(len(batch), dtype=np.int64)
+        else:  # the rows ``_account`` counted (its staged verdicts are already theirs)
+            keep = np.flatnonzero(self._counted)
+            rows = self._judged[keep]
+            verdicts = take_rows(verdicts, keep)
+            if self._service_entries is not None:
+                self._service_entries = self._service_entries[keep]
+        view = Rows(take_rows(batch.headers, rows), None if batch.outers is None else take_rows(batch.outers, rows))
+        with self._writing("--out", self._out_name()):
+            self._write_lines(view, verdicts, batch.index[rows] + self._first)  # type: ignore[arg-type]
+
     @staticmethod
     def _undecoded(verdicts: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
         reasons = verdicts["reason"]
@@ -432,7 +460,11 @@ class PartitionReplay(Replay):
         for capture in captures:
             batches = capture.parts[0] if len(capture.parts) == 1 else capture.parts[self.part]
             for batch in batches:
-                self._account(batch, self._judge(batch))
+                verdicts = self._judge(batch)
+                self._account(batch, verdicts)
+                if self.out is not None:
+                    self._write_routed_lines(batch, verdicts)
+            self._first += capture.packets
             if self.part == 0:
                 report = capture.report
                 self.summary.decode_errors.update(report.decode_errors)
@@ -448,7 +480,14 @@ class PartitionReplay(Replay):
         dns, http = self.dns is not None, self.http and self.tracker is not None
         for path in paths:
             share = route(
-                path, self.parts, tunnels=self.tunnels, dns=dns, http=http, only=self.part, batch_size=self.batch_size
+                path,
+                self.parts,
+                tunnels=self.tunnels,
+                dns=dns,
+                http=http,
+                only=self.part,
+                batch_size=self.batch_size,
+                index=self.out is not None,
             )
             self.judge_routed([share])
         self.summary.seconds = time.perf_counter() - start

@@ -71,6 +71,7 @@ class PartitionResult:
     dns: dict[str, Any] | None = None
     conntrack: dict[str, int] | None = None
     engines_built: int = 0  # engines built by the tasks themselves (domain rules, staged policies)
+    packets_by_partition: list[int] = field(default_factory=list)  # in partition order
 
 
 def merge_results(*parts: PartitionResult) -> PartitionResult:
@@ -86,6 +87,7 @@ def merge_results(*parts: PartitionResult) -> PartitionResult:
                 if isinstance(v, (int, float))
             }
         merged.engines_built += part.engines_built
+        merged.packets_by_partition += part.packets_by_partition
     return merged
 
 
@@ -113,9 +115,12 @@ def replay_for(engine: NativeEngine, options: CaptureOptions, part: int = 0, par
     )
 
 
-def read_capture(client_version: str, path: str, parts: int, options: CaptureOptions, dns: bool, http: bool) -> Any:
+def read_capture(
+    client_version: str, path: str, parts: int, options: CaptureOptions, dns: bool, http: bool, index: bool = False
+) -> Any:
     """A task: the capture at ``path`` read once on this worker and split among ``parts``
-    partitions by connection (``capturepartition.route``)."""
+    partitions by connection (``capturepartition.route``; ``index``: each packet's index kept,
+    for the lines the partitions write)."""
     from pyclassify.capturepartition import route
 
     mine = dask_replay.version()
@@ -123,7 +128,7 @@ def read_capture(client_version: str, path: str, parts: int, options: CaptureOpt
         raise dask_replay.ClusterError(
             f"a worker runs pyclassify {mine}, the client {client_version}: install the same version on both"
         )
-    return route(path, parts, tunnels=options.tunnels, dns=dns, http=http)
+    return route(path, parts, tunnels=options.tunnels, dns=dns, http=http, index=index)
 
 
 def share_of(routed: Any, part: int) -> Any:
@@ -138,10 +143,18 @@ def moved(share: Any) -> Any:
 
 
 def judge_partition(
-    plugin_name: str, client_version: str, shares: list[Any], part: int, parts: int, options: CaptureOptions
+    plugin_name: str,
+    client_version: str,
+    shares: list[Any],
+    part: int,
+    parts: int,
+    options: CaptureOptions,
+    out: str | None = None,
 ) -> PartitionResult:
     """A task: partition ``part`` of ``parts``, its share of every capture (``shares``, in the
-    captures' order, as ``read_capture`` split them) judged on this worker."""
+    captures' order, as ``read_capture`` split them) judged on this worker; with ``out``, its
+    packets' lines written there (put in place only when the partition was judged whole: a task
+    run again after a lost worker replaces it, never adds to it)."""
     from pyclassify import domains
     from pyclassify.engine import NativeEngine
 
@@ -154,14 +167,61 @@ def judge_partition(
             inventory.domains = domains.new_facts(options.dns_grace)
         engine, built = NativeEngine(engine.policy_set, inventory), 1
     replay = replay_for(engine, options, part, parts)
-    replay.judge_routed(shares)
+    if out is None:
+        replay.judge_routed(shares)
+    else:
+        _judge_into(replay, shares, out)
     dask_replay.report_judged(plugin_name, replay.summary.packets)
     return PartitionResult(
         replay.summary,
         None if replay.dns is None else replay.dns.to_json(),
         None if replay.tracker is None else replay.tracker.stats(),
         built,
+        [replay.summary.packets],
     )
+
+
+def _judge_into(replay: PartitionReplay, shares: list[Any], out: str) -> None:
+    """``replay`` judges ``shares`` with its lines written to ``out``, put in place only when
+    every share was judged."""
+    from distributed import get_worker
+
+    from pyclassify.output import OutputFile
+    from pyclassify.replay import ReplayError
+
+    worker = get_worker().address
+    try:
+        lines = OutputFile("--out-dir", out, binary=False)
+    except OSError as e:
+        raise ReplayError(f"--out-dir {out}: cannot open for writing on worker {worker}: {e.strerror or e}") from None
+    judged = False
+    try:
+        replay.out = lines.file
+        replay.judge_routed(shares)
+        judged = True
+    finally:
+        failure = lines.finish(judged)
+    if failure is not None:
+        raise ReplayError(f"{failure} (on worker {worker})")
+
+
+def write_index(directory: str, result: PartitionResult) -> str:
+    """``index.json`` of ``--out-dir``: per partition, its lines file (each line a packet the
+    partition counted, in capture order, numbered as in one run over every capture) and its
+    packets."""
+    import json
+
+    from pyclassify.output import OutputFile
+
+    parts = [
+        {"partition": k, "lines": dask_replay.part_name(k), "packets": n}
+        for k, n in enumerate(result.packets_by_partition)
+    ]
+    path = os.path.join(directory, "index.json")
+    index = OutputFile("--out-dir", path, binary=False)
+    index.file.write(json.dumps({"packets": sum(result.packets_by_partition), "parts": parts}, indent=1) + "\n")
+    index.commit()
+    return path
 
 
 def run(
@@ -174,13 +234,15 @@ def run(
     parts: int | None = None,
     progress: Callable[[int, int, int], None] | None = None,
     client: Client | None = None,
+    out: str | None = None,
 ) -> tuple[dict[str, Any], PartitionResult, dict[str, Any]]:
     """Replays ``paths`` on the cluster in ``parts`` partitions (default: one a worker
     thread): one task reads each capture and splits it by connection, one task a partition
     judges its share of every capture; returns the summary as ``Replay.summary_json`` gives it
     in-process (its ``conntrack``: the partitions' trackers' stats summed, DNS connections
     counted in each), the merged result, and what the run used (as ``dask_replay.run``'s, with
-    ``partitions``)."""
+    ``partitions``). ``out``: a directory the partitions write their packets' lines to
+    (``part-NNNNN.jsonl``, by partition), with ``index.json`` written here at the end."""
     from pyclassify import domains, httprules
 
     opts = options or CaptureOptions()
@@ -191,6 +253,14 @@ def run(
                 "-: standard input cannot be read by the workers: give files on storage they read"
             )
     absolute = [os.path.abspath(p) for p in paths]
+    target = None if out is None else os.path.abspath(out)
+    if target is not None:
+        try:
+            os.makedirs(target, exist_ok=True)
+        except OSError as e:
+            from pyclassify.replay import ReplayError
+
+            raise ReplayError(f"--out-dir {out}: cannot be made a directory: {e.strerror or e}") from None
     dns = domains.has_domain_rules(engine.policy_set)
     http = opts.conntrack and httprules.has_http_rules(engine.policy_set)
     chosen: list[int] = []
@@ -217,7 +287,9 @@ def run(
             for j, path in enumerate(absolute):
                 key_j = f"pyclassify-read-{j}-{run_token}"
                 reads.append(
-                    client.submit(read_capture, mine, path, chosen[0], opts, dns, http, key=key_j, **placed(j))
+                    client.submit(
+                        read_capture, mine, path, chosen[0], opts, dns, http, target is not None, key=key_j, **placed(j)
+                    )
                 )
         shares = []
         for j, r in enumerate(reads):
@@ -225,7 +297,10 @@ def run(
             share = client.submit(share_of, r, part, key=f"pyclassify-share-{j}-{part}-{run_token}", **placed(j))
             shares.append(client.submit(moved, share, key=f"pyclassify-moved-{j}-{part}-{run_token}", **placed(part)))
             reads_held.extend(shares[-1:] + [share])
-        return client.submit(judge_partition, plugin, mine, shares, part, chosen[0], opts, key=key, **placed(part))
+        lines = None if target is None else os.path.join(target, dask_replay.part_name(part))
+        return client.submit(
+            judge_partition, plugin, mine, shares, part, chosen[0], opts, lines, key=key, **placed(part)
+        )
 
     reads_held: list[Any] = []
     # the facts an engine here learned are not sent: each task learns its own from the captures
@@ -253,6 +328,8 @@ def run(
     result.summary.seconds = time.perf_counter() - started
     info["partitions"] = chosen[0] if chosen else 0
     info["reads"] = len(reads)
+    if target is not None and not result.summary.interrupted:
+        info["index"] = write_index(target, result)
     return summary_json(engine, result, opts), result, info
 
 
@@ -276,4 +353,5 @@ __all__ = [
     "run",
     "share_of",
     "summary_json",
+    "write_index",
 ]

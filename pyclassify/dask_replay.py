@@ -182,7 +182,8 @@ def partitions(paths: list[str], rows: int = PARTITION_ROWS) -> list[tuple[str, 
 
 
 def part_name(index: int) -> str:
-    """The lines file of input file ``index`` in ``--out``'s directory."""
+    """The lines file of input file ``index`` (flow records) or of partition ``index``
+    (captures) in ``--out-dir``'s directory."""
     return f"part-{index:05d}.jsonl"
 
 

@@ -778,9 +778,15 @@ class Replay:
             ref = self._names[address] = owner.ref
         return ref
 
-    def _write_lines(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
+    def _write_lines(
+        self, batch: Batch, verdicts: npt.NDArray[Any], indices: npt.NDArray[np.int64] | None = None
+    ) -> None:
+        """A line per packet of ``batch``; ``indices``: each packet's index in the run (a
+        partition's packets are not consecutive), otherwise the next ones."""
         assert self.out is not None
         for k, (h, v) in enumerate(zip(batch.headers, verdicts)):
+            if indices is not None:
+                self._index = int(indices[k])
             line = self._line(h, v, _reason(h, v), batch.outers, k)
             service = self._service_json(k)
             if service is not None:

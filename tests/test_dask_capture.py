@@ -9,6 +9,7 @@ cannot do there, and names an unreachable scheduler and workers of another versi
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import signal
@@ -118,13 +119,14 @@ def write_captures(directory: Path, frames: list[bytes], cuts: list[int]) -> lis
     return paths
 
 
-def in_process(project: Any, paths: list[str], conntrack: bool = True) -> dict[str, Any]:
-    """One ``Replay`` over ``paths`` as the command makes it, domain facts of its own."""
+def in_process(project: Any, paths: list[str], conntrack: bool = True, out: Any = None) -> dict[str, Any]:
+    """One ``Replay`` over ``paths`` as the command makes it, domain facts of its own; ``out``:
+    where its lines go."""
     inventory = dataclasses.replace(project.inventory, domains=domains.new_facts())
     engine = NativeEngine(project.policy_set, inventory)
     view = project.policy_set.staged_view()
     staged = None if view is None else engine.update(view, inventory)
-    replay = Replay(engine, conntrack=conntrack, staged=staged, dns=domains.DnsLearner(inventory.domains))
+    replay = Replay(engine, conntrack=conntrack, staged=staged, dns=domains.DnsLearner(inventory.domains), out=out)
     replay.run(paths)
     return replay.summary_json()
 
@@ -156,18 +158,26 @@ def test_partitions_by_connection_add_up_to_one_replay(
 
     project = staged_project if staged else project
     paths = write_captures(tmp_path_factory.mktemp("captures"), frames_of(events), cuts)
-    whole = in_process(project, paths, conntrack)
+    one_run = io.StringIO()
+    whole = in_process(project, paths, conntrack, out=one_run)
     options = dask_capture.CaptureOptions(conntrack=conntrack)
-    results = []
+    results, lines = [], []
     for part in range(parts):
         inventory = dataclasses.replace(project.inventory, domains=domains.new_facts())
         replay = dask_capture.replay_for(NativeEngine(project.policy_set, inventory), options, part, parts)
         replay.batch_size = batch_size
+        replay.out = io.StringIO()
         replay.run(paths)
         results.append(dask_capture.PartitionResult(replay.summary, replay.dns.to_json() if replay.dns else None))
+        lines += [json.loads(line) for line in replay.out.getvalue().splitlines()]
     merged = dask_capture.merge_results(*results)
     assert merged.summary.packets == sum(r.summary.packets for r in results) == whole["packets"]
     assert answer(dask_capture.summary_json(plain_engine(project), merged, options)) == answer(whole)
+    # each packet's line written by one partition, as one run writes it
+    assert len(lines) == whole["packets"]
+    assert sorted(lines, key=lambda line: line["index"]) == [
+        json.loads(line) for line in one_run.getvalue().splitlines()
+    ]
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -334,6 +344,32 @@ def test_the_command_on_the_cluster_answers_as_in_process(cluster):
     assert local["dns"]["learned"] > 0 and local["by_rule"]
     assert answer(distributed) == answer(local)
     assert distributed["cluster"]["workers"] == 2 and distributed["cluster"]["partitions"] == 2
+
+
+def test_the_partitions_write_each_packets_line_as_one_run_does(cluster, tmp_path):
+    """``--out-dir``: each partition's lines file on the workers, ``index.json`` naming them;
+    together, ordered by index, they are the lines ``--out`` writes in one process."""
+    pcaps = ["--pcap", str(ROOT / "pcaps" / "demo.pcap"), "--pcap", str(ROOT / "pcaps" / "domains.pcap")]
+    here = _cli("replay", str(DEMO), str(DOMAINS), *pcaps, "--out", str(tmp_path / "one.jsonl"))
+    assert here.returncode == 0, here.stderr
+    directory = tmp_path / "lines"
+    there = _cli(
+        "replay", str(DEMO), str(DOMAINS), *pcaps, "--json", "--scheduler", cluster.address, "--out-dir", str(directory)
+    )
+    assert there.returncode == 0, there.stderr + cluster.logs()
+    index = json.loads((directory / "index.json").read_text())
+    assert json.loads(there.stdout)["cluster"]["index"] == str(directory / "index.json")
+    assert [p["lines"] for p in index["parts"]] == ["part-00000.jsonl", "part-00001.jsonl"]
+    lines = []
+    for part in index["parts"]:
+        got = [json.loads(line) for line in (directory / part["lines"]).read_text().splitlines()]
+        assert len(got) == part["packets"] and [g["index"] for g in got] == sorted(g["index"] for g in got)
+        lines += got
+    expected = [json.loads(line) for line in (tmp_path / "one.jsonl").read_text().splitlines()]
+    assert index["packets"] == len(expected) > 0
+    assert sorted(lines, key=lambda line: line["index"]) == expected
+    in_process = _cli("replay", str(DEMO), *pcaps[:2], "--out-dir", str(directory))
+    assert in_process.returncode == 2 and "give --scheduler or --workers" in in_process.stderr
 
 
 def test_what_the_cluster_cannot_do_for_captures_is_refused(tmp_path):

@@ -81,8 +81,9 @@ Examples:
     type=click.Path(file_okay=False),
     default=None,
     metavar="DIR",
-    help="With --scheduler/--workers: one file of --out's lines per input file, written by the workers "
-    "into DIR (made if missing; the workers must reach it at this path), and DIR/index.json.",
+    help="With --scheduler/--workers: --out's lines written by the workers into DIR (made if missing; the "
+    "workers must reach it at this path), one file per input file (--traffic) or per partition (--pcap), "
+    "and DIR/index.json.",
 )
 @click.option(
     "--allowed",
@@ -212,16 +213,18 @@ def replay_cmd(
             out_dir=out_dir,
         )
         return
-    if out_dir is not None:
-        raise click.UsageError("--out-dir holds the lines of flow records (--traffic) judged on a cluster")
     # a scheduler named only by the environment leaves captures in-process: --scheduler asks
     on_cluster = bool(workers) or (scheduler is not None and not from_environment("scheduler"))
+    if out_dir is not None and not on_cluster:
+        raise click.UsageError(
+            "--out-dir is written by a cluster's workers: give --scheduler or --workers (in-process, --out FILE)"
+        )
     if on_cluster and scheduler and workers:
         raise click.UsageError("--scheduler names a running cluster, --workers starts one: give one of them")
     if on_cluster and (out_path or allowed_path or denied_path or per_flow):
         raise click.UsageError(
             "--out, --flows, --allowed and --denied are written in-process: on a cluster (--scheduler, "
-            "--workers) captures give their summary"
+            "--workers) --out-dir DIR has each partition write its packets' lines"
         )
     if not pcaps:
         raise click.UsageError("give what to replay: --pcap FILE (captures) or --traffic FILE (flow records)")
@@ -257,7 +260,7 @@ def replay_cmd(
         from pyclassify.dask_capture import CaptureOptions
 
         options = CaptureOptions(conntrack=not no_conntrack, default=default, tunnels=tunnels, dns_grace=dns_grace)
-        _captures_on_cluster(project, pcaps, options, as_json, None if workers else scheduler, workers)
+        _captures_on_cluster(project, pcaps, options, as_json, None if workers else scheduler, workers, out_dir)
         return
     from pyclassify import domains, httprules
 
@@ -345,6 +348,7 @@ def _captures_on_cluster(
     as_json: bool,
     scheduler: str | None,
     workers: int | None,
+    out_dir: str | None = None,
 ) -> None:
     """``replay --pcap`` on a Dask cluster (``pyclassify.dask_capture``): exit as in-process,
     and 8 when the cluster cannot be used (the scheduler unreachable, another version)."""
@@ -359,7 +363,13 @@ def _captures_on_cluster(
 
     try:
         summary, result, info = dask_capture.run(
-            engine, list(pcaps), scheduler=scheduler, workers=workers, options=options, progress=progress
+            engine,
+            list(pcaps),
+            scheduler=scheduler,
+            workers=workers,
+            options=options,
+            progress=progress,
+            out=out_dir,
         )
     except dask_replay.ClusterError as e:
         err.print(f"[red]error[/red]: {escape(str(e))}")
@@ -372,6 +382,7 @@ def _captures_on_cluster(
         "workers": info["workers"],
         "tasks": info["tasks"],
         "partitions": info["partitions"],
+        "index": info.get("index"),
     }
     if as_json:
         emit_json(summary)
