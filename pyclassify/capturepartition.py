@@ -260,18 +260,24 @@ class Gathering:
         n = self.n
         if not n:
             return None
-        flags = self.flags[:n]
+
+        def rows(array: Any) -> Any:
+            # a batch short of the size (a capture's last) is copied: its slice would keep the
+            # whole buffer (two read batches' worth) alive
+            return None if array is None else array[:n] if n >= self.size else array[:n].copy()
+
+        flags = rows(self.flags)
         batch = RoutedBatch(
-            self.headers[:n],
-            None if self.quotes is None else self.quotes[:n],
-            None if self.outers is None else self.outers[:n],
+            rows(self.headers),
+            rows(self.quotes),
+            rows(self.outers),
             flags[:, 0],
             flags[:, 1],
             flags[:, 2],
             b"".join(self.data),
             np.concatenate(self.dns).astype(np.int64) if self.dns else None,
             np.concatenate(self.segments) if self.segments else None,
-            None if self.index is None else self.index[:n],
+            rows(self.index),
         )
         self._empty()
         return batch
@@ -356,6 +362,25 @@ def route(
             gathered(k, gathering[k].take())
         file_report(routed.report, cap, path, before, no_interface, routed.packets, False)
     return routed
+
+
+def _nbytes(value: RoutedBatch | RoutedCapture) -> int:
+    """What a routed batch or capture holds, for Dask's memory accounting (spilling, transfer
+    costs): without it, Dask counts each as a few dozen bytes."""
+    if isinstance(value, RoutedCapture):
+        return 64 + sum(_nbytes(b) for part in value.parts for b in part)
+    arrays = (value.headers, value.quotes, value.outers, value.judging, value.mine, value.own, value.dns)
+    held = sum(a.nbytes for a in arrays if a is not None) + len(value.data)
+    return 64 + held + sum(a.nbytes for a in (value.segments, value.index) if a is not None)
+
+
+try:
+    from dask.sizeof import sizeof as _dask_sizeof
+except ImportError:  # the dask extra is not installed: nothing to tell
+    pass
+else:
+    _dask_sizeof.register(RoutedBatch)(_nbytes)
+    _dask_sizeof.register(RoutedCapture)(_nbytes)
 
 
 class Rows(NamedTuple):

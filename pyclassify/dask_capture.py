@@ -265,6 +265,7 @@ def run(
     http = opts.conntrack and httprules.has_http_rules(engine.policy_set)
     chosen: list[int] = []
     reads: list[Any] = []
+    read_count: list[int] = []
     run_token = f"{os.getpid()}-{time.monotonic_ns()}"
 
     slots: list[str] = []  # a worker's address once per thread, in a fixed order
@@ -283,7 +284,7 @@ def run(
         return {"workers": [slots[index % len(slots)]], "allow_other_workers": True} if slots else {}
 
     def submit(client: Client, plugin: str, mine: str, i: int, part: int, key: str) -> Any:
-        if not reads:  # each capture read once, by one task
+        if i == 0:  # each capture read once, by one task
             for j, path in enumerate(absolute):
                 key_j = f"pyclassify-read-{j}-{run_token}"
                 reads.append(
@@ -291,43 +292,43 @@ def run(
                         read_capture, mine, path, chosen[0], opts, dns, http, target is not None, key=key_j, **placed(j)
                     )
                 )
+            read_count.append(len(reads))
         shares = []
         for j, r in enumerate(reads):
             # cut where the capture was read, then moved whole to the partition's worker
             share = client.submit(share_of, r, part, key=f"pyclassify-share-{j}-{part}-{run_token}", **placed(j))
             shares.append(client.submit(moved, share, key=f"pyclassify-moved-{j}-{part}-{run_token}", **placed(part)))
-            reads_held.extend(shares[-1:] + [share])
         lines = None if target is None else os.path.join(target, dask_replay.part_name(part))
-        return client.submit(
+        judge = client.submit(
             judge_partition, plugin, mine, shares, part, chosen[0], opts, lines, key=key, **placed(part)
         )
+        if i == chosen[0] - 1:
+            # every partition's tasks hold the reads now: held here, a capture's decoded packets
+            # would stay on the cluster until the run ends, not until its last share is moved
+            reads.clear()
+        return judge
 
-    reads_held: list[Any] = []
     # the facts an engine here learned are not sent: each task learns its own from the captures
     inventory = engine.inventory
     if inventory.domains is not None:
         inventory = dataclasses.replace(inventory, domains=None)
-    try:
-        result, info = dask_replay._on_cluster(
-            (engine.policy_set, inventory),
-            paths,
-            submit,
-            merge_results,
-            PartitionResult,
-            scheduler,
-            workers,
-            progress,
-            client,
-            items=partitions,
-        )
-    finally:
-        if client is not None and (reads or reads_held):
-            client.cancel(reads + reads_held)  # an interrupted run leaves nothing on the cluster
+    result, info = dask_replay._on_cluster(
+        (engine.policy_set, inventory),
+        paths,
+        submit,
+        merge_results,
+        PartitionResult,
+        scheduler,
+        workers,
+        progress,
+        client,
+        items=partitions,
+    )
     if info["interrupted"]:  # Ctrl-C: the partitions judged whole, a part of every capture
         result.summary.interrupted = True
     result.summary.seconds = time.perf_counter() - started
     info["partitions"] = chosen[0] if chosen else 0
-    info["reads"] = len(reads)
+    info["reads"] = read_count[0] if read_count else 0
     if target is not None and not result.summary.interrupted:
         info["index"] = write_index(target, result)
     return summary_json(engine, result, opts), result, info

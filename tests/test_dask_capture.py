@@ -271,6 +271,25 @@ def test_a_partitions_batches_joined_hold_what_one_read_gives(parts, batch_size)
             assert any(len(b) > 1 for b in small.parts[k]) or batch_size == 1 or not one.parts[k]
 
 
+def test_routed_packets_are_counted_at_their_size_and_hold_no_more(tmp_path):
+    """Dask's memory accounting sees a routed capture's arrays (it would count a few dozen bytes
+    otherwise, and neither spill nor pause), and a partition's last, short batch does not keep
+    a buffer sized for two read batches alive."""
+    import numpy as np
+    from dask.sizeof import sizeof
+
+    from pyclassify.capturepartition import route
+
+    path = write_tcp_capture(tmp_path / "flows.pcap", 5_000, 20000 + np.arange(5_000) % 300)
+    routed = route(str(path), 3, batch_size=1024)
+    batches = [b for part in routed.parts for b in part]
+    held = sum(b.headers.nbytes + b.judging.nbytes * 3 for b in batches)
+    assert sum(len(b) for b in batches) >= 5_000 and sizeof(routed) >= held
+    for part in routed.parts:
+        last = part[-1]
+        assert last.headers.base is None or last.headers.base.nbytes < 2 * last.headers.nbytes
+
+
 def test_each_capture_is_read_once_on_the_cluster(project, client, tmp_path):
     """One task reads each capture, whatever the partitions: the shuffle, not a read per
     partition."""
