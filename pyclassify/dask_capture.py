@@ -253,14 +253,9 @@ def run(
                 "-: standard input cannot be read by the workers: give files on storage they read"
             )
     absolute = [os.path.abspath(p) for p in paths]
-    target = None if out is None else os.path.abspath(out)
-    if target is not None:
-        try:
-            os.makedirs(target, exist_ok=True)
-        except OSError as e:
-            from pyclassify.replay import ReplayError
+    from pyclassify.replay import ReplayError
 
-            raise ReplayError(f"--out-dir {out}: cannot be made a directory: {e.strerror or e}") from None
+    target = dask_replay.out_directory(out, ReplayError)
     dns = domains.has_domain_rules(engine.policy_set)
     http = opts.conntrack and httprules.has_http_rules(engine.policy_set)
     chosen: list[int] = []

@@ -181,6 +181,19 @@ def partitions(paths: list[str], rows: int = PARTITION_ROWS) -> list[tuple[str, 
     return out
 
 
+def out_directory(out: str | None, error: type[Exception]) -> str | None:
+    """``--out-dir``'s directory, made if missing, as an absolute path (the workers write there);
+    ``error`` (the command's own) when it cannot be made."""
+    if out is None:
+        return None
+    target = os.path.abspath(out)
+    try:
+        os.makedirs(target, exist_ok=True)
+    except OSError as e:
+        raise error(f"--out-dir {out}: cannot be made a directory: {e.strerror or e}") from None
+    return target
+
+
 def part_name(index: int) -> str:
     """The lines file of input file ``index`` (flow records) or of partition ``index``
     (captures) in ``--out-dir``'s directory."""
@@ -476,15 +489,11 @@ def run(
     ``partition_rows`` rows cut between row groups): the merged summary, and what the run
     used (``{"scheduler", "workers", "tasks"}``, and per worker ``engine_seconds``,
     ``engine_builds`` and ``tasks_by_worker``: the files it judged). ``progress(done, total,
-    records)`` is called as tasks finish, with the records the finished tasks judged. ``out``: a directory the workers write each file's lines to
-    (``part-NNNNN.jsonl``, numbered as ``paths``), with ``index.json`` written here at the end."""
+    records)`` is called as tasks finish, with the records the finished tasks judged. ``out``:
+    a directory the workers write each file's lines to (``part-NNNNN.jsonl``, numbered as
+    ``paths``), with ``index.json`` written here at the end."""
     started = time.perf_counter()
-    target = None if out is None else os.path.abspath(out)
-    if target is not None:
-        try:
-            os.makedirs(target, exist_ok=True)
-        except OSError as e:
-            raise RecordError(f"--out-dir {out}: cannot be made a directory: {e.strerror or e}") from None
+    target = out_directory(out, RecordError)
 
     # with --out-dir, one lines file per input file: files are not cut
     tasks = [(p, None) for p in paths] if target is not None else partitions(paths, partition_rows)
