@@ -1,6 +1,6 @@
 //! Random rulesets with interleaved inserts and removes: TupleMerge == LinearScan == brute force,
 //! for classify, classify_batch and matches_below, under several tunings (tiny collision limits
-//! force bucket splits).
+//! force bucket splits), with the pruning index clean, dirty and built again in between.
 
 use proptest::prelude::*;
 use pyclassify_core::classifier::{
@@ -85,6 +85,8 @@ enum Op {
     /// Remove the live rule at this index modulo the number of live rules.
     Remove(usize),
     Check(PacketKey),
+    /// Build the pruning index again (every table clean, renumbered).
+    Rebuild,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -92,6 +94,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => rule().prop_map(Op::Insert),
         2 => any::<usize>().prop_map(Op::Remove),
         3 => key().prop_map(Op::Check),
+        1 => Just(Op::Rebuild),
     ]
 }
 
@@ -166,6 +169,7 @@ proptest! {
                     }
                 }
                 Op::Check(k) => check(&tm, &lin, &live, &k)?,
+                Op::Rebuild => tm.rebuild_pruning(),
             }
             prop_assert_eq!(tm.len(), live.len());
             prop_assert_eq!(lin.len(), live.len());
@@ -223,4 +227,55 @@ fn equal_priorities_go_to_the_lower_id() {
     let mut v = Vec::new();
     tm.matches_below(&k, u32::MAX, &mut v);
     assert_eq!(v.iter().map(|m| m.id).collect::<Vec<_>>(), [4, 9, 2]);
+}
+
+/// More tables than the pruning index tracks (128): the tables past it are probed for every key,
+/// before and after the index is built again, and through updates that leave it dirty.
+#[test]
+fn tables_past_the_pruning_index_are_probed() {
+    let cfg = TupleMergeConfig { collision_limit: 8, v4_step: 1, v6_step: 1 };
+    let mut rules = Vec::new();
+    let mut id = 0u32;
+    for sl in 0..=32u8 {
+        for dl in (0..=32u8).step_by(4) {
+            let s = 0x0a00_0000u32 | (id.wrapping_mul(2_654_435_761) >> 8);
+            let d = 0xc0a8_0000u32 | id.wrapping_mul(40_503);
+            rules.push(ClassRule {
+                src: Prefix::v4(s, sl),
+                dst: Prefix::v4(d, dl),
+                dport: PortRange::exact((id % 7) as u16 * 10),
+                // Most specific first: no table yet holds a rule's tuple, so each gets its own.
+                ..ClassRule::any(id, 100 - sl as u32 - dl as u32)
+            });
+            id += 1;
+        }
+    }
+    let mut tm = TupleMerge::build_with(&rules, cfg).unwrap();
+    assert!(tm.stats().tables > 128, "{:?}", tm.stats());
+    let mut lin = LinearScan::build(&rules).unwrap();
+    let keys: Vec<PacketKey> = rules
+        .iter()
+        .flat_map(|r| {
+            let k = PacketKey::v4(r.src.addr as u32, r.dst.addr as u32, 1, r.dport.lo, 6);
+            [k, PacketKey { dst: k.dst ^ 1, ..k }, PacketKey { src: k.src ^ 0x100, ..k }]
+        })
+        .collect();
+    let agree = |tm: &TupleMerge, lin: &LinearScan| {
+        for k in &keys {
+            assert_eq!(tm.classify(k), lin.classify(k), "{k:?}");
+        }
+    };
+    agree(&tm, &lin);
+    for r in rules.iter().step_by(3) {
+        assert!(tm.remove(r.id));
+        assert!(lin.remove(r.id));
+    }
+    for r in rules.iter().step_by(3) {
+        let moved = ClassRule { priority: r.priority / 2, dport: PortRange::ANY, ..*r };
+        tm.insert(moved).unwrap();
+        lin.insert(moved).unwrap();
+    }
+    agree(&tm, &lin);
+    tm.rebuild_pruning();
+    agree(&tm, &lin);
 }

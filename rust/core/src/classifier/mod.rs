@@ -22,6 +22,8 @@
 #[cfg(feature = "bench")]
 mod linear;
 #[cfg(feature = "bench")]
+mod pruning;
+#[cfg(feature = "bench")]
 mod tuplemerge;
 
 #[cfg(feature = "bench")]

@@ -17,7 +17,11 @@
 //! move to a more specific table. A removal deletes the rule from its bucket. A table's best rank
 //! may go stale after removals; it stays a lower bound (the search remains exact, just stops a
 //! little later) and is recomputed once enough removals accumulate.
+//!
+//! Before the tables, a lookup asks the pruning index (`super::pruning`, Srinivasan et al.'s
+//! pruned tuple space search) which tables could hold a match at all, and skips the others.
 
+use super::pruning::{self, Candidates, Extent, Pruning};
 use super::{ClassRule, Classifier, ClassifierError, Entry, Match, PacketKey};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -224,9 +228,39 @@ impl Table {
         (h, b.all.len())
     }
 
+    fn set_uid(&mut self, uid: u32) {
+        self.uid = uid;
+    }
+
     fn refresh_min(&mut self) {
         self.min_rank = self.buckets.values().map(|b| b.first.rank).min().unwrap_or(u64::MAX);
         self.stale = 0;
+    }
+
+    /// The best of `best` and the rank of this table's first rule matching `k`.
+    #[inline(always)]
+    fn probe(&self, k: &PacketKey, mut best: u64) -> u64 {
+        if self.min_rank >= best {
+            return best;
+        }
+        if let Some(b) = self.buckets.get(&self.key_hash(k)) {
+            if b.first.rank >= best {
+                return best;
+            }
+            if b.first.matches(k) {
+                return b.first.rank;
+            }
+            for e in &b.all[1..] {
+                if e.rank >= best {
+                    break;
+                }
+                if e.matches(k) {
+                    best = e.rank;
+                    break;
+                }
+            }
+        }
+        best
     }
 
     fn memory_bytes(&self) -> usize {
@@ -250,6 +284,8 @@ pub struct TupleMergeStats {
     pub tables: usize,
     pub buckets: usize,
     pub largest_bucket: usize,
+    /// Atoms of the pruning index: source, destination, source port, destination port.
+    pub atoms: [usize; 4],
 }
 
 /// The fast classifier (see the module documentation).
@@ -262,6 +298,9 @@ pub struct TupleMerge {
     by_tuple: HashMap<Tuple, u32>,
     rules: Map<u32, Loc>,
     cfg: TupleMergeConfig,
+    prune: Pruning,
+    /// Tables whose uid the pruning index does not track (past `pruning::TRACKED`).
+    untracked: usize,
 }
 
 impl Default for TupleMerge {
@@ -280,6 +319,8 @@ impl TupleMerge {
             by_tuple: HashMap::new(),
             rules: Map::default(),
             cfg,
+            prune: Pruning::build(&[]),
+            untracked: 0,
         }
     }
 
@@ -300,7 +341,55 @@ impl TupleMerge {
         for r in sorted {
             tm.insert(*r)?;
         }
+        tm.rebuild_pruning();
         Ok(tm)
+    }
+
+    /// Builds the pruning index again from the rules now held (every table clean). Tables are
+    /// first renumbered in the order they are visited, so that a lookup taking its candidates'
+    /// bits lowest first meets them in (about) that order.
+    pub fn rebuild_pruning(&mut self) {
+        self.resort();
+        let renumber: Vec<(u32, u32)> = self.tables.iter().enumerate().map(|(i, t)| (t.uid, i as u32)).collect();
+        let mut new_uid = vec![u32::MAX; self.pos.len()];
+        for &(old, new) in &renumber {
+            new_uid[old as usize] = new;
+        }
+        for t in &mut self.tables {
+            t.set_uid(new_uid[t.uid as usize]);
+        }
+        for uid in self.by_tuple.values_mut() {
+            *uid = new_uid[*uid as usize];
+        }
+        for loc in self.rules.values_mut() {
+            loc.uid = new_uid[loc.uid as usize];
+        }
+        self.pos = (0..self.tables.len() as u32).collect();
+        self.free_uids.clear();
+        self.untracked = self.tables.iter().filter(|t| t.uid >= pruning::TRACKED).count();
+        let extents: Vec<Extent> = self
+            .tables
+            .iter()
+            .flat_map(|t| t.buckets.values().flat_map(|b| b.all.iter()).map(move |e| (t.uid, e)))
+            .map(|(uid, e)| Extent {
+                uid,
+                src: pruning::v4_range(e.src, e.src_shift),
+                dst: pruning::v4_range(e.dst, e.dst_shift),
+                sport: (e.sport_lo, e.sport_lo.wrapping_add(e.sport_span)),
+                dport: (e.dport_lo, e.dport_lo.wrapping_add(e.dport_span)),
+                proto: (e.proto_mask != 0).then_some(e.proto),
+            })
+            .collect();
+        self.prune = Pruning::build(&extents);
+    }
+
+    /// Counts an update; past as many updates as rules (and at least 4096), the index is built
+    /// again, so dirty tables do not accumulate (amortized: a build per that many updates).
+    fn updated(&mut self) {
+        self.prune.updates += 1;
+        if self.prune.updates > (2 * self.rules.len()).max(4096) {
+            self.rebuild_pruning();
+        }
     }
 
     /// Adds one rule (no rebuild). Errors, changing nothing, on a malformed rule or a duplicate id.
@@ -328,6 +417,7 @@ impl TupleMerge {
         if n > self.cfg.collision_limit {
             self.split(self.tables[self.position_of(e.rank as u32)].uid, h, rt);
         }
+        self.updated();
         Ok(())
     }
 
@@ -363,6 +453,7 @@ impl TupleMerge {
                 self.resort();
             }
         }
+        self.updated();
         true
     }
 
@@ -373,6 +464,7 @@ impl TupleMerge {
             tables: self.tables.len(),
             buckets: self.tables.iter().map(|t| t.buckets.len()).sum(),
             largest_bucket: self.tables.iter().flat_map(|t| t.buckets.values()).map(|b| b.all.len()).max().unwrap_or(0),
+            atoms: self.prune.atoms(),
         }
     }
 
@@ -393,6 +485,7 @@ impl TupleMerge {
             }
         };
         self.by_tuple.insert(tuple, uid);
+        self.untracked += (uid >= pruning::TRACKED) as usize;
         // An empty table has min_rank MAX: it belongs at the end.
         self.tables.push(Table::new(tuple, uid));
         self.pos[uid as usize] = (self.tables.len() - 1) as u32;
@@ -406,6 +499,7 @@ impl TupleMerge {
         let (h, n) = t.put(e);
         let uid = t.uid;
         let moved = t.min_rank != before;
+        self.prune.touch(uid);
         self.rules.insert(e.rank as u32, Loc { uid, hash: h });
         if moved && (i > 0 && self.tables[i - 1].min_rank > self.tables[i].min_rank) {
             self.resort();
@@ -452,6 +546,7 @@ impl TupleMerge {
     fn drop_table(&mut self, i: usize) {
         let t = self.tables.remove(i);
         self.by_tuple.remove(&t.tuple);
+        self.untracked -= (t.uid >= pruning::TRACKED) as usize;
         self.pos[t.uid as usize] = u32::MAX;
         self.free_uids.push(t.uid);
         self.reindex();
@@ -468,31 +563,28 @@ impl TupleMerge {
         }
     }
 
-    /// Core of `classify`: best rank, `u64::MAX` when nothing matches.
+    /// Core of `classify`: best rank, `u64::MAX` when nothing matches. Only the tables the
+    /// pruning index names are probed, lowest uid first (about best rank first); a table whose
+    /// best rank cannot beat the match found is skipped without a probe.
     #[inline(always)]
     fn best_rank(&self, k: &PacketKey) -> u64 {
+        let c: Candidates = self.prune.candidates(k.src, k.dst, k.sport, k.dport, k.proto);
         let mut best = u64::MAX;
-        for t in &self.tables {
-            if t.min_rank >= best {
-                break;
+        for (w, &word) in c.iter().enumerate() {
+            let mut m = word;
+            while m != 0 {
+                let uid = w * 64 + m.trailing_zeros() as usize;
+                m &= m - 1;
+                // A dropped table's bit may linger (an index too wide is allowed): no table.
+                let i = self.pos.get(uid).copied().unwrap_or(u32::MAX);
+                if let Some(t) = self.tables.get(i as usize) {
+                    best = t.probe(k, best);
+                }
             }
-            if let Some(b) = t.buckets.get(&t.key_hash(k)) {
-                if b.first.rank >= best {
-                    continue;
-                }
-                if b.first.matches(k) {
-                    best = b.first.rank;
-                    continue;
-                }
-                for e in &b.all[1..] {
-                    if e.rank >= best {
-                        break;
-                    }
-                    if e.matches(k) {
-                        best = e.rank;
-                        break;
-                    }
-                }
+        }
+        if self.untracked > 0 {
+            for t in self.tables.iter().filter(|t| t.uid >= pruning::TRACKED) {
+                best = t.probe(k, best);
             }
         }
         best
@@ -550,5 +642,6 @@ impl Classifier for TupleMerge {
             + self.free_uids.capacity() * 4
             + self.by_tuple.capacity() * (core::mem::size_of::<(Tuple, u32)>() + 1)
             + self.rules.capacity() * (core::mem::size_of::<(u32, Loc)>() + 1)
+            + self.prune.bytes()
     }
 }

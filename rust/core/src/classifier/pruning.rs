@@ -1,0 +1,356 @@
+//! Tuple pruning: which of TupleMerge's tables could hold a rule matching a packet, found before
+//! any table is probed.
+//!
+//! The idea is the pruned tuple space search of Srinivasan, Suri and Varghese ("Packet
+//! classification using tuple space search", SIGCOMM 1999, §4): look each field up on its own,
+//! learn which tuples have a rule covering the packet's value in that field, and probe only the
+//! tuples every field agrees on. Here a field's values are cut into *atoms*, runs of values over
+//! which the set of tables with a covering rule does not change (the elementary intervals of the
+//! rules' ranges), each with the bitmap of those tables; a lookup ANDs five bitmaps (source and
+//! destination address, source and destination port, protocol) and TupleMerge skips every table
+//! whose bit is clear. On wildcard-heavy sets (ClassBench ipc1, fw1) most tables a lookup used
+//! to visit hold no rule near the packet in some field.
+//!
+//! Addresses are pruned in the IPv4-mapped space only (ClassBench and most policy are IPv4): an
+//! address's atom is found through a directory of its top 16 bits and a short search among the
+//! atoms starting inside that /16. A key outside IPv4-mapped space is pruned on ports and
+//! protocol alone.
+//!
+//! The bitmaps are over table uids (stable while a table lives), 128 of them; a table with a
+//! higher uid is always visited. Updates keep the index exact-or-wider without touching it: a
+//! table that receives a rule after the index was built is marked *dirty* and always visited (its
+//! new rule may cover values its bits do not), a removal leaves bits that are merely too wide.
+//! The index is built again once the updates since the last build outnumber the rules.
+
+/// Table bits: uids 0..128.
+pub(super) type Mask = [u64; 2];
+
+const NONE: Mask = [0, 0];
+const ALL: Mask = [u64::MAX, u64::MAX];
+
+/// Uids past this are always visited.
+pub(super) const TRACKED: u32 = 128;
+
+/// Where a table's bit is: word and bit (`uid < TRACKED`).
+#[inline]
+fn bit_of(uid: u32) -> (usize, u64) {
+    ((uid / 64) as usize, 1u64 << (uid % 64))
+}
+
+/// The tables a lookup probes: bit `uid` set (tables past `TRACKED` are always probed).
+pub(super) type Candidates = Mask;
+
+/// One rule's extent, by field, for building the index.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Extent {
+    pub uid: u32,
+    /// IPv4 ranges (inclusive) of the source and destination, `None` when the prefix holds no
+    /// IPv4-mapped address.
+    pub src: Option<(u32, u32)>,
+    pub dst: Option<(u32, u32)>,
+    pub sport: (u16, u16),
+    pub dport: (u16, u16),
+    /// `None`: any protocol.
+    pub proto: Option<u8>,
+}
+
+/// The IPv4 range of a prefix (`addr` with host bits cleared, `shift` = 128 - length), if it
+/// holds any IPv4-mapped address.
+pub(super) fn v4_range(addr: u128, shift: u8) -> Option<(u32, u32)> {
+    let mapped = super::IPV4_MAPPED;
+    if shift >= 32 {
+        // A prefix of length <= 96: holds IPv4 space whole or not at all.
+        let m = super::Prefix::mask(128 - shift);
+        (mapped & m == addr & m).then_some((0, u32::MAX))
+    } else {
+        ((addr >> 32) == (mapped >> 32)).then(|| {
+            let lo = addr as u32;
+            let host = if shift == 0 { 0 } else { u32::MAX >> (32 - shift as u32) };
+            (lo, lo | host)
+        })
+    }
+}
+
+/// The atoms of one field over `0..=MAX` (ports: 16 bits; addresses: 32).
+struct Atoms<T> {
+    /// Ascending, `starts[0] == 0`; adjacent atoms have different masks.
+    starts: Vec<T>,
+    masks: Vec<Mask>,
+}
+
+impl<T: Copy + Ord + TryFrom<u64>> Atoms<T> {
+    /// Sweeps the ranges' boundaries (`end` is `hi + 1`, up to `max + 1`).
+    fn build(ranges: impl Iterator<Item = (u64, u64, u32)>, max: u64) -> Atoms<T> {
+        let mut events: Vec<(u64, u32, bool)> = Vec::new();
+        for (lo, hi, uid) in ranges {
+            if uid < TRACKED {
+                events.push((lo, uid, true));
+                events.push((hi + 1, uid, false));
+            }
+        }
+        events.sort_unstable_by_key(|e| e.0);
+        let mut counts = [0u32; TRACKED as usize];
+        let mut cur = NONE;
+        let zero = T::try_from(0).ok().expect("0 fits every field");
+        let mut atoms = Atoms { starts: vec![zero], masks: vec![NONE] };
+        let mut i = 0;
+        while i < events.len() {
+            let p = events[i].0;
+            while i < events.len() && events[i].0 == p {
+                let (_, uid, open) = events[i];
+                let c = &mut counts[uid as usize];
+                if open {
+                    *c += 1;
+                } else {
+                    *c -= 1;
+                }
+                let (w, b) = bit_of(uid);
+                if *c > 0 {
+                    cur[w] |= b;
+                } else {
+                    cur[w] &= !b;
+                }
+                i += 1;
+            }
+            if p > max {
+                break;
+            }
+            if p == 0 {
+                atoms.masks[0] = cur;
+            } else if *atoms.masks.last().expect("never empty") != cur {
+                atoms.starts.push(T::try_from(p).ok().expect("p <= max fits the field"));
+                atoms.masks.push(cur);
+            }
+        }
+        atoms
+    }
+
+    fn bytes(&self) -> usize {
+        self.starts.capacity() * core::mem::size_of::<T>() + self.masks.capacity() * core::mem::size_of::<Mask>()
+    }
+}
+
+/// An address field's atoms, found through a multibit trie of strides 16, 8 and 8 (the
+/// DIR-24-8 layout of Gupta, Lin and McKeown, "Routing lookups in hardware at memory access
+/// speeds", INFOCOM 1998, one level deeper): a slot holds the atom of every address under it, or
+/// the node splitting them. At most three dependent loads, no search.
+struct AddrAtoms {
+    atoms: Atoms<u32>,
+    /// By the top 16 bits.
+    root: Vec<u32>,
+    /// Nodes of 256 slots, by the next 8 bits.
+    nodes: Vec<u32>,
+}
+
+/// A slot with this bit set names a node (the rest: its index); otherwise an atom.
+const NODE: u32 = 1 << 31;
+
+impl AddrAtoms {
+    fn build(ranges: impl Iterator<Item = (u64, u64, u32)>) -> AddrAtoms {
+        let atoms = Atoms::<u32>::build(ranges, u32::MAX as u64);
+        let mut t = AddrAtoms { atoms, root: Vec::with_capacity(1 << 16), nodes: Vec::new() };
+        // The atom holding `base`, moved forward as the slots are filled in address order.
+        let mut a = 0usize;
+        for h in 0..1u64 << 16 {
+            let slot = t.slot(h << 16, 16, &mut a);
+            t.root.push(slot);
+        }
+        t
+    }
+
+    /// The slot for addresses `base .. base + 2^bits`, `a` the atom holding `base` or an earlier
+    /// one (advanced to the atom holding the range's last address).
+    fn slot(&mut self, base: u64, bits: u32, a: &mut usize) -> u32 {
+        let starts = &self.atoms.starts;
+        while *a + 1 < starts.len() && starts[*a + 1] as u64 <= base {
+            *a += 1;
+        }
+        let end = base + (1u64 << bits);
+        if *a + 1 >= starts.len() || starts[*a + 1] as u64 >= end {
+            return *a as u32;
+        }
+        let node = self.nodes.len() / 256;
+        self.nodes.resize(self.nodes.len() + 256, 0);
+        for c in 0..256u64 {
+            let slot = self.slot(base + (c << (bits - 8)), bits - 8, a);
+            self.nodes[node * 256 + c as usize] = slot;
+        }
+        NODE | node as u32
+    }
+
+    #[inline(always)]
+    fn lookup(&self, a: u128) -> &Mask {
+        if (a >> 32) != (super::IPV4_MAPPED >> 32) {
+            return &ALL;
+        }
+        let x = a as u32;
+        let mut e = self.root[(x >> 16) as usize];
+        if e & NODE != 0 {
+            e = self.nodes[((e & !NODE) as usize) << 8 | (x >> 8 & 0xff) as usize];
+            if e & NODE != 0 {
+                e = self.nodes[((e & !NODE) as usize) << 8 | (x & 0xff) as usize];
+            }
+        }
+        &self.atoms.masks[e as usize]
+    }
+
+    fn bytes(&self) -> usize {
+        self.atoms.bytes() + (self.root.capacity() + self.nodes.capacity()) * 4
+    }
+}
+
+/// A port field's atoms, with the atom of every port.
+struct PortAtoms {
+    atoms: Atoms<u16>,
+    of_port: Vec<u16>,
+}
+
+impl PortAtoms {
+    fn build(ranges: impl Iterator<Item = (u64, u64, u32)>) -> PortAtoms {
+        let atoms = Atoms::<u16>::build(ranges, u16::MAX as u64);
+        let mut of_port = Vec::with_capacity(65536);
+        let mut a = 0usize;
+        for p in 0..=u16::MAX {
+            while a + 1 < atoms.starts.len() && atoms.starts[a + 1] <= p {
+                a += 1;
+            }
+            // At most 65,536 atoms, so the index fits.
+            of_port.push(a as u16);
+        }
+        PortAtoms { atoms, of_port }
+    }
+
+    #[inline(always)]
+    fn lookup(&self, p: u16) -> &Mask {
+        &self.atoms.masks[self.of_port[p as usize] as usize]
+    }
+
+    fn bytes(&self) -> usize {
+        self.atoms.bytes() + self.of_port.capacity() * 2
+    }
+}
+
+/// The pruning index of a TupleMerge (see the module documentation).
+pub(super) struct Pruning {
+    src: AddrAtoms,
+    dst: AddrAtoms,
+    sport: PortAtoms,
+    dport: PortAtoms,
+    proto: Vec<Mask>,
+    /// Tables that received a rule since the build: always visited.
+    dirty: Mask,
+    /// Updates since the build.
+    pub updates: usize,
+}
+
+impl Pruning {
+    pub fn build(extents: &[Extent]) -> Pruning {
+        let addr = |f: fn(&Extent) -> Option<(u32, u32)>| {
+            AddrAtoms::build(extents.iter().filter_map(move |e| f(e).map(|(lo, hi)| (lo as u64, hi as u64, e.uid))))
+        };
+        let port = |f: fn(&Extent) -> (u16, u16)| {
+            PortAtoms::build(extents.iter().map(move |e| {
+                let (lo, hi) = f(e);
+                (lo as u64, hi as u64, e.uid)
+            }))
+        };
+        let mut proto = vec![NONE; 256];
+        for e in extents.iter().filter(|e| e.uid < TRACKED) {
+            let (w, b) = bit_of(e.uid);
+            match e.proto {
+                Some(p) => proto[p as usize][w] |= b,
+                None => proto.iter_mut().for_each(|m| m[w] |= b),
+            }
+        }
+        Pruning {
+            src: addr(|e| e.src),
+            dst: addr(|e| e.dst),
+            sport: port(|e| e.sport),
+            dport: port(|e| e.dport),
+            proto,
+            dirty: NONE,
+            updates: 0,
+        }
+    }
+
+    /// The tables that may hold a rule matching the key.
+    #[inline(always)]
+    pub fn candidates(&self, src: u128, dst: u128, sport: u16, dport: u16, proto: u8) -> Candidates {
+        let s = self.src.lookup(src);
+        let d = self.dst.lookup(dst);
+        let sp = self.sport.lookup(sport);
+        let dp = self.dport.lookup(dport);
+        let pr = &self.proto[proto as usize];
+        let w = |i: usize| (s[i] & d[i] & sp[i] & dp[i] & pr[i]) | self.dirty[i];
+        [w(0), w(1)]
+    }
+
+    /// A table received a rule: visited whatever the key until the next build.
+    pub fn touch(&mut self, uid: u32) {
+        if uid < TRACKED {
+            let (w, b) = bit_of(uid);
+            self.dirty[w] |= b;
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.src.bytes()
+            + self.dst.bytes()
+            + self.sport.bytes()
+            + self.dport.bytes()
+            + self.proto.capacity() * core::mem::size_of::<Mask>()
+    }
+
+    /// Atoms per field (source, destination, source port, destination port): for reports.
+    pub fn atoms(&self) -> [usize; 4] {
+        [
+            self.src.atoms.starts.len(),
+            self.dst.atoms.starts.len(),
+            self.sport.atoms.starts.len(),
+            self.dport.atoms.starts.len(),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v4_range_of_prefixes() {
+        use super::super::Prefix;
+        let p = Prefix::v4(0x0a00_0000, 8);
+        assert_eq!(v4_range(p.addr, 128 - p.len), Some((0x0a00_0000, 0x0aff_ffff)));
+        assert_eq!(v4_range(0, 128), Some((0, u32::MAX)));
+        let v6 = 0x2001_0db8u128 << 96;
+        assert_eq!(v4_range(v6, 96), None);
+        let h = Prefix::v4(0x0102_0304, 32);
+        assert_eq!(v4_range(h.addr, 0), Some((0x0102_0304, 0x0102_0304)));
+        assert_eq!(v4_range(super::super::IPV4_MAPPED, 32), Some((0, u32::MAX)));
+    }
+
+    #[test]
+    fn atoms_hold_the_covering_tables() {
+        let ext = |uid, src: (u32, u32), dport: (u16, u16)| Extent {
+            uid,
+            src: Some(src),
+            dst: Some((0, u32::MAX)),
+            sport: (0, u16::MAX),
+            dport,
+            proto: None,
+        };
+        let p = Pruning::build(&[
+            ext(0, (0x0a00_0000, 0x0aff_ffff), (80, 80)),
+            ext(1, (0x0a01_0000, 0x0a01_00ff), (0, 1023)),
+            ext(130, (0, 0), (0, 0)),
+        ]);
+        let k =
+            |s: u32, dp: u16| p.candidates(super::super::IPV4_MAPPED | s as u128, super::super::IPV4_MAPPED, 1, dp, 6);
+        assert_eq!(k(0x0a01_0005, 80), [0b11, 0]);
+        assert_eq!(k(0x0a02_0005, 80), [0b01, 0]);
+        assert_eq!(k(0x0a01_0005, 81), [0b10, 0]);
+        assert_eq!(k(0x0b00_0000, 80), [0, 0]);
+        // Outside IPv4: the addresses prune nothing.
+        assert_eq!(p.candidates(1, 1, 1, 80, 6), [0b11, 0]);
+    }
+}
