@@ -5,7 +5,9 @@
 //! - `TupleMerge`: the fast classifier, tuple-space search with merged tuples (Daly, Liu,
 //!   Torng, "TupleMerge", 2019): rules are hashed into a few tables by the bits they fix,
 //!   tables are searched in priority order and the search stops as soon as no remaining table can
-//!   hold a better rule. Rules are inserted and removed one at a time (no rebuild).
+//!   hold a better rule. Rules are inserted and removed one at a time (no rebuild). In front of
+//!   the tables, a tuple-pruning index (`pruning.rs`; Srinivasan, Suri, Varghese, SIGCOMM 1999)
+//!   names the few tables that can hold a match, and a lookup probes those alone.
 //!
 //! They and the ClassBench reader (`crate::classbench`) are built
 //! with the `bench` feature only: no decision of the engine goes through them (the engine compiles

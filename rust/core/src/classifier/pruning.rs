@@ -71,16 +71,41 @@ pub(super) fn v4_range(addr: u128, shift: u8) -> Option<(u32, u32)> {
     }
 }
 
-/// The atoms of one field over `0..=MAX` (ports: 16 bits; addresses: 32).
-struct Atoms<T> {
-    /// Ascending, `starts[0] == 0`; adjacent atoms have different masks.
-    starts: Vec<T>,
+/// A field's atoms, found through a multibit trie of stride 8 (the DIR-24-8 layout of Gupta,
+/// Lin and McKeown, "Routing lookups in hardware at memory access speeds", INFOCOM 1998, cut
+/// finer): a slot holds the atom of every value under it, or, when up to [`SCAN_ATOMS`] atoms
+/// start under it, the first of them to scan from, or else the node of 256 slots splitting it.
+/// Nodes exist only where atoms crowd, so the trie stays a small multiple of the atoms.
+struct AtomTrie {
+    /// Atom starts, ascending, `starts[0] == 0`; adjacent atoms have different masks.
+    starts: Vec<u32>,
     masks: Vec<Mask>,
+    /// The bits below the root's: the field's width (32 for addresses, 16 for ports) less the
+    /// root's stride.
+    below_root: u32,
+    /// By the top bits of the value.
+    root: Vec<u32>,
+    /// Nodes of 256 slots, by the next 8 bits.
+    nodes: Vec<u32>,
 }
 
-impl<T: Copy + Ord + TryFrom<u64>> Atoms<T> {
-    /// Sweeps the ranges' boundaries (`end` is `hi + 1`, up to `max + 1`).
-    fn build(ranges: impl Iterator<Item = (u64, u64, u32)>, max: u64) -> Atoms<T> {
+/// A slot's kind, in its top two bits; the rest is an atom or node index.
+const LEAF: u32 = 0;
+const SCAN: u32 = 1 << 30;
+const NODE: u32 = 2 << 30;
+const INDEX: u32 = (1 << 30) - 1;
+
+/// Atoms starting under a slot up to which the slot scans them rather than split.
+const SCAN_ATOMS: usize = 8;
+/// The root's stride: addresses by their /16 (256 KiB of root a field), ports by their top byte.
+const ADDR_ROOT: u32 = 16;
+const PORT_ROOT: u32 = 8;
+
+impl AtomTrie {
+    /// Sweeps the ranges' boundaries (inclusive `lo..=hi` within the field) into atoms, then
+    /// builds the trie over them.
+    fn build(ranges: impl Iterator<Item = (u64, u64, u32)>, bits: u32, root_bits: u32) -> AtomTrie {
+        let max = (1u64 << bits) - 1;
         let mut events: Vec<(u64, u32, bool)> = Vec::new();
         for (lo, hi, uid) in ranges {
             if uid < TRACKED {
@@ -91,8 +116,8 @@ impl<T: Copy + Ord + TryFrom<u64>> Atoms<T> {
         events.sort_unstable_by_key(|e| e.0);
         let mut counts = [0u32; TRACKED as usize];
         let mut cur = NONE;
-        let zero = T::try_from(0).ok().expect("0 fits every field");
-        let mut atoms = Atoms { starts: vec![zero], masks: vec![NONE] };
+        let below_root = bits - root_bits;
+        let mut t = AtomTrie { starts: vec![0], masks: vec![NONE], below_root, root: Vec::new(), nodes: Vec::new() };
         let mut i = 0;
         while i < events.len() {
             let p = events[i].0;
@@ -116,126 +141,80 @@ impl<T: Copy + Ord + TryFrom<u64>> Atoms<T> {
                 break;
             }
             if p == 0 {
-                atoms.masks[0] = cur;
-            } else if *atoms.masks.last().expect("never empty") != cur {
-                atoms.starts.push(T::try_from(p).ok().expect("p <= max fits the field"));
-                atoms.masks.push(cur);
+                t.masks[0] = cur;
+            } else if *t.masks.last().expect("never empty") != cur {
+                t.starts.push(p as u32);
+                t.masks.push(cur);
             }
         }
-        atoms
-    }
-
-    fn bytes(&self) -> usize {
-        self.starts.capacity() * core::mem::size_of::<T>() + self.masks.capacity() * core::mem::size_of::<Mask>()
-    }
-}
-
-/// An address field's atoms, found through a multibit trie of strides 16, 8 and 8 (the
-/// DIR-24-8 layout of Gupta, Lin and McKeown, "Routing lookups in hardware at memory access
-/// speeds", INFOCOM 1998, one level deeper): a slot holds the atom of every address under it, or
-/// the node splitting them. At most three dependent loads, no search.
-struct AddrAtoms {
-    atoms: Atoms<u32>,
-    /// By the top 16 bits.
-    root: Vec<u32>,
-    /// Nodes of 256 slots, by the next 8 bits.
-    nodes: Vec<u32>,
-}
-
-/// A slot with this bit set names a node (the rest: its index); otherwise an atom.
-const NODE: u32 = 1 << 31;
-
-impl AddrAtoms {
-    fn build(ranges: impl Iterator<Item = (u64, u64, u32)>) -> AddrAtoms {
-        let atoms = Atoms::<u32>::build(ranges, u32::MAX as u64);
-        let mut t = AddrAtoms { atoms, root: Vec::with_capacity(1 << 16), nodes: Vec::new() };
-        // The atom holding `base`, moved forward as the slots are filled in address order.
+        t.starts.shrink_to_fit();
+        t.masks.shrink_to_fit();
         let mut a = 0usize;
-        for h in 0..1u64 << 16 {
-            let slot = t.slot(h << 16, 16, &mut a);
-            t.root.push(slot);
-        }
+        t.root = (0..1u64 << root_bits).map(|c| t.slot(c << below_root, below_root, &mut a)).collect();
+        t.nodes.shrink_to_fit();
         t
     }
 
-    /// The slot for addresses `base .. base + 2^bits`, `a` the atom holding `base` or an earlier
-    /// one (advanced to the atom holding the range's last address).
+    /// The slot for values `base .. base + 2^bits`; `a` is the atom holding `base` or an earlier
+    /// one, left at the atom holding `base`.
     fn slot(&mut self, base: u64, bits: u32, a: &mut usize) -> u32 {
-        let starts = &self.atoms.starts;
+        let starts = &self.starts;
         while *a + 1 < starts.len() && starts[*a + 1] as u64 <= base {
             *a += 1;
         }
         let end = base + (1u64 << bits);
-        if *a + 1 >= starts.len() || starts[*a + 1] as u64 >= end {
-            return *a as u32;
+        let inside = starts[*a + 1..].partition_point(|&s| (s as u64) < end);
+        if inside == 0 {
+            return LEAF | *a as u32;
+        }
+        if inside <= SCAN_ATOMS || bits < 8 {
+            return SCAN | *a as u32;
         }
         let node = self.nodes.len() / 256;
         self.nodes.resize(self.nodes.len() + 256, 0);
+        let child = bits - 8;
         for c in 0..256u64 {
-            let slot = self.slot(base + (c << (bits - 8)), bits - 8, a);
+            let slot = self.slot(base + (c << child), child, a);
             self.nodes[node * 256 + c as usize] = slot;
         }
         NODE | node as u32
     }
 
     #[inline(always)]
-    fn lookup(&self, a: u128) -> &Mask {
-        if (a >> 32) != (super::IPV4_MAPPED >> 32) {
-            return &ALL;
-        }
-        let x = a as u32;
-        let mut e = self.root[(x >> 16) as usize];
-        if e & NODE != 0 {
-            e = self.nodes[((e & !NODE) as usize) << 8 | (x >> 8 & 0xff) as usize];
-            if e & NODE != 0 {
-                e = self.nodes[((e & !NODE) as usize) << 8 | (x & 0xff) as usize];
+    fn lookup(&self, x: u32) -> &Mask {
+        let mut shift = self.below_root;
+        let mut e = self.root[(x >> shift) as usize];
+        loop {
+            match e & !INDEX {
+                LEAF => return &self.masks[(e & INDEX) as usize],
+                SCAN => {
+                    let mut i = (e & INDEX) as usize;
+                    while self.starts.get(i + 1).is_some_and(|&s| s <= x) {
+                        i += 1;
+                    }
+                    return &self.masks[i];
+                }
+                _ => {
+                    shift -= 8;
+                    e = self.nodes[((e & INDEX) as usize) << 8 | (x >> shift & 0xff) as usize];
+                }
             }
         }
-        &self.atoms.masks[e as usize]
     }
 
     fn bytes(&self) -> usize {
-        self.atoms.bytes() + (self.root.capacity() + self.nodes.capacity()) * 4
-    }
-}
-
-/// A port field's atoms, with the atom of every port.
-struct PortAtoms {
-    atoms: Atoms<u16>,
-    of_port: Vec<u16>,
-}
-
-impl PortAtoms {
-    fn build(ranges: impl Iterator<Item = (u64, u64, u32)>) -> PortAtoms {
-        let atoms = Atoms::<u16>::build(ranges, u16::MAX as u64);
-        let mut of_port = Vec::with_capacity(65536);
-        let mut a = 0usize;
-        for p in 0..=u16::MAX {
-            while a + 1 < atoms.starts.len() && atoms.starts[a + 1] <= p {
-                a += 1;
-            }
-            // At most 65,536 atoms, so the index fits.
-            of_port.push(a as u16);
-        }
-        PortAtoms { atoms, of_port }
-    }
-
-    #[inline(always)]
-    fn lookup(&self, p: u16) -> &Mask {
-        &self.atoms.masks[self.of_port[p as usize] as usize]
-    }
-
-    fn bytes(&self) -> usize {
-        self.atoms.bytes() + self.of_port.capacity() * 2
+        self.starts.capacity() * 4
+            + self.masks.capacity() * core::mem::size_of::<Mask>()
+            + (self.root.capacity() + self.nodes.capacity()) * 4
     }
 }
 
 /// The pruning index of a TupleMerge (see the module documentation).
 pub(super) struct Pruning {
-    src: AddrAtoms,
-    dst: AddrAtoms,
-    sport: PortAtoms,
-    dport: PortAtoms,
+    src: AtomTrie,
+    dst: AtomTrie,
+    sport: AtomTrie,
+    dport: AtomTrie,
     proto: Vec<Mask>,
     /// Tables that received a rule since the build: always visited.
     dirty: Mask,
@@ -246,13 +225,15 @@ pub(super) struct Pruning {
 impl Pruning {
     pub fn build(extents: &[Extent]) -> Pruning {
         let addr = |f: fn(&Extent) -> Option<(u32, u32)>| {
-            AddrAtoms::build(extents.iter().filter_map(move |e| f(e).map(|(lo, hi)| (lo as u64, hi as u64, e.uid))))
+            let ranges = extents.iter().filter_map(move |e| f(e).map(|(lo, hi)| (lo as u64, hi as u64, e.uid)));
+            AtomTrie::build(ranges, 32, ADDR_ROOT)
         };
         let port = |f: fn(&Extent) -> (u16, u16)| {
-            PortAtoms::build(extents.iter().map(move |e| {
+            let ranges = extents.iter().map(move |e| {
                 let (lo, hi) = f(e);
                 (lo as u64, hi as u64, e.uid)
-            }))
+            });
+            AtomTrie::build(ranges, 16, PORT_ROOT)
         };
         let mut proto = vec![NONE; 256];
         for e in extents.iter().filter(|e| e.uid < TRACKED) {
@@ -276,10 +257,11 @@ impl Pruning {
     /// The tables that may hold a rule matching the key.
     #[inline(always)]
     pub fn candidates(&self, src: u128, dst: u128, sport: u16, dport: u16, proto: u8) -> Candidates {
-        let s = self.src.lookup(src);
-        let d = self.dst.lookup(dst);
-        let sp = self.sport.lookup(sport);
-        let dp = self.dport.lookup(dport);
+        let v4 = |a: u128| (a >> 32) == (super::IPV4_MAPPED >> 32);
+        let s = if v4(src) { self.src.lookup(src as u32) } else { &ALL };
+        let d = if v4(dst) { self.dst.lookup(dst as u32) } else { &ALL };
+        let sp = self.sport.lookup(sport as u32);
+        let dp = self.dport.lookup(dport as u32);
         let pr = &self.proto[proto as usize];
         let w = |i: usize| (s[i] & d[i] & sp[i] & dp[i] & pr[i]) | self.dirty[i];
         [w(0), w(1)]
@@ -303,12 +285,7 @@ impl Pruning {
 
     /// Atoms per field (source, destination, source port, destination port): for reports.
     pub fn atoms(&self) -> [usize; 4] {
-        [
-            self.src.atoms.starts.len(),
-            self.dst.atoms.starts.len(),
-            self.sport.atoms.starts.len(),
-            self.dport.atoms.starts.len(),
-        ]
+        [self.src.starts.len(), self.dst.starts.len(), self.sport.starts.len(), self.dport.starts.len()]
     }
 }
 
