@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use pyclassify_core::classifier::{
-    ClassRule, Classifier, ClassifierError, LinearScan, Match, PacketKey, PortRange, Prefix, TupleMerge,
+    ClassRule, Classifier, ClassifierError, LinearScan, Match, PacketKey, PortRange, Prefix, PruningMode, TupleMerge,
     TupleMergeConfig,
 };
 
@@ -99,8 +99,18 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn config() -> impl Strategy<Value = TupleMergeConfig> {
-    (1usize..10, prop_oneof![Just(1u8), Just(4), Just(8), Just(32)], prop_oneof![Just(1u8), Just(16), Just(64)])
-        .prop_map(|(collision_limit, v4_step, v6_step)| TupleMergeConfig { collision_limit, v4_step, v6_step })
+    (
+        1usize..10,
+        prop_oneof![Just(1u8), Just(4), Just(8), Just(32)],
+        prop_oneof![Just(1u8), Just(16), Just(64)],
+        prop_oneof![Just(PruningMode::Auto), Just(PruningMode::Always), Just(PruningMode::Never)],
+    )
+        .prop_map(|(collision_limit, v4_step, v6_step, pruning)| TupleMergeConfig {
+            collision_limit,
+            v4_step,
+            v6_step,
+            pruning,
+        })
 }
 
 fn brute_best(rules: &[ClassRule], k: &PacketKey) -> Option<Match> {
@@ -233,7 +243,7 @@ fn equal_priorities_go_to_the_lower_id() {
 /// before and after the index is built again, and through updates that leave it dirty.
 #[test]
 fn tables_past_the_pruning_index_are_probed() {
-    let cfg = TupleMergeConfig { collision_limit: 8, v4_step: 1, v6_step: 1 };
+    let cfg = TupleMergeConfig { collision_limit: 8, v4_step: 1, v6_step: 1, pruning: PruningMode::Always };
     let mut rules = Vec::new();
     let mut id = 0u32;
     for sl in 0..=32u8 {

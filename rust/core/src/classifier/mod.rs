@@ -31,7 +31,7 @@ mod tuplemerge;
 #[cfg(feature = "bench")]
 pub use linear::LinearScan;
 #[cfg(feature = "bench")]
-pub use tuplemerge::{TupleMerge, TupleMergeConfig, TupleMergeStats};
+pub use tuplemerge::{PruningMode, TupleMerge, TupleMergeConfig, TupleMergeStats, PRUNE_FROM_VISITS};
 
 use crate::batch::PacketHeader;
 use core::fmt;

@@ -218,8 +218,6 @@ pub(super) struct Pruning {
     proto: Vec<Mask>,
     /// Tables that received a rule since the build: always visited.
     dirty: Mask,
-    /// Updates since the build.
-    pub updates: usize,
 }
 
 impl Pruning {
@@ -250,7 +248,6 @@ impl Pruning {
             dport: port(|e| e.dport),
             proto,
             dirty: NONE,
-            updates: 0,
         }
     }
 
