@@ -6,8 +6,9 @@ fixed workload do not. Each workload runs under ``valgrind --tool=callgrind`` wi
 only inside its entry function (``--toggle-collect``): building its inputs, the interpreter and
 everything outside the entry are not counted.
 
-- ``classifier``: TupleMerge lookups, ClassBench acl1_1000 and fw1_1000 (20,000 trace headers
-  each), in ``gate_classifier`` of ``rust/core/examples/instruction_workloads.rs``;
+- ``classifier``: TupleMerge lookups, ClassBench acl1_1000 and fw1_1000 (pruning as chosen) and
+  ipc1_1000 (pruning always; 20,000 trace headers each), in ``gate_classifier`` of
+  ``rust/core/examples/instruction_workloads.rs``;
 - ``decisions``: the engine's decisions (memo, then the compiled programs) for 20,000 seeded pod
   pairs of the seeded 1,000-pod, 100-policy workload, in ``gate_decisions``;
 - ``manifest``: the manifest reader over the bundled ``examples/demo/*.yaml``, 20 times over, in

@@ -2,8 +2,9 @@
 //!
 //! `instruction_workloads WORKLOAD`, one of:
 //!
-//! - `classifier`: TupleMerge over ClassBench `acl1_1000` and `fw1_1000`, their first 20,000
-//!   trace headers each, classified in `gate_classifier`;
+//! - `classifier`: TupleMerge over ClassBench `acl1_1000` and `fw1_1000` (pruning as chosen) and
+//!   `ipc1_1000` (pruning always), their first 20,000 trace headers each, classified in
+//!   `gate_classifier`;
 //! - `decisions`: the engine on the seeded policy workload (1,000 pods, 20 namespaces, 100
 //!   policies), 20,000 seeded pod pairs judged through the memo and the compiled programs
 //!   (`classify_detailed`, the engine's path) in `gate_decisions`;
@@ -22,7 +23,7 @@ use std::path::Path;
 
 use pyclassify_core::batch::PacketHeader;
 use pyclassify_core::classbench;
-use pyclassify_core::classifier::{Classifier, PacketKey, TupleMerge};
+use pyclassify_core::classifier::{Classifier, PacketKey, PruningMode, TupleMerge, TupleMergeConfig};
 use pyclassify_core::conntrack::{reversed_header, ConnTrack, CtConfig};
 use pyclassify_core::engine::lanes::{judge_lanes, Lane};
 use pyclassify_core::engine::spec::Spec;
@@ -94,17 +95,19 @@ fn classifier() -> u64 {
         eprintln!("no shared/classbench folder beside the repository (set PYCLASSIFY_CLASSBENCH)");
         std::process::exit(2);
     };
-    let sets: Vec<(TupleMerge, Vec<PacketKey>)> = ["acl1_1000", "fw1_1000"]
-        .iter()
-        .map(|name| {
-            let rules =
-                classbench::load_rules(&dir.join(format!("{name}.rules.gz"))).unwrap_or_else(|e| panic!("{name}: {e}"));
-            let trace =
-                classbench::load_trace(&dir.join(format!("{name}.trace.gz"))).unwrap_or_else(|e| panic!("{name}: {e}"));
-            let keys = trace.iter().take(HEADERS).map(|e| e.key).collect();
-            (TupleMerge::build(&rules).expect("ClassBench rules are valid"), keys)
-        })
-        .collect();
+    let sets: Vec<(TupleMerge, Vec<PacketKey>)> =
+        [("acl1_1000", PruningMode::Auto), ("fw1_1000", PruningMode::Auto), ("ipc1_1000", PruningMode::Always)]
+            .iter()
+            .map(|&(name, pruning)| {
+                let rules = classbench::load_rules(&dir.join(format!("{name}.rules.gz")))
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                let trace = classbench::load_trace(&dir.join(format!("{name}.trace.gz")))
+                    .unwrap_or_else(|e| panic!("{name}: {e}"));
+                let keys = trace.iter().take(HEADERS).map(|e| e.key).collect();
+                let cfg = TupleMergeConfig { pruning, ..TupleMergeConfig::default() };
+                (TupleMerge::build_with(&rules, cfg).expect("ClassBench rules are valid"), keys)
+            })
+            .collect();
     gate_classifier(&sets)
 }
 
