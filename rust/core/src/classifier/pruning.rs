@@ -17,10 +17,11 @@
 //! protocol alone.
 //!
 //! The bitmaps are over table uids (stable while a table lives), 128 of them; a table with a
-//! higher uid is always visited. Updates keep the index exact-or-wider without touching it: a
-//! table that receives a rule after the index was built is marked *dirty* and always visited (its
-//! new rule may cover values its bits do not), a removal leaves bits that are merely too wide.
-//! The index is built again once the updates since the last build outnumber the rules.
+//! higher uid is always visited. Updates keep the index exact-or-wider without building it
+//! again: a rule inserted after the build adds its table's bit to the atoms its ranges overlap
+//! (a whole field: to the field's `wide` tables), or, when a range overlaps many atoms, marks the
+//! table *dirty*, probed for every key; a removal leaves bits that are merely too wide. The index
+//! is built again, for exactness, after many updates (`TupleMerge`).
 
 /// Table bits: uids 0..128.
 pub(super) type Mask = [u64; 2];
@@ -87,6 +88,8 @@ struct AtomTrie {
     root: Vec<u32>,
     /// Nodes of 256 slots, by the next 8 bits.
     nodes: Vec<u32>,
+    /// Tables given, since the build, a rule covering every value of the field.
+    wide: Mask,
 }
 
 /// A slot's kind, in its top two bits; the rest is an atom or node index.
@@ -94,6 +97,10 @@ const LEAF: u32 = 0;
 const SCAN: u32 = 1 << 30;
 const NODE: u32 = 2 << 30;
 const INDEX: u32 = (1 << 30) - 1;
+
+/// Atoms a rule inserted after the build may overlap in one field and still be added to them;
+/// past it, its table is marked dirty.
+const COVER_ATOMS: usize = 64;
 
 /// Atoms starting under a slot up to which the slot scans them rather than split.
 const SCAN_ATOMS: usize = 8;
@@ -117,7 +124,14 @@ impl AtomTrie {
         let mut counts = [0u32; TRACKED as usize];
         let mut cur = NONE;
         let below_root = bits - root_bits;
-        let mut t = AtomTrie { starts: vec![0], masks: vec![NONE], below_root, root: Vec::new(), nodes: Vec::new() };
+        let mut t = AtomTrie {
+            starts: vec![0],
+            masks: vec![NONE],
+            below_root,
+            root: Vec::new(),
+            nodes: Vec::new(),
+            wide: NONE,
+        };
         let mut i = 0;
         while i < events.len() {
             let p = events[i].0;
@@ -180,19 +194,20 @@ impl AtomTrie {
         NODE | node as u32
     }
 
+    /// The index of the atom holding `x`.
     #[inline(always)]
-    fn lookup(&self, x: u32) -> &Mask {
+    fn atom_of(&self, x: u32) -> usize {
         let mut shift = self.below_root;
         let mut e = self.root[(x >> shift) as usize];
         loop {
             match e & !INDEX {
-                LEAF => return &self.masks[(e & INDEX) as usize],
+                LEAF => return (e & INDEX) as usize,
                 SCAN => {
                     let mut i = (e & INDEX) as usize;
                     while self.starts.get(i + 1).is_some_and(|&s| s <= x) {
                         i += 1;
                     }
-                    return &self.masks[i];
+                    return i;
                 }
                 _ => {
                     shift -= 8;
@@ -200,6 +215,31 @@ impl AtomTrie {
                 }
             }
         }
+    }
+
+    /// The tables with a rule covering `x` (or wider).
+    #[inline(always)]
+    fn lookup(&self, x: u32) -> Mask {
+        let m = &self.masks[self.atom_of(x)];
+        [m[0] | self.wide[0], m[1] | self.wide[1]]
+    }
+
+    /// Adds table `(w, b)` for a rule covering `lo..=hi` (the field's every value when
+    /// `whole`): to every atom the range overlaps, or to `wide`. False, adding nothing, when the
+    /// range overlaps more than `COVER_ATOMS` atoms.
+    fn cover(&mut self, lo: u32, hi: u32, whole: bool, (w, b): (usize, u64)) -> bool {
+        if whole {
+            self.wide[w] |= b;
+            return true;
+        }
+        let (first, last) = (self.atom_of(lo), self.atom_of(hi));
+        if last - first >= COVER_ATOMS {
+            return false;
+        }
+        for m in &mut self.masks[first..=last] {
+            m[w] |= b;
+        }
+        true
     }
 
     fn bytes(&self) -> usize {
@@ -216,6 +256,8 @@ pub(super) struct Pruning {
     sport: AtomTrie,
     dport: AtomTrie,
     proto: Vec<Mask>,
+    /// Tables given, since the build, a rule of any protocol.
+    proto_wide: Mask,
     /// Tables that received a rule since the build: always visited.
     dirty: Mask,
 }
@@ -247,6 +289,7 @@ impl Pruning {
             sport: port(|e| e.sport),
             dport: port(|e| e.dport),
             proto,
+            proto_wide: NONE,
             dirty: NONE,
         }
     }
@@ -255,20 +298,40 @@ impl Pruning {
     #[inline(always)]
     pub fn candidates(&self, src: u128, dst: u128, sport: u16, dport: u16, proto: u8) -> Candidates {
         let v4 = |a: u128| (a >> 32) == (super::IPV4_MAPPED >> 32);
-        let s = if v4(src) { self.src.lookup(src as u32) } else { &ALL };
-        let d = if v4(dst) { self.dst.lookup(dst as u32) } else { &ALL };
+        let s = if v4(src) { self.src.lookup(src as u32) } else { ALL };
+        let d = if v4(dst) { self.dst.lookup(dst as u32) } else { ALL };
         let sp = self.sport.lookup(sport as u32);
         let dp = self.dport.lookup(dport as u32);
-        let pr = &self.proto[proto as usize];
+        let p = &self.proto[proto as usize];
+        let pr = [p[0] | self.proto_wide[0], p[1] | self.proto_wide[1]];
         let w = |i: usize| (s[i] & d[i] & sp[i] & dp[i] & pr[i]) | self.dirty[i];
         [w(0), w(1)]
     }
 
-    /// A table received a rule: visited whatever the key until the next build.
-    pub fn touch(&mut self, uid: u32) {
-        if uid < TRACKED {
-            let (w, b) = bit_of(uid);
-            self.dirty[w] |= b;
+    /// A rule put in table `e.uid` after the build: its table's bit added where the rule's
+    /// ranges lie (atoms it overlaps, or the field's `wide` tables), or, when a range overlaps too
+    /// many atoms, the table marked dirty (probed whatever the key until the next build).
+    pub fn insert(&mut self, e: &Extent) {
+        if e.uid >= TRACKED {
+            return;
+        }
+        let bit = bit_of(e.uid);
+        let addr = |t: &mut AtomTrie, r: Option<(u32, u32)>| match r {
+            None => true, // holds no IPv4 address: no IPv4 key matches it here
+            Some((lo, hi)) => t.cover(lo, hi, lo == 0 && hi == u32::MAX, bit),
+        };
+        let port =
+            |t: &mut AtomTrie, (lo, hi): (u16, u16)| t.cover(lo as u32, hi as u32, lo == 0 && hi == u16::MAX, bit);
+        let fits = addr(&mut self.src, e.src)
+            & addr(&mut self.dst, e.dst)
+            & port(&mut self.sport, e.sport)
+            & port(&mut self.dport, e.dport);
+        match e.proto {
+            Some(p) => self.proto[p as usize][bit.0] |= bit.1,
+            None => self.proto_wide[bit.0] |= bit.1,
+        }
+        if !fits {
+            self.dirty[bit.0] |= bit.1;
         }
     }
 

@@ -407,15 +407,7 @@ impl TupleMerge {
         let extents: Vec<Extent> = self
             .tables
             .iter()
-            .flat_map(|t| t.buckets.values().flat_map(|b| b.all.iter()).map(move |e| (t.uid, e)))
-            .map(|(uid, e)| Extent {
-                uid,
-                src: pruning::v4_range(e.src, e.src_shift),
-                dst: pruning::v4_range(e.dst, e.dst_shift),
-                sport: (e.sport_lo, e.sport_lo.wrapping_add(e.sport_span)),
-                dport: (e.dport_lo, e.dport_lo.wrapping_add(e.dport_span)),
-                proto: (e.proto_mask != 0).then_some(e.proto),
-            })
+            .flat_map(|t| t.buckets.values().flat_map(|b| b.all.iter()).map(move |e| extent(t.uid, e)))
             .collect();
         self.prune = Some(Pruning::build(&extents));
     }
@@ -462,11 +454,12 @@ impl TupleMerge {
         (best, visited)
     }
 
-    /// Counts an update; past as many updates as rules (and at least 4096), the index is built
-    /// again, so dirty tables do not accumulate (amortized: a build per that many updates).
+    /// Counts an update; past eight times as many updates as rules (and at least 4096), the index
+    /// is built again, dropping the bits removals left and the dirty tables (amortized: one build
+    /// per that many updates).
     fn updated(&mut self) {
         self.updates += 1;
-        if self.updates > (2 * self.rules.len()).max(4096) {
+        if self.updates > (8 * self.rules.len()).max(4096) {
             self.rebuild_pruning();
         }
     }
@@ -580,7 +573,7 @@ impl TupleMerge {
         let uid = t.uid;
         let moved = t.min_rank != before;
         if let Some(p) = &mut self.prune {
-            p.touch(uid);
+            p.insert(&extent(uid, &e));
         }
         self.rules.insert(e.rank as u32, Loc { uid, hash: h });
         if moved && (i > 0 && self.tables[i - 1].min_rank > self.tables[i].min_rank) {
@@ -673,6 +666,18 @@ impl TupleMerge {
             }
         }
         best
+    }
+}
+
+/// What the pruning index reads of a rule in table `uid`.
+fn extent(uid: u32, e: &Entry) -> Extent {
+    Extent {
+        uid,
+        src: pruning::v4_range(e.src, e.src_shift),
+        dst: pruning::v4_range(e.dst, e.dst_shift),
+        sport: (e.sport_lo, e.sport_lo.wrapping_add(e.sport_span)),
+        dport: (e.dport_lo, e.dport_lo.wrapping_add(e.dport_span)),
+        proto: (e.proto_mask != 0).then_some(e.proto),
     }
 }
 
