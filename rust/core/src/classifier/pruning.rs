@@ -181,7 +181,7 @@ impl AtomTrie {
         if inside == 0 {
             return LEAF | *a as u32;
         }
-        if inside <= SCAN_ATOMS || bits < 8 {
+        if inside <= SCAN_ATOMS {
             return SCAN | *a as u32;
         }
         let node = self.nodes.len() / 256;

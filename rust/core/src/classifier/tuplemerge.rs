@@ -10,9 +10,10 @@
 //! Tables are kept sorted by the best (lowest) rank they hold. A lookup first asks the pruning
 //! index (`super::pruning`, the pruned tuple space search of Srinivasan, Suri and Varghese) which
 //! tables could hold a match at all (on the ClassBench 10k and 100k sets a lookup probes 1.0–1.2
-//! tables on average, where it visited 5–30 before the index). It probes those, lowest uid first (uids are renumbered in best-rank order whenever the index is
-//! built, so this is best rank first until updates reorder them), and skips without a probe a
-//! table whose best rank cannot beat the match already found.
+//! tables on average, where it visited 5–30 before the index). It probes those, lowest uid first
+//! (uids are renumbered in best-rank order whenever the index is built, so this is best rank
+//! first until updates reorder them), and skips without a probe a table whose best rank cannot
+//! beat the match already found.
 //!
 //! Updates never rebuild: an insert puts the rule in the most specific table it fits (or a new
 //! table with a *relaxed* tuple, so that later rules with slightly different prefix lengths share
@@ -249,10 +250,6 @@ impl Table {
         (h, b.all.len())
     }
 
-    fn set_uid(&mut self, uid: u32) {
-        self.uid = uid;
-    }
-
     fn refresh_min(&mut self) {
         self.min_rank = self.buckets.values().map(|b| b.first.rank).min().unwrap_or(u64::MAX);
         self.stale = 0;
@@ -377,13 +374,10 @@ impl TupleMerge {
     /// bits lowest first meets them in (about) that order.
     pub fn rebuild_pruning(&mut self) {
         self.resort();
-        let renumber: Vec<(u32, u32)> = self.tables.iter().enumerate().map(|(i, t)| (t.uid, i as u32)).collect();
         let mut new_uid = vec![u32::MAX; self.pos.len()];
-        for &(old, new) in &renumber {
-            new_uid[old as usize] = new;
-        }
-        for t in &mut self.tables {
-            t.set_uid(new_uid[t.uid as usize]);
+        for (i, t) in self.tables.iter_mut().enumerate() {
+            new_uid[t.uid as usize] = i as u32;
+            t.uid = i as u32;
         }
         for uid in self.by_tuple.values_mut() {
             *uid = new_uid[*uid as usize];
