@@ -261,6 +261,17 @@ class FlowSet:
     def add(self, headers: Any, skip: Any | None = None) -> None: ...
     def __len__(self) -> int: ...
 
+class VerdictTally:
+    """A batch's ``VERDICT_DTYPE`` verdicts counted; its table of decisions by rule is reused."""
+    def __init__(self) -> None: ...
+    def add(
+        self, verdicts: Any, outcomes_by_rule: bool = False
+    ) -> tuple[
+        int, int, list[int], int, int, tuple[int, int], list[tuple[tuple[int, int, int, int, int, int, int], int]]
+    ]:
+        """(packets, allowed, [packets by reason], policy_allowed, pickups, (no policy egress,
+        ingress), [((direction, tier, source_kind, source, rule, reason, allow), packets)])."""
+
 class ServiceIndex:
     """Service entries ``[(address (16 bytes), protocol, port), ...]``, the first of equal keys
     winning, and the lookup of a header batch against them."""

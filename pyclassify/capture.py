@@ -32,6 +32,8 @@ import os
 import stat
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import BinaryIO, Final
@@ -53,7 +55,9 @@ __all__ = [
     "CaptureError",
     "CaptureWriter",
     "Interface",
+    "ReadAhead",
     "open_capture",
+    "read_ahead",
     "read_all",
 ]
 
@@ -428,6 +432,48 @@ def read_all(
     headers = np.concatenate(hs) if hs else np.empty(0, HEADER_DTYPE)
     quotes = np.concatenate(qs) if qs else np.empty(0, QUOTE_DTYPE)
     return headers, quotes, cap
+
+
+class ReadAhead:
+    """A capture's batches, each read on a thread of its own while the caller works on the one
+    before (``read_ahead``). Beside each batch it keeps what the capture had found by the end
+    of that batch (``counts``, ``problems``, as ``Capture`` has them): a caller that stops
+    early counts what it took, not the batch read ahead of it."""
+
+    def __init__(self, cap: Capture, pool: ThreadPoolExecutor) -> None:
+        self.name = cap.name
+        self.counts: dict[str, int] = {}
+        self.problems: list[str] = []
+        self._cap, self._pool = cap, pool
+        self._ahead = pool.submit(self._read)
+
+    def _read(self) -> tuple[Batch | None, dict[str, int], list[str]]:
+        batch = self._cap.read_batch()
+        return batch, self._cap.counts, self._cap.problems
+
+    def __iter__(self) -> ReadAhead:
+        return self
+
+    def __next__(self) -> Batch:
+        batch, self.counts, self.problems = self._ahead.result()
+        if batch is None:
+            raise StopIteration
+        self._ahead = self._pool.submit(self._read)
+        return batch
+
+
+@contextmanager
+def read_ahead(cap: Capture) -> Iterator[ReadAhead]:
+    """``cap``'s batches, each read on a thread while the caller works on the one before (the
+    decoder runs without the GIL, as the engine does): on two cores the read costs the caller
+    almost nothing. Until this exits nothing else may read ``cap`` or ask it what it has read
+    (the thread is writing it); ask the ``ReadAhead`` instead. On exit the read under way
+    finishes first. For files, not pipes: a read that waits for input would hold the exit up."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyclassify-read")
+    try:
+        yield ReadAhead(cap, pool)
+    finally:
+        pool.shutdown(wait=True)
 
 
 class CaptureWriter:

@@ -32,9 +32,9 @@ import numpy as np
 import numpy.typing as npt
 
 from pyclassify import httprules
-from pyclassify._engine import ConnTrack, FlowSet
-from pyclassify.batch import ERROR_NAMES, SIDE_DTYPE, address_text
-from pyclassify.capture import Batch, CaptureWriter, open_capture
+from pyclassify._engine import ConnTrack, FlowSet, VerdictTally
+from pyclassify.batch import ERROR_NAMES, address_text
+from pyclassify.capture import Batch, Capture, CaptureWriter, ReadAhead, open_capture, read_ahead
 from pyclassify.counted import count
 from pyclassify.engine import (
     CT_NEW_PICKUP,
@@ -209,55 +209,13 @@ def take_rows(records: npt.NDArray[Any], rows: npt.NDArray[np.int64]) -> npt.NDA
     return np.take(raw, rows).view(records.dtype)
 
 
-def _count_rules(summary: ReplaySummary, verdicts: npt.NDArray[Any]) -> None:
-    # usually few beside the established ones
-    policy = take_rows(verdicts, np.flatnonzero(verdicts["reason"] == PACKET_POLICY))
-    summary.policy += len(policy)
-    summary.policy_allowed += int(np.count_nonzero(policy["allow"]))
-    summary.pickups += int(np.count_nonzero(np.isin(policy["ct_state"], list(PICKUP_OPENER))))
-    httprules.count_outcomes(summary.http, verdicts, policy)
-    # by rule: the decisions of rules (not the HTTP outcomes counted apart)
-    outcomes = httprules.outcome_mask(policy)
-    judged = policy[~outcomes] if outcomes.any() else policy
-    for direction in ("egress", "ingress"):
-        summary.no_policy[direction] += len(judged) - int(np.count_nonzero(judged[direction]["present"] == 1))
-    _count_by_rule(summary.by_rule, judged)
+def _add_by_rule(by_rule: Counter, rows: list[tuple[tuple[int, int, int, int, int, int, int], int]]) -> None:
+    """A batch's packets by the decision at each end (``VerdictTally.add``) into ``by_rule``."""
+    for (direction, *decision), n in rows:
+        by_rule[(_DIRECTIONS[direction], *decision)] += n
 
 
-def _count_by_rule(by_rule: Counter, judged: npt.NDArray[Any]) -> None:
-    """Packets judged by policy, by the decision at each end."""
-    for direction in ("egress", "ingress"):
-        side = judged[direction]
-        side = take_rows(side, np.flatnonzero(side["present"] == 1))
-        if len(side) == 0:
-            continue
-        first, counts = _distinct_records(side)
-        distinct = take_rows(side, first)
-        # column by column into Python ints: a field read per record costs more than the rest
-        columns = [distinct[f].tolist() for f in ("tier", "source_kind", "source", "rule", "reason", "allow")]
-        for row, n in zip(zip(*columns), counts.tolist()):
-            by_rule[(direction, *row)] += n
-
-
-# The decision fields of a side record, ``present`` to ``rule``: what the summary counts by.
-_RULE_DTYPE, _RULE_OFFSET = SIDE_DTYPE.fields["rule"][:2]  # type: ignore[index]
-_DECISION_BYTES = _RULE_OFFSET + _RULE_DTYPE.itemsize
-assert _DECISION_BYTES == 16
-
-
-def _distinct_records(side: npt.NDArray[Any]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The side records of a batch with distinct decisions, as the row of the first of each and
-    its count: the decision fields (``present`` to ``rule``, 16 bytes) of each record are two
-    64-bit words, counted by a hash of the pair and checked exactly (a row-wise ``np.unique``
-    is ten times slower)."""
-    raw = side.view(np.uint8).reshape(len(side), side.dtype.itemsize)
-    words = np.ascontiguousarray(raw[:, :_DECISION_BYTES]).view(np.uint64).reshape(-1, 2)
-    with np.errstate(over="ignore"):
-        key = words[:, 0] * _MIX[0] ^ words[:, 1] * _MIX[1]
-    _, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
-    if not np.array_equal(words, words[first][inverse]):  # two records with one hash: count exactly
-        rows, first, counts = np.unique(words, axis=0, return_index=True, return_counts=True)
-    return first, counts
+_DIRECTIONS = ("egress", "ingress")
 
 
 class Replay:
@@ -308,6 +266,8 @@ class Replay:
         self.follow_symlinks = follow_symlinks
         self._outputs: list[OutputFile] = []
         self.summary = ReplaySummary()
+        # the verdicts counted natively, batch by batch, into the summary
+        self._tally, self._staged_tally = VerdictTally(), VerdictTally()
         self._writers: list[CaptureWriter] = []
         self._writer_by_kind: dict[str, tuple[CaptureWriter, tuple]] = {}
         self._index = 0
@@ -564,39 +524,51 @@ class Replay:
         packets_before = self._packets_read
         no_interface = 0  # pcapng packets naming an interface no IDB describes (ifindex all ones)
         with open_capture(path, stream=True, tunnels=self.tunnels) as cap:
-            for batch in cap:
-                self._packets_read += len(batch)
-                if cap.format == "pcapng":
-                    no_interface += int(np.count_nonzero(batch.headers["ifindex"] == NO_INTERFACE))
-                verdicts = self._judge(batch)
-                self._account(batch, verdicts)
-                # Made after the first batch: pcapng interfaces are known by then.
-                allowed_w, denied_w = self._writer("allowed", cap), self._writer("denied", cap)
-                with self._writing("--allowed", self.allowed_path):
-                    if allowed_w is not None:
-                        allowed_w.write(batch, verdicts["allow"] == 1)
-                with self._writing("--denied", self.denied_path):
-                    if denied_w is not None:
-                        denied_w.write(batch, verdicts["allow"] == 0)
-                if self.out is not None and self.per_flow:
-                    self._collect_flows(batch, verdicts)
-                elif self.out is not None:
-                    with self._writing("--out", self._out_name()):
-                        self._write_lines(batch, verdicts)
-                if progress is not None:
-                    progress(len(batch))
-                if self._stop:
-                    break
-            file_report(self.summary, cap, path, before, no_interface, self._packets_read - packets_before, self._stop)
+            with self._batches(cap, before) as batches:  # (``batches`` knows what they held)
+                for batch in batches:
+                    self._packets_read += len(batch)
+                    if cap.format == "pcapng":
+                        no_interface += int(np.count_nonzero(batch.headers["ifindex"] == NO_INTERFACE))
+                    verdicts = self._judge(batch)
+                    self._account(batch, verdicts)
+                    # Made after the first batch: pcapng interfaces are known by then.
+                    allowed_w, denied_w = self._writer("allowed", cap), self._writer("denied", cap)
+                    with self._writing("--allowed", self.allowed_path):
+                        if allowed_w is not None:
+                            allowed_w.write(batch, verdicts["allow"] == 1)
+                    with self._writing("--denied", self.denied_path):
+                        if denied_w is not None:
+                            denied_w.write(batch, verdicts["allow"] == 0)
+                    if self.out is not None and self.per_flow:
+                        self._collect_flows(batch, verdicts)
+                    elif self.out is not None:
+                        with self._writing("--out", self._out_name()):
+                            self._write_lines(batch, verdicts)
+                    if progress is not None:
+                        progress(len(batch))
+                    if self._stop:
+                        break
+            read = self._packets_read - packets_before
+            file_report(self.summary, batches, path, before, no_interface, read, self._stop)
+
+    @contextlib.contextmanager
+    def _batches(self, cap: Capture, state: tuple[int, int, int] | None) -> Iterator[Capture | ReadAhead]:
+        """A capture's batches: from a file, each read while the one before is judged
+        (``read_ahead``), unless --allowed/--denied write captures made like it (whose
+        interfaces they ask for as they go); from a pipe or stdin, as they come. What is
+        yielded also says what the batches taken so far held (``counts``, ``problems``)."""
+        if state is None or self.allowed_path is not None or self.denied_path is not None:
+            yield cap
+            return
+        with read_ahead(cap) as batches:
+            yield batches
 
     def _account(self, batch: Batch, verdicts: npt.NDArray[Any]) -> None:
         s = self.summary
-        n = len(verdicts)
-        allowed = int(np.count_nonzero(verdicts["allow"]))
+        n, allowed, reasons, policy_allowed, pickups, no_policy, by_rule = self._tally.add(verdicts)
         s.packets += n
         s.allowed += allowed
         s.denied += n - allowed
-        reasons = np.bincount(verdicts["reason"], minlength=len(PACKET_REASONS))  # every reason, one pass
         if batch.outers is not None:  # the batch has packets found inside a tunnel
             malformed = verdicts["reason"] == PACKET_MALFORMED
             encap = batch.headers["encap"]
@@ -611,16 +583,22 @@ class Replay:
                     s.not_judged_by[(ENCAP_NAMES[int(kind)], ERROR_NAMES[int(err)])] += int(count)
             s.malformed += int(np.count_nonzero(malformed & ~tunnelled))
         else:
-            s.malformed += int(reasons[PACKET_MALFORMED])
-        s.established += int(reasons[PACKET_ESTABLISHED])
-        s.invalid += int(reasons[PACKET_INVALID])
-        s.denied_connection += int(reasons[PACKET_DENIED_CONNECTION])
-        s.not_ip += int(reasons[PACKET_NOT_IP])
+            s.malformed += reasons[PACKET_MALFORMED]
+        s.established += reasons[PACKET_ESTABLISHED]
+        s.invalid += reasons[PACKET_INVALID]
+        s.denied_connection += reasons[PACKET_DENIED_CONNECTION]
+        s.not_ip += reasons[PACKET_NOT_IP]
+        s.policy += reasons[PACKET_POLICY]
+        s.policy_allowed += policy_allowed
+        s.pickups += pickups
+        s.no_policy["egress"] += no_policy[0]
+        s.no_policy["ingress"] += no_policy[1]
+        _add_by_rule(s.by_rule, by_rule)
+        httprules.count_outcomes(s.http, verdicts)
         undecoded = verdicts["reason"] == PACKET_MALFORMED
         if reasons[PACKET_NOT_IP]:
             undecoded |= verdicts["reason"] == PACKET_NOT_IP
         self._add_flows(batch, undecoded)
-        _count_rules(s, verdicts)
         staged = self._staged_verdicts
         if staged is not None:
             now, then = verdicts["allow"] != 0, staged["allow"] != 0
@@ -628,7 +606,7 @@ class Replay:
             s.staged["denied"] += n - int(np.count_nonzero(then))
             s.staged["would_deny"] += int(np.count_nonzero(now & ~then))
             s.staged["would_allow"] += int(np.count_nonzero(~now & then))
-            _count_by_rule(s.staged_by_rule, take_rows(staged, np.flatnonzero(staged["reason"] == PACKET_POLICY)))
+            _add_by_rule(s.staged_by_rule, self._staged_tally.add(staged, outcomes_by_rule=True)[-1])
 
     def _add_flows(self, batch: Batch, undecoded: npt.NDArray[np.bool_]) -> None:
         """The batch's connections into the summary's ``flow_set`` (those of packets that could

@@ -28,6 +28,7 @@ from pyclassify.capture import (
     CaptureError,
     CaptureWriter,
     open_capture,
+    read_ahead,
     read_all,
 )
 
@@ -315,6 +316,42 @@ def test_stream_equals_mmap_whatever_the_window_and_batch(tmp_path: Path) -> Non
         assert (streamed == mm).all()
     st, _, _ = read_all(path, stream=True)
     assert (st == mm).all()
+
+
+def test_read_ahead_hands_out_what_plain_reading_does_with_its_data(tmp_path: Path) -> None:
+    path = big_capture(tmp_path)
+    headers, _, _ = read_all(path)
+    payloads = [bytes(b.packet(i)) for b in open_capture(path) for i in range(len(b))]
+    with open_capture(path, stream=True, batch_size=97) as cap:
+        cap._reader = type(cap._reader)(open(path, "rb"), 4096)  # a new window every few packets
+        with read_ahead(cap) as batches:
+            # every batch kept until the end: a window the reader has moved past stays readable
+            ahead = list(batches)
+    assert len(ahead) > len(headers) // 97
+    assert (np.concatenate([b.headers for b in ahead]) == headers).all()
+    assert [bytes(b.packet(i)) for b in ahead for i in range(len(b))] == payloads
+    assert batches.counts == {"none": 3000} and batches.problems == []
+
+
+def test_read_ahead_tells_what_the_batches_taken_held_not_the_one_read_ahead() -> None:
+    data = (REPO / "pcaps" / "demo.pcap").read_bytes()
+    cut = data[: len(data) - 10]  # the last record cut: a problem, found by the last read
+    whole, _, _ = read_all(io.BytesIO(cut))
+    with open_capture(io.BytesIO(cut), batch_size=len(whole) // 2) as cap, read_ahead(cap) as batches:
+        first = next(batches)
+        assert batches.counts == {"none": len(first)} and batches.problems == []  # the cap is further
+        rest = list(batches)
+    assert sum(len(b) for b in [first, *rest]) == len(whole)
+    assert batches.counts == {"none": len(whole)} and len(batches.problems) == 1
+    assert batches.problems == cap.problems
+
+
+def test_read_ahead_raises_what_the_read_raised(tmp_path: Path) -> None:
+    path = big_capture(tmp_path, 50)
+    with open_capture(path, stream=True, batch_size=10) as cap:
+        cap.read_batch = lambda: 1 / 0  # type: ignore[method-assign]
+        with pytest.raises(ZeroDivisionError), read_ahead(cap) as batches:
+            next(batches)
 
 
 def test_stdin(tmp_path: Path) -> None:

@@ -2,13 +2,17 @@
 //! or per-packet work goes through Python objects:
 //!
 //! - [`FlowSet`]: the distinct connections seen (a 5-tuple, the same in both directions);
-//! - [`ServiceIndex`]: which packets are to or from a Service's virtual address and port.
+//! - [`ServiceIndex`]: which packets are to or from a Service's virtual address and port;
+//! - [`VerdictTally`]: a batch's verdicts counted by reason, and those policy judged by the
+//!   decision at each end.
 
 use std::collections::HashSet;
 
 use crate::batch::{PacketHeader, FLAG_HAS_PORTS, FLAG_MALFORMED};
+use crate::conntrack::code::{NEW_PICKUP, NEW_PICKUP_REPLY};
 use crate::conntrack::key::{canon_ports, FlowKey};
 use crate::engine::cow::{FastMap, MixState};
+use crate::engine::{PacketVerdict, SideVerdict, HTTP_AWAITS, HTTP_TABLE_FULL, PACKET_POLICY};
 
 /// A header's connection, the same key from both ends (the conntrack's canonical port key).
 fn connection(h: &PacketHeader) -> FlowKey {
@@ -98,6 +102,78 @@ impl ServiceIndex {
             }
         }
     }
+}
+
+/// What decided one end of a packet policy judged: (direction: 0 egress, 1 ingress, tier,
+/// source kind, source, rule, reason, allow), as `SideVerdict` holds them.
+pub type RuleKey = (u8, i32, u8, i32, i32, u8, u8);
+
+/// How many reasons `PacketVerdict::reason` counts apart; a larger value counts in the last.
+pub const REASONS: usize = 8;
+
+/// One batch's verdicts counted: packets by reason, and of those policy judged, how many were
+/// allowed, picked a TCP connection up mid-stream, or had no decision at an end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VerdictCounts {
+    pub packets: u64,
+    pub allowed: u64,
+    pub by_reason: [u64; REASONS],
+    pub policy_allowed: u64,
+    pub pickups: u64,
+    /// Packets judged by rule with no decision at that end (egress, ingress).
+    pub no_policy: [u64; 2],
+}
+
+/// The packets policy judged in every batch added, by what decided at each end. A packet whose
+/// decision is an HTTP outcome rather than a rule's (admitted provisionally, or denied because
+/// its request stream cannot be judged) is counted as judged but not by rule, unless `add` is
+/// told to count outcomes by rule too.
+#[derive(Default)]
+pub struct VerdictTally {
+    by_rule: FastMap<RuleKey, u64>,
+}
+
+impl VerdictTally {
+    pub fn new() -> VerdictTally {
+        VerdictTally::default()
+    }
+
+    /// Adds a batch's decisions by rule, and returns its counts.
+    pub fn add(&mut self, verdicts: &[PacketVerdict], outcomes_by_rule: bool) -> VerdictCounts {
+        let mut c = VerdictCounts::default();
+        for v in verdicts {
+            c.packets += 1;
+            c.allowed += (v.allow != 0) as u64;
+            c.by_reason[(v.reason as usize).min(REASONS - 1)] += 1;
+            if v.reason != PACKET_POLICY {
+                continue;
+            }
+            c.policy_allowed += (v.allow != 0) as u64;
+            c.pickups += matches!(v.ct_state, NEW_PICKUP | NEW_PICKUP_REPLY) as u64;
+            let provisional = v.http == HTTP_AWAITS && v.allow != 0;
+            if (provisional || v.http >= HTTP_TABLE_FULL) && !outcomes_by_rule {
+                continue;
+            }
+            for (direction, side) in [(0u8, &v.egress), (1u8, &v.ingress)] {
+                if side.present != 1 {
+                    c.no_policy[direction as usize] += 1;
+                    continue;
+                }
+                *self.by_rule.entry(rule_key(direction, side)).or_insert(0) += 1;
+            }
+        }
+        c
+    }
+
+    /// The packets by the decision at each end added since the last call, in no particular
+    /// order; the tally is empty after.
+    pub fn drain(&mut self) -> Vec<(RuleKey, u64)> {
+        self.by_rule.drain().collect()
+    }
+}
+
+fn rule_key(direction: u8, s: &SideVerdict) -> RuleKey {
+    (direction, s.tier, s.source_kind, s.source, s.rule, s.reason, s.allow)
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! `HEADER_DTYPE` batches through the buffer protocol and run without the GIL.
 
 use pyclassify_core::batch::PacketHeader;
-use pyclassify_core::flows::{FlowSet, ServiceIndex};
+use pyclassify_core::engine::PacketVerdict;
+use pyclassify_core::flows::{FlowSet, RuleKey, ServiceIndex, VerdictCounts, VerdictTally};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -54,6 +55,47 @@ impl PyFlowSet {
 
     fn __len__(&self) -> usize {
         self.inner.len()
+    }
+}
+
+/// A batch's verdicts counted (`pyclassify_core::flows::VerdictTally`); the table of decisions
+/// by rule is kept between batches so that its memory is reused.
+#[pyclass(name = "VerdictTally", module = "pyclassify._engine")]
+pub struct PyVerdictTally {
+    inner: VerdictTally,
+}
+
+type BatchCounts = (u64, u64, Vec<u64>, u64, u64, (u64, u64), Vec<(RuleKey, u64)>);
+
+#[pymethods]
+impl PyVerdictTally {
+    #[new]
+    fn new() -> Self {
+        PyVerdictTally { inner: VerdictTally::new() }
+    }
+
+    /// Counts a `VERDICT_DTYPE` batch: `(packets, allowed, [packets by reason], policy_allowed,
+    /// pickups, (no policy egress, ingress), [((direction, tier, source_kind, source, rule,
+    /// reason, allow), packets), ...])`. `outcomes_by_rule`: HTTP outcomes (module
+    /// documentation of `pyclassify_core::flows`) are counted by rule too.
+    #[pyo3(signature = (verdicts, outcomes_by_rule=false))]
+    fn add(&mut self, py: Python<'_>, verdicts: &Bound<'_, PyAny>, outcomes_by_rule: bool) -> PyResult<BatchCounts> {
+        let size = std::mem::size_of::<PacketVerdict>();
+        let buf = checked_buffer(verdicts, "verdicts", size, std::mem::align_of::<PacketVerdict>(), None, false)?;
+        let (ptr, n) = (buf.buf_ptr() as usize, buf.item_count());
+        let inner = &mut self.inner;
+        let (c, by_rule) = py.detach(move || {
+            if n == 0 {
+                return (VerdictCounts::default(), Vec::new());
+            }
+            // SAFETY: checked above (item size, alignment), acquired until this returns;
+            // every bit pattern of the record's integer fields is valid.
+            let c = inner.add(unsafe { std::slice::from_raw_parts(ptr as *const PacketVerdict, n) }, outcomes_by_rule);
+            (c, inner.drain())
+        });
+        drop(buf);
+        let no_policy = (c.no_policy[0], c.no_policy[1]);
+        Ok((c.packets, c.allowed, c.by_reason.to_vec(), c.policy_allowed, c.pickups, no_policy, by_rule))
     }
 }
 
@@ -118,6 +160,7 @@ impl PyServiceIndex {
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFlowSet>()?;
+    m.add_class::<PyVerdictTally>()?;
     m.add_class::<PyServiceIndex>()?;
     Ok(())
 }
