@@ -594,7 +594,7 @@ impl Snapshot {
         let lister = Lister { s: self, owned, subject: endpoint, ident };
         let fam = fam_of(v6);
         let mut out = Vec::new();
-        for stage in &ident.programs[d as usize].stages {
+        for stage in ident.programs[d as usize].stages.iter() {
             let mut st = StageListing {
                 tier: Some(stage.tier),
                 profile: None,

@@ -3,7 +3,7 @@
 //! the last snapshot, compiled before it is handed out or on first use ([`Compile`]).
 
 use std::collections::HashSet;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use super::Compile;
 use crate::engine::cow::FastMap;
@@ -14,13 +14,16 @@ use crate::engine::Direction;
 type ProgramKey = (Direction, Vec<u32>);
 
 pub(super) struct ProgramCache {
-    programs: FastMap<ProgramKey, Arc<Program>>,
-    /// For each policy, the programs listing it (by address; `programs` holds each, so an
-    /// address is not reused while it is here): a policy's change touches those alone, not
-    /// every program (Calico's felix keeps the same index from a policy to what uses it).
-    listing: FastMap<u32, HashSet<usize, crate::engine::cow::MixState>>,
-    /// The programs of `listing` by address.
-    by_address: FastMap<usize, Weak<Program>>,
+    /// Each program's slot; a slot keeps its number while its program is renewed, so the
+    /// index below does not change when a policy's rules do.
+    programs: FastMap<ProgramKey, u32>,
+    /// The programs by slot, with their keys; `None`: a free slot (in `free`).
+    slots: Vec<Option<(ProgramKey, Arc<Program>)>>,
+    free: Vec<u32>,
+    /// For each policy, the slots of the programs listing it: a policy's change touches those
+    /// alone, not every program (Calico's felix keeps the same index from a policy to what
+    /// uses it).
+    listing: FastMap<u32, HashSet<u32, crate::engine::cow::MixState>>,
     /// Profile lists, interned as programs are (their compiled form is shared too).
     profile_lists: FastMap<Vec<u32>, Arc<ProfileList>>,
     /// Programs and profile lists made since the last snapshot, compiled before it is handed
@@ -34,8 +37,9 @@ impl Default for ProgramCache {
     fn default() -> Self {
         ProgramCache {
             programs: FastMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
             listing: FastMap::default(),
-            by_address: FastMap::default(),
             profile_lists: FastMap::default(),
             fresh_programs: Vec::new(),
             fresh_profiles: Vec::new(),
@@ -56,45 +60,49 @@ impl ProgramCache {
         policies: Vec<u32>,
         stages: impl FnOnce(&[u32]) -> Vec<Stage>,
     ) -> Arc<Program> {
-        if let Some(p) = self.programs.get(&(d, policies.clone())) {
-            return p.clone();
+        let key = (d, policies);
+        if let Some(&slot) = self.programs.get(&key) {
+            return self.held(slot).clone();
         }
-        let program = Arc::new(Program::new(d, stages(&policies)));
-        self.index(&program, &policies);
-        self.programs.insert((d, policies), program.clone());
+        let program = Arc::new(Program::new(d, stages(&key.1)));
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.slots.push(None);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        for &p in &key.1 {
+            self.listing.entry(p).or_default().insert(slot);
+        }
+        self.programs.insert(key.clone(), slot);
+        self.slots[slot as usize] = Some((key, program.clone()));
         self.fresh_programs.push(program.clone());
         program
     }
 
-    fn index(&mut self, program: &Arc<Program>, policies: &[u32]) {
-        let address = Arc::as_ptr(program) as usize;
-        for &p in policies {
-            self.listing.entry(p).or_default().insert(address);
-        }
-        self.by_address.insert(address, Arc::downgrade(program));
+    fn held(&self, slot: u32) -> &Arc<Program> {
+        &self.slots[slot as usize].as_ref().expect("an indexed slot holds a program").1
     }
 
-    fn unindex(&mut self, program: &Arc<Program>, policies: &[u32]) {
-        let address = Arc::as_ptr(program) as usize;
-        for p in policies {
+    /// Empties `slot`: its program leaves the index.
+    fn release(&mut self, slot: u32) {
+        let Some((key, _)) = self.slots[slot as usize].take() else { return };
+        for p in &key.1 {
             if let Some(set) = self.listing.get_mut(p) {
-                set.remove(&address);
+                set.remove(&slot);
                 if set.is_empty() {
                     self.listing.remove(p);
                 }
             }
         }
-        self.by_address.remove(&address);
+        self.programs.remove(&key);
+        self.free.push(slot);
     }
 
-    /// The keys of the programs listing `policy`.
-    fn keys_listing(&self, policy: u32) -> Vec<ProgramKey> {
-        let Some(addresses) = self.listing.get(&policy) else { return Vec::new() };
-        addresses
-            .iter()
-            .filter_map(|a| self.by_address.get(a).and_then(Weak::upgrade))
-            .map(|p| (p.direction, p.stages.iter().flat_map(|s| s.policies.iter().copied()).collect()))
-            .collect()
+    /// The slots of the programs listing `policy`.
+    fn slots_listing(&self, policy: u32) -> Vec<u32> {
+        self.listing.get(&policy).map(|slots| slots.iter().copied().collect()).unwrap_or_default()
     }
 
     /// The interned list of these profiles.
@@ -111,27 +119,23 @@ impl ProgramCache {
     }
 
     /// The programs listing `policy` made anew (to be compiled against its new rules): each
-    /// old program's address to its successor.
+    /// old program's address to its successor, which takes its slot.
     pub(super) fn renew_with(&mut self, policy: u32) -> FastMap<usize, Arc<Program>> {
         let mut renewed: FastMap<usize, Arc<Program>> = FastMap::default();
-        for k in self.keys_listing(policy) {
-            let old = self.programs[&k].clone();
-            let fresh = Arc::new(old.renewed());
-            self.unindex(&old, &k.1);
-            self.index(&fresh, &k.1);
+        for slot in self.slots_listing(policy) {
+            let held = &mut self.slots[slot as usize].as_mut().expect("an indexed slot holds a program").1;
+            let fresh = Arc::new(held.renewed());
+            let old = std::mem::replace(held, fresh.clone());
             renewed.insert(Arc::as_ptr(&old) as usize, fresh.clone());
-            self.fresh_programs.push(fresh.clone());
-            self.programs.insert(k, fresh);
+            self.fresh_programs.push(fresh);
         }
         renewed
     }
 
     /// Forgets the programs listing `policy` (it went, or moved tier).
     pub(super) fn evict_with(&mut self, policy: u32) {
-        for k in self.keys_listing(policy) {
-            if let Some(old) = self.programs.remove(&k) {
-                self.unindex(&old, &k.1);
-            }
+        for slot in self.slots_listing(policy) {
+            self.release(slot);
         }
     }
 
@@ -143,19 +147,19 @@ impl ProgramCache {
     /// Forgets every program (tier order and defaults are inside each).
     pub(super) fn clear_programs(&mut self) {
         self.programs.clear();
+        self.slots.clear();
+        self.free.clear();
         self.listing.clear();
-        self.by_address.clear();
     }
 
     /// Forgets programs and profile lists no identity uses any more.
     pub(super) fn sweep(&mut self) {
         if self.programs.len() > 64 {
-            let unused: Vec<ProgramKey> =
-                self.programs.iter().filter(|(_, p)| Arc::strong_count(p) == 1).map(|(k, _)| k.clone()).collect();
-            for k in unused {
-                if let Some(old) = self.programs.remove(&k) {
-                    self.unindex(&old, &k.1);
-                }
+            let unused: Vec<u32> = (0..self.slots.len() as u32)
+                .filter(|&s| self.slots[s as usize].as_ref().is_some_and(|(_, p)| Arc::strong_count(p) == 1))
+                .collect();
+            for slot in unused {
+                self.release(slot);
             }
         }
         if self.profile_lists.len() > 64 {
@@ -215,17 +219,31 @@ mod tests {
     }
 
     impl ProgramCache {
-        /// Whether `listing` says exactly which programs list each policy (brute force).
+        /// Whether `listing` says exactly which programs list each policy, and `programs`
+        /// where each is (brute force).
         fn index_is_exact(&self) -> bool {
-            let mut want: FastMap<u32, HashSet<usize, crate::engine::cow::MixState>> = FastMap::default();
-            for ((_, list), p) in &self.programs {
-                for &policy in list {
-                    want.entry(policy).or_default().insert(Arc::as_ptr(p) as usize);
+            let mut want: FastMap<u32, HashSet<u32, crate::engine::cow::MixState>> = FastMap::default();
+            let mut held = 0;
+            for (slot, entry) in self.slots.iter().enumerate() {
+                let Some((key, _)) = entry else { continue };
+                held += 1;
+                if self.programs.get(key) != Some(&(slot as u32)) {
+                    return false;
+                }
+                for &policy in &key.1 {
+                    want.entry(policy).or_default().insert(slot as u32);
                 }
             }
+            let free: HashSet<u32> = self.free.iter().copied().collect();
             want == self.listing
-                && self.by_address.len() == self.programs.len()
-                && self.programs.values().all(|p| self.by_address.contains_key(&(Arc::as_ptr(p) as usize)))
+                && held == self.programs.len()
+                && free.len() == self.free.len()
+                && free.iter().all(|&s| self.slots[s as usize].is_none())
+                && held + free.len() == self.slots.len()
+        }
+
+        fn all(&self) -> impl Iterator<Item = &Arc<Program>> {
+            self.slots.iter().flatten().map(|(_, p)| p)
         }
     }
 
@@ -254,10 +272,7 @@ mod tests {
                             *h = fresh.clone();
                         }
                     }
-                    assert!(cache
-                        .programs
-                        .values()
-                        .all(|p| !p.lists(policy) || renewed.values().any(|f| Arc::ptr_eq(f, p))));
+                    assert!(cache.all().all(|p| !p.lists(policy) || renewed.values().any(|f| Arc::ptr_eq(f, p))));
                 }
                 3 => cache.evict_with(r.below(20) as u32),
                 4 => {

@@ -50,7 +50,7 @@ impl Model {
         }
         for id in self.set_members(subject) {
             let Some(rec) = self.snap.identities.get(id) else { continue };
-            let ptrs = rec.programs.clone().map(|p| Arc::as_ptr(&p) as usize);
+            let ptrs = [0, 1].map(|d| Arc::as_ptr(&rec.programs[d]) as usize);
             if ptrs.iter().any(|p| renewed.contains_key(p)) {
                 let rec = self.snap.identities.get_mut(id).expect("identity");
                 for (d, ptr) in ptrs.iter().enumerate() {

@@ -72,25 +72,20 @@ impl IdRec {
 /// anew, so a compiled program always agrees with the rules of the snapshots holding it.
 #[derive(Debug)]
 pub struct Program {
-    pub stages: Vec<Stage>,
+    /// Shared with the program's renewals (`renewed`): a rule change copies no stage.
+    pub stages: Arc<[Stage]>,
     pub direction: Direction,
     pub(super) compiled: OnceLock<Result<Compiled, Walked>>,
 }
 
 impl Program {
     pub fn new(direction: Direction, stages: Vec<Stage>) -> Program {
-        Program { stages, direction, compiled: OnceLock::new() }
+        Program { stages: stages.into(), direction, compiled: OnceLock::new() }
     }
 
     /// The same stages, to be compiled again (a policy's rules changed).
     pub fn renewed(&self) -> Program {
-        Program::new(
-            self.direction,
-            self.stages
-                .iter()
-                .map(|s| Stage { tier: s.tier, default: s.default, policies: s.policies.clone() })
-                .collect(),
-        )
+        Program { stages: self.stages.clone(), direction: self.direction, compiled: OnceLock::new() }
     }
 
     /// Whether the program lists `policy`.

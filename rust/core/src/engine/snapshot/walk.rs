@@ -121,7 +121,7 @@ impl<'s> Ctx<'_, 's> {
         let s = self.s;
         let mut logs = Vec::new();
         let program = &subject.programs[d as usize];
-        for stage in &program.stages {
+        for stage in program.stages.iter() {
             let mut passed = false;
             'policies: for &pid in &stage.policies {
                 let Some(rules) = s.policies.get(pid) else { continue };
