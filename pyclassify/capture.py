@@ -454,6 +454,10 @@ class ReadAhead:
     def __iter__(self) -> ReadAhead:
         return self
 
+    def settle(self) -> None:
+        """Waits for the read under way (its error, if any, is dropped: nothing takes its batch)."""
+        self._ahead.exception()
+
     def __next__(self) -> Batch:
         batch, self.counts, self.problems = self._ahead.result()
         if batch is None:
@@ -468,12 +472,26 @@ def read_ahead(cap: Capture) -> Iterator[ReadAhead]:
     decoder runs without the GIL, as the engine does): on two cores the read costs the caller
     almost nothing. Until this exits nothing else may read ``cap`` or ask it what it has read
     (the thread is writing it); ask the ``ReadAhead`` instead. On exit the read under way
-    finishes first. For files, not pipes: a read that waits for input would hold the exit up."""
+    finishes first, even through a Ctrl-C (the capture is closed after this, and closing it
+    under the read would free what the read is reading); the interrupt is raised once the read
+    is done. For files, not pipes: a read that waits for input would hold the exit up."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pyclassify-read")
+    ahead = None
     try:
-        yield ReadAhead(cap, pool)
+        ahead = ReadAhead(cap, pool)
+        yield ahead
     finally:
-        pool.shutdown(wait=True)
+        # The read's future, not the thread: a join interrupted once may return early after.
+        interrupted: KeyboardInterrupt | None = None
+        while ahead is not None:
+            try:
+                ahead.settle()
+                break
+            except KeyboardInterrupt as e:
+                interrupted = e
+        pool.shutdown(wait=False)  # the thread has nothing of the capture's left to do
+        if interrupted is not None:
+            raise interrupted
 
 
 class CaptureWriter:

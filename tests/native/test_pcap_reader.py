@@ -5,9 +5,13 @@ link types, interfaces and sections, streaming, the writer, and broken files."""
 from __future__ import annotations
 
 import io
+import os
+import signal
 import struct
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -352,6 +356,39 @@ def test_read_ahead_raises_what_the_read_raised(tmp_path: Path) -> None:
         cap.read_batch = lambda: 1 / 0  # type: ignore[method-assign]
         with pytest.raises(ZeroDivisionError), read_ahead(cap) as batches:
             next(batches)
+
+
+def test_read_ahead_finishes_its_read_through_a_ctrl_c_before_the_capture_closes(tmp_path: Path) -> None:
+    path = big_capture(tmp_path, 50)
+    reads: list[str] = []
+    interrupts: list[float] = []
+
+    def interrupt(signum: int, frame: Any) -> None:
+        interrupts.append(time.monotonic())
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        with open_capture(path, stream=True, batch_size=10) as cap:
+            read = cap.read_batch
+
+            def slow() -> Any:
+                reads.append("started")
+                time.sleep(2.0 if len(reads) > 1 else 0)  # the second read outlasts the interrupt
+                batch = read()
+                reads.append("done")
+                return batch
+
+            cap.read_batch = slow  # type: ignore[method-assign]
+            with pytest.raises(KeyboardInterrupt), read_ahead(cap) as batches:
+                next(batches)
+                timer.start()  # lands while the exit waits for the second read
+            # raised only once the read under way was done, before the capture closes
+            assert interrupts and reads == ["started", "done", "started", "done"]
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_stdin(tmp_path: Path) -> None:
