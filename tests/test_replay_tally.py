@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -99,7 +100,5 @@ def test_native_counts_agree_with_a_record_at_a_time(batches, outcomes_by_rule):
 
 
 def test_a_buffer_of_another_record_is_refused():
-    import pytest
-
     with pytest.raises(ValueError):
         VerdictTally().add(np.zeros(4, dtype=np.uint8))
