@@ -10,6 +10,7 @@
 #   bench/callgrind.sh --compare base.txt    # fail (exit 1) if any ruleset got >THRESHOLD% worse
 #   THRESHOLD=2 HEADERS=20000 bench/callgrind.sh acl1_1000 ...
 #   RTE_ACL_METHODS="sse avx2" bench/callgrind.sh   # rte_acl's classify methods to count (scalar sse avx2)
+#   CLASSIFIER=bitvector bench/callgrind.sh  # the bit-vector classifier (the engine's) instead of TupleMerge
 # With DPDK's headers installed, DPDK rte_acl's classify is counted on the same headers after.
 set -euo pipefail
 cd "$(dirname "$0")/.."

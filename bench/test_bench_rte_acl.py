@@ -4,7 +4,10 @@ from their rules, ten headers a rule, and says so).
 
 - pyclassify: TupleMerge (``rust/core/src/classifier``), run by ``rust/core``'s ``classbench``
   binary (``src/bin/classbench.rs``, built here with cargo): the whole trace per timed pass. The
-  engine's decisions do not go through this classifier, so the Python package does not carry it;
+  engine's decisions do not go through TupleMerge, so the Python package does not carry it;
+- the engine's classifier: the bit-vector rows its compiled programs are (``classifier/rows.rs``),
+  as ``BitVector`` over the same rules, by the same binary in each pair; a set whose rows would
+  pass its memory bound is reported refused;
 - rte_acl: ``bench/peers/rte_acl_bench.c`` linked against Debian's DPDK, the whole trace in
   bursts of 64 through ``rte_acl_classify``, timed with every classify method this CPU and build
   offer (scalar, SSE, AVX2, AVX-512 where present): the fastest is quoted, the others printed.
@@ -97,22 +100,15 @@ def test_beside_rte_acl(name: str, ours: Path, peer: Path, tmp_path: Path) -> No
         trace = tmp_path / "trace"
     # the two alternate, PAIRS times, so that a slow spell of the machine falls on both sides:
     # the ratio quoted is the median of the pairs' ratios
-    mines, theirs_runs = [], []
+    mines, theirs_runs, bitvectors = [], [], []
+
+    def ours_run(method: str, ids: str) -> dict:
+        args = [str(ours), str(rules), str(trace), str(tmp_path / ids), str(ROUNDS), str(SAMPLE)]
+        return run_json([*args, str(tmp_path / "linear"), method], timeout=1800)
+
     for _ in range(PAIRS):
-        mines.append(
-            run_json(
-                [
-                    str(ours),
-                    str(rules),
-                    str(trace),
-                    str(tmp_path / "our_ids"),
-                    str(ROUNDS),
-                    str(SAMPLE),
-                    str(tmp_path / "linear"),
-                ],
-                timeout=1800,
-            )
-        )
+        mines.append(ours_run("tuplemerge", "our_ids"))
+        bitvectors.append(ours_run("bitvector", "bitvector_ids"))
         theirs_runs.append(
             run_json(
                 [str(peer), str(tmp_path / "rules"), str(tmp_path / "trace"), str(tmp_path / "ids"), str(ROUNDS), "64"],
@@ -134,6 +130,18 @@ def test_beside_rte_acl(name: str, ours: Path, peer: Path, tmp_path: Path) -> No
     assert (acl_ids[: len(want)] == want).all(), "rte_acl differs from the linear first match"
     differ = int(np.count_nonzero(ids != acl_ids))
     assert differ == 0, f"pyclassify and rte_acl differ on {differ} headers"
+    if "refused" in bitvectors[0]:
+        bitvector = f"refused: {bitvectors[0]['refused']}"
+    else:
+        bv_ids = np.fromfile(tmp_path / "bitvector_ids", dtype=np.int32).astype(np.int64)
+        differ = int(np.count_nonzero(bv_ids != acl_ids))
+        assert differ == 0, f"the bit-vector classifier and rte_acl differ on {differ} headers"
+        bv_ratios = sorted(t["median_s"] / b["median_s"] for b, t in zip(bitvectors, theirs_runs))
+        bv_median = statistics.median(b["median_s"] for b in bitvectors)
+        bitvector = (
+            f"{n / bv_median / 1e6:.2f} Mpps, ratio {statistics.median(bv_ratios):.2f}x, "
+            f"build {bitvectors[0]['build_s'] * 1e3:.0f} ms, {bitvectors[0]['bytes'] / 1e6:.1f} MB"
+        )
 
     row = {
         "headers": n,
@@ -152,13 +160,15 @@ def test_beside_rte_acl(name: str, ours: Path, peer: Path, tmp_path: Path) -> No
     row["ratio"] = statistics.median(ratios)
     row["ratios"] = ", ".join(f"{r:.2f}" for r in ratios)
     row["trace"] = "generated" if generated else "published"
+    row["bitvector"] = bitvector
     RESULTS[name] = row
     print(
         f"\n{name} ({mine['rules']} rules, {n} headers, {row['trace']} trace): pyclassify {row['ours_mpps']:.2f} Mpps "
         f"(best {row['ours_best_mpps']:.2f}), build {mine['build_s'] * 1e3:.1f} ms, {row['ours_mb']:.1f} MB | "
         f"rte_acl ({theirs['dpdk']}, {theirs['alg']}) {row['acl_mpps']:.2f} Mpps (best {row['acl_best_mpps']:.2f}), "
         f"[methods, Mpps: {row['acl_methods']}], build {theirs['build_s'] * 1e3:.0f} ms, {row['acl_mb']:.1f} MB (peak RSS {row['acl_peak_rss_mb']:.0f} MB) | ratio {row['ratio']:.2f}x (pairs: {row['ratios']}); "
-        f"answers equal on all {n} headers, both equal the linear scan on {len(want)}"
+        f"answers equal on all {n} headers, both equal the linear scan on {len(want)} | "
+        f"the engine's bit-vector classifier: {bitvector}"
     )
 
 
@@ -167,13 +177,13 @@ def test_table() -> None:
         pytest.skip("run the whole module (and have dpdk-dev) for the table")
     print(
         "\n| ruleset | pyclassify Mpps | rte_acl Mpps | ratio | build pyclassify | build rte_acl "
-        "| memory pyclassify | memory rte_acl (peak RSS) | rte_acl method | trace |"
+        "| memory pyclassify | memory rte_acl (peak RSS) | rte_acl method | trace | bit-vector (engine's) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, r in RESULTS.items():
         print(
             f"| {name} | {r['ours_mpps']:.2f} | {r['acl_mpps']:.2f} | {r['ratio']:.2f}x | "
             f"{r['ours_build_s'] * 1e3:.1f} ms | {r['acl_build_s'] * 1e3:.0f} ms | {r['ours_mb']:.1f} MB | "
-            f"{r['acl_mb']:.1f} MB ({r['acl_peak_rss_mb']:.0f} MB) | {r['acl_alg']} | {r['trace']} |"
+            f"{r['acl_mb']:.1f} MB ({r['acl_peak_rss_mb']:.0f} MB) | {r['acl_alg']} | {r['trace']} | {r['bitvector']} |"
         )
     print(json.dumps(RESULTS))

@@ -1,17 +1,19 @@
 //! A fixed classification workload for instruction counting (`bench/callgrind.sh`).
 //!
 //! `classifier_workload RULESET [HEADERS]`: loads `RULESET.rules.gz` (and its trace, or headers
-//! generated from the rules) from the ClassBench folder, builds a TupleMerge, and classifies the
-//! first HEADERS headers (default 100000) in `classify_workload`, the one function callgrind counts.
+//! generated from the rules) from the ClassBench folder, builds a TupleMerge (or, with
+//! `CLASSIFIER=bitvector`, the bit-vector classifier the engine's programs are built like), and
+//! classifies the first HEADERS headers (default 100000) in `classify_workload`, the one function
+//! callgrind counts.
 //! Prints a checksum of the matched ids so the work cannot be optimized away and runs can be
 //! compared.
 
 use pyclassify_core::classbench;
-use pyclassify_core::classifier::{Classifier, PacketKey, TupleMerge};
+use pyclassify_core::classifier::{BitVector, Classifier, PacketKey, TupleMerge};
 use std::path::Path;
 
 #[inline(never)]
-fn classify_workload(c: &TupleMerge, keys: &[PacketKey]) -> u64 {
+fn classify_workload<C: Classifier>(c: &C, keys: &[PacketKey]) -> u64 {
     let mut acc = 0u64;
     for k in keys {
         acc = acc.wrapping_mul(31).wrapping_add(c.classify(k).map_or(0, |m| m.id as u64 + 1));
@@ -43,6 +45,15 @@ fn main() {
     } else {
         classbench::headers_from_rules(&rules, n, 1)
     };
+    if std::env::var("CLASSIFIER").as_deref() == Ok("bitvector") {
+        let bv = BitVector::build(&rules).unwrap_or_else(|e| {
+            eprintln!("{name}: {e}");
+            std::process::exit(1)
+        });
+        let sum = classify_workload(&bv, &keys);
+        println!("{name}: {} rules, {} headers, bit-vector, checksum {sum:016x}", rules.len(), keys.len());
+        return;
+    }
     let tm = TupleMerge::build(&rules).expect("ClassBench rules are valid");
     let sum = classify_workload(&tm, &keys);
     println!(

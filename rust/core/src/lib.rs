@@ -7,9 +7,10 @@
 //! - [`admission`]: image-path patterns of ContainerAdmissionPolicy (linear-time regexes).
 //! - [`batch`]: the packet header batch, the ABI shared with the Cython decoder and numpy.
 //! - [`selector`]: the Calico selector language (parse, evaluate, canonical form).
-//! - [`classifier`]: the multi-field rule types `render` lists rules as; with the `bench`
-//!   feature, the priority classifiers measured beside DPDK's `rte_acl` (linear baseline,
-//!   TupleMerge).
+//! - [`classifier`]: the bit-vector classifier's parts the engine's compiled programs are built
+//!   of, and the multi-field rule types `render` lists rules as; with the `bench` feature, the
+//!   priority classifiers measured beside DPDK's `rte_acl` (the bit-vector one, the linear
+//!   baseline, TupleMerge).
 //! - `classbench` (`bench` feature): ClassBench ruleset and trace parsers (gzip aware), for the
 //!   classifier benchmarks (`src/bin/classbench.rs`, `benches/classifier.rs`).
 //! - [`capi`]: the engine's C ABI, the function table native loops call without the GIL.

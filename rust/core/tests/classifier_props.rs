@@ -1,11 +1,13 @@
 //! Random rulesets with interleaved inserts and removes: TupleMerge == LinearScan == brute force,
 //! for classify, classify_batch and matches_below, under several tunings (tiny collision limits
-//! force bucket splits), with the pruning index clean, dirty and built again in between.
+//! force bucket splits), with the pruning index clean, dirty and built again in between. The
+//! bit-vector classifier (the engine's scheme; built once, so built again after each change) is
+//! held to the same brute force.
 
 use proptest::prelude::*;
 use pyclassify_core::classifier::{
-    ClassRule, Classifier, ClassifierError, LinearScan, Match, PacketKey, PortRange, Prefix, PruningMode, TupleMerge,
-    TupleMergeConfig,
+    BitVector, ClassRule, Classifier, ClassifierError, LinearScan, Match, PacketKey, PortRange, Prefix, PruningMode,
+    TupleMerge, TupleMergeConfig,
 };
 
 /// Addresses from a small pool so prefixes overlap; IPv4-mapped and IPv6.
@@ -204,6 +206,87 @@ proptest! {
     }
 }
 
+/// The bit-vector classifier against brute force on `rules` and `keys`: first match, the batch
+/// path and every match below a priority.
+fn check_bitvector(rules: &[ClassRule], keys: &[PacketKey]) -> Result<(), TestCaseError> {
+    let bv = BitVector::build(rules).unwrap();
+    prop_assert_eq!(bv.len(), rules.len());
+    let mut out = vec![None; keys.len()];
+    bv.classify_batch(keys, &mut out);
+    for (k, got) in keys.iter().zip(&out) {
+        let want = brute_best(rules, k);
+        prop_assert_eq!(bv.classify(k), want);
+        prop_assert_eq!(*got, want);
+        for below in [0, 3, 7, 12, u32::MAX] {
+            let mut got = vec![Match { id: 999, priority: 999 }];
+            bv.matches_below(k, below, &mut got);
+            let mut exp = vec![Match { id: 999, priority: 999 }];
+            exp.extend(brute_below(rules, k, below));
+            prop_assert_eq!(&got, &exp);
+        }
+    }
+    Ok(())
+}
+
+/// A rule's own corner points (its prefixes' first addresses, its ports' ends).
+fn corners(rules: &[ClassRule]) -> Vec<PacketKey> {
+    let mut v = Vec::new();
+    for r in rules {
+        let k = PacketKey {
+            src: r.src.addr,
+            dst: r.dst.addr,
+            sport: r.sport.hi,
+            dport: r.dport.lo,
+            proto: r.proto.unwrap_or(6),
+            icmp_type: r.icmp_type.unwrap_or(0),
+            icmp_code: r.icmp_code.unwrap_or(0),
+        };
+        v.push(k);
+        v.push(PacketKey { sport: r.sport.lo, dport: r.dport.hi, ..k });
+    }
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Up to 80 rules (past the prefixes an address's atom is scanned among, so both of its
+    /// lookups run), IPv4-only sets and mixed ones, rebuilt after each insert or remove.
+    #[test]
+    fn bitvector_agrees_with_brute_force(
+        initial in proptest::collection::vec(rule(), 0..80),
+        v4_only in any::<bool>(),
+        ops in proptest::collection::vec(op(), 1..30),
+    ) {
+        let mut next_id = 0u32;
+        let v4 = |p: &Prefix| p.addr >> 32 == 0xffff;
+        let mut live: Vec<ClassRule> = initial
+            .into_iter()
+            .filter(|r| !v4_only || (v4(&r.src) && v4(&r.dst)))
+            .map(|mut r| { r.id = next_id; next_id += 1; r })
+            .collect();
+        let mut keys = Vec::new();
+        for op in ops {
+            match op {
+                Op::Insert(mut r) => {
+                    r.id = next_id;
+                    next_id += 1;
+                    live.push(r);
+                    check_bitvector(&live, &keys)?;
+                }
+                Op::Remove(i) if !live.is_empty() => {
+                    live.swap_remove(i % live.len());
+                    check_bitvector(&live, &keys)?;
+                }
+                Op::Check(k) => keys.push(k),
+                _ => {}
+            }
+        }
+        keys.extend(corners(&live));
+        check_bitvector(&live, &keys)?;
+    }
+}
+
 #[test]
 fn errors_leave_the_classifier_unchanged() {
     let r = ClassRule { dport: PortRange::exact(80), proto: Some(6), ..ClassRule::any(1, 5) };
@@ -216,6 +299,8 @@ fn errors_leave_the_classifier_unchanged() {
     let bad = ClassRule { dst: Prefix { addr: 0, len: 200 }, ..ClassRule::any(3, 0) };
     assert!(matches!(tm.insert(bad), Err(ClassifierError::BadPrefixLength { id: 3, field: "dst", len: 200 })));
     assert!(matches!(TupleMerge::build(&[bad]), Err(ClassifierError::BadPrefixLength { .. })));
+    assert!(matches!(BitVector::build(&[bad]), Err(ClassifierError::BadPrefixLength { .. })));
+    assert_eq!(BitVector::build(&[r, ClassRule { priority: 9, ..r }]).err(), Some(ClassifierError::DuplicateId(1)));
     assert_eq!(tm.len(), 1);
     let k = PacketKey::v4(1, 2, 3, 80, 6);
     assert_eq!(tm.classify(&k), Some(Match { id: 1, priority: 5 }));

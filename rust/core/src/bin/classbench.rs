@@ -1,10 +1,13 @@
-//! The ClassBench side of `bench/test_bench_rte_acl.py`: TupleMerge built from a ClassBench
+//! The ClassBench side of `bench/test_bench_rte_acl.py`: a classifier built from a ClassBench
 //! ruleset and run over its trace, as `bench/peers/rte_acl_bench.c` runs DPDK's `rte_acl`.
 //!
 //! ```text
-//! classbench RULES TRACE IDS ROUNDS SAMPLE LINEAR_IDS
+//! classbench RULES TRACE IDS ROUNDS SAMPLE LINEAR_IDS [tuplemerge|bitvector]
 //! classbench trace RULES COUNT SEED OUT
 //! ```
+//!
+//! The classifier is TupleMerge, or the bit-vector classifier the engine's compiled programs
+//! are (`bitvector`); a set the latter refuses for its size prints `{"rules", "refused"}`.
 //!
 //! The second form writes a trace for a ruleset published without one (fw1 and ipc1 at 100k):
 //! COUNT headers of `classbench::headers_from_rules` (each a point inside a rule chosen by a
@@ -15,7 +18,7 @@
 //! each header's first matching rule (int32 little-endian, -1: none), LINEAR_IDS the linear
 //! first-match scan's answers for the first SAMPLE headers (the truth both classifiers are held
 //! to). Prints one JSON object: rules, headers, build_s (reading the ruleset included), bytes
-//! (the capacities of TupleMerge's structures), median_s, best_s.
+//! (the capacities of the classifier's structures), median_s, best_s.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -23,7 +26,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use pyclassify_core::classbench;
-use pyclassify_core::classifier::{Classifier, LinearScan, PacketKey, TupleMerge};
+use pyclassify_core::classifier::{BitVector, Classifier, ClassifierError, LinearScan, PacketKey, TupleMerge};
 
 fn write_ids(path: &str, ids: &[i32]) -> std::io::Result<()> {
     let bytes: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
@@ -55,25 +58,40 @@ fn run(args: &[String]) -> Result<(), String> {
     if args.first().map(String::as_str) == Some("trace") {
         return write_trace(&args[1..]);
     }
+    let (args, method) = match args {
+        [a @ .., m] if args.len() == 7 => (a, m.as_str()),
+        a => (a, "tuplemerge"),
+    };
     let [rules_path, trace_path, ids_path, rounds, sample, linear_path] = args else {
-        return Err("usage: classbench RULES TRACE IDS ROUNDS SAMPLE LINEAR_IDS".into());
+        return Err("usage: classbench RULES TRACE IDS ROUNDS SAMPLE LINEAR_IDS [tuplemerge|bitvector]".into());
     };
     let rounds: usize = rounds.parse().map_err(|e| format!("ROUNDS {rounds:?}: {e}"))?;
     let sample: usize = sample.parse().map_err(|e| format!("SAMPLE {sample:?}: {e}"))?;
 
     let t = Instant::now();
     let rules = classbench::load_rules(Path::new(rules_path)).map_err(|e| format!("{rules_path}: {e}"))?;
-    let fast = TupleMerge::build(&rules).map_err(|e| format!("{rules_path}: {e}"))?;
+    let fast: Box<dyn Classifier> = match method {
+        "tuplemerge" => Box::new(TupleMerge::build(&rules).map_err(|e| format!("{rules_path}: {e}"))?),
+        "bitvector" => match BitVector::build(&rules) {
+            Ok(c) => Box::new(c),
+            Err(e @ ClassifierError::TooLarge { .. }) => {
+                println!("{}", serde_json::json!({"rules": rules.len(), "refused": e.to_string()}));
+                return Ok(());
+            }
+            Err(e) => return Err(format!("{rules_path}: {e}")),
+        },
+        m => return Err(format!("unknown classifier {m:?}: tuplemerge or bitvector")),
+    };
     let build_s = t.elapsed().as_secs_f64();
 
     let trace = classbench::load_trace(Path::new(trace_path)).map_err(|e| format!("{trace_path}: {e}"))?;
     let keys: Vec<PacketKey> = trace.iter().map(|e| e.key).collect();
     let mut ids = vec![0i32; keys.len()];
-    classify_all(&fast, &keys, &mut ids); // warm
+    classify_all(fast.as_ref(), &keys, &mut ids); // warm
     let mut secs = Vec::with_capacity(rounds);
     for _ in 0..rounds.max(1) {
         let t = Instant::now();
-        classify_all(&fast, black_box(&keys), &mut ids);
+        classify_all(fast.as_ref(), black_box(&keys), &mut ids);
         secs.push(t.elapsed().as_secs_f64());
         black_box(&ids);
     }

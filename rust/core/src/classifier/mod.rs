@@ -1,6 +1,11 @@
 //! The multi-field packet classifier: priority (first-match) classification of a packet key over
 //! source/destination prefix, source/destination port range, protocol and ICMP type/code.
 //!
+//! - `rows` (shipped): the bit-vector classifier's parts (rows of rule bits per atom of each
+//!   dimension, the atoms of an address and of a port, the first set bit). The engine's compiled
+//!   programs (`engine::compiled`) are built of them: every compiled decision goes through them.
+//! - `BitVector`: the same parts as a classifier of the rules below, so that the classifier
+//!   decisions use is measured on ClassBench's sets beside `rte_acl` and TupleMerge.
 //! - `LinearScan`: the baseline and test oracle, rules sorted by priority, first match wins.
 //! - `TupleMerge`: the fast classifier, tuple-space search with merged tuples (Daly, Liu,
 //!   Torng, "TupleMerge", 2019): rules are hashed into a few tables by the bits they fix,
@@ -9,12 +14,12 @@
 //!   the tables, a tuple-pruning index (`pruning.rs`; Srinivasan, Suri, Varghese, SIGCOMM 1999)
 //!   names the few tables that can hold a match, and a lookup probes those alone.
 //!
-//! They and the ClassBench reader (`crate::classbench`) are built
-//! with the `bench` feature only: no decision of the engine goes through them (the engine compiles
-//! its own programs, `engine::compiled`), so the shipped extension does not carry them; the rule
-//! types below are what `render` lists rules as.
+//! `BitVector`, `LinearScan`, `TupleMerge` and the ClassBench reader (`crate::classbench`) are
+//! built with the `bench` feature only: the engine's programs are built of `rows` with their own
+//! dimensions (identity sets, relative peers, named ports), not of `ClassRule`s, so the shipped
+//! extension carries `rows` alone; the rule types below are what `render` lists rules as.
 //!
-//! Both implement `Classifier`. Priorities are "lower first"; ties between equal priorities go to
+//! The three implement `Classifier`. Priorities are "lower first"; ties between equal priorities go to
 //! the lower rule id, so the result is always deterministic. Internally the pair is one `u64`
 //! *rank* `priority << 32 | id`, compared as a number.
 //!
@@ -22,12 +27,17 @@
 //! (`::ffff:a.b.c.d`), so an IPv4 `/n` prefix is a `/96+n` prefix here ([`Prefix::v4`]).
 
 #[cfg(feature = "bench")]
+mod bitvector;
+#[cfg(feature = "bench")]
 mod linear;
 #[cfg(feature = "bench")]
 mod pruning;
+pub(crate) mod rows;
 #[cfg(feature = "bench")]
 mod tuplemerge;
 
+#[cfg(feature = "bench")]
+pub use bitvector::BitVector;
 #[cfg(feature = "bench")]
 pub use linear::LinearScan;
 #[cfg(feature = "bench")]
@@ -233,6 +243,8 @@ pub enum ClassifierError {
     BadPrefixLength { id: u32, field: &'static str, len: u8 },
     /// A port range with `lo > hi`.
     BadPortRange { id: u32, field: &'static str, lo: u16, hi: u16 },
+    /// The structure would take more than `bound` bytes (`bytes`).
+    TooLarge { bytes: usize, bound: usize },
 }
 
 impl fmt::Display for ClassifierError {
@@ -244,6 +256,9 @@ impl fmt::Display for ClassifierError {
             }
             ClassifierError::BadPortRange { id, field, lo, hi } => {
                 write!(f, "rule {id}: {field} range {lo}-{hi} has lo > hi")
+            }
+            ClassifierError::TooLarge { bytes, bound } => {
+                write!(f, "the classifier would take {bytes} bytes, past its bound of {bound}")
             }
         }
     }

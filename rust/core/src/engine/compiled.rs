@@ -15,6 +15,9 @@
 //! matching", SIGCOMM 1998): every dimension maps the flow's value to an atom (a range of
 //! values no alternative tells apart), every atom has a precomputed row of bits, one per
 //! alternative; the rows are ANDed and the set bits, in evaluation order, are the candidates.
+//! The scheme's parts (rows, a port's and an address's atom, the first set bit) are the
+//! classifier module's (`classifier::rows`); ClassBench's sets are measured on them too
+//! (`classifier::BitVector`).
 //!
 //! Dimensions held in rows (computed once here, nothing of them read at lookup but the row):
 //!
@@ -25,7 +28,8 @@
 //! - each end's port (`ports`, `notPorts` with numbers): atoms between the range boundaries;
 //! - each end's address (`nets`, `notNets`, node addresses): the atom of an address is the
 //!   longest of the program's own prefixes that holds it (the prefixes holding an address form a
-//!   chain, so the longest decides every containment test).
+//!   chain, so the longest decides every containment test), found by a scan of few prefixes or
+//!   a binary search over the intervals many cut the addresses into.
 //!
 //! The identity dimension is exact match on a set (a peer's selector resolved to the identities
 //! it matches, Cilium's selector cache). Which sets hold an identity changes without the policy
@@ -44,20 +48,18 @@
 //! ([`Walked`]). So is a program whose rows would take more than [`MEMORY_BOUND`] bytes (many
 //! rules times many distinct prefixes or port ranges): it never exhausts memory or time.
 
-use super::cow::FastMap;
 use super::net::mask;
 use super::rules::{CEntity, CRule, IcmpMatch, LabelCond, PortMatch};
 use super::snapshot::Snapshot;
 use super::{
     Action, Addr, Direction, Net, Source, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, PROTO_UDPLITE,
 };
+use crate::classifier::rows::{next_bit, range_atom, row, row_words, Bits, PrefixAtoms, RowSet};
+use crate::classifier::Prefix;
 use crate::prefetch::{prefetch_ref, prefetch_slice};
 
 /// The bytes of rows above which a program is walked instead (per program and direction).
 pub const MEMORY_BOUND: usize = 16 << 20;
-/// Address prefixes of one end up to which an address's atom is found by a scan (longest
-/// first); past it, by one hash probe per prefix length.
-const SCAN_PREFIXES: usize = 24;
 
 /// Why a program is walked rule by rule instead of compiled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -165,51 +167,6 @@ struct EndLabels {
     netsets: bool,
 }
 
-/// One end's address atoms.
-#[derive(Clone, Debug, Default)]
-struct AddrAtoms {
-    /// IPv4 prefixes longest first as (mask, bits, atom) on the 32-bit address.
-    scan4: Vec<(u32, u32, u32)>,
-    /// IPv6 prefixes longest first as (mask, bits, atom).
-    scan6: Vec<(u128, u128, u32)>,
-    /// Past `SCAN_PREFIXES`: per (v6, length), longest first, masked bits -> atom.
-    tables: Vec<(bool, u8, FastMap<u128, u32>)>,
-    /// Row per atom (0: no prefix holds the address); empty when there is nothing to tell apart.
-    rows: Vec<u32>,
-}
-
-impl AddrAtoms {
-    #[inline]
-    fn atom(&self, a: Option<Addr>) -> usize {
-        let Some(a) = a else { return 0 };
-        if self.tables.is_empty() {
-            if !a.v6 {
-                let x = a.bits as u32;
-                for &(m, bits, atom) in &self.scan4 {
-                    if x & m == bits {
-                        return atom as usize;
-                    }
-                }
-            } else {
-                for &(m, bits, atom) in &self.scan6 {
-                    if a.bits & m == bits {
-                        return atom as usize;
-                    }
-                }
-            }
-            return 0;
-        }
-        for (v6, len, t) in &self.tables {
-            if *v6 == a.v6 {
-                if let Some(&atom) = t.get(&(a.bits & mask(*len))) {
-                    return atom as usize;
-                }
-            }
-        }
-        0
-    }
-}
-
 /// One end's port atoms (for one protocol): row 0 for no port, then one per interval between
 /// consecutive `bounds`.
 #[derive(Clone, Debug, Default)]
@@ -263,7 +220,7 @@ pub struct Compiled {
     proto_index: Box<[u8; 256]>,
     protos: Vec<ProtoRows>,
     /// [source end, destination end]
-    addrs: [AddrAtoms; 2],
+    addrs: [PrefixAtoms; 2],
     /// Port boundaries per end (shared by every protocol's table).
     bounds: [Vec<u16>; 2],
     checks: Vec<Check>,
@@ -319,36 +276,6 @@ pub(crate) enum Outcome {
 }
 
 const PORT_PROTOS: [u8; 4] = [PROTO_TCP, PROTO_UDP, PROTO_SCTP, PROTO_UDPLITE];
-
-/// Bits of a row being built.
-struct RowSet {
-    words: usize,
-    rows: Vec<u64>,
-    interned: FastMap<Vec<u64>, u32>,
-}
-
-impl RowSet {
-    /// The row of these bits (an equal row is shared).
-    fn add(&mut self, bits: &[u64]) -> u32 {
-        if let Some(&r) = self.interned.get(bits) {
-            return r;
-        }
-        let r = (self.rows.len() / self.words) as u32;
-        self.rows.extend_from_slice(bits);
-        self.interned.insert(bits.to_vec(), r);
-        r
-    }
-
-    fn build(&mut self, n: usize, f: impl Fn(usize) -> bool) -> u32 {
-        let mut bits = vec![0u64; self.words];
-        for i in 0..n {
-            if f(i) {
-                bits[i / 64] |= 1 << (i % 64);
-            }
-        }
-        self.add(&bits)
-    }
-}
 
 /// One peer of an alternative at one end: an entity, or anything (the rule lists none).
 type Peer<'a> = Option<&'a CEntity>;
@@ -515,13 +442,7 @@ impl Compiled {
             spans.push(Span { start, end: alts.len() as u32, tier });
         }
         let n = alts.len();
-        // Row widths of 1, 2, 4 or 8 words have their own lookup (`Bits` arrays).
-        let words = match n.div_ceil(64).max(1) {
-            w @ (1 | 2) => w,
-            3 | 4 => 4,
-            5..=8 => 8,
-            w => w,
-        };
+        let words = row_words(n);
 
         // --- the atoms of each dimension ---
         let mut protos: Vec<u8> = vec![PROTO_ICMP, PROTO_ICMPV6];
@@ -623,7 +544,7 @@ impl Compiled {
         }
 
         // --- rows ---
-        let mut rs = RowSet { words, rows: Vec::new(), interned: FastMap::default() };
+        let mut rs = RowSet::new(words);
         let ones = rs.build(n, |_| true);
         let version = [Some(4u8), Some(6), None].map(|v| {
             rs.build(n, |i| {
@@ -674,8 +595,7 @@ impl Compiled {
                     continue;
                 }
                 let reps = &port_reps[end];
-                let mut rows: Vec<Vec<u64>> =
-                    vec![rs.rows[ones as usize * words..(ones as usize + 1) * words].to_vec(); reps.len()];
+                let mut rows: Vec<Vec<u64>> = vec![rs.row(ones).to_vec(); reps.len()];
                 for &(i, e) in &port_conds[end] {
                     for (row, ok) in rows.iter_mut().zip(port_marks(e, p, reps)) {
                         if !ok {
@@ -703,7 +623,7 @@ impl Compiled {
                 let mut rows = Vec::with_capacity(type_reps.len() * code_reps.len());
                 for &t in &type_reps {
                     for &c in &code_reps {
-                        bits.copy_from_slice(&rs.rows[ones as usize * words..(ones as usize + 1) * words]);
+                        bits.copy_from_slice(rs.row(ones));
                         for &i in &icmp_alts {
                             if !icmp_ok(&drafts[i].rule.icmp, &drafts[i].rule.not_icmp, p, t, c) {
                                 bits[i / 64] &= !(1 << (i % 64));
@@ -728,7 +648,7 @@ impl Compiled {
         }
         debug_assert!(tables.len() <= 256);
 
-        let mut addrs: [AddrAtoms; 2] = [AddrAtoms::default(), AddrAtoms::default()];
+        let mut addrs: [PrefixAtoms; 2] = [PrefixAtoms::default(), PrefixAtoms::default()];
         for end in 0..2 {
             let atoms: Vec<Option<Net>> = std::iter::once(None).chain(prefixes[end].iter().map(|&p| Some(p))).collect();
             let rows: Vec<u32> = atoms
@@ -746,30 +666,11 @@ impl Compiled {
                 addrs[end].rows = rows;
             }
             if !addrs[end].rows.is_empty() {
-                if prefixes[end].len() <= SCAN_PREFIXES {
-                    for (i, p) in prefixes[end].iter().enumerate() {
-                        let atom = i as u32 + 1;
-                        if p.v6 {
-                            addrs[end].scan6.push((mask(p.len), p.bits, atom));
-                        } else {
-                            // A mapped IPv4 prefix: its length past the /96 on the 32-bit address.
-                            addrs[end].scan4.push((mask(p.len) as u32, p.bits as u32, atom));
-                        }
-                    }
-                } else {
-                    let mut tables: Vec<(bool, u8, FastMap<u128, u32>)> = Vec::new();
-                    for (i, p) in prefixes[end].iter().enumerate() {
-                        let t = match tables.iter().position(|(v6, len, _)| *v6 == p.v6 && *len == p.len) {
-                            Some(t) => t,
-                            None => {
-                                tables.push((p.v6, p.len, FastMap::default()));
-                                tables.len() - 1
-                            }
-                        };
-                        tables[t].2.entry(p.bits).or_insert(i as u32 + 1);
-                    }
-                    addrs[end].tables = tables;
-                }
+                let rows = std::mem::take(&mut addrs[end].rows);
+                let prefixes: Vec<(bool, Prefix)> =
+                    prefixes[end].iter().map(|p| (p.v6, Prefix { addr: p.bits, len: p.len })).collect();
+                addrs[end] = PrefixAtoms::new(&prefixes);
+                addrs[end].rows = rows;
             }
         }
 
@@ -842,10 +743,9 @@ impl Compiled {
                 checks.push(Check { relative, ports });
             }
         }
-        rs.rows.shrink_to_fit();
         Ok(Compiled {
             words,
-            rows: rs.rows,
+            rows: rs.finish(),
             alts,
             spans,
             version,
@@ -872,16 +772,7 @@ impl Compiled {
                         + p.icmp.as_ref().map_or(0, |i| i.rows.len() * 4)
                 })
                 .sum::<usize>()
-            + self
-                .addrs
-                .iter()
-                .map(|a| {
-                    a.scan4.capacity() * 12
-                        + a.scan6.capacity() * 48
-                        + a.rows.capacity() * 4
-                        + a.tables.iter().map(|t| t.2.capacity() * 24).sum::<usize>()
-                })
-                .sum::<usize>()
+            + self.addrs.iter().map(|a| a.memory_bytes()).sum::<usize>()
             + 256
             + std::mem::size_of::<Compiled>()
     }
@@ -893,8 +784,7 @@ impl Compiled {
 
     #[inline]
     fn row(&self, r: u32) -> &[u64] {
-        let w = self.words;
-        &self.rows[r as usize * w..(r as usize + 1) * w]
+        row(&self.rows, self.words, r)
     }
 
     /// The candidates of a flow: the AND of one row per dimension.
@@ -912,16 +802,12 @@ impl Compiled {
         for end in 0..2 {
             let pa = &t.ports[end];
             if !pa.rows.is_empty() {
-                let atom = match k.ports[end] {
-                    None => 0,
-                    Some(p) => 1 + self.bounds[end].partition_point(|&b| b <= p),
-                };
-                rows[n] = pa.rows[atom];
+                rows[n] = pa.rows[range_atom(&self.bounds[end], k.ports[end])];
                 n += 1;
             }
             let aa = &self.addrs[end];
             if !aa.rows.is_empty() {
-                rows[n] = aa.rows[aa.atom(k.addrs[end])];
+                rows[n] = aa.rows[k.addrs[end].map_or(0, |a| aa.atom(a.v6, a.bits))];
                 n += 1;
             }
         }
@@ -1000,8 +886,7 @@ impl Compiled {
                 prefetch_slice(&l.sets, 2);
             }
             prefetch_slice(&self.bounds[end], 1);
-            prefetch_slice(&self.addrs[end].scan4, 1);
-            prefetch_slice(&self.addrs[end].rows, 1);
+            self.addrs[end].prefetch();
         }
     }
 
@@ -1100,80 +985,5 @@ impl Compiled {
             }
         }
         true
-    }
-}
-
-/// A buffer of one row's width: an array when the width is one of the small ones (the loops
-/// over it unroll), a vector past them.
-trait Bits {
-    fn zeroed(words: usize) -> Self;
-    fn words(&self) -> &[u64];
-    fn words_mut(&mut self) -> &mut [u64];
-}
-
-impl<const W: usize> Bits for [u64; W] {
-    #[inline(always)]
-    fn zeroed(_: usize) -> Self {
-        [0; W]
-    }
-
-    #[inline(always)]
-    fn words(&self) -> &[u64] {
-        self
-    }
-
-    #[inline(always)]
-    fn words_mut(&mut self) -> &mut [u64] {
-        self
-    }
-}
-
-impl Bits for Vec<u64> {
-    fn zeroed(words: usize) -> Self {
-        vec![0; words]
-    }
-
-    fn words(&self) -> &[u64] {
-        self
-    }
-
-    fn words_mut(&mut self) -> &mut [u64] {
-        self
-    }
-}
-
-/// The first set bit of `m` in `[from, to)`.
-#[inline]
-fn next_bit(m: &[u64], from: usize, to: usize) -> Option<usize> {
-    if from >= to {
-        return None;
-    }
-    let mut w = from / 64;
-    let mut word = m[w] & (u64::MAX << (from % 64));
-    loop {
-        if word != 0 {
-            let i = w * 64 + word.trailing_zeros() as usize;
-            return (i < to).then_some(i);
-        }
-        w += 1;
-        if w * 64 >= to {
-            return None;
-        }
-        word = m[w];
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::next_bit;
-
-    #[test]
-    fn next_bit_finds_bits_in_range() {
-        let m = [0b1010u64, 0, 1 << 5];
-        assert_eq!(next_bit(&m, 0, 192), Some(1));
-        assert_eq!(next_bit(&m, 2, 192), Some(3));
-        assert_eq!(next_bit(&m, 4, 192), Some(133));
-        assert_eq!(next_bit(&m, 4, 133), None);
-        assert_eq!(next_bit(&m, 3, 3), None);
     }
 }
