@@ -546,6 +546,43 @@ fn compiled_programs_equal_the_rule_walk() {
     assert!(compiled > 3000, "only {compiled} compiled programs: the comparison would say little");
 }
 
+/// Past 24 prefixes at one end a program finds an address's atom by a binary search over the
+/// intervals its prefixes cut the addresses into: worlds whose `nets` peers also name nested
+/// prefixes around the pool's addresses (every /32 and /31 of 10.0.0.0/29, /128s and a /127 in
+/// fd00::/64) and disjoint ones beside them, decided as the rule walk decides.
+#[test]
+fn programs_with_many_prefixes_equal_the_rule_walk() {
+    let mut extra: Vec<String> = (1..=8).map(|i| format!("10.0.0.{i}/32")).collect();
+    extra.extend((0..4).map(|i| format!("10.0.0.{}/31", 2 * i)));
+    extra.extend((0..16).map(|i| format!("10.{}.0.0/16", 100 + i)));
+    extra.extend(
+        ["fd00::1/128", "fd00::2/128", "fd00::/127", "fd00::/126", "10.0.0.8/29", "192.168.9.0/24"].map(String::from),
+    );
+    let mut compiled = 0;
+    for seed in 0..300u64 {
+        let mut world = compilable_world(seed);
+        let mut r = Rng::new(seed ^ 0x9e37);
+        for p in world.policies.iter_mut().flatten() {
+            for side in ["ingress", "egress"] {
+                for rule in p[side].as_array_mut().into_iter().flatten() {
+                    for peers in ["sources", "destinations"] {
+                        for e in rule[peers].as_array_mut().into_iter().flatten() {
+                            let Some(nets) = e["nets"].as_array_mut() else { continue };
+                            if !nets.is_empty() && r.chance(70) {
+                                nets.extend(extra.iter().filter(|_| r.chance(80)).map(|n| json!(n)));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let mut model = Model::new();
+        model.apply(world.full_delta()).expect("model builds");
+        compiled += compiled_equals_walk(&world, &model, seed * 31 + 5, 60);
+    }
+    assert!(compiled > 500, "only {compiled} compiled programs");
+}
+
 fn compiled_sequence(seed: u64, steps: usize, flows: usize) -> usize {
     let mut world = compilable_world(seed);
     let mut model = Model::new();

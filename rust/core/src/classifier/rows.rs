@@ -212,6 +212,11 @@ impl PrefixAtoms {
     #[inline]
     pub fn atom(&self, v6: bool, bits: u128) -> usize {
         if !v6 {
+            // An IPv4 address is mapped: one that is not is held by no IPv4 prefix (as the rule
+            // walk's containment test has it).
+            if bits >> 32 != 0xffff {
+                return 0;
+            }
             let x = bits as u32;
             if !self.intervals4.0.is_empty() {
                 let (starts, atoms) = &self.intervals4;
@@ -353,7 +358,7 @@ mod tests {
                     && if v6 {
                         (bits ^ p.addr) & Prefix::mask(p.len) == 0
                     } else {
-                        (bits as u32 ^ p.addr as u32) & Prefix::mask(p.len) as u32 == 0
+                        bits >> 32 == 0xffff && (bits as u32 ^ p.addr as u32) & Prefix::mask(p.len) as u32 == 0
                     }
             })
             .map_or(0, |i| i + 1)
@@ -390,7 +395,8 @@ mod tests {
             for &(v6, p) in &prefixes {
                 let m = if v6 { Prefix::mask(p.len) } else { Prefix::mask(p.len) | !(u32::MAX as u128) };
                 let (first, last) = (p.addr & m, p.addr | !m);
-                for bits in [first, last, first.wrapping_sub(1), last.wrapping_add(1)] {
+                // (and the first address with its mapping's bits cleared: not an IPv4 address)
+                for bits in [first, last, first.wrapping_sub(1), last.wrapping_add(1), first as u32 as u128] {
                     prop_assert_eq!(atoms.atom(v6, bits), brute(&prefixes, v6, bits), "{} {:x}", v6, bits);
                 }
             }
