@@ -144,8 +144,7 @@ impl BitVector {
                 .collect();
             if rows.iter().any(|&r| r != ones) {
                 let family: Vec<(bool, Prefix)> = prefixes[end].iter().map(|&p| (!v4, p)).collect();
-                addrs[end] = PrefixAtoms::new(&family);
-                addrs[end].rows = rows;
+                addrs[end] = PrefixAtoms::new(&family, rows);
             }
             // Port atoms: 0 (no port, unused here), then the interval before the first boundary
             // and one from each boundary on.
@@ -204,14 +203,8 @@ impl BitVector {
         for (end, a) in [k.src, k.dst].into_iter().enumerate() {
             let atoms = &self.addrs[end];
             if !atoms.rows.is_empty() {
-                let atom = if !self.v4 {
-                    atoms.atom(true, a)
-                } else if a >> 32 == IPV4_MAPPED >> 32 {
-                    atoms.atom(false, a)
-                } else {
-                    0 // not an IPv4 address: no prefix holds it
-                };
-                out[n] = atoms.rows[atom];
+                // (With IPv4 prefixes only, a key that is not IPv4-mapped is held by none.)
+                out[n] = atoms.rows[atoms.atom(!self.v4, a)];
                 n += 1;
             }
             if !self.ports[end].is_empty() {

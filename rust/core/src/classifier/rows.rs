@@ -16,6 +16,7 @@
 use super::Prefix;
 use crate::engine::cow::FastMap;
 use crate::prefetch::prefetch_slice;
+use core::ops::{BitAnd, BitOr, Not};
 
 /// Prefixes of one family up to which an address's atom is found by a scan (longest first);
 /// past it, by a binary search over the intervals the prefixes cut the addresses into.
@@ -160,51 +161,24 @@ pub(crate) fn range_atom(bounds: &[u16], port: Option<u16>) -> usize {
 /// length past the `/96`.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct PrefixAtoms {
-    /// Few prefixes: IPv4 ones longest first as (mask, bits, atom) on the 32-bit address.
-    scan4: Vec<(u32, u32, u32)>,
-    /// ... IPv6 ones longest first as (mask, bits, atom).
-    scan6: Vec<(u128, u128, u32)>,
-    /// Many: the IPv4 addresses cut into intervals by the prefixes' ends, as (first address of
-    /// each interval, its atom), the first interval starting at 0.
-    intervals4: (Vec<u32>, Vec<u32>),
-    /// ... and the IPv6 ones.
-    intervals6: (Vec<u128>, Vec<u32>),
+    /// The IPv4 prefixes, on the 32-bit address.
+    v4: Family<u32>,
+    v6: Family<u128>,
     /// Row per atom (0: no prefix holds the address); empty when there is nothing to tell apart.
     pub rows: Vec<u32>,
 }
 
 impl PrefixAtoms {
-    /// Atoms of `prefixes` (longest first; `v6` false: IPv4-mapped).
-    pub fn new(prefixes: &[(bool, Prefix)]) -> PrefixAtoms {
-        let mut a = PrefixAtoms::default();
-        let (v4, v6): (Vec<_>, Vec<_>) =
-            prefixes.iter().enumerate().map(|(i, &(v6, p))| (v6, p, i as u32 + 1)).partition(|(v6, _, _)| !*v6);
-        if v4.len() <= SCAN_PREFIXES && v6.len() <= SCAN_PREFIXES {
-            a.scan4 = v4
-                .iter()
-                .map(|&(_, p, atom)| {
-                    let m = Prefix::mask(p.len) as u32;
-                    (m, p.addr as u32 & m, atom)
-                })
-                .collect();
-            a.scan6 = v6
-                .iter()
-                .map(|&(_, p, atom)| {
-                    let m = Prefix::mask(p.len);
-                    (m, p.addr & m, atom)
-                })
-                .collect();
-        } else {
-            a.intervals4 = intervals(v4.iter().map(|&(_, p, atom)| {
-                let m = Prefix::mask(p.len) as u32;
-                (p.addr as u32 & m, p.addr as u32 | !m, atom)
-            }));
-            a.intervals6 = intervals(v6.iter().map(|&(_, p, atom)| {
-                let m = Prefix::mask(p.len);
-                (p.addr & m, p.addr | !m, atom)
-            }));
-        }
-        a
+    /// Atoms of `prefixes` (longest first; `v6` false: IPv4-mapped), with a row per atom.
+    pub fn new(prefixes: &[(bool, Prefix)], rows: Vec<u32>) -> PrefixAtoms {
+        let family = |v6: bool| {
+            let ps = prefixes.iter().enumerate().filter(move |(_, p)| p.0 == v6);
+            ps.map(|(i, &(_, p))| (Prefix::mask(p.len), p.addr, i as u32 + 1))
+        };
+        let v4: Vec<(u32, u32, u32)> = family(false).map(|(m, a, atom)| (m as u32, a as u32, atom)).collect();
+        let v6: Vec<(u128, u128, u32)> = family(true).collect();
+        let scan = v4.len() <= SCAN_PREFIXES && v6.len() <= SCAN_PREFIXES;
+        PrefixAtoms { v4: Family::new(v4, scan), v6: Family::new(v6, scan), rows }
     }
 
     /// The atom of an address (`v6` false: the IPv4-mapped `bits`), 0 when no prefix holds it.
@@ -217,46 +191,81 @@ impl PrefixAtoms {
             if bits >> 32 != 0xffff {
                 return 0;
             }
-            let x = bits as u32;
-            if !self.intervals4.0.is_empty() {
-                let (starts, atoms) = &self.intervals4;
-                return atoms[starts.partition_point(|&s| s <= x) - 1] as usize;
-            }
-            for &(m, b, atom) in &self.scan4 {
-                if x & m == b {
-                    return atom as usize;
-                }
-            }
-        } else {
-            if !self.intervals6.0.is_empty() {
-                let (starts, atoms) = &self.intervals6;
-                return atoms[starts.partition_point(|&s| s <= bits) - 1] as usize;
-            }
-            for &(m, b, atom) in &self.scan6 {
-                if bits & m == b {
-                    return atom as usize;
-                }
-            }
+            return self.v4.atom(bits as u32);
         }
-        0
+        self.v6.atom(bits)
     }
 
     /// Hint: the first lines a lookup reads, asked for ahead of it.
     #[inline]
     pub fn prefetch(&self) {
-        prefetch_slice(&self.scan4, 1);
-        prefetch_slice(&self.intervals4.0, 1);
+        prefetch_slice(&self.v4.scan, 1);
+        prefetch_slice(&self.v4.starts, 1);
         prefetch_slice(&self.rows, 1);
     }
 
     /// Bytes held.
     pub fn memory_bytes(&self) -> usize {
-        self.scan4.capacity() * 12
-            + self.scan6.capacity() * 48
-            + (self.intervals4.0.capacity() + self.intervals4.1.capacity()) * 4
-            + self.intervals6.0.capacity() * 16
-            + self.intervals6.1.capacity() * 4
-            + self.rows.capacity() * 4
+        self.v4.memory_bytes() + self.v6.memory_bytes() + self.rows.capacity() * 4
+    }
+}
+
+/// The bits of one address family's addresses.
+trait Word: Copy + Ord + Default + BitAnd<Output = Self> + BitOr<Output = Self> + Not<Output = Self> {
+    /// The address after this one, if any.
+    fn next(self) -> Option<Self>;
+}
+
+impl Word for u32 {
+    fn next(self) -> Option<u32> {
+        self.checked_add(1)
+    }
+}
+
+impl Word for u128 {
+    fn next(self) -> Option<u128> {
+        self.checked_add(1)
+    }
+}
+
+/// One family's prefixes: few scanned longest first as (mask, masked bits, atom); many as the
+/// intervals they cut the addresses into, (first address of each, its atom), the first
+/// starting at 0.
+#[derive(Clone, Debug, Default)]
+struct Family<T> {
+    scan: Vec<(T, T, u32)>,
+    starts: Vec<T>,
+    atoms: Vec<u32>,
+}
+
+impl<T: Word> Family<T> {
+    /// From (mask, bits, atom), longest first; scanned or cut into intervals.
+    fn new(prefixes: Vec<(T, T, u32)>, scan: bool) -> Family<T> {
+        let masked = prefixes.into_iter().map(|(m, bits, atom)| (m, bits & m, atom));
+        if scan {
+            Family { scan: masked.collect(), starts: Vec::new(), atoms: Vec::new() }
+        } else {
+            let (starts, atoms) = intervals(masked.map(|(m, first, atom)| (first, first | !m, atom)));
+            Family { scan: Vec::new(), starts, atoms }
+        }
+    }
+
+    #[inline(always)]
+    fn atom(&self, x: T) -> usize {
+        if !self.starts.is_empty() {
+            return self.atoms[self.starts.partition_point(|&s| s <= x) - 1] as usize;
+        }
+        for &(m, bits, atom) in &self.scan {
+            if x & m == bits {
+                return atom as usize;
+            }
+        }
+        0
+    }
+
+    fn memory_bytes(&self) -> usize {
+        let t = std::mem::size_of::<T>();
+        self.scan.capacity() * (2 * t + 4) + self.starts.capacity() * t + self.atoms.capacity() * 4
     }
 }
 
@@ -264,10 +273,7 @@ impl PrefixAtoms {
 /// of each, its atom: the innermost prefix holding it, of equal prefixes the lowest atom; 0 for
 /// none), adjacent intervals of one atom merged. Prefixes nest or are disjoint, so a sweep in
 /// address order with a stack of the prefixes open finds each interval's innermost prefix.
-fn intervals<T>(prefixes: impl Iterator<Item = (T, T, u32)>) -> (Vec<T>, Vec<u32>)
-where
-    T: Copy + Ord + Default + Step,
-{
+fn intervals<T: Word>(prefixes: impl Iterator<Item = (T, T, u32)>) -> (Vec<T>, Vec<u32>) {
     let mut ps: Vec<(T, T, u32)> = prefixes.collect();
     if ps.is_empty() {
         return (Vec::new(), Vec::new());
@@ -304,23 +310,6 @@ where
     starts.shrink_to_fit();
     atoms.shrink_to_fit();
     (starts, atoms)
-}
-
-/// The address after this one, if any.
-trait Step: Sized {
-    fn next(self) -> Option<Self>;
-}
-
-impl Step for u32 {
-    fn next(self) -> Option<u32> {
-        self.checked_add(1)
-    }
-}
-
-impl Step for u128 {
-    fn next(self) -> Option<u128> {
-        self.checked_add(1)
-    }
 }
 
 #[cfg(test)]
@@ -383,7 +372,7 @@ mod tests {
             probes in prop::collection::vec((any::<bool>(), 0u8..4, any::<u32>()), 1..40),
         ) {
             prefixes.sort_by_key(|p| std::cmp::Reverse(p.1.len));
-            let atoms = PrefixAtoms::new(&prefixes);
+            let atoms = PrefixAtoms::new(&prefixes, Vec::new());
             for (v6, seed, low) in probes {
                 let x = (seed as u32).wrapping_mul(0x9e37_79b9) & 0xf0f0_0000 | 0x0a00_0000;
                 // Probes near the prefixes' addresses and anywhere.

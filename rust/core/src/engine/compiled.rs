@@ -663,14 +663,9 @@ impl Compiled {
                 .collect();
             // Every atom passing everything: no address to look up at this end.
             if rows.iter().any(|&r| r != ones) {
-                addrs[end].rows = rows;
-            }
-            if !addrs[end].rows.is_empty() {
-                let rows = std::mem::take(&mut addrs[end].rows);
                 let prefixes: Vec<(bool, Prefix)> =
                     prefixes[end].iter().map(|p| (p.v6, Prefix { addr: p.bits, len: p.len })).collect();
-                addrs[end] = PrefixAtoms::new(&prefixes);
-                addrs[end].rows = rows;
+                addrs[end] = PrefixAtoms::new(&prefixes, rows);
             }
         }
 
