@@ -51,15 +51,21 @@
 use super::net::mask;
 use super::rules::{CEntity, CRule, IcmpMatch, LabelCond, PortMatch};
 use super::snapshot::Snapshot;
+use super::records::SideVerdict;
 use super::{
-    Action, Addr, Direction, Net, Source, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP, PROTO_UDPLITE,
+    Action, Addr, Direction, Net, Reason, Source, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP,
+    PROTO_UDPLITE,
 };
-use crate::classifier::rows::{next_bit, range_atom, row, row_words, Bits, PrefixAtoms, RowSet};
+use crate::classifier::rows::{next_bit, row, row_words, Bits, PrefixAtoms, RowSet};
 use crate::classifier::Prefix;
 use crate::prefetch::{prefetch_ref, prefetch_slice};
 
 /// The bytes of rows above which a program is walked instead (per program and direction).
 pub const MEMORY_BOUND: usize = 16 << 20;
+
+/// Lines of a program's packed tables a batch asks for ahead of its lookup: a typical program
+/// (tens of alternatives, a row a word) is read within them.
+const PREFETCH_LINES: usize = 12;
 
 /// Why a program is walked rule by rule instead of compiled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -116,13 +122,21 @@ enum AltKind {
     /// An `http` rule: without the connection's request it matches nothing, and the decision
     /// awaits the request; evaluation goes on after the rule.
     Await,
+    /// The end of a tier whose default action is not `Pass`: an alternative after the tier's
+    /// own that every flow matches, so that the tier's default is the first match when no rule
+    /// of the tier decided (and a `Pass` jumps past it).
+    EndAllow,
+    EndDeny,
 }
 
 #[derive(Clone, Debug)]
 struct Alt {
     kind: AltKind,
-    /// The first alternative of the next rule (a Log or `http` rule is passed once).
+    /// Where evaluation goes on after it: the first alternative of the next rule (a Log or
+    /// `http` rule is passed once), or for a `Pass` the first of the next stage.
     next_rule: u32,
+    /// Its tier (None: a profile).
+    tier: Option<u32>,
     source: Source,
     rule: u32,
     /// Per end (source, destination): the index of its checks in `Compiled::checks`, or
@@ -131,6 +145,29 @@ struct Alt {
 }
 
 const NO_CHECK: u32 = u32::MAX;
+
+impl Alt {
+    /// The side's batch record when this alternative decides (no Log count, no `awaits`): a
+    /// rule's, a profile's (`tier` None) or a tier's end.
+    fn record(&self) -> SideVerdict {
+        let (reason, source_kind, source, rule) = match (self.kind, self.source) {
+            (AltKind::EndAllow | AltKind::EndDeny, _) => (Reason::EndOfTier, 0, -1, -1),
+            (_, Source::Policy(i)) => (Reason::Rule, 1, i as i32, self.rule as i32),
+            (_, Source::Profile(i)) => (Reason::Profile, 2, i as i32, self.rule as i32),
+        };
+        let reason = if self.tier.is_none() && reason == Reason::Rule { Reason::Profile } else { reason };
+        SideVerdict {
+            present: 1,
+            allow: matches!(self.kind, AltKind::Allow | AltKind::EndAllow) as u8,
+            reason: reason as u8,
+            source_kind,
+            tier: self.tier.map_or(-1, |t| t as i32),
+            source,
+            rule,
+            ..SideVerdict::default()
+        }
+    }
+}
 
 /// What is checked of one peer of a candidate at lookup.
 #[derive(Clone, Debug)]
@@ -182,16 +219,6 @@ struct IcmpAtoms {
     rows: Vec<u32>,
 }
 
-impl IcmpAtoms {
-    #[inline]
-    fn atom(values: &[u8], v: Option<u8>) -> usize {
-        match v {
-            None => 0,
-            Some(v) => values.iter().position(|&x| x == v).map_or(values.len() + 1, |i| i + 1),
-        }
-    }
-}
-
 #[derive(Clone, Debug)]
 struct ProtoRows {
     base: u32,
@@ -200,32 +227,189 @@ struct ProtoRows {
     icmp: Option<IcmpAtoms>,
 }
 
-#[derive(Clone, Debug)]
-struct Span {
-    start: u32,
-    end: u32,
-    /// A tier (its index and default action), or None for a profile.
-    tier: Option<(u32, Action)>,
-}
-
-/// A program or profile list, compiled (see the module's text).
+/// A program or profile list, compiled (see the module's text), packed for its lookup: the
+/// few fields every lookup reads first inline (they live in the program's own allocation), and
+/// everything else in one allocation, `data`, in the order a lookup reads it — the rows, then
+/// the records of the protocol tables, port boundaries and port atoms, ICMP atoms, the
+/// identity dimension and the alternatives (`Layout`). One program is then a few
+/// consecutive cache lines that a batch asks for with one hint ([`Compiled::prefetch`]), not a
+/// dozen allocations, each a miss of its own (the layout rule of DPDK's `rte_acl` run-time
+/// tables: built apart, read as one flat block).
 #[derive(Clone, Debug)]
 pub struct Compiled {
+    /// Words of a row.
+    words: u32,
+    /// Alternatives.
+    n: u32,
+    /// Rows for IPv4, IPv6, no address.
+    version: [u32; 3],
+    /// `u32` offsets into `data` (see `Layout`).
+    tables: u32,
+    bounds: [(u32, u32); 2],
+    /// Per end: the offset of its identity record, or `NONE` when no peer at it has a label
+    /// condition.
+    labels: [u32; 2],
+    alts: u32,
+    /// The table of each protocol.
+    proto_index: [u8; 256],
+    data: Box<[u64]>,
+    /// [source end, destination end]
+    addrs: [PrefixAtoms; 2],
+    /// Per alternative with checks (`ALT_CHECKED`): the index of its checks per end in
+    /// `checks`, or `NO_CHECK`; empty when none has any.
+    alt_checks: Box<[[u32; 2]]>,
+    checks: Vec<Check>,
+}
+
+/// The records of `Compiled::data` after its rows, in `u32`s (offsets are in `u32`s from the
+/// start of `data`):
+///
+/// - a protocol table, `TABLE` long: its base row, per end (source, destination) the offset
+///   and count of its port atoms' rows (count 0: the end's ports fold into the base row), and
+///   the offset of its ICMP record or `NONE`;
+/// - an ICMP record: the counts of types and codes, the types, the codes, then a row per
+///   (type atom, code atom), `(types + 2) x (codes + 2)`;
+/// - an end's port boundaries, one per `u32`;
+/// - an end's identity record: its `always` row, whether any set is tested through the
+///   network sets holding the address, the number of sets, then per set `LABEL_SET` words: the
+///   set, its `hit`, `via_netsets` and `not` rows (`NONE`: none);
+/// - an alternative, `ALT` long: its kind (with `ALT_CHECKED`), where evaluation goes on after
+///   it (`Alt::next_rule`), then the first 16 bytes of the side's batch record when it decides
+///   (`SideVerdict`: presence, verdict, reason and source kind; tier; source; rule), which a
+///   lookup hands back as they are, its Log count and `awaits` added.
+struct Layout;
+
+impl Layout {
+    const TABLE: usize = 6;
+    const LABEL_SET: usize = 4;
+    const ALT: usize = 6;
+}
+
+const NONE: u32 = u32::MAX;
+/// An alternative's kind word: the kind in the low bits, and whether it has checks.
+const ALT_CHECKED: u32 = 1 << 8;
+
+impl AltKind {
+    const ALL: [AltKind; 8] = [
+        AltKind::Allow,
+        AltKind::Deny,
+        AltKind::Pass,
+        AltKind::Log,
+        AltKind::PassDenied,
+        AltKind::Await,
+        AltKind::EndAllow,
+        AltKind::EndDeny,
+    ];
+
+    fn code(self) -> u32 {
+        AltKind::ALL.iter().position(|&k| k == self).expect("a kind") as u32
+    }
+}
+
+const KIND_PASS: u32 = 2;
+const KIND_LOG: u32 = 3;
+const KIND_AWAIT: u32 = 5;
+
+/// What a compile made, before it is packed.
+struct Parts {
     words: usize,
     rows: Vec<u64>,
     alts: Vec<Alt>,
-    spans: Vec<Span>,
-    /// Rows for IPv4, IPv6, no address.
     version: [u32; 3],
     proto_index: Box<[u8; 256]>,
     protos: Vec<ProtoRows>,
-    /// [source end, destination end]
     addrs: [PrefixAtoms; 2],
-    /// Port boundaries per end (shared by every protocol's table).
     bounds: [Vec<u16>; 2],
     checks: Vec<Check>,
-    /// Per end: None when no peer at it has a label condition.
     labels: [Option<EndLabels>; 2],
+}
+
+impl Compiled {
+    /// Packs what a compile made into the lookup's layout.
+    fn pack(p: Parts) -> Compiled {
+        debug_assert!(p.rows.len() % p.words == 0);
+        // Records are written after the rows, at u32 offsets from the start of `data`.
+        let base = p.rows.len() * 2;
+        let mut rec: Vec<u32> = Vec::new();
+        let at = |rec: &Vec<u32>| (base + rec.len()) as u32;
+        let tables = at(&rec);
+        rec.resize(p.protos.len() * Layout::TABLE, 0);
+        for (ti, t) in p.protos.iter().enumerate() {
+            let mut words = [t.base, 0, 0, 0, 0, NONE];
+            for end in 0..2 {
+                if !t.ports[end].rows.is_empty() {
+                    words[1 + 2 * end] = at(&rec);
+                    words[2 + 2 * end] = t.ports[end].rows.len() as u32;
+                    rec.extend_from_slice(&t.ports[end].rows);
+                }
+            }
+            if let Some(ic) = &t.icmp {
+                words[5] = at(&rec);
+                rec.push(ic.types.len() as u32);
+                rec.push(ic.codes.len() as u32);
+                rec.extend(ic.types.iter().map(|&x| x as u32));
+                rec.extend(ic.codes.iter().map(|&x| x as u32));
+                rec.extend_from_slice(&ic.rows);
+            }
+            rec[ti * Layout::TABLE..(ti + 1) * Layout::TABLE].copy_from_slice(&words);
+        }
+        let mut bounds = [(0, 0); 2];
+        for end in 0..2 {
+            bounds[end] = (at(&rec), p.bounds[end].len() as u32);
+            rec.extend(p.bounds[end].iter().map(|&b| b as u32));
+        }
+        let mut labels = [NONE; 2];
+        for end in 0..2 {
+            let Some(l) = &p.labels[end] else { continue };
+            labels[end] = at(&rec);
+            rec.extend([l.always, l.netsets as u32, l.sets.len() as u32]);
+            for s in &l.sets {
+                rec.extend([s.set, s.hit, s.via_netsets, s.not]);
+            }
+        }
+        let alts = at(&rec);
+        let checked = p.alts.iter().any(|a| a.checks != [NO_CHECK; 2]);
+        for a in &p.alts {
+            let kind = a.kind.code() | if a.checks != [NO_CHECK; 2] { ALT_CHECKED } else { 0 };
+            let v = a.record();
+            let head = u32::from_le_bytes([v.present, v.allow, v.reason, v.source_kind]);
+            rec.extend([kind, a.next_rule, head, v.tier as u32, v.source as u32, v.rule as u32]);
+        }
+        let alt_checks: Box<[[u32; 2]]> =
+            if checked { p.alts.iter().map(|a| a.checks).collect() } else { Box::new([]) };
+        if rec.len() % 2 == 1 {
+            rec.push(0);
+        }
+        let mut data = p.rows;
+        data.reserve_exact(rec.len() / 2);
+        data.extend(rec.chunks_exact(2).map(|w| w[0] as u64 | (w[1] as u64) << 32));
+        Compiled {
+            words: p.words as u32,
+            n: p.alts.len() as u32,
+            version: p.version,
+            tables,
+            bounds,
+            labels,
+            alts,
+            proto_index: *p.proto_index,
+            data: data.into_boxed_slice(),
+            addrs: p.addrs,
+            alt_checks,
+            checks: p.checks,
+        }
+    }
+
+    /// `data` as `u32`s (little-endian halves of its words, as `pack` wrote them).
+    #[inline(always)]
+    fn u32s(&self) -> &[u32] {
+        // SAFETY: a `[u64]` is a valid, suitably aligned `[u32]` of twice the length, and
+        // every bit pattern is a `u32`.
+        let words: &[u32] =
+            unsafe { std::slice::from_raw_parts(self.data.as_ptr() as *const u32, self.data.len() * 2) };
+        #[cfg(target_endian = "big")]
+        compile_error!("Compiled::u32s reads the halves of its words little-endian");
+        words
+    }
 }
 
 /// How a compiled lookup reads what changes without the policy changing (implemented by the
@@ -234,7 +418,7 @@ pub(crate) trait Probe {
     /// The set bitmap of the end's endpoint identity (empty: none).
     fn identity_bits(&self, end: usize) -> &[u64];
     /// Calls `f` with the set bitmap of each network set holding the end's address.
-    fn netset_bits(&self, end: usize, f: &mut dyn FnMut(&[u64]));
+    fn netset_bits(&self, end: usize, f: impl FnMut(&[u64]));
     /// Whether the end is in a relative peer's set for the subject's namespace (its identity,
     /// or with `netsets` a network set holding its address).
     fn relative_in(&self, end: usize, rid: u32, netsets: bool) -> bool;
@@ -262,17 +446,6 @@ pub(crate) struct Key {
 /// Where the Log rules passed go.
 pub(crate) trait LogSink {
     fn log(&mut self, tier: Option<u32>, source: Source, rule: u32);
-}
-
-/// How a compiled lookup ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// A rule decided (reason `Rule`, or `Profile` in a profile).
-    Rule { allow: bool, tier: Option<u32>, source: Source, rule: u32 },
-    /// A tier ended without a rule deciding: its default action.
-    EndOfTier { allow: bool, tier: u32 },
-    /// Every tier passed (or every profile ended) without a decision.
-    Through,
 }
 
 const PORT_PROTOS: [u8; 4] = [PROTO_TCP, PROTO_UDP, PROTO_SCTP, PROTO_UDPLITE];
@@ -382,10 +555,21 @@ impl Compiled {
         // --- the alternatives, in evaluation order ---
         let mut drafts: Vec<Draft<'_>> = Vec::new();
         let mut alts: Vec<Alt> = Vec::new();
-        let mut spans: Vec<Span> = Vec::new();
         let mut rule_lists: Vec<(Source, &[CRule])> = Vec::new();
+        // The rule of a tier's end: no condition, so that every flow matches it.
+        let any = CRule {
+            action: Action::Allow,
+            ip_version: None,
+            protocols: None,
+            not_protocols: Default::default(),
+            icmp: None,
+            not_icmp: None,
+            sources: Vec::new(),
+            destinations: Vec::new(),
+            http: None,
+        };
         for st in stages {
-            let start = alts.len() as u32;
+            let start = alts.len();
             rule_lists.clear();
             let tier = match st {
                 StageRef::Tier { tier, default, policies } => {
@@ -429,7 +613,14 @@ impl Compiled {
                                 Action::Pass => AltKind::Pass,
                                 Action::Log => AltKind::Log,
                             };
-                            alts.push(Alt { kind, next_rule: 0, source, rule: ri as u32, checks: [NO_CHECK; 2] });
+                            alts.push(Alt {
+                                kind,
+                                next_rule: 0,
+                                tier: tier.map(|t| t.0),
+                                source,
+                                rule: ri as u32,
+                                checks: [NO_CHECK; 2],
+                            });
                             drafts.push(Draft { rule, peers: [s, t] });
                         }
                     }
@@ -439,7 +630,22 @@ impl Compiled {
                     }
                 }
             }
-            spans.push(Span { start, end: alts.len() as u32, tier });
+            if let Some((t, default)) = tier {
+                if default != Action::Pass {
+                    let kind = if default == Action::Allow { AltKind::EndAllow } else { AltKind::EndDeny };
+                    let next_rule = alts.len() as u32 + 1;
+                    let source = Source::Policy(NONE);
+                    alts.push(Alt { kind, next_rule, tier: Some(t), source, rule: NONE, checks: [NO_CHECK; 2] });
+                    drafts.push(Draft { rule: &any, peers: [None, None] });
+                }
+            }
+            // A `Pass` ends the stage: evaluation goes on with the next one.
+            let end = alts.len() as u32;
+            for a in &mut alts[start..] {
+                if a.kind == AltKind::Pass {
+                    a.next_rule = end;
+                }
+            }
         }
         let n = alts.len();
         let words = row_words(n);
@@ -738,11 +944,10 @@ impl Compiled {
                 checks.push(Check { relative, ports });
             }
         }
-        Ok(Compiled {
+        Ok(Compiled::pack(Parts {
             words,
             rows: rs.finish(),
             alts,
-            spans,
             version,
             proto_index,
             protos: proto_rows,
@@ -750,113 +955,111 @@ impl Compiled {
             bounds,
             checks,
             labels,
-        })
+        }))
     }
 
-    /// Bytes held (rows, alternatives, checks, atoms).
+    /// Bytes held (the packed tables, atoms, checks).
     pub fn memory_bytes(&self) -> usize {
-        self.rows.capacity() * 8
-            + self.alts.capacity() * std::mem::size_of::<Alt>()
+        self.data.len() * 8
+            + self.alt_checks.len() * 8
             + self.checks.capacity() * std::mem::size_of::<Check>()
-            + self.protos.capacity() * std::mem::size_of::<ProtoRows>()
-            + self
-                .protos
-                .iter()
-                .map(|p| {
-                    (p.ports[0].rows.len() + p.ports[1].rows.len()) * 4
-                        + p.icmp.as_ref().map_or(0, |i| i.rows.len() * 4)
-                })
-                .sum::<usize>()
             + self.addrs.iter().map(|a| a.memory_bytes()).sum::<usize>()
-            + 256
             + std::mem::size_of::<Compiled>()
     }
 
     /// Alternatives (rules expanded by peer pairs).
     pub fn alternatives(&self) -> usize {
-        self.alts.len()
+        self.n as usize
     }
 
-    #[inline]
+    #[inline(always)]
     fn row(&self, r: u32) -> &[u64] {
-        row(&self.rows, self.words, r)
+        row(&self.data, self.words as usize, r)
     }
 
     /// The candidates of a flow: the AND of one row per dimension.
     #[inline(always)]
-    fn candidates<B: Bits>(&self, k: &Key, m: &mut B) {
+    fn candidates<B: Bits>(&self, u: &[u32], k: &Key, m: &mut B) {
         let m = m.words_mut();
-        let t = &self.protos[self.proto_index[k.protocol as usize] as usize];
+        let t = self.tables as usize + Layout::TABLE * self.proto_index[k.protocol as usize] as usize;
+        let t = &u[t..t + Layout::TABLE];
         let v = self.version[match k.version {
             Some(4) => 0,
             Some(6) => 1,
             _ => 2,
         }];
-        let mut rows: [u32; 8] = [t.base, v, u32::MAX, u32::MAX, u32::MAX, u32::MAX, u32::MAX, u32::MAX];
-        let mut n = 2;
-        for end in 0..2 {
-            let pa = &t.ports[end];
-            if !pa.rows.is_empty() {
-                rows[n] = pa.rows[range_atom(&self.bounds[end], k.ports[end])];
-                n += 1;
-            }
-            let aa = &self.addrs[end];
-            if !aa.rows.is_empty() {
-                rows[n] = aa.rows[k.addrs[end].map_or(0, |a| aa.atom(a.v6, a.bits))];
-                n += 1;
-            }
-        }
-        if let Some(ic) = &t.icmp {
-            let ta = IcmpAtoms::atom(&ic.types, k.icmp_type);
-            let ca = IcmpAtoms::atom(&ic.codes, k.icmp_code);
-            rows[n] = ic.rows[ta * (ic.codes.len() + 2) + ca];
-            n += 1;
-        }
-        m.copy_from_slice(self.row(rows[0]));
-        for &r in &rows[1..n] {
+        let and = |m: &mut [u64], r: u32| {
             for (x, y) in m.iter_mut().zip(self.row(r)) {
                 *x &= y;
             }
+        };
+        for ((x, a), b) in m.iter_mut().zip(self.row(t[0])).zip(self.row(v)) {
+            *x = a & b;
+        }
+        for end in 0..2 {
+            let n = t[2 + 2 * end] as usize;
+            if n != 0 {
+                let (bo, bn) = self.bounds[end];
+                let bounds = &u[bo as usize..(bo + bn) as usize];
+                let atom = match k.ports[end] {
+                    None => 0,
+                    Some(p) => 1 + bounds.partition_point(|&b| b <= p as u32),
+                };
+                let rows = t[1 + 2 * end] as usize;
+                and(m, u[rows..rows + n][atom]);
+            }
+            let aa = &self.addrs[end];
+            if !aa.rows.is_empty() {
+                and(m, aa.rows[k.addrs[end].map_or(0, |a| aa.atom(a.v6, a.bits))]);
+            }
+        }
+        if t[5] != NONE {
+            let ic = t[5] as usize;
+            let (nt, nc) = (u[ic] as usize, u[ic + 1] as usize);
+            let types = &u[ic + 2..ic + 2 + nt];
+            let codes = &u[ic + 2 + nt..ic + 2 + nt + nc];
+            let atom = |values: &[u32], v: Option<u8>| match v {
+                None => 0,
+                Some(v) => values.iter().position(|&x| x == v as u32).map_or(values.len() + 1, |i| i + 1),
+            };
+            let (ta, ca) = (atom(types, k.icmp_type), atom(codes, k.icmp_code));
+            and(m, u[ic + 2 + nt + nc + ta * (nc + 2) + ca]);
         }
     }
 
-    /// ANDs into `m` the identity dimension of one end: the alternatives whose label conditions
-    /// the end's identity (or a network set holding its address) meets.
+    /// ANDs into `m` the identity dimension of one end (its record at `at`): the alternatives
+    /// whose label conditions the end's identity (or a network set holding its address) meets.
     #[inline(always)]
-    fn labels<B: Bits, P: Probe>(&self, end: usize, l: &EndLabels, probe: &P, m: &mut B) {
-        let mut ok_buf = B::zeroed(self.words);
-        let mut not_buf = B::zeroed(self.words);
+    fn labels<B: Bits, P: Probe>(&self, u: &[u32], end: usize, at: usize, probe: &P, m: &mut B) {
+        let mut ok_buf = B::zeroed(self.words as usize);
+        let mut not_buf = B::zeroed(self.words as usize);
         let (ok, not) = (ok_buf.words_mut(), not_buf.words_mut());
         let m = m.words_mut();
-        ok.copy_from_slice(self.row(l.always));
+        ok.copy_from_slice(self.row(u[at]));
+        let netsets = u[at + 1] != 0;
+        let sets = &u[at + 3..at + 3 + Layout::LABEL_SET * u[at + 2] as usize];
         let or = |into: &mut [u64], r: u32| {
-            for (x, y) in into.iter_mut().zip(self.row(r)) {
-                *x |= y;
+            if r != NONE {
+                for (x, y) in into.iter_mut().zip(self.row(r)) {
+                    *x |= y;
+                }
             }
         };
         let ids = probe.identity_bits(end);
         if !ids.is_empty() {
-            for s in &l.sets {
-                if bit(ids, s.set) {
-                    if s.hit != NO_ROW {
-                        or(ok, s.hit);
-                    }
-                    if s.not != NO_ROW {
-                        or(not, s.not);
-                    }
+            for s in sets.chunks_exact(Layout::LABEL_SET) {
+                if bit(ids, s[0]) {
+                    or(ok, s[1]);
+                    or(not, s[3]);
                 }
             }
         }
-        if l.netsets {
-            probe.netset_bits(end, &mut |bits: &[u64]| {
-                for s in &l.sets {
-                    if bit(bits, s.set) {
-                        if s.via_netsets != NO_ROW {
-                            or(ok, s.via_netsets);
-                        }
-                        if s.not != NO_ROW {
-                            or(not, s.not);
-                        }
+        if netsets {
+            probe.netset_bits(end, |bits: &[u64]| {
+                for s in sets.chunks_exact(Layout::LABEL_SET) {
+                    if bit(bits, s[0]) {
+                        or(ok, s[2]);
+                        or(not, s[3]);
                     }
                 }
             });
@@ -866,38 +1069,31 @@ impl Compiled {
         }
     }
 
-    /// Hints: the tables a lookup of `protocol` reads first (its protocol's atoms, the rows,
-    /// the alternatives, the label sets, the address and port atoms), asked for ahead of the
-    /// lookup (`Snapshot::flow_records_grouped`).
-    #[inline]
-    pub(crate) fn prefetch_tables(&self, protocol: u8) {
+    /// Hint: asks for the lines a lookup reads, ahead of it: the inline fields, then the
+    /// first lines of the packed tables and of the address atoms
+    /// (`Snapshot::flow_records_grouped`).
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, protocol: u8) {
         prefetch_ref(&self.proto_index[protocol as usize]);
-        prefetch_slice(&self.protos, 8);
-        prefetch_slice(&self.rows, 4);
-        prefetch_slice(&self.alts, 8);
-        prefetch_slice(&self.spans, 1);
-        for end in 0..2 {
-            if let Some(l) = &self.labels[end] {
-                prefetch_slice(&l.sets, 2);
+        prefetch_slice(&self.data, PREFETCH_LINES);
+        for a in &self.addrs {
+            if !a.rows.is_empty() {
+                a.prefetch();
             }
-            prefetch_slice(&self.bounds[end], 1);
-            self.addrs[end].prefetch();
         }
     }
 
-    /// Hints, once [`Compiled::prefetch_tables`]'s have arrived: the port atoms of the
-    /// protocol's table.
+    /// The first match of a flow: the deciding alternative's batch record (its Log count and
+    /// `awaits` left to the caller), None when every stage passed; the Log rules passed go
+    /// into `logs`, and whether an `http` rule was reached into `awaits`.
     #[inline]
-    pub(crate) fn prefetch_atoms(&self, protocol: u8) {
-        let t = &self.protos[self.proto_index[protocol as usize] as usize];
-        prefetch_slice(&t.ports[0].rows, 1);
-        prefetch_slice(&t.ports[1].rows, 1);
-    }
-
-    /// The first match of a flow: the decision, the Log rules passed (into `logs`) and whether
-    /// an `http` rule was reached (`awaits`).
-    #[inline]
-    pub(crate) fn decide<P: Probe, L: LogSink>(&self, k: &Key, probe: &P, logs: &mut L, awaits: &mut bool) -> Outcome {
+    pub(crate) fn decide<P: Probe, L: LogSink>(
+        &self,
+        k: &Key,
+        probe: &P,
+        logs: &mut L,
+        awaits: &mut bool,
+    ) -> Option<SideVerdict> {
         match self.words {
             1 => self.decide_in::<[u64; 1], P, L>(k, probe, logs, awaits),
             2 => self.decide_in::<[u64; 2], P, L>(k, probe, logs, awaits),
@@ -908,62 +1104,64 @@ impl Compiled {
     }
 
     #[inline(always)]
-    fn decide_in<B: Bits, P: Probe, L: LogSink>(&self, k: &Key, probe: &P, logs: &mut L, awaits: &mut bool) -> Outcome {
-        let mut buf = B::zeroed(self.words);
-        self.candidates(k, &mut buf);
-        for (end, l) in self.labels.iter().enumerate() {
-            if let Some(l) = l {
-                if buf.words().iter().any(|&w| w != 0) {
-                    self.labels(end, l, probe, &mut buf);
-                }
+    fn decide_in<B: Bits, P: Probe, L: LogSink>(
+        &self,
+        k: &Key,
+        probe: &P,
+        logs: &mut L,
+        awaits: &mut bool,
+    ) -> Option<SideVerdict> {
+        let u = self.u32s();
+        let mut buf = B::zeroed(self.words as usize);
+        self.candidates(u, k, &mut buf);
+        for end in 0..2 {
+            let at = self.labels[end];
+            if at != NONE && buf.words().iter().any(|&w| w != 0) {
+                self.labels(u, end, at as usize, probe, &mut buf);
             }
         }
         let m = buf.words();
-        for span in &self.spans {
-            let mut i = span.start as usize;
-            let mut passed = false;
-            while let Some(c) = next_bit(m, i, span.end as usize) {
-                let alt = &self.alts[c];
-                if (alt.checks[0] != NO_CHECK || alt.checks[1] != NO_CHECK) && !self.check(alt, probe) {
-                    i = c + 1;
-                    continue;
+        let n = self.n as usize;
+        let alts = &u[self.alts as usize..self.alts as usize + n * Layout::ALT];
+        let mut i = 0;
+        while let Some(c) = next_bit(m, i, n) {
+            let alt: &[u32; Layout::ALT] = alts[c * Layout::ALT..][..Layout::ALT].try_into().expect("an alternative");
+            let kind = alt[0];
+            if kind & ALT_CHECKED != 0 && !self.check(c, probe) {
+                i = c + 1;
+                continue;
+            }
+            match kind & !ALT_CHECKED {
+                KIND_LOG => {
+                    let [_, _, head, tier, source, rule] = *alt;
+                    let source = if head >> 24 == 2 { Source::Profile(source) } else { Source::Policy(source) };
+                    logs.log((tier != NONE).then_some(tier), source, rule);
                 }
-                match alt.kind {
-                    AltKind::Log => {
-                        logs.log(span.tier.map(|t| t.0), alt.source, alt.rule);
-                        i = alt.next_rule as usize;
-                    }
-                    AltKind::Await => {
-                        *awaits = true;
-                        i = alt.next_rule as usize;
-                    }
-                    AltKind::Pass => {
-                        passed = true;
-                        break;
-                    }
-                    AltKind::Allow | AltKind::Deny | AltKind::PassDenied => {
-                        return Outcome::Rule {
-                            allow: alt.kind == AltKind::Allow,
-                            tier: span.tier.map(|t| t.0),
-                            source: alt.source,
-                            rule: alt.rule,
-                        };
-                    }
+                KIND_AWAIT => *awaits = true,
+                KIND_PASS => {}
+                _ => {
+                    let [present, allow, reason, source_kind] = alt[2].to_le_bytes();
+                    return Some(SideVerdict {
+                        present,
+                        allow,
+                        reason,
+                        source_kind,
+                        tier: alt[3] as i32,
+                        source: alt[4] as i32,
+                        rule: alt[5] as i32,
+                        ..SideVerdict::default()
+                    });
                 }
             }
-            if let Some((tier, default)) = span.tier {
-                if !passed && default != Action::Pass {
-                    return Outcome::EndOfTier { allow: default == Action::Allow, tier };
-                }
-            }
+            i = alt[1] as usize;
         }
-        Outcome::Through
+        None
     }
 
     #[inline]
-    fn check<P: Probe>(&self, alt: &Alt, probe: &P) -> bool {
+    fn check<P: Probe>(&self, alt: usize, probe: &P) -> bool {
         for end in 0..2 {
-            let ci = alt.checks[end];
+            let ci = self.alt_checks[alt][end];
             if ci == NO_CHECK {
                 continue;
             }

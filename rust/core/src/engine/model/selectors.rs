@@ -31,11 +31,13 @@ impl Model {
             return;
         }
         let rec = self.snap.identities.get_mut(identity).expect("identity");
-        let bits = Arc::make_mut(&mut rec.members);
         let w = (set / 64) as usize;
-        if bits.len() <= w {
-            bits.resize(w + 1, 0);
+        if rec.members.len() <= w {
+            let mut grown = rec.members.to_vec();
+            grown.resize(w + 1, 0);
+            rec.members = grown.into();
         }
+        let bits = Arc::make_mut(&mut rec.members);
         if on {
             bits[w] |= 1 << (set % 64);
         } else {

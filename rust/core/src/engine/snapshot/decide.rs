@@ -2,7 +2,7 @@
 //! (the lookups' view of the snapshot, `Lean`) or by the walk, and the batch records they make.
 
 use super::*;
-use crate::prefetch::{prefetch, prefetch_ref, prefetch_slice};
+use crate::prefetch::{prefetch, prefetch_slice};
 
 /// The compiled program a local end's own direction is decided by, if built.
 #[inline]
@@ -156,8 +156,9 @@ impl Snapshot {
         Some(out)
     }
 
-    /// One side decided by the compiled programs of `subject` (and its profiles); Err when one
-    /// of them is walked instead.
+    /// One side decided by the compiled programs of `subject` (and its profiles): its batch
+    /// record without the Log count and `awaits` (`side_verdict` adds them; not present: no
+    /// policy applies); Err when one of them is walked instead.
     #[inline]
     #[allow(clippy::too_many_arguments)]
     pub(super) fn compiled_decision<P: Probe, L: LogSink>(
@@ -170,36 +171,23 @@ impl Snapshot {
         defaults: Defaults,
         logs: &mut L,
         awaits: &mut bool,
-    ) -> Result<Option<Decided>, ()> {
+    ) -> Result<SideVerdict, ()> {
         let program = &subject.programs[d as usize];
         let compiled = program.compiled(self).map_err(|_| ())?;
-        let decided = |o: Outcome, reason: Reason| match o {
-            Outcome::Rule { allow, tier, source, rule } => {
-                Some(Decided { allow, tier, source: Some(source), rule: Some(rule), reason })
-            }
-            Outcome::EndOfTier { allow, tier } => {
-                Some(Decided { allow, tier: Some(tier), source: None, rule: None, reason: Reason::EndOfTier })
-            }
-            Outcome::Through => None,
-        };
-        if let Some(x) = decided(compiled.decide(key, probe, logs, awaits), Reason::Rule) {
-            return Ok(Some(x));
+        if let Some(v) = compiled.decide(key, probe, logs, awaits) {
+            return Ok(v);
         }
         if !subject.profiles.is_empty() {
             let p = subject.profiles.compiled(self, d).map_err(|_| ())?;
-            return Ok(Some(decided(p.decide(key, probe, logs, awaits), Reason::Profile).unwrap_or(Decided {
-                allow: false,
-                tier: None,
-                source: None,
-                rule: None,
-                reason: Reason::Profile,
-            })));
+            // Every profile passed: denied, by the profiles.
+            let none = SideVerdict { present: 1, allow: 0, reason: Reason::Profile as u8, ..SideVerdict::default() };
+            return Ok(p.decide(key, probe, logs, awaits).unwrap_or(none));
         }
         if program.stages.is_empty() {
-            return Ok(None);
+            return Ok(SideVerdict::default());
         }
         let allow = if host { defaults.host_allow } else { defaults.pod_allow };
-        Ok(Some(Decided { allow, tier: None, source: None, rule: None, reason: Reason::Default }))
+        Ok(SideVerdict { present: 1, allow: allow as u8, reason: Reason::Default as u8, ..SideVerdict::default() })
     }
 
     /// One flow's verdict record, each side decided by its compiled program (or walked).
@@ -244,52 +232,58 @@ impl Snapshot {
         // 16: among the best of 4 to 64 measured on random pod pairs at 10k pods
         const GROUP: usize = 16;
         let mut flows: [Option<Flow>; GROUP] = [None; GROUP];
+        let mut hashes: [[u64; 2]; GROUP] = [[0; 2]; GROUP];
         let mut recs: [Option<[Option<AddrRec>; 2]>; GROUP] = [None; GROUP];
-        // Per end: its identity, and (a local end) its own compiled program, once built.
-        let mut ids: [[Option<&IdRec>; 2]; GROUP] = [[None; 2]; GROUP];
-        let mut programs: [[Option<&Compiled>; 2]; GROUP] = [[None; 2]; GROUP];
         // An end whose own program decides a side (the address record's `local`, as
         // `flow_record_resolved` reads it).
         let local = |r: &Option<[Option<AddrRec>; 2]>, end: usize| r.is_some_and(|r| r[end].is_some_and(|r| r.local));
         for (hs, os) in headers.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
             let n = hs.len();
-            // The ends' address records (independent hash lookups), their identities asked for.
+            // The headers decoded, the slots of their addresses asked for.
             for i in 0..n {
                 flows[i] = flow_of_header(&hs[i]);
-                recs[i] = flows[i].as_ref().and_then(|f| self.resolve_addrs(f));
-                ids[i] = [0, 1].map(|end| recs[i].and_then(|r| self.identities.get(r[end]?.identity)));
-                for id in ids[i].iter().flatten() {
-                    prefetch_ref(*id);
+                if let Some(f) = &flows[i] {
+                    for (end, a) in [f.src.addr, f.dst.addr].into_iter().enumerate() {
+                        let h = a.map_or(0, |a| AddrMap::hash(&a));
+                        hashes[i][end] = h;
+                        self.addrs.prefetch(h);
+                    }
                 }
             }
-            // The identities: their set bitmaps, and the local ends' programs.
-            for (ends, r) in ids[..n].iter().zip(&recs[..n]) {
-                for (end, id) in ends.iter().enumerate() {
-                    let Some(id) = id else { continue };
-                    prefetch(Arc::as_ptr(&id.members));
-                    if local(r, end) {
+            // The ends' address records, the slots of their identities asked for.
+            for i in 0..n {
+                recs[i] = flows[i].as_ref().and_then(|f| match (f.src.addr, f.dst.addr) {
+                    (Some(sa), Some(da)) => Some([
+                        self.addrs.get_hashed(hashes[i][0], &sa).copied(),
+                        self.addrs.get_hashed(hashes[i][1], &da).copied(),
+                    ]),
+                    _ => None,
+                });
+                for r in recs[i].iter().flatten().flatten() {
+                    self.identities.prefetch(r.identity);
+                }
+            }
+            // The identities: their set bitmaps and the local ends' programs asked for.
+            for i in 0..n {
+                let Some(r) = recs[i] else { continue };
+                for end in 0..2 {
+                    let Some(id) = r[end].and_then(|r| self.identities.get(r.identity)) else { continue };
+                    prefetch_slice(&id.members, 2);
+                    if local(&recs[i], end) {
                         prefetch(Arc::as_ptr(&id.programs[END_DIRECTION[end] as usize]));
                     }
                 }
             }
-            // The bitmaps' words, and the compiled programs built so far.
+            // The local ends' compiled programs built so far: their packed tables.
             for i in 0..n {
+                let (Some(f), Some(r)) = (&flows[i], recs[i]) else { continue };
                 for end in 0..2 {
-                    let Some(id) = ids[i][end] else { continue };
-                    prefetch_slice(&id.members, 4);
-                    programs[i][end] = local(&recs[i], end).then(|| built(id, end)).flatten();
-                    if let Some(c) = programs[i][end] {
-                        prefetch_slice(std::slice::from_ref(c), 8);
+                    if !local(&recs[i], end) {
+                        continue;
                     }
-                }
-            }
-            // The compiled programs' tables for the flow's protocol, then their port atoms
-            // (read through the tables).
-            for stage in [Compiled::prefetch_tables, Compiled::prefetch_atoms] {
-                for i in 0..n {
-                    let Some(f) = &flows[i] else { continue };
-                    for c in programs[i].iter().flatten() {
-                        stage(c, f.protocol);
+                    let Some(id) = r[end].and_then(|r| self.identities.get(r.identity)) else { continue };
+                    if let Some(c) = built(id, end) {
+                        c.prefetch(f.protocol);
                     }
                 }
             }
@@ -423,15 +417,6 @@ pub(super) enum Path {
     Walk,
 }
 
-/// A side decision without its Log trail (which the compiled path writes elsewhere).
-pub(super) struct Decided {
-    pub(super) allow: bool,
-    pub(super) tier: Option<u32>,
-    pub(super) source: Option<Source>,
-    pub(super) rule: Option<u32>,
-    pub(super) reason: Reason,
-}
-
 /// Counts the Log rules passed (batch records keep only the count).
 #[derive(Default)]
 pub(super) struct LogCount(pub(super) usize);
@@ -487,7 +472,7 @@ impl Probe for Lean<'_, '_> {
     }
 
     #[inline]
-    fn netset_bits(&self, end: usize, f: &mut dyn FnMut(&[u64])) {
+    fn netset_bits(&self, end: usize, mut f: impl FnMut(&[u64])) {
         if self.s.netsets.is_empty() {
             return;
         }
@@ -516,26 +501,39 @@ impl Probe for Lean<'_, '_> {
     }
 }
 
-/// A side's batch record from its decision, the Log rules it passed and whether an `http` rule
-/// awaits the request.
-#[inline]
-pub(super) fn side_verdict(decided: Option<Decided>, logs: usize, awaits: bool) -> SideVerdict {
-    let Some(x) = decided else { return SideVerdict::default() };
-    let (source_kind, source) = match x.source {
-        None => (0, -1),
-        Some(Source::Policy(i)) => (1, i as i32),
-        Some(Source::Profile(i)) => (2, i as i32),
-    };
-    SideVerdict {
-        present: 1,
-        allow: x.allow as u8,
-        reason: x.reason as u8,
-        source_kind,
-        tier: x.tier.map_or(-1, |t| t as i32),
-        source,
-        rule: x.rule.map_or(-1, |r| r as i32),
-        logs: logs.min(u8::MAX as usize) as u8,
-        awaits: (!x.allow && awaits) as u8,
-        reserved: [0; 2],
+/// A side's batch record from its lookup's (`Snapshot::compiled_decision`), the Log rules it
+/// passed and whether an `http` rule awaits the request.
+#[inline(always)]
+pub(super) fn side_verdict(mut v: SideVerdict, logs: usize, awaits: bool) -> SideVerdict {
+    if v.present != 0 {
+        v.logs = logs.min(u8::MAX as usize) as u8;
+        v.awaits = (v.allow == 0 && awaits) as u8;
     }
+    v
+}
+
+/// A side's decision from its lookup's batch record and its Log trail (None: not present).
+pub(super) fn decision_of(v: &SideVerdict, logs: Vec<LogEntry>) -> Option<Decision> {
+    if v.present == 0 {
+        return None;
+    }
+    let reason = match v.reason {
+        0 => Reason::Rule,
+        1 => Reason::EndOfTier,
+        2 => Reason::Profile,
+        _ => Reason::Default,
+    };
+    Some(Decision {
+        allow: v.allow != 0,
+        tier: u32::try_from(v.tier).ok(),
+        source: match v.source_kind {
+            1 => Some(Source::Policy(v.source as u32)),
+            2 => Some(Source::Profile(v.source as u32)),
+            _ => None,
+        },
+        rule: u32::try_from(v.rule).ok(),
+        reason,
+        logs,
+        awaits_request: false,
+    })
 }

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, OnceLock};
 
 use super::classes::{with_memo, ClassLpm, MemoRef, PortClasses, SideKey};
-use super::compiled::{CompileStats, Compiled, Key, LogSink, Outcome, Probe, StageRef, Walked};
+use super::compiled::{CompileStats, Compiled, Key, LogSink, Probe, StageRef, Walked};
 use super::cow::{ChunkVec, FastMap, ShardedMap};
 use super::idset::IdSet;
 use super::judge::{flow_of_header, Judge};
@@ -58,10 +58,13 @@ pub(crate) fn next_uid() -> u64 {
     NEXT_UID.fetch_add(1, AtomicOrdering::Relaxed)
 }
 
+/// What an address resolves to, by address.
+pub(crate) type AddrMap = ShardedMap<Addr, AddrRec>;
+
 /// An immutable engine state. Cloning shares every table.
 #[derive(Clone, Default)]
 pub struct Snapshot {
-    pub(crate) addrs: ShardedMap<Addr, AddrRec>,
+    pub(crate) addrs: AddrMap,
     pub(crate) endpoints: ChunkVec<EpRec>,
     pub(crate) identities: ChunkVec<IdRec>,
     pub(crate) policies: ChunkVec<Arc<CRules>>,

@@ -36,7 +36,7 @@ pub struct IdRec {
     pub profiles: Arc<ProfileList>,
     /// Which identity sets hold it: bit `i` for set `i` (the sets, transposed: the compiled
     /// programs test a peer's membership in many sets at once through these).
-    pub members: Arc<Vec<u64>>,
+    pub members: Arc<[u64]>,
 }
 
 impl IdRec {

@@ -44,15 +44,7 @@ impl<'s> Ctx<'_, 's> {
         self.awaits.set(false);
         let mut logs = Vec::new();
         let mut decision = match self.compiled_side(end, d, defaults, &mut logs) {
-            Ok(decided) => decided.map(|x| Decision {
-                allow: x.allow,
-                tier: x.tier,
-                source: x.source,
-                rule: x.rule,
-                reason: x.reason,
-                logs,
-                awaits_request: false,
-            }),
+            Ok(v) => decision_of(&v, logs),
             Err(_) => self.walk(end, d, defaults),
         };
         if let Some(dec) = decision.as_mut() {
@@ -87,14 +79,14 @@ impl<'s> Ctx<'_, 's> {
         d: Direction,
         defaults: Defaults,
         logs: &mut L,
-    ) -> Result<Option<Decided>, ()> {
+    ) -> Result<SideVerdict, ()> {
         if self.path == Path::Walk || self.request.is_some() {
             return Err(());
         }
         if !end.local() {
-            return Ok(None);
+            return Ok(SideVerdict::default());
         }
-        let Some(subject) = end.ident else { return Ok(None) };
+        let Some(subject) = end.ident else { return Ok(SideVerdict::default()) };
         let f = self.flow;
         let key = Key {
             version: self.version,
