@@ -56,16 +56,14 @@ use super::{
     Action, Addr, Direction, Net, Reason, Source, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP,
     PROTO_UDPLITE,
 };
-use crate::classifier::rows::{next_bit, row, row_words, Bits, PrefixAtoms, RowSet};
+use crate::classifier::rows::{next_bit, row_words, Bits, PrefixAtoms, RowSet};
 use crate::classifier::Prefix;
-use crate::prefetch::{prefetch_ref, prefetch_slice};
+use crate::prefetch::{prefetch, prefetch_ref};
 
 /// The bytes of rows above which a program is walked instead (per program and direction).
 pub const MEMORY_BOUND: usize = 16 << 20;
 
-/// Lines of a program's packed tables a batch asks for ahead of its lookup: a typical program
-/// (tens of alternatives, a row a word) is read within them.
-const PREFETCH_LINES: usize = 12;
+
 
 /// Why a program is walked rule by rule instead of compiled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -252,6 +250,8 @@ pub struct Compiled {
     alts: u32,
     /// The table of each protocol.
     proto_index: [u8; 256],
+    /// Words of `data` that are rows (the records follow).
+    rows_len: usize,
     data: Box<[u64]>,
     /// [source end, destination end]
     addrs: [PrefixAtoms; 2],
@@ -283,6 +283,40 @@ impl Layout {
     const TABLE: usize = 6;
     const LABEL_SET: usize = 4;
     const ALT: usize = 6;
+}
+
+/// The packed tables of one program as its lookup reads them, without bounds checks: every
+/// offset, count and row number in them was checked when the program was packed
+/// (`Compiled::validate`), and a program is never changed after.
+struct View<'a> {
+    u: &'a [u32],
+    rows: &'a [u64],
+    /// Words of a row.
+    w: usize,
+}
+
+impl View<'_> {
+    #[inline(always)]
+    fn u(&self, i: usize) -> u32 {
+        debug_assert!(i < self.u.len());
+        // SAFETY: `i` is an offset `validate` checked against the data's length.
+        unsafe { *self.u.get_unchecked(i) }
+    }
+
+    #[inline(always)]
+    fn row(&self, r: u32) -> &[u64] {
+        let at = r as usize * self.w;
+        debug_assert!(at + self.w <= self.rows.len());
+        // SAFETY: `r` is a row number `validate` checked against the rows.
+        unsafe { self.rows.get_unchecked(at..at + self.w) }
+    }
+
+    #[inline(always)]
+    fn and(&self, m: &mut [u64], r: u32) {
+        for (x, y) in m.iter_mut().zip(self.row(r)) {
+            *x &= y;
+        }
+    }
 }
 
 const NONE: u32 = u32::MAX;
@@ -380,10 +414,11 @@ impl Compiled {
         if rec.len() % 2 == 1 {
             rec.push(0);
         }
+        let rows_len = p.rows.len();
         let mut data = p.rows;
         data.reserve_exact(rec.len() / 2);
         data.extend(rec.chunks_exact(2).map(|w| w[0] as u64 | (w[1] as u64) << 32));
-        Compiled {
+        let compiled = Compiled {
             words: p.words as u32,
             n: p.alts.len() as u32,
             version: p.version,
@@ -392,11 +427,14 @@ impl Compiled {
             labels,
             alts,
             proto_index: *p.proto_index,
+            rows_len,
             data: data.into_boxed_slice(),
             addrs: p.addrs,
             alt_checks,
             checks: p.checks,
-        }
+        };
+        compiled.validate();
+        compiled
     }
 
     /// `data` as `u32`s (little-endian halves of its words, as `pack` wrote them).
@@ -972,94 +1010,154 @@ impl Compiled {
         self.n as usize
     }
 
+    /// The packed tables as a lookup reads them.
     #[inline(always)]
-    fn row(&self, r: u32) -> &[u64] {
-        row(&self.data, self.words as usize, r)
+    fn view(&self) -> View<'_> {
+        View { u: self.u32s(), rows: &self.data, w: self.words as usize }
+    }
+
+    /// Checks what the lookup reads without bounds checks (`View`): every offset and count of
+    /// the records in `data`, every row they name. `pack` runs it on every program it makes: a
+    /// failure is a bug of the compiler, and stops it there.
+    fn validate(&self) {
+        let v = self.view();
+        let (len, w) = (v.u.len(), v.w);
+        let nrows = self.rows_len / w;
+        let row_ok = |r: u32| (r as usize) < nrows;
+        let span = |at: usize, n: usize| at.checked_add(n).is_some_and(|e| e <= len);
+        let tables = self.proto_index.iter().map(|&t| t as usize).max().unwrap_or(0) + 1;
+        assert!(span(self.tables as usize, tables * Layout::TABLE), "tables past the data");
+        assert!(self.version.iter().all(|&r| row_ok(r)), "a version row past the rows");
+        for end in 0..2 {
+            let (bo, bn) = self.bounds[end];
+            assert!(span(bo as usize, bn as usize), "port bounds past the data");
+            assert!(self.addrs[end].rows.iter().all(|&r| row_ok(r)), "an address row past the rows");
+        }
+        for t in 0..tables {
+            let t = &v.u[self.tables as usize + t * Layout::TABLE..][..Layout::TABLE];
+            assert!(row_ok(t[0]), "a base row past the rows");
+            for end in 0..2 {
+                let (at, n) = (t[1 + 2 * end] as usize, t[2 + 2 * end] as usize);
+                if n != 0 {
+                    assert!(n == self.bounds[end].1 as usize + 2 && span(at, n), "port atoms do not fit the bounds");
+                    assert!(v.u[at..at + n].iter().all(|&r| row_ok(r)), "a port row past the rows");
+                }
+            }
+            if t[5] != NONE {
+                let ic = t[5] as usize;
+                assert!(span(ic, 2), "an ICMP record past the data");
+                let (nt, nc) = (v.u[ic] as usize, v.u[ic + 1] as usize);
+                let n = (nt + 2) * (nc + 2);
+                assert!(span(ic + 2, nt + nc + n), "an ICMP record past the data");
+                assert!(v.u[ic + 2 + nt + nc..][..n].iter().all(|&r| row_ok(r)), "an ICMP row past the rows");
+            }
+        }
+        for &at in &self.labels {
+            if at == NONE {
+                continue;
+            }
+            let at = at as usize;
+            assert!(span(at, 3), "an identity record past the data");
+            let k = v.u[at + 2] as usize;
+            assert!(span(at + 3, k * Layout::LABEL_SET) && row_ok(v.u[at]), "an identity record past the data");
+            for s in v.u[at + 3..][..k * Layout::LABEL_SET].chunks_exact(Layout::LABEL_SET) {
+                assert!(s[1..].iter().all(|&r| r == NONE || row_ok(r)), "a set's row past the rows");
+            }
+        }
+        let n = self.n as usize;
+        assert!(span(self.alts as usize, n * Layout::ALT), "alternatives past the data");
+        for a in v.u[self.alts as usize..][..n * Layout::ALT].chunks_exact(Layout::ALT) {
+            assert!(a[1] as usize <= n, "an alternative goes on past the last");
+            assert!(a[0] & ALT_CHECKED == 0 || self.alt_checks.len() == n, "checks missing");
+        }
     }
 
     /// The candidates of a flow: the AND of one row per dimension.
     #[inline(always)]
-    fn candidates<B: Bits>(&self, u: &[u32], k: &Key, m: &mut B) {
-        let m = m.words_mut();
+    fn candidates(&self, v: &View<'_>, k: &Key, m: &mut [u64]) {
         let t = self.tables as usize + Layout::TABLE * self.proto_index[k.protocol as usize] as usize;
-        let t = &u[t..t + Layout::TABLE];
-        let v = self.version[match k.version {
+        let version = self.version[match k.version {
             Some(4) => 0,
             Some(6) => 1,
             _ => 2,
         }];
-        let and = |m: &mut [u64], r: u32| {
-            for (x, y) in m.iter_mut().zip(self.row(r)) {
-                *x &= y;
-            }
-        };
-        for ((x, a), b) in m.iter_mut().zip(self.row(t[0])).zip(self.row(v)) {
+        for ((x, a), b) in m.iter_mut().zip(v.row(v.u(t))).zip(v.row(version)) {
             *x = a & b;
         }
         for end in 0..2 {
-            let n = t[2 + 2 * end] as usize;
+            let n = v.u(t + 2 + 2 * end) as usize;
             if n != 0 {
                 let (bo, bn) = self.bounds[end];
-                let bounds = &u[bo as usize..(bo + bn) as usize];
                 let atom = match k.ports[end] {
                     None => 0,
-                    Some(p) => 1 + bounds.partition_point(|&b| b <= p as u32),
+                    Some(p) => {
+                        // The intervals' starts, ascending: the atom is 1 + how many are <= p.
+                        let (mut lo, mut len) = (0usize, bn as usize);
+                        while len > 0 {
+                            let half = len / 2;
+                            if v.u(bo as usize + lo + half) <= p as u32 {
+                                lo += half + 1;
+                                len -= half + 1;
+                            } else {
+                                len = half;
+                            }
+                        }
+                        1 + lo
+                    }
                 };
-                let rows = t[1 + 2 * end] as usize;
-                and(m, u[rows..rows + n][atom]);
+                v.and(m, v.u(v.u(t + 1 + 2 * end) as usize + atom));
             }
             let aa = &self.addrs[end];
             if !aa.rows.is_empty() {
-                and(m, aa.rows[k.addrs[end].map_or(0, |a| aa.atom(a.v6, a.bits))]);
+                v.and(m, aa.rows[k.addrs[end].map_or(0, |a| aa.atom(a.v6, a.bits))]);
             }
         }
-        if t[5] != NONE {
-            let ic = t[5] as usize;
-            let (nt, nc) = (u[ic] as usize, u[ic + 1] as usize);
-            let types = &u[ic + 2..ic + 2 + nt];
-            let codes = &u[ic + 2 + nt..ic + 2 + nt + nc];
-            let atom = |values: &[u32], v: Option<u8>| match v {
+        let ic = v.u(t + 5);
+        if ic != NONE {
+            let ic = ic as usize;
+            let (nt, nc) = (v.u(ic) as usize, v.u(ic + 1) as usize);
+            let atom = |at: usize, n: usize, x: Option<u8>| match x {
                 None => 0,
-                Some(v) => values.iter().position(|&x| x == v as u32).map_or(values.len() + 1, |i| i + 1),
+                Some(x) => (0..n).find(|&i| v.u(at + i) == x as u32).map_or(n + 1, |i| i + 1),
             };
-            let (ta, ca) = (atom(types, k.icmp_type), atom(codes, k.icmp_code));
-            and(m, u[ic + 2 + nt + nc + ta * (nc + 2) + ca]);
+            let (ta, ca) = (atom(ic + 2, nt, k.icmp_type), atom(ic + 2 + nt, nc, k.icmp_code));
+            v.and(m, v.u(ic + 2 + nt + nc + ta * (nc + 2) + ca));
         }
     }
 
     /// ANDs into `m` the identity dimension of one end (its record at `at`): the alternatives
     /// whose label conditions the end's identity (or a network set holding its address) meets.
     #[inline(always)]
-    fn labels<B: Bits, P: Probe>(&self, u: &[u32], end: usize, at: usize, probe: &P, m: &mut B) {
-        let mut ok_buf = B::zeroed(self.words as usize);
-        let mut not_buf = B::zeroed(self.words as usize);
+    fn labels<B: Bits, P: Probe>(&self, v: &View<'_>, end: usize, at: usize, probe: &P, m: &mut [u64]) {
+        let mut ok_buf = B::zeroed(v.w);
+        let mut not_buf = B::zeroed(v.w);
         let (ok, not) = (ok_buf.words_mut(), not_buf.words_mut());
-        let m = m.words_mut();
-        ok.copy_from_slice(self.row(u[at]));
-        let netsets = u[at + 1] != 0;
-        let sets = &u[at + 3..at + 3 + Layout::LABEL_SET * u[at + 2] as usize];
+        ok.copy_from_slice(v.row(v.u(at)));
+        let sets = v.u(at + 2) as usize;
         let or = |into: &mut [u64], r: u32| {
             if r != NONE {
-                for (x, y) in into.iter_mut().zip(self.row(r)) {
+                for (x, y) in into.iter_mut().zip(v.row(r)) {
                     *x |= y;
                 }
             }
         };
         let ids = probe.identity_bits(end);
         if !ids.is_empty() {
-            for s in sets.chunks_exact(Layout::LABEL_SET) {
-                if bit(ids, s[0]) {
-                    or(ok, s[1]);
-                    or(not, s[3]);
+            for i in 0..sets {
+                let s = at + 3 + i * Layout::LABEL_SET;
+                if bit(ids, v.u(s)) {
+                    or(ok, v.u(s + 1));
+                    or(not, v.u(s + 3));
                 }
             }
         }
-        if netsets {
+        if v.u(at + 1) != 0 {
             probe.netset_bits(end, |bits: &[u64]| {
-                for s in sets.chunks_exact(Layout::LABEL_SET) {
-                    if bit(bits, s[0]) {
-                        or(ok, s[2]);
-                        or(not, s[3]);
+                for i in 0..sets {
+                    let s = at + 3 + i * Layout::LABEL_SET;
+                    if bit(bits, v.u(s)) {
+                        or(ok, v.u(s + 2));
+                        or(not, v.u(s + 3));
                     }
                 }
             });
@@ -1069,13 +1167,26 @@ impl Compiled {
         }
     }
 
-    /// Hint: asks for the lines a lookup reads, ahead of it: the inline fields, then the
-    /// first lines of the packed tables and of the address atoms
-    /// (`Snapshot::flow_records_grouped`).
+    /// Hint: asks for the lines a lookup of `protocol` reads first, ahead of it: the
+    /// protocol's table, the first rows, the port bounds and atoms, the identity records and
+    /// the first alternatives (`Snapshot::flow_records`).
     #[inline(always)]
     pub(crate) fn prefetch(&self, protocol: u8) {
+        let base = self.data.as_ptr() as *const u32;
+        let at = |i: u32| prefetch(base.wrapping_add(i as usize));
         prefetch_ref(&self.proto_index[protocol as usize]);
-        prefetch_slice(&self.data, PREFETCH_LINES);
+        let t = self.tables + Layout::TABLE as u32 * self.proto_index[protocol as usize] as u32;
+        at(t);
+        at(0);
+        at(16);
+        at(self.bounds[1].0);
+        at(self.bounds[1].0 + 16);
+        for l in self.labels {
+            if l != NONE {
+                at(l);
+            }
+        }
+        at(self.alts);
         for a in &self.addrs {
             if !a.rows.is_empty() {
                 a.prefetch();
@@ -1111,18 +1222,18 @@ impl Compiled {
         logs: &mut L,
         awaits: &mut bool,
     ) -> Option<SideVerdict> {
-        let u = self.u32s();
-        let mut buf = B::zeroed(self.words as usize);
-        self.candidates(u, k, &mut buf);
+        let v = self.view();
+        let mut buf = B::zeroed(v.w);
+        self.candidates(&v, k, buf.words_mut());
         for end in 0..2 {
             let at = self.labels[end];
             if at != NONE && buf.words().iter().any(|&w| w != 0) {
-                self.labels(u, end, at as usize, probe, &mut buf);
+                self.labels::<B, P>(&v, end, at as usize, probe, buf.words_mut());
             }
         }
         let m = buf.words();
         let n = self.n as usize;
-        let alts = &u[self.alts as usize..self.alts as usize + n * Layout::ALT];
+        let alts = &v.u[self.alts as usize..self.alts as usize + n * Layout::ALT];
         let mut i = 0;
         while let Some(c) = next_bit(m, i, n) {
             let alt: &[u32; Layout::ALT] = alts[c * Layout::ALT..][..Layout::ALT].try_into().expect("an alternative");

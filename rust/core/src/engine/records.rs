@@ -67,22 +67,25 @@ pub struct SideVerdict as "pc_side_verdict" {
 
 impl Default for SideVerdict {
     fn default() -> Self {
-        SideVerdict {
-            present: 0,
-            allow: 0,
-            reason: 0,
-            source_kind: 0,
-            tier: -1,
-            source: -1,
-            rule: -1,
-            logs: 0,
-            awaits: 0,
-            reserved: [0; 2],
-        }
+        SideVerdict::ABSENT
     }
 }
 
 impl SideVerdict {
+    /// A direction not judged (no policy applies to that end).
+    pub const ABSENT: SideVerdict = SideVerdict {
+        present: 0,
+        allow: 0,
+        reason: 0,
+        source_kind: 0,
+        tier: -1,
+        source: -1,
+        rule: -1,
+        logs: 0,
+        awaits: 0,
+        reserved: [0; 2],
+    };
+
     pub(crate) fn from(d: &Option<Decision>) -> SideVerdict {
         let Some(d) = d else { return SideVerdict::default() };
         let (source_kind, source) = match d.source {

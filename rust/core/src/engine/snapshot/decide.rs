@@ -2,17 +2,16 @@
 //! (the lookups' view of the snapshot, `Lean`) or by the walk, and the batch records they make.
 
 use super::*;
-use crate::prefetch::{prefetch, prefetch_slice};
 
 /// The compiled program a local end's own direction is decided by, if built.
 #[inline]
-fn built(id: &IdRec, end: usize) -> Option<&Compiled> {
+pub(super) fn built(id: &IdRec, end: usize) -> Option<&Compiled> {
     id.programs[END_DIRECTION[end] as usize].compiled_if_built()?.ok()
 }
 
 /// The direction a local end's own program decides: the source sends (egress), the
 /// destination receives (ingress).
-const END_DIRECTION: [Direction; 2] = [Direction::Egress, Direction::Ingress];
+pub(super) const END_DIRECTION: [Direction; 2] = [Direction::Egress, Direction::Ingress];
 
 impl Snapshot {
     /// One header's verdict record through the decision memo (see `classes`): each local side
@@ -206,99 +205,9 @@ impl Snapshot {
         }
     }
 
-    /// Headers' verdict records by the compiled programs, as [`Snapshot::flow_record`] gives
-    /// each: in groups (`flow_records_grouped`) once the tables outgrow the core's cache.
-    pub(super) fn flow_records(&self, headers: &[PacketHeader], out: &mut [PacketVerdict], defaults: Defaults) {
-        if self.addrs.len() >= GROUPED_FROM {
-            self.flow_records_grouped(headers, out, defaults);
-            return;
-        }
-        for (h, o) in headers.iter().zip(out.iter_mut()) {
-            *o = match flow_of_header(h) {
-                Some(flow) => self.flow_record(&flow, defaults),
-                None => PacketVerdict::undecodable(h),
-            };
-        }
-    }
-
-    /// Headers' verdict records by the compiled programs, as [`Snapshot::flow_record`] gives
-    /// each, a group at a time: the memory every lookup of the group reads is asked for in
-    /// stages before any of them decides (addresses, then identities, then their set bitmaps
-    /// and programs, then the programs' tables), so a group's cache misses overlap instead of
-    /// each lookup waiting for its own, one after another. Traffic with few repeated
-    /// combinations (random pairs, a scan) misses cache on every one of these; the group
-    /// prefetching of DPDK's and VPP's batch lookups.
-    fn flow_records_grouped(&self, headers: &[PacketHeader], out: &mut [PacketVerdict], defaults: Defaults) {
-        // 16: among the best of 4 to 64 measured on random pod pairs at 10k pods
-        const GROUP: usize = 16;
-        let mut flows: [Option<Flow>; GROUP] = [None; GROUP];
-        let mut hashes: [[u64; 2]; GROUP] = [[0; 2]; GROUP];
-        let mut recs: [Option<[Option<AddrRec>; 2]>; GROUP] = [None; GROUP];
-        // An end whose own program decides a side (the address record's `local`, as
-        // `flow_record_resolved` reads it).
-        let local = |r: &Option<[Option<AddrRec>; 2]>, end: usize| r.is_some_and(|r| r[end].is_some_and(|r| r.local));
-        for (hs, os) in headers.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
-            let n = hs.len();
-            // The headers decoded, the slots of their addresses asked for.
-            for i in 0..n {
-                flows[i] = flow_of_header(&hs[i]);
-                if let Some(f) = &flows[i] {
-                    for (end, a) in [f.src.addr, f.dst.addr].into_iter().enumerate() {
-                        let h = a.map_or(0, |a| AddrMap::hash(&a));
-                        hashes[i][end] = h;
-                        self.addrs.prefetch(h);
-                    }
-                }
-            }
-            // The ends' address records, the slots of their identities asked for.
-            for i in 0..n {
-                recs[i] = flows[i].as_ref().and_then(|f| match (f.src.addr, f.dst.addr) {
-                    (Some(sa), Some(da)) => Some([
-                        self.addrs.get_hashed(hashes[i][0], &sa).copied(),
-                        self.addrs.get_hashed(hashes[i][1], &da).copied(),
-                    ]),
-                    _ => None,
-                });
-                for r in recs[i].iter().flatten().flatten() {
-                    self.identities.prefetch(r.identity);
-                }
-            }
-            // The identities: their set bitmaps and the local ends' programs asked for.
-            for i in 0..n {
-                let Some(r) = recs[i] else { continue };
-                for end in 0..2 {
-                    let Some(id) = r[end].and_then(|r| self.identities.get(r.identity)) else { continue };
-                    prefetch_slice(&id.members, 2);
-                    if local(&recs[i], end) {
-                        prefetch(Arc::as_ptr(&id.programs[END_DIRECTION[end] as usize]));
-                    }
-                }
-            }
-            // The local ends' compiled programs built so far: their packed tables.
-            for i in 0..n {
-                let (Some(f), Some(r)) = (&flows[i], recs[i]) else { continue };
-                for end in 0..2 {
-                    if !local(&recs[i], end) {
-                        continue;
-                    }
-                    let Some(id) = r[end].and_then(|r| self.identities.get(r.identity)) else { continue };
-                    if let Some(c) = built(id, end) {
-                        c.prefetch(f.protocol);
-                    }
-                }
-            }
-            for i in 0..n {
-                os[i] = match &flows[i] {
-                    Some(f) => self.flow_record_resolved(f, recs[i], defaults),
-                    None => PacketVerdict::undecodable(&hs[i]),
-                };
-            }
-        }
-    }
-
     /// [`Snapshot::flow_record`] with the ends' address records resolved (`resolve_addrs`).
     #[inline]
-    fn flow_record_resolved(
+    pub(super) fn flow_record_resolved(
         &self,
         flow: &Flow,
         resolved: Option<[Option<AddrRec>; 2]>,

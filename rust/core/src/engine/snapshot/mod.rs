@@ -31,6 +31,7 @@ use super::{
 };
 use crate::batch::PacketHeader;
 
+mod batch;
 mod decide;
 mod tables;
 mod walk;
