@@ -197,6 +197,9 @@ const NO_ROW: u32 = u32::MAX;
 struct EndLabels {
     /// Alternatives with no label condition at this end (or one checked per candidate).
     always: u32,
+    /// Alternatives the end's identity can rule out: without one among the candidates, the
+    /// dimension is not read.
+    dep: u32,
     sets: Vec<LabelSet>,
     /// Whether any set is tested with the network sets holding the address.
     netsets: bool,
@@ -255,6 +258,9 @@ pub struct Compiled {
     data: Box<[u64]>,
     /// [source end, destination end]
     addrs: [PrefixAtoms; 2],
+    /// Per end with address atoms: the row of the alternatives some atom fails (`NONE`: no
+    /// atoms).
+    addr_dep: [u32; 2],
     /// Per alternative with checks (`ALT_CHECKED`): the index of its checks per end in
     /// `checks`, or `NO_CHECK`; empty when none has any.
     alt_checks: Box<[[u32; 2]]>,
@@ -271,7 +277,8 @@ pub struct Compiled {
 ///   (type atom, code atom), `(types + 2) x (codes + 2)`;
 /// - an end's port boundaries, one per `u32`;
 /// - an end's identity record: its `always` row, whether any set is tested through the
-///   network sets holding the address, the number of sets, then per set `LABEL_SET` words: the
+///   network sets holding the address, the number of sets, the row of the alternatives the
+///   identity can rule out (`EndLabels::dep`), then per set `LABEL_SET` words: the
 ///   set, its `hit`, `via_netsets` and `not` rows (`NONE`: none);
 /// - an alternative, `ALT` long: its kind (with `ALT_CHECKED`), where evaluation goes on after
 ///   it (`Alt::next_rule`), then the first 16 bytes of the side's batch record when it decides
@@ -311,6 +318,12 @@ impl View<'_> {
         unsafe { self.rows.get_unchecked(at..at + self.w) }
     }
 
+    /// Whether `m` and row `r` share a bit.
+    #[inline(always)]
+    fn meets(&self, m: &[u64], r: u32) -> bool {
+        m.iter().zip(self.row(r)).any(|(x, y)| x & y != 0)
+    }
+
     #[inline(always)]
     fn and(&self, m: &mut [u64], r: u32) {
         for (x, y) in m.iter_mut().zip(self.row(r)) {
@@ -320,6 +333,8 @@ impl View<'_> {
 }
 
 const NONE: u32 = u32::MAX;
+/// Words of an identity record before its sets.
+const LABELS_HEAD: usize = 4;
 /// An alternative's kind word: the kind in the low bits, and whether it has checks.
 const ALT_CHECKED: u32 = 1 << 8;
 
@@ -353,6 +368,7 @@ struct Parts {
     proto_index: Box<[u8; 256]>,
     protos: Vec<ProtoRows>,
     addrs: [PrefixAtoms; 2],
+    addr_dep: [u32; 2],
     bounds: [Vec<u16>; 2],
     checks: Vec<Check>,
     labels: [Option<EndLabels>; 2],
@@ -396,7 +412,7 @@ impl Compiled {
         for end in 0..2 {
             let Some(l) = &p.labels[end] else { continue };
             labels[end] = at(&rec);
-            rec.extend([l.always, l.netsets as u32, l.sets.len() as u32]);
+            rec.extend([l.always, l.netsets as u32, l.sets.len() as u32, l.dep]);
             for s in &l.sets {
                 rec.extend([s.set, s.hit, s.via_netsets, s.not]);
             }
@@ -430,6 +446,7 @@ impl Compiled {
             rows_len,
             data: data.into_boxed_slice(),
             addrs: p.addrs,
+            addr_dep: p.addr_dep,
             alt_checks,
             checks: p.checks,
         };
@@ -504,6 +521,11 @@ fn peers(v: &[CEntity]) -> Vec<Peer<'_>> {
 struct Draft<'a> {
     rule: &'a CRule,
     peers: [Peer<'a>; 2],
+}
+
+/// Whether an alternative's peer at `end` has a `notSelector` held in rows.
+fn dr_not(dr: &Draft<'_>, end: usize) -> bool {
+    dr.peers[end].is_some_and(|e| !e.unresolvable && e.not_labels.is_some())
 }
 
 fn has_named(e: &CEntity) -> bool {
@@ -893,6 +915,7 @@ impl Compiled {
         debug_assert!(tables.len() <= 256);
 
         let mut addrs: [PrefixAtoms; 2] = [PrefixAtoms::default(), PrefixAtoms::default()];
+        let mut addr_dep = [NONE; 2];
         for end in 0..2 {
             let atoms: Vec<Option<Net>> = std::iter::once(None).chain(prefixes[end].iter().map(|&p| Some(p))).collect();
             let rows: Vec<u32> = atoms
@@ -907,6 +930,18 @@ impl Compiled {
                 .collect();
             // Every atom passing everything: no address to look up at this end.
             if rows.iter().any(|&r| r != ones) {
+                // The alternatives some atom fails: without one of them among the candidates
+                // the address need not be looked up.
+                let mut dep = vec![0u64; words];
+                for &r in &rows {
+                    for (d, x) in dep.iter_mut().zip(rs.row(r)) {
+                        *d |= !x;
+                    }
+                }
+                for (d, x) in dep.iter_mut().zip(rs.row(ones)) {
+                    *d &= x;
+                }
+                addr_dep[end] = rs.add(&dep);
                 let prefixes: Vec<(bool, Prefix)> =
                     prefixes[end].iter().map(|p| (p.v6, Prefix { addr: p.bits, len: p.len })).collect();
                 addrs[end] = PrefixAtoms::new(&prefixes, rows);
@@ -964,7 +999,13 @@ impl Compiled {
                     })
                     .collect();
                 let netsets = sets.iter().any(|s| s.via_netsets != NO_ROW || s.not != NO_ROW);
-                *end_labels = Some(EndLabels { always: rs.build(n, |i| always[i]), sets, netsets });
+                // The alternatives the identity can rule out: a label condition, or a
+                // `notSelector`.
+                let nots: Vec<bool> = (0..n)
+                    .map(|i| dr_not(&drafts[i], end))
+                    .collect();
+                let dep = rs.build(n, |i| !always[i] || nots[i]);
+                *end_labels = Some(EndLabels { always: rs.build(n, |i| always[i]), dep, sets, netsets });
             }
         }
         for (i, dr) in drafts.iter().enumerate() {
@@ -990,6 +1031,7 @@ impl Compiled {
             proto_index,
             protos: proto_rows,
             addrs,
+            addr_dep,
             bounds,
             checks,
             labels,
@@ -1032,6 +1074,7 @@ impl Compiled {
             let (bo, bn) = self.bounds[end];
             assert!(span(bo as usize, bn as usize), "port bounds past the data");
             assert!(self.addrs[end].rows.iter().all(|&r| row_ok(r)), "an address row past the rows");
+            assert!(self.addrs[end].rows.is_empty() || row_ok(self.addr_dep[end]), "an address row past the rows");
         }
         for t in 0..tables {
             let t = &v.u[self.tables as usize + t * Layout::TABLE..][..Layout::TABLE];
@@ -1057,10 +1100,13 @@ impl Compiled {
                 continue;
             }
             let at = at as usize;
-            assert!(span(at, 3), "an identity record past the data");
+            assert!(span(at, LABELS_HEAD), "an identity record past the data");
             let k = v.u[at + 2] as usize;
-            assert!(span(at + 3, k * Layout::LABEL_SET) && row_ok(v.u[at]), "an identity record past the data");
-            for s in v.u[at + 3..][..k * Layout::LABEL_SET].chunks_exact(Layout::LABEL_SET) {
+            assert!(
+                span(at + LABELS_HEAD, k * Layout::LABEL_SET) && row_ok(v.u[at]) && row_ok(v.u[at + 3]),
+                "an identity record past the data"
+            );
+            for s in v.u[at + LABELS_HEAD..][..k * Layout::LABEL_SET].chunks_exact(Layout::LABEL_SET) {
                 assert!(s[1..].iter().all(|&r| r == NONE || row_ok(r)), "a set's row past the rows");
             }
         }
@@ -1107,10 +1153,6 @@ impl Compiled {
                 };
                 v.and(m, v.u(v.u(t + 1 + 2 * end) as usize + atom));
             }
-            let aa = &self.addrs[end];
-            if !aa.rows.is_empty() {
-                v.and(m, aa.rows[k.addrs[end].map_or(0, |a| aa.atom(a.v6, a.bits))]);
-            }
         }
         let ic = v.u(t + 5);
         if ic != NONE {
@@ -1122,6 +1164,13 @@ impl Compiled {
             };
             let (ta, ca) = (atom(ic + 2, nt, k.icmp_type), atom(ic + 2 + nt, nc, k.icmp_code));
             v.and(m, v.u(ic + 2 + nt + nc + ta * (nc + 2) + ca));
+        }
+        // Last, and only when a candidate left can fail it: an address's atom.
+        for end in 0..2 {
+            let aa = &self.addrs[end];
+            if !aa.rows.is_empty() && v.meets(m, self.addr_dep[end]) {
+                v.and(m, aa.rows[k.addrs[end].map_or(0, |a| aa.atom(a.v6, a.bits))]);
+            }
         }
     }
 
@@ -1144,7 +1193,7 @@ impl Compiled {
         let ids = probe.identity_bits(end);
         if !ids.is_empty() {
             for i in 0..sets {
-                let s = at + 3 + i * Layout::LABEL_SET;
+                let s = at + LABELS_HEAD + i * Layout::LABEL_SET;
                 if bit(ids, v.u(s)) {
                     or(ok, v.u(s + 1));
                     or(not, v.u(s + 3));
@@ -1154,7 +1203,7 @@ impl Compiled {
         if v.u(at + 1) != 0 {
             probe.netset_bits(end, |bits: &[u64]| {
                 for i in 0..sets {
-                    let s = at + 3 + i * Layout::LABEL_SET;
+                    let s = at + LABELS_HEAD + i * Layout::LABEL_SET;
                     if bit(bits, v.u(s)) {
                         or(ok, v.u(s + 2));
                         or(not, v.u(s + 3));
@@ -1227,7 +1276,7 @@ impl Compiled {
         self.candidates(&v, k, buf.words_mut());
         for end in 0..2 {
             let at = self.labels[end];
-            if at != NONE && buf.words().iter().any(|&w| w != 0) {
+            if at != NONE && v.meets(buf.words(), v.u(at as usize + 3)) {
                 self.labels::<B, P>(&v, end, at as usize, probe, buf.words_mut());
             }
         }

@@ -9,10 +9,21 @@ use super::EngineError;
 
 pub const V4_MAPPED: u128 = 0xffff << 32;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Addr {
     pub bits: u128,
     pub v6: bool,
+}
+
+/// One word for the hasher: the address's halves folded, the version in the top bit (an
+/// IPv4 address's high half is 0, its low one `::ffff:a.b.c.d`). Equal addresses fold
+/// alike; the engine's tables hash every address they hold through this.
+impl std::hash::Hash for Addr {
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let (hi, lo) = ((self.bits >> 64) as u64, self.bits as u64);
+        state.write_u64(lo ^ hi.rotate_left(32) ^ ((self.v6 as u64) << 63));
+    }
 }
 
 impl Addr {
