@@ -42,6 +42,15 @@
 //! Checked per candidate, in order, the rare rest: relative peers (resolved in the subject's
 //! namespace) and named ports (which port a name is depends on the endpoint).
 //!
+//! **Layout.** A compiled program is a small head and one allocation read in lookup order: the
+//! rows, then the protocol tables, port bounds, label sets and alternatives as `u32` records,
+//! checked once when packed so that a lookup reads them without bounds checks. A tier's end is
+//! an alternative of its own that matches anything, so a lookup is one first-match loop over
+//! the candidates, returning the deciding alternative's verdict record. A dimension no
+//! remaining candidate can fail is not looked up: each end's address (a row of the alternatives
+//! with an address condition on that end) and each end's identity (a row of those naming a set).
+//! Most rules name their peers by selector or by address, not both.
+//!
 //! What cannot be compiled exactly is not: a Calico `services` match (it reads which endpoints
 //! back a Service) and `domains` (addresses learned from DNS answers while running). A program
 //! with one of them is walked rule by rule, for the identities it applies to only
@@ -49,9 +58,9 @@
 //! rules times many distinct prefixes or port ranges): it never exhausts memory or time.
 
 use super::net::mask;
+use super::records::SideVerdict;
 use super::rules::{CEntity, CRule, IcmpMatch, LabelCond, PortMatch};
 use super::snapshot::Snapshot;
-use super::records::SideVerdict;
 use super::{
     Action, Addr, Direction, Net, Reason, Source, PROTO_ICMP, PROTO_ICMPV6, PROTO_SCTP, PROTO_TCP, PROTO_UDP,
     PROTO_UDPLITE,
@@ -62,8 +71,6 @@ use crate::prefetch::{prefetch, prefetch_ref};
 
 /// The bytes of rows above which a program is walked instead (per program and direction).
 pub const MEMORY_BOUND: usize = 16 << 20;
-
-
 
 /// Why a program is walked rule by rule instead of compiled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -404,14 +411,14 @@ impl Compiled {
             rec[ti * Layout::TABLE..(ti + 1) * Layout::TABLE].copy_from_slice(&words);
         }
         let mut bounds = [(0, 0); 2];
-        for end in 0..2 {
-            bounds[end] = (at(&rec), p.bounds[end].len() as u32);
-            rec.extend(p.bounds[end].iter().map(|&b| b as u32));
+        for (slot, ends) in bounds.iter_mut().zip(&p.bounds) {
+            *slot = (at(&rec), ends.len() as u32);
+            rec.extend(ends.iter().map(|&b| b as u32));
         }
         let mut labels = [NONE; 2];
-        for end in 0..2 {
-            let Some(l) = &p.labels[end] else { continue };
-            labels[end] = at(&rec);
+        for (slot, l) in labels.iter_mut().zip(&p.labels) {
+            let Some(l) = l else { continue };
+            *slot = at(&rec);
             rec.extend([l.always, l.netsets as u32, l.sets.len() as u32, l.dep]);
             for s in &l.sets {
                 rec.extend([s.set, s.hit, s.via_netsets, s.not]);
@@ -1001,9 +1008,7 @@ impl Compiled {
                 let netsets = sets.iter().any(|s| s.via_netsets != NO_ROW || s.not != NO_ROW);
                 // The alternatives the identity can rule out: a label condition, or a
                 // `notSelector`.
-                let nots: Vec<bool> = (0..n)
-                    .map(|i| dr_not(&drafts[i], end))
-                    .collect();
+                let nots: Vec<bool> = (0..n).map(|i| dr_not(&drafts[i], end)).collect();
                 let dep = rs.build(n, |i| !always[i] || nots[i]);
                 *end_labels = Some(EndLabels { always: rs.build(n, |i| always[i]), dep, sets, netsets });
             }

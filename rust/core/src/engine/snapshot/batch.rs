@@ -87,13 +87,13 @@ impl Snapshot {
             }
             // The identities; their set bitmaps and the local ends' programs asked for.
             for s in slots.iter_mut().flatten() {
-                for end in 0..2 {
-                    let Some(r) = s.recs[end] else { continue };
-                    s.ids[end] = self.identities.get(r.identity);
-                    if let (true, Some(id)) = (ahead, s.ids[end]) {
+                for ((rec, id), direction) in s.recs.iter().zip(s.ids.iter_mut()).zip(END_DIRECTION) {
+                    let Some(r) = rec else { continue };
+                    *id = self.identities.get(r.identity);
+                    if let (true, Some(id)) = (ahead, *id) {
                         prefetch_slice(&id.members, 2);
                         if r.local {
-                            prefetch(Arc::as_ptr(&id.programs[END_DIRECTION[end] as usize]));
+                            prefetch(Arc::as_ptr(&id.programs[direction as usize]));
                         }
                     }
                 }
@@ -146,7 +146,8 @@ impl Snapshot {
                 let lean = Lean { s: self, ends: &ends, protocol: s.key.protocol, ports: s.key.ports, ns: subject.ns };
                 let mut logs = LogCount::default();
                 let mut aw = false;
-                let v = self.compiled_decision(d, subject, rec.host, &lean, &s.key, defaults, &mut logs, &mut aw).ok()?;
+                let v =
+                    self.compiled_decision(d, subject, rec.host, &lean, &s.key, defaults, &mut logs, &mut aw).ok()?;
                 sides[end] = side_verdict(v, logs.0, aw);
             }
             let side = &sides[end];
