@@ -140,10 +140,13 @@ pub struct SideKey {
 const MEMO_CAP: usize = 1 << 16;
 /// Lookups per window in which the hit rate is judged, the hits below which the memo only costs
 /// (traffic with few repeated keys: a scan, a flood of new flows), and how many packets it is
-/// then left out before it is tried again.
+/// then left out before it is tried again: twice as many after each window that failed in a row
+/// (up to `BYPASS_MAX`), as a retransmission timer backs off, so traffic that never repeats pays
+/// for a trial window less and less often; a window that hits starts over from `BYPASS`.
 const WINDOW: u32 = 1 << 13;
 const WORTH_IT: u32 = WINDOW / 4;
 const BYPASS: u32 = 1 << 16;
+const BYPASS_MAX: u32 = 1 << 20;
 
 struct Memo {
     snapshot: u64,
@@ -153,6 +156,8 @@ struct Memo {
     window: u32,
     window_hits: u32,
     bypass: u32,
+    /// The packets the next failed window leaves the memo out for.
+    backoff: u32,
 }
 
 thread_local! {
@@ -164,6 +169,7 @@ thread_local! {
         window: 0,
         window_hits: 0,
         bypass: 0,
+        backoff: BYPASS,
     });
 }
 
@@ -218,7 +224,10 @@ impl MemoRef<'_> {
         m.window += 1;
         if m.window == WINDOW {
             if m.window_hits < WORTH_IT {
-                m.bypass = BYPASS;
+                m.bypass = m.backoff;
+                m.backoff = (m.backoff * 2).min(BYPASS_MAX);
+            } else {
+                m.backoff = BYPASS;
             }
             m.window = 0;
             m.window_hits = 0;
@@ -246,6 +255,35 @@ pub fn memo_counts() -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The packets the memo is left out for after each trial window, the windows hitting as
+    /// many times as `hits` says.
+    fn left_out_after(hits: &[u32]) -> Vec<usize> {
+        with_memo(u64::MAX - 1, |memo| {
+            memo.memo.bypass = 0;
+            memo.memo.backoff = BYPASS;
+            let hit =
+                SideKey { flags: 0, subject: 0, subject_class: 0, peer: 0, peer_class: 0, sport: 0, dport: 0, icmp: 0 };
+            memo.put(hit, SideVerdict::ABSENT);
+            let mut out = Vec::new();
+            for &h in hits {
+                for i in 0..WINDOW {
+                    let miss = SideKey { subject: 1, sport: i, ..hit };
+                    memo.get(if i < h { &hit } else { &miss });
+                }
+                out.push(memo.leave_out(usize::MAX));
+            }
+            out
+        })
+    }
+
+    #[test]
+    fn a_memo_that_keeps_missing_is_left_out_longer_each_time() {
+        let b = BYPASS as usize;
+        assert_eq!(left_out_after(&[0; 7]), [b, 2 * b, 4 * b, 8 * b, 16 * b, 16 * b, 16 * b]);
+        // Hitting often enough keeps it in, and starts the backoff over.
+        assert_eq!(left_out_after(&[0, 0, WORTH_IT, 0, WORTH_IT - 1]), [b, 2 * b, 0, b, 2 * b]);
+    }
 
     #[test]
     fn class_is_the_longest_containing_prefix() {
