@@ -15,7 +15,7 @@
 //! `ENGINE_COMPILE=eager` times the changes with the programs they make compiled before the
 //! change is in force (by default: on first use).
 //!
-//! `ENGINE_ONLY=memo|compiled|walk` judges the random pairs one way only, `ENGINE_ROUNDS` times
+//! `ENGINE_ONLY=memo|compiled|walk` judges the random pairs (or `ENGINE_HEADERS`' headers) one way only, `ENGINE_ROUNDS` times
 //! (default 1), and stops: for instruction counts under callgrind (rounds 2 minus rounds 1).
 //!
 //! Decisions are judged four ways on the same headers: through the decision memo with the
@@ -34,6 +34,17 @@ use pyclassify_core::engine::{Addr, Compile, Defaults, Flow, FlowEnd, Judge, Mod
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// A real capture's decoded headers, as `ENGINE_HEADERS` names them.
+fn read_headers(path: &str) -> Vec<PacketHeader> {
+    let raw = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let size = std::mem::size_of::<PacketHeader>();
+    assert!(raw.len() % size == 0, "{path}: not a whole number of {size}-byte headers");
+    raw.chunks_exact(size)
+        // SAFETY: PacketHeader is a plain repr(C) record of integers; any bytes are a value.
+        .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const PacketHeader) })
+        .collect()
 }
 
 fn rss_kib(field: &str) -> u64 {
@@ -268,7 +279,9 @@ fn main() {
         // One path only, `ENGINE_ROUNDS` passes over the pairs, nothing timed: run under
         // callgrind at 1 and 2 rounds, the difference is one pass's instructions.
         let packets = env("ENGINE_PACKETS", 1 << 20);
-        let pairs: Vec<PacketHeader> = if std::env::var("ENGINE_SPEC").is_ok() {
+        let pairs: Vec<PacketHeader> = if let Ok(path) = std::env::var("ENGINE_HEADERS") {
+            read_headers(&path)
+        } else if std::env::var("ENGINE_SPEC").is_ok() {
             random_pairs(&spec, packets, 7)
         } else {
             workload_flows(shape, packets, 7).iter().map(flow_header).collect()
@@ -298,15 +311,7 @@ fn main() {
         return;
     }
     if let Ok(path) = std::env::var("ENGINE_HEADERS") {
-        let raw = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        let size = std::mem::size_of::<PacketHeader>();
-        assert!(raw.len() % size == 0, "{path}: not a whole number of {size}-byte headers");
-        let headers: Vec<PacketHeader> = raw
-            .chunks_exact(size)
-            // SAFETY: PacketHeader is a plain repr(C) record of integers; any bytes are a value.
-            .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const PacketHeader) })
-            .collect();
-        decisions("real capture", &snap, &headers);
+        decisions("real capture", &snap, &read_headers(&path));
     }
     let packets = env("ENGINE_PACKETS", 1 << 20);
     let pairs = if std::env::var("ENGINE_SPEC").is_ok() {

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use pyclassify_core::engine::spec::Delta;
 use pyclassify_core::engine::workload::{flow_header, random_flow, random_spec, Rng};
-use pyclassify_core::engine::{Compile, Defaults, FlowEnd, Judge, Model, PacketVerdict};
+use pyclassify_core::engine::{Compile, Defaults, Flow, FlowEnd, Judge, Model, PacketVerdict};
 
 const DEFAULTS: [Defaults; 2] =
     [Defaults { pod_allow: true, host_allow: false }, Defaults { pod_allow: false, host_allow: true }];
@@ -770,5 +770,109 @@ fn grouped_compiled_lookups_equal_the_rule_walk() {
             assert_eq!(memo[i], want[i], "through the memo: {:?}", flows[i]);
             assert_eq!(compiled[i], want[i], "compiled alone: {:?}", flows[i]);
         }
+    }
+}
+
+/// Traffic that repeats (a few dozen flows, each many times, interleaved), through the batch
+/// path: the memo stays in use and the exact-match cache in front of it answers most packets.
+/// Every record must be the rule walk's, for both defaults and after a random change (a new
+/// snapshot empties both caches), on random worlds.
+#[test]
+fn repeated_traffic_through_the_flow_cache_equals_the_rule_walk() {
+    use pyclassify_core::engine::classes::memo_counts;
+    let mut hit = 0;
+    let mut judged = 0;
+    for seed in 0..200u64 {
+        let mut world = World::from(random_spec(seed));
+        let mut model = Model::new();
+        model.apply(world.full_delta()).expect("model builds");
+        let mut r = Rng::new(seed ^ 0xe3c);
+        // Flows alike but for one field each, so that a key missing a field would be seen.
+        let mut flows = Vec::new();
+        for _ in 0..10 {
+            let f = random_flow(&mut r);
+            let port = |r: &mut Rng| Some(*r.pick(&[22, 25, 53, 80, 443, 1000, 3306, 5432, 8080, 9090, 40000]));
+            flows.push(f);
+            flows.push(Flow { dport: f.dport.and(port(&mut r)), ..f });
+            flows.push(Flow { sport: f.sport.and(port(&mut r)), ..f });
+            flows.push(Flow { protocol: [6, 17, 132, f.protocol][r.below(4)], ..f });
+            flows.push(Flow { icmp_type: f.icmp_type.map(|t| t ^ 8), icmp_code: f.icmp_code.map(|c| c ^ 1), ..f });
+            flows.push(Flow { dst: f.src, src: f.dst, ..f });
+        }
+        let headers: Vec<_> = (0..1500).map(|_| flow_header(&flows[r.below(flows.len())])).collect();
+        for step in 0..2 {
+            let snap = model.snapshot();
+            for (pod_allow, host_allow) in [(true, false), (false, true), (false, false), (true, true)] {
+                let d = Defaults { pod_allow, host_allow };
+                let want: Vec<PacketVerdict> = headers
+                    .iter()
+                    .map(|h| {
+                        snap.header_verdict_walked(h, d)
+                            .map_or_else(|| PacketVerdict::undecodable(h), |v| PacketVerdict::judged(&v))
+                    })
+                    .collect();
+                let (hits, _) = memo_counts();
+                let mut got = vec![PacketVerdict::default(); headers.len()];
+                for (hs, out) in headers.chunks(97).zip(got.chunks_mut(97)) {
+                    snap.classify_detailed(hs, out, d);
+                }
+                hit += (memo_counts().0 - hits) as usize;
+                judged += headers.len();
+                for i in 0..headers.len() {
+                    assert_eq!(got[i], want[i], "seed {seed}, step {step}, {d:?}: {:?}", headers[i]);
+                }
+            }
+            let delta = mutate(&mut world, &mut r);
+            model.apply(delta).expect("delta applies");
+        }
+    }
+    assert!(hit > judged / 2, "the caches answered {hit} of {judged} packets: the path went untested");
+}
+
+/// The same on a policy workload, whose rules tell ports and protocols apart: flows alike but
+/// for the destination port, the protocol or the ICMP type, each repeated.
+#[test]
+fn repeated_workload_traffic_through_the_flow_cache_equals_the_rule_walk() {
+    use pyclassify_core::engine::spec::Spec;
+    use pyclassify_core::engine::workload::{policy_workload, workload_flows, WorkloadShape};
+    let shape = WorkloadShape { pods: 400, namespaces: 10, policies: 80, seed: 5 };
+    let spec: Spec = serde_json::from_value(policy_workload(shape)).expect("spec");
+    let mut model = Model::new();
+    model.apply(spec.into_delta()).expect("model builds");
+    let snap = model.snapshot();
+    let mut r = Rng::new(21);
+    let mut flows = Vec::new();
+    for f in workload_flows(shape, 60, 9) {
+        for (protocol, dport) in [(6u8, 8080u16), (6, 9090), (6, 22), (17, 53), (6, 5432), (17, 8080)] {
+            let icmp = (f.protocol == 1).then_some(0);
+            flows.push(Flow {
+                protocol,
+                dport: Some(dport),
+                sport: f.sport.or(Some(40000)),
+                icmp_type: None,
+                icmp_code: None,
+                ..f
+            });
+            flows.push(Flow {
+                protocol: 1,
+                sport: None,
+                dport: None,
+                icmp_type: Some(dport as u8 % 16),
+                icmp_code: icmp,
+                ..f
+            });
+        }
+    }
+    let headers: Vec<_> = (0..20_000).map(|_| flow_header(&flows[r.below(flows.len())])).collect();
+    let d = Defaults { pod_allow: true, host_allow: true };
+    let want: Vec<PacketVerdict> =
+        headers.iter().map(|h| PacketVerdict::judged(&snap.header_verdict_walked(h, d).expect("flow"))).collect();
+    assert!(want.iter().any(|v| v.allow == 0) && want.iter().any(|v| v.allow == 1 && v.ingress.present != 0));
+    let mut got = vec![PacketVerdict::default(); headers.len()];
+    for (hs, out) in headers.chunks(256).zip(got.chunks_mut(256)) {
+        snap.classify_detailed(hs, out, d);
+    }
+    for i in 0..headers.len() {
+        assert_eq!(got[i], want[i], "{:?}", headers[i]);
     }
 }

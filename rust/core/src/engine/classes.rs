@@ -19,8 +19,9 @@
 use std::cell::RefCell;
 
 use super::cow::FastMap;
+use super::flow_cache::{ExactKey, FlowCache};
 use super::net::mask;
-use super::records::SideVerdict;
+use super::records::{PacketVerdict, SideVerdict};
 use super::{Addr, Net};
 
 /// Which prefix of a set is the longest one containing an address (0: none; else index + 1).
@@ -89,6 +90,10 @@ impl ClassLpm {
 #[derive(Clone, Debug, Default)]
 pub struct PortClasses {
     bounds: Vec<u16>,
+    /// Every port's class (128 KiB): one load where a binary search over the boundaries takes a
+    /// dependent load per step, on every packet the memo judges (twice). Empty when the classes
+    /// do not fit 16 bits (every port a boundary).
+    table: Box<[u16]>,
 }
 
 impl PortClasses {
@@ -96,14 +101,28 @@ impl PortClasses {
         let mut b: Vec<u16> = bounds.into_iter().collect();
         b.sort_unstable();
         b.dedup();
-        PortClasses { bounds: b }
+        let table = match b.len() <= u16::MAX as usize {
+            true => {
+                let mut t = vec![0u16; 1 << 16];
+                let ends = b.iter().skip(1).map(|&e| e as usize).chain([1 << 16]);
+                for (class, (&from, to)) in b.iter().zip(ends).enumerate() {
+                    t[from as usize..to].fill(class as u16 + 1);
+                }
+                t.into_boxed_slice()
+            }
+            false => Box::new([]),
+        };
+        PortClasses { bounds: b, table }
     }
 
     #[inline]
     pub fn class_of(&self, port: Option<u16>) -> u32 {
         match port {
             None => u32::MAX,
-            Some(p) => self.bounds.partition_point(|&b| b <= p) as u32,
+            Some(p) => match self.table.get(p as usize) {
+                Some(&c) => c as u32,
+                None => self.bounds.partition_point(|&b| b <= p) as u32,
+            },
         }
     }
 
@@ -122,7 +141,7 @@ impl PortClasses {
 }
 
 /// Everything a memoized side decision depends on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SideKey {
     /// Direction, IP version, the defaults and the protocol.
     pub flags: u32,
@@ -134,6 +153,19 @@ pub struct SideKey {
     pub sport: u32,
     pub dport: u32,
     pub icmp: u32,
+}
+
+/// Hashed as four words, two fields to a word: half the mixing rounds of a field at a time, on
+/// each of the memo's two lookups a packet.
+impl std::hash::Hash for SideKey {
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let pair = |a: u32, b: u32| (a as u64) << 32 | b as u64;
+        h.write_u64(pair(self.flags, self.subject));
+        h.write_u64(pair(self.subject_class, self.peer));
+        h.write_u64(pair(self.peer_class, self.icmp));
+        h.write_u64(pair(self.sport, self.dport));
+    }
 }
 
 /// Entries a thread keeps before it starts over (about 2 MiB).
@@ -158,6 +190,8 @@ struct Memo {
     bypass: u32,
     /// The packets the next failed window leaves the memo out for.
     backoff: u32,
+    /// In front of the map, while the memo is in use.
+    exact: FlowCache,
 }
 
 thread_local! {
@@ -170,6 +204,7 @@ thread_local! {
         window_hits: 0,
         bypass: 0,
         backoff: BYPASS,
+        exact: FlowCache::default(),
     });
 }
 
@@ -180,6 +215,7 @@ pub fn with_memo<R>(uid: u64, f: impl FnOnce(&mut MemoRef<'_>) -> R) -> R {
         if m.snapshot != uid {
             m.snapshot = uid;
             m.map.clear();
+            m.exact.clear();
         }
         let mut r = MemoRef { memo: &mut m };
         f(&mut r)
@@ -214,8 +250,30 @@ impl MemoRef<'_> {
     #[inline]
     pub fn get(&mut self, key: &SideKey) -> Option<SideVerdict> {
         let v = self.memo.map.get(key).copied();
-        let m = &mut *self.memo;
+        self.count(v.is_some());
+        v
+    }
+
+    /// A whole packet's record from the exact-match cache in front of the memo; a hit counts as
+    /// the memo's (its hit rate decides whether both are used).
+    #[inline]
+    pub fn exact_get(&mut self, key: &ExactKey) -> Option<PacketVerdict> {
+        let v = self.memo.exact.get(key);
         if v.is_some() {
+            self.count(true);
+        }
+        v
+    }
+
+    #[inline]
+    pub fn exact_put(&mut self, key: ExactKey, v: PacketVerdict) {
+        self.memo.exact.put(key, v);
+    }
+
+    #[inline]
+    fn count(&mut self, hit: bool) {
+        let m = &mut *self.memo;
+        if hit {
             m.hits += 1;
             m.window_hits += 1;
         } else {
@@ -232,7 +290,6 @@ impl MemoRef<'_> {
             m.window = 0;
             m.window_hits = 0;
         }
-        v
     }
 
     #[inline]
@@ -303,6 +360,32 @@ mod tests {
         assert_ne!(c("fd00::1"), 0);
         // an IPv4 network never contains an IPv6 address, even a v4-mapped one
         assert_eq!(c("::ffff:10.1.2.3"), 0);
+    }
+
+    #[test]
+    fn a_ports_class_from_the_table_is_the_count_of_boundaries_at_or_below_it() {
+        let mut r = 0x2545_f491_4f6c_dd1du64;
+        for n in [0usize, 1, 2, 7, 300] {
+            let bounds: Vec<u16> = (0..n)
+                .map(|_| {
+                    r ^= r << 13;
+                    r ^= r >> 7;
+                    r ^= r << 17;
+                    r as u16
+                })
+                .chain(if n == 7 { vec![0, 65535] } else { vec![] })
+                .collect();
+            let p = PortClasses::build(bounds.iter().copied());
+            assert_eq!(p.table.len(), 1 << 16);
+            for port in 0..=u16::MAX {
+                let below = p.bounds.iter().filter(|&&b| b <= port).count() as u32;
+                assert_eq!(p.class_of(Some(port)), below, "port {port} among {:?}", p.bounds);
+            }
+        }
+        let every = PortClasses::build(0..=u16::MAX);
+        assert!(every.table.is_empty());
+        assert_eq!(every.class_of(Some(65535)), 65536);
+        assert_eq!(every.class_of(Some(0)), 1);
     }
 
     #[test]

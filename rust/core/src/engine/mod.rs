@@ -25,6 +25,7 @@
 pub mod classes;
 pub mod compiled;
 pub mod cow;
+pub mod flow_cache;
 pub mod forward;
 mod identity;
 pub mod idset;

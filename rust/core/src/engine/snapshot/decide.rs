@@ -18,10 +18,33 @@ impl Snapshot {
     /// is looked up by its key and walked only on a miss.
     #[inline]
     pub(super) fn memo_verdict(&self, memo: &mut MemoRef<'_>, h: &PacketHeader, defaults: Defaults) -> PacketVerdict {
-        let Some(flow) = flow_of_header(h) else { return PacketVerdict::undecodable(h) };
         if !memo.in_use() {
-            return self.flow_record(&flow, defaults);
+            return flow_of_header(h).map_or_else(|| PacketVerdict::undecodable(h), |f| self.flow_record(&f, defaults));
         }
+        // A packet like a recent one: that one's record, from the exact-match cache.
+        let exact = ExactKey::of(h, defaults);
+        if let Some(v) = exact.and_then(|k| memo.exact_get(&k)) {
+            return v;
+        }
+        let Some(flow) = flow_of_header(h) else { return PacketVerdict::undecodable(h) };
+        let mut cacheable = true;
+        let v = self.memo_sides(memo, &flow, defaults, &mut cacheable);
+        if let (Some(k), true) = (exact, cacheable) {
+            memo.exact_put(k, v);
+        }
+        v
+    }
+
+    /// A decodable header's record through the memo's side lookups, the missing sides decided
+    /// by their programs; `cacheable` cleared when a side read what no key holds.
+    #[inline]
+    fn memo_sides(
+        &self,
+        memo: &mut MemoRef<'_>,
+        flow: &Flow,
+        defaults: Defaults,
+        cacheable: &mut bool,
+    ) -> PacketVerdict {
         let (Some(sa), Some(da)) = (flow.src.addr, flow.dst.addr) else { return PacketVerdict::malformed() };
         let src = self.addrs.get(&sa).copied();
         let dst = self.addrs.get(&da).copied();
@@ -71,10 +94,11 @@ impl Snapshot {
             // The compiled programs decide the missing sides; each is memoized unless it read
             // what the key does not hold (service membership, learned domains: walked).
             let (records, uncacheable) =
-                match self.records_compiled(&flow, [src, dst], [Some(sc), Some(dc)], defaults, want) {
+                match self.records_compiled(flow, [src, dst], [Some(sc), Some(dc)], defaults, want) {
                     Some(records) => (records, false),
-                    None => self.side_records(&flow, defaults, want),
+                    None => self.side_records(flow, defaults, want),
                 };
+            *cacheable &= !uncacheable;
             for i in 0..2 {
                 if let (true, Some(k)) = (want[i], keys[i]) {
                     if !uncacheable {

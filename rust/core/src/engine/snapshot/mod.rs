@@ -20,6 +20,7 @@ use std::sync::{Arc, OnceLock};
 use super::classes::{with_memo, ClassLpm, MemoRef, PortClasses, SideKey};
 use super::compiled::{CompileStats, Compiled, Key, LogSink, Probe, StageRef, Walked};
 use super::cow::{ChunkVec, FastMap, ShardedMap};
+use super::flow_cache::ExactKey;
 use super::idset::IdSet;
 use super::judge::{flow_of_header, Judge};
 use super::records::{PacketVerdict, SideVerdict, HTTP_AWAITS, HTTP_NONE, PACKET_POLICY};
