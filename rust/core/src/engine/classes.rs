@@ -101,16 +101,15 @@ impl PortClasses {
         let mut b: Vec<u16> = bounds.into_iter().collect();
         b.sort_unstable();
         b.dedup();
-        let table = match b.len() <= u16::MAX as usize {
-            true => {
-                let mut t = vec![0u16; 1 << 16];
-                let ends = b.iter().skip(1).map(|&e| e as usize).chain([1 << 16]);
-                for (class, (&from, to)) in b.iter().zip(ends).enumerate() {
-                    t[from as usize..to].fill(class as u16 + 1);
-                }
-                t.into_boxed_slice()
+        let table = if b.len() <= u16::MAX as usize {
+            let mut t = vec![0u16; 1 << 16];
+            let ends = b.iter().skip(1).map(|&e| e as usize).chain([1 << 16]);
+            for (class, (&from, to)) in b.iter().zip(ends).enumerate() {
+                t[from as usize..to].fill(class as u16 + 1);
             }
-            false => Box::new([]),
+            t.into_boxed_slice()
+        } else {
+            Box::new([])
         };
         PortClasses { bounds: b, table }
     }

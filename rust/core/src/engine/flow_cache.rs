@@ -10,6 +10,9 @@
 //! probes further and a flood of new flows costs one store each. It lives beside the memo (per
 //! thread, emptied with it when the snapshot changes) and is used only while the memo is.
 
+use std::hash::{BuildHasher, Hash, Hasher};
+
+use super::cow::MixState;
 use super::Defaults;
 use crate::batch::{PacketHeader, FLAG_HAS_PORTS, FLAG_MALFORMED, FLAG_TRUNCATED};
 use crate::engine::records::PacketVerdict;
@@ -29,9 +32,7 @@ impl ExactKey {
         if h.flags & FLAG_MALFORMED != 0 || (h.ip_version != 4 && h.ip_version != 6) {
             return None;
         }
-        let word = |a: &[u8; 16], i: usize| {
-            u64::from_ne_bytes([a[i], a[i + 1], a[i + 2], a[i + 3], a[i + 4], a[i + 5], a[i + 6], a[i + 7]])
-        };
+        let (src, dst) = (u128::from_ne_bytes(h.src_addr), u128::from_ne_bytes(h.dst_addr));
         let tail = h.sport as u64
             | (h.dport as u64) << 16
             | (h.protocol as u64) << 32
@@ -42,16 +43,20 @@ impl ExactKey {
             | ((h.flags & FLAG_TRUNCATED != 0) as u64) << 61
             | (defaults.pod_allow as u64) << 62
             | (defaults.host_allow as u64) << 63;
-        Some(ExactKey([word(&h.src_addr, 0), word(&h.src_addr, 8), word(&h.dst_addr, 0), word(&h.dst_addr, 8), tail]))
+        Some(ExactKey([src as u64, (src >> 64) as u64, dst as u64, (dst >> 64) as u64, tail]))
     }
 
     #[inline]
     fn slot(&self) -> usize {
-        let mut x = 0u64;
-        for w in self.0 {
-            x = (x.rotate_left(23) ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-        (x >> (64 - SLOTS.trailing_zeros())) as usize
+        (MixState.hash_one(self) >> (64 - SLOTS.trailing_zeros())) as usize
+    }
+}
+
+/// Hashed word by word (a derived hash would write the array as bytes).
+impl Hash for ExactKey {
+    #[inline]
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.0.iter().for_each(|&w| h.write_u64(w));
     }
 }
 
